@@ -1,0 +1,74 @@
+"""The step graph: canonical steps as nodes, dependency edges, on networkx.
+
+Edges point from a dependency to its consumer; ``blocking=False`` marks a pseudo-dependency
+(hashed into the version, never waited for). Every walk here is iterative.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import networkx as nx
+
+from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.core.versions import VersionTable
+
+
+class StepGraph:
+    """Distinct steps (one per version) and the edges between them."""
+
+    def __init__(self, table: VersionTable):
+        self.table = table
+        graph = nx.DiGraph()
+        graph.add_nodes_from(table.steps)
+        for step in table.steps:
+            for dep in table.pseudo_dependencies[step]:
+                graph.add_edge(dep, step, blocking=False)
+            for dep in table.dependencies[step]:
+                graph.add_edge(dep, step, blocking=True)
+        self.nx = graph
+
+    def blocking_deps(self, step: ExecutorStep) -> list[ExecutorStep]:
+        return self.table.dependencies[step]
+
+    def blocking_consumers(self, step: ExecutorStep) -> list[ExecutorStep]:
+        return [c for c, attrs in self.nx.succ[step].items() if attrs["blocking"]]
+
+    def blocking_closure(self, roots: Iterable[ExecutorStep]) -> list[ExecutorStep]:
+        """``roots`` and every step they transitively block on, dependencies first."""
+        seen: set[ExecutorStep] = set()
+        stack = [self.table.canonicalize(r) for r in roots]
+        while stack:
+            step = stack.pop()
+            if step not in seen:
+                seen.add(step)
+                stack.extend(self.table.dependencies[step])
+        return [s for s in self.table.steps if s in seen]
+
+    def select(self, patterns: list[str]) -> tuple[list[ExecutorStep], list[str]]:
+        """Steps whose name matches any regex (``re.search``), and the patterns that matched nothing."""
+        regexes = [re.compile(p) for p in patterns]
+        used: set[int] = set()
+        selected = []
+        for step in self.table.steps:
+            for i, regex in enumerate(regexes):
+                if regex.search(step.name):
+                    used.add(i)
+                    selected.append(step)
+                    break
+        unused = [p for i, p in enumerate(patterns) if i not in used]
+        return selected, unused
+
+    def transitive_consumers(self, step: ExecutorStep) -> list[ExecutorStep]:
+        """Every step that blocks, directly or not, on ``step``."""
+        out: list[ExecutorStep] = []
+        seen = {step}
+        stack = [step]
+        while stack:
+            for consumer in self.blocking_consumers(stack.pop()):
+                if consumer not in seen:
+                    seen.add(consumer)
+                    out.append(consumer)
+                    stack.append(consumer)
+        return out

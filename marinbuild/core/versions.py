@@ -1,0 +1,154 @@
+"""Versions, version strings, hashes and output paths of steps, exactly as Marin computes them.
+
+A step's version is ``{"name", "config" (its versioned values), "dependencies": [...]}``
+(plus ``"pseudo_dependencies"`` when it has any); a dependency deeper than 4 levels is
+written as ``"name-hash"``. The version string is ``json.dumps(version, sort_keys=True)``
+and the output path ``<prefix>/<name>-<md5(version_str)[:6]>``.
+
+Two things differ from Marin, neither visible in the results:
+- the walk is iterative, so a 10,000-step chain does not hit Python's recursion limit;
+- a version string is composed from its dependencies' already-computed strings instead
+  of serialising every nested version again for each consumer (byte-identical, because
+  ``json.dumps`` of a nested sorted dict is the nested dict's own sorted dump).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from marinbuild.core.jsonenc import dumps_sorted
+from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.core.walk import collect_dependencies_and_version, instantiate_config, make_prefix_absolute_path
+
+MAX_INLINE_DEPTH = 4
+"""Dependencies whose chain depth is at most this are inlined into a consumer's version."""
+
+
+class VersionCycleError(ValueError):
+    """A step's config refers, through other steps, back to itself."""
+
+
+class VersionTable:
+    """Everything Marin's ``Executor`` records per step while computing versions.
+
+    The attributes have Marin's names and meanings; ``steps`` lists one step per distinct
+    version, in the order Marin would list them (dependencies before consumers).
+    """
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.steps: list[ExecutorStep] = []
+        self.configs: dict[ExecutorStep, Any] = {}
+        self.dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
+        self.pseudo_dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
+        self.versions: dict[ExecutorStep, dict[str, Any]] = {}
+        self.version_strs: dict[ExecutorStep, str] = {}
+        self.version_str_to_step: dict[str, ExecutorStep] = {}
+        self.hashed_versions: dict[ExecutorStep, str] = {}
+        self.output_paths: dict[ExecutorStep, str] = {}
+        self.is_pseudo_dep: dict[ExecutorStep, bool] = {}
+        self.depth: dict[ExecutorStep, int] = {}
+        self.duplicate_names: set[str] = set()
+        self.override_mismatches: list[tuple[ExecutorStep, str, str]] = []
+
+    def canonicalize(self, step: ExecutorStep) -> ExecutorStep:
+        """The step that stands for every step with the same version."""
+        return self.version_str_to_step[self.version_strs[step]]
+
+    def compute_version(self, step: ExecutorStep, is_pseudo_dep: bool = False) -> None:
+        """Compute versions and paths of ``step`` and everything it depends on (post-order, no recursion)."""
+        # A frame: [step, pseudo flag, collected deps or None, children, next child index]
+        stack: list[list[Any]] = [[step, is_pseudo_dep, None, None, 0]]
+        on_stack: set[int] = set()
+        while stack:
+            frame = stack[-1]
+            current, pseudo = frame[0], frame[1]
+            if frame[2] is None:
+                if current in self.versions:
+                    if not pseudo and self.is_pseudo_dep[current]:
+                        self._unmark_pseudo(current)
+                    stack.pop()
+                    continue
+                if id(current) in on_stack:
+                    names = [f[0].name for f in stack if f[2] is not None] + [current.name]
+                    raise VersionCycleError("dependency cycle: " + " -> ".join(names))
+                on_stack.add(id(current))
+                collected = collect_dependencies_and_version(current.config)
+                frame[2] = collected
+                frame[3] = [(d, pseudo) for d in collected.dependencies] + [
+                    (d, True) for d in collected.pseudo_dependencies
+                ]
+            children = frame[3]
+            if frame[4] < len(children):
+                child, child_pseudo = children[frame[4]]
+                frame[4] += 1
+                stack.append([child, child_pseudo, None, None, 0])
+                continue
+            stack.pop()
+            on_stack.discard(id(current))
+            self._record(current, pseudo, frame[2])
+
+    def _unmark_pseudo(self, step: ExecutorStep) -> None:
+        """A step reached through a blocking edge is not pseudo, nor are its blocking dependencies."""
+        todo = [step]
+        while todo:
+            s = todo.pop()
+            if self.is_pseudo_dep.get(s):
+                self.is_pseudo_dep[s] = False
+                todo.extend(self.dependencies[s])
+
+    def _dep_version(self, dep: ExecutorStep) -> tuple[Any, str]:
+        """(version as stored in the consumer's version dict, its JSON text)."""
+        if self.depth[dep] <= MAX_INLINE_DEPTH:
+            return self.versions[dep], self.version_strs[dep]
+        short = f"{dep.name}-{self.hashed_versions[dep]}"
+        return short, json.dumps(short)
+
+    def _record(self, step: ExecutorStep, pseudo: bool, collected: Any) -> None:
+        deps = [self._dep_version(d) for d in collected.dependencies]
+        version: dict[str, Any] = {
+            "name": step.name,
+            "config": collected.version,
+            "dependencies": [v for v, _ in deps],
+        }
+        parts = [
+            '{"config": ',
+            dumps_sorted(collected.version),
+            ', "dependencies": [',
+            ", ".join(s for _, s in deps),
+            '], "name": ',
+            json.dumps(step.name),
+        ]
+        if collected.pseudo_dependencies:
+            pseudo_deps = [self._dep_version(d) for d in collected.pseudo_dependencies]
+            version["pseudo_dependencies"] = [v for v, _ in pseudo_deps]
+            parts += [', "pseudo_dependencies": [', ", ".join(s for _, s in pseudo_deps), "]"]
+        parts.append("}")
+        version_str = "".join(parts)
+        hashed = hashlib.md5(version_str.encode()).hexdigest()[:6]
+        output_path = os.path.join(self.prefix, step.name + "-" + hashed)
+        if step.override_output_path is not None:
+            override = make_prefix_absolute_path(self.prefix, step.override_output_path)
+            if override != output_path:
+                self.override_mismatches.append((step, output_path, override))
+            output_path = override
+
+        if version_str not in self.version_str_to_step:
+            self.steps.append(step)
+            self.version_str_to_step[version_str] = step
+        else:
+            self.duplicate_names.add(step.name)
+
+        self.configs[step] = instantiate_config(step.config, output_path, self.output_paths, self.prefix)
+        blocking = [self.canonicalize(d) for d in collected.dependencies]
+        self.dependencies[step] = blocking
+        self.pseudo_dependencies[step] = [self.canonicalize(d) for d in collected.pseudo_dependencies]
+        self.versions[step] = version
+        self.version_strs[step] = version_str
+        self.hashed_versions[step] = hashed
+        self.output_paths[step] = output_path
+        self.is_pseudo_dep[step] = pseudo
+        self.depth[step] = 1 + max(self.depth[d] for d in blocking) if blocking else 0

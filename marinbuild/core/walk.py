@@ -1,0 +1,254 @@
+"""Walking step configs: finding placeholders, collecting versions, resolving placeholders.
+
+Same semantics as Marin's executor: dataclasses, dicts (string keys), lists, tuples and
+sets are walked; ``VersionedValue`` contributes ``prefix -> value`` to the version;
+``InputName``/``ExecutorStep`` contribute ``prefix -> "DEP[i]/sub"`` and a dependency;
+``MirroredValue`` is transparent for versioning. Recursion follows the nesting of one
+config, never the depth of the step graph.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+from marinbuild.core.placeholders import (
+    ExecutorStep,
+    InputName,
+    MirroredValue,
+    OutputName,
+    VersionedValue,
+    output_path_of,
+)
+
+ConfigT = TypeVar("ConfigT")
+
+
+@dataclass(frozen=True)
+class InputNameEvent:
+    prefix: str
+    input_name: InputName
+
+
+@dataclass(frozen=True)
+class VersionedEvent:
+    prefix: str
+    value: Any
+
+
+def walk_config(obj: Any) -> Iterator[InputNameEvent | VersionedEvent]:
+    """Yield one event per ``InputName``/``VersionedValue`` placeholder inside ``obj``, in walk order.
+
+    Bare ``ExecutorStep``s are reported as ``InputName(step, None)``.
+    """
+    yield from _walk(obj, "")
+
+
+def _walk(obj: Any, prefix: str) -> Iterator[InputNameEvent | VersionedEvent]:
+    if obj is None:
+        return
+    if isinstance(obj, ExecutorStep):
+        yield InputNameEvent(prefix, output_path_of(obj, None))
+        return
+    if isinstance(obj, InputName):
+        yield InputNameEvent(prefix, obj)
+        return
+    if isinstance(obj, MirroredValue):
+        yield from _walk(obj.value, prefix)
+        return
+    if isinstance(obj, VersionedValue):
+        yield VersionedEvent(prefix, obj.value)
+        return
+    new_prefix = prefix + "." if prefix else ""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        for field in fields(obj):
+            yield from _walk(getattr(obj, field.name), new_prefix + field.name)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise ValueError(f"dict keys must be strs, but got {k} (type: {type(k)})")
+            yield from _walk(v, new_prefix + k)
+    elif isinstance(obj, list | tuple | set | frozenset):
+        for i, item in enumerate(obj):
+            yield from _walk(item, new_prefix + f"[{i}]")
+
+
+def upstream_steps(obj: Any) -> list[ExecutorStep]:
+    """The distinct steps referenced by placeholders in ``obj``, in discovery order."""
+    seen: dict[int, ExecutorStep] = {}
+    for event in walk_config(obj):
+        if isinstance(event, InputNameEvent) and event.input_name.step is not None:
+            seen.setdefault(id(event.input_name.step), event.input_name.step)
+    return list(seen.values())
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """A config's blocking dependencies, pseudo-dependencies, and versioned values (``prefix -> value``)."""
+
+    dependencies: list[ExecutorStep]
+    pseudo_dependencies: list[ExecutorStep]
+    version: dict[str, Any]
+
+
+def dependency_index_str(i: int) -> str:
+    return f"DEP[{i}]"
+
+
+def collect_dependencies_and_version(obj: Any) -> Dependencies:
+    """Versioned values and dependencies of a config, with Marin's ``DEP[i]`` numbering.
+
+    Indices count blocking and pseudo dependencies together in walk order, so a step
+    used twice gets two indices.
+    """
+    pseudo: list[ExecutorStep] = []
+    blocking: list[ExecutorStep] = []
+    version: dict[str, Any] = {}
+    for event in walk_config(obj):
+        if isinstance(event, VersionedEvent):
+            version[event.prefix] = event.value
+            continue
+        input_name = event.input_name
+        if input_name.step is None:
+            version[event.prefix] = input_name.name
+            continue
+        index = len(blocking) + len(pseudo)
+        (blocking if input_name.block_on_step else pseudo).append(input_name.step)
+        version[event.prefix] = dependency_index_str(index) + ("/" + input_name.name if input_name.name else "")
+    return Dependencies(blocking, pseudo, version)
+
+
+def is_relative_path(url_or_path: str) -> bool:
+    """True for a path with no URL scheme that does not start with ``/``."""
+    if urlparse(url_or_path).scheme:
+        return False
+    return not url_or_path.startswith("/")
+
+
+def make_prefix_absolute_path(prefix: str, path: str) -> str:
+    return os.path.join(prefix, path) if is_relative_path(path) else path
+
+
+def _join(base: str, name: str | None) -> str:
+    return os.path.join(base, name) if name else base
+
+
+def instantiate_config(config: Any, output_path: str | None, output_paths: dict[ExecutorStep, str], prefix: str) -> Any:
+    """A copy of ``config`` with every placeholder replaced by the concrete value or path it stands for.
+
+    ``MirroredValue`` paths become ``mirror://<path>``.
+    """
+
+    def recurse(obj: Any) -> Any:
+        if obj is None:
+            return None
+        if isinstance(obj, ExecutorStep):
+            obj = output_path_of(obj)
+        if isinstance(obj, MirroredValue):
+            inner = recurse(obj.value)
+            if isinstance(inner, str) and not inner.startswith("mirror://"):
+                return f"mirror://{inner}"
+            return inner
+        if isinstance(obj, InputName):
+            if obj.step is None:
+                return make_prefix_absolute_path(prefix, obj.name or "")
+            return _join(output_paths[obj.step], obj.name)
+        if isinstance(obj, OutputName):
+            if output_path is None:
+                raise ValueError(
+                    f"cannot resolve OutputName({obj.name!r}): the config has no output_path and none was passed"
+                )
+            return _join(output_path, obj.name)
+        if isinstance(obj, VersionedValue):
+            return obj.value
+        if is_dataclass(obj) and not isinstance(obj, type):
+            return replace(obj, **{f.name: recurse(getattr(obj, f.name)) for f in fields(obj) if f.init})
+        if isinstance(obj, list):
+            return [recurse(x) for x in obj]
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+            return type(obj)(*(recurse(x) for x in obj))
+        if isinstance(obj, tuple):
+            return tuple(recurse(x) for x in obj)
+        if isinstance(obj, dict):
+            return {k: recurse(v) for k, v in obj.items()}
+        return obj
+
+    return recurse(config)
+
+
+def resolve_local_placeholders(config: ConfigT, output_path: str) -> ConfigT:
+    """Resolve what the caller can resolve alone: ``OutputName`` paths and ``VersionedValue`` wrappers.
+
+    ``InputName``/``ExecutorStep`` references and ``MirroredValue`` wrappers are kept.
+    """
+
+    def recurse(obj: Any) -> Any:
+        if obj is None:
+            return None
+        if isinstance(obj, OutputName):
+            return _join(output_path, obj.name)
+        if isinstance(obj, MirroredValue):
+            return replace(obj, value=recurse(obj.value))
+        if isinstance(obj, VersionedValue):
+            return recurse(obj.value)
+        if isinstance(obj, InputName | ExecutorStep):
+            return obj
+        if is_dataclass(obj) and not isinstance(obj, type):
+            return replace(obj, **{f.name: recurse(getattr(obj, f.name)) for f in fields(obj) if f.init})
+        if isinstance(obj, list):
+            return [recurse(x) for x in obj]
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+            return type(obj)(*(recurse(x) for x in obj))
+        if isinstance(obj, tuple):
+            return tuple(recurse(x) for x in obj)
+        if isinstance(obj, dict):
+            return {k: recurse(v) for k, v in obj.items()}
+        return obj
+
+    return recurse(config)
+
+
+def unwrap_versioned_value(value: Any) -> Any:
+    """Strip ``VersionedValue``/``MirroredValue`` wrappers anywhere inside ``value``.
+
+    Paths that depend on execution (``InputName``, ``OutputName``, steps) cannot be unwrapped.
+    """
+
+    def recurse(obj: Any) -> Any:
+        if isinstance(obj, MirroredValue | VersionedValue):
+            return recurse(obj.value)
+        if isinstance(obj, OutputName | InputName | ExecutorStep):
+            raise ValueError(f"Cannot unwrap VersionedValue containing {type(obj)}: {obj}")
+        if is_dataclass(obj) and not isinstance(obj, type):
+            return replace(obj, **{f.name: recurse(getattr(obj, f.name)) for f in fields(obj) if f.init})
+        if isinstance(obj, dict):
+            return {k: recurse(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [recurse(x) for x in obj]
+        return obj
+
+    return recurse(value)
+
+
+def max_mirror_budget(config: Any) -> float | None:
+    """The largest ``budget_gb`` of the ``MirroredValue``s in a raw config, or None if it has none."""
+    best: float | None = None
+    stack = [config]
+    while stack:
+        obj = stack.pop()
+        if obj is None or isinstance(obj, InputName | ExecutorStep):
+            continue
+        if isinstance(obj, MirroredValue):
+            best = obj.budget_gb if best is None else max(best, obj.budget_gb)
+        elif isinstance(obj, VersionedValue):
+            stack.append(obj.value)
+        elif is_dataclass(obj) and not isinstance(obj, type):
+            stack.extend(getattr(obj, f.name) for f in fields(obj))
+        elif isinstance(obj, list | tuple):
+            stack.extend(obj)
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
+    return best

@@ -1,0 +1,562 @@
+"""Marin's executor API (``marin.execution.executor``), backed by marinbuild's engine.
+
+Change ``from marin.execution.executor import ...`` to ``from marinbuild.executor import ...``
+and a Marin experiment script runs unchanged: the same versions and output paths, the
+same ``.executor_info``/``.executor_status``/lease/``.artifact.json`` files, so an
+existing Marin prefix is recognised as built. What is better than Marin's: completion is
+event-driven, nothing recurses with graph depth, dry runs read statuses and say what
+would run, a runner that loses its lease never writes SUCCESS, and a step whose outputs
+are built does not rebuild its dependencies.
+
+This module stays light to import: storage and execution load when ``run`` is called.
+"""
+
+from __future__ import annotations
+
+import getpass
+import inspect
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import urllib.parse
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from marinbuild.core.jsonenc import dumps_indented, dumps_sorted
+from marinbuild.core.placeholders import (
+    THIS_OUTPUT_PATH,
+    ExecutorFunction,
+    ExecutorStep,
+    InputName,
+    MirroredValue,
+    OutputName,
+    VersionedValue,
+    ensure_versioned,
+    get_executor_step,
+    mirrored,
+    output_path_of,
+    this_output_path,
+    versioned,
+)
+from marinbuild.core.versions import VersionTable
+from marinbuild.core.walk import (
+    collect_dependencies_and_version,
+    instantiate_config,
+    resolve_local_placeholders,
+    unwrap_versioned_value,
+    upstream_steps,
+    walk_config,
+)
+
+__all__ = [
+    "THIS_OUTPUT_PATH",
+    "Executor",
+    "ExecutorFunction",
+    "ExecutorInfo",
+    "ExecutorMainConfig",
+    "ExecutorStep",
+    "ExecutorStepInfo",
+    "InputName",
+    "MirroredValue",
+    "OutputName",
+    "PreviousStepFailedError",
+    "StepFailedError",
+    "VersionedValue",
+    "collect_dependencies_and_version",
+    "compute_output_path",
+    "default_prefix",
+    "ensure_versioned",
+    "executor_main",
+    "get_executor_step",
+    "instantiate_config",
+    "materialize",
+    "mirrored",
+    "output_path_of",
+    "resolve_local_placeholders",
+    "this_output_path",
+    "unwrap_versioned_value",
+    "versioned",
+    "walk_config",
+]
+
+logger = logging.getLogger("marinbuild")
+ConfigT = TypeVar("ConfigT")
+
+DEFAULT_LOCAL_PREFIX = "/tmp/marin"
+
+
+def default_prefix() -> str:
+    """``MARIN_PREFIX`` if set, else Marin's local default folder. Never a network call."""
+    return os.environ.get("MARIN_PREFIX") or DEFAULT_LOCAL_PREFIX
+
+
+class StepFailedError(RuntimeError):
+    """One or more steps failed; ``failures`` maps each failed step's name to its exception."""
+
+    def __init__(self, failures: dict[str, BaseException], dep_failed: list[str]):
+        names = ", ".join(failures)
+        message = f"{len(failures)} step(s) failed: {names}"
+        if dep_failed:
+            message += f"; {len(dep_failed)} step(s) not run because a dependency failed (DEP_FAILED): "
+            message += ", ".join(dep_failed)
+        super().__init__(message)
+        self.failures = failures
+        self.dep_failed = dep_failed
+
+
+class PreviousStepFailedError(RuntimeError):
+    """A needed step failed in an earlier run and ``force_run_failed`` is False."""
+
+
+@dataclass(frozen=True)
+class ExecutorStepInfo:
+    """What is recorded about a step in ``.executor_info`` (Marin's schema)."""
+
+    name: str
+    fn_name: str
+    config: Any
+    description: str | None
+    override_output_path: str | None
+    version: dict[str, Any]
+    dependencies: list[str]
+    output_path: str
+
+
+@dataclass(frozen=True)
+class ExecutorInfo:
+    """What is recorded about a run in ``<executor_info_base_path>/<script>-<hash>.json``."""
+
+    worker_id: str
+    git_commit: str | None
+    caller_path: str
+    created_date: str
+    user: str | None
+    prefix: str
+    description: str | None
+    steps: list[ExecutorStepInfo]
+
+
+def get_fn_name(fn: ExecutorFunction, short: bool = False) -> str:
+    """A name for ``fn`` that is the same in every run: ``module.qualname`` (Marin printed a memory address)."""
+    if fn is None:
+        return "None"
+    inner = getattr(fn, "fn", None)  # Marin's RemoteCallable and similar wrappers
+    if inner is not None and callable(inner) and not hasattr(fn, "__qualname__"):
+        fn = inner
+    target = fn.func if hasattr(fn, "func") and hasattr(fn, "args") else fn  # functools.partial
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    if short:
+        return qualname.rsplit(".", 1)[-1]
+    module = getattr(target, "__module__", None) or type(target).__module__
+    return f"{module}.{qualname}"
+
+
+def _worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _git_commit() -> str | None:
+    """HEAD's commit of the current directory's repository, read from .git (no subprocess)."""
+    git = os.path.join(os.getcwd(), ".git")
+    try:
+        with open(os.path.join(git, "HEAD")) as f:
+            head = f.read().strip()
+        if not head.startswith("ref: "):
+            return head
+        ref = head[5:]
+        ref_file = os.path.join(git, ref)
+        if os.path.exists(ref_file):
+            with open(ref_file) as f:
+                return f.read().strip()
+        with open(os.path.join(git, "packed-refs")) as f:
+            for line in f:
+                if line.strip().endswith(" " + ref):
+                    return line.split()[0]
+    except OSError:
+        return None
+    return None
+
+
+def _caller_path() -> str:
+    """The outermost real file on the stack: the experiment script (as Marin records it)."""
+    frame = inspect.currentframe()
+    outermost = sys.argv[0] if sys.argv and sys.argv[0] else "<unknown>"
+    while frame is not None:
+        if not frame.f_code.co_filename.startswith("<"):
+            outermost = frame.f_code.co_filename
+        frame = frame.f_back
+    return outermost
+
+
+def _user() -> str | None:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return None
+
+
+class Executor:
+    """Computes versions and output paths of ``ExecutorStep``s and runs the ones not yet built.
+
+    The attributes ``steps``, ``configs``, ``dependencies``, ``versions``, ``version_strs``,
+    ``hashed_versions``, ``output_paths``, ``is_pseudo_dep`` and ``step_infos`` have Marin's
+    meanings. Extra keyword arguments tune what Marin hard-codes: lease timing, the event
+    listeners, the backend.
+    """
+
+    def __init__(
+        self,
+        prefix: str,
+        executor_info_base_path: str,
+        description: str | None = None,
+        *,
+        heartbeat_interval: float | None = None,
+        stale_after: float | None = None,
+        listeners: list[Any] | None = None,
+        backend: Any = None,
+        keep_going: bool = True,
+    ):
+        self.prefix = prefix
+        self.executor_info_base_path = executor_info_base_path
+        self.description = description
+        self._table = VersionTable(prefix)
+        t = self._table
+        self.steps = t.steps
+        self.configs = t.configs
+        self.dependencies = t.dependencies
+        self.versions = t.versions
+        self.version_strs = t.version_strs
+        self.version_str_to_step = t.version_str_to_step
+        self.hashed_versions = t.hashed_versions
+        self.output_paths = t.output_paths
+        self.is_pseudo_dep = t.is_pseudo_dep
+        self.step_infos: list[ExecutorStepInfo] = []
+        self.executor_info: ExecutorInfo | None = None
+        self.executor_info_path: str | None = None
+        self.heartbeat_interval = heartbeat_interval
+        self.stale_after = stale_after
+        self.listeners = listeners
+        self.backend = backend
+        self.keep_going = keep_going
+        self.worker_id = _worker_id()
+        self.plan: Any = None
+        """The plan of the last ``run`` (``marinbuild.run.plan.Plan``): every needed step's state."""
+        self.outcome: Any = None
+        """What the last ``run`` did (``marinbuild.run.scheduler.Outcome``)."""
+        self._warned = 0
+
+    # -- versions -------------------------------------------------------------------------
+    def compute_version(self, step: ExecutorStep, is_pseudo_dep: bool = False) -> None:
+        self._table.compute_version(step, is_pseudo_dep)
+        self._warn_new()
+
+    def canonicalize(self, step: ExecutorStep) -> ExecutorStep:
+        """Multiple ``ExecutorStep``s can have the same version; this is the one that stands for them."""
+        return self._table.canonicalize(step)
+
+    def _warn_new(self) -> None:
+        for step, computed, _override in self._table.override_mismatches[self._warned:]:
+            logger.warning("Output path %s doesn't match given override %s, using the latter.", computed,
+                           step.override_output_path)
+        self._warned = len(self._table.override_mismatches)
+
+    # -- infos ----------------------------------------------------------------------------
+    def _step_info(self, step: ExecutorStep) -> ExecutorStepInfo:
+        return ExecutorStepInfo(
+            name=step.name,
+            fn_name=get_fn_name(step.fn),
+            config=self.configs[step],
+            description=step.description,
+            override_output_path=step.override_output_path,
+            version=self.versions[step],
+            dependencies=[self.output_paths[dep] for dep in self.dependencies[step]],
+            output_path=self.output_paths[step],
+        )
+
+    def get_infos(self) -> None:
+        """Compute ``step_infos`` and ``executor_info`` for the steps computed so far."""
+        self.step_infos = [self._step_info(step) for step in self.steps]
+        self.executor_info = ExecutorInfo(
+            worker_id=self.worker_id,
+            git_commit=_git_commit(),
+            caller_path=_caller_path(),
+            created_date=datetime.now().isoformat(),
+            user=_user(),
+            prefix=self.prefix,
+            description=self.description,
+            steps=self.step_infos,
+        )
+
+    def _step_info_text(self, step: ExecutorStep) -> str:
+        """The ``.executor_info`` content Marin writes (indented JSON, no description)."""
+        info = self._step_info(step)
+        return dumps_indented({
+            "name": info.name,
+            "fn_name": info.fn_name,
+            "config": info.config,
+            "override_output_path": info.override_output_path,
+            "version": info.version,
+            "dependencies": info.dependencies,
+            "output_path": info.output_path,
+        })
+
+    def _run_info_hash(self) -> str:
+        """md5 of the sorted compact JSON of all step infos, composed from the version strings."""
+        import hashlib
+
+        parts = []
+        for info, step in zip(self.step_infos, self.steps, strict=True):
+            parts.append(
+                '{"config": ' + dumps_sorted(info.config)
+                + ', "dependencies": ' + json.dumps(info.dependencies)
+                + ', "fn_name": ' + json.dumps(info.fn_name)
+                + ', "name": ' + json.dumps(info.name)
+                + ', "output_path": ' + json.dumps(info.output_path)
+                + ', "override_output_path": ' + json.dumps(info.override_output_path)
+                + ', "version": ' + self.version_strs[step] + "}"
+            )
+        return hashlib.md5(("[" + ", ".join(parts) + "]").encode()).hexdigest()[:6]
+
+    def _run_info_path(self) -> str:
+        assert self.executor_info is not None, "call get_infos() first"
+        name = os.path.basename(self.executor_info.caller_path).replace(".py", "")
+        from marinbuild.store import fs
+
+        return fs.join(self.executor_info_base_path, f"{name}-{self._run_info_hash()}.json")
+
+    def _write_run_info(self, only_if_new: bool) -> None:
+        from marinbuild.store import fs
+
+        self.executor_info_path = self._run_info_path()
+        if only_if_new and fs.exists(self.executor_info_path):
+            return
+        assert self.executor_info is not None
+        info = self.executor_info
+        body = {
+            "worker_id": info.worker_id,
+            "git_commit": info.git_commit,
+            "caller_path": info.caller_path,
+            "created_date": info.created_date,
+            "user": info.user,
+            "prefix": info.prefix,
+            "steps": [
+                {
+                    "name": s.name,
+                    "fn_name": s.fn_name,
+                    "config": s.config,
+                    "override_output_path": s.override_output_path,
+                    "version": s.version,
+                    "dependencies": s.dependencies,
+                    "output_path": s.output_path,
+                }
+                for s in info.steps
+            ],
+        }
+        fs.write_atomic(self.executor_info_path, (dumps_indented(body) + "\n").encode())
+
+    def write_infos(self) -> None:
+        """Write every step's ``.executor_info`` and the run's info JSON (as Marin's ``write_infos``)."""
+        from marinbuild.store import records
+
+        if self.executor_info is None:
+            self.get_infos()
+        for step in self.steps:
+            records.write_info(self.output_paths[step], self._step_info_text(step))
+        self._write_run_info(only_if_new=False)
+
+    def get_experiment_url(self) -> str:
+        """Where Marin's data browser shows this run."""
+        if self.executor_info_path is None:
+            self.executor_info_path = self._run_info_path()
+        if self.prefix.startswith("gs://"):
+            host = "https://marin.community/data-browser"
+        else:
+            host = "http://localhost:5000"
+        return host + "/experiment?path=" + urllib.parse.quote(self.executor_info_path)
+
+    # -- running --------------------------------------------------------------------------
+    def run(
+        self,
+        steps: list[ExecutorStep | InputName],
+        *,
+        dry_run: bool = False,
+        run_only: list[str] | None = None,
+        force_run_failed: bool = True,
+        max_concurrent: int | None = None,
+    ) -> dict[ExecutorStep, str]:
+        """Build ``steps`` (and what they need); return every known step's output path.
+
+        ``run_only`` regexes select steps by name (plus what they need). Steps already
+        built are skipped, and so are dependencies only they needed. A failed step stops
+        its dependents (DEP_FAILED) while independent steps go on; then ``StepFailedError``
+        names every failure. ``dry_run`` reads statuses and writes nothing.
+        """
+        if max_concurrent is not None and max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be a positive integer, got {max_concurrent}")
+        from marinbuild.core.graph import StepGraph
+        from marinbuild.run import events as ev
+        from marinbuild.run import plan as planning
+        from marinbuild.store.lease import STALE_AFTER
+
+        requested = []
+        for step in steps:
+            if isinstance(step, InputName):
+                step = step.step
+            if step is not None:
+                self.compute_version(step, is_pseudo_dep=False)
+                requested.append(step)
+        graph = StepGraph(self._table)
+        if run_only is not None:
+            targets, unused = graph.select(run_only)
+            if unused:
+                logger.warning("run_only patterns matched no step: %s", ", ".join(unused))
+        else:
+            targets = [self.canonicalize(s) for s in requested]
+
+        bus = ev.EventBus(self.listeners if self.listeners is not None else [ev.log_listener])
+        stale_after = self.stale_after if self.stale_after is not None else STALE_AFTER
+        self.plan = plan = planning.make_plan(graph, targets, worker_id=self.worker_id, stale_after=stale_after)
+        for step, step_plan in plan.steps.items():
+            bus.emit(ev.PLANNED, step=step.name, output_path=self.output_paths[step], detail=step_plan.state,
+                     data={"dry_run": dry_run, "status": step_plan.status})
+        failed_before = plan.by_state(planning.FAILED)
+        if failed_before and not force_run_failed:
+            names = ", ".join(f"{s.name} ({plan.steps[s].status})" for s in failed_before)
+            raise PreviousStepFailedError(f"step(s) failed previously: {names}; rerun with force_run_failed=True")
+        if dry_run:
+            return self.output_paths
+
+        self.get_infos()
+        self._write_run_info(only_if_new=True)
+        self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed)
+        return self.output_paths
+
+    def _execute(self, graph: Any, plan: Any, bus: Any, max_concurrent: int | None, force_run_failed: bool) -> Any:
+        from marinbuild.run import events as ev
+        from marinbuild.run.local import LocalBackend
+        from marinbuild.run.scheduler import schedule
+        from marinbuild.run.step_job import LeaseSettings, StepJob
+
+        settings = LeaseSettings()
+        if self.heartbeat_interval is not None:
+            settings.heartbeat_interval = self.heartbeat_interval
+        if self.stale_after is not None:
+            settings.stale_after = self.stale_after
+        cancel = threading.Event()
+        jobs = {
+            step: StepJob(
+                name=step.name,
+                output_path=self.output_paths[step],
+                call=self._call_for(step),
+                info_text=lambda s=step: self._step_info_text(s),
+                worker_id=self.worker_id,
+                bus=bus,
+                settings=settings,
+                cancel=cancel,
+            )
+            for step in plan.to_run
+        }
+        backend = self.backend or LocalBackend(max_concurrent)
+        bus.emit(ev.BUILD_STARTED, data={"steps": len(jobs)})
+        try:
+            outcome = schedule(
+                plan.to_run, self.dependencies, jobs, backend, bus,
+                max_concurrent=max_concurrent, keep_going=self.keep_going, cancel=cancel,
+            )
+        finally:
+            if self.backend is None:
+                backend.shutdown()
+        bus.emit(ev.BUILD_FINISHED, data={"ran": len(outcome.ran), "failed": len(outcome.failed)})
+        if outcome.failed:
+            failures = {step.name: exc for step, exc in outcome.failed.items()}
+            error = StepFailedError(failures, [s.name for s in outcome.dep_failed])
+            first = next(iter(outcome.failed.values()))
+            raise error from (first.__cause__ or first)
+        return outcome
+
+    def _call_for(self, step: ExecutorStep) -> Any:
+        fn = step.fn
+        config = self.configs[step]
+        if fn is None:
+            raise ValueError(f"step {step.name} has no fn to run")
+        return lambda: fn(config)
+
+
+# -- entry points -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExecutorMainConfig:
+    prefix: str | None = None
+    """Attached to every output path (a local folder or e.g. gs://bucket/path); default $MARIN_PREFIX."""
+    executor_info_base_path: str | None = None
+    """Where the run's info JSON goes; default <prefix>/experiments."""
+    dry_run: bool = False
+    force_run_failed: bool = True
+    run_only: list[str] | None = None
+    """Run only the steps whose names match these regexes (re.search), and what they need."""
+    max_concurrent: int | None = None
+    """At most this many steps at once; default: every ready step."""
+
+
+def _executor_main(config: ExecutorMainConfig, steps: list[ExecutorStep], description: str | None = None,
+                   max_concurrent: int | None = None) -> Executor:
+    prefix = config.prefix or default_prefix()
+    base = config.executor_info_base_path or os.path.join(prefix, "experiments")
+    executor = Executor(prefix=prefix, executor_info_base_path=base, description=description)
+    executor.run(
+        steps=steps,
+        dry_run=config.dry_run,
+        run_only=config.run_only,
+        force_run_failed=config.force_run_failed,
+        max_concurrent=max_concurrent if max_concurrent is not None else config.max_concurrent,
+    )
+    if not config.dry_run:
+        logger.info("Executor info written to %s", executor.executor_info_path)
+    return executor
+
+
+def executor_main(config: ExecutorMainConfig | None = None, steps: list[ExecutorStep] | None = None,
+                  description: str | None = None, max_concurrent: int | None = None,
+                  args: list[str] | None = None) -> Executor:
+    """Run ``steps`` as a Marin experiment script does: flags from the command line (draccus), or ``config``."""
+    if steps is None:
+        raise TypeError("executor_main needs steps=[...]")
+    if config is None:
+        import draccus
+
+        if not logging.getLogger().handlers:
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        config = draccus.parse(ExecutorMainConfig, args=sys.argv[1:] if args is None else args)
+    return _executor_main(config, steps, description, max_concurrent)
+
+
+def compute_output_path(name: str, config: Any, *, override_output_path: str | None = None,
+                        prefix: str | None = None) -> str:
+    """The output path a step with this name and config gets (no I/O)."""
+    resolved = prefix if prefix is not None else default_prefix()
+    executor = Executor(prefix=resolved, executor_info_base_path=os.path.join(resolved, "experiments"))
+    step = ExecutorStep(name=name, fn=None, config=config, override_output_path=override_output_path)
+    executor.compute_version(step)
+    return executor.output_paths[step]
+
+
+def materialize(config: ConfigT, *, prefix: str | None = None, output_path: str | None = None) -> ConfigT:
+    """Build the steps embedded in ``config``, then return it with every placeholder resolved."""
+    resolved = prefix if prefix is not None else default_prefix()
+    steps = upstream_steps(config)
+    output_paths: dict[ExecutorStep, str] = {}
+    if steps:
+        executor = Executor(prefix=resolved, executor_info_base_path=os.path.join(resolved, "experiments"))
+        output_paths = executor.run(steps=steps)
+    current = output_path if output_path is not None else getattr(config, "output_path", None)
+    if isinstance(current, OutputName):
+        raise TypeError("materialize(config): config.output_path is still an OutputName placeholder; "
+                        "pass output_path= or resolve it first")
+    return instantiate_config(config, current, output_paths, resolved)
+

@@ -1,0 +1,1 @@
+"""Execution: planning against the store, the scheduler, backends, and the events they emit."""

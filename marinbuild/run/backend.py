@@ -1,0 +1,24 @@
+"""The backend interface: somewhere to run step jobs, reporting each completion as an event."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from marinbuild.run.step_job import StepJob
+
+Completion = Callable[[StepJob, str | None, BaseException | None], None]
+"""Called once per job: (job, outcome RAN/CACHED or None, error or None)."""
+
+
+class Backend(Protocol):
+    name: str
+
+    def submit(self, job: StepJob, done: Completion) -> None:
+        """Start ``job``; call ``done`` from any thread when it ends."""
+
+    def shutdown(self, cancel: bool = False) -> None:
+        """Stop accepting work; with ``cancel``, stop what is running if the backend can."""
+
+    def check_resources(self, resources: Any) -> str | None:
+        """Why this backend cannot satisfy ``resources`` (None if it can)."""

@@ -1,0 +1,175 @@
+"""Running one step safely: take its lease, run it, commit outputs before status.
+
+The protocol, in order:
+1. take the lease (or wait for the runner that holds it and use its result);
+2. re-read the status under the lease (someone may have finished meanwhile);
+3. write RUNNING and the step's ``.executor_info``;
+4. run the step; the lease keeper renews the lease meanwhile;
+5. confirm the lease is still ours, then write ``.artifact.json``, then SUCCESS
+   (or FAILED), then release the lease.
+A runner that loses its lease writes nothing more: the step belongs to the new holder.
+A crash anywhere before 5 leaves RUNNING with a lease that goes stale, never SUCCESS.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from marinbuild.run import events as ev
+from marinbuild.run.leases import LEASE_KEEPER, LOCAL_RUNNERS
+from marinbuild.store import records
+from marinbuild.store import status as st
+from marinbuild.store.lease import HEARTBEAT_INTERVAL, STALE_AFTER, LeaseLostError, lease_for
+
+# Outcomes of a job
+RAN = "ran"
+CACHED = "cached"
+
+
+class StepError(Exception):
+    """A step's own code raised; the original exception is the cause."""
+
+
+class FailedElsewhereError(Exception):
+    """Another runner ran this step while we waited, and it failed."""
+
+
+@dataclass
+class LeaseSettings:
+    heartbeat_interval: float = HEARTBEAT_INTERVAL
+    stale_after: float = STALE_AFTER
+    max_poll_interval: float = 2.0
+    """Waiting on a runner in another process has no event to wait on: poll, backing off to this."""
+
+
+class StepJob:
+    """One step to run: its identity, its resolved call, and how to record it."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        output_path: str,
+        call: Callable[[], Any],
+        info_text: Callable[[], str],
+        worker_id: str,
+        bus: ev.EventBus,
+        settings: LeaseSettings,
+        cancel: threading.Event,
+    ):
+        self.name = name
+        self.output_path = output_path
+        self.call = call
+        self.info_text = info_text
+        self.worker_id = worker_id
+        self.bus = bus
+        self.settings = settings
+        self.cancel = cancel
+        self.lease = lease_for(output_path, worker_id, settings.stale_after)
+        self._lost: BaseException | None = None
+
+    # -- phase 1-3: acquire ---------------------------------------------------------------
+    def acquire(self) -> bool:
+        """True if we now hold the lease and must run; False if the step is already built."""
+        announced = False
+        delay = 0.05
+        while True:
+            if self.cancel.is_set():
+                raise KeyboardInterrupt
+            if self.lease.try_acquire():
+                LOCAL_RUNNERS.started(self.lease.path)
+                try:
+                    if st.read_status(self.output_path) == st.STATUS_SUCCESS:
+                        self._release()
+                        return False
+                    st.write_status(self.output_path, st.STATUS_RUNNING)
+                    records.write_info(self.output_path, self.info_text())
+                except BaseException:
+                    self._release()
+                    raise
+                return True
+            holder = self.lease.holder()
+            if not announced and holder is not None:
+                self.bus.emit(ev.WAITING, step=self.name, output_path=self.output_path,
+                              detail=f"lease held by {holder.worker_id}")
+                announced = True
+            local = LOCAL_RUNNERS.event_for(self.lease.path)
+            if local is not None:
+                local.wait()
+            else:
+                self.cancel.wait(delay)
+                delay = min(delay * 2, self.settings.max_poll_interval)
+            status = st.read_status(self.output_path)
+            if status == st.STATUS_SUCCESS:
+                return False
+            failed = status in (st.STATUS_FAILED, st.STATUS_DEP_FAILED)
+            if failed and announced and self.lease.held_by_other_live() is None:
+                who = holder.worker_id if holder is not None else "another runner"
+                raise FailedElsewhereError(f"{self.name} failed in runner {who} while this build waited for it")
+
+    # -- phase 4: run ---------------------------------------------------------------------
+    def run(self) -> Any:
+        LEASE_KEEPER.add(self.lease, self.settings.heartbeat_interval, self._on_lost)
+        self.bus.emit(ev.STARTED, step=self.name, output_path=self.output_path)
+        try:
+            return self.call()
+        except BaseException as exc:
+            self._finish(st.STATUS_FAILED)
+            if isinstance(exc, Exception):
+                raise StepError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+            raise
+
+    # -- phase 5: commit ------------------------------------------------------------------
+    def commit(self, result: Any) -> None:
+        try:
+            if self._lost is not None:
+                raise LeaseLostError(f"{self.name}: lease lost while running; not marking it built") from self._lost
+            self.lease.refresh()  # raises if another runner took the lease over
+            records.write_artifact(self.output_path, result)
+        except BaseException:
+            self._finish(None)
+            raise
+        self._finish(st.STATUS_SUCCESS)
+
+    def run_here(self) -> str:
+        """All phases in this thread; ``RAN`` or ``CACHED``."""
+        if not self.acquire():
+            return CACHED
+        result = self.run()
+        self.commit(result)
+        return RAN
+
+    def abandon(self) -> None:
+        """The build was interrupted: give the lease up so the next build can take the step over at once."""
+        self._lost = KeyboardInterrupt("build interrupted")
+        LEASE_KEEPER.remove(self.lease)
+        self._release()
+
+    def _on_lost(self, exc: BaseException) -> None:
+        self._lost = exc
+
+    def _finish(self, status: str | None) -> None:
+        """Write the final status if the lease is still ours, then release it."""
+        LEASE_KEEPER.remove(self.lease)
+        try:
+            if status is not None and self._lost is None:
+                try:
+                    self.lease.refresh()
+                except LeaseLostError as exc:
+                    self._lost = exc
+                else:
+                    st.write_status(self.output_path, status)
+        finally:
+            self._release()
+        if status == st.STATUS_SUCCESS and self._lost is not None:
+            raise LeaseLostError(f"{self.name}: lease lost before commit; not marking it built") from self._lost
+
+    def _release(self) -> None:
+        try:
+            self.lease.release()
+        finally:
+            LOCAL_RUNNERS.finished(self.lease.path)
+

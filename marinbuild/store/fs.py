@@ -1,0 +1,101 @@
+"""fsspec access to prefixes: filesystem lookup, joins, and atomic writes.
+
+A prefix is a local folder or any fsspec URL (``gs://bucket/path``, ``memory://x``).
+Local paths use the local filesystem directly where fsspec would only add overhead.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from functools import lru_cache
+from typing import Any
+
+
+def is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def local_path(path: str) -> str:
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+@lru_cache(maxsize=32)
+def _filesystem(protocol: str) -> Any:
+    import fsspec
+
+    return fsspec.filesystem(protocol)
+
+
+def filesystem_for(path: str) -> Any:
+    """The fsspec filesystem that serves ``path`` (one instance per protocol)."""
+    protocol = path.split("://", 1)[0] if "://" in path else "file"
+    return _filesystem(protocol)
+
+
+def join(base: str, *names: str) -> str:
+    return os.path.join(base, *names) if is_local(base) else "/".join([base.rstrip("/"), *names])
+
+
+def read_bytes(path: str) -> bytes | None:
+    """The file's content, or None when it does not exist."""
+    if is_local(path):
+        try:
+            with open(local_path(path), "rb") as f:
+                return f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+    fs = filesystem_for(path)
+    try:
+        return fs.cat_file(path)
+    except FileNotFoundError:
+        return None
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` so a reader sees the old content or the new, never a torn file."""
+    if is_local(path):
+        target = local_path(path)
+        directory = os.path.dirname(target)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(target) + ".")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, target)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        return
+    # Object stores replace an object in one request: readers never see half of it.
+    filesystem_for(path).pipe_file(path, data)
+
+
+def exists(path: str) -> bool:
+    if is_local(path):
+        return os.path.exists(local_path(path))
+    return filesystem_for(path).exists(path)
+
+
+def makedirs(path: str) -> None:
+    if is_local(path):
+        os.makedirs(local_path(path), exist_ok=True)
+    else:
+        filesystem_for(path).makedirs(path, exist_ok=True)
+
+
+def remove(path: str) -> None:
+    """Delete a file; a missing file is not an error."""
+    if is_local(path):
+        try:
+            os.unlink(local_path(path))
+        except FileNotFoundError:
+            pass
+        return
+    try:
+        filesystem_for(path).rm_file(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,102 @@
+"""Leases: who may run a step right now.
+
+A lease is the ``.executor_status.lock`` file beside a step's outputs, JSON
+``{"worker_id", "timestamp"}`` as Marin writes it. Its holder refreshes the timestamp
+(heartbeat); a lease not refreshed for ``stale_after`` seconds may be taken over.
+``Lease`` is the interface; ``lease_for`` picks the implementation for a path (local files
+here; object stores with generation preconditions plug in beside it).
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import time
+from dataclasses import dataclass
+
+from marinbuild.store import fs
+from marinbuild.store.status import DamagedFileError, status_path
+
+HEARTBEAT_INTERVAL = 30.0
+STALE_AFTER = 90.0
+
+
+class LeaseLostError(Exception):
+    """Another runner holds (or removed) the lease this runner thought it held."""
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    worker_id: str
+    timestamp: float
+
+    def age(self, now: float | None = None) -> float:
+        return (time.time() if now is None else now) - self.timestamp
+
+    def is_stale(self, stale_after: float, now: float | None = None) -> bool:
+        return self.age(now) > stale_after
+
+
+def lease_path(output_path: str) -> str:
+    return status_path(output_path) + ".lock"
+
+
+def parse_lease(path: str, data: bytes) -> LeaseRecord | None:
+    """The record in a lease file; None for an empty file (a writer died before writing)."""
+    if not data.strip():
+        return None
+    try:
+        obj = json.loads(data)
+        return LeaseRecord(worker_id=str(obj["worker_id"]), timestamp=float(obj["timestamp"]))
+    except (ValueError, KeyError, TypeError):
+        raise DamagedFileError(path, "lease file is not JSON with worker_id and timestamp") from None
+
+
+def encode_lease(record: LeaseRecord) -> bytes:
+    return json.dumps({"worker_id": record.worker_id, "timestamp": record.timestamp}).encode()
+
+
+class Lease(abc.ABC):
+    """One runner's handle on one step's lease."""
+
+    def __init__(self, output_path: str, worker_id: str, stale_after: float = STALE_AFTER):
+        self.output_path = output_path
+        self.path = lease_path(output_path)
+        self.worker_id = worker_id
+        self.stale_after = stale_after
+
+    @abc.abstractmethod
+    def try_acquire(self) -> bool:
+        """Take the lease if it is free or stale; False if another runner holds a live one."""
+
+    @abc.abstractmethod
+    def refresh(self) -> None:
+        """Renew our lease; raises ``LeaseLostError`` if it is no longer ours."""
+
+    @abc.abstractmethod
+    def release(self) -> None:
+        """Delete the lease if it is ours; leaves another runner's lease alone."""
+
+    @abc.abstractmethod
+    def holder(self) -> LeaseRecord | None:
+        """The current lease record, if any."""
+
+    def held_by_other_live(self) -> LeaseRecord | None:
+        """The record of a live lease held by someone else, else None."""
+        record = self.holder()
+        if record is None or record.worker_id == self.worker_id or record.is_stale(self.stale_after):
+            return None
+        return record
+
+
+def lease_for(output_path: str, worker_id: str, stale_after: float = STALE_AFTER) -> Lease:
+    """The lease implementation for the filesystem ``output_path`` lives on."""
+    if fs.is_local(output_path):
+        from marinbuild.store.lease_local import LocalFileLease
+
+        return LocalFileLease(fs.local_path(output_path), worker_id, stale_after)
+    protocol = output_path.split("://", 1)[0]
+    raise ValueError(
+        f"no lease implementation for {protocol}:// prefixes yet; use a local folder prefix "
+        f"(object-store leases come with the GCS action cache)"
+    )

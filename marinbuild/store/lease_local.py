@@ -1,0 +1,91 @@
+"""Leases on a local (or NFS-like) filesystem, compatible with Marin's ``LocalFileLease``.
+
+Mutual exclusion is ``flock`` on the lease file itself, as Marin does, so a Marin runner
+and a marinbuild runner on one machine exclude each other. One addition closes Marin's
+release race: after locking, the open file must still be the one at the path (same
+inode); a lease deleted by its releaser while we waited is reopened, never written to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from typing import IO
+
+from marinbuild.store.lease import Lease, LeaseLostError, LeaseRecord, encode_lease, parse_lease
+
+
+class LocalFileLease(Lease):
+    @contextlib.contextmanager
+    def _locked(self, create: bool, exclusive: bool = True) -> Iterator[IO[bytes] | None]:
+        """Yield the lease file opened and flock'ed, or None if it does not exist and ``create`` is False."""
+        while True:
+            if create:
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                f = open(self.path, "a+b")
+            else:
+                try:
+                    f = open(self.path, "r+b")
+                except FileNotFoundError:
+                    yield None
+                    return
+            with f:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                try:
+                    same = os.fstat(f.fileno()).st_ino == os.stat(self.path).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    yield f
+                    return
+            # The file we opened was unlinked while we waited: open the current one.
+
+    @staticmethod
+    def _read(f: IO[bytes]) -> bytes:
+        f.seek(0)
+        return f.read()
+
+    def _write(self, f: IO[bytes], record: LeaseRecord) -> None:
+        f.seek(0)
+        f.truncate()
+        f.write(encode_lease(record))
+        f.flush()
+
+    def try_acquire(self) -> bool:
+        with self._locked(create=True) as f:
+            assert f is not None
+            current = parse_lease(self.path, self._read(f))
+            if current is not None and current.worker_id != self.worker_id and not current.is_stale(self.stale_after):
+                return False
+            self._write(f, LeaseRecord(self.worker_id, time.time()))
+            return True
+
+    def refresh(self) -> None:
+        with self._locked(create=False) as f:
+            if f is None:
+                raise LeaseLostError(f"lease {self.path} disappeared: another runner took over")
+            current = parse_lease(self.path, self._read(f))
+            if current is None or current.worker_id != self.worker_id:
+                holder = current.worker_id if current else "nobody"
+                raise LeaseLostError(f"lease {self.path} is held by {holder}, not {self.worker_id}")
+            self._write(f, LeaseRecord(self.worker_id, time.time()))
+
+    def release(self) -> None:
+        with self._locked(create=False) as f:
+            if f is None:
+                return
+            try:
+                current = parse_lease(self.path, self._read(f))
+            except Exception:
+                return
+            if current is not None and current.worker_id == self.worker_id:
+                os.unlink(self.path)
+
+    def holder(self) -> LeaseRecord | None:
+        with self._locked(create=False, exclusive=False) as f:
+            if f is None:
+                return None
+            return parse_lease(self.path, self._read(f))

@@ -1,0 +1,64 @@
+"""The other per-step files Marin reads: ``.executor_info`` and ``.artifact.json``; and the run info JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from marinbuild.core.jsonenc import MarinJsonEncoder
+from marinbuild.store import fs
+from marinbuild.store.status import DamagedFileError
+
+INFO_FILE = ".executor_info"
+ARTIFACT_FILE = ".artifact.json"
+LEGACY_ARTIFACT_FILES = ("artifact.json", ".artifact")
+
+
+def info_path(output_path: str) -> str:
+    return fs.join(output_path, INFO_FILE)
+
+
+def write_info(output_path: str, text: str) -> None:
+    """Write a step's ``.executor_info`` (already-encoded JSON text, Marin's indented form)."""
+    fs.write_atomic(info_path(output_path), (text + "\n").encode())
+
+
+def read_info(output_path: str) -> dict[str, Any] | None:
+    path = info_path(output_path)
+    data = fs.read_bytes(path)
+    if data is None:
+        return None
+    try:
+        info = json.loads(data)
+    except ValueError:
+        raise DamagedFileError(path, "info file is not JSON") from None
+    if not isinstance(info, dict):
+        raise DamagedFileError(path, "info file is not a JSON object")
+    return info
+
+
+def encode_artifact(value: Any) -> bytes:
+    """A step's return value as Marin saves it: pydantic models and dataclasses as JSON objects."""
+    if hasattr(value, "model_dump_json"):
+        return value.model_dump_json().encode()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    return json.dumps(value, cls=MarinJsonEncoder).encode()
+
+
+def write_artifact(output_path: str, value: Any) -> None:
+    fs.write_atomic(fs.join(output_path, ARTIFACT_FILE), encode_artifact(value))
+
+
+def read_artifact(output_path: str) -> Any:
+    """The step's saved return value (legacy names too); None if there is none."""
+    for name in (ARTIFACT_FILE, *LEGACY_ARTIFACT_FILES):
+        path = fs.join(output_path, name)
+        data = fs.read_bytes(path)
+        if data is not None:
+            try:
+                return json.loads(data)
+            except ValueError:
+                raise DamagedFileError(path, "artifact file is not JSON") from None
+    return None

@@ -1,0 +1,80 @@
+"""Versions and output paths must equal those Marin's own executor computed (shared/compat)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from functools import cache
+from typing import Any
+
+import pytest
+
+from marinbuild.executor import (
+    Executor,
+    ExecutorStep,
+    InputName,
+    mirrored,
+    output_path_of,
+    this_output_path,
+    versioned,
+)
+
+VECTORS = pathlib.Path(__file__).resolve().parents[2] / "shared" / "compat" / "marin_vectors.json"
+if not VECTORS.exists():  # CI lays shared/ beside the clone
+    VECTORS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "compat" / "marin_vectors.json"
+
+
+def _cases() -> list[dict[str, Any]]:
+    return json.loads(VECTORS.read_text())["cases"]
+
+
+@cache
+def _dataclass(name: str, fields: tuple[str, ...]) -> type:
+    return dataclasses.make_dataclass(name, [(f, Any) for f in fields], frozen=True)
+
+
+def _decode(value: Any, steps: dict[str, ExecutorStep]) -> Any:
+    if isinstance(value, list):
+        return [_decode(v, steps) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "$v" in value:
+        return versioned(_decode(value["$v"], steps))
+    if "$in" in value:
+        name = output_path_of(steps[value["$in"]], value.get("sub"))
+        return name.nonblocking() if value.get("nb") else name
+    if "$step" in value:
+        return steps[value["$step"]]
+    if "$hard" in value:
+        return InputName.hardcoded(value["$hard"])
+    if "$out" in value:
+        return this_output_path(value["$out"])
+    if "$mir" in value:
+        return mirrored(_decode(value["$mir"], steps), budget_gb=value.get("budget", 10))
+    if "$dc" in value:
+        cls = _dataclass(value["$dc"], tuple(f for f, _ in value["f"]))
+        return cls(**{f: _decode(v, steps) for f, v in value["f"]})
+    if "$path" in value:
+        return pathlib.Path(value["$path"])
+    if "$tuple" in value:
+        return tuple(_decode(v, steps) for v in value["$tuple"])
+    return {k: _decode(v, steps) for k, v in value.items()}
+
+
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c["case"])
+def test_marin_vectors(case: dict[str, Any]) -> None:
+    steps: dict[str, ExecutorStep] = {}
+    for spec in case["steps"]:
+        steps[spec["id"]] = ExecutorStep(
+            name=spec["name"], fn=None, config=_decode(spec["config"], steps),
+            override_output_path=spec.get("override"),
+        )
+    executor = Executor(prefix="/pfx", executor_info_base_path="/pfx/experiments")
+    for spec in case["steps"]:
+        executor.compute_version(steps[spec["id"]], is_pseudo_dep=False)
+    for step_id, expect in case["expect"].items():
+        step = steps[step_id]
+        assert executor.version_strs[step] == expect["version_str"], step_id
+        assert executor.output_paths[step] == expect["output_path"], step_id
+        assert json.dumps(executor.versions[step], sort_keys=True) == expect["version_str"], step_id
