@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from marinbuild.core.jsonenc import dumps_indented, dumps_sorted
+from marinbuild.core.jsonenc import dumps_sorted
 from marinbuild.core.placeholders import (
     THIS_OUTPUT_PATH,
     ExecutorFunction,
@@ -43,7 +43,7 @@ from marinbuild.core.placeholders import (
     this_output_path,
     versioned,
 )
-from marinbuild.core.versions import VersionTable
+from marinbuild.core.versions import VersionTable, dumps_indented_with, slot
 from marinbuild.core.walk import (
     collect_dependencies_and_version,
     instantiate_config,
@@ -249,6 +249,7 @@ class Executor:
         self.outcome: Any = None
         """What the last ``run`` did (``marinbuild.run.scheduler.Outcome``)."""
         self._warned = 0
+        self._info_texts: dict[ExecutorStep, str] = {}
 
     # -- versions -------------------------------------------------------------------------
     def compute_version(self, step: ExecutorStep, is_pseudo_dep: bool = False) -> None:
@@ -294,16 +295,22 @@ class Executor:
 
     def _step_info_text(self, step: ExecutorStep) -> str:
         """The ``.executor_info`` content Marin writes (indented JSON, no description)."""
+        text = self._info_texts.get(step)
+        if text is None:
+            text = self._info_texts[step] = self._encode_step_info(step)
+        return text
+
+    def _encode_step_info(self, step: ExecutorStep) -> str:
         info = self._step_info(step)
-        return dumps_indented({
+        return dumps_indented_with({
             "name": info.name,
             "fn_name": info.fn_name,
             "config": info.config,
             "override_output_path": info.override_output_path,
-            "version": info.version,
+            "version": slot(0),
             "dependencies": info.dependencies,
             "output_path": info.output_path,
-        })
+        }, [self._table.indented_version(step)])
 
     def _run_info_hash(self) -> str:
         """md5 of the sorted compact JSON of all step infos, composed from the version strings."""
@@ -344,20 +351,10 @@ class Executor:
             "created_date": info.created_date,
             "user": info.user,
             "prefix": info.prefix,
-            "steps": [
-                {
-                    "name": s.name,
-                    "fn_name": s.fn_name,
-                    "config": s.config,
-                    "override_output_path": s.override_output_path,
-                    "version": s.version,
-                    "dependencies": s.dependencies,
-                    "output_path": s.output_path,
-                }
-                for s in info.steps
-            ],
+            "steps": [slot(i) for i in range(len(self.steps))],
         }
-        fs.write_atomic(self.executor_info_path, (dumps_indented(body) + "\n").encode())
+        texts = [self._step_info_text(step) for step in self.steps]
+        fs.write_atomic(self.executor_info_path, (dumps_indented_with(body, texts) + "\n").encode())
 
     def write_infos(self) -> None:
         """Write every step's ``.executor_info`` and the run's info JSON (as Marin's ``write_infos``)."""

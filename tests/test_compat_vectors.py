@@ -78,3 +78,18 @@ def test_marin_vectors(case: dict[str, Any]) -> None:
         assert executor.version_strs[step] == expect["version_str"], step_id
         assert executor.output_paths[step] == expect["output_path"], step_id
         assert json.dumps(executor.versions[step], sort_keys=True) == expect["version_str"], step_id
+
+
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c["case"])
+def test_indented_versions_equal_plain_json(case: dict[str, Any]) -> None:
+    """The composed indented form (used for info files) is exactly json.dumps(indent=2)."""
+    steps: dict[str, ExecutorStep] = {}
+    for spec in case["steps"]:
+        steps[spec["id"]] = ExecutorStep(name=spec["name"], fn=None, config=_decode(spec["config"], steps),
+                                         override_output_path=spec.get("override"))
+    executor = Executor(prefix="/pfx", executor_info_base_path="/pfx/experiments")
+    for step in steps.values():
+        executor.compute_version(step)
+    for step in steps.values():
+        expected = json.dumps(executor.versions[step], indent=2)
+        assert executor._table.indented_version(executor.canonicalize(step)) == expected

@@ -38,7 +38,8 @@ class MarinJsonEncoder(json.JSONEncoder):
         if _is_jax_float_type(o):
             return str(o)
         if dataclasses.is_dataclass(o) and not isinstance(o, type):
-            return dataclasses.asdict(o)
+            # What dataclasses.asdict gives, without its deep copy: nested values are encoded in turn.
+            return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
         return str(o)
 
 

@@ -17,14 +17,35 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from typing import Any
 
-from marinbuild.core.jsonenc import dumps_sorted
+from marinbuild.core.jsonenc import dumps_indented, dumps_sorted
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.core.walk import collect_dependencies_and_version, instantiate_config, make_prefix_absolute_path
 
 MAX_INLINE_DEPTH = 4
 """Dependencies whose chain depth is at most this are inlined into a consumer's version."""
+
+
+_SLOT = "\u0000marinbuild-slot-"
+_SLOT_RE = re.compile(r'( *)"\\u0000marinbuild-slot-(\d+)"')
+
+
+def dumps_indented_with(obj: Any, slots: list[str]) -> str:
+    """``json.dumps(obj, indent=2)`` where each string ``slot(i)`` in ``obj`` stands for the
+    already-indented JSON text ``slots[i]``: big shared sub-documents are encoded once."""
+    text = dumps_indented(obj)
+
+    def fill(match: re.Match[str]) -> str:
+        pad = match.group(1)
+        return pad + slots[int(match.group(2))].replace("\n", "\n" + pad)
+
+    return _SLOT_RE.sub(fill, text)
+
+
+def slot(i: int) -> str:
+    return f"{_SLOT}{i}"
 
 
 class VersionCycleError(ValueError):
@@ -52,6 +73,8 @@ class VersionTable:
         self.is_pseudo_dep: dict[ExecutorStep, bool] = {}
         self.depth: dict[ExecutorStep, int] = {}
         self.duplicate_names: set[str] = set()
+        self._indented: dict[ExecutorStep, str] = {}
+        self._str_by_version_id: dict[int, str] = {}
         self.override_mismatches: list[tuple[ExecutorStep, str, str]] = []
 
     def canonicalize(self, step: ExecutorStep) -> ExecutorStep:
@@ -90,6 +113,34 @@ class VersionTable:
             stack.pop()
             on_stack.discard(id(current))
             self._record(current, pseudo, frame[2])
+
+    def indented_version(self, step: ExecutorStep) -> str:
+        """``json.dumps(self.versions[step], indent=2)``, composed from the dependencies' texts."""
+        text = self._indented.get(step)
+        if text is not None:
+            return text
+        version = self.versions[step]
+        slots: list[str] = []
+        shell: dict[str, Any] = {}
+        for key, value in version.items():
+            if key in ("dependencies", "pseudo_dependencies"):
+                items = []
+                for dep_version in value:
+                    if isinstance(dep_version, dict):
+                        dep = self.version_str_to_step[self._version_str_of(dep_version)]
+                        slots.append(self.indented_version(dep))
+                        items.append(slot(len(slots) - 1))
+                    else:
+                        items.append(dep_version)
+                shell[key] = items
+            else:
+                shell[key] = value
+        text = dumps_indented_with(shell, slots)
+        self._indented[step] = text
+        return text
+
+    def _version_str_of(self, version: dict[str, Any]) -> str:
+        return self._str_by_version_id[id(version)]
 
     def _unmark_pseudo(self, step: ExecutorStep) -> None:
         """A step reached through a blocking edge is not pseudo, nor are its blocking dependencies."""
@@ -147,6 +198,7 @@ class VersionTable:
         self.dependencies[step] = blocking
         self.pseudo_dependencies[step] = [self.canonicalize(d) for d in collected.pseudo_dependencies]
         self.versions[step] = version
+        self._str_by_version_id[id(version)] = version_str
         self.version_strs[step] = version_str
         self.hashed_versions[step] = hashed
         self.output_paths[step] = output_path

@@ -20,7 +20,7 @@ from typing import Any
 
 from marinbuild.run import events as ev
 from marinbuild.run.leases import LEASE_KEEPER, LOCAL_RUNNERS
-from marinbuild.store import records
+from marinbuild.store import fs, records
 from marinbuild.store import status as st
 from marinbuild.store.lease import HEARTBEAT_INTERVAL, STALE_AFTER, LeaseLostError, lease_for
 
@@ -85,6 +85,7 @@ class StepJob:
                     if st.read_status(self.output_path) == st.STATUS_SUCCESS:
                         self._release()
                         return False
+                    fs.makedirs(self.output_path)
                     st.write_status(self.output_path, st.STATUS_RUNNING)
                     records.write_info(self.output_path, self.info_text())
                 except BaseException:
@@ -117,22 +118,22 @@ class StepJob:
         try:
             return self.call()
         except BaseException as exc:
-            self._finish(st.STATUS_FAILED)
+            self._fail()
             if isinstance(exc, Exception):
                 raise StepError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
             raise
 
     # -- phase 5: commit ------------------------------------------------------------------
     def commit(self, result: Any) -> None:
+        LEASE_KEEPER.remove(self.lease)
         try:
             if self._lost is not None:
                 raise LeaseLostError(f"{self.name}: lease lost while running; not marking it built") from self._lost
             self.lease.refresh()  # raises if another runner took the lease over
             records.write_artifact(self.output_path, result)
-        except BaseException:
-            self._finish(None)
-            raise
-        self._finish(st.STATUS_SUCCESS)
+            st.write_status(self.output_path, st.STATUS_SUCCESS)
+        finally:
+            self._release()
 
     def run_here(self) -> str:
         """All phases in this thread; ``RAN`` or ``CACHED``."""
@@ -151,21 +152,17 @@ class StepJob:
     def _on_lost(self, exc: BaseException) -> None:
         self._lost = exc
 
-    def _finish(self, status: str | None) -> None:
-        """Write the final status if the lease is still ours, then release it."""
+    def _fail(self) -> None:
+        """Write FAILED if the lease is still ours, then release it."""
         LEASE_KEEPER.remove(self.lease)
         try:
-            if status is not None and self._lost is None:
-                try:
-                    self.lease.refresh()
-                except LeaseLostError as exc:
-                    self._lost = exc
-                else:
-                    st.write_status(self.output_path, status)
+            if self._lost is None:
+                self.lease.refresh()
+                st.write_status(self.output_path, st.STATUS_FAILED)
+        except LeaseLostError as exc:
+            self._lost = exc
         finally:
             self._release()
-        if status == st.STATUS_SUCCESS and self._lost is not None:
-            raise LeaseLostError(f"{self.name}: lease lost before commit; not marking it built") from self._lost
 
     def _release(self) -> None:
         try:

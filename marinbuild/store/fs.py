@@ -74,6 +74,23 @@ def write_atomic(path: str, data: bytes) -> None:
     filesystem_for(path).pipe_file(path, data)
 
 
+def write_in_place(path: str, data: bytes) -> None:
+    """Write ``data`` directly (no temporary file). For files whose readers are protected by the
+    commit order (a status written after the outputs it vouches for), where a reader of a
+    half-written file sees an empty one, which means "not built" and is safe."""
+    if is_local(path):
+        target = local_path(path)
+        try:
+            f = open(target, "wb")
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            f = open(target, "wb")
+        with f:
+            f.write(data)
+        return
+    filesystem_for(path).pipe_file(path, data)
+
+
 def exists(path: str) -> bool:
     if is_local(path):
         return os.path.exists(local_path(path))

@@ -54,7 +54,25 @@ class LocalFileLease(Lease):
         f.write(encode_lease(record))
         f.flush()
 
+    def _try_create(self) -> bool | None:
+        """Fast path: create the lease file if there is none. None if one already exists."""
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+        except FileExistsError:
+            return None
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            return self._try_create()
+        with os.fdopen(fd, "r+b") as f:
+            # Lock before writing, so a reader that opened the empty file waits for the content.
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            f.write(encode_lease(LeaseRecord(self.worker_id, time.time())))
+            f.flush()
+        return True
+
     def try_acquire(self) -> bool:
+        if self._try_create():
+            return True
         with self._locked(create=True) as f:
             assert f is not None
             current = parse_lease(self.path, self._read(f))

@@ -66,4 +66,4 @@ def read_status(output_path: str) -> str | None:
 def write_status(output_path: str, status: str) -> None:
     if status not in STATUSES:
         raise ValueError(f"unknown status {status!r}")
-    fs.write_atomic(status_path(output_path), status.encode())
+    fs.write_in_place(status_path(output_path), status.encode())

@@ -1,0 +1,100 @@
+"""Step functions and small graphs shared by the engine tests (importable from subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from marinbuild.executor import ExecutorStep, output_path_of, this_output_path, versioned
+
+CALLS: list[str] = []
+_CALLS_LOCK = threading.Lock()
+
+
+def record_call(name: str) -> None:
+    with _CALLS_LOCK:
+        CALLS.append(name)
+    log = os.environ.get("MARINBUILD_TEST_CALL_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(f"{name}\n")
+
+
+@dataclass(frozen=True)
+class WriteConfig:
+    output_path: Any
+    text: Any = "x"
+    inputs: Any = field(default_factory=list)
+    note: Any = "unversioned"
+    sleep: Any = 0.0
+
+
+def write_text(config: WriteConfig) -> dict:
+    """Concatenate the inputs' out.txt with ``text`` into out.txt."""
+    record_call(config.output_path)
+    if config.sleep:
+        time.sleep(config.sleep)
+    parts = []
+    for path in config.inputs:
+        with open(os.path.join(path, "out.txt")) as f:
+            parts.append(f.read())
+    parts.append(str(config.text))
+    os.makedirs(config.output_path, exist_ok=True)
+    with open(os.path.join(config.output_path, "out.txt"), "w") as f:
+        f.write("+".join(parts))
+    return {"text": "+".join(parts)}
+
+
+def fail_always(config: WriteConfig) -> None:
+    record_call(config.output_path)
+    raise RuntimeError(f"boom in {config.output_path}")
+
+
+def announce_and_hang(config: WriteConfig) -> None:
+    """Tell the parent process we are running (a line on stdout), then hang until killed."""
+    os.makedirs(config.output_path, exist_ok=True)
+    with open(os.path.join(config.output_path, "partial.txt"), "w") as f:
+        f.write("half")
+    print("STARTED", flush=True)
+    time.sleep(600)
+
+
+def step(name: str, text: str = "x", inputs: list[ExecutorStep] | None = None, fn: Any = write_text,
+         note: str = "unversioned", sleep: float = 0.0) -> ExecutorStep:
+    return ExecutorStep(
+        name=name,
+        fn=fn,
+        config=WriteConfig(
+            output_path=this_output_path(),
+            text=versioned(text),
+            inputs=[output_path_of(s) for s in inputs or []],
+            note=note,
+            sleep=sleep,
+        ),
+    )
+
+
+def shared_ancestor_graph(tag: str, sleep: float = 0.0) -> list[ExecutorStep]:
+    """root -> tag-specific leaf; two pipelines with different tags share root."""
+    root = step("shared/root", "root", sleep=sleep)
+    leaf = step(f"shared/leaf-{tag}", tag, inputs=[root])
+    return [leaf]
+
+
+if __name__ == "__main__":
+    # python pipelines.py PREFIX MODE [ARG]: build a graph in a subprocess.
+    from marinbuild.executor import Executor
+
+    prefix, mode = sys.argv[1], sys.argv[2]
+    executor = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"),
+                        heartbeat_interval=0.2, stale_after=2.0, listeners=[])
+    if mode == "shared":
+        executor.run(shared_ancestor_graph(sys.argv[3], sleep=0.5))
+    elif mode == "hang":
+        executor.run([step("victim", "v", fn=announce_and_hang)])
+    print(json.dumps({"ok": True}), flush=True)

@@ -1,0 +1,413 @@
+"""The Marin-compatible executor on a real local filesystem."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pipelines as pl
+import pytest
+
+from marinbuild.executor import (
+    Executor,
+    ExecutorMainConfig,
+    ExecutorStep,
+    InputName,
+    PreviousStepFailedError,
+    StepFailedError,
+    executor_main,
+    output_path_of,
+    this_output_path,
+    versioned,
+)
+from marinbuild.store import records
+from marinbuild.store import status as st
+from marinbuild.store.lease import LeaseRecord, encode_lease, lease_path
+
+TESTS = Path(__file__).parent
+
+
+def make_executor(prefix: str, **kwargs: Any) -> Executor:
+    kwargs.setdefault("listeners", [])
+    return Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"), **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def clear_calls():
+    pl.CALLS.clear()
+    yield
+
+
+def read(path: str, name: str = "out.txt") -> str:
+    return Path(path, name).read_text()
+
+
+def test_a_to_b_pipeline_writes_marin_files(prefix):
+    a = pl.step("demo/a", "hello")
+    b = pl.step("demo/b", "world", inputs=[a])
+    ex = make_executor(prefix)
+    paths = ex.run([b])
+    pa, pb = paths[a], paths[b]
+    assert pa.startswith(os.path.join(prefix, "demo/a-")) and len(pa) == len(os.path.join(prefix, "demo/a-")) + 6
+    assert read(pb) == "hello+world"
+    assert st.read_status(pa) == st.read_status(pb) == "SUCCESS"
+    assert Path(pb, ".executor_status").read_text() == "SUCCESS"
+    info = json.loads(Path(pb, ".executor_info").read_text())
+    assert list(info) == ["name", "fn_name", "config", "override_output_path", "version", "dependencies",
+                          "output_path"]
+    assert info["name"] == "demo/b"
+    assert info["fn_name"] == "pipelines.write_text"
+    assert info["dependencies"] == [pa]
+    assert info["config"]["inputs"] == [pa] and info["config"]["output_path"] == pb
+    assert info["version"] == ex.versions[b]
+    assert json.loads(Path(pb, ".artifact.json").read_text()) == {"text": "hello+world"}
+    assert not Path(pb, ".executor_status.lock").exists()
+    run_infos = list(Path(prefix, "experiments").glob("*.json"))
+    assert len(run_infos) == 1
+    run_info = json.loads(run_infos[0].read_text())
+    assert [s["name"] for s in run_info["steps"]] == ["demo/a", "demo/b"]
+    assert run_info["prefix"] == prefix
+
+
+def test_rerun_is_a_noop_and_info_is_identical(prefix):
+    a = pl.step("demo/a", "hello")
+    make_executor(prefix).run([a])
+    info_before = Path(make_executor(prefix).run([a])[a], ".executor_info").read_text()
+    pl.CALLS.clear()
+    a2 = pl.step("demo/a", "hello")
+    ex = make_executor(prefix)
+    ex.run([a2])
+    assert pl.CALLS == []
+    assert ex.outcome.ran == []
+    assert Path(ex.output_paths[a2], ".executor_info").read_text() == info_before
+    assert len(list(Path(prefix, "experiments").glob("*.json"))) == 1
+
+
+def _paths(**overrides: Any) -> tuple[str, str]:
+    upstream_text = overrides.get("upstream", "u")
+    a = pl.step("p/a", upstream_text)
+    name = output_path_of(a, overrides["sub"]) if "sub" in overrides else output_path_of(a)
+
+    @dataclass(frozen=True)
+    class C:
+        inp: Any
+        v: Any
+        plain: Any
+
+    b = ExecutorStep(name="p/b", fn=None, config=C(inp=name, v=versioned(overrides.get("v", 1)),
+                                                   plain=overrides.get("plain", 1)))
+    ex = make_executor("/pfx")
+    ex.compute_version(b)
+    return ex.output_paths[a], ex.output_paths[b]
+
+
+def test_what_changes_an_output_path():
+    base_a, base_b = _paths()
+    assert _paths(v=2)[1] != base_b  # a versioned field
+    assert _paths(upstream="u2")[1] != base_b and _paths(upstream="u2")[0] != base_a  # an upstream versioned field
+    assert _paths(sub="x")[1] != base_b  # a subpath of an input
+    assert _paths(plain=2) == (base_a, base_b)  # an unversioned field does not
+
+
+def test_equal_versions_are_deduplicated(prefix):
+    a1 = pl.step("dup/a", "same")
+    a2 = pl.step("dup/a", "same")
+    b = pl.step("dup/b", "b", inputs=[a1, a2])
+    ex = make_executor(prefix)
+    ex.run([b])
+    assert ex.steps == [a1, b]
+    assert ex.canonicalize(a2) is a1
+    assert ex.output_paths[a1] == ex.output_paths[a2]
+    assert pl.CALLS.count(ex.output_paths[a1]) == 1
+
+
+def test_failure_stops_dependents_not_independent_steps(prefix):
+    bad = pl.step("f/bad", fn=pl.fail_always)
+    after_bad = pl.step("f/after", inputs=[bad])
+    after_after = pl.step("f/after2", inputs=[after_bad])
+    independent = pl.step("f/independent", "ok")
+    ex = make_executor(prefix)
+    with pytest.raises(StepFailedError) as info:
+        ex.run([after_after, independent])
+    err = info.value
+    assert "f/bad" in str(err) and "DEP_FAILED" in str(err)
+    assert set(err.dep_failed) == {"f/after", "f/after2"}
+    assert isinstance(err.__cause__, RuntimeError) and "boom" in str(err.__cause__)
+    assert st.read_status(ex.output_paths[bad]) == "FAILED"
+    assert st.read_status(ex.output_paths[independent]) == "SUCCESS"
+    assert st.read_status(ex.output_paths[after_bad]) is None
+    assert not Path(ex.output_paths[bad], ".executor_status.lock").exists()
+
+
+def test_force_run_failed_both_ways(prefix):
+    bad = pl.step("ff/s", fn=pl.fail_always)
+    with pytest.raises(StepFailedError):
+        make_executor(prefix).run([bad])
+    fixed = pl.step("ff/s")  # same version, now a working function
+    with pytest.raises(PreviousStepFailedError, match="failed previously"):
+        make_executor(prefix).run([fixed], force_run_failed=False)
+    assert pl.CALLS == [make_executor(prefix).run([fixed], dry_run=True)[fixed]]  # only the first failing call
+    paths = make_executor(prefix).run([fixed], force_run_failed=True)
+    assert st.read_status(paths[fixed]) == "SUCCESS"
+
+
+def test_run_only_selects_steps_and_what_they_need(prefix):
+    a = pl.step("ro/a")
+    b = pl.step("ro/b", inputs=[a])
+    c = pl.step("ro/c", inputs=[b])
+    other = pl.step("ro/other")
+    ex = make_executor(prefix)
+    ex.run([c, other], run_only=["ro/b$"])
+    assert sorted(pl.CALLS) == sorted([ex.output_paths[a], ex.output_paths[b]])
+    assert st.read_status(ex.output_paths[c]) is None
+
+
+def test_pseudo_dependencies_are_hashed_but_not_run(prefix):
+    parent = pl.step("ps/parent", "p")
+
+    @dataclass(frozen=True)
+    class C:
+        ckpt: Any
+        output_path: Any
+
+    child = ExecutorStep(name="ps/child", fn=_touch,
+                         config=C(ckpt=output_path_of(parent, "ckpt").nonblocking(), output_path=this_output_path()))
+    ex = make_executor(prefix)
+    ex.run([child])
+    assert ex.versions[child]["pseudo_dependencies"] == [ex.versions[parent]]
+    assert ex.is_pseudo_dep[parent] is True
+    assert st.read_status(ex.output_paths[parent]) is None
+    assert st.read_status(ex.output_paths[child]) == "SUCCESS"
+
+    # A blocking consumer of the same parent makes it run.
+    consumer = pl.step("ps/consumer", inputs=[parent])
+    ex2 = make_executor(prefix)
+    ex2.run([child, consumer])
+    assert ex2.is_pseudo_dep[parent] is False
+    assert st.read_status(ex2.output_paths[parent]) == "SUCCESS"
+
+
+def _touch(config: Any) -> None:
+    os.makedirs(config.output_path, exist_ok=True)
+
+
+def test_dry_run_reads_statuses_and_writes_nothing(prefix):
+    a = pl.step("dr/a")
+    b = pl.step("dr/b", inputs=[a])
+    make_executor(prefix).run([a])
+    before = sorted(str(p) for p in Path(prefix).rglob("*"))
+    ex = make_executor(prefix)
+    ex.run([b], dry_run=True)
+    assert sorted(str(p) for p in Path(prefix).rglob("*")) == before
+    assert ex.plan.steps[a].state == "built"
+    assert ex.plan.steps[b].state == "missing"
+    assert ex.plan.to_run == [b]
+    assert pl.CALLS == [ex.output_paths[a]]
+
+
+def test_dry_run_reports_running_elsewhere_and_failed(prefix):
+    running = pl.step("dr2/running")
+    failed = pl.step("dr2/failed")
+    ex = make_executor(prefix)
+    ex.compute_version(running)
+    ex.compute_version(failed)
+    st.write_status(ex.output_paths[running], "RUNNING")
+    Path(lease_path(ex.output_paths[running])).write_bytes(encode_lease(LeaseRecord("other-host-1", 1e12)))
+    st.write_status(ex.output_paths[failed], "FAILED")
+    ex.run([running, failed], dry_run=True)
+    assert ex.plan.steps[running].state == "running"
+    assert ex.plan.steps[running].lease.worker_id == "other-host-1"
+    assert ex.plan.steps[failed].state == "failed"
+
+
+def test_existing_marin_prefix_is_recognised_as_built(prefix):
+    """Status files written by Marin (one word, or the legacy JSON lines) mean built."""
+    a = pl.step("legacy/a")
+    b = pl.step("legacy/b", inputs=[a])
+    ex = make_executor(prefix)
+    ex.compute_version(b)
+    os.makedirs(ex.output_paths[a])
+    Path(ex.output_paths[a], ".executor_status").write_text(
+        '{"date": "2024-01-01", "status": "RUNNING"}\n{"date": "2024-01-02", "status": "SUCCESS"}\n')
+    os.makedirs(ex.output_paths[b])
+    Path(ex.output_paths[b], ".executor_status").write_text("SUCCESS")
+    make_executor(prefix).run([b])
+    assert pl.CALLS == []
+
+
+def test_max_concurrent_caps_parallelism(prefix):
+    active = 0
+    peak = 0
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def tracked(config: Any) -> None:
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        release.wait(0.05)
+        with lock:
+            active -= 1
+
+    steps = [ExecutorStep(name=f"mc/{i}", fn=tracked, config={"i": versioned(i)}) for i in range(8)]
+    make_executor(prefix).run(steps, max_concurrent=2)
+    assert peak == 2
+    with pytest.raises(ValueError):
+        make_executor(prefix).run(steps, max_concurrent=0)
+
+
+def test_ten_executors_in_threads_run_a_step_once(prefix):
+    barrier = threading.Barrier(10)
+    errors = []
+
+    def build() -> None:
+        try:
+            target = pl.step("race/one", "r", sleep=0.3)
+            barrier.wait()
+            make_executor(prefix).run([target])
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=build) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(pl.CALLS) == 1
+    assert st.read_status(pl.CALLS[0]) == "SUCCESS"
+
+
+def _subprocess_env(log: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(TESTS) + os.pathsep + env.get("PYTHONPATH", "")
+    env["MARINBUILD_TEST_CALL_LOG"] = str(log)
+    return env
+
+
+def test_two_processes_sharing_an_ancestor_run_it_once(prefix, tmp_path):
+    log = tmp_path / "calls.log"
+    procs = [
+        subprocess.Popen([sys.executable, str(TESTS / "pipelines.py"), prefix, "shared", tag],
+                         env=_subprocess_env(log), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for tag in ("one", "two")
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    calls = log.read_text().split()
+    roots = [c for c in calls if "/shared/root-" in c]
+    assert len(roots) == 1, calls
+    assert len(calls) == 3
+
+
+def test_sigkilled_runner_leaves_no_success_and_is_taken_over(prefix, tmp_path):
+    log = tmp_path / "calls.log"
+    proc = subprocess.Popen([sys.executable, str(TESTS / "pipelines.py"), prefix, "hang"], env=_subprocess_env(log),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "STARTED"
+    finally:
+        proc.kill()
+        proc.wait()
+    victim = pl.step("victim", "v")
+    ex = make_executor(prefix, stale_after=2.0, heartbeat_interval=0.2)
+    ex.compute_version(victim)
+    out = ex.output_paths[victim]
+    assert st.read_status(out) == "RUNNING"
+    assert Path(out, "partial.txt").exists()
+    assert Path(lease_path(out)).exists()
+    ex.run([victim])  # waits for the dead runner's lease to go stale, then takes it over
+    assert st.read_status(out) == "SUCCESS"
+    assert read(out) == "v"
+    assert not Path(lease_path(out)).exists()
+
+
+def test_lost_lease_never_writes_success(prefix):
+    def usurped(config: Any) -> None:
+        Path(lease_path(config["output_path"])).write_bytes(encode_lease(LeaseRecord("usurper", 1e12)))
+
+    s = ExecutorStep(name="lost/s", fn=usurped, config={"output_path": this_output_path(), "v": versioned(1)})
+    ex = make_executor(prefix)
+    with pytest.raises(StepFailedError, match="lost/s"):
+        ex.run([s])
+    out = ex.output_paths[s]
+    assert st.read_status(out) == "RUNNING"
+    assert not Path(out, ".artifact.json").exists()
+    assert json.loads(Path(lease_path(out)).read_text())["worker_id"] == "usurper"
+
+
+def test_heartbeat_keeps_a_long_step_leased(prefix):
+    s = pl.step("hb/slow", sleep=1.2)
+    ex = make_executor(prefix, heartbeat_interval=0.1, stale_after=0.5)
+    ex.run([s])
+    assert st.read_status(ex.output_paths[s]) == "SUCCESS"
+
+
+def test_long_chain_needs_no_recursion(prefix):
+    steps: list[ExecutorStep] = []
+    for i in range(10_000):
+        steps.append(ExecutorStep(name=f"chain/{i}", fn=None,
+                                  config={"prev": output_path_of(steps[-1]) if steps else None, "i": versioned(i)}))
+    ex = make_executor("/pfx")
+    ex.compute_version(steps[-1])
+    assert len(ex.steps) == 10_000
+    assert ex.versions[steps[-1]]["dependencies"] == [f"chain/9998-{ex.hashed_versions[steps[-2]]}"]
+
+
+def test_cold_chain_of_1000_steps_runs(prefix):
+    steps: list[ExecutorStep] = []
+    for i in range(1000):
+        steps.append(pl.step(f"c/{i}", str(i % 10), inputs=steps[-1:]))
+    ex = make_executor(prefix)
+    ex.run([steps[-1]])
+    assert len(ex.outcome.ran) == 1000
+    assert st.read_status(ex.output_paths[steps[-1]]) == "SUCCESS"
+
+
+def test_executor_main_parses_marin_flags(prefix):
+    a = pl.step("main/a")
+    ex = executor_main(steps=[a], args=["--prefix", prefix, "--dry_run", "true"])
+    assert ex.plan.steps[a].state == "missing"
+    assert not Path(ex.output_paths[a]).exists()
+    ex = executor_main(ExecutorMainConfig(prefix=prefix, max_concurrent=1), steps=[a])
+    assert st.read_status(ex.output_paths[a]) == "SUCCESS"
+    assert Path(ex.executor_info_path).parent == Path(prefix, "experiments")
+
+
+def test_prefix_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "env_prefix"))
+    a = pl.step("env/a")
+    ex = executor_main(steps=[a], args=[])
+    assert ex.output_paths[a].startswith(str(tmp_path / "env_prefix"))
+
+
+def test_hardcoded_inputs_resolve_under_the_prefix(prefix):
+    seen = {}
+
+    def capture(config: Any) -> None:
+        seen.update(config)
+
+    s = ExecutorStep(name="hc/s", fn=capture, config={"raw": InputName.hardcoded("raw/data"),
+                                                       "abs": InputName.hardcoded("/abs/data")})
+    make_executor(prefix).run([s])
+    assert seen == {"raw": os.path.join(prefix, "raw/data"), "abs": "/abs/data"}
+
+
+def test_damaged_status_file_is_an_error_naming_it(prefix):
+    a = pl.step("dmg/a")
+    ex = make_executor(prefix)
+    ex.compute_version(a)
+    os.makedirs(ex.output_paths[a])
+    Path(ex.output_paths[a], ".executor_status").write_text("GARBAGE!")
+    with pytest.raises(st.DamagedFileError, match=r"\.executor_status"):
+        make_executor(prefix).run([a])
+    assert records.read_artifact(ex.output_paths[a]) is None
