@@ -52,8 +52,13 @@ from marinbuild.core.walk import (
     upstream_steps,
     walk_config,
 )
+from marinbuild.store.status import STATUS_DEP_FAILED, STATUS_FAILED, STATUS_RUNNING, STATUS_SUCCESS
 
 __all__ = [
+    "STATUS_DEP_FAILED",
+    "STATUS_FAILED",
+    "STATUS_RUNNING",
+    "STATUS_SUCCESS",
     "THIS_OUTPUT_PATH",
     "Executor",
     "ExecutorFunction",

@@ -1,0 +1,321 @@
+"""Labels and target patterns: parsing, printing and expansion (pure: no I/O).
+
+A label names a target or a source file: ``//experiments/tutorials:hello_world``,
+``@marinbuild//rules:python.py``. Relative forms (``:name``, ``name``) are resolved
+against a current package. A target pattern selects labels: ``//pkg/...``, ``//pkg:all``
+(or ``//pkg:*``), ``//...``, a plain label, and ``-PATTERN`` to subtract.
+
+Names may contain ``/`` (file labels such as ``//pkg:data/a.jsonl``) but never ``.`` or
+``..`` segments, a leading ``/`` or backslashes, so ``package/name`` always stays inside
+whatever prefix it is joined to.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+__all__ = [
+    "Label",
+    "LabelError",
+    "PatternError",
+    "TargetPattern",
+    "expand_patterns",
+    "parse_label",
+    "parse_pattern",
+    "validate_package",
+    "validate_target_name",
+]
+
+_PACKAGE_SEGMENT = re.compile(r"[A-Za-z0-9_.+=,~-]+\Z")
+_NAME_SEGMENT = re.compile(r"[A-Za-z0-9_.+=,~@#%-]+\Z")
+_REPO = re.compile(r"[A-Za-z0-9_.-]+\Z")
+
+
+class LabelError(ValueError):
+    """A label or target pattern is malformed."""
+
+
+class PatternError(LabelError):
+    """A target pattern names a package or target that does not exist."""
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Label:
+    """A target or source-file name: ``[@repo]//package:name``.
+
+    ``package`` is ``""`` for the workspace root; ``repo`` is ``""`` for the main workspace.
+    """
+
+    package: str
+    name: str
+    repo: str = ""
+    _hash: int = field(init=False, repr=False, compare=False, hash=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.package, self.name, self.repo)))
+
+    def __hash__(self) -> int:  # cached: labels are dict keys and graph nodes everywhere
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[Label], tuple[str, str, str]]:  # re-hash in the unpickling process
+        return (Label, (self.package, self.name, self.repo))
+
+    def __str__(self) -> str:
+        prefix = f"@{self.repo}" if self.repo else ""
+        return f"{prefix}//{self.package}:{self.name}"
+
+    def __repr__(self) -> str:
+        return f"Label({str(self)!r})"
+
+    @property
+    def path(self) -> str:
+        """``package/name`` (or ``name`` at the root): the label as a relative path."""
+        return f"{self.package}/{self.name}" if self.package else self.name
+
+    def sibling(self, name: str) -> Label:
+        """The label ``name`` in the same package (``name`` is validated)."""
+        validate_target_name(name)
+        return Label(self.package, name, self.repo)
+
+
+def validate_package(package: str, text: str | None = None) -> None:
+    """Raise ``LabelError`` unless ``package`` is a valid package path (``""`` is the root)."""
+    shown = text if text is not None else package
+    if package == "":
+        return
+    if "\\" in package:
+        raise LabelError(f"invalid label {shown!r}: backslashes are not allowed; use '/'")
+    if package.startswith("/"):
+        raise LabelError(f"invalid label {shown!r}: package must not start with '/'")
+    if package.endswith("/"):
+        raise LabelError(f"invalid label {shown!r}: package must not end with '/'")
+    for segment in package.split("/"):
+        if segment == "":
+            raise LabelError(f"invalid label {shown!r}: empty package segment ('//' inside the package)")
+        if segment in (".", ".."):
+            raise LabelError(f"invalid label {shown!r}: package segments must not be '.' or '..'")
+        if not _PACKAGE_SEGMENT.match(segment):
+            bad = _first_illegal(segment, _PACKAGE_SEGMENT)
+            raise LabelError(f"invalid label {shown!r}: illegal character {bad!r} in package {package!r}")
+
+
+def validate_target_name(name: str, text: str | None = None) -> None:
+    """Raise ``LabelError`` unless ``name`` is a valid target or file name.
+
+    Names may contain ``/`` (files in sub-folders) but no empty, ``.`` or ``..`` segment,
+    no leading or trailing ``/`` and no backslash: a name can never escape its package.
+    """
+    shown = text if text is not None else name
+    if name == "":
+        raise LabelError(f"invalid label {shown!r}: empty target name")
+    if "\\" in name:
+        raise LabelError(f"invalid label {shown!r}: backslashes are not allowed in names; use '/'")
+    if name.startswith("/"):
+        raise LabelError(
+            f"invalid label {shown!r}: target name must not start with '/' (absolute paths are not allowed)"
+        )
+    if name.endswith("/"):
+        raise LabelError(f"invalid label {shown!r}: target name must not end with '/'")
+    for segment in name.split("/"):
+        if segment == "":
+            raise LabelError(f"invalid label {shown!r}: target name contains an empty segment ('//')")
+        if segment in (".", ".."):
+            raise LabelError(
+                f"invalid label {shown!r}: target name must not contain '.' or '..' segments "
+                "(a name may not escape its package)"
+            )
+        if not _NAME_SEGMENT.match(segment):
+            bad = _first_illegal(segment, _NAME_SEGMENT)
+            raise LabelError(f"invalid label {shown!r}: illegal character {bad!r} in target name {name!r}")
+
+
+def _first_illegal(segment: str, pattern: re.Pattern[str]) -> str:
+    for ch in segment:
+        if not pattern.match(ch):
+            return ch
+    return segment
+
+
+@lru_cache(maxsize=65536)
+def parse_label(text: str, current_package: str | None = None) -> Label:
+    """Parse ``text`` into a ``Label``.
+
+    Accepted forms: ``//pkg/sub:name``, ``//pkg`` (= ``//pkg:pkg``), ``@repo//pkg:name``,
+    and, when ``current_package`` is given, ``:name`` and bare ``name`` (relative).
+    """
+    if not isinstance(text, str):
+        raise LabelError(f"expected a label string, got {type(text).__name__} {text!r}")
+    if text == "":
+        raise LabelError("invalid label '': empty label")
+    if text != text.strip():
+        raise LabelError(f"invalid label {text!r}: leading or trailing whitespace")
+    if "\\" in text:
+        raise LabelError(f"invalid label {text!r}: backslashes are not allowed; use '/'")
+    repo = ""
+    rest = text
+    if rest.startswith("@"):
+        sep = rest.find("//")
+        if sep < 0:
+            raise LabelError(f"invalid label {text!r}: a repository label looks like '@repo//pkg:name'")
+        repo = rest[1:sep]
+        if not _REPO.match(repo):
+            raise LabelError(f"invalid label {text!r}: invalid repository name {repo!r}")
+        rest = rest[sep:]
+    if rest.startswith("//"):
+        body = rest[2:]
+        if body.count(":") > 1:
+            raise LabelError(f"invalid label {text!r}: more than one ':'")
+        if ":" in body:
+            package, name = body.split(":", 1)
+        else:
+            package = body
+            if package == "":
+                raise LabelError(f"invalid label {text!r}: missing package or target name")
+            if package.endswith("/"):
+                raise LabelError(f"invalid label {text!r}: package must not end with '/'")
+            name = package.rsplit("/", 1)[-1]
+        validate_package(package, text)
+        validate_target_name(name, text)
+        return Label(package, name, repo)
+    if repo:
+        raise LabelError(f"invalid label {text!r}: a repository label looks like '@repo//pkg:name'")
+    if rest.startswith("/"):
+        raise LabelError(f"invalid label {text!r}: absolute paths are not labels; write '//package:name'")
+    if current_package is None:
+        raise LabelError(f"invalid label {text!r}: relative label needs a current package; write '//package:name'")
+    name = rest[1:] if rest.startswith(":") else rest
+    if ":" in name:
+        raise LabelError(f"invalid label {text!r}: misplaced ':' (write '//package:name' or ':name')")
+    validate_target_name(name, text)
+    return Label(current_package, name)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetPattern:
+    """One parsed target pattern.
+
+    ``kind`` is ``"label"`` (exactly ``label``), ``"all"`` (every target of ``package``) or
+    ``"recursive"`` (every target of ``package`` and the packages beneath it).
+    """
+
+    kind: str
+    package: str
+    label: Label | None = None
+    negative: bool = False
+    text: str = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+    def matches_package(self, package: str) -> bool:
+        """Whether this pattern can select targets in ``package``."""
+        if self.kind == "recursive":
+            return self.package == "" or package == self.package or package.startswith(self.package + "/")
+        return package == self.package
+
+
+def parse_pattern(text: str, current_package: str = "") -> TargetPattern:
+    """Parse a target pattern such as ``//pkg/...``, ``//pkg:all``, ``-//pkg:x`` or ``:x``."""
+    if not isinstance(text, str) or text.strip() == "":
+        raise LabelError(f"invalid target pattern {text!r}: empty pattern")
+    negative = text.startswith("-")
+    body = text[1:] if negative else text
+    if body.strip() == "":
+        raise LabelError(f"invalid target pattern {text!r}: empty pattern after '-'")
+    if body.startswith("@"):
+        raise LabelError(f"invalid target pattern {text!r}: patterns over other repositories are not supported")
+    if not body.startswith("//") and not body.startswith(":"):
+        if body.startswith("/"):
+            raise LabelError(f"invalid target pattern {text!r}: absolute paths are not patterns; write '//package'")
+        # relative to the current package: 'sub/...', 'sub:x', '...'
+        body = "//" + (f"{current_package}/{body}" if current_package else body)
+    elif body.startswith(":"):
+        body = f"//{current_package}{body}"
+    inner = body[2:]
+    if inner == "..." or inner.endswith("/..."):
+        package = inner[: -len("...")].rstrip("/")
+        if ":" in package:
+            raise LabelError(f"invalid target pattern {text!r}: '...' must follow a package ('//pkg/...')")
+        validate_package(package, text)
+        return TargetPattern("recursive", package, None, negative, text)
+    if ":" in inner:
+        package, name = inner.split(":", 1)
+        if name in ("all", "*", "all-targets"):
+            validate_package(package, text)
+            return TargetPattern("all", package, None, negative, text)
+        if name.endswith("/...") or name == "...":
+            raise LabelError(f"invalid target pattern {text!r}: '...' belongs to the package part ('//pkg/...')")
+    try:
+        label = parse_label(body)
+    except LabelError as exc:
+        raise LabelError(f"invalid target pattern {text!r}: {exc}") from None
+    return TargetPattern("label", label.package, label, negative, text)
+
+
+def expand_patterns(
+    patterns: Iterable[str | TargetPattern],
+    all_labels_by_package: Mapping[str, Sequence[str | Label]],
+    current_package: str = "",
+) -> list[Label]:
+    """Expand target patterns, in order, against the known packages and their targets.
+
+    ``all_labels_by_package`` maps each package to its target names (or labels) in
+    declaration order. Positive patterns add labels (packages in sorted order, targets in
+    the given order, first occurrence wins); ``-PATTERN`` removes the labels it matches
+    from those selected so far. A plain label or ``:all`` pattern naming a package or
+    target that does not exist, and a positive ``//pkg/...`` with no package beneath
+    ``pkg``, raise ``PatternError`` naming it (a negative ``...`` pattern may match nothing).
+    """
+    names_by_package: dict[str, list[str]] = {
+        pkg: [x.name if isinstance(x, Label) else x for x in targets] for pkg, targets in all_labels_by_package.items()
+    }
+    sorted_packages = sorted(names_by_package)
+    selected: dict[Label, None] = {}
+    for raw in patterns:
+        pattern = raw if isinstance(raw, TargetPattern) else parse_pattern(raw, current_package)
+        matched = _match(pattern, names_by_package, sorted_packages)
+        if pattern.negative:
+            for label in matched:
+                selected.pop(label, None)
+        else:
+            for label in matched:
+                selected.setdefault(label, None)
+    return list(selected)
+
+
+def _match(pattern: TargetPattern, names_by_package: dict[str, list[str]], sorted_packages: list[str]) -> list[Label]:
+    if pattern.kind == "label":
+        assert pattern.label is not None
+        _require_package(pattern, names_by_package)
+        names = names_by_package[pattern.package]
+        if pattern.label.name not in names:
+            hint = _did_you_mean(pattern.label.name, names)
+            raise PatternError(
+                f"no such target '{pattern.label}' (pattern {pattern.text!r}): "
+                f"package '{pattern.package}' has no target named {pattern.label.name!r}{hint}"
+            )
+        return [pattern.label]
+    if pattern.kind == "all":
+        _require_package(pattern, names_by_package)
+        return [Label(pattern.package, name) for name in names_by_package[pattern.package]]
+    packages = [p for p in sorted_packages if pattern.matches_package(p)]
+    if not packages and pattern.package != "" and not pattern.negative:
+        raise PatternError(f"no packages beneath '//{pattern.package}' (pattern {pattern.text!r})")
+    return [Label(p, name) for p in packages for name in names_by_package[p]]
+
+
+def _require_package(pattern: TargetPattern, names_by_package: dict[str, list[str]]) -> None:
+    if pattern.package not in names_by_package:
+        hint = _did_you_mean(pattern.package, list(names_by_package))
+        raise PatternError(
+            f"no such package '{pattern.package}' (pattern {pattern.text!r}): it has no BUILD.marin file{hint}"
+        )
+
+
+def _did_you_mean(word: str, options: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,132 @@
+"""The package being evaluated (per thread) and call-site locations taken from Python frames.
+
+Rule calls, ``glob()``, ``package_name()`` and ``fail()`` find the BUILD file they were
+called from here. A call's location is the innermost frame running dialect code (a
+BUILD file or a loaded ``.bzl``-style file), or, for rule calls, the BUILD file itself;
+its column comes from the code object's position table (exact, even with several calls
+on one line).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING, Any
+
+from marinbuild.load.errors import BuildFileError, Location
+
+if TYPE_CHECKING:
+    from marinbuild.load.target import Target
+
+__all__ = [
+    "PackageContext",
+    "code_location",
+    "code_position",
+    "current_package",
+    "dialect_files",
+    "frame_location",
+    "package_scope",
+    "register_dialect_file",
+]
+
+
+@dataclass
+class PackageContext:
+    """State of one BUILD file evaluation: where it is and the targets it has declared so far."""
+
+    package: str
+    package_dir: Path
+    build_file: str  # code filename of the BUILD file (absolute path)
+    display: str  # the BUILD file's path in messages
+    targets: dict[str, Target] = field(default_factory=dict)
+    glob_files: list[str] | None = None  # the package's files (lazily listed by glob())
+
+
+_state = threading.local()
+_DIALECT_FILES: dict[str, str] = {}  # code filename -> display path
+_POSITIONS: dict[int, tuple[CodeType, list[tuple[int | None, int | None, int | None, int | None]]]] = {}
+
+
+def register_dialect_file(filename: str, display: str) -> None:
+    """Record that code compiled with ``filename`` is dialect code shown as ``display`` in messages."""
+    _DIALECT_FILES[filename] = display
+
+
+def dialect_files() -> dict[str, str]:
+    return _DIALECT_FILES
+
+
+def current_package(what: str) -> PackageContext:
+    """The package being evaluated; ``what`` names the caller for the error outside one."""
+    ctx: PackageContext | None = getattr(_state, "ctx", None)
+    if ctx is None:
+        raise _outside_build_file(what)
+    return ctx
+
+
+def _outside_build_file(what: str) -> BuildFileError:
+    loc = frame_location(sys._getframe(2))
+    return BuildFileError.at(
+        loc,
+        f"{what} can only be used while a BUILD.marin file is evaluated "
+        "(in the file itself or in a function it calls), not at the top level of a loaded file",
+    )
+
+
+class package_scope:  # noqa: N801 - used as a context manager, reads like a function
+    """Context manager making ``ctx`` the current package for this thread (``None``: no package)."""
+
+    def __init__(self, ctx: PackageContext | None) -> None:
+        self.ctx = ctx
+        self.previous: PackageContext | None = None
+
+    def __enter__(self) -> PackageContext | None:
+        self.previous = getattr(_state, "ctx", None)
+        _state.ctx = self.ctx
+        return self.ctx
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.ctx = self.previous
+
+
+def code_position(code: CodeType, lasti: int) -> tuple[int | None, int | None]:
+    """``(line, column)`` (column 0-based) of the instruction at byte offset ``lasti`` of ``code``."""
+    entry = _POSITIONS.get(id(code))  # by id: hashing a large code object costs more than the lookup saves
+    if entry is None or entry[0] is not code:
+        entry = _POSITIONS[id(code)] = (code, list(code.co_positions()))
+    table = entry[1]
+    index = lasti // 2
+    if 0 <= index < len(table):
+        line, _end, col, _end_col = table[index]
+        return line, col
+    return None, None
+
+
+def code_location(frame: FrameType, display: str) -> Location:
+    line, col = code_position(frame.f_code, frame.f_lasti)
+    return Location(display, line or frame.f_lineno or 1, (col or 0) + 1)
+
+
+def frame_location(frame: FrameType | None, prefer: str | None = None) -> Location:
+    """Location of the innermost dialect frame at or above ``frame``.
+
+    With ``prefer`` (a code filename), the innermost frame of that file wins instead, e.g.
+    the BUILD file line that called a macro that declared a target.
+    """
+    files = _DIALECT_FILES
+    first: FrameType | None = None
+    f = frame
+    while f is not None:
+        filename = f.f_code.co_filename
+        if filename in files:
+            if prefer is None or filename == prefer:
+                return code_location(f, files[filename])
+            if first is None:
+                first = f
+        f = f.f_back
+    if first is not None:
+        return code_location(first, files[first.f_code.co_filename])
+    return Location("<unknown>", 1, 1)

@@ -1,0 +1,67 @@
+"""Load errors: every problem found while loading BUILD files is a located ``BuildFileError``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["BuildFileError", "Location", "WorkspaceError", "display_path"]
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A position in a file: ``path`` as displayed (workspace-relative when inside it), 1-based line and column."""
+
+    path: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}"
+
+
+class BuildFileError(Exception):
+    """An error at ``path:line:col``; ``str()`` is ``path:line:col: message``.
+
+    A load that finds several errors raises the first (in package order) and lists the
+    others in ``more_errors``; ``all_errors`` gives them all.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], line: int, col: int, message: str) -> None:
+        self.path = str(path)
+        self.line = line
+        self.col = col
+        self.message = message
+        self.more_errors: tuple[BuildFileError, ...] = ()
+        super().__init__(f"{self.path}:{line}:{col}: {message}")
+
+    @classmethod
+    def at(cls, location: Location, message: str) -> BuildFileError:
+        return cls(location.path, location.line, location.col, message)
+
+    @property
+    def location(self) -> Location:
+        return Location(self.path, self.line, self.col)
+
+    @property
+    def all_errors(self) -> tuple[BuildFileError, ...]:
+        return (self, *self.more_errors)
+
+    def __reduce__(self):  # keep pickling (e.g. across processes) working with our signature
+        return (type(self), (self.path, self.line, self.col, self.message))
+
+
+class WorkspaceError(Exception):
+    """No workspace could be found, or its ``[tool.marinbuild]`` configuration is invalid."""
+
+
+def display_path(path: str | os.PathLike[str], root: Path | None) -> str:
+    """``path`` relative to ``root`` when it lies inside it, else as given (always with '/')."""
+    p = Path(path)
+    if root is not None:
+        try:
+            return p.relative_to(root).as_posix()
+        except ValueError:
+            pass
+    return p.as_posix()

@@ -1,0 +1,86 @@
+"""Where ``load()`` labels live: workspace files, and the ``@marinbuild`` repository of shipped rules.
+
+``@marinbuild//rules:python.py`` names ``python.py`` in the rules folder shipped with
+marinbuild: the package-data folder ``marinbuild/_rules`` when it exists, else the
+``rules/`` folder of the marinbuild source checkout. ``marinbuild_rules_dir`` is the one
+place that decides this. Files under a ``rules/`` folder at the top of a repository
+(``//rules:...``, ``//rules/sub:...`` and every ``@marinbuild`` file) are trusted Python
+modules; all other loadable files are evaluated in the restricted dialect.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from marinbuild.core.labels import Label
+
+__all__ = ["LOADABLE_SUFFIXES", "LoadTarget", "UnknownRepositoryError", "marinbuild_rules_dir", "resolve_load"]
+
+LOADABLE_SUFFIXES = (".py", ".bzl", ".star", ".marin")
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # .../marinbuild
+
+
+class UnknownRepositoryError(LookupError):
+    """A label names a repository other than the workspace and ``@marinbuild``."""
+
+
+def marinbuild_rules_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """The folder that ``@marinbuild//rules`` names: ``override`` if given, else the shipped rules."""
+    if override is not None:
+        return Path(override).resolve()
+    packaged = _PACKAGE_ROOT / "_rules"
+    if packaged.is_dir():
+        return packaged
+    return _PACKAGE_ROOT.parent / "rules"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadTarget:
+    """The file a ``load()`` label names; ``trusted_root`` is set for trusted rules modules."""
+
+    path: Path
+    trusted_root: Path | None  # the rules/ folder it is imported from
+    module_parts: tuple[str, ...] = ()  # its dotted path below trusted_root
+
+
+def _split_rules(package: str) -> tuple[str, ...] | None:
+    parts = tuple(package.split("/")) if package else ()
+    if parts and parts[0] == "rules":
+        return parts[1:]
+    return None
+
+
+def resolve_load(label: Label, workspace_root: Path, repo_dirs: Mapping[str, Path] | None = None) -> LoadTarget:
+    """The file ``label`` names and whether it is a trusted rules module.
+
+    ``repo_dirs`` overrides where repositories live (``{"marinbuild": <rules folder>}``).
+    """
+    overrides = repo_dirs or {}
+    below = _split_rules(label.package)
+    if label.repo:
+        if label.repo != "marinbuild":
+            raise UnknownRepositoryError(f"unknown repository '@{label.repo}' (the only one known is @marinbuild)")
+        if below is None:
+            raise UnknownRepositoryError(
+                f"'{label}': the @marinbuild repository only has the rules package ('@marinbuild//rules:<file>.py')"
+            )
+        rules_dir = marinbuild_rules_dir(overrides.get("marinbuild"))
+        path = rules_dir.joinpath(*below, *label.name.split("/"))
+        if not label.name.endswith(".py"):
+            return LoadTarget(path, None)
+        return LoadTarget(path, rules_dir, (*below, *_stem(label.name)))
+    path = workspace_root.joinpath(*(label.package.split("/") if label.package else ()), *label.name.split("/"))
+    if below is not None and label.name.endswith(".py"):
+        return LoadTarget(path, workspace_root / "rules", (*below, *_stem(label.name)))
+    return LoadTarget(path, None)
+
+
+def _stem(name: str) -> tuple[str, ...]:
+    parts = name.split("/")
+    last = parts[-1]
+    if last.endswith(".py"):
+        last = last[: -len(".py")]
+    return (*parts[:-1], last)

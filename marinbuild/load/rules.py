@@ -1,0 +1,165 @@
+"""``rule()``: defining rule types, and declaring targets by calling them in BUILD files.
+
+A rules module (a trusted Python file under a workspace's ``rules/`` folder, or shipped
+as ``@marinbuild//rules:...``) writes::
+
+    from marinbuild.load import attr, rule
+
+    def _tokenize_impl(ctx): ...
+
+    tokenize = rule(
+        implementation=_tokenize_impl,
+        attrs={"dataset": attr.label(mandatory=True), "tokenizer": attr.string(default="llama3")},
+        doc="Tokenize a dataset.",
+    )
+
+and a BUILD file calls ``tokenize(name="x", dataset=":raw")``, which records a ``Target``
+in the package being evaluated (the rule's name, ``tokenize``, comes from the variable it
+is exported as). ``name`` is implicit and mandatory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import Any
+
+from marinbuild.core.labels import Label, LabelError, validate_target_name
+from marinbuild.load.attrs import _UNSET, Attr, AttrValueError
+from marinbuild.load.context import PackageContext, current_package, frame_location
+from marinbuild.load.errors import BuildFileError, Location
+from marinbuild.load.locate import keyword_location
+from marinbuild.load.target import Target
+
+__all__ = ["RuleType", "rule"]
+
+_RESERVED_ATTRS = frozenset({"name"})
+
+
+class RuleType:
+    """A rule type made by ``rule()``; calling it in a BUILD file declares a target and returns its label."""
+
+    def __init__(
+        self,
+        implementation: Callable[..., Any],
+        attrs: Mapping[str, Attr] | None = None,
+        doc: str = "",
+        output_name: str | None = None,
+    ) -> None:
+        if not callable(implementation):
+            raise TypeError(f"rule(): implementation must be callable, got {implementation!r}")
+        attrs = dict(attrs or {})
+        for key, spec in attrs.items():
+            if not isinstance(key, str) or not key.isidentifier() or key.startswith("_"):
+                raise ValueError(f"rule(): attribute name {key!r} must be a public identifier")
+            if key in _RESERVED_ATTRS:
+                raise ValueError(f"rule(): attribute {key!r} is implicit and cannot be declared")
+            if not isinstance(spec, Attr):
+                raise TypeError(f"rule(): attribute {key!r} must be an attr.*() type, got {spec!r}")
+        if output_name is not None and not isinstance(output_name, str):
+            raise TypeError("rule(): output_name must be a string or None")
+        self.implementation = implementation
+        self.attrs: dict[str, Attr] = attrs
+        self.doc = doc
+        self.output_name = output_name
+        self.name: str | None = None
+        self.defined_in: str | None = None  # label of the file that exported it
+        self.label_attrs: tuple[str, ...] = tuple(k for k, a in attrs.items() if a.has_labels)
+
+    @property
+    def display_name(self) -> str:
+        return self.name or "<unnamed rule>"
+
+    def bind(self, name: str, defined_in: str) -> None:
+        """Give the rule its exported name (done once, by the loader, when its module is loaded)."""
+        if self.name is None:
+            self.name = name
+            self.defined_in = defined_in
+
+    def __repr__(self) -> str:
+        where = f" from {self.defined_in}" if self.defined_in else ""
+        return f"<rule {self.display_name}{where}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Label:
+        ctx = current_package(f"rule {self.display_name}()")
+        frame = sys._getframe(1)
+        location = frame_location(frame, prefer=ctx.build_file)
+        if args:
+            raise self._error(ctx, frame, location, None, "rules take keyword arguments only (name = ..., attr = ...)")
+        name = kwargs.pop("name", None)
+        if name is None:
+            raise self._error(
+                ctx, frame, location, None, f"{self.display_name}() is missing the mandatory attribute 'name'"
+            )
+        if not isinstance(name, str):
+            raise self._error(ctx, frame, location, "name", f"attribute 'name' must be a string, got {name!r}")
+        try:
+            validate_target_name(name)
+        except LabelError as exc:
+            raise self._error(ctx, frame, location, "name", f"invalid target name: {exc}") from None
+        attrs = self.attrs
+        unknown = next((k for k in kwargs if k not in attrs), None)
+        if unknown is not None:
+            close = difflib.get_close_matches(unknown, list(self.attrs), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            valid = ", ".join(["name", *self.attrs])
+            raise self._error(
+                ctx,
+                frame,
+                location,
+                unknown,
+                f"{self.display_name}() has no attribute {unknown!r} ({hint}attributes: {valid})",
+            )
+        package = ctx.package
+        values: dict[str, Any] = {}
+        for key, spec in self.attrs.items():
+            value = kwargs.get(key, _UNSET)
+            if (value is _UNSET or value is None) and spec.mandatory:
+                raise self._error(
+                    ctx,
+                    frame,
+                    location,
+                    None,
+                    f"{self.display_name}(name={name!r}) is missing the mandatory attribute {key!r}",
+                )
+            try:
+                values[key] = spec.value_or_default(value, package)
+            except AttrValueError as exc:
+                what = "default of attribute" if value is _UNSET or value is None else "attribute"
+                raise self._error(
+                    ctx, frame, location, key, f"{what} {key!r} of {self.display_name}(name={name!r}): {exc}"
+                ) from None
+        previous = ctx.targets.get(name)
+        if previous is not None:
+            raise self._error(
+                ctx, frame, location, "name", f"duplicate target name {name!r}: already declared at {previous.location}"
+            )
+        label = Label(package, name)
+        ctx.targets[name] = Target(label, self, values, location)
+        return label
+
+    def _error(
+        self, ctx: PackageContext, frame: FrameType, location: Location, keyword: str | None, message: str
+    ) -> BuildFileError:
+        if keyword is not None:
+            location = keyword_location(location, ctx.build_file, keyword)
+        inner = frame_location(frame)
+        if inner != location and inner.path != location.path:
+            message = f"{message} (in the macro at {inner})"
+        return BuildFileError.at(location, message)
+
+
+def rule(
+    implementation: Callable[..., Any],
+    attrs: Mapping[str, Attr] | None = None,
+    doc: str = "",
+    output_name: str | None = None,
+) -> RuleType:
+    """Define a rule type: ``implementation`` runs at build time; ``attrs`` declares its attributes.
+
+    ``output_name`` optionally fixes the name of the target's output folder (default: the
+    target's name). The rule's own name is the variable it is exported as.
+    """
+    return RuleType(implementation, attrs, doc, output_name)

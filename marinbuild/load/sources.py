@@ -1,0 +1,87 @@
+"""Content hashes of source files (xxh3-128), with a persistent stat cache so unchanged files are not re-read.
+
+The cache maps an absolute path to ``[size, mtime_ns, inode, digest]``, stored as JSON at
+a path the caller chooses (conventionally ``<workspace>/.marinbuild/stat_cache.json``). A
+digest is reused only while size, mtime and inode all match. Files modified within the
+last two seconds are hashed but not cached, because a second write in the same clock tick
+could leave their stat unchanged ("racily clean" files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import xxhash
+
+__all__ = ["StatCache", "hash_source_file"]
+
+_CHUNK = 1 << 20
+_RACY_NS = 2_000_000_000
+_VERSION = 1
+
+
+class StatCache:
+    """``path -> (size, mtime_ns, inode, digest)``, loaded from and saved to a JSON file."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.entries: dict[str, list[int | str]] = {}
+        self.dirty = False
+        if self.path is not None:
+            self._read()
+
+    def _read(self) -> None:
+        assert self.path is not None
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict) and data.get("version") == _VERSION and isinstance(data.get("entries"), dict):
+            self.entries = data["entries"]
+
+    def lookup(self, key: str, st: os.stat_result) -> str | None:
+        entry = self.entries.get(key)
+        if entry is not None and entry[:3] == [st.st_size, st.st_mtime_ns, st.st_ino]:
+            return str(entry[3])
+        return None
+
+    def store(self, key: str, st: os.stat_result, digest: str) -> None:
+        self.entries[key] = [st.st_size, st.st_mtime_ns, st.st_ino, digest]
+        self.dirty = True
+
+    def save(self) -> None:
+        """Write the cache atomically (if it changed and has a path)."""
+        if self.path is None or not self.dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".stat_cache.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"version": _VERSION, "entries": self.entries}, fh, separators=(",", ":"))
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.dirty = False
+
+
+def hash_source_file(path: str | os.PathLike[str], stat_cache: StatCache | None = None) -> str:
+    """The xxh3-128 hex digest of the file at ``path``, reusing ``stat_cache`` when its stat is unchanged."""
+    key = os.path.abspath(path)
+    st = os.stat(key)
+    if stat_cache is not None:
+        cached = stat_cache.lookup(key, st)
+        if cached is not None:
+            return cached
+    hasher = xxhash.xxh3_128()
+    with open(key, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            hasher.update(chunk)
+    digest = hasher.hexdigest()
+    if stat_cache is not None and time.time_ns() - st.st_mtime_ns > _RACY_NS:
+        stat_cache.store(key, st, digest)
+    return digest

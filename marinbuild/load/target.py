@@ -1,0 +1,66 @@
+"""A declared target: what a rule call in a BUILD file records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from marinbuild.core.labels import Label
+from marinbuild.load.errors import Location
+
+if TYPE_CHECKING:
+    from marinbuild.load.rules import RuleType
+
+__all__ = ["Target"]
+
+
+@dataclass(eq=False, slots=True)
+class Target:
+    """A target: its label, rule type, validated attributes (declared order, ``name`` excluded) and location.
+
+    ``deps`` (targets, in attribute order) and ``srcs`` / ``source_paths`` (source files)
+    are filled in by the loader once all referenced packages are known.
+    """
+
+    label: Label
+    rule: RuleType
+    attrs: dict[str, Any]
+    location: Location
+    deps: tuple[Label, ...] = ()
+    srcs: tuple[Label, ...] = ()
+    source_paths: tuple[Path, ...] = ()
+    _refs: list[tuple[str, Label]] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.label.name
+
+    @property
+    def kind(self) -> str:
+        """The rule's name, e.g. ``"tokenize"``."""
+        return self.rule.display_name
+
+    def source_files(self) -> tuple[Path, ...]:
+        """Absolute paths of the source files this target refers to (via any label attribute)."""
+        return self.source_paths
+
+    def versioned_attrs(self) -> dict[str, Any]:
+        """The attributes whose values are part of the target's version."""
+        spec = self.rule.attrs
+        return {k: v for k, v in self.attrs.items() if spec[k].versioned}
+
+    def label_refs(self) -> list[tuple[str, Label]]:
+        """Every ``(attribute name, label)`` this target refers to, in declaration order."""
+        refs = self._refs
+        if refs is None:
+            refs = []
+            for name in self.rule.label_attrs:
+                value = self.attrs[name]
+                if value is not None:
+                    refs.extend((name, label) for label in self.rule.attrs[name].labels(value))
+            self._refs = refs
+        return refs
+
+    def __repr__(self) -> str:
+        return f"<Target {self.label} ({self.kind})>"

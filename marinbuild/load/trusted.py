@@ -1,0 +1,96 @@
+"""Importing trusted rules modules (real Python under a ``rules/`` folder) and what they export.
+
+Each rules folder becomes a synthetic package (``_marinbuild_rules_<hash>``) whose
+``__path__`` is the folder, so its modules import each other normally (``from . import
+common``) and never clash with another folder's ``rules``. Modules are imported once and
+cached by ``(path, mtime_ns, size)``. A module exports the names in its ``__all__`` or, if
+it has none, its public (non-``_``) names; modules themselves are never exported. Rule
+types get their name (the variable they are exported as) when the module is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from marinbuild.load.rules import RuleType
+
+__all__ = ["RulesModuleError", "import_rules_module", "module_exports"]
+
+_PARENTS: dict[Path, str] = {}
+_MODULES: dict[Path, tuple[tuple[int, int], types.ModuleType]] = {}
+
+
+class RulesModuleError(Exception):
+    """A rules module could not be imported; ``path``/``line`` point into it when known."""
+
+    def __init__(self, message: str, path: Path | None = None, line: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+
+
+def _parent_package(root: Path) -> str:
+    name = _PARENTS.get(root)
+    if name is None:
+        name = "_marinbuild_rules_" + hashlib.sha256(str(root).encode()).hexdigest()[:12]
+        package = types.ModuleType(name, f"marinbuild rules folder {root}")
+        package.__path__ = [str(root)]
+        package.__package__ = name
+        sys.modules[name] = package
+        _PARENTS[root] = name
+    return name
+
+
+def import_rules_module(path: Path, root: Path, parts: tuple[str, ...], label: str) -> types.ModuleType:
+    """Import the rules module at ``path`` (``parts`` below ``root``) and name its rule types after ``label``."""
+    for part in parts:
+        if not part.isidentifier():
+            raise RulesModuleError(
+                f"cannot import {label}: rules module paths must be Python identifiers ({part!r} is not)"
+            )
+    st = path.stat()
+    stamp = (st.st_mtime_ns, st.st_size)
+    cached = _MODULES.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    name = _parent_package(root) + "." + ".".join(parts)
+    sys.modules.pop(name, None)
+    importlib.invalidate_caches()
+    try:
+        module = importlib.import_module(name)
+    except Exception as exc:
+        raise _import_error(exc, path, label) from exc
+    for key, value in vars(module).items():
+        if isinstance(value, RuleType):
+            value.bind(key, label)
+    _MODULES[path] = (stamp, module)
+    return module
+
+
+def _import_error(exc: Exception, path: Path, label: str) -> RulesModuleError:
+    line: int | None = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else None
+    if line is None:
+        tb = exc.__traceback__
+        while tb is not None:
+            if Path(tb.tb_frame.f_code.co_filename) == path:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+    return RulesModuleError(f"error importing rules module {label}: {type(exc).__name__}: {exc}", path, line)
+
+
+def module_exports(module: types.ModuleType) -> dict[str, Any]:
+    """What a rules module lets BUILD files load."""
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [n for n in vars(module) if not n.startswith("_")]
+    namespace = vars(module)
+    return {
+        name: namespace[name]
+        for name in names
+        if not name.startswith("_") and name in namespace and not isinstance(namespace[name], types.ModuleType)
+    }

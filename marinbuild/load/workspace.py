@@ -1,0 +1,119 @@
+"""The workspace: its root (a ``pyproject.toml`` with ``[tool.marinbuild]``), its config and its packages.
+
+A package is any folder under the root holding a ``BUILD.marin`` file. Hidden folders,
+``.venv``, ``node_modules``, ``__pycache__`` and the folders listed in the config's
+``ignore_dirs`` (workspace-relative) are never searched.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marinbuild.load.errors import WorkspaceError, display_path
+
+__all__ = ["BUILD_FILE", "SKIPPED_DIRS", "Workspace", "find_workspace", "is_skipped_dir"]
+
+BUILD_FILE = "BUILD.marin"
+SKIPPED_DIRS = frozenset({".venv", "venv", "node_modules", "__pycache__", ".git"})
+
+
+def is_skipped_dir(name: str) -> bool:
+    """Folders never searched for packages or globbed: hidden ones and tool caches."""
+    return name.startswith(".") or name in SKIPPED_DIRS
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A workspace root and its ``[tool.marinbuild]`` table."""
+
+    root: Path
+    config: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root).resolve())
+        ignore = self.config.get("ignore_dirs", [])
+        if not isinstance(ignore, list) or not all(isinstance(x, str) for x in ignore):
+            raise WorkspaceError(
+                f"{self.root / 'pyproject.toml'}: [tool.marinbuild] ignore_dirs must be a list of strings"
+            )
+
+    @property
+    def ignored(self) -> frozenset[str]:
+        return frozenset(x.strip("/") for x in self.config.get("ignore_dirs", []))
+
+    def package_dir(self, package: str) -> Path:
+        return self.root / package if package else self.root
+
+    def build_file(self, package: str) -> Path:
+        return self.package_dir(package) / BUILD_FILE
+
+    def is_package(self, package: str) -> bool:
+        if package in self.ignored or any(is_skipped_dir(part) for part in package.split("/") if part):
+            return False
+        return self.build_file(package).is_file()
+
+    def display(self, path: str | os.PathLike[str]) -> str:
+        """``path`` relative to the root when inside it (for messages)."""
+        return display_path(path, self.root)
+
+    @property
+    def cache_dir(self) -> Path:
+        """``<root>/.marinbuild``: where the loader keeps its caches (e.g. ``stat_cache.json``)."""
+        return self.root / ".marinbuild"
+
+    @property
+    def stat_cache_path(self) -> Path:
+        return self.cache_dir / "stat_cache.json"
+
+    def packages(self, under: str = "") -> list[str]:
+        """All packages at or beneath ``under`` (sorted), e.g. ``["", "experiments/tutorials"]``."""
+        start = self.package_dir(under)
+        if not start.is_dir():
+            return []
+        ignored = self.ignored
+        found: list[str] = []
+        prefix_len = len(str(self.root)) + 1
+        for dirpath, dirnames, filenames in os.walk(start):
+            rel = dirpath[prefix_len:].replace(os.sep, "/") if dirpath != str(self.root) else ""
+            dirnames[:] = [d for d in dirnames if not is_skipped_dir(d) and (f"{rel}/{d}" if rel else d) not in ignored]
+            dirnames.sort()
+            if BUILD_FILE in filenames:
+                found.append(rel)
+        found.sort()
+        return found
+
+
+def _read_config(pyproject: Path) -> dict[str, Any] | None:
+    try:
+        with pyproject.open("rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise WorkspaceError(f"{pyproject}: invalid TOML: {exc}") from None
+    tool = data.get("tool", {})
+    table = tool.get("marinbuild") if isinstance(tool, dict) else None
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise WorkspaceError(f"{pyproject}: [tool.marinbuild] must be a table")
+    return table
+
+
+def find_workspace(start_dir: str | os.PathLike[str] = ".") -> Workspace:
+    """The nearest ancestor of ``start_dir`` (itself included) whose ``pyproject.toml`` has ``[tool.marinbuild]``."""
+    start = Path(start_dir).resolve()
+    if start.is_file():
+        start = start.parent
+    for folder in (start, *start.parents):
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            config = _read_config(pyproject)
+            if config is not None:
+                return Workspace(folder, config)
+    raise WorkspaceError(
+        f"no marinbuild workspace found at or above {start}: "
+        "add a [tool.marinbuild] table to the pyproject.toml at the workspace root"
+    )

@@ -1,0 +1,61 @@
+"""Query errors: ``QueryError`` says what is wrong with a query and where (line and column).
+
+Also owns ``did_you_mean``, the difflib suggestion used for unknown functions, variables
+and output formats.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+__all__ = ["QueryError", "did_you_mean"]
+
+
+class QueryError(Exception):
+    """A query that cannot be parsed or evaluated, or an unknown output format.
+
+    ``position`` is the 0-based character offset into the query text ``source`` (``None``
+    when the error is not about a place in the query). ``str()`` reads
+    ``query:LINE:COLUMN: message`` with 1-based line and column, as compilers print.
+    """
+
+    def __init__(self, message: str, position: int | None = None, source: str = "") -> None:
+        super().__init__(message, position)
+        self.message = message
+        self.position = position
+        self.source = source
+
+    @property
+    def line(self) -> int | None:
+        """1-based line of the error, or ``None`` when it has no place in the query."""
+        if self.position is None:
+            return None
+        return self.source.count("\n", 0, self.position) + 1
+
+    @property
+    def column(self) -> int | None:
+        """1-based column of the error, or ``None`` when it has no place in the query."""
+        if self.position is None:
+            return None
+        return self.position - (self.source.rfind("\n", 0, self.position) + 1) + 1
+
+    def excerpt(self) -> str:
+        """The offending line of the query and a caret under the error ('' without a place)."""
+        if self.position is None or not self.source:
+            return ""
+        start = self.source.rfind("\n", 0, self.position) + 1
+        end = self.source.find("\n", self.position)
+        text = self.source[start : len(self.source) if end < 0 else end]
+        return f"{text}\n{' ' * (self.position - start)}^"
+
+    def __str__(self) -> str:
+        if self.position is None:
+            return f"query: {self.message}"
+        return f"query:{self.line}:{self.column}: {self.message}"
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``choices`` to ``word``, or ``""``."""
+    close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""

@@ -1,0 +1,64 @@
+"""Output formatters for query results: ``label``, ``label_kind``, ``json`` and ``graph`` (DOT)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from marinbuild.query.errors import QueryError, did_you_mean
+from marinbuild.query.universe import QueryUniverse
+from marinbuild.query.values import json_safe
+
+__all__ = ["OUTPUT_FORMATS", "check_output", "format_result"]
+
+OUTPUT_FORMATS = ("label", "label_kind", "json", "graph")
+
+
+def check_output(output: str) -> None:
+    """Raise ``QueryError`` naming the valid formats unless ``output`` is one (call before evaluating)."""
+    if output not in OUTPUT_FORMATS:
+        hint = did_you_mean(output, OUTPUT_FORMATS)
+        raise QueryError(f"unknown output format {output!r}{hint}; valid formats: {', '.join(OUTPUT_FORMATS)}")
+
+
+def format_result(labels: Sequence[str], universe: QueryUniverse, output: str = "label") -> str:
+    """``labels`` (in the given order) as text in format ``output``; newline-terminated unless empty.
+
+    - ``label``: one label per line.
+    - ``label_kind``: ``<kind> rule <label>`` per line.
+    - ``json``: a list of ``{"label", "kind", "deps", "attrs"}`` objects; ``deps`` are all
+      direct dependencies (sorted), ``attrs`` made JSON-safe (other objects as ``str``).
+    - ``graph``: Graphviz DOT as Bazel prints it (unfactored): each node, then its edges
+      to the nodes of the result it directly depends on.
+    """
+    check_output(output)
+    if output == "label":
+        return "".join(f"{label}\n" for label in labels)
+    if output == "label_kind":
+        return "".join(f"{universe.kind_of(label)} rule {label}\n" for label in labels)
+    if output == "json":
+        doc = [
+            {
+                "label": label,
+                "kind": universe.kind_of(label),
+                "deps": universe.deps_of(label),
+                "attrs": {str(k): json_safe(v) for k, v in sorted(universe.attrs_of(label).items(), key=_key)},
+            }
+            for label in labels
+        ]
+        return json.dumps(doc, indent=2) + "\n"
+    members = set(labels)
+    lines = ["digraph mygraph {", "  node [shape=box];"]
+    for label in labels:
+        lines.append(f"  {_dot(label)}")
+        lines.extend(f"  {_dot(label)} -> {_dot(dep)}" for dep in universe.deps_of(label) if dep in members)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _key(item: tuple[object, object]) -> str:
+    return str(item[0])
+
+
+def _dot(label: str) -> str:
+    return '"' + label.replace("\\", "\\\\").replace('"', '\\"') + '"'

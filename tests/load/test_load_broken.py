@@ -1,0 +1,502 @@
+"""A corpus of broken workspaces: each must fail with an error at the right ``file:line`` saying what is wrong.
+
+Every case writes its files into a fresh workspace (which also has ``rules/test.py`` from
+conftest, defining ``tokenize``, ``train`` and ``needs_data``), loads everything, and
+checks that the raised ``BuildFileError`` starts with the expected location and contains
+the key words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from marinbuild.load import BuildFileError, Loader, Workspace
+
+WriteWorkspace = Callable[..., Workspace]
+
+LOAD = 'load("//rules:test.py", "tokenize", "train", "needs_data")\n'
+
+
+@dataclass
+class Case:
+    id: str
+    files: dict[str, str]
+    where: str  # expected "path:line" or "path:line:col" prefix of the message
+    words: list[str] = field(default_factory=list)
+
+
+def build(text: str) -> dict[str, str]:
+    """A single package ``a`` whose BUILD file is ``LOAD`` followed by ``text`` (so ``text`` starts on line 2)."""
+    return {"a/BUILD.marin": LOAD + text}
+
+
+CASES = [
+    # --- syntax and forbidden constructs -------------------------------------------------
+    Case("syntax", build('tokenize(name = "x"\n'), "a/BUILD.marin:2", ["syntax error"]),
+    Case("syntax-indent", build("x = 1\n  y = 2\n"), "a/BUILD.marin:3", ["syntax error", "indent"]),
+    Case("import", build("import os\n"), "a/BUILD.marin:2:1", ["'import' is not allowed", "load("]),
+    Case("from-import", build("from os import path\n"), "a/BUILD.marin:2:1", ["'from ... import'", "load("]),
+    Case("while", build("while True:\n    pass\n"), "a/BUILD.marin:2:1", ["'while'", "for x in range"]),
+    Case("global", build("X = 1\ndef f():\n    global X\n    X = 2\n"), "a/BUILD.marin:4:5", ["'global'"]),
+    Case(
+        "nonlocal", build("def f():\n    y = 1\n    def g():\n        nonlocal y\n"), "a/BUILD.marin:5:9", ["nonlocal"]
+    ),
+    Case("class", build("class A:\n    pass\n"), "a/BUILD.marin:2:1", ["classes cannot be defined", "struct()"]),
+    Case("try", build("try:\n    x = 1\nexcept:\n    pass\n"), "a/BUILD.marin:2:1", ["'try'", "fail("]),
+    Case("with", build("with x:\n    pass\n"), "a/BUILD.marin:2:1", ["'with'"]),
+    Case("yield", build("def f():\n    yield 1\n"), "a/BUILD.marin:3:5", ["'yield'", "return a list"]),
+    Case("async", build("async def f():\n    pass\n"), "a/BUILD.marin:2:1", ["'async def'"]),
+    Case("raise", build("raise ValueError('x')\n"), "a/BUILD.marin:2:1", ["'raise'", "fail("]),
+    Case("assert", build("assert 1 == 2\n"), "a/BUILD.marin:2:1", ["'assert'", "fail("]),
+    Case("match", build("match 1:\n    case 1:\n        pass\n"), "a/BUILD.marin:2:1", ["'match'"]),
+    Case("dunder-name", build("x = __name__\n"), "a/BUILD.marin:2:5", ["'__name__'", "reserved"]),
+    Case("dunder-attr", build("x = [].__class__\n"), "a/BUILD.marin:2:5", ["'__class__'", "private"]),
+    Case("private-attr", build("x = struct(a = 1)._fields\n"), "a/BUILD.marin:2:5", ["'_fields'", "private"]),
+    Case("frame-attr", build("g = (x for x in [])\ny = g.gi_frame\n"), "a/BUILD.marin:3:5", ["'gi_frame'"]),
+    Case("open", build('x = open("f")\n'), "a/BUILD.marin:2:5", ["open()", "hermetic", "glob()"]),
+    Case("eval", build('x = eval("1")\n'), "a/BUILD.marin:2:5", ["eval()", "not available"]),
+    Case("exec", build('exec("x = 1")\n'), "a/BUILD.marin:2:1", ["exec()"]),
+    Case("getattr", build('x = getattr(struct(a=1), "a")\n'), "a/BUILD.marin:2:5", ["getattr()", "x.field"]),
+    Case("dunder-import", build('os = __import__("os")\n'), "a/BUILD.marin:2:6", ["'__import__'"]),
+    Case("globals", build("g = globals()\n"), "a/BUILD.marin:2:5", ["globals()"]),
+    Case("breakpoint", build("breakpoint()\n"), "a/BUILD.marin:2:1", ["breakpoint()", "print()"]),
+    Case("type", build("t = type(1)\n"), "a/BUILD.marin:2:5", ["type()"]),
+    Case("dunder-param", build("def f(__x):\n    return 1\n"), "a/BUILD.marin:2:7", ["'__x'", "reserved"]),
+    # --- recursion -----------------------------------------------------------------------
+    Case(
+        "recursion-direct",
+        build("def f(n):\n    return f(n - 1) if n else 0\nf(3)\n"),
+        "a/BUILD.marin:3:12",
+        ["recursion is not allowed", "f -> f"],
+    ),
+    Case(
+        "recursion-indirect",
+        build("def f(n):\n    return g(n)\ndef g(n):\n    return f(n - 1)\nf(2)\n"),
+        "a/BUILD.marin:5:12",
+        ["recursion", "f -> g -> f"],
+    ),
+    Case(
+        "recursion-lambda",
+        build("f = lambda n: f(n - 1) if n else 0\nf(2)\n"),
+        "a/BUILD.marin:2:15",
+        ["recursion", "lambda -> lambda"],
+    ),
+    # --- names, rules and attributes -------------------------------------------------------
+    Case(
+        "unknown-rule", build('tokenise(name = "x")\n'), "a/BUILD.marin:2:1", ["unknown name 'tokenise'", "'tokenize'"]
+    ),
+    Case("not-loaded", {"a/BUILD.marin": 'tokenize(name = "x")\n'}, "a/BUILD.marin:1:1", ["'tokenize'", "load()"]),
+    Case(
+        "unknown-attribute",
+        build('tokenize(\n    name = "x",\n    tokeniser = "gpt2",\n)\n'),
+        "a/BUILD.marin:4:5",
+        ["no attribute 'tokeniser'", "did you mean 'tokenizer'", "attributes: name, srcs, tokenizer"],
+    ),
+    Case(
+        "missing-mandatory",
+        build('needs_data(name = "x")\n'),
+        "a/BUILD.marin:2:1",
+        ["missing the mandatory attribute 'data'"],
+    ),
+    Case("missing-name", build("tokenize()\n"), "a/BUILD.marin:2:1", ["mandatory attribute 'name'"]),
+    Case("name-not-string", build("tokenize(name = 3)\n"), "a/BUILD.marin:2:10", ["'name' must be a string"]),
+    Case("positional", build('tokenize("x")\n'), "a/BUILD.marin:2:1", ["keyword arguments only"]),
+    Case(
+        "wrong-type-int",
+        build('train(\n    name = "x",\n    steps = "3",\n)\n'),
+        "a/BUILD.marin:4:5",
+        ["attribute 'steps'", "expected an int", "str '3'"],
+    ),
+    Case("wrong-type-float", build('train(name = "x", lr = True)\n'), "a/BUILD.marin:2:19", ["expected a float"]),
+    Case("wrong-type-bool", build('train(name = "x", flag = 1)\n'), "a/BUILD.marin:2:19", ["expected True or False"]),
+    Case("wrong-type-list", build('train(name = "x", tags = "a")\n'), "a/BUILD.marin:2:19", ["expected a list"]),
+    Case("wrong-list-element", build('train(name = "x", tags = ["a", 2])\n'), "a/BUILD.marin:2", ["element 1"]),
+    Case("wrong-type-dict", build('train(name = "x", extra = [1])\n'), "a/BUILD.marin:2", ["expected a dict"]),
+    Case("dict-function-value", build('train(name = "x", extra = {"f": len})\n'), "a/BUILD.marin:2", ["got builtin"]),
+    Case("label-not-string", build('train(name = "x", dep = 3)\n'), "a/BUILD.marin:2", ["expected a label string"]),
+    Case(
+        "label-list-string", build('train(name = "x", deps = ":y")\n'), "a/BUILD.marin:2", ["expected a list of labels"]
+    ),
+    Case(
+        "duplicate-label", build('train(name = "x", deps = [":y", "//a:y"])\n'), "a/BUILD.marin:2", ["more than once"]
+    ),
+    Case(
+        "weights-not-numbers",
+        build('train(name = "x", data = {":y": "heavy"})\n'),
+        "a/BUILD.marin:2",
+        ["value for key ':y'", "expected a float"],
+    ),
+    Case(
+        "config-unknown-field",
+        build('train(name = "x", config = {"steps": 1, "stepz": 2})\n'),
+        "a/BUILD.marin:2",
+        ["unknown field 'stepz'", "TrainConfig", "fields: steps, optim"],
+    ),
+    Case(
+        "config-missing-field",
+        build('train(name = "x", config = {"optim": {"lr": 1.0}})\n'),
+        "a/BUILD.marin:2",
+        ["missing field 'steps'"],
+    ),
+    Case(
+        "config-nested-unknown",
+        build('train(name = "x", config = {"steps": 1, "optim": {"lrr": 1.0}})\n'),
+        "a/BUILD.marin:2",
+        ["config.optim", "unknown field 'lrr'", "Optim"],
+    ),
+    Case("config-wrong-type", build('train(name = "x", config = 3)\n'), "a/BUILD.marin:2", ["TrainConfig"]),
+    # --- labels and references -------------------------------------------------------------
+    Case("bad-label", build('train(name = "x", dep = "//a/../b:c")\n'), "a/BUILD.marin:2:19", ["'..'"]),
+    Case("bad-label-absolute", build('train(name = "x", dep = "/etc/passwd")\n'), "a/BUILD.marin:2", ["absolute"]),
+    Case("external-label", build('train(name = "x", dep = "@marinbuild//rules:x")\n'), "a/BUILD.marin:2", ["load()"]),
+    Case(
+        "missing-package",
+        build('train(name = "x", dep = "//nope:y")\n'),
+        "a/BUILD.marin:2:19",
+        ["no such package 'nope'", "BUILD.marin", "attribute 'dep' of //a:x"],
+    ),
+    Case(
+        "missing-target",
+        build('tokenize(name = "tok")\ntrain(\n    name = "x",\n    deps = [":tokk"],\n)\n'),
+        "a/BUILD.marin:5:5",
+        ["no such target '//a:tokk'", "did you mean ':tok'"],
+    ),
+    Case(
+        "missing-target-other-package",
+        {**build('train(name = "x", data = {"//b:y": 1.0})\n'), "b/BUILD.marin": LOAD},
+        "a/BUILD.marin:2",
+        ["no such target '//b:y'"],
+    ),
+    Case(
+        "file-in-subpackage",
+        {**build('train(name = "x", dep = "sub/f.txt")\n'), "a/sub/BUILD.marin": "", "a/sub/f.txt": "x"},
+        "a/BUILD.marin:2",
+        ["crosses into package 'a/sub'", "//a/sub:f.txt"],
+    ),
+    Case(
+        "file-of-missing-package",
+        {**build('train(name = "x", dep = "//a/data:f.txt")\n'), "a/data/f.txt": "x"},
+        "a/BUILD.marin:2",
+        ["no such package 'a/data'", "//a:data/f.txt"],
+    ),
+    Case(
+        "source-files-other-package",
+        {**build('tokenize(name = "x", srcs = ["//b:f.txt"])\n'), "b/BUILD.marin": "", "b/f.txt": "x"},
+        "a/BUILD.marin:2",
+        ["not in this package"],
+    ),
+    Case(
+        "source-files-target",
+        build('tokenize(name = "t")\ntokenize(name = "x", srcs = [":t"])\n'),
+        "a/BUILD.marin:3",
+        ["'//a:t' is a target", "takes source files"],
+    ),
+    Case(
+        "source-file-missing",
+        build('tokenize(name = "x", srcs = ["data/nope.jsonl"])\n'),
+        "a/BUILD.marin:2",
+        ["no such target '//a:data/nope.jsonl'", "no file"],
+    ),
+    Case(
+        "duplicate-target",
+        build('tokenize(name = "x")\ntokenize(\n    name = "x",\n)\n'),
+        "a/BUILD.marin:4:5",
+        ["duplicate target name 'x'", "already declared at a/BUILD.marin:2:1"],
+    ),
+    Case(
+        "cycle",
+        build('train(name = "x", deps = [":y"])\ntrain(name = "y", dep = ":x")\n'),
+        "a/BUILD.marin:2:1",
+        ["dependency cycle: //a:x -> //a:y -> //a:x"],
+    ),
+    Case("self-cycle", build('train(name = "x", dep = ":x")\n'), "a/BUILD.marin:2:1", ["cycle: //a:x -> //a:x"]),
+    Case(
+        "cycle-across-packages",
+        {
+            **build('train(name = "x", dep = "//b:y")\n'),
+            "b/BUILD.marin": LOAD + 'train(name = "y", data = {"//a:x": 1})\n',
+        },
+        "a/BUILD.marin:2:1",
+        ["dependency cycle: //a:x -> //b:y -> //a:x"],
+    ),
+    # --- target names that would escape the output prefix ------------------------------------
+    Case("name-dotdot", build('tokenize(name = "a/../../etc")\n'), "a/BUILD.marin:2:10", ["'..'", "escape"]),
+    Case("name-absolute", build('tokenize(name = "/tmp/x")\n'), "a/BUILD.marin:2:10", ["start with '/'"]),
+    Case("name-backslash", build('tokenize(name = "a\\\\b")\n'), "a/BUILD.marin:2", ["backslash"]),
+    Case("name-dot", build('tokenize(name = ".")\n'), "a/BUILD.marin:2", ["'.'"]),
+    Case("name-empty", build('tokenize(name = "")\n'), "a/BUILD.marin:2", ["empty target name"]),
+    Case("name-colon", build('tokenize(name = "a:b")\n'), "a/BUILD.marin:2", ["illegal character ':'"]),
+    # --- fail(), runtime errors, macros --------------------------------------------------------
+    Case("fail", build('x = 1\nfail("bad value", x)\n'), "a/BUILD.marin:3:1", ["fail: bad value 1"]),
+    Case("zero-division", build("x = 1 // 0\n"), "a/BUILD.marin:2:5", ["ZeroDivisionError"]),
+    Case("key-error", build('x = {"a": 1}["b"]\n'), "a/BUILD.marin:2:5", ["KeyError", "'b'"]),
+    Case(
+        "fail-in-macro",
+        {
+            "lib/macros.bzl": 'def check(n):\n    if n < 0:\n        fail("n must be >= 0, got", n)\n',
+            "a/BUILD.marin": 'load("//lib:macros.bzl", "check")\ncheck(1)\ncheck(-1)\n',
+        },
+        "lib/macros.bzl:3:9",
+        ["fail: n must be >= 0, got -1"],
+    ),
+    Case(
+        "error-in-macro-names-caller",
+        {
+            "lib/macros.bzl": "def div(n):\n    return 1 // n\n",
+            "a/BUILD.marin": 'load("//lib:macros.bzl", "div")\nx = div(0)\n',
+        },
+        "lib/macros.bzl:2:12",
+        ["ZeroDivisionError", "called from a/BUILD.marin:2:5"],
+    ),
+    Case(
+        "macro-attribute-error",
+        {
+            "lib/macros.bzl": LOAD + "def tok(name):\n    tokenize(name = name, tokenizer = 3)\n",
+            "a/BUILD.marin": 'load("//lib:macros.bzl", "tok")\ntok("x")\n',
+        },
+        "a/BUILD.marin:2:1",
+        ["expected a string", "in the macro at lib/macros.bzl:3:5"],
+    ),
+    Case(
+        "glob-no-match",
+        build('tokenize(name = "x", srcs = glob(["data/*.jsonl"]))\n'),
+        "a/BUILD.marin:2:29",
+        ["matched no files", "allow_empty"],
+    ),
+    Case("glob-bad-pattern", build('x = glob(["../*"], allow_empty = True)\n'), "a/BUILD.marin:2:5", ["'..'"]),
+    Case("glob-string", build('x = glob("*.txt")\n'), "a/BUILD.marin:2:5", ["must be a list"]),
+    Case(
+        "glob-at-bzl-top-level",
+        {"lib/x.bzl": 'FILES = glob(["*"])\n', "a/BUILD.marin": 'load("//lib:x.bzl", "FILES")\n'},
+        "lib/x.bzl:1:9",
+        ["glob() can only be used while a BUILD.marin file is evaluated"],
+    ),
+    Case(
+        "rule-at-bzl-top-level",
+        {"lib/x.bzl": LOAD + 'tokenize(name = "x")\n', "a/BUILD.marin": 'load("//lib:x.bzl", "tokenize")\n'},
+        "lib/x.bzl:2:1",
+        ["rule tokenize() can only be used while a BUILD.marin file is evaluated"],
+    ),
+    Case(
+        "error-in-trusted-python-macro",
+        {
+            "rules/macro.py": "def bad():\n    raise ValueError('nope')\n",
+            "a/BUILD.marin": 'load("//rules:macro.py", "bad")\nbad()\n',
+        },
+        "a/BUILD.marin:2:1",
+        ["ValueError: nope", "raised in rules/macro.py:2"],
+    ),
+    # --- load() --------------------------------------------------------------------------------
+    Case(
+        "load-missing-file",
+        {"a/BUILD.marin": '# a comment\nload("//lib:nope.bzl", "x")\n'},
+        "a/BUILD.marin:2:1",
+        ["cannot load '//lib:nope.bzl'", "lib/nope.bzl does not exist"],
+    ),
+    Case(
+        "load-missing-symbol",
+        {"a/BUILD.marin": 'load("//rules:test.py", "tokenise")\n'},
+        "a/BUILD.marin:1:1",
+        ["has no public symbol 'tokenise'", "did you mean 'tokenize'"],
+    ),
+    Case(
+        "load-private-symbol",
+        {"a/BUILD.marin": 'load("//rules:test.py", "_hidden")\n'},
+        "a/BUILD.marin:1:1",
+        ["'_hidden' is private"],
+    ),
+    Case(
+        "load-private-alias",
+        {"a/BUILD.marin": 'load("//rules:test.py", h = "_hidden")\n'},
+        "a/BUILD.marin:1:1",
+        ["private"],
+    ),
+    Case(
+        "load-private-from-bzl",
+        {"lib/x.bzl": "_secret = 1\n", "a/BUILD.marin": 'load("//lib:x.bzl", "_secret")\n'},
+        "a/BUILD.marin:1:1",
+        ["private"],
+    ),
+    Case(
+        "load-module-object",
+        {"rules/mod.py": "import os\n", "a/BUILD.marin": 'load("//rules:mod.py", "os")\n'},
+        "a/BUILD.marin:1:1",
+        ["no public symbol 'os'"],
+    ),
+    Case(
+        "load-non-literal",
+        {"a/BUILD.marin": 'f = "//rules:test.py"\nload(f, "tokenize")\n'},
+        "a/BUILD.marin:2:6",
+        ["string literal"],
+    ),
+    Case(
+        "load-symbol-non-literal",
+        {"a/BUILD.marin": 's = "tokenize"\nload("//rules:test.py", s)\n'},
+        "a/BUILD.marin:2:25",
+        ["string literals"],
+    ),
+    Case(
+        "load-in-function",
+        {"a/BUILD.marin": 'def f():\n    load("//rules:test.py", "tokenize")\n'},
+        "a/BUILD.marin:2:5",
+        ["top level"],
+    ),
+    Case("load-no-symbols", {"a/BUILD.marin": 'load("//rules:test.py")\n'}, "a/BUILD.marin:1:1", ["at least one"]),
+    Case(
+        "load-cycle",
+        {
+            "lib/x.bzl": 'load(":y.bzl", "Y")\nX = 1\n',
+            "lib/y.bzl": 'load(":x.bzl", "X")\nY = 1\n',
+            "a/BUILD.marin": 'load("//lib:x.bzl", "X")\n',
+        },
+        "lib/y.bzl:1:1",
+        ["load cycle: //lib:x.bzl -> //lib:y.bzl -> //lib:x.bzl"],
+    ),
+    Case(
+        "load-bad-label",
+        {"a/BUILD.marin": 'load("//lib/../x:y.bzl", "X")\n'},
+        "a/BUILD.marin:1:1",
+        ["'..'"],
+    ),
+    Case(
+        "load-unknown-repo",
+        {"a/BUILD.marin": 'load("@other//rules:x.py", "X")\n'},
+        "a/BUILD.marin:1:1",
+        ["unknown repository '@other'"],
+    ),
+    Case(
+        "load-wrong-suffix",
+        {"lib/x.txt": "", "a/BUILD.marin": 'load("//lib:x.txt", "X")\n'},
+        "a/BUILD.marin:1:1",
+        ["only .py, .bzl, .star, .marin files can be loaded"],
+    ),
+    Case(
+        "rules-module-import-error",
+        {
+            "rules/broken.py": "x = 1\nimport does_not_exist_anywhere\n",
+            "a/BUILD.marin": 'load("//rules:broken.py", "x")\n',
+        },
+        "a/BUILD.marin:1:1",
+        ["error importing rules module //rules:broken.py", "ModuleNotFoundError", "rules/broken.py:2"],
+    ),
+    Case(
+        "bzl-syntax-error",
+        {"lib/x.bzl": "X = (\n", "a/BUILD.marin": 'load("//lib:x.bzl", "X")\n'},
+        "lib/x.bzl:1",
+        ["syntax error"],
+    ),
+    Case(
+        "bzl-forbidden",
+        {"lib/x.bzl": "X = 1\nimport sys\n", "a/BUILD.marin": 'load("//lib:x.bzl", "X")\n'},
+        "lib/x.bzl:2:1",
+        ["'import' is not allowed"],
+    ),
+    # --- frozen values --------------------------------------------------------------------------
+    Case(
+        "mutate-loaded-list",
+        {"lib/x.bzl": "SIZES = [1, 2]\n", "a/BUILD.marin": 'load("//lib:x.bzl", "SIZES")\nSIZES.append(3)\n'},
+        "a/BUILD.marin:2:1",
+        ["cannot modify a frozen list", "list(value)"],
+    ),
+    Case(
+        "mutate-loaded-dict",
+        {"lib/x.bzl": "CFG = {'a': 1}\n", "a/BUILD.marin": 'load("//lib:x.bzl", "CFG")\nCFG["b"] = 2\n'},
+        "a/BUILD.marin:2:1",
+        ["cannot modify a frozen dict", "dict(value)"],
+    ),
+    Case(
+        "augmented-assign-loaded-list",
+        {"lib/x.bzl": "L = [1]\n", "a/BUILD.marin": 'load("//lib:x.bzl", "L")\nL += [2]\n'},
+        "a/BUILD.marin:2:1",
+        ["frozen list"],
+    ),
+    Case(
+        "mutate-nested-loaded",
+        {"lib/x.bzl": "CFG = {'a': [1]}\n", "a/BUILD.marin": 'load("//lib:x.bzl", "CFG")\nCFG["a"].append(2)\n'},
+        "a/BUILD.marin:2:1",
+        ["frozen list"],
+    ),
+    Case(
+        "mutate-default-argument",
+        {
+            "lib/x.bzl": "def add(x, acc = []):\n    acc.append(x)\n    return acc\n",
+            "a/BUILD.marin": 'load("//lib:x.bzl", "add")\nadd(1)\n',
+        },
+        "lib/x.bzl:2:5",
+        ["frozen list", "called from a/BUILD.marin:2:1"],
+    ),
+    Case(
+        "mutate-rules-constant",
+        {"rules/consts.py": "SIZES = [1, 2]\n", "a/BUILD.marin": 'load("//rules:consts.py", "SIZES")\nSIZES.pop()\n'},
+        "a/BUILD.marin:2:1",
+        ["frozen list"],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_broken_workspace(case: Case, make_ws: WriteWorkspace) -> None:
+    ws = make_ws(case.files)
+    with pytest.raises(BuildFileError) as info:
+        Loader(ws).load_all()
+    message = str(info.value)
+    assert message.startswith(case.where + ":"), message
+    for word in case.words:
+        assert word in message, f"{word!r} not in {message!r}"
+    assert str(ws.root) not in message  # paths are workspace-relative
+
+
+def test_case_ids_are_unique() -> None:
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids))
+
+
+def test_errors_in_several_packages_are_all_reported(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "a/BUILD.marin": "import os\n",
+            "b/BUILD.marin": LOAD + 'tokenize(name = "x", srcs = ["missing.txt"])\n',
+            "c/BUILD.marin": "x = 1 // 0\n",
+        }
+    )
+    with pytest.raises(BuildFileError) as info:
+        Loader(ws).load_all()
+    errors = info.value.all_errors
+    assert [e.path for e in errors] == ["a/BUILD.marin", "b/BUILD.marin", "c/BUILD.marin"]
+    assert [e.line for e in errors] == [1, 2, 1]
+
+
+def test_references_into_a_broken_package_are_not_reported_twice(make_ws: WriteWorkspace) -> None:
+    ws = make_ws({"a/BUILD.marin": LOAD + 'train(name = "x", dep = "//b:y")\n', "b/BUILD.marin": "fail('broken')\n"})
+    with pytest.raises(BuildFileError) as info:
+        Loader(ws).load_all()
+    assert [str(e) for e in info.value.all_errors] == ["b/BUILD.marin:1:1: fail: broken"]
+
+
+def test_build_file_error_fields_and_pickling() -> None:
+    import pickle
+
+    err = BuildFileError("a/BUILD.marin", 3, 7, "boom")
+    assert str(err) == "a/BUILD.marin:3:7: boom"
+    assert (err.path, err.line, err.col, err.message) == ("a/BUILD.marin", 3, 7, "boom")
+    assert str(err.location) == "a/BUILD.marin:3:7"
+    copy = pickle.loads(pickle.dumps(err))
+    assert str(copy) == str(err)
+
+
+def test_a_broken_loaded_file_is_reported_once(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "lib/x.bzl": "X = 1 // 0\n",
+            "a/BUILD.marin": 'load("//lib:x.bzl", "X")\n',
+            "b/BUILD.marin": 'load("//lib:x.bzl", "X")\n',
+        }
+    )
+    with pytest.raises(BuildFileError) as info:
+        Loader(ws).load_all()
+    assert [str(e) for e in info.value.all_errors] == [
+        "lib/x.bzl:1:5: ZeroDivisionError: integer division or modulo by zero"
+    ]

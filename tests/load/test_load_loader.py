@@ -1,0 +1,445 @@
+"""Loading workspaces: targets, attributes, load(), rules modules, laziness, patterns, the graph."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from marinbuild.core.labels import Label, PatternError
+from marinbuild.load import (
+    BuildFileError,
+    FrozenDict,
+    Loader,
+    Struct,
+    Workspace,
+    load_packages,
+    load_patterns,
+    load_workspace,
+    marinbuild_rules_dir,
+)
+
+WriteWorkspace = Callable[..., Workspace]
+LOAD = 'load("//rules:test.py", "tokenize", "train", "needs_data")\n'
+
+
+def test_targets_attributes_and_locations(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "exp/a/data/x.jsonl": "{}",
+            "exp/a/data/y.jsonl": "{}",
+            "exp/a/BUILD.marin": LOAD
+            + """
+tokenize(name = "raw", srcs = glob(["data/*.jsonl"]))
+model = train(
+    name = "model",
+    data = {":raw": 0.7, "//exp/b:other": 1},
+    deps = ["data/x.jsonl"],
+    steps = 5,
+    lr = 1,
+    config = {"steps": 3, "optim": {"lr": 0.5}},
+    resources = {"tpu": "v4-8"},
+)
+train(name = "after", dep = model, tags = ["a", "b"])
+""",
+            "exp/b/BUILD.marin": LOAD + 'tokenize(name = "other")\n',
+        }
+    )
+    loaded = load_workspace(ws.root)
+    assert list(loaded.targets) == [
+        Label("exp/a", "raw"),
+        Label("exp/a", "model"),
+        Label("exp/a", "after"),
+        Label("exp/b", "other"),
+    ]
+    raw = loaded["//exp/a:raw"]
+    assert raw.kind == "tokenize" and raw.name == "raw"
+    assert str(raw.location) == "exp/a/BUILD.marin:3:1"
+    assert raw.attrs == {
+        "srcs": (Label("exp/a", "data/x.jsonl"), Label("exp/a", "data/y.jsonl")),
+        "tokenizer": "llama3",
+    }
+    assert raw.deps == ()
+    assert raw.source_files() == (ws.root / "exp/a/data/x.jsonl", ws.root / "exp/a/data/y.jsonl")
+
+    model = loaded.target(Label("exp/a", "model"))
+    assert str(model.location) == "exp/a/BUILD.marin:4:9"
+    assert model.attrs["data"] == {Label("exp/a", "raw"): 0.7, Label("exp/b", "other"): 1.0}
+    assert isinstance(model.attrs["data"], FrozenDict)
+    assert isinstance(model.attrs["lr"], float) and model.attrs["lr"] == 1.0
+    config = model.attrs["config"]
+    assert type(config).__name__ == "TrainConfig" and config.steps == 3 and config.optim.lr == 0.5
+    assert model.deps == (Label("exp/a", "raw"), Label("exp/b", "other"))
+    assert model.srcs == (Label("exp/a", "data/x.jsonl"),)
+    assert model.source_files() == (ws.root / "exp/a/data/x.jsonl",)
+    assert "resources" not in model.versioned_attrs() and "steps" in model.versioned_attrs()
+    assert model.attrs["dep"] is None and model.attrs["flag"] is False and model.attrs["tags"] == ()
+
+    after = loaded["//exp/a:after"]
+    assert after.deps == (Label("exp/a", "model"),)
+    assert after.attrs["tags"] == ("a", "b")
+    assert loaded.deps("//exp/a:after") == (Label("exp/a", "model"),)
+    assert loaded.packages == {
+        "exp/a": (Label("exp/a", "raw"), Label("exp/a", "model"), Label("exp/a", "after")),
+        "exp/b": (Label("exp/b", "other"),),
+    }
+    assert len(loaded) == 4 and Label("exp/b", "other") in loaded
+
+
+def test_graph_and_closure(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "a/BUILD.marin": LOAD
+            + """
+tokenize(name = "t1")
+tokenize(name = "t2")
+train(name = "m", deps = [":t2", ":t1"])
+train(name = "top", deps = [":m", ":t1"])
+""",
+        }
+    )
+    loaded = Loader(ws).load_all()
+    graph = loaded.graph
+    assert set(graph.successors(Label("a", "m"))) == {Label("a", "t1"), Label("a", "t2")}
+    assert graph.number_of_nodes() == 4 and graph.number_of_edges() == 4
+    assert loaded.closure(["//a:top"]) == [Label("a", "t2"), Label("a", "t1"), Label("a", "m"), Label("a", "top")]
+    assert loaded.closure([Label("a", "t1"), "//a:t1"]) == [Label("a", "t1")]
+    with pytest.raises(KeyError, match="not loaded"):
+        loaded.target("//a:nope")
+
+
+def test_rule_returns_label_and_name_can_contain_slashes(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "a/BUILD.marin": LOAD
+            + """
+t = tokenize(name = "tok/llama3")
+train(name = "m", dep = t)
+print("declared", t, package_name())
+""",
+        }
+    )
+    loaded = Loader(ws).load_all()
+    assert loaded["//a:m"].deps == (Label("a", "tok/llama3"),)
+
+
+def test_root_package(make_ws: WriteWorkspace) -> None:
+    ws = make_ws({"BUILD.marin": LOAD + 'tokenize(name = "x")\ntrain(name = "y", dep = ":x")\n'})
+    loaded = load_workspace(ws.root)
+    assert loaded["//:y"].deps == (Label("", "x"),)
+
+
+def test_print_goes_to_the_log(make_ws: WriteWorkspace, caplog: pytest.LogCaptureFixture) -> None:
+    ws = make_ws({"a/BUILD.marin": 'print("hello", 1, [2])\n'})
+    with caplog.at_level(logging.INFO, logger="marinbuild.build"):
+        Loader(ws).load_all()
+    assert "a/BUILD.marin:1:1: hello 1 [2]" in caplog.text
+
+
+def test_dialect_allows_starlark_constructs(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "lib/util.bzl": """
+def names(prefix, n):
+    return [prefix + str(i) for i in range(n)]
+
+def pick(xs, key = lambda x: x):
+    return sorted(xs, key = key)
+
+CONFIG = struct(size = 3, kinds = ["a", "b"])
+""",
+            "a/BUILD.marin": LOAD
+            + """
+load("//lib:util.bzl", "names", "pick", cfg = "CONFIG")
+out = []
+for n in names("t", cfg.size):
+    if n != "t1":
+        tokenize(name = n)
+        out.append(n)
+total = sum([len(x) for x in out])
+d = {k: v for k, v in zip(["a"], [1])}
+del d["a"]
+s = f"{package_name()}-{total}"
+tokenize(name = s)
+tokenize(name = pick(["z", "y"])[0] + "-" + "-".join(cfg.kinds))
+""",
+        }
+    )
+    loaded = Loader(ws).load_all()
+    assert [t.name for t in loaded.targets.values()] == ["t0", "t2", "a-4", "y-a-b"]
+
+
+def test_load_aliases_and_relative_labels(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "lib/base.bzl": "SIZE = 3\n",
+            "lib/more.bzl": 'load(":base.bzl", "SIZE")\nDOUBLE = SIZE * 2\n',
+            "a/defs.bzl": "LOCAL = 'here'\n",
+            "a/BUILD.marin": """
+load("//rules:test.py", tok = "tokenize")
+load("//lib:more.bzl", "DOUBLE", single = "SIZE")
+load(":defs.bzl", "LOCAL")
+tok(name = "x" + str(DOUBLE) + str(single) + LOCAL)
+""",
+        }
+    )
+    loaded = Loader(ws).load_all()
+    assert [str(label) for label in loaded.targets] == ["//a:x63here"]
+    assert loaded["//a:x63here"].kind == "tokenize"
+
+
+def test_loaded_module_is_evaluated_once_and_shared(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "lib/x.bzl": 'print("evaluating x")\nITEMS = [1, 2]\n',
+            "a/BUILD.marin": 'load("//lib:x.bzl", "ITEMS")\ncopy = list(ITEMS) + [3]\ncopy.append(4)\n',
+            "b/BUILD.marin": 'load("//lib:x.bzl", "ITEMS")\nx = ITEMS + [5]\n',
+        }
+    )
+    loader = Loader(ws)
+    exports = []
+    original = loader.evaluator._eval_module
+
+    def counting(path: Path, label: Label):  # type: ignore[no-untyped-def]
+        exports.append(label)
+        return original(path, label)
+
+    loader.evaluator._eval_module = counting  # type: ignore[method-assign]
+    loader.load_all()
+    assert exports == [Label("lib", "x.bzl")]
+
+
+def test_workspace_rules_module_with_relative_import(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "rules/common.py": "DEFAULT_TOKENIZER = 'gpt2'\n",
+            "rules/sub/extra.py": """
+from marinbuild.load import attr, rule
+
+from ..common import DEFAULT_TOKENIZER
+
+
+def _impl(ctx):
+    return DEFAULT_TOKENIZER
+
+
+special = rule(implementation=_impl, attrs={"tokenizer": attr.string(default=DEFAULT_TOKENIZER)})
+__all__ = ["special"]
+""",
+            "a/BUILD.marin": 'load("//rules/sub:extra.py", "special")\nspecial(name = "s")\n',
+        }
+    )
+    target = Loader(ws).load_all()["//a:s"]
+    assert target.kind == "special"
+    assert target.rule.defined_in == "//rules/sub:extra.py"
+    assert target.attrs == {"tokenizer": "gpt2"}
+    assert target.rule.implementation(None) == "gpt2"
+
+
+def test_rules_module_all_limits_exports(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "rules/limited.py": "A = 1\nB = 2\n__all__ = ['A']\n",
+            "a/BUILD.marin": 'load("//rules:limited.py", "B")\n',
+        }
+    )
+    with pytest.raises(BuildFileError, match="no public symbol 'B'"):
+        Loader(ws).load_all()
+
+
+def test_marinbuild_repository_with_override(make_ws: WriteWorkspace, tmp_path: Path) -> None:
+    shipped = tmp_path / "shipped_rules"
+    shipped.mkdir()
+    (shipped / "python.py").write_text(
+        "from marinbuild.load import attr, rule\n"
+        "py_step = rule(implementation=lambda ctx: None, attrs={'fn': attr.string(mandatory=True)})\n"
+    )
+    (shipped / "defs.bzl").write_text("FN = 'main'\n")
+    ws = make_ws(
+        {
+            "a/BUILD.marin": 'load("@marinbuild//rules:python.py", "py_step")\n'
+            'load("@marinbuild//rules:defs.bzl", "FN")\n'
+            'py_step(name = "p", fn = FN)\n'
+        },
+        rules=False,
+    )
+    loaded = Loader(ws, repo_dirs={"marinbuild": shipped}).load_all()
+    target = loaded["//a:p"]
+    assert target.kind == "py_step" and target.rule.defined_in == "@marinbuild//rules:python.py"
+    assert target.attrs == {"fn": "main"}
+    assert marinbuild_rules_dir(shipped) == shipped.resolve()
+
+
+def test_marinbuild_rules_dir_default_is_the_checkout_rules_folder() -> None:
+    import marinbuild.load.repos as repos
+
+    default = marinbuild_rules_dir()
+    packaged = repos._PACKAGE_ROOT / "_rules"
+    assert default == (packaged if packaged.is_dir() else repos._PACKAGE_ROOT.parent / "rules")
+    assert default.name in ("rules", "_rules")
+
+
+def test_loading_one_package_loads_only_it_and_what_it_refers_to(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "a/BUILD.marin": LOAD + 'train(name = "x", dep = "//b:y")\n',
+            "b/BUILD.marin": LOAD + 'tokenize(name = "y")\n',
+            "c/BUILD.marin": "this is not python\n",
+        }
+    )
+    loaded = load_packages(ws, ["a"])
+    assert set(loaded.packages) == {"a", "b"}
+    assert loaded["//a:x"].deps == (Label("b", "y"),)
+    only = load_packages(ws, ["a"], transitive=False)
+    assert set(only.packages) == {"a"}
+    assert only["//a:x"].deps == (Label("b", "y"),)  # taken on trust: package b exists
+    with pytest.raises(BuildFileError, match="c/BUILD.marin:1"):
+        load_workspace(ws.root)
+
+
+def test_load_packages_rejects_unknown_package(make_ws: WriteWorkspace) -> None:
+    ws = make_ws({"a/BUILD.marin": ""})
+    with pytest.raises(PatternError, match="no such package 'nope'"):
+        load_packages(ws, ["nope"])
+
+
+def test_load_patterns(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "exp/a/BUILD.marin": LOAD + 'tokenize(name = "x")\ntokenize(name = "y")\n',
+            "exp/a/old/BUILD.marin": LOAD + 'tokenize(name = "z")\n',
+            "other/BUILD.marin": LOAD + 'train(name = "w", dep = "//exp/a:x")\n',
+            "broken/BUILD.marin": "import os\n",
+        }
+    )
+    loaded, labels = load_patterns(ws, ["//exp/...", "-//exp/a/old/..."])
+    assert labels == [Label("exp/a", "x"), Label("exp/a", "y")]
+    assert "broken" not in loaded.packages
+    loaded, labels = load_patterns(ws, ["//other:all"])
+    assert labels == [Label("other", "w")]
+    assert set(loaded.packages) == {"other", "exp/a"}
+    _, labels = load_patterns(ws, [":y", "-:y", ":x"], current_package="exp/a")
+    assert labels == [Label("exp/a", "x")]
+    with pytest.raises(PatternError, match="no such package 'nope'"):
+        load_patterns(ws, ["//nope:x"])
+    with pytest.raises(PatternError, match="no such target '//exp/a:q'"):
+        load_patterns(ws, ["//exp/a:q"])
+    with pytest.raises(BuildFileError, match="broken/BUILD.marin:1:1"):
+        load_patterns(ws, ["//..."])
+
+
+def test_macro_declared_targets_point_at_the_build_file(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "lib/macros.bzl": LOAD
+            + """
+def tokenized(name, files):
+    tokenize(name = name + "_tok", srcs = files)
+    train(name = name, dep = ":" + name + "_tok")
+""",
+            "a/f.txt": "x",
+            "a/BUILD.marin": 'load("//lib:macros.bzl", "tokenized")\n\ntokenized("m", ["f.txt"])\n',
+        }
+    )
+    loaded = Loader(ws).load_all()
+    assert str(loaded["//a:m_tok"].location) == "a/BUILD.marin:3:1"
+    assert loaded["//a:m"].deps == (Label("a", "m_tok"),)
+    assert loaded["//a:m_tok"].source_files() == (ws.root / "a" / "f.txt",)
+
+
+def test_struct_values() -> None:
+    s = Struct(a=1, b=[2])
+    assert s.a == 1 and s == Struct(a=1, b=[2]) and repr(s) == "struct(a=1, b=[2])"
+    with pytest.raises(AttributeError, match="no field 'c'"):
+        _ = s.c
+    with pytest.raises(AttributeError, match="immutable"):
+        s.a = 2
+
+
+def test_config_attr_accepts_instances(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "rules/cfg.py": """
+from dataclasses import dataclass
+from marinbuild.load import attr, rule
+
+@dataclass(frozen=True)
+class C:
+    x: int = 1
+
+DEFAULT = C(x=5)
+r = rule(implementation=print, attrs={"c": attr.config(C, default={"x": 2})})
+""",
+            "a/BUILD.marin": 'load("//rules:cfg.py", "r", "DEFAULT")\nr(name = "a", c = DEFAULT)\nr(name = "b")\n',
+        }
+    )
+    loaded = Loader(ws).load_all()
+    assert loaded["//a:a"].attrs["c"].x == 5
+    assert loaded["//a:b"].attrs["c"].x == 2
+
+
+def test_rule_definition_errors() -> None:
+    from marinbuild.load import attr, rule
+
+    with pytest.raises(TypeError, match="callable"):
+        rule(implementation=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="implicit"):
+        rule(implementation=print, attrs={"name": attr.string()})
+    with pytest.raises(TypeError, match="attr"):
+        rule(implementation=print, attrs={"x": str})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="public identifier"):
+        rule(implementation=print, attrs={"_x": attr.string()})
+    with pytest.raises(ValueError, match="mandatory"):
+        attr.string(mandatory=True, default="x")
+    with pytest.raises(TypeError, match="dataclass"):
+        attr.config(dict)
+    with pytest.raises(TypeError, match="attr"):
+        attr.list(of=list)
+    with pytest.raises(TypeError, match="namespace"):
+        attr()
+
+
+def test_string_attr_values_constraint(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "rules/choice.py": "from marinbuild.load import attr, rule\n"
+            "pick = rule(implementation=print, attrs={'mode': attr.string(values=['fast', 'slow'])})\n",
+            "a/BUILD.marin": 'load("//rules:choice.py", "pick")\n'
+            'pick(name = "a", mode = "fast")\npick(name = "b", mode = "x")\n',
+        }
+    )
+    with pytest.raises(BuildFileError, match=r"a/BUILD.marin:3:\d+: .*'x' is not one of 'fast', 'slow'"):
+        Loader(ws).load_all()
+
+
+def test_rules_module_is_reimported_when_it_changes(make_ws: WriteWorkspace) -> None:
+    import os
+
+    ws = make_ws(
+        {
+            "rules/v.py": "VALUE = 'one'\n",
+            "a/BUILD.marin": LOAD + 'load("//rules:v.py", "VALUE")\ntokenize(name = VALUE)\n',
+        }
+    )
+    assert list(Loader(ws).load_all().targets) == [Label("a", "one")]
+    path = ws.root / "rules" / "v.py"
+    path.write_text("VALUE = 'second'\n")
+    os.utime(path, ns=(1, 1))
+    assert list(Loader(ws).load_all().targets) == [Label("a", "second")]
+
+
+def test_rule_types_defined_in_a_loaded_file_get_their_names(make_ws: WriteWorkspace) -> None:
+    ws = make_ws(
+        {
+            "lib/r.bzl": 'load("//rules:test.py", "rule", "attr")\n'
+            "def _impl(ctx):\n    return None\n"
+            'custom = rule(implementation = _impl, attrs = {"n": attr.int()})\n',
+            "a/BUILD.marin": 'load("//lib:r.bzl", "custom")\ncustom(name = "c", n = 2)\n',
+        }
+    )
+    target = Loader(ws).load_all()["//a:c"]
+    assert target.kind == "custom" and target.rule.defined_in == "//lib:r.bzl"
+    with pytest.raises(KeyError, match="not loaded"):
+        Loader(ws).load_all().closure(["//a:zz"])
