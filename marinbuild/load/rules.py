@@ -43,12 +43,15 @@ class RuleType:
 
     def __init__(
         self,
-        implementation: Callable[..., Any],
+        implementation: Callable[..., Any] | None,
         attrs: Mapping[str, Attr] | None = None,
         doc: str = "",
         output_name: str | None = None,
+        analyze: Callable[..., Any] | None = None,
     ) -> None:
-        if not callable(implementation):
+        if analyze is not None and not callable(analyze):
+            raise TypeError(f"rule(): analyze must be callable, got {analyze!r}")
+        if analyze is None and not callable(implementation):
             raise TypeError(f"rule(): implementation must be callable, got {implementation!r}")
         attrs = dict(attrs or {})
         for key, spec in attrs.items():
@@ -61,6 +64,7 @@ class RuleType:
         if output_name is not None and not isinstance(output_name, str):
             raise TypeError("rule(): output_name must be a string or None")
         self.implementation = implementation
+        self.analyze = analyze
         self.attrs: dict[str, Attr] = attrs
         self.doc = doc
         self.output_name = output_name
@@ -152,14 +156,18 @@ class RuleType:
 
 
 def rule(
-    implementation: Callable[..., Any],
+    implementation: Callable[..., Any] | None = None,
     attrs: Mapping[str, Attr] | None = None,
     doc: str = "",
     output_name: str | None = None,
+    analyze: Callable[..., Any] | None = None,
 ) -> RuleType:
-    """Define a rule type: ``implementation`` runs at build time; ``attrs`` declares its attributes.
+    """Define a rule type: ``implementation(ctx)`` runs at build time; ``attrs`` declares its attributes.
 
-    ``output_name`` optionally fixes the name of the target's output folder (default: the
-    target's name). The rule's own name is the variable it is exported as.
+    ``output_name`` sets the step name, the part of the output path before the hash
+    (``{package}`` and ``{name}`` are filled in; default ``"{package}/{name}"``). The rule's
+    own name is the variable it is exported as. A rule that turns a target into existing
+    ``ExecutorStep``s instead (Python experiment scripts) gives ``analyze(actx)`` in place of
+    an implementation; see ``marinbuild.analysis``.
     """
-    return RuleType(implementation, attrs, doc, output_name)
+    return RuleType(implementation, attrs, doc, output_name, analyze)

@@ -1,0 +1,271 @@
+"""Analysis: loaded BUILD targets become ``ExecutorStep``s, in the same graph as Marin's steps.
+
+A target of an ordinary rule becomes one step named ``output_name`` (default
+``"{package}/{name}"``) whose config (``TargetConfig``) holds its attributes:
+- versioned attributes as ``versioned(value)``, unversioned ones as they are;
+- a label of another target as ``output_path_of(that target's step)``: a dependency, so its
+  version is part of this one's, and the implementation receives its output path;
+- a source file as a ``SourceFile`` whose xxh3-128 content digest is versioned (read
+  through a stat cache, so an unchanged file is not read again), so editing the file
+  rebuilds exactly what depends on it.
+The step's function, ``run_target``, calls the rule's implementation with a ``RuleContext``.
+
+A rule with an ``analyze`` hook (Python experiment scripts) returns existing
+``ExecutorStep``s instead; their versions are then exactly what the script alone gives.
+Versions, leases, statuses and caching are the engine's, whatever made the step.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marinbuild.core.labels import Label, parse_label
+from marinbuild.core.placeholders import ExecutorStep, output_path_of, this_output_path, versioned
+from marinbuild.core.walk import upstream_steps
+from marinbuild.load.attrs import LabelAttr, LabelKeyedDictAttr, LabelListAttr
+from marinbuild.load.builtins import Struct
+from marinbuild.load.errors import BuildFileError
+from marinbuild.load.frozen import thaw
+from marinbuild.load.loader import LoadedWorkspace
+from marinbuild.load.rules import RuleType
+from marinbuild.load.sources import StatCache, hash_source_file
+from marinbuild.load.target import Target
+from marinbuild.load.workspace import Workspace
+
+_RULES: dict[str, RuleType] = {}
+"""Rule types met during analysis in this process, by ``rule_key``."""
+
+
+def rule_key(rule: RuleType) -> str:
+    return f"{rule.defined_in}%{rule.name}"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A workspace file read by a step: its label and digest are versioned, its path is not."""
+
+    label: Any
+    xxh3: Any
+    path: str
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """The config of a step made from a BUILD target."""
+
+    label: str
+    rule: Any
+    """``versioned("<rule name>")``: changing a target's rule type changes its version."""
+    rule_key: str
+    workspace: str
+    attrs: dict[str, Any]
+    output_path: Any = field(default_factory=this_output_path)
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a rule implementation receives: its target, resolved attributes, and where to write."""
+
+    label: str
+    name: str
+    package: str
+    output_path: str
+    attr: Struct
+    workspace: Path
+
+
+def run_target(config: TargetConfig) -> Any:
+    """The step function of every ordinary target: call its rule's implementation."""
+    rule = _RULES.get(config.rule_key) or _import_rule(config.rule_key, Path(config.workspace))
+    label = parse_label(config.label)
+    ctx = RuleContext(
+        label=config.label,
+        name=label.name,
+        package=label.package,
+        output_path=config.output_path,
+        attr=Struct(**{k: _resolve(v) for k, v in config.attrs.items()}),
+        workspace=Path(config.workspace),
+    )
+    assert rule.implementation is not None
+    return rule.implementation(ctx)
+
+
+def _resolve(value: Any) -> Any:
+    """Instantiated attribute values as implementations see them: source files as paths."""
+    if isinstance(value, SourceFile):
+        return value.path
+    if isinstance(value, list):
+        return [_resolve(v) for v in value]
+    if isinstance(value, dict) and value.get("__mixture__") is True:
+        return {path: weight for path, weight in value["entries"]}
+    if isinstance(value, dict):
+        return {k: _resolve(v) for k, v in value.items()}
+    return value
+
+
+def _import_rule(key: str, workspace: Path) -> RuleType:
+    """Find a rule type from its key in a process that did not load the BUILD files (a remote worker)."""
+    from marinbuild.load.repos import resolve_load
+    from marinbuild.load.trusted import import_rules_module
+
+    file_label, _, name = key.rpartition("%")
+    label = parse_label(file_label)
+    where = resolve_load(label, workspace)
+    if where.trusted_root is None:
+        raise LookupError(f"rule {name} from {file_label} is not in a rules/ module and cannot be imported here")
+    module = import_rules_module(where.path, where.trusted_root, where.module_parts, file_label)
+    rule = getattr(module, name)
+    _RULES[key] = rule
+    return rule
+
+
+@dataclass
+class Analysis:
+    """The steps of the analysed targets."""
+
+    step_of: dict[Label, ExecutorStep] = field(default_factory=dict)
+    """Each target's own step (the one label dependencies point at); absent for a group of steps."""
+    steps_of: dict[Label, list[ExecutorStep]] = field(default_factory=dict)
+    """Every step a target asks to build."""
+
+    def requested_steps(self, labels: Iterable[Label]) -> list[ExecutorStep]:
+        out: list[ExecutorStep] = []
+        for label in labels:
+            out.extend(self.steps_of[label])
+        return out
+
+
+class AnalysisContext:
+    """What an ``analyze`` hook receives: the target, its workspace, and its dependencies' steps."""
+
+    def __init__(self, target: Target, workspace: Workspace, analysis: Analysis):
+        self.target = target
+        self.workspace = workspace
+        self._analysis = analysis
+
+    @property
+    def attr(self) -> Struct:
+        return Struct(**{k: thaw(v) for k, v in self.target.attrs.items()})
+
+    @property
+    def package_dir(self) -> Path:
+        return self.workspace.package_dir(self.target.label.package)
+
+    def step_of(self, label: Label) -> ExecutorStep:
+        return self._analysis.step_of[label]
+
+    def error(self, message: str) -> BuildFileError:
+        return BuildFileError.at(self.target.location, message)
+
+
+def analyze(loaded: LoadedWorkspace, roots: Iterable[Label], workspace: Workspace,
+            stat_cache: StatCache | None = None) -> Analysis:
+    """Steps for ``roots`` and every target they depend on (dependencies first, no recursion)."""
+    analysis = Analysis()
+    for label in loaded.closure(list(roots)):
+        target = loaded.targets[label]
+        rule = target.rule
+        if rule.analyze is not None:
+            result = rule.analyze(AnalysisContext(target, workspace, analysis))
+            steps = list(result) if isinstance(result, list | tuple) else [result]
+            if not steps or not all(isinstance(s, ExecutorStep) for s in steps):
+                raise BuildFileError.at(target.location, f"{target.kind} produced no ExecutorStep for {label}")
+            analysis.steps_of[label] = steps
+            if len(steps) == 1:
+                analysis.step_of[label] = steps[0]
+            continue
+        step = _target_step(target, loaded, workspace, analysis, stat_cache)
+        analysis.step_of[label] = step
+        analysis.steps_of[label] = [step]
+    return analysis
+
+
+def _target_step(target: Target, loaded: LoadedWorkspace, workspace: Workspace, analysis: Analysis,
+                 stat_cache: StatCache | None) -> ExecutorStep:
+    rule = target.rule
+    _RULES[rule_key(rule)] = rule
+    sources = dict(zip(target.srcs, target.source_paths, strict=True))
+
+    def label_value(label: Label, attr_name: str) -> Any:
+        if label in loaded.targets:
+            step = analysis.step_of.get(label)
+            if step is None:
+                raise BuildFileError.at(
+                    target.location,
+                    f"attribute {attr_name!r} of {target.label}: {label} stands for several steps; "
+                    f"depend on one of them (give its script target steps = [...])",
+                )
+            return output_path_of(step)
+        path = sources[label]
+        return SourceFile(label=versioned(str(label)), xxh3=versioned(hash_source_file(path, stat_cache)),
+                          path=str(path))
+
+    attrs: dict[str, Any] = {}
+    for name, value in target.attrs.items():
+        spec = rule.attrs[name]
+        if value is None:
+            attrs[name] = versioned(None) if spec.versioned else None
+        elif isinstance(spec, LabelAttr):
+            attrs[name] = label_value(value, name)
+        elif isinstance(spec, LabelListAttr):
+            attrs[name] = [label_value(v, name) for v in value]
+        elif isinstance(spec, LabelKeyedDictAttr):
+            entries = [[label_value(k, name), versioned(thaw(w)) if spec.versioned else thaw(w)]
+                       for k, w in value.items()]
+            attrs[name] = {"__mixture__": True, "entries": entries}
+        else:
+            plain = thaw(value)
+            attrs[name] = versioned(plain) if spec.versioned else plain
+    output_name = rule.output_name or "{package}/{name}"
+    step_name = output_name.format(package=target.label.package, name=target.label.name).strip("/")
+    return ExecutorStep(
+        name=step_name,
+        fn=run_target,
+        config=TargetConfig(
+            label=str(target.label),
+            rule=versioned(rule.name),
+            rule_key=rule_key(rule),
+            workspace=str(workspace.root),
+            attrs=attrs,
+        ),
+        description=rule.doc or None,
+        resources=_resources(target),
+    )
+
+
+def _resources(target: Target) -> Any:
+    value = target.attrs.get("resources")
+    return thaw(value) if value is not None else None
+
+
+def load_script_steps(script: Path, workspace_root: Path) -> dict[str, ExecutorStep]:
+    """Import a Python experiment script (not as ``__main__``) and return its module-level steps by variable."""
+    module_name = "_marinbuild_script_" + "_".join(script.relative_to(workspace_root).with_suffix("").parts)
+    spec = importlib.util.spec_from_file_location(module_name, script)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {script}")
+    module = importlib.util.module_from_spec(spec)
+    added = str(workspace_root) not in sys.path
+    if added:
+        sys.path.insert(0, str(workspace_root))
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if added:
+            sys.path.remove(str(workspace_root))
+    return {k: v for k, v in vars(module).items() if isinstance(v, ExecutorStep)}
+
+
+def leaf_steps(steps: dict[str, ExecutorStep]) -> list[ExecutorStep]:
+    """The steps no other of ``steps`` depends on (what the script builds), in definition order."""
+    used: set[int] = set()
+    for step in steps.values():
+        used.update(id(s) for s in upstream_steps(step.config))
+    return [s for s in steps.values() if id(s) not in used]
+

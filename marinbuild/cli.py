@@ -1,0 +1,209 @@
+"""The ``marinbuild`` command line (click): parses, calls the library, formats. Nothing more.
+
+Exit codes: 0 success, 1 a step failed, 2 bad usage or a bad BUILD file (one line on
+stderr saying what to fix, no traceback, nothing run or written). Results go to stdout;
+progress and logs to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from marinbuild.session import BACKENDS
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageProblem(Exception):
+    """Bad input from the user: printed as one line, exit 2."""
+
+
+class DefaultBuildGroup(click.Group):
+    """``marinbuild PATTERN...`` means ``marinbuild build PATTERN...``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["build", *args]
+        if args and args[0] == "build" and "--" not in args:
+            # A subtracted pattern (-//pkg:x) is not an option: pass it after "--", as Bazel users write it.
+            negative = [a for a in args if a.startswith(("-//", "-:", "-@"))]
+            if negative:
+                args = [a for a in args if a not in negative] + ["--", *negative]
+        return super().parse_args(ctx, args)
+
+
+def _complete_labels(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of target labels and patterns from the workspace's BUILD files."""
+    from click.shell_completion import CompletionItem
+
+    try:
+        from marinbuild.load import Loader, find_workspace
+
+        loaded = Loader(find_workspace(".")).load_all()
+    except Exception:
+        return []
+    words = {f"//{p}/..." if p else "//..." for p in loaded.packages}
+    words |= {str(label) for label in loaded.targets}
+    words |= {f"//{p}:all" for p in loaded.packages}
+    return [CompletionItem(w) for w in sorted(words) if w.startswith(incomplete)]
+
+
+@click.group(cls=DefaultBuildGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="marinbuild")
+def cli() -> None:
+    """marinbuild: build ML pipeline targets; only what is not already built runs.
+
+    \b
+    marinbuild //experiments/tutorials:hello_world     build a target
+    marinbuild -n //experiments/...                    dry run: what would run, and why
+    marinbuild query 'deps(//experiments:tootsie_8b)'  query the target graph
+    """
+
+
+def _open_session(**settings: Any) -> Any:
+    from marinbuild.session import Session
+
+    return Session.open(".", **settings)
+
+
+@cli.command("build")
+@click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
+@click.option("--prefix", help="Where outputs go (a folder or gs://...); default $MARIN_PREFIX or [tool.marinbuild].")
+@click.option("-n", "--dry_run", is_flag=True, help="Say what would run (reads statuses), run and write nothing.")
+@click.option("-j", "--jobs", type=int, help="At most this many steps at once (default: every ready step).")
+@click.option("-k", "--keep_going", is_flag=True, help="After a failure, keep running steps that do not need it.")
+@click.option("--force_run_failed/--no-force_run_failed", default=None,
+              help="Rerun steps that failed before (default) or stop with an error.")
+@click.option("--backend", type=click.Choice(BACKENDS), help="Where steps run.")
+@click.option("--explain", is_flag=True, help="Print why each step runs.")
+@click.option("--build_event_json_file", type=click.Path(dir_okay=False), help="Write every event as a JSON line.")
+@click.option("--profile", type=click.Path(dir_okay=False), help="Write a Chrome/Perfetto trace of the build.")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text", help="Format of the result.")
+def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, jobs: int | None, keep_going: bool,
+                  force_run_failed: bool | None, backend: str | None, explain: bool,
+                  build_event_json_file: str | None, profile: str | None, output: str) -> None:
+    """Build the targets that PATTERN... name (//pkg:name, //pkg/..., //pkg:all, -PATTERN subtracts)."""
+    from marinbuild.executor import PreviousStepFailedError, StepFailedError
+    from marinbuild.ui.bep import BuildEventJsonWriter
+    from marinbuild.ui.progress import ProgressDisplay
+    from marinbuild.ui.summary import BuildSummary
+    from marinbuild.ui.trace import ChromeTraceWriter
+
+    session = _open_session(prefix=prefix, backend=backend, jobs=jobs, keep_going=keep_going,
+                            force_run_failed=force_run_failed)
+    labels = session.load(patterns)
+    if not labels:
+        raise UsageProblem(f"no targets match {' '.join(patterns)}")
+    session.analyse()
+    summary = BuildSummary()
+    listeners: list[Any] = [summary]
+    closers: list[Any] = []
+    if not dry_run:
+        progress = ProgressDisplay(console_file=sys.stderr)
+        listeners.append(progress)
+        closers.append(progress)
+    if build_event_json_file:
+        bep = BuildEventJsonWriter(build_event_json_file)
+        listeners.append(bep)
+        closers.append(bep)
+    if profile:
+        trace = ChromeTraceWriter(profile)
+        listeners.append(trace)
+        closers.append(trace)
+    executor = session.executor
+    executor.listeners = listeners
+    failed: BaseException | None = None
+    try:
+        executor.run(session.requested_steps(), dry_run=dry_run, force_run_failed=session.settings.force_run_failed,
+                     max_concurrent=session.settings.jobs)
+    except (StepFailedError, PreviousStepFailedError) as exc:
+        failed = exc
+    finally:
+        for closer in closers:
+            closer.close()
+    requested = [(str(label), path) for label in labels for path in session.output_paths_of(label)]
+    if (dry_run or explain) and output == "text":
+        _print_plan(session, explain)
+    if output == "json":
+        result = summary.as_dict()
+        result["targets"] = [{"label": label, "output_path": path} for label, path in requested]
+        result["dry_run"] = dry_run
+        if executor.plan is not None:
+            result["plan"] = [{"step": s.name, "state": p.state, "output_path": executor.output_paths[s]}
+                              for s, p in executor.plan.steps.items()]
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(summary.render(requested))
+    if failed is not None:
+        click.echo(f"marinbuild: {failed}", err=True)
+        raise SystemExit(EXIT_FAILED)
+
+
+def _print_plan(session: Any, explain: bool) -> None:
+    """Dry runs and --explain: each needed step's state, and why it would run."""
+    executor = session.executor
+    plan = executor.plan
+    for step, step_plan in plan.steps.items():
+        line = f"{step_plan.state:<10} {step.name}  {executor.output_paths[step]}"
+        if step_plan.lease is not None:
+            line += f"  (lease {step_plan.lease.worker_id}, {step_plan.lease.age():.0f}s old)"
+        click.echo(line)
+        if explain and step_plan.will_run:
+            from marinbuild.why import explain_step
+
+            click.echo(f"           why: {explain_step(session, step)}")
+
+
+@cli.command("query")
+@click.argument("expression")
+@click.option("--output", type=click.Choice(["label", "label_kind", "json", "graph"]), default="label")
+@click.option("--prefix", help="The prefix cache-aware functions (built, stale, ...) look at.")
+def query_command(expression: str, output: str, prefix: str | None) -> None:
+    """Query the target graph: deps, rdeps, somepath, allpaths, kind, attr, filter, built, stale, ..."""
+    from marinbuild.query import run_query
+    from marinbuild.query_universe import universe_for
+
+    session = _open_session(prefix=prefix)
+    session.load_all()
+    click.echo(run_query(expression, universe_for(session), output), nl=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: maps every user mistake to one line and exit 2, step failures to exit 1."""
+    from marinbuild.core.labels import LabelError
+    from marinbuild.load import BuildFileError, WorkspaceError
+    from marinbuild.query import QueryError
+    from marinbuild.session import SettingsError
+
+    try:
+        cli.main(args=argv, prog_name="marinbuild", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:  # type: ignore[attr-defined]
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        return EXIT_USAGE
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+        click.echo(f"marinbuild: error: {exc.format_message()}{hint}", err=True)
+        return EXIT_USAGE
+    except BuildFileError as exc:
+        for error in exc.all_errors:
+            click.echo(f"marinbuild: error: {error}", err=True)
+        return EXIT_USAGE
+    except (LabelError, WorkspaceError, QueryError, SettingsError, UsageProblem) as exc:
+        click.echo(f"marinbuild: error: {exc}", err=True)
+        return EXIT_USAGE
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort:
+        click.echo("marinbuild: interrupted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        click.echo("marinbuild: interrupted", err=True)
+        return 130
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_FAILED
+    return EXIT_OK
+

@@ -1,0 +1,137 @@
+"""A build session: the workspace, its settings, the loaded targets and their steps.
+
+Everything the CLI's commands share: find the workspace, decide the prefix, load the
+BUILD files a set of patterns needs, analyse the targets into steps, compute versions,
+and hand an ``Executor`` the steps to build. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marinbuild.analysis import Analysis, analyze
+from marinbuild.core.labels import Label
+from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.executor import DEFAULT_LOCAL_PREFIX, Executor
+from marinbuild.load import LoadedWorkspace, Loader, StatCache, Workspace, find_workspace
+
+BACKENDS = ("local",)
+"""Backends this build offers (the Ray backend is not part of it yet)."""
+
+
+class SettingsError(ValueError):
+    """A bad value in ``[tool.marinbuild]`` or on the command line (exit 2)."""
+
+
+@dataclass
+class Settings:
+    """Where outputs go and how steps run; from flags, else the environment, else ``[tool.marinbuild]``."""
+
+    prefix: str
+    backend: str = "local"
+    jobs: int | None = None
+    keep_going: bool = False
+    force_run_failed: bool = True
+    heartbeat_interval: float | None = None
+    stale_after: float | None = None
+
+    @classmethod
+    def resolve(cls, workspace: Workspace, *, prefix: str | None = None, backend: str | None = None,
+                jobs: int | None = None, keep_going: bool = False, force_run_failed: bool | None = None) -> Settings:
+        config = workspace.config
+        chosen = prefix or os.environ.get("MARIN_PREFIX") or config.get("prefix") or DEFAULT_LOCAL_PREFIX
+        if not isinstance(chosen, str):
+            raise SettingsError("[tool.marinbuild] prefix must be a string")
+        if "://" not in chosen and not os.path.isabs(chosen):
+            base = Path.cwd() if prefix else workspace.root
+            chosen = str((base / chosen).resolve())
+        backend = backend or config.get("backend", "local")
+        if backend not in BACKENDS:
+            raise SettingsError(f"unknown backend {backend!r}; this build has: {', '.join(BACKENDS)}")
+        if jobs is not None and jobs < 1:
+            raise SettingsError(f"--jobs must be at least 1, got {jobs}")
+        if force_run_failed is None:
+            force_run_failed = bool(config.get("force_run_failed", True))
+        return cls(
+            prefix=chosen.rstrip("/") if chosen != "/" else chosen,
+            backend=backend,
+            jobs=jobs if jobs is not None else config.get("jobs"),
+            keep_going=keep_going,
+            force_run_failed=force_run_failed,
+            heartbeat_interval=config.get("heartbeat_interval"),
+            stale_after=config.get("stale_after"),
+        )
+
+
+@dataclass
+class Session:
+    workspace: Workspace
+    settings: Settings
+    loader: Loader
+    loaded: LoadedWorkspace | None = None
+    labels: list[Label] = field(default_factory=list)
+    analysis: Analysis | None = None
+    executor: Executor | None = None
+
+    @classmethod
+    def open(cls, start: str | os.PathLike[str] = ".", **settings: Any) -> Session:
+        workspace = find_workspace(start)
+        return cls(workspace, Settings.resolve(workspace, **settings), Loader(workspace))
+
+    def current_package(self) -> str:
+        """The package of the working directory, for relative patterns (``:name``)."""
+        try:
+            rel = Path.cwd().resolve().relative_to(self.workspace.root)
+        except ValueError:
+            return ""
+        return "" if str(rel) == "." else rel.as_posix()
+
+    def load(self, patterns: Iterable[str]) -> list[Label]:
+        """Load what ``patterns`` need (``-PATTERN`` subtracts); BuildFileError/LabelError on mistakes."""
+        self.loaded, self.labels = self.loader.load_patterns(list(patterns), self.current_package())
+        return self.labels
+
+    def load_all(self) -> LoadedWorkspace:
+        self.loaded = self.loader.load_all()
+        return self.loaded
+
+    def analyse(self, labels: Iterable[Label] | None = None) -> Analysis:
+        """Turn the targets (and their dependencies) into steps and compute every version."""
+        assert self.loaded is not None, "load first"
+        roots = list(self.labels if labels is None else labels)
+        cache = StatCache(self.workspace.stat_cache_path)
+        self.analysis = analyze(self.loaded, roots, self.workspace, cache)
+        cache.save()
+        self.executor = self.make_executor()
+        for label in roots:
+            for step in self.analysis.steps_of[label]:
+                self.executor.compute_version(step)
+        return self.analysis
+
+    def make_executor(self, listeners: list[Any] | None = None) -> Executor:
+        s = self.settings
+        return Executor(
+            prefix=s.prefix,
+            executor_info_base_path=os.path.join(s.prefix, "experiments") if "://" not in s.prefix
+            else s.prefix + "/experiments",
+            heartbeat_interval=s.heartbeat_interval,
+            stale_after=s.stale_after,
+            listeners=listeners if listeners is not None else [],
+            keep_going=s.keep_going,
+        )
+
+    def steps_of(self, label: Label) -> list[ExecutorStep]:
+        assert self.analysis is not None and self.executor is not None
+        return [self.executor.canonicalize(s) for s in self.analysis.steps_of[label]]
+
+    def output_paths_of(self, label: Label) -> list[str]:
+        assert self.executor is not None
+        return [self.executor.output_paths[s] for s in self.steps_of(label)]
+
+    def requested_steps(self) -> list[ExecutorStep]:
+        assert self.analysis is not None
+        return self.analysis.requested_steps(self.labels)
