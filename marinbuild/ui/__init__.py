@@ -1,0 +1,9 @@
+"""Build listeners: what a build shows and records. The engine emits events; these decide what to do with them.
+
+- ``progress.ProgressDisplay``: live terminal display, or one plain line per event when not a terminal.
+- ``summary.BuildSummary``: counts and failures, rendered after the build (text or a dict for JSON).
+- ``bep.BuildEventJsonWriter``: every event as one JSON line (like Bazel's ``--build_event_json_file``).
+- ``trace.ChromeTraceWriter``: a Chrome / Perfetto trace of the build, one lane per concurrent slot.
+
+Submodules are imported on use; importing this package imports nothing else.
+"""

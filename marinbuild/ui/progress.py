@@ -1,0 +1,286 @@
+"""Build progress: a live display on a terminal, one plain line per event otherwise.
+
+``ProgressDisplay`` is an event listener. On a terminal it keeps a ``rich`` live region at the
+bottom (done/total, the running and waiting steps with their elapsed time, the build's elapsed
+time), redrawn by rich's own refresh thread, and prints finished steps and failures above it.
+Elsewhere (CI logs, pipes) it writes one line per interesting event::
+
+    started hello_world/data (/prefix/hello_world/data-abc123)
+    [3/10] built hello_world/data (0.4s)
+    [4/10] FAILED x: RuntimeError: boom
+    waiting for x: lease held by host-1
+    [5/10] not running y: dependency x failed
+
+Events arrive from worker threads; the display is thread-safe. Call ``close()`` when done (it
+stops the live region if a build was interrupted before ``build_finished``).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TextIO
+
+from marinbuild.run import events as ev
+from marinbuild.ui._text import describe_error, format_duration
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.live import Live
+
+MAX_ROWS = 12
+"""Running/waiting steps shown in the live region; the rest are counted in one line."""
+
+_Key = tuple[str | None, str | None]
+
+
+def _key(event: ev.Event) -> _Key:
+    return (event.step, event.output_path)
+
+
+@dataclass
+class _State:
+    total: int | None = None
+    planned_to_run: int = 0
+    planned_built: int = 0
+    done: int = 0
+    built: int = 0
+    cached: int = 0
+    failed: int = 0
+    not_run: int = 0
+    build_start: float | None = None
+    build_end: float | None = None
+    started_at: dict[_Key, float] = field(default_factory=dict)
+    """Steps running now (in start order) -> start time."""
+    waiting: dict[_Key, tuple[str, float]] = field(default_factory=dict)
+    """Steps waiting for another runner -> (detail, since)."""
+    step_start: dict[_Key, float] = field(default_factory=dict)
+    """Every started step's start time, for the duration of its finish line."""
+
+    def counter(self) -> str:
+        total = self.total if self.total is not None else (self.planned_to_run or None)
+        return f"[{self.done}/{total if total is not None else '?'}]"
+
+
+class ProgressDisplay:
+    """Listener showing build progress; ``console_file`` defaults to ``sys.stderr``.
+
+    ``is_tty`` None means ``console_file.isatty()``. ``console`` (a ``rich`` Console) may be
+    passed to draw the live display on it instead of one made for ``console_file``.
+    """
+
+    def __init__(
+        self,
+        console_file: TextIO | None = None,
+        is_tty: bool | None = None,
+        *,
+        console: Console | None = None,
+        refresh_per_second: float = 4.0,
+    ):
+        self.file: TextIO = console_file if console_file is not None else sys.stderr
+        if is_tty is None:
+            is_tty = console.is_terminal if console is not None else _isatty(self.file)
+        self.is_tty = is_tty
+        self.refresh_per_second = refresh_per_second
+        self._console = console
+        self._live: Live | None = None
+        self._state = _State()
+        self._state_lock = threading.Lock()  # held briefly; also taken by the live region's refresh thread
+        self._emit_lock = threading.RLock()  # orders output; never held by the refresh thread
+        self._closed = False
+
+    # -- the listener -------------------------------------------------------------------------
+    def __call__(self, event: ev.Event) -> None:
+        with self._emit_lock:
+            if self._closed:
+                return
+            with self._state_lock:
+                line = self._update(event)
+            if self.is_tty:
+                self._show_tty(event, line)
+            elif line is not None:
+                self.file.write(line[0] + "\n")
+                self.file.flush()
+
+    def close(self) -> None:
+        """Stop the live region (its last frame stays on screen); later events are ignored."""
+        with self._emit_lock:
+            self._stop_live()
+            self._closed = True
+
+    def __enter__(self) -> ProgressDisplay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- state --------------------------------------------------------------------------------
+    def _update(self, event: ev.Event) -> tuple[str, str] | None:
+        """Update the state for ``event``; return the line to show for it (text, rich style), if any."""
+        s = self._state
+        kind, name, key = event.kind, event.step or "?", _key(event)
+        if kind in (ev.PLANNED, ev.BUILD_STARTED) and s.build_end is not None:
+            s = self._state = _State()  # a new build on the same display
+        if kind == ev.PLANNED:
+            if event.detail == "built":
+                s.planned_built += 1
+            else:
+                s.planned_to_run += 1
+            if event.data.get("dry_run"):
+                return f"[dry run] {name}: {event.detail} ({event.output_path})", "cyan"
+            return None
+        if kind == ev.BUILD_STARTED:
+            s.total = int(event.data.get("steps", s.planned_to_run))
+            s.build_start = event.time
+            already = f", {s.planned_built} already built" if s.planned_built else ""
+            return f"building: {s.total} step{'s' if s.total != 1 else ''} to run{already}", "bold"
+        if kind == ev.BUILD_FINISHED:
+            s.build_end = event.time
+            s.started_at.clear()
+            s.waiting.clear()
+            elapsed = format_duration(event.time - s.build_start) if s.build_start is not None else "?"
+            return f"build finished in {elapsed}: {self._counts_text()}", "bold"
+        if kind == ev.WAITING:
+            s.waiting[key] = (event.detail or "held by another runner", event.time)
+            return f"waiting for {name}: {event.detail or 'held by another runner'}", "yellow"
+        if kind == ev.STARTED:
+            s.waiting.pop(key, None)
+            s.started_at[key] = event.time
+            s.step_start[key] = event.time
+            return f"started {name} ({event.output_path})", "dim"
+        if kind not in (ev.SUCCEEDED, ev.CACHED, ev.FAILED, ev.DEP_FAILED, ev.SKIPPED):
+            return None
+        s.started_at.pop(key, None)
+        s.waiting.pop(key, None)
+        start = s.step_start.pop(key, None)
+        s.done += 1
+        took = f" ({format_duration(event.time - start)})" if start is not None else ""
+        if kind == ev.SUCCEEDED:
+            s.built += 1
+            return f"{s.counter()} built {name}{took}", "green"
+        if kind == ev.CACHED:
+            s.cached += 1
+            return f"{s.counter()} cached {name}" + (f": {event.detail}" if event.detail else ""), "green"
+        if kind == ev.FAILED:
+            s.failed += 1
+            return f"{s.counter()} FAILED {name}: {describe_error(event.step, event.error)}", "bold red"
+        s.not_run += 1
+        if kind == ev.DEP_FAILED:
+            return f"{s.counter()} not running {name}: {event.detail or 'a dependency failed'}", "red"
+        return f"{s.counter()} skipped {name}" + (f" ({event.detail})" if event.detail else ""), "yellow"
+
+    def _counts_text(self) -> str:
+        s = self._state
+        parts = [f"{s.built} built", f"{s.cached + s.planned_built} cached"]
+        if s.failed:
+            parts.append(f"{s.failed} failed")
+        if s.not_run:
+            parts.append(f"{s.not_run} not run")
+        return ", ".join(parts)
+
+    # -- terminal -----------------------------------------------------------------------------
+    def _show_tty(self, event: ev.Event, line: tuple[str, str] | None) -> None:
+        if event.kind in (ev.BUILD_STARTED, ev.STARTED, ev.WAITING) and self._live is None:
+            self._start_live()
+        if line is not None and event.kind not in (ev.BUILD_STARTED, ev.BUILD_FINISHED, ev.STARTED):
+            from rich.text import Text
+
+            self.console.print(Text(line[0], style=line[1]))
+        if event.kind == ev.BUILD_FINISHED:
+            self._stop_live()
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(file=self.file, force_terminal=True if self.is_tty else None)
+        return self._console
+
+    def _start_live(self) -> None:
+        from rich.live import Live
+
+        self._live = Live(
+            _Renderable(self),
+            console=self.console,
+            refresh_per_second=self.refresh_per_second,
+            transient=False,
+        )
+        self._live.start(refresh=True)
+
+    def _stop_live(self) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            live.stop()
+
+    def renderable(self) -> RenderableType:
+        """The live region's current frame (what the refresh thread draws)."""
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.spinner import Spinner
+        from rich.table import Table
+        from rich.text import Text
+
+        now = time.time()
+        with self._state_lock:
+            s = self._state
+            total = s.total if s.total is not None else s.planned_to_run
+            running = [(key[0] or "?", now - t) for key, t in s.started_at.items()]
+            waiting = [(key[0] or "?", detail, now - t) for key, (detail, t) in s.waiting.items()]
+            end = s.build_end if s.build_end is not None else now
+            elapsed = end - s.build_start if s.build_start is not None else 0.0
+            finished = s.build_end is not None
+            failed, not_run = s.failed, s.not_run
+            done = s.done
+
+        mark: RenderableType
+        if not finished:
+            mark = Spinner("dots", style="cyan")
+        else:
+            mark = Text("✘", style="red") if failed else Text("✔", style="green")
+        header = Table.grid(padding=(0, 1))
+        header.add_row(
+            mark,
+            Text("Build finished" if finished else "Building", style="bold"),
+            ProgressBar(total=max(total, 1), completed=done if total else 1, width=30,
+                        complete_style="cyan", finished_style="green"),
+            Text(f"{done}/{total}"),
+            Text(format_duration(elapsed), style="dim"),
+            Text(f"{failed} failed", style="bold red") if failed else Text(""),
+            Text(f"{not_run} not run", style="yellow") if not_run else Text(""),
+        )
+        rows = Table.grid(padding=(0, 2))
+        shown = 0
+        for name, took in running[:MAX_ROWS]:
+            rows.add_row(Text("  ▸ " + name, style="cyan"), Text(format_duration(took), style="dim"), Text(""))
+            shown += 1
+        for name, detail, took in waiting[: max(MAX_ROWS - shown, 0)]:
+            rows.add_row(Text("  … " + name, style="yellow"), Text(format_duration(took), style="dim"),
+                         Text(f"waiting: {detail}", style="yellow"))
+            shown += 1
+        hidden = len(running) + len(waiting) - shown
+        parts: list[Any] = [header]
+        if shown:
+            parts.append(rows)
+        if hidden:
+            parts.append(Text(f"  … and {hidden} more", style="dim"))
+        return Group(*parts)
+
+
+class _Renderable:
+    """Rebuilt on every refresh from the display's state."""
+
+    def __init__(self, display: ProgressDisplay):
+        self.display = display
+
+    def __rich__(self) -> RenderableType:
+        return self.display.renderable()
+
+
+def _isatty(file: Any) -> bool:
+    try:
+        return bool(file.isatty())
+    except (AttributeError, ValueError):
+        return False

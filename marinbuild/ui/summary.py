@@ -1,0 +1,201 @@
+"""The end-of-build summary: what was built, what was already there, what failed, where outputs are.
+
+``BuildSummary`` is an event listener that counts outcomes and records failures. After the
+build, ``render(requested)`` gives the text block a CLI prints, e.g.::
+
+    Build FAILED in 12.3s: 3 built, 5 cached, 1 failed, 2 dependency failed
+      FAILED tokenize: RuntimeError: boom
+      not run: train (dependency tokenize failed)
+      not run: eval (dependency tokenize failed)
+    //pkg:data   ->  /prefix/data-abc123
+    //pkg:train  ->  /prefix/train-def456  (not built: dependency failed)
+
+and ``as_dict()`` the same facts for ``--output json``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from marinbuild.run import events as ev
+from marinbuild.ui._text import describe_error, error_text, format_duration
+
+MAX_LISTED = 20
+"""Dependency-failed / skipped steps listed by name in ``render``; the rest are counted."""
+
+
+_NOTES = {"built": "", "dep_failed": "not built: dependency failed", "skipped": "not built: skipped"}
+
+
+@dataclass(frozen=True)
+class StepProblem:
+    step: str
+    output_path: str | None
+    message: str
+    """For a failure, ``Type: message`` (without a wrapper's step prefix); for a step not run, why."""
+    full_error: str | None = None
+    """For a failure, the raised exception as ``Type: message``."""
+
+
+class BuildSummary:
+    """Counts built / cached / failed / dep_failed / skipped steps and records the failures.
+
+    ``cached`` counts steps already built when the build began (``planned`` with detail
+    ``built``) and steps another runner built while this one waited.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.built = 0
+        self.cached = 0
+        self.dry_run = False
+        self.planned: dict[str, int] = {}
+        """Plan state (built, missing, failed, running, abandoned) -> number of steps."""
+        self.failures: list[StepProblem] = []
+        self.dep_failed: list[StepProblem] = []
+        self.skipped: list[StepProblem] = []
+        self.started = False
+        self.finished = False
+        self.start_time: float | None = None
+        self.end_time: float | None = None
+        self._plan_state: dict[str, str] = {}
+        self._done_paths: set[str] = set()
+
+    def __call__(self, event: ev.Event) -> None:
+        with self._lock:
+            self._update(event)
+
+    def _update(self, event: ev.Event) -> None:
+        kind, step = event.kind, event.step or "?"
+        if kind == ev.PLANNED:
+            state = event.detail or "unknown"
+            self.planned[state] = self.planned.get(state, 0) + 1
+            self.dry_run = self.dry_run or bool(event.data.get("dry_run"))
+            if event.output_path is not None:
+                self._plan_state[event.output_path] = state
+            if state == "built":
+                self.cached += 1
+                self._add_done(event)
+        elif kind == ev.BUILD_STARTED:
+            self.started, self.start_time = True, event.time
+        elif kind == ev.BUILD_FINISHED:
+            self.finished, self.end_time = True, event.time
+        elif kind == ev.SUCCEEDED:
+            self.built += 1
+            self._add_done(event)
+        elif kind == ev.CACHED:
+            self.cached += 1
+            self._add_done(event)
+        elif kind == ev.FAILED:
+            message = describe_error(event.step, event.error)
+            self.failures.append(StepProblem(step, event.output_path, message, error_text(event.error)))
+        elif kind == ev.DEP_FAILED:
+            self.dep_failed.append(StepProblem(step, event.output_path, event.detail or "a dependency failed"))
+        elif kind == ev.SKIPPED:
+            self.skipped.append(StepProblem(step, event.output_path, event.detail or "not started"))
+
+    def _add_done(self, event: ev.Event) -> None:
+        if event.output_path is not None:
+            self._done_paths.add(event.output_path)
+
+    # -- results ------------------------------------------------------------------------------
+    @property
+    def counts(self) -> dict[str, int]:
+        return {
+            "built": self.built,
+            "cached": self.cached,
+            "failed": len(self.failures),
+            "dep_failed": len(self.dep_failed),
+            "skipped": len(self.skipped),
+        }
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not self.dep_failed and not self.skipped
+
+    @property
+    def elapsed(self) -> float | None:
+        if self.start_time is None or self.end_time is None:
+            return None
+        return self.end_time - self.start_time
+
+    def status(self) -> str:
+        """``ok``, ``failed``, ``interrupted`` (started, never finished), or ``dry_run``."""
+        if self.dry_run and not self.started:
+            return "dry_run"
+        if self.started and not self.finished:
+            return "interrupted"
+        return "ok" if self.ok else "failed"
+
+    def _target_status(self, output_path: str) -> str:
+        """``built``, ``failed``, ``dep_failed``, ``skipped``, ``not built``, or in a dry run ``would run: <state>``."""
+        if self.dry_run and not self.started:
+            state = self._plan_state.get(output_path)
+            return "built" if state == "built" else f"would run: {state or 'unknown'}"
+        if output_path in self._done_paths:
+            return "built"
+        for status, problems in (("failed", self.failures), ("dep_failed", self.dep_failed),
+                                 ("skipped", self.skipped)):
+            if any(p.output_path == output_path for p in problems):
+                return status
+        return "not built"
+
+    def render(self, requested: list[tuple[str, str]]) -> str:
+        """The summary block; ``requested`` is (label, output path) of each requested target."""
+        with self._lock:
+            lines = [self._headline()]
+            for p in self.failures:
+                lines.append(f"  FAILED {p.step}: {p.message}")
+            for what, problems in (("not run", self.dep_failed), ("skipped", self.skipped)):
+                for p in problems[:MAX_LISTED]:
+                    lines.append(f"  {what}: {p.step} ({p.message})")
+                if len(problems) > MAX_LISTED:
+                    lines.append(f"  ... and {len(problems) - MAX_LISTED} more {what}")
+            width = max((len(label) for label, _ in requested), default=0)
+            for label, path in requested:
+                note = _NOTES.get(status := self._target_status(path), status)
+                lines.append(f"{label:<{width}}  ->  {path}" + (f"  ({note})" if note else ""))
+        return "\n".join(lines)
+
+    def _headline(self) -> str:
+        status = self.status()
+        if status == "dry_run":
+            to_run = sum(n for state, n in self.planned.items() if state != "built")
+            states = ", ".join(f"{n} {state}" for state, n in sorted(self.planned.items()) if state != "built")
+            return (f"Dry run: {to_run} step{'s' if to_run != 1 else ''} to run" + (f" ({states})" if states else "")
+                    + f", {self.planned.get('built', 0)} already built")
+        c = self.counts
+        parts = [f"{c['built']} built", f"{c['cached']} cached"]
+        for key, word in (("failed", "failed"), ("dep_failed", "dependency failed"), ("skipped", "skipped")):
+            if c[key]:
+                parts.append(f"{c[key]} {word}")
+        word = {"ok": "Build OK", "failed": "Build FAILED", "interrupted": "Build INTERRUPTED"}[status]
+        took = f" in {format_duration(self.elapsed)}" if self.elapsed is not None else ""
+        return f"{word}{took}: " + ", ".join(parts)
+
+    def as_dict(self, requested: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+        """JSON-ready facts: status, counts, elapsed seconds, plan states, failures, steps not run, targets."""
+        with self._lock:
+            result: dict[str, Any] = {
+                "status": self.status(),
+                "counts": self.counts,
+                "elapsed": self.elapsed,
+                "dry_run": self.dry_run,
+                "planned": dict(self.planned),
+                "failures": [
+                    {"step": p.step, "output_path": p.output_path, "error": p.message, "error_full": p.full_error}
+                    for p in self.failures
+                ],
+                "dep_failed": [{"step": p.step, "output_path": p.output_path, "detail": p.message}
+                               for p in self.dep_failed],
+                "skipped": [{"step": p.step, "output_path": p.output_path, "detail": p.message} for p in self.skipped],
+            }
+            if requested is not None:
+                result["targets"] = [
+                    {"label": label, "output_path": path,
+                     "status": self._target_status(path)}
+                    for label, path in requested
+                ]
+        return result
