@@ -112,16 +112,30 @@ class StepJob:
                 raise FailedElsewhereError(f"{self.name} failed in runner {who} while this build waited for it")
 
     # -- phase 4: run ---------------------------------------------------------------------
-    def run(self) -> Any:
+    def begin(self) -> None:
+        """The step starts running (here or on a remote worker): keep its lease alive meanwhile."""
         LEASE_KEEPER.add(self.lease, self.settings.heartbeat_interval, self._on_lost)
         self.bus.emit(ev.STARTED, step=self.name, output_path=self.output_path)
+
+    def fail(self, exc: BaseException) -> BaseException:
+        """The step's code raised ``exc``: record FAILED (if the lease is still ours); the error to report."""
+        self._fail()
+        if isinstance(exc, Exception) and not isinstance(exc, StepError):
+            error = StepError(f"{self.name}: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            return error
+        return exc
+
+    def run(self) -> Any:
+        """Run the step in this thread (the local backend)."""
+        self.begin()
         try:
             return self.call()
         except BaseException as exc:
-            self._fail()
-            if isinstance(exc, Exception):
-                raise StepError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
-            raise
+            error = self.fail(exc)
+            if error is exc:
+                raise
+            raise error from exc
 
     # -- phase 5: commit ------------------------------------------------------------------
     def commit(self, result: Any) -> None:
