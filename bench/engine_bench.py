@@ -16,8 +16,11 @@ Graph shapes (``--shapes``), each at every size N (``--sizes``):
 - ``layered``: 10 layers of N/10 steps; each step depends on 3 random steps of the previous layer (seed 0).
 
 Every phase runs in its own subprocess: the script re-invokes itself with
-``--one SHAPE SIZE PHASE PREFIX`` and reads one JSON line back. Nothing here asserts on timings;
-the bars from the issue are reported as pass/fail at the end.
+``--one SHAPE SIZE PHASE PREFIX`` and reads one JSON line back. Cold and no-op runs share the
+script name and the step function's module (``__main__``), so the no-op finds the run's info file
+too. Nothing here asserts on timings; the bars from the issue are reported as pass/fail at the end.
+A phase that crashes shows as ``error`` and is listed under "Problems"; ``--keep`` keeps the
+temporary prefixes for inspection.
 
 Run (from the repository root; all shapes at 1k and 10k steps take a few minutes)::
 

@@ -52,6 +52,7 @@ from marinbuild.core.walk import (
     upstream_steps,
     walk_config,
 )
+from marinbuild.remote import remote
 from marinbuild.store.status import STATUS_DEP_FAILED, STATUS_FAILED, STATUS_RUNNING, STATUS_SUCCESS
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "materialize",
     "mirrored",
     "output_path_of",
+    "remote",
     "resolve_local_placeholders",
     "this_output_path",
     "unwrap_versioned_value",
@@ -318,21 +320,27 @@ class Executor:
         }, [self._table.indented_version(step)])
 
     def _run_info_hash(self) -> str:
-        """md5 of the sorted compact JSON of all step infos, composed from the version strings."""
+        """md5 of the sorted compact JSON of all step infos (as Marin names the run info file),
+        fed piece by piece from the version strings instead of building the whole text."""
         import hashlib
 
-        parts = []
-        for info, step in zip(self.step_infos, self.steps, strict=True):
-            parts.append(
-                '{"config": ' + dumps_sorted(info.config)
+        digest = hashlib.md5(b"[")
+        for i, (info, step) in enumerate(zip(self.step_infos, self.steps, strict=True)):
+            head = (
+                (", " if i else "")
+                + '{"config": ' + dumps_sorted(info.config)
                 + ', "dependencies": ' + json.dumps(info.dependencies)
                 + ', "fn_name": ' + json.dumps(info.fn_name)
                 + ', "name": ' + json.dumps(info.name)
                 + ', "output_path": ' + json.dumps(info.output_path)
                 + ', "override_output_path": ' + json.dumps(info.override_output_path)
-                + ', "version": ' + self.version_strs[step] + "}"
+                + ', "version": '
             )
-        return hashlib.md5(("[" + ", ".join(parts) + "]").encode()).hexdigest()[:6]
+            digest.update(head.encode())
+            digest.update(self.version_strs[step].encode())
+            digest.update(b"}")
+        digest.update(b"]")
+        return digest.hexdigest()[:6]
 
     def _run_info_path(self) -> str:
         assert self.executor_info is not None, "call get_infos() first"
@@ -432,15 +440,14 @@ class Executor:
             raise PreviousStepFailedError(f"step(s) failed previously: {names}; rerun with force_run_failed=True")
         if dry_run:
             return self.output_paths
-
-        self.get_infos()
-        self._write_run_info(only_if_new=True)
+        if plan.to_run:  # a run that runs nothing records nothing
+            self.get_infos()
+            self._write_run_info(only_if_new=True)
         self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed)
         return self.output_paths
 
     def _execute(self, graph: Any, plan: Any, bus: Any, max_concurrent: int | None, force_run_failed: bool) -> Any:
         from marinbuild.run import events as ev
-        from marinbuild.run.local import LocalBackend
         from marinbuild.run.scheduler import schedule
         from marinbuild.run.step_job import LeaseSettings, StepJob
 
@@ -463,15 +470,17 @@ class Executor:
             )
             for step in plan.to_run
         }
-        backend = self.backend or LocalBackend(max_concurrent)
-        bus.emit(ev.BUILD_STARTED, data={"steps": len(jobs)})
+        owned = self.backend is None or isinstance(self.backend, str)
+        backend = _backend_named(self.backend or "local", max_concurrent) if owned else self.backend
         try:
+            _check_resources(backend, jobs)
+            bus.emit(ev.BUILD_STARTED, data={"steps": len(jobs)})
             outcome = schedule(
                 plan.to_run, self.dependencies, jobs, backend, bus,
                 max_concurrent=max_concurrent, keep_going=self.keep_going, cancel=cancel,
             )
         finally:
-            if self.backend is None:
+            if owned:
                 backend.shutdown()
         bus.emit(ev.BUILD_FINISHED, data={"ran": len(outcome.ran), "failed": len(outcome.failed)})
         if outcome.failed:
@@ -486,7 +495,46 @@ class Executor:
         config = self.configs[step]
         if fn is None:
             raise ValueError(f"step {step.name} has no fn to run")
-        return lambda: fn(config)
+        from marinbuild.run.step_call import StepCall
+
+        return StepCall(fn, config, step.resources, step.pip_dependency_groups)
+
+
+def _backend_named(name: str, max_concurrent: int | None) -> Any:
+    """A new backend of the run: ``"local"`` (threads of this process) or ``"ray"`` (a Ray cluster)."""
+    if name == "local":
+        from marinbuild.run.local import LocalBackend
+
+        return LocalBackend(max_concurrent)
+    if name == "ray":
+        from marinbuild.run.ray_backend import RayBackend
+
+        return RayBackend()
+    raise ValueError(f"unknown backend {name!r}: use 'local', 'ray' or a backend object")
+
+
+def _check_resources(backend: Any, jobs: dict[ExecutorStep, Any]) -> None:
+    """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
+    from marinbuild.resources import UnsatisfiableResourcesError
+    from marinbuild.run.step_call import StepCall
+
+    check = getattr(backend, "check_resources", None)
+    if check is None:
+        return
+    problems = []
+    for step, job in jobs.items():
+        try:
+            request = job.call.request()[0] if isinstance(job.call, StepCall) else step.resources
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{step.name}: {exc}")
+            continue
+        reason = check(request) if request is not None else None
+        if reason:
+            problems.append(f"{step.name} {reason}")
+    if problems:
+        name = getattr(backend, "name", type(backend).__name__)
+        raise UnsatisfiableResourcesError(f"the {name} backend cannot run {len(problems)} step(s), so nothing ran: "
+                                          + "; ".join(problems))
 
 
 # -- entry points -----------------------------------------------------------------------------

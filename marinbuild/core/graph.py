@@ -1,15 +1,16 @@
-"""The step graph: canonical steps as nodes, dependency edges, on networkx.
+"""The step graph: canonical steps as nodes, dependency edges; a networkx view on demand.
 
 Edges point from a dependency to its consumer; ``blocking=False`` marks a pseudo-dependency
-(hashed into the version, never waited for). Every walk here is iterative.
+(hashed into the version, never waited for). Every walk here is iterative. The hot paths of
+a build (planning, scheduling) use plain adjacency lists; ``StepGraph.nx`` builds the
+networkx graph for graph algorithms only when asked, so a no-op build never imports it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-
-import networkx as nx
+from typing import Any
 
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.core.versions import VersionTable
@@ -20,20 +21,36 @@ class StepGraph:
 
     def __init__(self, table: VersionTable):
         self.table = table
-        graph = nx.DiGraph()
-        graph.add_nodes_from(table.steps)
-        for step in table.steps:
-            for dep in table.pseudo_dependencies[step]:
-                graph.add_edge(dep, step, blocking=False)
-            for dep in table.dependencies[step]:
-                graph.add_edge(dep, step, blocking=True)
-        self.nx = graph
+        self._consumers: dict[ExecutorStep, list[ExecutorStep]] | None = None
+        self._nx: Any = None
+
+    @property
+    def nx(self) -> Any:
+        """The graph as a ``networkx.DiGraph`` (edge attribute ``blocking``)."""
+        if self._nx is None:
+            import networkx as nx
+
+            graph = nx.DiGraph()
+            graph.add_nodes_from(self.table.steps)
+            for step in self.table.steps:
+                for dep in self.table.pseudo_dependencies[step]:
+                    graph.add_edge(dep, step, blocking=False)
+                for dep in self.table.dependencies[step]:
+                    graph.add_edge(dep, step, blocking=True)
+            self._nx = graph
+        return self._nx
 
     def blocking_deps(self, step: ExecutorStep) -> list[ExecutorStep]:
         return self.table.dependencies[step]
 
     def blocking_consumers(self, step: ExecutorStep) -> list[ExecutorStep]:
-        return [c for c, attrs in self.nx.succ[step].items() if attrs["blocking"]]
+        if self._consumers is None:
+            consumers: dict[ExecutorStep, list[ExecutorStep]] = {s: [] for s in self.table.steps}
+            for step in self.table.steps:
+                for dep in dict.fromkeys(self.table.dependencies[step]):
+                    consumers[dep].append(step)
+            self._consumers = consumers
+        return self._consumers[step]
 
     def blocking_closure(self, roots: Iterable[ExecutorStep]) -> list[ExecutorStep]:
         """``roots`` and every step they transitively block on, dependencies first."""

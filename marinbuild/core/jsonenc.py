@@ -10,7 +10,6 @@ import json
 import sys
 from datetime import timedelta
 from enum import Enum
-from functools import partial
 from pathlib import PurePath
 from typing import Any
 
@@ -43,8 +42,9 @@ class MarinJsonEncoder(json.JSONEncoder):
         return str(o)
 
 
-dumps_sorted = partial(json.dumps, sort_keys=True, cls=MarinJsonEncoder)
-"""``json.dumps(x, sort_keys=True, cls=CustomJsonEncoder)`` as Marin computes version strings."""
+dumps_sorted = MarinJsonEncoder(sort_keys=True).encode
+"""``json.dumps(x, sort_keys=True, cls=CustomJsonEncoder)`` as Marin computes version strings
+(one reusable encoder: ``encode`` keeps no state between calls)."""
 
 
 def dumps_indented(obj: Any) -> str:

@@ -107,17 +107,41 @@ def collect_dependencies_and_version(obj: Any) -> Dependencies:
     pseudo: list[ExecutorStep] = []
     blocking: list[ExecutorStep] = []
     version: dict[str, Any] = {}
-    for event in walk_config(obj):
-        if isinstance(event, VersionedEvent):
-            version[event.prefix] = event.value
-            continue
-        input_name = event.input_name
-        if input_name.step is None:
-            version[event.prefix] = input_name.name
-            continue
-        index = len(blocking) + len(pseudo)
-        (blocking if input_name.block_on_step else pseudo).append(input_name.step)
-        version[event.prefix] = dependency_index_str(index) + ("/" + input_name.name if input_name.name else "")
+
+    def visit(value: Any, prefix: str) -> None:
+        # The same walk as walk_config, without a generator per level (this runs for every step).
+        if value is None:
+            return
+        if isinstance(value, ExecutorStep):
+            value = InputName(value, None)
+        if isinstance(value, InputName):
+            if value.step is None:
+                version[prefix] = value.name
+                return
+            index = len(blocking) + len(pseudo)
+            (blocking if value.block_on_step else pseudo).append(value.step)
+            version[prefix] = dependency_index_str(index) + ("/" + value.name if value.name else "")
+            return
+        if isinstance(value, MirroredValue):
+            visit(value.value, prefix)
+            return
+        if isinstance(value, VersionedValue):
+            version[prefix] = value.value
+            return
+        new_prefix = prefix + "." if prefix else ""
+        if is_dataclass(value) and not isinstance(value, type):
+            for f in fields(value):
+                visit(getattr(value, f.name), new_prefix + f.name)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    raise ValueError(f"dict keys must be strs, but got {k} (type: {type(k)})")
+                visit(v, new_prefix + k)
+        elif isinstance(value, list | tuple | set | frozenset):
+            for i, item in enumerate(value):
+                visit(item, f"{new_prefix}[{i}]")
+
+    visit(obj, "")
     return Dependencies(blocking, pseudo, version)
 
 

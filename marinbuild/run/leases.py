@@ -65,15 +65,19 @@ class LocalRunners:
         self._lock = threading.Lock()
         self._events: dict[str, threading.Event] = {}
 
-    def started(self, lease_path: str) -> None:
+    def started(self, lease_path: str) -> threading.Event:
+        """Register this runner as the holder; returns its token for ``finished``."""
+        event = threading.Event()
         with self._lock:
-            self._events[lease_path] = threading.Event()
+            self._events[lease_path] = event
+        return event
 
-    def finished(self, lease_path: str) -> None:
+    def finished(self, lease_path: str, event: threading.Event) -> None:
+        """Wake whoever waits on this runner; the next holder may already have registered its own event."""
         with self._lock:
-            event = self._events.pop(lease_path, None)
-        if event is not None:
-            event.set()
+            if self._events.get(lease_path) is event:
+                del self._events[lease_path]
+        event.set()
 
     def event_for(self, lease_path: str) -> threading.Event | None:
         with self._lock:

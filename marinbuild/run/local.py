@@ -60,4 +60,10 @@ class LocalBackend:
             self._work.put(None)
 
     def check_resources(self, resources: Any) -> str | None:
-        return None
+        """Refuse TPUs and GPUs this machine does not have (see ``marinbuild.resources.check_local``)."""
+        from marinbuild.resources import check_local
+
+        try:
+            return check_local(resources)
+        except (TypeError, ValueError) as exc:
+            return str(exc)

@@ -2,18 +2,21 @@
 
 Planning reads statuses level by level from the requested steps downward and stops
 descending at a built step (its dependencies are not needed), so a no-op build reads one
-status per requested step. Each level is one batched read (``read_statuses``).
+status per requested step. Each level is one batched read (``read_statuses``); on a remote
+store, once a level has steps to run, everything below it is read in one more batch rather
+than one round trip per level. A built step whose path holds another version's action-cache
+record is a path-hash collision: ``ActionCacheCollisionError``, never silently used.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from marinbuild.core.graph import StepGraph
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.store import status as st
+from marinbuild.store.action_cache import ActionKey, check_built
 from marinbuild.store.lease import LeaseRecord, lease_for
 
 # Step states, as the plan, dry runs and `why` name them.
@@ -48,11 +51,17 @@ class Plan:
 
 
 def read_statuses(output_paths: list[str], workers: int = 16) -> dict[str, str | None]:
-    """Statuses of many steps; remote prefixes are read concurrently."""
-    if len(output_paths) < 32 or all("://" not in p for p in output_paths):
+    """Statuses of many steps: local files directly; remote prefixes batched (``marinbuild.store.batch``:
+    listings on GCS, threads elsewhere). The result may carry ``actions`` (path -> action digests seen)."""
+    if all("://" not in p or p.startswith("file://") for p in output_paths):
         return {p: st.read_status(p) for p in output_paths}
-    with ThreadPoolExecutor(workers) as pool:
-        return dict(zip(output_paths, pool.map(st.read_status, output_paths), strict=True))
+    from marinbuild.store import batch
+
+    return batch.read_statuses(output_paths, workers=workers)
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
 
 
 def make_plan(
@@ -67,18 +76,35 @@ def make_plan(
     plan = Plan()
     frontier = list(dict.fromkeys(table.canonicalize(t) for t in targets))
     seen = set(frontier)
+    statuses: dict[str, str | None] = {}
+    actions: dict[str, frozenset[str]] = {}
+
+    def read(paths: list[str]) -> None:
+        got = status_reader(paths)
+        statuses.update(got)
+        actions.update(getattr(got, "actions", {}))
+
     while frontier:
-        statuses = status_reader([table.output_paths[s] for s in frontier])
+        read([p for p in (table.output_paths[s] for s in frontier) if p not in statuses])
         next_frontier = []
+        built = []
         for step in frontier:
-            status = statuses[table.output_paths[step]]
-            plan.steps[step] = _step_plan(step, status, table.output_paths[step], worker_id, stale_after)
+            output_path = table.output_paths[step]
+            status = statuses[output_path]
+            plan.steps[step] = _step_plan(step, status, output_path, worker_id, stale_after)
             if status == st.STATUS_SUCCESS:
+                built.append((output_path, ActionKey.of(table.version_strs[step], step.name,
+                                                        step.override_output_path is not None)))
                 continue
             for dep in graph.blocking_deps(step):
                 if dep not in seen:
                     seen.add(dep)
                     next_frontier.append(dep)
+        check_built(built, actions)
+        if next_frontier and _is_remote(table.output_paths[next_frontier[0]]):
+            # One batch for everything below, instead of a round trip per level of the graph.
+            below = [table.output_paths[s] for s in graph.blocking_closure(next_frontier)]
+            read([p for p in dict.fromkeys(below) if p not in statuses])
         frontier = next_frontier
     plan.to_run = [s for s in table.steps if s in plan.steps and plan.steps[s].will_run]
     return plan

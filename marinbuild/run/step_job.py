@@ -5,10 +5,13 @@ The protocol, in order:
 2. re-read the status under the lease (someone may have finished meanwhile);
 3. write RUNNING and the step's ``.executor_info``;
 4. run the step; the lease keeper renews the lease meanwhile;
-5. confirm the lease is still ours, then write ``.artifact.json``, then SUCCESS
-   (or FAILED), then release the lease.
+5. describe the outputs (``.marinbuild_manifest.json``: size and xxh3-128 of every file,
+   hashed while the lease keeper still renews the lease), confirm the lease is still ours,
+   then write the manifest, the action-cache record (failing on a path-hash collision),
+   ``.artifact.json``, then SUCCESS (or FAILED), then release the lease.
 A runner that loses its lease writes nothing more: the step belongs to the new holder.
-A crash anywhere before 5 leaves RUNNING with a lease that goes stale, never SUCCESS.
+A crash anywhere before 5 leaves RUNNING with a lease that goes stale, never SUCCESS; a reader
+never sees SUCCESS without the complete outputs and their manifest.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from typing import Any
 
 from marinbuild.run import events as ev
 from marinbuild.run.leases import LEASE_KEEPER, LOCAL_RUNNERS
-from marinbuild.store import fs, records
+from marinbuild.store import action_cache, fs, records
 from marinbuild.store import status as st
+from marinbuild.store.action_cache import ActionKey
 from marinbuild.store.lease import HEARTBEAT_INTERVAL, STALE_AFTER, LeaseLostError, lease_for
 
 # Outcomes of a job
@@ -59,8 +63,11 @@ class StepJob:
         bus: ev.EventBus,
         settings: LeaseSettings,
         cancel: threading.Event,
+        action: ActionKey | None = None,
     ):
         self.name = name
+        self.action = action
+        """The step's version identity, for its action-cache record (None: write the manifest only)."""
         self.output_path = output_path
         self.call = call
         self.info_text = info_text
@@ -70,6 +77,7 @@ class StepJob:
         self.cancel = cancel
         self.lease = lease_for(output_path, worker_id, settings.stale_after)
         self._lost: BaseException | None = None
+        self._token: threading.Event | None = None
 
     # -- phase 1-3: acquire ---------------------------------------------------------------
     def acquire(self) -> bool:
@@ -80,7 +88,7 @@ class StepJob:
             if self.cancel.is_set():
                 raise KeyboardInterrupt
             if self.lease.try_acquire():
-                LOCAL_RUNNERS.started(self.lease.path)
+                self._token = LOCAL_RUNNERS.started(self.lease.path)
                 try:
                     if st.read_status(self.output_path) == st.STATUS_SUCCESS:
                         self._release()
@@ -139,15 +147,29 @@ class StepJob:
 
     # -- phase 5: commit ------------------------------------------------------------------
     def commit(self, result: Any) -> None:
-        LEASE_KEEPER.remove(self.lease)
+        from marinbuild.store.manifest import build_manifest, write_manifest
+
         try:
-            if self._lost is not None:
-                raise LeaseLostError(f"{self.name}: lease lost while running; not marking it built") from self._lost
+            self._raise_if_lost()
+            if self.action is not None:
+                action_cache.check_before_commit(self.output_path, self.action)
+            manifest = build_manifest(self.output_path)  # may take a while: the lease keeper still renews
+            LEASE_KEEPER.remove(self.lease)
+            self._raise_if_lost()
             self.lease.refresh()  # raises if another runner took the lease over
+            write_manifest(self.output_path, manifest)
+            if self.action is not None:
+                action_cache.write_record(action_cache.new_record(self.output_path, self.action, manifest,
+                                                                  self.worker_id))
             records.write_artifact(self.output_path, result)
             st.write_status(self.output_path, st.STATUS_SUCCESS)
         finally:
+            LEASE_KEEPER.remove(self.lease)
             self._release()
+
+    def _raise_if_lost(self) -> None:
+        if self._lost is not None:
+            raise LeaseLostError(f"{self.name}: lease lost while running; not marking it built") from self._lost
 
     def run_here(self) -> str:
         """All phases in this thread; ``RAN`` or ``CACHED``."""
@@ -182,5 +204,7 @@ class StepJob:
         try:
             self.lease.release()
         finally:
-            LOCAL_RUNNERS.finished(self.lease.path)
+            if self._token is not None:
+                LOCAL_RUNNERS.finished(self.lease.path, self._token)
+                self._token = None
 

@@ -3,8 +3,8 @@
 A lease is the ``.executor_status.lock`` file beside a step's outputs, JSON
 ``{"worker_id", "timestamp"}`` as Marin writes it. Its holder refreshes the timestamp
 (heartbeat); a lease not refreshed for ``stale_after`` seconds may be taken over.
-``Lease`` is the interface; ``lease_for`` picks the implementation for a path (local files
-here; object stores with generation preconditions plug in beside it).
+``Lease`` is the interface; ``lease_for`` picks the implementation for a path (local files:
+``lease_local``; ``gs://``: ``lease_gcs``, by object generation preconditions).
 """
 
 from __future__ import annotations
@@ -96,7 +96,11 @@ def lease_for(output_path: str, worker_id: str, stale_after: float = STALE_AFTER
 
         return LocalFileLease(fs.local_path(output_path), worker_id, stale_after)
     protocol = output_path.split("://", 1)[0]
+    if protocol in ("gs", "gcs"):
+        from marinbuild.store.lease_gcs import GCSLease
+
+        return GCSLease(output_path, worker_id, stale_after)
     raise ValueError(
-        f"no lease implementation for {protocol}:// prefixes yet; use a local folder prefix "
-        f"(object-store leases come with the GCS action cache)"
+        f"no lease implementation for {protocol}:// prefixes; use a local folder or a gs:// prefix "
+        f"(leases need an atomic create-if-absent, which {protocol}:// does not offer here)"
     )

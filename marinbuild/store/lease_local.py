@@ -25,7 +25,7 @@ class LocalFileLease(Lease):
         while True:
             if create:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
-                f = open(self.path, "a+b")
+                f = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644), "r+b")
             else:
                 try:
                     f = open(self.path, "r+b")
@@ -49,10 +49,11 @@ class LocalFileLease(Lease):
         return f.read()
 
     def _write(self, f: IO[bytes], record: LeaseRecord) -> None:
+        data = encode_lease(record)
         f.seek(0)
-        f.truncate()
-        f.write(encode_lease(record))
+        f.write(data)
         f.flush()
+        f.truncate(len(data))  # overwrite then cut: cheaper than emptying first, same result under the lock
 
     def _try_create(self) -> bool | None:
         """Fast path: create the lease file if there is none. None if one already exists."""
@@ -64,10 +65,8 @@ class LocalFileLease(Lease):
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             return self._try_create()
         with os.fdopen(fd, "r+b") as f:
-            # Lock before writing, so a reader that opened the empty file waits for the content.
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            f.write(encode_lease(LeaseRecord(self.worker_id, time.time())))
-            f.flush()
+            self._write(f, LeaseRecord(self.worker_id, time.time()))
         return True
 
     def try_acquire(self) -> bool:
@@ -75,7 +74,13 @@ class LocalFileLease(Lease):
             return True
         with self._locked(create=True) as f:
             assert f is not None
-            current = parse_lease(self.path, self._read(f))
+            data = self._read(f)
+            if not data.strip():
+                # Empty: its creator is between creating and writing it (or died there long ago).
+                age = time.time() - os.fstat(f.fileno()).st_mtime
+                if age <= self.stale_after:
+                    return False
+            current = parse_lease(self.path, data)
             if current is not None and current.worker_id != self.worker_id and not current.is_stale(self.stale_after):
                 return False
             self._write(f, LeaseRecord(self.worker_id, time.time()))

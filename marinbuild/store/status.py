@@ -7,6 +7,7 @@ too. A file that is neither is an error naming the file, never a silent state.
 from __future__ import annotations
 
 import json
+import time
 
 from marinbuild.store import fs
 
@@ -58,9 +59,23 @@ def parse_status(path: str, data: bytes) -> str | None:
 
 
 def read_status(output_path: str) -> str | None:
+    """The step's status; None if it has none. A damaged file raises ``DamagedFileError``.
+
+    Statuses are overwritten in place (cheap on local disks), so a read racing a write can
+    see a torn word: a file that does not parse is read again twice before it counts as damaged.
+    """
     path = status_path(output_path)
-    data = fs.read_bytes(path)
-    return None if data is None else parse_status(path, data)
+    for attempt in range(3):
+        data = fs.read_bytes(path)
+        if data is None:
+            return None
+        try:
+            return parse_status(path, data)
+        except DamagedFileError:
+            if attempt == 2:
+                raise
+            time.sleep(0.01)
+    raise AssertionError("unreachable")
 
 
 def write_status(output_path: str, status: str) -> None:

@@ -1,0 +1,466 @@
+"""The ``cache`` commands as library functions: status, show, ls, gc; and ``clean``.
+
+Each returns data (dataclasses with ``to_dict``) and has a ``format_*`` text formatter.
+Nothing prints. A damaged status, info or lease file is reported as
+``"damaged: <message naming the file>"``, never raised and never counted as built.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marinbuild.cache import probe as pb
+from marinbuild.cache.store import Store, normalize
+from marinbuild.cache.text import format_age, format_size, short_json
+from marinbuild.core.labels import Label
+from marinbuild.store import fs
+from marinbuild.store import status as st
+from marinbuild.store.lease import STALE_AFTER
+from marinbuild.store.records import read_artifact, read_info
+from marinbuild.store.status import DamagedFileError
+
+STALE = "stale"
+INCOMPLETE = "incomplete"
+RUN_INFO_FOLDER = "experiments"
+"""``<prefix>/experiments`` holds the run info JSONs; gc never touches it."""
+
+
+# -- cache status ------------------------------------------------------------------------------
+
+
+@dataclass
+class StepState:
+    name: str
+    output_path: str
+    state: str
+    status: str | None = None
+    holder: str | None = None
+    age: float | None = None
+    """Seconds since the lease's last heartbeat (running/abandoned steps)."""
+    detail: str | None = None
+
+
+@dataclass
+class CacheRow:
+    """One target: its state (built/stale/missing/failed/running, or ``damaged: ...``) and output paths."""
+
+    label: str
+    state: str
+    output_paths: list[str]
+    steps: list[StepState] = field(default_factory=list)
+    holder: str | None = None
+    age: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cache_status(session: Any, labels: Iterable[str | Label]) -> list[CacheRow]:
+    """The cache state of each target: one status read per step, a lease read only for RUNNING ones.
+
+    A step not built at its current version is ``stale`` when another version of the same step
+    name exists under the prefix, else ``missing`` (an abandoned run counts as not built). A
+    target of several steps is damaged/failed/running if any step is (in that order), built
+    only if all are, else stale if any is, else missing.
+    """
+    prefix = session.settings.prefix
+    stale_after = pb.stale_after_of(session)
+    output_paths = session.executor.output_paths
+    steps_by_label = {label: list(dict.fromkeys(session.steps_of(label)))
+                      for label in pb.resolve_targets(session, labels)}
+    all_steps = list(dict.fromkeys(s for steps in steps_by_label.values() for s in steps))
+    probes = pb.probe_outputs([output_paths[s] for s in all_steps], stale_after)
+    state_of = {s: _step_state(s.name, probes[output_paths[s]], prefix) for s in all_steps}
+    return [_row(str(label), [state_of[s] for s in steps]) for label, steps in steps_by_label.items()]
+
+
+def _step_state(name: str, probe: pb.Probe, prefix: str) -> StepState:
+    state = StepState(name, probe.output_path, probe.state, probe.status)
+    if probe.lease is not None:
+        state.holder, state.age = probe.lease.worker_id, round(probe.lease_age or 0.0, 1)
+    if probe.state == pb.DAMAGED:
+        state.state = f"damaged: {probe.error}"
+    elif probe.state in (pb.MISSING, pb.ABANDONED):
+        if probe.state == pb.ABANDONED:
+            state.detail = "abandoned run (status RUNNING, lease stale or gone)"
+        state.state = STALE if pb.has_other_version(prefix, name, exclude=probe.output_path) else pb.MISSING
+    return state
+
+
+def _row(label: str, states: list[StepState]) -> CacheRow:
+    row = CacheRow(label, pb.MISSING, [s.output_path for s in states], states)
+    damaged = [s for s in states if s.state.startswith("damaged")]
+    running = [s for s in states if s.state == pb.RUNNING]
+    if damaged:
+        row.state = damaged[0].state
+    elif any(s.state == pb.FAILED for s in states):
+        row.state = pb.FAILED
+    elif running:
+        row.state, row.holder, row.age = pb.RUNNING, running[0].holder, running[0].age
+    elif states and all(s.state == pb.BUILT for s in states):
+        row.state = pb.BUILT
+    elif any(s.state == STALE for s in states):
+        row.state = STALE
+    return row
+
+
+def format_table(rows: list[CacheRow]) -> str:
+    """Aligned columns TARGET, STATE, OUTPUT (a target of several steps takes several lines)."""
+    table: list[tuple[str, str, str]] = [("TARGET", "STATE", "OUTPUT")]
+    for row in rows:
+        state = row.state
+        if row.state == pb.RUNNING:
+            state = f"running ({row.holder}, {format_age(row.age)})"
+        paths = row.output_paths or ["-"]
+        table.append((row.label, state, paths[0]))
+        if len(row.steps) > 1:
+            table[-1] = (row.label, state, "")
+            table.extend(("", f"  {s.state}", s.output_path) for s in row.steps)
+    return _columns(table)
+
+
+def status_as_dict(rows: list[CacheRow]) -> list[dict[str, Any]]:
+    return [row.to_dict() for row in rows]
+
+
+# -- cache show --------------------------------------------------------------------------------
+
+
+def cache_show(session_or_prefix: Any, target_or_path: str | Label) -> dict[str, Any]:
+    """Everything recorded about a target's outputs, or about one output path given directly.
+
+    ``session_or_prefix`` is a ``Session`` (labels such as ``//pkg:name`` are loaded and analysed
+    in it) or a prefix string (then ``target_or_path`` must be a path). A relative path is taken
+    under the prefix. Returns ``{"target": label or None, "outputs": [one dict per output]}``;
+    each output has ``output_path, name, exists, state, status, info, lease, artifact, size,
+    files, errors``.
+    """
+    if isinstance(session_or_prefix, str):
+        prefix, session = session_or_prefix, None
+    else:
+        session, prefix = session_or_prefix, session_or_prefix.settings.prefix
+    stale_after = pb.stale_after_of(session) if session is not None else STALE_AFTER
+    text = str(target_or_path)
+    if isinstance(target_or_path, Label) or text.startswith(("//", "@", ":")):
+        if session is None:
+            raise ValueError(f"{text} is a label: showing a target needs a session (or give an output path)")
+        (label,) = pb.resolve_targets(session, [target_or_path])
+        paths = list(dict.fromkeys(session.output_paths_of(label)))
+        return {"target": str(label), "outputs": [_show_output(p, prefix, stale_after) for p in paths]}
+    path = text if "://" in text or os.path.isabs(text) else fs.join(prefix, text)
+    return {"target": None, "outputs": [_show_output(path, prefix, stale_after)]}
+
+
+def _show_output(path: str, prefix: str, stale_after: float) -> dict[str, Any]:
+    store = Store(path)
+    errors: list[str] = []
+    out: dict[str, Any] = {"output_path": path, "name": pb.step_name_of(path, prefix), "exists": store.is_dir(path)}
+    probe = pb.probe_output(path, stale_after)
+    if probe.state == pb.DAMAGED:
+        errors.append(probe.error or "damaged")
+    out["status"] = probe.status
+    try:
+        info = read_info(path)
+    except DamagedFileError as exc:
+        info = None
+        errors.append(str(exc))
+    out["info"] = info
+    if isinstance(info, dict) and isinstance(info.get("name"), str):
+        out["name"] = info["name"]
+    lease: dict[str, Any] | None = None
+    try:
+        record = pb.read_lease(path, stale_after)
+        if record is not None:
+            live = not record.is_stale(stale_after)
+            lease = {"holder": record.worker_id, "age": round(record.age(), 1), "live": live}
+    except DamagedFileError as exc:
+        errors.append(str(exc))
+    out["lease"] = lease
+    try:
+        out["artifact"] = read_artifact(path)
+    except DamagedFileError as exc:
+        out["artifact"] = None
+        errors.append(str(exc))
+    size, files = store.usage(path) if out["exists"] else (0, 0)
+    out["size"], out["files"] = size, files
+    state = probe.state
+    if errors:
+        state = f"damaged: {errors[0]}"
+    elif state == pb.MISSING and out["exists"]:
+        state = INCOMPLETE
+    out["state"] = state
+    out["errors"] = errors
+    return out
+
+
+def format_show(shown: dict[str, Any]) -> str:
+    lines: list[str] = []
+    if shown.get("target"):
+        lines.append(str(shown["target"]))
+    for out in shown["outputs"]:
+        info = out.get("info") or {}
+        lines.append(f"{out['name']}  {out['output_path']}")
+        status = f" ({out['status']})" if out.get("status") else ""
+        lines.append(f"  state:     {out['state']}{status}")
+        if not out["exists"]:
+            lines.append("  folder:    does not exist")
+        else:
+            lines.append(f"  size:      {format_size(out['size'])} in {out['files']} file(s)")
+        config = info.get("config")
+        if isinstance(config, dict) and isinstance(config.get("label"), str):
+            lines.append(f"  target:    {config['label']}")
+        if info.get("fn_name"):
+            lines.append(f"  function:  {info['fn_name']}")
+        for dep in info.get("dependencies") or []:
+            lines.append(f"  depends on {dep}")
+        lease = out.get("lease")
+        if lease:
+            live = "live" if lease["live"] else "stale"
+            heartbeat = format_age(lease["age"])
+            lines.append(f"  lease:     {live}, held by {lease['holder']}, last heartbeat {heartbeat} ago")
+        if out.get("artifact") is not None:
+            lines.append(f"  artifact:  {short_json(out['artifact'], 200)}")
+        lines.extend(f"  error:     {e}" for e in out.get("errors") or [])
+    return "\n".join(lines) + "\n"
+
+
+# -- cache ls ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Entry:
+    """One step output found under a prefix."""
+
+    name: str
+    output_path: str
+    status: str | None
+    """The status word, None when there is no status file, or ``damaged: ...``."""
+    size: int
+    files: int
+    age: float | None
+    """Seconds since the status file was last written (None without one)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cache_ls(prefix: str) -> list[Entry]:
+    """Every step output folder under ``prefix`` (a folder holding ``.executor_info`` or
+    ``.executor_status``; the walk does not descend into one), with status, size and age."""
+    store = Store(prefix)
+    now = time.time()
+    entries: list[Entry] = []
+    for path in store.step_folders():
+        try:
+            status = st.read_status(path)
+        except DamagedFileError as exc:
+            status = f"damaged: {exc}"
+        mtime = store.mtime(st.status_path(path))
+        size, files = store.usage(path)
+        entries.append(Entry(pb.step_name_of(path, prefix), path, status, size, files,
+                             None if mtime is None else round(now - mtime, 1)))
+    entries.sort(key=lambda e: e.output_path)
+    return entries
+
+
+def format_ls(entries: list[Entry]) -> str:
+    table = [("STATUS", "SIZE", "AGE", "NAME", "OUTPUT")]
+    for e in entries:
+        table.append((e.status or "-", format_size(e.size), format_age(e.age) if e.age is not None else "-", e.name,
+                      e.output_path))
+    total = sum(e.size for e in entries)
+    return _columns(table) + f"{len(entries)} output(s), {format_size(total)}\n"
+
+
+def ls_as_dict(entries: list[Entry]) -> list[dict[str, Any]]:
+    return [e.to_dict() for e in entries]
+
+
+# -- cache gc ----------------------------------------------------------------------------------
+
+
+@dataclass
+class GcResult:
+    """What ``cache gc`` found and did. Nothing is deleted unless ``deleted`` lists it."""
+
+    prefix: str
+    kept: int
+    """How many outputs under the prefix the targets use."""
+    candidates: list[Entry] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    """``{"output_path", "reason"}`` for candidates left alone (live lease, damaged lease, ...)."""
+    deleted: list[str] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    dry_run: bool = True
+
+    @property
+    def candidate_bytes(self) -> int:
+        return sum(e.size for e in self.candidates)
+
+    @property
+    def freed_bytes(self) -> int:
+        gone = set(self.deleted)
+        return sum(e.size for e in self.candidates if e.output_path in gone)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["candidate_bytes"] = self.candidate_bytes
+        data["freed_bytes"] = self.freed_bytes
+        return data
+
+
+def cache_gc(session: Any, keep_labels: Iterable[str | Label], yes: bool = False) -> GcResult:
+    """Outputs under the prefix that no step of ``keep_labels`` (nor any step they depend on) uses.
+
+    Targets are loaded and analysed in ``session``; every step of every target in their closure,
+    and every step those depend on (pseudo-dependencies too), is kept. ``<prefix>/experiments``
+    is never a candidate. With ``yes`` False only lists the candidates; with ``yes`` True deletes
+    them, except a folder whose lease is live (or unreadable), which is reported as skipped.
+    """
+    prefix = session.settings.prefix
+    stale_after = pb.stale_after_of(session)
+    keep = {normalize(p) for p in needed_output_paths(session, keep_labels)}
+    run_info = normalize(fs.join(prefix, RUN_INFO_FOLDER))
+    entries = cache_ls(prefix)
+    result = GcResult(prefix=prefix, kept=0, dry_run=not yes)
+    store = Store(prefix)
+    for entry in entries:
+        path = normalize(entry.output_path)
+        if path in keep:
+            result.kept += 1
+            continue
+        if path == run_info or path.startswith(run_info + "/"):
+            continue
+        result.candidates.append(entry)
+        reason = _gc_blocker(entry.output_path, path, keep, stale_after)
+        if reason is not None:
+            result.skipped.append({"output_path": entry.output_path, "reason": reason})
+            continue
+        if yes:
+            try:
+                store.rmtree(entry.output_path)
+            except OSError as exc:
+                result.errors.append({"output_path": entry.output_path, "error": f"{type(exc).__name__}: {exc}"})
+            else:
+                result.deleted.append(entry.output_path)
+    return result
+
+
+def _gc_blocker(output_path: str, normalized: str, keep: set[str], stale_after: float) -> str | None:
+    """Why a candidate must not be deleted, or None."""
+    try:
+        record = pb.read_lease(output_path, stale_after)
+    except DamagedFileError as exc:
+        return f"damaged: {exc}"
+    if record is not None and not record.is_stale(stale_after):
+        return f"live lease held by {record.worker_id} (last heartbeat {format_age(record.age())} ago)"
+    if any(k.startswith(normalized + "/") for k in keep):
+        return "contains an output the targets use"
+    return None
+
+
+def needed_output_paths(session: Any, labels: Iterable[str | Label]) -> set[str]:
+    """Output paths of every step of ``labels``' analysis closure and of every step those depend on."""
+    roots = pb.resolve_targets(session, labels)
+    executor = session.executor
+    table = executor._table
+    todo = []
+    for label in session.loaded.closure(roots):
+        for step in session.analysis.steps_of.get(label, []):
+            executor.compute_version(step)
+            todo.append(executor.canonicalize(step))
+    seen: set[Any] = set()
+    while todo:
+        step = todo.pop()
+        if step in seen:
+            continue
+        seen.add(step)
+        todo.extend(table.dependencies[step])
+        todo.extend(table.pseudo_dependencies[step])
+    return {executor.output_paths[s] for s in seen}
+
+
+def format_gc(result: GcResult) -> str:
+    lines: list[str] = []
+    skipped = {s["output_path"]: s["reason"] for s in result.skipped}
+    deleted = set(result.deleted)
+    errors = {e["output_path"]: e["error"] for e in result.errors}
+    for e in result.candidates:
+        if e.output_path in skipped:
+            mark = f"skipped ({skipped[e.output_path]})"
+        elif e.output_path in errors:
+            mark = f"error: {errors[e.output_path]}"
+        elif e.output_path in deleted:
+            mark = "deleted"
+        else:
+            mark = "would delete"
+        lines.append(f"{format_size(e.size):>10}  {e.output_path}  {mark}")
+    n = len(result.candidates)
+    if result.dry_run:
+        lines.append(f"{n} unused output(s), {format_size(result.candidate_bytes)}; {result.kept} kept. "
+                     f"Nothing deleted (confirm with --yes).")
+    else:
+        lines.append(f"deleted {len(result.deleted)} of {n} unused output(s), freed {format_size(result.freed_bytes)}; "
+                     f"{result.kept} kept, {len(result.skipped)} skipped.")
+    return "\n".join(lines) + "\n"
+
+
+# -- clean -------------------------------------------------------------------------------------
+
+
+@dataclass
+class CleanResult:
+    path: str
+    removed: bool
+    size: int = 0
+    files: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def clean(workspace: Any, outputs_of: Iterable[str] | None = None, yes: bool = False) -> CleanResult:
+    """Remove the workspace's ``.marinbuild/`` folder, and nothing else.
+
+    That folder (``<workspace root>/.marinbuild``) holds only caches the loader can recompute:
+    ``compiled/`` (compiled BUILD files) and ``stat_cache.json`` (source file digests by stat).
+    Build outputs under the prefix, leases, statuses and run infos are never touched: to
+    delete outputs use ``cache_gc``. ``workspace`` is a ``Workspace`` (or its root folder).
+    ``outputs_of`` must be None: asking ``clean`` to remove outputs raises ``ValueError``
+    naming ``cache gc`` instead. ``yes`` is accepted for symmetry with ``cache gc``; the cache
+    folder is removed without it, since nothing in it is lost by removing it.
+    """
+    if outputs_of is not None and list(outputs_of):
+        raise ValueError("clean never removes build outputs; use `marinbuild cache gc TARGETS --yes` "
+                         "to delete the outputs the given targets do not use")
+    root = Path(getattr(workspace, "root", workspace))
+    folder = root / ".marinbuild"
+    if not folder.is_dir():
+        return CleanResult(str(folder), False)
+    size, files = Store(str(folder)).usage(str(folder))
+    shutil.rmtree(folder)
+    return CleanResult(str(folder), True, size, files)
+
+
+def format_clean(result: CleanResult) -> str:
+    if not result.removed:
+        return f"nothing to clean: {result.path} does not exist\n"
+    return f"removed {result.path} ({format_size(result.size)} in {result.files} file(s)); outputs are untouched\n"
+
+
+# -- text helpers ------------------------------------------------------------------------------
+
+
+def _columns(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for r in rows:
+        cells = [c.ljust(w) for c, w in zip(r, widths, strict=True)]
+        out.append("  ".join(cells).rstrip())
+    return "\n".join(out) + "\n"

@@ -1,0 +1,82 @@
+"""A step's call: its function, its resolved config, and what it asks the backend for.
+
+The executor gives every ``StepJob`` one of these as ``call``. Calling it runs the step in
+this process (the local backend); the Ray backend reads ``target``, ``config`` and
+``request()`` to run the same function as a Ray task. Wrappers are looked through:
+
+- Marin's ``remote(fn, resources=..., pip_dependency_groups=..., env_vars=...)``
+  (``RemoteCallable``, ours or Marin's) carries resources, extras and env vars;
+- a ``@ray.remote`` function carries Ray options of its own; run locally, its plain
+  Python function is called.
+``ExecutorStep.resources`` wins over a wrapper's; extras of both are used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from marinbuild.resources import Resources, normalize
+
+
+def is_ray_remote_function(fn: Any) -> bool:
+    """``fn`` is a ``@ray.remote`` function (told without importing ray)."""
+    return type(fn).__module__ == "ray.remote_function" and hasattr(fn, "_function")
+
+
+def _is_remote_wrapper(fn: Any) -> bool:
+    """Marin's (or our) ``RemoteCallable``: a function plus resources, extras and env vars."""
+    return callable(getattr(fn, "fn", None)) and hasattr(fn, "resources") and hasattr(fn, "pip_dependency_groups")
+
+
+@dataclass(frozen=True)
+class StepCall:
+    fn: Any
+    config: Any
+    resources: Any = None
+    """``ExecutorStep.resources``."""
+    pip_dependency_groups: list[str] | None = None
+    """``ExecutorStep.pip_dependency_groups``."""
+
+    @property
+    def wrapped(self) -> Any:
+        """The function without a ``RemoteCallable`` around it (may still be a ``@ray.remote`` function)."""
+        fn = self.fn
+        while _is_remote_wrapper(fn):
+            fn = fn.fn
+        return fn
+
+    @property
+    def target(self) -> Any:
+        """The plain Python function to call."""
+        fn = self.wrapped
+        return fn._function if is_ray_remote_function(fn) else fn
+
+    def __call__(self) -> Any:
+        return self.target(self.config)
+
+    def request(self) -> tuple[Resources | None, list[str], dict[str, str]]:
+        """(resources, pip dependency groups, env vars) this step asks for."""
+        resources = self.resources
+        groups = list(self.pip_dependency_groups or [])
+        env: dict[str, str] = {}
+        fn = self.fn
+        while _is_remote_wrapper(fn):
+            if resources is None:
+                resources = fn.resources
+            groups.extend(g for g in fn.pip_dependency_groups or [] if g not in groups)
+            env = {**dict(getattr(fn, "env_vars", None) or {}), **env}
+            fn = fn.fn
+        if resources is None and is_ray_remote_function(fn):
+            resources = _ray_default_options(fn)
+        return normalize(resources), groups, env
+
+
+def _ray_default_options(fn: Any) -> Resources | None:
+    """What a ``@ray.remote(num_gpus=..., resources=...)`` function asks for, as ``Resources``."""
+    options = getattr(fn, "_default_options", None) or {}
+    custom = dict(options.get("resources") or {})
+    if not custom and options.get("num_gpus") is None and options.get("num_cpus") is None:
+        return None
+    return Resources(cpu=options.get("num_cpus"), gpu=options.get("num_gpus"), memory=options.get("memory"),
+                     custom=custom)

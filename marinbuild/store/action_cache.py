@@ -1,0 +1,184 @@
+"""Action-cache records: which version string an output path holds, by its full sha256.
+
+An output path is ``<prefix>/<name>-<6 hex of md5(version string)>``: 24 bits, so two different
+version strings of one step name can collide on a path. Each committed step leaves a record
+``<output>/.marinbuild_action.<sha256 of its version string>.json`` (beside Marin's files, never
+changing them) with the version digest, the step name and its output manifest's digest. The
+record's *name* carries the digest, so a listing of status and record names says which versions
+are at which paths without reading any record.
+
+A path that is built (SUCCESS) and holds records only of *other* digests is a collision: the plan
+raises ``ActionCacheCollisionError`` instead of silently using another version's outputs. With
+``override_output_path`` the path is chosen by hand and different versions may legitimately share
+it (Marin's behaviour): that is logged, not fatal. A path with no record at all was built by Marin
+(or an older marinbuild) and is used as built, as Marin would.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from marinbuild.store import fs
+from marinbuild.store.status import DamagedFileError
+
+logger = logging.getLogger("marinbuild")
+
+RECORD_PREFIX = ".marinbuild_action."
+RECORD_SUFFIX = ".json"
+FORMAT = "marinbuild-action/1"
+
+
+class ActionCacheCollisionError(Exception):
+    """Two different version strings map to one output path (a 6-hex path-hash collision)."""
+
+
+def version_digest(version_str: str) -> str:
+    """The full-strength key of a version string: its sha256, hex."""
+    return hashlib.sha256(version_str.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ActionKey:
+    """What a step's commit and the plan need to know about its identity."""
+
+    digest: str
+    name: str
+    overridden: bool = False
+    """The output path was set by hand (``override_output_path``), not derived from the version."""
+
+    @classmethod
+    def of(cls, version_str: str, name: str, overridden: bool = False) -> ActionKey:
+        return cls(version_digest(version_str), name, overridden)
+
+
+@dataclass(frozen=True)
+class ActionRecord:
+    version_sha256: str
+    name: str
+    output_path: str
+    manifest_digest: str | None
+    files: int
+    total_bytes: int
+    worker_id: str
+    created: float
+    format: str = FORMAT
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), indent=1).encode()
+
+
+def record_name(digest: str) -> str:
+    return f"{RECORD_PREFIX}{digest}{RECORD_SUFFIX}"
+
+
+def record_path(output_path: str, digest: str) -> str:
+    return fs.join(output_path, record_name(digest))
+
+
+def digest_of_name(name: str) -> str | None:
+    """The digest in a record's file name, None if ``name`` is not a record."""
+    if name.startswith(RECORD_PREFIX) and name.endswith(RECORD_SUFFIX):
+        digest = name[len(RECORD_PREFIX):-len(RECORD_SUFFIX)]
+        if len(digest) == 64:
+            return digest
+    return None
+
+
+def digests_at(output_path: str) -> frozenset[str]:
+    """The version digests recorded at ``output_path`` (one listing)."""
+    if fs.is_local(output_path):
+        pattern = os.path.join(glob.escape(fs.local_path(output_path)), glob.escape(RECORD_PREFIX) + "*")
+        names = (os.path.basename(p) for p in glob.glob(pattern))
+    else:
+        from marinbuild.store import gcs
+
+        if not output_path.startswith(("gs://", "gcs://")):
+            return frozenset()
+        bucket, key = gcs.split(output_path)
+        items = gcs.run(gcs.list_objects, gcs.filesystem(), bucket, f"{key}/{RECORD_PREFIX}")
+        names = (item["name"].rsplit("/", 1)[-1] for item in items)
+    return frozenset(d for d in (digest_of_name(n) for n in names) if d is not None)
+
+
+def read_record(output_path: str, digest: str) -> ActionRecord | None:
+    path = record_path(output_path, digest)
+    data = fs.read_bytes(path)
+    if data is None:
+        return None
+    try:
+        obj = json.loads(data)
+        return ActionRecord(**{k: obj[k] for k in ActionRecord.__dataclass_fields__ if k in obj})
+    except (ValueError, TypeError, KeyError):
+        raise DamagedFileError(path, "action-cache record is not the JSON marinbuild writes") from None
+
+
+def write_record(record: ActionRecord) -> None:
+    fs.write_atomic(record_path(record.output_path, record.version_sha256), record.encode())
+
+
+def remove_record(output_path: str, digest: str) -> None:
+    fs.remove(record_path(output_path, digest))
+
+
+def new_record(output_path: str, key: ActionKey, manifest: Any, worker_id: str) -> ActionRecord:
+    return ActionRecord(
+        version_sha256=key.digest,
+        name=key.name,
+        output_path=output_path,
+        manifest_digest=manifest.digest() if manifest is not None else None,
+        files=len(manifest.files) if manifest is not None else 0,
+        total_bytes=manifest.total_bytes if manifest is not None else 0,
+        worker_id=worker_id,
+        created=time.time(),
+    )
+
+
+def _collision(output_path: str, key_digest: str, name: str, others: Iterable[str]) -> ActionCacheCollisionError:
+    theirs = ", ".join(sorted(d[:16] for d in others))
+    return ActionCacheCollisionError(
+        f"output path collision at {output_path}: step {name} has version sha256 {key_digest[:16]}..., but the "
+        f"path holds outputs of a different version string (sha256 {theirs}...). Two versions hash to the same "
+        f"6-hex path; rename the step or set override_output_path to separate them"
+    )
+
+
+def check_before_commit(output_path: str, key: ActionKey) -> None:
+    """Before recording ``key`` at ``output_path``: fail on a collision; drop stale records of an overridden path."""
+    others = digests_at(output_path) - {key.digest}
+    if not others:
+        return
+    if not key.overridden:
+        raise _collision(output_path, key.digest, key.name, others)
+    for digest in others:
+        logger.warning("%s: replacing the record of another version (sha256 %s...) at the overridden path %s",
+                       key.name, digest[:16], output_path)
+        remove_record(output_path, digest)
+
+
+def check_built(built: Iterable[tuple[str, ActionKey]], known: Mapping[str, frozenset[str]] | None = None) -> None:
+    """For steps whose status is SUCCESS: raise ``ActionCacheCollisionError`` if a path holds another version.
+
+    ``known`` maps output paths to the digests a batched listing already found there; other paths
+    are checked here (locally: one ``stat``, and a directory scan only when our record is absent).
+    """
+    for output_path, key in built:
+        digests = known.get(output_path) if known is not None else None
+        if digests is None:
+            if fs.is_local(output_path) and os.path.exists(fs.local_path(record_path(output_path, key.digest))):
+                continue
+            digests = digests_at(output_path)
+        if not digests or key.digest in digests:
+            continue  # ours, or built by Marin (no records): used as built
+        if key.overridden:
+            logger.warning("%s: %s was built from a different version (override_output_path); using it as built",
+                           key.name, output_path)
+            continue
+        raise _collision(output_path, key.digest, key.name, digests)

@@ -1,0 +1,285 @@
+"""Google Cloud Storage through gcsfs: one filesystem per endpoint, our retry policy, generation preconditions.
+
+Every request marinbuild makes to GCS (and every request gcsfs makes on its behalf: ``cat``,
+``pipe``, ``ls``, ``info``, ...) goes through ``RetryingGCSFileSystem._request``, which retries
+transient failures (HTTP 408/429/5xx, connection resets, timeouts) with jittered exponential
+backoff from 50 ms to 2 s, and never retries a precondition failure (412), a 404 or another 4xx.
+gcsfs's own retry loop (1 s, 2 s, 4 s, ... sleeps) is bypassed.
+
+A retried *conditional* write is ambiguous: the first attempt may have landed before its
+response was lost, so the retry fails its precondition against our own write.
+``write_if_generation`` and ``delete_if_generation`` resolve that by re-reading the object.
+
+``gcsfs`` is imported here only: ``import marinbuild`` and the CLI start never load it. Against
+an emulator (``STORAGE_EMULATOR_HOST``), requests are anonymous and gcsfs's zonal-bucket probe is
+turned off (``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``), which otherwise stalls 60 s per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+import gcsfs  # noqa: E402  (after the environment switch above)
+import gcsfs.retry  # noqa: E402
+from fsspec.asyn import sync  # noqa: E402
+
+T = TypeVar("T")
+
+RETRY_ATTEMPTS = 10
+RETRY_INITIAL = 0.05
+RETRY_MAX = 2.0
+REQUEST_TIMEOUT = 120.0
+"""Seconds for one HTTP request (marinbuild's own requests are small: statuses, leases, records)."""
+
+_RAW_REQUEST = gcsfs.GCSFileSystem._request.__wrapped__  # one attempt, without gcsfs's retry decorator
+
+
+class PreconditionFailed(FileExistsError):
+    """An ``ifGenerationMatch`` precondition failed: the object is not at the generation we expected."""
+
+
+class RequestCounter:
+    """How many HTTP requests (attempts, retries included) this process sent to GCS."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def add(self) -> None:
+        with self._lock:
+            self.count += 1
+
+    def reset(self) -> int:
+        with self._lock:
+            n, self.count = self.count, 0
+        return n
+
+
+REQUESTS = RequestCounter()
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure worth retrying: 408/429/5xx, a reset or refused connection, a timeout. Never 404 or 412."""
+    if isinstance(exc, FileNotFoundError | FileExistsError | PermissionError):
+        return False
+    if isinstance(exc, TimeoutError | ConnectionError | asyncio.TimeoutError):
+        return True
+    return bool(gcsfs.retry.is_retriable(exc))
+
+
+async def _backoff(attempt: int) -> None:
+    delay = min(RETRY_MAX, RETRY_INITIAL * (2**attempt))
+    await asyncio.sleep(delay * (0.5 + random.random()))
+
+
+class RetryingGCSFileSystem(gcsfs.GCSFileSystem):
+    """gcsfs with marinbuild's retry policy and request counting (see the module docstring)."""
+
+    async def _request(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        for attempt in range(RETRY_ATTEMPTS):
+            REQUESTS.add()
+            try:
+                return await _RAW_REQUEST(self, method, path, *args, **kwargs)
+            except Exception as exc:
+                if attempt == RETRY_ATTEMPTS - 1 or not is_transient(exc):
+                    raise
+            await _backoff(attempt)
+        raise AssertionError("unreachable")
+
+    async def _request_once(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        REQUESTS.add()
+        return await _RAW_REQUEST(self, method, path, *args, **kwargs)
+
+
+def endpoint() -> str | None:
+    """The emulator endpoint, if ``STORAGE_EMULATOR_HOST`` names one."""
+    host = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    if host in ("", "default"):
+        return None
+    return host if host.startswith(("http://", "https://")) else "http://" + host
+
+
+def filesystem() -> RetryingGCSFileSystem:
+    """The process's GCS filesystem for the current endpoint (fsspec caches one instance per endpoint and pid)."""
+    url = endpoint()
+    return RetryingGCSFileSystem(
+        endpoint_url=url,
+        token="anon" if url else None,
+        requests_timeout=REQUEST_TIMEOUT,
+        use_listings_cache=False,  # other runners change the store: never answer from a stale listing
+    )
+
+
+def split(path: str) -> tuple[str, str]:
+    """``gs://bucket/a/b`` -> (``bucket``, ``a/b``)."""
+    rest = path.split("://", 1)[1] if "://" in path else path
+    bucket, _, key = rest.partition("/")
+    return bucket, key.rstrip("/")
+
+
+def run(coro_fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, fs: Any = None, **kwargs: Any) -> T:
+    """Run an async function on the filesystem's event loop from synchronous code."""
+    fs = fs or filesystem()
+    return sync(fs.loop, coro_fn, *args, **kwargs)
+
+
+async def gather_limited(coros: list[Awaitable[T]], limit: int = 64) -> list[T]:
+    """``asyncio.gather`` with at most ``limit`` coroutines in flight."""
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(c: Awaitable[T]) -> T:
+        async with semaphore:
+            return await c
+
+    return list(await asyncio.gather(*(one(c) for c in coros)))
+
+
+# -- objects with generations ------------------------------------------------------------------
+
+
+async def _read_with_generation(fs: RetryingGCSFileSystem, path: str) -> tuple[bytes, int] | None:
+    bucket, key = split(path)
+    try:
+        headers, data = await fs._call("GET", "b/{}/o/{}", bucket, key, alt="media")
+    except FileNotFoundError:
+        return None
+    generation = headers.get("X-Goog-Generation") or headers.get("x-goog-generation")
+    if generation is None:  # not seen on GCS or fake-gcs-server; ask for the metadata instead
+        meta = await fs._call("GET", "b/{}/o/{}", bucket, key, json_out=True)
+        generation = meta["generation"]
+    return data, int(generation)
+
+
+def read_with_generation(path: str) -> tuple[bytes, int] | None:
+    """The object's content and generation in one request; None if it does not exist."""
+    fs = filesystem()
+    return run(_read_with_generation, fs, path, fs=fs)
+
+
+def _multipart_body(key: str, data: bytes) -> tuple[bytes, dict[str, str]]:
+    boundary = "marinbuild-boundary-7f3a9c"
+    meta = json.dumps({"name": key})
+    body = (
+        f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{meta}\r\n"
+        f"--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n"
+    ).encode() + data + f"\r\n--{boundary}--".encode()
+    return body, {"Content-Type": f'multipart/related; boundary="{boundary}"'}
+
+
+async def _write_if_generation(fs: RetryingGCSFileSystem, path: str, data: bytes, generation: int) -> int:
+    bucket, key = split(path)
+    body, headers = _multipart_body(key, data)
+    url = f"{fs._location}/upload/storage/v1/b/{bucket}/o"
+    ambiguous = False
+    for attempt in range(RETRY_ATTEMPTS):
+        try:
+            _, _, _, content = await fs._request_once(
+                "POST", url, uploadType="multipart", ifGenerationMatch=str(generation), headers=headers, data=body
+            )
+            return int(json.loads(content)["generation"])
+        except FileExistsError:
+            if ambiguous:
+                current = await _read_with_generation(fs, path)
+                if current is not None and current[0] == data:
+                    return current[1]  # an earlier attempt landed; its response was lost
+            raise PreconditionFailed(f"{path}: not at generation {generation}") from None
+        except Exception as exc:
+            if attempt == RETRY_ATTEMPTS - 1 or not is_transient(exc):
+                raise
+            ambiguous = True
+        await _backoff(attempt)
+    raise AssertionError("unreachable")
+
+
+def write_if_generation(path: str, data: bytes, generation: int) -> int:
+    """Write ``data`` only if the object is at ``generation`` (0: only if it does not exist).
+
+    Returns the new generation; raises ``PreconditionFailed`` if another writer got there first.
+    The content must be unique to this writer (a lease with its timestamp is), so that a retry
+    that fails its precondition against our own earlier attempt is recognised as a success.
+    """
+    fs = filesystem()
+    return run(_write_if_generation, fs, path, data, generation, fs=fs)
+
+
+async def _delete_if_generation(fs: RetryingGCSFileSystem, path: str, generation: int) -> bool:
+    bucket, key = split(path)
+    ambiguous = False
+    for attempt in range(RETRY_ATTEMPTS):
+        try:
+            await fs._request_once("DELETE", "b/{}/o/{}", bucket, key, ifGenerationMatch=str(generation))
+            return True
+        except FileNotFoundError:
+            return ambiguous  # gone: deleted by our earlier attempt, or by someone else
+        except FileExistsError:
+            return False
+        except Exception as exc:
+            if attempt == RETRY_ATTEMPTS - 1 or not is_transient(exc):
+                raise
+            ambiguous = True
+        await _backoff(attempt)
+    raise AssertionError("unreachable")
+
+
+def delete_if_generation(path: str, generation: int) -> bool:
+    """Delete the object only if it is still at ``generation``; True if we deleted it.
+
+    Real GCS enforces the precondition; fake-gcs-server ignores it on deletes, so callers
+    re-read before deleting to keep the window small there too.
+    """
+    fs = filesystem()
+    return run(_delete_if_generation, fs, path, generation, fs=fs)
+
+
+# -- listings -----------------------------------------------------------------------------------
+
+LIST_FIELDS = "items(name,size,generation,md5Hash,crc32c),nextPageToken"
+_GLOB_SUPPORTED = [True]
+
+
+async def list_objects(
+    fs: RetryingGCSFileSystem,
+    bucket: str,
+    prefix: str,
+    *,
+    start: str | None = None,
+    end: str | None = None,
+    glob: str | None = None,
+    page_size: int = 1000,
+) -> list[dict[str, Any]]:
+    """Every object under ``prefix`` (in ``[start, end)`` when given), following pages.
+
+    ``glob`` (GCS ``matchGlob``) narrows the listing on the server; callers must still filter,
+    since emulators ignore it. A server that rejects it is asked again without it.
+    """
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        params: dict[str, Any] = {"prefix": prefix, "maxResults": page_size, "fields": LIST_FIELDS}
+        if start:
+            params["startOffset"] = start
+        if end:
+            params["endOffset"] = end
+        if glob and _GLOB_SUPPORTED[0]:
+            params["matchGlob"] = glob
+        if token:
+            params["pageToken"] = token
+        try:
+            page = await fs._call("GET", "b/{}/o", bucket, json_out=True, **params)
+        except ValueError:
+            if "matchGlob" not in params:
+                raise
+            _GLOB_SUPPORTED[0] = False
+            continue
+        items.extend(page.get("items", []))
+        token = page.get("nextPageToken")
+        if not token:
+            return items

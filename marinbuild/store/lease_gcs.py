@@ -1,0 +1,111 @@
+"""Leases on GCS by object generation: the same protocol as the local lease, without flock.
+
+The lease is the object ``<output>/.executor_status.lock`` holding Marin's JSON
+``{"worker_id", "timestamp"}``. Every change is a compare-and-swap on the object's generation:
+
+- acquire: create it with ``ifGenerationMatch=0``; if it exists, read it (content and generation
+  in one request) and, when it is stale or empty, overwrite it with ``ifGenerationMatch=<read>``.
+  Of several runners racing for a free or stale lease exactly one write succeeds.
+- heartbeat: overwrite with ``ifGenerationMatch=<our last write>``: one request, and it fails if
+  anyone else wrote or deleted the lease since, which is how a runner learns it lost the lease.
+- release: delete with ``ifGenerationMatch=<our last write>``: never someone else's lease.
+
+Timestamps are the writers' clocks, as in Marin's lease. Differences from Marin's ``GcsLease``:
+the heartbeat needs no read, release is conditional (Marin reads, then deletes unconditionally),
+and a retried write whose first attempt landed is recognised instead of reported as a lost race.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from marinbuild.store import gcs
+from marinbuild.store.lease import Lease, LeaseLostError, LeaseRecord, encode_lease, parse_lease
+from marinbuild.store.status import DamagedFileError
+
+
+class GCSLease(Lease):
+    def __init__(self, output_path: str, worker_id: str, stale_after: float):
+        super().__init__(output_path, worker_id, stale_after)
+        self._generation: int | None = None
+        """The generation of our last write of the lease, while we hold it."""
+        self._lock = threading.Lock()
+        """The lease keeper and the committing thread may refresh at once: one CAS at a time."""
+
+    def _read(self) -> tuple[LeaseRecord | None, int]:
+        """The lease record (None if absent or empty) and its generation (0 if absent)."""
+        got = gcs.read_with_generation(self.path)
+        if got is None:
+            return None, 0
+        data, generation = got
+        return parse_lease(self.path, data), generation
+
+    def _write(self, if_generation: int) -> int:
+        return gcs.write_if_generation(self.path, encode_lease(LeaseRecord(self.worker_id, time.time())), if_generation)
+
+    def try_acquire(self) -> bool:
+        for _ in range(8):
+            try:
+                self._generation = self._write(0)
+                return True
+            except gcs.PreconditionFailed:
+                pass
+            current, generation = self._read()
+            if generation == 0:
+                continue  # released between our create and our read: try creating again
+            if current is not None and current.worker_id != self.worker_id and not current.is_stale(self.stale_after):
+                return False
+            try:
+                self._generation = self._write(generation)
+                return True
+            except gcs.PreconditionFailed:
+                return False  # another runner took the free or stale lease first
+        return False
+
+    def refresh(self) -> None:
+        with self._lock:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        if self._generation is None:
+            current, generation = self._read()
+            if current is None or current.worker_id != self.worker_id:
+                raise LeaseLostError(f"lease {self.path} is held by {current.worker_id if current else 'nobody'}, "
+                                     f"not {self.worker_id}")
+            self._generation = generation
+        try:
+            self._generation = self._write(self._generation)
+        except gcs.PreconditionFailed:
+            self._generation = None
+            raise LeaseLostError(f"lease {self.path} changed under {self.worker_id}: {self._describe()}") from None
+
+    def _describe(self) -> str:
+        try:
+            current, _ = self._read()
+        except DamagedFileError as exc:
+            return f"overwritten with unreadable content ({exc})"
+        if current is None:
+            return "it was deleted (another runner took it over and finished)"
+        return f"now held by {current.worker_id}"
+
+    def release(self) -> None:
+        with self._lock:
+            self._release()
+
+    def _release(self) -> None:
+        generation = self._generation
+        self._generation = None
+        try:
+            if generation is None or gcs.endpoint() is not None:
+                # Without our generation, or on an emulator that ignores delete preconditions: check first.
+                current, now = self._read()
+                if current is None or current.worker_id != self.worker_id or (generation and now != generation):
+                    return
+                generation = now
+            gcs.delete_if_generation(self.path, generation)
+        except DamagedFileError:
+            return  # not ours to delete
+
+    def holder(self) -> LeaseRecord | None:
+        return self._read()[0]

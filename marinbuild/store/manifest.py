@@ -1,0 +1,223 @@
+"""Output manifests: every file a step wrote, with its size and xxh3-128 digest.
+
+Written at commit after the outputs and before the status (``.marinbuild_manifest.json`` beside
+Marin's files), so a SUCCESS always comes with a description of the outputs it vouches for, and
+``marinbuild cache verify`` can tell later whether any of them was modified, truncated or deleted.
+
+Files are hashed by streaming (1 MiB reads) with xxh3-128. On GCS each object also carries the
+server's crc32c; an output tree larger than ``MARINBUILD_MANIFEST_HASH_GB`` (default 1 GB) is not
+downloaded just to hash it: files beyond that budget are recorded with size and crc32c only (GCS
+recomputes crc32c on every write, so any change still shows). Marin's own files, marinbuild's
+records and temporary files are not outputs and are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import xxhash
+
+from marinbuild.store import fs
+from marinbuild.store.status import DamagedFileError
+
+MANIFEST_FILE = ".marinbuild_manifest.json"
+FORMAT = "marinbuild-manifest/1"
+NOT_OUTPUTS = frozenset({".executor_info", ".executor_status", ".executor_status.lock", ".artifact.json"})
+CHUNK = 1 << 20
+
+
+def is_output(name: str) -> bool:
+    """Whether a file of this (base) name counts as a step output."""
+    return name not in NOT_OUTPUTS and not name.startswith((".marinbuild", ".tmp-"))
+
+
+def hash_budget_bytes() -> int:
+    return int(float(os.environ.get("MARINBUILD_MANIFEST_HASH_GB", "1")) * (1 << 30))
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    """Relative to the output folder, with ``/`` separators."""
+    size: int
+    xxh3_128: str | None
+    crc32c: str | None = None
+    """The server's crc32c (GCS only); the check for files too large to hash."""
+
+
+@dataclass
+class Manifest:
+    files: list[FileEntry] = field(default_factory=list)
+    created: float = 0.0
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def digest(self) -> str:
+        """xxh3-128 of the sorted file list: one value that names the whole output tree."""
+        h = xxhash.xxh3_128()
+        for f in sorted(self.files, key=lambda e: e.path):
+            h.update(f"{f.path}\0{f.size}\0{f.xxh3_128 or ''}\0{f.crc32c or ''}\n".encode())
+        return h.hexdigest()
+
+    def encode(self) -> bytes:
+        files = []
+        for f in sorted(self.files, key=lambda e: e.path):
+            entry: dict[str, Any] = {"path": f.path, "size": f.size, "xxh3_128": f.xxh3_128}
+            if f.crc32c is not None:
+                entry["crc32c"] = f.crc32c
+            files.append(entry)
+        return json.dumps({"format": FORMAT, "created": self.created, "digest": self.digest(),
+                           "total_bytes": self.total_bytes, "files": files}, indent=1).encode()
+
+    @classmethod
+    def decode(cls, path: str, data: bytes) -> Manifest:
+        try:
+            obj = json.loads(data)
+            if obj.get("format") != FORMAT:
+                raise ValueError(obj.get("format"))
+            files = [FileEntry(str(f["path"]), int(f["size"]), f.get("xxh3_128"), f.get("crc32c"))
+                     for f in obj["files"]]
+            manifest = cls(files, float(obj.get("created", 0.0)))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise DamagedFileError(path, f"manifest is not {FORMAT} JSON") from None
+        if obj.get("digest") != manifest.digest():
+            raise DamagedFileError(path, "manifest digest does not match its file list (the manifest was edited)")
+        return manifest
+
+
+def manifest_path(output_path: str) -> str:
+    return fs.join(output_path, MANIFEST_FILE)
+
+
+def read_manifest(output_path: str) -> Manifest | None:
+    path = manifest_path(output_path)
+    data = fs.read_bytes(path)
+    return None if data is None else Manifest.decode(path, data)
+
+
+def write_manifest(output_path: str, manifest: Manifest) -> None:
+    fs.write_atomic(manifest_path(output_path), manifest.encode())
+
+
+# -- listing and hashing ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stat:
+    size: int
+    crc32c: str | None = None
+
+
+def list_outputs(output_path: str) -> dict[str, Stat]:
+    """Every output file under ``output_path`` (relative path -> size), without reading contents."""
+    if fs.is_local(output_path):
+        root = fs.local_path(output_path)
+        found: dict[str, Stat] = {}
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            rel_dir = os.path.relpath(dirpath, root)
+            for name in filenames:
+                if not is_output(name):
+                    continue
+                full = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(full)
+                except FileNotFoundError:
+                    continue
+                rel = name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
+                found[rel] = Stat(st.st_size)
+        return found
+    filesystem = fs.filesystem_for(output_path)
+    base = filesystem._strip_protocol(output_path).rstrip("/")
+    try:
+        listing = filesystem.find(output_path, detail=True)
+    except FileNotFoundError:
+        return {}
+    result = {}
+    for name, info in listing.items():
+        if info.get("type") == "directory" or not name.startswith(base + "/"):
+            continue
+        rel = name[len(base) + 1:]
+        if rel and not rel.endswith("/") and is_output(rel.rsplit("/", 1)[-1]):
+            result[rel] = Stat(int(info.get("size") or 0), info.get("crc32c"))
+    return result
+
+
+def hash_local_file(path: str) -> str:
+    h = xxhash.xxh3_128()
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def hash_remote_file(url: str) -> str:
+    h = xxhash.xxh3_128()
+    with fs.filesystem_for(url).open(url, "rb", block_size=8 * CHUNK) as f:
+        while True:
+            chunk = f.read(8 * CHUNK)
+            if not chunk:
+                break
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _hash_remote_many(urls: list[str]) -> dict[str, str]:
+    """xxh3-128 of many small remote files, fetched concurrently (one request each)."""
+    from marinbuild.store import gcs
+
+    if not urls:
+        return {}
+    filesystem = gcs.filesystem()
+
+    async def fetch(url: str) -> tuple[str, str]:
+        data = await filesystem._cat_file(url)
+        return url, xxhash.xxh3_128_hexdigest(data)
+
+    async def main() -> list[tuple[str, str]]:
+        return await gcs.gather_limited([fetch(u) for u in urls], limit=32)
+
+    return dict(gcs.run(main, fs=filesystem))
+
+
+def hash_files(output_path: str, rels: list[str], stats: dict[str, Stat]) -> dict[str, str | None]:
+    """xxh3-128 of each listed file (None for remote files beyond the hash budget)."""
+    if fs.is_local(output_path):
+        root = fs.local_path(output_path)
+        return {rel: hash_local_file(os.path.join(root, *rel.split("/"))) for rel in rels}
+    budget = hash_budget_bytes()
+    digests: dict[str, str | None] = {}
+    small: list[str] = []
+    for rel in sorted(rels, key=lambda r: stats[r].size):
+        size = stats[rel].size
+        if size > budget:
+            digests[rel] = None
+            continue
+        budget -= size
+        if size <= 8 * CHUNK:
+            small.append(rel)
+        else:
+            digests[rel] = hash_remote_file(fs.join(output_path, rel))
+    by_url = _hash_remote_many([fs.join(output_path, rel) for rel in small])
+    for rel in small:
+        digests[rel] = by_url[fs.join(output_path, rel)]
+    return digests
+
+
+def build_manifest(output_path: str) -> Manifest:
+    """Describe the outputs now under ``output_path``: list them, then hash them."""
+    stats = list_outputs(output_path)
+    digests = hash_files(output_path, list(stats), stats)
+    files = [FileEntry(rel, stats[rel].size, digests[rel], stats[rel].crc32c) for rel in sorted(stats)]
+    return Manifest(files, time.time())

@@ -1,0 +1,365 @@
+"""The ``mirror://`` filesystem: read a path from whichever regional prefix holds it, copying it home once.
+
+``mirror://documents/x`` means ``documents/x`` under the *local* prefix if it is there; otherwise
+under the first *remote* (regional) prefix that holds it, which is then copied into the local
+prefix and read from there. The copy is made under a lease (the same lease as a step's, at
+``<local>/.mirror_locks/<path>``), so two readers never copy the same file twice: the second
+waits for the first and reads its copy. Every byte copied is charged to a ``TransferBudget``
+first; a copy that would go over it raises ``TransferBudgetExceeded`` and copies nothing.
+
+Configuration (Marin's names where Marin has them):
+
+- the local prefix: ``configure(local_prefix=...)``, else ``$MARIN_PREFIX``, else ``/tmp/marin``;
+- the remote prefixes: ``configure(remote_prefixes=[...])``, else ``$MARIN_MIRROR_PREFIXES``
+  (comma-separated), else Marin's regional buckets (``gs://marin-us-central1``, ...) when the
+  local prefix is on GCS (none otherwise);
+- the budget: ``mirror_budget(gb)`` for a block of code (the executor's ``mirrored(path,
+  budget_gb=...)`` sets the step's), else a process-wide budget of ``$MARIN_MIRROR_BUDGET_GB``
+  (default 10 GB).
+
+Directories are mirrored file by file (files already copied are kept), so an interrupted copy
+is completed, never mistaken for a whole one. Writes go to the local prefix. Importing this
+module registers the ``mirror`` protocol with fsspec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from marinbuild.store import fs
+
+logger = logging.getLogger("marinbuild")
+
+MARIN_MIRROR_BUDGET_GB = "MARIN_MIRROR_BUDGET_GB"
+MARIN_MIRROR_PREFIXES = "MARIN_MIRROR_PREFIXES"
+DEFAULT_BUDGET_GB = 10.0
+DEFAULT_LOCAL_PREFIX = "/tmp/marin"
+REGIONAL_BUCKETS = ("marin-us-central1", "marin-us-central2", "marin-us-east1", "marin-us-east5", "marin-us-west4",
+                    "marin-eu-west4")
+"""Marin's regional data buckets, searched when the local prefix is on GCS and nothing else is configured."""
+LOCK_FOLDER = ".mirror_locks"
+GB = 1 << 30
+
+
+class TransferBudgetExceeded(Exception):
+    """Copying ``path`` (``attempted`` bytes) would take the transfers past ``limit`` bytes."""
+
+    def __init__(self, bytes_used: int, attempted: int, limit: int, path: str):
+        super().__init__(bytes_used, attempted, limit, path)  # the arguments, so the exception pickles
+        self.bytes_used = bytes_used
+        self.attempted = attempted
+        self.limit = limit
+        self.path = path
+
+    def __str__(self) -> str:
+        return (f"mirror transfer budget exceeded: copying {self.path} ({self.attempted / 2**20:.1f} MiB) would bring "
+                f"this budget's transfers to {(self.bytes_used + self.attempted) / GB:.3f} GB, over its limit of "
+                f"{self.limit / GB:.3f} GB ({self.bytes_used / GB:.3f} GB already copied). Raise the budget "
+                f"(mirrored(path, budget_gb=...) or ${MARIN_MIRROR_BUDGET_GB}) or run in the data's region")
+
+
+class TransferBudget:
+    """A thread-safe count of bytes copied against a limit."""
+
+    def __init__(self, limit_bytes: int):
+        self.limit_bytes = limit_bytes
+        self.bytes_used = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of_gb(cls, gb: float) -> TransferBudget:
+        return cls(int(gb * GB))
+
+    def charge(self, size: int, path: str) -> None:
+        """Record ``size`` bytes about to be copied; raise (recording nothing) if that goes over the limit."""
+        with self._lock:
+            if self.bytes_used + size > self.limit_bytes:
+                raise TransferBudgetExceeded(self.bytes_used, size, self.limit_bytes, path)
+            self.bytes_used += size
+
+    def refund(self, size: int) -> None:
+        """Give back bytes charged for a copy that did not happen (someone else made it)."""
+        with self._lock:
+            self.bytes_used = max(0, self.bytes_used - size)
+
+
+_process_budget: list[TransferBudget] = []
+_budget_var: contextvars.ContextVar[TransferBudget | None] = contextvars.ContextVar("marinbuild_mirror_budget",
+                                                                                    default=None)
+
+
+def default_budget() -> TransferBudget:
+    """The process-wide budget: ``$MARIN_MIRROR_BUDGET_GB`` (read on first use), default 10 GB."""
+    if not _process_budget:
+        _process_budget.append(TransferBudget.of_gb(float(os.environ.get(MARIN_MIRROR_BUDGET_GB, DEFAULT_BUDGET_GB))))
+    return _process_budget[0]
+
+
+def active_budget() -> TransferBudget:
+    return _budget_var.get() or default_budget()
+
+
+@contextlib.contextmanager
+def mirror_budget(budget_gb: float) -> Iterator[TransferBudget]:
+    """Copies made by this thread (and its context) inside the block are charged to a fresh budget."""
+    budget = TransferBudget.of_gb(budget_gb)
+    token = _budget_var.set(budget)
+    try:
+        yield budget
+    finally:
+        _budget_var.reset(token)
+
+
+@dataclass
+class _Config:
+    local_prefix: str | None = None
+    remote_prefixes: list[str] | None = None
+
+
+_config = _Config()
+
+
+def configure(local_prefix: str | None = None, remote_prefixes: list[str] | None = None) -> None:
+    """Set the local prefix and the remote prefixes searched (process-wide; None: back to the default)."""
+    _config.local_prefix = local_prefix.rstrip("/") if local_prefix else None
+    _config.remote_prefixes = [p.rstrip("/") for p in remote_prefixes] if remote_prefixes is not None else None
+
+
+def local_prefix() -> str:
+    return (_config.local_prefix or os.environ.get("MARIN_PREFIX") or DEFAULT_LOCAL_PREFIX).rstrip("/")
+
+
+def remote_prefixes() -> list[str]:
+    local = local_prefix()
+    if _config.remote_prefixes is not None:
+        prefixes = _config.remote_prefixes
+    elif os.environ.get(MARIN_MIRROR_PREFIXES):
+        prefixes = [p.strip().rstrip("/") for p in os.environ[MARIN_MIRROR_PREFIXES].split(",") if p.strip()]
+    elif local.startswith("gs://"):
+        prefixes = [f"gs://{bucket}" for bucket in REGIONAL_BUCKETS]
+    else:
+        prefixes = []
+    return [p for p in prefixes if p != local and not local.startswith(p + "/")]
+
+
+# -- copying --------------------------------------------------------------------------------------
+
+
+def _url_fs(url: str) -> tuple[Any, str]:
+    if fs.is_local(url):
+        return fsspec.filesystem("file"), fs.local_path(url)
+    return fs.filesystem_for(url), url
+
+
+def _exists(url: str) -> bool:
+    filesystem, path = _url_fs(url)
+    return bool(filesystem.exists(path))
+
+
+def _files_under(url: str) -> dict[str, int]:
+    """Relative path -> size of every file at ``url`` ('' for ``url`` itself when it is a file)."""
+    filesystem, path = _url_fs(url)
+    try:
+        info = filesystem.info(path)
+    except FileNotFoundError:
+        return {}
+    if info.get("type") != "directory":
+        return {"": int(info.get("size") or 0)}
+    base = filesystem._strip_protocol(path).rstrip("/")
+    found = filesystem.find(path, detail=True)
+    return {name[len(base) + 1:]: int(i.get("size") or 0) for name, i in found.items()
+            if i.get("type") != "directory" and name.startswith(base + "/")}
+
+
+def _copy_file(src: str, dst: str) -> None:
+    """Copy one file so a reader of ``dst`` sees all of it or nothing."""
+    if src.startswith("gs://") and dst.startswith("gs://"):
+        fs.filesystem_for(src).copy(src, dst)  # a server-side rewrite: the bytes never pass through here
+        return
+    src_fs, src_path = _url_fs(src)
+    if fs.is_local(dst):
+        target = fs.local_path(dst)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        tmp = f"{target}.tmp-mirror-{uuid.uuid4().hex[:8]}"
+        try:
+            src_fs.get_file(src_path, tmp)
+            os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return
+    dst_fs, dst_path = _url_fs(dst)
+    with src_fs.open(src_path, "rb") as fin, dst_fs.open(dst_path, "wb") as fout:
+        while chunk := fin.read(16 << 20):
+            fout.write(chunk)
+
+
+def _join(prefix: str, path: str) -> str:
+    return fs.join(prefix, path) if path else prefix
+
+
+def mirror_path(path: str, *, wait_timeout: float = 3600.0) -> str:
+    """The local URL of ``path`` (relative to the prefixes), copying it from a remote prefix if needed."""
+    path = path.strip("/")
+    local = local_prefix()
+    local_url = _join(local, path)
+    if _is_complete(local, path):
+        return local_url
+    for prefix in remote_prefixes():
+        remote_url = _join(prefix, path)
+        if _exists(remote_url):
+            _copy_home(remote_url, local, path, wait_timeout)
+            return local_url
+    if _exists(local_url):
+        return local_url  # a partial folder copy whose source is gone: what there is
+    remotes = ", ".join(remote_prefixes()) or f"the remote prefixes (none configured: set ${MARIN_MIRROR_PREFIXES})"
+    raise FileNotFoundError(f"mirror://{path}: not under the local prefix {local} nor under {remotes}")
+
+
+def _lock_root(local: str, path: str) -> str:
+    return _join(local, f"{LOCK_FOLDER}/{path}")
+
+
+def _is_complete(local: str, path: str) -> bool:
+    """``path`` is under the local prefix, whole: a file (copies of files are atomic), or a folder
+    no copy is still filling (a folder copy holds its lease until its last file is in)."""
+    filesystem, p = _url_fs(_join(local, path))
+    try:
+        if filesystem.info(p).get("type") != "directory":
+            return True
+    except FileNotFoundError:
+        return False
+    from marinbuild.store.lease import lease_path
+
+    return not fs.exists(lease_path(_lock_root(local, path)))
+
+
+def _copy_home(remote_url: str, local: str, path: str, wait_timeout: float) -> None:
+    from marinbuild.store.lease import STALE_AFTER, lease_for
+
+    worker = f"mirror-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:6]}"
+    lease = lease_for(_lock_root(local, path), worker, STALE_AFTER)
+    deadline = time.monotonic() + wait_timeout
+    delay = 0.05
+    while not lease.try_acquire():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"mirror://{path}: another reader has been copying it for over {wait_timeout:.0f}s")
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
+        if lease.holder() is None and _is_complete(local, path):
+            return  # the other reader finished the copy
+    try:
+        files = _files_under(remote_url)
+        local_files = _files_under(_join(local, path))
+        todo = {rel: size for rel, size in files.items() if local_files.get(rel) != size}
+        total = sum(todo.values())
+        if todo:
+            active_budget().charge(total, remote_url)
+            logger.info("mirror: copying %s (%d files, %.1f MiB) to %s", remote_url, len(todo), total / 2**20, local)
+            for rel in sorted(todo):
+                _copy_file(_join(remote_url, rel), _join(_join(local, path), rel))
+    finally:
+        lease.release()
+
+
+# -- the fsspec filesystem ----------------------------------------------------------------------------
+
+
+class MirrorFileSystem(fsspec.AbstractFileSystem):
+    """``mirror://<path>``: reads resolve (and copy) through ``mirror_path``; writes go to the local prefix."""
+
+    protocol = "mirror"
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]
+        path = str(path)
+        if path.startswith("mirror://"):
+            path = path[len("mirror://"):]
+        return path.strip("/")
+
+    def _local(self, path: str) -> tuple[Any, str]:
+        return _url_fs(_join(local_prefix(), self._strip_protocol(path)))
+
+    def _resolved(self, path: str) -> tuple[Any, str]:
+        return _url_fs(mirror_path(self._strip_protocol(path)))
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        filesystem, resolved = self._resolved(path)
+        info = dict(filesystem.info(resolved, **kwargs))
+        info["name"] = self._strip_protocol(path)
+        return info
+
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        rel = self._strip_protocol(path)
+        return _exists(_join(local_prefix(), rel)) or any(_exists(_join(p, rel)) for p in remote_prefixes())
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        """The union of the local and remote listings (local entries first), names relative to the prefixes."""
+        rel = self._strip_protocol(path)
+        seen: dict[str, dict[str, Any]] = {}
+        for prefix in [local_prefix(), *remote_prefixes()]:
+            filesystem, url = _url_fs(_join(prefix, rel))
+            base = filesystem._strip_protocol(_url_fs(prefix)[1]).rstrip("/")
+            try:
+                entries = filesystem.ls(url, detail=True)
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                name = entry["name"]
+                name = name[len(base) + 1:] if name.startswith(base + "/") else name
+                if name.startswith(LOCK_FOLDER):
+                    continue
+                seen.setdefault(name, {**entry, "name": name})
+        if not seen and not self.exists(rel):
+            raise FileNotFoundError(f"mirror://{rel}")
+        entries = list(seen.values())
+        return entries if detail else [e["name"] for e in entries]
+
+    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        if "r" in mode:
+            filesystem, resolved = self._resolved(path)
+        else:
+            filesystem, resolved = self._local(path)
+            parent = resolved.rsplit("/", 1)[0]
+            if parent:
+                filesystem.makedirs(parent, exist_ok=True)
+        kwargs.pop("autocommit", None)
+        kwargs.pop("cache_options", None)
+        if kwargs.get("block_size") is None:
+            kwargs.pop("block_size", None)
+        return filesystem.open(resolved, mode, **kwargs)
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
+        filesystem, resolved = self._resolved(path)
+        return filesystem.cat_file(resolved, start=start, end=end, **kwargs)
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        filesystem, local = self._local(path)
+        filesystem.makedirs(local, exist_ok=exist_ok)
+
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        self.makedirs(path, exist_ok=True)
+
+    def rm_file(self, path: str) -> None:
+        filesystem, local = self._local(path)
+        filesystem.rm_file(local)
+
+    def rm(self, path: str, recursive: bool = False, maxdepth: int | None = None) -> None:
+        filesystem, local = self._local(path)
+        filesystem.rm(local, recursive=recursive, maxdepth=maxdepth)
+
+
+fsspec.register_implementation("mirror", MirrorFileSystem, clobber=True)

@@ -1,0 +1,236 @@
+"""``why``: for each step of a target (and each step it needs that would run), why it would run.
+
+A step is up to date when its status is SUCCESS. Otherwise the reason is one of: never
+built, output deleted or incomplete, failed before, running elsewhere, abandoned run,
+damaged (a file that does not parse), or version changed, with the differences between
+the current version and the most recent other version of the step found under the prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from marinbuild.cache import probe as pb
+from marinbuild.cache.store import Store
+from marinbuild.cache.text import format_age, short_json
+from marinbuild.core.labels import Label
+from marinbuild.core.placeholders import ExecutorStep
+
+BUILT = "built"
+NEVER_BUILT = "never built"
+INCOMPLETE = "output deleted or incomplete"
+FAILED_BEFORE = "failed before"
+RUNNING_ELSEWHERE = "running elsewhere"
+ABANDONED = "abandoned run"
+VERSION_CHANGED = "version changed"
+DAMAGED = "damaged"
+
+ABSENT = "(absent)"
+
+
+@dataclass
+class StepExplanation:
+    """Why one step would (re)run, or that it is up to date."""
+
+    step: str
+    output_path: str
+    reason: str
+    requested: bool = True
+    """True for the target's own steps; False for a dependency listed because it would run."""
+    status: str | None = None
+    detail: str | None = None
+    changes: list[str] = field(default_factory=list)
+    previous_output_path: str | None = None
+    lease_holder: str | None = None
+    lease_age: float | None = None
+    error: str | None = None
+
+    @property
+    def will_run(self) -> bool:
+        return self.reason != BUILT
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["will_run"] = self.will_run
+        return data
+
+
+def why(session: Any, label: str | Label) -> list[StepExplanation]:
+    """Explain every step of ``label`` and every step they need that would run (dependencies first).
+
+    Reads statuses the way the build's plan does: from the target's steps downward, not
+    descending below a built step, so the steps listed besides the target's own are exactly
+    the plan's ``to_run``.
+    """
+    (resolved,) = pb.resolve_targets(session, [label])
+    executor = session.executor
+    table = executor._table
+    stale_after = pb.stale_after_of(session)
+    requested = list(dict.fromkeys(session.steps_of(resolved)))
+    probes: dict[ExecutorStep, pb.Probe] = {}
+    frontier = requested
+    while frontier:
+        found = pb.probe_outputs([executor.output_paths[s] for s in frontier], stale_after)
+        following: dict[ExecutorStep, None] = {}
+        for step in frontier:
+            probe = probes[step] = found[executor.output_paths[step]]
+            if probe.state != pb.BUILT:
+                following.update((dep, None) for dep in table.dependencies[step] if dep not in probes)
+        frontier = [s for s in following if s not in probes]
+    wanted = set(requested)
+    order = [s for s in table.steps if s in probes and (s in wanted or probes[s].state != pb.BUILT)]
+    return [_explain(session, step, probes[step], requested=step in wanted) for step in order]
+
+
+def explain_step(session: Any, step: ExecutorStep) -> str:
+    """One line saying why ``step`` would run (for ``build --explain``); its version must be computed."""
+    step = session.executor.canonicalize(step)
+    probe = pb.probe_output(session.executor.output_paths[step], pb.stale_after_of(session))
+    return one_line(_explain(session, step, probe, requested=True))
+
+
+def one_line(e: StepExplanation) -> str:
+    """The explanation as one line: the reason and its most telling detail."""
+    if e.reason == VERSION_CHANGED:
+        shown = "; ".join(e.changes[:2])
+        more = f" (+{len(e.changes) - 2} more)" if len(e.changes) > 2 else ""
+        return f"{e.reason}: {shown}{more}" if shown else e.reason
+    if e.reason == DAMAGED:
+        return f"damaged: {e.error}"
+    return f"{e.reason} ({e.detail})" if e.detail else e.reason
+
+
+def format_why(explanations: list[StepExplanation]) -> str:
+    """Human-readable text: one block per step."""
+    if not explanations:
+        return "nothing to explain: the target has no steps\n"
+    lines: list[str] = []
+    for e in explanations:
+        role = "" if e.requested else " [needed dependency]"
+        head = "up to date" if e.reason == BUILT else f"would run: {e.reason}"
+        lines.append(f"{e.step}{role}: {head}")
+        lines.append(f"  output: {e.output_path}")
+        if e.reason == DAMAGED:
+            lines.append(f"  error: {e.error}")
+        elif e.detail:
+            lines.append(f"  {e.detail}")
+        if e.previous_output_path:
+            lines.append(f"  previous version: {e.previous_output_path}")
+        lines.extend(f"  {change}" for change in e.changes)
+    return "\n".join(lines) + "\n"
+
+
+def why_as_dict(label: str | Label, explanations: list[StepExplanation]) -> dict[str, Any]:
+    """The JSON form: ``{"target", "steps": [...], "to_run": [names]}``."""
+    return {
+        "target": str(label),
+        "steps": [e.to_dict() for e in explanations],
+        "to_run": [e.step for e in explanations if e.will_run],
+    }
+
+
+# -- one step ----------------------------------------------------------------------------------
+
+
+def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bool) -> StepExplanation:
+    executor = session.executor
+    e = StepExplanation(step=step.name, output_path=probe.output_path, reason=BUILT, requested=requested,
+                        status=probe.status)
+    if probe.lease is not None:
+        e.lease_holder, e.lease_age = probe.lease.worker_id, round(probe.lease_age or 0.0, 1)
+    if probe.state == pb.BUILT:
+        return e
+    if probe.state == pb.DAMAGED:
+        e.reason, e.error = DAMAGED, probe.error
+        return e
+    if probe.state == pb.FAILED:
+        e.reason, e.detail = FAILED_BEFORE, f"status {probe.status}"
+        return e
+    if probe.state == pb.RUNNING:
+        e.reason = RUNNING_ELSEWHERE
+        e.detail = f"lease held by {e.lease_holder}, last heartbeat {format_age(e.lease_age)} ago"
+        return e
+    if probe.state == pb.ABANDONED:
+        e.reason = ABANDONED
+        e.detail = ("status RUNNING but no lease" if probe.lease is None else
+                    f"status RUNNING but the lease of {e.lease_holder} is stale "
+                    f"(last heartbeat {format_age(e.lease_age)} ago)")
+        return e
+    if Store(probe.output_path).is_dir(probe.output_path):
+        e.reason = INCOMPLETE
+        e.detail = "the output folder exists but has no status" if probe.status is None else None
+        return e
+    other = pb.latest_other_version(session.settings.prefix, step.name, exclude=probe.output_path)
+    if other is None:
+        e.reason = NEVER_BUILT
+        return e
+    e.reason = VERSION_CHANGED
+    e.previous_output_path = other.output_path
+    e.changes = version_changes(other.info["version"], executor.versions[step])
+    if not e.changes:
+        e.changes = ["(no difference in the recorded versions; the output path was chosen differently)"]
+    return e
+
+
+# -- version differences -----------------------------------------------------------------------
+
+
+def version_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Lines naming each difference between two step versions (``{"name", "config", "dependencies", ...}``)."""
+    changes: list[str] = []
+    old_config, new_config = old.get("config"), new.get("config")
+    if isinstance(old_config, dict) and isinstance(new_config, dict):
+        _config_changes("config", old_config, new_config, changes)
+    elif old_config != new_config:
+        changes.append(f"config: {short_json(old_config)} -> {short_json(new_config)}")
+    for key, label in (("dependencies", "dependency"), ("pseudo_dependencies", "pseudo-dependency")):
+        changes.extend(_dependency_changes(label, old.get(key) or [], new.get(key) or []))
+    return changes
+
+
+def _config_changes(path: str, old: dict[str, Any], new: dict[str, Any], out: list[str]) -> None:
+    keys = list(old) + [k for k in new if k not in old]
+    for key in sorted(keys, key=str):
+        where = f"{path}.{key}"
+        if key not in new:
+            out.append(f"{where}: {short_json(old[key])} -> {ABSENT}")
+        elif key not in old:
+            out.append(f"{where}: {ABSENT} -> {short_json(new[key])}")
+        elif isinstance(old[key], dict) and isinstance(new[key], dict):
+            _config_changes(where, old[key], new[key], out)
+        elif old[key] != new[key] or type(old[key]) is not type(new[key]):
+            out.append(f"{where}: {short_json(old[key])} -> {short_json(new[key])}")
+
+
+def dependency_id(dep: Any) -> tuple[str, str]:
+    """(name, ``name-hash``) of a dependency as a version records it (a dict, or already ``name-hash``)."""
+    if isinstance(dep, dict):
+        text = json.dumps(dep, sort_keys=True)
+        name = str(dep.get("name", "?"))
+        return name, f"{name}-{hashlib.md5(text.encode()).hexdigest()[:6]}"
+    text = str(dep)
+    name, sep, digest = text.rpartition("-")
+    return (name, text) if sep and len(digest) == 6 else (text, text)
+
+
+def _dependency_changes(kind: str, old: list[Any], new: list[Any]) -> list[str]:
+    old_ids = [dependency_id(d) for d in old]
+    new_ids = [dependency_id(d) for d in new]
+    names = list(dict.fromkeys([n for n, _ in old_ids] + [n for n, _ in new_ids]))
+    out: list[str] = []
+    for name in names:
+        before = [h for n, h in old_ids if n == name]
+        after = [h for n, h in new_ids if n == name]
+        for h in list(before):
+            if h in after:
+                before.remove(h)
+                after.remove(h)
+        for b, a in zip(before, after, strict=False):
+            out.append(f"{kind} {name}: {b} -> {a}")
+        paired = min(len(before), len(after))
+        out.extend(f"{kind} removed: {b}" for b in before[paired:])
+        out.extend(f"{kind} added: {a}" for a in after[paired:])
+    return out
