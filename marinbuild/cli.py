@@ -172,6 +172,90 @@ def query_command(expression: str, output: str, prefix: str | None) -> None:
     click.echo(run_query(expression, universe_for(session), output), nl=False)
 
 
+@cli.command("why")
+@click.argument("target", shell_complete=_complete_labels)
+@click.option("--prefix", help="The prefix to compare with (default as for builds).")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def why_command(target: str, prefix: str | None, output: str) -> None:
+    """Say exactly why TARGET would (re)run: never built, output deleted, failed before, or what changed."""
+    from marinbuild.why import format_why, why, why_as_dict
+
+    session = _open_session(prefix=prefix)
+    explanations = why(session, target)
+    if output == "json":
+        click.echo(json.dumps(why_as_dict(target, explanations), indent=2))
+    else:
+        click.echo(format_why(explanations))
+
+
+@cli.group("cache")
+def cache_group() -> None:
+    """Look at and tidy the outputs under the prefix (the action cache)."""
+
+
+@cache_group.command("status")
+@click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
+@click.option("--prefix")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def cache_status_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> None:
+    """Each target's state: built, stale, missing, failed, running (lease holder and age); its output path."""
+    from marinbuild.cache import cache_status, format_table, status_as_dict
+
+    session = _open_session(prefix=prefix)
+    labels = session.load(patterns)
+    rows = cache_status(session, labels)
+    click.echo(json.dumps(status_as_dict(rows), indent=2) if output == "json" else format_table(rows))
+
+
+@cache_group.command("show")
+@click.argument("target_or_path", shell_complete=_complete_labels)
+@click.option("--prefix")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def cache_show_command(target_or_path: str, prefix: str | None, output: str) -> None:
+    """Info, status, lease, artifact and size of a target's outputs (or of an output path)."""
+    from marinbuild.cache import cache_show, format_show
+
+    session = _open_session(prefix=prefix)
+    shown = cache_show(session, target_or_path)
+    click.echo(json.dumps(shown, indent=2, default=str) if output == "json" else format_show(shown))
+
+
+@cache_group.command("ls")
+@click.option("--prefix")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def cache_ls_command(prefix: str | None, output: str) -> None:
+    """Every step output under the prefix, with status, size and age."""
+    from marinbuild.cache import cache_ls, format_ls, ls_as_dict
+
+    session = _open_session(prefix=prefix)
+    entries = cache_ls(session.settings.prefix)
+    click.echo(json.dumps(ls_as_dict(entries), indent=2) if output == "json" else format_ls(entries))
+
+
+@cache_group.command("gc")
+@click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
+@click.option("--prefix")
+@click.option("--yes", is_flag=True, help="Really delete (without it, only list what would go).")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def cache_gc_command(patterns: tuple[str, ...], prefix: str | None, yes: bool, output: str) -> None:
+    """Delete outputs under the prefix that no target in PATTERN... uses (lists first; deletes with --yes)."""
+    from marinbuild.cache import cache_gc, format_gc
+
+    session = _open_session(prefix=prefix)
+    labels = session.load(patterns)
+    result = cache_gc(session, labels, yes=yes)
+    click.echo(json.dumps(result.to_dict(), indent=2) if output == "json" else format_gc(result))
+
+
+@cli.command("clean")
+def clean_command() -> None:
+    """Remove the workspace's .marinbuild/ folder (compiled BUILD files, source digests). Never outputs."""
+    from marinbuild.cache import clean, format_clean
+    from marinbuild.load import find_workspace
+
+    click.echo(format_clean(clean(find_workspace("."))))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: maps every user mistake to one line and exit 2, step failures to exit 1."""
     from marinbuild.core.labels import LabelError

@@ -224,3 +224,32 @@ def test_subprocess_hello_world_from_this_repository(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "marinbuild", "//experiments/nope:x"], cwd=repo, env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_why_explain_and_cache_commands(ws, capsys):
+    assert run(["//pipe:c"], capsys)[0] == 0
+    calls(ws)
+    code, out, _ = run(["why", "//pipe:c"], capsys)
+    assert code == 0 and "up to date" in out
+    build = (ws / "pipe" / "BUILD.marin").read_text().replace('"text": "A"', '"text": "A2"')
+    (ws / "pipe" / "BUILD.marin").write_text(build)
+    code, out, _ = run(["why", "//pipe:c"], capsys)
+    assert code == 0
+    assert '"A" -> "A2"' in out  # the changed field of pipe/a, with old and new values
+    assert "dependency pipe/b" in out  # c reruns because its dependency's version changed
+    code, out, _ = run(["-n", "--explain", "//pipe:c"], capsys)
+    assert code == 0 and "why: version changed" in out
+    code, out, _ = run(["cache", "status", "//pipe:all"], capsys)
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:] if line.strip()}
+    assert rows == {"//pipe:a": "stale", "//pipe:b": "stale", "//pipe:c": "stale", "//pipe:other": "missing"}
+    code, out, _ = run(["cache", "ls", "--output", "json"], capsys)
+    assert sorted(Path(e["output_path"]).name.rsplit("-", 1)[0] for e in json.loads(out)) == ["a", "b", "c"]
+    code, out, _ = run(["cache", "gc", "//pipe:c"], capsys)
+    assert "3 unused" in out and "Nothing deleted" in out
+    assert len(list((ws / "out" / "pipe").iterdir())) == 3
+    code, out, _ = run(["cache", "gc", "--yes", "//pipe:c"], capsys)
+    assert code == 0 and not list((ws / "out" / "pipe").iterdir())
+    (ws / ".marinbuild" / "compiled").mkdir(parents=True, exist_ok=True)  # caches skip just-written files
+    code, out, _ = run(["clean"], capsys)
+    assert code == 0 and not (ws / ".marinbuild").exists()
+    assert calls(ws) == []

@@ -71,9 +71,9 @@ def cache_status(session: Any, labels: Iterable[str | Label]) -> list[CacheRow]:
     """
     prefix = session.settings.prefix
     stale_after = pb.stale_after_of(session)
+    resolved = pb.resolve_targets(session, labels)
     output_paths = session.executor.output_paths
-    steps_by_label = {label: list(dict.fromkeys(session.steps_of(label)))
-                      for label in pb.resolve_targets(session, labels)}
+    steps_by_label = {label: list(dict.fromkeys(session.steps_of(label))) for label in resolved}
     all_steps = list(dict.fromkeys(s for steps in steps_by_label.values() for s in steps))
     probes = pb.probe_outputs([output_paths[s] for s in all_steps], stale_after)
     state_of = {s: _step_state(s.name, probes[output_paths[s]], prefix) for s in all_steps}
