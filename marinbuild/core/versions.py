@@ -49,6 +49,66 @@ def slot(i: int) -> str:
     return f"{_SLOT}{i}"
 
 
+class LazyConfigs(dict):
+    """``step -> instantiated config``, computed on first access (most no-op builds never need one).
+
+    Iterating, sizing or copying it instantiates every pending config first, so it behaves
+    as the plain dict Marin's ``Executor.configs`` is.
+    """
+
+    def __init__(self, output_paths: dict[ExecutorStep, str], prefix: str):
+        super().__init__()
+        self._pending: dict[ExecutorStep, tuple[Any, str]] = {}
+        self._output_paths = output_paths
+        self._prefix = prefix
+
+    def defer(self, step: ExecutorStep, config: Any, output_path: str) -> None:
+        self._pending[step] = (config, output_path)
+
+    def __missing__(self, step: ExecutorStep) -> Any:
+        raw, output_path = self._pending.pop(step)  # KeyError for unknown steps, as a dict
+        value = instantiate_config(raw, output_path, self._output_paths, self._prefix)
+        dict.__setitem__(self, step, value)
+        return value
+
+    def _materialize(self) -> None:
+        for step in list(self._pending):
+            self[step]
+
+    def get(self, step: Any, default: Any = None) -> Any:
+        return self[step] if step in self else default
+
+    def __contains__(self, step: object) -> bool:
+        return dict.__contains__(self, step) or step in self._pending
+
+    def __iter__(self) -> Any:
+        self._materialize()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        return dict.__len__(self) + len(self._pending)
+
+    def keys(self) -> Any:
+        self._materialize()
+        return dict.keys(self)
+
+    def values(self) -> Any:
+        self._materialize()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._materialize()
+        return dict.items(self)
+
+    def copy(self) -> dict[ExecutorStep, Any]:
+        self._materialize()
+        return dict(dict.items(self))
+
+    def __repr__(self) -> str:
+        self._materialize()
+        return dict.__repr__(self)
+
+
 class VersionCycleError(ValueError):
     """A step's config refers, through other steps, back to itself."""
 
@@ -63,14 +123,14 @@ class VersionTable:
     def __init__(self, prefix: str):
         self.prefix = prefix
         self.steps: list[ExecutorStep] = []
-        self.configs: dict[ExecutorStep, Any] = {}
+        self.output_paths: dict[ExecutorStep, str] = {}
+        self.configs: dict[ExecutorStep, Any] = LazyConfigs(self.output_paths, prefix)
         self.dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.pseudo_dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.versions: dict[ExecutorStep, dict[str, Any]] = {}
         self.version_strs: dict[ExecutorStep, str] = {}
         self.version_str_to_step: dict[str, ExecutorStep] = {}
         self.hashed_versions: dict[ExecutorStep, str] = {}
-        self.output_paths: dict[ExecutorStep, str] = {}
         self.is_pseudo_dep: dict[ExecutorStep, bool] = {}
         self.depth: dict[ExecutorStep, int] = {}
         self.duplicate_names: set[str] = set()
@@ -205,7 +265,7 @@ class VersionTable:
         else:
             self.duplicate_names.add(step.name)
 
-        self.configs[step] = instantiate_config(step.config, output_path, self.output_paths, self.prefix)
+        self.configs.defer(step, step.config, output_path)  # type: ignore[attr-defined]
         blocking = [self.canonicalize(d) for d in collected.dependencies]
         self.dependencies[step] = blocking
         self.pseudo_dependencies[step] = [self.canonicalize(d) for d in collected.pseudo_dependencies]

@@ -94,6 +94,21 @@ class Dependencies:
     version: dict[str, Any]
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
+def _dataclass_field_names(value: Any) -> tuple[str, ...] | None:
+    """The field names of a dataclass instance (what ``dataclasses.fields`` lists), None for
+    anything else; cached per class."""
+    cls = type(value)
+    try:
+        return _FIELD_NAMES[cls]
+    except KeyError:
+        names = tuple(f.name for f in fields(cls)) if is_dataclass(cls) else None
+        _FIELD_NAMES[cls] = names
+        return names
+
+
 def dependency_index_str(i: int) -> str:
     return f"DEP[{i}]"
 
@@ -129,9 +144,10 @@ def collect_dependencies_and_version(obj: Any) -> Dependencies:
             version[prefix] = value.value
             return
         new_prefix = prefix + "." if prefix else ""
-        if is_dataclass(value) and not isinstance(value, type):
-            for f in fields(value):
-                visit(getattr(value, f.name), new_prefix + f.name)
+        names = None if isinstance(value, type) else _dataclass_field_names(value)
+        if names is not None:
+            for name in names:
+                visit(getattr(value, name), new_prefix + name)
         elif isinstance(value, dict):
             for k, v in value.items():
                 if not isinstance(k, str):
