@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PREFIX ?= $(CURDIR)/local_store
+PREFIX ?=
 EXTRAS ?= dev
 
 .PHONY: venv run test lint bench clean
@@ -15,8 +15,8 @@ $(BIN)/.installed-$(EXTRAS): pyproject.toml
 
 venv: $(BIN)/.installed-$(EXTRAS)
 
-run: venv  ## the main job: the hello_world tutorial pipeline
-	$(BIN)/python experiments/tutorials/hello_world.py --prefix $(PREFIX)
+run: venv  ## the main job: build the hello_world tutorial target
+	$(BIN)/marinbuild //experiments/tutorials:hello_world $(if $(PREFIX),--prefix $(PREFIX))
 
 test: venv  ## the test suite
 	$(BIN)/python -m pytest -q
