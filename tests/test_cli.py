@@ -253,3 +253,26 @@ def test_why_explain_and_cache_commands(ws, capsys):
     code, out, _ = run(["clean"], capsys)
     assert code == 0 and not (ws / ".marinbuild").exists()
     assert calls(ws) == []
+
+
+def test_without_keep_going_nothing_new_starts_after_a_failure(ws, capsys):
+    build = (ws / "pipe" / "BUILD.marin").read_text()
+    build += 'python_step(name = "bad", fn = "steps:write", config = {"fail": True})\n'
+    (ws / "pipe" / "BUILD.marin").write_text(build)
+    code, out, _ = run(["-j", "1", "--output", "json", "//pipe:bad", "//pipe:other"], capsys)
+    assert code == 1
+    assert calls(ws) == ["bad"]  # "bad" comes first in dependency order; "other" is never started
+    assert json.loads(out)["counts"]["skipped"] == 1
+
+
+def test_click_runner_and_label_completion(ws):
+    from click.testing import CliRunner
+
+    from marinbuild.cli import _complete_labels, cli
+
+    result = CliRunner().invoke(cli, ["query", "deps(//pipe:b)"])
+    assert result.exit_code == 0 and result.output.split() == ["//pipe:a", "//pipe:b"]
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0 and "query" in result.output and "cache" in result.output
+    words = [item.value for item in _complete_labels(None, None, "//pipe:")]  # type: ignore[arg-type]
+    assert {"//pipe:a", "//pipe:b", "//pipe:c", "//pipe:other", "//pipe:all"} <= set(words)
