@@ -16,8 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-
-import networkx as nx
+from typing import Any
 
 from marinbuild.core.labels import Label, PatternError, TargetPattern, expand_patterns, parse_label, parse_pattern
 from marinbuild.load.errors import BuildFileError
@@ -41,8 +40,10 @@ class LoadedWorkspace:
     packages: dict[str, tuple[Label, ...]]
 
     @cached_property
-    def graph(self) -> nx.DiGraph:
-        """The dependency graph as a networkx ``DiGraph`` (built on first use)."""
+    def graph(self) -> Any:
+        """The dependency graph as a networkx ``DiGraph`` (built on first use; networkx loads only then)."""
+        import networkx as nx
+
         graph = nx.DiGraph()
         graph.add_nodes_from(self.targets)
         for target in self.targets.values():
