@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from marinbuild.session import BACKENDS
+BACKEND_NAMES = ("local", "ray")
+"""Names --backend accepts; the session says which of them this installation can run."""
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -78,23 +79,27 @@ def _open_session(**settings: Any) -> Any:
 @click.option("-k", "--keep_going", is_flag=True, help="After a failure, keep running steps that do not need it.")
 @click.option("--force_run_failed/--no-force_run_failed", default=None,
               help="Rerun steps that failed before (default) or stop with an error.")
-@click.option("--backend", type=click.Choice(BACKENDS), help="Where steps run.")
+@click.option("--backend", type=click.Choice(BACKEND_NAMES), help="Where steps run.")
+@click.option("--ray_address", help="The Ray cluster to run steps on (implies --backend ray; default $RAY_ADDRESS or "
+              "[tool.marinbuild] ray_address; none: --backend ray starts a local Ray on 127.0.0.1).")
 @click.option("--explain", is_flag=True, help="Print why each step runs.")
 @click.option("--build_event_json_file", type=click.Path(dir_okay=False), help="Write every event as a JSON line.")
 @click.option("--profile", type=click.Path(dir_okay=False), help="Write a Chrome/Perfetto trace of the build.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", help="Format of the result.")
 def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, jobs: int | None, keep_going: bool,
                   force_run_failed: bool | None, backend: str | None, explain: bool,
-                  build_event_json_file: str | None, profile: str | None, output: str) -> None:
+                  build_event_json_file: str | None, profile: str | None, output: str,
+                  ray_address: str | None = None) -> None:
     """Build the targets that PATTERN... name (//pkg:name, //pkg/..., //pkg:all, -PATTERN subtracts)."""
     from marinbuild.executor import PreviousStepFailedError, StepFailedError
+    from marinbuild.resources import UnsatisfiableResourcesError
     from marinbuild.ui.bep import BuildEventJsonWriter
     from marinbuild.ui.progress import ProgressDisplay
     from marinbuild.ui.summary import BuildSummary
     from marinbuild.ui.trace import ChromeTraceWriter
 
     session = _open_session(prefix=prefix, backend=backend, jobs=jobs, keep_going=keep_going,
-                            force_run_failed=force_run_failed)
+                            force_run_failed=force_run_failed, ray_address=ray_address)
     labels = session.load(patterns)
     if not labels:
         raise UsageProblem(f"no targets match {' '.join(patterns)}")
@@ -122,6 +127,8 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
                      max_concurrent=session.settings.jobs)
     except (StepFailedError, PreviousStepFailedError) as exc:
         failed = exc
+    except UnsatisfiableResourcesError as exc:  # nothing ran: the backend cannot give a step what it needs
+        raise UsageProblem(str(exc)) from exc
     finally:
         for closer in closers:
             closer.close()
@@ -256,13 +263,57 @@ def clean_command() -> None:
     click.echo(format_clean(clean(find_workspace("."))))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: maps every user mistake to one line and exit 2, step failures to exit 1."""
+@cli.command("submit", context_settings={"ignore_unknown_options": True})
+@click.option("--address", help="The cluster: a dashboard URL or Ray address (default $RAY_API_SERVER_ADDRESS, "
+              "$RAY_ADDRESS, http://127.0.0.1:8265).")
+@click.option("--no_wait", is_flag=True, help="Print the job id and return; do not follow the job.")
+@click.option("-e", "--env", "env", nargs=2, multiple=True, metavar="KEY VALUE", help="An environment variable.")
+@click.option("--extra", "extras", multiple=True, metavar="NAME",
+              help="Install this extra of the workspace (or a package) into the job's environment.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def submit_command(address: str | None, no_wait: bool, env: tuple[tuple[str, str], ...], extras: tuple[str, ...],
+                   command: tuple[str, ...]) -> None:
+    """Run COMMAND on a Ray cluster as a job, with this workspace as its working_dir: submit ... -- COMMAND..."""
+    from marinbuild import submit as jobs
+
+    for key, _ in env:
+        if "=" in key or not key:
+            raise UsageProblem(f"-e takes KEY VALUE, got key {key!r} (write -e {key.replace('=', ' ', 1)})")
+    try:
+        submission = jobs.submit(list(command), address=address, env_vars=dict(env), extras=extras)
+    except ImportError as exc:
+        raise UsageProblem(f"submit needs Ray: pip install 'marinbuild[ray]' ({exc})") from exc
+    except ConnectionError as exc:
+        raise UsageProblem(f"cannot reach the Ray cluster at {jobs.resolve_address(address)}: {exc}") from exc
+    click.echo(submission.job_id)
+    if no_wait:
+        return
+    click.echo(f"marinbuild: following job {submission.job_id} on {submission.address} (Ctrl-C stops following; "
+               "the job goes on)", err=True)
+    try:
+        jobs.follow(submission)
+    except KeyboardInterrupt:
+        click.echo(f"marinbuild: stopped following; the job goes on (stop it: ray job stop {submission.job_id} "
+                   f"--address {submission.address})", err=True)
+        raise SystemExit(130) from None
+    status, code = jobs.final_status(submission)
+    click.echo(f"marinbuild: job {submission.job_id} {status}", err=True)
+    if code:
+        raise SystemExit(code)
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    """Errors that are the user's to fix (exit 2). Imported only when something was raised."""
     from marinbuild.core.labels import LabelError
-    from marinbuild.load import BuildFileError, WorkspaceError
+    from marinbuild.load import WorkspaceError
     from marinbuild.query import QueryError
     from marinbuild.session import SettingsError
 
+    return (LabelError, WorkspaceError, QueryError, SettingsError, UsageProblem)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: maps every user mistake to one line and exit 2, step failures to exit 1."""
     try:
         cli.main(args=argv, prog_name="marinbuild", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:  # type: ignore[attr-defined]
@@ -272,22 +323,22 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
         click.echo(f"marinbuild: error: {exc.format_message()}{hint}", err=True)
         return EXIT_USAGE
-    except BuildFileError as exc:
-        for error in exc.all_errors:
-            click.echo(f"marinbuild: error: {error}", err=True)
-        return EXIT_USAGE
-    except (LabelError, WorkspaceError, QueryError, SettingsError, UsageProblem) as exc:
-        click.echo(f"marinbuild: error: {exc}", err=True)
-        return EXIT_USAGE
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.Abort:
-        click.echo("marinbuild: interrupted", err=True)
-        return 130
-    except KeyboardInterrupt:
+    except (click.Abort, KeyboardInterrupt):
         click.echo("marinbuild: interrupted", err=True)
         return 130
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_FAILED
-    return EXIT_OK
+    except Exception as exc:
+        from marinbuild.load import BuildFileError
 
+        if isinstance(exc, BuildFileError):
+            for error in exc.all_errors:
+                click.echo(f"marinbuild: error: {error}", err=True)
+            return EXIT_USAGE
+        if isinstance(exc, _user_error_types()):
+            click.echo(f"marinbuild: error: {exc}", err=True)
+            return EXIT_USAGE
+        raise
+    return EXIT_OK

@@ -450,6 +450,7 @@ class Executor:
         from marinbuild.run import events as ev
         from marinbuild.run.scheduler import schedule
         from marinbuild.run.step_job import LeaseSettings, StepJob
+        from marinbuild.store.action_cache import ActionKey
 
         settings = LeaseSettings()
         if self.heartbeat_interval is not None:
@@ -467,6 +468,7 @@ class Executor:
                 bus=bus,
                 settings=settings,
                 cancel=cancel,
+                action=ActionKey.of(self.version_strs[step], step.name, step.override_output_path is not None),
             )
             for step in plan.to_run
         }

@@ -19,8 +19,8 @@ from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.executor import DEFAULT_LOCAL_PREFIX, Executor
 from marinbuild.load import LoadedWorkspace, Loader, StatCache, Workspace, find_workspace
 
-BACKENDS = ("local",)
-"""Backends this build offers (the Ray backend is not part of it yet)."""
+BACKENDS = ("local", "ray")
+"""Backends this build offers: threads of this process, or tasks on a Ray cluster."""
 
 
 class SettingsError(ValueError):
@@ -38,10 +38,15 @@ class Settings:
     force_run_failed: bool = True
     heartbeat_interval: float | None = None
     stale_after: float | None = None
+    ray_address: str | None = None
+    """The Ray cluster of ``--backend ray``: flag, else ``RAY_ADDRESS``, else ``ray_address``; None: a local Ray."""
+    ray_max_retries: int | None = None
+    """Times a step's Ray task is rerun after its worker or node died (``[tool.marinbuild] ray_max_retries``)."""
 
     @classmethod
     def resolve(cls, workspace: Workspace, *, prefix: str | None = None, backend: str | None = None,
-                jobs: int | None = None, keep_going: bool = False, force_run_failed: bool | None = None) -> Settings:
+                jobs: int | None = None, keep_going: bool = False, force_run_failed: bool | None = None,
+                ray_address: str | None = None) -> Settings:
         config = workspace.config
         chosen = prefix or os.environ.get("MARIN_PREFIX") or config.get("prefix") or DEFAULT_LOCAL_PREFIX
         if not isinstance(chosen, str):
@@ -49,13 +54,20 @@ class Settings:
         if "://" not in chosen and not os.path.isabs(chosen):
             base = Path.cwd() if prefix else workspace.root
             chosen = str((base / chosen).resolve())
-        backend = backend or config.get("backend", "local")
+        # --ray_address alone means the Ray backend (RAY_ADDRESS alone does not: it is set inside every Ray job).
+        backend = backend or ("ray" if ray_address else None) or config.get("backend", "local")
         if backend not in BACKENDS:
             raise SettingsError(f"unknown backend {backend!r}; this build has: {', '.join(BACKENDS)}")
         if jobs is not None and jobs < 1:
             raise SettingsError(f"--jobs must be at least 1, got {jobs}")
         if force_run_failed is None:
             force_run_failed = bool(config.get("force_run_failed", True))
+        ray_address = ray_address or os.environ.get("RAY_ADDRESS") or config.get("ray_address") or None
+        if ray_address is not None and not isinstance(ray_address, str):
+            raise SettingsError("[tool.marinbuild] ray_address must be a string")
+        ray_max_retries = config.get("ray_max_retries")
+        if ray_max_retries is not None and (not isinstance(ray_max_retries, int) or ray_max_retries < 0):
+            raise SettingsError("[tool.marinbuild] ray_max_retries must be a non-negative integer")
         return cls(
             prefix=chosen.rstrip("/") if chosen != "/" else chosen,
             backend=backend,
@@ -64,6 +76,8 @@ class Settings:
             force_run_failed=force_run_failed,
             heartbeat_interval=config.get("heartbeat_interval"),
             stale_after=config.get("stale_after"),
+            ray_address=ray_address,
+            ray_max_retries=ray_max_retries,
         )
 
 
@@ -122,6 +136,20 @@ class Session:
             stale_after=s.stale_after,
             listeners=listeners if listeners is not None else [],
             keep_going=s.keep_going,
+            backend=self.make_backend(),
+        )
+
+    def make_backend(self) -> Any:
+        """The backend the settings name (None: the executor's default, local threads); Ray is not started here."""
+        s = self.settings
+        if s.backend != "ray":
+            return None
+        from marinbuild.run.ray_backend import DEFAULT_MAX_RETRIES, RayBackend
+
+        return RayBackend(
+            address=s.ray_address,
+            max_retries=s.ray_max_retries if s.ray_max_retries is not None else DEFAULT_MAX_RETRIES,
+            working_dir=self.workspace.root if s.ray_address else None,
         )
 
     def steps_of(self, label: Label) -> list[ExecutorStep]:

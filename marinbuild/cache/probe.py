@@ -3,7 +3,7 @@
 ``probe_output`` reads one status file, and the lease only when the status is RUNNING; it
 never raises for a damaged file but reports ``state == "damaged"`` with the message
 (which names the file). ``find_versions`` lists the sibling folders
-``<prefix>/<name>-XXXXXX`` that are other versions of a step.
+``<prefix>/<name>-<hash>`` that are other versions of a step.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def step_name_of(output_path: str, prefix: str) -> str:
 
 
 def sibling_paths(prefix: str, name: str, exclude: str | None = None) -> list[str]:
-    """Folders ``<prefix>/<name>-XXXXXX`` (other versions of step ``name``) except ``exclude``."""
+    """Folders ``<prefix>/<name>-<hash>`` (other versions of step ``name``) except ``exclude``."""
     where = fs.join(prefix, name)
     parent, _, base = where.rpartition("/")
     if not parent:

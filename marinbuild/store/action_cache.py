@@ -16,14 +16,13 @@ it (Marin's behaviour): that is logged, not fatal. A path with no record at all 
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import logging
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from marinbuild.store import fs
@@ -72,7 +71,7 @@ class ActionRecord:
     format: str = FORMAT
 
     def encode(self) -> bytes:
-        return json.dumps(asdict(self), indent=1).encode()
+        return json.dumps({f: getattr(self, f) for f in self.__dataclass_fields__}).encode()
 
 
 def record_name(digest: str) -> str:
@@ -95,8 +94,10 @@ def digest_of_name(name: str) -> str | None:
 def digests_at(output_path: str) -> frozenset[str]:
     """The version digests recorded at ``output_path`` (one listing)."""
     if fs.is_local(output_path):
-        pattern = os.path.join(glob.escape(fs.local_path(output_path)), glob.escape(RECORD_PREFIX) + "*")
-        names = (os.path.basename(p) for p in glob.glob(pattern))
+        try:
+            names: Iterable[str] = [n for n in os.listdir(fs.local_path(output_path)) if n.startswith(RECORD_PREFIX)]
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
     else:
         from marinbuild.store import gcs
 
@@ -121,7 +122,9 @@ def read_record(output_path: str, digest: str) -> ActionRecord | None:
 
 
 def write_record(record: ActionRecord) -> None:
-    fs.write_atomic(record_path(record.output_path, record.version_sha256), record.encode())
+    """Written in place: it is read only beside a SUCCESS status, which is written after it (its name, which
+    carries the digest, is what collision checks look at)."""
+    fs.write_in_place(record_path(record.output_path, record.version_sha256), record.encode())
 
 
 def remove_record(output_path: str, digest: str) -> None:
@@ -172,8 +175,8 @@ def check_built(built: Iterable[tuple[str, ActionKey]], known: Mapping[str, froz
     for output_path, key in built:
         digests = known.get(output_path) if known is not None else None
         if digests is None:
-            if fs.is_local(output_path) and os.path.exists(fs.local_path(record_path(output_path, key.digest))):
-                continue
+            if "://" not in output_path and os.path.exists(f"{output_path}/{RECORD_PREFIX}{key.digest}{RECORD_SUFFIX}"):
+                continue  # the common local case: one stat
             digests = digests_at(output_path)
         if not digests or key.digest in digests:
             continue  # ours, or built by Marin (no records): used as built

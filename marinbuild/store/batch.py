@@ -5,8 +5,11 @@ GCS). For ``gs://`` paths, ``read_statuses`` lists instead of reading:
 
 - steps are grouped by parent folder (``<prefix>/tokenized/`` holds every tokenize step); a group
   of at least ``GROUP_MIN`` is listed in chunks of ``CHUNK_STEPS`` consecutive step folders, each
-  chunk one listing bounded by ``startOffset``/``endOffset`` and narrowed by ``matchGlob`` to the
-  status and action-record objects; all chunks run concurrently on gcsfs's event loop;
+  chunk bounded by ``startOffset``/``endOffset``. On GCS a chunk is two listings narrowed by
+  ``matchGlob`` (``<parent>/*/.executor_status`` and ``<parent>/*/.marinbuild_action.*``), so only
+  those objects come back, never the outputs; on a server that does not apply ``matchGlob``
+  (fake-gcs-server) it is one listing of everything in the range, filtered here. All listings
+  run concurrently on gcsfs's event loop;
 - a step alone in its folder gets its own listing, bounded to the names between its
   ``.executor_status`` and its action records (concurrently with everything else);
 - a listing returns each status object's md5 and generation. The md5 of every one-word status
@@ -16,7 +19,8 @@ GCS). For ``gs://`` paths, ``read_statuses`` lists instead of reading:
 - the same listings name the action-cache records (``.marinbuild_action.<sha256>.json``) beside
   each status, so collision checks cost no extra request.
 
-So a no-op plan of N built steps in one folder costs about N/100 requests, all in one round trip.
+So a no-op plan of N built steps in one folder costs about N/200 requests (N/400 on the emulator),
+all in one round trip.
 Local paths are read directly, other fsspec protocols concurrently in threads.
 """
 
@@ -33,8 +37,9 @@ from marinbuild.store import status as st
 from marinbuild.store.metadata_cache import CachedStep, MetadataCache
 
 GROUP_MIN = 4
-CHUNK_STEPS = 100
-CONCURRENCY = 64
+CHUNK_STEPS = 400
+CONCURRENCY = 100
+"""Listings in flight at once (aiohttp's default connection pool of a gcsfs session is 100)."""
 _KNOWN = {base64.b64encode(hashlib.md5(s.encode()).digest()).decode(): s for s in st.STATUSES}
 _STATUS_NAME = st.STATUS_FILE
 _GLOB_SPECIAL = set("*?[]{}\\")
@@ -83,26 +88,39 @@ def read_statuses(output_paths: list[str], cache: MetadataCache | None = None, w
 
 def _chunks(bucket: str, keys: list[str]) -> list[dict[str, Any]]:
     """Listing requests covering ``keys`` (step folders of one bucket)."""
+    from marinbuild.store import gcs
+
     by_parent: dict[str, list[str]] = defaultdict(list)
     for key in keys:
         by_parent[key.rpartition("/")[0]].append(key)
+    globbing = gcs.glob_supported()
     requests = []
     for parent, group in by_parent.items():
         group.sort()
         if len(group) < GROUP_MIN:
-            for key in group:
+            for key in group:  # the few names between its status and its records
                 requests.append({"bucket": bucket, "prefix": key + "/", "start": f"{key}/{_STATUS_NAME}",
                                  "end": f"{key}/{action_cache.RECORD_PREFIX[:-1]}/"})
             continue
         base = parent + "/" if parent else ""
-        glob = None
-        if not (_GLOB_SPECIAL & set(base)):
-            glob = f"{base}*/{{{_STATUS_NAME},{action_cache.RECORD_PREFIX}*}}"
         for i in range(0, len(group), CHUNK_STEPS):
             chunk = group[i:i + CHUNK_STEPS]
-            requests.append({"bucket": bucket, "prefix": base, "start": chunk[0] + "/", "end": chunk[-1] + "0",
-                             "glob": glob})
+            bounds = {"bucket": bucket, "prefix": base, "start": chunk[0] + "/", "end": chunk[-1] + "0"}
+            if globbing and not (_GLOB_SPECIAL & set(base)):
+                # Two plain globs (status objects; action records), at once: only those objects come back.
+                requests.append({**bounds, "glob": (f"{base}*/{_STATUS_NAME}", _is_status)})
+                requests.append({**bounds, "glob": (f"{base}*/{action_cache.RECORD_PREFIX}*", _is_record)})
+            else:
+                requests.append(bounds)
     return requests
+
+
+def _is_status(name: str) -> bool:
+    return name.endswith("/" + _STATUS_NAME)
+
+
+def _is_record(name: str) -> bool:
+    return action_cache.digest_of_name(name.rpartition("/")[2]) is not None
 
 
 def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
@@ -126,46 +144,55 @@ def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
 
         return await gcs.gather_limited([one(r) for r in requests], limit=CONCURRENCY)
 
+    status_suffix = "/" + _STATUS_NAME
+    record_mark = "/" + action_cache.RECORD_PREFIX
     status_items: dict[tuple[str, str], dict[str, Any]] = {}
     records: dict[tuple[str, str], set[str]] = defaultdict(set)
     for bucket, items in gcs.run(listings, fs=filesystem):
         for item in items:
-            folder, _, name = item["name"].rpartition("/")
-            bk = (bucket, folder)
-            if bk not in paths_by_key:
-                continue
-            if name == _STATUS_NAME:
-                status_items[bk] = item
-            else:
-                digest = action_cache.digest_of_name(name)
+            name = item["name"]
+            if name.endswith(status_suffix):
+                bk = (bucket, name[:-len(status_suffix)])
+                if bk in paths_by_key:
+                    status_items[bk] = item
+            elif record_mark in name:
+                folder, _, base = name.rpartition("/")
+                digest = action_cache.digest_of_name(base)
                 if digest is not None:
-                    records[bk].add(digest)
+                    records[(bucket, folder)].add(digest)
 
     result = StatusMap()
     to_fetch: list[tuple[str, str]] = []
-    cached = cache.lookup(p for bk in paths_by_key if bk in status_items for p in paths_by_key[bk])
-    seen_success: dict[str, CachedStep] = {}
+    unknown: dict[tuple[str, str], int] = {}
+    empty: frozenset[str] = frozenset()
     for bk, paths in paths_by_key.items():
         item = status_items.get(bk)
-        digests = frozenset(records.get(bk, ()))
+        found = records.get(bk)
+        digests = frozenset(found) if found else empty
         status: str | None = None
         if item is not None:
             generation = int(item.get("generation") or 0)
-            known = _KNOWN.get(item.get("md5Hash", ""))
-            entry = cached.get(paths[0])
-            if int(item.get("size") or 0) == 0:
-                status = None
-            elif known is not None:
-                status = known
-            elif entry is not None and entry.status_generation == generation:
-                status = st.STATUS_SUCCESS  # seen as SUCCESS at this very generation before
-            else:
-                to_fetch.append(bk)
+            if int(item.get("size") or 0) > 0:
+                status = _KNOWN.get(item.get("md5Hash", ""))
+                if status is None:
+                    unknown[bk] = generation
             for p in paths:
                 result.generations[p] = generation
         for p in paths:
             result[p] = status
             result.actions[p] = digests
+    if unknown:
+        # Content we cannot tell from its md5 (Marin's legacy JSON lines): SUCCESS seen before at this
+        # very generation stays SUCCESS; anything else is downloaded.
+        cached = cache.lookup(paths_by_key[bk][0] for bk in unknown)
+        for bk, generation in unknown.items():
+            entry = cached.get(paths_by_key[bk][0])
+            if entry is not None and entry.status_generation == generation:
+                for p in paths_by_key[bk]:
+                    result[p] = st.STATUS_SUCCESS
+            else:
+                to_fetch.append(bk)
+    seen_success: dict[str, CachedStep] = {}
 
     if to_fetch:
         async def fetch_all() -> list[tuple[bytes, int] | None]:

@@ -36,8 +36,9 @@ T = TypeVar("T")
 RETRY_ATTEMPTS = 10
 RETRY_INITIAL = 0.05
 RETRY_MAX = 2.0
-REQUEST_TIMEOUT = 120.0
-"""Seconds for one HTTP request (marinbuild's own requests are small: statuses, leases, records)."""
+SOCKET_TIMEOUT = 120.0
+"""Seconds a request may wait for the server to connect, or for its next bytes: a stalled connection
+fails (and is retried); a long transfer that keeps moving is never cut off."""
 
 _RAW_REQUEST = gcsfs.GCSFileSystem._request.__wrapped__  # one attempt, without gcsfs's retry decorator
 
@@ -107,13 +108,26 @@ def endpoint() -> str | None:
     return host if host.startswith(("http://", "https://")) else "http://" + host
 
 
+_instances: dict[tuple[str | None, int], RetryingGCSFileSystem] = {}
+
+
 def filesystem() -> RetryingGCSFileSystem:
-    """The process's GCS filesystem for the current endpoint (fsspec caches one instance per endpoint and pid)."""
+    """The process's GCS filesystem for the current endpoint (one instance per endpoint and process)."""
     url = endpoint()
+    key = (url, os.getpid())
+    fs = _instances.get(key)
+    if fs is None:
+        fs = _instances[key] = _new_filesystem(url)
+    return fs
+
+
+def _new_filesystem(url: str | None) -> RetryingGCSFileSystem:
+    import aiohttp
+
     return RetryingGCSFileSystem(
         endpoint_url=url,
         token="anon" if url else None,
-        requests_timeout=REQUEST_TIMEOUT,
+        requests_timeout=aiohttp.ClientTimeout(total=None, sock_connect=SOCKET_TIMEOUT, sock_read=SOCKET_TIMEOUT),
         use_listings_cache=False,  # other runners change the store: never answer from a stale listing
     )
 
@@ -242,7 +256,24 @@ def delete_if_generation(path: str, generation: int) -> bool:
 # -- listings -----------------------------------------------------------------------------------
 
 LIST_FIELDS = "items(name,size,generation,md5Hash,crc32c),nextPageToken"
-_GLOB_SUPPORTED = [True]
+
+
+class _GlobSupport:
+    """Whether the server applies ``matchGlob``. GCS does; fake-gcs-server (an emulator endpoint) ignores it,
+    and any server seen returning names outside a glob, or rejecting one, is treated as not applying it."""
+
+    def __init__(self) -> None:
+        self._known: dict[str | None, bool] = {}
+
+    def __call__(self) -> bool:
+        url = endpoint()
+        return self._known.get(url, url is None)
+
+    def unsupported(self) -> None:
+        self._known[endpoint()] = False
+
+
+glob_supported = _GlobSupport()
 
 
 async def list_objects(
@@ -252,13 +283,13 @@ async def list_objects(
     *,
     start: str | None = None,
     end: str | None = None,
-    glob: str | None = None,
+    glob: tuple[str, Callable[[str], bool]] | None = None,
     page_size: int = 1000,
 ) -> list[dict[str, Any]]:
     """Every object under ``prefix`` (in ``[start, end)`` when given), following pages.
 
-    ``glob`` (GCS ``matchGlob``) narrows the listing on the server; callers must still filter,
-    since emulators ignore it. A server that rejects it is asked again without it.
+    ``glob`` is a GCS ``matchGlob`` pattern with a predicate that tells the names it matches. It is
+    sent only to servers that apply it (``glob_supported``); results are filtered here either way.
     """
     items: list[dict[str, Any]] = []
     token: str | None = None
@@ -268,17 +299,19 @@ async def list_objects(
             params["startOffset"] = start
         if end:
             params["endOffset"] = end
-        if glob and _GLOB_SUPPORTED[0]:
-            params["matchGlob"] = glob
+        if glob is not None and glob_supported():
+            params["matchGlob"] = glob[0]
         if token:
             params["pageToken"] = token
         try:
             page = await fs._call("GET", "b/{}/o", bucket, json_out=True, **params)
-        except ValueError:
-            if "matchGlob" not in params:
+        except (ValueError, gcsfs.retry.HttpError) as exc:
+            if "matchGlob" not in params or getattr(exc, "code", 400) != 400:
                 raise
-            _GLOB_SUPPORTED[0] = False
+            glob_supported.unsupported()  # a server that rejects matchGlob: filter here instead
             continue
+        if "matchGlob" in params and any(not glob[1](i["name"]) for i in page.get("items", ())):
+            glob_supported.unsupported()  # it ignored the glob: don't send what it won't apply
         items.extend(page.get("items", []))
         token = page.get("nextPageToken")
         if not token:

@@ -72,8 +72,9 @@ class Manifest:
             if f.crc32c is not None:
                 entry["crc32c"] = f.crc32c
             files.append(entry)
-        return json.dumps({"format": FORMAT, "created": self.created, "digest": self.digest(),
-                           "total_bytes": self.total_bytes, "files": files}, indent=1).encode()
+        body = json.dumps({"format": FORMAT, "created": self.created, "digest": self.digest(),
+                           "total_bytes": self.total_bytes, "files": files}, separators=(",", ":"))
+        return body.replace('},{"path"', '},\n{"path"').encode()  # a file per line: readable, still compact
 
     @classmethod
     def decode(cls, path: str, data: bytes) -> Manifest:
@@ -102,7 +103,8 @@ def read_manifest(output_path: str) -> Manifest | None:
 
 
 def write_manifest(output_path: str, manifest: Manifest) -> None:
-    fs.write_atomic(manifest_path(output_path), manifest.encode())
+    """Written in place: it is read only beside a SUCCESS status, which is written after it."""
+    fs.write_in_place(manifest_path(output_path), manifest.encode())
 
 
 # -- listing and hashing ------------------------------------------------------------------------
@@ -117,21 +119,23 @@ class Stat:
 def list_outputs(output_path: str) -> dict[str, Stat]:
     """Every output file under ``output_path`` (relative path -> size), without reading contents."""
     if fs.is_local(output_path):
-        root = fs.local_path(output_path)
         found: dict[str, Stat] = {}
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            rel_dir = os.path.relpath(dirpath, root)
-            for name in filenames:
-                if not is_output(name):
-                    continue
-                full = os.path.join(dirpath, name)
+        stack = [(fs.local_path(output_path), "")]
+        while stack:
+            folder, rel_dir = stack.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                rel = rel_dir + entry.name
                 try:
-                    st = os.stat(full)
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append((entry.path, rel + "/"))
+                    elif is_output(entry.name):
+                        found[rel] = Stat(entry.stat().st_size)
                 except FileNotFoundError:
                     continue
-                rel = name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
-                found[rel] = Stat(st.st_size)
         return found
     filesystem = fs.filesystem_for(output_path)
     base = filesystem._strip_protocol(output_path).rstrip("/")
@@ -149,9 +153,11 @@ def list_outputs(output_path: str) -> dict[str, Stat]:
     return result
 
 
-def hash_local_file(path: str) -> str:
-    h = xxhash.xxh3_128()
+def hash_local_file(path: str, size: int | None = None) -> str:
     with open(path, "rb", buffering=0) as f:
+        if size is not None and size <= CHUNK:
+            return xxhash.xxh3_128_hexdigest(f.read())
+        h = xxhash.xxh3_128()
         buf = bytearray(CHUNK)
         view = memoryview(buf)
         while True:
@@ -195,7 +201,7 @@ def hash_files(output_path: str, rels: list[str], stats: dict[str, Stat]) -> dic
     """xxh3-128 of each listed file (None for remote files beyond the hash budget)."""
     if fs.is_local(output_path):
         root = fs.local_path(output_path)
-        return {rel: hash_local_file(os.path.join(root, *rel.split("/"))) for rel in rels}
+        return {rel: hash_local_file(os.path.join(root, *rel.split("/")), stats[rel].size) for rel in rels}
     budget = hash_budget_bytes()
     digests: dict[str, str | None] = {}
     small: list[str] = []

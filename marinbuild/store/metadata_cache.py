@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlite3
 
 logger = logging.getLogger("marinbuild")
 
@@ -52,6 +55,8 @@ class MetadataCache:
         self._pid = 0
 
     def _connect(self) -> sqlite3.Connection | None:
+        import sqlite3
+
         if self.path is None:
             return None
         if self._conn is not None and self._pid == os.getpid():
@@ -82,14 +87,16 @@ class MetadataCache:
             except FileNotFoundError:
                 pass
 
-    def _run(self, fn: object, *args: object) -> object:
+    def _run(self, fn: Any, *args: Any) -> Any:
+        import sqlite3
+
         with self._lock:
             for attempt in range(2):
                 conn = self._connect()
                 if conn is None:
                     return None
                 try:
-                    return fn(conn, *args)  # type: ignore[operator]
+                    return fn(conn, *args)
                 except sqlite3.OperationalError as exc:
                     if "locked" in str(exc) or "busy" in str(exc):
                         logger.debug("metadata cache %s busy: %s", self.path, exc)
@@ -115,7 +122,7 @@ class MetadataCache:
                     found[path] = CachedStep(int(generation), frozenset(d for d in digests.split(",") if d))
             return found
 
-        return (self._run(query) or {}) if paths else {}  # type: ignore[return-value]
+        return (self._run(query) or {}) if paths else {}
 
     def record(self, entries: Mapping[str, CachedStep]) -> None:
         if not entries:
@@ -146,7 +153,7 @@ class MetadataCache:
         def count(conn: sqlite3.Connection) -> int:
             return int(conn.execute("SELECT COUNT(*) FROM steps").fetchone()[0])
 
-        return int(self._run(count) or 0)  # type: ignore[call-overload]
+        return int(self._run(count) or 0)
 
 
 _default_path: list[str | None] = [None]

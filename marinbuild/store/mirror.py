@@ -9,13 +9,14 @@ first; a copy that would go over it raises ``TransferBudgetExceeded`` and copies
 
 Configuration (Marin's names where Marin has them):
 
-- the local prefix: ``configure(local_prefix=...)``, else ``$MARIN_PREFIX``, else ``/tmp/marin``;
+- the local prefix: the running step's prefix (``step_scope``), else ``configure(local_prefix=...)``,
+  else ``$MARIN_PREFIX``, else ``/tmp/marin``;
 - the remote prefixes: ``configure(remote_prefixes=[...])``, else ``$MARIN_MIRROR_PREFIXES``
   (comma-separated), else Marin's regional buckets (``gs://marin-us-central1``, ...) when the
   local prefix is on GCS (none otherwise);
-- the budget: ``mirror_budget(gb)`` for a block of code (the executor's ``mirrored(path,
-  budget_gb=...)`` sets the step's), else a process-wide budget of ``$MARIN_MIRROR_BUDGET_GB``
-  (default 10 GB).
+- the budget: ``mirror_budget(gb)`` for a block of code (``step_scope(budget_gb, prefix)`` is
+  what a step's call should run in, with the largest ``mirrored(path, budget_gb=...)`` of its
+  config), else a process-wide budget of ``$MARIN_MIRROR_BUDGET_GB`` (default 10 GB).
 
 Directories are mirrored file by file (files already copied are kept), so an interrupted copy
 is completed, never mistaken for a whole one. Writes go to the local prefix. Importing this
@@ -110,6 +111,9 @@ def active_budget() -> TransferBudget:
     return _budget_var.get() or default_budget()
 
 
+_prefix_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("marinbuild_mirror_prefix", default=None)
+
+
 @contextlib.contextmanager
 def mirror_budget(budget_gb: float) -> Iterator[TransferBudget]:
     """Copies made by this thread (and its context) inside the block are charged to a fresh budget."""
@@ -119,6 +123,20 @@ def mirror_budget(budget_gb: float) -> Iterator[TransferBudget]:
         yield budget
     finally:
         _budget_var.reset(token)
+
+
+@contextlib.contextmanager
+def step_scope(budget_gb: float | None, local: str | None) -> Iterator[TransferBudget]:
+    """Run a step's code in: its own budget (None: the process-wide one) and its prefix as the local prefix."""
+    prefix_token = _prefix_var.set(local.rstrip("/") if local else None)
+    try:
+        if budget_gb is None:
+            yield default_budget()
+        else:
+            with mirror_budget(budget_gb) as budget:
+                yield budget
+    finally:
+        _prefix_var.reset(prefix_token)
 
 
 @dataclass
@@ -137,7 +155,8 @@ def configure(local_prefix: str | None = None, remote_prefixes: list[str] | None
 
 
 def local_prefix() -> str:
-    return (_config.local_prefix or os.environ.get("MARIN_PREFIX") or DEFAULT_LOCAL_PREFIX).rstrip("/")
+    chosen = _prefix_var.get() or _config.local_prefix or os.environ.get("MARIN_PREFIX") or DEFAULT_LOCAL_PREFIX
+    return chosen.rstrip("/")
 
 
 def remote_prefixes() -> list[str]:
@@ -259,6 +278,9 @@ def _copy_home(remote_url: str, local: str, path: str, wait_timeout: float) -> N
         delay = min(delay * 2, 2.0)
         if lease.holder() is None and _is_complete(local, path):
             return  # the other reader finished the copy
+    stop = threading.Event()
+    keeper = threading.Thread(target=_keep_alive, args=(lease, stop), name="marinbuild-mirror-lease", daemon=True)
+    keeper.start()
     try:
         files = _files_under(remote_url)
         local_files = _files_under(_join(local, path))
@@ -270,7 +292,22 @@ def _copy_home(remote_url: str, local: str, path: str, wait_timeout: float) -> N
             for rel in sorted(todo):
                 _copy_file(_join(remote_url, rel), _join(_join(local, path), rel))
     finally:
+        stop.set()
+        keeper.join()
         lease.release()
+
+
+def _keep_alive(lease: Any, stop: threading.Event) -> None:
+    """Renew the copy's lease while it runs, so a long copy is not mistaken for a dead one."""
+    from marinbuild.store.lease import HEARTBEAT_INTERVAL, LeaseLostError
+
+    while not stop.wait(HEARTBEAT_INTERVAL):
+        try:
+            lease.refresh()
+        except LeaseLostError:
+            return
+        except Exception:  # a transient store error: try again at the next beat
+            continue
 
 
 # -- the fsspec filesystem ----------------------------------------------------------------------------
@@ -362,4 +399,17 @@ class MirrorFileSystem(fsspec.AbstractFileSystem):
         filesystem.rm(local, recursive=recursive, maxdepth=maxdepth)
 
 
-fsspec.register_implementation("mirror", MirrorFileSystem, clobber=True)
+def _register() -> None:
+    """Make ``mirror://`` ours. Marin's ``rigging.filesystem`` registers its own when imported, refusing to
+    replace another, so importing it after us (levanter does) would fail: import it first, then replace it."""
+    import importlib.util
+
+    if importlib.util.find_spec("rigging") is not None:
+        try:
+            import rigging.filesystem  # noqa: F401
+        except Exception as exc:  # its own dependencies missing: then it cannot be imported later either
+            logger.debug("rigging.filesystem not importable: %s", exc)
+    fsspec.register_implementation("mirror", MirrorFileSystem, clobber=True)
+
+
+_register()

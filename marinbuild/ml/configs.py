@@ -1,0 +1,261 @@
+"""The configuration dataclasses of ``train_lm``: model, optimizer and trainer, pure Python.
+
+BUILD files give them as dicts (``model = {"hidden_dim": 64, ...}``); ``attr.config``
+checks the field names when the BUILD file loads, so a typo is a located load error, not a
+crash an hour into a TPU job. Nothing here imports jax or levanter: the ``to_levanter_*``
+functions do that, and only run inside the training process.
+
+Each class covers the fields experiments usually set, with levanter's defaults; any other
+field of the levanter class goes in ``options`` (passed through as is, decoded by draccus,
+so nested choice types work: ``options = {"rope": {"type": "llama3"}}``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from marinbuild.load.attrs import AttrValueError, ConfigAttr, _json_like
+
+# levanter model families and the module that registers each (imported on demand).
+_MODEL_MODULES = {
+    "llama": "levanter.models.llama",
+    "mistral": "levanter.models.mistral",
+    "mixtral": "levanter.models.mixtral",
+    "qwen": "levanter.models.qwen",
+    "qwen3": "levanter.models.qwen",
+    "olmo2": "levanter.models.olmo",
+    "olmo3": "levanter.models.olmo3",
+    "gemma": "levanter.models.gemma",
+    "gemma2": "levanter.models.gemma",
+    "gemma3": "levanter.models.gemma",
+    "gpt2": "levanter.models.gpt2",
+    "apertus": "levanter.models.apertus",
+}
+
+
+@dataclass(frozen=True)
+class LmModel:
+    """A decoder-only language model: levanter's ``LmConfig`` of family ``type``."""
+
+    type: str = "llama"
+    """levanter model family: llama, mistral, qwen, qwen3, olmo2, gemma, gpt2, ..."""
+    seq_len: int = 4096
+    """the model's maximum sequence length (levanter ``max_seq_len``); training uses it unless the trainer says less"""
+    hidden_dim: int = 4096
+    intermediate_dim: int = 11008
+    num_layers: int = 32
+    num_heads: int = 32
+    num_kv_heads: int = 32
+    rope: str | None = None
+    """rotary embedding kind: None (levanter's default), "default", "llama3" or "yarn"; theta etc. in options"""
+    tie_word_embeddings: bool = False
+    gradient_checkpointing: bool = True
+    options: dict[str, Any] = field(default_factory=dict)
+    """any other field of the levanter config class"""
+
+    def __post_init__(self) -> None:
+        if self.type not in _MODEL_MODULES:
+            raise ValueError(f"unknown model type {self.type!r} (one of {', '.join(sorted(_MODEL_MODULES))})")
+        for name in ("seq_len", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.hidden_dim % self.num_heads:
+            raise ValueError(f"hidden_dim {self.hidden_dim} is not divisible by num_heads {self.num_heads}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}")
+
+    def parameter_count(self, vocab_size: int) -> int:
+        """Parameters of a Llama-style model of this shape (embeddings untied unless tie_word_embeddings)."""
+        head = self.hidden_dim // self.num_heads
+        attention = self.hidden_dim * head * (2 * self.num_heads + 2 * self.num_kv_heads)
+        mlp = 3 * self.hidden_dim * self.intermediate_dim
+        norms = 2 * self.hidden_dim
+        embeddings = vocab_size * self.hidden_dim * (1 if self.tie_word_embeddings else 2)
+        return self.num_layers * (attention + mlp + norms) + self.hidden_dim + embeddings
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """levanter's ``OptimizerConfig`` of kind ``type`` (AdamW by default), with its learning-rate schedule."""
+
+    type: str = "adam"
+    learning_rate: float = 6e-4
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    epsilon: float = 1e-8
+    max_grad_norm: float | None = 1.0
+    warmup: float = 0.01
+    """steps of linear warmup, or a fraction of the run when below 1"""
+    decay: float | None = None
+    """steps (or fraction) of the final decay; None: the whole run after warmup (WSD needs a value)"""
+    min_lr_ratio: float = 0.1
+    lr_schedule: str = "cosine"
+    """constant, cosine, linear, inv_sqrt, ..."""
+    cycle_length: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be positive, got {self.learning_rate!r}")
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """Batch size, length, checkpoints and evaluation of a training run (levanter's ``TrainerConfig``)."""
+
+    batch_size: int | list[Any] = 512
+    """sequences per step; or a schedule [[start_step, batch_size], ...] as in levanter's ScheduleStep"""
+    num_train_steps: int = 1000
+    seq_len: int | None = None
+    """training sequence length (default: the model's seq_len)"""
+    checkpoint_every: int = 1000
+    """keep a checkpoint every this many steps (the last step is always saved)"""
+    checkpoint_minutes: float | None = 10.0
+    """also save a temporary checkpoint this often (what a preempted run resumes from); None: only step ones"""
+    steps_per_eval: int = 1000
+    max_eval_batches: int | None = None
+    ema_beta: float | None = None
+    """exponential moving average of the weights (e.g. 0.995), as in Marin's tootsie runs"""
+    z_loss_weight: float = 0.0
+    mp: str = "p=f32"
+    """jmp precision policy, e.g. "p=f32,c=bfloat16" on TPUs"""
+    per_device_parallelism: int = -1
+    per_device_eval_parallelism: int = -1
+    data_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_train_steps <= 0:
+            raise ValueError(f"num_train_steps must be positive, got {self.num_train_steps!r}")
+        if self.checkpoint_every <= 0:
+            raise ValueError(f"checkpoint_every must be positive, got {self.checkpoint_every!r}")
+        schedule = batch_schedule(self.batch_size)
+        if any(size <= 0 for _, size in schedule):
+            raise ValueError(f"batch sizes must be positive, got {self.batch_size!r}")
+
+    def batch_size_at(self, step: int) -> int:
+        size = 0
+        for start, value in batch_schedule(self.batch_size):
+            if start <= step:
+                size = value
+        return size
+
+
+def batch_schedule(value: int | list[Any]) -> list[tuple[int, int]]:
+    """``[(start_step, batch_size), ...]`` for an int or a schedule of pairs or ``{"start", "value"}`` dicts."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [(0, value)]
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError(f"batch_size must be an int or a non-empty list of [start_step, size], got {value!r}")
+    out: list[tuple[int, int]] = []
+    for item in value:
+        if isinstance(item, dict):
+            start, size = item.get("start"), item.get("value")
+        elif isinstance(item, list | tuple) and len(item) == 2:
+            start, size = item
+        else:
+            raise ValueError(f"batch schedule entries are [start_step, size] or {{start, value}}, got {item!r}")
+        if not isinstance(start, int) or not isinstance(size, int):
+            raise ValueError(f"batch schedule entries must be ints, got {item!r}")
+        out.append((start, size))
+    if out[0][0] != 0 or any(b[0] <= a[0] for a, b in zip(out, out[1:], strict=False)):
+        raise ValueError(f"a batch schedule starts at step 0 and its steps increase, got {value!r}")
+    return out
+
+
+class DataclassAttr(ConfigAttr):
+    """``attr.config(cls)`` whose value is the dataclass's fields as a plain dict, defaults filled in.
+
+    The BUILD value is checked by building ``cls`` (unknown fields, bad values: load errors), then
+    kept as ``{field: value}``. The version is the same as for the dataclass itself (Marin's JSON
+    encoding of a dataclass is that dict), but a plain dict lets ``marinbuild why`` name the
+    changed field (``config.attrs.optimizer.learning_rate: 0.003 -> 0.002``). Implementations get
+    the dict back and rebuild the instance with ``from_dict``.
+    """
+
+    def convert(self, value: Any, package: str) -> Any:
+        instance = super().convert(value, package)
+        try:
+            return _json_like(dataclasses.asdict(instance), self.cls.__name__)
+        except AttrValueError as exc:
+            raise AttrValueError(f"{self.cls.__name__}: {exc}") from None
+
+
+def config_attr(cls: type, **kwargs: Any) -> DataclassAttr:
+    """An attribute holding a ``cls`` written as a dict in BUILD files (see ``DataclassAttr``)."""
+    return DataclassAttr(cls, **kwargs)
+
+
+def from_dict(cls: type, value: Any) -> Any:
+    """An instance of ``cls`` from its ``asdict`` form (what crosses into the training process)."""
+    if isinstance(value, cls):
+        return value
+    from marinbuild.load.frozen import thaw
+
+    return cls(**thaw(dict(value)))
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    return dataclasses.asdict(value)
+
+
+# -- conversion to levanter (imports levanter; call only inside the training/eval process) ----------
+
+
+def to_levanter_model(model: LmModel, tokenizer: str | None = None) -> Any:
+    """The levanter ``LmConfig`` for ``model``; ``tokenizer`` becomes the config's tokenizer (no Hub lookups)."""
+    import draccus
+
+    module = importlib.import_module(_MODEL_MODULES[model.type])
+    from levanter.models.lm_model import LmConfig
+
+    cls = LmConfig.get_choice_class(model.type)
+    names = {f.name for f in dataclasses.fields(cls)}
+    wanted: dict[str, Any] = {
+        "max_seq_len": model.seq_len,
+        "hidden_dim": model.hidden_dim,
+        "intermediate_dim": model.intermediate_dim,
+        "num_layers": model.num_layers,
+        "num_heads": model.num_heads,
+        "num_kv_heads": model.num_kv_heads,
+        "tie_word_embeddings": model.tie_word_embeddings,
+        "gradient_checkpointing": model.gradient_checkpointing,
+    }
+    if model.rope is not None:
+        wanted["rope"] = {"type": model.rope}
+    wanted.update(model.options)
+    if tokenizer is not None and "tokenizer" in names:
+        wanted["tokenizer"] = tokenizer
+        if "reference_checkpoint" in names and "reference_checkpoint" not in model.options:
+            wanted["reference_checkpoint"] = tokenizer
+    unknown = sorted(k for k in wanted if k not in names)
+    # gpt2-style configs name some fields differently; drop what this family does not have
+    for key in unknown:
+        if key in model.options:
+            raise ValueError(f"model option {key!r} is not a field of levanter's {cls.__name__}")
+        wanted.pop(key)
+    del module
+    return draccus.decode(cls, wanted)
+
+
+def to_levanter_optimizer(opt: Optimizer) -> Any:
+    import draccus
+    from levanter.optim import OptimizerConfig
+
+    fields = {k: v for k, v in as_dict(opt).items() if k not in ("type", "options")}
+    fields.update(opt.options)
+    return draccus.decode(OptimizerConfig, {"type": opt.type, **fields})
+
+
+def levanter_batch_size(trainer: Trainer) -> Any:
+    """An int, or levanter's ``ScheduleStep`` list for a schedule."""
+    schedule = batch_schedule(trainer.batch_size)
+    if len(schedule) == 1:
+        return schedule[0][1]
+    from levanter.schedule import ScheduleStep
+
+    return [ScheduleStep(start=start, value=size) for start, size in schedule]

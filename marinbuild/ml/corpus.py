@@ -1,0 +1,117 @@
+"""Raw document collections: the manifest a ``raw_data`` step writes, and reading documents from it.
+
+A ``raw_data`` output folder holds ``manifest.json``::
+
+    {"kind": "raw_data", "files": ["<out>/files/data/train-00000.jsonl.gz", ...],
+     "urls": ["gs://bucket/dclm/**/*.jsonl.zst"], "documents": 1800}
+
+``files`` are workspace files copied into the output (so the output stands alone and its
+version is their content); ``urls`` are fsspec URLs or globs recorded as given and read
+where they are (never fetched when the graph is analysed, queried or dry-run). Documents
+are JSON lines (``.jsonl``, optionally ``.gz``/``.zst``/``.bz2``/``.xz``), JSON arrays
+(``.json``) or Parquet (``.parquet``), with the text under ``text_key``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import fsspec
+
+MANIFEST = "manifest.json"
+DOC_SUFFIXES = (".jsonl", ".json", ".parquet")
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
+
+
+def document_format(path: str) -> tuple[str, str | None]:
+    """(format suffix, compression) of a document file, e.g. ``(".jsonl", "gzip")``."""
+    base, ext = os.path.splitext(path)
+    compression = COMPRESSIONS.get(ext)
+    if compression is not None:
+        base, ext = os.path.splitext(base)
+    if ext not in DOC_SUFFIXES:
+        raise ValueError(f"{path}: unsupported document file (expected .jsonl[.gz|.zst], .json or .parquet)")
+    return ext, compression
+
+
+def write_manifest(output_path: str, files: list[str], urls: list[str], documents: int | None) -> dict[str, Any]:
+    manifest = {"kind": "raw_data", "files": files, "urls": urls, "documents": documents}
+    with fsspec.open(os.path.join(output_path, MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=2)
+    return manifest
+
+
+def read_manifest(raw_output: str) -> dict[str, Any]:
+    path = os.path.join(raw_output, MANIFEST)
+    try:
+        with fsspec.open(path, "r") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{raw_output} has no {MANIFEST}: is it the output of a raw_data target?") from None
+
+
+def expand(patterns: Iterable[str]) -> list[str]:
+    """Each URL, or the files a glob pattern matches (sorted), as full URLs; a pattern matching nothing is an error."""
+    out: list[str] = []
+    for pattern in patterns:
+        if not any(ch in pattern for ch in "*?["):
+            out.append(pattern)
+            continue
+        fs, _ = fsspec.core.url_to_fs(pattern)
+        matches = sorted(fs.glob(pattern))
+        if not matches:
+            raise FileNotFoundError(f"no files match {pattern}")
+        protocol = pattern.split("://", 1)[0] + "://" if "://" in pattern else ""
+        out.extend(m if "://" in m or not protocol else protocol + m for m in matches)
+    return out
+
+
+def document_paths(raw_outputs: Iterable[str]) -> list[str]:
+    """Every document file of these ``raw_data`` outputs, in order (globs expanded)."""
+    paths: list[str] = []
+    for raw in raw_outputs:
+        manifest = read_manifest(raw)
+        paths.extend(manifest.get("files", []))
+        paths.extend(expand(manifest.get("urls", [])))
+    return paths
+
+
+def iter_documents(path: str) -> Iterator[dict[str, Any]]:
+    """The records of one document file."""
+    ext, compression = document_format(path)
+    if ext == ".parquet":
+        import pyarrow.parquet as pq
+
+        with fsspec.open(path, "rb", compression=compression) as f:
+            table = pq.ParquetFile(f)
+            for batch in table.iter_batches():
+                yield from batch.to_pylist()
+        return
+    with fsspec.open(path, "rt", compression=compression, encoding="utf-8") as f:
+        if ext == ".json":
+            yield from json.load(f)
+        else:
+            for line in f:
+                if line.strip():
+                    yield json.loads(line)
+
+
+def iter_texts(paths: Iterable[str], text_key: str = "text", limit: int | None = None) -> Iterator[str]:
+    """The ``text_key`` field of every document in ``paths`` (at most ``limit``)."""
+    count = 0
+    for path in paths:
+        for record in iter_documents(path):
+            if limit is not None and count >= limit:
+                return
+            text = record.get(text_key)
+            if not isinstance(text, str):
+                raise KeyError(f"{path}: a record has no string field {text_key!r} (fields: {sorted(record)})")
+            count += 1
+            yield text
+
+
+def count_documents(paths: Iterable[str]) -> int:
+    return sum(1 for path in paths for _ in iter_documents(path))

@@ -1,0 +1,158 @@
+"""Running levanter work (tokenize, train, eval) in a child Python process.
+
+Why a child: jax, libtpu and levanter's global state (logging handlers, the tracker, the
+device mesh) belong to one process, and the marinbuild process that schedules steps should
+stay light (it never imports jax). The child is ``python -m marinbuild.ml.<module> PAYLOAD``;
+it reads its job from the JSON payload, writes its result JSON where the payload says,
+and dies with its parent (``PR_SET_PDEATHSIG``), so killing a build kills its training too.
+
+Everything the child prints goes to ``<log_dir>/<name>.log`` (appended: a resumed run
+adds to the same log). The build's stderr gets the lines that matter: warnings, errors,
+tracebacks and the child's own ``[marinbuild.ml]`` progress lines (``MARINBUILD_ML_LOG=all``
+forwards everything). A failing child raises ``MlProcessError`` with the log's tail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import fsspec
+
+PREFIX = "[marinbuild.ml]"
+_INFO_LINE = re.compile(r"^[IDV]\d{8} ")  # absl/levanter INFO, DEBUG, VERBOSE lines
+# Warnings levanter prints on every CPU run that tell a user nothing (they stay in the log).
+_NOISE = re.compile(r"Unknown leaf type <class 'NoneType'>|Unknown device type: cpu|No resource mapping found"
+                    r"|warnings\.warn\(|^Loss: ")
+_PARENT_ENV = "MARINBUILD_ML_PARENT_PID"
+
+
+class MlProcessError(RuntimeError):
+    """The child process failed; the message ends with the tail of its log."""
+
+
+def say(message: str) -> None:
+    """A progress line from the child that the build shows."""
+    print(f"{PREFIX} {message}", flush=True)
+
+
+def is_local(path: str) -> bool:
+    from fsspec.implementations.local import LocalFileSystem
+
+    return isinstance(fsspec.core.url_to_fs(path)[0], LocalFileSystem)
+
+
+def run_child(module: str, payload: dict[str, Any], *, log_dir: str, name: str, offline: bool = False,
+              env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``python -m module`` on ``payload``; return the result JSON it wrote."""
+    work = tempfile.mkdtemp(prefix=f"marinbuild-{name}-")
+    payload_path = os.path.join(work, "payload.json")
+    result_path = os.path.join(work, "result.json")
+    with open(payload_path, "w") as f:
+        json.dump({**payload, "result_path": result_path}, f)
+    local_logs = log_dir if is_local(log_dir) else os.path.join(work, "logs")
+    os.makedirs(local_logs, exist_ok=True)
+    log_path = os.path.join(local_logs, f"{name}.log")
+    child_env = dict(os.environ)
+    child_env.update({_PARENT_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1"})
+    if offline:  # a local tokenizer: never wait on the Hub
+        child_env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    child_env.update(env or {})
+    forward_all = os.environ.get("MARINBUILD_ML_LOG") == "all"
+    tail: deque[str] = deque(maxlen=60)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, payload_path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=child_env,
+        text=True,
+        errors="replace",
+        bufsize=1,
+    )
+    assert proc.stdout is not None
+    with open(log_path, "a") as log:
+        _pump(proc.stdout, log, tail, forward_all)
+    code = proc.wait()
+    if not is_local(log_dir):
+        _upload(log_path, os.path.join(log_dir, f"{name}.log"))
+    try:
+        if code != 0:
+            lines = "".join(tail).rstrip()
+            where = log_path if is_local(log_dir) else os.path.join(log_dir, f"{name}.log")
+            raise MlProcessError(f"{module} exited with code {code}; log: {where}; last lines:\n{lines}")
+        with open(result_path) as f:
+            return json.load(f)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _pump(stream: Any, log: Any, tail: deque[str], forward_all: bool) -> None:
+    in_traceback = False
+    for line in stream:
+        log.write(line)
+        log.flush()
+        tail.append(line)
+        if line.startswith("Traceback"):
+            in_traceback = True
+        elif in_traceback and not line.startswith((" ", "\t")):
+            in_traceback = False
+            _forward(line)
+            continue
+        if forward_all or in_traceback or PREFIX in line or not (_INFO_LINE.match(line) or _NOISE.search(line)):
+            _forward(line)
+
+
+def _forward(line: str) -> None:
+    try:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    except (ValueError, OSError):  # a closed or replaced stderr must not break the step
+        pass
+
+
+def _upload(local: str, remote: str) -> None:
+    try:
+        fs, path = fsspec.core.url_to_fs(remote)
+        fs.makedirs(os.path.dirname(path), exist_ok=True)
+        fs.put_file(local, path)
+    except Exception as exc:  # logs are a convenience; the step's result does not depend on them
+        _forward(f"{PREFIX} could not upload {local} to {remote}: {exc}\n")
+
+
+# -- in the child ---------------------------------------------------------------------------
+
+
+def child_main(run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """The ``__main__`` of a child module: set up, run ``run(payload)``, write its result."""
+    _die_with_parent()
+    with open(sys.argv[1]) as f:
+        payload = json.load(f)
+    result = run(payload)
+    with open(payload["result_path"], "w") as f:
+        json.dump(result, f, indent=2, default=str)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (and exit now if it already has)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except Exception:
+        return
+    expected = os.environ.get(_PARENT_ENV)
+    if expected and os.getppid() != int(expected):
+        os._exit(1)  # the parent died before we could ask

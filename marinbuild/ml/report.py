@@ -1,0 +1,130 @@
+"""A training report: one metrics JSON and a PNG of training and validation loss per step.
+
+``build_report`` reads a ``train_lm`` output (``metrics.jsonl``, ``summary.json``) and any
+``eval_lm`` outputs (``eval.json``) and writes:
+
+    metrics.json   {"train_loss": [[step, loss], ...], "validation_loss": {name: [[step, loss], ...]},
+                    "learning_rate": [[step, lr], ...], "summary": {...}, "evaluations": {...}}
+    loss.png       training loss (and its moving average) and each validation loss against the step,
+                   log-scale loss axis, final evaluation results in the legend
+
+matplotlib (Agg backend, no display) is imported only here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import fsspec
+
+from marinbuild.ml.jsonl import read_records
+
+
+def _series(records: list[dict[str, Any]], key: str) -> list[list[float]]:
+    """``[[step, value], ...]`` for ``key``, one value per step (a resumed run's later value wins), sorted."""
+    by_step: dict[int, float] = {}
+    for record in records:
+        if key in record and record.get("step") is not None:
+            by_step[int(record["step"])] = record[key]
+    return [[step, by_step[step]] for step in sorted(by_step)]
+
+
+def collect(train_output: str, eval_outputs: list[str]) -> dict[str, Any]:
+    records = read_records(os.path.join(train_output, "metrics.jsonl"))
+    validation_keys = sorted({k for r in records for k in r
+                              if k.startswith("eval/") and k.endswith("/loss") and k != "eval/loss"})
+    summary: dict[str, Any] = {}
+    try:
+        with fsspec.open(os.path.join(train_output, "summary.json"), "r") as f:
+            summary = json.load(f)
+    except FileNotFoundError:
+        pass
+    evaluations = {}
+    for path in eval_outputs:
+        with fsspec.open(os.path.join(path, "eval.json"), "r") as f:
+            evaluations[os.path.basename(path.rstrip("/")).rsplit("-", 1)[0]] = json.load(f)
+    return {
+        "model": os.path.basename(train_output.rstrip("/")),
+        "parameter_count": summary.get("parameter_count"),
+        "train_loss": _series(records, "train/loss"),
+        "validation_loss": {k[len("eval/"):-len("/loss")]: _series(records, k) for k in validation_keys},
+        "overall_validation_loss": _series(records, "eval/loss"),
+        "learning_rate": _series(records, "optim/learning_rate"),
+        "summary": summary,
+        "evaluations": evaluations,
+    }
+
+
+def _moving_average(values: list[float], window: int) -> list[float]:
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def plot(metrics: dict[str, Any], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    train = metrics["train_loss"]
+    if train:
+        steps = [s for s, _ in train]
+        losses = [v for _, v in train]
+        ax.plot(steps, losses, color="tab:blue", alpha=0.35, linewidth=1, label="train loss")
+        window = max(1, len(losses) // 20)
+        if window > 1:
+            ax.plot(steps, _moving_average(losses, window), color="tab:blue", linewidth=2,
+                    label=f"train loss ({window}-step average)")
+    colors = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+    series = [(name, s) for name, s in metrics["validation_loss"].items() if s]
+    if len(series) > 1 and metrics["overall_validation_loss"]:
+        series.append(("all datasets", metrics["overall_validation_loss"]))
+    for i, (name, points) in enumerate(series):
+        ax.plot([s for s, _ in points], [v for _, v in points], marker="o", linewidth=2,
+                color=colors[i % len(colors)], label=f"validation loss: {name}")
+    for name, result in metrics["evaluations"].items():
+        if result.get("loss") is not None and result.get("step") is not None:
+            ax.scatter([result["step"]], [result["loss"]], marker="*", s=160, color="black", zorder=5,
+                       label=f"{name}: loss {result['loss']:.3f}, perplexity {result['perplexity']:.2f}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats per token)")
+    if train and min(v for _, v in train) > 0:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with fsspec.open(path, "wb") as f:
+        fig.savefig(f, format="png")
+    plt.close(fig)
+
+
+def build_report(train_output: str, eval_outputs: list[str], output_path: str, title: str = "") -> dict[str, Any]:
+    metrics = collect(train_output, eval_outputs)
+    fs, root = fsspec.core.url_to_fs(output_path)
+    fs.makedirs(root, exist_ok=True)
+    with fsspec.open(os.path.join(output_path, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2)
+    params = metrics.get("parameter_count")
+    default_title = f"{metrics['model']}" + (f" ({params:,} parameters)" if params else "") + ": loss per step"
+    plot(metrics, os.path.join(output_path, "loss.png"), title or default_title)
+    train = metrics["train_loss"]
+    final_eval = {name: r.get("loss") for name, r in metrics["evaluations"].items()}
+    return {
+        "metrics": os.path.join(output_path, "metrics.json"),
+        "plot": os.path.join(output_path, "loss.png"),
+        "steps": train[-1][0] + 1 if train else 0,
+        "first_train_loss": train[0][1] if train else None,
+        "final_train_loss": train[-1][1] if train else None,
+        "final_eval_loss": final_eval,
+        "final_perplexity": {name: (math.exp(v) if v is not None else None) for name, v in final_eval.items()},
+    }

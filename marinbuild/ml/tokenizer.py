@@ -1,0 +1,128 @@
+"""Train a byte-level BPE tokenizer with HF ``tokenizers`` and save it as a directory levanter loads.
+
+The directory holds ``tokenizer.json`` (the tokenizer itself) and ``tokenizer_config.json``
+(``bos_token``, ``eos_token``, ``pad_token``, ``model_max_length`` and the fast-tokenizer
+class), which is all ``levanter.tokenizers.load_tokenizer(path)`` and
+``transformers.AutoTokenizer.from_pretrained(path)`` need. Training is deterministic for
+the same texts and settings. ``tokenizers`` is imported inside the functions, so
+importing this module is free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+BOS = "<|begin_of_text|>"
+EOS = "<|end_of_text|>"
+PAD = "<|pad|>"
+
+
+@dataclass(frozen=True)
+class TokenizerResult:
+    path: str
+    vocab_size: int
+    documents: int
+
+
+def train_bpe_tokenizer(
+    texts: Iterable[str],
+    output_dir: str,
+    *,
+    vocab_size: int = 1024,
+    min_frequency: int = 2,
+    model_max_length: int = 4096,
+) -> TokenizerResult:
+    """Train a byte-level BPE on ``texts`` and write it to ``output_dir`` (any fsspec path)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    counter = _Counting(texts)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[BOS, EOS, PAD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(counter, trainer=trainer)
+    config = {
+        "bos_token": BOS,
+        "eos_token": EOS,
+        "pad_token": PAD,
+        "unk_token": None,
+        "model_max_length": model_max_length,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    fs, root = fsspec.core.url_to_fs(output_dir)
+    fs.makedirs(root, exist_ok=True)
+    with fs.open(os.path.join(root, "tokenizer.json"), "w") as f:
+        f.write(tokenizer.to_str(pretty=True))
+    with fs.open(os.path.join(root, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    with fs.open(os.path.join(root, "special_tokens_map.json"), "w") as f:
+        json.dump({"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, f, indent=2)
+    return TokenizerResult(output_dir, tokenizer.get_vocab_size(), counter.count)
+
+
+class _Counting:
+    """An iterable of texts that counts what it yields (the BPE trainer consumes it once)."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self._texts = texts
+        self.count = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for text in self._texts:
+            self.count += 1
+            yield text
+
+
+def is_tokenizer_dir(path: str) -> bool:
+    """Whether ``path`` (local or fsspec) is a directory holding a ``tokenizer.json``."""
+    try:
+        fs, root = fsspec.core.url_to_fs(path)
+        return bool(fs.isfile(os.path.join(root, "tokenizer.json")))
+    except Exception:
+        return False
+
+
+def local_tokenizer_dir(path: str) -> str:
+    """A local directory with the tokenizer at ``path``: itself if local, else a copy in the temp folder."""
+    import hashlib
+    import tempfile
+
+    from fsspec.implementations.local import LocalFileSystem
+
+    fs, root = fsspec.core.url_to_fs(path)
+    if isinstance(fs, LocalFileSystem):
+        return root
+
+    local = os.path.join(tempfile.gettempdir(), "marinbuild_tokenizers", hashlib.sha256(path.encode()).hexdigest()[:16])
+    os.makedirs(local, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        src = os.path.join(root, name)
+        if fs.exists(src):
+            fs.get(src, os.path.join(local, name))
+    return local
+
+
+def describe(path: str) -> dict[str, Any]:
+    """Vocabulary size and special tokens of a saved tokenizer directory."""
+    from tokenizers import Tokenizer
+
+    local = local_tokenizer_dir(path)
+    tok = Tokenizer.from_file(os.path.join(local, "tokenizer.json"))
+    with open(os.path.join(local, "tokenizer_config.json")) as f:
+        config = json.load(f)
+    return {"vocab_size": tok.get_vocab_size(), **{k: config.get(k) for k in ("bos_token", "eos_token", "pad_token")}}

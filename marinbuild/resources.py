@@ -1,0 +1,269 @@
+"""What a step asks a backend for: CPUs, memory, GPUs, TPU slices and custom Ray resources.
+
+A step's request can be written several ways; ``normalize`` turns each into ``Resources``:
+
+- ``Resources(cpu=4, memory="16g", gpu=1, custom={"spot": 1})`` or ``tpu("v4-8")``;
+- a dict, as a BUILD rule's ``resources`` attribute holds it:
+  ``{"cpu": 4, "memory": "16g", "gpu": 1, "tpu": "v4-8", "custom": {"spot": 1}}``
+  (any other key with a number is a custom resource, e.g. ``{"TPU": 4}``);
+- Marin's ``ResourceConfig`` (fray): ``cpu``, ``ram`` and a ``device`` of kind cpu/gpu/tpu;
+- ``None``: the backend's default (one CPU on Ray).
+
+On Ray a TPU slice is a set of custom resources, as Ray's TPU support advertises them on
+each TPU VM: ``TPU`` (the chips of that VM) and ``TPU-<type>-head`` (on worker 0 of a
+slice only). A single-host slice (v4-8, v5litepod-8, ...) asks for both, so the step
+holds every chip of one slice; a multi-host slice (v4-64, ...) asks for the head only,
+and the step itself fans out over the slice's hosts (as levanter's ``run_on_pod`` does).
+TPU steps run in a fresh worker process (``max_calls=1``), since libtpu belongs to one
+process at a time.
+
+``check_local`` says why the local backend cannot run a request (TPUs or GPUs this
+machine does not have), so a build refuses before running anything.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# (chips on the slice, VMs in the slice) by TPU type; Ray nodes are VMs. From fray's topology table.
+_TPU_TABLE: dict[str, tuple[int, int]] = {
+    **{f"v4-{2 * c}": (c, max(1, c // 4)) for c in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)},
+    **{f"v5p-{2 * c}": (c, max(1, c // 4)) for c in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6144)},
+    "v5litepod-1": (1, 1), "v5litepod-2": (2, 1), "v5litepod-4": (4, 1), "v5litepod-8": (8, 1),
+    **{f"v5litepod-{c}": (c, c // 4) for c in (16, 32, 64, 128, 256)},
+    "v6e-1": (1, 1), "v6e-4": (4, 1), "v6e-8": (8, 1),
+    **{f"v6e-{c}": (c, c // 4) for c in (16, 32, 64, 128, 256)},
+    # v2/v3: the count is TensorCores, 8 per VM (4 chips).
+    **{f"v{g}-{8 * h}": (4 * h, h) for g in (2, 3) for h in (1, 2, 4, 8, 16, 32, 64, 128, 256)},
+}
+_TPU_ALIASES = {"v5e": "v5litepod", "v5lite": "v5litepod"}
+
+
+class UnsatisfiableResourcesError(ValueError):
+    """Steps ask for resources the chosen backend cannot give; nothing was run."""
+
+
+@dataclass(frozen=True)
+class TpuSlice:
+    """A TPU slice type and its shape."""
+
+    type: str
+    chips: int
+    vms: int
+
+    @property
+    def chips_per_vm(self) -> int:
+        return self.chips // self.vms
+
+    @property
+    def multi_host(self) -> bool:
+        return self.vms > 1
+
+    @property
+    def head_resource(self) -> str:
+        return f"TPU-{self.type}-head"
+
+
+def tpu_slice(tpu_type: str) -> TpuSlice:
+    """The shape of a TPU type such as ``v4-8``, ``v5litepod-16`` (or ``v5e-16``), ``v6e-8``."""
+    name = tpu_type.strip().lower()
+    generation, _, size = name.partition("-")
+    name = f"{_TPU_ALIASES.get(generation, generation)}-{size}"
+    if name not in _TPU_TABLE:
+        known = ", ".join(sorted({k.split("-")[0] for k in _TPU_TABLE}))
+        raise ValueError(f"unknown TPU type {tpu_type!r} (families: {known}; e.g. v4-8, v5litepod-16, v6e-8)")
+    chips, vms = _TPU_TABLE[name]
+    return TpuSlice(name, chips, vms)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """A resource request: CPUs, memory in bytes, GPUs, a TPU slice type, and custom Ray resources."""
+
+    cpu: float | None = None
+    memory: int | None = None
+    gpu: float | None = None
+    tpu: str | None = None
+    custom: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.memory, str):
+            object.__setattr__(self, "memory", parse_memory(self.memory))
+        if self.tpu is not None:
+            object.__setattr__(self, "tpu", tpu_slice(self.tpu).type)
+        for name in ("cpu", "gpu"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int | float) or value < 0):
+                raise ValueError(f"resources: {name} must be a non-negative number, got {value!r}")
+        for key, value in self.custom.items():
+            if not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"resources: custom resource {key!r} must be a non-negative number, got {value!r}")
+
+    @property
+    def tpu_chips(self) -> float:
+        """TPU chips one task of this request holds on its node."""
+        if self.tpu is not None:
+            s = tpu_slice(self.tpu)
+            return 0 if s.multi_host else s.chips_per_vm
+        return float(self.custom.get("TPU", 0))
+
+    @property
+    def wants_tpu(self) -> bool:
+        return self.tpu is not None or any(k == "TPU" or (k.startswith("TPU-") and k.endswith("-head"))
+                                           for k in self.custom)
+
+    def ray_resources(self) -> dict[str, float]:
+        """The custom resources of a Ray task: the TPU slice's, then ``custom``."""
+        out: dict[str, float] = {}
+        if self.tpu is not None:
+            s = tpu_slice(self.tpu)
+            out[s.head_resource] = 1
+            if not s.multi_host:
+                out["TPU"] = s.chips_per_vm
+        out.update(self.custom)
+        return out
+
+    def to_ray_options(self) -> dict[str, Any]:
+        """Options for ``.options(**)`` of a Ray remote function (``fresh_worker`` is set where it is defined)."""
+        options: dict[str, Any] = {}
+        if self.cpu is not None:
+            options["num_cpus"] = self.cpu
+        if self.gpu is not None:
+            options["num_gpus"] = self.gpu
+        if self.memory is not None:
+            options["memory"] = self.memory
+        custom = self.ray_resources()
+        if custom:
+            options["resources"] = custom
+        return options
+
+    @property
+    def fresh_worker(self) -> bool:
+        """Run in a worker process of its own (``max_calls=1``): libtpu belongs to one process at a time."""
+        return self.wants_tpu
+
+    def describe(self) -> str:
+        parts = []
+        if self.tpu is not None:
+            s = tpu_slice(self.tpu)
+            parts.append(f"a TPU {s.type} slice ({s.chips} chips on {s.vms} host{'s' if s.vms > 1 else ''})")
+        if self.gpu:
+            parts.append(f"{self.gpu:g} GPU{'s' if self.gpu != 1 else ''}")
+        if self.cpu is not None:
+            parts.append(f"{self.cpu:g} CPU{'s' if self.cpu != 1 else ''}")
+        if self.memory is not None:
+            parts.append(f"{self.memory / 2**30:.3g} GiB of memory")
+        parts.extend(f"{v:g} {k}" for k, v in self.custom.items())
+        return ", ".join(parts) or "default resources"
+
+
+def tpu(tpu_type: str, *, cpu: float | None = None, memory: int | str | None = None) -> Resources:
+    """A whole TPU slice: ``tpu("v4-8")`` asks Ray for ``{"TPU": 4, "TPU-v4-8-head": 1}``."""
+    return Resources(cpu=cpu, memory=memory, tpu=tpu_type)  # type: ignore[arg-type]
+
+
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
+
+
+def parse_memory(value: int | float | str) -> int:
+    """Bytes from ``17179869184``, ``"16g"``, ``"16Gi"``, ``"16GiB"`` (powers of 1024) or ``"16GB"`` (of 1000)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value)
+    match = _MEMORY.match(str(value))
+    if not match:
+        raise ValueError(f"resources: memory must be bytes or like '16g', got {value!r}")
+    number, unit, binary, byte = match.groups()
+    power = "kmgtp".find(unit.lower()) + 1 if unit else 0
+    base = 1000 if (byte and not binary and unit) else 1024
+    return int(float(number) * base**power)
+
+
+_DICT_KEYS = {"cpu": "cpu", "num_cpus": "cpu", "cpus": "cpu", "gpu": "gpu", "num_gpus": "gpu", "gpus": "gpu",
+              "memory": "memory", "ram": "memory", "tpu": "tpu"}
+
+
+def normalize(value: Any) -> Resources | None:
+    """``Resources`` for any accepted form of a request (see the module docstring); None for none."""
+    if value is None or isinstance(value, Resources):
+        return value
+    if isinstance(value, Mapping):
+        return _from_dict(value)
+    device = getattr(value, "device", None)
+    if device is not None and hasattr(value, "cpu"):
+        return _from_fray(value)
+    raise TypeError(f"resources: expected Resources, tpu(...), a dict or a ResourceConfig, got {value!r}")
+
+
+def _from_dict(value: Mapping[str, Any]) -> Resources:
+    known: dict[str, Any] = {}
+    custom: dict[str, float] = {}
+    for key, item in value.items():
+        if key == "custom":
+            if not isinstance(item, Mapping):
+                raise ValueError(f"resources: 'custom' must be a dict of resource name to amount, got {item!r}")
+            custom.update(item)
+        elif key in _DICT_KEYS:
+            known[_DICT_KEYS[key]] = item
+        elif isinstance(item, int | float) and not isinstance(item, bool):
+            custom[key] = item
+        else:
+            raise ValueError(f"resources: unknown key {key!r} (cpu, memory, gpu, tpu, custom, or NAME: amount)")
+    if "memory" in known and known["memory"] is not None:
+        known["memory"] = parse_memory(known["memory"])
+    return Resources(custom=custom, **known)
+
+
+def _from_fray(config: Any) -> Resources:
+    """Marin's ``ResourceConfig``: ``cpu``, ``ram`` ("16g") and a device (cpu, gpu with a count, tpu variant)."""
+    device = config.device
+    kind = getattr(device, "kind", "cpu")
+    ram = getattr(config, "ram", None)
+    return Resources(
+        cpu=getattr(config, "cpu", None),
+        memory=parse_memory(ram) if ram else None,
+        gpu=getattr(device, "count", 1) if kind == "gpu" else None,
+        tpu=getattr(device, "variant", None) if kind == "tpu" else None,
+    )
+
+
+# -- what this machine has ----------------------------------------------------------------------
+
+
+def local_tpu_chips() -> int:
+    """TPU chips on this machine (as Ray counts them: /dev/accel* or /dev/vfio/<n>)."""
+    accel = glob.glob("/dev/accel[0-9]*")
+    return len(accel) if accel else len(glob.glob("/dev/vfio/[0-9]*"))
+
+
+def local_gpus() -> int:
+    """NVIDIA GPUs on this machine (device files; no driver call)."""
+    return len(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def check_local(value: Any) -> str | None:
+    """Why a step with this request cannot run on this machine's local backend (None if it can)."""
+    res = normalize(value)
+    if res is None:
+        return None
+    cluster_hint = ("run it on a Ray cluster that has one: `marinbuild --backend ray --ray_address ADDRESS ...` "
+                    "(infra/README.md sets one up)")
+    if res.tpu is not None:
+        s = tpu_slice(res.tpu)
+        if s.multi_host:
+            return f"needs {res.describe()}, which no single machine has; {cluster_hint}"
+    if res.wants_tpu:
+        have = local_tpu_chips()
+        need = max(res.tpu_chips, 1)
+        if have < need:
+            what = f"{have} TPU chip{'s' if have != 1 else ''}" if have else "no TPU"
+            return f"needs {res.describe()} but this machine has {what}; {cluster_hint}"
+    if res.gpu:
+        have = local_gpus()
+        if have < res.gpu:
+            what = f"{have} GPU{'s' if have != 1 else ''}" if have else "no GPU"
+            return f"needs {res.describe()} but this machine has {what}; {cluster_hint}"
+    return None

@@ -1,0 +1,114 @@
+"""Ray runtime environments: the workspace shipped as ``working_dir``, and per-step extras.
+
+``pip_dependency_groups`` name extras of the workspace's ``pyproject.toml``
+(``[project.optional-dependencies]``, or PEP 735 ``[dependency-groups]``); each becomes
+its requirement list (a self-reference such as ``marinbuild[gcs]`` is followed). A name
+that is no group is a pip requirement as it stands (``"lm-eval==0.4.2"``). A step's
+runtime env holds only what it adds (``pip``, ``env_vars``); Ray merges it with the job's,
+so the job's ``working_dir`` stays.
+
+The workspace is shipped without what a cluster does not need (``WORKING_DIR_EXCLUDES``:
+virtualenvs, git data, local outputs, caches, model and data files); Ray also honours the
+workspace's ``.gitignore``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+WORKING_DIR_EXCLUDES = [
+    ".venv", "venv", ".git", "local_store", "__pycache__", "*.pyc", ".marinbuild", "*.egg-info",
+    ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ipynb_checkpoints", "node_modules", "wandb",
+    "*.parquet", "*.arrow", "*.jsonl.gz", "*.jsonl.zst", "*.npy", "*.npz", "*.safetensors",
+    "*.ckpt", "*.pt", "*.bin", "*.tar", "*.tar.gz", "*.zip",
+]
+"""Paths (gitignore syntax) never uploaded with the workspace."""
+
+RUNTIME_ENV_VARS_FROM_DRIVER = ("HF_TOKEN", "WANDB_API_KEY", "MARIN_PREFIX")
+"""Passed on to a submitted job when set in the submitting shell (as Marin's ray_run did)."""
+
+
+def project_root(start: str | os.PathLike[str] = ".") -> Path | None:
+    """The nearest folder at or above ``start`` holding a ``pyproject.toml``."""
+    here = Path(start).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").is_file():
+            return folder
+    return None
+
+
+def _read_pyproject(root: Path | None) -> dict[str, Any]:
+    if root is None or not (root / "pyproject.toml").is_file():
+        return {}
+    with open(root / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+_REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?")
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pip_requirements(groups: list[str], root: Path | None = None) -> list[str]:
+    """The pip requirements of ``groups`` (extras or dependency groups of ``root``'s pyproject, or requirements)."""
+    data = _read_pyproject(root if root is not None else project_root())
+    project = data.get("project", {})
+    own_name = _canonical(project.get("name", "")) if project.get("name") else None
+    extras: dict[str, list[Any]] = {_canonical(k): v for k, v in project.get("optional-dependencies", {}).items()}
+    dep_groups: dict[str, list[Any]] = {_canonical(k): v for k, v in data.get("dependency-groups", {}).items()}
+    out: list[str] = []
+    seen: set[str] = set()
+    stack = list(reversed(groups))
+    while stack:
+        group = stack.pop()
+        key = _canonical(group)
+        if key in extras or key in dep_groups:
+            if key in seen:
+                continue
+            seen.add(key)
+            for req in reversed(extras.get(key, []) + dep_groups.get(key, [])):
+                if isinstance(req, dict):  # PEP 735: {include-group = "other"}
+                    stack.append(req.get("include-group", ""))
+                    continue
+                match = _REQ_NAME.match(req)
+                if match and own_name and _canonical(match.group(1)) == own_name:
+                    stack.extend(e.strip() for e in (match.group(2) or "").split(",") if e.strip())
+                else:
+                    stack.append(req)
+            continue
+        if group and group not in out:
+            out.append(group)
+    return out
+
+
+def step_runtime_env(pip_dependency_groups: list[str] | None, env_vars: dict[str, str] | None,
+                     root: Path | None = None) -> dict[str, Any] | None:
+    """A step's own runtime env (None if it needs nothing beyond the job's)."""
+    env: dict[str, Any] = {}
+    if pip_dependency_groups:
+        requirements = pip_requirements(list(pip_dependency_groups), root)
+        if requirements:
+            env["pip"] = requirements
+    if env_vars:
+        env["env_vars"] = {str(k): str(v) for k, v in env_vars.items()}
+    return env or None
+
+
+def workspace_runtime_env(root: str | os.PathLike[str], env_vars: dict[str, str] | None = None,
+                          excludes: list[str] | None = None) -> dict[str, Any]:
+    """A job's runtime env: ``root`` shipped as ``working_dir`` (minus ``WORKING_DIR_EXCLUDES``), and env vars."""
+    env: dict[str, Any] = {"working_dir": str(root), "excludes": list(WORKING_DIR_EXCLUDES) + list(excludes or [])}
+    if env_vars:
+        env["env_vars"] = {str(k): str(v) for k, v in env_vars.items()}
+    return env
+
+
+def in_ray_job() -> bool:
+    """True inside a job submitted to a Ray cluster (its runtime env, working_dir included, is already set)."""
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ

@@ -1,0 +1,60 @@
+"""``raw_data``: a collection of documents, from workspace files or fsspec URLs.
+
+    load("@marinbuild//rules:data.py", "raw_data")
+
+    raw_data(name = "stories", srcs = glob(["data/train-*.jsonl.gz"]))
+    raw_data(name = "dclm", urls = ["gs://marin-us-central2/raw/dclm/a3b142c/**/*.jsonl.zst"])
+
+Workspace files (``srcs``) are hashed by content (xxh3-128) into the version, so editing
+one rebuilds exactly what reads it; they are copied into the output folder, which then
+stands alone. URLs (``urls``, globs allowed) are versioned as written and read in place
+when a consumer runs: nothing is fetched while the graph is loaded, queried, explained or
+dry-run. Pin what a URL points at in the URL itself (a revision folder), as Marin does.
+The output is ``manifest.json`` (see ``marinbuild.ml.corpus``) and ``files/``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from marinbuild.analysis import RuleContext
+from marinbuild.load import attr, rule
+
+
+def _raw_data_impl(ctx: RuleContext) -> dict[str, Any]:
+    import fsspec
+
+    from marinbuild.ml.corpus import count_documents, document_format, write_manifest
+
+    if not ctx.attr.srcs and not ctx.attr.urls:
+        raise ValueError(f"raw_data {ctx.label}: give srcs (workspace files) or urls")
+    package_dir = ctx.workspace / ctx.package if ctx.package else ctx.workspace
+    files: list[str] = []
+    for src in ctx.attr.srcs:
+        document_format(src)  # refuse what tokenize could not read, now rather than later
+        relative = os.path.relpath(src, package_dir)
+        if relative.startswith(".."):
+            relative = Path(src).name
+        dest = os.path.join(ctx.output_path, "files", relative)
+        fs, dest_path = fsspec.core.url_to_fs(dest)
+        fs.makedirs(os.path.dirname(dest_path), exist_ok=True)
+        fs.put_file(src, dest_path)
+        files.append(dest)
+    for url in ctx.attr.urls:
+        if not any(ch in url for ch in "*?["):
+            document_format(url)
+    documents = count_documents(files) if files and not ctx.attr.urls else None
+    return write_manifest(ctx.output_path, files, list(ctx.attr.urls), documents)
+
+
+raw_data = rule(
+    implementation=_raw_data_impl,
+    attrs={
+        "srcs": attr.source_files(doc="document files of this package (.jsonl[.gz], .json, .parquet); content-hashed"),
+        "urls": attr.list(of=str, doc="fsspec URLs or globs of document files, read in place (never fetched early)"),
+        "description": attr.string(versioned=False, doc="what the data is, for people"),
+    },
+    doc="A collection of documents: workspace files (content-hashed, copied) or fsspec URLs (read in place).",
+)

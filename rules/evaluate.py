@@ -1,0 +1,79 @@
+"""``eval_lm``: loss and perplexity of a trained model on tokenized validation sets.
+
+    load("@marinbuild//rules:evaluate.py", "eval_lm")
+
+    eval_lm(name = "eval", model = ":lm", data = [":stories_tokenized"])
+
+``model`` is a ``train_lm`` target (its latest checkpoint is evaluated); ``data`` are
+``tokenize`` targets with a validation split. The output is ``eval.json`` (per dataset:
+loss in nats per token, perplexity = exp(loss), bits per byte when levanter reports it;
+see ``marinbuild.ml.evaluate``). Evaluation runs levanter's evaluator in a child process.
+(The module is ``evaluate.py``, not ``eval.py``, so it never shadows the builtin's name.)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from marinbuild.analysis import RuleContext
+from marinbuild.load import attr, rule
+
+
+def _eval_lm_impl(ctx: RuleContext) -> dict[str, Any]:
+    from marinbuild.ml.process import run_child
+    from marinbuild.ml.tokenize import read_metadata
+    from marinbuild.resources import normalize
+
+    datasets: dict[str, str] = {}
+    text_keys: dict[str, str] = {}
+    for path in ctx.attr.data:
+        meta = read_metadata(path)
+        if "validation" not in meta.get("splits", {}):
+            raise ValueError(f"eval_lm {ctx.label}: {path} has no validation split")
+        base = meta.get("name") or os.path.basename(path.rstrip("/"))
+        name, n = base, 2
+        while name in datasets:
+            name, n = f"{base}_{n}", n + 1
+        datasets[name] = path
+        text_keys[name] = meta.get("text_key", "text")
+    request = normalize(ctx.attr.resources or None)
+    tokenizer = _trained_tokenizer(ctx.attr.model)
+    payload = {
+        "output_path": ctx.output_path,
+        "model_path": ctx.attr.model,
+        "datasets": datasets,
+        "text_keys": text_keys,
+        "max_eval_batches": ctx.attr.max_eval_batches,
+        "batch_size": ctx.attr.batch_size,
+        "require_accelerator": request is not None and (request.wants_tpu or bool(request.gpu)),
+    }
+    return run_child("marinbuild.ml.evaluate", payload, log_dir=os.path.join(ctx.output_path, "logs"), name="eval",
+                     offline="://" in tokenizer or os.path.isdir(tokenizer))
+
+
+def _trained_tokenizer(model_path: str) -> str:
+    import json
+
+    import fsspec
+
+    from marinbuild.ml.train import MODEL_INFO
+
+    try:
+        with fsspec.open(os.path.join(model_path, MODEL_INFO), "r") as f:
+            return json.load(f)["tokenizer"]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{model_path} has no {MODEL_INFO}: is it the output of a train_lm target?") from None
+
+
+eval_lm = rule(
+    implementation=_eval_lm_impl,
+    attrs={
+        "model": attr.label(mandatory=True, doc="a train_lm target"),
+        "data": attr.label_list(mandatory=True, doc="tokenize targets whose validation splits are evaluated"),
+        "max_eval_batches": attr.int(default=0, doc="evaluate at most this many batches per dataset (0: all)"),
+        "batch_size": attr.int(default=8, doc="sequences per evaluation batch"),
+        "resources": attr.dict(versioned=False, doc="what the step asks the backend for"),
+    },
+    doc="Loss and perplexity of a trained model's latest checkpoint on tokenized validation sets.",
+)

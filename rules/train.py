@@ -1,0 +1,137 @@
+"""``train_lm``: train a language model with levanter on a weighted mixture of tokenized data.
+
+    load("@marinbuild//rules:train.py", "train_lm", "tpu")
+
+    train_lm(
+        name = "lm",
+        data = {":stories_tokenized": 1.0},            # tokenize targets -> mixture weights
+        model = {"hidden_dim": 64, "intermediate_dim": 192, "num_layers": 2, "num_heads": 4,
+                 "num_kv_heads": 4, "seq_len": 128},
+        optimizer = {"learning_rate": 3e-3, "warmup": 0.1},
+        trainer = {"batch_size": 16, "num_train_steps": 100, "checkpoint_every": 25},
+        seed = 0,
+        resources = tpu("v4-8"),                      # or {"cpu": 2}; not versioned
+    )
+
+``model``, ``optimizer`` and ``trainer`` are dataclasses (``marinbuild.ml.configs``:
+``LmModel``, ``Optimizer``, ``Trainer``) written as dicts; unknown fields are load errors.
+They, the mixture (its targets' versions and weights) and ``seed`` are the version:
+changing the learning rate retrains, changing ``resources`` or ``tracker`` does not.
+
+``resources`` is what the step asks its backend for, in ``marinbuild.resources`` terms:
+``tpu("v4-2048")`` (a whole slice), ``{"cpu": 2}``, ``{"gpu": 1}``. The local backend
+refuses, before anything runs, a step whose TPUs or GPUs this machine lacks, and says to
+use ``--backend ray`` on a cluster with that slice. Training runs in a child process
+(``marinbuild.ml.train``), writing checkpoints and ``metrics.jsonl`` under the output
+folder; a rerun after a crash or preemption resumes from the latest checkpoint there.
+Validation splits of the mixture's targets (and of ``validation``) are evaluated every
+``trainer.steps_per_eval`` steps.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from marinbuild.analysis import RuleContext
+from marinbuild.load import attr, rule
+from marinbuild.ml.configs import LmModel, Optimizer, Trainer, config_attr, from_dict
+
+
+def tpu(tpu_type: str, cpu: float | None = None, memory: str | None = None) -> dict[str, Any]:
+    """The ``resources`` of a step that needs a whole TPU slice, e.g. ``tpu("v4-2048")``, ``tpu("v5litepod-256")``."""
+    from marinbuild.resources import tpu_slice
+
+    request: dict[str, Any] = {"tpu": tpu_slice(tpu_type).type}
+    if cpu is not None:
+        request["cpu"] = cpu
+    if memory is not None:
+        request["memory"] = memory
+    return request
+
+
+def _components(paths: list[str], what: str, split: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    from marinbuild.ml.tokenize import read_metadata
+
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for path in paths:
+        meta = read_metadata(path)
+        if split not in meta.get("splits", {}):
+            raise ValueError(f"{what}: {path} has no {split} split")
+        base = meta.get("name") or os.path.basename(path.rstrip("/"))
+        name, n = base, 2
+        while name in out:
+            name, n = f"{base}_{n}", n + 1
+        out[name] = (path, meta)
+    return out
+
+
+def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
+    from marinbuild.ml.configs import as_dict
+    from marinbuild.ml.process import run_child
+    from marinbuild.resources import normalize, tpu_slice
+
+    model: LmModel = from_dict(LmModel, ctx.attr.model)
+    trainer: Trainer = from_dict(Trainer, ctx.attr.trainer)
+    if trainer.seq_len is not None and trainer.seq_len > model.seq_len:
+        raise ValueError(
+            f"train_lm {ctx.label}: trainer.seq_len {trainer.seq_len} exceeds model.seq_len {model.seq_len}"
+        )
+    mixture: dict[str, float] = dict(ctx.attr.data)
+    if not mixture or not any(w > 0 for w in mixture.values()):
+        raise ValueError(f"train_lm {ctx.label}: data needs at least one tokenized target with a positive weight")
+    train = _components(list(mixture), f"train_lm {ctx.label} data", "train")
+    validation = _components(list(ctx.attr.validation), f"train_lm {ctx.label} validation", "validation")
+    # the mixture's own validation splits are evaluated already; other names must not clash with its names
+    validation = {f"{k}_validation" if k in train else k: v for k, v in validation.items() if v[0] not in mixture}
+    tokenizers = {meta["tokenizer"] for _, meta in [*train.values(), *validation.values()]}
+    if len(tokenizers) != 1:
+        raise ValueError(
+            f"train_lm {ctx.label}: the data were tokenized with different tokenizers: {sorted(tokenizers)}"
+        )
+    tokenizer = tokenizers.pop()
+    request = normalize(ctx.attr.resources or None)
+    if request is not None and request.tpu is not None and tpu_slice(request.tpu).multi_host:
+        # The step runs on the slice's head host; levanter must run on every host of the slice, together.
+        raise RuntimeError(
+            f"train_lm {ctx.label}: {request.describe()} spans several hosts, and marinbuild cannot yet start "
+            "the training process on each of them; ask for a single-host slice (e.g. tpu(\"v4-8\"))"
+        )
+    accelerated = request is not None and (request.wants_tpu or bool(request.gpu))
+    payload = {
+        "output_path": ctx.output_path,
+        "run_id": os.path.basename(ctx.output_path.rstrip("/")),
+        "components": {name: path for name, (path, _) in train.items()},
+        "weights": {name: mixture[path] for name, (path, _) in train.items()},
+        "validation": {name: path for name, (path, _) in validation.items()},
+        "text_keys": {name: meta.get("text_key", "text") for name, (_, meta) in [*train.items(), *validation.items()]},
+        "tokenizer": tokenizer,
+        "model": as_dict(model),
+        "optimizer": as_dict(from_dict(Optimizer, ctx.attr.optimizer)),
+        "trainer": as_dict(trainer),
+        "seed": ctx.attr.seed,
+        "tracker": ctx.attr.tracker,
+        "require_accelerator": accelerated,
+        "distributed": False,  # one host: multi-host slices are refused above
+    }
+    offline = "://" in tokenizer or os.path.isdir(tokenizer)
+    return run_child("marinbuild.ml.train", payload, log_dir=os.path.join(ctx.output_path, "logs"), name="train",
+                     offline=offline)
+
+
+train_lm = rule(
+    implementation=_train_lm_impl,
+    attrs={
+        "data": attr.label_keyed_dict(value=float, mandatory=True,
+                                      doc="the training mixture: tokenize targets -> weights"),
+        "validation": attr.label_list(doc="more tokenize targets whose validation splits are evaluated in training"),
+        "model": config_attr(LmModel, mandatory=True, doc="the model (marinbuild.ml.configs.LmModel)"),
+        "optimizer": config_attr(Optimizer, default={}, doc="optimizer and schedule (configs.Optimizer)"),
+        "trainer": config_attr(Trainer, mandatory=True, doc="batch size, steps, checkpoints (configs.Trainer)"),
+        "seed": attr.int(default=0, doc="random seed of initialisation and data order"),
+        "resources": attr.dict(versioned=False, doc="what the step asks the backend for: tpu(\"v4-8\"), {\"cpu\": 2}"),
+        "tracker": attr.string(default="json", values=["json", "wandb"], versioned=False,
+                               doc="json: metrics.jsonl only; wandb: Weights & Biases as well"),
+    },
+    doc="A language model trained with levanter on a weighted mixture of tokenized data.",
+)
