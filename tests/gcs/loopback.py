@@ -1,0 +1,186 @@
+"""A loopback HTTP proxy in front of a GCS emulator: adds latency, injects faults, counts requests.
+
+Run as a process (``python loopback.py UPSTREAM_URL [--latency S] [--fail-rate P]``); it prints
+its port on the first line of stdout. Control and stats over HTTP on the same port:
+``GET /__proxy/stats`` -> ``{"requests": n, "failed": n, "bytes_out": n}``; ``POST /__proxy/config`` with JSON
+``{"latency": s, "fail_rate": p, "faults": [kinds], "fail_next": n, "seed": n}`` (``fail_next``
+fails exactly the next n requests, cycling through ``faults``); ``POST /__proxy/reset`` zeroes
+the counters.
+
+A failed request is one of: a 503 answered without forwarding; the connection reset without
+forwarding; the request forwarded and applied, then the connection reset (the client never
+learns it succeeded); the request forwarded and applied, then a 503. The last two are the
+ambiguous failures a retry must cope with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import socket
+import struct
+import sys
+
+import aiohttp
+
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "proxy-connection",
+              "upgrade", "te", "trailer"}
+FAULTS = ("503", "reset", "reset-after", "503-after")
+
+
+class Proxy:
+    def __init__(self, upstream: str, latency: float, fail_rate: float, seed: int | None):
+        self.upstream = upstream.rstrip("/")
+        self.latency = latency
+        self.fail_rate = fail_rate
+        self.rng = random.Random(seed)
+        self.faults: list[str] = list(FAULTS)
+        self.fail_next = 0
+        self.requests = 0
+        self.failed = 0
+        self.bytes_out = 0
+        self.session: aiohttp.ClientSession | None = None
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request = await _read_request(reader)
+                if request is None:
+                    break
+                method, target, headers, body = request
+                if target.startswith("/__proxy/"):
+                    await self._control(writer, method, target, body)
+                    continue
+                if not await self._forward(writer, method, target, headers, body):
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            if not writer.transport.is_closing():
+                writer.close()
+
+    async def _control(self, writer: asyncio.StreamWriter, method: str, target: str, body: bytes) -> None:
+        if target.startswith("/__proxy/config") and method == "POST":
+            config = json.loads(body or b"{}")
+            self.latency = float(config.get("latency", self.latency))
+            self.fail_rate = float(config.get("fail_rate", self.fail_rate))
+            if "seed" in config:
+                self.rng = random.Random(config["seed"])
+            if "faults" in config:
+                self.faults = [f for f in config["faults"] if f in FAULTS] or list(FAULTS)
+            self.fail_next = int(config.get("fail_next", self.fail_next))
+        elif target.startswith("/__proxy/reset"):
+            self.requests = self.failed = self.bytes_out = 0
+        payload = json.dumps({"requests": self.requests, "failed": self.failed, "bytes_out": self.bytes_out,
+                              "latency": self.latency,
+                              "fail_rate": self.fail_rate}).encode()
+        await _write_response(writer, 200, "OK", [("Content-Type", "application/json")], payload)
+
+    async def _forward(self, writer: asyncio.StreamWriter, method: str, target: str,
+                       headers: list[tuple[str, str]], body: bytes) -> bool:
+        """Serve one request; False if the connection was reset."""
+        self.requests += 1
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            fault: str | None = self.faults[self.fail_next % len(self.faults)]
+        else:
+            fault = self.rng.choice(self.faults) if self.rng.random() < self.fail_rate else None
+        if fault is not None:
+            self.failed += 1
+        if fault == "503":
+            await _write_response(writer, 503, "Service Unavailable", [("Content-Type", "application/json")],
+                                  b'{"error": {"code": 503, "message": "injected backend error"}}')
+            return True
+        if fault == "reset":
+            _reset(writer)
+            return False
+        assert self.session is not None
+        forward_headers = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP]
+        async with self.session.request(method, self.upstream + target, headers=forward_headers, data=body,
+                                        allow_redirects=False) as response:
+            content = await response.read()
+            out_headers = [(k, v) for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP]
+            status, reason = response.status, response.reason or ""
+        if fault == "reset-after":
+            _reset(writer)
+            return False
+        if fault == "503-after":
+            await _write_response(writer, 503, "Service Unavailable", [("Content-Type", "application/json")],
+                                  b'{"error": {"code": 503, "message": "injected backend error"}}')
+            return True
+        self.bytes_out += len(content)
+        await _write_response(writer, status, reason, out_headers, content)
+        return True
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
+    writer.transport.abort()
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, list[tuple[str, str]], bytes] | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    method, target, _ = lines[0].split(" ", 2)
+    headers = []
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            headers.append((name.strip(), value.strip()))
+    lowered = {k.lower(): v for k, v in headers}
+    if lowered.get("transfer-encoding", "").lower() == "chunked":
+        chunks = []
+        while True:
+            size = int((await reader.readline()).split(b";")[0].strip(), 16)
+            if size == 0:
+                await reader.readline()
+                break
+            chunks.append(await reader.readexactly(size))
+            await reader.readline()
+        body = b"".join(chunks)
+    else:
+        body = await reader.readexactly(int(lowered.get("content-length", "0")))
+    return method, target, headers, body
+
+
+async def _write_response(writer: asyncio.StreamWriter, status: int, reason: str, headers: list[tuple[str, str]],
+                          body: bytes) -> None:
+    lines = [f"HTTP/1.1 {status} {reason}"] + [f"{k}: {v}" for k, v in headers] + [f"Content-Length: {len(body)}"]
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+    await writer.drain()
+
+
+async def serve(upstream: str, port: int, latency: float, fail_rate: float, seed: int | None) -> None:
+    proxy = Proxy(upstream, latency, fail_rate, seed)
+    proxy.session = aiohttp.ClientSession(auto_decompress=False, connector=aiohttp.TCPConnector(limit=256))
+    server = await asyncio.start_server(proxy.handle, "127.0.0.1", port, backlog=1024)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("upstream")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--fail-rate", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args()
+    try:
+        asyncio.run(serve(args.upstream, args.port, args.latency, args.fail_rate, args.seed))
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""The GCS store on a real GCS API (fake-gcs-server): retries, generation leases, batched status reads."""
+
+from __future__ import annotations
+
+import time
+
+import gcs_pipelines as gp
+import pytest
+
+from marinbuild.store import batch, fs, gcs
+from marinbuild.store import status as st
+from marinbuild.store.lease import LeaseLostError, lease_for, lease_path
+from marinbuild.store.metadata_cache import MetadataCache
+
+
+def test_transient_failures_are_retried_and_preconditions_are_not(gs_prefix, proxy):
+    proxy.activate()
+    path = gs_prefix + "/obj"
+    proxy.configure(fail_next=3, faults=["503", "reset"])
+    fs.write_atomic(path, b"hello")  # three failed attempts, then it lands
+    assert fs.read_bytes(path) == b"hello"
+    assert proxy.stats()["failed"] == 3
+
+    proxy.reset()
+    with pytest.raises(gcs.PreconditionFailed):
+        gcs.write_if_generation(path, b"other", 0)  # exists: 412, and never retried
+    assert proxy.stats()["requests"] == 1
+
+
+def test_an_ambiguous_conditional_write_is_recognised(gs_prefix, proxy):
+    """The create lands but its response is lost; the retry's 412 is our own write, not a lost race."""
+    proxy.activate()
+    path = gs_prefix + "/lease-like"
+    proxy.configure(fail_next=1, faults=["reset-after"])
+    generation = gcs.write_if_generation(path, b"mine-123", 0)
+    assert gcs.read_with_generation(path) == (b"mine-123", generation)
+    proxy.configure(fail_next=1, faults=["503-after"])
+    assert gcs.delete_if_generation(path, generation) is True
+    assert gcs.read_with_generation(path) is None
+
+
+def test_gcs_lease_protocol(gs_prefix):
+    out = gs_prefix + "/step-abc123"
+    a = lease_for(out, "runner-a", stale_after=1.0)
+    b = lease_for(out, "runner-b", stale_after=1.0)
+    assert type(a).__name__ == "GCSLease"
+    assert a.try_acquire()
+    assert not b.try_acquire()
+    assert b.holder().worker_id == "runner-a"
+    assert b.held_by_other_live().worker_id == "runner-a"
+    a.refresh()
+    b.release()  # not b's: left alone
+    assert b.holder().worker_id == "runner-a"
+    time.sleep(1.2)  # a stops heartbeating: stale
+    assert b.try_acquire()
+    with pytest.raises(LeaseLostError, match="runner-b"):
+        a.refresh()  # a learns it lost the lease; it must write nothing more
+    a.release()  # never deletes b's lease
+    assert b.holder().worker_id == "runner-b"
+    b.release()
+    assert b.holder() is None
+    assert fs.read_bytes(lease_path(out)) is None
+
+
+def test_lease_race_between_threads_has_one_winner(gs_prefix):
+    import threading
+
+    out = gs_prefix + "/raced"
+    winners = []
+    barrier = threading.Barrier(8)
+
+    def contend(i: int) -> None:
+        lease = lease_for(out, f"r{i}", stale_after=30)
+        barrier.wait()
+        if lease.try_acquire():
+            winners.append(i)
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1
+
+
+def _built(gs_prefix: str, n: int, parents: int) -> tuple[object, list]:
+    ex = gp.executor(gs_prefix)
+    steps = [gp.step(f"many/p{i % parents}/s{i}", str(i)) for i in range(n)]
+    gp.seed_built(ex, steps)
+    return ex, steps
+
+
+def test_noop_plan_of_built_steps_costs_a_few_listings(gs_prefix):
+    n = 300
+    ex, steps = _built(gs_prefix, n, parents=3)
+    gcs.REQUESTS.reset()
+    ex2 = gp.executor(gs_prefix)
+    ex2.run(steps)
+    requests = gcs.REQUESTS.reset()
+    assert ex2.outcome.ran == [] and all(p.state == "built" for p in ex2.plan.steps.values())
+    assert requests <= 3 * (n // batch.CHUNK_STEPS + 1), requests  # one listing per chunk of 100 steps
+    assert requests < n / 20
+
+
+def test_a_server_that_ignores_matchglob_is_detected(gs_prefix, monkeypatch):
+    """Real GCS gets two matchGlob listings per chunk; a server that ignores the glob is noticed, results stay right."""
+    ex, steps = _built(gs_prefix, 30, parents=1)
+    fs.write_atomic(ex.output_paths[steps[0]] + "/out.txt", b"an output, which a glob listing never returns")
+    monkeypatch.setattr(gcs.glob_supported, "_known", {gcs.endpoint(): True})
+    requests = batch._chunks(gs_prefix.split("/")[2], [gcs.split(ex.output_paths[s])[1] for s in steps])
+    assert [r["glob"][0].rsplit("/", 1)[1] for r in requests] == [".executor_status", ".marinbuild_action.*"]
+    statuses = batch.read_statuses([ex.output_paths[s] for s in steps], cache=MetadataCache(None))
+    assert set(statuses.values()) == {st.STATUS_SUCCESS}
+    assert all(len(statuses.actions[ex.output_paths[s]]) == 1 for s in steps)
+    assert gcs.glob_supported() is False  # fake-gcs-server returned names outside the glob
+
+
+def test_scattered_steps_are_read_concurrently(gs_prefix, proxy):
+    """Steps alone in their folders cost a listing each, but all in one round trip, not N."""
+    n, latency = 40, 0.1
+    ex, steps = _built(gs_prefix, n, parents=n)
+    proxy.activate()
+    proxy.configure(latency=latency)
+    proxy.reset()
+    start = time.monotonic()
+    statuses = batch.read_statuses([ex.output_paths[s] for s in steps], cache=MetadataCache(None))
+    elapsed = time.monotonic() - start
+    assert set(statuses.values()) == {st.STATUS_SUCCESS}
+    assert proxy.stats()["requests"] == n
+    assert elapsed < n * latency / 4, elapsed
+
+
+def test_plan_reads_everything_below_a_missing_step_in_one_batch(gs_prefix, proxy):
+    """A chain of 30 unbuilt steps: not 30 sequential round trips to find out."""
+    chain = []
+    for i in range(30):
+        chain.append(gp.step(f"chain/c{i}", str(i), inputs=chain[-1:]))
+    proxy.activate()
+    proxy.configure(latency=0.1)
+    ex = gp.executor(gs_prefix)
+    start = time.monotonic()
+    ex.run([chain[-1]], dry_run=True)
+    assert len(ex.plan.to_run) == 30
+    assert time.monotonic() - start < 1.5
+
+
+def test_legacy_status_is_read_once_then_cached(gs_prefix):
+    ex = gp.executor(gs_prefix)
+    s = gp.step("legacy/a")
+    ex.compute_version(s)
+    out = ex.output_paths[s]
+    fs.write_atomic(st.status_path(out), b'{"date": "2024-01-01", "status": "RUNNING"}\n'
+                                         b'{"date": "2024-01-02", "status": "SUCCESS"}\n')
+    gcs.REQUESTS.reset()
+    assert batch.read_statuses([out])[out] == st.STATUS_SUCCESS
+    first = gcs.REQUESTS.reset()
+    assert batch.read_statuses([out])[out] == st.STATUS_SUCCESS
+    assert gcs.REQUESTS.reset() == first - 1  # the metadata cache knew that generation: no download
+
+
+def test_metadata_cache_round_trip_and_a_damaged_file_is_set_aside(tmp_path, caplog):
+    from marinbuild.store.metadata_cache import CachedStep
+
+    path = tmp_path / "metadata.sqlite"
+    cache = MetadataCache(str(path))
+    entry = CachedStep(7, frozenset({"d" * 64}))
+    cache.record({"gs://b/x-1": entry})
+    assert MetadataCache(str(path)).lookup(["gs://b/x-1", "gs://b/y"]) == {"gs://b/x-1": entry}
+    cache.forget(["gs://b/x-1"])
+    assert cache.lookup(["gs://b/x-1"]) == {}
+
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(b"not a database" * 100)
+    assert MetadataCache(str(damaged)).lookup(["gs://b/x"]) == {}
+    assert f"metadata cache {damaged} is damaged" in caplog.text
+    assert list(tmp_path.glob("damaged.sqlite.damaged-*"))

@@ -1,0 +1,113 @@
+"""Step functions for the Ray backend tests (imported by Ray workers), and subprocess drivers.
+
+    python ray_steps.py shared ADDRESS PREFIX TAG CALL_LOG   build pipelines.shared_ancestor_graph(TAG) on Ray
+    python ray_steps.py hang ADDRESS PREFIX                  build a step that hangs; on Ctrl-C report what is left
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marinbuild.executor import ExecutorStep, this_output_path, versioned
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    output_path: Any = field(default_factory=this_output_path)
+    text: Any = "x"
+    log_dir: Any = None
+    """Where attempts are recorded (unversioned): one file per call."""
+
+
+def _record(config: ProbeConfig, what: str) -> int:
+    """Note one attempt; how many attempts there were before it."""
+    if config.log_dir is None:
+        return 0
+    os.makedirs(config.log_dir, exist_ok=True)
+    before = len(os.listdir(config.log_dir))
+    Path(config.log_dir, f"{what}-{os.getpid()}-{time.monotonic_ns()}").write_text(_node_id())
+    return before
+
+
+def _node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def where(config: ProbeConfig) -> dict:
+    """Write the id of the Ray node (and the pid) this ran on."""
+    _record(config, "where")
+    os.makedirs(config.output_path, exist_ok=True)
+    facts = {"node_id": _node_id(), "pid": os.getpid()}
+    Path(config.output_path, "where.json").write_text(json.dumps(facts))
+    return facts
+
+
+def slow_first_attempt(config: ProbeConfig) -> dict:
+    """The first attempt announces itself and hangs (to be killed with its node); later ones finish."""
+    before = _record(config, "attempt")
+    if before == 0:
+        time.sleep(300)
+    return where(ProbeConfig(output_path=config.output_path, text=config.text))
+
+
+def raise_value_error(config: ProbeConfig) -> None:
+    _record(config, "raise")
+    raise ValueError(f"boom {config.text}")
+
+
+def hang(config: ProbeConfig) -> None:
+    os.makedirs(config.output_path, exist_ok=True)
+    Path(config.output_path, "pid").write_text(str(os.getpid()))
+    time.sleep(300)
+
+
+def probe(name: str, fn: Any = where, text: str = "x", log_dir: str | None = None, **step: Any) -> ExecutorStep:
+    return ExecutorStep(name=name, fn=fn, config=ProbeConfig(text=versioned(text), log_dir=log_dir), **step)
+
+
+def _main() -> None:
+    from marinbuild.executor import Executor
+    from marinbuild.run.ray_backend import RayBackend
+
+    mode, address, prefix = sys.argv[1:4]
+    info = os.path.join(prefix, "experiments")
+    if mode == "shared":
+        import pipelines
+
+        tag, log = sys.argv[4:6]
+        backend = RayBackend(address=address, env_vars={"MARINBUILD_TEST_CALL_LOG": log})
+        Executor(prefix=prefix, executor_info_base_path=info, listeners=[], backend=backend,
+                 heartbeat_interval=0.5, stale_after=5).run(pipelines.shared_ancestor_graph(tag, sleep=1.0))
+        print(json.dumps({"ok": True}), flush=True)
+    elif mode == "hang":
+        step = probe("hang", fn=hang)
+        executor = Executor(prefix=prefix, executor_info_base_path=info, listeners=[], backend=RayBackend(address))
+        executor.compute_version(step)
+        out = executor.output_paths[step]
+        print(json.dumps({"output_path": out}), flush=True)
+        try:
+            executor.run([step])
+        except KeyboardInterrupt:
+            pid = int(Path(out, "pid").read_text())
+            deadline = time.monotonic() + 20
+            alive = True
+            while alive and time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                    time.sleep(0.1)
+                except ProcessLookupError:
+                    alive = False
+            lease = os.path.exists(os.path.join(out, ".executor_status.lock"))
+            print(json.dumps({"interrupted": True, "task_alive": alive, "lease_left": lease}), flush=True)
+
+
+if __name__ == "__main__":
+    _main()

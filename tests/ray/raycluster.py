@@ -1,0 +1,184 @@
+"""A real local Ray cluster for tests and benchmarks: nodes as `ray start --block` processes we own.
+
+``start_cluster`` runs ``ray start --head`` on 127.0.0.1 with every port picked free, in a
+temporary folder of its own, and connects this process to it; ``add_node`` starts more
+nodes with custom resources (a TPU host, a spot VM), ``kill_node`` SIGKILLs one (a
+preempted VM). Each node is a ``ray start --block`` process in a new session, so
+``stop`` kills exactly those process groups (never ``ray stop``, which would stop every
+Ray on the machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent
+RAY_START = """
+import sys
+import ray._private.ray_constants as constants
+import ray._private.services as services
+
+constants.ENABLE_RAY_CLUSTER = True  # let a node join a head on this machine
+services.resolve_ip_for_localhost = lambda host: host  # and keep --node-ip-address=127.0.0.1 as given
+from ray.scripts.scripts import main
+
+sys.argv[0] = "ray"
+main()
+"""
+"""`ray start` for nodes on 127.0.0.1 only.
+
+Ray's switch RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps every process on loopback, but also
+refuses `ray start --address`; with 1, Ray swaps 127.0.0.1 for this machine's address. So
+every process of the cluster (workers, job drivers) gets 0, and `ray start` alone is let
+through with 127.0.0.1 kept.
+"""
+NODE_ENV = {
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    # Notice a dead node within a few seconds (the preemption test kills one).
+    "RAY_health_check_initial_delay_ms": "1000",
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_timeout_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_env() -> dict[str, str]:
+    """The environment of the cluster's node processes, and of driver processes that use it."""
+    env = dict(os.environ)
+    env.update(NODE_ENV)
+    env.pop("RAY_ADDRESS", None)
+    # Workers import the tests' step modules, and `python` in a job is this virtualenv's.
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(TESTS), *filter(None, [env.get("PYTHONPATH")])])
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def _port_flags() -> list[str]:
+    return [
+        f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
+        f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+    ]
+
+
+@dataclass
+class Node:
+    proc: subprocess.Popen
+    resources: dict[str, float]
+    node_id: str | None = None
+
+
+@dataclass
+class RayCluster:
+    address: str
+    dashboard_url: str
+    temp_dir: str
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def head(self) -> Node:
+        return self.nodes[0]
+
+    def add_node(self, resources: dict[str, float], num_cpus: int = 1, timeout: float = 60) -> Node:
+        """Start a worker node advertising ``resources``; return once the cluster sees it."""
+        import ray
+
+        before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        node = _start([sys.executable, "-c", RAY_START, "start", f"--address={self.address}",
+                       "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}", f"--resources={json.dumps(resources)}",
+                       "--block", "--disable-usage-stats", *_port_flags()], resources)
+        self.nodes.append(node)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            new = [n for n in ray.nodes() if n["Alive"] and n["NodeID"] not in before
+                   and all(n["Resources"].get(k) == v for k, v in resources.items())]
+            if new:
+                node.node_id = new[0]["NodeID"]
+                return node
+            if node.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise RuntimeError(f"Ray node with {resources} did not join ({self.temp_dir})")
+
+    def kill_node(self, node: Node) -> None:
+        """SIGKILL the node's raylet and workers at once (a preempted VM)."""
+        _kill_group(node.proc, signal.SIGKILL)
+
+    def stop(self) -> None:
+        for node in reversed(self.nodes):
+            _kill_group(node.proc, signal.SIGTERM)
+        deadline = time.monotonic() + 3
+        for node in self.nodes:
+            try:
+                node.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            _kill_group(node.proc, signal.SIGKILL)  # whatever of the group did not exit
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _start(args: list[str], resources: dict[str, float]) -> Node:
+    proc = subprocess.Popen(args, env=node_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    return Node(proc, resources)
+
+
+def _kill_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the node's own session: `ray start` and everything it started
+    except ProcessLookupError:
+        pass
+    if sig == signal.SIGKILL:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def start_cluster(num_cpus: int = 2, dashboard: bool = True, timeout: float = 90) -> RayCluster:
+    """Start a head node on free ports in a temporary folder of its own and connect this process to it."""
+    import ray
+
+    temp_dir = tempfile.mkdtemp(prefix="mbray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    port, dashboard_port = free_port(), free_port()
+    head = _start([sys.executable, "-c", RAY_START, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                   f"--ray-client-server-port={free_port()}", f"--include-dashboard={str(dashboard).lower()}",
+                   "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}", f"--num-cpus={num_cpus}",
+                   f"--temp-dir={temp_dir}", "--block", "--disable-usage-stats", *_port_flags()], {})
+    cluster = RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", temp_dir, [head])
+    try:
+        for var in ("RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED"):
+            os.environ.setdefault(var, NODE_ENV[var])
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
+                break
+            except Exception:
+                if time.monotonic() > deadline or head.proc.poll() is not None:
+                    raise
+                time.sleep(0.5)
+        head.node_id = ray.get_runtime_context().get_node_id()
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster

@@ -1,0 +1,221 @@
+"""The Ray backend on a real local Ray cluster (see conftest.py): placement, sharing, retries, failures, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import pytest
+import ray_steps as rs
+from raycluster import HERE, node_env
+
+from marinbuild.executor import Executor, StepFailedError
+from marinbuild.resources import tpu
+from marinbuild.run.ray_backend import RayBackend, RemoteTraceback
+from marinbuild.store import status as st
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def make_executor(prefix: str, backend: RayBackend, **kwargs) -> Executor:
+    return Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"), listeners=[],
+                    backend=backend, **kwargs)
+
+
+def where(path: str) -> dict:
+    return json.loads(Path(path, "where.json").read_text())
+
+
+def test_tpu_step_lands_on_the_tpu_node(ray_cluster, tpu_node, prefix):
+    backend = RayBackend(ray_cluster.address)
+    on_tpu = rs.probe("placement/tpu", resources=tpu("v4-8"))
+    as_dict = rs.probe("placement/dict", text="d", resources={"TPU": 1, "cpu": 1})
+    on_head = rs.probe("placement/head", text="h", resources={"cpu": 2})  # only the head has 2 CPUs
+    paths = make_executor(prefix, backend).run([on_tpu, as_dict, on_head])
+    assert where(paths[on_tpu])["node_id"] == tpu_node.node_id
+    assert where(paths[as_dict])["node_id"] == tpu_node.node_id
+    assert where(paths[on_head])["node_id"] == ray_cluster.head.node_id
+    assert st.read_status(paths[on_tpu]) == "SUCCESS"
+    assert json.loads(Path(paths[on_tpu], ".artifact.json").read_text())["node_id"] == tpu_node.node_id
+
+
+def test_two_drivers_sharing_an_ancestor_run_it_once(ray_cluster, prefix, tmp_path):
+    log = tmp_path / "calls.log"
+    procs = [
+        subprocess.Popen([sys.executable, str(HERE / "ray_steps.py"), "shared", ray_cluster.address, prefix, tag,
+                          str(log)], env=node_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        for tag in ("one", "two")
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-3000:]
+    calls = log.read_text().split()
+    assert len([c for c in calls if "/shared/root-" in c]) == 1, calls
+    assert len(calls) == 3, calls
+
+
+def test_a_dead_worker_node_is_retried_and_the_build_finishes(ray_cluster, prefix, tmp_path):
+    spot = ray_cluster.add_node({"spot": 1})
+    attempts = tmp_path / "attempts"
+    step = rs.probe("preempted", fn=rs.slow_first_attempt, log_dir=str(attempts), resources={"spot": 1})
+    executor = make_executor(prefix, RayBackend(ray_cluster.address, max_retries=2))
+    result: dict = {}
+    builder = threading.Thread(target=lambda: result.update(paths=executor.run([step])), daemon=True)
+    builder.start()
+    deadline = time.monotonic() + 60
+    while not (attempts.exists() and any(attempts.iterdir())):
+        assert time.monotonic() < deadline, "the step never started"
+        time.sleep(0.1)
+    ray_cluster.kill_node(spot)  # preempted mid-step
+    replacement = ray_cluster.add_node({"spot": 1})
+    builder.join(120)
+    assert not builder.is_alive(), "the build did not finish after the node came back"
+    out = result["paths"][step]
+    assert st.read_status(out) == "SUCCESS"
+    assert where(out)["node_id"] == replacement.node_id
+    assert len(list(attempts.iterdir())) == 2
+    ray_cluster.kill_node(replacement)
+
+
+def test_an_exception_in_the_step_is_its_failure_with_the_traceback(ray_cluster, prefix, tmp_path):
+    attempts = tmp_path / "attempts"
+    bad = rs.probe("bad", fn=rs.raise_value_error, text="42", log_dir=str(attempts))
+    good = rs.probe("good", text="fine")
+    executor = make_executor(prefix, RayBackend(ray_cluster.address), keep_going=True)
+    with pytest.raises(StepFailedError) as info:
+        executor.run([bad, good])
+    assert list(info.value.failures) == ["bad"]
+    original = info.value.__cause__
+    assert isinstance(original, ValueError) and "boom 42" in str(original)
+    remote = original.__cause__
+    assert isinstance(remote, RemoteTraceback)
+    assert "raise_value_error" in remote.text and "ray_steps.py" in remote.text and "boom 42" in remote.text
+    printed = "".join(traceback.format_exception(info.value))
+    assert "raise_value_error" in printed  # the remote frames show when the error is printed
+    assert len(list(attempts.iterdir())) == 1  # the step's own error is not retried
+    assert st.read_status(executor.output_paths[bad]) == "FAILED"
+    assert st.read_status(executor.output_paths[good]) == "SUCCESS"
+
+
+def _json_line(proc: subprocess.Popen) -> dict:
+    """The next JSON line the driver printed (Ray may print its own lines too)."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("{"):
+            return json.loads(line)
+    raise AssertionError("the driver ended without a report: " + (proc.stderr.read() if proc.stderr else ""))
+
+
+def test_ctrl_c_cancels_the_task_and_releases_the_lease(ray_cluster, prefix):
+    proc = subprocess.Popen([sys.executable, str(HERE / "ray_steps.py"), "hang", ray_cluster.address, prefix],
+                            env=node_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        out = _json_line(proc)["output_path"]
+        deadline = time.monotonic() + 90
+        while not Path(out, "pid").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        report = _json_line(proc)
+        proc.wait(60)
+    finally:
+        proc.kill()
+    assert report == {"interrupted": True, "task_alive": False, "lease_left": False}
+    assert st.read_status(out) == "RUNNING"  # not built, not failed: the next build takes it over at once
+
+
+BUILD = '''
+load("@marinbuild//rules:python.py", "python_step")
+
+python_step(name = "a", fn = "steps:write", config = {"text": "A"})
+python_step(name = "b", fn = "steps:write", config = {"text": "B"}, deps = [":a"], resources = {"TPU": 1})
+'''
+
+STEPS_PY = '''
+import os
+
+
+def write(config):
+    import ray
+
+    parts = []
+    for dep in config["deps"]:
+        with open(os.path.join(dep, "out.txt")) as f:
+            parts.append(f.read())
+    parts.append(config["text"])
+    os.makedirs(config["output_path"], exist_ok=True)
+    with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
+        f.write("+".join(parts))
+    with open(os.path.join(config["output_path"], "node"), "w") as f:
+        f.write(ray.get_runtime_context().get_node_id())
+    return {"greeting": os.environ.get("GREETING")}
+'''
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    root = tmp_path / "ws"
+    (root / "pipe").mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "out"\n')
+    (root / "steps.py").write_text(STEPS_PY)
+    (root / "pipe" / "BUILD.marin").write_text(textwrap.dedent(BUILD))
+    monkeypatch.delenv("MARIN_PREFIX", raising=False)
+    monkeypatch.chdir(root)
+    return root
+
+
+def test_build_targets_run_on_ray(ray_cluster, tpu_node, ws, capsys):
+    from marinbuild.cli import main
+
+    code = main(["//pipe:b", "--backend", "ray", "--ray_address", ray_cluster.address])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    b = next((ws / "out" / "pipe").glob("b-*"))
+    assert (b / "out.txt").read_text() == "A+B"
+    assert (b / "node").read_text() == tpu_node.node_id  # resources = {"TPU": 1} in the BUILD file
+
+
+def test_submit_runs_a_build_as_a_job_and_returns_its_status(ray_cluster, ws, tmp_path, capsys):
+    from marinbuild.cli import main
+
+    outputs = tmp_path / "job-out"
+    code = main(["submit", "--address", ray_cluster.dashboard_url, "-e", "GREETING", "hello", "--",
+                 "python", "-m", "marinbuild", "//pipe:a", "--backend", "ray", "--prefix", str(outputs)])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    job_id = out.splitlines()[0]
+    assert job_id.startswith("raysubmit_")
+    assert "Build OK" in out  # the job's own output, followed here
+    a = next((outputs / "pipe").glob("a-*"))
+    assert json.loads((a / ".artifact.json").read_text()) == {"greeting": "hello"}
+    assert "SUCCEEDED" in err
+
+    code = main(["submit", "--address", ray_cluster.dashboard_url, "--", "python", "-c", "import sys; sys.exit(3)"])
+    out, err = capsys.readouterr()
+    assert code == 3 and "FAILED" in err
+
+
+def test_submit_no_wait_prints_the_job_id(ray_cluster, ws, capsys):
+    from marinbuild import submit as jobs
+    from marinbuild.cli import main
+
+    code = main(["submit", "--address", ray_cluster.dashboard_url, "--no_wait", "--", "python", "-c", "print(1)"])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    job_id = out.strip()
+    assert job_id.startswith("raysubmit_")
+    from ray.job_submission import JobSubmissionClient
+
+    submission = jobs.Submission(JobSubmissionClient(ray_cluster.dashboard_url), job_id, ray_cluster.dashboard_url)
+    assert jobs.final_status(submission) == ("SUCCEEDED", 0)
+
