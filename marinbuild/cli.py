@@ -254,6 +254,23 @@ def cache_gc_command(patterns: tuple[str, ...], prefix: str | None, yes: bool, o
     click.echo(json.dumps(result.to_dict(), indent=2) if output == "json" else format_gc(result))
 
 
+@cache_group.command("verify")
+@click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
+@click.option("--prefix")
+@click.option("-n", "--dry_run", is_flag=True, help="Report only; leave damaged steps marked built.")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def cache_verify_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, output: str) -> None:
+    """Recompute output digests against the manifests; damaged outputs are rebuilt by the next build."""
+    from marinbuild.verify import format_verify, verify_cache
+
+    session = _open_session(prefix=prefix)
+    labels = session.load(patterns)
+    report = verify_cache(session, labels, repair=not dry_run)
+    click.echo(json.dumps(report.to_dict(), indent=2, default=str) if output == "json" else format_verify(report))
+    if report.exit_code:
+        raise SystemExit(report.exit_code)
+
+
 @cli.command("clean")
 def clean_command() -> None:
     """Remove the workspace's .marinbuild/ folder (compiled BUILD files, source digests). Never outputs."""

@@ -276,3 +276,17 @@ def test_click_runner_and_label_completion(ws):
     assert result.exit_code == 0 and "query" in result.output and "cache" in result.output
     words = [item.value for item in _complete_labels(None, None, "//pipe:")]  # type: ignore[arg-type]
     assert {"//pipe:a", "//pipe:b", "//pipe:c", "//pipe:other", "//pipe:all"} <= set(words)
+
+
+def test_cache_verify_finds_a_modified_output_and_it_is_rebuilt(ws, capsys):
+    assert run(["//pipe:b"], capsys)[0] == 0
+    calls(ws)
+    code, out, _ = run(["cache", "verify", "//pipe:b"], capsys)
+    assert code == 0, out
+    b_dir = next((ws / "out" / "pipe").glob("b-*"))
+    (b_dir / "out.txt").write_text("tampered")
+    code, out, _ = run(["cache", "verify", "//pipe:b"], capsys)
+    assert code == 1 and "damaged" in out and "the next build reruns it" in out
+    assert run(["//pipe:b"], capsys)[0] == 0
+    assert calls(ws) == ["b"]
+    assert (b_dir / "out.txt").read_text() == "data-a+A+B"
