@@ -440,9 +440,6 @@ class Executor:
             raise PreviousStepFailedError(f"step(s) failed previously: {names}; rerun with force_run_failed=True")
         if dry_run:
             return self.output_paths
-        if plan.to_run:  # a run that runs nothing records nothing
-            self.get_infos()
-            self._write_run_info(only_if_new=True)
         self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed)
         return self.output_paths
 
@@ -475,7 +472,10 @@ class Executor:
         owned = self.backend is None or isinstance(self.backend, str)
         backend = _backend_named(self.backend or "local", max_concurrent) if owned else self.backend
         try:
-            _check_resources(backend, jobs)
+            _check_resources(backend, jobs)  # before anything is written
+            if plan.to_run:  # a run that runs nothing records nothing
+                self.get_infos()
+                self._write_run_info(only_if_new=True)
             bus.emit(ev.BUILD_STARTED, data={"steps": len(jobs)})
             outcome = schedule(
                 plan.to_run, self.dependencies, jobs, backend, bus,
