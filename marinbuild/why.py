@@ -16,6 +16,7 @@ from typing import Any
 from marinbuild.cache import probe as pb
 from marinbuild.cache.store import Store
 from marinbuild.cache.text import format_age, short_json
+from marinbuild.core.jsonenc import dumps_sorted
 from marinbuild.core.labels import Label
 from marinbuild.core.placeholders import ExecutorStep
 
@@ -169,7 +170,10 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
         return e
     e.reason = VERSION_CHANGED
     e.previous_output_path = other.output_path
-    e.changes = version_changes(other.info["version"], executor.versions[step])
+    # Compare like with like: the stored version is JSON, so encode the current one the same way
+    # (dataclass, Path and enum values become what the info file holds).
+    current = json.loads(dumps_sorted(executor.versions[step]))
+    e.changes = version_changes(other.info["version"], current)
     if not e.changes:
         e.changes = ["(no difference in the recorded versions; the output path was chosen differently)"]
     return e
