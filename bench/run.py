@@ -560,6 +560,9 @@ def ensure_marin() -> tuple[str | None, str]:
             return str(python), out.stdout.strip()
     log(f"installing Marin's executor (PyPI marin-core, large: ~2 GB, minutes) into {MARIN_VENV} ...")
     MARIN_VENV.parent.mkdir(parents=True, exist_ok=True)
+    ignore = MARIN_VENV.parent / ".gitignore"
+    if not ignore.exists():  # ~2 GB that must never be committed, whatever the repository's .gitignore says
+        ignore.write_text("# Peers installed by bench/run.py (Marin's executor, ~2 GB): never committed.\n*\n")
     if not python.exists():
         made = subprocess.run([sys.executable, "-m", "venv", str(MARIN_VENV)], capture_output=True, text=True)
         if made.returncode != 0:
@@ -603,7 +606,7 @@ def phase_cell(phase: dict[str, Any] | None, key: str = "seconds") -> str:
     if phase is None:
         return "-"
     if "error" in phase:
-        return "failed: " + phase["error"][:70].replace("|", "/")
+        return short_error(phase["error"])
     value = phase.get(key)
     if value is None:
         return "n/a"
@@ -613,6 +616,16 @@ def phase_cell(phase: dict[str, Any] | None, key: str = "seconds") -> str:
     if not phase.get("actions_ok", True):
         text += " (WRONG actions)"
     return text
+
+
+def short_error(error: str) -> str:
+    """A table cell for a failed phase (the whole message is under "Problems" and in the JSON)."""
+    if error.startswith("not measured"):
+        return "not run"
+    if error.startswith("timed out"):
+        return "timed out"
+    match = re.match(r"^([A-Za-z_.]*(?:Error|Exception))\b", error)
+    return f"failed ({match.group(1)})" if match else "failed"
 
 
 def seconds_of(phase: dict[str, Any] | None) -> float | None:
@@ -688,7 +701,7 @@ def print_cli_rows(report: Report) -> None:
         def add(what: str, m: dict[str, Any], per_target: bool = False, check: str = "", n: int = n,
                 ws: str = ws) -> None:
             if "error" in m:
-                rows.append([ws, what, "failed: " + m["error"][:80], "", check])
+                rows.append([ws, what, short_error(m["error"]), "", check])
                 return
             tps = f"{n / m['seconds']:,.0f}" if per_target else ""
             rows.append([ws, what, secs(m["seconds"]), tps, check])
@@ -782,40 +795,103 @@ def compute_bars(raw: dict[str, Any], peers: list[str], shapes: list[str], sizes
 # -- the GCS and Ray benchmarks of other issues -----------------------------------------------------
 
 
-def run_other_bench(report: Report, name: str, title: str, python: str, timeout: float) -> None:
+def run_other_bench(name: str, title: str, python: str, timeout: float) -> dict[str, Any]:
+    """Run ``bench/<name>.py`` (with ``--json`` if it takes it); its stdout becomes a section of the report."""
     script = BENCH / f"{name}.py"
-    report.out(f"\n## {title} (`bench/{name}.py`)\n")
+    lines = [f"\n## {title} (`bench/{name}.py`)\n"]
+    entry: dict[str, Any] = {}
     if not script.exists():
-        report.out(f"Not measured: `bench/{name}.py` does not exist in this checkout.")
-        report.raw[name] = {"error": "missing"}
-        return
+        lines.append(f"Not measured: `bench/{name}.py` does not exist in this checkout.")
+        return dict(entry, error="missing", markdown="\n".join(lines))
     help_text = subprocess.run([python, str(script), "--help"], cwd=REPO, capture_output=True, text=True).stdout
     cmd = [python, str(script)]
     json_path = None
     if "--json" in help_text:
         json_path = Path(tempfile.mkdtemp(prefix=f"{name}-")) / "out.json"
         cmd += ["--json", str(json_path)]
+    entry["command"] = cmd
     log(f"running {shlex.join(cmd)} ...")
     try:
         out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        report.out(f"Not measured: `{shlex.join(cmd)}` did not finish within {timeout:g} s.")
-        report.raw[name] = {"error": "timeout", "command": cmd}
-        return
-    entry: dict[str, Any] = {"command": cmd, "exit_code": out.returncode, "stdout": out.stdout}
+        lines.append(f"Not measured: `{shlex.join(cmd)}` did not finish within {timeout:g} s.")
+        return dict(entry, error="timeout", markdown="\n".join(lines))
+    entry.update(exit_code=out.returncode, stdout=out.stdout)
     if out.returncode != 0:
-        report.out(f"`{shlex.join(cmd)}` failed (exit {out.returncode}): {error_summary(out.stderr)}")
+        lines.append(f"`{shlex.join(cmd)}` failed (exit {out.returncode}): {error_summary(out.stderr)}")
         entry["stderr_tail"] = out.stderr[-2000:]
-    text = out.stdout.strip()
-    text = re.sub(r"^# .*\n+", "", text)  # its own title: ours is above
+    text = re.sub(r"^# .*\n+", "", out.stdout.strip())  # its own title: ours is above
     if text:
-        report.out(text)
+        lines.append(text)
     if json_path is not None and json_path.exists():
         try:
             entry["json"] = json.loads(json_path.read_text())
         except ValueError:
             pass
-    report.raw[name] = entry
+    entry["markdown"] = "\n".join(lines)
+    return entry
+
+
+def render_header(report: Report) -> None:
+    raw = report.raw
+    mem = raw.get("memory_gb")
+    report.out("# marinbuild beside ninja, make and Marin's executor\n")
+    report.out(f"- date: {raw['date']}")
+    memory = f", {mem:.1f} GB memory" if mem else ""
+    report.out(f"- machine: {raw['nproc']} cores ({raw['cpu']}){memory}, {raw['platform']}")
+    load1, load5, _ = raw["load_average_start"]
+    report.out(f"- load average at the start: {load1:.2f} (1 min), {load5:.2f} (5 min)")
+    versions = ", ".join(f"{k} {v}" for k, v in raw["tools"].items() if v)
+    report.out(f"- tools: {versions}; ninja and make run with -j {raw['jobs_for_ninja_and_make']}")
+    report.out(f"- command: `{shlex.join(raw['command'])}`")
+    runs = raw["runs"]
+    report.out(f"- every phase: 1 warm-up, then the median of {runs} run{'s' if runs > 1 else ''}; "
+               f"a phase whose warm-up takes over {raw['slow']:g} s is measured once (marked '1 run')")
+    for peer, why in raw["unavailable"].items():
+        report.out(f"- **{PEER_TITLES[peer]}: not measured**: {why}")
+    report.out()
+
+
+def render_results(report: Report) -> None:
+    raw = report.raw
+    print_tables(report, raw["shapes"], raw["sizes"])
+    print_cli_rows(report)
+    report.out("\n## Bars\n")
+    report.out(markdown_table(["bar", "measured", "limit", "result"],
+                              [[b["bar"], b["measured"], b["limit"], b["result"]] for b in raw["bars"]]))
+    problems = []
+    for r in raw["rows"]:
+        for phase in PHASES:
+            m = r.get(phase) or {}
+            if "error" in m and not m["error"].startswith("not measured"):
+                problems.append(f"{PEER_TITLES[r['peer']]}, {r['shape']} x {r['steps']:,}, {phase}: {m['error']}")
+            for p in m.get("problems", []):
+                problems.append(f"{PEER_TITLES[r['peer']]}, {r['shape']} x {r['steps']:,}, {phase}: {p}")
+    if problems or raw["unavailable"]:
+        report.out("\n## Problems\n")
+        for peer, why in raw["unavailable"].items():
+            report.out(f"- {PEER_TITLES[peer]} not measured: {why}")
+        for p in problems:
+            report.out(f"- {p}")
+
+
+def render_footer(report: Report) -> None:
+    load1, load5, _ = report.raw["load_average_end"]
+    report.out(f"\nLoad average at the end: {load1:.2f} (1 min), {load5:.2f} (5 min). "
+               f"Other work on the machine shows up in these numbers.")
+
+
+def render(path: Path) -> None:
+    """Print the markdown of an earlier run from its raw JSON (``--render``)."""
+    raw = json.loads(path.read_text())
+    report = Report(raw, raw["peers"])
+    render_header(report)
+    raw["bars"] = compute_bars(raw, raw["peers"], raw["shapes"], raw["sizes"])
+    render_results(report)
+    for name in ("gcs_bench", "ray_bench"):
+        if name in raw and "markdown" in raw[name]:
+            report.out(raw[name]["markdown"])
+    render_footer(report)
 
 
 # -- main -------------------------------------------------------------------------------------------
@@ -837,7 +913,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the workloads, outputs and logs")
     parser.add_argument("--gcs", action="store_true", help="also run bench/gcs_bench.py (GCS no-op)")
     parser.add_argument("--ray", action="store_true", help="also run bench/ray_bench.py (Ray overhead)")
+    parser.add_argument("--render", metavar="JSON", help="only print the tables of an earlier run's raw JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        render(Path(args.render))
+        return 0
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     if any(n < 10 for n in args.sizes):
@@ -854,7 +934,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": started.isoformat(timespec="seconds"), "command": command, "nproc": nproc(),
         "memory_gb": total_memory_gb(), "cpu": cpu_model(), "platform": platform.platform(),
         "load_average_start": os.getloadavg(), "peers": peers, "shapes": args.shapes, "sizes": args.sizes,
-        "runs": args.runs, "jobs_for_ninja_and_make": tools.jobs, "rows": [], "tools": {},
+        "runs": args.runs, "slow": args.slow, "jobs_for_ninja_and_make": tools.jobs, "rows": [], "tools": {},
     }
     unavailable: dict[str, str] = {}
     if "ninja" in peers:
@@ -879,22 +959,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     raw["unavailable"] = unavailable
 
-    mem = raw["memory_gb"]
     report = Report(raw, peers)
-    report.out("# marinbuild beside ninja, make and Marin's executor\n")
-    report.out(f"- date: {raw['date']}")
-    report.out(f"- machine: {raw['nproc']} cores ({raw['cpu']}), {mem:.1f} GB memory, {raw['platform']}"
-               if mem else f"- machine: {raw['nproc']} cores ({raw['cpu']}), {raw['platform']}")
-    load1, load5, _ = raw["load_average_start"]
-    report.out(f"- load average at the start: {load1:.2f} (1 min), {load5:.2f} (5 min)")
-    versions = ", ".join(f"{k} {v}" for k, v in raw["tools"].items() if v)
-    report.out(f"- tools: {versions}; ninja and make run with -j {tools.jobs}")
-    report.out(f"- command: `{shlex.join(command)}`")
-    report.out(f"- every phase: 1 warm-up, then the median of {args.runs} run{'s' if args.runs > 1 else ''}; "
-               f"a phase whose warm-up takes over {args.slow:g} s is measured once (marked '1 run')")
-    for peer, why in unavailable.items():
-        report.out(f"- **{PEER_TITLES[peer]}: not measured**: {why}")
-    report.out()
+    render_header(report)
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="marinbuild-run-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -920,36 +986,15 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    print_tables(report, args.shapes, args.sizes)
-    print_cli_rows(report)
-    raw["bars"] = bars = compute_bars(raw, peers, args.shapes, args.sizes)
-    report.out("\n## Bars\n")
-    report.out(markdown_table(["bar", "measured", "limit", "result"],
-                              [[b["bar"], b["measured"], b["limit"], b["result"]] for b in bars]))
-    problems = []
-    for r in raw["rows"]:
-        for phase in PHASES:
-            m = r.get(phase) or {}
-            if "error" in m and not m["error"].startswith("not measured"):
-                problems.append(f"{PEER_TITLES[r['peer']]}, {r['shape']} x {r['steps']:,}, {phase}: {m['error']}")
-            for p in m.get("problems", []):
-                problems.append(f"{PEER_TITLES[r['peer']]}, {r['shape']} x {r['steps']:,}, {phase}: {p}")
-    if problems or unavailable:
-        report.out("\n## Problems\n")
-        for peer, why in unavailable.items():
-            report.out(f"- {PEER_TITLES[peer]} not measured: {why}")
-        for p in problems:
-            report.out(f"- {p}")
-
-    if args.gcs:
-        run_other_bench(report, "gcs_bench", "GCS no-op", python, args.timeout)
-    if args.ray:
-        run_other_bench(report, "ray_bench", "Ray overhead", python, args.timeout)
+    raw["bars"] = compute_bars(raw, peers, args.shapes, args.sizes)
+    render_results(report)
+    for name, title, wanted in (("gcs_bench", "GCS no-op", args.gcs), ("ray_bench", "Ray overhead", args.ray)):
+        if wanted:
+            raw[name] = run_other_bench(name, title, python, args.timeout)
+            report.out(raw[name]["markdown"])
 
     raw["load_average_end"] = os.getloadavg()
-    load1, load5, _ = raw["load_average_end"]
-    report.out(f"\nLoad average at the end: {load1:.2f} (1 min), {load5:.2f} (5 min). "
-               f"Other work on the machine shows up in these numbers.")
+    render_footer(report)
     raw["markdown"] = "\n".join(report.lines)
     json_path = Path(args.json) if args.json else BENCH / "out" / f"run-{started.strftime('%Y%m%d-%H%M%S')}.json"
     json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -246,4 +246,4 @@ def format_verify(report: VerifyReport) -> str:
     counts = {state: len(report.by_state(state)) for state in (OK, DAMAGED, UNVERIFIED, NOT_BUILT)}
     lines.append(f"{len(report.steps)} step(s): {counts[OK]} ok, {counts[DAMAGED]} damaged, "
                  f"{counts[UNVERIFIED]} unverified (no manifest), {counts[NOT_BUILT]} not built")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
