@@ -177,10 +177,18 @@ class VersionTable:
                     (d, True) for d in collected.pseudo_dependencies
                 ]
             children = frame[3]
-            if frame[4] < len(children):
+            pushed = False
+            while frame[4] < len(children):
                 child, child_pseudo = children[frame[4]]
                 frame[4] += 1
+                if child in self.versions:  # done already: only a blocking use can unmark a pseudo step
+                    if not child_pseudo and self.is_pseudo_dep[child]:
+                        self._unmark_pseudo(child)
+                    continue
                 stack.append([child, child_pseudo, None, None, 0])
+                pushed = True
+                break
+            if pushed:
                 continue
             stack.pop()
             on_stack.discard(id(current))
