@@ -568,7 +568,7 @@ def _executor_main(config: ExecutorMainConfig, steps: list[ExecutorStep], descri
         force_run_failed=config.force_run_failed,
         max_concurrent=max_concurrent if max_concurrent is not None else config.max_concurrent,
     )
-    if not config.dry_run:
+    if not config.dry_run and executor.executor_info_path is not None:  # a no-op run writes no run info
         logger.info("Executor info written to %s", executor.executor_info_path)
     return executor
 
