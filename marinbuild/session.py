@@ -93,7 +93,10 @@ class Session:
 
     @classmethod
     def open(cls, start: str | os.PathLike[str] = ".", **settings: Any) -> Session:
+        from marinbuild.store import metadata_cache
+
         workspace = find_workspace(start)
+        metadata_cache.set_default_path(str(workspace.cache_dir / "metadata.sqlite"))  # per-workspace cache
         return cls(workspace, Settings.resolve(workspace, **settings), Loader(workspace))
 
     def current_package(self) -> str:
