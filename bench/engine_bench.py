@@ -162,7 +162,9 @@ def run_one(shape: str, n: int, phase: str, prefix: str) -> dict:
 
 
 def child_env() -> dict[str, str]:
+    """The environment of a measured child: the repository importable, bytecode caching on (as in a user's shell)."""
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 

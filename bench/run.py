@@ -113,6 +113,14 @@ class Sample:
     timed_out: bool = False
 
 
+def bench_env() -> dict[str, str]:
+    """This process's environment for a measured child, with bytecode caching on: a user's shell does not set
+    PYTHONDONTWRITEBYTECODE, and without ``__pycache__`` every process would compile its imports afresh."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def run_timed(cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path, timeout: float) -> Sample:
     """Run ``cmd`` to completion; wall time from spawn to reaped exit, and its tree's peak RSS (``wait4``)."""
     with open(log_path, "ab") as out:
@@ -238,7 +246,7 @@ class NinjaPeer(FilePeer):
 
     def command(self) -> tuple[list[str], Path, dict[str, str]]:
         assert self.tools.ninja
-        return [self.tools.ninja, "-j", str(self.tools.jobs)], self.folder, dict(os.environ)
+        return [self.tools.ninja, "-j", str(self.tools.jobs)], self.folder, bench_env()
 
 
 class MakePeer(FilePeer):
@@ -246,7 +254,7 @@ class MakePeer(FilePeer):
 
     def command(self) -> tuple[list[str], Path, dict[str, str]]:
         assert self.tools.make
-        return [self.tools.make, "-j", str(self.tools.jobs)], self.folder, dict(os.environ)
+        return [self.tools.make, "-j", str(self.tools.jobs)], self.folder, bench_env()
 
 
 class PrefixPeer(Peer):
@@ -257,7 +265,7 @@ class PrefixPeer(Peer):
         return self.root / "prefix"
 
     def env(self, executor: str) -> dict[str, str]:
-        env = dict(os.environ)
+        env = bench_env()
         env[EXECUTOR_ENV] = executor
         env["MARIN_PREFIX"] = str(self.prefix)  # never ask a cloud metadata server where the prefix is
         env.pop("RAY_ADDRESS", None)
@@ -435,7 +443,7 @@ def measure_cli_rows(root: Path, n: int, tools: Tools, opts: Options, peers_resu
     old = time.time() - 60  # the compiled-file cache skips files changed in the last 2 s
     for path in ws.rglob("*"):
         os.utime(path, (old, old))
-    env = dict(os.environ)
+    env = bench_env()
     env.pop("MARIN_PREFIX", None)
     log_path = root / "log.txt"
     mid = graph.label_of(graph.mid)

@@ -18,6 +18,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import threading
@@ -43,7 +44,7 @@ from marinbuild.core.placeholders import (
     this_output_path,
     versioned,
 )
-from marinbuild.core.versions import VersionTable, dumps_indented_with, slot
+from marinbuild.core.versions import VersionTable, dumps_indented_with, gc_paused, slot
 from marinbuild.core.walk import (
     collect_dependencies_and_version,
     instantiate_config,
@@ -254,7 +255,7 @@ class Executor:
         self.plan: Any = None
         """The plan of the last ``run`` (``marinbuild.run.plan.Plan``): every needed step's state."""
         self.outcome: Any = None
-        """What the last ``run`` did (``marinbuild.run.scheduler.Outcome``)."""
+        """What the last ``run`` did (``marinbuild.run.outcome.Outcome``)."""
         self._warned = 0
         self._info_texts: dict[ExecutorStep, str] = {}
 
@@ -319,55 +320,69 @@ class Executor:
             "output_path": info.output_path,
         }, [self._table.indented_version(step)])
 
-    def _run_info_hash(self) -> str:
-        """md5 of the sorted compact JSON of all step infos (as Marin names the run info file),
-        fed piece by piece from the version strings instead of building the whole text."""
-        import hashlib
-
-        digest = hashlib.md5(b"[")
-        for i, (info, step) in enumerate(zip(self.step_infos, self.steps, strict=True)):
-            head = (
-                (", " if i else "")
-                + '{"config": ' + dumps_sorted(info.config)
+    def _run_info_step_texts(self) -> list[str]:
+        """Each step's info as compact JSON with sorted keys: exactly the pieces of the text Marin hashes to name
+        the run info file (``json.dumps(step_infos, sort_keys=True)``), and the run info's own step entries."""
+        texts = []
+        for info, step in zip(self.step_infos, self.steps, strict=True):
+            texts.append(
+                '{"config": ' + dumps_sorted(info.config)
                 + ', "dependencies": ' + json.dumps(info.dependencies)
                 + ', "fn_name": ' + json.dumps(info.fn_name)
                 + ', "name": ' + json.dumps(info.name)
                 + ', "output_path": ' + json.dumps(info.output_path)
                 + ', "override_output_path": ' + json.dumps(info.override_output_path)
-                + ', "version": '
+                + ', "version": ' + self.version_strs[step] + "}"
             )
-            digest.update(head.encode())
-            digest.update(self.version_strs[step].encode())
-            digest.update(b"}")
+        return texts
+
+    @staticmethod
+    def _run_info_hash(texts: list[str]) -> str:
+        """md5 of ``[text, text, ...]`` (as Marin names the run info file), fed piece by piece."""
+        import hashlib
+
+        digest = hashlib.md5(b"[")
+        for i, text in enumerate(texts):
+            if i:
+                digest.update(b", ")
+            digest.update(text.encode())
         digest.update(b"]")
         return digest.hexdigest()[:6]
 
-    def _run_info_path(self) -> str:
+    def _run_info_path(self, texts: list[str] | None = None) -> str:
         assert self.executor_info is not None, "call get_infos() first"
         name = os.path.basename(self.executor_info.caller_path).replace(".py", "")
         from marinbuild.store import fs
 
-        return fs.join(self.executor_info_base_path, f"{name}-{self._run_info_hash()}.json")
+        texts = self._run_info_step_texts() if texts is None else texts
+        return fs.join(self.executor_info_base_path, f"{name}-{self._run_info_hash(texts)}.json")
 
     def _write_run_info(self, only_if_new: bool) -> None:
+        """The run info JSON: Marin's content, one step per line.
+
+        Marin writes it with ``indent=2``; a step's version nests its dependencies' versions, so indenting
+        multiplies the size (a 10,000-step layered graph: 184 MB indented). Each step here is the compact
+        sorted-key text Marin hashes for the file name anyway, so it is encoded once, and streamed out.
+        """
         from marinbuild.store import fs
 
-        self.executor_info_path = self._run_info_path()
+        texts = self._run_info_step_texts()
+        self.executor_info_path = self._run_info_path(texts)
         if only_if_new and fs.exists(self.executor_info_path):
             return
         assert self.executor_info is not None
         info = self.executor_info
-        body = {
+        head = {
             "worker_id": info.worker_id,
             "git_commit": info.git_commit,
             "caller_path": info.caller_path,
             "created_date": info.created_date,
             "user": info.user,
             "prefix": info.prefix,
-            "steps": [slot(i) for i in range(len(self.steps))],
         }
-        texts = [self._step_info_text(step) for step in self.steps]
-        fs.write_atomic(self.executor_info_path, (dumps_indented_with(body, texts) + "\n").encode())
+        opening = json.dumps(head, indent=2)[:-2] + ',\n  "steps": [\n'
+        pieces = [opening] + [("    " if i == 0 else ",\n    ") + t for i, t in enumerate(texts)] + ["\n  ]\n}\n"]
+        fs.write_atomic_pieces(self.executor_info_path, (p.encode() for p in pieces))
 
     def write_infos(self) -> None:
         """Write every step's ``.executor_info`` and the run's info JSON (as Marin's ``write_infos``)."""
@@ -413,24 +428,25 @@ class Executor:
         from marinbuild.run import plan as planning
         from marinbuild.store.lease import STALE_AFTER
 
-        requested = []
-        for step in steps:
-            if isinstance(step, InputName):
-                step = step.step
-            if step is not None:
-                self.compute_version(step, is_pseudo_dep=False)
-                requested.append(step)
-        graph = StepGraph(self._table)
-        if run_only is not None:
-            targets, unused = graph.select(run_only)
-            if unused:
-                logger.warning("run_only patterns matched no step: %s", ", ".join(unused))
-        else:
-            targets = [self.canonicalize(s) for s in requested]
+        with gc_paused():  # versions and plan: many objects, no cyclic garbage (the steps' own code runs with gc on)
+            requested = []
+            for step in steps:
+                if isinstance(step, InputName):
+                    step = step.step
+                if step is not None:
+                    self.compute_version(step, is_pseudo_dep=False)
+                    requested.append(step)
+            graph = StepGraph(self._table)
+            if run_only is not None:
+                targets, unused = graph.select(run_only)
+                if unused:
+                    logger.warning("run_only patterns matched no step: %s", ", ".join(unused))
+            else:
+                targets = [self.canonicalize(s) for s in requested]
 
-        bus = ev.EventBus(self.listeners if self.listeners is not None else [ev.log_listener])
-        stale_after = self.stale_after if self.stale_after is not None else STALE_AFTER
-        self.plan = plan = planning.make_plan(graph, targets, worker_id=self.worker_id, stale_after=stale_after)
+            bus = ev.EventBus(self.listeners if self.listeners is not None else [ev.log_listener])
+            stale_after = self.stale_after if self.stale_after is not None else STALE_AFTER
+            self.plan = plan = planning.make_plan(graph, targets, worker_id=self.worker_id, stale_after=stale_after)
         for step, step_plan in plan.steps.items():
             bus.emit(ev.PLANNED, step=step.name, output_path=self.output_paths[step], detail=step_plan.state,
                      data={"dry_run": dry_run, "status": step_plan.status})
@@ -445,6 +461,13 @@ class Executor:
 
     def _execute(self, graph: Any, plan: Any, bus: Any, max_concurrent: int | None, force_run_failed: bool) -> Any:
         from marinbuild.run import events as ev
+
+        if not plan.to_run:  # everything is built: nothing to start, check or record
+            from marinbuild.run.outcome import Outcome
+
+            bus.emit(ev.BUILD_STARTED, data={"steps": 0})
+            bus.emit(ev.BUILD_FINISHED, data={"ran": 0, "failed": 0})
+            return Outcome()
         from marinbuild.run.scheduler import schedule
         from marinbuild.run.step_job import LeaseSettings, StepJob
         from marinbuild.store.action_cache import ActionKey
@@ -497,9 +520,12 @@ class Executor:
         config = self.configs[step]
         if fn is None:
             raise ValueError(f"step {step.name} has no fn to run")
+        from marinbuild.core.walk import max_mirror_budget
         from marinbuild.run.step_call import StepCall
 
-        return StepCall(fn, config, step.resources, step.pip_dependency_groups)
+        # the step's mirror:// copies are charged to its largest mirrored(..., budget_gb=) (Marin's rule)
+        return StepCall(fn, config, step.resources, step.pip_dependency_groups,
+                        mirror_budget_gb=max_mirror_budget(step.config), mirror_prefix=self.prefix)
 
 
 def _backend_named(name: str, max_concurrent: int | None) -> Any:
@@ -580,12 +606,76 @@ def executor_main(config: ExecutorMainConfig | None = None, steps: list[Executor
     if steps is None:
         raise TypeError("executor_main needs steps=[...]")
     if config is None:
-        import draccus
-
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-        config = draccus.parse(ExecutorMainConfig, args=sys.argv[1:] if args is None else args)
+        argv = sys.argv[1:] if args is None else args
+        config = parse_main_args_simply(argv)
+        if config is None:
+            import draccus
+
+            config = draccus.parse(ExecutorMainConfig, args=argv)
     return _executor_main(config, steps, description, max_concurrent)
+
+
+_PLAIN_STRING = re.compile(r"[A-Za-z/._][A-Za-z0-9_./:@+=,-]*")
+"""A value YAML reads as this very string: no quotes, spaces, flow or comment characters, not starting with a digit
+(numbers, dates) or a sign."""
+_YAML_WORDS = frozenset({"null", "~", "true", "false", "yes", "no", "on", "off", "y", "n", ".inf", ".nan"})
+
+
+def parse_main_args_simply(argv: list[str]) -> ExecutorMainConfig | None:
+    """``ExecutorMainConfig`` from the flags scripts pass (``--prefix DIR``, ``--dry_run true``, ``--run_only
+    '["a"]'``, ...), as draccus would parse them, without importing draccus (~0.1 s of every run). None for
+    anything else (``--help``, ``--config_path``, YAML beyond plain words): then draccus parses it."""
+    values: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--"):
+            return None
+        if "=" in arg:
+            name, raw = arg[2:].split("=", 1)
+            i += 1
+        elif i + 1 < len(argv):
+            name, raw = arg[2:], argv[i + 1]
+            i += 2
+        else:
+            return None
+        if name in values:
+            return None
+        value = _simple_value(name, raw)
+        if value is _UNPARSED:
+            return None
+        values[name] = value
+    return ExecutorMainConfig(**values)
+
+
+_UNPARSED = object()
+
+
+def _simple_value(name: str, raw: str) -> Any:
+    if name in ("prefix", "executor_info_base_path"):
+        if raw == "null":
+            return None
+        plain = _PLAIN_STRING.fullmatch(raw) and raw.lower() not in _YAML_WORDS
+        return raw if plain else _UNPARSED
+    if name in ("dry_run", "force_run_failed"):
+        return {"true": True, "false": False}.get(raw.lower(), _UNPARSED)
+    if name == "max_concurrent":
+        if raw == "null":
+            return None
+        return int(raw) if raw.isascii() and raw.isdigit() else _UNPARSED
+    if name == "run_only":
+        if raw == "null":
+            return None
+        try:
+            value = json.loads(raw) if raw.startswith("[") else None
+        except ValueError:
+            return _UNPARSED
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+        return _UNPARSED
+    return _UNPARSED
 
 
 def compute_output_path(name: str, config: Any, *, override_output_path: str | None = None,

@@ -1,7 +1,7 @@
 """``marinbuild cache verify PATTERN``: recompute output digests and compare them with the manifests.
 
 For each built step (status SUCCESS) of the targets, the outputs are listed and hashed again
-and compared with the manifest written at commit (``.marinbuild_manifest.json``). A file that
+and compared with the manifest written at commit (inside the action-cache record). A file that
 is gone is *deleted*, shorter is *truncated*, longer or with another digest is *modified*; a
 file the manifest does not know is *added* (reported, not damage). A status, manifest or
 action record that does not parse is *damaged*, with the message naming the file.
@@ -164,7 +164,7 @@ def verify_output(output_path: str, *, repair: bool = True, name: str | None = N
     else:
         if expected is None:
             result.state = UNVERIFIED
-            result.error = f"no {manifest.MANIFEST_FILE}: built by Marin or before marinbuild wrote manifests"
+            result.error = "no manifest (no action-cache record): built by Marin, or outside marinbuild"
             return result
         result.files, result.bytes = len(expected.files), expected.total_bytes
         result.problems = _compare(output_path, expected)

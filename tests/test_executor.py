@@ -75,6 +75,30 @@ def test_a_to_b_pipeline_writes_marin_files(prefix):
     assert run_info["prefix"] == prefix
 
 
+def test_run_info_is_named_and_filled_as_marin_does(prefix):
+    """Marin: ``<script>-<md5(json.dumps(step_infos, sort_keys=True))[:6]>.json`` with every step's info."""
+    import dataclasses
+    import hashlib
+
+    from marinbuild.core.jsonenc import MarinJsonEncoder
+
+    a = pl.step("demo/a", "hello")
+    b = pl.step("demo/b", "world", inputs=[a])
+    ex = make_executor(prefix)
+    ex.run([b])
+    infos = []
+    for info in ex.step_infos:
+        d = dataclasses.asdict(info)
+        d.pop("description", None)
+        infos.append(d)
+    expected = hashlib.md5(json.dumps(infos, sort_keys=True, cls=MarinJsonEncoder).encode()).hexdigest()[:6]
+    assert ex.executor_info_path.endswith(f"-{expected}.json")
+    written = json.loads(Path(ex.executor_info_path).read_text())
+    assert json.loads(json.dumps(infos, cls=MarinJsonEncoder)) == written["steps"]
+    assert {"worker_id", "git_commit", "caller_path", "created_date", "user", "prefix"} <= set(written)
+    assert oct(os.stat(ex.executor_info_path).st_mode & 0o777) == oct(0o644)
+
+
 def test_rerun_is_a_noop_and_info_is_identical(prefix):
     a = pl.step("demo/a", "hello")
     make_executor(prefix).run([a])
@@ -411,3 +435,33 @@ def test_damaged_status_file_is_an_error_naming_it(prefix):
     with pytest.raises(st.DamagedFileError, match=r"\.executor_status"):
         make_executor(prefix).run([a])
     assert records.read_artifact(ex.output_paths[a]) is None
+
+
+@pytest.mark.parametrize("argv", [
+    [], ["--prefix", "/x"], ["--prefix=/x"], ["--prefix", "gs://bucket/path"], ["--prefix", "a:b"],
+    ["--prefix", "null"], ["--prefix", "~"], ["--prefix", ""], ["--prefix", "123"], ["--prefix", "2024-01-01"],
+    ["--prefix", "yes"], ["--prefix", "'/quoted'"], ["--dry_run", "true"], ["--dry_run", "True"],
+    ["--dry_run", "false"], ["--dry_run", "yes"], ["--force_run_failed", "false"], ["--max_concurrent", "4"],
+    ["--max_concurrent", "null"], ["--run_only", '["a", "b.*"]'], ["--run_only", "[a, b]"], ["--run_only", "null"],
+    ["--executor_info_base_path", "/tmp/e", "--prefix", "/p", "--dry_run", "true", "--max_concurrent=2"],
+    ["--prefix", "/x", "--prefix", "/y"],
+])
+def test_simple_flag_parsing_agrees_with_draccus(argv):
+    """executor_main parses common flags without draccus; whatever it accepts, draccus must read the same way."""
+    import draccus
+
+    from marinbuild.executor import ExecutorMainConfig, parse_main_args_simply
+
+    fast = parse_main_args_simply(argv)
+    if fast is not None:
+        assert fast == draccus.parse(ExecutorMainConfig, args=argv)
+
+
+def test_simple_flag_parsing_takes_the_usual_flags():
+    from marinbuild.executor import parse_main_args_simply
+
+    assert parse_main_args_simply(["--prefix", "/x", "--dry_run", "true", "--run_only", '["a"]']) is not None
+    assert parse_main_args_simply(["--max_concurrent", "3", "--force_run_failed=false"]) is not None
+    assert parse_main_args_simply(["--help"]) is None
+    assert parse_main_args_simply(["--config_path", "c.yaml"]) is None
+    assert parse_main_args_simply(["--dry_run", "yes"]) is None  # YAML's other booleans: draccus decides

@@ -14,11 +14,13 @@ Two things differ from Marin, neither visible in the results:
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from marinbuild.core.jsonenc import dumps_indented, dumps_sorted
@@ -109,6 +111,76 @@ class LazyConfigs(dict):
         return dict.__repr__(self)
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector (nestable). Computing versions and plans allocates many small
+    objects that are never cyclic garbage; the collector would rescan the growing tables again and again."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class VersionStrIndex(dict):
+    """Marin's ``version_str_to_step`` (version string -> the step that stands for it), filled on first use.
+
+    The engine deduplicates by the full md5 of the version string instead, so computing versions never
+    hashes the (up to tens of kB) version strings into a dict; this view is built from ``steps`` when read.
+    """
+
+    def __init__(self, table: VersionTable):
+        super().__init__()
+        self._table = table
+        self._synced = 0
+
+    def _sync(self) -> None:
+        steps = self._table.steps
+        if self._synced < len(steps):
+            strs = self._table.version_strs
+            for step in steps[self._synced:]:
+                dict.__setitem__(self, strs[step], step)
+            self._synced = len(steps)
+
+    def __getitem__(self, key: str) -> ExecutorStep:
+        self._sync()
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        self._sync()
+        return dict.__contains__(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._sync()
+        return dict.get(self, key, default)
+
+    def __iter__(self) -> Any:
+        self._sync()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self._sync()
+        return dict.__len__(self)
+
+    def keys(self) -> Any:
+        self._sync()
+        return dict.keys(self)
+
+    def values(self) -> Any:
+        self._sync()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._sync()
+        return dict.items(self)
+
+    def __repr__(self) -> str:
+        self._sync()
+        return dict.__repr__(self)
+
+
 class VersionCycleError(ValueError):
     """A step's config refers, through other steps, back to itself."""
 
@@ -129,30 +201,25 @@ class VersionTable:
         self.pseudo_dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.versions: dict[ExecutorStep, dict[str, Any]] = {}
         self.version_strs: dict[ExecutorStep, str] = {}
-        self.version_str_to_step: dict[str, ExecutorStep] = {}
+        self.version_str_to_step: dict[str, ExecutorStep] = VersionStrIndex(self)
+        self._canonical_by_md5: dict[str, ExecutorStep] = {}
+        self._md5: dict[ExecutorStep, str] = {}
         self.hashed_versions: dict[ExecutorStep, str] = {}
         self.is_pseudo_dep: dict[ExecutorStep, bool] = {}
         self.depth: dict[ExecutorStep, int] = {}
         self.duplicate_names: set[str] = set()
         self._indented: dict[ExecutorStep, str] = {}
-        self._str_by_version_id: dict[int, str] = {}
+        self._step_by_version_id: dict[int, ExecutorStep] = {}
         self.override_mismatches: list[tuple[ExecutorStep, str, str]] = []
 
     def canonicalize(self, step: ExecutorStep) -> ExecutorStep:
         """The step that stands for every step with the same version."""
-        return self.version_str_to_step[self.version_strs[step]]
+        return self._canonical_by_md5[self._md5[step]]
 
     def compute_version(self, step: ExecutorStep, is_pseudo_dep: bool = False) -> None:
         """Compute versions and paths of ``step`` and everything it depends on (post-order, no recursion)."""
-        # Version computation allocates many small objects that are never cyclic garbage:
-        # pausing the cyclic collector saves it from rescanning the growing tables.
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             self._compute(step, is_pseudo_dep)
-        finally:
-            if was_enabled:
-                gc.enable()
 
     def _compute(self, step: ExecutorStep, is_pseudo_dep: bool) -> None:
         # A frame: [step, pseudo flag, collected deps or None, children, next child index]
@@ -207,7 +274,7 @@ class VersionTable:
                 items = []
                 for dep_version in value:
                     if isinstance(dep_version, dict):
-                        dep = self.version_str_to_step[self._version_str_of(dep_version)]
+                        dep = self._step_by_version_id[id(dep_version)]
                         slots.append(self.indented_version(dep))
                         items.append(slot(len(slots) - 1))
                     else:
@@ -218,9 +285,6 @@ class VersionTable:
         text = dumps_indented_with(shell, slots)
         self._indented[step] = text
         return text
-
-    def _version_str_of(self, version: dict[str, Any]) -> str:
-        return self._str_by_version_id[id(version)]
 
     def _unmark_pseudo(self, step: ExecutorStep) -> None:
         """A step reached through a blocking edge is not pseudo, nor are its blocking dependencies."""
@@ -259,7 +323,8 @@ class VersionTable:
             parts += [', "pseudo_dependencies": [', ", ".join(s for _, s in pseudo_deps), "]"]
         parts.append("}")
         version_str = "".join(parts)
-        hashed = hashlib.md5(version_str.encode()).hexdigest()[:6]
+        md5 = hashlib.md5(version_str.encode()).hexdigest()
+        hashed = md5[:6]
         output_path = os.path.join(self.prefix, step.name + "-" + hashed)
         if step.override_output_path is not None:
             override = make_prefix_absolute_path(self.prefix, step.override_output_path)
@@ -267,18 +332,19 @@ class VersionTable:
                 self.override_mismatches.append((step, output_path, override))
             output_path = override
 
-        if version_str not in self.version_str_to_step:
+        if md5 not in self._canonical_by_md5:  # the same version string (a full md5 stands for it)
             self.steps.append(step)
-            self.version_str_to_step[version_str] = step
+            self._canonical_by_md5[md5] = step
         else:
             self.duplicate_names.add(step.name)
+        self._md5[step] = md5
 
         self.configs.defer(step, step.config, output_path)  # type: ignore[attr-defined]
         blocking = [self.canonicalize(d) for d in collected.dependencies]
         self.dependencies[step] = blocking
         self.pseudo_dependencies[step] = [self.canonicalize(d) for d in collected.pseudo_dependencies]
         self.versions[step] = version
-        self._str_by_version_id[id(version)] = version_str
+        self._step_by_version_id[id(version)] = step
         self.version_strs[step] = version_str
         self.hashed_versions[step] = hashed
         self.output_paths[step] = output_path

@@ -109,6 +109,10 @@ def _dataclass_field_names(value: Any) -> tuple[str, ...] | None:
         return names
 
 
+_LEAVES = frozenset({type(None), str, int, float, bool, bytes, OutputName})
+"""Exact types ``collect_dependencies_and_version`` stops at at once (subclasses take the general path)."""
+
+
 def dependency_index_str(i: int) -> str:
     return f"DEP[{i}]"
 
@@ -125,7 +129,11 @@ def collect_dependencies_and_version(obj: Any) -> Dependencies:
 
     def visit(value: Any, prefix: str) -> None:
         # The same walk as walk_config, without a generator per level (this runs for every step).
-        if value is None:
+        cls = type(value)
+        if cls in _LEAVES:  # plain values and output-path placeholders: nothing to version or depend on
+            return
+        if cls is VersionedValue:
+            version[prefix] = value.value
             return
         if isinstance(value, ExecutorStep):
             value = InputName(value, None)

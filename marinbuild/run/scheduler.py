@@ -11,22 +11,11 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Hashable
-from dataclasses import dataclass, field
 
 from marinbuild.run import events as ev
 from marinbuild.run.backend import Backend
+from marinbuild.run.outcome import Outcome
 from marinbuild.run.step_job import RAN, StepJob
-
-
-@dataclass
-class Outcome:
-    ran: list[Hashable] = field(default_factory=list)
-    cached: list[Hashable] = field(default_factory=list)
-    failed: dict[Hashable, BaseException] = field(default_factory=dict)
-    dep_failed: dict[Hashable, Hashable] = field(default_factory=dict)
-    """Step -> the failed dependency that stopped it."""
-    skipped: list[Hashable] = field(default_factory=list)
-    interrupted: bool = False
 
 
 def schedule(

@@ -5,10 +5,11 @@ The protocol, in order:
 2. re-read the status under the lease (someone may have finished meanwhile);
 3. write RUNNING and the step's ``.executor_info``;
 4. run the step; the lease keeper renews the lease meanwhile;
-5. describe the outputs (``.marinbuild_manifest.json``: size and xxh3-128 of every file,
-   hashed while the lease keeper still renews the lease), confirm the lease is still ours,
-   then write the manifest, the action-cache record (failing on a path-hash collision),
-   ``.artifact.json``, then SUCCESS (or FAILED), then release the lease.
+5. describe the outputs (a manifest: size and xxh3-128 of every file, hashed while the lease
+   keeper still renews the lease), fail on a path-hash collision, confirm the lease is still
+   ours, then write the action-cache record holding the manifest
+   (``.marinbuild_action.<sha256>.json``), ``.artifact.json``, then SUCCESS (or FAILED), then
+   release the lease.
 A runner that loses its lease writes nothing more: the step belongs to the new holder.
 A crash anywhere before 5 leaves RUNNING with a lease that goes stale, never SUCCESS; a reader
 never sees SUCCESS without the complete outputs and their manifest.
@@ -63,11 +64,11 @@ class StepJob:
         bus: ev.EventBus,
         settings: LeaseSettings,
         cancel: threading.Event,
-        action: ActionKey | None = None,
+        action: ActionKey,
     ):
         self.name = name
         self.action = action
-        """The step's version identity, for its action-cache record (None: write the manifest only)."""
+        """The step's version identity, for its action-cache record."""
         self.output_path = output_path
         self.call = call
         self.info_text = info_text
@@ -93,7 +94,8 @@ class StepJob:
                     if st.read_status(self.output_path) == st.STATUS_SUCCESS:
                         self._release()
                         return False
-                    fs.makedirs(self.output_path)
+                    if not self.lease.makes_output_folder:
+                        fs.makedirs(self.output_path)
                     st.write_status(self.output_path, st.STATUS_RUNNING)
                     records.write_info(self.output_path, self.info_text())
                 except BaseException:
@@ -147,20 +149,17 @@ class StepJob:
 
     # -- phase 5: commit ------------------------------------------------------------------
     def commit(self, result: Any) -> None:
-        from marinbuild.store.manifest import build_manifest, write_manifest
+        from marinbuild.store.manifest import build_manifest
 
         try:
             self._raise_if_lost()
-            if self.action is not None:
-                action_cache.check_before_commit(self.output_path, self.action)
+            action_cache.check_before_commit(self.output_path, self.action)
             manifest = build_manifest(self.output_path)  # may take a while: the lease keeper still renews
             LEASE_KEEPER.remove(self.lease)
             self._raise_if_lost()
             self.lease.refresh()  # raises if another runner took the lease over
-            write_manifest(self.output_path, manifest)
-            if self.action is not None:
-                action_cache.write_record(action_cache.new_record(self.output_path, self.action, manifest,
-                                                                  self.worker_id))
+            action_cache.write_record(action_cache.new_record(self.output_path, self.action, manifest,
+                                                              self.worker_id))
             records.write_artifact(self.output_path, result)
             st.write_status(self.output_path, st.STATUS_SUCCESS)
         finally:

@@ -5,7 +5,9 @@ version strings of one step name can collide on a path. Each committed step leav
 ``<output>/.marinbuild_action.<sha256 of its version string>.json`` (beside Marin's files, never
 changing them) with the version digest, the step name and its output manifest's digest. The
 record's *name* carries the digest, so a listing of status and record names says which versions
-are at which paths without reading any record.
+are at which paths without reading any record. The record also holds the step's output manifest
+(``marinbuild.store.manifest``): one file per commit, not two (a file creation is the dearest
+operation of a step's commit on a local disk).
 
 A path that is built (SUCCESS) and holds records only of *other* digests is a collision: the plan
 raises ``ActionCacheCollisionError`` instead of silently using another version's outputs. With
@@ -32,7 +34,9 @@ logger = logging.getLogger("marinbuild")
 
 RECORD_PREFIX = ".marinbuild_action."
 RECORD_SUFFIX = ".json"
-FORMAT = "marinbuild-action/1"
+FORMAT = "marinbuild-action/2"
+FORMATS = ("marinbuild-action/1", FORMAT)
+"""Formats read: /1 had no manifest inside."""
 
 
 class ActionCacheCollisionError(Exception):
@@ -69,9 +73,15 @@ class ActionRecord:
     worker_id: str
     created: float
     format: str = FORMAT
+    manifest: dict[str, Any] | None = None
+    """The output manifest (``Manifest.to_json``), written last in the record: one file entry per line."""
 
     def encode(self) -> bytes:
-        return json.dumps({f: getattr(self, f) for f in self.__dataclass_fields__}).encode()
+        head = json.dumps({f: getattr(self, f) for f in self.__dataclass_fields__ if f != "manifest"})
+        if self.manifest is None:
+            return head.encode()
+        body = json.dumps(self.manifest, separators=(",", ":")).replace('},{"path"', '},\n{"path"')
+        return (head[:-1] + ', "manifest": ' + body + "}").encode()
 
 
 def record_name(digest: str) -> str:
@@ -116,8 +126,10 @@ def read_record(output_path: str, digest: str) -> ActionRecord | None:
         return None
     try:
         obj = json.loads(data)
+        if obj.get("format") not in FORMATS:
+            raise ValueError(obj.get("format"))
         return ActionRecord(**{k: obj[k] for k in ActionRecord.__dataclass_fields__ if k in obj})
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         raise DamagedFileError(path, "action-cache record is not the JSON marinbuild writes") from None
 
 
@@ -132,6 +144,7 @@ def remove_record(output_path: str, digest: str) -> None:
 
 
 def new_record(output_path: str, key: ActionKey, manifest: Any, worker_id: str) -> ActionRecord:
+    """The record of a commit; ``manifest`` is the ``Manifest`` of the outputs (None: none, e.g. in tests)."""
     return ActionRecord(
         version_sha256=key.digest,
         name=key.name,
@@ -141,6 +154,7 @@ def new_record(output_path: str, key: ActionKey, manifest: Any, worker_id: str) 
         total_bytes=manifest.total_bytes if manifest is not None else 0,
         worker_id=worker_id,
         created=time.time(),
+        manifest=manifest.to_json() if manifest is not None else None,
     )
 
 

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
+
+FILE_MODE = 0o644
+"""Files written through a temporary file get the mode a plain ``open`` would give them (mkstemp's is 0600)."""
 
 
 def is_local(path: str) -> bool:
@@ -65,6 +69,7 @@ def write_atomic(path: str, data: bytes) -> None:
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(target) + ".")
         try:
+            os.fchmod(fd, FILE_MODE)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.replace(tmp, target)
@@ -77,6 +82,28 @@ def write_atomic(path: str, data: bytes) -> None:
         return
     # Object stores replace an object in one request: readers never see half of it.
     filesystem_for(path).pipe_file(path, data)
+
+
+def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
+    """``write_atomic`` of the concatenated ``pieces``; a local file is streamed, never joined in memory."""
+    if not is_local(path):
+        write_atomic(path, b"".join(pieces))
+        return
+    target = local_path(path)
+    directory = os.path.dirname(target)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(target) + ".")
+    try:
+        os.fchmod(fd, FILE_MODE)
+        with os.fdopen(fd, "wb") as f:
+            f.writelines(pieces)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def write_in_place(path: str, data: bytes) -> None:

@@ -59,6 +59,9 @@ def encode_lease(record: LeaseRecord) -> bytes:
 class Lease(abc.ABC):
     """One runner's handle on one step's lease."""
 
+    makes_output_folder = False
+    """Taking the lease leaves the step's output folder in place (a local lease file lives in it)."""
+
     def __init__(self, output_path: str, worker_id: str, stale_after: float = STALE_AFTER):
         self.output_path = output_path
         self.path = lease_path(output_path)

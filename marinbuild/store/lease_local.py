@@ -19,6 +19,8 @@ from marinbuild.store.lease import Lease, LeaseLostError, LeaseRecord, encode_le
 
 
 class LocalFileLease(Lease):
+    makes_output_folder = True
+
     @contextlib.contextmanager
     def _locked(self, create: bool, exclusive: bool = True) -> Iterator[IO[bytes] | None]:
         """Yield the lease file opened and flock'ed, or None if it does not exist and ``create`` is False."""
@@ -64,9 +66,11 @@ class LocalFileLease(Lease):
         except FileNotFoundError:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             return self._try_create()
-        with os.fdopen(fd, "r+b") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            self._write(f, LeaseRecord(self.worker_id, time.time()))
+        try:  # a new, empty file: one write under the lock, nothing to seek over or cut
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, encode_lease(LeaseRecord(self.worker_id, time.time())))
+        finally:
+            os.close(fd)
         return True
 
     def try_acquire(self) -> bool:

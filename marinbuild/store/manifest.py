@@ -1,8 +1,9 @@
 """Output manifests: every file a step wrote, with its size and xxh3-128 digest.
 
-Written at commit after the outputs and before the status (``.marinbuild_manifest.json`` beside
-Marin's files), so a SUCCESS always comes with a description of the outputs it vouches for, and
-``marinbuild cache verify`` can tell later whether any of them was modified, truncated or deleted.
+Written at commit after the outputs and before the status, inside the step's action-cache record
+(``.marinbuild_action.<sha256>.json`` beside Marin's files, see ``marinbuild.store.action_cache``),
+so a SUCCESS always comes with a description of the outputs it vouches for, and ``marinbuild cache
+verify`` can tell later whether any of them was modified, truncated or deleted.
 
 Files are hashed by streaming (1 MiB reads) with xxh3-128. On GCS each object also carries the
 server's crc32c; an output tree larger than ``MARINBUILD_MANIFEST_HASH_GB`` (default 1 GB) is not
@@ -13,7 +14,6 @@ records and temporary files are not outputs and are left out.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -24,7 +24,6 @@ import xxhash
 from marinbuild.store import fs
 from marinbuild.store.status import DamagedFileError
 
-MANIFEST_FILE = ".marinbuild_manifest.json"
 FORMAT = "marinbuild-manifest/1"
 NOT_OUTPUTS = frozenset({".executor_info", ".executor_status", ".executor_status.lock", ".artifact.json"})
 CHUNK = 1 << 20
@@ -65,21 +64,20 @@ class Manifest:
             h.update(f"{f.path}\0{f.size}\0{f.xxh3_128 or ''}\0{f.crc32c or ''}\n".encode())
         return h.hexdigest()
 
-    def encode(self) -> bytes:
+    def to_json(self) -> dict[str, Any]:
         files = []
         for f in sorted(self.files, key=lambda e: e.path):
             entry: dict[str, Any] = {"path": f.path, "size": f.size, "xxh3_128": f.xxh3_128}
             if f.crc32c is not None:
                 entry["crc32c"] = f.crc32c
             files.append(entry)
-        body = json.dumps({"format": FORMAT, "created": self.created, "digest": self.digest(),
-                           "total_bytes": self.total_bytes, "files": files}, separators=(",", ":"))
-        return body.replace('},{"path"', '},\n{"path"').encode()  # a file per line: readable, still compact
+        return {"format": FORMAT, "created": self.created, "digest": self.digest(),
+                "total_bytes": self.total_bytes, "files": files}
 
     @classmethod
-    def decode(cls, path: str, data: bytes) -> Manifest:
+    def from_json(cls, path: str, obj: Any) -> Manifest:
+        """The manifest ``to_json`` gave; ``path`` names the file it came from in errors."""
         try:
-            obj = json.loads(data)
             if obj.get("format") != FORMAT:
                 raise ValueError(obj.get("format"))
             files = [FileEntry(str(f["path"]), int(f["size"]), f.get("xxh3_128"), f.get("crc32c"))
@@ -92,19 +90,20 @@ class Manifest:
         return manifest
 
 
-def manifest_path(output_path: str) -> str:
-    return fs.join(output_path, MANIFEST_FILE)
-
-
 def read_manifest(output_path: str) -> Manifest | None:
-    path = manifest_path(output_path)
-    data = fs.read_bytes(path)
-    return None if data is None else Manifest.decode(path, data)
+    """The manifest of the last commit at ``output_path`` (from its action-cache record); None if no record
+    holds one (built by Marin, or by nobody)."""
+    from marinbuild.store import action_cache
 
-
-def write_manifest(output_path: str, manifest: Manifest) -> None:
-    """Written in place: it is read only beside a SUCCESS status, which is written after it."""
-    fs.write_in_place(manifest_path(output_path), manifest.encode())
+    found: list[tuple[float, str, Any]] = []
+    for digest in action_cache.digests_at(output_path):
+        record = action_cache.read_record(output_path, digest)
+        if record is not None and record.manifest is not None:
+            found.append((record.created, action_cache.record_path(output_path, digest), record.manifest))
+    if not found:
+        return None
+    _, path, obj = max(found, key=lambda item: item[0])
+    return Manifest.from_json(path, obj)
 
 
 # -- listing and hashing ------------------------------------------------------------------------
