@@ -276,7 +276,9 @@ def test_max_concurrent_caps_parallelism(prefix):
         with lock:
             active += 1
             peak = max(peak, active)
-        release.wait(0.05)
+            if active == 2:
+                release.set()
+        release.wait(10)  # the first two wait for each other, however slow the machine
         with lock:
             active -= 1
 
