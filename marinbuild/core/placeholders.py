@@ -18,8 +18,12 @@ T_co = TypeVar("T_co", covariant=True)
 
 ExecutorFunction = Callable[..., Any] | None
 
+def _set_fields(obj: Any, values: dict[str, Any]) -> None:
+    """Initialise a frozen dataclass instance in one store of its ``__dict__``."""
+    object.__setattr__(obj, "__dict__", values)
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class ExecutorStep(Generic[ConfigT_co]):
     """One step of a pipeline: ``fn(config)`` writes its outputs under its output path.
 
@@ -37,6 +41,15 @@ class ExecutorStep(Generic[ConfigT_co]):
     """What the step asks the backend for (CPUs, memory, GPUs, TPU slices); never part of the version."""
     pip_dependency_groups: list[str] | None = None
     """Extras or package names the step's environment needs; never part of the version."""
+
+    def __init__(self, name: str, fn: ExecutorFunction, config: ConfigT_co, description: str | None = None,
+                 override_output_path: str | None = None, resources: Any = None,
+                 pip_dependency_groups: list[str] | None = None):
+        # One store of the whole __dict__ instead of a frozen-dataclass setattr per field: scripts make
+        # thousands of these (and of the placeholders below) on every run.
+        _set_fields(self, {"name": name, "fn": fn, "config": config, "description": description,
+                           "override_output_path": override_output_path, "resources": resources,
+                           "pip_dependency_groups": pip_dependency_groups})
 
     def cd(self, name: str) -> InputName:
         """Refer to ``name`` under this step's output path."""
@@ -57,7 +70,7 @@ class ExecutorStep(Generic[ConfigT_co]):
         return InputName(step=self, name=None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class InputName:
     """A previous ``step``'s output path joined with ``name`` (or a path under the prefix if ``step`` is None)."""
 
@@ -65,6 +78,9 @@ class InputName:
     name: str | None
     block_on_step: bool = True
     """False makes this a pseudo-dependency: part of the version, but not waited for or run."""
+
+    def __init__(self, step: ExecutorStep | None, name: str | None, block_on_step: bool = True):
+        _set_fields(self, {"step": step, "name": name, "block_on_step": block_on_step})
 
     def cd(self, name: str) -> InputName:
         # As in Marin, the result is blocking even if ``self`` was not: hashes must match Marin's.
@@ -97,11 +113,14 @@ def this_output_path(name: str | None = None) -> OutputName:
 THIS_OUTPUT_PATH = OutputName(None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class VersionedValue(Generic[T_co]):
     """A config value that is part of the step's version."""
 
     value: T_co
+
+    def __init__(self, value: T_co):
+        _set_fields(self, {"value": value})
 
 
 @dataclass(frozen=True)
