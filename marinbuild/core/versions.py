@@ -27,6 +27,8 @@ from marinbuild.core.jsonenc import dumps_indented, dumps_sorted
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.core.walk import collect_dependencies_and_version, instantiate_config, make_prefix_absolute_path
 
+_json_str = json.encoder.encode_basestring_ascii  # what json.dumps(a_str) returns, without the call chain
+
 MAX_INLINE_DEPTH = 4
 """Dependencies whose chain depth is at most this are inlined into a consumer's version."""
 
@@ -211,6 +213,7 @@ class VersionTable:
         self._indented: dict[ExecutorStep, str] = {}
         self._step_by_version_id: dict[int, ExecutorStep] = {}
         self.override_mismatches: list[tuple[ExecutorStep, str, str]] = []
+        self._prefix_slash = (prefix if prefix.endswith("/") else prefix + "/") if prefix else None
 
     def canonicalize(self, step: ExecutorStep) -> ExecutorStep:
         """The step that stands for every step with the same version."""
@@ -218,6 +221,9 @@ class VersionTable:
 
     def compute_version(self, step: ExecutorStep, is_pseudo_dep: bool = False) -> None:
         """Compute versions and paths of ``step`` and everything it depends on (post-order, no recursion)."""
+        if not gc.isenabled():  # inside Executor.run's pause: no context manager per step
+            self._compute(step, is_pseudo_dep)
+            return
         with gc_paused():
             self._compute(step, is_pseudo_dep)
 
@@ -286,6 +292,12 @@ class VersionTable:
         self._indented[step] = text
         return text
 
+    def _under_prefix(self, name: str) -> str:
+        """``os.path.join(prefix, name)``, with the common case (a relative name) as one concatenation."""
+        if self._prefix_slash is None or name.startswith("/"):
+            return os.path.join(self.prefix, name)
+        return self._prefix_slash + name
+
     def _unmark_pseudo(self, step: ExecutorStep) -> None:
         """A step reached through a blocking edge is not pseudo, nor are its blocking dependencies."""
         todo = [step]
@@ -303,7 +315,9 @@ class VersionTable:
         return short, json.dumps(short)
 
     def _record(self, step: ExecutorStep, pseudo: bool, collected: Any) -> None:
-        deps = [self._dep_version(d) for d in collected.dependencies]
+        depth, versions, strs = self.depth, self.versions, self.version_strs
+        deps = [(versions[d], strs[d]) if depth[d] <= MAX_INLINE_DEPTH else self._dep_version(d)
+                for d in collected.dependencies]
         version: dict[str, Any] = {
             "name": step.name,
             "config": collected.version,
@@ -315,7 +329,7 @@ class VersionTable:
             ', "dependencies": [',
             ", ".join(s for _, s in deps),
             '], "name": ',
-            json.dumps(step.name),
+            _json_str(step.name),
         ]
         if collected.pseudo_dependencies:
             pseudo_deps = [self._dep_version(d) for d in collected.pseudo_dependencies]
@@ -325,7 +339,7 @@ class VersionTable:
         version_str = "".join(parts)
         md5 = hashlib.md5(version_str.encode()).hexdigest()
         hashed = md5[:6]
-        output_path = os.path.join(self.prefix, step.name + "-" + hashed)
+        output_path = self._under_prefix(step.name + "-" + hashed)
         if step.override_output_path is not None:
             override = make_prefix_absolute_path(self.prefix, step.override_output_path)
             if override != output_path:
