@@ -157,7 +157,7 @@ class StepJob:
             manifest = build_manifest(self.output_path)  # may take a while: the lease keeper still renews
             LEASE_KEEPER.remove(self.lease)
             self._raise_if_lost()
-            self.lease.refresh()  # raises if another runner took the lease over
+            self.lease.confirm()  # raises if another runner took the lease over
             action_cache.write_record(action_cache.new_record(self.output_path, self.action, manifest,
                                                               self.worker_id))
             records.write_artifact(self.output_path, result)

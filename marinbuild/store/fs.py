@@ -113,18 +113,30 @@ def write_in_place(path: str, data: bytes) -> None:
     if is_local(path):
         target = local_path(path)
         try:
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o644)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            _overwrite(target, data)
+            return
         except FileNotFoundError:
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            # Overwrite, then cut to length: on ext4, emptying a file first (O_TRUNC) costs ~7x more.
+            _overwrite(target, data)
+            return
+        try:  # a new file (most of a step's files are): nothing to cut afterwards
             os.write(fd, data)
-            os.ftruncate(fd, len(data))
         finally:
             os.close(fd)
         return
     filesystem_for(path).pipe_file(path, data)
+
+
+def _overwrite(target: str, data: bytes) -> None:
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        # Overwrite, then cut to length: on ext4, emptying a file first (O_TRUNC) costs ~7x more.
+        os.write(fd, data)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def exists(path: str) -> bool:

@@ -76,6 +76,10 @@ class Lease(abc.ABC):
     def refresh(self) -> None:
         """Renew our lease; raises ``LeaseLostError`` if it is no longer ours."""
 
+    def confirm(self) -> None:
+        """Right before committing: raise ``LeaseLostError`` unless the lease is still ours (renewing it does)."""
+        self.refresh()
+
     @abc.abstractmethod
     def release(self) -> None:
         """Delete the lease if it is ours; leaves another runner's lease alone."""
