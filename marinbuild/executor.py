@@ -13,17 +13,13 @@ This module stays light to import: storage and execution load when ``run`` is ca
 
 from __future__ import annotations
 
-import getpass
-import inspect
 import json
 import logging
 import os
 import re
-import socket
 import sys
 import threading
 import urllib.parse
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -165,7 +161,8 @@ def get_fn_name(fn: ExecutorFunction, short: bool = False) -> str:
 
 
 def _worker_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    host = os.uname().nodename if hasattr(os, "uname") else __import__("socket").gethostname()
+    return f"{host}-{os.getpid()}-{os.urandom(4).hex()}"
 
 
 def _git_commit() -> str | None:
@@ -192,7 +189,7 @@ def _git_commit() -> str | None:
 
 def _caller_path() -> str:
     """The outermost real file on the stack: the experiment script (as Marin records it)."""
-    frame = inspect.currentframe()
+    frame: Any = sys._getframe()
     outermost = sys.argv[0] if sys.argv and sys.argv[0] else "<unknown>"
     while frame is not None:
         if not frame.f_code.co_filename.startswith("<"):
@@ -203,6 +200,8 @@ def _caller_path() -> str:
 
 def _user() -> str | None:
     try:
+        import getpass
+
         return getpass.getuser()
     except Exception:
         return None

@@ -7,7 +7,6 @@ Local paths use the local filesystem directly where fsspec would only add overhe
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
@@ -67,6 +66,8 @@ def write_atomic(path: str, data: bytes) -> None:
         target = local_path(path)
         directory = os.path.dirname(target)
         os.makedirs(directory, exist_ok=True)
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(target) + ".")
         try:
             os.fchmod(fd, FILE_MODE)
@@ -92,6 +93,8 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
     target = local_path(path)
     directory = os.path.dirname(target)
     os.makedirs(directory, exist_ok=True)
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(target) + ".")
     try:
         os.fchmod(fd, FILE_MODE)
