@@ -75,7 +75,7 @@ def seed_folder(root: str, n: int, layout: str, full: bool) -> None:
     import xxhash
 
     from marinbuild.store import action_cache
-    from marinbuild.store.manifest import MANIFEST_FILE, FileEntry, Manifest
+    from marinbuild.store.manifest import FileEntry, Manifest
 
     ex = new_executor(PREFIX)
     steps = make_steps(n, layout)
@@ -94,7 +94,7 @@ def seed_folder(root: str, n: int, layout: str, full: bool) -> None:
         }
         if full:
             files.update({"out.txt": data, ".executor_info": (ex._step_info_text(s) + "\n").encode(),
-                          ".artifact.json": b"null", MANIFEST_FILE: manifest.encode()})
+                          ".artifact.json": b"null"})
         for fname, content in files.items():
             with open(os.path.join(folder, fname), "wb") as f:
                 f.write(content)

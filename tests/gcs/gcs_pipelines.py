@@ -86,12 +86,12 @@ def executor(prefix: str, **kwargs: Any) -> Executor:
 
 
 def built_files(ex: Executor, steps: list[ExecutorStep], minimal: bool = False) -> dict[str, bytes]:
-    """The files a commit leaves for each of ``steps`` (out.txt, manifest, action record, status), by URL.
+    """The files a commit leaves for each of ``steps`` (out.txt, the action record with its manifest, status), by URL.
     ``minimal``: the status and the action record only."""
     import xxhash
 
     from marinbuild.store import action_cache
-    from marinbuild.store.manifest import FileEntry, Manifest, manifest_path
+    from marinbuild.store.manifest import FileEntry, Manifest
 
     files: dict[str, bytes] = {}
     for s in steps:
@@ -102,7 +102,6 @@ def built_files(ex: Executor, steps: list[ExecutorStep], minimal: bool = False) 
         key = action_cache.ActionKey.of(ex.version_strs[s], s.name)
         if not minimal:
             files[out + "/out.txt"] = data
-            files[manifest_path(out)] = manifest.encode()
         files[action_cache.record_path(out, key.digest)] = action_cache.new_record(out, key, manifest, "seed").encode()
         files[out + "/.executor_status"] = b"SUCCESS"
     return files

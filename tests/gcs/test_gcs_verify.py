@@ -9,7 +9,7 @@ from pathlib import Path
 import gcs_pipelines as gp
 import pytest
 
-from marinbuild.store import fs, manifest
+from marinbuild.store import action_cache, fs, manifest
 from marinbuild.store import status as st
 from marinbuild.verify import (
     DAMAGED,
@@ -74,14 +74,15 @@ def test_verify_reports_damaged_records_and_unverified_steps(gs_prefix):
     a, b, c = _graph()
     ex = gp.executor(gs_prefix)
     ex.run([a, b])
-    fs.write_atomic(manifest.manifest_path(ex.output_paths[a]), b"{garbage")
+    record = action_cache.record_path(ex.output_paths[a], action_cache.version_digest(ex.version_strs[a]))
+    fs.write_atomic(record, b"{garbage")  # the record holds the manifest
     ex.compute_version(c)
     st.write_status(ex.output_paths[c], st.STATUS_SUCCESS)  # as Marin leaves it: no manifest
     missing = gs_prefix + "/v/never-000000"
     report = verify_outputs([ex.output_paths[a], ex.output_paths[b], ex.output_paths[c], missing], repair=False)
     states = [s.state for s in report.steps]
     assert states == [DAMAGED, OK, UNVERIFIED, NOT_BUILT]
-    assert ".marinbuild_manifest.json: manifest is not" in report.steps[0].error
+    assert f"{record}: action-cache record is not" in report.steps[0].error
     assert not report.steps[0].invalidated and st.read_status(ex.output_paths[a]) == st.STATUS_SUCCESS
 
 
