@@ -467,3 +467,21 @@ def test_simple_flag_parsing_takes_the_usual_flags():
     assert parse_main_args_simply(["--help"]) is None
     assert parse_main_args_simply(["--config_path", "c.yaml"]) is None
     assert parse_main_args_simply(["--dry_run", "yes"]) is None  # YAML's other booleans: draccus decides
+
+
+def test_version_str_to_step_is_marins_index(prefix):
+    """Filled on first read: every distinct version string maps to the step that stands for it."""
+    a = pl.step("idx/a", "same")
+    a_again = pl.step("idx/a", "same")  # equal version: deduplicated onto ``a``
+    b = pl.step("idx/b", "other", inputs=[a])
+    ex = make_executor(prefix)
+    for s in (a, a_again, b):
+        ex.compute_version(s)
+    assert len(ex.version_str_to_step) == 2
+    assert ex.version_str_to_step[ex.version_strs[a_again]] is a
+    assert ex.version_str_to_step[ex.version_strs[b]] is b
+    assert ex.canonicalize(a_again) is a
+    c = pl.step("idx/c", "late")
+    ex.compute_version(c)  # computed after the first read: still found
+    assert ex.version_strs[c] in ex.version_str_to_step
+    assert set(ex.version_str_to_step.values()) == {a, b, c}

@@ -53,7 +53,39 @@ def slot(i: int) -> str:
     return f"{_SLOT}{i}"
 
 
-class LazyConfigs(dict):
+class _CompletedOnRead(dict):
+    """A dict some of whose entries are made on demand: iterating, sizing, copying or printing it
+    completes it first (``_complete``), so it behaves as the plain dict Marin's attribute is."""
+
+    def _complete(self) -> None:
+        raise NotImplementedError
+
+    def __iter__(self) -> Any:
+        self._complete()
+        return dict.__iter__(self)
+
+    def keys(self) -> Any:
+        self._complete()
+        return dict.keys(self)
+
+    def values(self) -> Any:
+        self._complete()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._complete()
+        return dict.items(self)
+
+    def copy(self) -> dict[Any, Any]:
+        self._complete()
+        return dict(dict.items(self))
+
+    def __repr__(self) -> str:
+        self._complete()
+        return dict.__repr__(self)
+
+
+class LazyConfigs(_CompletedOnRead):
     """``step -> instantiated config``, computed on first access (most no-op builds never need one).
 
     Iterating, sizing or copying it instantiates every pending config first, so it behaves
@@ -75,7 +107,7 @@ class LazyConfigs(dict):
         dict.__setitem__(self, step, value)
         return value
 
-    def _materialize(self) -> None:
+    def _complete(self) -> None:
         for step in list(self._pending):
             self[step]
 
@@ -85,32 +117,45 @@ class LazyConfigs(dict):
     def __contains__(self, step: object) -> bool:
         return dict.__contains__(self, step) or step in self._pending
 
-    def __iter__(self) -> Any:
-        self._materialize()
-        return dict.__iter__(self)
-
     def __len__(self) -> int:
         return dict.__len__(self) + len(self._pending)
 
-    def keys(self) -> Any:
-        self._materialize()
-        return dict.keys(self)
 
-    def values(self) -> Any:
-        self._materialize()
-        return dict.values(self)
+class VersionStrIndex(_CompletedOnRead):
+    """Marin's ``version_str_to_step`` (version string -> the step that stands for it), filled on first use.
 
-    def items(self) -> Any:
-        self._materialize()
-        return dict.items(self)
+    The engine deduplicates by the full md5 of the version string instead, so computing versions never
+    hashes the (up to tens of kB) version strings into a dict; this view is built from ``steps`` when read.
+    """
 
-    def copy(self) -> dict[ExecutorStep, Any]:
-        self._materialize()
-        return dict(dict.items(self))
+    def __init__(self, table: VersionTable):
+        super().__init__()
+        self._table = table
+        self._synced = 0
 
-    def __repr__(self) -> str:
-        self._materialize()
-        return dict.__repr__(self)
+    def _complete(self) -> None:
+        steps = self._table.steps
+        if self._synced < len(steps):
+            strs = self._table.version_strs
+            for step in steps[self._synced:]:
+                dict.__setitem__(self, strs[step], step)
+            self._synced = len(steps)
+
+    def __getitem__(self, key: str) -> ExecutorStep:
+        self._complete()
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        self._complete()
+        return dict.__contains__(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._complete()
+        return dict.get(self, key, default)
+
+    def __len__(self) -> int:
+        self._complete()
+        return dict.__len__(self)
 
 
 @contextlib.contextmanager
@@ -124,63 +169,6 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-class VersionStrIndex(dict):
-    """Marin's ``version_str_to_step`` (version string -> the step that stands for it), filled on first use.
-
-    The engine deduplicates by the full md5 of the version string instead, so computing versions never
-    hashes the (up to tens of kB) version strings into a dict; this view is built from ``steps`` when read.
-    """
-
-    def __init__(self, table: VersionTable):
-        super().__init__()
-        self._table = table
-        self._synced = 0
-
-    def _sync(self) -> None:
-        steps = self._table.steps
-        if self._synced < len(steps):
-            strs = self._table.version_strs
-            for step in steps[self._synced:]:
-                dict.__setitem__(self, strs[step], step)
-            self._synced = len(steps)
-
-    def __getitem__(self, key: str) -> ExecutorStep:
-        self._sync()
-        return dict.__getitem__(self, key)
-
-    def __contains__(self, key: object) -> bool:
-        self._sync()
-        return dict.__contains__(self, key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        self._sync()
-        return dict.get(self, key, default)
-
-    def __iter__(self) -> Any:
-        self._sync()
-        return dict.__iter__(self)
-
-    def __len__(self) -> int:
-        self._sync()
-        return dict.__len__(self)
-
-    def keys(self) -> Any:
-        self._sync()
-        return dict.keys(self)
-
-    def values(self) -> Any:
-        self._sync()
-        return dict.values(self)
-
-    def items(self) -> Any:
-        self._sync()
-        return dict.items(self)
-
-    def __repr__(self) -> str:
-        self._sync()
-        return dict.__repr__(self)
 
 
 class VersionCycleError(ValueError):

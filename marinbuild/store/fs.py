@@ -63,23 +63,7 @@ def read_bytes(path: str) -> bytes | None:
 def write_atomic(path: str, data: bytes) -> None:
     """Write ``data`` so a reader sees the old content or the new, never a torn file."""
     if is_local(path):
-        target = local_path(path)
-        directory = os.path.dirname(target)
-        os.makedirs(directory, exist_ok=True)
-        import tempfile
-
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(target) + ".")
-        try:
-            os.fchmod(fd, FILE_MODE)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        write_atomic_pieces(path, [data])
         return
     # Object stores replace an object in one request: readers never see half of it.
     filesystem_for(path).pipe_file(path, data)
@@ -90,11 +74,11 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
     if not is_local(path):
         write_atomic(path, b"".join(pieces))
         return
+    import tempfile
+
     target = local_path(path)
     directory = os.path.dirname(target)
     os.makedirs(directory, exist_ok=True)
-    import tempfile
-
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(target) + ".")
     try:
         os.fchmod(fd, FILE_MODE)
