@@ -1,13 +1,12 @@
 """The scheduler: hands ready steps to a backend and reacts to completions as they arrive.
 
-No polling: backends report completions into a queue the scheduler blocks on. A failed
+No polling: backends report completions through a callback, handled on the reporting thread. A failed
 step's consumers are marked dependency-failed at once; independent steps go on unless
 ``keep_going`` is False, in which case nothing new starts after the first failure.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections import deque
 from collections.abc import Hashable
@@ -16,6 +15,86 @@ from marinbuild.run import events as ev
 from marinbuild.run.backend import Backend
 from marinbuild.run.outcome import Outcome
 from marinbuild.run.step_job import RAN, StepJob
+
+
+class _Run:
+    """The state of one ``schedule`` call; every change happens under ``lock``."""
+
+    def __init__(self, order: list[Hashable], deps: dict[Hashable, list[Hashable]], jobs: dict[Hashable, StepJob],
+                 backend: Backend, bus: ev.EventBus, max_concurrent: int | None, keep_going: bool):
+        self.order, self.jobs, self.backend, self.bus = order, jobs, backend, bus
+        self.max_concurrent, self.keep_going = max_concurrent, keep_going
+        self.outcome = Outcome()
+        self.waiting_on = {k: {d for d in deps[k] if d in jobs} for k in order}
+        self.consumers: dict[Hashable, list[Hashable]] = {k: [] for k in order}
+        for k in order:
+            for d in self.waiting_on[k]:
+                self.consumers[d].append(k)
+        self.ready = deque(k for k in order if not self.waiting_on[k])
+        self.key_of = {id(jobs[k]): k for k in order}
+        self.in_flight: dict[Hashable, StepJob] = {}
+        self.finished: set[Hashable] = set()
+        self.stopping = False
+        self.lock = threading.Lock()
+        self.all_done = threading.Event()
+        self.interrupt: BaseException | None = None
+        """A KeyboardInterrupt a job reported, or an error of the scheduler's own, for the calling thread."""
+
+    def take_ready_locked(self) -> list[StepJob]:
+        """Jobs to submit now (marked in flight); sets ``all_done`` when nothing runs and nothing can start."""
+        started = []
+        while self.ready and not self.stopping and (self.max_concurrent is None
+                                                    or len(self.in_flight) < self.max_concurrent):
+            key = self.ready.popleft()
+            self.in_flight[key] = self.jobs[key]
+            started.append(self.jobs[key])
+        if not self.in_flight:
+            self.all_done.set()
+        return started
+
+    def complete_locked(self, job: StepJob, result: str | None, error: BaseException | None) -> None:
+        key = self.key_of[id(job)]
+        self.in_flight.pop(key, None)
+        self.finished.add(key)
+        if error is None:
+            if result == RAN:
+                self.outcome.ran.append(key)
+                self.bus.emit(ev.SUCCEEDED, step=job.name, output_path=job.output_path)
+            else:
+                self.outcome.cached.append(key)
+                self.bus.emit(ev.CACHED, step=job.name, output_path=job.output_path,
+                              detail="built by another runner")
+            for consumer in self.consumers[key]:
+                self.waiting_on[consumer].discard(key)
+                if not self.waiting_on[consumer] and consumer not in self.outcome.dep_failed:
+                    self.ready.append(consumer)
+            return
+        if isinstance(error, KeyboardInterrupt):
+            self.interrupt = error
+            self.stopping = True
+            self.all_done.set()
+            return
+        self.outcome.failed[key] = error
+        self.bus.emit(ev.FAILED, step=job.name, output_path=job.output_path, error=error)
+        _mark_dep_failed(key, self.consumers, self.jobs, self.outcome, self.bus)
+        if not self.keep_going:
+            self.stopping = True
+
+    def submit(self, jobs: list[StepJob]) -> None:
+        for job in jobs:
+            self.backend.submit(job, self.done)
+
+    def done(self, job: StepJob, result: str | None, error: BaseException | None) -> None:
+        """A backend's completion callback, on whatever thread the backend reports from."""
+        try:
+            with self.lock:
+                self.complete_locked(job, result, error)
+                started = [] if self.interrupt is not None else self.take_ready_locked()
+            self.submit(started)
+        except BaseException as exc:  # never lose the build in a worker thread: the caller re-raises it
+            with self.lock:
+                self.interrupt = self.interrupt or exc
+                self.all_done.set()
 
 
 def schedule(
@@ -29,66 +108,34 @@ def schedule(
     keep_going: bool,
     cancel: threading.Event,
 ) -> Outcome:
-    """Run ``jobs`` (keys in dependency ``order``), each after its ``deps`` among them succeeded."""
-    outcome = Outcome()
-    waiting_on = {k: {d for d in deps[k] if d in jobs} for k in order}
-    consumers: dict[Hashable, list[Hashable]] = {k: [] for k in order}
-    for k in order:
-        for d in waiting_on[k]:
-            consumers[d].append(k)
-    ready = deque(k for k in order if not waiting_on[k])
-    key_of = {id(jobs[k]): k for k in order}
-    completions: queue.SimpleQueue[tuple[StepJob, str | None, BaseException | None]] = queue.SimpleQueue()
-    running = 0
-    in_flight: dict[Hashable, StepJob] = {}
-    stopping = False
-    finished: set[Hashable] = set()
+    """Run ``jobs`` (keys in dependency ``order``), each after its ``deps`` among them succeeded.
 
-    def done(job: StepJob, result: str | None, error: BaseException | None) -> None:
-        completions.put((job, result, error))
-
+    Completions are handled on the thread that reports them: the next ready step is chosen and
+    submitted right there (a worker thread of the local backend then runs it itself), so a chain
+    of short steps does not wake the calling thread once per step. The calling thread only waits
+    for the end (or Ctrl-C).
+    """
+    run = _Run(order, deps, jobs, backend, bus, max_concurrent, keep_going)
     try:
-        while True:
-            while ready and not stopping and (max_concurrent is None or running < max_concurrent):
-                key = ready.popleft()
-                in_flight[key] = jobs[key]
-                backend.submit(jobs[key], done)
-                running += 1
-            if running == 0:
-                break
-            job, result, error = completions.get()
-            running -= 1
-            key = key_of[id(job)]
-            in_flight.pop(key, None)
-            finished.add(key)
-            if error is None:
-                if result == RAN:
-                    outcome.ran.append(key)
-                    bus.emit(ev.SUCCEEDED, step=job.name, output_path=job.output_path)
-                else:
-                    outcome.cached.append(key)
-                    bus.emit(ev.CACHED, step=job.name, output_path=job.output_path, detail="built by another runner")
-                for consumer in consumers[key]:
-                    waiting_on[consumer].discard(key)
-                    if not waiting_on[consumer] and consumer not in outcome.dep_failed:
-                        ready.append(consumer)
-                continue
-            if isinstance(error, KeyboardInterrupt):
-                raise error
-            outcome.failed[key] = error
-            bus.emit(ev.FAILED, step=job.name, output_path=job.output_path, error=error)
-            _mark_dep_failed(key, consumers, jobs, outcome, bus)
-            if not keep_going:
-                stopping = True
+        with run.lock:
+            started = run.take_ready_locked()
+        run.submit(started)
+        run.all_done.wait()
+        if run.interrupt is not None:
+            raise run.interrupt
     except KeyboardInterrupt:
         cancel.set()
         backend.shutdown(cancel=True)
-        for job in in_flight.values():
+        with run.lock:
+            run.stopping = True
+            in_flight = list(run.in_flight.values())
+        for job in in_flight:
             job.abandon()
-        outcome.interrupted = True
+        run.outcome.interrupted = True
         raise
+    outcome = run.outcome
     for key in order:
-        if key not in finished and key not in outcome.dep_failed:
+        if key not in run.finished and key not in outcome.dep_failed:
             outcome.skipped.append(key)
             bus.emit(ev.SKIPPED, step=jobs[key].name, output_path=jobs[key].output_path,
                      detail="not started: the build stopped after a failure")

@@ -9,10 +9,20 @@ this process (the local backend); the Ray backend reads ``target``, ``config`` a
 - a ``@ray.remote`` function carries Ray options of its own; run locally, its plain
   Python function is called.
 ``ExecutorStep.resources`` wins over a wrapper's; extras of both are used.
+
+Mirroring: a step whose config has ``mirrored(path, budget_gb=...)`` values runs (here or on a
+Ray worker) inside ``marinbuild.store.mirror.step_scope``: its ``mirror://`` copies are charged
+to a transfer budget of its own, the largest ``budget_gb`` of its config (as Marin does), and
+land under the build's prefix. A step without ``mirrored`` values is charged to the process-wide
+budget (``$MARIN_MIRROR_BUDGET_GB``). The scope is a ``contextvars`` one: concurrent steps in
+threads of one process each have their own; threads a step starts itself do not inherit it
+(run them in ``contextvars.copy_context()`` to keep it).
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +40,31 @@ def _is_remote_wrapper(fn: Any) -> bool:
 
 
 @dataclass(frozen=True)
+class MirrorScope:
+    """The ``mirror://`` settings a step's function runs with (picklable: sent to Ray workers)."""
+
+    budget_gb: float | None = None
+    """The step's transfer budget: the largest ``mirrored(path, budget_gb=...)`` of its config; None: it has none."""
+    prefix: str | None = None
+    """The build's prefix: where ``mirror://`` copies go (None: ``mirror``'s own configuration)."""
+
+    def run(self, fn: Callable[[Any], Any], config: Any) -> Any:
+        """``fn(config)`` in this scope.
+
+        A step with a budget always gets its own (importing ``marinbuild.store.mirror``, which registers
+        ``mirror://``: the config's ``mirror://`` paths must open with ours). A step without one is
+        charged to the process-wide budget, and only gets the prefix when ``mirror`` is already imported
+        (its import costs a second, not to be paid by steps that never mirror anything).
+        """
+        if self.budget_gb is None and "marinbuild.store.mirror" not in sys.modules:
+            return fn(config)
+        from marinbuild.store import mirror
+
+        with mirror.step_scope(self.budget_gb, self.prefix):
+            return fn(config)
+
+
+@dataclass(frozen=True)
 class StepCall:
     fn: Any
     config: Any
@@ -37,6 +72,15 @@ class StepCall:
     """``ExecutorStep.resources``."""
     pip_dependency_groups: list[str] | None = None
     """``ExecutorStep.pip_dependency_groups``."""
+    mirror_budget_gb: float | None = None
+    """The largest ``mirrored(path, budget_gb=...)`` of the step's raw config (``max_mirror_budget``); None: none."""
+    mirror_prefix: str | None = None
+    """The build's prefix, the local prefix of the step's ``mirror://`` copies."""
+
+    @property
+    def mirror(self) -> MirrorScope:
+        """What the step's function runs in (see ``MirrorScope``); a Ray worker gets this with the config."""
+        return MirrorScope(self.mirror_budget_gb, self.mirror_prefix)
 
     @property
     def wrapped(self) -> Any:
@@ -53,7 +97,7 @@ class StepCall:
         return fn._function if is_ray_remote_function(fn) else fn
 
     def __call__(self) -> Any:
-        return self.target(self.config)
+        return self.mirror.run(self.target, self.config)
 
     def request(self) -> tuple[Resources | None, list[str], dict[str, str]]:
         """(resources, pip dependency groups, env vars) this step asks for."""

@@ -14,12 +14,19 @@ Configuration (Marin's names where Marin has them):
 - the remote prefixes: ``configure(remote_prefixes=[...])``, else ``$MARIN_MIRROR_PREFIXES``
   (comma-separated), else Marin's regional buckets (``gs://marin-us-central1``, ...) when the
   local prefix is on GCS (none otherwise);
-- the budget: ``mirror_budget(gb)`` for a block of code (``step_scope(budget_gb, prefix)`` is
-  what a step's call should run in, with the largest ``mirrored(path, budget_gb=...)`` of its
-  config), else a process-wide budget of ``$MARIN_MIRROR_BUDGET_GB`` (default 10 GB).
+- the budget: ``mirror_budget(gb)`` for a block of code; a step runs in ``step_scope(budget_gb,
+  prefix)`` (``StepCall``, locally or on a Ray worker), a budget of its own of the largest
+  ``mirrored(path, budget_gb=...)`` of its config; else (no scope, or a step with no ``mirrored``
+  value) a process-wide budget of ``$MARIN_MIRROR_BUDGET_GB`` (default 10 GB).
+
+Scopes are ``contextvars``: each thread (so each step of the local backend) has its own, and
+two steps running at once never share a budget; a thread started inside a scope does not
+inherit it unless run in ``contextvars.copy_context()``.
 
 Directories are mirrored file by file (files already copied are kept), so an interrupted copy
-is completed, never mistaken for a whole one. Writes go to the local prefix. Importing this
+is completed, never mistaken for a whole one: a folder copy holds its lease while it runs and
+leaves an ``.incomplete`` marker next to it until its last file is in (a copy that raised has
+released its lease, but not removed the marker). Writes go to the local prefix. Importing this
 module registers the ``mirror`` protocol with fsspec.
 """
 
@@ -54,39 +61,43 @@ GB = 1 << 30
 
 
 class TransferBudgetExceeded(Exception):
-    """Copying ``path`` (``attempted`` bytes) would take the transfers past ``limit`` bytes."""
+    """Copying ``path`` (``attempted`` bytes) would take the transfers of ``budget`` past ``limit`` bytes."""
 
-    def __init__(self, bytes_used: int, attempted: int, limit: int, path: str):
-        super().__init__(bytes_used, attempted, limit, path)  # the arguments, so the exception pickles
+    def __init__(self, bytes_used: int, attempted: int, limit: int, path: str, budget: str = ""):
+        super().__init__(bytes_used, attempted, limit, path, budget)  # the arguments, so the exception pickles
         self.bytes_used = bytes_used
         self.attempted = attempted
         self.limit = limit
         self.path = path
+        self.budget = budget
 
     def __str__(self) -> str:
         return (f"mirror transfer budget exceeded: copying {self.path} ({self.attempted / 2**20:.1f} MiB) would bring "
-                f"this budget's transfers to {(self.bytes_used + self.attempted) / GB:.3f} GB, over its limit of "
-                f"{self.limit / GB:.3f} GB ({self.bytes_used / GB:.3f} GB already copied). Raise the budget "
-                f"(mirrored(path, budget_gb=...) or ${MARIN_MIRROR_BUDGET_GB}) or run in the data's region")
+                f"the transfers charged to {self.budget or 'this budget'} to "
+                f"{(self.bytes_used + self.attempted) / GB:.3f} GB, over its limit of {self.limit / GB:.3f} GB "
+                f"({self.bytes_used / GB:.3f} GB already copied). Raise the budget (mirrored(path, budget_gb=...) "
+                f"in the step's config, or ${MARIN_MIRROR_BUDGET_GB} for code with no such value) or run in the "
+                f"data's region")
 
 
 class TransferBudget:
-    """A thread-safe count of bytes copied against a limit."""
+    """A thread-safe count of bytes copied against a limit; ``name`` says whose (for the error)."""
 
-    def __init__(self, limit_bytes: int):
+    def __init__(self, limit_bytes: int, name: str = ""):
         self.limit_bytes = limit_bytes
+        self.name = name
         self.bytes_used = 0
         self._lock = threading.Lock()
 
     @classmethod
-    def of_gb(cls, gb: float) -> TransferBudget:
-        return cls(int(gb * GB))
+    def of_gb(cls, gb: float, name: str = "") -> TransferBudget:
+        return cls(int(gb * GB), name)
 
     def charge(self, size: int, path: str) -> None:
         """Record ``size`` bytes about to be copied; raise (recording nothing) if that goes over the limit."""
         with self._lock:
             if self.bytes_used + size > self.limit_bytes:
-                raise TransferBudgetExceeded(self.bytes_used, size, self.limit_bytes, path)
+                raise TransferBudgetExceeded(self.bytes_used, size, self.limit_bytes, path, self.name)
             self.bytes_used += size
 
     def refund(self, size: int) -> None:
@@ -96,15 +107,19 @@ class TransferBudget:
 
 
 _process_budget: list[TransferBudget] = []
+_process_budget_lock = threading.Lock()
 _budget_var: contextvars.ContextVar[TransferBudget | None] = contextvars.ContextVar("marinbuild_mirror_budget",
                                                                                     default=None)
 
 
 def default_budget() -> TransferBudget:
     """The process-wide budget: ``$MARIN_MIRROR_BUDGET_GB`` (read on first use), default 10 GB."""
-    if not _process_budget:
-        _process_budget.append(TransferBudget.of_gb(float(os.environ.get(MARIN_MIRROR_BUDGET_GB, DEFAULT_BUDGET_GB))))
-    return _process_budget[0]
+    with _process_budget_lock:
+        if not _process_budget:
+            gb = float(os.environ.get(MARIN_MIRROR_BUDGET_GB, DEFAULT_BUDGET_GB))
+            name = f"the process-wide budget (${MARIN_MIRROR_BUDGET_GB}: {gb:g} GB)"
+            _process_budget.append(TransferBudget.of_gb(gb, name))
+        return _process_budget[0]
 
 
 def active_budget() -> TransferBudget:
@@ -115,9 +130,9 @@ _prefix_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("marinb
 
 
 @contextlib.contextmanager
-def mirror_budget(budget_gb: float) -> Iterator[TransferBudget]:
+def mirror_budget(budget_gb: float, name: str = "") -> Iterator[TransferBudget]:
     """Copies made by this thread (and its context) inside the block are charged to a fresh budget."""
-    budget = TransferBudget.of_gb(budget_gb)
+    budget = TransferBudget.of_gb(budget_gb, name or f"the mirror_budget({budget_gb:g}) block's budget")
     token = _budget_var.set(budget)
     try:
         yield budget
@@ -127,13 +142,15 @@ def mirror_budget(budget_gb: float) -> Iterator[TransferBudget]:
 
 @contextlib.contextmanager
 def step_scope(budget_gb: float | None, local: str | None) -> Iterator[TransferBudget]:
-    """Run a step's code in: its own budget (None: the process-wide one) and its prefix as the local prefix."""
+    """Run a step's code in: its own budget of ``budget_gb`` (None: the process-wide one) and its prefix as
+    the local prefix. Per context (so per thread): steps running at once each have their own budget."""
     prefix_token = _prefix_var.set(local.rstrip("/") if local else None)
     try:
         if budget_gb is None:
             yield default_budget()
         else:
-            with mirror_budget(budget_gb) as budget:
+            name = f"this step's budget (mirrored(..., budget_gb={budget_gb:g}), the largest in its config)"
+            with mirror_budget(budget_gb, name) as budget:
                 yield budget
     finally:
         _prefix_var.reset(prefix_token)
@@ -250,9 +267,14 @@ def _lock_root(local: str, path: str) -> str:
     return _join(local, f"{LOCK_FOLDER}/{path}")
 
 
+def _incomplete_marker(local: str, path: str) -> str:
+    return fs.join(_lock_root(local, path), ".incomplete")
+
+
 def _is_complete(local: str, path: str) -> bool:
     """``path`` is under the local prefix, whole: a file (copies of files are atomic), or a folder
-    no copy is still filling (a folder copy holds its lease until its last file is in)."""
+    no copy is still filling (a folder copy holds its lease until its last file is in) nor left
+    unfinished (its marker stays until then)."""
     filesystem, p = _url_fs(_join(local, path))
     try:
         if filesystem.info(p).get("type") != "directory":
@@ -261,7 +283,7 @@ def _is_complete(local: str, path: str) -> bool:
         return False
     from marinbuild.store.lease import lease_path
 
-    return not fs.exists(lease_path(_lock_root(local, path)))
+    return not fs.exists(lease_path(_lock_root(local, path))) and not fs.exists(_incomplete_marker(local, path))
 
 
 def _copy_home(remote_url: str, local: str, path: str, wait_timeout: float) -> None:
@@ -286,11 +308,23 @@ def _copy_home(remote_url: str, local: str, path: str, wait_timeout: float) -> N
         local_files = _files_under(_join(local, path))
         todo = {rel: size for rel, size in files.items() if local_files.get(rel) != size}
         total = sum(todo.values())
+        folder = "" not in files
         if todo:
-            active_budget().charge(total, remote_url)
+            budget = active_budget()
+            budget.charge(total, remote_url)
             logger.info("mirror: copying %s (%d files, %.1f MiB) to %s", remote_url, len(todo), total / 2**20, local)
-            for rel in sorted(todo):
-                _copy_file(_join(remote_url, rel), _join(_join(local, path), rel))
+            if folder:
+                fs.write_atomic(_incomplete_marker(local, path), remote_url.encode())
+            left = total
+            try:
+                for rel in sorted(todo):
+                    _copy_file(_join(remote_url, rel), _join(_join(local, path), rel))
+                    left -= todo[rel]
+            finally:
+                if left:
+                    budget.refund(left)  # files not copied (the copy failed): the next try charges them again
+        if folder:
+            fs.remove(_incomplete_marker(local, path))  # (a no-op unless this finishes an earlier copy's work)
     finally:
         stop.set()
         keeper.join()

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
+from typing import Any
 
 import fsspec
+import gcs_pipelines as gp
 import pytest
 from gcs_pipelines import new_bucket
 
-from marinbuild.store import gcs, mirror
+from marinbuild.executor import ExecutorStep, StepFailedError, mirrored, this_output_path, versioned
+from marinbuild.store import gcs, mirror, records
+from marinbuild.store import status as st
 from marinbuild.store.mirror import TransferBudgetExceeded, mirror_budget
 
 MB = 1 << 20
@@ -125,3 +130,158 @@ def test_marins_own_mirror_filesystem_can_still_be_imported():
 
     importlib.import_module("rigging.filesystem")
     assert fsspec.get_filesystem_class("mirror") is mirror.MirrorFileSystem
+
+
+# -- a step's own budget: the largest mirrored(path, budget_gb=...) of its config --------------------
+
+
+@dataclass(frozen=True)
+class MirrorStepConfig:
+    output_path: Any
+    inputs: Any
+    """``mirrored(...)`` paths (``mirror://...`` when the step runs)."""
+    rendezvous: Any = None
+    """A key of ``RENDEZVOUS``: wait there for the other steps before reading and again after."""
+    unread: Any = None
+    """A ``mirrored(...)`` value the step does not read (its budget still counts)."""
+
+
+RENDEZVOUS: dict[str, threading.Barrier] = {}
+
+
+def read_mirrored(config: MirrorStepConfig) -> dict:
+    """Read every input through mirror://; report what this step's budget saw."""
+    barrier = RENDEZVOUS.get(config.rendezvous) if config.rendezvous else None
+    if barrier is not None:
+        barrier.wait(timeout=60)  # every step is inside its scope before anyone copies
+    sizes = [len(fsspec.filesystem("mirror").cat_file(path.removeprefix("mirror://"))) for path in config.inputs]
+    budget = mirror.active_budget()
+    seen = {"sizes": sizes, "used": budget.bytes_used, "limit": budget.limit_bytes, "local": mirror.local_prefix()}
+    if barrier is not None:
+        barrier.wait(timeout=60)  # ...and still inside it after everyone copied
+    return seen
+
+
+def _mirror_step(name: str, *paths_and_budgets: tuple[str, float], rendezvous: str | None = None,
+                 unread: tuple[str, float] | None = None) -> ExecutorStep:
+    return ExecutorStep(name=name, fn=read_mirrored, config=MirrorStepConfig(
+        output_path=this_output_path(), rendezvous=rendezvous,
+        inputs=[mirrored(versioned(path), budget_gb=budget_gb) for path, budget_gb in paths_and_budgets],
+        unread=mirrored(unread[0], budget_gb=unread[1]) if unread else None))
+
+
+def _causes(exc: BaseException | None) -> list[BaseException]:
+    out = []
+    while exc is not None and exc not in out:
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+@pytest.fixture
+def env_budget_of_1_gb(monkeypatch):
+    """A process-wide budget ($MARIN_MIRROR_BUDGET_GB) that allows every copy of these tests."""
+    monkeypatch.setenv(mirror.MARIN_MIRROR_BUDGET_GB, "1")
+    monkeypatch.setattr(mirror, "_process_budget", [])
+    return mirror.default_budget()
+
+
+def test_each_step_is_charged_to_the_largest_budget_of_its_own_config(buckets, env_budget_of_1_gb):
+    local, region = buckets
+    _put(f"{region}/documents/a.bin", b"a" * MB)
+    _put(f"{region}/documents/b.bin", b"b" * MB)
+    # its largest budget is 2 MiB (that of the value it reads alone would refuse the copy): succeeds
+    roomy = _mirror_step("mirror/roomy", ("documents/a.bin", 0.1 / 1024), unread=("documents/unused", 2 / 1024))
+    # its own budget is 0.5 MiB: fails, though $MARIN_MIRROR_BUDGET_GB (1 GB) would have allowed the copy
+    tight = _mirror_step("mirror/tight", ("documents/b.bin", 0.5 / 1024))
+    ex = gp.executor(local)
+    with pytest.raises(StepFailedError) as info:
+        ex.run([roomy, tight])
+    assert list(info.value.failures) == ["mirror/tight"]
+    exceeded = [e for e in _causes(info.value.failures["mirror/tight"]) if isinstance(e, TransferBudgetExceeded)]
+    assert exceeded, f"not a TransferBudgetExceeded: {info.value.failures['mirror/tight']!r}"
+    assert exceeded[0].limit == int(0.5 / 1024 * mirror.GB) and exceeded[0].attempted == MB
+    assert "documents/b.bin" in str(exceeded[0]) and "this step's budget (mirrored(..., budget_gb=" in str(exceeded[0])
+    assert "mirror/tight" in str(info.value.failures["mirror/tight"])
+
+    seen = records.read_artifact(ex.output_paths[roomy])
+    assert seen == {"sizes": [MB], "used": MB, "limit": int(2 / 1024 * mirror.GB), "local": local}
+    assert st.read_status(ex.output_paths[roomy]) == st.STATUS_SUCCESS
+    assert st.read_status(ex.output_paths[tight]) == st.STATUS_FAILED
+    assert gcs.filesystem().exists(f"{local}/documents/a.bin")  # copied home, under the build's prefix
+    assert not gcs.filesystem().exists(f"{local}/documents/b.bin")  # refused before copying anything
+    assert env_budget_of_1_gb.bytes_used == 0  # neither step was charged to the process-wide budget
+
+
+def test_steps_running_at_once_keep_separate_budgets(buckets, env_budget_of_1_gb):
+    local, region = buckets
+    for name in "cd":
+        _put(f"{region}/documents/{name}.bin", name.encode() * MB)
+    # one shared budget of 1.5 MiB (or 1.75) would refuse the second 1 MiB copy; two budgets allow both
+    RENDEZVOUS["pair"] = threading.Barrier(2)
+    c = _mirror_step("mirror/c", ("documents/c.bin", 1.5 / 1024), rendezvous="pair")
+    d = _mirror_step("mirror/d", ("documents/d.bin", 1.75 / 1024), rendezvous="pair")
+    try:
+        ex = gp.executor(local)
+        ex.run([c, d], max_concurrent=2)
+    finally:
+        RENDEZVOUS.pop("pair")
+    assert sorted(s.name for s in ex.outcome.ran) == ["mirror/c", "mirror/d"]
+    assert records.read_artifact(ex.output_paths[c]) == {
+        "sizes": [MB], "used": MB, "limit": int(1.5 / 1024 * mirror.GB), "local": local}
+    assert records.read_artifact(ex.output_paths[d]) == {
+        "sizes": [MB], "used": MB, "limit": int(1.75 / 1024 * mirror.GB), "local": local}
+    assert env_budget_of_1_gb.bytes_used == 0
+    assert mirror.active_budget() is env_budget_of_1_gb  # the scopes ended with their steps
+
+
+def test_a_step_without_mirrored_values_is_charged_to_the_process_wide_budget(buckets, env_budget_of_1_gb):
+    local, region = buckets
+    _put(f"{region}/documents/e.bin", b"e" * MB)
+    plain = ExecutorStep(name="mirror/plain", fn=read_mirrored, config=MirrorStepConfig(
+        output_path=this_output_path(), inputs=["mirror://documents/e.bin"]))
+    ex = gp.executor(local)
+    ex.run([plain])
+    seen = records.read_artifact(ex.output_paths[plain])
+    assert seen == {"sizes": [MB], "used": MB, "limit": mirror.GB, "local": local}
+    assert env_budget_of_1_gb.bytes_used == MB
+
+
+def test_a_ray_task_runs_its_step_in_the_steps_scope(buckets, env_budget_of_1_gb):
+    """The worker side of the Ray backend (``_run_step``, called here without Ray) opens the step's scope."""
+    from marinbuild.run.ray_backend import _run_step
+    from marinbuild.run.step_call import MirrorScope
+
+    local, region = buckets
+    _put(f"{region}/documents/f.bin", b"f" * MB)
+    config = MirrorStepConfig(output_path=f"{local}/out", inputs=["mirror://documents/f.bin"])
+    with pytest.raises(TransferBudgetExceeded, match="this step's budget"):
+        _run_step(read_mirrored, config, None, MirrorScope(0.5 / 1024, local))
+    seen = _run_step(read_mirrored, config, None, MirrorScope(1.25 / 1024, local))
+    assert seen == {"sizes": [MB], "used": MB, "limit": int(1.25 / 1024 * mirror.GB), "local": local}
+    assert env_budget_of_1_gb.bytes_used == 0
+
+
+def test_a_failed_copy_gives_back_the_bytes_it_did_not_copy(buckets, monkeypatch):
+    local, region = buckets
+    for i in range(3):
+        _put(f"{region}/documents/parts/p{i}", bytes([i]) * MB)
+    real_copy = mirror._copy_file
+    copied: list[str] = []
+
+    def copy_two_then_fail(src: str, dst: str) -> None:
+        if len(copied) == 2:
+            raise ConnectionError("lost the connection")
+        real_copy(src, dst)
+        copied.append(src)
+
+    monkeypatch.setattr(mirror, "_copy_file", copy_two_then_fail)
+    with mirror_budget(1) as budget:
+        with pytest.raises(ConnectionError):
+            fsspec.filesystem("mirror").info("documents/parts")  # the folder: copied file by file
+        assert budget.bytes_used == 2 * MB  # the third file was charged, then given back
+        monkeypatch.setattr(mirror, "_copy_file", real_copy)
+        assert fsspec.filesystem("mirror").info("documents/parts")["type"] == "directory"
+        assert budget.bytes_used == 3 * MB  # the retry copied (and charged) only the missing file
+        assert copied == [f"{region}/documents/parts/p0", f"{region}/documents/parts/p1"]
+    assert gcs.filesystem().cat_file(f"{local}/documents/parts/p2") == bytes([2]) * MB
