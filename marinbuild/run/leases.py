@@ -1,12 +1,15 @@
 """Keeping leases alive and letting runners in one process wait for each other.
 
-``LeaseKeeper`` is one thread per process that refreshes every held lease on a timer and
-reports a lost lease to its step. ``LocalRunners`` lets a runner that finds a lease held
-by another runner *in this process* wait on an event instead of polling the store.
+``LeaseKeeper`` is one thread per process that refreshes every held lease when its renewal
+is due (a heap of renewal times, no polling) and reports a lost lease to its step.
+``LocalRunners`` lets a runner that finds a lease held by another runner *in this process*
+wait on an event instead of polling the store.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -14,43 +17,104 @@ from collections.abc import Callable
 from marinbuild.store.lease import Lease, LeaseLostError
 
 
+class _Held:
+    """One held lease in the keeper's heap; ``dropped`` once removed (the heap forgets it lazily)."""
+
+    __slots__ = ("lease", "interval", "on_lost", "dropped")
+
+    def __init__(self, lease: Lease, interval: float, on_lost: Callable[[BaseException], None]) -> None:
+        self.lease = lease
+        self.interval = interval
+        self.on_lost = on_lost
+        self.dropped = False
+
+
 class LeaseKeeper:
-    """Refreshes held leases every ``interval`` seconds; calls ``on_lost`` when one is lost."""
+    """Refreshes held leases every ``interval`` seconds; calls ``on_lost`` when one is lost.
+
+    The held leases sit in a heap keyed on their next renewal time: ``add`` and ``remove``
+    cost O(log n) (a removed lease is marked and left for the heap to drop when it comes
+    up, or when dropped ones outnumber the held ones), and the thread sleeps on a condition
+    until the earliest renewal is due; ``add`` wakes it only if the new lease is due first.
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._leases: dict[int, tuple[Lease, float, float, Callable[[BaseException], None]]] = {}
+        self._heap: list[tuple[float, int, _Held]] = []
+        self._held: dict[int, _Held] = {}
+        self._dropped = 0
+        """Entries of the heap marked dropped."""
+        self._seq = itertools.count()
         self._thread: threading.Thread | None = None
 
-    def add(self, lease: Lease, interval: float, on_lost: Callable[[BaseException], None]) -> None:
+    def __len__(self) -> int:
         with self._cond:
-            self._leases[id(lease)] = (lease, interval, time.monotonic() + interval, on_lost)
+            return len(self._held)
+
+    def add(self, lease: Lease, interval: float, on_lost: Callable[[BaseException], None]) -> None:
+        held = _Held(lease, interval, on_lost)
+        due = time.monotonic() + interval
+        with self._cond:
+            self._drop(self._held.get(id(lease)))
+            self._held[id(lease)] = held
+            heapq.heappush(self._heap, (due, next(self._seq), held))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="marinbuild-lease-keeper", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            elif self._heap[0][2] is held:  # due before everything else: the thread must wake earlier
+                self._cond.notify()
 
     def remove(self, lease: Lease) -> None:
         with self._cond:
-            self._leases.pop(id(lease), None)
+            self._drop(self._held.get(id(lease)))
+
+    def _drop(self, held: _Held | None) -> None:
+        """Forget ``held`` (with the condition held)."""
+        if held is None or held.dropped:
+            return
+        held.dropped = True
+        del self._held[id(held.lease)]
+        self._dropped += 1
+        if self._dropped > 64 and self._dropped > len(self._held):  # amortized O(1) per removal
+            self._heap = [entry for entry in self._heap if not entry[2].dropped]
+            heapq.heapify(self._heap)
+            self._dropped = 0
+
+    def _due(self) -> list[_Held]:
+        """Wait until a renewal is due; the leases due now, each rescheduled one interval on."""
+        with self._cond:
+            while True:
+                while self._heap and self._heap[0][2].dropped:
+                    heapq.heappop(self._heap)
+                    self._dropped -= 1
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                now = time.monotonic()
+                if self._heap[0][0] > now:
+                    self._cond.wait(self._heap[0][0] - now)
+                    continue
+                due = []
+                while self._heap and self._heap[0][0] <= now:
+                    _, _, held = heapq.heappop(self._heap)
+                    if held.dropped:
+                        self._dropped -= 1
+                        continue
+                    due.append(held)
+                    heapq.heappush(self._heap, (now + held.interval, next(self._seq), held))
+                return due
 
     def _loop(self) -> None:
         while True:
-            with self._cond:
-                now = time.monotonic()
-                due = [(k, v) for k, v in self._leases.items() if v[2] <= now]
-                if not due:
-                    next_due = min((v[2] for v in self._leases.values()), default=None)
-                    self._cond.wait(None if next_due is None else next_due - now)
+            for held in self._due():
+                if held.dropped:  # removed since: its step is committing or done
                     continue
-                for key, (lease, interval, _, on_lost) in due:
-                    self._leases[key] = (lease, interval, now + interval, on_lost)
-            for _key, (lease, _, _, on_lost) in due:
                 try:
-                    lease.refresh()
+                    held.lease.refresh()
                 except LeaseLostError as exc:
-                    self.remove(lease)
-                    on_lost(exc)
+                    with self._cond:
+                        self._drop(held)
+                    held.on_lost(exc)
                 except Exception:  # a transient store error: try again at the next beat
                     continue
 

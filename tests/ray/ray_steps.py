@@ -58,6 +58,17 @@ def slow_first_attempt(config: ProbeConfig) -> dict:
     return where(ProbeConfig(output_path=config.output_path, text=config.text))
 
 
+def sleep_then_where(config: ProbeConfig) -> dict:
+    """Sleep ``text`` seconds, then as ``where``."""
+    time.sleep(float(config.text))
+    return where(config)
+
+
+def where_after(config: ProbeConfig) -> dict:
+    """As ``where``; its ``text`` is another step's output path (a dependency)."""
+    return where(ProbeConfig(output_path=config.output_path))
+
+
 def raise_value_error(config: ProbeConfig) -> None:
     _record(config, "raise")
     raise ValueError(f"boom {config.text}")

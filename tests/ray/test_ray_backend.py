@@ -17,7 +17,7 @@ import pytest
 import ray_steps as rs
 from raycluster import HERE, node_env
 
-from marinbuild.executor import Executor, StepFailedError
+from marinbuild.executor import Executor, ExecutorStep, StepFailedError, output_path_of
 from marinbuild.resources import tpu
 from marinbuild.run.ray_backend import RayBackend, RemoteTraceback
 from marinbuild.store import status as st
@@ -104,6 +104,45 @@ def test_an_exception_in_the_step_is_its_failure_with_the_traceback(ray_cluster,
     assert len(list(attempts.iterdir())) == 1  # the step's own error is not retried
     assert st.read_status(executor.output_paths[bad]) == "FAILED"
     assert st.read_status(executor.output_paths[good]) == "SUCCESS"
+
+
+def test_a_step_ready_while_another_runs_is_launched_at_once(ray_cluster, prefix):
+    """The driver loop waits in ray.wait on the slow task; the step that becomes ready meanwhile rings it awake."""
+    slow = rs.probe("bell/slow", fn=rs.sleep_then_where, text="8")
+    first = rs.probe("bell/first", text="1")
+    then = ExecutorStep(name="bell/then", fn=rs.where_after,
+                        config=rs.ProbeConfig(text=output_path_of(first)))
+    paths = make_executor(prefix, RayBackend(ray_cluster.address)).run([slow, then])
+    ended = {step: os.path.getmtime(os.path.join(paths[step], "where.json")) for step in (slow, then)}
+    assert ended[then] + 3 < ended[slow]
+    assert st.read_status(paths[then]) == st.read_status(paths[slow]) == "SUCCESS"
+
+
+def test_a_dead_bell_actor_is_replaced(ray_cluster, prefix):
+    import ray
+
+    from marinbuild.run.ray_backend import _BELLS
+
+    backend = RayBackend(ray_cluster.address)
+    make_executor(prefix, backend).run([rs.probe("bell/warm", text="w")])  # the bell actor exists
+    dead = _BELLS._actor
+    ray.kill(dead)
+    slow = rs.probe("bell/slow2", fn=rs.sleep_then_where, text="8")
+    first = rs.probe("bell/first2", text="1")
+    then = ExecutorStep(name="bell/then2", fn=rs.where_after, config=rs.ProbeConfig(text=output_path_of(first)))
+    paths = make_executor(prefix, RayBackend(ray_cluster.address)).run([slow, then])
+    ended = {step: os.path.getmtime(os.path.join(paths[step], "where.json")) for step in (slow, then)}
+    assert ended[then] + 3 < ended[slow]
+    assert _BELLS._actor is not dead
+
+
+def test_steps_beyond_the_launch_window_wait_their_turn(ray_cluster, prefix):
+    steps = [rs.probe(f"window/s{i}", text=str(i)) for i in range(5)]
+    backend = RayBackend(ray_cluster.address, launch_window=1)
+    executor = make_executor(prefix, backend)
+    paths = executor.run(steps)
+    assert set(executor.outcome.ran) == set(steps)
+    assert all(st.read_status(paths[s]) == "SUCCESS" for s in steps)
 
 
 def _json_line(proc: subprocess.Popen) -> dict:

@@ -1,0 +1,75 @@
+"""The lease keeper: renews each held lease when due, forgets removed ones, reports lost ones."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from marinbuild.run.leases import LeaseKeeper
+from marinbuild.store.lease import LeaseLostError
+
+
+class FakeLease:
+    """Counts renewals; sets ``renewed`` after ``want`` of them; raises once ``lost`` is set."""
+
+    def __init__(self, want: int = 1) -> None:
+        self.calls = 0
+        self.want = want
+        self.renewed = threading.Event()
+        self.lost = False
+
+    def refresh(self) -> None:
+        self.calls += 1
+        if self.lost:
+            raise LeaseLostError("taken over")
+        if self.calls >= self.want:
+            self.renewed.set()
+
+
+def test_renews_every_interval_until_removed() -> None:
+    keeper = LeaseKeeper()
+    lease = FakeLease(want=3)
+    keeper.add(lease, 0.02, lambda exc: None)  # type: ignore[arg-type]
+    assert lease.renewed.wait(5)
+    keeper.remove(lease)  # type: ignore[arg-type]
+    calls = lease.calls
+    time.sleep(0.1)
+    assert lease.calls <= calls + 1  # at most one renewal already under way
+    assert len(keeper) == 0
+
+
+def test_a_lease_due_first_wakes_the_keeper() -> None:
+    keeper = LeaseKeeper()
+    slow = FakeLease()
+    keeper.add(slow, 3600, lambda exc: None)  # type: ignore[arg-type]
+    fast = FakeLease()
+    keeper.add(fast, 0.01, lambda exc: None)  # type: ignore[arg-type]
+    assert fast.renewed.wait(5)
+    assert slow.calls == 0
+
+
+def test_a_lost_lease_is_reported_once_and_dropped() -> None:
+    keeper = LeaseKeeper()
+    lease = FakeLease()
+    lease.lost = True
+    reports: list[BaseException] = []
+    reported = threading.Event()
+    keeper.add(lease, 0.01, lambda exc: (reports.append(exc), reported.set()))  # type: ignore[arg-type]
+    assert reported.wait(5)
+    time.sleep(0.05)
+    assert len(reports) == 1 and isinstance(reports[0], LeaseLostError)
+    assert len(keeper) == 0
+
+
+def test_many_adds_and_removes_leave_no_garbage() -> None:
+    keeper = LeaseKeeper()
+    leases = [FakeLease() for _ in range(2000)]
+    start = time.perf_counter()
+    for lease in leases:
+        keeper.add(lease, 3600, lambda exc: None)  # type: ignore[arg-type]
+    for lease in leases:
+        keeper.remove(lease)  # type: ignore[arg-type]
+    assert time.perf_counter() - start < 1.0
+    assert len(keeper) == 0
+    assert len(keeper._heap) <= 65  # dropped entries are purged once they outnumber held ones
+    assert all(lease.calls == 0 for lease in leases)
