@@ -263,6 +263,13 @@ class Executor:
         self._table.compute_version(step, is_pseudo_dep)
         self._warn_new()
 
+    def compute_versions(self, steps: list[ExecutorStep], is_pseudo_dep: bool = False) -> None:
+        """``compute_version`` of each step, as ``run`` does it: with the cyclic garbage collector paused for the
+        whole batch (between separate ``compute_version`` calls it would rescan the growing tables)."""
+        with gc_paused():
+            for step in steps:
+                self.compute_version(step, is_pseudo_dep)
+
     def canonicalize(self, step: ExecutorStep) -> ExecutorStep:
         """Multiple ``ExecutorStep``s can have the same version; this is the one that stands for them."""
         return self._table.canonicalize(step)

@@ -485,3 +485,16 @@ def test_version_str_to_step_is_marins_index(prefix):
     ex.compute_version(c)  # computed after the first read: still found
     assert ex.version_strs[c] in ex.version_str_to_step
     assert set(ex.version_str_to_step.values()) == {a, b, c}
+
+
+def test_compute_versions_matches_one_by_one(prefix):
+    steps = [pl.step("cv/a", "a")]
+    steps.append(pl.step("cv/b", "b", inputs=[steps[0]]))
+    one, many = make_executor(prefix), make_executor(prefix)
+    for s in steps:
+        one.compute_version(s)
+    many.compute_versions(steps)
+    assert [one.output_paths[s] for s in steps] == [many.output_paths[s] for s in steps]
+    import gc
+
+    assert gc.isenabled()
