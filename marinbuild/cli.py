@@ -7,8 +7,10 @@ progress and logs to stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -91,36 +93,29 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
                   build_event_json_file: str | None, profile: str | None, output: str,
                   ray_address: str | None = None) -> None:
     """Build the targets that PATTERN... name (//pkg:name, //pkg/..., //pkg:all, -PATTERN subtracts)."""
+    settings = {"prefix": prefix, "backend": backend, "jobs": jobs, "keep_going": keep_going,
+                "force_run_failed": force_run_failed, "ray_address": ray_address}
+    report = _Report(dry_run, explain, output, build_event_json_file, profile)
+    if _noop_from_snapshot(patterns, settings, report):
+        return
+    from marinbuild import snapshot
     from marinbuild.executor import PreviousStepFailedError, StepFailedError
     from marinbuild.resources import UnsatisfiableResourcesError
-    from marinbuild.ui.bep import BuildEventJsonWriter
-    from marinbuild.ui.progress import ProgressDisplay
-    from marinbuild.ui.summary import BuildSummary
-    from marinbuild.ui.trace import ChromeTraceWriter
 
-    session = _open_session(prefix=prefix, backend=backend, jobs=jobs, keep_going=keep_going,
-                            force_run_failed=force_run_failed, ray_address=ray_address)
-    labels = session.load(patterns)
-    if not labels:
-        raise UsageProblem(f"no targets match {' '.join(patterns)}")
-    session.analyse()
-    summary = BuildSummary()
-    listeners: list[Any] = [summary]
-    closers: list[Any] = []
-    if not dry_run:
-        progress = ProgressDisplay(console_file=sys.stderr)
-        listeners.append(progress)
-        closers.append(progress)
-    if build_event_json_file:
-        bep = BuildEventJsonWriter(build_event_json_file)
-        listeners.append(bep)
-        closers.append(bep)
-    if profile:
-        trace = ChromeTraceWriter(profile)
-        listeners.append(trace)
-        closers.append(trace)
+    session = _open_session(**settings)
+    key = _snapshot_key(session.workspace, session.settings, patterns)
+    recorder = snapshot.Recorder(excluded=(str(session.workspace.cache_dir), session.settings.prefix)) \
+        if key is not None else None
+    with recorder if recorder is not None else contextlib.nullcontext():
+        labels = session.load(patterns)
+        if not labels:
+            raise UsageProblem(f"no targets match {' '.join(patterns)}")
+        session.analyse()
+    requested = [(str(label), path) for label in labels for path in session.output_paths_of(label)]
+    if key is not None and recorder is not None:
+        _write_snapshot(session, key, recorder, requested)
     executor = session.executor
-    executor.listeners = listeners
+    executor.listeners = report.open()
     failed: BaseException | None = None
     try:
         executor.run(session.requested_steps(), dry_run=dry_run, force_run_failed=session.settings.force_run_failed,
@@ -130,39 +125,162 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     except UnsatisfiableResourcesError as exc:  # nothing ran: the backend cannot give a step what it needs
         raise UsageProblem(str(exc)) from exc
     finally:
-        for closer in closers:
-            closer.close()
-    requested = [(str(label), path) for label in labels for path in session.output_paths_of(label)]
-    if (dry_run or explain) and output == "text":
-        _print_plan(session, explain)
-    if output == "json":
-        result = summary.as_dict()
-        result["targets"] = [{"label": label, "output_path": path} for label, path in requested]
-        result["dry_run"] = dry_run
-        if executor.plan is not None:
-            result["plan"] = [{"step": s.name, "state": p.state, "output_path": executor.output_paths[s]}
-                              for s, p in executor.plan.steps.items()]
-        click.echo(json.dumps(result, indent=2))
-    else:
-        click.echo(summary.render(requested))
+        report.close()
+    plan = None
+    if executor.plan is not None:
+        plan = [(s, p.state, executor.output_paths[s], p.lease, p.will_run) for s, p in executor.plan.steps.items()]
+    report.finish(requested, plan, session)
     if failed is not None:
         click.echo(f"marinbuild: {failed}", err=True)
         raise SystemExit(EXIT_FAILED)
 
 
-def _print_plan(session: Any, explain: bool) -> None:
-    """Dry runs and --explain: each needed step's state, and why it would run."""
-    executor = session.executor
-    plan = executor.plan
-    for step, step_plan in plan.steps.items():
-        line = f"{step_plan.state:<10} {step.name}  {executor.output_paths[step]}"
-        if step_plan.lease is not None:
-            line += f"  (lease {step_plan.lease.worker_id}, {step_plan.lease.age():.0f}s old)"
-        click.echo(line)
-        if explain and step_plan.will_run:
-            from marinbuild.why import explain_step
+class _Report:
+    """The listeners of a build (summary, progress, event file, trace) and what is printed after it."""
 
-            click.echo(f"           why: {explain_step(session, step)}")
+    def __init__(self, dry_run: bool, explain: bool, output: str, event_file: str | None, profile: str | None):
+        self.dry_run, self.explain, self.output = dry_run, explain, output
+        self.event_file, self.profile = event_file, profile
+        self.summary: Any = None
+        self.closers: list[Any] = []
+
+    def open(self) -> list[Any]:
+        from marinbuild.ui.bep import BuildEventJsonWriter
+        from marinbuild.ui.progress import ProgressDisplay
+        from marinbuild.ui.summary import BuildSummary
+
+        self.summary = BuildSummary()
+        listeners: list[Any] = [self.summary]
+        if not self.dry_run:
+            progress = ProgressDisplay(console_file=sys.stderr)
+            listeners.append(progress)
+            self.closers.append(progress)
+        if self.event_file:
+            bep = BuildEventJsonWriter(self.event_file)
+            listeners.append(bep)
+            self.closers.append(bep)
+        if self.profile:
+            from marinbuild.ui.trace import ChromeTraceWriter
+
+            trace = ChromeTraceWriter(self.profile)
+            listeners.append(trace)
+            self.closers.append(trace)
+        return listeners
+
+    def close(self) -> None:
+        for closer in self.closers:
+            closer.close()
+
+    def finish(self, requested: list[tuple[str, str]], plan: list[tuple[Any, str, str, Any, bool]] | None,
+               session: Any = None) -> None:
+        """Print the plan (dry runs, ``--explain``) and the summary or the JSON result.
+
+        ``plan`` rows are (step, state, output path, lease, will run); ``session`` is needed only
+        to explain steps that will run."""
+        if (self.dry_run or self.explain) and self.output == "text" and plan is not None:
+            for step, state, path, lease, will_run in plan:
+                line = f"{state:<10} {step.name}  {path}"
+                if lease is not None:
+                    line += f"  (lease {lease.worker_id}, {lease.age():.0f}s old)"
+                click.echo(line)
+                if self.explain and will_run:
+                    from marinbuild.why import explain_step
+
+                    click.echo(f"           why: {explain_step(session, step)}")
+        if self.output == "json":
+            result = self.summary.as_dict()
+            result["targets"] = [{"label": label, "output_path": path} for label, path in requested]
+            result["dry_run"] = self.dry_run
+            if plan is not None:
+                result["plan"] = [{"step": step.name, "state": state, "output_path": path}
+                                  for step, state, path, _lease, _run in plan]
+            click.echo(json.dumps(result, indent=2))
+        else:
+            click.echo(self.summary.render(requested))
+
+
+@dataclass(frozen=True)
+class _RecordedStep:
+    """A step of the analysis snapshot, where the plan's rows want a step (only its name is used)."""
+
+    name: str
+
+
+def _snapshot_key(workspace: Any, settings: Any, patterns: tuple[str, ...]) -> Any:
+    """The analysis snapshot's key for this command line, or None where snapshots are not used."""
+    from marinbuild import snapshot
+    from marinbuild.session import current_package
+
+    if not snapshot.eligible(settings.prefix, settings.backend):
+        return None
+    return snapshot.SnapshotKey(str(workspace.root), current_package(workspace.root), tuple(patterns),
+                                settings.prefix, settings.backend)
+
+
+def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple[str, str]]) -> None:
+    """Record what this analysis read and produced, for the next no-op build of the same command line."""
+    from marinbuild import snapshot
+    from marinbuild.store.action_cache import ActionKey
+
+    workspace, executor = session.workspace, session.executor
+    inputs = [str(workspace.root / "pyproject.toml"), *map(str, session.loader.files_read())]
+    folders: set[str] = set()
+    for package in session.loaded.packages:
+        folders.add(str(workspace.package_dir(package)))
+    for target in session.loaded.targets.values():
+        package_dir = workspace.package_dir(target.label.package)
+        for path in target.source_paths:
+            inputs.append(str(path))
+            folders.update(str(parent) for parent in path.parents if parent.is_relative_to(package_dir))
+    steps = []
+    for step in dict.fromkeys(executor.canonicalize(s) for s in session.requested_steps()):
+        overridden = step.override_output_path is not None
+        digest = ActionKey.of(executor.version_strs[step], step.name, overridden).digest
+        steps.append((step.name, executor.output_paths[step], digest, overridden))
+    snapshot.write(key, workspace.cache_dir, recorder, inputs, folders, snapshot.Snapshot(requested, steps))
+
+
+def _noop_from_snapshot(patterns: tuple[str, ...], settings: dict[str, Any], report: _Report) -> bool:
+    """A no-op build answered from the analysis snapshot (``marinbuild.snapshot``): True if it was.
+
+    Only when the snapshot matches and every recorded step's status is SUCCESS; then the same
+    events reach the same listeners as in a full build, and the same result is printed."""
+    from marinbuild import snapshot
+    from marinbuild.load.workspace import find_workspace
+    from marinbuild.session import Settings
+
+    workspace = find_workspace(".")
+    key = _snapshot_key(workspace, Settings.resolve(workspace, **settings), patterns)
+    found = snapshot.lookup(key, workspace.cache_dir) if key is not None else None
+    if found is None:
+        return False
+    from marinbuild.run import events as ev
+    from marinbuild.run.plan import BUILT, read_statuses
+    from marinbuild.store.action_cache import ActionKey, check_built
+    from marinbuild.store.status import STATUS_SUCCESS
+
+    paths = [path for _name, path, _digest, _overridden in found.steps]
+    try:
+        statuses = read_statuses(paths)
+        if any(statuses.get(path) != STATUS_SUCCESS for path in paths):
+            return False
+        check_built([(path, ActionKey(digest, name, overridden)) for name, path, digest, overridden in found.steps],
+                    getattr(statuses, "actions", {}))
+    except Exception:  # a damaged status, a path-hash collision...: the full path says what is wrong
+        return False
+    bus = ev.EventBus(report.open())
+    try:
+        for name, path, _digest, _overridden in found.steps:
+            bus.emit(ev.PLANNED, step=name, output_path=path, detail=BUILT,
+                     data={"dry_run": report.dry_run, "status": statuses[path]})
+        if not report.dry_run:
+            bus.emit(ev.BUILD_STARTED, data={"steps": 0})
+            bus.emit(ev.BUILD_FINISHED, data={"ran": 0, "failed": 0})
+    finally:
+        report.close()
+    plan = [(_RecordedStep(name), BUILT, path, None, False) for name, path, _digest, _overridden in found.steps]
+    report.finish(found.requested, plan)
+    return True
 
 
 @cli.command("query")

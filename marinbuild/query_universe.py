@@ -14,10 +14,23 @@ from marinbuild.query import QueryUniverse
 
 
 def target_graph(loaded: Any) -> nx.DiGraph:
-    """Labels as nodes (with kind and attributes), an edge from each target to each direct dependency."""
+    """Labels as nodes, an edge from each target to each direct dependency.
+
+    Node data: ``kind``, ``attrs`` (plain values, labels as ``"//pkg:name"`` strings: a label
+    list is a list of them, a label-keyed dict has them as keys) and ``labels`` (for each
+    attribute whose type holds labels, the targets it names in order, not source files), which
+    ``labels()`` uses.
+    """
     graph = nx.DiGraph()
     for label, target in loaded.targets.items():
-        graph.add_node(str(label), kind=target.kind, attrs=_printable(target.attrs))
+        specs, files = target.rule.attrs, set(target.srcs)  # source files are not nodes of the graph
+        refs = {
+            name: [str(x) for x in specs[name].labels(target.attrs[name]) if x not in files]
+            if target.attrs[name] is not None
+            else []
+            for name in target.rule.label_attrs
+        }
+        graph.add_node(str(label), kind=target.kind, attrs=_printable(target.attrs), labels=refs)
     for label, target in loaded.targets.items():
         for dep in target.deps:
             graph.add_edge(str(label), str(dep))
@@ -25,9 +38,22 @@ def target_graph(loaded: Any) -> nx.DiGraph:
 
 
 def _printable(attrs: dict[str, Any]) -> dict[str, Any]:
-    from marinbuild.load.frozen import thaw
+    return {k: _plain(v) for k, v in attrs.items()}
 
-    return {k: thaw(v) for k, v in attrs.items()}
+
+def _plain(value: Any) -> Any:
+    """A thawed copy of an attribute value with every ``Label`` as its string."""
+    from marinbuild.core.labels import Label
+
+    if isinstance(value, Label):
+        return str(value)
+    if isinstance(value, list):
+        return [_plain(x) for x in value]
+    if type(value) is tuple:
+        return tuple(_plain(x) for x in value)
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    return value
 
 
 def universe_for(session: Any) -> QueryUniverse:

@@ -11,13 +11,16 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from marinbuild.analysis import Analysis, analyze
-from marinbuild.core.labels import Label
-from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.executor import DEFAULT_LOCAL_PREFIX, Executor
-from marinbuild.load import LoadedWorkspace, Loader, StatCache, Workspace, find_workspace
+from marinbuild.load.workspace import Workspace, find_workspace
+
+if TYPE_CHECKING:  # imported when used: a no-op build from the analysis snapshot needs none of them
+    from marinbuild.analysis import Analysis
+    from marinbuild.core.labels import Label
+    from marinbuild.core.placeholders import ExecutorStep
+    from marinbuild.load import LoadedWorkspace, Loader
 
 BACKENDS = ("local", "ray")
 """Backends this build offers: threads of this process, or tasks on a Ray cluster."""
@@ -81,6 +84,15 @@ class Settings:
         )
 
 
+def current_package(root: Path) -> str:
+    """The package (folder relative to the workspace ``root``) of the working directory; "" outside it."""
+    try:
+        rel = Path.cwd().resolve().relative_to(root)
+    except ValueError:
+        return ""
+    return "" if str(rel) == "." else rel.as_posix()
+
+
 @dataclass
 class Session:
     workspace: Workspace
@@ -93,6 +105,7 @@ class Session:
 
     @classmethod
     def open(cls, start: str | os.PathLike[str] = ".", **settings: Any) -> Session:
+        from marinbuild.load import Loader
         from marinbuild.store import metadata_cache
 
         workspace = find_workspace(start)
@@ -101,11 +114,7 @@ class Session:
 
     def current_package(self) -> str:
         """The package of the working directory, for relative patterns (``:name``)."""
-        try:
-            rel = Path.cwd().resolve().relative_to(self.workspace.root)
-        except ValueError:
-            return ""
-        return "" if str(rel) == "." else rel.as_posix()
+        return current_package(self.workspace.root)
 
     def load(self, patterns: Iterable[str]) -> list[Label]:
         """Load what ``patterns`` need (``-PATTERN`` subtracts); BuildFileError/LabelError on mistakes."""
@@ -118,6 +127,9 @@ class Session:
 
     def analyse(self, labels: Iterable[Label] | None = None) -> Analysis:
         """Turn the targets (and their dependencies) into steps and compute every version."""
+        from marinbuild.analysis import analyze
+        from marinbuild.load import StatCache
+
         assert self.loaded is not None, "load first"
         roots = list(self.labels if labels is None else labels)
         cache = StatCache(self.workspace.stat_cache_path)

@@ -531,3 +531,50 @@ def test_module_is_pure():
                 assert top in allowed or top in sys.stdlib_module_names, (path.name, name)
                 if top == "marinbuild":
                     assert name.startswith("marinbuild.query"), (path.name, name)
+
+
+def test_labels_and_attr_over_label_list_and_label_keyed_dict_attributes(tmp_path):
+    """Through the real loader: label, label_list and label_keyed_dict attributes hold ``Label``s."""
+    from marinbuild.load import Loader, Workspace
+    from marinbuild.query_universe import target_graph
+
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "r.py").write_text(
+        "from marinbuild.load import attr, rule\n"
+        "def _impl(ctx):\n    return None\n"
+        'tok = rule(implementation=_impl, attrs={"src": attr.label(), "files": attr.source_files()})\n'
+        "train = rule(implementation=_impl, attrs={\n"
+        '    "data": attr.label_keyed_dict(value=float), "deps": attr.label_list(), "steps": attr.int()})\n'
+    )
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "x.txt").write_text("x\n")
+    (tmp_path / "p" / "BUILD.marin").write_text(
+        'load("//rules:r.py", "tok", "train")\n'
+        'tok(name = "a", files = ["x.txt"])\n'
+        'tok(name = "b", src = ":a")\n'
+        'train(name = "t", data = {":a": 0.3, "//p:b": 0.7}, deps = [":b", ":a"], steps = 3)\n'
+        'train(name = "u", deps = [":t"])\n'
+    )
+    loaded = Loader(Workspace(tmp_path, {})).load_all()
+    universe = QueryUniverse(
+        target_graph(loaded), lambda label: "missing", lambda word: [str(x) for x in loaded.expand([word])]
+    )
+    assert q(universe, "labels(deps, //p:t)") == ["//p:a", "//p:b"]
+    assert q(universe, "labels(data, //p:t)") == ["//p:a", "//p:b"]
+    assert q(universe, "labels(src, //p:b)") == ["//p:a"]
+    assert q(universe, "labels(deps, //p:all)") == ["//p:a", "//p:b", "//p:t"]
+    assert q(universe, "labels(files, //p:a)") == []  # source files are not targets of the graph
+    assert q(universe, "labels(steps, //p:t)") == []
+    assert q(universe, "attr(deps, '//p:a', //...)") == ["//p:t"]
+    assert q(universe, "attr(deps, '^\\[//p:b, //p:a\\]$', //...)") == ["//p:t"]
+    assert q(universe, "attr(data, '//p:b: 0.7', //...)") == ["//p:t"]
+    assert q(universe, "attr(src, '^//p:a$', //...)") == ["//p:b"]
+    data = json.loads(run_query("//p:t", universe, "json"))
+    assert data[0]["attrs"]["data"] == {"//p:a": 0.3, "//p:b": 0.7}
+
+
+def test_labels_finds_label_strings_among_dict_keys(diamond):
+    g = nx.DiGraph()
+    add(g, "//a:x")
+    add(g, "//a:m", deps=("//a:x",), mixture={":x": 0.5})
+    assert q(make_universe(g, default_package="//a"), "labels(mixture, //a:m)") == ["//a:x"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import re
 import typing
 from collections.abc import Iterable, Mapping
 from functools import cache
@@ -34,10 +35,30 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {text}"
 
 
+_SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9_.-]*"  # cannot be "." or "..": valid for packages and names alike
+_PLAIN_LABEL = re.compile(rf"(?:(//(?:{_SEGMENT}(?:/{_SEGMENT})*)?)?:)?({_SEGMENT}(?:/{_SEGMENT})*)\Z")
+"""``//pkg/sub:name``, ``:name`` or ``name`` with nothing ``parse_label`` could object to: built without it."""
+_PLAIN_NAME = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*\Z")
+"""A target name ``validate_target_name`` certainly accepts."""
+_ABSOLUTE: dict[str, Label] = {}
+
+
 def _to_label(value: Any, package: str) -> Label:
     if isinstance(value, Label):
         label = value
     elif isinstance(value, str):
+        label = _ABSOLUTE.get(value)  # the same //pkg:name is written in many packages
+        if label is not None:
+            return label
+        plain = _PLAIN_LABEL.match(value)
+        if plain is not None:
+            where = plain.group(1)
+            if where is None:
+                return Label(package, plain.group(2))
+            label = _ABSOLUTE[value] = Label(where[2:], plain.group(2))
+            if len(_ABSOLUTE) > 100_000:
+                _ABSOLUTE.clear()
+            return label
         try:
             label = parse_label(value, package)
         except LabelError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType, FrameType
@@ -28,8 +29,10 @@ __all__ = [
     "current_package",
     "dialect_files",
     "frame_location",
+    "frame_site",
     "package_scope",
     "register_dialect_file",
+    "site_location",
 ]
 
 
@@ -59,11 +62,11 @@ def dialect_files() -> dict[str, str]:
     return _DIALECT_FILES
 
 
-def current_package(what: str) -> PackageContext:
-    """The package being evaluated; ``what`` names the caller for the error outside one."""
+def current_package(what: str | Callable[[], str]) -> PackageContext:
+    """The package being evaluated; ``what`` names the caller for the error outside one (or makes that name)."""
     ctx: PackageContext | None = getattr(_state, "ctx", None)
     if ctx is None:
-        raise _outside_build_file(what)
+        raise _outside_build_file(what() if callable(what) else what)
     return ctx
 
 
@@ -116,6 +119,16 @@ def frame_location(frame: FrameType | None, prefer: str | None = None) -> Locati
     With ``prefer`` (a code filename), the innermost frame of that file wins instead, e.g.
     the BUILD file line that called a macro that declared a target.
     """
+    return site_location(frame_site(frame, prefer))
+
+
+Site = tuple[str, CodeType, int, int] | Location
+"""Where a call happened, cheaply: ``(display path, code, f_lasti, f_lineno)``, turned into a
+``Location`` (which needs the code's position table) only when asked; or a ``Location``."""
+
+
+def frame_site(frame: FrameType | None, prefer: str | None = None) -> Site:
+    """``frame_location`` without computing the column yet (see ``site_location``)."""
     files = _DIALECT_FILES
     first: FrameType | None = None
     f = frame
@@ -123,10 +136,19 @@ def frame_location(frame: FrameType | None, prefer: str | None = None) -> Locati
         filename = f.f_code.co_filename
         if filename in files:
             if prefer is None or filename == prefer:
-                return code_location(f, files[filename])
+                return (files[filename], f.f_code, f.f_lasti, f.f_lineno)
             if first is None:
                 first = f
         f = f.f_back
     if first is not None:
-        return code_location(first, files[first.f_code.co_filename])
+        return (files[first.f_code.co_filename], first.f_code, first.f_lasti, first.f_lineno)
     return Location("<unknown>", 1, 1)
+
+
+def site_location(site: Site) -> Location:
+    """The ``Location`` of a ``frame_site``."""
+    if isinstance(site, Location):
+        return site
+    display, code, lasti, lineno = site
+    line, col = code_position(code, lasti)
+    return Location(display, line or lineno or 1, (col or 0) + 1)

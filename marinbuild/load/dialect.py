@@ -4,6 +4,16 @@ Files are parsed with ``ast``, checked once, lightly rewritten (every ``def`` an
 ``lambda`` is wrapped by the recursion guard) and compiled with CPython's ``compile()``.
 Caching the result is ``codecache``'s job.
 
+Most BUILD files are plain data: rule calls, lists, dicts and ``load()`` lines. For them
+building Python's AST objects costs three times the compilation itself, so
+``compile_source`` first tries a fast path: one regular-expression scan of the text proves
+that no forbidden keyword, name or ``_``-prefixed identifier occurs anywhere (not even in
+strings or dead code), the source is compiled directly, and each ``load()`` statement is
+parsed alone and matched against the compiled code (it must be a whole top-level
+expression statement). Anything the fast path cannot prove (a ``def``, a ``lambda``, an
+odd ``load()``, a syntax error, non-ASCII text...) goes through the full AST check, which
+is the reference and the only source of error messages.
+
 Allowed: assignments, ``def`` (no recursion, checked at run time), ``lambda``, ``if``,
 ``for`` (also at the top level, unlike Starlark's BUILD files), comprehensions, f-strings,
 ``del``, ``load()`` at the top level. Rejected, with a ``path:line:col`` error saying what
@@ -17,13 +27,16 @@ is not a sandbox against hostile code.
 from __future__ import annotations
 
 import ast
+import dis
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from types import CodeType
 
 from marinbuild.load.errors import BuildFileError
 
-__all__ = ["CHECKER_VERSION", "GUARD_NAME", "CompiledFile", "LoadStatement", "compile_source"]
+__all__ = ["CHECKER_VERSION", "GUARD_NAME", "CompiledFile", "LoadStatement", "compile_checked", "compile_source"]
 
 CHECKER_VERSION = 1
 """Bump whenever the checks or the rewrite change, so that cached compiled files are redone."""
@@ -108,6 +121,13 @@ class CompiledFile:
 def compile_source(source: str | bytes, path: str, display: str | None = None) -> CompiledFile:
     """Check and compile ``source``; ``path`` becomes the code's filename, ``display`` the one in errors."""
     shown = display if display is not None else path
+    fast = _compile_plain(source, path, shown)
+    return fast if fast is not None else compile_checked(source, path, shown)
+
+
+def compile_checked(source: str | bytes, path: str, display: str | None = None) -> CompiledFile:
+    """``compile_source`` without the fast path: parse, check the whole AST, rewrite, compile."""
+    shown = display if display is not None else path
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as exc:
@@ -123,6 +143,115 @@ def compile_source(source: str | bytes, path: str, display: str | None = None) -
         ast.fix_missing_locations(tree)
     code = compile(tree, path, "exec", dont_inherit=True)  # from the tree: twice as fast as re-parsing
     return CompiledFile(path, shown, code, tuple(loads))
+
+
+_KEYWORDS = ("import while global nonlocal class try with async await yield raise assert match def lambda").split()
+_SUSPICIOUS = frozenset(word.encode() for word in (*_KEYWORDS, *_FORBIDDEN_NAMES, *_FORBIDDEN_ATTRIBUTES))
+"""Words the fast path cannot prove harmless: the keywords and names the checker looks at."""
+_WORD = re.compile(rb"\w+")
+_LOAD_STATEMENT = re.compile(
+    rb"""^load\((?:[ \t\r\n]+|"[^"\\\n]*"|'[^'\\\n]*'|[A-Za-z][A-Za-z0-9_]*|[=,]|\#[^\n]*)*\)""", re.MULTILINE
+)
+"""A ``load(...)`` call starting a line, made of string literals, names, ``=`` and ``,`` only."""
+_OP = dis.opmap
+_LOAD_NAME = _OP["LOAD_NAME"]
+_POP_TOP = _OP["POP_TOP"]
+_PUSH_NULL = _OP["PUSH_NULL"]
+_PREAMBLE = frozenset(_OP[name] for name in ("RESUME", "NOP", "CACHE") if name in _OP)
+_CALL_PARTS = frozenset(
+    _OP[name] for name in ("CACHE", "LOAD_CONST", "KW_NAMES", "PRECALL", "CALL", "CALL_KW", "PUSH_NULL") if name in _OP
+)
+"""Opcodes that may sit between ``LOAD_NAME load`` and the ``POP_TOP`` of a plain ``load()`` statement
+(their string arguments are checked on the statement's own parse, matched by position)."""
+
+
+def _compile_plain(source: str | bytes, path: str, shown: str) -> CompiledFile | None:
+    """The compiled file if ``source`` is provably plain (see the module docstring), else ``None``."""
+    data = source.encode() if isinstance(source, str) else source
+    if not data.isascii() or b"\\\n" in data or b"\\\r" in data:
+        return None
+    words = _WORD.findall(data)  # also inside strings and comments: only ever too careful
+    unique = set(words)
+    if not unique.isdisjoint(_SUSPICIOUS) or any(word[0] == 95 for word in unique):  # 95: "_"
+        return None
+    try:
+        code = compile(data, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None  # the full path reports it
+    spans = list(_LOAD_STATEMENT.finditer(data))
+    if len(spans) != words.count(b"load"):
+        return None  # 'load' used some other way (or inside a string): let the full check judge
+    if not spans:
+        return None if _names_load(code) else CompiledFile(path, shown, code, ())
+    loads = _plain_loads(data, spans, code, shown)
+    return None if loads is None else CompiledFile(path, shown, code, loads)
+
+
+def _names_load(code: CodeType) -> bool:
+    if "load" in code.co_names:
+        return True
+    return any(isinstance(c, CodeType) and _names_load(c) for c in code.co_consts)
+
+
+def _plain_loads(
+    data: bytes, spans: list[re.Match[bytes]], code: CodeType, shown: str
+) -> tuple[LoadStatement, ...] | None:
+    """The ``load()`` statements of ``spans``, if each is a whole top-level statement of ``code``."""
+    if any(isinstance(c, CodeType) and _names_load(c) for c in code.co_consts):
+        return None
+    names = code.co_names
+    index = names.index("load") if "load" in names else -1
+    if not 0 <= index < 256:
+        return None
+    raw = code.co_code
+    size = len(raw) // 2
+    ops = raw[::2]
+    args = raw[1::2]
+    ends: list[int] = []  # code unit of the POP_TOP ending each load() statement
+    j = 0
+    while j < size and ops[j] in _PREAMBLE:
+        j += 1
+    for _span in spans:  # the loads must be the file's first statements, each straight-line code
+        while j < size and ops[j] == _PUSH_NULL:
+            j += 1
+        if j >= size or ops[j] != _LOAD_NAME or args[j] != index:
+            return None
+        j += 1
+        while j < size and ops[j] in _CALL_PARTS:
+            j += 1
+        if j >= size or ops[j] != _POP_TOP:
+            return None
+        ends.append(j)
+        j += 1
+    pattern = bytes((_LOAD_NAME, index))
+    at = raw.find(pattern, 2 * j)
+    while at >= 0:  # no other 'load' in the rest of the code
+        if at % 2 == 0:
+            return None
+        at = raw.find(pattern, at + 1)
+    positions = list(islice(code.co_positions(), ends[-1] + 1))
+    checker = _Checker(shown)
+    loads: list[LoadStatement] = []
+    for span, end in zip(spans, ends, strict=True):
+        line = data.count(b"\n", 0, span.start()) + 1
+        text = span.group()
+        last_nl = text.rfind(b"\n")
+        extent = (line, line + text.count(b"\n"), 0, len(text) if last_nl < 0 else len(text) - last_nl - 1)
+        if positions[end] != extent:
+            return None  # the call is part of a larger expression
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            return None
+        stmt = tree.body[0] if len(tree.body) == 1 else None
+        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+            return None
+        ast.increment_lineno(tree, line - 1)
+        try:
+            loads.append(checker._load_statement(stmt.value))
+        except BuildFileError:
+            return None  # the full path reports it
+    return tuple(loads)
 
 
 class _Checker:

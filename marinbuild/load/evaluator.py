@@ -52,6 +52,10 @@ class Evaluator:
         self._modules: dict[Path, dict[str, Any]] = {}
         self._loading: list[tuple[Path, str]] = []
 
+    def loaded_files(self) -> list[Path]:
+        """The files ``load()``ed so far (loadable modules and rules modules)."""
+        return list(self._modules)
+
     def eval_build_file(self, package: str) -> dict[str, Target]:
         """Evaluate ``package``'s BUILD.marin; its targets by name, in declaration order."""
         path = self.workspace.build_file(package)

@@ -123,6 +123,10 @@ class Loader:
         self._files: dict[tuple[str, str], tuple[Path | None, str | None]] = {}
         self._package_dirs: dict[str, str] = {}
 
+    def files_read(self) -> list[Path]:
+        """The BUILD files this session evaluated and the files they ``load()``ed (rules modules too)."""
+        return [self.workspace.build_file(p) for p in (*self._packages, *self._failed)] + self.evaluator.loaded_files()
+
     def is_package(self, package: str) -> bool:
         known = self._is_package.get(package)
         if known is None:

@@ -27,9 +27,9 @@ from types import FrameType
 from typing import Any
 
 from marinbuild.core.labels import Label, LabelError, validate_target_name
-from marinbuild.load.attrs import _UNSET, Attr, AttrValueError
-from marinbuild.load.context import PackageContext, current_package, frame_location
-from marinbuild.load.errors import BuildFileError, Location
+from marinbuild.load.attrs import _PLAIN_NAME, _UNSET, Attr, AttrValueError
+from marinbuild.load.context import PackageContext, Site, current_package, frame_location, frame_site, site_location
+from marinbuild.load.errors import BuildFileError
 from marinbuild.load.locate import keyword_location
 from marinbuild.load.target import Target
 
@@ -82,37 +82,41 @@ class RuleType:
             self.name = name
             self.defined_in = defined_in
 
+    def _what(self) -> str:
+        return f"rule {self.display_name}()"
+
     def __repr__(self) -> str:
         where = f" from {self.defined_in}" if self.defined_in else ""
         return f"<rule {self.display_name}{where}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Label:
-        ctx = current_package(f"rule {self.display_name}()")
+        ctx = current_package(self._what)
         frame = sys._getframe(1)
-        location = frame_location(frame, prefer=ctx.build_file)
+        site = frame_site(frame, prefer=ctx.build_file)  # its column is computed only if needed
         if args:
-            raise self._error(ctx, frame, location, None, "rules take keyword arguments only (name = ..., attr = ...)")
+            raise self._error(ctx, frame, site, None, "rules take keyword arguments only (name = ..., attr = ...)")
         name = kwargs.pop("name", None)
         if name is None:
             raise self._error(
-                ctx, frame, location, None, f"{self.display_name}() is missing the mandatory attribute 'name'"
+                ctx, frame, site, None, f"{self.display_name}() is missing the mandatory attribute 'name'"
             )
         if not isinstance(name, str):
-            raise self._error(ctx, frame, location, "name", f"attribute 'name' must be a string, got {name!r}")
-        try:
-            validate_target_name(name)
-        except LabelError as exc:
-            raise self._error(ctx, frame, location, "name", f"invalid target name: {exc}") from None
+            raise self._error(ctx, frame, site, "name", f"attribute 'name' must be a string, got {name!r}")
+        if _PLAIN_NAME.match(name) is None:
+            try:
+                validate_target_name(name)
+            except LabelError as exc:
+                raise self._error(ctx, frame, site, "name", f"invalid target name: {exc}") from None
         attrs = self.attrs
-        unknown = next((k for k in kwargs if k not in attrs), None)
-        if unknown is not None:
+        if not kwargs.keys() <= attrs.keys():
+            unknown = next(k for k in kwargs if k not in attrs)
             close = difflib.get_close_matches(unknown, list(self.attrs), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             valid = ", ".join(["name", *self.attrs])
             raise self._error(
                 ctx,
                 frame,
-                location,
+                site,
                 unknown,
                 f"{self.display_name}() has no attribute {unknown!r} ({hint}attributes: {valid})",
             )
@@ -124,7 +128,7 @@ class RuleType:
                 raise self._error(
                     ctx,
                     frame,
-                    location,
+                    site,
                     None,
                     f"{self.display_name}(name={name!r}) is missing the mandatory attribute {key!r}",
                 )
@@ -133,20 +137,21 @@ class RuleType:
             except AttrValueError as exc:
                 what = "default of attribute" if value is _UNSET or value is None else "attribute"
                 raise self._error(
-                    ctx, frame, location, key, f"{what} {key!r} of {self.display_name}(name={name!r}): {exc}"
+                    ctx, frame, site, key, f"{what} {key!r} of {self.display_name}(name={name!r}): {exc}"
                 ) from None
         previous = ctx.targets.get(name)
         if previous is not None:
             raise self._error(
-                ctx, frame, location, "name", f"duplicate target name {name!r}: already declared at {previous.location}"
+                ctx, frame, site, "name", f"duplicate target name {name!r}: already declared at {previous.location}"
             )
         label = Label(package, name)
-        ctx.targets[name] = Target(label, self, values, location)
+        ctx.targets[name] = Target(label, self, values, site)
         return label
 
     def _error(
-        self, ctx: PackageContext, frame: FrameType, location: Location, keyword: str | None, message: str
+        self, ctx: PackageContext, frame: FrameType, site: Site, keyword: str | None, message: str
     ) -> BuildFileError:
+        location = site_location(site)
         if keyword is not None:
             location = keyword_location(location, ctx.build_file, keyword)
         inner = frame_location(frame)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from marinbuild.core.labels import Label
+from marinbuild.load.context import Site, site_location
 from marinbuild.load.errors import Location
 
 if TYPE_CHECKING:
@@ -26,11 +27,20 @@ class Target:
     label: Label
     rule: RuleType
     attrs: dict[str, Any]
-    location: Location
+    site: Site
+    """Where the rule was called: a ``Location``, or a cheaper ``frame_site`` turned into one on use."""
     deps: tuple[Label, ...] = ()
     srcs: tuple[Label, ...] = ()
     source_paths: tuple[Path, ...] = ()
     _refs: list[tuple[str, Label]] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def location(self) -> Location:
+        """``path/BUILD.marin:line:col`` of the rule call."""
+        site = self.site
+        if not isinstance(site, Location):
+            site = self.site = site_location(site)
+        return site
 
     @property
     def name(self) -> str:

@@ -146,10 +146,13 @@ class _Evaluator:
         assert isinstance(name, str)
         out = set()
         for owner in sorted(self.expr_arg(node, 1, env)):
-            attrs = self.universe.attrs_of(owner)
-            if name not in attrs:
-                continue
-            for ref in label_strings(attrs[name]):
+            refs = self.universe.labels_in(owner, name)
+            if refs is None:
+                attrs = self.universe.attrs_of(owner)
+                if name not in attrs:
+                    continue
+                refs = label_strings(attrs[name])
+            for ref in refs:
                 if ref in self.graph:
                     out.add(ref)
                     continue

@@ -23,8 +23,10 @@ class QueryUniverse:
     """The targets a query sees.
 
     ``graph``: nodes are labels (``"//pkg:name"``), an edge ``u -> v`` means u directly
-    depends on v; node attributes ``kind`` (rule name, e.g. ``"python_step"``) and ``attrs``
-    (attribute name -> value). ``state_of(label)`` returns one of ``STATES``; it is called
+    depends on v; node attributes ``kind`` (rule name, e.g. ``"python_step"``), ``attrs``
+    (attribute name -> value) and, optionally, ``labels`` (attribute name -> the labels it
+    names, for attributes whose type holds labels; without it ``labels()`` looks for label
+    strings in the values). ``state_of(label)`` returns one of ``STATES``; it is called
     lazily, at most once per label per evaluation, and only for labels that reach a
     cache-aware function. ``expand_pattern(word)`` turns a target pattern (``//pkg/...``,
     ``//pkg:all``, ``:name``...) into labels and raises the caller's own error for unknown
@@ -47,6 +49,15 @@ class QueryUniverse:
         """The attributes of ``label`` (empty when it has none or is not in the graph)."""
         data = self.graph.nodes.get(label)
         return (data.get("attrs") or {}) if data is not None else {}
+
+    def labels_in(self, label: str, attr: str) -> list[str] | None:
+        """The labels attribute ``attr`` of ``label`` names, when the graph records them (node data
+        ``labels``: attribute name -> labels, for attributes whose type holds labels); else None."""
+        data = self.graph.nodes.get(label)
+        recorded = data.get("labels") if data is not None else None
+        if recorded is None:
+            return None
+        return list(recorded.get(attr, ()))
 
     def deps_of(self, label: str) -> list[str]:
         """The direct dependencies of ``label``, sorted by label."""

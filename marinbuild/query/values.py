@@ -47,11 +47,12 @@ def json_safe(value: Any, _depth: int = 0) -> Any:
 
 
 def label_strings(value: Any) -> list[str]:
-    """The strings in an attribute value: itself, or the items of a list/tuple/set, or a dict's values."""
+    """The strings in an attribute value: itself, or the items of a list/tuple/set, or a dict's keys
+    (a label-keyed dict, e.g. a data mixture) and values."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, Mapping):
-        value = list(value.values())
+        value = [*value.keys(), *value.values()]
     if isinstance(value, (set, frozenset)):
         return sorted(v for v in value if isinstance(v, str))
     if isinstance(value, (list, tuple)):

@@ -213,3 +213,28 @@ def test_negative_recursive_pattern_over_nothing_is_fine() -> None:
 
 def test_expand_patterns_on_empty_workspace() -> None:
     assert expand_patterns(["//..."], {}) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["//a:b", "//a/b:c.txt", ":x", ":data/a.jsonl", "data/a.jsonl", "x", "//:root", "//a", "//a:..", "..", "./x",
+     "a/../b", "/abs", "a/", "//a/..:x", "//a:b/../c", "//a:.hidden", "@r//a:b", ":a..b", "//a:b:c", "//a//b:c",
+     "//a:", ":", "a:b", "a b", " a", "//a:b\n"],
+)  # fmt: skip
+def test_attribute_labels_parse_exactly_as_parse_label(text: str) -> None:
+    from marinbuild.core.labels import parse_label
+    from marinbuild.load.attrs import AttrValueError, _to_label
+
+    try:
+        expected = parse_label(text, "pkg")
+    except LabelError as exc:
+        with pytest.raises(AttrValueError) as info:
+            _to_label(text, "pkg")
+        assert str(info.value) == str(exc)
+        return
+    if expected.repo:
+        with pytest.raises(AttrValueError):
+            _to_label(text, "pkg")
+        return
+    assert _to_label(text, "pkg") == expected
+    assert _to_label(text, "pkg") == expected  # again, from the memo of absolute labels

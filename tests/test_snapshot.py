@@ -1,0 +1,292 @@
+"""The analysis snapshot: a no-op build skips loading and analysis, and any change falls back to the full path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from marinbuild import cli, snapshot
+from marinbuild.cli import main
+
+STEPS_PY = '''
+import os
+
+
+def write(config):
+    with open(os.environ["MB_CALLS"], "a") as f:
+        f.write(config["output_path"] + "\\n")
+    os.makedirs(config["output_path"], exist_ok=True)
+    with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
+        f.write(str(config.get("text", "")) + str(len(config["srcs"])))
+'''
+
+RULES_PY = '''
+import os
+
+from marinbuild.load import attr, rule
+
+FLAVOR = os.environ.get("MB_FLAVOR", "plain")
+
+
+def _impl(ctx):
+    with open(os.environ["MB_CALLS"], "a") as f:
+        f.write(ctx.output_path + "\\n")
+    os.makedirs(ctx.output_path, exist_ok=True)
+    with open(os.path.join(ctx.output_path, "out.txt"), "w") as f:
+        f.write(ctx.attr.text)
+
+
+flavored = rule(implementation=_impl, attrs={"text": attr.string(default=FLAVOR)})
+'''
+
+BUILD = '''
+load("@marinbuild//rules:python.py", "python_step")
+load("//rules:flavor.py", "flavored")
+load("//lib:consts.bzl", "TEXT")
+
+python_step(name = "a", fn = "steps:write", config = {"text": TEXT}, srcs = glob(["data/*.txt"]))
+python_step(name = "b", fn = "steps:write", config = {"text": "B"}, deps = [":a"])
+flavored(name = "f")
+'''
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "ws"
+    for folder in ("pipe/data", "rules", "lib"):
+        (root / folder).mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "../out"\n')
+    (root / "steps.py").write_text(STEPS_PY)
+    (root / "rules" / "flavor.py").write_text(RULES_PY)
+    (root / "lib" / "consts.bzl").write_text('TEXT = "A"\n')
+    (root / "pipe" / "BUILD.marin").write_text(textwrap.dedent(BUILD))
+    (root / "pipe" / "data" / "a.txt").write_text("data-a\n")
+    calls = tmp_path / "calls.log"
+    calls.touch()
+    monkeypatch.setenv("MB_CALLS", str(calls))
+    monkeypatch.delenv("MARIN_PREFIX", raising=False)
+    monkeypatch.delenv("MB_FLAVOR", raising=False)
+    monkeypatch.chdir(root)
+    # Files written by a test are seconds old at most: trust them (the racy rule has its own test).
+    monkeypatch.setattr(snapshot, "RACY_NS", 0)
+    return root
+
+
+class Runs:
+    """Runs the CLI in-process, counting full-path builds (those that open a session and load)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+        self.full = 0
+        real = cli._open_session
+
+        def counting(**settings: object) -> object:
+            self.full += 1
+            return real(**settings)
+
+        monkeypatch.setattr(cli, "_open_session", counting)
+
+    def __call__(self, *args: str) -> tuple[int, str, str, bool]:
+        """Exit code, stdout, stderr, and whether the snapshot answered."""
+        before = self.full
+        code = main(list(args))
+        out, err = self.capsys.readouterr()
+        return code, out, err, self.full == before
+
+
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Runs:
+    return Runs(monkeypatch, capsys)
+
+
+def calls() -> list[str]:
+    path = Path(os.environ["MB_CALLS"])
+    names = [Path(p).name.rsplit("-", 1)[0] for p in path.read_text().split()]
+    path.write_text("")
+    return names
+
+
+def _bump(path: Path, text: str) -> None:
+    """Write ``text`` with an mtime certainly different from the previous one."""
+    path.write_text(text)
+    earlier = time.time() - 100  # not in the future: later snapshots in this process would not trust it
+    os.utime(path, (earlier, earlier))
+
+
+def _prime(runs: Runs, *args: str) -> None:
+    """Build, then a no-op through the full path (which writes the snapshot), then a hit."""
+    assert runs(*args)[0] == 0
+    assert runs(*args)[0] == 0
+    calls()
+    code, _, _, hit = runs(*args)
+    assert code == 0 and hit and calls() == []
+
+
+def _timeless(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if " in " not in line and "time" not in line)
+
+
+def test_a_hit_runs_nothing_loads_nothing_and_reports_as_the_full_path(ws: Path, runs: Runs, tmp_path: Path) -> None:
+    assert runs("//pipe:all")[0] == 0
+    assert sorted(calls()) == ["a", "b", "f"]
+    outputs: dict[bool, list[str]] = {}
+    events: dict[bool, list[dict[str, object]]] = {}
+    for attempt in range(2):
+        bep = tmp_path / f"events{attempt}.jsonl"
+        code, out, err, hit = runs("//pipe:all", "--build_event_json_file", str(bep))
+        assert code == 0 and hit == (attempt == 1) and calls() == []
+        outputs[hit] = [out, _timeless(err)]
+        lines = bep.read_text().splitlines()
+        events[hit] = [{k: v for k, v in json.loads(line).items() if k != "time"} for line in lines]
+    assert outputs[True] == outputs[False]
+    assert events[True] == events[False]
+    assert [e["kind"] for e in events[True]] == ["planned"] * 3 + ["build_started", "build_finished"]
+
+    code, out, _, hit = runs("--output", "json", "//pipe:all")
+    assert code == 0 and hit
+    result = json.loads(out)
+    assert [p["state"] for p in result["plan"]] == ["built"] * 3
+    assert [t["label"] for t in result["targets"]] == ["//pipe:a", "//pipe:b", "//pipe:f"]
+    assert result["dry_run"] is False
+
+    code, dry, _, hit = runs("-n", "--explain", "//pipe:all")
+    assert code == 0 and hit
+    assert sorted(line.split()[0] for line in dry.splitlines() if "pipe/" in line and "->" not in line) == [
+        "built"
+    ] * 3
+
+
+EDITS: list[tuple[str, Callable[[Path], None]]] = [
+    ("build file", lambda ws: _bump(ws / "pipe/BUILD.marin", (ws / "pipe/BUILD.marin").read_text() + "\n# more\n")),
+    ("loaded file", lambda ws: _bump(ws / "lib/consts.bzl", 'TEXT = "A2"\n')),
+    ("rules module", lambda ws: _bump(ws / "rules/flavor.py", RULES_PY.replace('"plain"', '"spicy"'))),
+    ("source file", lambda ws: _bump(ws / "pipe/data/a.txt", "data-a, edited\n")),
+    ("new file matching a glob", lambda ws: (ws / "pipe/data/b.txt").write_text("b\n")),
+    ("pyproject", lambda ws: _bump(ws / "pyproject.toml", (ws / "pyproject.toml").read_text() + "\n")),
+    ("new sub-package", lambda ws: (ws / "pipe/data/BUILD.marin").write_text("")),
+    ("deleted output", lambda ws: _remove_output(ws, "b")),
+    ("failed output", lambda ws: _set_status(ws, "a", "FAILED")),
+]
+
+
+def _output(ws: Path, name: str) -> Path:
+    return next((ws.parent / "out" / "pipe").glob(f"{name}-*"))
+
+
+def _remove_output(ws: Path, name: str) -> None:
+    import shutil
+
+    shutil.rmtree(_output(ws, name))
+
+
+def _set_status(ws: Path, name: str, status: str) -> None:
+    (_output(ws, name) / ".executor_status").write_text(status)
+
+
+@pytest.mark.parametrize("edit", [e[1] for e in EDITS], ids=[e[0] for e in EDITS])
+def test_every_change_takes_the_full_path(ws: Path, runs: Runs, edit: Callable[[Path], None]) -> None:
+    _prime(runs, "//pipe:all")
+    edit(ws)
+    code, _, err, hit = runs("//pipe:all")
+    assert not hit, err
+    assert code in (0, 2), err  # a new sub-package makes data/a.txt cross into it: a BUILD error
+
+
+def test_flags_and_environment_are_part_of_the_key(ws: Path, runs: Runs, monkeypatch: pytest.MonkeyPatch) -> None:
+    _prime(runs, "//pipe:all")
+    assert not runs("//pipe:all", "--prefix", str(ws.parent / "elsewhere"))[3]
+    assert not runs("//pipe:a")[3]  # other patterns: another snapshot
+    monkeypatch.setenv("MARIN_PREFIX", str(ws.parent / "third"))
+    assert not runs("//pipe:all")[3]
+    monkeypatch.delenv("MARIN_PREFIX")
+    assert runs("//pipe:all")[3]
+    assert runs("//pipe:all", "-j", "2", "-k")[3]  # flags that do not change analysis share it
+    monkeypatch.chdir(ws / "pipe")
+    assert not runs(":all")[3]
+
+
+def test_environment_variables_read_by_analysis_invalidate(tmp_path: Path, ws: Path) -> None:
+    """As separate processes, as a user runs it (in-process, rules modules stay imported)."""
+    env = {**os.environ, "MB_FLAVOR": "sweet"}
+    env.pop("MARIN_PREFIX", None)
+    old = time.time() - 60
+    for path in [ws, *ws.rglob("*")]:
+        os.utime(path, (old, old))
+    # RACY_NS = 0: marinbuild's own sources may have been edited seconds ago (they are inputs too).
+    script = "import sys; from marinbuild import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+    command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:f']))"]
+
+    def build(flavor: str) -> str:
+        env["MB_FLAVOR"] = flavor
+        done = subprocess.run(command, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    build("sweet")
+    build("sweet")
+    snapshots = list((ws / ".marinbuild" / "snapshots").glob("*.bin"))
+    assert len(snapshots) == 1
+    written = snapshots[0].stat().st_mtime_ns
+    calls()
+    build("sweet")
+    assert calls() == []
+    assert snapshots[0].stat().st_mtime_ns == written  # answered from the snapshot, not rewritten
+    build("sour")
+    assert calls() == ["f"]
+    f_dirs = sorted((tmp_path / "out" / "pipe").glob("f-*"))
+    assert len(f_dirs) == 2
+
+
+def test_recently_changed_inputs_write_no_snapshot(ws: Path, runs: Runs, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snapshot, "RACY_NS", 60_000_000_000)
+    assert runs("//pipe:all")[0] == 0
+    assert runs("//pipe:all")[0] == 0
+    assert not (ws / ".marinbuild" / "snapshots").exists()
+    assert not runs("//pipe:all")[3]
+
+
+def test_a_broken_snapshot_is_ignored(ws: Path, runs: Runs) -> None:
+    _prime(runs, "//pipe:all")
+    for path in (ws / ".marinbuild" / "snapshots").glob("*.bin"):
+        path.write_bytes(b"garbage")
+    code, _, _, hit = runs("//pipe:all")
+    assert code == 0 and not hit
+
+
+def test_recorder_notes_reads_folders_and_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MB_SEEN", "1")
+    (tmp_path / "f.txt").write_text("x")
+    (tmp_path / "skip").mkdir()
+    (tmp_path / "skip" / "g.txt").write_text("y")
+    with snapshot.Recorder(excluded=(str(tmp_path / "skip"),)) as recorder:
+        (tmp_path / "f.txt").read_text()
+        (tmp_path / "skip" / "g.txt").read_text()
+        (tmp_path / "w.txt").write_text("written, not read")
+        os.listdir(tmp_path)
+        os.environ.get("MB_SEEN")
+        os.getenv("MB_ABSENT")
+        assert "MB_SEEN" in os.environ
+    assert isinstance(os.environ, type(recorder._environ)) and not isinstance(os.environ, snapshot._RecordingEnviron)
+    assert str(tmp_path / "f.txt") in recorder.files
+    assert str(tmp_path / "skip" / "g.txt") not in recorder.files
+    assert str(tmp_path / "w.txt") not in recorder.files
+    assert str(tmp_path) in recorder.folders
+    assert recorder.environment() == (False, {"MB_ABSENT": None, "MB_SEEN": "1"})
+    with snapshot.Recorder() as recorder:
+        dict(os.environ)
+    assert recorder.environment()[0] is True
+
+
+def test_remote_prefixes_and_ray_do_not_use_snapshots() -> None:
+    assert snapshot.eligible("/tmp/x", "local")
+    assert snapshot.eligible("file:///tmp/x", "local")
+    assert not snapshot.eligible("gs://bucket/x", "local")
+    assert not snapshot.eligible("/tmp/x", "ray")
