@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.sizes:
         for shape in args.shapes:
             row: dict[str, Any] = {"shape": shape, "steps": n}
-            prefix = tempfile.mkdtemp(prefix=f"marinbuild-bench-{shape}-{n}-", dir="/tmp")
+            prefix = tempfile.mkdtemp(prefix=f"marinbuild-bench-{shape}-{n}-")  # under $TMPDIR (default /tmp)
             try:
                 row["versions"] = measure_phase(shape, n, "versions", prefix)
                 row["cold"] = measure_phase(shape, n, "cold", prefix)
