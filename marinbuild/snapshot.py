@@ -268,22 +268,10 @@ def write(
         return False
     env_all, env = recorder.environment()
     body = (FORMAT, key.text(), signed, env_all, env, snapshot.requested, snapshot.steps)
-    import tempfile  # not at the top: a no-op build from the snapshot never writes one
+    from marinbuild.load.codecache import write_private_file  # not at the top: a no-op from the snapshot writes none
 
     target = key.path(cache_dir)
-    try:
-        if not target.parent.is_dir():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            (target.parent / ".gitignore").write_text("*\n")
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".bin")
-    except OSError:  # a read-only or full disk only costs speed
-        return False
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(marshal.dumps(body))
-        os.replace(tmp, target)
-    except OSError:
-        Path(tmp).unlink(missing_ok=True)
+    if not write_private_file(target, marshal.dumps(body)):
         return False
     _prune(target.parent)
     return True

@@ -67,17 +67,24 @@ def _read(disk: Path, key: str, stamp: tuple[int, int], shown: str) -> CompiledF
 
 def _write(disk: Path, key: str, stamp: tuple[int, int], compiled: CompiledFile) -> None:
     loads = tuple((s.label, s.symbols, s.line, s.col) for s in compiled.loads)
-    data = marshal.dumps((_TAG, key, stamp, compiled.code, loads))
+    write_private_file(disk, marshal.dumps((_TAG, key, stamp, compiled.code, loads)))
+
+
+def write_private_file(target: Path, data: bytes) -> bool:
+    """Atomically write a file of marinbuild's own under ``<workspace>/.marinbuild/`` (its folder made on first
+    use, with a ``.gitignore`` of ``*``). False if the disk refuses: a cache that cannot be written only costs speed."""
     try:
-        if not disk.parent.is_dir():
-            disk.parent.mkdir(parents=True, exist_ok=True)
-            (disk.parent / ".gitignore").write_text("*\n")
-        fd, tmp = tempfile.mkstemp(dir=disk.parent, prefix=".tmp-", suffix=".bin")
-    except OSError:  # a read-only or full disk only costs speed
-        return
+        if not target.parent.is_dir():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            (target.parent / ".gitignore").write_text("*\n")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".bin")
+    except OSError:
+        return False
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.replace(tmp, disk)
+        os.replace(tmp, target)
     except OSError:
         Path(tmp).unlink(missing_ok=True)
+        return False
+    return True
