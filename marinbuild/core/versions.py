@@ -14,6 +14,7 @@ Two things differ from Marin, neither visible in the results:
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import gc
 import hashlib
@@ -53,12 +54,13 @@ def slot(i: int) -> str:
     return f"{_SLOT}{i}"
 
 
-class _CompletedOnRead(dict):
+class _CompletedOnRead(dict, metaclass=abc.ABCMeta):
     """A dict some of whose entries are made on demand: iterating, sizing, copying or printing it
     completes it first (``_complete``), so it behaves as the plain dict Marin's attribute is."""
 
+    @abc.abstractmethod
     def _complete(self) -> None:
-        raise NotImplementedError
+        """Make every entry not made yet."""
 
     def __iter__(self) -> Any:
         self._complete()
