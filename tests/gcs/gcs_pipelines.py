@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import textwrap
 import time
@@ -16,18 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipelines import CALLS, record_call  # noqa: F401 - one call log (gp.CALLS) for local and GCS pipelines
+
 from marinbuild.executor import Executor, ExecutorStep, output_path_of, this_output_path, versioned
 from marinbuild.store import fs
-
-CALLS: list[str] = []
-
-
-def record_call(name: str) -> None:
-    CALLS.append(name)
-    log = os.environ.get("MARINBUILD_TEST_CALL_LOG")
-    if log:
-        with open(log, "a") as f:
-            f.write(f"{name}\n")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ def clear_calls():
 
 def _env(log: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(REPO), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent), str(REPO), env.get("PYTHONPATH", "")])
     env["MARINBUILD_TEST_CALL_LOG"] = str(log)
     return env
 
