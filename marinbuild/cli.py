@@ -235,7 +235,7 @@ def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple
     steps = []
     for step in dict.fromkeys(executor.canonicalize(s) for s in session.requested_steps()):
         overridden = step.override_output_path is not None
-        digest = ActionKey.of(executor.version_strs[step], step.name, overridden).digest
+        digest = ActionKey.of(executor.version_bytes[step], step.name, overridden).digest
         steps.append((step.name, executor.output_paths[step], digest, overridden))
     snapshot.write(key, workspace.cache_dir, recorder, inputs, folders, snapshot.Snapshot(requested, steps))
 

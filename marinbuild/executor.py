@@ -19,9 +19,7 @@ import os
 import re
 import sys
 import threading
-import urllib.parse
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypeVar
 
 from marinbuild.core.jsonenc import dumps_sorted
@@ -160,6 +158,13 @@ def get_fn_name(fn: ExecutorFunction, short: bool = False) -> str:
     return f"{module}.{qualname}"
 
 
+def _now_iso() -> str:
+    """Local time now, as Marin's ``datetime.now().isoformat()`` (datetime imported only when a run records it)."""
+    from datetime import datetime
+
+    return datetime.now().isoformat()
+
+
 def _worker_id() -> str:
     host = os.uname().nodename if hasattr(os, "uname") else __import__("socket").gethostname()
     return f"{host}-{os.getpid()}-{os.urandom(4).hex()}"
@@ -238,6 +243,8 @@ class Executor:
         self.dependencies = t.dependencies
         self.versions = t.versions
         self.version_strs = t.version_strs
+        self.version_bytes = t.version_bytes
+        """``version_strs`` as the ASCII bytes that are hashed (not one of Marin's attributes; no decoding)."""
         self.version_str_to_step = t.version_str_to_step
         self.hashed_versions = t.hashed_versions
         self.output_paths = t.output_paths
@@ -300,7 +307,7 @@ class Executor:
             worker_id=self.worker_id,
             git_commit=_git_commit(),
             caller_path=_caller_path(),
-            created_date=datetime.now().isoformat(),
+            created_date=_now_iso(),
             user=_user(),
             prefix=self.prefix,
             description=self.description,
@@ -408,6 +415,8 @@ class Executor:
             host = "https://marin.community/data-browser"
         else:
             host = "http://localhost:5000"
+        import urllib.parse
+
         return host + "/experiment?path=" + urllib.parse.quote(self.executor_info_path)
 
     # -- running --------------------------------------------------------------------------
@@ -494,7 +503,7 @@ class Executor:
                 bus=bus,
                 settings=settings,
                 cancel=cancel,
-                action=ActionKey.of(self.version_strs[step], step.name, step.override_output_path is not None),
+                action=ActionKey.of(self.version_bytes[step], step.name, step.override_output_path is not None),
             )
             for step in plan.to_run
         }

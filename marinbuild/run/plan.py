@@ -93,7 +93,7 @@ def make_plan(
             status = statuses[output_path]
             plan.steps[step] = _step_plan(step, status, output_path, worker_id, stale_after)
             if status == st.STATUS_SUCCESS:
-                built.append((output_path, ActionKey.of(table.version_strs[step], step.name,
+                built.append((output_path, ActionKey.of(table.version_bytes[step], step.name,
                                                         step.override_output_path is not None)))
                 continue
             for dep in graph.blocking_deps(step):

@@ -43,9 +43,9 @@ class ActionCacheCollisionError(Exception):
     """Two different version strings map to one output path (a 6-hex path-hash collision)."""
 
 
-def version_digest(version_str: str) -> str:
-    """The full-strength key of a version string: its sha256, hex."""
-    return hashlib.sha256(version_str.encode()).hexdigest()
+def version_digest(version_str: str | bytes) -> str:
+    """The full-strength key of a version string (or of its ASCII bytes): its sha256, hex."""
+    return hashlib.sha256(version_str.encode() if isinstance(version_str, str) else version_str).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class ActionKey:
     """The output path was set by hand (``override_output_path``), not derived from the version."""
 
     @classmethod
-    def of(cls, version_str: str, name: str, overridden: bool = False) -> ActionKey:
+    def of(cls, version_str: str | bytes, name: str, overridden: bool = False) -> ActionKey:
         return cls(version_digest(version_str), name, overridden)
 
 
