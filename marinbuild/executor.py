@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from marinbuild.core.jsonenc import dumps_sorted
+from marinbuild.core.jsonenc import dumps_sorted, json_str
 from marinbuild.core.placeholders import (
     THIS_OUTPUT_PATH,
     ExecutorFunction,
@@ -143,8 +143,21 @@ class ExecutorInfo:
     steps: list[ExecutorStepInfo]
 
 
+_FN_NAMES: dict[Any, str] = {}
+_FUNCTION = type(lambda: None)
+
+
 def get_fn_name(fn: ExecutorFunction, short: bool = False) -> str:
     """A name for ``fn`` that is the same in every run: ``module.qualname`` (Marin printed a memory address)."""
+    if short or type(fn) is not _FUNCTION:  # partials, wrappers and lambdas made per step are not kept here
+        return _fn_name(fn, short)
+    name = _FN_NAMES.get(fn)
+    if name is None:
+        name = _FN_NAMES[fn] = _fn_name(fn)
+    return name
+
+
+def _fn_name(fn: ExecutorFunction, short: bool = False) -> str:
     if fn is None:
         return "None"
     inner = getattr(fn, "fn", None)  # Marin's RemoteCallable and similar wrappers
@@ -338,13 +351,14 @@ class Executor:
         the run info file (``json.dumps(step_infos, sort_keys=True)``), and the run info's own step entries."""
         texts = []
         for info, step in zip(self.step_infos, self.steps, strict=True):
+            override = info.override_output_path
             texts.append(
                 '{"config": ' + dumps_sorted(info.config)
-                + ', "dependencies": ' + json.dumps(info.dependencies)
-                + ', "fn_name": ' + json.dumps(info.fn_name)
-                + ', "name": ' + json.dumps(info.name)
-                + ', "output_path": ' + json.dumps(info.output_path)
-                + ', "override_output_path": ' + json.dumps(info.override_output_path)
+                + ', "dependencies": ' + dumps_sorted(info.dependencies)
+                + ', "fn_name": ' + json_str(info.fn_name)
+                + ', "name": ' + json_str(info.name)
+                + ', "output_path": ' + json_str(info.output_path)
+                + ', "override_output_path": ' + ("null" if override is None else dumps_sorted(override))
                 + ', "version": ' + self.version_strs[step] + "}"
             )
         return texts

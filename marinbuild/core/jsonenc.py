@@ -37,10 +37,30 @@ class MarinJsonEncoder(json.JSONEncoder):
             return o.value
         if _is_jax_float_type(o):
             return str(o)
-        if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        names = None if isinstance(o, type) else _field_names(o)
+        if names is not None:
             # What dataclasses.asdict gives, without its deep copy: nested values are encoded in turn.
-            return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
+            return {name: getattr(o, name) for name in names}
         return str(o)
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
+def _field_names(o: Any) -> tuple[str, ...] | None:
+    """The field names of a dataclass instance, None for anything else; cached per class."""
+    cls = type(o)
+    try:
+        return _FIELD_NAMES[cls]
+    except KeyError:
+        names = _FIELD_NAMES[cls] = (
+            tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+        )
+    return names
+
+
+json_str = json.encoder.encode_basestring_ascii
+"""``json.dumps(a_str)``, without its call chain."""
 
 
 def _sorted_dumper() -> Any:

@@ -18,17 +18,14 @@ import abc
 import contextlib
 import gc
 import hashlib
-import json
 import os
 import re
 from collections.abc import Iterator
 from typing import Any
 
-from marinbuild.core.jsonenc import dumps_indented, dumps_sorted
+from marinbuild.core.jsonenc import dumps_indented, dumps_sorted, json_str
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.core.walk import collect_dependencies_and_version, instantiate_config, make_prefix_absolute_path
-
-_json_str = json.encoder.encode_basestring_ascii  # what json.dumps(a_str) returns, without the call chain
 
 MAX_INLINE_DEPTH = 4
 """Dependencies whose chain depth is at most this are inlined into a consumer's version."""
@@ -371,7 +368,7 @@ class VersionTable:
         short = self._short.get(dep)
         if short is None:
             text = f"{dep.name}-{self.hashed_versions[dep]}"
-            short = self._short[dep] = (text, _json_str(text).encode())
+            short = self._short[dep] = (text, json_str(text).encode())
         return short
 
     def _record(self, step: ExecutorStep, pseudo: bool, collected: Any) -> None:
@@ -390,7 +387,7 @@ class VersionTable:
                 dep_versions.append(text)
                 parts.append(encoded)
         parts.append(b'], "name": ')
-        parts.append(_json_str(step.name).encode())
+        parts.append(json_str(step.name).encode())
         version: dict[str, Any] = {"name": step.name, "config": collected.version, "dependencies": dep_versions}
         if collected.pseudo_dependencies:
             pseudo_versions: list[Any] = []

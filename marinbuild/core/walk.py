@@ -112,6 +112,10 @@ _LEAVES = frozenset({type(None), str, int, float, bool, bytes, OutputName})
 """Exact types ``collect_dependencies_and_version`` stops at at once (subclasses take the general path)."""
 
 
+_PLAIN = frozenset({type(None), str, int, float, bool, bytes})
+"""Exact types that stand for themselves in an instantiated config."""
+
+
 def dependency_index_str(i: int) -> str:
     return f"DEP[{i}]"
 
@@ -192,8 +196,8 @@ def instantiate_config(config: Any, output_path: str | None, output_paths: dict[
     """
 
     def recurse(obj: Any) -> Any:
-        if obj is None:
-            return None
+        if type(obj) in _PLAIN:
+            return obj
         if isinstance(obj, ExecutorStep):
             obj = output_path_of(obj)
         if isinstance(obj, MirroredValue):
@@ -213,8 +217,12 @@ def instantiate_config(config: Any, output_path: str | None, output_paths: dict[
             return _join(output_path, obj.name)
         if isinstance(obj, VersionedValue):
             return obj.value
-        if is_dataclass(obj) and not isinstance(obj, type):
-            return replace(obj, **{f.name: recurse(getattr(obj, f.name)) for f in fields(obj) if f.init})
+        shape = None if isinstance(obj, type) else _dataclass_shape(obj)
+        if shape is not None:
+            names, plain = shape
+            if plain:  # what dataclasses.replace does with every init field, without its per-call field scan
+                return type(obj)(**{name: recurse(getattr(obj, name)) for name in names})
+            return replace(obj, **{name: recurse(getattr(obj, name)) for name in names})
         if isinstance(obj, list):
             return [recurse(x) for x in obj]
         if isinstance(obj, tuple) and hasattr(obj, "_fields"):
@@ -226,6 +234,26 @@ def instantiate_config(config: Any, output_path: str | None, output_paths: dict[
         return obj
 
     return recurse(config)
+
+
+_SHAPES: dict[type, tuple[tuple[str, ...], bool] | None] = {}
+
+
+def _dataclass_shape(value: Any) -> tuple[tuple[str, ...], bool] | None:
+    """For a dataclass instance: the fields ``__init__`` takes (what ``dataclasses.replace`` passes on) and
+    whether calling the class with them is all ``replace`` does (False with ``InitVar`` pseudo-fields, which
+    ``replace`` checks); None for anything else. Cached per class."""
+    cls = type(value)
+    try:
+        return _SHAPES[cls]
+    except KeyError:
+        pass
+    shape = None
+    if is_dataclass(cls):
+        names = tuple(f.name for f in fields(cls) if f.init)
+        shape = (names, len(getattr(cls, "__dataclass_fields__", {})) == len(fields(cls)))
+    _SHAPES[cls] = shape
+    return shape
 
 
 def resolve_local_placeholders(config: ConfigT, output_path: str) -> ConfigT:

@@ -63,6 +63,7 @@ class LocalBackend:
         self._waiting: deque[tuple[StepJob, Completion]] = deque()
         self._fast: dict[object, float] = {}  # running step token -> when it stops holding a slot
         self._running = 0
+        self._finishing = 0  # workers reporting a completion: each looks for a waiting step right after
         self._idle = 0
         self._threads = 0
         self._handoff: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
@@ -97,7 +98,8 @@ class LocalBackend:
                 self._threads += 1
                 threading.Thread(target=self._worker, args=(item,), name=f"marinbuild-step-{self._threads}",
                                  daemon=True).start()
-        if self._waiting and self._fast:
+        if self._waiting and self._fast and not self._finishing:
+            # (a worker reporting a completion takes the next waiting step itself, then calls this again)
             if self._promoter is None:
                 self._promoter = threading.Thread(target=self._promote_loop, name="marinbuild-promoter", daemon=True)
                 self._promoter.start()
@@ -130,22 +132,29 @@ class LocalBackend:
         while item is not None:
             job, done, token = item
             try:
-                outcome = job.run_here()
+                outcome, error = job.run_here(), None
             except BaseException as exc:
-                done(job, None, exc)
-            else:
-                done(job, outcome, None)
+                outcome, error = None, exc
             with self._cond:
-                self._fast.pop(token, None)
-                self._running -= 1
-                if self._closed:
-                    return
-                if self._can_start_locked():
-                    item = self._claim_locked()  # run the next waiting step on this thread: no hand-off
-                    self._start_waiting_locked()
-                    continue
-                self._idle += 1
-            item = self._handoff.get()
+                self._finishing += 1
+            try:
+                done(job, outcome, error)  # may submit the steps this one unblocked
+            finally:
+                with self._cond:
+                    self._finishing -= 1
+                    self._fast.pop(token, None)
+                    self._running -= 1
+                    closed = self._closed
+                    if not closed:
+                        # the next waiting step runs on this thread: no hand-off
+                        item = self._claim_locked() if self._can_start_locked() else None
+                        self._start_waiting_locked()
+                        if item is None:
+                            self._idle += 1
+            if closed:
+                return
+            if item is None:
+                item = self._handoff.get()
 
     def shutdown(self, cancel: bool = False) -> None:
         with self._cond:
