@@ -271,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     problems = []
+    finished_prefixes: list[str] = []
     for n in args.sizes:
         for shape in args.shapes:
             row: dict[str, Any] = {"shape": shape, "steps": n}
@@ -283,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     row["noop"] = measure_phase(shape, n, "noop", prefix)
             finally:
-                if not args.keep:
-                    shutil.rmtree(prefix, ignore_errors=True)
+                # deleted after the last row: on this VM deleting thousands of files slows the next file creations
+                finished_prefixes.append(prefix)
             row["prefix"] = prefix
             for phase in PHASES:
                 if "error" in row[phase]:
@@ -301,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+    if not args.keep:
+        for prefix in finished_prefixes:
+            shutil.rmtree(prefix, ignore_errors=True)
 
     header = [
         "shape",

@@ -316,14 +316,14 @@ def max_mirror_budget(config: Any) -> float | None:
     stack = [config]
     while stack:
         obj = stack.pop()
-        if obj is None or isinstance(obj, InputName | ExecutorStep):
+        if type(obj) in _LEAVES or isinstance(obj, InputName | ExecutorStep):
             continue
         if isinstance(obj, MirroredValue):
             best = obj.budget_gb if best is None else max(best, obj.budget_gb)
         elif isinstance(obj, VersionedValue):
             stack.append(obj.value)
-        elif is_dataclass(obj) and not isinstance(obj, type):
-            stack.extend(getattr(obj, f.name) for f in fields(obj))
+        elif (names := None if isinstance(obj, type) else _dataclass_field_names(obj)) is not None:
+            stack.extend(getattr(obj, name) for name in names)
         elif isinstance(obj, list | tuple):
             stack.extend(obj)
         elif isinstance(obj, dict):
