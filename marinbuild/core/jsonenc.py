@@ -5,11 +5,12 @@ Unlike Marin's, it does not import jax: jax dtypes are recognised only when jax 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from enum import Enum
 from typing import Any
+
+from marinbuild.core.fields import field_names
 
 
 def _is_jax_float_type(o: Any) -> bool:
@@ -37,26 +38,11 @@ class MarinJsonEncoder(json.JSONEncoder):
             return o.value
         if _is_jax_float_type(o):
             return str(o)
-        names = None if isinstance(o, type) else _field_names(o)
+        names = None if isinstance(o, type) else field_names(o)
         if names is not None:
             # What dataclasses.asdict gives, without its deep copy: nested values are encoded in turn.
             return {name: getattr(o, name) for name in names}
         return str(o)
-
-
-_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
-
-
-def _field_names(o: Any) -> tuple[str, ...] | None:
-    """The field names of a dataclass instance, None for anything else; cached per class."""
-    cls = type(o)
-    try:
-        return _FIELD_NAMES[cls]
-    except KeyError:
-        names = _FIELD_NAMES[cls] = (
-            tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
-        )
-    return names
 
 
 json_str = json.encoder.encode_basestring_ascii

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, TypeVar
 
+from marinbuild.core.fields import field_names, init_shape
 from marinbuild.core.placeholders import (
     ExecutorStep,
     InputName,
@@ -93,21 +94,6 @@ class Dependencies:
     version: dict[str, Any]
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
-
-
-def _dataclass_field_names(value: Any) -> tuple[str, ...] | None:
-    """The field names of a dataclass instance (what ``dataclasses.fields`` lists), None for
-    anything else; cached per class."""
-    cls = type(value)
-    try:
-        return _FIELD_NAMES[cls]
-    except KeyError:
-        names = tuple(f.name for f in fields(cls)) if is_dataclass(cls) else None
-        _FIELD_NAMES[cls] = names
-        return names
-
-
 _LEAVES = frozenset({type(None), str, int, float, bool, bytes, OutputName})
 """Exact types ``collect_dependencies_and_version`` stops at at once (subclasses take the general path)."""
 
@@ -155,7 +141,7 @@ def collect_dependencies_and_version(obj: Any) -> Dependencies:
             version[prefix] = value.value
             return
         new_prefix = prefix + "." if prefix else ""
-        names = None if isinstance(value, type) else _dataclass_field_names(value)
+        names = None if isinstance(value, type) else field_names(value)
         if names is not None:
             for name in names:
                 visit(getattr(value, name), new_prefix + name)
@@ -217,7 +203,7 @@ def instantiate_config(config: Any, output_path: str | None, output_paths: dict[
             return _join(output_path, obj.name)
         if isinstance(obj, VersionedValue):
             return obj.value
-        shape = None if isinstance(obj, type) else _dataclass_shape(obj)
+        shape = None if isinstance(obj, type) else init_shape(obj)
         if shape is not None:
             names, plain = shape
             if plain:  # what dataclasses.replace does with every init field, without its per-call field scan
@@ -234,26 +220,6 @@ def instantiate_config(config: Any, output_path: str | None, output_paths: dict[
         return obj
 
     return recurse(config)
-
-
-_SHAPES: dict[type, tuple[tuple[str, ...], bool] | None] = {}
-
-
-def _dataclass_shape(value: Any) -> tuple[tuple[str, ...], bool] | None:
-    """For a dataclass instance: the fields ``__init__`` takes (what ``dataclasses.replace`` passes on) and
-    whether calling the class with them is all ``replace`` does (False with ``InitVar`` pseudo-fields, which
-    ``replace`` checks); None for anything else. Cached per class."""
-    cls = type(value)
-    try:
-        return _SHAPES[cls]
-    except KeyError:
-        pass
-    shape = None
-    if is_dataclass(cls):
-        names = tuple(f.name for f in fields(cls) if f.init)
-        shape = (names, len(getattr(cls, "__dataclass_fields__", {})) == len(fields(cls)))
-    _SHAPES[cls] = shape
-    return shape
 
 
 def resolve_local_placeholders(config: ConfigT, output_path: str) -> ConfigT:
@@ -322,7 +288,7 @@ def max_mirror_budget(config: Any) -> float | None:
             best = obj.budget_gb if best is None else max(best, obj.budget_gb)
         elif isinstance(obj, VersionedValue):
             stack.append(obj.value)
-        elif (names := None if isinstance(obj, type) else _dataclass_field_names(obj)) is not None:
+        elif (names := None if isinstance(obj, type) else field_names(obj)) is not None:
             stack.extend(getattr(obj, name) for name in names)
         elif isinstance(obj, list | tuple):
             stack.extend(obj)
