@@ -153,18 +153,28 @@ def list_outputs(output_path: str) -> dict[str, Stat]:
 
 
 def hash_local_file(path: str, size: int | None = None) -> str:
-    with open(path, "rb", buffering=0) as f:
-        if size is not None and size <= CHUNK:
-            return xxhash.xxh3_128_hexdigest(f.read())
-        h = xxhash.xxh3_128()
-        buf = bytearray(CHUNK)
-        view = memoryview(buf)
-        while True:
-            n = f.readinto(buf)
-            if not n:
-                break
-            h.update(view[:n])
-    return h.hexdigest()
+    """xxh3-128 of a local file. A file listed as ``size`` bytes (at most ``CHUNK``) takes three system calls
+    (open, one read, close): a short read of a regular file is its end. Anything else is read in chunks."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if size is not None and size < CHUNK:
+            data = os.read(fd, size + 1)
+            if len(data) <= size:
+                return xxhash.xxh3_128_hexdigest(data)
+            h = xxhash.xxh3_128(data)  # it grew since it was listed: hash the rest too
+        else:
+            h = xxhash.xxh3_128()
+        with open(fd, "rb", buffering=0, closefd=False) as f:
+            buf = bytearray(CHUNK)
+            view = memoryview(buf)
+            while True:
+                n = f.readinto(buf)
+                if not n:
+                    break
+                h.update(view[:n])
+        return h.hexdigest()
+    finally:
+        os.close(fd)
 
 
 def hash_remote_file(url: str) -> str:
