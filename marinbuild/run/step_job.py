@@ -248,7 +248,7 @@ def write_commit(output_path: str, action: ActionKey, manifest: Any, result: Any
     """Phase 5, once the lease is confirmed: the action record (with the manifest), ``.artifact.json``, SUCCESS."""
     action_cache.write_record(action_cache.new_record(output_path, action, manifest, worker_id))
     records.write_artifact(output_path, result)
-    st.write_status(output_path, st.STATUS_SUCCESS)
+    st.write_status(output_path, st.STATUS_SUCCESS, replacing_running=True)
 
 
 class OutputFolderMissingError(Exception):

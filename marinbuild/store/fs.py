@@ -93,12 +93,19 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
         raise
 
 
-def write_in_place(path: str, data: bytes) -> None:
+def write_in_place(path: str, data: bytes, *, exists: bool = False) -> None:
     """Write ``data`` directly (no temporary file). For files whose readers are protected by the
     commit order (a status written after the outputs it vouches for), where a reader of a
-    half-written file sees an empty one, which means "not built" and is safe."""
+    half-written file sees an empty one, which means "not built" and is safe. ``exists``: the file is
+    most likely there already (a status replacing RUNNING), so overwrite it without trying to create it."""
     if is_local(path):
         target = local_path(path)
+        if exists:
+            try:
+                _overwrite(target, data)
+                return
+            except FileNotFoundError:
+                pass
         try:
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:

@@ -13,49 +13,64 @@ import fcntl
 import os
 import time
 from collections.abc import Iterator
-from typing import IO
 
 from marinbuild.store.lease import Lease, LeaseLostError, LeaseRecord, encode_lease, parse_lease
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_READ_SIZE = 4096
 
 
 class LocalFileLease(Lease):
     makes_output_folder = True
 
     @contextlib.contextmanager
-    def _locked(self, create: bool, exclusive: bool = True) -> Iterator[IO[bytes] | None]:
-        """Yield the lease file opened and flock'ed, or None if it does not exist and ``create`` is False."""
+    def _locked(self, create: bool, exclusive: bool = True) -> Iterator[int | None]:
+        """Yield the lease file's descriptor, flock'ed, or None if it does not exist and ``create`` is False.
+
+        Raw descriptors, not Python file objects: a file object costs four more system calls to open
+        (fstat, ioctl, two lseeks) and more per read, and every step takes, checks and releases a lease.
+        """
         while True:
             if create:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
-                f = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644), "r+b")
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
             else:
                 try:
-                    f = open(self.path, "r+b")
+                    fd = os.open(self.path, os.O_RDWR | _CLOEXEC)
                 except FileNotFoundError:
                     yield None
                     return
-            with f:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
                 try:
-                    same = os.fstat(f.fileno()).st_ino == os.stat(self.path).st_ino
+                    same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
                 except FileNotFoundError:
                     same = False
                 if same:
-                    yield f
+                    yield fd
                     return
+            finally:
+                os.close(fd)  # also drops the flock
             # The file we opened was unlinked while we waited: open the current one.
 
     @staticmethod
-    def _read(f: IO[bytes]) -> bytes:
-        f.seek(0)
-        return f.read()
+    def _read(fd: int) -> bytes:
+        chunks = []
+        offset = 0
+        while True:
+            data = os.pread(fd, _READ_SIZE, offset)
+            if not data:
+                break
+            chunks.append(data)
+            offset += len(data)
+            if len(data) < _READ_SIZE:  # a short read of a regular file is its end
+                break
+        return b"".join(chunks)
 
-    def _write(self, f: IO[bytes], record: LeaseRecord) -> None:
+    def _write(self, fd: int, record: LeaseRecord) -> None:
         data = encode_lease(record)
-        f.seek(0)
-        f.write(data)
-        f.flush()
-        f.truncate(len(data))  # overwrite then cut: cheaper than emptying first, same result under the lock
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))  # overwrite then cut: cheaper than emptying first, same result under the lock
 
     def _try_create(self) -> bool | None:
         """Fast path: create the lease file if there is none. None if one already exists."""
@@ -81,7 +96,7 @@ class LocalFileLease(Lease):
             data = self._read(f)
             if not data.strip():
                 # Empty: its creator is between creating and writing it (or died there long ago).
-                age = time.time() - os.fstat(f.fileno()).st_mtime
+                age = time.time() - os.fstat(f).st_mtime
                 if age <= self.stale_after:
                     return False
             current = parse_lease(self.path, data)

@@ -103,7 +103,8 @@ def read_local_statuses(output_paths: list[str]) -> dict[str, str | None]:
     return found
 
 
-def write_status(output_path: str, status: str) -> None:
+def write_status(output_path: str, status: str, *, replacing_running: bool = False) -> None:
+    """``replacing_running``: this runner wrote RUNNING here, so the file exists (one system call fewer)."""
     if status not in STATUSES:
         raise ValueError(f"unknown status {status!r}")
-    fs.write_in_place(status_path(output_path), status.encode())
+    fs.write_in_place(status_path(output_path), status.encode(), exists=replacing_running)
