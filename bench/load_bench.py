@@ -27,7 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from marinbuild.core import labels as _labels
 from marinbuild.load import Loader, Workspace
+from marinbuild.load import attrs as _attrs
 from marinbuild.load import codecache as _codecache
 from marinbuild.load import context as _context
 from marinbuild.load import dialect as _dialect
@@ -111,9 +113,13 @@ def make_workspace(root: Path, targets: int, packages: int) -> None:
 
 
 def clear_caches(root: Path | None = None) -> None:
+    """Forget what this process learnt from earlier loads (as a new process would), and with ``root`` the disk cache."""
     _codecache.clear_memory_cache()
     _context._POSITIONS.clear()
     _trusted._MODULES.clear()
+    _attrs._ABSOLUTE.clear()
+    _attrs._PREFIXES.clear()
+    _labels.parse_label.cache_clear()
     if root is not None:
         shutil.rmtree(root / ".marinbuild", ignore_errors=True)
 

@@ -4,6 +4,11 @@ Each ``Attr`` converts the value written in a BUILD file into its validated form
 labels become ``Label`` objects resolved against the declaring package, lists become
 tuples, dicts become ``FrozenDict`` and configs become dataclass instances. A value of
 ``None`` means "not given" (so macros can pass optional arguments through).
+
+Label texts are converted once: a memo per BUILD file evaluation (``labels_of``) maps each
+text written there to its ``Label``, and a process-wide one maps plain ``//pkg:name`` texts;
+a rule call enters its own target under ``name``, ``:name`` and ``//pkg:name``, so that a
+reference to a target declared before gets that very ``Label`` without any parsing.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from collections.abc import Iterable, Mapping
 from functools import cache
 from typing import Any
 
-from marinbuild.core.labels import Label, LabelError, parse_label
+from marinbuild.core.labels import Label, LabelError, _make_label, parse_label
+from marinbuild.load.context import _state
 from marinbuild.load.frozen import FrozenDict, thaw
 
 __all__ = ["Attr", "AttrValueError", "attr"]
@@ -40,40 +46,107 @@ _PLAIN_LABEL = re.compile(rf"(?:(//(?:{_SEGMENT}(?:/{_SEGMENT})*)?)?:)?({_SEGMEN
 """``//pkg/sub:name``, ``:name`` or ``name`` with nothing ``parse_label`` could object to: built without it."""
 _PLAIN_NAME = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*\Z")
 """A target name ``validate_target_name`` certainly accepts."""
+_PLAIN_PACKAGE = re.compile(rf"(?:{_SEGMENT}(?:/{_SEGMENT})*)?\Z")
 _ABSOLUTE: dict[str, Label] = {}
+_PREFIXES: dict[str, str | None] = {}
+_MEMO_LIMIT = 100_000
 
 
-def _to_label(value: Any, package: str) -> Label:
+def absolute_prefix(package: str) -> str | None:
+    """``"//package:"`` if ``//package:name`` is a plain label text for every plain ``name`` (see
+    ``_PLAIN_LABEL``), else ``None`` (a folder name ``parse_label`` would reject, say)."""
+    prefix = _PREFIXES.get(package, "")
+    if prefix == "":
+        if len(_PREFIXES) >= _MEMO_LIMIT:
+            _PREFIXES.clear()
+        prefix = _PREFIXES[package] = f"//{package}:" if _PLAIN_PACKAGE.match(package) else None
+    return prefix
+
+
+def labels_of(package: str) -> dict[str, Label]:
+    """The memo of label texts converted in ``package``: text -> ``Label`` (only texts that converted cleanly).
+
+    A text means the same label every time it is written in the same package, so each is
+    parsed once; a rule call also enters its target's ``name`` and ``:name`` here, so that
+    references to a target declared earlier get its very ``Label`` object. The memo lives in
+    the ``PackageContext`` of the BUILD file being evaluated (and goes with it); outside one,
+    this is an empty dict that nothing keeps.
+    """
+    ctx = getattr(_state, "ctx", None)
+    return ctx.labels if ctx is not None and ctx.package == package else {}
+
+
+def remember_absolute(text: str, label: Label) -> None:
+    """Enter a plain ``//package:name`` text in the memo of absolute labels (shared by all packages)."""
+    if len(_ABSOLUTE) >= _MEMO_LIMIT:
+        _ABSOLUTE.clear()
+    _ABSOLUTE[text] = label
+
+
+def _to_label(value: Any, package: str, memo: dict[str, Label] | None = None) -> Label:
+    if type(value) is str:
+        if memo is None:
+            memo = labels_of(package)
+        label = memo.get(value) or _ABSOLUTE.get(value)
+        if label is None:
+            label = _text_label(value, package)
+            if label is not _ABSOLUTE.get(value):  # absolute texts are remembered for all packages
+                if len(memo) >= _MEMO_LIMIT:
+                    memo.clear()
+                memo[value] = label
+        return label
     if isinstance(value, Label):
         label = value
     elif isinstance(value, str):
-        label = _ABSOLUTE.get(value)  # the same //pkg:name is written in many packages
-        if label is not None:
-            return label
-        plain = _PLAIN_LABEL.match(value)
-        if plain is not None:
-            where = plain.group(1)
-            if where is None:
-                return Label(package, plain.group(2))
-            label = _ABSOLUTE[value] = Label(where[2:], plain.group(2))
-            if len(_ABSOLUTE) > 100_000:
-                _ABSOLUTE.clear()
-            return label
-        try:
-            label = parse_label(value, package)
-        except LabelError as exc:
-            raise AttrValueError(str(exc)) from None
+        return _text_label(value, package)
     else:
         raise AttrValueError(f"expected a label string, got {_describe(value)}")
     if label.repo:
-        raise AttrValueError(
-            f"label {str(label)!r} is in repository @{label.repo}: only load() may refer to other repositories"
-        )
+        raise _repo_error(label)
     return label
 
 
+def _text_label(value: str, package: str) -> Label:
+    label = _ABSOLUTE.get(value)  # the same //pkg:name is written in many packages
+    if label is not None:
+        return label
+    plain = _PLAIN_LABEL.match(value)
+    if plain is not None:
+        where = plain.group(1)
+        if where is None:
+            return _make_label(package, plain.group(2))
+        label = _make_label(where[2:], plain.group(2))
+        remember_absolute(value, label)
+        return label
+    try:
+        label = parse_label(value, package)
+    except LabelError as exc:
+        raise AttrValueError(str(exc)) from None
+    if label.repo:
+        raise _repo_error(label)
+    return label
+
+
+def _repo_error(label: Label) -> AttrValueError:
+    return AttrValueError(
+        f"label {str(label)!r} is in repository @{label.repo}: only load() may refer to other repositories"
+    )
+
+
 def _is_sequence(value: Any) -> bool:
-    return isinstance(value, list | tuple)
+    cls = type(value)
+    return cls is list or cls is tuple or isinstance(value, list | tuple)
+
+
+def _is_mapping(value: Any) -> bool:
+    cls = type(value)
+    return cls is dict or cls is FrozenDict or isinstance(value, dict | Mapping)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""Exact types that attribute conversion passes through unchanged (in plain values and configs);
+``_SCALARS.issuperset(map(type, values))`` checks a whole list or dict of them without a Python loop."""
+_STR = frozenset({str})
 
 
 class Attr:
@@ -138,8 +211,15 @@ class LabelListAttr(Attr):
     def convert(self, value: Any, package: str) -> tuple[Label, ...]:
         if not _is_sequence(value):
             raise AttrValueError(f"expected a list of labels, got {_describe(value)}")
-        out = tuple(_to_label(x, package) for x in value)
-        if len(set(out)) != len(out):
+        memo = labels_of(package)
+        get = memo.get
+        get_absolute = _ABSOLUTE.get
+        labels = []
+        for x in value:  # a plain loop: cheaper than a comprehension for the usual few labels
+            label = (get(x) or get_absolute(x)) if type(x) is str else None
+            labels.append(label if label is not None else _to_label(x, package, memo))
+        out = tuple(labels)
+        if len(out) > 1 and len(set(out)) != len(out):
             seen: set[Label] = set()
             dup = next(x for x in out if x in seen or seen.add(x))  # type: ignore[func-returns-value]
             raise AttrValueError(f"label {str(dup)!r} appears more than once")
@@ -159,7 +239,7 @@ class SourceFilesAttr(LabelListAttr):
     requires_files = True
 
     def convert(self, value: Any, package: str) -> tuple[Label, ...]:
-        out = super().convert(value, package)
+        out = LabelListAttr.convert(self, value, package)
         for label in out:
             if label.package != package:
                 raise AttrValueError(
@@ -192,19 +272,23 @@ class LabelKeyedDictAttr(Attr):
         self.value_attr = _element_attr(value, "attr.label_keyed_dict(value=...)")
 
     def convert(self, value: Any, package: str) -> FrozenDict:
-        if not isinstance(value, dict | Mapping):
+        if not _is_mapping(value):
             raise AttrValueError(f"expected a dict from labels to values, got {_describe(value)}")
         out: dict[Label, Any] = {}
+        memo = labels_of(package)
+        get = memo.get
+        get_absolute = _ABSOLUTE.get
+        convert = self.value_attr.convert if self.value_attr is not None else None
         for key, item in value.items():
-            label = _to_label(key, package)
+            label = ((get(key) or get_absolute(key)) if type(key) is str else None) or _to_label(key, package, memo)
             if label in out:
                 raise AttrValueError(f"label {str(label)!r} appears more than once as a key")
-            if self.value_attr is not None:
+            if convert is not None:
                 try:
-                    item = self.value_attr.convert(item, package)
+                    item = convert(item, package)
                 except AttrValueError as exc:
                     raise AttrValueError(f"value for key {key!r}: {exc}") from None
-            else:
+            elif type(item) not in _SCALARS:
                 item = _json_like(item, f"value for key {key!r}")
             out[label] = item
         return FrozenDict(out)
@@ -224,6 +308,8 @@ class StringAttr(Attr):
         self.values = tuple(values) if values is not None else None
 
     def convert(self, value: Any, package: str) -> str:
+        if type(value) is str and self.values is None:
+            return value
         if not isinstance(value, str):
             raise AttrValueError(f"expected a string, got {_describe(value)}")
         if self.values is not None and value not in self.values:
@@ -238,6 +324,8 @@ class IntAttr(Attr):
     type_name = "int"
 
     def convert(self, value: Any, package: str) -> int:
+        if type(value) is int:
+            return value
         if isinstance(value, bool) or not isinstance(value, int):
             raise AttrValueError(f"expected an int, got {_describe(value)}")
         return value
@@ -250,6 +338,11 @@ class FloatAttr(Attr):
     type_name = "float"
 
     def convert(self, value: Any, package: str) -> float:
+        cls = type(value)
+        if cls is float:
+            return value
+        if cls is int:
+            return float(value)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise AttrValueError(f"expected a float (or int), got {_describe(value)}")
         return float(value)
@@ -262,6 +355,8 @@ class BoolAttr(Attr):
     type_name = "bool"
 
     def convert(self, value: Any, package: str) -> bool:
+        if value is True or value is False:
+            return value
         if not isinstance(value, bool):
             raise AttrValueError(f"expected True or False, got {_describe(value)}")
         return value
@@ -272,16 +367,20 @@ class BoolAttr(Attr):
 
 def _json_like(value: Any, where: str) -> Any:
     """``value`` frozen, checking it holds only strings, numbers, booleans, None, labels, lists and dicts."""
-    if value is None or isinstance(value, str | int | float | Label):
+    if type(value) in _SCALARS or isinstance(value, str | int | float | Label):
         return value
     if _is_sequence(value):
-        return tuple(_json_like(x, where) for x in value)
-    if isinstance(value, dict | Mapping):
+        if _SCALARS.issuperset(map(type, value)):
+            return tuple(value)
+        return tuple([x if type(x) in _SCALARS else _json_like(x, where) for x in value])
+    if _is_mapping(value):
+        if _STR.issuperset(map(type, value)) and _SCALARS.issuperset(map(type, value.values())):
+            return FrozenDict(value)
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise AttrValueError(f"{where}: dict keys must be strings, got {_describe(k)}")
-            out[k] = _json_like(v, where)
+            out[k] = v if type(v) in _SCALARS else _json_like(v, where)
         return FrozenDict(out)
     raise AttrValueError(f"{where}: expected strings, numbers, booleans, None, lists or dicts; got {_describe(value)}")
 
@@ -299,7 +398,9 @@ class ListAttr(Attr):
         if not _is_sequence(value):
             raise AttrValueError(f"expected a list, got {_describe(value)}")
         if self.of is None:
-            return tuple(_json_like(x, "list element") for x in value)
+            if _SCALARS.issuperset(map(type, value)):
+                return tuple(value)
+            return tuple([x if type(x) in _SCALARS else _json_like(x, "list element") for x in value])
         out = []
         for i, item in enumerate(value):
             try:
@@ -325,14 +426,20 @@ class DictAttr(Attr):
         self.value_attr = _element_attr(value, "attr.dict(value=...)")
 
     def convert(self, value: Any, package: str) -> FrozenDict:
-        if not isinstance(value, dict | Mapping):
+        if not _is_mapping(value):
             raise AttrValueError(f"expected a dict, got {_describe(value)}")
+        if (
+            self.value_attr is None
+            and _STR.issuperset(map(type, value))
+            and _SCALARS.issuperset(map(type, value.values()))
+        ):
+            return FrozenDict(value)  # string keys, plain values: nothing to convert
         out = {}
         for k, v in value.items():
-            if not isinstance(k, str):
+            if type(k) is not str and not isinstance(k, str):
                 raise AttrValueError(f"dict keys must be strings, got {_describe(k)}")
             if self.value_attr is None:
-                out[k] = _json_like(v, f"value for key {k!r}")
+                out[k] = v if type(v) in _SCALARS else _json_like(v, f"value for key {k!r}")
             else:
                 try:
                     out[k] = self.value_attr.convert(v, package)
@@ -344,8 +451,16 @@ class DictAttr(Attr):
         return FrozenDict()
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _DataclassInfo:
+    names: tuple[str, ...]  # init fields, in declaration order
+    known: frozenset[str]  # the same, for membership tests
+    required: frozenset[str]  # init fields without a default
+    nested: dict[str, type]  # fields whose type is itself a dataclass
+
+
 @cache
-def _dataclass_info(cls: type) -> tuple[tuple[str, ...], frozenset[str], dict[str, type]]:
+def _dataclass_info(cls: type) -> _DataclassInfo:
     """A dataclass's init field names, the required ones, and the fields whose type is itself a dataclass."""
     fields = [f for f in dataclasses.fields(cls) if f.init]
     names = tuple(f.name for f in fields)
@@ -357,30 +472,42 @@ def _dataclass_info(cls: type) -> tuple[tuple[str, ...], frozenset[str], dict[st
     except Exception:  # unresolvable forward references: no nested conversion
         hints = {}
     nested = {n: t for n, t in hints.items() if n in names and isinstance(t, type) and dataclasses.is_dataclass(t)}
-    return names, required, nested
+    return _DataclassInfo(names, frozenset(names), required, nested)
 
 
 def _build_dataclass(cls: type, value: Mapping[str, Any], where: str) -> Any:
-    names, required, nested = _dataclass_info(cls)
-    for key in value:
-        if key not in names:
-            raise AttrValueError(
-                f"{where}: unknown field {key!r} for {cls.__name__} (fields: {', '.join(names) or 'none'})"
-            )
-    for name in required:
-        if name not in value:
-            raise AttrValueError(f"{where}: missing field {name!r} for {cls.__name__}")
-    kwargs: dict[str, Any] = {}
-    for key, item in value.items():
-        if key in nested and isinstance(item, dict | Mapping):
-            item = _build_dataclass(nested[key], item, f"{where}.{key}")
-        elif type(item) is not str and type(item) is not int and type(item) is not float:
-            item = thaw(item)
-        kwargs[key] = item
+    info = _dataclass_info(cls)
+    keys = value.keys() if isinstance(value, dict) else frozenset(value)
+    if not keys <= info.known:
+        key = next(k for k in value if k not in info.known)
+        raise AttrValueError(
+            f"{where}: unknown field {key!r} for {cls.__name__} (fields: {', '.join(info.names) or 'none'})"
+        )
+    if not info.required <= keys:
+        name = next(n for n in info.required if n not in value)
+        raise AttrValueError(f"{where}: missing field {name!r} for {cls.__name__}")
+    nested = info.nested
+    if not nested and _SCALARS.issuperset(map(type, value.values())):
+        kwargs: Mapping[str, Any] = value  # nothing to convert or copy
+    else:
+        kwargs = _dataclass_fields(value, nested, where)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise AttrValueError(f"{where}: {cls.__name__}(...) rejected the fields: {exc}") from None
+
+
+def _dataclass_fields(value: Mapping[str, Any], nested: dict[str, type], where: str) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    for key, item in value.items():
+        if type(item) in _SCALARS:
+            pass
+        elif key in nested and _is_mapping(item):
+            item = _build_dataclass(nested[key], item, f"{where}.{key}")
+        else:
+            item = thaw(item)
+        kwargs[key] = item
+    return kwargs
 
 
 class ConfigAttr(Attr):
@@ -397,7 +524,7 @@ class ConfigAttr(Attr):
     def convert(self, value: Any, package: str) -> Any:
         if isinstance(value, self.cls):
             return value
-        if isinstance(value, dict | Mapping):
+        if _is_mapping(value):
             return _build_dataclass(self.cls, value, "config")
         raise AttrValueError(f"expected a dict of {self.cls.__name__} fields (or an instance), got {_describe(value)}")
 

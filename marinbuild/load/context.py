@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from marinbuild.load.errors import BuildFileError, Location
 
 if TYPE_CHECKING:
+    from marinbuild.core.labels import Label
     from marinbuild.load.target import Target
 
 __all__ = [
@@ -46,6 +47,8 @@ class PackageContext:
     display: str  # the BUILD file's path in messages
     targets: dict[str, Target] = field(default_factory=dict)
     glob_files: list[str] | None = None  # the package's files (lazily listed by glob())
+    labels: dict[str, Label] = field(default_factory=dict)  # label texts converted here (see attrs.labels_of)
+    label_prefix: str | None = ""  # "//package:" if that spells labels (attrs.absolute_prefix); "": not known yet
 
 
 _state = threading.local()
@@ -122,9 +125,11 @@ def frame_location(frame: FrameType | None, prefer: str | None = None) -> Locati
     return site_location(frame_site(frame, prefer))
 
 
-Site = tuple[str, CodeType, int, int] | Location
-"""Where a call happened, cheaply: ``(display path, code, f_lasti, f_lineno)``, turned into a
-``Location`` (which needs the code's position table) only when asked; or a ``Location``."""
+Site = tuple[str, CodeType, int] | Location
+"""Where a call happened, cheaply: ``(display path, code, f_lasti)``, turned into a ``Location``
+(which needs the code's position table) only when asked; or a ``Location``. Not ``f_lineno``:
+CPython finds it by scanning the line table from the start of the code, so reading it at every
+rule call of a long BUILD file costs time quadratic in the file's length."""
 
 
 def frame_site(frame: FrameType | None, prefer: str | None = None) -> Site:
@@ -136,12 +141,12 @@ def frame_site(frame: FrameType | None, prefer: str | None = None) -> Site:
         filename = f.f_code.co_filename
         if filename in files:
             if prefer is None or filename == prefer:
-                return (files[filename], f.f_code, f.f_lasti, f.f_lineno)
+                return (files[filename], f.f_code, f.f_lasti)
             if first is None:
                 first = f
         f = f.f_back
     if first is not None:
-        return (files[first.f_code.co_filename], first.f_code, first.f_lasti, first.f_lineno)
+        return (files[first.f_code.co_filename], first.f_code, first.f_lasti)
     return Location("<unknown>", 1, 1)
 
 
@@ -149,6 +154,14 @@ def site_location(site: Site) -> Location:
     """The ``Location`` of a ``frame_site``."""
     if isinstance(site, Location):
         return site
-    display, code, lasti, lineno = site
+    display, code, lasti = site
     line, col = code_position(code, lasti)
-    return Location(display, line or lineno or 1, (col or 0) + 1)
+    return Location(display, line or _line_of(code, lasti) or 1, (col or 0) + 1)
+
+
+def _line_of(code: CodeType, lasti: int) -> int | None:
+    """The line of the instruction at byte offset ``lasti``, as ``frame.f_lineno`` gives it."""
+    for start, end, line in code.co_lines():
+        if start <= lasti < end:
+            return line
+    return None

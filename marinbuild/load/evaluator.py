@@ -50,6 +50,8 @@ class Evaluator:
         self.cache_dir = cache_dir
         self.repo_dirs = dict(repo_dirs or {})
         self._modules: dict[Path, dict[str, Any]] = {}
+        self._by_text: dict[tuple[str, str], dict[str, Any]] = {}  # (load() label, its package or "") -> exports
+        self._root = str(workspace.root)
         self._loading: list[tuple[Path, str]] = []
 
     def loaded_files(self) -> list[Path]:
@@ -58,8 +60,14 @@ class Evaluator:
 
     def eval_build_file(self, package: str) -> dict[str, Target]:
         """Evaluate ``package``'s BUILD.marin; its targets by name, in declaration order."""
-        path = self.workspace.build_file(package)
-        compiled = self._compile(path)
+        if package:  # what workspace.build_file() and display() give, without making Paths
+            path = os.path.join(self._root, package, BUILD_FILE)
+            display = f"{package}/{BUILD_FILE}"
+        else:
+            path = os.path.join(self._root, BUILD_FILE)
+            display = BUILD_FILE
+        compiled = compile_file(path, display, self.cache_dir)
+        register_dialect_file(compiled.path, display)
         loads = self._resolve_loads(compiled, package)
         scope = base_globals(f"//{package}:{BUILD_FILE}", loads)
         ctx = PackageContext(package, self.workspace.package_dir(package), compiled.path, compiled.display)
@@ -88,6 +96,10 @@ class Evaluator:
 
     def load_module(self, text: str, package: str, location: Location) -> dict[str, Any]:
         """The exports of the file ``text`` names (relative to ``package``), loading it if needed."""
+        key = (text, "" if text.startswith(("//", "@")) else package)  # absolute labels: one entry for all
+        known = self._by_text.get(key)
+        if known is not None:
+            return known
         try:
             label = parse_label(text, package)
         except LabelError as exc:
@@ -103,6 +115,7 @@ class Evaluator:
         path = where.path
         cached = self._modules.get(path)
         if cached is not None:
+            self._by_text[key] = cached
             return cached
         for i, (loading, _name) in enumerate(self._loading):
             if loading == path:
@@ -124,7 +137,7 @@ class Evaluator:
                 exports = self._eval_module(path, label)
         finally:
             self._loading.pop()
-        self._modules[path] = exports
+        self._modules[path] = self._by_text[key] = exports
         return exports
 
     def _eval_module(self, path: Path, label: Label) -> dict[str, Any]:

@@ -21,14 +21,32 @@ is exported as). ``name`` is implicit and mandatory.
 from __future__ import annotations
 
 import difflib
+import itertools
 import sys
 from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
-from marinbuild.core.labels import Label, LabelError, validate_target_name
-from marinbuild.load.attrs import _PLAIN_NAME, _UNSET, Attr, AttrValueError
-from marinbuild.load.context import PackageContext, Site, current_package, frame_location, frame_site, site_location
+from marinbuild.core.labels import Label, LabelError, _make_label, validate_target_name
+from marinbuild.load.attrs import (
+    _ABSOLUTE,
+    _MEMO_LIMIT,
+    _PLAIN_NAME,
+    _UNSET,
+    Attr,
+    AttrValueError,
+    absolute_prefix,
+)
+from marinbuild.load.context import (
+    _DIALECT_FILES,
+    PackageContext,
+    Site,
+    _state,
+    current_package,
+    frame_location,
+    frame_site,
+    site_location,
+)
 from marinbuild.load.errors import BuildFileError
 from marinbuild.load.locate import keyword_location
 from marinbuild.load.target import Target
@@ -36,6 +54,7 @@ from marinbuild.load.target import Target
 __all__ = ["RuleType", "rule"]
 
 _RESERVED_ATTRS = frozenset({"name"})
+_ORDER = itertools.count(1)
 
 
 class RuleType:
@@ -71,6 +90,10 @@ class RuleType:
         self.name: str | None = None
         self.defined_in: str | None = None  # label of the file that exported it
         self.label_attrs: tuple[str, ...] = tuple(k for k, a in attrs.items() if a.has_labels)
+        self.label_specs: tuple[tuple[str, Attr], ...] = tuple((k, attrs[k]) for k in self.label_attrs)
+        self._plan = tuple(
+            (k, a, a.convert if type(a).value_or_default is Attr.value_or_default else None) for k, a in attrs.items()
+        )  # a given value goes straight to convert() unless the type has its own value_or_default()
 
     @property
     def display_name(self) -> str:
@@ -90,9 +113,16 @@ class RuleType:
         return f"<rule {self.display_name}{where}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Label:
-        ctx = current_package(self._what)
+        ctx = getattr(_state, "ctx", None)
+        if ctx is None:
+            ctx = current_package(self._what)  # raises the located error
         frame = sys._getframe(1)
-        site = frame_site(frame, prefer=ctx.build_file)  # its column is computed only if needed
+        code = frame.f_code
+        display = _DIALECT_FILES.get(code.co_filename)
+        if display is not None and code.co_filename == ctx.build_file:  # called by the BUILD file itself
+            site: Site = (display, code, frame.f_lasti)  # its column is computed only if needed
+        else:  # by a macro
+            site = frame_site(frame, prefer=ctx.build_file)
         if args:
             raise self._error(ctx, frame, site, None, "rules take keyword arguments only (name = ..., attr = ...)")
         name = kwargs.pop("name", None)
@@ -102,7 +132,8 @@ class RuleType:
             )
         if not isinstance(name, str):
             raise self._error(ctx, frame, site, "name", f"attribute 'name' must be a string, got {name!r}")
-        if _PLAIN_NAME.match(name) is None:
+        plain = (name.isidentifier() and name.isascii()) or _PLAIN_NAME.match(name) is not None
+        if not plain:
             try:
                 validate_target_name(name)
             except LabelError as exc:
@@ -122,30 +153,52 @@ class RuleType:
             )
         package = ctx.package
         values: dict[str, Any] = {}
-        for key, spec in self.attrs.items():
+        for key, spec, convert in self._plan:
             value = kwargs.get(key, _UNSET)
-            if (value is _UNSET or value is None) and spec.mandatory:
-                raise self._error(
-                    ctx,
-                    frame,
-                    site,
-                    None,
-                    f"{self.display_name}(name={name!r}) is missing the mandatory attribute {key!r}",
-                )
             try:
-                values[key] = spec.value_or_default(value, package)
+                if convert is not None and value is not _UNSET and value is not None:
+                    values[key] = convert(value, package)
+                elif (value is _UNSET or value is None) and spec.mandatory:
+                    raise self._error(
+                        ctx,
+                        frame,
+                        site,
+                        None,
+                        f"{self.display_name}(name={name!r}) is missing the mandatory attribute {key!r}",
+                    )
+                else:
+                    values[key] = spec.value_or_default(value, package)
             except AttrValueError as exc:
                 what = "default of attribute" if value is _UNSET or value is None else "attribute"
                 raise self._error(
                     ctx, frame, site, key, f"{what} {key!r} of {self.display_name}(name={name!r}): {exc}"
                 ) from None
-        previous = ctx.targets.get(name)
+        targets = ctx.targets
+        previous = targets.get(name)
         if previous is not None:
             raise self._error(
                 ctx, frame, site, "name", f"duplicate target name {name!r}: already declared at {previous.location}"
             )
-        label = Label(package, name)
-        ctx.targets[name] = Target(label, self, values, site)
+        if plain:  # what 'name', ':name' and '//package:name' mean, for the labels that refer to it
+            memo = ctx.labels
+            label = memo.get(name)
+            absolute = ctx.label_prefix
+            if absolute == "":
+                absolute = ctx.label_prefix = absolute_prefix(package)
+            if absolute is not None:
+                absolute += name
+                if label is None:
+                    label = _ABSOLUTE.get(absolute)  # referred to by a package loaded before
+            if label is None:
+                label = _make_label(package, name)
+            memo[name] = memo[":" + name] = label
+            if absolute is not None:
+                if len(_ABSOLUTE) >= _MEMO_LIMIT:
+                    _ABSOLUTE.clear()
+                _ABSOLUTE[absolute] = label
+        else:
+            label = Label(package, name)
+        targets[name] = Target(label, self, values, site, (), (), (), next(_ORDER))  # positional: faster
         return label
 
     def _error(

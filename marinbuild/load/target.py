@@ -33,6 +33,9 @@ class Target:
     srcs: tuple[Label, ...] = ()
     source_paths: tuple[Path, ...] = ()
     _refs: list[tuple[str, Label]] | None = field(default=None, init=False, repr=False)
+    order: int = field(default=0, repr=False)
+    """When the target was declared (a process-wide sequence number): the loader skips looking for
+    dependency cycles when every dependency was declared before the target depending on it."""
 
     @property
     def location(self) -> Location:
@@ -65,10 +68,13 @@ class Target:
         refs = self._refs
         if refs is None:
             refs = []
-            for name in self.rule.label_attrs:
-                value = self.attrs[name]
+            append = refs.append
+            attrs = self.attrs
+            for name, spec in self.rule.label_specs:
+                value = attrs[name]
                 if value is not None:
-                    refs.extend((name, label) for label in self.rule.attrs[name].labels(value))
+                    for label in spec.labels(value):  # a plain loop: the lists are short
+                        append((name, label))
             self._refs = refs
         return refs
 

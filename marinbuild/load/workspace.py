@@ -54,7 +54,7 @@ class Workspace:
     def is_package(self, package: str) -> bool:
         if package in self.ignored or any(is_skipped_dir(part) for part in package.split("/") if part):
             return False
-        return self.build_file(package).is_file()
+        return os.path.isfile(os.path.join(self.root, package, BUILD_FILE))  # build_file(package).is_file()
 
     def display(self, path: str | os.PathLike[str]) -> str:
         """``path`` relative to the root when inside it (for messages)."""
@@ -70,19 +70,37 @@ class Workspace:
         return self.cache_dir / "stat_cache.json"
 
     def packages(self, under: str = "") -> list[str]:
-        """All packages at or beneath ``under`` (sorted), e.g. ``["", "experiments/tutorials"]``."""
+        """All packages at or beneath ``under`` (sorted), e.g. ``["", "experiments/tutorials"]``.
+
+        Folders are listed as ``os.walk`` lists them (symbolic links to folders are not
+        entered; hidden, tool and ``ignore_dirs`` folders are skipped), with ``os.scandir``.
+        """
         start = self.package_dir(under)
         if not start.is_dir():
             return []
         ignored = self.ignored
         found: list[str] = []
-        prefix_len = len(str(self.root)) + 1
-        for dirpath, dirnames, filenames in os.walk(start):
-            rel = dirpath[prefix_len:].replace(os.sep, "/") if dirpath != str(self.root) else ""
-            dirnames[:] = [d for d in dirnames if not is_skipped_dir(d) and (f"{rel}/{d}" if rel else d) not in ignored]
-            dirnames.sort()
-            if BUILD_FILE in filenames:
-                found.append(rel)
+        stack = [(str(start), under)]
+        while stack:  # os.walk's walk (symbolic links to folders listed, not entered) without its lstat per folder
+            folder, rel = stack.pop()
+            try:
+                with os.scandir(folder) as entries:
+                    for entry in entries:
+                        name = entry.name
+                        try:
+                            is_dir = entry.is_dir()
+                        except OSError:
+                            is_dir = False
+                        if not is_dir:
+                            if name == BUILD_FILE:
+                                found.append(rel)
+                            continue
+                        sub = f"{rel}/{name}" if rel else name
+                        if is_skipped_dir(name) or sub in ignored or entry.is_symlink():
+                            continue
+                        stack.append((entry.path, sub))
+            except OSError:
+                continue
         found.sort()
         return found
 

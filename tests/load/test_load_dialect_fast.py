@@ -89,6 +89,65 @@ def test_repository_build_files_agree() -> None:
         _same(path.read_text())
 
 
+LOAD_TEXTS = [  # (text, whether the fast parse must accept it)
+    ('load("//a:b.bzl", "x")', True),
+    ("load('//a:b.bzl', 'x', y = 'z')", True),
+    ('load(\n  "//a:b.bzl",  # rule types\n  "x",\n  y="z",\n)', True),
+    ('load("a" , "b" , c="d" , )', True),
+    ('load("a",\r\n "b")', True),
+    ('load("a", case = "b", print = "c")', True),
+    ('load("a" "b", "x")', False),  # implicit concatenation
+    ('load("a", "b" "c")', False),
+    ('load(r"a", "x")', False),
+    ('load(f"a", "x")', False),
+    ('load(b"a", "x")', False),
+    ('load(u"a", "x")', False),
+    ('load("a", x)', False),
+    ('load("a", x = y)', False),
+    ('load("a", x = "y", "z")', False),  # positional after keyword
+    ('load("a", x = "y", x = "z")', False),  # repeated keyword
+    ('load("a", if = "y")', False),
+    ('load("a", True = "y")', False),
+    ('load("a", x == "y")', False),
+    ('load("a", x = = "y")', False),
+    ("load()", False),
+    ('load("a")', False),
+    ('load("a",)', False),
+    ("load(,)", False),
+    ('load("a",, "b")', False),
+    ('load("a", "b",,)', False),
+    ('load("a", "b c")', False),
+    ('load("a", "_x")', False),
+    ('load("a", x = "_y")', False),
+    ('load("a", "1x")', False),
+    ('load(x = "a")', False),
+    ('load("a", "b"\r)', False),
+    ('load("a", "b\rc")', False),
+    ('load("a", # c\r "b")', False),
+    ('load("a", x\n= "b")', True),
+    ('load("a", "b")', True),
+]
+
+
+@pytest.mark.parametrize(("text", "fast"), LOAD_TEXTS)
+def test_load_statements_parse_as_the_full_check_parses_them(text: str, fast: bool) -> None:
+    import ast
+
+    assert dialect._LOAD_CALL.fullmatch(text.encode()), "not a text the fast path would parse"
+    try:
+        stmt = ast.parse(text).body[0]
+        assert isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+        found = dialect._Checker("f.marin")._load_statement(stmt.value)
+        expected: object = (found.label, found.symbols)
+    except (SyntaxError, BuildFileError):
+        expected = None
+    parsed = dialect._parse_load(text.encode())
+    if fast:
+        assert expected is not None and parsed == expected
+    else:
+        assert parsed is None
+
+
 def test_load_positions_are_those_of_the_full_check() -> None:
     source = '# rules\n\nload(\n    "//rules:x.py",\n    "a",\n)\n'
     fast = dialect._compile_plain(source, "f.marin", "f.marin")

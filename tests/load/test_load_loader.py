@@ -443,3 +443,124 @@ def test_rule_types_defined_in_a_loaded_file_get_their_names(make_ws: WriteWorks
     assert target.kind == "custom" and target.rule.defined_in == "//lib:r.bzl"
     with pytest.raises(KeyError, match="not loaded"):
         Loader(ws).load_all().closure(["//a:zz"])
+
+
+# --- what makes loading fast must not change what it gives -------------------------------------
+
+
+def test_references_to_a_target_share_its_label(make_ws: WriteWorkspace, tmp_path: Path) -> None:
+    """A target's name, ':name' and '//pkg:name' (from its package or another, loaded before or after it)
+    all give labels equal to its own; references to one declared earlier get its very object."""
+    ws = make_ws(
+        {
+            "a/BUILD.marin": LOAD
+            + 'tokenize(name = "x")\ntrain(name = "y", dep = "x", data = {":x": 1.0}, deps = ["//a:x", "//b:z"])\n',
+            "b/BUILD.marin": LOAD + 'tokenize(name = "z")\ntrain(name = "w", dep = "//a:x", deps = [":z"])\n',
+        }
+    )
+    loaded = load_workspace(ws.root)
+    x, z = loaded["//a:x"].label, loaded["//b:z"].label
+    y, w = loaded["//a:y"], loaded["//b:w"]
+    assert y.attrs["dep"] is x and list(y.attrs["data"])[0] is x and y.attrs["deps"][0] is x
+    assert y.attrs["deps"] == (x, z) and y.deps == (x, z)
+    assert w.attrs["dep"] is x and w.attrs["deps"][0] is z and w.deps == (z, x)  # attribute order: deps, dep
+    twice = 'tokenize(name = "x")\ntrain(name = "y", deps = [":x", "//a:x"])\n'
+    with pytest.raises(BuildFileError, match="label '//a:x' appears more than once"):
+        Loader(make_ws({"a/BUILD.marin": LOAD + twice}, root=tmp_path / "twice")).load_all()
+
+
+def test_a_folder_name_no_label_can_spell_is_not_made_reachable(make_ws: WriteWorkspace) -> None:
+    """Declaring targets in a package whose folder name is not a valid label ('a b') must not make
+    '//a b:x' a valid label text elsewhere."""
+    ws = make_ws(
+        {
+            "a b/BUILD.marin": LOAD + 'tokenize(name = "x")\n',
+            "c/BUILD.marin": LOAD + 'train(name = "y", deps = ["//a b:x"])\n',
+        }
+    )
+    with pytest.raises(BuildFileError) as info:
+        Loader(ws).load_all()
+    assert "invalid label '//a b:x'" in str(info.value) and "c/BUILD.marin:2" in str(info.value)
+
+
+def test_forward_references_and_cycles_with_and_without_declaration_order(
+    make_ws: WriteWorkspace, tmp_path: Path
+) -> None:
+    """Dependencies declared after their dependents (no cycle) load; a cycle is found whichever way round."""
+    forward = make_ws(
+        {
+            "a/BUILD.marin": LOAD + 'train(name = "x", deps = [":y", "//b:z"])\ntokenize(name = "y")\n',
+            "b/BUILD.marin": LOAD + 'train(name = "z", dep = "//a:y")\n',
+        }
+    )
+    loaded = Loader(forward).load_all()
+    assert loaded["//a:x"].deps == (Label("a", "y"), Label("b", "z"))
+    for i, text in enumerate(
+        [
+            'train(name = "x", dep = ":y")\ntrain(name = "y", dep = ":x")\n',
+            'train(name = "y", dep = ":x")\ntrain(name = "x", dep = ":y")\n',
+        ]
+    ):
+        ws = make_ws({"a/BUILD.marin": LOAD + text}, root=tmp_path / f"cycle{i}")
+        with pytest.raises(BuildFileError, match=r"dependency cycle: //a:x -> //a:y -> //a:x"):
+            Loader(ws).load_all()
+
+
+def test_the_garbage_collector_is_paused_only_while_loading(make_ws: WriteWorkspace, tmp_path: Path) -> None:
+    import gc
+
+    ws = make_ws({"a/BUILD.marin": LOAD + 'tokenize(name = "x")\n'})
+    broken = make_ws({"b/BUILD.marin": "import os\n"}, root=tmp_path / "broken")
+    seen: list[bool] = []
+    original = Loader._load_packages
+
+    def spy(self: Loader, *args: object) -> object:
+        seen.append(gc.isenabled())
+        return original(self, *args)  # type: ignore[arg-type]
+
+    Loader._load_packages = spy  # type: ignore[assignment,method-assign]
+    try:
+        assert gc.isenabled()
+        Loader(ws).load_all()
+        assert seen == [False] and gc.isenabled()
+        with pytest.raises(BuildFileError):
+            Loader(broken).load_all()
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            Loader(ws).load_all()
+            assert not gc.isenabled()  # left as the caller had it
+        finally:
+            gc.enable()
+    finally:
+        Loader._load_packages = original  # type: ignore[method-assign]
+
+
+def test_attribute_types_with_their_own_value_or_default_still_get_every_value(make_ws: WriteWorkspace) -> None:
+    rules = """
+from marinbuild.load import attr, rule
+from marinbuild.load.attrs import StringAttr
+
+
+class Shout(StringAttr):
+    def value_or_default(self, value, package):
+        return "unset" if value is None else "given " + repr(value)
+
+
+def _impl(ctx):
+    return None
+
+
+say = rule(implementation=_impl, attrs={"word": Shout(), "plain": attr.string()})
+"""
+    ws = make_ws(
+        {
+            "rules/custom.py": rules,
+            "a/BUILD.marin": 'load("//rules:custom.py", "say")\n'
+            'say(name = "x", word = "hi", plain = "p")\nsay(name = "y", word = None)\nsay(name = "z")\n',
+        }
+    )
+    loaded = load_workspace(ws.root)
+    assert loaded["//a:x"].attrs == {"word": "given 'hi'", "plain": "p"}
+    assert loaded["//a:y"].attrs == {"word": "unset", "plain": ""}
+    assert loaded["//a:z"].attrs["word"].startswith("given <object")  # the 'not given' marker, as always

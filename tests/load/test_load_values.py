@@ -260,12 +260,41 @@ def test_workspace_packages(tmp_path: Path) -> None:
     assert ws.display("/elsewhere/x") == "/elsewhere/x"
 
 
+def test_workspace_packages_walk_as_os_walk_does(tmp_path: Path) -> None:
+    """Symbolic links to folders are not entered (os.walk's default); a linked BUILD file counts."""
+    outside = tmp_path / "outside"
+    for rel in ["ws/a/BUILD.marin", "ws/a/deep/er/BUILD.marin", "outside/BUILD.marin", "outside/in/BUILD.marin"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    root = tmp_path / "ws"
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    (root / "b").mkdir()
+    (root / "b" / "BUILD.marin").symlink_to(outside / "BUILD.marin")
+    (root / "c").mkdir()
+    (root / "c" / "BUILD.marin").symlink_to(tmp_path / "missing")  # broken: listed by os.walk too
+    ws = Workspace(root, {})
+    expected = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        if "BUILD.marin" in filenames:
+            rel = os.path.relpath(dirpath, root)
+            expected.append("" if rel == "." else rel.replace(os.sep, "/"))
+    assert ws.packages() == sorted(expected) == ["a", "a/deep/er", "b", "c"]
+    assert ws.packages("a") == ["a", "a/deep/er"]
+    assert ws.is_package("linked/in")  # reachable by a label, though //... does not list it
+    assert not ws.is_package("c")  # a broken link is no BUILD file
+
+
 # --- compiled-file cache ------------------------------------------------------------------------
 
 
 def _age(path: Path) -> None:
     old = time.time() - 60
     os.utime(path, (old, old))
+
+
+def _no_compiling(*args: object, **kwargs: object) -> None:
+    raise AssertionError("should have come from the disk cache")
 
 
 def test_compiled_files_are_cached_in_memory_and_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -275,14 +304,13 @@ def test_compiled_files_are_cached_in_memory_and_on_disk(tmp_path: Path, monkeyp
     cache = tmp_path / "cache"
     first = codecache.compile_file(src, "BUILD.marin", cache)
     assert codecache.compile_file(src, "BUILD.marin", cache) is first
-    assert len(list(cache.glob("*.bin"))) == 1 and (cache / ".gitignore").read_text() == "*\n"
+    assert not cache.exists()  # written by flush(), in one file for the whole folder
+    codecache.flush()
+    assert [p.name for p in cache.glob("*.bin")] == [codecache.PACK_NAME]
+    assert (cache / ".gitignore").read_text() == "*\n"
 
-    codecache.clear_memory_cache()
-
-    def no_compiling(*args: object, **kwargs: object) -> None:
-        raise AssertionError("should have come from the disk cache")
-
-    monkeypatch.setattr(codecache, "compile_source", no_compiling)
+    codecache.clear_memory_cache()  # as in a new process
+    monkeypatch.setattr(codecache, "compile_source", _no_compiling)
     again = codecache.compile_file(src, "BUILD.marin", cache)
     assert again.loads == first.loads and again.loads[0].symbols == (("a", "a"), ("b", "c"))
     scope: dict[str, object] = {"load": lambda *a, **k: None}
@@ -296,10 +324,107 @@ def test_compiled_files_are_cached_in_memory_and_on_disk(tmp_path: Path, monkeyp
     assert scope["z"] == 22
 
 
+def test_the_pack_merges_what_other_processes_wrote_and_drops_stale_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    files = []
+    for name in ("a", "b", "c"):
+        src = tmp_path / name / "BUILD.marin"
+        src.parent.mkdir()
+        src.write_text(f"{name} = 1\n")
+        _age(src)
+        files.append(src)
+    a, b, c = files
+    codecache.compile_file(a, "a/BUILD.marin", cache)
+    codecache.compile_file(b, "b/BUILD.marin", cache)
+    codecache.flush()
+    codecache.clear_memory_cache()  # another process: it compiles c, while b is deleted
+    b.unlink()
+    codecache.compile_file(c, "c/BUILD.marin", cache)
+    codecache.flush()
+    monkeypatch.setattr(codecache, "compile_source", _no_compiling)
+    codecache.clear_memory_cache()
+    for src, name in ((a, "a"), (c, "c")):
+        scope: dict[str, object] = {}
+        exec(codecache.compile_file(src, f"{name}/BUILD.marin", cache).code, scope)
+        assert scope[name] == 1
+    pack = codecache._read_pack(str(cache / codecache.PACK_NAME))
+    assert sorted(pack) == sorted([str(a), str(c)])  # b's entry went with b
+
+
+def test_a_pack_written_meanwhile_by_another_process_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    a, b = tmp_path / "a.marin", tmp_path / "b.marin"
+    for src in (a, b):
+        src.write_text("x = 1\n")
+        _age(src)
+    codecache.compile_file(a, "a.marin", cache)
+    codecache.flush()
+    held = codecache._PACKS.copy()  # this process keeps its view of the pack...
+    codecache.clear_memory_cache()
+    codecache.compile_file(b, "b.marin", cache)  # ...while "another" one adds b
+    codecache.flush()
+    codecache.clear_memory_cache()
+    codecache._PACKS.update(held)
+    monkeypatch.setattr(codecache, "compile_source", _no_compiling)
+    assert codecache.compile_file(b, "b.marin", cache).path == str(b)
+
+
+def test_a_damaged_pack_is_ignored_and_replaced(tmp_path: Path) -> None:
+    src = tmp_path / "BUILD.marin"
+    src.write_text("z = 1\n")
+    _age(src)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for junk in (b"", b"not marshal", __import__("marshal").dumps((codecache._TAG, {"x": 1}))):
+        (cache / codecache.PACK_NAME).write_bytes(junk)
+        codecache.clear_memory_cache()
+        assert codecache.compile_file(src, "BUILD.marin", cache).path == str(src)
+        codecache.flush()
+        assert list(codecache._read_pack(str(cache / codecache.PACK_NAME))) == [str(src)]
+
+
+def test_private_files_are_written_whole_or_not_at_all(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    target = folder / "x.bin"
+    assert codecache.write_private_file(target, b"abc") and target.read_bytes() == b"abc"
+    assert (folder / ".gitignore").read_text() == "*\n"
+    assert codecache.write_private_file(target, b"d" * 300_000) and target.read_bytes() == b"d" * 300_000
+    (folder / "taken.bin").mkdir()
+    assert not codecache.write_private_file(folder / "taken.bin", b"abc")  # cannot replace a folder
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert not codecache.write_private_file(blocker / "x.bin", b"abc")  # cannot make the folder
+    assert sorted(p.name for p in folder.iterdir()) == [".gitignore", "taken.bin", "x.bin"]  # no temporary left
+
+
+def test_call_sites_find_lines_as_frames_do() -> None:
+    import sys
+
+    from marinbuild.load import context
+
+    seen: list[tuple[object, int, int]] = []
+
+    def record(*args: object) -> None:
+        frame = sys._getframe(1)
+        seen.append((frame.f_code, frame.f_lasti, frame.f_lineno))
+
+    source = "x = [\n  record(1),\n  record(\n    2)]\nfor i in range(2):\n    record(i)\nrecord(record(3))\n"
+    exec(compile(source, "calls.marin", "exec"), {"record": record})
+    assert [line for _code, _lasti, line in seen] == [2, 3, 6, 6, 7, 7]
+    for code, lasti, line in seen:
+        assert context._line_of(code, lasti) == line  # type: ignore[arg-type]
+        assert context.site_location(("calls.marin", code, lasti)).line == line  # type: ignore[arg-type]
+
+
 def test_recently_changed_files_are_not_written_to_disk(tmp_path: Path) -> None:
     src = tmp_path / "BUILD.marin"
     src.write_text("z = 1\n")
     codecache.compile_file(src, "BUILD.marin", tmp_path / "cache")
+    codecache.flush()
     assert not list((tmp_path / "cache").glob("*.bin"))
 
 
@@ -310,14 +435,17 @@ def test_broken_files_are_not_cached(tmp_path: Path) -> None:
     for _ in range(2):
         with pytest.raises(BuildFileError, match="import"):
             codecache.compile_file(src, "BUILD.marin", tmp_path / "cache")
+    codecache.flush()
     assert not (tmp_path / "cache").exists()
 
 
 def test_loader_uses_the_workspace_cache_dir(make_ws: WriteWorkspace) -> None:
-    ws = make_ws({"a/BUILD.marin": "x = 1\n"})
+    ws = make_ws({"a/BUILD.marin": "x = 1\n", "b/BUILD.marin": "y = 2\n"})
     _age(ws.build_file("a"))
-    Loader(ws).load_all()
-    assert len(list((ws.cache_dir / "compiled").glob("*.bin"))) == 1
+    _age(ws.build_file("b"))
+    Loader(ws).load_all()  # writes the pack at the end of the load
+    assert [p.name for p in (ws.cache_dir / "compiled").glob("*.bin")] == [codecache.PACK_NAME]
+    assert len(codecache._read_pack(str(ws.cache_dir / "compiled" / codecache.PACK_NAME))) == 2
     Loader(ws, disk_cache=False).load_all()
 
 
