@@ -371,39 +371,35 @@ class VersionTable:
             short = self._short[dep] = (text, json_str(text).encode())
         return short
 
+    def _dep_versions(self, deps: list[ExecutorStep], parts: list[bytes]) -> list[Any]:
+        """The dependencies as a consumer's version lists them (inlined, or ``"name-hash"`` when deeper than
+        ``MAX_INLINE_DEPTH``); their JSON texts, comma-separated, are appended to ``parts``."""
+        depth, versions, vbytes = self.depth, self.versions, self.version_bytes
+        listed: list[Any] = []
+        for i, dep in enumerate(deps):
+            if i:
+                parts.append(b", ")
+            if depth[dep] <= MAX_INLINE_DEPTH:
+                listed.append(versions[dep])
+                parts.append(vbytes[dep])
+            else:
+                text, encoded = self._short_form(dep)
+                listed.append(text)
+                parts.append(encoded)
+        return listed
+
     def _record(self, step: ExecutorStep, pseudo: bool, collected: Any) -> None:
         depth, versions, vbytes = self.depth, self.versions, self.version_bytes
         # The version string, as the one list of byte pieces it is joined from (one copy of the big pieces).
         parts = [b'{"config": ', dumps_sorted(collected.version).encode(), b', "dependencies": [']
-        dep_versions: list[Any] = []
-        for i, dep in enumerate(collected.dependencies):
-            if i:
-                parts.append(b", ")
-            if depth[dep] <= MAX_INLINE_DEPTH:
-                dep_versions.append(versions[dep])
-                parts.append(vbytes[dep])
-            else:
-                text, encoded = self._short_form(dep)
-                dep_versions.append(text)
-                parts.append(encoded)
+        dep_versions = self._dep_versions(collected.dependencies, parts)
         parts.append(b'], "name": ')
         parts.append(json_str(step.name).encode())
         version: dict[str, Any] = {"name": step.name, "config": collected.version, "dependencies": dep_versions}
         if collected.pseudo_dependencies:
-            pseudo_versions: list[Any] = []
             parts.append(b', "pseudo_dependencies": [')
-            for i, dep in enumerate(collected.pseudo_dependencies):
-                if i:
-                    parts.append(b", ")
-                if depth[dep] <= MAX_INLINE_DEPTH:
-                    pseudo_versions.append(versions[dep])
-                    parts.append(vbytes[dep])
-                else:
-                    text, encoded = self._short_form(dep)
-                    pseudo_versions.append(text)
-                    parts.append(encoded)
+            version["pseudo_dependencies"] = self._dep_versions(collected.pseudo_dependencies, parts)
             parts.append(b"]")
-            version["pseudo_dependencies"] = pseudo_versions
         parts.append(b"}")
         version_bytes = b"".join(parts)
         md5 = hashlib.md5(version_bytes).hexdigest()
