@@ -105,10 +105,10 @@ def log(message: str) -> None:
 class Trash:
     """Old outputs are moved here (one rename) and deleted when the bench ends, never just before a build.
 
-    On this VM's ext4 (mounted with ``discard``), deleting a few thousand files makes creating files 5-15x
-    slower for tens of seconds afterwards (``bench/fs_bench.py --after-delete`` shows it). Deleting a
-    cold build's previous outputs right before it would charge every tool for the file system's clean-up of
-    the last run, and the tools that create more files per step the most.
+    On this VM's ext4 (mounted with ``discard``), deleting a few thousand files makes creating files several
+    times slower (7x in one run) for tens of seconds afterwards (``bench/fs_bench.py --after-delete`` shows
+    it). Deleting a cold build's previous outputs right before it would charge every tool for the file
+    system's clean-up of the last run, and the tools that create more files per step the most.
     """
 
     def __init__(self) -> None:
