@@ -253,6 +253,11 @@ class Loader:
                     errors.append(exc)
         return errors
 
+    def _target_not_files(self, target: Target, attr_name: str, label: Label) -> BuildFileError:
+        """The error for a target's label given to an attribute that takes source files."""
+        return self._ref_error(target, attr_name, label,
+                               f"'{label}' is a target, but attribute {attr_name!r} takes source files")
+
     def _resolve_target(self, target: Target) -> None:
         deps: dict[Label, None] = {}
         srcs: dict[Label, Path] = {}
@@ -266,12 +271,7 @@ class Loader:
                 dep = targets.get(label.name)
                 if dep is not None:
                     if specs[attr_name].requires_files:
-                        raise self._ref_error(
-                            target,
-                            attr_name,
-                            label,
-                            f"'{label}' is a target, but attribute {attr_name!r} takes source files",
-                        )
+                        raise self._target_not_files(target, attr_name, label)
                     deps[label] = None
                     if dep.order >= target.order:
                         self._unordered = True
@@ -282,12 +282,7 @@ class Loader:
                 raise self._ref_error(target, attr_name, label, _missing_package(self.workspace, label))
             else:
                 if specs[attr_name].requires_files:
-                    raise self._ref_error(
-                        target,
-                        attr_name,
-                        label,
-                        f"'{label}' is a target, but attribute {attr_name!r} takes source files",
-                    )
+                    raise self._target_not_files(target, attr_name, label)
                 deps[label] = None  # a target in a package not loaded (not transitive): taken on trust
                 continue
             known = files.get((other, label.name))
