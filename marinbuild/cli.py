@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from marinbuild.core.exit_fast import skip_final_collection
+
 BACKEND_NAMES = ("local", "ray")
 """Names --backend accepts; the session says which of them this installation can run."""
 
@@ -449,6 +451,7 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: maps every user mistake to one line and exit 2, step failures to exit 1."""
+    skip_final_collection()
     try:
         cli.main(args=argv, prog_name="marinbuild", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:  # type: ignore[attr-defined]

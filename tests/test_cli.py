@@ -290,3 +290,13 @@ def test_cache_verify_finds_a_modified_output_and_it_is_rebuilt(ws, capsys):
     assert run(["//pipe:b"], capsys)[0] == 0
     assert calls(ws) == ["b"]
     assert (b_dir / "out.txt").read_text() == "data-a+A+B"
+
+
+def test_cli_spares_the_exit_collection():
+    """The CLI freezes what is alive at exit, so the interpreter's last collection has nothing to scan."""
+    code = ("import atexit, gc, os\n"
+            "atexit.register(lambda: os.write(1, f'at exit {gc.get_freeze_count() > 0}'.encode()))\n"
+            "from marinbuild.cli import main\n"
+            "main(['--help'])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.endswith("at exit True")

@@ -93,3 +93,21 @@ def test_indented_versions_equal_plain_json(case: dict[str, Any]) -> None:
     for step in steps.values():
         expected = json.dumps(executor.versions[step], indent=2)
         assert executor._table.indented_version(executor.canonicalize(step)) == expected
+
+
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c["case"])
+def test_step_info_text_is_marins_indented_json(case: dict[str, Any]) -> None:
+    """A step's ``.executor_info`` text is byte for byte Marin's ``json.dumps(info, indent=2)``, nested versions
+    included (they are spliced in from memoized texts, at the indentation of the line they go on)."""
+    steps: dict[str, ExecutorStep] = {}
+    for spec in case["steps"]:
+        steps[spec["id"]] = ExecutorStep(name=spec["name"], fn=None, config=_decode(spec["config"], steps),
+                                         override_output_path=spec.get("override"))
+    executor = Executor(prefix="/pfx", executor_info_base_path="/pfx/experiments")
+    for step in steps.values():
+        executor.compute_version(step)
+    for step in steps.values():
+        text = executor._step_info_text(executor.canonicalize(step))
+        info = json.loads(text)
+        assert info["version"] == executor.versions[executor.canonicalize(step)]
+        assert text == json.dumps(info, indent=2)

@@ -409,6 +409,22 @@ def test_executor_main_parses_marin_flags(prefix):
     assert Path(ex.executor_info_path).parent == Path(prefix, "experiments")
 
 
+def test_executor_main_spares_the_exit_collection(tmp_path):
+    """After executor_main, the objects alive at exit are frozen before the final collection, and only then."""
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import atexit, gc, os, sys\n"
+        "atexit.register(lambda: os.write(1, f'at exit {gc.get_freeze_count() > 0}\\n'.encode()))\n"
+        f"sys.path.insert(0, {str(TESTS)!r})\n"
+        "import pipelines as pl\n"
+        "from marinbuild.executor import executor_main\n"
+        "executor_main(steps=[pl.step('exit/a')], args=['--prefix', sys.argv[1]])\n"
+        "print('after run', gc.get_freeze_count() > 0)\n"
+    )
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "p")], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[:2] == ["after run False", "at exit True"]
+
+
 def test_prefix_from_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "env_prefix"))
     a = pl.step("env/a")

@@ -32,17 +32,19 @@ MAX_INLINE_DEPTH = 4
 
 
 _SLOT = "\u0000marinbuild-slot-"
-_SLOT_RE = re.compile(r'( *)"\\u0000marinbuild-slot-(\d+)"')
+_SLOT_RE = re.compile(r'^( *)((?:"(?:[^"\\\n]|\\.)*": )?)"\\u0000marinbuild-slot-(\d+)"', re.MULTILINE)
+"""A slot string on its line: the line's indentation, the dict key before it if any, the slot's number."""
 
 
 def dumps_indented_with(obj: Any, slots: list[str]) -> str:
     """``json.dumps(obj, indent=2)`` where each string ``slot(i)`` in ``obj`` stands for the
-    already-indented JSON text ``slots[i]``: big shared sub-documents are encoded once."""
+    already-indented JSON text ``slots[i]``: big shared sub-documents are encoded once. A slot's text
+    goes in at its line's indentation, whether it is a list item or a dict value."""
     text = dumps_indented(obj)
 
     def fill(match: re.Match[str]) -> str:
         pad = match.group(1)
-        return pad + slots[int(match.group(2))].replace("\n", "\n" + pad)
+        return pad + match.group(2) + slots[int(match.group(3))].replace("\n", "\n" + pad)
 
     return _SLOT_RE.sub(fill, text)
 
