@@ -653,7 +653,11 @@ def executor_main(config: ExecutorMainConfig | None = None, steps: list[Executor
     skip_final_collection()
     if config is None:
         if not logging.getLogger().handlers:
-            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+            from marinbuild.run.events import LogFormatter
+
+            handler = logging.StreamHandler()
+            handler.setFormatter(LogFormatter("%(asctime)s %(levelname)s %(message)s"))
+            logging.basicConfig(level=logging.INFO, handlers=[handler])
         argv = sys.argv[1:] if args is None else args
         config = parse_main_args_simply(argv)
         if config is None:

@@ -421,7 +421,8 @@ def test_executor_main_spares_the_exit_collection(tmp_path):
         "executor_main(steps=[pl.step('exit/a')], args=['--prefix', sys.argv[1]])\n"
         "print('after run', gc.get_freeze_count() > 0)\n"
     )
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "p")], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "p")], capture_output=True, text=True,
+                          check=True)
     assert done.stdout.split("\n")[:2] == ["after run False", "at exit True"]
 
 
@@ -514,3 +515,35 @@ def test_compute_versions_matches_one_by_one(prefix):
     import gc
 
     assert gc.isenabled()
+
+
+def test_a_path_hash_collision_fails_at_commit_on_a_local_prefix(prefix):
+    """A record of another version at the step's path (found in the listing the manifest makes) fails the commit;
+    at an overridden path the other version's record is replaced instead."""
+    from marinbuild.store import action_cache
+
+    a = pl.step("lcoll/a", "one")
+    ex = make_executor(prefix)
+    ex.run([a])
+    out = ex.output_paths[a]
+    ours = action_cache.version_digest(ex.version_strs[a])
+    record = action_cache.read_record(out, ours)
+    action_cache.remove_record(out, ours)
+    action_cache.write_record(action_cache.ActionRecord(**{**record.__dict__, "version_sha256": "e" * 64}))
+    os.remove(st.status_path(out))
+    with pytest.raises(StepFailedError) as info:
+        make_executor(prefix).run([pl.step("lcoll/a", "one")])
+    assert isinstance(info.value.__cause__, action_cache.ActionCacheCollisionError)
+    assert st.read_status(out) != st.STATUS_SUCCESS
+
+    b = pl.step("lcoll/b", "one")
+    b = ExecutorStep(name=b.name, fn=b.fn, config=b.config, override_output_path="fixed/b")
+    ex = make_executor(prefix)
+    ex.run([b])
+    out = ex.output_paths[b]
+    ours = action_cache.version_digest(ex.version_strs[b])
+    action_cache.write_record(action_cache.ActionRecord(**{**action_cache.read_record(out, ours).__dict__,
+                                                           "version_sha256": "d" * 64}))
+    os.remove(st.status_path(out))
+    make_executor(prefix).run([b])
+    assert action_cache.digests_at(out) == {ours} and st.read_status(out) == st.STATUS_SUCCESS

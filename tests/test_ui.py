@@ -442,3 +442,30 @@ def test_listeners_on_a_real_build(prefix, tmp_path):
     steps = step_events(load_trace(tmp_path / "trace.json"))
     assert {e["name"]: e["args"]["outcome"] for e in steps} == {"ui/a": "succeeded", "ui/b": "succeeded",
                                                                 "ui/bad": "failed"}
+
+
+def test_log_listener_lines(caplog):
+    """The Python API's log lines: one per started, built, waiting, failed or skipped step, at their levels."""
+    caplog.set_level("DEBUG", logger="marinbuild")
+    ev.log_listener(ev.Event(ev.STARTED, step="a", output_path="/p/a-1"))
+    ev.log_listener(ev.Event(ev.SUCCEEDED, step="a"))
+    ev.log_listener(ev.Event(ev.FAILED, step="b", error=ValueError("bad")))
+    ev.log_listener(ev.Event(ev.DEP_FAILED, step="c", detail="b failed"))
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "running a -> /p/a-1"), ("INFO", "built a"), ("ERROR", "FAILED b: bad"),
+        ("WARNING", "not running c: b failed")]
+    assert {r.name for r in caplog.records} == {"marinbuild"}
+
+
+def test_log_formatter_writes_what_logging_formatter_writes():
+    """The per-second time cache gives logging's own text, across seconds and milliseconds."""
+    import logging
+
+    fmt = "%(asctime)s %(levelname)s %(message)s"
+    ours, theirs = ev.LogFormatter(fmt), logging.Formatter(fmt)
+    for created in (1_700_000_000.0, 1_700_000_000.999, 1_700_000_001.5, 1_700_000_000.25, 1_800_000_123.042):
+        record = logging.LogRecord("marinbuild", logging.INFO, __file__, 1, "built %s", ("a",), None)
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        assert ours.format(record) == theirs.format(record)
+    record = logging.LogRecord("marinbuild", logging.INFO, __file__, 1, "x", (), None)
+    assert ours.formatTime(record, "%H") == theirs.formatTime(record, "%H")

@@ -237,11 +237,14 @@ def write_started(output_path: str, info: str) -> None:
 
 
 def describe_outputs(output_path: str, action: ActionKey) -> Any:
-    """Phase 5, before the lease is confirmed: fail on a path-hash collision, then the outputs' manifest."""
+    """Phase 5, before the lease is confirmed: the outputs' manifest, and failing on a path-hash collision (one
+    listing of the folder serves both)."""
     from marinbuild.store.manifest import build_manifest
 
-    action_cache.check_before_commit(output_path, action)
-    return build_manifest(output_path)
+    names: set[str] = set()
+    manifest = build_manifest(output_path, names)
+    action_cache.check_before_commit(output_path, action, names)
+    return manifest
 
 
 def write_commit(output_path: str, action: ActionKey, manifest: Any, result: Any, worker_id: str) -> None:

@@ -167,9 +167,14 @@ def _collision(output_path: str, key_digest: str, name: str, others: Iterable[st
     )
 
 
-def check_before_commit(output_path: str, key: ActionKey) -> None:
-    """Before recording ``key`` at ``output_path``: fail on a collision; drop stale records of an overridden path."""
-    others = digests_at(output_path) - {key.digest}
+def check_before_commit(output_path: str, key: ActionKey, names: Iterable[str] | None = None) -> None:
+    """Before recording ``key`` at ``output_path``: fail on a collision; drop stale records of an overridden path.
+    ``names``: the file names directly in ``output_path``, if the caller listed them already."""
+    if names is None:
+        recorded = digests_at(output_path)
+    else:
+        recorded = frozenset(d for d in map(digest_of_name, names) if d is not None)
+    others = recorded - {key.digest}
     if not others:
         return
     if not key.overridden:

@@ -115,8 +115,10 @@ class Stat:
     crc32c: str | None = None
 
 
-def list_outputs(output_path: str) -> dict[str, Stat]:
-    """Every output file under ``output_path`` (relative path -> size), without reading contents."""
+def list_outputs(output_path: str, top_level: set[str] | None = None) -> dict[str, Stat]:
+    """Every output file under ``output_path`` (relative path -> size), without reading contents. The names
+    of the files directly in ``output_path`` that are not outputs (Marin's files, action records) are added
+    to ``top_level`` when it is given: a commit lists the folder once for its manifest and its records."""
     if fs.is_local(output_path):
         found: dict[str, Stat] = {}
         stack = [(fs.local_path(output_path), "")]
@@ -133,6 +135,8 @@ def list_outputs(output_path: str) -> dict[str, Stat]:
                         stack.append((entry.path, rel + "/"))
                     elif is_output(entry.name):
                         found[rel] = Stat(entry.stat().st_size)
+                    elif top_level is not None and not rel_dir:
+                        top_level.add(entry.name)
                 except FileNotFoundError:
                     continue
         return found
@@ -147,8 +151,12 @@ def list_outputs(output_path: str) -> dict[str, Stat]:
         if info.get("type") == "directory" or not name.startswith(base + "/"):
             continue
         rel = name[len(base) + 1:]
-        if rel and not rel.endswith("/") and is_output(rel.rsplit("/", 1)[-1]):
+        if not rel or rel.endswith("/"):
+            continue
+        if is_output(rel.rsplit("/", 1)[-1]):
             result[rel] = Stat(int(info.get("size") or 0), info.get("crc32c"))
+        elif top_level is not None and "/" not in rel:
+            top_level.add(rel)
     return result
 
 
@@ -230,9 +238,10 @@ def hash_files(output_path: str, rels: list[str], stats: dict[str, Stat]) -> dic
     return digests
 
 
-def build_manifest(output_path: str) -> Manifest:
-    """Describe the outputs now under ``output_path``: list them, then hash them."""
-    stats = list_outputs(output_path)
+def build_manifest(output_path: str, top_level: set[str] | None = None) -> Manifest:
+    """Describe the outputs now under ``output_path``: list them, then hash them (``top_level``: see
+    ``list_outputs``)."""
+    stats = list_outputs(output_path, top_level)
     digests = hash_files(output_path, list(stats), stats)
     files = [FileEntry(rel, stats[rel].size, digests[rel], stats[rel].crc32c) for rel in sorted(stats)]
     return Manifest(files, time.time())
