@@ -2,7 +2,9 @@
 
 Prints a markdown table of load time and targets per second (wall and CPU time) for:
 - cold: a fresh ``Loader`` with no cache at all (parse, check, compile, run, validate
-  attributes, resolve labels, stat source files, find cycles): a workspace's first load;
+  attributes, resolve labels, stat source files, find cycles, write the compiled-file
+  cache): a workspace's first load (its compiling shared with a forked helper process,
+  whose CPU time the CPU columns include);
 - disk cache: a fresh ``Loader`` with the in-process caches emptied but the compiled files
   in ``.marinbuild/compiled`` (what every later CLI run on unchanged files pays);
 - warm: a fresh ``Loader`` while the compiled files are still cached in memory (a
@@ -127,18 +129,25 @@ def clear_caches(root: Path | None = None) -> None:
 def best_of(
     repeat: int, fn: Callable[[], Any], before: Callable[[], None] | None = None
 ) -> tuple[tuple[float, float], Any]:
-    """``((best wall seconds, best CPU seconds), result)`` over ``repeat`` runs; CPU time (this process)
-    is what to compare on a machine shared with other work, where wall time also counts waiting."""
+    """``((best wall seconds, best CPU seconds), result)`` over ``repeat`` runs; CPU time (this process and
+    the children it reaped meanwhile: the loader's compile helper) is what to compare on a machine shared
+    with other work, where wall time also counts waiting."""
     best = cpu_best = float("inf")
     result = None
     for _ in range(repeat):
         if before is not None:
             before()
-        start, cpu = time.perf_counter(), time.process_time()
+        start, cpu = time.perf_counter(), _cpu_seconds()
         result = fn()
         best = min(best, time.perf_counter() - start)
-        cpu_best = min(cpu_best, time.process_time() - cpu)
+        cpu_best = min(cpu_best, _cpu_seconds() - cpu)
     return (best, cpu_best), result
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its reaped children."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def bench_loader(root: Path, repeat: int) -> list[tuple[str, tuple[float, float], int]]:
@@ -147,11 +156,11 @@ def bench_loader(root: Path, repeat: int) -> list[tuple[str, tuple[float, float]
     def load() -> int:
         return len(Loader(workspace).load_all())
 
-    cold, n = best_of(repeat, load, before=lambda: clear_caches(root))
-    # the disk cache skips files changed in the last 2 s: age them
+    # the disk cache skips files changed in the last 2 s: age them, so that a cold load also writes it
     old = time.time() - 60
     for path in root.rglob("*"):
         os.utime(path, (old, old))
+    cold, n = best_of(repeat, load, before=lambda: clear_caches(root))
     clear_caches(root)
     load()
     disk, n = best_of(repeat, load, before=clear_caches)

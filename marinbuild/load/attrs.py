@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import operator
 import re
 import typing
 from collections.abc import Iterable, Mapping
@@ -50,6 +51,22 @@ _PLAIN_PACKAGE = re.compile(rf"(?:{_SEGMENT}(?:/{_SEGMENT})*)?\Z")
 _ABSOLUTE: dict[str, Label] = {}
 _PREFIXES: dict[str, str | None] = {}
 _MEMO_LIMIT = 100_000
+_hash_of = operator.attrgetter("_hash")
+"""A ``Label``'s hash, read in C (``hash(label)`` calls ``Label.__hash__``, a Python method)."""
+
+
+def hashes_differ(labels: tuple[Label, ...] | list[Label]) -> bool:
+    """Whether the hashes of ``labels`` differ (then so do the labels): a set of them would call the Python
+    ``Label.__hash__`` for each; the few labels of an attribute are compared directly."""
+    n = len(labels)
+    if n < 2:
+        return True
+    if n == 2:
+        return labels[0]._hash != labels[1]._hash
+    if n == 3:
+        a, b, c = labels[0]._hash, labels[1]._hash, labels[2]._hash
+        return a != b and a != c and b != c
+    return len(set(map(_hash_of, labels))) == n
 
 
 def absolute_prefix(package: str) -> str | None:
@@ -219,10 +236,11 @@ class LabelListAttr(Attr):
             label = (get(x) or get_absolute(x)) if type(x) is str else None
             labels.append(label if label is not None else _to_label(x, package, memo))
         out = tuple(labels)
-        if len(out) > 1 and len(set(out)) != len(out):
+        if not hashes_differ(out):
             seen: set[Label] = set()
-            dup = next(x for x in out if x in seen or seen.add(x))  # type: ignore[func-returns-value]
-            raise AttrValueError(f"label {str(dup)!r} appears more than once")
+            dup = next((x for x in out if x in seen or seen.add(x)), None)  # type: ignore[func-returns-value]
+            if dup is not None:  # else equal hashes of different labels
+                raise AttrValueError(f"label {str(dup)!r} appears more than once")
         return out
 
     def empty(self) -> tuple[Label, ...]:

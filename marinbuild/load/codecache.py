@@ -27,10 +27,14 @@ import threading
 import time
 from pathlib import Path
 from types import CodeType
+from typing import TYPE_CHECKING
 
 from marinbuild.load.dialect import CHECKER_VERSION, CompiledFile, LoadStatement, compile_source
 
-__all__ = ["PACK_NAME", "clear_memory_cache", "compile_file", "flush"]
+if TYPE_CHECKING:
+    from marinbuild.load.prefetch import CompileHelper
+
+__all__ = ["PACK_NAME", "clear_memory_cache", "compile_file", "encode", "flush", "uncached_size"]
 
 PACK_NAME = "files.bin"
 _MEMORY: dict[str, tuple[tuple[int, int], CompiledFile]] = {}
@@ -126,13 +130,43 @@ def flush() -> None:
                 pack.write()
 
 
+def _pack_of(cache_dir: str | os.PathLike[str]) -> _Pack:
+    folder = os.fspath(cache_dir)
+    pack = _PACKS.get(folder)
+    if pack is None:
+        pack = _PACKS[folder] = _Pack(folder)
+    pack.refresh()
+    return pack
+
+
+def uncached_size(path: str, cache_dir: str | os.PathLike[str] | None = None) -> int:
+    """The size of the file at ``path`` if ``compile_file`` would have to compile it now, else 0 (also when
+    the file cannot be read: compiling it is an error that ``compile_file`` reports)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0
+    hit = _MEMORY.get(path)
+    if hit is not None and hit[0] == (st.st_mtime_ns, st.st_size):
+        return 0
+    if cache_dir is not None:
+        entry = _pack_of(cache_dir).entries.get(path)
+        if entry is not None and entry[0] == st.st_mtime_ns and entry[1] == st.st_size:
+            return 0
+    return st.st_size
+
+
 def compile_file(
-    path: str | os.PathLike[str], display: str | None = None, cache_dir: str | os.PathLike[str] | None = None
+    path: str | os.PathLike[str],
+    display: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    helper: CompileHelper | None = None,
 ) -> CompiledFile:
     """The checked and compiled file at ``path`` (``display`` is its path in error messages).
 
     With ``cache_dir``, it comes from that folder's pack file when its entry is current, and a
-    new entry goes there on the next ``flush()``.
+    new entry goes there on the next ``flush()``. With ``helper``, a file no cache holds comes
+    from that compile helper when it has compiled it (see ``prefetch``).
     """
     key = os.fspath(path)
     st = os.stat(key)
@@ -144,23 +178,34 @@ def compile_file(
     pack = None
     compiled = None
     if cache_dir is not None:
-        folder = os.fspath(cache_dir)
-        pack = _PACKS.get(folder)
-        if pack is None:
-            pack = _PACKS[folder] = _Pack(folder)
-        pack.refresh()
+        pack = _pack_of(cache_dir)
         entry = pack.entries.get(key)
         if entry is not None and entry[0] == stamp[0] and entry[1] == stamp[1]:
             compiled = _decode(entry[2], key, shown)
     if compiled is None:
-        with open(key, "rb") as fh:
-            source = fh.read()
-        compiled = compile_source(source, key, shown)
+        blob = None
+        if helper is not None:
+            done = helper.take(key, stamp)
+            if isinstance(done, bytes):
+                blob = done
+                compiled = _decode(blob, key, shown)
+            elif done is not None and done.display == shown:
+                compiled = done
+        if compiled is None:
+            with open(key, "rb") as fh:
+                source = fh.read()
+            compiled = compile_source(source, key, shown)
+            blob = None
         if pack is not None and time.time_ns() - st.st_mtime_ns > _RACY_NS:
-            loads = tuple((s.label, s.symbols, s.line, s.col) for s in compiled.loads)
-            pack.add(key, (stamp[0], stamp[1], marshal.dumps((compiled.code, loads))))
+            pack.add(key, (stamp[0], stamp[1], blob if blob is not None else encode(compiled)))
     _MEMORY[key] = (stamp, compiled)
     return compiled
+
+
+def encode(compiled: CompiledFile) -> bytes:
+    """The marshalled ``(code, load() statements)`` of ``compiled``, as the pack file stores it."""
+    loads = tuple((s.label, s.symbols, s.line, s.col) for s in compiled.loads)
+    return marshal.dumps((compiled.code, loads))
 
 
 def _decode(blob: object, key: str, shown: str) -> CompiledFile | None:

@@ -15,7 +15,8 @@ read them) and matched against the compiled code (it must be a whole top-level e
 statement). Anything the fast path cannot prove (a ``def``, a ``lambda``, an odd ``load()``,
 a syntax error, non-ASCII text...) goes through the full AST check, which is the reference
 and the only source of error messages. What remains of a cold load's parsing is CPython's
-own ``compile()``: about 60% of a first load of a 10,000-target workspace.
+own ``compile()``: about 60% of a first load of a 10,000-target workspace, which the loader
+shares with a forked helper process when there are many files (``prefetch``).
 
 Allowed: assignments, ``def`` (no recursion, checked at run time), ``lambda``, ``if``,
 ``for`` (also at the top level, unlike Starlark's BUILD files), comprehensions, f-strings,

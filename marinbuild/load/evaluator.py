@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from types import FunctionType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marinbuild.core.labels import Label, LabelError, parse_label
 from marinbuild.load.builtins import SAFE_BUILTINS, base_globals
@@ -35,6 +35,9 @@ from marinbuild.load.target import Target
 from marinbuild.load.trusted import RulesModuleError, import_rules_module, module_exports
 from marinbuild.load.workspace import BUILD_FILE, Workspace
 
+if TYPE_CHECKING:
+    from marinbuild.load.prefetch import CompileHelper
+
 __all__ = ["Evaluator", "error_from_exception"]
 
 _OWN_CODE = str(Path(__file__).resolve().parent) + os.sep
@@ -53,6 +56,13 @@ class Evaluator:
         self._by_text: dict[tuple[str, str], dict[str, Any]] = {}  # (load() label, its package or "") -> exports
         self._root = str(workspace.root)
         self._loading: list[tuple[Path, str]] = []
+        self.helper: CompileHelper | None = None  # compiles BUILD files in a second process meanwhile (prefetch)
+
+    def build_file_paths(self, package: str) -> tuple[str, str]:
+        """``package``'s BUILD file: its path (the compiled code's filename) and its path in messages."""
+        if package:  # what workspace.build_file() and display() give, without making Paths
+            return os.path.join(self._root, package, BUILD_FILE), f"{package}/{BUILD_FILE}"
+        return os.path.join(self._root, BUILD_FILE), BUILD_FILE
 
     def loaded_files(self) -> list[Path]:
         """The files ``load()``ed so far (loadable modules and rules modules)."""
@@ -60,13 +70,8 @@ class Evaluator:
 
     def eval_build_file(self, package: str) -> dict[str, Target]:
         """Evaluate ``package``'s BUILD.marin; its targets by name, in declaration order."""
-        if package:  # what workspace.build_file() and display() give, without making Paths
-            path = os.path.join(self._root, package, BUILD_FILE)
-            display = f"{package}/{BUILD_FILE}"
-        else:
-            path = os.path.join(self._root, BUILD_FILE)
-            display = BUILD_FILE
-        compiled = compile_file(path, display, self.cache_dir)
+        path, display = self.build_file_paths(package)
+        compiled = compile_file(path, display, self.cache_dir, self.helper)
         register_dialect_file(compiled.path, display)
         loads = self._resolve_loads(compiled, package)
         scope = base_globals(f"//{package}:{BUILD_FILE}", loads)

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.core.labels import Label, PatternError, TargetPattern, expand_patterns, parse_label, parse_pattern
-from marinbuild.load import codecache
+from marinbuild.load import codecache, prefetch
+from marinbuild.load.attrs import hashes_differ
 from marinbuild.load.errors import BuildFileError
 from marinbuild.load.evaluator import Evaluator
 from marinbuild.load.locate import keyword_location
@@ -167,29 +168,64 @@ class Loader:
         """Load ``packages`` (and, if ``transitive``, every package their labels refer to).
 
         Files compiled meanwhile are written to the compiled-file cache at the end, in one file.
+        When many BUILD files are to be compiled, a forked helper process compiles them alongside
+        (``prefetch``); it is stopped before this returns.
 
         Python's cyclic garbage collector is paused meanwhile: loading allocates about eight
         tracked objects per target and frees almost none, so the automatic collections would
         find nothing to free, while the full ones walk every object of the process (in a fresh
         process the heap grows by a quarter again and again, and each time all of it is walked).
-        Before returning, one collection of the young generations walks the new objects once and
-        moves them to the oldest, where a load with the collector running leaves them too: that
-        pass is part of the load's time, not left to whatever allocates next (11-18 ms for
-        10,000 targets, where the collections during such a load took 40-70 ms).
+        Before returning, the new objects go to the oldest generation, where a load with the
+        collector running leaves them too, without a pass over them: ``gc.freeze()`` and
+        ``gc.unfreeze()`` move every tracked object to the oldest generation by relinking lists,
+        and leave the young generations empty, so nothing is left to whatever allocates next, and
+        the collector's count of new long-lived objects (which decides when the next full
+        collection comes) is not raised by the load. A collection of the young generations did
+        the same by walking them (11-18 ms for 10,000 targets; the collections during such a load
+        took 40-70 ms); it is still what happens when the process has frozen objects of its own
+        (``gc.get_freeze_count()``), which ``gc.unfreeze()`` would release. Cyclic garbage made
+        while loading (rare: a BUILD file's functions and its globals) waits for a full collection.
         """
         paused = gc.isenabled()
         if paused:
             gc.disable()
         try:
+            packages = list(dict.fromkeys(packages))
+            self._start_helper(packages)
             try:
                 return self._load_packages(packages, transitive)
             finally:
+                helper, self.evaluator.helper = self.evaluator.helper, None
+                if helper is not None:
+                    helper.close()
                 if self.evaluator.cache_dir is not None:
                     codecache.flush()
         finally:
             if paused:
                 gc.enable()
-                gc.collect(1)
+                if gc.get_freeze_count() == 0:
+                    gc.freeze()
+                    gc.unfreeze()
+                else:
+                    gc.collect(1)
+
+    def _start_helper(self, packages: list[str]) -> None:
+        """Fork a compile helper (``prefetch``) if ``packages``' BUILD files that no cache holds are large enough."""
+        if len(packages) < prefetch.MIN_FILES or not prefetch.can_fork():
+            return
+        evaluator = self.evaluator
+        files = []
+        total = 0
+        for package in packages:
+            if package in self._packages or package in self._failed:
+                continue
+            path, display = evaluator.build_file_paths(package)
+            size = codecache.uncached_size(path, evaluator.cache_dir)
+            if size:
+                files.append((path, display))
+                total += size
+        if len(files) >= prefetch.MIN_FILES and total >= prefetch.MIN_BYTES:
+            evaluator.helper = prefetch.CompileHelper.start(files)
 
     def _load_packages(self, packages: Iterable[str], transitive: bool) -> LoadedWorkspace:
         queue = list(dict.fromkeys(packages))
@@ -259,11 +295,13 @@ class Loader:
                                f"'{label}' is a target, but attribute {attr_name!r} takes source files")
 
     def _resolve_target(self, target: Target) -> None:
-        deps: dict[Label, None] = {}
-        srcs: dict[Label, Path] = {}
+        deps: list[Label] = []
+        srcs: list[Label] = []
+        paths: list[Path] = []
         packages = self._packages
         files = self._files
         specs = target.rule.attrs
+        order = target.order
         for attr_name, label in target.label_refs():
             other = label.package
             targets = packages.get(other)
@@ -272,8 +310,8 @@ class Loader:
                 if dep is not None:
                     if specs[attr_name].requires_files:
                         raise self._target_not_files(target, attr_name, label)
-                    deps[label] = None
-                    if dep.order >= target.order:
+                    deps.append(label)
+                    if dep.order >= order:
                         self._unordered = True
                     continue
             elif other in self._failed:
@@ -283,7 +321,7 @@ class Loader:
             else:
                 if specs[attr_name].requires_files:
                     raise self._target_not_files(target, attr_name, label)
-                deps[label] = None  # a target in a package not loaded (not transitive): taken on trust
+                deps.append(label)  # a target in a package not loaded (not transitive): taken on trust
                 continue
             known = files.get((other, label.name))
             path, owner = known if known is not None else self._source_file(other, label.name)
@@ -296,7 +334,8 @@ class Loader:
                     f"write '//{owner}:{_relative(label.name, other, owner)}'",
                 )
             if path is not None:
-                srcs[label] = path
+                srcs.append(label)
+                paths.append(path)
                 continue
             close = difflib.get_close_matches(label.name, list(targets), n=1)
             hint = f" (did you mean ':{close[0]}'?)" if close else ""
@@ -307,9 +346,14 @@ class Loader:
                 f"no such target '{label}': package '{other}' declares no target {label.name!r} "
                 f"and has no file {label.name!r}{hint}",
             )
+        if not hashes_differ(deps):
+            deps = list(dict.fromkeys(deps))
         target.deps = tuple(deps)
+        if not hashes_differ(srcs):
+            unique = dict(zip(srcs, paths, strict=True))  # a label's path is the same wherever it is written
+            srcs, paths = list(unique), list(unique.values())
         target.srcs = tuple(srcs)
-        target.source_paths = tuple(srcs.values())
+        target.source_paths = tuple(paths)
         target._refs = None  # label_refs() makes them again if asked: not kept, nor walked by the collector
 
     def _source_file(self, package: str, name: str) -> tuple[Path | None, str | None]:

@@ -91,9 +91,8 @@ class RuleType:
         self.defined_in: str | None = None  # label of the file that exported it
         self.label_attrs: tuple[str, ...] = tuple(k for k, a in attrs.items() if a.has_labels)
         self.label_specs: tuple[tuple[str, Attr], ...] = tuple((k, attrs[k]) for k in self.label_attrs)
-        self._plan = tuple(
-            (k, a, a.convert if type(a).value_or_default is Attr.value_or_default else None) for k, a in attrs.items()
-        )  # a given value goes straight to convert() unless the type has its own value_or_default()
+        self._plan = tuple((k, a, *_plan_of(a)) for k, a in attrs.items())
+        self._names = frozenset(attrs)
 
     @property
     def display_name(self) -> str:
@@ -139,7 +138,7 @@ class RuleType:
             except LabelError as exc:
                 raise self._error(ctx, frame, site, "name", f"invalid target name: {exc}") from None
         attrs = self.attrs
-        if not kwargs.keys() <= attrs.keys():
+        if not self._names.issuperset(kwargs):
             unknown = next(k for k in kwargs if k not in attrs)
             close = difflib.get_close_matches(unknown, list(self.attrs), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
@@ -153,12 +152,19 @@ class RuleType:
             )
         package = ctx.package
         values: dict[str, Any] = {}
-        for key, spec, convert in self._plan:
-            value = kwargs.get(key, _UNSET)
-            try:
-                if convert is not None and value is not _UNSET and value is not None:
+        get = kwargs.get
+        key = ""
+        value = None
+        try:
+            for key, spec, convert, fill, empty in self._plan:  # declared order: the first problem is reported
+                value = get(key)  # None: not given
+                if value is not None and convert is not None:
                     values[key] = convert(value, package)
-                elif (value is _UNSET or value is None) and spec.mandatory:
+                elif value is None and fill == _FILL_CONSTANT:
+                    values[key] = empty
+                elif value is None and fill == _FILL_EMPTY:
+                    values[key] = spec.empty()
+                elif value is None and spec.mandatory:
                     raise self._error(
                         ctx,
                         frame,
@@ -166,13 +172,13 @@ class RuleType:
                         None,
                         f"{self.display_name}(name={name!r}) is missing the mandatory attribute {key!r}",
                     )
-                else:
-                    values[key] = spec.value_or_default(value, package)
-            except AttrValueError as exc:
-                what = "default of attribute" if value is _UNSET or value is None else "attribute"
-                raise self._error(
-                    ctx, frame, site, key, f"{what} {key!r} of {self.display_name}(name={name!r}): {exc}"
-                ) from None
+                else:  # a type's own value_or_default() tells "not given" (_UNSET) from None
+                    values[key] = spec.value_or_default(value if key in kwargs else _UNSET, package)
+        except AttrValueError as exc:
+            what = "default of attribute" if value is None else "attribute"
+            raise self._error(
+                ctx, frame, site, key, f"{what} {key!r} of {self.display_name}(name={name!r}): {exc}"
+            ) from None
         targets = ctx.targets
         previous = targets.get(name)
         if previous is not None:
@@ -211,6 +217,28 @@ class RuleType:
         if inner != location and inner.path != location.path:
             message = f"{message} (in the macro at {inner})"
         return BuildFileError.at(location, message)
+
+
+_FILL_DEFAULT, _FILL_EMPTY, _FILL_CONSTANT = 0, 1, 2
+_IMMUTABLE = frozenset({str, int, float, bool, type(None), tuple})
+
+
+def _plan_of(spec: Attr) -> tuple[Callable[[Any, str], Any] | None, int, Any]:
+    """How a rule call fills attribute ``spec``: ``(convert, fill, empty)``.
+
+    A given value goes straight to ``convert`` unless the type has its own ``value_or_default()``
+    (then ``convert`` is ``None``). A value not given, for an optional attribute without a
+    default, is ``empty`` itself (``_FILL_CONSTANT``: an immutable value, the same every time) or
+    a new ``spec.empty()`` (``_FILL_EMPTY``); anything else goes through ``value_or_default``.
+    """
+    if type(spec).value_or_default is not Attr.value_or_default:
+        return None, _FILL_DEFAULT, None
+    if spec.mandatory or not (spec.default is _UNSET or spec.default is None):
+        return spec.convert, _FILL_DEFAULT, None
+    empty = spec.empty()
+    if type(empty) in _IMMUTABLE and (type(empty) is not tuple or empty == ()):
+        return spec.convert, _FILL_CONSTANT, empty
+    return spec.convert, _FILL_EMPTY, None
 
 
 def rule(

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
-
-import xxhash
 
 __all__ = ["StatCache", "hash_source_file"]
 
@@ -57,6 +54,8 @@ class StatCache:
         """Write the cache atomically (if it changed and has a path)."""
         if self.path is None or not self.dirty:
             return
+        import tempfile  # here, not at the top: shutil, random, bz2, lzma... that loading never needs
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".stat_cache.", suffix=".tmp")
         try:
@@ -77,6 +76,8 @@ def hash_source_file(path: str | os.PathLike[str], stat_cache: StatCache | None 
         cached = stat_cache.lookup(key, st)
         if cached is not None:
             return cached
+    import xxhash  # on first use: a load that hashes no file does not pay for it
+
     hasher = xxhash.xxh3_128()
     with open(key, "rb") as fh:
         while chunk := fh.read(_CHUNK):

@@ -536,6 +536,22 @@ def test_the_garbage_collector_is_paused_only_while_loading(make_ws: WriteWorksp
         Loader._load_packages = original  # type: ignore[method-assign]
 
 
+def test_loaded_objects_go_to_the_oldest_generation(make_ws: WriteWorkspace) -> None:
+    import gc
+
+    ws = make_ws({"a/BUILD.marin": LOAD + "".join(f'tokenize(name = "x{i}")\n' for i in range(50))})
+    loaded = Loader(ws).load_all()
+    assert gc.get_count()[0] < 50 and gc.get_freeze_count() == 0  # young generations emptied, nothing frozen
+    assert any(o is loaded.targets[next(iter(loaded.targets))] for o in gc.get_objects(2))
+    gc.freeze()  # a process that froze objects of its own (say, before forking workers) keeps them frozen
+    try:
+        frozen = gc.get_freeze_count()
+        Loader(ws).load_all()
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
 def test_attribute_types_with_their_own_value_or_default_still_get_every_value(make_ws: WriteWorkspace) -> None:
     rules = """
 from marinbuild.load import attr, rule
