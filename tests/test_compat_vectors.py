@@ -62,17 +62,21 @@ def _decode(value: Any, steps: dict[str, ExecutorStep]) -> Any:
     return {k: _decode(v, steps) for k, v in value.items()}
 
 
-@pytest.mark.parametrize("case", _cases(), ids=lambda c: c["case"])
-def test_marin_vectors(case: dict[str, Any]) -> None:
+def _computed(case: dict[str, Any]) -> tuple[dict[str, ExecutorStep], Executor]:
+    """The case's steps (by id) and an executor that computed their versions, in the case's order."""
     steps: dict[str, ExecutorStep] = {}
     for spec in case["steps"]:
-        steps[spec["id"]] = ExecutorStep(
-            name=spec["name"], fn=None, config=_decode(spec["config"], steps),
-            override_output_path=spec.get("override"),
-        )
+        steps[spec["id"]] = ExecutorStep(name=spec["name"], fn=None, config=_decode(spec["config"], steps),
+                                         override_output_path=spec.get("override"))
     executor = Executor(prefix="/pfx", executor_info_base_path="/pfx/experiments")
-    for spec in case["steps"]:
-        executor.compute_version(steps[spec["id"]], is_pseudo_dep=False)
+    for step in steps.values():
+        executor.compute_version(step, is_pseudo_dep=False)
+    return steps, executor
+
+
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c["case"])
+def test_marin_vectors(case: dict[str, Any]) -> None:
+    steps, executor = _computed(case)
     for step_id, expect in case["expect"].items():
         step = steps[step_id]
         assert executor.version_strs[step] == expect["version_str"], step_id
@@ -83,13 +87,7 @@ def test_marin_vectors(case: dict[str, Any]) -> None:
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: c["case"])
 def test_indented_versions_equal_plain_json(case: dict[str, Any]) -> None:
     """The composed indented form (used for info files) is exactly json.dumps(indent=2)."""
-    steps: dict[str, ExecutorStep] = {}
-    for spec in case["steps"]:
-        steps[spec["id"]] = ExecutorStep(name=spec["name"], fn=None, config=_decode(spec["config"], steps),
-                                         override_output_path=spec.get("override"))
-    executor = Executor(prefix="/pfx", executor_info_base_path="/pfx/experiments")
-    for step in steps.values():
-        executor.compute_version(step)
+    steps, executor = _computed(case)
     for step in steps.values():
         expected = json.dumps(executor.versions[step], indent=2)
         assert executor._table.indented_version(executor.canonicalize(step)) == expected
@@ -99,13 +97,7 @@ def test_indented_versions_equal_plain_json(case: dict[str, Any]) -> None:
 def test_step_info_text_is_marins_indented_json(case: dict[str, Any]) -> None:
     """A step's ``.executor_info`` text is byte for byte Marin's ``json.dumps(info, indent=2)``, nested versions
     included (they are spliced in from memoized texts, at the indentation of the line they go on)."""
-    steps: dict[str, ExecutorStep] = {}
-    for spec in case["steps"]:
-        steps[spec["id"]] = ExecutorStep(name=spec["name"], fn=None, config=_decode(spec["config"], steps),
-                                         override_output_path=spec.get("override"))
-    executor = Executor(prefix="/pfx", executor_info_base_path="/pfx/experiments")
-    for step in steps.values():
-        executor.compute_version(step)
+    steps, executor = _computed(case)
     for step in steps.values():
         text = executor._step_info_text(executor.canonicalize(step))
         info = json.loads(text)
