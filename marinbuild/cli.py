@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from marinbuild.core.exit_fast import skip_final_collection
+from marinbuild.core.gc_control import skip_final_collection
 
 BACKEND_NAMES = ("local", "ray")
 """Names --backend accepts; the session says which of them this installation can run."""

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from marinbuild.core.exit_fast import skip_final_collection
+from marinbuild.core.gc_control import gc_paused, skip_final_collection
 from marinbuild.core.jsonenc import dumps_indented, dumps_sorted, json_str
 from marinbuild.core.placeholders import (
     THIS_OUTPUT_PATH,
@@ -40,7 +40,7 @@ from marinbuild.core.placeholders import (
     this_output_path,
     versioned,
 )
-from marinbuild.core.versions import VersionTable, gc_paused
+from marinbuild.core.versions import VersionTable
 from marinbuild.core.walk import (
     collect_dependencies_and_version,
     instantiate_config,

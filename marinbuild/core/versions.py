@@ -15,14 +15,13 @@ Two things differ from Marin, neither visible in the results:
 from __future__ import annotations
 
 import abc
-import contextlib
 import gc
 import hashlib
 import os
 import re
-from collections.abc import Iterator
 from typing import Any
 
+from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.jsonenc import dumps_indented, dumps_sorted, json_str
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.core.walk import collect_dependencies_and_version, instantiate_config, make_prefix_absolute_path
@@ -186,28 +185,6 @@ class VersionStrs(_CompletedOnRead):
 
     def __len__(self) -> int:
         return len(self._source)
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector (nestable). Computing versions and plans allocates many small
-    objects that are never cyclic garbage; the collector would rescan the growing tables again and again.
-
-    On leaving, the objects made meanwhile go straight to the oldest generation (``gc.freeze`` then
-    ``gc.unfreeze``, both constant-time list moves) instead of being scanned at the next allocation: a
-    young-generation pass over the 300,000 containers of a 10,000-step graph cost a quarter of computing
-    its versions. They are scanned with the oldest generation, whose passes Python spaces out as it grows.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            if gc.get_freeze_count() == 0:  # never thaw objects someone else froze (a pre-fork server)
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
 
 
 class VersionCycleError(ValueError):

@@ -15,7 +15,6 @@ topological order and there can be none, which is what most workspaces look like
 from __future__ import annotations
 
 import difflib
-import gc
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.labels import Label, PatternError, TargetPattern, expand_patterns, parse_label, parse_pattern
 from marinbuild.load import codecache, prefetch
 from marinbuild.load.attrs import hashes_differ
@@ -171,25 +171,14 @@ class Loader:
         When many BUILD files are to be compiled, a forked helper process compiles them alongside
         (``prefetch``); it is stopped before this returns.
 
-        Python's cyclic garbage collector is paused meanwhile: loading allocates about eight
-        tracked objects per target and frees almost none, so the automatic collections would
-        find nothing to free, while the full ones walk every object of the process (in a fresh
-        process the heap grows by a quarter again and again, and each time all of it is walked).
-        Before returning, the new objects go to the oldest generation, where a load with the
-        collector running leaves them too, without a pass over them: ``gc.freeze()`` and
-        ``gc.unfreeze()`` move every tracked object to the oldest generation by relinking lists,
-        and leave the young generations empty, so nothing is left to whatever allocates next, and
-        the collector's count of new long-lived objects (which decides when the next full
-        collection comes) is not raised by the load. A collection of the young generations did
-        the same by walking them (11-18 ms for 10,000 targets; the collections during such a load
-        took 40-70 ms); it is still what happens when the process has frozen objects of its own
-        (``gc.get_freeze_count()``), which ``gc.unfreeze()`` would release. Cyclic garbage made
-        while loading (rare: a BUILD file's functions and its globals) waits for a full collection.
+        Python's cyclic garbage collector is paused meanwhile (``gc_paused``): loading allocates about
+        eight tracked objects per target and frees almost none, so the automatic collections would
+        find nothing to free, while the full ones walk every object of the process (40-70 ms for
+        10,000 targets). On leaving, the new objects go to the oldest generation without a pass over
+        them, where a load with the collector running leaves them too. Cyclic garbage made while
+        loading (rare: a BUILD file's functions and its globals) waits for a full collection.
         """
-        paused = gc.isenabled()
-        if paused:
-            gc.disable()
-        try:
+        with gc_paused():
             packages = list(dict.fromkeys(packages))
             self._start_helper(packages)
             try:
@@ -200,14 +189,6 @@ class Loader:
                     helper.close()
                 if self.evaluator.cache_dir is not None:
                     codecache.flush()
-        finally:
-            if paused:
-                gc.enable()
-                if gc.get_freeze_count() == 0:
-                    gc.freeze()
-                    gc.unfreeze()
-                else:
-                    gc.collect(1)
 
     def _start_helper(self, packages: list[str]) -> None:
         """Fork a compile helper (``prefetch``) if ``packages``' BUILD files that no cache holds are large enough."""
