@@ -449,6 +449,13 @@ def measure_peer(peer: Peer, opts: Options) -> dict[str, Any]:
         log(f"  {peer.name} {graph.shape} x {graph.n}: {phase} {measured['seconds']:.3f} s "
             f"(median of {measured['runs']}), {measured['actions']} actions"
             + ("" if measured["actions_ok"] else " -- WRONG: " + "; ".join(measured["problems"])))
+    if isinstance(peer, MarinbuildApiPeer) and "error" not in result.get("noop", {"error": ""}):
+        # The floor of any no-op through the Python API: the interpreter, the import, compiling the script and
+        # making its ExecutorSteps (the user's code, which Marin runs too), with no build after it.
+        cmd, cwd, env = peer.command()
+        env[EXECUTOR_ENV] = "none"
+        log(f"  {peer.name} {graph.shape} x {graph.n}: the script alone ...")
+        result["script_only"] = median_of(cmd, cwd, env, peer.log_path, opts.runs, opts)
     return result
 
 
@@ -730,6 +737,21 @@ def print_tables(report: Report, shapes: list[str], sizes: list[int]) -> None:
                "`X / ninja`: time relative to ninja (lower is better); `Marin / X`: how many times faster than "
                "Marin.\n")
     report.out(markdown_table(header, rows, "lllr" + "r" * (len(header) - 4)))
+    script_rows = []
+    for n in sizes:
+        for shape in shapes:
+            script = (find(raw, "marinbuild-api", shape, n) or {}).get("script_only")
+            api_noop = seconds_of((find(raw, "marinbuild-api", shape, n) or {}).get("noop"))
+            ninja_noop = seconds_of((find(raw, "ninja", shape, n) or {}).get("noop"))
+            if script is not None:
+                script_rows.append([shape, f"{n:,}", phase_cell(script), ratio(seconds_of(script), api_noop),
+                                    ratio(seconds_of(script), ninja_noop)])
+    if script_rows:
+        report.out("\nThe Python API's floor: the workload script alone (interpreter, `import marinbuild.executor`, "
+                   "compiling the script, making its `ExecutorStep`s) with no build after it "
+                   "(`MARINBUILD_BENCH_EXECUTOR=none`). Every no-op through the API pays this first.\n")
+        report.out(markdown_table(["shape", "steps", "script alone", "/ API no-op", "/ ninja no-op"], script_rows,
+                                  "llrrr"))
     report.out("\n## Peak RSS, MB (largest process of the tree, largest over the runs)\n")
     report.out(markdown_table(["shape", "steps", "phase"] + [PEER_TITLES[p] for p in shown], rss_rows,
                               "lll" + "r" * len(shown)))
@@ -783,6 +805,9 @@ def compute_bars(raw: dict[str, Any], peers: list[str], shapes: list[str], sizes
         t = seconds_of((find(raw, p, "layered", 10000) or {}).get("noop"))
         nin = seconds_of((find(raw, "ninja", "layered", 10000) or {}).get("noop"))
         measured = "n/a" if t is None or nin is None else f"{t:.3f} s = {t / nin:.1f}x ninja ({nin:.3f} s)"
+        script = seconds_of((find(raw, p, "layered", 10000) or {}).get("script_only"))
+        if script is not None and nin is not None:
+            measured += f"; the script alone, no build: {script:.3f} s = {script / nin:.1f}x ninja"
         bar(f"no-op, 10k layered, {PEER_TITLES[p]}", measured, f"< {BAR_NOOP_VS_NINJA:g}x ninja",
             None if t is None or nin is None else t < BAR_NOOP_VS_NINJA * nin)
     for p in ours:

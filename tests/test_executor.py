@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -547,3 +548,14 @@ def test_a_path_hash_collision_fails_at_commit_on_a_local_prefix(prefix):
     os.remove(st.status_path(out))
     make_executor(prefix).run([b])
     assert action_cache.digests_at(out) == {ours} and st.read_status(out) == st.STATUS_SUCCESS
+
+
+def test_run_info_date_is_marins_isoformat_of_local_now():
+    """``created_date`` has the form of ``datetime.now().isoformat()``, computed without importing datetime."""
+    from datetime import datetime
+
+    from marinbuild.executor import _now_iso
+
+    text = _now_iso()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?", text)
+    assert abs((datetime.fromisoformat(text) - datetime.now()).total_seconds()) < 5

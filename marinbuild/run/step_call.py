@@ -24,9 +24,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from marinbuild.resources import Resources, normalize
+if TYPE_CHECKING:
+    from marinbuild.resources import Resources
+
 
 
 def is_ray_remote_function(fn: Any) -> bool:
@@ -113,6 +115,10 @@ class StepCall:
             fn = fn.fn
         if resources is None and is_ray_remote_function(fn):
             resources = _ray_default_options(fn)
+        if resources is None:
+            return None, groups, env
+        from marinbuild.resources import normalize  # only steps that ask for resources need it
+
         return normalize(resources), groups, env
 
 
@@ -122,5 +128,7 @@ def _ray_default_options(fn: Any) -> Resources | None:
     custom = dict(options.get("resources") or {})
     if not custom and options.get("num_gpus") is None and options.get("num_cpus") is None:
         return None
+    from marinbuild.resources import Resources
+
     return Resources(cpu=options.get("num_cpus"), gpu=options.get("num_gpus"), memory=options.get("memory"),
                      custom=custom)

@@ -145,16 +145,17 @@ def remove_record(output_path: str, digest: str) -> None:
 
 def new_record(output_path: str, key: ActionKey, manifest: Any, worker_id: str) -> ActionRecord:
     """The record of a commit; ``manifest`` is the ``Manifest`` of the outputs (None: none, e.g. in tests)."""
+    body = manifest.to_json() if manifest is not None else None
     return ActionRecord(
         version_sha256=key.digest,
         name=key.name,
         output_path=output_path,
-        manifest_digest=manifest.digest() if manifest is not None else None,
-        files=len(manifest.files) if manifest is not None else 0,
-        total_bytes=manifest.total_bytes if manifest is not None else 0,
+        manifest_digest=body["digest"] if body is not None else None,
+        files=len(body["files"]) if body is not None else 0,
+        total_bytes=body["total_bytes"] if body is not None else 0,
         worker_id=worker_id,
         created=time.time(),
-        manifest=manifest.to_json() if manifest is not None else None,
+        manifest=body,
     )
 
 

@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 FILE_MODE = 0o644
-"""Files written through a temporary file get the mode a plain ``open`` would give them (mkstemp's is 0600)."""
+"""Files written through a temporary file get the mode a plain ``open`` would give them."""
 
 
 def is_local(path: str) -> bool:
@@ -42,7 +42,11 @@ def filesystem_for(path: str) -> Any:
 
 
 def join(base: str, *names: str) -> str:
-    return os.path.join(base, *names) if is_local(base) else "/".join([base.rstrip("/"), *names])
+    if "://" not in base or base.startswith("file://"):
+        if len(names) == 1 and base and base[-1] != "/" and not names[0].startswith("/"):
+            return base + "/" + names[0]  # os.path.join's result in its common case, without its generality
+        return os.path.join(base, *names)
+    return "/".join([base.rstrip("/"), *names])
 
 
 def read_bytes(path: str) -> bytes | None:
@@ -74,14 +78,11 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
     if not is_local(path):
         write_atomic(path, b"".join(pieces))
         return
-    import tempfile
-
     target = local_path(path)
     directory = os.path.dirname(target)
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(target) + ".")
+    fd, tmp = _create_temporary(directory, os.path.basename(target))
     try:
-        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as f:
             f.writelines(pieces)
         os.replace(tmp, target)
@@ -91,6 +92,17 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _create_temporary(directory: str, name: str) -> tuple[int, str]:
+    """A new file ``.tmp-<name>.<random>`` in ``directory``, created exclusively (what ``tempfile.mkstemp`` does,
+    without importing tempfile and the compression modules it pulls in), with ``FILE_MODE``."""
+    while True:
+        tmp = os.path.join(directory, f".tmp-{name}.{os.urandom(6).hex()}")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), FILE_MODE), tmp
+        except FileExistsError:
+            continue
 
 
 def write_in_place(path: str, data: bytes, *, exists: bool = False) -> None:

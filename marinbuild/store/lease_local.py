@@ -4,6 +4,10 @@ Mutual exclusion is ``flock`` on the lease file itself, as Marin does, so a Mari
 and a marinbuild runner on one machine exclude each other. One addition closes Marin's
 release race: after locking, the open file must still be the one at the path (same
 inode); a lease deleted by its releaser while we waited is reopened, never written to.
+
+A lease taken by creating its file keeps that file open until it is released, so checking
+and releasing it do not open it again (at most ``KEPT_OPEN_LIMIT`` leases at once in a process;
+past that, a lease is reopened by path).
 """
 
 from __future__ import annotations
@@ -11,17 +15,45 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Iterator
 
-from marinbuild.store.lease import Lease, LeaseLostError, LeaseRecord, encode_lease, parse_lease
+from marinbuild.store.lease import STALE_AFTER, Lease, LeaseLostError, LeaseRecord, encode_lease, parse_lease
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _READ_SIZE = 4096
 
+KEPT_OPEN_LIMIT = 128
+"""Lease files a process keeps open between taking and releasing them (running steps), at most."""
+_kept_open = 0
+_kept_lock = threading.Lock()
+
+
+def _keep_one() -> bool:
+    global _kept_open
+    with _kept_lock:
+        if _kept_open >= KEPT_OPEN_LIMIT:
+            return False
+        _kept_open += 1
+        return True
+
+
+def _forget_one() -> None:
+    global _kept_open
+    with _kept_lock:
+        _kept_open -= 1
+
 
 class LocalFileLease(Lease):
     makes_output_folder = True
+
+    def __init__(self, output_path: str, worker_id: str, stale_after: float = STALE_AFTER):
+        super().__init__(output_path, worker_id, stale_after)
+        self._fd: int | None = None
+        """The lease file this runner created, kept open until released (None: reopen it by path)."""
+        self._fd_lock = threading.Lock()
+        """Held while ``_fd`` is used: a release (possibly on another thread) must not close it meanwhile."""
 
     @contextlib.contextmanager
     def _locked(self, create: bool, exclusive: bool = True) -> Iterator[int | None]:
@@ -72,21 +104,65 @@ class LocalFileLease(Lease):
         os.pwrite(fd, data, 0)
         os.ftruncate(fd, len(data))  # overwrite then cut: cheaper than emptying first, same result under the lock
 
+    def _make_folder(self) -> None:
+        """Make the step's folder (and its parents): one ``mkdir`` when the parent exists, as it mostly does."""
+        folder = os.path.dirname(self.path)
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            os.makedirs(folder, exist_ok=True)
+
     def _try_create(self) -> bool | None:
         """Fast path: create the lease file if there is none. None if one already exists."""
+        self._make_folder()
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR | _CLOEXEC, 0o644)
         except FileExistsError:
             return None
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            return self._try_create()
+        keep = False
         try:  # a new, empty file: one write under the lock, nothing to seek over or cut
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.write(fd, encode_lease(LeaseRecord(self.worker_id, time.time())))
+            keep = _keep_one()
+            if keep:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                self._fd = fd
         finally:
-            os.close(fd)
+            if not keep:
+                os.close(fd)  # also drops the flock
         return True
+
+    @contextlib.contextmanager
+    def _kept(self, exclusive: bool) -> Iterator[int | None]:
+        """The kept lease file, flock'ed, if it is still the file at the path; else None (use ``_locked``)."""
+        with self._fd_lock:
+            fd = self._fd
+            if fd is None:
+                yield None
+                return
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                try:
+                    same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                except FileNotFoundError:
+                    same = False
+                yield fd if same else None
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _close_kept(self) -> None:
+        with self._fd_lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+            _forget_one()
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            with contextlib.suppress(Exception):  # (at interpreter exit the module may be half torn down)
+                self._close_kept()
 
     def try_acquire(self) -> bool:
         if self._try_create():
@@ -120,17 +196,30 @@ class LocalFileLease(Lease):
         self.check()
 
     def release(self) -> None:
+        try:
+            with self._kept(exclusive=True) as kept:
+                if kept is not None:
+                    self._unlink_if_ours(kept)
+                    return
+        finally:
+            self._close_kept()
         with self._locked(create=False) as f:
-            if f is None:
-                return
-            try:
-                current = parse_lease(self.path, self._read(f))
-            except Exception:
-                return
-            if current is not None and current.worker_id == self.worker_id:
-                os.unlink(self.path)
+            if f is not None:
+                self._unlink_if_ours(f)
+
+    def _unlink_if_ours(self, fd: int) -> None:
+        """With ``fd`` (the file at the lease path) locked: delete it if it names this runner."""
+        try:
+            current = parse_lease(self.path, self._read(fd))
+        except Exception:
+            return
+        if current is not None and current.worker_id == self.worker_id:
+            os.unlink(self.path)
 
     def holder(self) -> LeaseRecord | None:
+        with self._kept(exclusive=False) as kept:
+            if kept is not None:
+                return parse_lease(self.path, self._read(kept))
         with self._locked(create=False, exclusive=False) as f:
             if f is None:
                 return None

@@ -40,6 +40,8 @@ def read_info(output_path: str) -> dict[str, Any] | None:
 
 def encode_artifact(value: Any) -> bytes:
     """A step's return value as Marin saves it: pydantic models and dataclasses as JSON objects."""
+    if value is None:  # most steps return nothing
+        return b"null"
     if hasattr(value, "model_dump_json"):
         return value.model_dump_json().encode()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -1,0 +1,111 @@
+"""Leases on a local folder: Marin's lease file under flock, the file kept open while held."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from marinbuild.store import lease_local
+from marinbuild.store.lease import LeaseLostError, LeaseRecord, encode_lease, lease_for, lease_path
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_local_lease_protocol(tmp_path):
+    out = str(tmp_path / "step-abc123")
+    a = lease_for(out, "runner-a", stale_after=0.2)
+    b = lease_for(out, "runner-b", stale_after=0.2)
+    assert type(a).__name__ == "LocalFileLease"
+    assert a.try_acquire()
+    assert os.path.isdir(out)  # taking the lease made the step's folder
+    assert not b.try_acquire()
+    assert b.holder().worker_id == "runner-a"
+    assert b.held_by_other_live().worker_id == "runner-a"
+    a.refresh()
+    a.confirm()
+    b.release()  # not b's: left alone
+    assert b.holder().worker_id == "runner-a"
+    time.sleep(0.3)  # a stops heartbeating: stale
+    assert b.try_acquire()
+    with pytest.raises(LeaseLostError, match="runner-b"):
+        a.check()  # a's kept file now names b: a must write nothing more
+    with pytest.raises(LeaseLostError, match="runner-b"):
+        a.refresh()
+    a.release()  # never deletes b's lease
+    assert b.holder().worker_id == "runner-b"
+    b.release()
+    assert b.holder() is None
+    assert not os.path.exists(lease_path(out))
+
+
+def test_a_held_lease_keeps_its_file_open_until_released(tmp_path):
+    before = _open_fds()
+    lease = lease_for(str(tmp_path / "s-1"), "runner-a")
+    assert lease.try_acquire()
+    assert _open_fds() == before + 1
+    lease.check()
+    assert lease.holder().worker_id == "runner-a"
+    lease.release()
+    assert _open_fds() == before
+    assert not os.path.exists(lease_path(str(tmp_path / "s-1")))
+    lease.release()  # twice: nothing left to do
+
+
+def test_a_replaced_lease_file_is_read_by_path_and_left_alone(tmp_path):
+    """Another runner deleted the lease file and made its own: the kept file is no longer the lease."""
+    out = str(tmp_path / "s-2")
+    a = lease_for(out, "runner-a")
+    assert a.try_acquire()
+    path = lease_path(out)
+    os.unlink(path)
+    with open(path, "wb") as f:
+        f.write(encode_lease(LeaseRecord("runner-c", time.time())))
+    assert a.holder().worker_id == "runner-c"
+    with pytest.raises(LeaseLostError, match="runner-c"):
+        a.check()
+    a.release()
+    assert lease_for(out, "x").holder().worker_id == "runner-c"
+
+
+def test_past_the_limit_leases_are_reopened_by_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(lease_local, "KEPT_OPEN_LIMIT", 1)
+    before = _open_fds()
+    first = lease_for(str(tmp_path / "s-a"), "runner-a")
+    second = lease_for(str(tmp_path / "s-b"), "runner-a")
+    assert first.try_acquire() and second.try_acquire()
+    assert _open_fds() == before + 1  # only the first is kept open
+    second.check()
+    first.check()
+    second.release()
+    first.release()
+    assert _open_fds() == before
+    assert lease_local._kept_open == 0
+    assert not os.path.exists(lease_path(str(tmp_path / "s-a")))
+    assert not os.path.exists(lease_path(str(tmp_path / "s-b")))
+
+
+def test_lease_race_between_threads_has_one_winner(tmp_path):
+    out = str(tmp_path / "raced")
+    winners = []
+    barrier = threading.Barrier(8)
+    leases = [lease_for(out, f"r{i}", stale_after=30) for i in range(8)]
+
+    def contend(i: int) -> None:
+        barrier.wait()
+        if leases[i].try_acquire():
+            winners.append(i)
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1
+    for lease in leases:
+        lease.release()
+    assert not os.path.exists(lease_path(out))
