@@ -136,9 +136,7 @@ class Session:
         self.analysis = analyze(self.loaded, roots, self.workspace, cache)
         cache.save()
         self.executor = self.make_executor()
-        for label in roots:
-            for step in self.analysis.steps_of[label]:
-                self.executor.compute_version(step)
+        self.executor.compute_versions([step for label in roots for step in self.analysis.steps_of[label]])
         return self.analysis
 
     def make_executor(self, listeners: list[Any] | None = None) -> Executor:
