@@ -98,3 +98,36 @@ if __name__ == "__main__":
     elif mode == "hang":
         executor.run([step("victim", "v", fn=announce_and_hang)])
     print(json.dumps({"ok": True}), flush=True)
+
+
+def race_for_lease(output_path: str, contenders: int = 8) -> tuple[list[int], list[Any]]:
+    """``contenders`` runners try to take one step's lease at the same moment, each on a thread of its own;
+    the numbers of those that got it, and every runner's lease."""
+    from marinbuild.store.lease import lease_for
+
+    leases = [lease_for(output_path, f"r{i}", stale_after=30) for i in range(contenders)]
+    winners: list[int] = []
+    barrier = threading.Barrier(contenders)
+
+    def contend(i: int) -> None:
+        barrier.wait()
+        if leases[i].try_acquire():
+            winners.append(i)
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(contenders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return winners, leases
+
+
+def pretend_another_version_built(output_path: str, version_str: str, other_digest: str) -> None:
+    """Move the action record at ``output_path`` to another version digest: as if another version string that
+    hashes to the same 6-hex path had built it."""
+    from marinbuild.store import action_cache
+
+    ours = action_cache.version_digest(version_str)
+    record = action_cache.read_record(output_path, ours)
+    action_cache.remove_record(output_path, ours)
+    action_cache.write_record(action_cache.ActionRecord(**{**record.__dict__, "version_sha256": other_digest}))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 
+import pipelines as pl
 import pytest
 
 from marinbuild.store import lease_local
@@ -91,20 +91,7 @@ def test_past_the_limit_leases_are_reopened_by_path(tmp_path, monkeypatch):
 
 def test_lease_race_between_threads_has_one_winner(tmp_path):
     out = str(tmp_path / "raced")
-    winners = []
-    barrier = threading.Barrier(8)
-    leases = [lease_for(out, f"r{i}", stale_after=30) for i in range(8)]
-
-    def contend(i: int) -> None:
-        barrier.wait()
-        if leases[i].try_acquire():
-            winners.append(i)
-
-    threads = [threading.Thread(target=contend, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    winners, leases = pl.race_for_lease(out)
     assert len(winners) == 1
     for lease in leases:
         lease.release()

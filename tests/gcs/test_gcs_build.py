@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import gcs_pipelines as gp
+import pipelines as pl
 import pytest
 
 from marinbuild.executor import StepFailedError
@@ -181,11 +182,7 @@ def test_a_path_hash_collision_fails_loudly(gs_prefix):
     ex = gp.executor(gs_prefix)
     ex.run([a])
     out = ex.output_paths[a]
-    ours = action_cache.version_digest(ex.version_strs[a])
-    # Pretend another version string hashed to the same path and built it.
-    record = action_cache.read_record(out, ours)
-    action_cache.remove_record(out, ours)
-    action_cache.write_record(action_cache.ActionRecord(**{**record.__dict__, "version_sha256": "f" * 64}))
+    pl.pretend_another_version_built(out, ex.version_strs[a], "f" * 64)
     with pytest.raises(ActionCacheCollisionError, match="collision at .*coll/a-"):
         gp.executor(gs_prefix).run([gp.step("coll/a", "one")])
     # At commit too: the status is gone, the other version's record is still there.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import gcs_pipelines as gp
+import pipelines as pl
 import pytest
 
 from marinbuild.store import batch, fs, gcs
@@ -63,23 +64,7 @@ def test_gcs_lease_protocol(gs_prefix):
 
 
 def test_lease_race_between_threads_has_one_winner(gs_prefix):
-    import threading
-
-    out = gs_prefix + "/raced"
-    winners = []
-    barrier = threading.Barrier(8)
-
-    def contend(i: int) -> None:
-        lease = lease_for(out, f"r{i}", stale_after=30)
-        barrier.wait()
-        if lease.try_acquire():
-            winners.append(i)
-
-    threads = [threading.Thread(target=contend, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    winners, _ = pl.race_for_lease(gs_prefix + "/raced")
     assert len(winners) == 1
 
 
