@@ -131,3 +131,35 @@ def pretend_another_version_built(output_path: str, version_str: str, other_dige
     record = action_cache.read_record(output_path, ours)
     action_cache.remove_record(output_path, ours)
     action_cache.write_record(action_cache.ActionRecord(**{**record.__dict__, "version_sha256": other_digest}))
+
+
+def check_lease_protocol(output_path: str, implementation: str, stale_after: float) -> None:
+    """What every lease implementation keeps: one holder at a time, seen by the others; a stale lease is taken
+    over; the runner that lost it learns so at its next check or renewal, and never deletes the new holder's."""
+    import pytest
+
+    from marinbuild.store import fs
+    from marinbuild.store.lease import LeaseLostError, lease_for, lease_path
+
+    a = lease_for(output_path, "runner-a", stale_after=stale_after)
+    b = lease_for(output_path, "runner-b", stale_after=stale_after)
+    assert type(a).__name__ == implementation
+    assert a.try_acquire()
+    assert not b.try_acquire()
+    assert b.holder().worker_id == "runner-a"
+    assert b.held_by_other_live().worker_id == "runner-a"
+    a.refresh()
+    a.confirm()
+    b.release()  # not b's: left alone
+    assert b.holder().worker_id == "runner-a"
+    time.sleep(stale_after * 1.5)  # a stops renewing: stale
+    assert b.try_acquire()
+    with pytest.raises(LeaseLostError, match="runner-b"):
+        a.check()  # a must write nothing more
+    with pytest.raises(LeaseLostError, match="runner-b"):
+        a.refresh()
+    a.release()  # never deletes b's lease
+    assert b.holder().worker_id == "runner-b"
+    b.release()
+    assert b.holder() is None
+    assert fs.read_bytes(lease_path(output_path)) is None

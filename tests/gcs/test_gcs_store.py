@@ -10,7 +10,6 @@ import pytest
 
 from marinbuild.store import batch, fs, gcs
 from marinbuild.store import status as st
-from marinbuild.store.lease import LeaseLostError, lease_for, lease_path
 from marinbuild.store.metadata_cache import MetadataCache
 
 
@@ -41,26 +40,7 @@ def test_an_ambiguous_conditional_write_is_recognised(gs_prefix, proxy):
 
 
 def test_gcs_lease_protocol(gs_prefix):
-    out = gs_prefix + "/step-abc123"
-    a = lease_for(out, "runner-a", stale_after=1.0)
-    b = lease_for(out, "runner-b", stale_after=1.0)
-    assert type(a).__name__ == "GCSLease"
-    assert a.try_acquire()
-    assert not b.try_acquire()
-    assert b.holder().worker_id == "runner-a"
-    assert b.held_by_other_live().worker_id == "runner-a"
-    a.refresh()
-    b.release()  # not b's: left alone
-    assert b.holder().worker_id == "runner-a"
-    time.sleep(1.2)  # a stops heartbeating: stale
-    assert b.try_acquire()
-    with pytest.raises(LeaseLostError, match="runner-b"):
-        a.refresh()  # a learns it lost the lease; it must write nothing more
-    a.release()  # never deletes b's lease
-    assert b.holder().worker_id == "runner-b"
-    b.release()
-    assert b.holder() is None
-    assert fs.read_bytes(lease_path(out)) is None
+    pl.check_lease_protocol(gs_prefix + "/step-abc123", "GCSLease", stale_after=1.0)
 
 
 def test_lease_race_between_threads_has_one_winner(gs_prefix):
