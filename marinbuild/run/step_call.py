@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from marinbuild.resources import Resources
 
 
-
 def is_ray_remote_function(fn: Any) -> bool:
     """``fn`` is a ``@ray.remote`` function (told without importing ray)."""
     return type(fn).__module__ == "ray.remote_function" and hasattr(fn, "_function")

@@ -127,8 +127,8 @@ class LocalFileLease(Lease):
             os.write(fd, encode_lease(LeaseRecord(self.worker_id, time.time())))
             keep = _keep_one()
             if keep:
+                self._fd = fd  # closed by release() from here on
                 fcntl.flock(fd, fcntl.LOCK_UN)
-                self._fd = fd
         finally:
             if not keep:
                 os.close(fd)  # also drops the flock
