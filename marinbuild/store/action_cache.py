@@ -116,7 +116,12 @@ def digests_at(output_path: str) -> frozenset[str]:
         bucket, key = gcs.split(output_path)
         items = gcs.run(gcs.list_objects, gcs.filesystem(), bucket, f"{key}/{RECORD_PREFIX}")
         names = (item["name"].rsplit("/", 1)[-1] for item in items)
-    return frozenset(d for d in (digest_of_name(n) for n in names) if d is not None)
+    return digests_named(names)
+
+
+def digests_named(names: Iterable[str]) -> frozenset[str]:
+    """The version digests of the record files among ``names``."""
+    return frozenset(d for d in map(digest_of_name, names) if d is not None)
 
 
 def read_record(output_path: str, digest: str) -> ActionRecord | None:
@@ -171,10 +176,7 @@ def _collision(output_path: str, key_digest: str, name: str, others: Iterable[st
 def check_before_commit(output_path: str, key: ActionKey, names: Iterable[str] | None = None) -> None:
     """Before recording ``key`` at ``output_path``: fail on a collision; drop stale records of an overridden path.
     ``names``: the file names directly in ``output_path``, if the caller listed them already."""
-    if names is None:
-        recorded = digests_at(output_path)
-    else:
-        recorded = frozenset(d for d in map(digest_of_name, names) if d is not None)
+    recorded = digests_at(output_path) if names is None else digests_named(names)
     others = recorded - {key.digest}
     if not others:
         return

@@ -74,16 +74,19 @@ class LocalFileLease(Lease):
                     return
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-                try:
-                    same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-                except FileNotFoundError:
-                    same = False
-                if same:
+                if self._is_current(fd):
                     yield fd
                     return
             finally:
                 os.close(fd)  # also drops the flock
             # The file we opened was unlinked while we waited: open the current one.
+
+    def _is_current(self, fd: int) -> bool:
+        """``fd`` is still the file at the lease path (not one its releaser unlinked meanwhile)."""
+        try:
+            return os.fstat(fd).st_ino == os.stat(self.path).st_ino
+        except FileNotFoundError:
+            return False
 
     @staticmethod
     def _read(fd: int) -> bytes:
@@ -144,11 +147,7 @@ class LocalFileLease(Lease):
                 return
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             try:
-                try:
-                    same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-                except FileNotFoundError:
-                    same = False
-                yield fd if same else None
+                yield fd if self._is_current(fd) else None
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
 
