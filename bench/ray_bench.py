@@ -10,10 +10,14 @@ backend's bell actor, one per driver process), in alternating rounds; the median
 reported:
 
 - ``plain ray``: ``ray.get`` of the tasks, nothing else;
-- ``marinbuild``: ``Executor(...).run(steps)`` on a fresh prefix with the Ray backend: versions,
-  plan, leases, ``.executor_info``/status/artifact files, events, the run info file;
+- ``marinbuild``: ``Executor(...).run(steps)`` on a fresh prefix with the Ray backend as a build
+  gets it: versions, plan, leases, ``.executor_info``/status/artifact files, events, the run info
+  file; the steps, once the root's task said they take about a millisecond, go up to 32 to a task
+  (``marinbuild/run/ray_bundles.py``), and the row says how many tasks the run launched;
 - ``marinbuild (execute)``: the same run from the first step submitted to the last one
   committed (the Ray backend's own share, without versions and planning);
+- ``marinbuild, one task per step``: the same with bundling off (``bundle_seconds=0``): Ray's
+  cost per task paid 1,000 times, as plain Ray pays it, plus marinbuild's;
 - ``marinbuild, local backend``: the same steps in threads of this process, no Ray: the
   engine's own cost per step (versions, plan, leases, status/info/manifest/artifact files),
   which the Ray backend pays too, on top of Ray's.
@@ -29,7 +33,8 @@ project's VM a file created on its ext4 ``/tmp`` costs 0.1-1 ms of kernel time, 
 action record, artifact) besides its output, a plain task only its output.
 
 The bar (from DESIGN.md): marinbuild within 1.5x of plain Ray. Per-step overhead is
-(marinbuild - plain ray) / N.
+(marinbuild - plain ray) / N; with one task per step it is marinbuild's own cost per step on
+top of Ray's.
 
     .venv/bin/python bench/ray_bench.py                 # N=1000, 3 rounds
     .venv/bin/python bench/ray_bench.py --steps 200 --rounds 1 --json /tmp/ray_bench.json
@@ -111,7 +116,10 @@ class Span:
 
 
 def marinbuild_run(n: int, base: str, backend: Any, tag: str) -> tuple[float, float]:
-    """(whole run, execute phase) seconds of a fresh fan-out on ``backend`` (None: the local backend)."""
+    """(whole run, execute phase) seconds of a fresh fan-out on ``backend`` (None: the local backend).
+
+    ``backend`` is shut down at the end (its ``tasks_launched`` stays readable).
+    """
     steps = fanout(n, tag)
     span = Span()
     executor = Executor(prefix=base, executor_info_base_path=os.path.join(base, "experiments"), listeners=[span],
@@ -166,9 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     startup = time.perf_counter() - t0
     cpus = int(ray.cluster_resources().get("CPU", 0))
     tmp = tempfile.mkdtemp(prefix="marinbuild-ray-bench-", dir=args.dir)
-    runs: dict[str, list[float]] = {"plain": [], "total": [], "execute": [], "local": []}
-    cpu: dict[str, list[float]] = {"plain": [], "total": [], "local": []}
-    ray_cpu: dict[str, list[float]] = {"plain": [], "total": []}
+    runs: dict[str, list[float]] = {"plain": [], "total": [], "execute": [], "single": [], "local": []}
+    cpu: dict[str, list[float]] = {"plain": [], "total": [], "single": [], "local": []}
+    ray_cpu: dict[str, list[float]] = {"plain": [], "total": [], "single": []}
+    tasks: list[int] = []
     try:
         plain_ray(max(200, 4 * cpus), os.path.join(tmp, "warmup"))  # start the worker processes
         marinbuild_run(50, os.path.join(tmp, "warmup-mb"), RayBackend(), "warm")
@@ -177,12 +186,18 @@ def main(argv: list[str] | None = None) -> int:
             runs["plain"].append(plain_ray(args.steps, os.path.join(tmp, f"plain-{r}")))
             cpu["plain"].append(time.process_time() - c)
             ray_cpu["plain"].append(ray_cpu_since(rc))
-            c, rc = time.process_time(), ray_processes_cpu()
-            t, e = marinbuild_run(args.steps, os.path.join(tmp, f"mb-{r}"), RayBackend(), f"r{r}")
+            c, rc, backend = time.process_time(), ray_processes_cpu(), RayBackend()
+            t, e = marinbuild_run(args.steps, os.path.join(tmp, f"mb-{r}"), backend, f"r{r}")
             cpu["total"].append(time.process_time() - c)
             ray_cpu["total"].append(ray_cpu_since(rc))
             runs["total"].append(t)
             runs["execute"].append(e)
+            tasks.append(backend.tasks_launched)
+            c, rc = time.process_time(), ray_processes_cpu()
+            t, _ = marinbuild_run(args.steps, os.path.join(tmp, f"one-{r}"), RayBackend(bundle_seconds=0), f"o{r}")
+            cpu["single"].append(time.process_time() - c)
+            ray_cpu["single"].append(ray_cpu_since(rc))
+            runs["single"].append(t)
             c = time.process_time()
             runs["local"].append(marinbuild_run(args.steps, os.path.join(tmp, f"local-{r}"), None, f"l{r}")[0])
             cpu["local"].append(time.process_time() - c)
@@ -195,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     p, t, e, n = med["plain"], med["total"], med["execute"], args.steps
     rows = [
         ("plain ray tasks", p, med_cpu["plain"], med_ray["plain"], True),
-        ("marinbuild, Ray backend (whole run)", t, med_cpu["total"], med_ray["total"], True),
+        (f"marinbuild, Ray backend (whole run, {statistics.median(tasks):.0f} tasks)", t, med_cpu["total"],
+         med_ray["total"], True),
         ("marinbuild, Ray backend (execute phase)", e, None, None, True),
+        ("marinbuild, Ray backend, one task per step", med["single"], med_cpu["single"], med_ray["single"], True),
         ("marinbuild, local backend (whole run)", med["local"], med_cpu["local"], None, False),
     ]
     load = os.getloadavg()[0]
@@ -205,14 +222,14 @@ def main(argv: list[str] | None = None) -> int:
           f"127.0.0.1 with {cpus} CPUs (started in {startup:.1f}s); steps write under {where}; load average "
           f"{load:.1f}")
     print()
-    print(f"| {'what':<42} | {'seconds':>8} | {'ratio':>7} | {'overhead/step':>14} | {'CPU/step':>9} "
+    print(f"| {'what':<52} | {'seconds':>8} | {'ratio':>7} | {'overhead/step':>14} | {'CPU/step':>9} "
           f"| {'Ray CPU/step':>12} |")
-    print(f"| {'-' * 42} | {'-' * 7}: | {'-' * 6}: | {'-' * 13}: | {'-' * 8}: | {'-' * 11}: |")
+    print(f"| {'-' * 52} | {'-' * 7}: | {'-' * 6}: | {'-' * 13}: | {'-' * 8}: | {'-' * 11}: |")
     for name, seconds, cpu_s, ray_s, ray_row in rows:
         overhead = f"{(seconds - p) / n * 1000:.2f} ms" if ray_row and seconds is not p else "-"
         cpu_text = f"{cpu_s / n * 1000:.2f} ms" if cpu_s is not None else "-"
         ray_text = f"{ray_s / n * 1000:.2f} ms" if ray_s else "-"
-        print(f"| {name:<42} | {seconds:>8.3f} | {seconds / p:>6.2f}x | {overhead:>14} | {cpu_text:>9} "
+        print(f"| {name:<52} | {seconds:>8.3f} | {seconds / p:>6.2f}x | {overhead:>14} | {cpu_text:>9} "
               f"| {ray_text:>12} |")
     verdict = "PASS" if t / p <= BAR else "FAIL"
     print()
@@ -222,13 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     if measured_ray:
         print(f"CPU per step, this process and Ray's together (less disturbed by other load than seconds): "
               f"{both['total'] / n * 1000:.2f} ms against plain Ray's {both['plain'] / n * 1000:.2f} ms "
-              f"({both['total'] / both['plain']:.2f}x).")
+              f"({both['total'] / both['plain']:.2f}x); one task per step: {both['single'] / n * 1000:.2f} ms "
+              f"({both['single'] / both['plain']:.2f}x).")
     print("Rounds (s): " + "; ".join(f"{k} " + ", ".join(f"{x:.2f}" for x in v) for k, v in runs.items()))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"steps": n, "rounds": args.rounds, "cpus": cpus, "dir": where, "load_average": load,
                        "runs_s": runs, "cpu_s": cpu, "ray_processes_cpu_s": ray_cpu, "ratio": t / p,
-                       "execute_ratio": e / p, "local_ratio": med["local"] / p,
+                       "execute_ratio": e / p, "single_task_ratio": med["single"] / p,
+                       "tasks_launched": tasks, "local_ratio": med["local"] / p,
                        "overhead_per_step_ms": (t - p) / n * 1000, "cpu_ratio": both["total"] / both["plain"]
                        if measured_ray else None, "bar": BAR, "pass": t / p <= BAR}, f, indent=2)
     return 0

@@ -45,6 +45,8 @@ class Settings:
     """The Ray cluster of ``--backend ray``: flag, else ``RAY_ADDRESS``, else ``ray_address``; None: a local Ray."""
     ray_max_retries: int | None = None
     """Times a step's Ray task is rerun after its worker or node died (``[tool.marinbuild] ray_max_retries``)."""
+    ray_bundle_seconds: float | None = None
+    """How long a task of several tiny steps may last (``[tool.marinbuild] ray_bundle_seconds``; 0: a task each)."""
 
     @classmethod
     def resolve(cls, workspace: Workspace, *, prefix: str | None = None, backend: str | None = None,
@@ -71,6 +73,11 @@ class Settings:
         ray_max_retries = config.get("ray_max_retries")
         if ray_max_retries is not None and (not isinstance(ray_max_retries, int) or ray_max_retries < 0):
             raise SettingsError("[tool.marinbuild] ray_max_retries must be a non-negative integer")
+        ray_bundle_seconds = config.get("ray_bundle_seconds")
+        if ray_bundle_seconds is not None and (isinstance(ray_bundle_seconds, bool)
+                                               or not isinstance(ray_bundle_seconds, int | float)
+                                               or ray_bundle_seconds < 0):
+            raise SettingsError("[tool.marinbuild] ray_bundle_seconds must be a non-negative number of seconds")
         return cls(
             prefix=chosen.rstrip("/") if chosen != "/" else chosen,
             backend=backend,
@@ -81,6 +88,7 @@ class Settings:
             stale_after=config.get("stale_after"),
             ray_address=ray_address,
             ray_max_retries=ray_max_retries,
+            ray_bundle_seconds=ray_bundle_seconds,
         )
 
 
@@ -158,11 +166,13 @@ class Session:
         if s.backend != "ray":
             return None
         from marinbuild.run.ray_backend import DEFAULT_MAX_RETRIES, RayBackend
+        from marinbuild.run.ray_bundles import DEFAULT_BUNDLE_SECONDS
 
         return RayBackend(
             address=s.ray_address,
             max_retries=s.ray_max_retries if s.ray_max_retries is not None else DEFAULT_MAX_RETRIES,
             working_dir=self.workspace.root if s.ray_address else None,
+            bundle_seconds=s.ray_bundle_seconds if s.ray_bundle_seconds is not None else DEFAULT_BUNDLE_SECONDS,
         )
 
     def steps_of(self, label: Label) -> list[ExecutorStep]:

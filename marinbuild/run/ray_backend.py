@@ -1,4 +1,4 @@
-"""The Ray backend: each step's function runs as a Ray task with the resources it asks for.
+"""The Ray backend's driver: each step's function runs in a Ray task with the resources it asks for.
 
 Who does what. The driver (this process) holds every lease; the task does every other file of the step:
 - Driver: takes the step's lease (``job.try_acquire(start=False)``: the lease file, which makes the
@@ -6,22 +6,26 @@ Who does what. The driver (this process) holds every lease; the task does every 
   launches the task, and when the task ends stops renewing and releases the lease
   (``job.release_after_remote``); if the step's code raised or its task was lost, it writes FAILED
   under the lease (``job.fail``), as the local backend does.
-- Task (``_run_under_lease`` with the step's ``RemoteRun``): writes RUNNING and ``.executor_info``,
-  runs ``fn(config)``, then commits as ``StepJob.commit`` does: the outputs' manifest and the
-  collision check, a read-only check that the lease file still names the driver (``Lease.check``;
-  on GCS it must not write the lease, whose generations are the driver's), then the action record,
-  ``.artifact.json`` and SUCCESS. A task whose driver lost the lease writes no SUCCESS. It returns
-  nothing: the step's value is in ``.artifact.json``. A retry that finds SUCCESS (its worker died
+- Task (``marinbuild.run.ray_task``, with the step's ``RemoteRun``): writes RUNNING and
+  ``.executor_info``, runs ``fn(config)``, then commits as ``StepJob.commit`` does: the outputs'
+  manifest and the collision check, a read-only check that the lease file still names the driver
+  (``Lease.check``; on GCS it must not write the lease, whose generations are the driver's), then
+  the action record, ``.artifact.json`` and SUCCESS. A task whose driver lost the lease writes no
+  SUCCESS. The step's value is in ``.artifact.json``. A retry that finds SUCCESS (its worker died
   after committing) does nothing.
 - Why: the driver spent 4-6 ms of CPU per step when it wrote and committed every step itself
   (``bench/ray_bench.py``); each file a step creates costs 0.1-1 ms of kernel time on this VM's ext4,
   and the driver is one process for the whole build while tasks spread over the cluster.
+- Bundles (``marinbuild.run.ray_bundles`` says when and how many): steps of one function known to
+  take a few milliseconds go several to a task when more wait than the cluster can run; each is
+  run, committed and reported as in a task of its own, and those a bundle did not start within its
+  time budget come back and are launched again, still under their leases.
 
 One driver loop (a thread) does the rest of the driver's work for local leases, with no hand-off
 between threads: it takes leases and launches while each resource shape has room in its launch
-window, ``ray.wait(num_returns=1, fetch_local=False)`` on the launched tasks plus a *bell*, never
-by sleeping, and finishes each ended task (``ray.get``, release or FAILED, then the scheduler's
-callback, which submits the next steps to the same loop).
+window, ``ray.wait(num_returns=1, fetch_local=False)`` on the launched tasks plus a bell
+(``marinbuild.run.ray_bell``), never by sleeping, and finishes each ended task (``ray.get``,
+release or FAILED, then the scheduler's callback, which submits the next steps to the same loop).
 - Lease threads (``lease_threads``, started when first needed) take the lease work that waits: a
   lease held by another runner (``job.acquire`` waits for it), and every lease operation on an
   object store (``Lease.round_trips``: a request each, so the leases of a GCS prefix are taken and
@@ -29,27 +33,26 @@ callback, which submits the next steps to the same loop).
 - Measured on ``bench/ray_bench.py``'s fan-out, the designs alternating round by round in one
   process (medians of 6-8 rounds): this single loop against preparing and finishing threads
   handing steps to it, 1.90x against 2.44x plain Ray with the prefix on tmpfs, 2.71x against
-  2.78x on this VM's ext4 /tmp (leases taken on threads: 2.97x). One pickled argument per task
+  2.78x on this VM's ext4 /tmp (leases taken on threads: 2.97x). One pickled argument per step
   (config, mirror scope, ``RemoteRun``): 0.28-0.32 ms a launch against 0.52 ms for the three as
   arguments; the remote's options are set once per shape (``.options()`` per task: 0.1 ms more).
-- The bell: a step submitted from another thread (the first ones, or one a lease thread prepared)
-  while the loop waits rings it: a pending call to a small actor (``_BellActor``, one per driver
-  process, no CPUs) that returns when rung, so the loop wakes at once (a cheaper bell, cancelling a
-  task that waits on a never-ready argument, trips a Ray reference-counting check when that
-  argument's actor exits). Steps the loop's own finishing makes ready need no ring: one ring for
-  the 1,000-step fan-out, to end the last wait.
+- The bell: a step submitted from another thread while the loop waits rings it, so the loop wakes
+  at once. Steps the loop's own finishing makes ready need no ring: one ring for the 1,000-step
+  fan-out, to end the last wait.
 - Launch window: ``ray.wait`` costs about 0.45 us per ref it is given, so waiting on every
   launched task is quadratic in a fan-out (0.25 s of CPU for 1,000 steps, 2.5 s for 4,000). The
-  loop keeps at most ``launch_window`` jobs of each resource shape holding a lease (launched, or
-  being prepared on a lease thread; 4 per CPU of the cluster, at least 64: several times what can
-  run); the others wait without a lease (another driver may take one meanwhile). One shape never
-  holds up another.
+  loop keeps at most ``launch_window`` tasks of each resource shape launched or being prepared (4
+  per CPU of the cluster, at least 64: several times what can run; a bundle is one task, holding
+  the leases of its steps); the other steps wait without a lease (another driver may take one
+  meanwhile). One shape never holds up another.
 - Failures: a task whose worker process or node died is retried by Ray up to ``max_retries`` times
   (system failures only); an exception raised by the step's own code is never retried: it is the
   step's failure, the original exception with the remote traceback chained as its cause
   (``RemoteTraceback``). A step whose task died more than ``max_retries`` times fails with
-  ``StepLostError``. An error of marinbuild's own work in the task (a lease taken over, a damaged
-  file, a path-hash collision) comes back as it is (``_EngineError`` carries it), with no FAILED.
+  ``StepLostError``, unless its status says it was committed (SUCCESS: it ran); the steps of a lost
+  bundle that had not started (no RUNNING) are launched again, one per task. An error of
+  marinbuild's own work in the task (a lease taken over, a damaged file, a path-hash collision)
+  comes back as it is (``EngineError`` carries it), with no FAILED.
 - Ctrl-C: ``shutdown(cancel=True)`` cancels every launched task (``ray.cancel``, force), steps not
   launched yet are not launched, and every lease is given up (``job.abandon``).
 - Where: ``RayBackend(address)``, else ``RAY_ADDRESS``, connects to that cluster (the workspace is
@@ -70,12 +73,8 @@ the config are moved to the task's working directory.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import io
 import logging
 import os
-import pickle
 import queue
 import re
 import sys
@@ -88,18 +87,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marinbuild.run import ray_bundles
 from marinbuild.run.backend import Completion
-from marinbuild.run.step_call import MirrorScope, StepCall, is_ray_remote_function
-from marinbuild.run.step_job import CACHED, RAN, RemoteRun, StepJob
+from marinbuild.run.ray_bell import BELLS, Bell
+from marinbuild.run.ray_task import (
+    UNRUN,
+    EngineError,
+    Relocation,
+    StepRaised,
+    bundle_task_for,
+    pickle_payload,
+    run_call,
+    task_for,
+)
+from marinbuild.run.step_call import StepCall, is_ray_remote_function
+from marinbuild.run.step_job import CACHED, RAN, StepJob
+from marinbuild.store import status as st
 
 logger = logging.getLogger("marinbuild")
 
 DEFAULT_MAX_RETRIES = 3
 MIN_LAUNCH_WINDOW = 64
 LAUNCH_WINDOW_PER_CPU = 4
-"""Jobs of one resource shape holding a lease at once: 4 per CPU of the cluster, at least 64 (``launch_window``)."""
+"""Tasks of one resource shape launched or being prepared at once: 4 per CPU of the cluster, at least 64."""
 WINDOW_REFRESH = 60.0
-"""Seconds between reads of the cluster's CPUs (an autoscaler grows it), and only while a shape is at its window."""
+"""Seconds between reads of the cluster's resources (an autoscaler grows it)."""
 LEASE_THREADS = 8
 """Threads for lease work that waits: a lease held by another runner, and leases on an object store (a request
 per operation). Started the first time one is needed; local leases are taken and released on the loop's thread."""
@@ -120,17 +132,9 @@ class RemoteTraceback(Exception):
         return self.text
 
 
-@dataclass
-class _Task:
-    job: StepJob
-    done: Completion
-    ref: Any
-    shape: Hashable = None
-
-
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class _Shape:
-    """What the tasks of one step function, resources and extras ask for, and their remote (options applied)."""
+    """The tasks of one step function, resources and extras: what they ask for, and their remotes."""
 
     fn: Any
     resources: Any
@@ -138,108 +142,56 @@ class _Shape:
     key: Hashable
     """What the launch window counts tasks by: what they ask of the cluster."""
     remote: Any
+    """The remote of a task of one step (options applied)."""
+    wrapped: Any
+    """The function the task runs (a ``@ray.remote`` function's own), and the options of its remote: a bundle's
+    remote is made from them when first needed."""
+    declared: dict[str, Any]
+    options: dict[str, Any]
+    demand: dict[str, float]
+    """What one task takes from a node (``ray_bundles.demands``)."""
+    bundles: bool
+    """Whether its steps may share a task (not when each needs a fresh worker)."""
+    times: ray_bundles.StepTimes
+    bundle_remote: Any = None
 
 
 @dataclass
 class _Launch:
-    """A prepared step (its lease held) and how to launch its task."""
+    """A prepared step (its lease held) and what its task needs."""
 
     job: StepJob
     done: Completion
-    shape: Hashable
-    submit: Callable[[], Any]
-
-
-class _BellActor:
-    """A Ray actor: ``wait(key, seen)`` returns once ``ring(key)`` was called more than ``seen`` times."""
-
-    def __init__(self) -> None:
-        self._rings: dict[str, int] = {}
-        self._changed: Any = None
-
-    def _condition(self) -> Any:
-        import asyncio
-
-        if self._changed is None:  # made in the actor's event loop
-            self._changed = asyncio.Condition()
-        return self._changed
-
-    async def wait(self, key: str, seen: int) -> int:
-        changed = self._condition()
-        async with changed:
-            await changed.wait_for(lambda: self._rings.get(key, 0) > seen)
-            return self._rings[key]
-
-    async def ring(self, key: str) -> None:
-        changed = self._condition()
-        async with changed:
-            self._rings[key] = self._rings.get(key, 0) + 1
-            changed.notify_all()
-
-
-@dataclass(frozen=True)
-class _Bell:
-    """A driver loop's pending ``wait`` on the bell actor: ringing it wakes the loop out of ``ray.wait``."""
-
-    actor: Any
-    key: str
-    ref: Any
-
-    def ring(self) -> None:
-        try:
-            self.actor.ring.remote(self.key)
-        except Exception:  # Ray is gone: so is the loop's wait
-            logger.debug("could not ring the driver loop's bell", exc_info=True)
-
-
-class _Bells:
-    """The bell actor of this driver process (one per Ray session; no CPUs, beside the driver if it can be)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._session: Any = None
-        self._actor: Any = None
-
-    def new(self, key: str, seen: int, previous: Any = None) -> tuple[_Bell, int]:
-        """A bell for ``key`` after ``seen`` rings of the ``previous`` bell's actor.
-
-        Returns the bell and its ``seen``: 0 if its actor is not the previous one (a new actor counts from 0).
-        """
-        import ray
-
-        with self._lock:
-            session = ray.get_runtime_context().get_job_id()
-            if self._actor is None or self._session != session:
-                options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 0}
-                try:
-                    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-                    node = ray.get_runtime_context().get_node_id()
-                    options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
-                except Exception:
-                    logger.debug("no node affinity for the bell actor", exc_info=True)
-                self._actor = ray.remote(_BellActor).options(**options).remote()
-                self._session = session
-            actor = self._actor
-        if actor is not previous:
-            seen = 0
-        return _Bell(actor, key, actor.wait.remote(key, seen)), seen
-
-    def lose(self, actor: Any) -> None:
-        """``actor`` died: the next bell gets a new one."""
-        with self._lock:
-            if self._actor is actor:
-                self._actor = None
-
-
-_BELLS = _Bells()
+    key: Hashable
+    """Its shape's window key."""
+    shape: _Shape | None
+    """None: a job whose call is not a ``StepCall`` (``run_call``, never bundled)."""
+    payload: bytes
+    alone: bool = False
+    """Launch it in a task of its own (a step of a lost bundle that had not started)."""
 
 
 @dataclass
-class _Relocation:
-    """Paths under ``root`` on the driver move to the task's working directory if ``root`` is missing there."""
+class _Task:
+    """A launched Ray task: one step, or a bundle of several of one shape."""
 
-    root: str
+    members: list[_Launch]
+    ref: Any
+    key: Hashable
+    bundled: bool
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """How one step's task ended, as the driver reads it, before it finishes the step accordingly."""
+
+    kind: str
+    """``ran``, ``engine`` (marinbuild's own error in the task: ``error`` as it is), ``raised`` (the step's code:
+    FAILED), ``lost`` (its task died: SUCCESS means it ran, else FAILED), ``cancelled``, ``failed`` (any other
+    error: FAILED), or ``unrun`` (a bundle did not start it: launched again)."""
+    error: BaseException | None = None
+
+
 
 
 def _driver_code_path() -> list[str]:
@@ -275,144 +227,6 @@ def _worker_output_to_stderr() -> None:
         logger.debug("could not send Ray task output to stderr", exc_info=True)
 
 
-class _EngineError(Exception):
-    """Raised by a step's task when marinbuild's own work there failed (RUNNING and ``.executor_info``, or
-    the commit), not the step's code: the driver reports ``error`` as it is, and writes no FAILED."""
-
-    def __init__(self, error: BaseException):
-        super().__init__(f"{type(error).__name__}: {error}")
-        self.error = error
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Rebuilt without calling the error's __init__, whose signature need not match its args.
-        error = self.error
-        return _rebuild_engine_error, (type(error), error.args, dict(getattr(error, "__dict__", {})))
-
-
-def _rebuild_engine_error(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> _EngineError:
-    error = cls.__new__(cls)
-    error.args = args
-    error.__dict__.update(state)
-    return _EngineError(error)
-
-
-def _run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> None:
-    """The body of every step's task: RUNNING and ``.executor_info``, the step, then its commit.
-
-    The step's own exception propagates (the step's failure); marinbuild's raise ``_EngineError``.
-    Returns nothing: the step's value is in ``.artifact.json``.
-    """
-    try:
-        if not run.start():
-            return  # an earlier attempt committed it, then its worker died before replying
-    except Exception as exc:
-        raise _EngineError(exc) from exc
-    result = step()
-    try:
-        run.commit(result)
-    except Exception as exc:
-        raise _EngineError(exc) from exc
-
-
-def _run_step(fn: Callable[[Any], Any], config: Any, relocation: _Relocation | None,
-              mirror: MirrorScope | None = None) -> Any:
-    """In a step's task: the step's function on its config, in the step's ``mirror://`` scope (its own budget)."""
-    if relocation is not None and not os.path.exists(relocation.root):
-        config = relocate_paths(config, relocation.root, os.getcwd())
-    return (mirror or MirrorScope()).run(fn, config)
-
-
-_PAYLOAD_PICKLER: Any = None
-_SHIPPED_CLASSES: dict[str, type] = {}
-"""In a worker: the classes of the driver's ``__main__`` met in payloads so far, by the sha256 of their pickle."""
-
-
-def pickle_payload(value: Any, classes: dict[type, tuple[str, bytes]]) -> bytes:
-    """``value`` pickled for a step's task, each class of the driver's ``__main__`` pickled once.
-
-    cloudpickle pickles a class of ``__main__`` (a config dataclass defined in the build's script)
-    by value, every time: 0.47 ms and 5 KB for a small dataclass, then 0.18 ms to rebuild it in the
-    worker. Here it is pickled once into ``classes`` (``class -> (sha256, pickle)``) and each payload
-    carries those bytes as a persistent id, which a worker turns into the class once.
-    """
-    global _PAYLOAD_PICKLER
-    if _PAYLOAD_PICKLER is None:
-        from ray import cloudpickle
-
-        class PayloadPickler(cloudpickle.Pickler):
-            def __init__(self, file: io.BytesIO, shipped: dict[type, tuple[str, bytes]]) -> None:
-                super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-                self.shipped = shipped
-
-            def persistent_id(self, obj: Any) -> tuple[str, bytes] | None:
-                if not isinstance(obj, type) or obj.__module__ != "__main__":
-                    return None
-                entry = self.shipped.get(obj)
-                if entry is None:
-                    data = cloudpickle.dumps(obj)
-                    entry = self.shipped[obj] = (hashlib.sha256(data).hexdigest(), data)
-                return entry
-
-        _PAYLOAD_PICKLER = PayloadPickler
-    out = io.BytesIO()
-    _PAYLOAD_PICKLER(out, classes).dump(value)
-    return out.getvalue()
-
-
-class _PayloadUnpickler(pickle.Unpickler):
-    def persistent_load(self, pid: Any) -> type:
-        key, data = pid
-        cls = _SHIPPED_CLASSES.get(key)
-        if cls is None:
-            cls = _SHIPPED_CLASSES[key] = pickle.loads(data)
-        return cls
-
-
-def unpickle_payload(data: bytes) -> Any:
-    """In a step's task: what ``pickle_payload`` pickled (each shipped class rebuilt once per worker)."""
-    return _PayloadUnpickler(io.BytesIO(data)).load()
-
-
-def _task_for(fn: Callable[[Any], Any], relocation: _Relocation | None) -> Callable[[bytes], None]:
-    """The Ray task of the steps whose function is ``fn`` (both shipped once, with the task's definition).
-
-    Its argument is the ``(config, mirror scope, RemoteRun)`` of one step (``pickle_payload``).
-    """
-
-    def step(payload: bytes) -> None:
-        config, mirror, run = unpickle_payload(payload)
-        _run_under_lease(run, lambda: _run_step(fn, config, relocation, mirror))
-
-    step.__name__ = getattr(fn, "__name__", "step")  # (its qualname stays "...<locals>...": pickled by value)
-    return step
-
-
-def _run_call(payload: bytes) -> None:
-    """The Ray task for a job whose call is not a ``StepCall`` (any picklable callable): the pickled (call, run)."""
-    call, run = unpickle_payload(payload)
-    _run_under_lease(run, call)
-
-
-def relocate_paths(value: Any, old_root: str, new_root: str) -> Any:
-    """``value`` with every string path at or under ``old_root`` moved under ``new_root``."""
-    old = old_root.rstrip("/")
-
-    def move(v: Any) -> Any:
-        if isinstance(v, str):
-            if v == old or v.startswith(old + "/"):
-                return new_root + v[len(old):]
-            return v
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            changes = {f.name: move(getattr(v, f.name)) for f in dataclasses.fields(v) if f.init}
-            return dataclasses.replace(v, **changes)
-        if isinstance(v, dict):
-            return {k: move(x) for k, x in v.items()}
-        if isinstance(v, list | tuple):
-            return type(v)(move(x) for x in v)
-        return v
-
-    return move(value)
-
 
 @dataclass
 class RayBackend:
@@ -433,26 +247,31 @@ class RayBackend:
     lease_threads: int = LEASE_THREADS
     """Threads for lease work that waits (another runner's lease; leases on GCS, a request each)."""
     launch_window: int | None = None
-    """Jobs of one resource shape holding a lease (launched and not yet ended, or being prepared), at most; more
-    wait in the driver, without a lease, until one ends. It bounds what each ``ray.wait`` looks at. None: 4 per
-    CPU of the cluster, at least 64."""
+    """Tasks of one resource shape launched and not yet ended, or being prepared, at most (each holding the lease of
+    its step, or of each step of its bundle); more steps wait in the driver, without a lease, until one ends. It
+    bounds what each ``ray.wait`` looks at. None: 4 per CPU of the cluster, at least 64."""
+    bundle_seconds: float = ray_bundles.DEFAULT_BUNDLE_SECONDS
+    """Steps of one function that take well under this, with more of them waiting than the cluster can run, go
+    several to a task lasting about this long (``marinbuild.run.ray_bundles``); 0: one task per step always."""
     name: str = "ray"
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.bundle_seconds < 0:
+            raise ValueError(f"bundle_seconds must be >= 0, got {self.bundle_seconds}")
         self._lock = threading.Lock()
         self._connect_lock = threading.Lock()
         self._connected = False
-        self._remotes: dict[tuple[Any, bool], Any] = {}
-        """Per step function (and whether it needs a fresh worker): its Ray remote function."""
+        self._remotes: dict[tuple[Any, bool, bool], Any] = {}
+        """Per step function (whether it needs a fresh worker, whether for bundles): its Ray remote function."""
         self._shapes: dict[tuple[int, int, tuple[str, ...]], _Shape] = {}
         """Per (function, resources, extras) of a ``StepCall``: its resource shape and remote with options."""
         self._shapes_lock = threading.Lock()
         self._shipped: dict[type, tuple[str, bytes]] = {}
         """Classes of this process's ``__main__`` in task payloads, each pickled once (``pickle_payload``)."""
         self._call_remote: Any = None
-        self._relocation: _Relocation | None = None
+        self._relocation: Relocation | None = None
         self._pyproject_root: Path | None = None
         self._cv = threading.Condition(self._lock)
         self._inbox: list[tuple[StepJob, Completion]] = []
@@ -463,16 +282,20 @@ class RayBackend:
         self._lease_threads = 0
         self._running: dict[int, _Task] = {}
         """Launched tasks not yet finished: what Ctrl-C cancels."""
-        self._bell: _Bell | None = None
+        self._bell: Bell | None = None
         """The loop's bell while it blocks in ``ray.wait`` (None otherwise, or once it was rung)."""
         self._outstanding = 0
         """Jobs submitted whose completion was not reported yet."""
         self._started = False
         self._stopping = False
         self._window_size = MIN_LAUNCH_WINDOW
-        self._window_checked = -WINDOW_REFRESH
+        self._totals: dict[str, float] = {}
+        """The cluster's resources, as last read (``_cluster_totals``)."""
+        self._totals_read = -WINDOW_REFRESH
         self._closed = False
         self._cancelled = False
+        self.tasks_launched = 0
+        """Ray tasks launched so far for steps (a bundle is one)."""
 
     # -- connecting ---------------------------------------------------------------------------
     def connect(self) -> None:
@@ -498,7 +321,7 @@ class RayBackend:
                     self._init_local()
             import ray
 
-            self._call_remote = ray.remote(_run_call).options(**self._task_options())
+            self._call_remote = ray.remote(run_call).options(**self._task_options())
             self._pyproject_root = Path(self.working_dir) if self.working_dir is not None else project_root()
             self._connected = True
 
@@ -513,7 +336,7 @@ class RayBackend:
         options = self._base_options()
         if self.working_dir is not None and not in_ray_job():
             options["runtime_env"] = workspace_runtime_env(self.working_dir, self.env_vars)
-            self._relocation = _Relocation(str(Path(self.working_dir).resolve()))
+            self._relocation = Relocation(str(Path(self.working_dir).resolve()))
         elif self.env_vars:
             options["runtime_env"] = {"env_vars": dict(self.env_vars)}
         options.update(self.init_options)
@@ -639,17 +462,17 @@ class RayBackend:
                 return
             work()
 
-    def _hand_to_loop(self, shape: Hashable, item: _Launch | None) -> None:
+    def _hand_to_loop(self, key: Hashable, item: _Launch | None) -> None:
         """From a lease thread: ``item`` is ready to launch (None: its job ended there, its slot is free)."""
         with self._cv:
-            self._prepared.append((shape, item))
+            self._prepared.append((key, item))
             bell = self._take_bell()
             self._cv.notify()
         if bell is not None:
             bell.ring()
 
     # -- taking the lease and planning the launch ---------------------------------------------------
-    def _prepare_here(self, job: StepJob, done: Completion, shape: Hashable) -> _Launch | None | bool:
+    def _prepare_here(self, job: StepJob, done: Completion, key: Hashable) -> _Launch | None | bool:
         """One attempt at ``job``'s lease, on the loop's thread: its launch, None if it ended here, or False if
         another runner holds the lease (a lease thread waits for it)."""
         try:
@@ -662,21 +485,21 @@ class RayBackend:
         if not got:
             self._complete(done, job, CACHED, None)
             return None
-        return self._begin(job, done, shape)
+        return self._begin(job, done, key)
 
-    def _prepare_waiting(self, job: StepJob, done: Completion, shape: Hashable) -> None:
+    def _prepare_waiting(self, job: StepJob, done: Completion, key: Hashable) -> None:
         """On a lease thread: take ``job``'s lease, waiting for another runner if need be, and hand it to the loop."""
         item = None
         try:
             if job.acquire(start=False):
-                item = self._begin(job, done, shape)
+                item = self._begin(job, done, key)
             else:
                 self._complete(done, job, CACHED, None)
         except BaseException as exc:  # any error is this job's outcome
             self._complete(done, job, None, exc)
-        self._hand_to_loop(shape, item)
+        self._hand_to_loop(key, item)
 
-    def _begin(self, job: StepJob, done: Completion, shape: Hashable) -> _Launch | None:
+    def _begin(self, job: StepJob, done: Completion, key: Hashable) -> _Launch | None:
         """``job`` holds its lease: keep it alive, and pickle what its task needs (None if it ended here)."""
         if self._cancelled:
             job.abandon()
@@ -688,11 +511,10 @@ class RayBackend:
             self._complete(done, job, None, job.fail(exc))
             return None
         try:
-            submit = self._launcher(job)
+            return self._launch_of(job, done, key)
         except BaseException as exc:
             self._end_unlaunched(job, done, exc)
             return None
-        return _Launch(job, done, shape, submit)
 
     def _end_unlaunched(self, job: StepJob, done: Completion, exc: BaseException) -> None:
         if isinstance(exc, KeyboardInterrupt) or self._cancelled:
@@ -702,7 +524,7 @@ class RayBackend:
             self._complete(done, job, None, job.fail(exc))
 
     # -- the driver loop: lease, launch, ray.wait, finish -----------------------------------------
-    def _take_bell(self) -> _Bell | None:
+    def _take_bell(self) -> Bell | None:
         """The bell to ring to wake the loop out of ``ray.wait`` (None: it is not waiting, or was rung already)."""
         bell, self._bell = self._bell, None
         return bell
@@ -715,41 +537,58 @@ class RayBackend:
         pending: dict[Hashable, deque[tuple[StepJob, Completion]]] = {}
         """Per resource shape, submitted jobs waiting for room in its launch window (no lease taken yet)."""
         active: Counter[Hashable] = Counter()
-        """Per resource shape, jobs holding their lease: launched, or being prepared on a lease thread."""
+        """Per resource shape, its tasks launched, and its jobs holding a lease on their way to a task (being
+        prepared on a lease thread, or prepared and not launched yet)."""
         key = uuid.uuid4().hex
-        bell: _Bell | None = None
+        bell: Bell | None = None
         actor: Any = None
         seen = 0
         """Rings of this loop's bell in ``actor`` so far."""
 
-        def launch(item: _Launch) -> None:
-            task = self._start(item)
-            if task is None:
-                active[item.shape] -= 1
-            else:
-                in_flight[task.ref] = task
+        def launch(shape_key: Hashable, items: list[_Launch], waiting: int) -> None:
+            """Launch ``items`` (prepared, each counted in ``active``): bundled where ``ray_bundles`` says so."""
+            start = 0
+            while start < len(items):
+                first = items[start]
+                size = 1 if first.alone else self._bundle_size(first.shape, waiting + len(items) - start)
+                end = start + 1
+                while end < len(items) and end - start < size and items[end].shape is first.shape \
+                        and not items[end].alone:
+                    end += 1
+                group = items[start:end]
+                active[shape_key] -= len(group) - 1  # one task
+                task = self._start(group)
+                if task is None:
+                    active[shape_key] -= 1
+                else:
+                    in_flight[task.ref] = task
+                start = end
 
-        def fill(shape: Hashable) -> None:
-            """Take leases and launch ``shape``'s pending jobs while its window has room."""
-            queued = pending.get(shape)
+        def fill(shape_key: Hashable) -> None:
+            """Take leases and launch ``shape_key``'s pending jobs while its window has room."""
+            queued = pending.get(shape_key)
             while queued and self._cancelled:  # nothing taken yet: nothing to give up
                 job, done = queued.popleft()
                 self._complete(done, job, None, KeyboardInterrupt())
-            while queued and active[shape] < self._window(active[shape]):
-                job, done = queued.popleft()
-                active[shape] += 1
-                if job.lease.round_trips:  # a request per lease operation: on a lease thread
-                    self._to_lease_threads(lambda j=job, d=done, s=shape: self._prepare_waiting(j, d, s))
-                    continue
-                item = self._prepare_here(job, done, shape)
-                if item is False:  # another runner holds it: wait on a lease thread
-                    self._to_lease_threads(lambda j=job, d=done, s=shape: self._prepare_waiting(j, d, s))
-                elif item is None:
-                    active[shape] -= 1
-                else:
-                    launch(item)
+            while queued and active[shape_key] < self._window(active[shape_key]):
+                size = self._bundle_size(self._job_shape(queued[0][0]), len(queued))
+                items: list[_Launch] = []
+                while queued and len(items) < size:
+                    job, done = queued.popleft()
+                    active[shape_key] += 1
+                    if job.lease.round_trips:  # a request per lease operation: on a lease thread
+                        self._to_lease_threads(lambda j=job, d=done, k=shape_key: self._prepare_waiting(j, d, k))
+                        continue
+                    item = self._prepare_here(job, done, shape_key)
+                    if item is False:  # another runner holds it: wait on a lease thread
+                        self._to_lease_threads(lambda j=job, d=done, k=shape_key: self._prepare_waiting(j, d, k))
+                    elif item is None:
+                        active[shape_key] -= 1
+                    else:
+                        items.append(item)
+                launch(shape_key, items, len(queued))
             if not queued:
-                pending.pop(shape, None)
+                pending.pop(shape_key, None)
 
         while True:
             with self._cv:
@@ -765,30 +604,33 @@ class RayBackend:
             touched: set[Hashable] = set()
             for job, done in inbox:
                 try:
-                    shape = self._shape_key(job)
+                    shape_key = self._shape_key(job)
                 except BaseException as exc:  # bad options: nothing was taken or written yet
                     self._complete(done, job, None, exc)
                     continue
-                pending.setdefault(shape, deque()).append((job, done))
-                touched.add(shape)
-            for shape, item in prepared:
-                touched.add(shape)
+                pending.setdefault(shape_key, deque()).append((job, done))
+                touched.add(shape_key)
+            ready_items: dict[Hashable, list[_Launch]] = {}
+            for shape_key, item in prepared:
+                touched.add(shape_key)
                 if item is None:
-                    active[shape] -= 1
+                    active[shape_key] -= 1
                 elif self._cancelled:
-                    active[shape] -= 1
+                    active[shape_key] -= 1
                     self._end_unlaunched(item.job, item.done, KeyboardInterrupt())
                 else:
-                    launch(item)
+                    ready_items.setdefault(shape_key, []).append(item)
+            for shape_key, items in ready_items.items():
+                launch(shape_key, items, len(pending.get(shape_key, ())))
             if self._cancelled:
                 touched.update(pending)
-            for shape in touched:
-                fill(shape)
+            for shape_key in touched:
+                fill(shape_key)
             if not in_flight:
                 continue
             try:
                 if bell is None:
-                    bell, seen = _BELLS.new(key, seen, actor)
+                    bell, seen = BELLS.new(key, seen, actor)
                     actor = bell.actor
                 with self._cv:  # armed in the same breath as the check: what is handed over after it rings
                     if self._inbox or self._prepared:
@@ -805,47 +647,65 @@ class RayBackend:
             for ref in ready:
                 task = in_flight.pop(ref, None)
                 if task is not None:
-                    active[task.shape] -= 1
-                    if task.job.lease.round_trips:
-                        self._to_lease_threads(lambda t=task: self._finish(t))
-                    else:
-                        self._finish(task)
-                    fill(task.shape)
+                    active[task.key] -= 1
+                    unrun = self._finish(task)
+                    if unrun:
+                        active[task.key] += len(unrun)
+                        launch(task.key, unrun, len(pending.get(task.key, ())))
+                    fill(task.key)
                 elif bell is not None and ref == bell.ref:  # ready unrung: only if its actor died
                     logger.warning("the Ray backend's bell actor died; starting another")
-                    _BELLS.lose(bell.actor)
+                    BELLS.lose(bell.actor)
                     bell = None
 
     def _window(self, active: int) -> int:
         """Tasks of one resource shape the loop keeps launched (the cluster's CPUs are read again when it matters)."""
         if self.launch_window is not None:
             return self.launch_window
-        now = time.monotonic()
-        if active >= self._window_size and now >= self._window_checked + WINDOW_REFRESH:
-            import ray
-
-            self._window_checked = now
-            try:
-                cpus = float(ray.cluster_resources().get("CPU", 0))
-            except Exception:
-                logger.debug("could not read the cluster's resources", exc_info=True)
-            else:
-                self._window_size = max(MIN_LAUNCH_WINDOW, int(LAUNCH_WINDOW_PER_CPU * cpus))
+        if active >= self._window_size:
+            cpus = self._cluster_totals().get("CPU", 0)
+            self._window_size = max(MIN_LAUNCH_WINDOW, int(LAUNCH_WINDOW_PER_CPU * cpus))
         return self._window_size
 
-    def _start(self, item: _Launch) -> _Task | None:
-        """Launch ``item``'s task (None if it ended here: launching failed, or the build was cancelled)."""
+    def _cluster_totals(self) -> dict[str, float]:
+        """The cluster's resources (read again at most every ``WINDOW_REFRESH`` seconds: an autoscaler grows it)."""
+        now = time.monotonic()
+        if now >= self._totals_read + WINDOW_REFRESH:
+            import ray
+
+            self._totals_read = now
+            try:
+                self._totals = {name: float(amount) for name, amount in ray.cluster_resources().items()}
+            except Exception:
+                logger.debug("could not read the cluster's resources", exc_info=True)
+        return self._totals
+
+    def _bundle_size(self, shape: _Shape | None, waiting: int) -> int:
+        """Steps of ``shape`` to put in its next task, ``waiting`` of them being ready (``ray_bundles``)."""
+        if shape is None or not shape.bundles or self.bundle_seconds <= 0 or shape.times.estimate is None:
+            return 1
+        at_once = ray_bundles.capacity(shape.demand, self._cluster_totals())
+        return ray_bundles.bundle_size(waiting, at_once, shape.times.estimate, self.bundle_seconds)
+
+    def _start(self, items: list[_Launch]) -> _Task | None:
+        """Launch one task for ``items`` (None if it ended here: launching failed, or the build was cancelled)."""
         try:
             if self._cancelled:
                 raise KeyboardInterrupt
-            ref = item.submit()
+            if len(items) == 1:
+                ref = self._single_remote(items[0]).remote(items[0].payload)
+            else:
+                assert items[0].shape is not None
+                ref = self._bundle_remote(items[0].shape).remote([i.payload for i in items], self.bundle_seconds)
         except BaseException as exc:
-            self._end_unlaunched(item.job, item.done, exc)
+            for item in items:
+                self._end_unlaunched(item.job, item.done, exc)
             return None
-        task = _Task(item.job, item.done, ref, item.shape)
+        task = _Task(items, ref, items[0].key, len(items) > 1)
         with self._cv:
             cancelled = self._cancelled
             self._running[id(task)] = task
+            self.tasks_launched += 1
         if cancelled:  # Ctrl-C came while launching: its ref ends as cancelled, and finishing says so
             self._cancel_ref(ref)
         return task
@@ -853,26 +713,27 @@ class RayBackend:
     def _task_options(self) -> dict[str, Any]:
         return {"max_retries": self.max_retries, "retry_exceptions": False}
 
+    def _job_shape(self, job: StepJob) -> _Shape | None:
+        call = job.call
+        return self._shape_of(call) if isinstance(call, StepCall) else None
+
     def _shape_key(self, job: StepJob) -> Hashable:
         """What ``job``'s task asks of the cluster: the launch window counts tasks by it."""
-        call = job.call
-        return self._shape_of(call).key if isinstance(call, StepCall) else "call"
+        shape = self._job_shape(job)
+        return shape.key if shape is not None else "call"
 
-    def _launcher(self, job: StepJob) -> Callable[[], Any]:
-        """What launches ``job``'s task.
-
-        The task's arguments are pickled here, in one piece (``pickle_payload``): Ray serializes one
-        ``bytes`` argument faster than several objects (0.28-0.32 ms a launch against 0.52 ms for three).
-        """
+    def _launch_of(self, job: StepJob, done: Completion, key: Hashable) -> _Launch:
+        """``job``'s launch, its task's argument pickled here, in one piece (``pickle_payload``): Ray serializes one
+        ``bytes`` argument faster than several objects (0.28-0.32 ms a launch against 0.52 ms for three)."""
         call = job.call
         run = job.remote_run()
         if not isinstance(call, StepCall):
-            remote = self._call_remote
-            payload = pickle_payload((call, run), self._shipped)
-            return lambda: remote.remote(payload)
-        remote = self._shape_of(call).remote
-        payload = pickle_payload((call.config, call.mirror, run), self._shipped)
-        return lambda: remote.remote(payload)
+            return _Launch(job, done, key, None, pickle_payload((call, run), self._shipped))
+        shape = self._shape_of(call)
+        return _Launch(job, done, key, shape, pickle_payload((call.config, call.mirror, run), self._shipped))
+
+    def _single_remote(self, item: _Launch) -> Any:
+        return item.shape.remote if item.shape is not None else self._call_remote
 
     def _shape_of(self, call: StepCall) -> _Shape:
         """The shape and remote of ``call``'s task, worked out once per function, resources and extras."""
@@ -901,27 +762,30 @@ class RayBackend:
         if runtime_env is not None:
             options["runtime_env"] = runtime_env
         fn = call.wrapped
-        remote = self._remote_for(fn, fresh).options(**options)  # each launch then passes no options
-        return _Shape(call.fn, call.resources, (id(fn) if is_ray_remote_function(fn) else None, asks), remote)
+        declared = _declared_options(fn, fresh)
+        plain = fn._function if is_ray_remote_function(fn) else fn
+        remote = self._remote_for(plain, declared, bundle=False).options(**options)  # each launch passes none
+        return _Shape(call.fn, call.resources, (id(fn) if is_ray_remote_function(fn) else None, asks), remote,
+                      plain, declared, options, ray_bundles.demands({**declared, **options}),
+                      declared.get("max_calls") != 1, ray_bundles.StepTimes(self.bundle_seconds or 1.0))
 
-    def _remote_for(self, fn: Any, fresh: bool) -> Any:
-        """One Ray remote function per step function: Ray ships it once, then each task only its config.
+    def _bundle_remote(self, shape: _Shape) -> Any:
+        """The remote of a bundle of ``shape``'s steps: the same function and options, in ``bundle_task_for``."""
+        if shape.bundle_remote is None:
+            shape.bundle_remote = self._remote_for(shape.wrapped, shape.declared, bundle=True).options(
+                **shape.options)
+        return shape.bundle_remote
 
-        A ``@ray.remote`` function's plain function runs in a task of ours (which also commits), with the
-        options it was declared with.
-        """
-        key = (fn, fresh)
+    def _remote_for(self, fn: Any, declared: dict[str, Any], bundle: bool) -> Any:
+        """One Ray remote function per step function (and kind of task): Ray ships it once, then each task only
+        its payload. A ``@ray.remote`` function's plain function runs in a task of ours, which also commits, with
+        the options it was declared with."""
+        key = (fn, declared.get("max_calls") == 1, bundle)
         remote = self._remotes.get(key)
         if remote is None:
             import ray
 
-            declared: dict[str, Any] = {}
-            if is_ray_remote_function(fn):
-                declared = {k: v for k, v in (fn._default_options or {}).items() if k != "num_returns"}
-                fn = fn._function
-            if fresh:
-                declared["max_calls"] = 1
-            task = _task_for(fn, self._relocation)
+            task = (bundle_task_for if bundle else task_for)(fn, self._relocation)
             remote = ray.remote(**declared)(task) if declared else ray.remote(task)
             self._remotes[key] = remote
         return remote
@@ -936,45 +800,127 @@ class RayBackend:
             logger.debug("could not cancel a task", exc_info=True)
 
     # -- finishing: release, or record the failure ---------------------------------------------
-    def _finish(self, task: _Task) -> None:
-        """The task ended: it committed the step (or raised); release the lease, or record the failure."""
+    def _finish(self, task: _Task) -> list[_Launch]:
+        """``task`` ended: finish each of its steps as its verdict says; the steps to launch again (a bundle's unrun).
+
+        The verdicts are read here, in the loop; a step whose lease needs a request per operation is finished on
+        a lease thread.
+        """
         with self._cv:
             self._running.pop(id(task), None)
         try:
-            outcome, error = self._settle(task)
-        except BaseException as exc:  # e.g. the store failed while the lease was given up: this job's outcome
-            outcome, error = None, exc
-        self._complete(task.done, task.job, outcome, error)
+            verdicts = self._verdicts(task)
+        except BaseException as exc:  # e.g. a result that does not match the bundle: each step's outcome
+            verdicts = [_Verdict("failed", exc)] * len(task.members)
+        unrun: list[_Launch] = []
+        for item, verdict in zip(task.members, verdicts, strict=True):
+            if verdict.kind == "unrun":
+                unrun.append(item)
+            elif item.job.lease.round_trips:
+                self._to_lease_threads(lambda i=item, v=verdict: self._settle(i, v))
+            else:
+                self._settle(item, verdict)
+        return unrun
 
-    def _settle(self, task: _Task) -> tuple[str | None, BaseException | None]:
-        """Give up ``task``'s lease as its end requires; its job's outcome and error."""
+    def _verdicts(self, task: _Task) -> list[_Verdict]:
+        """How ``task`` ended, for each of its steps (read from its result, or from its error and the statuses)."""
         import ray
         from ray import exceptions as rex
 
-        job = task.job
         try:
-            ray.get(task.ref)
+            result = ray.get(task.ref)
         except BaseException as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(exc, rex.TaskCancelledError | KeyboardInterrupt) or self._cancelled:
-                job.abandon()
-                return None, KeyboardInterrupt(f"{job.name}: cancelled")
-            if isinstance(exc, rex.RayTaskError) and isinstance(cause, _EngineError):
+                return [_Verdict("cancelled")] * len(task.members)
+            if isinstance(exc, rex.RayTaskError) and isinstance(cause, EngineError):  # (a task of one step)
                 error = cause.error  # e.g. the lease was taken over: the task wrote no SUCCESS
                 error.__cause__ = RemoteTraceback(_ANSI.sub("", str(exc)).rstrip())
-                job.release_after_remote()
-                return None, error
+                return [_Verdict("engine", error)]
             if isinstance(exc, rex.RayTaskError):
-                return None, job.fail(_user_error(exc))
+                return self._by_status(task, "raised", _user_error(exc))
             if isinstance(exc, rex.WorkerCrashedError | rex.NodeDiedError | rex.ObjectLostError
                           | rex.OutOfMemoryError | rex.LocalRayletDiedError):
                 lost = StepLostError(f"its Ray task died {self.max_retries + 1} time(s) "
                                      f"(max_retries={self.max_retries}): {type(exc).__name__}: {exc}")
                 lost.__cause__ = exc
-                return None, job.fail(lost)
-            return None, job.fail(exc)  # e.g. the runtime env could not be set up
-        job.release_after_remote()  # the task committed the step
-        return RAN, None
+                return self._by_status(task, "lost", lost)
+            return [_Verdict("failed", exc)] * len(task.members)  # e.g. the runtime env could not be set up
+        if not task.bundled:
+            if isinstance(result, float) and task.members[0].shape is not None:
+                task.members[0].shape.times.add(result)
+            return [_Verdict("ran")]
+        verdicts = []
+        for item, (outcome, seconds) in zip(task.members, result, strict=True):
+            if outcome == UNRUN:
+                verdicts.append(_Verdict("unrun"))
+                continue
+            assert item.shape is not None
+            item.shape.times.add(seconds)
+            if outcome is None:
+                verdicts.append(_Verdict("ran"))
+            elif isinstance(outcome, EngineError):
+                error = outcome.error
+                error.__cause__ = RemoteTraceback(outcome.text)
+                verdicts.append(_Verdict("engine", error))
+            elif isinstance(outcome, StepRaised):
+                outcome.error.__cause__ = RemoteTraceback(outcome.traceback)
+                verdicts.append(_Verdict("raised", outcome.error))
+            else:
+                verdicts.append(_Verdict("failed", TypeError(f"a bundle's task returned {outcome!r}")))
+        return verdicts
+
+    def _by_status(self, task: _Task, kind: str, error: BaseException) -> list[_Verdict]:
+        """Verdicts for a task that ended with ``error`` before it could say how each step went.
+
+        A task of one step: ``kind``, unless its status says it was committed. A bundle: by each step's status:
+        committed (SUCCESS: it ran), started (RUNNING: ``kind``), or not started (launched again on its own).
+        """
+        verdicts = []
+        for item in task.members:
+            try:
+                status = st.read_status(item.job.output_path)
+            except Exception:  # the store is unreadable: the step's task failed as far as this driver can tell
+                logger.debug("could not read the status of %s", item.job.name, exc_info=True)
+                status = None
+            if status == st.STATUS_SUCCESS:
+                verdicts.append(_Verdict("ran"))
+            elif not task.bundled or status == st.STATUS_RUNNING:
+                verdicts.append(_Verdict(kind, error))
+            else:
+                item.alone = True
+                verdicts.append(_Verdict("unrun"))
+        return verdicts
+
+    def _settle(self, item: _Launch, verdict: _Verdict) -> None:
+        """Finish one step as ``verdict`` says: release its lease, or write FAILED; then report it."""
+        job = item.job
+        try:
+            if verdict.kind == "cancelled":
+                job.abandon()
+                outcome, error = None, KeyboardInterrupt(f"{job.name}: cancelled")
+            elif verdict.kind == "ran":
+                job.release_after_remote()  # the task committed the step
+                outcome, error = RAN, None
+            elif verdict.kind == "engine":
+                job.release_after_remote()
+                outcome, error = None, verdict.error
+            else:  # raised, lost, failed
+                assert verdict.error is not None
+                outcome, error = None, job.fail(verdict.error)
+        except BaseException as exc:  # e.g. the store failed while the lease was given up: this job's outcome
+            outcome, error = None, exc
+        self._complete(item.done, job, outcome, error)
+
+
+def _declared_options(fn: Any, fresh: bool) -> dict[str, Any]:
+    """The options a ``@ray.remote`` function was declared with (``max_calls=1`` added for a fresh worker)."""
+    declared: dict[str, Any] = {}
+    if is_ray_remote_function(fn):
+        declared = {k: v for k, v in (fn._default_options or {}).items() if k != "num_returns"}
+    if fresh:
+        declared["max_calls"] = 1
+    return declared
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

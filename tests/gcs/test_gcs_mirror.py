@@ -248,16 +248,16 @@ def test_a_step_without_mirrored_values_is_charged_to_the_process_wide_budget(bu
 
 
 def test_a_ray_task_runs_its_step_in_the_steps_scope(buckets, env_budget_of_1_gb):
-    """The worker side of the Ray backend (``_run_step``, called here without Ray) opens the step's scope."""
-    from marinbuild.run.ray_backend import _run_step
+    """The worker side of the Ray backend (``run_step``, called here without Ray) opens the step's scope."""
+    from marinbuild.run.ray_task import run_step
     from marinbuild.run.step_call import MirrorScope
 
     local, region = buckets
     _put(f"{region}/documents/f.bin", b"f" * MB)
     config = MirrorStepConfig(output_path=f"{local}/out", inputs=["mirror://documents/f.bin"])
     with pytest.raises(TransferBudgetExceeded, match="this step's budget"):
-        _run_step(read_mirrored, config, None, MirrorScope(0.5 / 1024, local))
-    seen = _run_step(read_mirrored, config, None, MirrorScope(1.25 / 1024, local))
+        run_step(read_mirrored, config, None, MirrorScope(0.5 / 1024, local))
+    seen = run_step(read_mirrored, config, None, MirrorScope(1.25 / 1024, local))
     assert seen == {"sizes": [MB], "used": MB, "limit": int(1.25 / 1024 * mirror.GB), "local": local}
     assert env_budget_of_1_gb.bytes_used == 0
 

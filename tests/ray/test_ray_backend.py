@@ -203,11 +203,11 @@ def test_a_step_ready_while_another_runs_is_launched_at_once(ray_cluster, prefix
 def test_a_dead_bell_actor_is_replaced(ray_cluster, prefix):
     import ray
 
-    from marinbuild.run.ray_backend import _BELLS
+    from marinbuild.run.ray_bell import BELLS
 
     backend = RayBackend(ray_cluster.address)
     make_executor(prefix, backend).run([rs.probe("bell/warm", text="w")])  # the bell actor exists
-    dead = _BELLS._actor
+    dead = BELLS._actor
     ray.kill(dead)
     slow = rs.probe("bell/slow2", fn=rs.sleep_then_where, text="8")
     first = rs.probe("bell/first2", text="1")
@@ -215,7 +215,7 @@ def test_a_dead_bell_actor_is_replaced(ray_cluster, prefix):
     paths = make_executor(prefix, RayBackend(ray_cluster.address)).run([slow, then])
     ended = {step: os.path.getmtime(os.path.join(paths[step], "where.json")) for step in (slow, then)}
     assert ended[then] + 3 < ended[slow]
-    assert _BELLS._actor is not dead
+    assert BELLS._actor is not dead
 
 
 def test_steps_beyond_the_launch_window_wait_their_turn_without_a_lease(ray_cluster, prefix):

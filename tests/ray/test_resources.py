@@ -22,7 +22,7 @@ from marinbuild.resources import (
     tpu,
     tpu_slice,
 )
-from marinbuild.run.ray_backend import relocate_paths
+from marinbuild.run.ray_task import relocate_paths
 from marinbuild.run.step_call import StepCall
 from marinbuild.runtime_env import WORKING_DIR_EXCLUDES, pip_requirements, step_runtime_env, workspace_runtime_env
 
@@ -213,21 +213,25 @@ def test_paths_move_with_a_shipped_workspace():
 
 def test_settings_choose_the_ray_backend(tmp_path, monkeypatch):
     from marinbuild.run.ray_backend import RayBackend
-    from marinbuild.session import BACKENDS, Session
+    from marinbuild.session import BACKENDS, Session, SettingsError
 
     assert "ray" in BACKENDS
     (tmp_path / "pyproject.toml").write_text('[tool.marinbuild]\nprefix = "out"\nray_address = "10.0.0.1:6379"\n'
-                                             "ray_max_retries = 5\n")
+                                             "ray_max_retries = 5\nray_bundle_seconds = 0\n")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     session = Session.open(tmp_path, backend="ray")
     backend = session.make_backend()
     assert isinstance(backend, RayBackend)
     assert (backend.address, backend.max_retries, backend.working_dir) == ("10.0.0.1:6379", 5, tmp_path.resolve())
+    assert backend.bundle_seconds == 0
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")
     assert Session.open(tmp_path, backend="ray").settings.ray_address == "10.0.0.2:6379"
     assert Session.open(tmp_path, backend="ray", ray_address="x:1").settings.ray_address == "x:1"
     assert Session.open(tmp_path, ray_address="x:1").settings.backend == "ray"  # the flag implies the backend
     assert Session.open(tmp_path).make_backend() is None  # local
+    (tmp_path / "pyproject.toml").write_text('[tool.marinbuild]\nprefix = "out"\nray_bundle_seconds = "fast"\n')
+    with pytest.raises(SettingsError, match="ray_bundle_seconds must be a non-negative number"):
+        Session.open(tmp_path, backend="ray")
 
 
 def test_submit_maps_job_status_to_an_exit_code(monkeypatch):
