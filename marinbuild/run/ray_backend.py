@@ -55,11 +55,11 @@ release or FAILED, then the scheduler's callback, which submits the next steps t
   comes back as it is (``EngineError`` carries it), with no FAILED.
 - Ctrl-C: ``shutdown(cancel=True)`` cancels every launched task (``ray.cancel``, force), steps not
   launched yet are not launched, and every lease is given up (``job.abandon``).
-- Where: ``RayBackend(address)``, else ``RAY_ADDRESS``, connects to that cluster (the workspace is
-  shipped as ``working_dir`` when ``working_dir`` is given and this is not already a submitted job);
-  with neither, a local Ray instance is started in this process, bound to 127.0.0.1, with no
-  dashboard, no token file and warnings only. ``ray`` is imported when the first step is
-  submitted, so a no-op build never starts Ray. A local prefix must be on a file system every node
+- Where (``marinbuild.run.ray_connect``): ``RayBackend(address)``, else ``RAY_ADDRESS``, connects to
+  that cluster (the workspace is shipped as ``working_dir`` when ``working_dir`` is given and this
+  is not already a submitted job); with neither, a local Ray instance is started in this process,
+  bound to 127.0.0.1, with no dashboard, no token file and warnings only. ``ray`` is imported when
+  the first step is submitted, so a no-op build never starts Ray. A local prefix must be on a file system every node
   shares: a task that cannot see the output folder its driver made says so
   (``OutputFolderMissingError``).
 
@@ -90,6 +90,7 @@ from typing import Any
 from marinbuild.run import ray_bundles
 from marinbuild.run.backend import Completion
 from marinbuild.run.ray_bell import BELLS, Bell
+from marinbuild.run.ray_connect import connect_ray
 from marinbuild.run.ray_task import (
     UNRUN,
     EngineError,
@@ -192,42 +193,6 @@ class _Verdict:
     error: BaseException | None = None
 
 
-
-
-def _driver_code_path() -> list[str]:
-    """Folders on this process's ``sys.path`` besides the interpreter's own and installed packages."""
-    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    out = []
-    for entry in sys.path:
-        path = os.path.realpath(entry or os.getcwd())
-        if not os.path.isdir(path) or "site-packages" in path or "dist-packages" in path:
-            continue
-        if any(path == p or path.startswith(p + os.sep) for p in prefixes):
-            continue
-        if path not in out:
-            out.append(path)
-    return out
-
-
-def _worker_output_to_stderr() -> None:
-    """Show what tasks print on this process's stderr: stdout carries the build's results."""
-    try:
-        from ray._private import worker as ray_worker
-
-        dispatcher = ray_worker.global_worker_stdstream_dispatcher
-        if "ray_print_logs" not in [name for name, _ in dispatcher.handlers]:
-            return  # log_to_driver=False
-
-        def to_stderr(data: dict[str, Any]) -> None:
-            ray_worker.print_to_stdstream({**data, "is_err": True}, ignore_prefix=False)
-
-        dispatcher.remove_handler("ray_print_logs")
-        dispatcher.add_handler("ray_print_logs", to_stderr)
-    except Exception:  # a Ray without these internals: its output stays where Ray puts it
-        logger.debug("could not send Ray task output to stderr", exc_info=True)
-
-
-
 @dataclass
 class RayBackend:
     """Steps as Ray tasks. See the module docstring."""
@@ -314,66 +279,13 @@ class RayBackend:
 
             ray_module = sys.modules.get("ray")
             if ray_module is None or not ray_module.is_initialized():
-                address = self.address or os.environ.get("RAY_ADDRESS") or None
-                if address:
-                    self._init_cluster(address)
-                else:
-                    self._init_local()
+                self._relocation = connect_ray(self.address, working_dir=self.working_dir, env_vars=self.env_vars,
+                                               log_to_driver=self.log_to_driver, init_options=self.init_options)
             import ray
 
             self._call_remote = ray.remote(run_call).options(**self._task_options())
             self._pyproject_root = Path(self.working_dir) if self.working_dir is not None else project_root()
             self._connected = True
-
-    def _base_options(self) -> dict[str, Any]:
-        return {"logging_level": logging.WARNING, "log_to_driver": self.log_to_driver}
-
-    def _init_cluster(self, address: str) -> None:
-        import ray
-
-        from marinbuild.runtime_env import in_ray_job, workspace_runtime_env
-
-        options = self._base_options()
-        if self.working_dir is not None and not in_ray_job():
-            options["runtime_env"] = workspace_runtime_env(self.working_dir, self.env_vars)
-            self._relocation = Relocation(str(Path(self.working_dir).resolve()))
-        elif self.env_vars:
-            options["runtime_env"] = {"env_vars": dict(self.env_vars)}
-        options.update(self.init_options)
-        ray.init(address=address, **options)
-        _worker_output_to_stderr()
-
-    def _init_local(self) -> None:
-        """A private instance on loopback, no dashboard; its workers import what this process can."""
-        # Ray swaps 127.0.0.1 for this machine's address unless it is told there is no cluster to join; no
-        # token file to write for a loopback instance, no usage report to send.
-        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        import ray
-
-        try:
-            from ray._private import ray_constants
-
-            ray_constants.ENABLE_RAY_CLUSTER = False  # if ray was imported before the variable was set
-        except (ImportError, AttributeError):
-            pass
-        options = self._base_options()
-        env_vars = dict(self.env_vars)
-        code_path = _driver_code_path()
-        if code_path:
-            inherited = env_vars.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
-            env_vars["PYTHONPATH"] = os.pathsep.join([*code_path, *([inherited] if inherited else [])])
-        if env_vars:
-            options["runtime_env"] = {"env_vars": env_vars}
-        options.update({"_node_ip_address": "127.0.0.1", "include_dashboard": False})
-        options.update(self.init_options)
-        hook = sys.excepthook
-        ray.init(address="local", **options)
-        # Ray's hook reports an uncaught exception of this process to its GCS, which can hold the exit for a
-        # minute; nobody reads that report for a private instance.
-        sys.excepthook = hook
-        _worker_output_to_stderr()
 
     # -- the backend interface ----------------------------------------------------------------
     def submit(self, job: StepJob, done: Completion) -> None:

@@ -1,0 +1,114 @@
+"""Connecting the Ray backend's driver to a cluster, or starting a private local Ray instance.
+
+``connect_ray(address)``: with an address (else ``RAY_ADDRESS``), connect to that cluster,
+shipping the workspace as ``working_dir`` when one is given and this is not already a submitted
+job; with neither, start a local instance in this process, bound to 127.0.0.1, with no dashboard,
+no token file, no usage report and warnings only, whose workers import what this process can.
+Either way what the tasks print goes to this process's stderr (stdout carries the build's results).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from marinbuild.run.ray_task import Relocation
+
+logger = logging.getLogger("marinbuild")
+
+
+def connect_ray(address: str | None, *, working_dir: str | os.PathLike[str] | None, env_vars: dict[str, str],
+                log_to_driver: bool, init_options: dict[str, Any]) -> Relocation | None:
+    """``ray.init`` as the module docstring says; where workspace paths in a config move to (a shipped workspace)."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": log_to_driver}
+    if address:
+        return _init_cluster(address, options, working_dir, env_vars, init_options)
+    _init_local(options, env_vars, init_options)
+    return None
+
+
+def _init_cluster(address: str, options: dict[str, Any], working_dir: str | os.PathLike[str] | None,
+                  env_vars: dict[str, str], init_options: dict[str, Any]) -> Relocation | None:
+    import ray
+
+    from marinbuild.runtime_env import in_ray_job, workspace_runtime_env
+
+    relocation = None
+    if working_dir is not None and not in_ray_job():
+        options["runtime_env"] = workspace_runtime_env(working_dir, env_vars)
+        relocation = Relocation(str(Path(working_dir).resolve()))
+    elif env_vars:
+        options["runtime_env"] = {"env_vars": dict(env_vars)}
+    options.update(init_options)
+    ray.init(address=address, **options)
+    _worker_output_to_stderr()
+    return relocation
+
+
+def _init_local(options: dict[str, Any], env_vars: dict[str, str], init_options: dict[str, Any]) -> None:
+    """A private instance on loopback, no dashboard; its workers import what this process can."""
+    # Ray swaps 127.0.0.1 for this machine's address unless it is told there is no cluster to join; no
+    # token file to write for a loopback instance, no usage report to send.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    try:
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False  # if ray was imported before the variable was set
+    except (ImportError, AttributeError):
+        pass
+    env_vars = dict(env_vars)
+    code_path = _driver_code_path()
+    if code_path:
+        inherited = env_vars.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
+        env_vars["PYTHONPATH"] = os.pathsep.join([*code_path, *([inherited] if inherited else [])])
+    if env_vars:
+        options["runtime_env"] = {"env_vars": env_vars}
+    options.update({"_node_ip_address": "127.0.0.1", "include_dashboard": False})
+    options.update(init_options)
+    hook = sys.excepthook
+    ray.init(address="local", **options)
+    # Ray's hook reports an uncaught exception of this process to its GCS, which can hold the exit for a
+    # minute; nobody reads that report for a private instance.
+    sys.excepthook = hook
+    _worker_output_to_stderr()
+
+
+def _driver_code_path() -> list[str]:
+    """Folders on this process's ``sys.path`` besides the interpreter's own and installed packages."""
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    out = []
+    for entry in sys.path:
+        path = os.path.realpath(entry or os.getcwd())
+        if not os.path.isdir(path) or "site-packages" in path or "dist-packages" in path:
+            continue
+        if any(path == p or path.startswith(p + os.sep) for p in prefixes):
+            continue
+        if path not in out:
+            out.append(path)
+    return out
+
+
+def _worker_output_to_stderr() -> None:
+    """Show what tasks print on this process's stderr: stdout carries the build's results."""
+    try:
+        from ray._private import worker as ray_worker
+
+        dispatcher = ray_worker.global_worker_stdstream_dispatcher
+        if "ray_print_logs" not in [name for name, _ in dispatcher.handlers]:
+            return  # log_to_driver=False
+
+        def to_stderr(data: dict[str, Any]) -> None:
+            ray_worker.print_to_stdstream({**data, "is_err": True}, ignore_prefix=False)
+
+        dispatcher.remove_handler("ray_print_logs")
+        dispatcher.add_handler("ray_print_logs", to_stderr)
+    except Exception:  # a Ray without these internals: its output stays where Ray puts it
+        logger.debug("could not send Ray task output to stderr", exc_info=True)
