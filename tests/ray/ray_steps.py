@@ -153,8 +153,7 @@ def in_task(config: BundledConfig) -> dict:
     elif config.act == "die" or (config.act == "die-once" and not mine):
         os._exit(1)
     facts = {"task_id": task_id, "pid": os.getpid(), "tag": config.tag}
-    os.makedirs(config.output_path, exist_ok=True)
-    Path(config.output_path, "task.json").write_text(json.dumps(facts))
+    fs.write_atomic(fs.join(config.output_path, "task.json"), json.dumps(facts).encode())  # (a gs:// one too)
     return facts
 
 
@@ -164,11 +163,12 @@ def _task_id() -> str:
     return ray.get_runtime_context().get_task_id()
 
 
-def fan_out(prefix: str, log_dir: str, acts: dict[int, str], n: int, resources: Any) -> list[ExecutorStep]:
+def fan_out(prefix: str, log_dir: str, acts: dict[int, str], n: int, resources: Any,
+            fn: Any = in_task) -> list[ExecutorStep]:
     """A root and ``n`` children of it (``acts[i]``: what child i does), all of one function and resources."""
-    root = ExecutorStep(name=f"{prefix}/root", fn=in_task, resources=resources,
+    root = ExecutorStep(name=f"{prefix}/root", fn=fn, resources=resources,
                         config=BundledConfig(tag=versioned("root"), log_dir=log_dir))
-    children = [ExecutorStep(name=f"{prefix}/c{i}", fn=in_task, resources=resources,
+    children = [ExecutorStep(name=f"{prefix}/c{i}", fn=fn, resources=resources,
                              config=BundledConfig(after=output_path_of(root), tag=versioned(f"c{i}"),
                                                   act=versioned(acts.get(i, "write")), log_dir=log_dir))
                 for i in range(n)]
