@@ -145,7 +145,7 @@ class _Shape:
     remote: Any
     """The remote of a task of one step (options applied)."""
     wrapped: Any
-    """The function the task runs (a ``@ray.remote`` function's own), and the options of its remote: a bundle's
+    """The step's function (its ``@ray.remote`` function, if it is one), and the options of its remote: a bundle's
     remote is made from them when first needed."""
     declared: dict[str, Any]
     options: dict[str, Any]
@@ -675,10 +675,9 @@ class RayBackend:
             options["runtime_env"] = runtime_env
         fn = call.wrapped
         declared = _declared_options(fn, fresh)
-        plain = fn._function if is_ray_remote_function(fn) else fn
-        remote = self._remote_for(plain, declared, bundle=False).options(**options)  # each launch passes none
+        remote = self._remote_for(fn, declared, bundle=False).options(**options)  # each launch passes none
         return _Shape(call.fn, call.resources, (id(fn) if is_ray_remote_function(fn) else None, asks), remote,
-                      plain, declared, options, ray_bundles.demands({**declared, **options}),
+                      fn, declared, options, ray_bundles.demands({**declared, **options}),
                       declared.get("max_calls") != 1, ray_bundles.StepTimes(self.bundle_seconds or 1.0))
 
     def _bundle_remote(self, shape: _Shape) -> Any:
@@ -697,7 +696,8 @@ class RayBackend:
         if remote is None:
             import ray
 
-            task = (bundle_task_for if bundle else task_for)(fn, self._relocation)
+            plain = fn._function if is_ray_remote_function(fn) else fn
+            task = (bundle_task_for if bundle else task_for)(plain, self._relocation)
             remote = ray.remote(**declared)(task) if declared else ray.remote(task)
             self._remotes[key] = remote
         return remote
