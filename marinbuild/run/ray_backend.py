@@ -50,7 +50,7 @@ release or FAILED, then the scheduler's callback, which submits the next steps t
   step's failure, the original exception with the remote traceback chained as its cause
   (``RemoteTraceback``). A step whose task died more than ``max_retries`` times fails with
   ``StepLostError``, unless its status says it was committed (SUCCESS: it ran); the steps of a lost
-  bundle that had not started (no RUNNING) are launched again, one per task. An error of
+  bundle not committed are launched again, one per task, each then failing or not on its own. An error of
   marinbuild's own work in the task (a lease taken over, a damaged file, a path-hash collision)
   comes back as it is (``EngineError`` carries it), with no FAILED.
 - Ctrl-C: ``shutdown(cancel=True)`` cancels every launched task (``ray.cancel``, force), steps not
@@ -189,7 +189,7 @@ class _Verdict:
     kind: str
     """``ran``, ``engine`` (marinbuild's own error in the task: ``error`` as it is), ``raised`` (the step's code:
     FAILED), ``lost`` (its task died: SUCCESS means it ran, else FAILED), ``cancelled``, ``failed`` (any other
-    error: FAILED), or ``unrun`` (a bundle did not start it: launched again)."""
+    error: FAILED), or ``unrun`` (a bundle did not start it, or ended without saying: launched again)."""
     error: BaseException | None = None
 
 
@@ -785,8 +785,10 @@ class RayBackend:
     def _by_status(self, task: _Task, kind: str, error: BaseException) -> list[_Verdict]:
         """Verdicts for a task that ended with ``error`` before it could say how each step went.
 
-        A task of one step: ``kind``, unless its status says it was committed. A bundle: by each step's status:
-        committed (SUCCESS: it ran), started (RUNNING: ``kind``), or not started (launched again on its own).
+        A step whose status says it was committed (SUCCESS) ran. Otherwise: the step of a task of one step gets
+        ``kind``; those of a bundle are launched again, one per task, so that each step's own task says how it
+        goes (a step that kills its worker is then the only one lost; a RUNNING status alone would not tell it
+        apart from a step an earlier, crashed build left RUNNING).
         """
         verdicts = []
         for item in task.members:
@@ -797,7 +799,7 @@ class RayBackend:
                 status = None
             if status == st.STATUS_SUCCESS:
                 verdicts.append(_Verdict("ran"))
-            elif not task.bundled or status == st.STATUS_RUNNING:
+            elif not task.bundled:
                 verdicts.append(_Verdict(kind, error))
             else:
                 item.alone = True

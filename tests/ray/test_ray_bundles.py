@@ -125,7 +125,8 @@ def test_a_bundle_whose_worker_died_is_retried_and_each_step_runs_once(ray_clust
     assert all(counts[s.config.tag.value] == 1 for s in steps if s is not dying)  # committed ones skipped
 
 
-def test_steps_of_a_lost_bundle_that_had_not_started_run_on_their_own(ray_cluster, bundle_node, prefix, tmp_path):
+def test_a_lost_bundle_counts_its_committed_steps_and_runs_the_others_alone(ray_cluster, bundle_node, prefix,
+                                                                           tmp_path):
     steps = rs.fan_out("lost", str(tmp_path / "log"), {2: "die"}, 12, ONE_AT_A_TIME)
     dying = steps[3]
     backend = RayBackend(ray_cluster.address, bundle_seconds=1.0, max_retries=0)
@@ -137,9 +138,11 @@ def test_steps_of_a_lost_bundle_that_had_not_started_run_on_their_own(ray_cluste
     assert st.read_status(paths[dying]) == "FAILED"
     assert all(st.read_status(paths[s]) == "SUCCESS" for s in steps if s is not dying)
     counts = attempts(tmp_path / "log")
-    assert all(counts[s.config.tag.value] == 1 for s in steps)  # none rerun, none left out
+    assert counts["c2"] == 2  # in its bundle, then alone
+    assert all(counts[s.config.tag.value] == 1 for s in steps if s is not dying)  # none rerun, none left out
     first = json.loads(Path(paths[steps[1]], "task.json").read_text())["task_id"]  # c0, before c2 in its bundle
     assert (tmp_path / "log" / "c2-0").read_text() == first  # c2 died in c0's task
+    assert (tmp_path / "log" / "c2-1").read_text() != first  # then in a task of its own
     after = [json.loads(Path(paths[s], "task.json").read_text())["task_id"] for s in steps[4:7]]  # c3-c5
     assert first not in after and len(set(after)) == 3  # launched again, each in a task of its own
 
