@@ -66,6 +66,12 @@ class TargetConfig:
     attrs: dict[str, Any]
     output_path: Any = field(default_factory=this_output_path)
 
+    @property
+    def step_kind(self) -> str:
+        """Targets of one rule are alike in how long they run (``StepCall.kind``): every target's function is
+        ``run_target``."""
+        return self.rule_key
+
 
 @dataclass(frozen=True)
 class RuleContext:

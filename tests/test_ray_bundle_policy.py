@@ -57,3 +57,16 @@ def test_step_times_follow_short_steps_slowly_and_a_slow_one_at_once():
     times.add(0.5)  # longer than the budget: the estimate is that step's time
     assert times.estimate == pytest.approx(0.5)
     assert bundle_size(1000, 2, times.estimate, 0.05) == 1
+
+
+def test_steps_are_timed_by_kind_and_a_build_targets_kind_is_its_rule():
+    from types import SimpleNamespace
+
+    from marinbuild.analysis import TargetConfig, run_target
+    from marinbuild.run.step_call import StepCall
+
+    target = TargetConfig(label="//p:a", rule="tokenize", rule_key="rules/tokenize.py:tokenize", workspace="/ws",
+                          attrs={})
+    assert StepCall(run_target, target).kind == "rules/tokenize.py:tokenize"
+    assert StepCall(print, {"x": 1}).kind is None  # the function alone
+    assert StepCall(print, SimpleNamespace(step_kind=["a"])).kind == "['a']"  # unhashable: its repr

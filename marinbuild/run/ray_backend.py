@@ -153,8 +153,17 @@ class _Shape:
     """What one task takes from a node (``ray_bundles.demands``)."""
     bundles: bool
     """Whether its steps may share a task (not when each needs a fresh worker)."""
-    times: ray_bundles.StepTimes
+    budget: float
+    """What ``StepTimes`` calls a long step (the backend's ``bundle_seconds``)."""
+    times: dict[Hashable, ray_bundles.StepTimes] = field(default_factory=dict)
+    """Per kind of step (``StepCall.kind``): how long one takes in its task."""
     bundle_remote: Any = None
+
+    def times_of(self, kind: Hashable) -> ray_bundles.StepTimes:
+        times = self.times.get(kind)
+        if times is None:
+            times = self.times[kind] = ray_bundles.StepTimes(self.budget)
+        return times
 
 
 @dataclass
@@ -167,6 +176,8 @@ class _Launch:
     """Its shape's window key."""
     shape: _Shape | None
     """None: a job whose call is not a ``StepCall`` (``run_call``, never bundled)."""
+    kind: Hashable
+    """What steps it is timed with, and may share a task with (``StepCall.kind``)."""
     payload: bytes
     alone: bool = False
     """Launch it in a task of its own (a step of a lost bundle that had not started)."""
@@ -458,23 +469,24 @@ class RayBackend:
         """Rings of this loop's bell in ``actor`` so far."""
 
         def launch(shape_key: Hashable, items: list[_Launch], waiting: int) -> None:
-            """Launch ``items`` (prepared, each counted in ``active``): bundled where ``ray_bundles`` says so."""
-            start = 0
-            while start < len(items):
-                first = items[start]
-                size = 1 if first.alone else self._bundle_size(first.shape, waiting + len(items) - start)
-                end = start + 1
-                while end < len(items) and end - start < size and items[end].shape is first.shape \
-                        and not items[end].alone:
-                    end += 1
-                group = items[start:end]
-                active[shape_key] -= len(group) - 1  # one task
-                task = self._start(group)
-                if task is None:
-                    active[shape_key] -= 1
-                else:
-                    in_flight[task.ref] = task
-                start = end
+            """Launch ``items`` (prepared, each counted in ``active``): steps of one shape and kind are bundled where
+            ``ray_bundles`` says so, in the order they came."""
+            alike: dict[tuple[int, Hashable, bool], list[_Launch]] = {}
+            for item in items:
+                alike.setdefault((id(item.shape), item.kind, item.alone), []).append(item)
+            for members in alike.values():
+                first, start = members[0], 0
+                while start < len(members):
+                    size = 1 if first.alone else self._bundle_size(first.shape, first.kind,
+                                                                    waiting + len(members) - start)
+                    group = members[start:start + size]
+                    start += len(group)
+                    active[shape_key] -= len(group) - 1  # one task
+                    task = self._start(group)
+                    if task is None:
+                        active[shape_key] -= 1
+                    else:
+                        in_flight[task.ref] = task
 
         def fill(shape_key: Hashable) -> None:
             """Take leases and launch ``shape_key``'s pending jobs while its window has room."""
@@ -483,7 +495,9 @@ class RayBackend:
                 job, done = queued.popleft()
                 self._complete(done, job, None, KeyboardInterrupt())
             while queued and active[shape_key] < self._window(active[shape_key]):
-                size = self._bundle_size(self._job_shape(queued[0][0]), len(queued))
+                call = queued[0][0].call
+                kind = call.kind if isinstance(call, StepCall) else None
+                size = self._bundle_size(self._job_shape(queued[0][0]), kind, len(queued))
                 items: list[_Launch] = []
                 while queued and len(items) < size:
                     job, done = queued.popleft()
@@ -592,12 +606,13 @@ class RayBackend:
                 logger.debug("could not read the cluster's resources", exc_info=True)
         return self._totals
 
-    def _bundle_size(self, shape: _Shape | None, waiting: int) -> int:
+    def _bundle_size(self, shape: _Shape | None, kind: Hashable, waiting: int) -> int:
         """Steps of ``shape`` to put in its next task, ``waiting`` of them being ready (``ray_bundles``)."""
-        if shape is None or not shape.bundles or self.bundle_seconds <= 0 or shape.times.estimate is None:
+        estimate = shape.times_of(kind).estimate if shape is not None else None
+        if shape is None or not shape.bundles or self.bundle_seconds <= 0 or estimate is None:
             return 1
         at_once = ray_bundles.capacity(shape.demand, self._cluster_totals())
-        return ray_bundles.bundle_size(waiting, at_once, shape.times.estimate, self.bundle_seconds)
+        return ray_bundles.bundle_size(waiting, at_once, estimate, self.bundle_seconds)
 
     def _start(self, items: list[_Launch]) -> _Task | None:
         """Launch one task for ``items`` (None if it ended here: launching failed, or the build was cancelled)."""
@@ -640,9 +655,9 @@ class RayBackend:
         call = job.call
         run = job.remote_run()
         if not isinstance(call, StepCall):
-            return _Launch(job, done, key, None, pickle_payload((call, run), self._shipped))
+            return _Launch(job, done, key, None, None, pickle_payload((call, run), self._shipped))
         shape = self._shape_of(call)
-        return _Launch(job, done, key, shape, pickle_payload((call.config, call.mirror, run), self._shipped))
+        return _Launch(job, done, key, shape, call.kind, pickle_payload((call.config, call.mirror, run), self._shipped))
 
     def _single_remote(self, item: _Launch) -> Any:
         return item.shape.remote if item.shape is not None else self._call_remote
@@ -678,7 +693,7 @@ class RayBackend:
         remote = self._remote_for(fn, declared, bundle=False).options(**options)  # each launch passes none
         return _Shape(call.fn, call.resources, (id(fn) if is_ray_remote_function(fn) else None, asks), remote,
                       fn, declared, options, ray_bundles.demands({**declared, **options}),
-                      declared.get("max_calls") != 1, ray_bundles.StepTimes(self.bundle_seconds or 1.0))
+                      declared.get("max_calls") != 1, self.bundle_seconds or 1.0)
 
     def _bundle_remote(self, shape: _Shape) -> Any:
         """The remote of a bundle of ``shape``'s steps: the same function and options, in ``bundle_task_for``."""
@@ -760,7 +775,7 @@ class RayBackend:
             return [_Verdict("failed", exc)] * len(task.members)  # e.g. the runtime env could not be set up
         if not task.bundled:
             if isinstance(result, float) and task.members[0].shape is not None:
-                task.members[0].shape.times.add(result)
+                task.members[0].shape.times_of(task.members[0].kind).add(result)
             return [_Verdict("ran")]
         verdicts = []
         for item, (outcome, seconds) in zip(task.members, result, strict=True):
@@ -768,7 +783,7 @@ class RayBackend:
                 verdicts.append(_Verdict("unrun"))
                 continue
             assert item.shape is not None
-            item.shape.times.add(seconds)
+            item.shape.times_of(item.kind).add(seconds)
             if outcome is None:
                 verdicts.append(_Verdict("ran"))
             elif isinstance(outcome, EngineError):

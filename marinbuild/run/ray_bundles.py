@@ -8,8 +8,9 @@ exactly as a task of one step runs it (RUNNING, the step, its own commit and out
 no more once its time budget is spent: it hands the rest back, and the driver launches them again.
 
 The rules:
-- A step function's first steps go one per task: bundling waits until one has ended and said how
-  long it took in its task (``StepTimes``).
+- Steps are timed, and bundled, by function and kind (``StepCall.kind``: a config's ``step_kind``,
+  a BUILD target's rule); the first steps of a kind go one per task: bundling waits until one has
+  ended and said how long it took in its task (``StepTimes``).
 - A bundle holds at most ``budget / estimate`` steps, so it lasts about ``budget`` seconds (0.05 s
   by default), and at most ``MAX_BUNDLE``.
 - A bundle holds at most ``waiting // (2 * capacity)`` steps, where ``capacity`` is how many tasks of

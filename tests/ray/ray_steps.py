@@ -138,6 +138,8 @@ class BundledConfig:
     """``write``; ``sleep:S`` (sleep S seconds, then write); ``raise``; ``die`` (kill its own worker process on
     each attempt); ``die-once`` (on the first attempt only)."""
     log_dir: Any = None
+    step_kind: Any = None
+    """Steps of one function and kind are timed together and may share a task (``StepCall.kind``)."""
 
 
 def in_task(config: BundledConfig) -> dict:
@@ -164,13 +166,15 @@ def _task_id() -> str:
 
 
 def fan_out(prefix: str, log_dir: str, acts: dict[int, str], n: int, resources: Any,
-            fn: Any = in_task) -> list[ExecutorStep]:
-    """A root and ``n`` children of it (``acts[i]``: what child i does), all of one function and resources."""
+            fn: Any = in_task, kinds: tuple[Any, ...] = (None,)) -> list[ExecutorStep]:
+    """A root and ``n`` children of it (``acts[i]``: what child i does), all of one function and resources; child
+    i is of kind ``kinds[i % len(kinds)]``, the root of ``kinds[0]``."""
     root = ExecutorStep(name=f"{prefix}/root", fn=fn, resources=resources,
-                        config=BundledConfig(tag=versioned("root"), log_dir=log_dir))
+                        config=BundledConfig(tag=versioned("root"), log_dir=log_dir, step_kind=kinds[0]))
     children = [ExecutorStep(name=f"{prefix}/c{i}", fn=fn, resources=resources,
                              config=BundledConfig(after=output_path_of(root), tag=versioned(f"c{i}"),
-                                                  act=versioned(acts.get(i, "write")), log_dir=log_dir))
+                                                  act=versioned(acts.get(i, "write")), log_dir=log_dir,
+                                                  step_kind=kinds[i % len(kinds)]))
                 for i in range(n)]
     return [root, *children]
 

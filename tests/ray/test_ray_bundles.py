@@ -72,6 +72,19 @@ def test_tiny_steps_share_tasks_and_each_commits_on_its_own(ray_cluster, bundle_
     assert attempts(tmp_path / "log") == Counter({s.config.tag.value: 1 for s in steps})
 
 
+def test_steps_of_two_kinds_never_share_a_task(ray_cluster, bundle_node, prefix, tmp_path):
+    """One function, two kinds of step (``step_kind``, as a BUILD target's rule): each kind is timed and
+    bundled on its own, however the two are interleaved."""
+    steps = rs.fan_out("kinds", str(tmp_path / "log"), {}, 16, ONE_AT_A_TIME, kinds=("a", "b"))
+    backend = RayBackend(ray_cluster.address, bundle_seconds=1.0)
+    executor = build(prefix, steps, backend)
+    kinds_in: dict[str, set] = {}
+    for step in steps:
+        kinds_in.setdefault(task_of(executor, step), set()).add(step.config.step_kind)
+    assert all(len(kinds) == 1 for kinds in kinds_in.values())
+    assert len(kinds_in) < len(steps)  # yet steps of one kind shared tasks
+
+
 def test_one_task_per_step_when_bundling_is_off(ray_cluster, bundle_node, prefix, tmp_path):
     steps = rs.fan_out("off", str(tmp_path / "log"), {}, 6, ONE_AT_A_TIME)
     backend = RayBackend(ray_cluster.address, bundle_seconds=0)
