@@ -764,8 +764,9 @@ class RayBackend:
                 error = cause.error  # e.g. the lease was taken over: the task wrote no SUCCESS
                 error.__cause__ = RemoteTraceback(_ANSI.sub("", str(exc)).rstrip())
                 return [_Verdict("engine", error)]
-            if isinstance(exc, rex.RayTaskError):
-                return self._by_status(task, "raised", _user_error(exc))
+            if isinstance(exc, rex.RayTaskError):  # the step's code raised: a task of one step committed nothing
+                error = _user_error(exc)
+                return self._by_status(task, "raised", error) if task.bundled else [_Verdict("raised", error)]
             if isinstance(exc, rex.WorkerCrashedError | rex.NodeDiedError | rex.ObjectLostError
                           | rex.OutOfMemoryError | rex.LocalRayletDiedError):
                 lost = StepLostError(f"its Ray task died {self.max_retries + 1} time(s) "
