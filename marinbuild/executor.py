@@ -101,10 +101,17 @@ def default_prefix() -> str:
 
 
 class StepFailedError(RuntimeError):
-    """One or more steps failed; ``failures`` maps each failed step's name to its exception."""
+    """One or more steps failed; ``failures`` maps each failed step's name to its exception. The message names
+    each failed step's ``.marinbuild_traceback.txt`` (its whole traceback, kept beside its status)."""
 
     def __init__(self, failures: dict[str, BaseException], dep_failed: list[str]):
-        names = ", ".join(failures)
+        from marinbuild.run.failure import traceback_file_of
+
+        def named(name: str, error: BaseException) -> str:
+            path = traceback_file_of(error)
+            return f"{name} (traceback: {path})" if path else name
+
+        names = ", ".join(named(name, error) for name, error in failures.items())
         message = f"{len(failures)} step(s) failed: {names}"
         if dep_failed:
             message += f"; {len(dep_failed)} step(s) not run because a dependency failed (DEP_FAILED): "

@@ -89,6 +89,7 @@ from typing import Any
 
 from marinbuild.run import ray_bundles
 from marinbuild.run.backend import Completion
+from marinbuild.run.failure import RemoteTraceback
 from marinbuild.run.ray_bell import BELLS, Bell
 from marinbuild.run.ray_connect import connect_ray
 from marinbuild.run.ray_task import (
@@ -120,17 +121,6 @@ per operation). Started the first time one is needed; local leases are taken and
 
 class StepLostError(RuntimeError):
     """A step's Ray task died (its worker or node was lost) more often than ``max_retries`` allows."""
-
-
-class RemoteTraceback(Exception):
-    """The traceback of an exception raised in a Ray task, as text (chained as the exception's cause)."""
-
-    def __init__(self, text: str):
-        super().__init__(text)
-        self.text = text
-
-    def __str__(self) -> str:
-        return self.text
 
 
 @dataclass(eq=False)

@@ -5,8 +5,12 @@
     {"kind": "succeeded", "step": "tokenize", "output_path": "/prefix/tokenize-abc123",
      "detail": null, "time": 1718000000.25, "error": null, "data": {}}
 
-``error`` is ``"Type: message"`` or null; ``time`` is seconds since the epoch. Each line is
-flushed as it is written, so the file can be tailed during the build. Call ``close()`` at the end.
+``error`` is ``"Type: message"`` or null; ``time`` is seconds since the epoch. An event with an error
+(a ``failed`` step) also has ``traceback``: the whole traceback as Python prints it (from the Ray
+worker for a step run on Ray, its last line naming the worker's log), and ``traceback_file``: the
+step's ``.marinbuild_traceback.txt`` holding the same text, or null if none was written (e.g. an error
+of marinbuild's own, after which no FAILED is written). Each line is flushed as it is written, so the
+file can be tailed during the build. Call ``close()`` at the end.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.run import events as ev
+from marinbuild.run.failure import traceback_file_of, traceback_text
 from marinbuild.ui._text import error_text
 
 
 def event_record(event: ev.Event) -> dict[str, Any]:
     """The JSON object written for ``event``."""
-    return {
+    record = {
         "kind": event.kind,
         "step": event.step,
         "output_path": event.output_path,
@@ -32,6 +37,10 @@ def event_record(event: ev.Event) -> dict[str, Any]:
         "error": error_text(event.error),
         "data": event.data,
     }
+    if event.error is not None:
+        record["traceback"] = traceback_text(event.error)
+        record["traceback_file"] = traceback_file_of(event.error)
+    return record
 
 
 class BuildEventJsonWriter:
