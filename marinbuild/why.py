@@ -1,7 +1,8 @@
 """``why``: for each step of a target (and each step it needs that would run), why it would run.
 
 A step is up to date when its status is SUCCESS. Otherwise the reason is one of: never
-built, output deleted or incomplete, failed before, running elsewhere, abandoned run,
+built, output deleted or incomplete, failed before (with the path of the failure's traceback), running
+elsewhere, abandoned run,
 damaged (a file that does not parse), or version changed, with the differences between
 the current version and the most recent other version of the step found under the prefix.
 """
@@ -19,6 +20,7 @@ from marinbuild.cache.text import format_age, short_json
 from marinbuild.core.jsonenc import dumps_sorted
 from marinbuild.core.labels import Label
 from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.store.traceback_file import existing_traceback
 
 BUILT = "built"
 NEVER_BUILT = "never built"
@@ -149,6 +151,9 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
         return e
     if probe.state == pb.FAILED:
         e.reason, e.detail = FAILED_BEFORE, f"status {probe.status}"
+        traceback = existing_traceback(probe.output_path)
+        if traceback is not None:
+            e.detail += f"; traceback: {traceback}"
         return e
     if probe.state == pb.RUNNING:
         e.reason = RUNNING_ELSEWHERE

@@ -24,6 +24,7 @@ from marinbuild.store import status as st
 from marinbuild.store.lease import STALE_AFTER
 from marinbuild.store.records import read_artifact, read_info
 from marinbuild.store.status import DamagedFileError
+from marinbuild.store.traceback_file import existing_traceback
 
 STALE = "stale"
 INCOMPLETE = "incomplete"
@@ -138,8 +139,8 @@ def cache_show(session_or_prefix: Any, target_or_path: str | Label) -> dict[str,
     ``session_or_prefix`` is a ``Session`` (labels such as ``//pkg:name`` are loaded and analysed
     in it) or a prefix string (then ``target_or_path`` must be a path). A relative path is taken
     under the prefix. Returns ``{"target": label or None, "outputs": [one dict per output]}``;
-    each output has ``output_path, name, exists, state, status, info, lease, artifact, size,
-    files, errors``.
+    each output has ``output_path, name, exists, state, status, info, lease, artifact, traceback
+    (the failure's ``.marinbuild_traceback.txt``, for a failed step that has one), size, files, errors``.
     """
     if isinstance(session_or_prefix, str):
         prefix, session = session_or_prefix, None
@@ -187,6 +188,7 @@ def _show_output(path: str, prefix: str, stale_after: float) -> dict[str, Any]:
     except DamagedFileError as exc:
         out["artifact"] = None
         errors.append(str(exc))
+    out["traceback"] = existing_traceback(path) if probe.status in (st.STATUS_FAILED, st.STATUS_DEP_FAILED) else None
     size, files = store.usage(path) if out["exists"] else (0, 0)
     out["size"], out["files"] = size, files
     state = probe.state
@@ -226,6 +228,8 @@ def format_show(shown: dict[str, Any]) -> str:
             lines.append(f"  lease:     {live}, held by {lease['holder']}, last heartbeat {heartbeat} ago")
         if out.get("artifact") is not None:
             lines.append(f"  artifact:  {short_json(out['artifact'], 200)}")
+        if out.get("traceback"):
+            lines.append(f"  traceback: {out['traceback']}")
         lines.extend(f"  error:     {e}" for e in out.get("errors") or [])
     return "\n".join(lines) + "\n"
 
