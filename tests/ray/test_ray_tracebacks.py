@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import traceback_steps as ts
+from raycluster import node_env
 
 from marinbuild.executor import Executor, StepFailedError
 from marinbuild.run.ray_backend import RayBackend
@@ -66,3 +69,39 @@ def test_a_step_failed_on_ray_keeps_its_traceback_and_names_its_worker_log(ray_c
     run(prefix, ray_cluster.address, repaired, [])
     assert st.read_status(str(out)) == "SUCCESS" and (out / "value.txt").read_text() == "found"
     assert not (out / TRACEBACK_FILE).exists()  # removed by the task's commit, before SUCCESS
+
+
+STEPS_PY = '''
+def lookup(config):
+    return helper_of_lookup({"present": 1})
+
+
+def helper_of_lookup(table):
+    return table["missing_key"]
+'''
+
+
+def test_the_cli_on_ray_shows_the_last_frames_the_traceback_file_and_the_worker_log(ray_cluster, tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "pipe").mkdir(parents=True)
+    (ws / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "out"\n')
+    (ws / "steps.py").write_text(STEPS_PY)
+    (ws / "pipe" / "BUILD.marin").write_text('load("@marinbuild//rules:python.py", "python_step")\n'
+                                             'python_step(name = "lookup", fn = "steps:lookup")\n')
+    env = node_env()
+    env.pop("MARIN_PREFIX", None)
+    done = subprocess.run([sys.executable, "-m", "marinbuild", "--ray_address", ray_cluster.address,
+                           "--build_event_json_file", str(tmp_path / "events.jsonl"), "//pipe:lookup"],
+                          cwd=ws, env=env, capture_output=True, text=True, timeout=200)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (out,) = (ws / "out" / "pipe").glob("lookup-*")
+    text = (out / TRACEBACK_FILE).read_text()
+    assert "in helper_of_lookup" in text and "KeyError: 'missing_key'" in text
+    log = WORKER_LOG.search(text)
+    assert log is not None, text
+    assert 'return table["missing_key"]' in done.stdout and "in helper_of_lookup" in done.stdout
+    assert f"full traceback: {out / TRACEBACK_FILE}" in done.stdout
+    assert f"Ray worker log: {log.group(1)}" in done.stdout
+    (failed,) = [e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
+                 if e["kind"] == "failed"]
+    assert failed["traceback"] == text.rstrip("\n")
