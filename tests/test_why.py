@@ -178,7 +178,9 @@ def test_failed_before(ws):
     out = by_step(why(s, "//pkg:b"))
     assert out["pkg/a"].reason == FAILED_BEFORE and out["pkg/a"].status == "FAILED"
     assert out["pkg/b"].reason == NEVER_BUILT
-    assert explain_step(s, s.executor.dependencies[s.steps_of(s.labels[0])[0]][0]) == "failed before (status FAILED)"
+    traceback = f"{out['pkg/a'].output_path}/.marinbuild_traceback.txt"  # the failure's traceback, kept
+    assert explain_step(s, s.executor.dependencies[s.steps_of(s.labels[0])[0]][0]) == \
+        f"failed before (status FAILED; traceback: {traceback})"
 
 
 def test_output_deleted(ws):
