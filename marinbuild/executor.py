@@ -501,7 +501,13 @@ class Executor:
                      data={"dry_run": dry_run, "status": step_plan.status})
         failed_before = plan.by_state(planning.FAILED)
         if failed_before and not force_run_failed:
-            names = ", ".join(f"{s.name} ({plan.steps[s].status})" for s in failed_before)
+            from marinbuild.store.traceback_file import existing_traceback
+
+            def named(s: ExecutorStep) -> str:
+                traceback = existing_traceback(self.output_paths[s])
+                return f"{s.name} ({plan.steps[s].status}" + (f"; traceback: {traceback})" if traceback else ")")
+
+            names = ", ".join(named(s) for s in failed_before)
             raise PreviousStepFailedError(f"step(s) failed previously: {names}; rerun with force_run_failed=True")
         if dry_run:
             return self.output_paths

@@ -145,6 +145,8 @@ def test_failed_steps_keep_their_traceback_beside_the_status_in_the_event_log_an
     assert f"traceback: {lookup / TRACEBACK_FILE}" in why.stdout, why.stderr
     show = marinbuild(ws, "cache", "show", "//pipe:script")
     assert f"traceback: {script / TRACEBACK_FILE}" in show.stdout, show.stderr
+    refused = marinbuild(ws, "--no-force_run_failed", "//pipe:lookup")
+    assert refused.returncode == 1 and f"(FAILED; traceback: {lookup / TRACEBACK_FILE})" in refused.stderr
 
     (tmp_path / "fixed").write_text("")  # the steps now succeed, at the same output paths
     fixed = marinbuild(ws, "//pipe:all")
