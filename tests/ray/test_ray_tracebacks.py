@@ -73,6 +73,7 @@ def test_a_step_failed_on_ray_keeps_its_traceback_and_names_its_worker_log(ray_c
 
 STEPS_PY = '''
 def lookup(config):
+    print("lookup starts on its worker", flush=True)
     return helper_of_lookup({"present": 1})
 
 
@@ -105,3 +106,9 @@ def test_the_cli_on_ray_shows_the_last_frames_the_traceback_file_and_the_worker_
     (failed,) = [e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
                  if e["kind"] == "failed"]
     assert failed["traceback"] == text.rstrip("\n")
+
+    command = re.search(r"`ray logs ([^`]+)`", log.group(0)).group(1).split()  # the command it names works
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    logs = subprocess.run([ray_cli, "logs", *command, "--address", ray_cluster.address], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert logs.returncode == 0 and "lookup starts on its worker" in logs.stdout, logs.stdout + logs.stderr
