@@ -68,6 +68,18 @@ def auth_error(where: str) -> RayAuthError:
                         f"{GET_TOKEN_HINT.format(path=token_path())}")
 
 
+def connect_error(where: str, exc: BaseException) -> RayAuthError:
+    """The one-line error for ``ray.init`` failing to connect to ``where`` (Ray does not say whether the token was
+    the reason: a GCS that refuses a token looks like one that cannot be reached)."""
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    hint = GET_TOKEN_HINT.format(path=token_path())
+    if token_auth_enabled():
+        return RayAuthError(f"cannot connect to the Ray cluster at {where} ({reason}): is it up, and does it "
+                            f"accept the token read from {token_source()}? If not, {hint}")
+    return RayAuthError(f"cannot connect to the Ray cluster at {where} ({reason}): is it up? If it uses token "
+                        f"authentication, set RAY_AUTH_MODE=token and {hint}")
+
+
 def is_auth_failure(exc: BaseException) -> bool:
     """Whether ``exc`` (from Ray's job client or ``ray.init``) is an authentication failure."""
     return type(exc).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(exc)

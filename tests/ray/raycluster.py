@@ -165,8 +165,8 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def start_cluster(num_cpus: int = 2, dashboard: bool = True, timeout: float = 90,
-                  auth_token_path: str | None = None) -> RayCluster:
-    """Start a head node on free ports in a temporary folder of its own.
+                  auth_token_path: str | None = None, resources: dict[str, float] | None = None) -> RayCluster:
+    """Start a head node (advertising ``resources`` too) on free ports in a temporary folder of its own.
 
     Without ``auth_token_path`` this process connects to it (``ray.init``). With it, the head runs
     with ``RAY_AUTH_MODE=token`` and the token in that file (written by the caller); this process
@@ -177,7 +177,9 @@ def start_cluster(num_cpus: int = 2, dashboard: bool = True, timeout: float = 90
     head = _start([sys.executable, "-c", RAY_START, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
                    f"--ray-client-server-port={free_port()}", f"--include-dashboard={str(dashboard).lower()}",
                    "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}", f"--num-cpus={num_cpus}",
-                   f"--temp-dir={temp_dir}", "--block", "--disable-usage-stats", *_port_flags()], {}, auth_token_path)
+                   f"--temp-dir={temp_dir}", "--block", "--disable-usage-stats", *_port_flags(),
+                   *([f"--resources={json.dumps(resources)}"] if resources else [])], dict(resources or {}),
+                  auth_token_path)
     cluster = RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", temp_dir, [head],
                          auth_token_path=auth_token_path)
     try:
