@@ -18,7 +18,10 @@ Every failure is a ``ClusterConfigError``: one line that names the config and wh
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,13 +100,14 @@ def ray_head_ip(config_path: Path) -> str:
     """The head node's IP as Ray's cluster launcher sees it (``ray get-head-ip``), through Ray's SDK."""
     from ray.autoscaler.sdk import get_head_node_ip
 
-    return get_head_node_ip(str(config_path))
+    with contextlib.redirect_stdout(sys.stderr):  # what Ray's launcher prints is not this command's result
+        return get_head_node_ip(str(config_path))
 
 
 def resolve_cluster(cluster: str, search_dirs: list[Path],
                     head_ip_of: Callable[[Path], str] = ray_head_ip) -> ClusterAddress:
     """Where the cluster ``cluster`` names (a config path or name) has its head and dashboard."""
-    path = find_config(cluster, search_dirs)
+    path = _shown(find_config(cluster, search_dirs))
     config = load_config(path)
     name = str(config.get("cluster_name") or path.stem)
     provider = config["provider"]
@@ -121,6 +125,14 @@ def resolve_cluster(cluster: str, search_dirs: list[Path],
         if not head_ip:
             raise ClusterConfigError(f"cannot find the head node of cluster {name} from {path}; pass --address")
     return ClusterAddress(name, path, str(head_ip), dashboard_port(config))
+
+
+def _shown(path: Path) -> Path:
+    """``path`` relative to the current folder when it is under it (as the user would type it)."""
+    try:
+        return Path(os.path.relpath(path)) if path.resolve().is_relative_to(Path.cwd().resolve()) else path
+    except (OSError, ValueError):
+        return path
 
 
 def _one_line(exc: BaseException) -> str:
