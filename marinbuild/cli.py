@@ -105,7 +105,7 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     if _noop_from_snapshot(patterns, settings, report):
         return
     from marinbuild import snapshot
-    from marinbuild.executor import PreviousStepFailedError, StepFailedError
+    from marinbuild.executor import PreviousTaskFailedError, StepFailedError
     from marinbuild.resources import UnsatisfiableResourcesError
 
     session = _open_session(**settings)
@@ -126,7 +126,7 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     try:
         executor.run(session.requested_steps(), dry_run=dry_run, force_run_failed=session.settings.force_run_failed,
                      max_concurrent=session.settings.jobs)
-    except (StepFailedError, PreviousStepFailedError) as exc:
+    except (StepFailedError, PreviousTaskFailedError) as exc:
         failed = exc
     except UnsatisfiableResourcesError as exc:  # nothing ran: the backend cannot give a step what it needs
         raise UsageProblem(str(exc)) from exc

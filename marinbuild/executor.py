@@ -69,6 +69,7 @@ __all__ = [
     "MirroredValue",
     "OutputName",
     "PreviousStepFailedError",
+    "PreviousTaskFailedError",
     "StepFailedError",
     "VersionedValue",
     "collect_dependencies_and_version",
@@ -114,8 +115,14 @@ class StepFailedError(RuntimeError):
         self.dep_failed = dep_failed
 
 
-class PreviousStepFailedError(RuntimeError):
-    """A needed step failed in an earlier run and ``force_run_failed`` is False."""
+class PreviousTaskFailedError(Exception):
+    """A needed step failed in an earlier run and ``force_run_failed`` is False. Marin's name and base class (a plain
+    ``Exception``, ``marin.execution.executor_step_status.PreviousTaskFailedError``), so code that catches Marin's
+    keeps working when it imports this one instead."""
+
+
+PreviousStepFailedError = PreviousTaskFailedError
+"""marinbuild's earlier name of ``PreviousTaskFailedError``."""
 
 
 @dataclass(frozen=True)
@@ -495,18 +502,20 @@ class Executor:
         failed_before = plan.by_state(planning.FAILED)
         if failed_before and not force_run_failed:
             names = ", ".join(f"{s.name} ({plan.steps[s].status})" for s in failed_before)
-            raise PreviousStepFailedError(f"step(s) failed previously: {names}; rerun with force_run_failed=True")
+            raise PreviousTaskFailedError(f"step(s) failed previously: {names}; rerun with force_run_failed=True")
         if dry_run:
             return self.output_paths
-        self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed)
+        self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed, run_only is not None)
         return self.output_paths
 
-    def _execute(self, graph: Any, plan: Any, bus: Any, max_concurrent: int | None, force_run_failed: bool) -> Any:
+    def _execute(self, graph: Any, plan: Any, bus: Any, max_concurrent: int | None, force_run_failed: bool,
+                 selected: bool = False) -> Any:
         from marinbuild.run import events as ev
 
         if not plan.to_run:  # everything is built: nothing to start, check or record
             from marinbuild.run.outcome import Outcome
 
+            self._write_infos_of_steps_not_run(graph, plan, selected)
             bus.emit(ev.BUILD_STARTED, data={"steps": 0})
             bus.emit(ev.BUILD_FINISHED, data={"ran": 0, "failed": 0})
             return Outcome()
@@ -538,6 +547,7 @@ class Executor:
         backend = _backend_named(self.backend or "local", max_concurrent) if owned else self.backend
         try:
             _check_resources(backend, jobs)  # before anything is written
+            self._write_infos_of_steps_not_run(graph, plan, selected)
             if plan.to_run:  # a run that runs nothing records nothing
                 self.get_infos()
                 self._write_run_info(only_if_new=True)
@@ -556,6 +566,29 @@ class Executor:
             first = next(iter(outcome.failed.values()))
             raise error from (first.__cause__ or first)
         return outcome
+
+    def _write_infos_of_steps_not_run(self, graph: Any, plan: Any, selected: bool) -> None:
+        """Marin writes every step's ``.executor_info`` before it starts any (``write_infos``), also for the steps it
+        will not run: pseudo-dependencies nothing blocking needs, and steps ``run_only`` leaves out. Those get theirs
+        here, before any step starts, when their folder has none (Marin's own step runner also writes only a missing
+        one); the steps this run runs write theirs when they start. Steps below a built step are not looked at:
+        whoever built them wrote theirs, so a no-op run without pseudo-dependencies checks and writes nothing.
+        ``selected``: the run was narrowed by ``run_only``."""
+        from marinbuild.run.plan import BUILT
+        from marinbuild.store import records
+
+        table = self._table
+        if len(plan.steps) == len(table.steps):
+            return
+        if not selected:  # without run_only, a step the plan did not reach is below a built one or a pseudo-dependency
+            left_out = [s for s in table.steps if table.is_pseudo_dep[s] and s not in plan.steps]
+        else:
+            built = [s for s, p in plan.steps.items() if p.state == BUILT]
+            below_built = set(graph.blocking_closure(d for s in built for d in graph.blocking_deps(s)))
+            left_out = [s for s in table.steps if s not in plan.steps and s not in below_built]
+        if left_out:
+            records.write_missing_infos({self.output_paths[s]: (lambda s=s: self._step_info_text(s))
+                                         for s in left_out})
 
     def _call_for(self, step: ExecutorStep) -> Any:
         fn = step.fn
@@ -626,6 +659,10 @@ class ExecutorMainConfig:
 
 def _executor_main(config: ExecutorMainConfig, steps: list[ExecutorStep], description: str | None = None,
                    max_concurrent: int | None = None) -> Executor:
+    """``executor_main`` with its config given: Marin's undecorated ``executor_main`` (``executor_main.__wrapped__``),
+    same parameters; ``max_concurrent`` wins over ``config.max_concurrent``. Returns the executor (Marin's: None)."""
+    skip_final_collection()
+    _configure_logging()
     prefix = config.prefix or default_prefix()
     base = config.executor_info_base_path or os.path.join(prefix, "experiments")
     executor = Executor(prefix=prefix, executor_info_base_path=base, description=description)
@@ -647,14 +684,7 @@ def executor_main(config: ExecutorMainConfig | None = None, steps: list[Executor
     """Run ``steps`` as a Marin experiment script does: flags from the command line (draccus), or ``config``."""
     if steps is None:
         raise TypeError("executor_main needs steps=[...]")
-    skip_final_collection()
     if config is None:
-        if not logging.getLogger().handlers:
-            from marinbuild.run.events import LogFormatter
-
-            handler = logging.StreamHandler()
-            handler.setFormatter(LogFormatter("%(asctime)s %(levelname)s %(message)s"))
-            logging.basicConfig(level=logging.INFO, handlers=[handler])
         argv = sys.argv[1:] if args is None else args
         config = parse_main_args_simply(argv)
         if config is None:
@@ -662,6 +692,21 @@ def executor_main(config: ExecutorMainConfig | None = None, steps: list[Executor
 
             config = draccus.parse(ExecutorMainConfig, args=argv)
     return _executor_main(config, steps, description, max_concurrent)
+
+
+executor_main.__wrapped__ = _executor_main  # type: ignore[attr-defined]
+"""As on Marin's ``@draccus.wrap()``-decorated ``executor_main`` (``functools.wraps``): the function that takes the
+config itself, ``executor_main.__wrapped__(config, steps, description=None, max_concurrent=None)``."""
+
+
+def _configure_logging() -> None:
+    """INFO logs on stderr, as Marin's ``executor_main`` sets up; nothing when the program has its own handlers."""
+    if not logging.getLogger().handlers:
+        from marinbuild.run.events import LogFormatter
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(LogFormatter("%(asctime)s %(levelname)s %(message)s"))
+        logging.basicConfig(level=logging.INFO, handlers=[handler])
 
 
 _PLAIN_STRING = re.compile(r"[A-Za-z/._][A-Za-z0-9_./:@+=,-]*")

@@ -19,6 +19,7 @@ from marinbuild.cache.text import format_age, short_json
 from marinbuild.core.jsonenc import dumps_sorted
 from marinbuild.core.labels import Label
 from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.store.records import INFO_FILE
 
 BUILT = "built"
 NEVER_BUILT = "never built"
@@ -228,7 +229,8 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
                     f"status RUNNING but the lease of {e.lease_holder} is stale "
                     f"(last heartbeat {format_age(e.lease_age)} ago)")
         return e
-    if Store(probe.output_path).is_dir(probe.output_path):
+    held = Store(probe.output_path).names(probe.output_path)
+    if held is not None and held != [INFO_FILE]:  # only the info: written before the step ran, as Marin does
         e.reason = INCOMPLETE
         e.detail = "the output folder exists but has no status" if probe.status is None else None
         return e

@@ -21,6 +21,7 @@ from marinbuild.executor import (
     ExecutorStep,
     InputName,
     PreviousStepFailedError,
+    PreviousTaskFailedError,
     StepFailedError,
     executor_main,
     output_path_of,
@@ -556,3 +557,100 @@ def test_run_info_date_is_marins_isoformat_of_local_now():
     text = _now_iso()
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?", text)
     assert abs((datetime.fromisoformat(text) - datetime.now()).total_seconds()) < 5
+
+
+# -- Marin's API details ---------------------------------------------------------------------------
+
+
+def test_previous_task_failed_error_is_marins_plain_exception(prefix):
+    bad = pl.step("pt/s", fn=pl.fail_always)
+    with pytest.raises(StepFailedError):
+        make_executor(prefix).run([bad])
+    with pytest.raises(PreviousTaskFailedError, match="failed previously") as raised:
+        make_executor(prefix).run([pl.step("pt/s")], force_run_failed=False)
+    assert not isinstance(raised.value, RuntimeError)  # Marin's is a plain Exception
+    assert PreviousStepFailedError is PreviousTaskFailedError
+    import marinbuild
+
+    assert marinbuild.PreviousTaskFailedError is PreviousTaskFailedError
+
+
+def test_executor_main_wrapped_takes_the_config_as_marins_does(prefix):
+    import inspect
+
+    wrapped = executor_main.__wrapped__
+    assert list(inspect.signature(wrapped).parameters) == ["config", "steps", "description", "max_concurrent"]
+    a = pl.step("wr/a")
+    b = pl.step("wr/b", inputs=[a])
+    ex = wrapped(ExecutorMainConfig(prefix=prefix, max_concurrent=4), [b], description="by hand", max_concurrent=1)
+    assert st.read_status(ex.output_paths[b]) == "SUCCESS"
+    assert ex.description == "by hand"
+    ex = executor_main.__wrapped__(ExecutorMainConfig(prefix=prefix, dry_run=True), steps=[pl.step("wr/c")])
+    assert ex.plan.to_run and not Path(ex.output_paths[ex.plan.to_run[0]]).exists()
+
+
+def _info_text(ex: Executor, step: ExecutorStep) -> str:
+    return Path(ex.output_paths[step], ".executor_info").read_text()
+
+
+def test_steps_run_only_leaves_out_get_their_executor_info_as_in_marin(prefix):
+    """Marin's ``write_infos`` writes every step's ``.executor_info`` before running any, run or not."""
+    a = pl.step("ri/a")
+    b = pl.step("ri/b", inputs=[a])
+    c = pl.step("ri/c", inputs=[b])
+    other = pl.step("ri/other")
+    ex = make_executor(prefix)
+    ex.run([c, other], run_only=["ri/b$"])
+    assert st.read_status(ex.output_paths[b]) == "SUCCESS"
+    for step in (c, other):
+        assert st.read_status(ex.output_paths[step]) is None
+        text = _info_text(ex, step)
+        assert text == ex._step_info_text(step) + "\n"  # Marin's print(json.dumps(info, indent=2))
+        info = json.loads(text)
+        assert info["name"] == step.name and info["output_path"] == ex.output_paths[step]
+        assert info["version"] == ex.versions[step]
+    assert sorted(os.listdir(ex.output_paths[c])) == [".executor_info"]
+
+
+def test_pseudo_dependencies_get_their_executor_info_as_in_marin(prefix):
+    parent = pl.step("pi/parent", "p")
+    grandparent_of_nothing = pl.step("pi/root", "r")
+    parent_with_root = pl.step("pi/parent2", "p2", inputs=[grandparent_of_nothing])
+
+    @dataclass(frozen=True)
+    class C:
+        ckpt: Any
+        other: Any
+        output_path: Any
+
+    child = ExecutorStep(name="pi/child", fn=_touch,
+                         config=C(ckpt=output_path_of(parent, "ckpt").nonblocking(),
+                                  other=output_path_of(parent_with_root).nonblocking(), output_path=this_output_path()))
+    ex = make_executor(prefix)
+    ex.run([child])
+    assert st.read_status(ex.output_paths[child]) == "SUCCESS"
+    for step in (parent, parent_with_root, grandparent_of_nothing):
+        assert st.read_status(ex.output_paths[step]) is None
+        assert json.loads(_info_text(ex, step))["version"] == ex.versions[step]
+    # A no-op run (even with pseudo-dependencies) leaves the existing files as they are.
+    stamp = os.stat(Path(ex.output_paths[parent], ".executor_info")).st_mtime_ns
+    again = make_executor(prefix)
+    again.run([child])
+    assert again.outcome.ran == []
+    assert os.stat(Path(ex.output_paths[parent], ".executor_info")).st_mtime_ns == stamp
+
+
+def test_no_info_is_written_in_a_dry_run_nor_below_a_built_step(prefix):
+    a = pl.step("nb/a")
+    b = pl.step("nb/b", inputs=[a])
+    other = pl.step("nb/other")
+    ex = make_executor(prefix)
+    ex.run([b, other], run_only=["nb/b$"], dry_run=True)
+    assert not Path(ex.output_paths[other]).exists()
+    make_executor(prefix).run([b])
+    import shutil
+
+    shutil.rmtree(ex.output_paths[a])  # a built step's dependency, deleted: not needed, not looked at
+    make_executor(prefix).run([b, other], run_only=["nb/b$"])
+    assert not Path(ex.output_paths[a]).exists()
+    assert Path(ex.output_paths[other], ".executor_info").exists()

@@ -194,6 +194,17 @@ def test_output_deleted(ws):
     assert "has no status" in (out[0].detail or "")
 
 
+def test_a_folder_holding_only_its_executor_info_is_never_built(ws):
+    """Marin (and marinbuild, for steps run_only leaves out and pseudo-dependencies) writes ``.executor_info``
+    before a step runs: a folder with nothing else is a step not built yet, not a deleted output."""
+    s = ws.session()
+    (b_step,) = s.steps_of(s.labels[0])
+    s.executor.run([b_step], run_only=["pkg/a$"])
+    assert sorted(os.listdir(s.executor.output_paths[b_step])) == [".executor_info"]
+    out = by_step(why(ws.session(), "//pkg:b"))
+    assert out["pkg/b"].reason == NEVER_BUILT
+
+
 def test_success_without_info_is_built(ws):
     s = ws.build()
     b_path = s.output_paths_of(s.labels[0])[0]
