@@ -43,7 +43,10 @@ from marinbuild.core.placeholders import (
 )
 from marinbuild.core.versions import VersionTable
 from marinbuild.core.walk import (
+    InputNameEvent,
+    VersionedEvent,
     collect_dependencies_and_version,
+    dependency_index_str,
     instantiate_config,
     resolve_local_placeholders,
     unwrap_versioned_value,
@@ -66,26 +69,36 @@ __all__ = [
     "ExecutorStep",
     "ExecutorStepInfo",
     "InputName",
+    "InputNameEvent",
     "MirroredValue",
     "OutputName",
     "PreviousStepFailedError",
     "PreviousTaskFailedError",
     "StepFailedError",
+    "VersionedEvent",
     "VersionedValue",
+    "asdict_without_description",
     "collect_dependencies_and_version",
     "compute_output_path",
     "default_prefix",
+    "dependency_index_str",
     "ensure_versioned",
     "executor_main",
+    "get_caller_path",
     "get_executor_step",
+    "get_fn_name",
+    "get_git_commit",
+    "get_user",
     "instantiate_config",
     "materialize",
     "mirrored",
     "output_path_of",
     "remote",
+    "resolve_executor_step",
     "resolve_local_placeholders",
     "this_output_path",
     "unwrap_versioned_value",
+    "upstream_steps",
     "versioned",
     "walk_config",
 ]
@@ -235,6 +248,33 @@ def _user() -> str | None:
         return getpass.getuser()
     except Exception:
         return None
+
+
+get_git_commit = _git_commit
+get_caller_path = _caller_path
+get_user = _user
+
+
+def asdict_without_description(obj: Any) -> dict[str, Any]:
+    """Marin's helper: a dataclass (an info) as a dict, recursively, without its top-level ``description``."""
+    import copy
+    from dataclasses import fields, is_dataclass
+
+    def recurse(value: Any) -> Any:
+        if is_dataclass(value) and not isinstance(value, type):
+            return {f.name: recurse(getattr(value, f.name)) for f in fields(value)}
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(*(recurse(v) for v in value))
+        if isinstance(value, list | tuple):
+            return type(value)(recurse(v) for v in value)
+        if isinstance(value, dict):
+            return {recurse(k): recurse(v) for k, v in value.items()}
+        return copy.deepcopy(value)
+
+    data = recurse(obj)
+    assert isinstance(data, dict)
+    data.pop("description", None)
+    return data
 
 
 class Executor:
@@ -591,12 +631,14 @@ class Executor:
                                          for s in left_out})
 
     def _call_for(self, step: ExecutorStep) -> Any:
-        fn = step.fn
+        from marinbuild.core.walk import max_mirror_budget
+        from marinbuild.run.step_call import StepCall
+        from marinbuild.step_spec import step_function_of
+
+        fn = step_function_of(step)  # a StepSpec's step (StepSpec.as_executor_step) is called with its output path
         config = self.configs[step]
         if fn is None:
             raise ValueError(f"step {step.name} has no fn to run")
-        from marinbuild.core.walk import max_mirror_budget
-        from marinbuild.run.step_call import StepCall
 
         # the step's mirror:// copies are charged to its largest mirrored(..., budget_gb=) (Marin's rule)
         return StepCall(fn, config, step.resources, step.pip_dependency_groups,
@@ -638,6 +680,16 @@ def _check_resources(backend: Any, jobs: dict[ExecutorStep, Any]) -> None:
         name = getattr(backend, "name", type(backend).__name__)
         raise UnsatisfiableResourcesError(f"the {name} backend cannot run {len(problems)} step(s), so nothing ran: "
                                           + "; ".join(problems))
+
+
+def resolve_executor_step(step: ExecutorStep, config: Any, output_path: str, deps: list[Any] | None = None,
+                          dag_tpu_regions: list[str] | None = None, forced_region: str | None = None,
+                          mirror_budget_gb: float | None = None) -> Any:
+    """``step`` (its config instantiated) as Marin's ``StepSpec``, a function of its output path: see
+    ``marinbuild.step_spec.resolve_executor_step`` (loaded on first use)."""
+    from marinbuild.step_spec import resolve_executor_step as resolve
+
+    return resolve(step, config, output_path, deps, dag_tpu_regions, forced_region, mirror_budget_gb)
 
 
 # -- entry points -----------------------------------------------------------------------------

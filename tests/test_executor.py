@@ -654,3 +654,96 @@ def test_no_info_is_written_in_a_dry_run_nor_below_a_built_step(prefix):
     make_executor(prefix).run([b, other], run_only=["nb/b$"])
     assert not Path(ex.output_paths[a]).exists()
     assert Path(ex.output_paths[other], ".executor_info").exists()
+
+
+MARIN_EXECUTION_NAMES = [  # marin.execution's public names (its __init__), marin-core 0.2.20.dev202606180959
+    "Executor", "ExecutorInfo", "ExecutorMainConfig", "compute_output_path", "executor_main", "materialize",
+    "resolve_executor_step", "resolve_local_placeholders", "unwrap_versioned_value", "walk_config",
+    "STATUS_DEP_FAILED", "STATUS_FAILED", "STATUS_RUNNING", "STATUS_SUCCESS", "THIS_OUTPUT_PATH", "ExecutorStep",
+    "InputName", "OutputName", "VersionedValue", "ensure_versioned", "get_executor_step", "output_path_of",
+    "this_output_path", "versioned",
+]
+
+
+def test_every_public_name_of_marin_execution_is_offered():
+    import marinbuild
+    import marinbuild.executor
+
+    for name in MARIN_EXECUTION_NAMES:
+        assert name in marinbuild.executor.__all__ and hasattr(marinbuild, name), name
+
+
+@dataclass(frozen=True)
+class _Cfg:
+    output_path: Any
+    text: Any = "x"
+
+
+def _write_config(config: _Cfg) -> str:
+    os.makedirs(config.output_path, exist_ok=True)
+    Path(config.output_path, "out.txt").write_text(str(config.text))
+    return str(config.text)
+
+
+def test_resolve_executor_step_gives_marins_step_spec(prefix):
+    from marinbuild.executor import remote, resolve_executor_step
+    from marinbuild.step_spec import StepSpec
+
+    step = ExecutorStep(name="rs/a", fn=_write_config, config=_Cfg(output_path=this_output_path(), text=versioned("t")))
+    ex = make_executor(prefix)
+    ex.compute_version(step)
+    out = ex.output_paths[step]
+    dep = StepSpec(name="rs/dep", output_path_prefix=prefix)
+    spec = resolve_executor_step(step, ex.configs[step], out, deps=[dep])
+    assert isinstance(spec, StepSpec)
+    assert (spec.name, spec.output_path, spec.deps, spec.dep_paths) == ("rs/a", out, [dep], [dep.output_path])
+    assert spec.fn(out) == "t" and Path(out, "out.txt").read_text() == "t"
+
+    wrapped = ExecutorStep(name="rs/b", fn=remote(_write_config, resources={"cpu": 2}), config=step.config)
+    resolved = resolve_executor_step(wrapped, ex.configs[step], out)
+    assert resolved.fn.resources == {"cpu": 2} and resolved.fn(out) == "t"  # the wrapper (and its resources) stays
+    with pytest.raises(ValueError, match="no callable"):
+        resolve_executor_step(ExecutorStep(name="rs/c", fn=None, config=None), None, out)
+
+
+def test_step_spec_hash_and_paths_are_marins(prefix, monkeypatch):
+    import hashlib
+
+    from marinbuild.step_spec import StepSpec
+
+    monkeypatch.setenv("MARIN_PREFIX", prefix)
+    dep = StepSpec(name="ss/dep", hash_attrs={"n": 1})
+    spec = StepSpec(name="ss/top", deps=[dep], hash_attrs={"lr": 0.1})
+    content = json.dumps({"name": "ss/dep", "attrs": {"n": 1}, "deps": []}, sort_keys=True)
+    assert dep.name_with_hash == "ss/dep_" + hashlib.sha256(content.encode()).hexdigest()[:8]
+    content = json.dumps({"name": "ss/top", "attrs": {"lr": 0.1}, "deps": [dep.name_with_hash]}, sort_keys=True)
+    assert spec.output_path == f"{prefix}/ss/top_" + hashlib.sha256(content.encode()).hexdigest()[:8]
+    assert StepSpec(name="x", override_output_path="rel/p").output_path == f"{prefix}/rel/p"
+    assert StepSpec(name="x", override_output_path="gs://b/p").output_path == "gs://b/p"
+
+
+def _spec_fn(output_path: str) -> str:
+    os.makedirs(output_path, exist_ok=True)
+    Path(output_path, "out.txt").write_text("spec")
+    return output_path
+
+
+def test_a_step_spec_runs_in_an_executor_graph_and_resolves_back(prefix):
+    from marinbuild.executor import resolve_executor_step
+    from marinbuild.step_spec import StepSpec
+
+    spec = StepSpec(name="sg/spec", output_path_prefix=prefix, hash_attrs={"k": 1}, fn=_spec_fn)
+    as_step = spec.as_executor_step()
+    consumer = ExecutorStep(name="sg/consumer", fn=_write_config,
+                            config=_Cfg(output_path=this_output_path(), text=output_path_of(as_step, "out.txt")))
+    ex = make_executor(prefix)
+    ex.run([consumer])
+    assert ex.output_paths[as_step] == spec.output_path
+    assert Path(spec.output_path, "out.txt").read_text() == "spec"
+    assert json.loads(Path(spec.output_path, ".artifact.json").read_text()) == spec.output_path
+    assert st.read_status(ex.output_paths[consumer]) == "SUCCESS"
+    back = resolve_executor_step(as_step, ex.configs[as_step], ex.output_paths[as_step])
+    import dataclasses
+
+    assert back == dataclasses.replace(spec, override_output_path=spec.output_path)  # Marin pins the path
+    assert back.output_path == spec.output_path and back.fn is _spec_fn
