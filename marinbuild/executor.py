@@ -209,19 +209,31 @@ def _worker_id() -> str:
 
 
 def _git_commit() -> str | None:
-    """HEAD's commit of the current directory's repository, read from .git (no subprocess)."""
+    """HEAD's commit of the current directory's repository (what Marin's ``git rev-parse HEAD`` gives when ``.git``
+    is there), read from the files (no subprocess). ``.git`` may be a file pointing elsewhere (a worktree)."""
     git = os.path.join(os.getcwd(), ".git")
     try:
+        if os.path.isfile(git):
+            with open(git) as f:
+                pointer = f.read().strip()
+            if not pointer.startswith("gitdir: "):
+                return None
+            git = os.path.join(os.getcwd(), pointer[len("gitdir: "):])
+        common = git
+        if os.path.exists(os.path.join(git, "commondir")):  # a worktree's refs live in the main repository
+            with open(os.path.join(git, "commondir")) as f:
+                common = os.path.join(git, f.read().strip())
         with open(os.path.join(git, "HEAD")) as f:
             head = f.read().strip()
         if not head.startswith("ref: "):
             return head
         ref = head[5:]
-        ref_file = os.path.join(git, ref)
-        if os.path.exists(ref_file):
-            with open(ref_file) as f:
-                return f.read().strip()
-        with open(os.path.join(git, "packed-refs")) as f:
+        for folder in (git, common):
+            ref_file = os.path.join(folder, ref)
+            if os.path.exists(ref_file):
+                with open(ref_file) as f:
+                    return f.read().strip()
+        with open(os.path.join(common, "packed-refs")) as f:
             for line in f:
                 if line.strip().endswith(" " + ref):
                     return line.split()[0]

@@ -747,3 +747,22 @@ def test_a_step_spec_runs_in_an_executor_graph_and_resolves_back(prefix):
 
     assert back == dataclasses.replace(spec, override_output_path=spec.output_path)  # Marin pins the path
     assert back.output_path == spec.output_path and back.fn is _spec_fn
+
+
+def test_git_commit_is_heads_commit_also_in_a_worktree(tmp_path, monkeypatch):
+    """The run info's ``git_commit``: what Marin's ``git rev-parse HEAD`` gives, in a checkout and in a worktree."""
+    from marinbuild.executor import get_git_commit
+
+    repo = tmp_path / "repo"
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q", str(repo)], check=True)
+    (repo / "f").write_text("x")
+    subprocess.run([*git, "-C", str(repo), "add", "f"], check=True)
+    subprocess.run([*git, "-C", str(repo), "commit", "-qm", "one"], check=True)
+    subprocess.run([*git, "-C", str(repo), "worktree", "add", "-q", "-b", "side", str(tmp_path / "wt")], check=True)
+    for where in (repo, tmp_path / "wt"):
+        monkeypatch.chdir(where)
+        expected = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout
+        assert get_git_commit() == expected.strip()
+    monkeypatch.chdir(tmp_path)
+    assert get_git_commit() is None
