@@ -4,6 +4,11 @@ A step is up to date when its status is SUCCESS. Otherwise the reason is one of:
 built, output deleted or incomplete, failed before, running elsewhere, abandoned run,
 damaged (a file that does not parse), or version changed, with the differences between
 the current version and the most recent other version of the step found under the prefix.
+A folder holding nothing but ``.executor_info`` is a step not built yet (Marin, and marinbuild
+for the steps a run leaves out, write it before a step runs), not a deleted output.
+
+``why_targets`` explains each target a pattern (``//pkg:all``, ``//pkg/...``) matches, each as
+it would be alone; a step shared by several targets is read and explained once.
 """
 
 from __future__ import annotations
