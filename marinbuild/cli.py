@@ -27,13 +27,17 @@ class UsageProblem(Exception):
     """Bad input from the user: printed as one line, exit 2."""
 
 
+_PATTERN_COMMANDS = ("build", "why")
+"""Subcommands whose arguments are target patterns, where ``-PATTERN`` subtracts."""
+
+
 class DefaultBuildGroup(click.Group):
     """``marinbuild PATTERN...`` means ``marinbuild build PATTERN...``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             args = ["build", *args]
-        if args and args[0] == "build" and "--" not in args:
+        if args and args[0] in _PATTERN_COMMANDS and "--" not in args:
             # A subtracted pattern (-//pkg:x) is not an option: pass it after "--", as Bazel users write it.
             negative = [a for a in args if a.startswith(("-//", "-:", "-@"))]
             if negative:
@@ -101,7 +105,7 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     if _noop_from_snapshot(patterns, settings, report):
         return
     from marinbuild import snapshot
-    from marinbuild.executor import PreviousStepFailedError, StepFailedError
+    from marinbuild.executor import PreviousTaskFailedError, StepFailedError
     from marinbuild.resources import UnsatisfiableResourcesError
 
     session = _open_session(**settings)
@@ -122,7 +126,7 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     try:
         executor.run(session.requested_steps(), dry_run=dry_run, force_run_failed=session.settings.force_run_failed,
                      max_concurrent=session.settings.jobs)
-    except (StepFailedError, PreviousStepFailedError) as exc:
+    except (StepFailedError, PreviousTaskFailedError) as exc:
         failed = exc
     except UnsatisfiableResourcesError as exc:  # nothing ran: the backend cannot give a step what it needs
         raise UsageProblem(str(exc)) from exc
@@ -300,19 +304,36 @@ def query_command(expression: str, output: str, prefix: str | None) -> None:
 
 
 @cli.command("why")
-@click.argument("target", shell_complete=_complete_labels)
+@click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
 @click.option("--prefix", help="The prefix to compare with (default as for builds).")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
-def why_command(target: str, prefix: str | None, output: str) -> None:
-    """Say exactly why TARGET would (re)run: never built, output deleted, failed before, or what changed."""
-    from marinbuild.why import format_why, why, why_as_dict
+def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> None:
+    """Say exactly why each target PATTERN... names would (re)run: never built, output deleted, failed before, or
+    what changed. One label gives that target's steps; a pattern (//pkg:all, //pkg/..., -PATTERN subtracts) a
+    section per matched target."""
+    from marinbuild.why import format_why, format_why_targets, why_as_dict, why_targets, why_targets_as_dict
 
     session = _open_session(prefix=prefix)
-    explanations = why(session, target)
-    if output == "json":
-        click.echo(json.dumps(why_as_dict(target, explanations), indent=2))
+    groups = why_targets(session, list(patterns))
+    if not groups:
+        raise UsageProblem(f"no targets match {' '.join(patterns)}")
+    if _is_one_label(patterns, session.current_package()):
+        (group,) = groups
+        text = json.dumps(why_as_dict(group.target, group.steps), indent=2) if output == "json" \
+            else format_why(group.steps)
+    elif output == "json":
+        paths = [session.executor.output_paths[step] for step in session.executor.steps]
+        text = json.dumps(why_targets_as_dict(list(patterns), groups, paths), indent=2)
     else:
-        click.echo(format_why(explanations))
+        text = format_why_targets(groups)
+    click.echo(text)
+
+
+def _is_one_label(patterns: tuple[str, ...], current_package: str) -> bool:
+    """Whether ``patterns`` is a single plain label (not ``:all``, ``...`` or a subtraction)."""
+    from marinbuild.core.labels import parse_pattern
+
+    return len(patterns) == 1 and parse_pattern(patterns[0], current_package).kind == "label"
 
 
 @cli.group("cache")
