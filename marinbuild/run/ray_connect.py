@@ -5,6 +5,8 @@ shipping the workspace as ``working_dir`` when one is given and this is not alre
 job; with neither, start a local instance in this process, bound to 127.0.0.1, with no dashboard,
 no token file, no usage report and warnings only, whose workers import what this process can.
 Either way what the tasks print goes to this process's stderr (stdout carries the build's results).
+With ``RAY_AUTH_MODE=token`` Ray sends the token itself (``marinbuild.ray_auth``); a missing token
+file, a refused token or a cluster that cannot be reached is a one-line ``RayAuthError``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from marinbuild.ray_auth import auth_error, check_token, connect_error, is_auth_failure
 from marinbuild.run.ray_task import Relocation
 
 logger = logging.getLogger("marinbuild")
@@ -44,7 +47,15 @@ def _init_cluster(address: str, options: dict[str, Any], working_dir: str | os.P
     elif env_vars:
         options["runtime_env"] = {"env_vars": dict(env_vars)}
     options.update(init_options)
-    ray.init(address=address, **options)
+    check_token()
+    try:
+        ray.init(address=address, **options)
+    except ConnectionError as exc:
+        raise connect_error(address, exc) from exc
+    except Exception as exc:
+        if is_auth_failure(exc):
+            raise auth_error(address) from exc
+        raise
     _worker_output_to_stderr()
     return relocation
 
