@@ -13,7 +13,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,3 +172,47 @@ def test_a_marin_script_names_the_traceback_file_in_its_error(ws, tmp_path):
     assert last.startswith("marinbuild.executor.StepFailedError: 1 step(s) failed: tb/script_step")
     assert f"traceback: {out / TRACEBACK_FILE}" in last
     assert "in inner_of_script" in done.stderr  # the chained cause: the step's own frames
+
+
+RUNNER_B_WAITS = threading.Event()
+
+
+def fail_once_the_other_runner_waits(config: Any) -> None:
+    assert RUNNER_B_WAITS.wait(60), "the second runner never waited"
+    raise KeyError("missing_key")
+
+
+def test_a_build_that_waited_for_a_step_failing_in_another_runner_names_its_traceback(prefix):
+    from marinbuild.executor import Executor, ExecutorStep, StepFailedError, this_output_path
+    from marinbuild.run import events as ev
+
+    def step() -> ExecutorStep:
+        return ExecutorStep(name="tb/shared", fn=fail_once_the_other_runner_waits,
+                            config={"output_path": this_output_path()})
+
+    def waiting(event: ev.Event) -> None:
+        if event.kind == ev.WAITING:
+            RUNNER_B_WAITS.set()
+
+    a = Executor(prefix=prefix, executor_info_base_path=prefix + "/experiments", listeners=[])
+    b = Executor(prefix=prefix, executor_info_base_path=prefix + "/experiments", listeners=[waiting])
+    errors: dict[str, BaseException] = {}
+
+    def build(name: str, executor: Executor) -> None:
+        try:
+            executor.run([step()])
+        except StepFailedError as exc:
+            errors[name] = exc
+
+    runner_a = threading.Thread(target=build, args=("a", a))
+    runner_a.start()
+    while not list(Path(prefix).glob("tb/shared-*/.executor_status.lock")):  # runner a holds the lease
+        assert runner_a.is_alive()
+        time.sleep(0.01)
+    build("b", b)
+    runner_a.join(60)
+    (out,) = Path(prefix).glob("tb/shared-*")
+    assert "KeyError: 'missing_key'" in (out / TRACEBACK_FILE).read_text()
+    assert f"(traceback: {out / TRACEBACK_FILE})" in str(errors["a"])
+    (waited,) = errors["b"].failures.values()
+    assert "while this build waited for it" in str(waited) and f"its traceback: {out / TRACEBACK_FILE}" in str(waited)

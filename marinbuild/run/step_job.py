@@ -126,7 +126,9 @@ class StepJob:
             failed = status in (st.STATUS_FAILED, st.STATUS_DEP_FAILED)
             if failed and announced and self.lease.held_by_other_live() is None:
                 who = holder.worker_id if holder is not None else "another runner"
-                raise FailedElsewhereError(f"{self.name} failed in runner {who} while this build waited for it")
+                traceback = traceback_file.existing_traceback(self.output_path)
+                raise FailedElsewhereError(f"{self.name} failed in runner {who} while this build waited for it"
+                                           + (f" (its traceback: {traceback})" if traceback else ""))
 
     def try_acquire(self, start: bool = True) -> bool | None:
         """One attempt at ``acquire``, never waiting: None if another runner holds a live lease."""
