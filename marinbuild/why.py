@@ -56,6 +56,8 @@ class StepExplanation:
     lease_holder: str | None = None
     lease_age: float | None = None
     error: str | None = None
+    work: list[str] = field(default_factory=list)
+    """What the step's own work would redo (a tokenize: its shards cached and new, and why)."""
 
     @property
     def will_run(self) -> bool:
@@ -135,6 +137,8 @@ def why_targets(session: Any, patterns: list[str | Label]) -> list[TargetExplana
             key = (step, step in wanted)
             if key not in explained:
                 explained[key] = _explain(session, step, probes[step], requested=step in wanted)
+                if explained[key].will_run:
+                    explained[key].work = _work(session, step)
             steps.append(explained[key])
         groups.append(TargetExplanation(str(label), steps))
     return groups
@@ -175,6 +179,7 @@ def format_why(explanations: list[StepExplanation]) -> str:
         if e.previous_output_path:
             lines.append(f"  previous version: {e.previous_output_path}")
         lines.extend(f"  {change}" for change in e.changes)
+        lines.extend(f"  {line}" for line in e.work)
     return "\n".join(lines) + "\n"
 
 
@@ -257,6 +262,27 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
     if not e.changes:
         e.changes = ["(no difference in the recorded versions; the output path was chosen differently)"]
     return e
+
+
+def _work(session: Any, step: ExecutorStep) -> list[str]:
+    """A tokenize target's shards: how many are cached, which are new (``marinbuild.ml.tokenize.shard_status``)."""
+    config = step.config
+    if not str(getattr(config, "rule_key", "")).endswith("%tokenize"):
+        return []
+    from marinbuild.analysis import _resolve
+    from marinbuild.core.walk import instantiate_config
+    from marinbuild.load.builtins import Struct
+    from marinbuild.ml.tokenize import payload_of, shard_status
+
+    executor = session.executor
+    output_path = executor.output_paths[step]
+    try:
+        resolved = instantiate_config(config, output_path, executor.output_paths, session.settings.prefix)
+        attrs = Struct(**{k: _resolve(v) for k, v in resolved.attrs.items()})
+        package, _, name = resolved.label.lstrip("/").partition(":")
+        return shard_status(payload_of(attrs, output_path, name, package))
+    except FileNotFoundError as exc:
+        return [f"shards: not known until its documents are built ({exc})"]
 
 
 # -- version differences -----------------------------------------------------------------------

@@ -1,23 +1,27 @@
-"""``tokenize``: documents to a levanter token cache, with train and validation splits.
+"""``tokenize``: documents to a levanter token cache, with train and validation splits, shard by shard.
 
     load("@marinbuild//rules:tokenize.py", "tokenize")
 
     tokenize(name = "stories_tokenized", train = [":stories_train"], validation = [":stories_validation"],
              tokenizer = ":tokenizer")
-    tokenize(name = "dclm_tokenized", train = [":dclm"], tokenizer_name = "meta-llama/Meta-Llama-3.1-8B")
+    tokenize(name = "dclm_tokenized", train = [":dclm"], tokenizer_name = "meta-llama/Meta-Llama-3.1-8B",
+             shard_resources = {"cpu": 1, "memory": "4g"})
 
 ``train`` and ``validation`` are ``raw_data`` targets (JSON lines, gzipped or not, JSON or
 Parquet, text under ``text_key``). The tokenizer is a ``train_tokenizer`` target
 (``tokenizer``) or, in ``tokenizer_name``, an existing tokenizer directory (local or
 fsspec) or a Hugging Face Hub name (which needs the network when the step runs; nothing
-is fetched before). The cache is built by levanter's own builder, input files processed
-as shards in parallel, in a child process; see ``marinbuild.ml.tokenize`` for the layout.
-``train_lm`` and ``eval_lm`` take these targets.
+is fetched before). Each input file is a shard, a cached action of its own: shards already
+tokenized (by this target, an earlier version of it or another target with the same file) are
+reused, the others are tokenized in parallel (Ray tasks with ``shard_resources`` each on the
+Ray backend, ``workers`` local processes otherwise), then consolidated into one cache per
+split. ``skip_bad_records`` skips unreadable records (counted per shard and in total) instead
+of failing on the first, which names its file and line. See ``marinbuild.ml.tokenize`` and
+docs/tokenize.md. ``train_lm`` and ``eval_lm`` take these targets.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from marinbuild.analysis import RuleContext
@@ -25,26 +29,9 @@ from marinbuild.load import attr, rule
 
 
 def _tokenize_impl(ctx: RuleContext) -> dict[str, Any]:
-    from marinbuild.ml.corpus import document_paths
-    from marinbuild.ml.process import run_child
+    from marinbuild.ml.tokenize import payload_of, tokenize
 
-    if bool(ctx.attr.tokenizer) == bool(ctx.attr.tokenizer_name):
-        raise ValueError(f"tokenize {ctx.label}: give exactly one of tokenizer (a target) and tokenizer_name")
-    spec = ctx.attr.tokenizer or ctx.attr.tokenizer_name
-    train = document_paths(ctx.attr.train)
-    validation = document_paths(ctx.attr.validation)
-    payload = {
-        "output_path": ctx.output_path,
-        "name": ctx.name,
-        "train": train,
-        "validation": validation,
-        "tokenizer": spec,
-        "text_key": ctx.attr.text_key,
-        "batch_size": ctx.attr.batch_size,
-    }
-    offline = "://" in spec or os.path.isdir(spec)
-    return run_child("marinbuild.ml.tokenize", payload, log_dir=os.path.join(ctx.output_path, "logs"),
-                     name="tokenize", offline=offline)
+    return tokenize(payload_of(ctx.attr, ctx.output_path, ctx.name, ctx.package))
 
 
 tokenize = rule(
@@ -55,8 +42,16 @@ tokenize = rule(
         "tokenizer": attr.label(doc="a train_tokenizer target"),
         "tokenizer_name": attr.string(doc="or: a tokenizer directory (local or fsspec) or a Hugging Face Hub name"),
         "text_key": attr.string(default="text", doc="the field of each record holding its text"),
+        "skip_bad_records": attr.bool(default=False, doc="skip records that cannot be read (counted) instead of "
+                                                          "failing on the first"),
         "batch_size": attr.int(default=128, versioned=False, doc="documents per tokenizer batch"),
-        "resources": attr.dict(versioned=False, doc="what the step asks the backend for, e.g. {\"cpu\": 4}"),
+        "workers": attr.int(default=0, versioned=False,
+                            doc="local backend: processes tokenizing shards (0: one per CPU)"),
+        "shard_resources": attr.dict(versioned=False, doc="Ray backend: what each shard's task asks for "
+                                                          "(default {\"cpu\": 1})"),
+        "shard_store": attr.string(versioned=False, doc="where shard caches are kept (default "
+                                                        "<prefix>/tokenize_shards)"),
+        "resources": attr.dict(versioned=False, doc="what the step itself asks the backend for, e.g. {\"cpu\": 1}"),
     },
-    doc="Documents to a levanter token cache (train and validation splits), shards in parallel.",
+    doc="Documents to a levanter token cache (train and validation splits), shards cached and built in parallel.",
 )

@@ -141,10 +141,10 @@ def child_main(run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         json.dump(result, f, indent=2, default=str)
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (and exit now if it already has)."""
+def _die_with_parent_only() -> bool:
+    """Ask Linux to SIGKILL this process when its parent dies; False where that cannot be asked."""
     if not sys.platform.startswith("linux"):
-        return
+        return False
     try:
         import ctypes
         import signal
@@ -152,6 +152,13 @@ def _die_with_parent() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except Exception:
+        return False
+    return True
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (and exit now if it already has)."""
+    if not _die_with_parent_only():
         return
     expected = os.environ.get(_PARENT_ENV)
     if expected and os.getppid() != int(expected):

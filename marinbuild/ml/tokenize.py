@@ -1,28 +1,46 @@
-"""Tokenize documents into levanter token caches (the child process of the ``tokenize`` rule).
+"""Tokenize documents into one levanter token cache per split, shard by shard (the ``tokenize`` rule's work).
 
 Output layout, exactly what levanter's ``LmDataConfig`` reads for a component whose
 ``cache_dir`` is the output folder::
 
-    <out>/train/        levanter TreeCache (input_ids), built by levanter's own cache builder
-    <out>/validation/   the same for the validation documents (absent when there are none)
-    <out>/tokenized.json  {"tokenizer", "vocab_size", "text_key", "splits": {split: {documents, tokens, files}}}
+    <out>/train/          one levanter cache (input_ids), consolidated from the shards' caches
+    <out>/validation/     the same for the validation documents (absent when there are none)
+    <out>/tokenized.json  {"tokenizer", "vocab_size", "text_key", "splits": {split: {documents, tokens,
+                           files, shards: {total, cached, built}, skipped}}}
+    <out>/logs/shards.jsonl  one line per shard per attempt: run, split, index, file, key, state
+                           (cached or built), documents, tokens, skipped, seconds, node
+    <out>/logs/tokenize-workers.log  what local worker processes printed (levanter's own logs)
 
-The builder (``levanter.data.text.build_lm_dataset_cache``) processes the input files as
-shards in parallel (zephyr workers, one per file up to the CPU count) and consolidates
-them. Run as ``python -m marinbuild.ml.tokenize PAYLOAD`` (see ``marinbuild.ml.process``).
+How (``tokenize(payload)``): every input file is a shard, a content-addressed action of its own
+(``marinbuild.ml.shards``: its key, its store, its commit). Shards already in the store are used
+as they are; the others are built in parallel (``marinbuild.ml.shard_pool``: Ray tasks over the
+cluster when the step runs on Ray, local processes otherwise) by ``marinbuild.ml.shard_work``;
+then levanter's ``consolidate_shard_caches`` copies the shards, in input order, into the split's
+cache. Progress (shards done / total, tokens per second) is reported as the step's ``progress``
+events (``marinbuild.run.step_progress``) and logged. The token ids are those levanter's own
+single-process builder (``build_lm_dataset_cache``) writes for the same files.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
+import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
 
-from marinbuild.ml.process import child_main, say
+from marinbuild.ml import shards as sh
+from marinbuild.ml.process import is_local
 
 METADATA = "tokenized.json"
+SHARD_LOG = "shards.jsonl"
+SPLITS = ("train", "validation")
+
+logger = logging.getLogger("marinbuild.ml.tokenize")
 
 
 def read_metadata(tokenized_output: str) -> dict[str, Any]:
@@ -39,50 +57,208 @@ def has_split(tokenized_output: str, split: str) -> bool:
     return split in read_metadata(tokenized_output).get("splits", {})
 
 
+def is_local_tokenizer(spec: str) -> bool:
+    return "://" in spec or os.path.isdir(spec)
+
+
 def resolve_tokenizer(spec: str) -> str:
     """What levanter's loader takes: a local directory (copied here if remote) or a Hub name."""
     from marinbuild.ml.tokenizer import is_tokenizer_dir, local_tokenizer_dir
 
-    if "://" in spec or os.path.isdir(spec):
+    if is_local_tokenizer(spec):
         if not is_tokenizer_dir(spec):
             raise FileNotFoundError(f"tokenizer {spec}: no tokenizer.json there")
         return local_tokenizer_dir(spec)
     return spec  # a Hub name such as meta-llama/Meta-Llama-3.1-8B (needs the network)
 
 
-def run(payload: dict[str, Any]) -> dict[str, Any]:
-    from levanter.data.sharded_datasource import UrlDataSource
-    from levanter.data.text import TextLmDatasetFormat, build_lm_dataset_cache, cached_token_count
-    from levanter.store.cache import CacheOptions
-    from levanter.tokenizers import load_tokenizer
+def shard_options(skip_bad_records: bool) -> dict[str, Any]:
+    """Everything besides the input, text_key and tokenizer that changes a shard's tokens."""
+    return {"preprocessor": "levanter BatchTokenizer", "enforce_bos": True, "enforce_eos": True,
+            "skip_bad_records": skip_bad_records}
+
+
+def payload_of(attr: Any, output_path: str, name: str, package: str) -> dict[str, Any]:
+    """The job of a ``tokenize`` target from its resolved attributes (the rule and ``why`` both use it)."""
+    from marinbuild.ml.corpus import document_paths
+
+    if bool(attr.tokenizer) == bool(attr.tokenizer_name):
+        raise ValueError(f"tokenize {package}:{name}: give exactly one of tokenizer (a target) and tokenizer_name")
+    return {
+        "output_path": output_path,
+        "name": name,
+        "train": document_paths(attr.train),
+        "validation": document_paths(attr.validation),
+        "tokenizer": attr.tokenizer or attr.tokenizer_name,
+        "text_key": attr.text_key,
+        "batch_size": attr.batch_size,
+        "skip_bad_records": attr.skip_bad_records,
+        "workers": attr.workers,
+        "shard_resources": dict(attr.shard_resources) if attr.shard_resources else None,
+        "shard_store": attr.shard_store or sh.default_store(output_path, package),
+    }
+
+
+def shard_status(payload: dict[str, Any]) -> list[str]:
+    """For ``why``: per split, how many shards are cached and which are new, and why they are."""
+    lines = []
+    for split, shards in plan_splits(payload).items():
+        new = [s for s in shards if not sh.is_done(s)]
+        lines.append(f"{split} shards: {len(shards)}, {len(shards) - len(new)} cached, {len(new)} new")
+        for shard in new[:10]:
+            lines.append(f"  new: {shard.path} (no shard of this file's content with this tokenizer, "
+                         f"text_key and options: key {shard.key[:16]})")
+        if len(new) > 10:
+            lines.append(f"  ... and {len(new) - 10} more new shards")
+    return lines
+
+
+def plan_splits(payload: dict[str, Any]) -> dict[str, list[sh.Shard]]:
+    """The shards of each split with files (each local input file is hashed here)."""
+    spec = payload["tokenizer"]
+    local_dir = resolve_tokenizer(spec) if is_local_tokenizer(spec) else None
+    tokenizer_id = sh.tokenizer_identity(spec, local_dir)
+    options = shard_options(bool(payload.get("skip_bad_records", False)))
+    return {split: sh.plan(payload[split], payload["shard_store"], payload["text_key"], tokenizer_id, options)
+            for split in SPLITS if payload.get(split)}
+
+
+@dataclass
+class _Progress:
+    """Shards done / total and the token rate of the shards built by this attempt."""
+
+    total: int
+    done: int = 0
+    built_tokens: int = 0
+    start: float = field(default_factory=time.time)
+    last: float = 0.0
+
+    def text(self) -> str:
+        return f"{self.done}/{self.total} shards, {self.rate():,.0f} tokens/s"
+
+    def rate(self) -> float:
+        return self.built_tokens / max(time.time() - self.start, 1e-9)
+
+    def report(self, force: bool = False) -> None:
+        from marinbuild.run.step_progress import report
+
+        now = time.time()
+        if not force and now - self.last < 1.0:
+            return
+        self.last = now
+        data = {"shards_done": self.done, "shards_total": self.total, "tokens": self.built_tokens,
+                "tokens_per_s": round(self.rate(), 1)}
+        if not report(self.text(), **data):
+            logger.info("tokenize: %s", self.text())
+
+
+class _ShardLog:
+    """``logs/shards.jsonl``: a line per shard of this attempt, flushed at most every second and at the end."""
+
+    def __init__(self, output_path: str):
+        self.path = os.path.join(output_path, "logs", SHARD_LOG)
+        self.run = uuid.uuid4().hex[:12]
+        self.lines: list[str] = []
+        self.flushed = 0.0
+        fs, p = fsspec.core.url_to_fs(self.path)
+        self.old = fs.cat_file(p).decode() if fs.exists(p) else ""
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.lines.append(json.dumps({"run": self.run, **record}))
+        if time.time() - self.flushed > 1.0:
+            self.flush()
+
+    def flush(self) -> None:
+        self.flushed = time.time()
+        fs, p = fsspec.core.url_to_fs(self.path)
+        fs.makedirs(os.path.dirname(p), exist_ok=True)
+        with fs.open(p, "w") as f:
+            f.write(self.old + "".join(line + "\n" for line in self.lines))
+
+
+def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
+    """Build (or reuse) every shard of ``payload``'s splits, consolidate each split; return ``tokenized.json``."""
+    from marinbuild.ml import shard_work
+    from marinbuild.ml.shard_pool import open_pool
 
     out = payload["output_path"]
-    text_key = payload["text_key"]
-    tokenizer_path = resolve_tokenizer(payload["tokenizer"])
-    tokenizer = load_tokenizer(tokenizer_path)
-    fmt = TextLmDatasetFormat(text_key=text_key)
-    options = CacheOptions(batch_size=payload.get("batch_size", 128))
-    splits: dict[str, Any] = {}
-    for split in ("train", "validation"):
-        files = payload.get(split) or []
-        if not files:
-            continue
-        say(f"tokenizing {len(files)} {split} file(s) with {payload['tokenizer']}")
-        cache_dir = os.path.join(out, split)
-        cache = build_lm_dataset_cache(cache_dir, UrlDataSource(files, columns=[text_key]), fmt, tokenizer,
-                                       options, enforce_eos=True)
-        documents = len(cache.as_sync_dataset())
-        tokens = cached_token_count(cache_dir)
-        splits[split] = {"documents": documents, "tokens": tokens, "files": len(files)}
-        say(f"{split}: {documents} documents, {tokens} tokens")
-    if "train" not in splits and "validation" not in splits:
+    plans = plan_splits(payload)
+    if not plans:
         raise ValueError("nothing to tokenize: no train or validation files")
+    log = _ShardLog(out)
+    results: dict[str, dict[str, Any]] = {}
+    """Shard key -> its result (a file given twice, or in two splits, is one shard, built once)."""
+    todo: dict[str, dict[str, Any]] = {}
+    waiting: dict[str, list[tuple[str, sh.Shard]]] = {}
+    common = {"tokenizer": payload["tokenizer"], "text_key": payload["text_key"],
+              "batch_size": payload.get("batch_size", 128), "skip_bad_records": payload.get("skip_bad_records", False),
+              "offline": is_local_tokenizer(payload["tokenizer"])}
+    counts: dict[str, dict[str, int]] = {}
+    for split, shards in plans.items():
+        counts[split] = {"total": len(shards), "cached": 0, "built": 0}
+        for shard in shards:
+            if shard.key not in results and shard.key not in todo and sh.is_done(shard):
+                results[shard.key] = sh.read_result(shard).to_json()
+            if shard.key in results:
+                counts[split]["cached"] += 1
+                log.add(_log_line(split, shard, results[shard.key], "cached"))
+            else:
+                todo.setdefault(shard.key, {**common, "shard": shard.__dict__})
+                waiting.setdefault(shard.key, []).append((split, shard))
+        logger.info("tokenize %s: %d shards, %d cached, %d to tokenize", split, len(shards),
+                    counts[split]["cached"], len(shards) - counts[split]["cached"])
+    progress = _Progress(total=sum(len(s) for s in plans.values()),
+                         done=sum(c["cached"] for c in counts.values()))
+    progress.report(force=True)
+
+    def on_result(job: dict[str, Any], result: dict[str, Any]) -> None:
+        key = job["shard"]["key"]
+        results[key] = result
+        state = result.get("state", "built")
+        if state == "built":
+            progress.built_tokens += result["tokens"]
+        for n, (split, shard) in enumerate(waiting.pop(key)):
+            this = state if n == 0 else "cached"  # the same file again: built once
+            counts[split][this] += 1
+            progress.done += 1
+            log.add(_log_line(split, shard, result, this))
+        progress.report()
+
+    worker_log = None
+    if is_local(out):
+        os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+        worker_log = os.path.join(out, "logs", "tokenize-workers.log")
+    pool = open_pool(int(payload.get("workers") or 0), payload.get("shard_resources"), common["offline"], worker_log)
+    try:
+        try:
+            pool.run(shard_work.build_shard, list(todo.values()), on_result, on_tick=progress.report)
+        finally:
+            log.flush()
+        progress.report(force=True)
+        splits: dict[str, Any] = {}
+        vocab_size = None
+        for split, shards in plans.items():
+            mine = [results[s.key] for s in shards]
+            cache_dir = os.path.join(out, split)
+            _remove(cache_dir)
+            caches = [f"{s.dir}/{r['cache']}" for s, r in zip(shards, mine, strict=True)]
+            consolidated = pool.call(shard_work.consolidate, {**common, "output": cache_dir, "caches": caches})
+            vocab_size = consolidated["vocab_size"]
+            skipped = sum(r.get("skipped", 0) for r in mine)
+            splits[split] = {"documents": consolidated["documents"], "tokens": consolidated["tokens"],
+                             "files": len(shards), "shards": counts[split], "skipped": skipped,
+                             "skipped_by_file": {r["path"]: r["skipped"] for r in mine if r.get("skipped")}}
+            logger.info("tokenize %s: %d documents, %d tokens, %d bad records skipped", split,
+                        consolidated["documents"], consolidated["tokens"], skipped)
+    finally:
+        pool.close()
     metadata = {
         "kind": "tokenized",
         "name": payload.get("name"),
         "tokenizer": payload["tokenizer"],
-        "vocab_size": len(tokenizer),
-        "text_key": text_key,
+        "vocab_size": vocab_size,
+        "text_key": payload["text_key"],
+        "skip_bad_records": bool(payload.get("skip_bad_records", False)),
         "splits": splits,
     }
     with fsspec.open(os.path.join(out, METADATA), "w") as f:
@@ -90,5 +266,13 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     return metadata
 
 
-if __name__ == "__main__":
-    child_main(run)
+def _log_line(split: str, shard: sh.Shard, result: dict[str, Any], state: str) -> dict[str, Any]:
+    return {"split": split, "index": shard.index, "file": shard.path, "key": shard.key, "state": state,
+            "documents": result.get("documents"), "tokens": result.get("tokens"), "skipped": result.get("skipped", 0),
+            "seconds": result.get("seconds"), "node": result.get("node")}
+
+
+def _remove(path: str) -> None:
+    fs, p = fsspec.core.url_to_fs(path)
+    if fs.exists(p):
+        fs.rm(p, recursive=True)

@@ -19,6 +19,7 @@ logger = logging.getLogger("marinbuild")
 PLANNED = "planned"  # the plan decided the step's state (detail: the state)
 WAITING = "waiting"  # another runner holds the lease; waiting for its result
 STARTED = "started"  # this runner holds the lease and runs the step
+PROGRESS = "progress"  # a running step reports its progress (detail: the text to show, data: the numbers)
 SUCCEEDED = "succeeded"
 CACHED = "cached"  # already built (or built by another runner while we waited)
 FAILED = "failed"

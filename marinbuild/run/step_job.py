@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marinbuild.run import events as ev
+from marinbuild.run import step_progress
 from marinbuild.run.failure import FailureRecord, traceback_text
 from marinbuild.run.leases import LEASE_KEEPER, LOCAL_RUNNERS
 from marinbuild.store import action_cache, fs, records, traceback_file
@@ -170,12 +171,16 @@ class StepJob:
         """Run the step in this thread (the local backend)."""
         self.begin()
         try:
-            return self.call()
+            with step_progress.reporting(self._report_progress):
+                return self.call()
         except BaseException as exc:
             error = self.fail(exc)
             if error is exc:
                 raise
             raise error from exc
+
+    def _report_progress(self, detail: str, data: dict[str, Any]) -> None:
+        self.bus.emit(ev.PROGRESS, step=self.name, output_path=self.output_path, detail=detail, data=data)
 
     # -- phase 5: commit ------------------------------------------------------------------
     def commit(self, result: Any) -> None:

@@ -58,6 +58,8 @@ class _State:
     """Steps waiting for another runner -> (detail, since)."""
     step_start: dict[_Key, float] = field(default_factory=dict)
     """Every started step's start time, for the duration of its finish line."""
+    progress: dict[_Key, str] = field(default_factory=dict)
+    """Running steps' last reported progress (``progress`` events)."""
 
     def counter(self) -> str:
         total = self.total if self.total is not None else (self.planned_to_run or None)
@@ -145,6 +147,11 @@ class ProgressDisplay:
         if kind == ev.WAITING:
             s.waiting[key] = (event.detail or "held by another runner", event.time)
             return f"waiting for {name}: {event.detail or 'held by another runner'}", "yellow"
+        if kind == ev.PROGRESS:
+            if key not in s.started_at:
+                return None
+            s.progress[key] = event.detail or ""
+            return f"{name}: {event.detail}", "dim"
         if kind == ev.STARTED:
             s.waiting.pop(key, None)
             s.started_at[key] = event.time
@@ -154,6 +161,7 @@ class ProgressDisplay:
             return None
         s.started_at.pop(key, None)
         s.waiting.pop(key, None)
+        s.progress.pop(key, None)
         start = s.step_start.pop(key, None)
         s.done += 1
         took = f" ({format_duration(event.time - start)})" if start is not None else ""
@@ -184,7 +192,7 @@ class ProgressDisplay:
     def _show_tty(self, event: ev.Event, line: tuple[str, str] | None) -> None:
         if event.kind in (ev.BUILD_STARTED, ev.STARTED, ev.WAITING) and self._live is None:
             self._start_live()
-        if line is not None and event.kind not in (ev.BUILD_STARTED, ev.BUILD_FINISHED, ev.STARTED):
+        if line is not None and event.kind not in (ev.BUILD_STARTED, ev.BUILD_FINISHED, ev.STARTED, ev.PROGRESS):
             from rich.text import Text
 
             self.console.print(Text(line[0], style=line[1]))
@@ -227,7 +235,7 @@ class ProgressDisplay:
         with self._state_lock:
             s = self._state
             total = s.total if s.total is not None else s.planned_to_run
-            running = [(key[0] or "?", now - t) for key, t in s.started_at.items()]
+            running = [(key[0] or "?", now - t, s.progress.get(key, "")) for key, t in s.started_at.items()]
             waiting = [(key[0] or "?", detail, now - t) for key, (detail, t) in s.waiting.items()]
             end = s.build_end if s.build_end is not None else now
             elapsed = end - s.build_start if s.build_start is not None else 0.0
@@ -253,8 +261,9 @@ class ProgressDisplay:
         )
         rows = Table.grid(padding=(0, 2))
         shown = 0
-        for name, took in running[:MAX_ROWS]:
-            rows.add_row(Text("  ▸ " + name, style="cyan"), Text(format_duration(took), style="dim"), Text(""))
+        for name, took, progress in running[:MAX_ROWS]:
+            rows.add_row(Text("  ▸ " + name, style="cyan"), Text(format_duration(took), style="dim"),
+                         Text(progress, style="dim"))
             shown += 1
         for name, detail, took in waiting[: max(MAX_ROWS - shown, 0)]:
             rows.add_row(Text("  … " + name, style="yellow"), Text(format_duration(took), style="dim"),

@@ -1,0 +1,153 @@
+"""The texts of one document file, with every bad record named by file and line (or row).
+
+``read_texts(path, text_key, skip_bad=False)`` yields the string under ``text_key`` of each
+record of a JSON-lines file (``.jsonl``, optionally ``.gz``/``.zst``/``.bz2``/``.xz``), a JSON
+array (``.json``) or a Parquet file (``.parquet``). What is bad, and what happens to it:
+
+- a line that is not JSON, or a record whose ``text_key`` is missing or not a string: with
+  ``skip_bad=False`` ``BadRecordError`` naming ``path:line`` (Parquet: ``row``); with
+  ``skip_bad=True`` the record is skipped and counted in ``counts.skipped``;
+- a file that cannot be decompressed (bad gzip, truncated stream) or whose Parquet or JSON-array
+  body cannot be read: ``BadRecordError`` naming the file and the last line read; with
+  ``skip_bad=True`` the rest of the file is skipped (counted as one skipped record) and
+  ``counts.truncated`` names where.
+
+Blank lines of a JSON-lines file are not records (levanter's reader ignores them too).
+No heavy imports: this runs in every tokenize worker.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+
+from marinbuild.ml.corpus import document_format
+
+_STREAM_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, UnicodeDecodeError)
+
+
+class BadRecordError(ValueError):
+    """A record (or the file around it) cannot be read; the message starts with ``path:line``."""
+
+    def __init__(self, path: str, where: str, reason: str):
+        super().__init__(f"{path}:{where}: {reason}")
+        self.path = path
+        self.where = where
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[BadRecordError], tuple[str, str, str]]:  # crosses process boundaries
+        return BadRecordError, (self.path, self.where, self.reason)
+
+
+@dataclass
+class ReadCounts:
+    """What reading one file found."""
+
+    records: int = 0
+    skipped: int = 0
+    examples: list[str] = field(default_factory=list)
+    """The first few skipped records, as ``path:line: reason``."""
+    truncated: str | None = None
+    """Where an unreadable stream was cut off (``skip_bad`` only)."""
+
+    def skip(self, error: BadRecordError) -> None:
+        self.skipped += 1
+        if len(self.examples) < 5:
+            self.examples.append(str(error))
+
+
+def _text_of(record: Any, text_key: str, path: str, where: str) -> str:
+    if not isinstance(record, dict):
+        raise BadRecordError(path, where, f"record is a {type(record).__name__}, not a JSON object")
+    text = record.get(text_key)
+    if text is None:
+        raise BadRecordError(path, where, f"no field {text_key!r} (fields: {sorted(record)[:10]})")
+    if not isinstance(text, str):
+        raise BadRecordError(path, where, f"field {text_key!r} is a {type(text).__name__}, not a string")
+    return text
+
+
+def read_texts(path: str, text_key: str, counts: ReadCounts, skip_bad: bool = False) -> Iterator[str]:
+    """The texts of ``path`` in order; ``counts`` is filled in as they are read."""
+    ext, compression = document_format(path)
+    if ext == ".jsonl":
+        yield from _jsonl(path, compression, text_key, counts, skip_bad)
+    else:
+        yield from _whole(path, ext, compression, text_key, counts, skip_bad)
+
+
+def _jsonl(path: str, compression: str | None, text_key: str, counts: ReadCounts, skip_bad: bool) -> Iterator[str]:
+    line_no = 0
+    with fsspec.open(path, "rt", compression=compression, encoding="utf-8") as f:
+        lines = iter(f)
+        while True:
+            try:
+                line = next(lines)
+            except StopIteration:
+                return
+            except _STREAM_ERRORS as exc:
+                error = BadRecordError(path, f"line {line_no + 1}",
+                                       f"cannot read the file past line {line_no} ({type(exc).__name__}: {exc})")
+                if not skip_bad:
+                    raise error from exc
+                counts.skip(error)
+                counts.truncated = f"{path}:line {line_no + 1}"
+                return
+            line_no += 1
+            if not line.strip():
+                continue
+            try:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise BadRecordError(path, f"line {line_no}", f"not JSON ({exc})") from exc
+                text = _text_of(record, text_key, path, f"line {line_no}")
+            except BadRecordError as error:
+                if not skip_bad:
+                    raise
+                counts.skip(error)
+                continue
+            counts.records += 1
+            yield text
+
+
+def _whole(path: str, ext: str, compression: str | None, text_key: str, counts: ReadCounts,
+           skip_bad: bool) -> Iterator[str]:
+    unit = "row" if ext == ".parquet" else "item"
+    try:
+        records = _load_whole(path, ext, compression)
+    except _STREAM_ERRORS + (ValueError,) as exc:
+        error = BadRecordError(path, f"{unit} 0", f"cannot read the file ({type(exc).__name__}: {exc})")
+        if not skip_bad:
+            raise error from exc
+        counts.skip(error)
+        counts.truncated = f"{path}:{unit} 0"
+        return
+    for index, record in enumerate(records):
+        try:
+            text = _text_of(record, text_key, path, f"{unit} {index}")
+        except BadRecordError as error:
+            if not skip_bad:
+                raise
+            counts.skip(error)
+            continue
+        counts.records += 1
+        yield text
+
+
+def _load_whole(path: str, ext: str, compression: str | None) -> list[Any]:
+    if ext == ".parquet":
+        import pyarrow.parquet as pq
+
+        with fsspec.open(path, "rb", compression=compression) as f:
+            return pq.read_table(f).to_pylist()
+    with fsspec.open(path, "rt", compression=compression, encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, list):
+        raise ValueError("a .json document file holds a JSON array of records")
+    return data

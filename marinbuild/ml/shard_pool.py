@@ -1,0 +1,158 @@
+"""Where tokenize shards run: Ray tasks across the cluster, or a pool of local processes.
+
+``open_pool(workers, resources, offline)`` picks the pool from where the ``tokenize`` step runs:
+
+- in a Ray task (the Ray backend: ray is initialized in this process), ``RayPool``: each shard is
+  a Ray task asking for ``resources`` (default one CPU), spread over the cluster's nodes (Ray's
+  ``SPREAD`` scheduling strategy: tokenizing is CPU-bound, so every node should take its share);
+  at most ``window`` are in flight (``ray.wait`` on them, the pattern Ray documents for bounding
+  pending tasks). The step's own task waits in ``ray.wait``, and Ray releases a blocked task's
+  CPUs while it waits, so shards do not deadlock on the CPUs the step itself asked for (other
+  resources, such as memory or a TPU, stay held: give the step no more of those than it needs);
+- otherwise, ``LocalPool``: ``workers`` processes of a ``ProcessPoolExecutor`` (spawned, each
+  loading the tokenizer once, dying with the build, its output appended to ``log_path``).
+
+Both run the functions of ``marinbuild.ml.shard_work`` on plain-dict jobs. ``run(fn, jobs,
+on_result)`` calls ``on_result(job, result)`` as each job finishes (in completion order, on the
+calling thread) and raises the first job's error after cancelling what has not started. ``call``
+runs one job and returns its result.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from marinbuild.ml import shard_work
+
+OnResult = Callable[[dict[str, Any], dict[str, Any]], None]
+TICK = 2.0
+"""Seconds between progress callbacks (``on_tick``) while shards run."""
+
+
+class Pool(Protocol):
+    name: str
+    workers: int
+
+    def run(self, fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]], on_result: OnResult,
+            on_tick: Callable[[], None] | None = None) -> None: ...
+
+    def call(self, fn: Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any]) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def in_ray_task() -> bool:
+    """Ray is initialized in this process (never imports ray when it is not loaded already)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+def open_pool(workers: int, resources: dict[str, Any] | None, offline: bool, log_path: str | None = None) -> Pool:
+    """``log_path``: where local workers' output goes (levanter logs every cache it writes)."""
+    if in_ray_task():
+        return RayPool(resources or {"cpu": 1}, workers)
+    return LocalPool(workers or default_workers(), offline, log_path)
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def _init_worker(offline: bool, log_path: str | None) -> None:
+    from marinbuild.ml.process import _die_with_parent_only
+
+    _die_with_parent_only()
+    shard_work.set_worker_env(offline)
+    if log_path is not None:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+
+class LocalPool:
+    """Shards in local processes."""
+
+    name = "local processes"
+
+    def __init__(self, workers: int, offline: bool, log_path: str | None = None):
+        self.workers = workers
+        self._executor = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_init_worker, initargs=(offline, log_path))
+
+    def run(self, fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]], on_result: OnResult,
+            on_tick: Callable[[], None] | None = None) -> None:
+        pending = {self._executor.submit(fn, job): job for job in jobs}
+        try:
+            while pending:
+                done, _ = cf.wait(pending, timeout=TICK, return_when=cf.FIRST_COMPLETED)
+                for future in done:
+                    job = pending.pop(future)
+                    on_result(job, future.result())
+                if on_tick is not None:
+                    on_tick()
+        finally:
+            for future in pending:
+                future.cancel()
+
+    def call(self, fn: Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any]) -> dict[str, Any]:
+        return self._executor.submit(fn, job).result()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+class RayPool:
+    """Shards as Ray tasks over the cluster."""
+
+    name = "Ray tasks"
+
+    def __init__(self, resources: dict[str, Any], window: int = 0):
+        import ray
+
+        from marinbuild.resources import normalize
+
+        self._ray = ray
+        self._options = normalize(resources).to_ray_options()
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.workers = cpus
+        self.window = window or max(8, 2 * cpus)
+        self._remotes: dict[Any, Any] = {}
+
+    def _remote(self, fn: Callable[..., Any]) -> Any:
+        if fn not in self._remotes:
+            self._remotes[fn] = self._ray.remote(fn).options(**self._options, max_retries=3,
+                                                             scheduling_strategy="SPREAD")
+        return self._remotes[fn]
+
+    def run(self, fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]], on_result: OnResult,
+            on_tick: Callable[[], None] | None = None) -> None:
+        ray = self._ray
+        remote = self._remote(fn)
+        queue = list(reversed(jobs))
+        running: dict[Any, dict[str, Any]] = {}
+        try:
+            while queue or running:
+                while queue and len(running) < self.window:
+                    job = queue.pop()
+                    running[remote.remote(job)] = job
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=TICK, fetch_local=True)
+                for ref in ready:
+                    job = running.pop(ref)
+                    on_result(job, ray.get(ref))
+                if on_tick is not None:
+                    on_tick()
+        finally:
+            for ref in running:
+                ray.cancel(ref, force=True)
+
+    def call(self, fn: Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any]) -> dict[str, Any]:
+        return self._ray.get(self._remote(fn).remote(job))
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,133 @@
+"""The work of a tokenize worker (a pool process or a Ray task): build one shard's cache, or consolidate.
+
+- ``build_shard(job)``: read the shard's file (``marinbuild.ml.records``: bad records named by
+  file and line), tokenize it with levanter's own preprocessor for ``TextLmDatasetFormat``
+  (exactly what levanter's ``build_lm_dataset_cache`` runs: BOS and EOS added), write the rows
+  with levanter's ``write_levanter_cache`` and commit the shard (``marinbuild.ml.shards.commit``).
+  A shard already committed (another build did it meanwhile) is read, not built.
+- ``consolidate(job)``: levanter's ``consolidate_shard_caches`` copies the shard caches, in
+  order, into one cache folder (the layout ``train_lm`` reads), then returns its counts.
+
+The tokenizer and preprocessor are loaded once per process and kept (``_processor``): a worker
+builds many shards. Jobs and results are plain dicts (they cross process and node boundaries).
+levanter, jax and tokenizers are imported here, in the worker, never in the build process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+from marinbuild.ml import shards as sh
+from marinbuild.ml.records import ReadCounts, read_texts
+
+_PROCESSORS: dict[tuple[str, str], Any] = {}
+
+
+def set_worker_env(offline: bool) -> None:
+    """One core per worker: HF tokenizers' own thread pool off; a local tokenizer never waits on the Hub."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if offline:
+        os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+
+
+def _processor(tokenizer: str, text_key: str) -> Any:
+    key = (tokenizer, text_key)
+    if key not in _PROCESSORS:
+        from levanter.data.text import TextLmDatasetFormat
+        from levanter.data.text.formats import preprocessor_for_format
+        from levanter.tokenizers import load_tokenizer
+
+        fmt = TextLmDatasetFormat(text_key=text_key)
+        _PROCESSORS[key] = preprocessor_for_format(fmt, load_tokenizer(tokenizer), enforce_bos=True, enforce_eos=True)
+    return _PROCESSORS[key]
+
+
+def tokenizer_dir(spec: str) -> str:
+    from marinbuild.ml.tokenize import resolve_tokenizer
+
+    return resolve_tokenizer(spec)
+
+
+def build_shard(job: dict[str, Any]) -> dict[str, Any]:
+    """Build and commit one shard; return its ``ShardResult`` as a dict (``state``: built or cached)."""
+    shard = sh.Shard(**job["shard"])
+    if sh.is_done(shard):
+        return {**sh.read_result(shard).to_json(), "state": "cached"}
+    set_worker_env(job.get("offline", False))
+    from levanter.data._preprocessor import canonicalize_batch
+    from levanter.store.cache import write_levanter_cache
+
+    start = time.time()
+    processor = _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
+    sh.clear_leftovers(shard)
+    counts = ReadCounts()
+    batch_size = int(job.get("batch_size", 128))
+    text_key = job["text_key"]
+
+    def rows() -> Any:
+        batch: list[dict[str, str]] = []
+        for text in read_texts(shard.path, text_key, counts, skip_bad=job.get("skip_bad_records", False)):
+            batch.append({text_key: text})
+            if len(batch) >= batch_size:
+                yield from canonicalize_batch(processor(batch))
+                batch = []
+        if batch:
+            yield from canonicalize_batch(processor(batch))
+
+    cache_name = f"cache-{uuid.uuid4().hex[:12]}"
+    cache_path = f"{shard.dir}/{cache_name}"
+    written = write_levanter_cache(rows(), cache_path, metadata=processor.metadata)
+    if written["count"] == 0:
+        _empty_cache(cache_path, processor)
+    tokens = _token_count(cache_path, processor)
+    result = sh.ShardResult(key=shard.key, path=shard.path, cache=cache_name, documents=written["count"],
+                            tokens=tokens, skipped=counts.skipped, skipped_examples=counts.examples or None,
+                            truncated=counts.truncated, seconds=round(time.time() - start, 3),
+                            node=node_name())
+    sh.commit(shard, result)
+    return {**result.to_json(), "state": "built"}
+
+
+def node_name() -> str:
+    """The Ray node id where this runs in a Ray task, else the host name."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return str(ray.get_runtime_context().get_node_id())
+    return socket.gethostname()
+
+
+def _empty_cache(cache_path: str, processor: Any) -> None:
+    """A shard with no records still gets a (finished, empty) cache, as levanter's own builder makes one."""
+    from levanter.store.cache import CacheLedger, CacheMetadata
+    from levanter.store.tree_store import TreeStore
+
+    TreeStore.open(processor.output_exemplar, cache_path, mode="w", cache_metadata=True)
+    CacheLedger(total_num_rows=0, shard_rows={}, is_finished=True, finished_shards=[], field_counts={},
+                metadata=CacheMetadata(processor.metadata))._serialize_and_commit(cache_path)
+
+
+def _token_count(cache_path: str, processor: Any) -> int:
+    from levanter.store.cache import CacheLedger
+
+    ledger = CacheLedger.load(cache_path)
+    return int(ledger.field_counts.get("input_ids", 0))
+
+
+def consolidate(job: dict[str, Any]) -> dict[str, Any]:
+    """Copy the shard caches (``job["caches"]``, in order) into ``job["output"]``; return documents, tokens and
+    the tokenizer's vocabulary size as levanter counts it."""
+    set_worker_env(job.get("offline", False))
+    from levanter.data.text import cached_token_count
+    from levanter.store.cache import CacheMetadata, consolidate_shard_caches
+
+    processor = _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
+    ledger = consolidate_shard_caches(job["caches"], job["output"], processor.output_exemplar,
+                                      metadata=CacheMetadata(preprocessor_metadata=processor.metadata))
+    return {"documents": ledger.total_num_rows, "tokens": int(cached_token_count(job["output"])),
+            "vocab_size": len(processor.tokenizer)}

@@ -1,0 +1,181 @@
+"""Tokenize shards as content-addressed actions: what a shard is, its key, where its cache lives.
+
+A shard is one input file. Its key is the sha256 of::
+
+    {"kind": "tokenize-shard/1", "input": <input identity>, "format": [".jsonl", "gzip"],
+     "text_key": "text", "tokenizer": <tokenizer identity>, "options": {"enforce_bos": true, ...}}
+
+- The input's identity is its content digest for a local file (``sha256:<hex>``, so two copies
+  of one file in two datasets are one shard), and for an object store path plus size plus the
+  object's generation (GCS), ETag (S3) or modification time (others), as ``fs.info`` reports them.
+- The tokenizer's identity is the digest of its files for a tokenizer directory, else its Hub name.
+
+A shard's result lives in the shard store (``<store>/<key[:2]>/<key>/``, the store being
+``<prefix>/tokenize_shards`` unless the target says otherwise): a levanter cache built by
+levanter's own ``write_levanter_cache`` in ``cache-<id>/``, ``shard.json`` (which cache folder,
+documents, tokens, skipped records) and last the commit: an action-cache record
+(``marinbuild.store.action_cache``, ``.marinbuild_action.<key>.json``). A shard without its
+record is not done (a killed build left it): it is built again, in a new ``cache-<id>/``; files
+of earlier attempts older than ``LEFTOVER_AGE`` are removed then. Two builds that build one shard
+at once each write their own ``cache-<id>/``; either result is the same tokens. Within one build
+a file given twice (or the same content under two names) is one shard, built once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import fsspec
+
+from marinbuild.ml.corpus import document_format
+from marinbuild.store import action_cache
+
+KIND = "tokenize-shard/1"
+SHARD_FILE = "shard.json"
+STORE_DIR = "tokenize_shards"
+LEFTOVER_AGE = 6 * 3600.0
+"""Seconds after which a shard's unreferenced files count as a killed attempt's leftovers."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One input file to tokenize, and where its result goes."""
+
+    index: int
+    path: str
+    key: str
+    dir: str
+
+
+@dataclass
+class ShardResult:
+    """What a finished shard holds (``shard.json``)."""
+
+    key: str
+    path: str
+    cache: str
+    documents: int
+    tokens: int
+    skipped: int = 0
+    skipped_examples: list[str] | None = None
+    truncated: str | None = None
+    seconds: float = 0.0
+    node: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_store(output_path: str, package: str) -> str:
+    """``<prefix>/tokenize_shards``: a target's output is ``<prefix>/<package>/<name>-<hash>``."""
+    up = output_path.rstrip("/")
+    for _ in range(1 + len([p for p in package.split("/") if p])):
+        up = up.rsplit("/", 1)[0]
+    return f"{up}/{STORE_DIR}"
+
+
+def input_identity(path: str) -> str:
+    """A local file's content digest; an object's path, size and generation (or ETag, or mtime)."""
+    fs, p = fsspec.core.url_to_fs(path)
+    if _is_local(fs):
+        digest = hashlib.sha256()
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        return f"sha256:{digest.hexdigest()}"
+    info = fs.info(p)
+    version = info.get("generation") or info.get("ETag") or info.get("etag") or info.get("mtime") \
+        or info.get("LastModified") or info.get("updated")
+    if version is None:
+        raise ValueError(f"{path}: the filesystem reports no generation, ETag or modification time to key it on")
+    return f"{path}|size={info.get('size')}|version={version}"
+
+
+def tokenizer_identity(spec: str, local_dir: str | None) -> str:
+    """The digest of a tokenizer directory's files, else the Hub name as given."""
+    if local_dir is None:
+        return f"hub:{spec}"
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(local_dir)):
+        full = os.path.join(local_dir, name)
+        if os.path.isfile(full):
+            digest.update(name.encode() + b"\0")
+            with open(full, "rb") as f:
+                digest.update(hashlib.sha256(f.read()).digest())
+    return f"sha256:{digest.hexdigest()}"
+
+
+def shard_key(input_id: str, path: str, text_key: str, tokenizer_id: str, options: dict[str, Any]) -> str:
+    ext, compression = document_format(path)
+    key = {"kind": KIND, "input": input_id, "format": [ext, compression], "text_key": text_key,
+           "tokenizer": tokenizer_id, "options": options}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def shard_dir(store: str, key: str) -> str:
+    return f"{store.rstrip('/')}/{key[:2]}/{key}"
+
+
+def plan(paths: list[str], store: str, text_key: str, tokenizer_id: str, options: dict[str, Any]) -> list[Shard]:
+    """The shards of ``paths``, in order (each file's identity read here: a local file is hashed)."""
+    shards = []
+    for index, path in enumerate(paths):
+        key = shard_key(input_identity(path), path, text_key, tokenizer_id, options)
+        shards.append(Shard(index, path, key, shard_dir(store, key)))
+    return shards
+
+
+def is_done(shard: Shard) -> bool:
+    """Committed: its action record exists."""
+    fs, p = fsspec.core.url_to_fs(action_cache.record_path(shard.dir, shard.key))
+    return bool(fs.exists(p))
+
+
+def read_result(shard: Shard) -> ShardResult:
+    with fsspec.open(f"{shard.dir}/{SHARD_FILE}", "r") as f:
+        return ShardResult(**json.load(f))
+
+
+def clear_leftovers(shard: Shard) -> None:
+    """Remove what killed attempts left in a shard without a record: entries older than ``LEFTOVER_AGE``
+    (younger ones may be another build's attempt at the same shard, still running)."""
+    fs, p = fsspec.core.url_to_fs(shard.dir)
+    fs.makedirs(p, exist_ok=True)
+    now = time.time()
+    for info in fs.ls(p, detail=True):
+        modified = _mtime(info)
+        if modified is not None and now - modified > LEFTOVER_AGE:
+            fs.rm(info["name"], recursive=True)
+
+
+def _mtime(info: dict[str, Any]) -> float | None:
+    value = info.get("mtime") or info.get("updated") or info.get("LastModified")
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        from datetime import datetime
+
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return value.timestamp()
+
+
+def commit(shard: Shard, result: ShardResult) -> None:
+    """``shard.json``, then the action record: the shard is done once the record exists."""
+    with fsspec.open(f"{shard.dir}/{SHARD_FILE}", "w") as f:
+        json.dump(result.to_json(), f, indent=2)
+    key = action_cache.ActionKey(shard.key, f"tokenize shard {shard.path}")
+    action_cache.write_record(action_cache.new_record(shard.dir, key, None, socket.gethostname()))
+
+
+def _is_local(fs: Any) -> bool:
+    from fsspec.implementations.local import LocalFileSystem
+
+    return isinstance(fs, LocalFileSystem)

@@ -1,0 +1,151 @@
+"""A workspace with one ``tokenize`` target over many small document files, and reading what it built.
+
+Shared by the tokenize tests (local backend, tests/ml) and the Ray tests (tests/ray). The
+documents are the quickstart's synthetic stories, split into gzipped JSON-lines files written
+with a fixed gzip time (so a file's bytes, and its shard key, depend on its texts only); the
+tokenizer is a small BPE trained on them (``toy_tokenizer``). Builds run the real CLI in a
+child process with a build-event file. ``token_rows`` reads a levanter cache's rows back;
+``reference_rows`` builds the same files with levanter's own single-process builder.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART_DATA = REPO / "experiments" / "quickstart" / "data"
+
+
+def stories() -> list[str]:
+    from marinbuild.ml.corpus import iter_texts
+
+    return list(iter_texts(sorted(str(p) for p in QUICKSTART_DATA.glob("train-*.jsonl.gz"))))
+
+
+def toy_tokenizer(where: Path) -> Path:
+    from marinbuild.ml.tokenizer import train_bpe_tokenizer
+
+    if not (where / "tokenizer.json").exists():
+        train_bpe_tokenizer(stories(), str(where), vocab_size=300)
+    return where
+
+
+def gz_bytes(lines: list[str]) -> bytes:
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as f:
+        f.write("".join(line + "\n" for line in lines).encode())
+    return buf.getvalue()
+
+
+def write_docs(path: Path, texts: list[str], text_key: str = "text") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gz_bytes([json.dumps({text_key: t}) for t in texts]))
+    return path
+
+
+BUILD = """load("@marinbuild//rules:data.py", "raw_data")
+load("@marinbuild//rules:tokenize.py", "tokenize")
+
+raw_data(name = "docs", srcs = glob(["data/*.jsonl.gz"]))
+
+tokenize(
+    name = "tok",
+    train = [":docs"],
+    tokenizer_name = "{tokenizer}",
+    workers = {workers},
+    skip_bad_records = {skip},
+)
+"""
+
+
+@dataclass
+class Build:
+    code: int
+    stdout: str
+    stderr: str
+    events: list[dict[str, Any]]
+
+
+class TokenizeWorkspace:
+    """``pipe:docs`` (every ``pipe/data/*.jsonl.gz``) tokenized by ``pipe:tok`` with the toy tokenizer."""
+
+    def __init__(self, root: Path, tokenizer: Path, workers: int = 2, skip_bad_records: bool = False):
+        self.root = root
+        self.data = root / "pipe" / "data"
+        self.data.mkdir(parents=True, exist_ok=True)
+        (root / "pyproject.toml").write_text('[project]\nname = "tok-test"\n\n[tool.marinbuild]\nprefix = "out"\n')
+        self.tokenizer = tokenizer
+        self.set_build(workers, skip_bad_records)
+        self._n = 0
+
+    def set_build(self, workers: int = 2, skip_bad_records: bool = False) -> None:
+        (self.root / "pipe" / "BUILD.marin").write_text(BUILD.format(
+            tokenizer=self.tokenizer, workers=workers, skip=str(bool(skip_bad_records))))
+
+    def command(self, *args: str, events: Path | None = None) -> list[str]:
+        extra = ["--build_event_json_file", str(events)] if events is not None else []
+        return [sys.executable, "-m", "marinbuild", *args, *extra]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("MARIN_PREFIX", None)
+        env["HF_HUB_OFFLINE"] = "1"
+        return env
+
+    def build(self, *args: str, timeout: float = 600) -> Build:
+        self._n += 1
+        events = self.root / f"events-{self._n}.jsonl"
+        proc = subprocess.run(self.command("//pipe:tok", *args, events=events), cwd=self.root, env=self.env(),
+                              capture_output=True, text=True, timeout=timeout)
+        records = [json.loads(line) for line in events.read_text().splitlines()] if events.exists() else []
+        return Build(proc.returncode, proc.stdout, proc.stderr, records)
+
+    def output(self) -> Path:
+        """The newest built output of ``pipe:tok``."""
+        built = [p for p in (self.root / "out" / "pipe").glob("tok-*") if (p / "tokenized.json").exists()]
+        assert built, f"no built pipe:tok under {self.root / 'out'}"
+        return max(built, key=lambda p: p.stat().st_mtime)
+
+    @property
+    def shard_store(self) -> Path:
+        return self.root / "out" / "tokenize_shards"
+
+    def committed_shards(self) -> set[str]:
+        """Keys of the shards whose action record exists."""
+        return {p.name[len(".marinbuild_action."):-len(".json")]
+                for p in self.shard_store.glob("*/*/.marinbuild_action.*.json")}
+
+
+def shard_log(output: Path) -> list[dict[str, Any]]:
+    path = output / "logs" / "shards.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def token_rows(cache_dir: str | Path) -> list[list[int]]:
+    """Every row's ``input_ids`` of a levanter cache, in order."""
+    import numpy as np
+    from levanter.store.cache import TreeCache
+
+    cache = TreeCache.load(str(cache_dir), {"input_ids": np.zeros((0,), dtype=np.int32)})
+    n = len(cache.as_sync_dataset())
+    return [list(map(int, row["input_ids"])) for row in cache.get_batch_sync(list(range(n)))] if n else []
+
+
+def reference_rows(files: list[str], tokenizer: Path, out: Path, text_key: str = "text") -> list[list[int]]:
+    """The rows levanter's own single-process builder writes for ``files`` (the way tokenize used to build)."""
+    from levanter.data.sharded_datasource import UrlDataSource
+    from levanter.data.text import TextLmDatasetFormat, build_lm_dataset_cache
+    from levanter.store.cache import CacheOptions
+    from levanter.tokenizers import load_tokenizer
+
+    build_lm_dataset_cache(str(out), UrlDataSource(files, columns=[text_key]), TextLmDatasetFormat(text_key=text_key),
+                           load_tokenizer(str(tokenizer)), CacheOptions(batch_size=128), enforce_eos=True)
+    return token_rows(out)
