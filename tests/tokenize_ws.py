@@ -54,7 +54,7 @@ def write_docs(path: Path, texts: list[str], text_key: str = "text") -> Path:
 BUILD = """load("@marinbuild//rules:data.py", "raw_data")
 load("@marinbuild//rules:tokenize.py", "tokenize")
 
-raw_data(name = "docs", srcs = glob(["data/*.jsonl.gz"]))
+raw_data(name = "docs", {docs})
 
 tokenize(
     name = "tok",
@@ -75,20 +75,26 @@ class Build:
 
 
 class TokenizeWorkspace:
-    """``pipe:docs`` (every ``pipe/data/*.jsonl.gz``) tokenized by ``pipe:tok`` with the toy tokenizer."""
+    """``pipe:docs`` (every ``pipe/data/*.jsonl.gz``) tokenized by ``pipe:tok`` with the toy tokenizer.
 
-    def __init__(self, root: Path, tokenizer: Path, workers: int = 2, skip_bad_records: bool = False):
+    ``in_place``: ``pipe:docs`` names the files by a glob URL, read where they are when ``pipe:tok``
+    runs (a ``raw_data`` of ``srcs`` copies them and reads each one to count its documents)."""
+
+    def __init__(self, root: Path, tokenizer: Path, workers: int = 2, skip_bad_records: bool = False,
+                 in_place: bool = False):
         self.root = root
         self.data = root / "pipe" / "data"
         self.data.mkdir(parents=True, exist_ok=True)
         (root / "pyproject.toml").write_text('[project]\nname = "tok-test"\n\n[tool.marinbuild]\nprefix = "out"\n')
         self.tokenizer = tokenizer
+        self.in_place = in_place
         self.set_build(workers, skip_bad_records)
         self._n = 0
 
     def set_build(self, workers: int = 2, skip_bad_records: bool = False) -> None:
+        docs = f'urls = ["{self.data}/*.jsonl.gz"]' if self.in_place else 'srcs = glob(["data/*.jsonl.gz"])'
         (self.root / "pipe" / "BUILD.marin").write_text(BUILD.format(
-            tokenizer=self.tokenizer, workers=workers, skip=str(bool(skip_bad_records))))
+            docs=docs, tokenizer=self.tokenizer, workers=workers, skip=str(bool(skip_bad_records))))
 
     def command(self, *args: str, events: Path | None = None) -> list[str]:
         extra = ["--build_event_json_file", str(events)] if events is not None else []

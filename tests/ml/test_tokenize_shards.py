@@ -118,7 +118,7 @@ def _failed(ws: TokenizeWorkspace) -> str:
 
 
 def test_bad_input_is_named_by_file_and_line_or_skipped_and_counted(tmp_path, tokenizer, texts):
-    ws = TokenizeWorkspace(tmp_path / "ws", tokenizer, workers=2)
+    ws = TokenizeWorkspace(tmp_path / "ws", tokenizer, workers=2, in_place=True)
     write_docs(ws.data / "good.jsonl.gz", texts[:50])
     lines = [json.dumps({"text": t}) for t in texts[50:60]]
 
