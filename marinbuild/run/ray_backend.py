@@ -92,6 +92,7 @@ from marinbuild.run.backend import Completion
 from marinbuild.run.failure import RemoteTraceback
 from marinbuild.run.ray_bell import BELLS, Bell
 from marinbuild.run.ray_connect import connect_ray
+from marinbuild.run.ray_progress import ProgressRelay
 from marinbuild.run.ray_task import (
     UNRUN,
     EngineError,
@@ -234,6 +235,7 @@ class RayBackend:
         self._shapes: dict[tuple[int, int, tuple[str, ...]], _Shape] = {}
         """Per (function, resources, extras) of a ``StepCall``: its resource shape and remote with options."""
         self._shapes_lock = threading.Lock()
+        self._relay: ProgressRelay | None = None
         self._shipped: dict[type, tuple[str, bytes]] = {}
         """Classes of this process's ``__main__`` in task payloads, each pickled once (``pickle_payload``)."""
         self._call_remote: Any = None
@@ -354,6 +356,9 @@ class RayBackend:
             self._stopping = True
             self._cv.notify_all()
             threads = self._lease_threads
+            relay, self._relay = self._relay, None
+        if relay is not None:
+            relay.stop()
         for _ in range(threads):
             self._lease_work.put(None)
 
@@ -644,10 +649,21 @@ class RayBackend:
         ``bytes`` argument faster than several objects (0.28-0.32 ms a launch against 0.52 ms for three)."""
         call = job.call
         run = job.remote_run()
+        self._progress_relay(run.holder).watch(job.output_path, job.bus)
         if not isinstance(call, StepCall):
             return _Launch(job, done, key, None, None, pickle_payload((call, run), self._shipped))
         shape = self._shape_of(call)
         return _Launch(job, done, key, shape, call.kind, pickle_payload((call.config, call.mirror, run), self._shipped))
+
+    def _progress_relay(self, holder: str) -> ProgressRelay:
+        """The relay of steps' progress reports to their events (``marinbuild.run.ray_progress``), made once."""
+        relay = self._relay
+        if relay is None:
+            with self._shapes_lock:
+                if self._relay is None:
+                    self._relay = ProgressRelay(holder)
+                relay = self._relay
+        return relay
 
     def _single_remote(self, item: _Launch) -> Any:
         return item.shape.remote if item.shape is not None else self._call_remote

@@ -11,6 +11,8 @@
   workspace was shipped to the cluster.
 - ``EngineError`` carries an error of marinbuild's own work in the task (not the step's code);
   ``StepRaised`` carries a step's own exception and its traceback out of a bundle.
+- A step's progress reports (``marinbuild.run.step_progress``) go to the driver's relay
+  (``marinbuild.run.ray_progress``), which emits them as ``progress`` events.
 - A step's own exception gets a note naming the worker's log files (``note_worker_log``): it prints
   with the traceback, which the driver keeps in the step's ``.marinbuild_traceback.txt``.
 """
@@ -28,7 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from marinbuild.run import step_progress
 from marinbuild.run.failure import WORKER_LOG_NOTE, worker_log_of
+from marinbuild.run.ray_progress import task_reporter
 from marinbuild.run.step_call import MirrorScope
 from marinbuild.run.step_job import RemoteRun
 
@@ -79,7 +83,8 @@ def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> None:
     except Exception as exc:
         raise EngineError(exc) from exc
     try:
-        result = step()
+        with step_progress.reporting(task_reporter(run.holder, run.action.name, run.output_path)):
+            result = step()
     except Exception as exc:
         note_worker_log(exc)
         raise

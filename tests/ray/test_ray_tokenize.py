@@ -1,6 +1,7 @@
 """``tokenize`` on the Ray backend: its shards run as Ray tasks on both nodes of the session's real local cluster,
 and the consolidated cache holds exactly the token ids levanter's own single-process builder writes for the
-same files. The build is the real CLI in a child process, a driver of that cluster.
+same files; its progress reports reach the driver's events. The build is the real CLI in a child process, a
+driver of that cluster.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ def test_sharded_tokenize_on_two_ray_nodes_equals_a_single_process_build(ray_clu
     assert rows == reference_rows(files, ws.tokenizer, tmp_path / "reference")
     meta = json.loads((out / "tokenized.json").read_text())["splits"]["train"]
     assert (meta["documents"], meta["tokens"]) == (1200, sum(len(r) for r in rows))
+
+    progress = [e for e in (json.loads(line) for line in events.read_text().splitlines())
+                if e["kind"] == "progress" and e["step"] == "pipe/tok"]
+    assert progress and progress[-1]["data"]["shards_done"] == 8 == progress[-1]["data"]["shards_total"]
 
     log = shard_log(out)
     assert sorted(line["state"] for line in log) == ["built"] * 8
