@@ -341,6 +341,9 @@ class RayBackend:
     def _complete(self, done: Completion, job: StepJob, outcome: str | None, error: BaseException | None) -> None:
         """Report a job's end; once the backend is closed and nothing is left, its threads stop."""
         try:
+            relay = self._relay
+            if relay is not None:
+                relay.unwatch(job.output_path)
             done(job, outcome, error)
         finally:
             with self._cv:

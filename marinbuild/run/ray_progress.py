@@ -4,8 +4,9 @@ A step's function calls ``marinbuild.run.step_progress.report``. In a step's Ray
 (``task_reporter``, set by ``ray_task.run_under_lease``) sends each report to the driver's relay:
 a small named actor (``_RelayActor``, no CPUs, named after the driver's worker id, in the job's
 namespace), looked up the first time the step reports, so steps that never report cost nothing.
-On the driver, ``ProgressRelay`` creates that actor when the first step is launched, and one thread
-long-polls it (``take``) and emits each report as a ``progress`` event on the bus of the step's job.
+On the driver, ``ProgressRelay`` creates that actor when the first step is launched, and, while
+launched steps run, one thread long-polls it (``take``) and emits each report as a ``progress``
+event on the bus of the step's job.
 A report that cannot be sent (no relay: the task was not launched by a marinbuild driver) is dropped:
 progress is a convenience, never a reason for a step to fail.
 """
@@ -47,6 +48,9 @@ class _RelayActor:
         self._items.append(item)
         self._event().set()
 
+    async def wake(self) -> None:
+        self._event().set()
+
     async def take(self, timeout: float) -> list[tuple[str, str, str, dict[str, Any]]]:
         import asyncio
 
@@ -62,31 +66,70 @@ class _RelayActor:
 
 
 class ProgressRelay:
-    """The driver's end: the relay actor and the thread emitting its reports."""
+    """The driver's end: the relay actor, and a thread emitting its reports while launched steps run.
+
+    The thread runs only while some watched step runs (``watch`` at its launch, ``unwatch`` when it
+    ends): when the last one ends the thread's pending ``take`` is woken and the thread ends; ``stop``
+    (the backend's shutdown) also waits for it, so no thread of ours is inside a Ray call when the
+    build, and perhaps the process and Ray, end.
+    """
 
     def __init__(self, holder: str):
         import ray
 
         self._ray = ray
+        self._lock = threading.Lock()
         self._buses: dict[str, ev.EventBus] = {}
-        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
         self._actor = ray.remote(_RelayActor).options(name=relay_name(holder), num_cpus=0, max_restarts=0,
                                                       get_if_exists=True).remote()
-        threading.Thread(target=self._loop, name="marinbuild-ray-progress", daemon=True).start()
 
     def watch(self, output_path: str, bus: ev.EventBus) -> None:
-        """Reports of the step at ``output_path`` go to ``bus``."""
-        self._buses[output_path] = bus
+        """Reports of the step at ``output_path`` go to ``bus`` until ``unwatch``."""
+        with self._lock:
+            self._buses[output_path] = bus
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="marinbuild-ray-progress", daemon=True)
+                self._thread.start()
+
+    def unwatch(self, output_path: str) -> None:
+        """The step ended; after the last one the thread is woken and ends (``stop`` also waits for it)."""
+        with self._lock:
+            self._buses.pop(output_path, None)
+            wake = self._thread is not None and not self._buses
+        if wake:
+            self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._actor.wake.remote()
+        except Exception:
+            logger.debug("could not wake the progress relay", exc_info=True)
 
     def stop(self) -> None:
-        self._stopped.set()
+        with self._lock:
+            self._buses.clear()
+            thread = self._thread
+        if thread is not None:
+            self._wake_and_join(thread)
+
+    def _wake_and_join(self, thread: threading.Thread) -> None:
+        self._wake()
+        if thread is not threading.current_thread():
+            thread.join(timeout=10)
 
     def _loop(self) -> None:
-        while not self._stopped.is_set():
+        while True:
+            with self._lock:
+                if not self._buses:
+                    self._thread = None
+                    return
             try:
                 items = self._ray.get(self._actor.take.remote(POLL))
-            except Exception:  # Ray is gone (the build is over) or the actor died: no more reports
+            except BaseException:  # Ray is gone or the actor died (Ray raises SystemExit after its shutdown)
                 logger.debug("the progress relay stopped", exc_info=True)
+                with self._lock:
+                    self._thread = None
                 return
             for step, output_path, detail, data in items:
                 bus = self._buses.get(output_path)

@@ -39,4 +39,4 @@ def test_sharded_tokenize_on_two_ray_nodes_equals_a_single_process_build(ray_clu
     log = shard_log(out)
     assert sorted(line["state"] for line in log) == ["built"] * 8
     nodes = {line["node"] for line in log}
-    assert nodes == {node.node_id for node in ray_cluster.nodes}, "shards did not run on both nodes"
+    assert len(nodes) >= 2 and nodes <= {node.node_id for node in ray_cluster.nodes}, nodes  # spread over nodes
