@@ -171,7 +171,7 @@ class Session:
         return RayBackend(
             address=s.ray_address,
             max_retries=s.ray_max_retries if s.ray_max_retries is not None else DEFAULT_MAX_RETRIES,
-            working_dir=self.workspace.root if s.ray_address else None,
+            working_dir=self.workspace.root,
             bundle_seconds=s.ray_bundle_seconds if s.ray_bundle_seconds is not None else DEFAULT_BUNDLE_SECONDS,
         )
 

@@ -3,7 +3,8 @@
 ``connect_ray(address)``: with an address (else ``RAY_ADDRESS``), connect to that cluster,
 shipping the workspace as ``working_dir`` when one is given and this is not already a submitted
 job; with neither, start a local instance in this process, bound to 127.0.0.1, with no dashboard,
-no token file, no usage report and warnings only, whose workers import what this process can.
+no token file, no usage report and warnings only, whose workers import what this process can (and the
+workspace, ``working_dir``, as a cluster's workers import it from their working directory).
 Either way what the tasks print goes to this process's stderr (stdout carries the build's results).
 """
 
@@ -27,7 +28,7 @@ def connect_ray(address: str | None, *, working_dir: str | os.PathLike[str] | No
     options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": log_to_driver}
     if address:
         return _init_cluster(address, options, working_dir, env_vars, init_options)
-    _init_local(options, env_vars, init_options)
+    _init_local(options, working_dir, env_vars, init_options)
     return None
 
 
@@ -49,8 +50,10 @@ def _init_cluster(address: str, options: dict[str, Any], working_dir: str | os.P
     return relocation
 
 
-def _init_local(options: dict[str, Any], env_vars: dict[str, str], init_options: dict[str, Any]) -> None:
-    """A private instance on loopback, no dashboard; its workers import what this process can."""
+def _init_local(options: dict[str, Any], working_dir: str | os.PathLike[str] | None, env_vars: dict[str, str],
+                init_options: dict[str, Any]) -> None:
+    """A private instance on loopback, no dashboard; its workers import what this process can, and from the
+    workspace (``working_dir``) as a cluster's workers do."""
     # Ray swaps 127.0.0.1 for this machine's address unless it is told there is no cluster to join; no
     # token file to write for a loopback instance, no usage report to send.
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -66,6 +69,8 @@ def _init_local(options: dict[str, Any], env_vars: dict[str, str], init_options:
         pass
     env_vars = dict(env_vars)
     code_path = _driver_code_path()
+    if working_dir is not None:
+        code_path = list(dict.fromkeys([str(Path(working_dir).resolve()), *code_path]))
     if code_path:
         inherited = env_vars.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
         env_vars["PYTHONPATH"] = os.pathsep.join([*code_path, *([inherited] if inherited else [])])
