@@ -224,6 +224,11 @@ class RayBackend:
     """Environment variables of every task (the job's runtime env)."""
     log_to_driver: bool = True
     """Show the tasks' output on this process's stderr."""
+    verbose: bool | None = None
+    """Show Ray's own messages on the console too (they always go to ``log_path``); None: ``$MARINBUILD_VERBOSE``."""
+    log_path: str | os.PathLike[str] | None = None
+    """Where Ray's own messages go (``marinbuild.run.ray_log``); None: ``<working_dir>/.marinbuild/logs/ray.log``,
+    or ``marinbuild-ray.log`` in the temporary folder."""
     init_options: dict[str, Any] = field(default_factory=dict)
     """More keyword arguments for ``ray.init``."""
     lease_threads: int = LEASE_THREADS
@@ -296,8 +301,14 @@ class RayBackend:
 
             ray_module = sys.modules.get("ray")
             if ray_module is None or not ray_module.is_initialized():
-                self._relocation = connect_ray(self.address, working_dir=self.working_dir, env_vars=self.env_vars,
-                                               log_to_driver=self.log_to_driver, init_options=self.init_options)
+                from marinbuild.run import ray_log
+
+                verbose = ray_log.verbose_from_env() if self.verbose is None else self.verbose
+                env_vars = {**self.env_vars, ray_log.VERBOSE_ENV: "1"} if verbose else self.env_vars
+                log = ray_log.RayLog(self.log_path or ray_log.default_log_path(self.working_dir), verbose)
+                self._relocation = connect_ray(self.address, working_dir=self.working_dir, env_vars=env_vars,
+                                               log_to_driver=self.log_to_driver, init_options=self.init_options,
+                                               log=log)
             import ray
 
             shipped_code.ship_main_siblings(self.working_dir)

@@ -5,7 +5,8 @@ shipping the workspace as ``working_dir`` when one is given and this is not alre
 job; with neither, start a local instance in this process, bound to 127.0.0.1, with no dashboard,
 no token file, no usage report and warnings only, whose workers import what this process can (and the
 workspace, ``working_dir``, as a cluster's workers import it from their working directory).
-Either way what the tasks print goes to this process's stderr (stdout carries the build's results).
+Either way what the tasks print goes to this process's stderr (stdout carries the build's results), and
+Ray's own messages to a log file, on the console only when verbose (``marinbuild.run.ray_log``).
 """
 
 from __future__ import annotations
@@ -16,20 +17,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from marinbuild.run.ray_log import RayLog, default_log_path, verbose_from_env
 from marinbuild.run.ray_task import Relocation
 
 logger = logging.getLogger("marinbuild")
 
 
 def connect_ray(address: str | None, *, working_dir: str | os.PathLike[str] | None, env_vars: dict[str, str],
-                log_to_driver: bool, init_options: dict[str, Any]) -> Relocation | None:
+                log_to_driver: bool, init_options: dict[str, Any], log: RayLog | None = None) -> Relocation | None:
     """``ray.init`` as the module docstring says; where workspace paths in a config move to (a shipped workspace)."""
     address = address or os.environ.get("RAY_ADDRESS") or None
     options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": log_to_driver}
     if address:
-        return _init_cluster(address, options, working_dir, env_vars, init_options)
-    _init_local(options, working_dir, env_vars, init_options)
-    return None
+        relocation = _init_cluster(address, options, working_dir, env_vars, init_options)
+    else:
+        _init_local(options, working_dir, env_vars, init_options)
+        relocation = None
+    (log or RayLog(default_log_path(working_dir), verbose_from_env())).install()
+    return relocation
 
 
 def _init_cluster(address: str, options: dict[str, Any], working_dir: str | os.PathLike[str] | None,
@@ -46,7 +51,6 @@ def _init_cluster(address: str, options: dict[str, Any], working_dir: str | os.P
         options["runtime_env"] = {"env_vars": dict(env_vars)}
     options.update(init_options)
     ray.init(address=address, **options)
-    _worker_output_to_stderr()
     return relocation
 
 
@@ -83,7 +87,6 @@ def _init_local(options: dict[str, Any], working_dir: str | os.PathLike[str] | N
     # Ray's hook reports an uncaught exception of this process to its GCS, which can hold the exit for a
     # minute; nobody reads that report for a private instance.
     sys.excepthook = hook
-    _worker_output_to_stderr()
 
 
 def _driver_code_path() -> list[str]:
@@ -99,21 +102,3 @@ def _driver_code_path() -> list[str]:
         if path not in out:
             out.append(path)
     return out
-
-
-def _worker_output_to_stderr() -> None:
-    """Show what tasks print on this process's stderr: stdout carries the build's results."""
-    try:
-        from ray._private import worker as ray_worker
-
-        dispatcher = ray_worker.global_worker_stdstream_dispatcher
-        if "ray_print_logs" not in [name for name, _ in dispatcher.handlers]:
-            return  # log_to_driver=False
-
-        def to_stderr(data: dict[str, Any]) -> None:
-            ray_worker.print_to_stdstream({**data, "is_err": True}, ignore_prefix=False)
-
-        dispatcher.remove_handler("ray_print_logs")
-        dispatcher.add_handler("ray_print_logs", to_stderr)
-    except Exception:  # a Ray without these internals: its output stays where Ray puts it
-        logger.debug("could not send Ray task output to stderr", exc_info=True)

@@ -245,3 +245,54 @@ def test_a_step_whose_function_no_worker_can_import_says_why_in_its_first_line(r
     original = info.value.__cause__
     assert isinstance(original, StepImportError) and isinstance(original.__cause__, RemoteTraceback)
     assert "sys.path" in str(original)  # Ray's own words follow the first line
+
+
+NOISY_BUILD = '''
+load("@marinbuild//rules:python.py", "python_step")
+
+python_step(name = "noisy", fn = "noisy:step")
+'''
+
+NOISY = '''
+import logging
+import os
+
+
+def step(config):
+    from ray._private.ray_constants import LOGGER_FORMAT
+
+    print("hello from the step", flush=True)
+    noise = logging.getLogger("ray.noise")  # a record of Ray's logger, in the format Ray's own records have
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(LOGGER_FORMAT))
+    noise.addHandler(handler)
+    noise.propagate = False
+    noise.warning("ray-noise-marker")
+    os.makedirs(config["output_path"], exist_ok=True)
+    return {}
+'''
+
+
+@pytest.fixture
+def noisy_ws(tmp_path: Path) -> Path:
+    root = tmp_path / "noisy"
+    (root / "pipe").mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[project]\nname = "n"\n\n[tool.marinbuild]\nprefix = "out"\n')
+    (root / "pipe" / "BUILD.marin").write_text(textwrap.dedent(NOISY_BUILD))
+    (root / "noisy.py").write_text(textwrap.dedent(NOISY))
+    return root
+
+
+def test_rays_own_lines_go_to_the_log_and_to_the_console_only_with_v(ray_cluster, noisy_ws, tmp_path):
+    env = _env(RAY_ADDRESS=ray_cluster.address)
+    quiet = _marinbuild(noisy_ws, env, "--backend", "ray", "--prefix", str(tmp_path / "p1"), "//pipe:noisy")
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    log = noisy_ws / ".marinbuild" / "logs" / "ray.log"
+    assert "hello from the step" in quiet.stderr  # the step's own output is shown
+    assert "ray-noise-marker" not in quiet.stderr and f"Ray's own messages go to {log}" in quiet.stderr
+    assert "\x1b[" not in quiet.stderr + quiet.stdout  # no colour codes when stderr is not a terminal
+    assert "ray-noise-marker" in log.read_text()
+
+    loud = _marinbuild(noisy_ws, env, "--backend", "ray", "--prefix", str(tmp_path / "p2"), "-v", "//pipe:noisy")
+    assert loud.returncode == 0, loud.stderr[-3000:]
+    assert "ray-noise-marker" in loud.stderr and "hello from the step" in loud.stderr
