@@ -12,9 +12,11 @@ modules they import under the workspace's own package names (``from experiments.
 ...``) stay by reference: a worker imports them from the workspace (a cluster's
 ``working_dir``, a local instance's ``PYTHONPATH``).
 
-``ship_by_value(name)`` records a module; the Ray backend registers every recorded module with
-Ray's cloudpickle before it pickles a step (``register_with_ray``), so this module never imports
-Ray. ``is_shipped(module_name)`` says whether classes of a module go by value (the payload
+``ship_by_value(name)`` records a module (``ship_imported_through(folder)``: every module imported
+by bare name from a script's folder; ``ship_main_siblings`` does it for a script run as
+``__main__``); the Ray backend registers every recorded module with Ray's cloudpickle before it
+pickles a step (``register_with_ray``), so this module never imports Ray.
+``is_shipped(module_name)`` says whether classes of a module go by value (the payload
 pickler ships each such class once per driver, as it does ``__main__``'s).
 """
 
