@@ -22,6 +22,7 @@ pickler ships each such class once per driver, as it does ``__main__``'s).
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Iterable
@@ -41,25 +42,22 @@ def ship_by_value(module_name: str) -> None:
 
 def ship_imported_through(folder: str | Path, names: Iterable[str] | None = None) -> None:
     """Ship by value each module (of ``names``, default all imported) that was imported through ``folder`` as a
-    ``sys.path`` entry: its name is its path below ``folder`` (``helpers`` for ``folder/helpers.py``)."""
-    base = Path(folder).resolve()
+    ``sys.path`` entry (spelt as on ``sys.path``): its file is its dotted name below ``folder`` (``helpers`` for
+    ``folder/helpers.py``)."""
+    base = str(folder).rstrip(os.sep) + os.sep
     for name in list(sys.modules if names is None else names):
         module = sys.modules.get(name)
         if module is not None and _imported_through(module, base):
             ship_by_value(name)
 
 
-def _imported_through(module: Any, folder: Path) -> bool:
-    file = getattr(module, "__file__", None)
-    if not file:
+def _imported_through(module: Any, base: str) -> bool:
+    namespace = getattr(module, "__dict__", {})  # (not getattr: a lazy module would import on it)
+    file, name = namespace.get("__file__"), namespace.get("__name__")
+    if not isinstance(file, str) or not isinstance(name, str) or not file.startswith(base):
         return False
-    try:
-        parts = Path(file).resolve().relative_to(folder).with_suffix("").parts
-    except ValueError:
-        return False
-    if parts and parts[-1] == "__init__":
-        parts = parts[:-1]
-    return bool(parts) and ".".join(parts) == module.__name__
+    below = os.path.join(*name.split("."))
+    return file[len(base):] in (below + ".py", os.path.join(below, "__init__.py"))
 
 
 def ship_main_siblings(workspace: str | Path | None) -> None:
@@ -68,10 +66,11 @@ def ship_main_siblings(workspace: str | Path | None) -> None:
     file = getattr(sys.modules.get("__main__"), "__file__", None)
     if not file:
         return
-    folder = Path(file).resolve().parent
-    if workspace is not None and folder == Path(workspace).resolve():
+    folder = os.path.dirname(os.path.abspath(file))
+    if workspace is not None and os.path.realpath(folder) == os.path.realpath(workspace):
         return
-    ship_imported_through(folder)
+    for spelling in dict.fromkeys([folder, os.path.realpath(folder)]):  # (Python resolves links in sys.path[0])
+        ship_imported_through(spelling)
 
 
 def is_shipped(module_name: str) -> bool:
