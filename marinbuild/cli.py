@@ -28,13 +28,17 @@ class UsageProblem(Exception):
     """Bad input from the user: printed as one line, exit 2."""
 
 
+_PATTERN_COMMANDS = ("build", "why")
+"""Subcommands whose arguments are target patterns, where ``-PATTERN`` subtracts."""
+
+
 class DefaultBuildGroup(click.Group):
     """``marinbuild PATTERN...`` means ``marinbuild build PATTERN...``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             args = ["build", *args]
-        if args and args[0] == "build" and "--" not in args:
+        if args and args[0] in _PATTERN_COMMANDS and "--" not in args:
             # A subtracted pattern (-//pkg:x) is not an option: pass it after "--", as Bazel users write it.
             negative = [a for a in args if a.startswith(("-//", "-:", "-@"))]
             if negative:
@@ -106,7 +110,7 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     if _noop_from_snapshot(patterns, settings, report):
         return
     from marinbuild import snapshot
-    from marinbuild.executor import PreviousStepFailedError, StepFailedError
+    from marinbuild.executor import PreviousTaskFailedError, StepFailedError
     from marinbuild.resources import UnsatisfiableResourcesError
 
     session = _open_session(**settings)
@@ -127,7 +131,7 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     try:
         executor.run(session.requested_steps(), dry_run=dry_run, force_run_failed=session.settings.force_run_failed,
                      max_concurrent=session.settings.jobs)
-    except (StepFailedError, PreviousStepFailedError) as exc:
+    except (StepFailedError, PreviousTaskFailedError) as exc:
         failed = exc
     except UnsatisfiableResourcesError as exc:  # nothing ran: the backend cannot give a step what it needs
         raise UsageProblem(str(exc)) from exc
@@ -305,19 +309,36 @@ def query_command(expression: str, output: str, prefix: str | None) -> None:
 
 
 @cli.command("why")
-@click.argument("target", shell_complete=_complete_labels)
+@click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
 @click.option("--prefix", help="The prefix to compare with (default as for builds).")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
-def why_command(target: str, prefix: str | None, output: str) -> None:
-    """Say exactly why TARGET would (re)run: never built, output deleted, failed before, or what changed."""
-    from marinbuild.why import format_why, why, why_as_dict
+def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> None:
+    """Say exactly why each target PATTERN... names would (re)run: never built, output deleted, failed before, or
+    what changed. One label gives that target's steps; a pattern (//pkg:all, //pkg/..., -PATTERN subtracts) a
+    section per matched target."""
+    from marinbuild.why import format_why, format_why_targets, why_as_dict, why_targets, why_targets_as_dict
 
     session = _open_session(prefix=prefix)
-    explanations = why(session, target)
-    if output == "json":
-        click.echo(json.dumps(why_as_dict(target, explanations), indent=2))
+    groups = why_targets(session, list(patterns))
+    if not groups:
+        raise UsageProblem(f"no targets match {' '.join(patterns)}")
+    if _is_one_label(patterns, session.current_package()):
+        (group,) = groups
+        text = json.dumps(why_as_dict(group.target, group.steps), indent=2) if output == "json" \
+            else format_why(group.steps)
+    elif output == "json":
+        paths = [session.executor.output_paths[step] for step in session.executor.steps]
+        text = json.dumps(why_targets_as_dict(list(patterns), groups, paths), indent=2)
     else:
-        click.echo(format_why(explanations))
+        text = format_why_targets(groups)
+    click.echo(text)
+
+
+def _is_one_label(patterns: tuple[str, ...], current_package: str) -> bool:
+    """Whether ``patterns`` is a single plain label (not ``:all``, ``...`` or a subtraction)."""
+    from marinbuild.core.labels import parse_pattern
+
+    return len(patterns) == 1 and parse_pattern(patterns[0], current_package).kind == "label"
 
 
 @cli.group("cache")
@@ -405,16 +426,42 @@ def clean_command() -> None:
     click.echo(format_clean(clean(find_workspace("."))))
 
 
+def _cluster_options(command: Any) -> Any:
+    """--address and --cluster, shared by ``submit`` and the ``jobs`` commands."""
+    command = click.option("--cluster", metavar="CONFIG|NAME",
+                           help="A Ray cluster config (infra/NAME.yaml) or its name in infra/ (e.g. us-central2): "
+                           "its head's dashboard.")(command)
+    return click.option("--address", help="The cluster's dashboard URL (wins over --cluster; default "
+                        "$RAY_API_SERVER_ADDRESS, $RAY_ADDRESS, http://127.0.0.1:8265).")(command)
+
+
+def _json_resources(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, float] | None:
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON ({exc.msg}): write e.g. '{{\"TPU\": 4}}'") from exc
+    if not isinstance(parsed, dict) or not all(isinstance(v, int | float) for v in parsed.values()):
+        raise click.BadParameter('a JSON object of resource names to numbers, e.g. \'{"TPU": 4}\'')
+    return parsed
+
+
 @cli.command("submit", context_settings={"ignore_unknown_options": True})
-@click.option("--address", help="The cluster: a dashboard URL or Ray address (default $RAY_API_SERVER_ADDRESS, "
-              "$RAY_ADDRESS, http://127.0.0.1:8265).")
+@_cluster_options
+@click.option("--tpu", metavar="TYPE", help="Run the command on a host of this TPU type (e.g. v4-8), as Marin's --tpu.")
+@click.option("--entrypoint_num_cpus", "--entrypoint-num-cpus", type=float, help="CPUs to reserve for the command.")
+@click.option("--entrypoint_resources", "--entrypoint-resources", callback=_json_resources, metavar="JSON",
+              help="Custom resources to reserve for the command, e.g. '{\"TPU\": 4}'.")
+@click.option("--submission_id", "--submission-id", help="The job's id (default: Ray picks one).")
 @click.option("--no_wait", is_flag=True, help="Print the job id and return; do not follow the job.")
 @click.option("-e", "--env", "env", nargs=2, multiple=True, metavar="KEY VALUE", help="An environment variable.")
 @click.option("--extra", "extras", multiple=True, metavar="NAME",
               help="Install this extra of the workspace (or a package) into the job's environment.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def submit_command(address: str | None, no_wait: bool, env: tuple[tuple[str, str], ...], extras: tuple[str, ...],
-                   command: tuple[str, ...]) -> None:
+def submit_command(address: str | None, cluster: str | None, tpu: str | None, entrypoint_num_cpus: float | None,
+                   entrypoint_resources: dict[str, float] | None, submission_id: str | None, no_wait: bool,
+                   env: tuple[tuple[str, str], ...], extras: tuple[str, ...], command: tuple[str, ...]) -> None:
     """Run COMMAND on a Ray cluster as a job, with this workspace as its working_dir: submit ... -- COMMAND..."""
     from marinbuild import submit as jobs
 
@@ -422,11 +469,13 @@ def submit_command(address: str | None, no_wait: bool, env: tuple[tuple[str, str
         if "=" in key or not key:
             raise UsageProblem(f"-e takes KEY VALUE, got key {key!r} (write -e {key.replace('=', ' ', 1)})")
     try:
-        submission = jobs.submit(list(command), address=address, env_vars=dict(env), extras=extras)
+        submission = jobs.submit(list(command), address=address, cluster=cluster, env_vars=dict(env), extras=extras,
+                                 submission_id=submission_id, tpu=tpu, entrypoint_num_cpus=entrypoint_num_cpus,
+                                 entrypoint_resources=entrypoint_resources)
     except ImportError as exc:
         raise UsageProblem(f"submit needs Ray: pip install 'marinbuild[ray]' ({exc})") from exc
-    except ConnectionError as exc:
-        raise UsageProblem(f"cannot reach the Ray cluster at {jobs.resolve_address(address)}: {exc}") from exc
+    except ValueError as exc:  # a bad --tpu
+        raise UsageProblem(str(exc)) from exc
     click.echo(submission.job_id)
     if no_wait:
         return
@@ -435,8 +484,8 @@ def submit_command(address: str | None, no_wait: bool, env: tuple[tuple[str, str
     try:
         jobs.follow(submission)
     except KeyboardInterrupt:
-        click.echo(f"marinbuild: stopped following; the job goes on (stop it: ray job stop {submission.job_id} "
-                   f"--address {submission.address})", err=True)
+        click.echo(f"marinbuild: stopped following; the job goes on (stop it: marinbuild jobs stop "
+                   f"{submission.job_id} --address {submission.address})", err=True)
         raise SystemExit(130) from None
     status, code = jobs.final_status(submission)
     click.echo(f"marinbuild: job {submission.job_id} {status}", err=True)
@@ -444,14 +493,97 @@ def submit_command(address: str | None, no_wait: bool, env: tuple[tuple[str, str
         raise SystemExit(code)
 
 
+@cli.group("jobs")
+def jobs_group() -> None:
+    """Ray jobs on a cluster: list, status JOB, logs JOB [-f], stop JOB (--address or --cluster)."""
+
+
+def _job_client(address: str | None, cluster: str | None) -> tuple[Any, str]:
+    from marinbuild import jobs
+    from marinbuild.submit import resolve_address
+
+    resolved = resolve_address(address, cluster)
+    try:
+        return jobs.job_client(resolved), resolved
+    except ImportError as exc:
+        raise UsageProblem(f"jobs needs Ray: pip install 'marinbuild[ray]' ({exc})") from exc
+
+
+@jobs_group.command("list")
+@_cluster_options
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def jobs_list_command(address: str | None, cluster: str | None, output: str) -> None:
+    """Every job the cluster knows, oldest first."""
+    from marinbuild import jobs
+    from marinbuild.ui.jobs_view import jobs_json, print_jobs
+
+    client, resolved = _job_client(address, cluster)
+    rows = jobs.list_jobs(client, resolved)
+    if output == "json":
+        click.echo(jobs_json(rows))
+    else:
+        print_jobs(rows, sys.stdout)
+
+
+@jobs_group.command("status")
+@click.argument("job")
+@_cluster_options
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def jobs_status_command(job: str, address: str | None, cluster: str | None, output: str) -> None:
+    """JOB's status, entrypoint, times and exit code."""
+    from marinbuild import jobs
+    from marinbuild.ui.jobs_view import jobs_json, print_job
+
+    client, resolved = _job_client(address, cluster)
+    row = jobs.job_status(client, resolved, job)
+    if output == "json":
+        click.echo(jobs_json(row))
+    else:
+        print_job(row, sys.stdout)
+
+
+@jobs_group.command("logs")
+@click.argument("job")
+@_cluster_options
+@click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
+def jobs_logs_command(job: str, address: str | None, cluster: str | None, follow: bool) -> None:
+    """JOB's logs (its driver's output)."""
+    from marinbuild import jobs
+
+    client, resolved = _job_client(address, cluster)
+    if follow:
+        try:
+            jobs.follow_logs(client, resolved, job, sys.stdout)
+        except KeyboardInterrupt:
+            raise SystemExit(130) from None
+    else:
+        click.echo(jobs.job_logs(client, resolved, job), nl=False)
+
+
+@jobs_group.command("stop")
+@click.argument("job")
+@_cluster_options
+def jobs_stop_command(job: str, address: str | None, cluster: str | None) -> None:
+    """Stop JOB (its driver and the tasks it started)."""
+    from marinbuild import jobs
+
+    client, resolved = _job_client(address, cluster)
+    stopped = jobs.stop_job(client, resolved, job)
+    click.echo(f"marinbuild: {'stopping' if stopped else 'already ended:'} job {job}", err=True)
+
+
 def _user_error_types() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix (exit 2). Imported only when something was raised."""
+    from marinbuild.cluster_config import ClusterConfigError
     from marinbuild.core.labels import LabelError
+    from marinbuild.jobs import JobsError
     from marinbuild.load import WorkspaceError
     from marinbuild.query import QueryError
+    from marinbuild.ray_auth import RayAuthError
     from marinbuild.session import SettingsError
 
-    return (LabelError, WorkspaceError, QueryError, SettingsError, UsageProblem)
+    return (LabelError, WorkspaceError, QueryError, SettingsError, UsageProblem, ClusterConfigError, JobsError,
+            RayAuthError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,7 +43,10 @@ from marinbuild.core.placeholders import (
 )
 from marinbuild.core.versions import VersionTable
 from marinbuild.core.walk import (
+    InputNameEvent,
+    VersionedEvent,
     collect_dependencies_and_version,
+    dependency_index_str,
     instantiate_config,
     resolve_local_placeholders,
     unwrap_versioned_value,
@@ -66,25 +69,36 @@ __all__ = [
     "ExecutorStep",
     "ExecutorStepInfo",
     "InputName",
+    "InputNameEvent",
     "MirroredValue",
     "OutputName",
     "PreviousStepFailedError",
+    "PreviousTaskFailedError",
     "StepFailedError",
+    "VersionedEvent",
     "VersionedValue",
+    "asdict_without_description",
     "collect_dependencies_and_version",
     "compute_output_path",
     "default_prefix",
+    "dependency_index_str",
     "ensure_versioned",
     "executor_main",
+    "get_caller_path",
     "get_executor_step",
+    "get_fn_name",
+    "get_git_commit",
+    "get_user",
     "instantiate_config",
     "materialize",
     "mirrored",
     "output_path_of",
     "remote",
+    "resolve_executor_step",
     "resolve_local_placeholders",
     "this_output_path",
     "unwrap_versioned_value",
+    "upstream_steps",
     "versioned",
     "walk_config",
 ]
@@ -101,10 +115,17 @@ def default_prefix() -> str:
 
 
 class StepFailedError(RuntimeError):
-    """One or more steps failed; ``failures`` maps each failed step's name to its exception."""
+    """One or more steps failed; ``failures`` maps each failed step's name to its exception. The message names
+    each failed step's ``.marinbuild_traceback.txt`` (its whole traceback, kept beside its status)."""
 
     def __init__(self, failures: dict[str, BaseException], dep_failed: list[str]):
-        names = ", ".join(failures)
+        from marinbuild.run.failure import traceback_file_of
+
+        def named(name: str, error: BaseException) -> str:
+            path = traceback_file_of(error)
+            return f"{name} (traceback: {path})" if path else name
+
+        names = ", ".join(named(name, error) for name, error in failures.items())
         message = f"{len(failures)} step(s) failed: {names}"
         if dep_failed:
             message += f"; {len(dep_failed)} step(s) not run because a dependency failed (DEP_FAILED): "
@@ -114,8 +135,14 @@ class StepFailedError(RuntimeError):
         self.dep_failed = dep_failed
 
 
-class PreviousStepFailedError(RuntimeError):
-    """A needed step failed in an earlier run and ``force_run_failed`` is False."""
+class PreviousTaskFailedError(Exception):
+    """A needed step failed in an earlier run and ``force_run_failed`` is False. Marin's name and base class (a plain
+    ``Exception``, ``marin.execution.executor_step_status.PreviousTaskFailedError``), so code that catches Marin's
+    keeps working when it imports this one instead."""
+
+
+PreviousStepFailedError = PreviousTaskFailedError
+"""marinbuild's earlier name of ``PreviousTaskFailedError``."""
 
 
 @dataclass(frozen=True)
@@ -189,19 +216,31 @@ def _worker_id() -> str:
 
 
 def _git_commit() -> str | None:
-    """HEAD's commit of the current directory's repository, read from .git (no subprocess)."""
+    """HEAD's commit of the current directory's repository (what Marin's ``git rev-parse HEAD`` gives when ``.git``
+    is there), read from the files (no subprocess). ``.git`` may be a file pointing elsewhere (a worktree)."""
     git = os.path.join(os.getcwd(), ".git")
     try:
+        if os.path.isfile(git):
+            with open(git) as f:
+                pointer = f.read().strip()
+            if not pointer.startswith("gitdir: "):
+                return None
+            git = os.path.join(os.getcwd(), pointer[len("gitdir: "):])
+        common = git
+        if os.path.exists(os.path.join(git, "commondir")):  # a worktree's refs live in the main repository
+            with open(os.path.join(git, "commondir")) as f:
+                common = os.path.join(git, f.read().strip())
         with open(os.path.join(git, "HEAD")) as f:
             head = f.read().strip()
         if not head.startswith("ref: "):
             return head
         ref = head[5:]
-        ref_file = os.path.join(git, ref)
-        if os.path.exists(ref_file):
-            with open(ref_file) as f:
-                return f.read().strip()
-        with open(os.path.join(git, "packed-refs")) as f:
+        for folder in (git, common):
+            ref_file = os.path.join(folder, ref)
+            if os.path.exists(ref_file):
+                with open(ref_file) as f:
+                    return f.read().strip()
+        with open(os.path.join(common, "packed-refs")) as f:
             for line in f:
                 if line.strip().endswith(" " + ref):
                     return line.split()[0]
@@ -228,6 +267,33 @@ def _user() -> str | None:
         return getpass.getuser()
     except Exception:
         return None
+
+
+get_git_commit = _git_commit
+get_caller_path = _caller_path
+get_user = _user
+
+
+def asdict_without_description(obj: Any) -> dict[str, Any]:
+    """Marin's helper: a dataclass (an info) as a dict, recursively, without its top-level ``description``."""
+    import copy
+    from dataclasses import fields, is_dataclass
+
+    def recurse(value: Any) -> Any:
+        if is_dataclass(value) and not isinstance(value, type):
+            return {f.name: recurse(getattr(value, f.name)) for f in fields(value)}
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(*(recurse(v) for v in value))
+        if isinstance(value, list | tuple):
+            return type(value)(recurse(v) for v in value)
+        if isinstance(value, dict):
+            return {recurse(k): recurse(v) for k, v in value.items()}
+        return copy.deepcopy(value)
+
+    data = recurse(obj)
+    assert isinstance(data, dict)
+    data.pop("description", None)
+    return data
 
 
 class Executor:
@@ -494,19 +560,27 @@ class Executor:
                      data={"dry_run": dry_run, "status": step_plan.status})
         failed_before = plan.by_state(planning.FAILED)
         if failed_before and not force_run_failed:
-            names = ", ".join(f"{s.name} ({plan.steps[s].status})" for s in failed_before)
-            raise PreviousStepFailedError(f"step(s) failed previously: {names}; rerun with force_run_failed=True")
+            from marinbuild.store.traceback_file import existing_traceback
+
+            def named(s: ExecutorStep) -> str:
+                traceback = existing_traceback(self.output_paths[s])
+                return f"{s.name} ({plan.steps[s].status}" + (f"; traceback: {traceback})" if traceback else ")")
+
+            names = ", ".join(named(s) for s in failed_before)
+            raise PreviousTaskFailedError(f"step(s) failed previously: {names}; rerun with force_run_failed=True")
         if dry_run:
             return self.output_paths
-        self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed)
+        self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed, run_only is not None)
         return self.output_paths
 
-    def _execute(self, graph: Any, plan: Any, bus: Any, max_concurrent: int | None, force_run_failed: bool) -> Any:
+    def _execute(self, graph: Any, plan: Any, bus: Any, max_concurrent: int | None, force_run_failed: bool,
+                 selected: bool = False) -> Any:
         from marinbuild.run import events as ev
 
         if not plan.to_run:  # everything is built: nothing to start, check or record
             from marinbuild.run.outcome import Outcome
 
+            self._write_infos_of_steps_not_run(graph, plan, selected)
             bus.emit(ev.BUILD_STARTED, data={"steps": 0})
             bus.emit(ev.BUILD_FINISHED, data={"ran": 0, "failed": 0})
             return Outcome()
@@ -538,6 +612,7 @@ class Executor:
         backend = _backend_named(self.backend or default_backend(), max_concurrent) if owned else self.backend
         try:
             _check_resources(backend, jobs)  # before anything is written
+            self._write_infos_of_steps_not_run(graph, plan, selected)
             if plan.to_run:  # a run that runs nothing records nothing
                 self.get_infos()
                 self._write_run_info(only_if_new=True)
@@ -557,13 +632,38 @@ class Executor:
             raise error from (first.__cause__ or first)
         return outcome
 
+    def _write_infos_of_steps_not_run(self, graph: Any, plan: Any, selected: bool) -> None:
+        """Marin writes every step's ``.executor_info`` before it starts any (``write_infos``), also for the steps it
+        will not run: pseudo-dependencies nothing blocking needs, and steps ``run_only`` leaves out. Those get theirs
+        here, before any step starts, when their folder has none (Marin's own step runner also writes only a missing
+        one); the steps this run runs write theirs when they start. Steps below a built step are not looked at:
+        whoever built them wrote theirs, so a no-op run without pseudo-dependencies checks and writes nothing.
+        ``selected``: the run was narrowed by ``run_only``."""
+        from marinbuild.run.plan import BUILT
+        from marinbuild.store import records
+
+        table = self._table
+        if len(plan.steps) == len(table.steps):
+            return
+        if not selected:  # without run_only, a step the plan did not reach is below a built one or a pseudo-dependency
+            left_out = [s for s in table.steps if table.is_pseudo_dep[s] and s not in plan.steps]
+        else:
+            built = [s for s, p in plan.steps.items() if p.state == BUILT]
+            below_built = set(graph.blocking_closure(d for s in built for d in graph.blocking_deps(s)))
+            left_out = [s for s in table.steps if s not in plan.steps and s not in below_built]
+        if left_out:
+            records.write_missing_infos({self.output_paths[s]: (lambda s=s: self._step_info_text(s))
+                                         for s in left_out})
+
     def _call_for(self, step: ExecutorStep) -> Any:
-        fn = step.fn
+        from marinbuild.core.walk import max_mirror_budget
+        from marinbuild.run.step_call import StepCall
+        from marinbuild.step_spec import step_function_of
+
+        fn = step_function_of(step)  # a StepSpec's step (StepSpec.as_executor_step) is called with its output path
         config = self.configs[step]
         if fn is None:
             raise ValueError(f"step {step.name} has no fn to run")
-        from marinbuild.core.walk import max_mirror_budget
-        from marinbuild.run.step_call import StepCall
 
         # the step's mirror:// copies are charged to its largest mirrored(..., budget_gb=) (Marin's rule)
         return StepCall(fn, config, step.resources, step.pip_dependency_groups,
@@ -620,6 +720,16 @@ def _check_resources(backend: Any, jobs: dict[ExecutorStep, Any]) -> None:
                                           + "; ".join(problems))
 
 
+def resolve_executor_step(step: ExecutorStep, config: Any, output_path: str, deps: list[Any] | None = None,
+                          dag_tpu_regions: list[str] | None = None, forced_region: str | None = None,
+                          mirror_budget_gb: float | None = None) -> Any:
+    """``step`` (its config instantiated) as Marin's ``StepSpec``, a function of its output path: see
+    ``marinbuild.step_spec.resolve_executor_step`` (loaded on first use)."""
+    from marinbuild.step_spec import resolve_executor_step as resolve
+
+    return resolve(step, config, output_path, deps, dag_tpu_regions, forced_region, mirror_budget_gb)
+
+
 # -- entry points -----------------------------------------------------------------------------
 
 
@@ -639,6 +749,10 @@ class ExecutorMainConfig:
 
 def _executor_main(config: ExecutorMainConfig, steps: list[ExecutorStep], description: str | None = None,
                    max_concurrent: int | None = None) -> Executor:
+    """``executor_main`` with its config given: Marin's undecorated ``executor_main`` (``executor_main.__wrapped__``),
+    same parameters; ``max_concurrent`` wins over ``config.max_concurrent``. Returns the executor (Marin's: None)."""
+    skip_final_collection()
+    _configure_logging()
     prefix = config.prefix or default_prefix()
     base = config.executor_info_base_path or os.path.join(prefix, "experiments")
     executor = Executor(prefix=prefix, executor_info_base_path=base, description=description)
@@ -660,14 +774,7 @@ def executor_main(config: ExecutorMainConfig | None = None, steps: list[Executor
     """Run ``steps`` as a Marin experiment script does: flags from the command line (draccus), or ``config``."""
     if steps is None:
         raise TypeError("executor_main needs steps=[...]")
-    skip_final_collection()
     if config is None:
-        if not logging.getLogger().handlers:
-            from marinbuild.run.events import LogFormatter
-
-            handler = logging.StreamHandler()
-            handler.setFormatter(LogFormatter("%(asctime)s %(levelname)s %(message)s"))
-            logging.basicConfig(level=logging.INFO, handlers=[handler])
         argv = sys.argv[1:] if args is None else args
         config = parse_main_args_simply(argv)
         if config is None:
@@ -675,6 +782,21 @@ def executor_main(config: ExecutorMainConfig | None = None, steps: list[Executor
 
             config = draccus.parse(ExecutorMainConfig, args=argv)
     return _executor_main(config, steps, description, max_concurrent)
+
+
+executor_main.__wrapped__ = _executor_main  # type: ignore[attr-defined]
+"""As on Marin's ``@draccus.wrap()``-decorated ``executor_main`` (``functools.wraps``): the function that takes the
+config itself, ``executor_main.__wrapped__(config, steps, description=None, max_concurrent=None)``."""
+
+
+def _configure_logging() -> None:
+    """INFO logs on stderr, as Marin's ``executor_main`` sets up; nothing when the program has its own handlers."""
+    if not logging.getLogger().handlers:
+        from marinbuild.run.events import LogFormatter
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(LogFormatter("%(asctime)s %(levelname)s %(message)s"))
+        logging.basicConfig(level=logging.INFO, handlers=[handler])
 
 
 _PLAIN_STRING = re.compile(r"[A-Za-z/._][A-Za-z0-9_./:@+=,-]*")

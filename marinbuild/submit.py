@@ -1,32 +1,41 @@
 """``marinbuild submit``: run a command on a Ray cluster through Ray's Job Submission API.
 
-    marinbuild submit [--address URL] [--no_wait] [-e KEY VALUE]... -- COMMAND...
+    marinbuild submit [--cluster infra/NAME.yaml | --address URL] [--tpu TYPE] [--no_wait]
+                      [-e KEY VALUE]... -- COMMAND...
 
 This replaces Marin's ``ray_run.py``. The workspace (the nearest folder with a
 ``pyproject.toml``) is shipped as the job's ``working_dir`` (minus
 ``runtime_env.WORKING_DIR_EXCLUDES`` and what ``.gitignore`` lists); the command runs
 from the same relative folder it was typed in. ``-e`` sets environment variables;
 ``HF_TOKEN``, ``WANDB_API_KEY`` and ``MARIN_PREFIX`` are passed on when set here, as
-Marin did. ``--extra NAME`` installs extras of the workspace (or packages) into the job's
-environment. The job id goes to stdout; without ``--no_wait`` the job's logs follow,
-and the exit code is the job's: 0 if it succeeded, the command's own exit code if it
-failed with one, else 1. Ctrl-C stops following; the job keeps running.
+Marin did, and ``GIT_COMMIT`` is the workspace's ``git rev-parse HEAD`` (when it is a git
+checkout), as Marin's ``ray_run.py`` sets it. ``--extra NAME`` installs extras of the
+workspace (or packages) into the job's environment. The job id goes to stdout; without
+``--no_wait`` the job's logs follow, and the exit code is the job's: 0 if it succeeded,
+the command's own exit code if it failed with one, else 1. Ctrl-C stops following; the job keeps running.
 
-The address is ``--address``, else ``RAY_API_SERVER_ADDRESS``, else ``RAY_ADDRESS``,
-else ``http://127.0.0.1:8265`` (a dashboard URL, or any address ``ray.init`` takes).
+The driver (the command) runs where ``entrypoint_num_cpus`` / ``entrypoint_resources`` place it,
+as Ray's job API does; ``tpu="v4-8"`` adds what one host of that TPU type advertises
+(``{"TPU-v4-8-head": 1, "TPU": 4}``), as Marin's ``--tpu`` does. ``submission_id`` names the job.
+
+The address is ``--address``, else the head of ``--cluster`` (``marinbuild.cluster_config``), else
+``RAY_API_SERVER_ADDRESS``, else ``RAY_ADDRESS``, else ``http://127.0.0.1:8265`` (a dashboard URL,
+or any address ``ray.init`` takes). With ``RAY_AUTH_MODE=token``, Ray's job client sends the token
+(``marinbuild.ray_auth``); connection and token failures are ``JobsError`` / ``RayAuthError``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shlex
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from marinbuild.jobs import TERMINAL, follow_logs, job_client, ray_errors, status_name
 from marinbuild.runtime_env import (
     RUNTIME_ENV_VARS_FROM_DRIVER,
     pip_requirements,
@@ -35,12 +44,39 @@ from marinbuild.runtime_env import (
 )
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
-def resolve_address(address: str | None = None) -> str:
-    return (address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
-            or DEFAULT_ADDRESS)
+def resolve_address(address: str | None = None, cluster: str | None = None) -> str:
+    """The job API address: ``address``, else ``cluster``'s head dashboard, else the environment's, else local."""
+    if address:
+        return address
+    if cluster:
+        from marinbuild.cluster_config import resolve_cluster
+
+        cwd = Path.cwd()
+        return resolve_cluster(cluster, [cwd, project_root(cwd) or cwd]).dashboard_url
+    return os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS
+
+
+def driver_resources(resources: dict[str, float] | None, tpu: str | None) -> dict[str, float] | None:
+    """Custom resources the driver needs: ``resources`` plus one host of the TPU type ``tpu`` (Marin's ``--tpu``)."""
+    if tpu is None:
+        return dict(resources) if resources else None
+    from marinbuild.resources import Resources, tpu_slice
+
+    if tpu_slice(tpu).multi_host:
+        raise ValueError(f"--tpu {tpu} spans several hosts; the driver runs on one (e.g. v4-8, v5litepod-4, v6e-8)")
+    return {**(resources or {}), **Resources(tpu=tpu).ray_resources()}
+
+
+def git_commit(folder: Path) -> str | None:
+    """``git rev-parse HEAD`` of the checkout ``folder`` is in, or None outside one."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = done.stdout.strip()
+    return commit if done.returncode == 0 and commit else None
 
 
 @dataclass
@@ -50,41 +86,40 @@ class Submission:
     address: str
 
 
-def submit(command: Sequence[str], *, address: str | None = None, env_vars: dict[str, str] | None = None,
-           working_dir: str | os.PathLike[str] | None = None, extras: Sequence[str] = (),
-           submission_id: str | None = None) -> Submission:
+def submit(command: Sequence[str], *, address: str | None = None, cluster: str | None = None,
+           env_vars: dict[str, str] | None = None, working_dir: str | os.PathLike[str] | None = None,
+           extras: Sequence[str] = (), submission_id: str | None = None, tpu: str | None = None,
+           entrypoint_num_cpus: float | None = None,
+           entrypoint_resources: dict[str, float] | None = None) -> Submission:
     """Submit ``command`` as a Ray job with the workspace as its working_dir; return at once."""
     if not command:
         raise ValueError("submit needs a command after --")
-    from ray.job_submission import JobSubmissionClient
-
+    resources = driver_resources(entrypoint_resources, tpu)
+    resolved = resolve_address(address, cluster)
+    client = job_client(resolved)
     cwd = Path.cwd().resolve()
     root = Path(working_dir).resolve() if working_dir is not None else (project_root(cwd) or cwd)
     entrypoint = shlex.join(command)
     if cwd != root and cwd.is_relative_to(root):
         entrypoint = f"cd {shlex.quote(cwd.relative_to(root).as_posix())} && {entrypoint}"
     env = {k: os.environ[k] for k in RUNTIME_ENV_VARS_FROM_DRIVER if os.environ.get(k)}
+    commit = git_commit(root)
+    if commit:
+        env["GIT_COMMIT"] = commit
     env.update(env_vars or {})
     runtime_env = workspace_runtime_env(root, env)
     if extras:
         runtime_env["pip"] = pip_requirements(list(extras), root)
         runtime_env["config"] = {"setup_timeout_seconds": 1800}
-    resolved = resolve_address(address)
-    client = JobSubmissionClient(resolved)
-    job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, submission_id=submission_id)
+    with ray_errors(resolved):
+        job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, submission_id=submission_id,
+                                   entrypoint_num_cpus=entrypoint_num_cpus, entrypoint_resources=resources)
     return Submission(client, job_id, resolved)
 
 
 def follow(submission: Submission, out: TextIO | None = None) -> None:
     """Copy the job's logs to ``out`` (stdout) until it ends."""
-    stream = out if out is not None else sys.stdout
-
-    async def tail() -> None:
-        async for chunk in submission.client.tail_job_logs(submission.job_id):
-            stream.write(chunk)
-            stream.flush()
-
-    asyncio.run(tail())
+    follow_logs(submission.client, submission.address, submission.job_id, out if out is not None else sys.stdout)
 
 
 def final_status(submission: Submission) -> tuple[str, int]:
@@ -93,10 +128,10 @@ def final_status(submission: Submission) -> tuple[str, int]:
 
     info = submission.client.get_job_info(submission.job_id)
     deadline = time.monotonic() + 30
-    while str(_name(info.status)) not in TERMINAL and time.monotonic() < deadline:
+    while status_name(info.status) not in TERMINAL and time.monotonic() < deadline:
         time.sleep(0.2)  # the logs ended just before the status was recorded
         info = submission.client.get_job_info(submission.job_id)
-    status = _name(info.status)
+    status = status_name(info.status)
     return status, exit_code(status, getattr(info, "driver_exit_code", None))
 
 
@@ -106,7 +141,3 @@ def exit_code(status: str, driver_exit_code: int | None = None) -> int:
     if status == "FAILED" and isinstance(driver_exit_code, int) and 0 < driver_exit_code < 256:
         return driver_exit_code
     return 1
-
-
-def _name(status: Any) -> str:
-    return getattr(status, "value", None) or str(status)

@@ -1,9 +1,15 @@
 """``why``: for each step of a target (and each step it needs that would run), why it would run.
 
 A step is up to date when its status is SUCCESS. Otherwise the reason is one of: never
-built, output deleted or incomplete, failed before, running elsewhere, abandoned run,
+built, output deleted or incomplete, failed before (with the path of the failure's traceback), running
+elsewhere, abandoned run,
 damaged (a file that does not parse), or version changed, with the differences between
 the current version and the most recent other version of the step found under the prefix.
+A folder holding nothing but ``.executor_info`` is a step not built yet (Marin, and marinbuild
+for the steps a run leaves out, write it before a step runs), not a deleted output.
+
+``why_targets`` explains each target a pattern (``//pkg:all``, ``//pkg/...``) matches, each as
+it would be alone; a step shared by several targets is read and explained once.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from marinbuild.cache.text import format_age, short_json
 from marinbuild.core.jsonenc import dumps_sorted
 from marinbuild.core.labels import Label
 from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.store.records import INFO_FILE
+from marinbuild.store.traceback_file import existing_traceback
 
 BUILT = "built"
 NEVER_BUILT = "never built"
@@ -59,31 +67,77 @@ class StepExplanation:
         return data
 
 
+@dataclass
+class TargetExplanation:
+    """The explanations of one target that a pattern matched."""
+
+    target: str
+    steps: list[StepExplanation]
+
+
 def why(session: Any, label: str | Label) -> list[StepExplanation]:
     """Explain every step of ``label`` and every step they need that would run (dependencies first).
 
-    Reads statuses the way the build's plan does: from the target's steps downward, not
-    descending below a built step, so the steps listed besides the target's own are exactly
-    the plan's ``to_run``.
+    ``label`` may be a pattern (``//pkg:all``, ``//pkg/...``): then the steps of every target it
+    matches, each listed once. Reads statuses the way the build's plan does: from the target's
+    steps downward, not descending below a built step, so the steps listed besides the target's
+    own are exactly the plan's ``to_run``.
     """
-    (resolved,) = pb.resolve_targets(session, [label])
+    groups = why_targets(session, [label])
+    chosen: dict[str, StepExplanation] = {}
+    for group in groups:
+        for e in group.steps:
+            if e.output_path not in chosen or e.requested:  # a step a matched target owns is not a mere dependency
+                chosen[e.output_path] = e
+    return _in_step_order(session, chosen)
+
+
+def _in_step_order(session: Any, by_path: dict[str, StepExplanation]) -> list[StepExplanation]:
+    """The explanations (keyed by output path) in the executor's step order (dependencies first)."""
+    paths = (session.executor.output_paths[s] for s in session.executor.steps)
+    return [by_path[p] for p in paths if p in by_path]
+
+
+def why_targets(session: Any, patterns: list[str | Label]) -> list[TargetExplanation]:
+    """Explain each target ``patterns`` match (``//pkg:all``, ``//pkg/...``, ``-PATTERN`` subtracts), in order.
+
+    Each target gets what ``why`` gives for it alone: its own steps and the steps they need that
+    would run. A step shared by several targets is read and explained once.
+    """
+    labels = pb.resolve_targets(session, patterns)
     executor = session.executor
     table = executor._table
     stale_after = pb.stale_after_of(session)
-    requested = list(dict.fromkeys(session.steps_of(resolved)))
     probes: dict[ExecutorStep, pb.Probe] = {}
-    frontier = requested
-    while frontier:
-        found = pb.probe_outputs([executor.output_paths[s] for s in frontier], stale_after)
-        following: dict[ExecutorStep, None] = {}
-        for step in frontier:
-            probe = probes[step] = found[executor.output_paths[step]]
-            if probe.state != pb.BUILT:
-                following.update((dep, None) for dep in table.dependencies[step] if dep not in probes)
-        frontier = [s for s in following if s not in probes]
-    wanted = set(requested)
-    order = [s for s in table.steps if s in probes and (s in wanted or probes[s].state != pb.BUILT)]
-    return [_explain(session, step, probes[step], requested=step in wanted) for step in order]
+    explained: dict[tuple[ExecutorStep, bool], StepExplanation] = {}
+    position = {step: i for i, step in enumerate(table.steps)}  # dependencies first
+    groups = []
+    for label in labels:
+        requested = list(dict.fromkeys(session.steps_of(label)))
+        reached: set[ExecutorStep] = set()
+        frontier = requested
+        while frontier:
+            unread = [executor.output_paths[s] for s in frontier if s not in probes]
+            found = pb.probe_outputs(unread, stale_after) if unread else {}
+            following: dict[ExecutorStep, None] = {}
+            for step in frontier:
+                reached.add(step)
+                if step not in probes:
+                    probes[step] = found[executor.output_paths[step]]
+                if probes[step].state != pb.BUILT:
+                    following.update((dep, None) for dep in table.dependencies[step] if dep not in reached)
+            frontier = [s for s in following if s not in reached]
+        wanted = set(requested)
+        steps = []
+        for step in sorted(reached, key=position.__getitem__):
+            if step not in wanted and probes[step].state == pb.BUILT:
+                continue
+            key = (step, step in wanted)
+            if key not in explained:
+                explained[key] = _explain(session, step, probes[step], requested=step in wanted)
+            steps.append(explained[key])
+        groups.append(TargetExplanation(str(label), steps))
+    return groups
 
 
 def explain_step(session: Any, step: ExecutorStep) -> str:
@@ -125,11 +179,33 @@ def format_why(explanations: list[StepExplanation]) -> str:
 
 
 def why_as_dict(label: str | Label, explanations: list[StepExplanation]) -> dict[str, Any]:
-    """The JSON form: ``{"target", "steps": [...], "to_run": [names]}``."""
+    """The JSON form of one target: ``{"target", "steps": [...], "to_run": [names]}``."""
     return {
         "target": str(label),
         "steps": [e.to_dict() for e in explanations],
         "to_run": [e.step for e in explanations if e.will_run],
+    }
+
+
+def format_why_targets(groups: list[TargetExplanation]) -> str:
+    """Human-readable text for the targets of a pattern: a heading per target, then its steps."""
+    return "\n".join(f"{group.target}\n" + _indent(format_why(group.steps)) for group in groups)
+
+
+def _indent(text: str) -> str:
+    return "".join(f"  {line}" if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+def why_targets_as_dict(patterns: list[str], groups: list[TargetExplanation], step_paths: list[str]) -> dict[str, Any]:
+    """The JSON form of a pattern: ``{"patterns", "targets": [one target's form, ...], "to_run": [names]}``.
+
+    ``to_run`` names each step that would run once, in the order of ``step_paths`` (the executor's
+    output paths in its step order: dependencies first)."""
+    running = {e.output_path: e.step for group in groups for e in group.steps if e.will_run}
+    return {
+        "patterns": list(patterns),
+        "targets": [why_as_dict(group.target, group.steps) for group in groups],
+        "to_run": [running[path] for path in dict.fromkeys(step_paths) if path in running],
     }
 
 
@@ -149,6 +225,9 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
         return e
     if probe.state == pb.FAILED:
         e.reason, e.detail = FAILED_BEFORE, f"status {probe.status}"
+        traceback = existing_traceback(probe.output_path)
+        if traceback is not None:
+            e.detail += f"; traceback: {traceback}"
         return e
     if probe.state == pb.RUNNING:
         e.reason = RUNNING_ELSEWHERE
@@ -160,7 +239,8 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
                     f"status RUNNING but the lease of {e.lease_holder} is stale "
                     f"(last heartbeat {format_age(e.lease_age)} ago)")
         return e
-    if Store(probe.output_path).is_dir(probe.output_path):
+    held = Store(probe.output_path).names(probe.output_path)
+    if held is not None and held != [INFO_FILE]:  # only the info: written before the step ran, as Marin does
         e.reason = INCOMPLETE
         e.detail = "the output folder exists but has no status" if probe.status is None else None
         return e

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import pytest
@@ -386,3 +389,74 @@ def test_clean_removes_only_the_workspace_cache(ws):
     with pytest.raises(ValueError, match="cache gc"):
         clean(s.workspace, outputs_of=["//pkg:a"], yes=True)
     assert Path(a, st.STATUS_FILE).exists()
+
+
+SWEEP_STEPS = """
+from marinbuild.store import fs
+
+
+def train(config):
+    fs.write_atomic(config["output_path"] + "/checkpoint.bin", b"w" * config["size"])
+"""
+
+
+def sweep_workspace(root: Path, learning_rate: float) -> Path:
+    """A workspace whose target //experiments/sweep:train puts its outputs under ``<prefix>/experiments/``."""
+    (root / "experiments" / "sweep").mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'sweep'\n\n[tool.marinbuild]\n")
+    (root / "sweep_steps.py").write_text(SWEEP_STEPS)
+    (root / "experiments" / "sweep" / "BUILD.marin").write_text(textwrap.dedent(f"""
+        load("@marinbuild//rules:python.py", "python_step")
+        python_step(name = "train", fn = "sweep_steps:train", config = {{"lr": {learning_rate}, "size": 4096}})
+    """).lstrip())
+    return root
+
+
+def marinbuild_cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI, in a subprocess, in workspace ``root`` (the environment passes on, e.g. the GCS emulator)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), *sys.path]))
+    done = subprocess.run([sys.executable, "-m", "marinbuild", *args], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def check_gc_offers_old_outputs_under_experiments(root: Path, prefix: str, listdir: Any) -> None:
+    """Build //experiments/sweep:train at two learning rates; gc of the target offers and deletes the old one's
+    folder (under ``<prefix>/experiments/``), and leaves the new one and every run info JSON alone."""
+    sweep_workspace(root, 0.001)
+    marinbuild_cli(root, "//experiments/sweep:train", "--prefix", prefix)
+    sweep_workspace(root, 0.002)
+    marinbuild_cli(root, "//experiments/sweep:train", "--prefix", prefix)
+    folders = sorted(name for name in listdir(prefix + "/experiments/sweep"))
+    assert len(folders) == 2
+    run_infos = sorted(name for name in listdir(prefix + "/experiments") if name.endswith(".json"))
+    assert len(run_infos) == 2
+    (new,) = json.loads(marinbuild_cli(root, "cache", "status", "//experiments/sweep:train", "--prefix", prefix,
+                                       "--output", "json").stdout)[0]["output_paths"]
+    old = prefix + "/experiments/sweep/" + next(f for f in folders if not new.endswith("/" + f))
+
+    listed = json.loads(marinbuild_cli(root, "cache", "gc", "//experiments/sweep:train", "--prefix", prefix,
+                                       "--output", "json").stdout)
+    assert [c["output_path"] for c in listed["candidates"]] == [old]
+    assert listed["candidate_bytes"] >= 4096 and listed["deleted"] == [] and listed["kept"] == 1
+
+    done = json.loads(marinbuild_cli(root, "cache", "gc", "//experiments/sweep:train", "--prefix", prefix,
+                                     "--yes", "--output", "json").stdout)
+    assert done["deleted"] == [old]
+    assert sorted(listdir(prefix + "/experiments/sweep")) == [new.rsplit("/", 1)[1]]
+    assert sorted(name for name in listdir(prefix + "/experiments") if name.endswith(".json")) == run_infos
+
+
+def test_gc_offers_old_outputs_under_experiments(tmp_path):
+    check_gc_offers_old_outputs_under_experiments(tmp_path / "ws", str(tmp_path / "prefix"), os.listdir)
+
+
+def test_gc_never_deletes_a_step_folder_holding_the_run_infos(ws):
+    s = ws.build("//pkg:a")
+    holder = ws.prefix / "experiments"  # a step whose output folder is <prefix>/experiments itself
+    st.write_status(str(holder), st.STATUS_SUCCESS)
+    result = cache_gc(s, ["//pkg:a"], yes=True)
+    assert [e.output_path for e in result.candidates] == [str(holder)]
+    assert result.deleted == [] and "holds the run info JSONs" in result.skipped[0]["reason"]
+    assert any(name.endswith(".json") for name in os.listdir(holder))

@@ -21,6 +21,7 @@ from marinbuild.executor import (
     ExecutorStep,
     InputName,
     PreviousStepFailedError,
+    PreviousTaskFailedError,
     StepFailedError,
     executor_main,
     output_path_of,
@@ -556,3 +557,212 @@ def test_run_info_date_is_marins_isoformat_of_local_now():
     text = _now_iso()
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?", text)
     assert abs((datetime.fromisoformat(text) - datetime.now()).total_seconds()) < 5
+
+
+# -- Marin's API details ---------------------------------------------------------------------------
+
+
+def test_previous_task_failed_error_is_marins_plain_exception(prefix):
+    bad = pl.step("pt/s", fn=pl.fail_always)
+    with pytest.raises(StepFailedError):
+        make_executor(prefix).run([bad])
+    with pytest.raises(PreviousTaskFailedError, match="failed previously") as raised:
+        make_executor(prefix).run([pl.step("pt/s")], force_run_failed=False)
+    assert not isinstance(raised.value, RuntimeError)  # Marin's is a plain Exception
+    assert PreviousStepFailedError is PreviousTaskFailedError
+    import marinbuild
+
+    assert marinbuild.PreviousTaskFailedError is PreviousTaskFailedError
+
+
+def test_executor_main_wrapped_takes_the_config_as_marins_does(prefix):
+    import inspect
+
+    wrapped = executor_main.__wrapped__
+    assert list(inspect.signature(wrapped).parameters) == ["config", "steps", "description", "max_concurrent"]
+    a = pl.step("wr/a")
+    b = pl.step("wr/b", inputs=[a])
+    ex = wrapped(ExecutorMainConfig(prefix=prefix, max_concurrent=4), [b], description="by hand", max_concurrent=1)
+    assert st.read_status(ex.output_paths[b]) == "SUCCESS"
+    assert ex.description == "by hand"
+    ex = executor_main.__wrapped__(ExecutorMainConfig(prefix=prefix, dry_run=True), steps=[pl.step("wr/c")])
+    assert ex.plan.to_run and not Path(ex.output_paths[ex.plan.to_run[0]]).exists()
+
+
+def _info_text(ex: Executor, step: ExecutorStep) -> str:
+    return Path(ex.output_paths[step], ".executor_info").read_text()
+
+
+def test_steps_run_only_leaves_out_get_their_executor_info_as_in_marin(prefix):
+    """Marin's ``write_infos`` writes every step's ``.executor_info`` before running any, run or not."""
+    a = pl.step("ri/a")
+    b = pl.step("ri/b", inputs=[a])
+    c = pl.step("ri/c", inputs=[b])
+    other = pl.step("ri/other")
+    ex = make_executor(prefix)
+    ex.run([c, other], run_only=["ri/b$"])
+    assert st.read_status(ex.output_paths[b]) == "SUCCESS"
+    for step in (c, other):
+        assert st.read_status(ex.output_paths[step]) is None
+        text = _info_text(ex, step)
+        assert text == ex._step_info_text(step) + "\n"  # Marin's print(json.dumps(info, indent=2))
+        info = json.loads(text)
+        assert info["name"] == step.name and info["output_path"] == ex.output_paths[step]
+        assert info["version"] == ex.versions[step]
+    assert sorted(os.listdir(ex.output_paths[c])) == [".executor_info"]
+
+
+def test_pseudo_dependencies_get_their_executor_info_as_in_marin(prefix):
+    parent = pl.step("pi/parent", "p")
+    grandparent_of_nothing = pl.step("pi/root", "r")
+    parent_with_root = pl.step("pi/parent2", "p2", inputs=[grandparent_of_nothing])
+
+    @dataclass(frozen=True)
+    class C:
+        ckpt: Any
+        other: Any
+        output_path: Any
+
+    child = ExecutorStep(name="pi/child", fn=_touch,
+                         config=C(ckpt=output_path_of(parent, "ckpt").nonblocking(),
+                                  other=output_path_of(parent_with_root).nonblocking(), output_path=this_output_path()))
+    ex = make_executor(prefix)
+    ex.run([child])
+    assert st.read_status(ex.output_paths[child]) == "SUCCESS"
+    for step in (parent, parent_with_root, grandparent_of_nothing):
+        assert st.read_status(ex.output_paths[step]) is None
+        assert json.loads(_info_text(ex, step))["version"] == ex.versions[step]
+    # A no-op run (even with pseudo-dependencies) leaves the existing files as they are.
+    stamp = os.stat(Path(ex.output_paths[parent], ".executor_info")).st_mtime_ns
+    again = make_executor(prefix)
+    again.run([child])
+    assert again.outcome.ran == []
+    assert os.stat(Path(ex.output_paths[parent], ".executor_info")).st_mtime_ns == stamp
+
+
+def test_no_info_is_written_in_a_dry_run_nor_below_a_built_step(prefix):
+    a = pl.step("nb/a")
+    b = pl.step("nb/b", inputs=[a])
+    other = pl.step("nb/other")
+    ex = make_executor(prefix)
+    ex.run([b, other], run_only=["nb/b$"], dry_run=True)
+    assert not Path(ex.output_paths[other]).exists()
+    make_executor(prefix).run([b])
+    import shutil
+
+    shutil.rmtree(ex.output_paths[a])  # a built step's dependency, deleted: not needed, not looked at
+    make_executor(prefix).run([b, other], run_only=["nb/b$"])
+    assert not Path(ex.output_paths[a]).exists()
+    assert Path(ex.output_paths[other], ".executor_info").exists()
+
+
+MARIN_EXECUTION_NAMES = [  # marin.execution's public names (its __init__), marin-core 0.2.20.dev202606180959
+    "Executor", "ExecutorInfo", "ExecutorMainConfig", "compute_output_path", "executor_main", "materialize",
+    "resolve_executor_step", "resolve_local_placeholders", "unwrap_versioned_value", "walk_config",
+    "STATUS_DEP_FAILED", "STATUS_FAILED", "STATUS_RUNNING", "STATUS_SUCCESS", "THIS_OUTPUT_PATH", "ExecutorStep",
+    "InputName", "OutputName", "VersionedValue", "ensure_versioned", "get_executor_step", "output_path_of",
+    "this_output_path", "versioned",
+]
+
+
+def test_every_public_name_of_marin_execution_is_offered():
+    import marinbuild
+    import marinbuild.executor
+
+    for name in MARIN_EXECUTION_NAMES:
+        assert name in marinbuild.executor.__all__ and hasattr(marinbuild, name), name
+
+
+@dataclass(frozen=True)
+class _Cfg:
+    output_path: Any
+    text: Any = "x"
+
+
+def _write_config(config: _Cfg) -> str:
+    os.makedirs(config.output_path, exist_ok=True)
+    Path(config.output_path, "out.txt").write_text(str(config.text))
+    return str(config.text)
+
+
+def test_resolve_executor_step_gives_marins_step_spec(prefix):
+    from marinbuild.executor import remote, resolve_executor_step
+    from marinbuild.step_spec import StepSpec
+
+    step = ExecutorStep(name="rs/a", fn=_write_config, config=_Cfg(output_path=this_output_path(), text=versioned("t")))
+    ex = make_executor(prefix)
+    ex.compute_version(step)
+    out = ex.output_paths[step]
+    dep = StepSpec(name="rs/dep", output_path_prefix=prefix)
+    spec = resolve_executor_step(step, ex.configs[step], out, deps=[dep])
+    assert isinstance(spec, StepSpec)
+    assert (spec.name, spec.output_path, spec.deps, spec.dep_paths) == ("rs/a", out, [dep], [dep.output_path])
+    assert spec.fn(out) == "t" and Path(out, "out.txt").read_text() == "t"
+
+    wrapped = ExecutorStep(name="rs/b", fn=remote(_write_config, resources={"cpu": 2}), config=step.config)
+    resolved = resolve_executor_step(wrapped, ex.configs[step], out)
+    assert resolved.fn.resources == {"cpu": 2} and resolved.fn(out) == "t"  # the wrapper (and its resources) stays
+    with pytest.raises(ValueError, match="no callable"):
+        resolve_executor_step(ExecutorStep(name="rs/c", fn=None, config=None), None, out)
+
+
+def test_step_spec_hash_and_paths_are_marins(prefix, monkeypatch):
+    import hashlib
+
+    from marinbuild.step_spec import StepSpec
+
+    monkeypatch.setenv("MARIN_PREFIX", prefix)
+    dep = StepSpec(name="ss/dep", hash_attrs={"n": 1})
+    spec = StepSpec(name="ss/top", deps=[dep], hash_attrs={"lr": 0.1})
+    content = json.dumps({"name": "ss/dep", "attrs": {"n": 1}, "deps": []}, sort_keys=True)
+    assert dep.name_with_hash == "ss/dep_" + hashlib.sha256(content.encode()).hexdigest()[:8]
+    content = json.dumps({"name": "ss/top", "attrs": {"lr": 0.1}, "deps": [dep.name_with_hash]}, sort_keys=True)
+    assert spec.output_path == f"{prefix}/ss/top_" + hashlib.sha256(content.encode()).hexdigest()[:8]
+    assert StepSpec(name="x", override_output_path="rel/p").output_path == f"{prefix}/rel/p"
+    assert StepSpec(name="x", override_output_path="gs://b/p").output_path == "gs://b/p"
+
+
+def _spec_fn(output_path: str) -> str:
+    os.makedirs(output_path, exist_ok=True)
+    Path(output_path, "out.txt").write_text("spec")
+    return output_path
+
+
+def test_a_step_spec_runs_in_an_executor_graph_and_resolves_back(prefix):
+    from marinbuild.executor import resolve_executor_step
+    from marinbuild.step_spec import StepSpec
+
+    spec = StepSpec(name="sg/spec", output_path_prefix=prefix, hash_attrs={"k": 1}, fn=_spec_fn)
+    as_step = spec.as_executor_step()
+    consumer = ExecutorStep(name="sg/consumer", fn=_write_config,
+                            config=_Cfg(output_path=this_output_path(), text=output_path_of(as_step, "out.txt")))
+    ex = make_executor(prefix)
+    ex.run([consumer])
+    assert ex.output_paths[as_step] == spec.output_path
+    assert Path(spec.output_path, "out.txt").read_text() == "spec"
+    assert json.loads(Path(spec.output_path, ".artifact.json").read_text()) == spec.output_path
+    assert st.read_status(ex.output_paths[consumer]) == "SUCCESS"
+    back = resolve_executor_step(as_step, ex.configs[as_step], ex.output_paths[as_step])
+    import dataclasses
+
+    assert back == dataclasses.replace(spec, override_output_path=spec.output_path)  # Marin pins the path
+    assert back.output_path == spec.output_path and back.fn is _spec_fn
+
+
+def test_git_commit_is_heads_commit_also_in_a_worktree(tmp_path, monkeypatch):
+    """The run info's ``git_commit``: what Marin's ``git rev-parse HEAD`` gives, in a checkout and in a worktree."""
+    from marinbuild.executor import get_git_commit
+
+    repo = tmp_path / "repo"
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q", str(repo)], check=True)
+    (repo / "f").write_text("x")
+    subprocess.run([*git, "-C", str(repo), "add", "f"], check=True)
+    subprocess.run([*git, "-C", str(repo), "commit", "-qm", "one"], check=True)
+    subprocess.run([*git, "-C", str(repo), "worktree", "add", "-q", "-b", "side", str(tmp_path / "wt")], check=True)
+    for where in (repo, tmp_path / "wt"):
+        monkeypatch.chdir(where)
+        expected = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout
+        assert get_git_commit() == expected.strip()
+    monkeypatch.chdir(tmp_path)
+    assert get_git_commit() is None

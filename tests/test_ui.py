@@ -221,8 +221,11 @@ def test_summary_counts_render_and_dict():
     assert json.loads(json.dumps(d)) == d
     assert d["status"] == "failed"
     assert d["counts"] == summary.counts
-    assert d["failures"] == [{"step": "x", "output_path": path_of("x"), "error": "RuntimeError: boom",
-                              "error_full": "StepError: x: RuntimeError: boom"}]
+    (failure,) = d["failures"]
+    traceback = failure.pop("traceback")
+    assert failure == {"step": "x", "output_path": path_of("x"), "error": "RuntimeError: boom",
+                       "error_full": "StepError: x: RuntimeError: boom", "traceback_file": None, "worker_log": None}
+    assert 'raise RuntimeError("boom")' in traceback and traceback.endswith("StepError: x: RuntimeError: boom")
     assert d["dep_failed"] == [{"step": "y", "output_path": path_of("y"), "detail": "dependency x failed"}]
     assert [s["step"] for s in d["skipped"]] == ["z"]
     assert [t["status"] for t in d["targets"]] == ["built", "dep_failed", "built", "failed"]
@@ -263,7 +266,7 @@ def test_summary_dry_run_and_interrupted():
 
 # -- build event JSON lines --------------------------------------------------------------------
 
-FIELDS = {"kind", "step", "output_path", "detail", "time", "error", "data"}
+FIELDS = {"kind", "step", "output_path", "detail", "time", "error", "traceback", "traceback_file", "data"}
 
 
 def test_bep_writes_every_event_as_a_json_line(tmp_path):
@@ -285,7 +288,9 @@ def test_bep_writes_every_event_as_a_json_line(tmp_path):
     assert sorted(r["step"] for r in records if r["kind"] == "succeeded") == sorted(names + ["ok"])
     failed = [r for r in records if r["kind"] == "failed"]
     assert failed == [{**failed[0], "step": "x", "output_path": path_of("x"),
-                       "error": "StepError: x: RuntimeError: boom"}]
+                       "error": "StepError: x: RuntimeError: boom", "traceback_file": None}]
+    assert 'raise RuntimeError("boom")' in failed[0]["traceback"]
+    assert all(r["traceback"] is None for r in records if r["kind"] != "failed")
     assert records[-1]["data"]["path"] == "/x"
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 import time
 import uuid
@@ -29,6 +32,7 @@ from marinbuild.why import (
     version_changes,
     why,
     why_as_dict,
+    why_targets,
 )
 
 STEPS = """
@@ -178,7 +182,9 @@ def test_failed_before(ws):
     out = by_step(why(s, "//pkg:b"))
     assert out["pkg/a"].reason == FAILED_BEFORE and out["pkg/a"].status == "FAILED"
     assert out["pkg/b"].reason == NEVER_BUILT
-    assert explain_step(s, s.executor.dependencies[s.steps_of(s.labels[0])[0]][0]) == "failed before (status FAILED)"
+    traceback = f"{out['pkg/a'].output_path}/.marinbuild_traceback.txt"  # the failure's traceback, kept
+    assert explain_step(s, s.executor.dependencies[s.steps_of(s.labels[0])[0]][0]) == \
+        f"failed before (status FAILED; traceback: {traceback})"
 
 
 def test_output_deleted(ws):
@@ -188,6 +194,17 @@ def test_output_deleted(ws):
     out = why(ws.session(), "//pkg:b")
     assert [(e.step, e.reason) for e in out] == [("pkg/b", INCOMPLETE)]
     assert "has no status" in (out[0].detail or "")
+
+
+def test_a_folder_holding_only_its_executor_info_is_never_built(ws):
+    """Marin (and marinbuild, for steps run_only leaves out and pseudo-dependencies) writes ``.executor_info``
+    before a step runs: a folder with nothing else is a step not built yet, not a deleted output."""
+    s = ws.session()
+    (b_step,) = s.steps_of(s.labels[0])
+    s.executor.run([b_step], run_only=["pkg/a$"])
+    assert sorted(os.listdir(s.executor.output_paths[b_step])) == [".executor_info"]
+    out = by_step(why(ws.session(), "//pkg:b"))
+    assert out["pkg/b"].reason == NEVER_BUILT
 
 
 def test_success_without_info_is_built(ws):
@@ -264,6 +281,57 @@ def test_json_form(ws):
 def test_why_loads_an_unanalysed_label(ws):
     s = Session.open(ws.root, prefix=str(ws.prefix))
     assert [e.step for e in why(s, "//pkg:a")] == ["pkg/a"]
+
+
+def cli_why(ws: Ws, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI, in a subprocess, in the workspace."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ws.root), *sys.path]))
+    return subprocess.run([sys.executable, "-m", "marinbuild", "why", "--prefix", str(ws.prefix), *args],
+                          cwd=ws.root, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("pattern", ["//pkg:all", "//pkg/...", "//..."])
+def test_cli_why_explains_each_target_a_pattern_matches(ws, pattern):
+    ws.build("//pkg:a")
+    done = cli_why(ws, pattern)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    sections = {block.split("\n", 1)[0]: block for block in done.stdout.strip().split("\n\n")}
+    assert sorted(sections) == ["//pkg:a", "//pkg:b", "//pkg:both"]
+    assert "pkg/a: up to date" in sections["//pkg:a"]
+    assert "pkg/b: would run: never built" in sections["//pkg:b"]
+    assert "script/left: would run: never built" in sections["//pkg:both"]
+    assert "script/right: would run: never built" in sections["//pkg:both"]
+
+    done = cli_why(ws, pattern, "--output", "json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["patterns"] == [pattern]
+    targets = {t["target"]: t for t in data["targets"]}
+    assert sorted(targets) == ["//pkg:a", "//pkg:b", "//pkg:both"]
+    assert targets["//pkg:a"]["to_run"] == []
+    assert targets["//pkg:b"]["to_run"] == ["pkg/b"]
+    assert sorted(targets["//pkg:both"]["to_run"]) == ["script/left", "script/right"]
+    assert sorted(data["to_run"]) == ["pkg/b", "script/left", "script/right"]
+
+
+def test_cli_why_of_one_label_keeps_its_form(ws):
+    done = cli_why(ws, "//pkg:b", "--output", "json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["target"] == "//pkg:b" and data["to_run"] == ["pkg/a", "pkg/b"]
+    done = cli_why(ws, "//pkg:all", "-//pkg:both")
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("//")] == ["//pkg:a", "//pkg:b"]
+
+
+def test_why_of_a_pattern_in_process_lists_each_step_once(ws):
+    out = why(ws.session("//pkg:all"), "//pkg:all")
+    assert [e.step for e in out].count("pkg/a") == 1
+    assert by_step(out)["pkg/a"].requested  # owned by the matched //pkg:a, not just a dependency of //pkg:b
+    assert sorted(e.step for e in out) == ["pkg/a", "pkg/b", "script/left", "script/right"]
+    groups = why_targets(ws.session("//pkg:all"), ["//pkg:all"])
+    assert [g.target for g in groups] == ["//pkg:a", "//pkg:b", "//pkg:both"]
 
 
 # -- version differences, directly ---------------------------------------------------------------

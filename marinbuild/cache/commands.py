@@ -24,11 +24,13 @@ from marinbuild.store import status as st
 from marinbuild.store.lease import STALE_AFTER
 from marinbuild.store.records import read_artifact, read_info
 from marinbuild.store.status import DamagedFileError
+from marinbuild.store.traceback_file import existing_traceback
 
 STALE = "stale"
 INCOMPLETE = "incomplete"
 RUN_INFO_FOLDER = "experiments"
-"""``<prefix>/experiments`` holds the run info JSONs; gc never touches it."""
+"""``<prefix>/experiments`` holds Marin's run info JSONs (``<script>-<hash>.json``, files directly in it); gc never
+deletes them. The step folders below it (every ``//experiments/...`` target's outputs) are outputs like any other."""
 
 
 # -- cache status ------------------------------------------------------------------------------
@@ -138,8 +140,8 @@ def cache_show(session_or_prefix: Any, target_or_path: str | Label) -> dict[str,
     ``session_or_prefix`` is a ``Session`` (labels such as ``//pkg:name`` are loaded and analysed
     in it) or a prefix string (then ``target_or_path`` must be a path). A relative path is taken
     under the prefix. Returns ``{"target": label or None, "outputs": [one dict per output]}``;
-    each output has ``output_path, name, exists, state, status, info, lease, artifact, size,
-    files, errors``.
+    each output has ``output_path, name, exists, state, status, info, lease, artifact, traceback
+    (the failure's ``.marinbuild_traceback.txt``, for a failed step that has one), size, files, errors``.
     """
     if isinstance(session_or_prefix, str):
         prefix, session = session_or_prefix, None
@@ -187,6 +189,7 @@ def _show_output(path: str, prefix: str, stale_after: float) -> dict[str, Any]:
     except DamagedFileError as exc:
         out["artifact"] = None
         errors.append(str(exc))
+    out["traceback"] = existing_traceback(path) if probe.status in (st.STATUS_FAILED, st.STATUS_DEP_FAILED) else None
     size, files = store.usage(path) if out["exists"] else (0, 0)
     out["size"], out["files"] = size, files
     state = probe.state
@@ -226,6 +229,8 @@ def format_show(shown: dict[str, Any]) -> str:
             lines.append(f"  lease:     {live}, held by {lease['holder']}, last heartbeat {heartbeat} ago")
         if out.get("artifact") is not None:
             lines.append(f"  artifact:  {short_json(out['artifact'], 200)}")
+        if out.get("traceback"):
+            lines.append(f"  traceback: {out['traceback']}")
         lines.extend(f"  error:     {e}" for e in out.get("errors") or [])
     return "\n".join(lines) + "\n"
 
@@ -319,9 +324,11 @@ def cache_gc(session: Any, keep_labels: Iterable[str | Label], yes: bool = False
     """Outputs under the prefix that no step of ``keep_labels`` (nor any step they depend on) uses.
 
     Targets are loaded and analysed in ``session``; every step of every target in their closure,
-    and every step those depend on (pseudo-dependencies too), is kept. ``<prefix>/experiments``
-    is never a candidate. With ``yes`` False only lists the candidates; with ``yes`` True deletes
-    them, except a folder whose lease is live (or unreadable), which is reported as skipped.
+    and every step those depend on (pseudo-dependencies too), is kept. The run info JSONs in
+    ``<prefix>/experiments`` are never deleted (they are files, not step folders; a step folder
+    holding them is skipped); step folders below it are candidates like any other. With ``yes``
+    False only lists the candidates; with ``yes`` True deletes them, except a folder whose lease
+    is live (or unreadable), which is reported as skipped.
     """
     prefix = session.settings.prefix
     stale_after = pb.stale_after_of(session)
@@ -335,10 +342,8 @@ def cache_gc(session: Any, keep_labels: Iterable[str | Label], yes: bool = False
         if path in keep:
             result.kept += 1
             continue
-        if path == run_info or path.startswith(run_info + "/"):
-            continue
         result.candidates.append(entry)
-        reason = _gc_blocker(entry.output_path, path, keep, stale_after)
+        reason = _gc_blocker(entry.output_path, path, keep, stale_after, run_info)
         if reason is not None:
             result.skipped.append({"output_path": entry.output_path, "reason": reason})
             continue
@@ -352,8 +357,10 @@ def cache_gc(session: Any, keep_labels: Iterable[str | Label], yes: bool = False
     return result
 
 
-def _gc_blocker(output_path: str, normalized: str, keep: set[str], stale_after: float) -> str | None:
+def _gc_blocker(output_path: str, normalized: str, keep: set[str], stale_after: float, run_info: str) -> str | None:
     """Why a candidate must not be deleted, or None."""
+    if run_info == normalized or run_info.startswith(normalized + "/"):
+        return f"holds the run info JSONs ({run_info})"
     try:
         record = pb.read_lease(output_path, stale_after)
     except DamagedFileError as exc:

@@ -56,6 +56,20 @@ class Store:
         except OSError:
             return False
 
+    def names(self, path: str) -> list[str] | None:
+        """Names of the files and folders directly in ``path`` (sorted); None if it is not a folder."""
+        if self.local:
+            try:
+                with os.scandir(fs.local_path(path)) as it:
+                    return sorted(e.name for e in it)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+        if not self.is_dir(path):
+            return None
+        own = self.fs._strip_protocol(path).rstrip("/")
+        return sorted(name.rstrip("/").rsplit("/", 1)[-1] for name in self.fs.ls(path, detail=False)
+                      if name.rstrip("/") != own)
+
     def subdirs(self, path: str) -> list[str]:
         """Names of the folders directly in ``path`` (sorted; none if it is missing)."""
         if self.local:

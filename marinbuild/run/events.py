@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from marinbuild.run.failure import traceback_file_of
+
 logger = logging.getLogger("marinbuild")
 
 # Event kinds, in the order a step can go through them.
@@ -92,7 +94,11 @@ def log_listener(event: Event) -> None:
     elif kind == WAITING:
         _log(logging.INFO, "waiting for %s: %s", event.step, event.detail)
     elif kind == FAILED:
-        _log(logging.ERROR, "FAILED %s: %s", event.step, event.error)
+        path = traceback_file_of(event.error)
+        if path is not None:
+            _log(logging.ERROR, "FAILED %s: %s (full traceback: %s)", event.step, event.error, path)
+        else:
+            _log(logging.ERROR, "FAILED %s: %s", event.step, event.error)
     elif kind == DEP_FAILED:
         _log(logging.WARNING, "not running %s: %s", event.step, event.detail)
     elif kind == PLANNED and event.data.get("dry_run"):

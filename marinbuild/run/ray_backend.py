@@ -89,6 +89,7 @@ from typing import Any
 
 from marinbuild.run import ray_bundles, shipped_code
 from marinbuild.run.backend import Completion
+from marinbuild.run.failure import RemoteTraceback
 from marinbuild.run.ray_bell import BELLS, Bell
 from marinbuild.run.ray_connect import connect_ray
 from marinbuild.run.ray_task import (
@@ -125,17 +126,6 @@ class StepLostError(RuntimeError):
 class StepImportError(RuntimeError):
     """A Ray worker could not rebuild the step's function (its module does not import there): the message says
     why in its first line (Ray's own words, with the worker's ``sys.path``, follow; the traceback is the cause)."""
-
-
-class RemoteTraceback(Exception):
-    """The traceback of an exception raised in a Ray task, as text (chained as the exception's cause)."""
-
-    def __init__(self, text: str):
-        super().__init__(text)
-        self.text = text
-
-    def __str__(self) -> str:
-        return self.text
 
 
 @dataclass(eq=False)

@@ -11,6 +11,8 @@
   workspace was shipped to the cluster.
 - ``EngineError`` carries an error of marinbuild's own work in the task (not the step's code);
   ``StepRaised`` carries a step's own exception and its traceback out of a bundle.
+- A step's own exception gets a note naming the worker's log files (``note_worker_log``): it prints
+  with the traceback, which the driver keeps in the step's ``.marinbuild_traceback.txt``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from marinbuild.run.failure import WORKER_LOG_NOTE, worker_log_of
 from marinbuild.run.shipped_code import is_shipped
 from marinbuild.run.step_call import MirrorScope
 from marinbuild.run.step_job import RemoteRun
@@ -76,11 +79,41 @@ def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> None:
             return  # an earlier attempt committed it, then its worker died before replying
     except Exception as exc:
         raise EngineError(exc) from exc
-    result = step()
+    try:
+        result = step()
+    except Exception as exc:
+        note_worker_log(exc)
+        raise
     try:
         run.commit(result)
     except Exception as exc:
         raise EngineError(exc) from exc
+
+
+def worker_log() -> str:
+    """This Ray worker's log files, as ``note_worker_log`` names them: the node, the files' path in the
+    node's session logs folder (``<temp dir>/<session>/logs/worker-<worker id>-<job id>-<pid>.out`` and
+    ``.err``), and the ``ray logs`` command that prints them from any machine that reaches the cluster."""
+    import glob
+
+    import ray
+
+    context = ray.get_runtime_context()
+    worker_id, node_id, pid = context.get_worker_id(), context.get_node_id(), os.getpid()
+    logs = os.path.join(context.get_temp_dir(), context.get_session_name(), "logs")
+    found = sorted(glob.glob(os.path.join(logs, f"worker-{worker_id}-*-{pid}.out")))
+    out = found[0] if found else os.path.join(logs, f"worker-{worker_id}-*-{pid}.out")
+    return (f"{out} (and .err) on node {ray.util.get_node_ip_address()} ({node_id}); "
+            f"`ray logs worker --pid {pid} --node-id {node_id}` (add --err for stderr)")
+
+
+def note_worker_log(exc: BaseException) -> None:
+    """Name this worker's log on the step's exception (a note: it prints with the traceback, travels with the
+    exception to the driver, and ``marinbuild.run.failure.worker_log_of`` finds it)."""
+    try:
+        exc.add_note(WORKER_LOG_NOTE + worker_log())
+    except Exception:  # not in a Ray worker, or Ray's context cannot say: the traceback is enough
+        pass
 
 
 def run_step(fn: Callable[[Any], Any], config: Any, relocation: Relocation | None,
@@ -194,6 +227,8 @@ def bundle_task_for(fn: Callable[[Any], Any], relocation: Relocation | None) -> 
                 exc.text = _traceback_text(exc.error, steps.__name__, i, len(payloads))
                 outcome = exc
             except Exception as exc:  # the step's own code (or its config's unpickling): that step's failure
+                if worker_log_of(exc) is None:
+                    note_worker_log(exc)
                 outcome = _step_raised(exc, steps.__name__, i, len(payloads))
             results.append((outcome, time.perf_counter() - now))
         return results

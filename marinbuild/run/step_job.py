@@ -8,8 +8,9 @@ The protocol, in order:
 5. describe the outputs (a manifest: size and xxh3-128 of every file, hashed while the lease
    keeper still renews the lease), fail on a path-hash collision, confirm the lease is still
    ours, then write the action-cache record holding the manifest
-   (``.marinbuild_action.<sha256>.json``), ``.artifact.json``, then SUCCESS (or FAILED), then
-   release the lease.
+   (``.marinbuild_action.<sha256>.json``), ``.artifact.json``, then SUCCESS, then release the lease.
+   An earlier failure's ``.marinbuild_traceback.txt`` is removed before SUCCESS. A step whose code
+   raised gets its traceback in ``.marinbuild_traceback.txt``, then FAILED, under the lease.
 A runner that loses its lease writes nothing more: the step belongs to the new holder.
 A crash anywhere before 5 leaves RUNNING with a lease that goes stale, never SUCCESS; a reader
 never sees SUCCESS without the complete outputs and their manifest.
@@ -23,6 +24,7 @@ writes the lease; it commits only while the lease file still names the holder
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -30,11 +32,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from marinbuild.run import events as ev
+from marinbuild.run.failure import FailureRecord, traceback_text
 from marinbuild.run.leases import LEASE_KEEPER, LOCAL_RUNNERS
-from marinbuild.store import action_cache, fs, records
+from marinbuild.store import action_cache, fs, records, traceback_file
 from marinbuild.store import status as st
 from marinbuild.store.action_cache import ActionKey
 from marinbuild.store.lease import HEARTBEAT_INTERVAL, STALE_AFTER, LeaseLostError, lease_for
+
+logger = logging.getLogger("marinbuild")
 
 # Outcomes of a job
 RAN = "ran"
@@ -42,7 +47,9 @@ CACHED = "cached"
 
 
 class StepError(Exception):
-    """A step's own code raised; the original exception is the cause."""
+    """A step's own code raised; the original exception is the cause, ``failure`` its recorded traceback."""
+
+    failure: FailureRecord | None = None
 
 
 class FailedElsewhereError(Exception):
@@ -119,7 +126,9 @@ class StepJob:
             failed = status in (st.STATUS_FAILED, st.STATUS_DEP_FAILED)
             if failed and announced and self.lease.held_by_other_live() is None:
                 who = holder.worker_id if holder is not None else "another runner"
-                raise FailedElsewhereError(f"{self.name} failed in runner {who} while this build waited for it")
+                traceback = traceback_file.existing_traceback(self.output_path)
+                raise FailedElsewhereError(f"{self.name} failed in runner {who} while this build waited for it"
+                                           + (f" (its traceback: {traceback})" if traceback else ""))
 
     def try_acquire(self, start: bool = True) -> bool | None:
         """One attempt at ``acquire``, never waiting: None if another runner holds a live lease."""
@@ -146,11 +155,14 @@ class StepJob:
         self.bus.emit(ev.STARTED, step=self.name, output_path=self.output_path)
 
     def fail(self, exc: BaseException) -> BaseException:
-        """The step's code raised ``exc``: record FAILED (if the lease is still ours); the error to report."""
-        self._fail()
+        """The step's code raised ``exc``: record its traceback then FAILED (if the lease is still ours); the error
+        to report (a ``StepError`` carrying the ``FailureRecord``)."""
+        text = traceback_text(exc)
+        path = self._fail(text)
         if isinstance(exc, Exception) and not isinstance(exc, StepError):
             error = StepError(f"{self.name}: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
+            error.failure = FailureRecord(text, path)
             return error
         return exc
 
@@ -169,11 +181,11 @@ class StepJob:
     def commit(self, result: Any) -> None:
         try:
             self._raise_if_lost()
-            manifest = describe_outputs(self.output_path, self.action)  # the lease keeper still renews
+            described = describe_outputs(self.output_path, self.action)  # the lease keeper still renews
             LEASE_KEEPER.remove(self.lease)
             self._raise_if_lost()
             self.lease.confirm()  # raises if another runner took the lease over
-            write_commit(self.output_path, self.action, manifest, result, self.worker_id)
+            write_commit(self.output_path, self.action, described, result, self.worker_id)
         finally:
             LEASE_KEEPER.remove(self.lease)
             self._release()
@@ -209,17 +221,22 @@ class StepJob:
     def _on_lost(self, exc: BaseException) -> None:
         self._lost = exc
 
-    def _fail(self) -> None:
-        """Write FAILED if the lease is still ours, then release it."""
+    def _fail(self, traceback: str) -> str | None:
+        """Write the step's traceback then FAILED if the lease is still ours, then release it; the traceback
+        file's path (None if it was not written)."""
         LEASE_KEEPER.remove(self.lease)
+        path = None
         try:
             if self._lost is None:
                 self.lease.refresh()
+                path = write_failure_traceback(self.output_path, traceback)
                 st.write_status(self.output_path, st.STATUS_FAILED)
         except LeaseLostError as exc:
             self._lost = exc
+            path = None
         finally:
             self._release()
+        return path
 
     def _release(self) -> None:
         try:
@@ -236,21 +253,43 @@ def write_started(output_path: str, info: str) -> None:
     records.write_info(output_path, info)
 
 
-def describe_outputs(output_path: str, action: ActionKey) -> Any:
+def write_failure_traceback(output_path: str, text: str) -> str | None:
+    """Before FAILED: the step's traceback in ``.marinbuild_traceback.txt``; its path, None if the store refused it
+    (the failure is still recorded: FAILED matters more than its explanation)."""
+    try:
+        return traceback_file.write_traceback(output_path, text)
+    except Exception:
+        logger.warning("could not write the traceback of the step at %s", output_path, exc_info=True)
+        return None
+
+
+@dataclass(frozen=True)
+class Described:
+    """What the commit needs from its listing of the output folder."""
+
+    manifest: Any
+    stale_traceback: bool
+    """An earlier failure's ``.marinbuild_traceback.txt`` is there: the commit removes it before SUCCESS."""
+
+
+def describe_outputs(output_path: str, action: ActionKey) -> Described:
     """Phase 5, before the lease is confirmed: the outputs' manifest, and failing on a path-hash collision (one
-    listing of the folder serves both)."""
+    listing of the folder serves both, and tells whether an earlier failure left its traceback)."""
     from marinbuild.store.manifest import build_manifest
 
     names: set[str] = set()
     manifest = build_manifest(output_path, names)
     action_cache.check_before_commit(output_path, action, names)
-    return manifest
+    return Described(manifest, traceback_file.TRACEBACK_FILE in names)
 
 
-def write_commit(output_path: str, action: ActionKey, manifest: Any, result: Any, worker_id: str) -> None:
-    """Phase 5, once the lease is confirmed: the action record (with the manifest), ``.artifact.json``, SUCCESS."""
-    action_cache.write_record(action_cache.new_record(output_path, action, manifest, worker_id))
+def write_commit(output_path: str, action: ActionKey, described: Described, result: Any, worker_id: str) -> None:
+    """Phase 5, once the lease is confirmed: the action record (with the manifest), ``.artifact.json``, no stale
+    traceback, SUCCESS."""
+    action_cache.write_record(action_cache.new_record(output_path, action, described.manifest, worker_id))
     records.write_artifact(output_path, result)
+    if described.stale_traceback:
+        traceback_file.remove_traceback(output_path)
     st.write_status(output_path, st.STATUS_SUCCESS, replacing_running=True)
 
 
@@ -291,6 +330,6 @@ class RemoteRun:
 
     def commit(self, result: Any) -> None:
         """After the step: describe the outputs, check the lease is still the holder's, then write the commit."""
-        manifest = describe_outputs(self.output_path, self.action)
+        described = describe_outputs(self.output_path, self.action)
         lease_for(self.output_path, self.holder, self.stale_after).check()  # raises LeaseLostError
-        write_commit(self.output_path, self.action, manifest, result, self.holder)
+        write_commit(self.output_path, self.action, described, result, self.holder)

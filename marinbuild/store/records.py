@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 from marinbuild.core.jsonenc import MarinJsonEncoder
@@ -22,6 +23,26 @@ def info_path(output_path: str) -> str:
 def write_info(output_path: str, text: str) -> None:
     """Write a step's ``.executor_info`` (already-encoded JSON text, Marin's indented form)."""
     fs.write_in_place(info_path(output_path), (text + "\n").encode())
+
+
+def write_missing_infos(texts: dict[str, Callable[[], str]], workers: int = 16) -> list[str]:
+    """Write ``.executor_info`` into each output path (a key of ``texts``) whose folder has none yet, its text
+    from ``texts[path]()``; an existing one is left as it is. Remote paths are checked and written concurrently.
+    Returns the output paths written to."""
+    paths = list(texts)
+
+    def one(path: str) -> bool:
+        if fs.exists(info_path(path)):
+            return False
+        write_info(path, texts[path]())
+        return True
+
+    if len(paths) < 2 or all(fs.is_local(p) for p in paths):
+        return [p for p in paths if one(p)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(workers, len(paths))) as pool:
+        return [p for p, wrote in zip(paths, pool.map(one, paths), strict=True) if wrote]
 
 
 def read_info(output_path: str) -> dict[str, Any] | None:

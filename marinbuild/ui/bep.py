@@ -3,10 +3,15 @@
 ``BuildEventJsonWriter(path)`` is an event listener writing one JSON object per event::
 
     {"kind": "succeeded", "step": "tokenize", "output_path": "/prefix/tokenize-abc123",
-     "detail": null, "time": 1718000000.25, "error": null, "data": {}}
+     "detail": null, "time": 1718000000.25, "error": null, "traceback": null, "traceback_file": null,
+     "data": {}}
 
-``error`` is ``"Type: message"`` or null; ``time`` is seconds since the epoch. Each line is
-flushed as it is written, so the file can be tailed during the build. Call ``close()`` at the end.
+``error`` is ``"Type: message"`` or null; ``time`` is seconds since the epoch. An event with an error
+(a ``failed`` step) has ``traceback``: the whole traceback as Python prints it (from the Ray
+worker for a step run on Ray, its last line naming the worker's log), and ``traceback_file``: the
+step's ``.marinbuild_traceback.txt`` holding the same text, or null if none was written (e.g. an error
+of marinbuild's own, after which no FAILED is written). Each line is flushed as it is written, so the
+file can be tailed during the build. Call ``close()`` at the end.
 """
 
 from __future__ import annotations
@@ -18,18 +23,22 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.run import events as ev
+from marinbuild.run.failure import traceback_file_of, traceback_text
 from marinbuild.ui._text import error_text
 
 
 def event_record(event: ev.Event) -> dict[str, Any]:
     """The JSON object written for ``event``."""
+    error = event.error
     return {
         "kind": event.kind,
         "step": event.step,
         "output_path": event.output_path,
         "detail": event.detail,
         "time": event.time,
-        "error": error_text(event.error),
+        "error": error_text(error),
+        "traceback": traceback_text(error) if error is not None else None,
+        "traceback_file": traceback_file_of(error),
         "data": event.data,
     }
 

@@ -5,12 +5,19 @@ build, ``render(requested)`` gives the text block a CLI prints, e.g.::
 
     Build FAILED in 12.3s: 3 built, 5 cached, 1 failed, 2 dependency failed
       FAILED tokenize: RuntimeError: boom
+          File "/ws/steps/tokenize.py", line 41, in tokenize
+            shards = split(config["input"])
+          File "/ws/steps/tokenize.py", line 12, in split
+            raise RuntimeError("boom")
+        full traceback: /prefix/tokenize-abc123/.marinbuild_traceback.txt
       not run: train (dependency tokenize failed)
       not run: eval (dependency tokenize failed)
     //pkg:data   ->  /prefix/data-abc123
     //pkg:train  ->  /prefix/train-def456  (not built: dependency failed)
 
-and ``as_dict()`` the same facts for ``--output json``.
+Under each failure: the last frames of its traceback (``marinbuild.run.failure.last_frames``), the
+step's ``.marinbuild_traceback.txt`` holding all of it, and for a step run on Ray the worker's log.
+``as_dict()`` gives the same facts for ``--output json`` (each failure with its whole ``traceback``).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marinbuild.run import events as ev
+from marinbuild.run.failure import last_frames, traceback_file_of, traceback_text, worker_log_of
 from marinbuild.ui._text import describe_error, error_text, format_duration
 
 MAX_LISTED = 20
@@ -37,6 +45,12 @@ class StepProblem:
     """For a failure, ``Type: message`` (without a wrapper's step prefix); for a step not run, why."""
     full_error: str | None = None
     """For a failure, the raised exception as ``Type: message``."""
+    traceback: str | None = None
+    """For a failure, its whole traceback."""
+    traceback_file: str | None = None
+    """For a failure, the step's ``.marinbuild_traceback.txt`` (None if none was written)."""
+    worker_log: str | None = None
+    """For a step that failed in a Ray task: the worker's log files."""
 
 
 class BuildSummary:
@@ -90,7 +104,10 @@ class BuildSummary:
             self._add_done(event)
         elif kind == ev.FAILED:
             message = describe_error(event.step, event.error)
-            self.failures.append(StepProblem(step, event.output_path, message, error_text(event.error)))
+            error = event.error
+            text = traceback_text(error) if error is not None else None
+            self.failures.append(StepProblem(step, event.output_path, message, error_text(error), text,
+                                             traceback_file_of(error), worker_log_of(error)))
         elif kind == ev.DEP_FAILED:
             self.dep_failed.append(StepProblem(step, event.output_path, event.detail or "a dependency failed"))
         elif kind == ev.SKIPPED:
@@ -148,6 +165,11 @@ class BuildSummary:
             lines = [self._headline()]
             for p in self.failures:
                 lines.append(f"  FAILED {p.step}: {p.message}")
+                lines.extend(f"    {line}" for line in last_frames(p.traceback or ""))
+                if p.traceback_file:
+                    lines.append(f"    full traceback: {p.traceback_file}")
+                if p.worker_log:
+                    lines.append(f"    Ray worker log: {p.worker_log}")
             for what, problems in (("not run", self.dep_failed), ("skipped", self.skipped)):
                 for p in problems[:MAX_LISTED]:
                     lines.append(f"  {what}: {p.step} ({p.message})")
@@ -185,7 +207,8 @@ class BuildSummary:
                 "dry_run": self.dry_run,
                 "planned": dict(self.planned),
                 "failures": [
-                    {"step": p.step, "output_path": p.output_path, "error": p.message, "error_full": p.full_error}
+                    {"step": p.step, "output_path": p.output_path, "error": p.message, "error_full": p.full_error,
+                     "traceback": p.traceback, "traceback_file": p.traceback_file, "worker_log": p.worker_log}
                     for p in self.failures
                 ],
                 "dep_failed": [{"step": p.step, "output_path": p.output_path, "detail": p.message}

@@ -1,7 +1,9 @@
 """A real local Ray cluster for tests and benchmarks: nodes as `ray start --block` processes we own.
 
 ``start_cluster`` runs ``ray start --head`` on 127.0.0.1 with every port picked free, in a
-temporary folder of its own, and connects this process to it; ``add_node`` starts more
+temporary folder of its own, and connects this process to it (or, with ``auth_token_path``, starts
+the head with Ray's token authentication, ``RAY_AUTH_MODE=token`` and that token file, and only
+waits for its job API: this process keeps its own Ray without auth); ``add_node`` starts more
 nodes with custom resources (a TPU host, a spot VM), ``kill_node`` SIGKILLs one (a
 preempted VM). Each node is a ``ray start --block`` process in a new session, so
 ``stop`` kills exactly those process groups (never ``ray stop``, which would stop every
@@ -61,10 +63,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def node_env() -> dict[str, str]:
-    """The environment of the cluster's node processes, and of driver processes that use it."""
+def node_env(auth_token_path: str | None = None) -> dict[str, str]:
+    """The environment of the cluster's node processes, and of driver processes that use it.
+
+    With ``auth_token_path``: Ray's token authentication on, with the token in that file."""
     env = dict(os.environ)
     env.update(NODE_ENV)
+    env.pop("RAY_AUTH_TOKEN", None)
+    env.pop("RAY_AUTH_TOKEN_PATH", None)
+    if auth_token_path is not None:
+        env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": auth_token_path})
     env.pop("RAY_ADDRESS", None)
     # Workers import the tests' step modules, and `python` in a job is this virtualenv's.
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(TESTS), *filter(None, [env.get("PYTHONPATH")])])
@@ -93,6 +101,8 @@ class RayCluster:
     dashboard_url: str
     temp_dir: str
     nodes: list[Node] = field(default_factory=list)
+    auth_token_path: str | None = None
+    """The token file of a cluster started with token authentication."""
 
     @property
     def head(self) -> Node:
@@ -136,8 +146,8 @@ class RayCluster:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def _start(args: list[str], resources: dict[str, float]) -> Node:
-    proc = subprocess.Popen(args, env=node_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+def _start(args: list[str], resources: dict[str, float], auth_token_path: str | None = None) -> Node:
+    proc = subprocess.Popen(args, env=node_env(auth_token_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     return Node(proc, resources)
 
@@ -154,31 +164,66 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
             pass
 
 
-def start_cluster(num_cpus: int = 2, dashboard: bool = True, timeout: float = 90) -> RayCluster:
-    """Start a head node on free ports in a temporary folder of its own and connect this process to it."""
-    import ray
+def start_cluster(num_cpus: int = 2, dashboard: bool = True, timeout: float = 90,
+                  auth_token_path: str | None = None, resources: dict[str, float] | None = None) -> RayCluster:
+    """Start a head node (advertising ``resources`` too) on free ports in a temporary folder of its own.
 
+    Without ``auth_token_path`` this process connects to it (``ray.init``). With it, the head runs
+    with ``RAY_AUTH_MODE=token`` and the token in that file (written by the caller); this process
+    does not connect (its Ray reads the auth mode once, and other clusters of the test session run
+    without auth) and the call returns once the dashboard's job API answers that token."""
     temp_dir = tempfile.mkdtemp(prefix="mbray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     port, dashboard_port = free_port(), free_port()
     head = _start([sys.executable, "-c", RAY_START, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
                    f"--ray-client-server-port={free_port()}", f"--include-dashboard={str(dashboard).lower()}",
                    "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}", f"--num-cpus={num_cpus}",
-                   f"--temp-dir={temp_dir}", "--block", "--disable-usage-stats", *_port_flags()], {})
-    cluster = RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", temp_dir, [head])
+                   f"--temp-dir={temp_dir}", "--block", "--disable-usage-stats", *_port_flags(),
+                   *([f"--resources={json.dumps(resources)}"] if resources else [])], dict(resources or {}),
+                  auth_token_path)
+    cluster = RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", temp_dir, [head],
+                         auth_token_path=auth_token_path)
     try:
-        for var in ("RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED"):
-            os.environ.setdefault(var, NODE_ENV[var])
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
-                break
-            except Exception:
-                if time.monotonic() > deadline or head.proc.poll() is not None:
-                    raise
-                time.sleep(0.5)
-        head.node_id = ray.get_runtime_context().get_node_id()
+        if auth_token_path is not None:
+            _wait_for_job_api(cluster, Path(auth_token_path).read_text().strip(), timeout)
+        else:
+            _connect(cluster, timeout)
     except BaseException:
         cluster.stop()
         raise
     return cluster
+
+
+def _connect(cluster: RayCluster, timeout: float) -> None:
+    import ray
+
+    for var in ("RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED"):
+        os.environ.setdefault(var, NODE_ENV[var])
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
+            break
+        except Exception:
+            if time.monotonic() > deadline or cluster.head.proc.poll() is not None:
+                raise
+            time.sleep(0.5)
+    cluster.head.node_id = ray.get_runtime_context().get_node_id()
+
+
+def _wait_for_job_api(cluster: RayCluster, token: str, timeout: float) -> None:
+    """Until the head's job API lists jobs for a client that presents ``token``."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"{cluster.dashboard_url}/api/jobs/", headers={"Authorization": f"Bearer {token}"})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline or cluster.head.proc.poll() is not None:
+            raise RuntimeError(f"the Ray head with token authentication did not start ({cluster.temp_dir})")
+        time.sleep(0.5)

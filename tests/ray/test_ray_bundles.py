@@ -123,6 +123,10 @@ def test_a_step_that_raises_in_a_bundle_is_that_steps_failure_with_its_traceback
     paths = {s: next(iter(p)) for s, p in outputs.items()}
     assert st.read_status(str(paths[bad])) == "FAILED"
     assert all(st.read_status(str(paths[s])) == "SUCCESS" for s in steps if s is not bad)
+    kept = (paths[bad] / ".marinbuild_traceback.txt").read_text()  # the driver kept the bundle's traceback of it
+    assert "in in_task" in kept and "ValueError: boom c2" in kept and "\nRay worker log: " in kept
+    assert "Ray worker log: " in str(info.value.failures["raises/c2"].__cause__.__notes__)
+    assert not any((paths[s] / ".marinbuild_traceback.txt").exists() for s in steps if s is not bad)
     assert attempts(tmp_path / "log")["c2"] == 1  # the step's own error is not retried
 
 

@@ -1,0 +1,168 @@
+"""Marin's ``StepSpec`` (``marin.execution.step_spec``) and ``resolve_executor_step``.
+
+A ``StepSpec`` is Marin's newer form of a step: a name, dependencies, attributes to hash and a
+function of the step's output path, ``fn(output_path)``; its output path is
+``<prefix>/<name>_<sha256 of name, attrs and dependencies>[:8]`` (Marin's scheme for it, not the
+``ExecutorStep`` one). ``resolve_executor_step`` turns an ``ExecutorStep`` whose config is
+already instantiated into one; ``StepSpec.as_executor_step`` goes the other way, so a
+``StepSpec`` can sit in an ``Executor.run`` graph (the executor then calls ``fn(output_path)``),
+and resolving that step again gives the original ``StepSpec`` back, as in Marin.
+
+The callables made here are picklable objects, not closures, so they also run on Ray workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from marinbuild.core.placeholders import THIS_OUTPUT_PATH, ExecutorStep, VersionedValue
+
+ORIGINAL_STEP_SPEC = "_original_step_spec"
+"""The attribute (Marin's name) by which an ``ExecutorStep`` made by ``StepSpec.as_executor_step`` keeps its
+``StepSpec``."""
+
+
+def _is_relative_path(url_or_path: str) -> bool:
+    from urllib.parse import urlparse
+
+    return not urlparse(url_or_path).scheme and not url_or_path.startswith("/")
+
+
+@dataclass(frozen=True)
+class _StepSpecMigrationConfig:
+    """The config of ``StepSpec.as_executor_step``'s step (Marin's fields): the attributes as one versioned value,
+    the dependencies as steps."""
+
+    output_path: Any
+    attrs: Any
+    deps: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """A step's identity, dependencies and function of its output path (Marin's fields and derived values)."""
+
+    name: str
+    output_path_prefix: str | None = None
+    """Where the output goes; default ``$MARIN_PREFIX`` (as ``executor_main``'s)."""
+    deps: list[StepSpec] = field(default_factory=list)
+    hash_attrs: dict[str, Any] = field(default_factory=dict)
+    """What else identifies the step (JSON-serialisable); part of the hash."""
+    override_output_path: str | None = None
+    fn: Callable[[str], Any] | None = None
+    """Called with the output path; may be a ``remote(...)`` wrapper."""
+    resources: Any = None
+
+    @cached_property
+    def dep_paths(self) -> list[str]:
+        return [dep.output_path for dep in self.deps]
+
+    @cached_property
+    def dep_names(self) -> list[str]:
+        return [dep.name_with_hash for dep in self.deps]
+
+    @cached_property
+    def hash_id(self) -> str:
+        content = json.dumps({"name": self.name, "attrs": self.hash_attrs, "deps": sorted(self.dep_names)},
+                             sort_keys=True)
+        return hashlib.sha256(content.encode("utf-8")).hexdigest()[:8]
+
+    @cached_property
+    def name_with_hash(self) -> str:
+        return f"{self.name}_{self.hash_id}"
+
+    @cached_property
+    def output_path(self) -> str:
+        from marinbuild.executor import default_prefix
+
+        prefix = self.output_path_prefix or default_prefix()
+        if self.override_output_path is not None:
+            if _is_relative_path(self.override_output_path):
+                return f"{prefix}/{self.override_output_path}"
+            return self.override_output_path
+        return f"{prefix}/{self.name_with_hash}"
+
+    def as_executor_step(self) -> ExecutorStep:
+        """This step as an ``ExecutorStep`` at its output path (``resolve_executor_step`` of it gives ``self``)."""
+        config = _StepSpecMigrationConfig(output_path=THIS_OUTPUT_PATH, attrs=VersionedValue(self.hash_attrs),
+                                          deps=[dep.as_executor_step() for dep in self.deps])
+        step = ExecutorStep(name=self.name, fn=self.fn, config=config, override_output_path=self.output_path,
+                            resources=self.resources)
+        object.__setattr__(step, ORIGINAL_STEP_SPEC, self)
+        return step
+
+
+@dataclass(frozen=True)
+class ConfigCall:
+    """``fn(config)`` as a function of the output path (which the config already holds): what an ``ExecutorStep``'s
+    function becomes in a ``StepSpec``. ``mirror_budget_gb``: the transfer budget of its ``mirror://`` copies."""
+
+    fn: Callable[[Any], Any]
+    config: Any
+    mirror_budget_gb: float | None = None
+
+    def __call__(self, output_path: str) -> Any:
+        from marinbuild.run.step_call import MirrorScope
+
+        return MirrorScope(self.mirror_budget_gb).run(self.fn, self.config)
+
+
+@dataclass(frozen=True)
+class OutputPathCall:
+    """A ``StepSpec``'s ``fn(output_path)`` called as an ``ExecutorStep``'s ``fn(config)``."""
+
+    fn: Callable[[str], Any]
+
+    def __call__(self, config: Any) -> Any:
+        return self.fn(config.output_path)
+
+
+def _rewrap(fn: Any, make: Callable[[Any], Any]) -> Any:
+    """``make(fn)``, inside the same ``remote(...)`` wrapper if ``fn`` has one (its resources stay with it)."""
+    inner = getattr(fn, "fn", None)
+    if dataclasses.is_dataclass(fn) and callable(inner) and hasattr(fn, "resources"):
+        return dataclasses.replace(fn, fn=make(inner))
+    return make(fn)
+
+
+def step_function_of(step: ExecutorStep) -> Any:
+    """What the executor calls with the step's config: ``step.fn``, or for a step made by
+    ``StepSpec.as_executor_step`` its ``fn(output_path)`` adapted."""
+    original = getattr(step, ORIGINAL_STEP_SPEC, None)
+    if original is None or original.fn is None:
+        return step.fn
+    return _rewrap(original.fn, OutputPathCall)
+
+
+def resolve_executor_step(
+    step: ExecutorStep,
+    config: Any,
+    output_path: str,
+    deps: list[StepSpec] | None = None,
+    dag_tpu_regions: list[str] | None = None,
+    forced_region: str | None = None,
+    mirror_budget_gb: float | None = None,
+) -> StepSpec:
+    """An ``ExecutorStep`` with its instantiated ``config`` and ``output_path`` as a ``StepSpec`` (Marin's signature).
+
+    Its ``fn(output_path)`` calls ``step.fn(config)`` (inside the step's ``remote(...)`` wrapper if it has one),
+    under a ``mirror://`` budget of ``mirror_budget_gb`` when given. A step made by ``StepSpec.as_executor_step``
+    gives back its original, with ``deps`` when given. ``dag_tpu_regions`` and ``forced_region`` pin a remote
+    function to regions on Marin's Iris cluster only; elsewhere Marin leaves the function as it is, and so does
+    this (marinbuild places steps by their resources).
+    """
+    original: StepSpec | None = getattr(step, ORIGINAL_STEP_SPEC, None)
+    if original is not None:
+        return dataclasses.replace(original, deps=deps or list(original.deps),
+                                   override_output_path=original.output_path, resources=original.resources)
+    if step.fn is None:
+        raise ValueError(f"Step {step.name} has no callable")
+    fn = _rewrap(step.fn, lambda inner: ConfigCall(inner, config, mirror_budget_gb))
+    return StepSpec(name=step.name, deps=deps or [], override_output_path=output_path, fn=fn,
+                    resources=step.resources)

@@ -1,0 +1,66 @@
+"""How ``marinbuild jobs list`` and ``jobs status`` show Ray jobs: a rich table, a status block, or JSON.
+
+``print_jobs(rows, out)`` prints a table (submission id, status, start, run time, entrypoint);
+``print_job(row, out)`` one job's fields, one per line; ``jobs_json(rows)`` the same facts as
+JSON. Times are shown in UTC. Nothing here talks to a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from marinbuild.jobs import JobRow
+
+STATUS_STYLES = {"SUCCEEDED": "green", "FAILED": "red", "STOPPED": "yellow", "RUNNING": "cyan", "PENDING": "blue"}
+
+
+def print_jobs(rows: Sequence[JobRow], out: TextIO, width: int | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("SUBMISSION ID", "STATUS", "START (UTC)", "RUN TIME", "ENTRYPOINT"):
+        table.add_column(column, no_wrap=column != "ENTRYPOINT", overflow="fold")
+    for row in rows:
+        style = STATUS_STYLES.get(row.status, "")
+        table.add_row(row.submission_id, f"[{style}]{row.status}[/]" if style else row.status,
+                      _when(row.start_time), _run_time(row), row.entrypoint)
+    console = Console(file=out, width=width or (None if out.isatty() else 200), highlight=False)
+    if rows:
+        console.print(table)
+    else:
+        console.print("no jobs")
+
+
+def print_job(row: JobRow, out: TextIO) -> None:
+    fields = [("submission id", row.submission_id), ("status", row.status), ("entrypoint", row.entrypoint),
+              ("started", _when(row.start_time)), ("ended", _when(row.end_time)), ("run time", _run_time(row))]
+    if row.driver_exit_code is not None:
+        fields.append(("exit code", str(row.driver_exit_code)))
+    if row.message:
+        fields.append(("message", row.message))
+    for name, value in fields:
+        out.write(f"{name + ':':<15}{value}\n")
+
+
+def jobs_json(rows: Sequence[JobRow] | JobRow) -> str:
+    if isinstance(rows, Sequence):
+        return json.dumps([row.as_dict() for row in rows], indent=2)
+    return json.dumps(rows.as_dict(), indent=2)
+
+
+def _when(seconds: float | None) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S") if seconds else "-"
+
+
+def _run_time(row: JobRow) -> str:
+    if not row.start_time:
+        return "-"
+    end = row.end_time or datetime.now(UTC).timestamp()
+    total = max(0, int(end - row.start_time))
+    hours, rest = divmod(total, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"

@@ -1,0 +1,32 @@
+"""``marinbuild cache gc`` on a gs:// prefix (fake-gcs-server), through the real CLI."""
+
+from __future__ import annotations
+
+from test_cache import check_gc_offers_old_outputs_under_experiments  # tests/ (its conftest puts it on sys.path)
+
+from marinbuild.store import gcs
+
+
+def test_gc_offers_old_outputs_under_experiments_on_gcs(gs_prefix, tmp_path):
+    filesystem = gcs.filesystem()
+
+    def listdir(url: str) -> list[str]:
+        filesystem.invalidate_cache()
+        return [entry.rstrip("/").rsplit("/", 1)[1] for entry in filesystem.ls(url, detail=False)]
+
+    check_gc_offers_old_outputs_under_experiments(tmp_path / "ws", gs_prefix, listdir)
+
+
+def test_store_names_a_folders_entries_on_gcs(gs_prefix):
+    """What ``why`` reads to tell a folder holding only ``.executor_info`` (not built yet) from a deleted output."""
+    from marinbuild.cache.store import Store
+    from marinbuild.store import fs
+
+    folder = gs_prefix + "/pkg/step-abc123"
+    fs.write_atomic(folder + "/.executor_info", b"{}")
+    store = Store(gs_prefix)
+    assert store.names(folder) == [".executor_info"]
+    fs.write_atomic(folder + "/part/0.txt", b"x")
+    gcs.filesystem().invalidate_cache()
+    assert store.names(folder) == [".executor_info", "part"]
+    assert store.names(gs_prefix + "/pkg/missing-000000") is None
