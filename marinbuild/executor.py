@@ -671,12 +671,15 @@ class Executor:
 
 
 BACKEND_ENV = "MARINBUILD_BACKEND"
-"""The backend of an ``Executor`` given none (a Marin script's ``executor_main``): ``local`` (default) or ``ray``."""
+"""The backend of an ``Executor`` given none (a Marin script's ``executor_main``): ``local`` or ``ray``."""
 
 
 def default_backend() -> str:
-    """``$MARINBUILD_BACKEND`` if set, else ``"local"``."""
-    return os.environ.get(BACKEND_ENV) or "local"
+    """``$MARINBUILD_BACKEND`` if set; else ``"ray"`` in a job submitted to a Ray cluster (a Marin script sent to the
+    cluster runs its steps there, as Marin's executor does), else ``"local"``."""
+    from marinbuild.runtime_env import in_ray_job
+
+    return os.environ.get(BACKEND_ENV) or ("ray" if in_ray_job() else "local")
 
 
 def _backend_named(name: str, max_concurrent: int | None) -> Any:

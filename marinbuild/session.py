@@ -161,10 +161,11 @@ class Session:
         )
 
     def make_backend(self) -> Any:
-        """The backend the settings name (None: the executor's default, local threads); Ray is not started here."""
+        """The backend the settings name (``"local"``: the executor's threads, whatever ``$MARINBUILD_BACKEND`` says
+        to scripts); Ray is not started here."""
         s = self.settings
         if s.backend != "ray":
-            return None
+            return s.backend
         from marinbuild.run.ray_backend import DEFAULT_MAX_RETRIES, RayBackend
         from marinbuild.run.ray_bundles import DEFAULT_BUNDLE_SECONDS
 

@@ -71,6 +71,9 @@ scaled = ExecutorStep(name="pipe/scaled", fn=scale,
                                          output_path=this_output_path()))
 
 if __name__ == "__main__":
+    if os.environ.get("DRIVER_PID_FILE"):
+        with open(os.environ["DRIVER_PID_FILE"], "w") as f:
+            f.write(str(os.getpid()))
     executor_main(steps=[scaled])
 '''
 
@@ -211,6 +214,28 @@ def test_a_marin_script_runs_its_steps_on_a_cluster_with_the_ray_backend(ray_clu
     assert json.loads((scaled / "numbers.json").read_text()) == [3, 6, 9, 12]
     for out in (scaled, _output(prefix / "pipe", "base")):
         assert (out / "pid").read_text() != str(proc.pid)
+
+
+def test_the_clis_backend_flag_wins_over_the_scripts_variable(targets_ws, tmp_path):
+    """``MARINBUILD_BACKEND`` is for scripts: ``--backend local`` runs the steps in the CLI's own process."""
+    prefix = tmp_path / "prefix"
+    proc = _marinbuild(targets_ws, _env(MARINBUILD_BACKEND="ray"), "--backend", "local", "--prefix", str(prefix),
+                       "//pipe:script")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert (_output(prefix / "pipe", "scaled") / "pid").read_text() == str(proc.pid)
+
+
+def test_a_marin_script_submitted_to_the_cluster_runs_its_steps_on_ray(ray_cluster, targets_ws, tmp_path):
+    """In a Ray job a script's ``executor_main`` uses the cluster, as Marin's does (no variable to set)."""
+    prefix, driver = tmp_path / "prefix", tmp_path / "driver.pid"
+    proc = _marinbuild(targets_ws, _env(), "submit", "--address", ray_cluster.dashboard_url,
+                       "-e", "DRIVER_PID_FILE", str(driver), "--", "python", "pipe/script.py", "--prefix", str(prefix))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    scaled = _output(prefix / "pipe", "scaled")
+    assert json.loads((scaled / "numbers.json").read_text()) == [3, 6, 9, 12]
+    job_driver = driver.read_text()
+    for out in (scaled, _output(prefix / "pipe", "base")):
+        assert (out / "pid").read_text() != job_driver  # a Ray task ran it, not the job's driver
 
 
 def test_the_hello_world_tutorial_builds_on_a_private_local_ray(tmp_path):
