@@ -1,12 +1,13 @@
 """Ray's own messages in a build: to a log file always, to the console only when verbose.
 
 A build on Ray prints three kinds of lines besides marinbuild's own: what the steps print in their
-tasks (the step's output: shown, on stderr, as ``(name pid=N) line``), Ray's own log lines from its
-processes (``(raylet)``, ``(gcs_server)``, C++ ``[date time E pid tid] file.cc:line`` records,
-``*** SIGABRT received ***`` dumps, ``INFO worker.py:123 --`` records) and the driver's ``ray`` logger.
-Ray's own lines go to the log file only, unless ``verbose`` (``-v``, ``MARINBUILD_VERBOSE=1``), when
-they are printed too, as Ray prints them. Nothing printed to a console that is not a terminal carries
-colour codes. The first Ray line kept off the console is followed by one line saying where the log is.
+tasks (the step's output: shown on stderr as ``(name pid=N) line``, with ``, ip=IP`` for another
+node, as Ray prints it), Ray's own log lines from its processes (``(raylet)``, ``(gcs_server)``,
+C++ ``[date time E pid tid] file.cc:line`` records, ``*** SIGABRT received ***`` dumps,
+``INFO worker.py:123 --`` records) and the driver's ``ray`` logger.
+Every line goes to the log file; Ray's own lines reach the console only when ``verbose`` (``-v``,
+``MARINBUILD_VERBOSE=1``). Nothing printed to a console that is not a terminal carries colour codes.
+The first of Ray's lines kept off the console prints one line saying where the log is.
 
 ``RayLog(path, verbose).install()`` is called by ``ray_connect`` once ``ray.init`` returned.
 """
@@ -67,6 +68,8 @@ class RayLog:
         self._lock = threading.Lock()
         self._file: TextIO | None = None
         self._told = False
+        self._local_ip: str | None = None
+        """This node's address: lines from its processes are prefixed without it (as Ray prints them)."""
 
     def _out(self) -> TextIO:
         return self.console if self.console is not None else sys.stderr
@@ -99,7 +102,11 @@ class RayLog:
         """One batch of lines Ray forwards from a process of the cluster (Ray's ``print_logs`` record)."""
         pid = data.get("pid")
         name = data.get("actor_name") or data.get("task_name") or ""
-        prefix = f"({name} pid={pid}) " if name else f"({pid}) " if str(pid) in RAY_PROCESSES else f"(pid={pid}) "
+        where = f", ip={data['ip']}" if data.get("ip") and data.get("ip") != self._local_ip else ""
+        if str(pid) in RAY_PROCESSES:
+            prefix = f"({pid}{where}) "
+        else:
+            prefix = f"({name} pid={pid}{where}) " if name else f"(pid={pid}{where}) "
         shown: list[str] = []
         logged: list[str] = []
         for line in data.get("lines", []):
@@ -115,6 +122,12 @@ class RayLog:
 
     def install(self) -> None:
         """Route Ray's forwarded output and the ``ray`` logger of this process here."""
+        try:
+            import ray
+
+            self._local_ip = ray.util.get_node_ip_address()
+        except Exception:
+            logger.debug("could not read this node's address", exc_info=True)
         self._route_task_output()
         self._route_ray_logger()
 
