@@ -56,7 +56,7 @@ class GCSLease(Lease):
             current, generation = self._read()
             if generation == 0:
                 continue  # released between our create and our read: try creating again
-            if current is not None and current.worker_id != self.worker_id and not current.is_stale(self.stale_after):
+            if current is not None and current.worker_id != self.worker_id and not current.is_over(self.stale_after):
                 return False
             try:
                 self._generation = self._write(generation)
