@@ -1,4 +1,5 @@
-"""A small build for the kill tests, run as its own process: ``python kill_build.py PREFIX [--fail] [--dry_run]``.
+"""A small build for the kill tests, run as its own process:
+``python kill_build.py PREFIX [--fail] [--dry_run] [--sleep SECONDS]`` (each step sleeps that long).
 
 Five steps: a; b and c on a; d on b and c; and with ``--fail`` a step ``f`` that always raises. Prints one JSON line:
 ``{"ok", "error", "waits": [seconds waited on each step another runner held], "ran": [steps run here]}``; exits 0
@@ -13,19 +14,24 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 import pipelines as pl  # noqa: E402
+from soak_steps import exclusive_write  # noqa: E402
 
 from marinbuild.executor import Executor  # noqa: E402
 from marinbuild.run import events as ev  # noqa: E402
 
 
-def graph(fail: bool) -> list:
-    a = pl.step("a", "A")
-    b = pl.step("b", "B", [a])
-    c = pl.step("c", "C", [a])
-    d = pl.step("d", "D", [b, c])
+def graph(fail: bool, sleep: float) -> list:
+    def step(name: str, text: str, inputs: list | None = None) -> object:
+        return pl.step(name, text, inputs, fn=exclusive_write, sleep=sleep)
+
+    a = step("a", "A")
+    b = step("b", "B", [a])
+    c = step("c", "C", [a])
+    d = step("d", "D", [b, c])
     return [d, pl.step("f", "F", fn=pl.fail_always)] if fail else [d]
 
 
@@ -53,7 +59,8 @@ def main() -> int:
                         listeners=[waits])
     error = None
     try:
-        executor.run(graph("--fail" in sys.argv), dry_run="--dry_run" in sys.argv)
+        sleep = float(sys.argv[sys.argv.index("--sleep") + 1]) if "--sleep" in sys.argv else 0.0
+        executor.run(graph("--fail" in sys.argv, sleep), dry_run="--dry_run" in sys.argv)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
     print(json.dumps({"ok": error is None, "error": error, "waits": waits.waits, "ran": waits.ran}), flush=True)
