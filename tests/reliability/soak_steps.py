@@ -26,3 +26,24 @@ def exclusive_write(config: pl.WriteConfig) -> dict:
         return pl.write_text(config)
     finally:
         os.close(fd)
+
+
+def write_then_fill_the_disk(config: pl.WriteConfig) -> dict:
+    """Write the step's output, then leave the process no room: on the output's file system (a small tmpfs) by
+    filling it, elsewhere by a file size limit of 8 bytes (``RLIMIT_FSIZE``: room for a status word, not for a
+    record; the process must ignore SIGXFSZ). The commit that follows cannot write its records."""
+    import errno
+    import resource
+
+    result = pl.write_text(config)
+    if os.environ.get("MARINBUILD_FILL_DISK"):
+        with open(os.path.join(config.output_path, "filler"), "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+    else:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    return result
