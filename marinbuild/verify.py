@@ -4,8 +4,9 @@ The targets' steps and, by default, every step they depend on (``deps=False``: t
 are checked. Every metadata file a step's state relies on is read: the status, the lease, and for a built step
 its ``.executor_info``, ``.artifact.json`` and action record; one that does not parse makes the step *damaged*
 (the message names the file). A lease left beside a built step by a runner that is gone is reported as a
-*leftover*. With ``repair_metadata`` (``--repair``), unparsable statuses, leases and records, and leftover
-leases, are removed (a lease only under its flock, and only when nobody can hold it), and each removal is listed.
+*leftover*. With ``repair_metadata`` (``--repair``), unparsable statuses, leases and records, leftover
+leases, and temporary files of killed writers (``.tmp-*``, older than the stale time) are removed (a lease
+only under its flock, and only when nobody can hold it), and each removal is listed.
 
 For each built step (status SUCCESS), the outputs are listed and hashed again
 and compared with the manifest written at commit (inside the action-cache record). A file that
@@ -230,6 +231,22 @@ def _repair_metadata(result: StepVerification, stale_after: float) -> None:
             result.repairs.append(f"removed {path}")
     if result.leftover and remove_dead_lease(result.output_path, stale_after, unparsable=False):
         result.repairs.append(f"removed the leftover lease {lease_path(result.output_path)}")
+    if fs.is_local(result.output_path):
+        for name in _old_temporaries(fs.local_path(result.output_path), stale_after):
+            fs.remove(os.path.join(fs.local_path(result.output_path), name))
+            result.repairs.append(f"removed {name}, a temporary file left by a writer that was killed")
+
+
+def _old_temporaries(folder: str, older_than: float) -> list[str]:
+    """``.tmp-*`` files (an atomic write's or a lease creation's) in ``folder`` untouched for ``older_than`` seconds:
+    left by a process killed mid-write (a live writer's exists for microseconds)."""
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    now = time.time()
+    return sorted(e.name for e in entries if e.name.startswith(".tmp-") and e.is_file(follow_symlinks=False)
+                  and now - e.stat(follow_symlinks=False).st_mtime > older_than)
 
 
 def remove_dead_lease(output_path: str, stale_after: float, *, unparsable: bool) -> bool:

@@ -76,12 +76,17 @@ def test_verify_repair_removes_what_nobody_can_use_and_says_so(built):
     Path(lease_path(built["c"])).write_text('{"worker_id": "w", "timestamp": 1}}')  # torn
     Path(lease_path(built["b"])).write_bytes(encode_lease(LeaseRecord("gone-runner", time.time() - 900)))  # leftover
     Path(built["a"], ".executor_status").write_text("FAILEDG")  # torn
+    killed = Path(built["c"], ".tmp-.executor_status.0a1b2c3d4e5f")  # a writer killed before its rename
+    killed.write_text("SUCC")
+    os.utime(killed, (time.time() - 900, time.time() - 900))
     repaired = _cli(built["ws"], "cache", "verify", "//pipe:c", "--repair")
     assert repaired.returncode == 1, repaired.stdout + repaired.stderr  # it found damage
     out = repaired.stdout
     assert f"-> removed the unparsable lease {lease_path(built['c'])}" in out
     assert f"-> removed the leftover lease {lease_path(built['b'])}" in out
     assert "-> marked not built: the next build reruns it" in out
+    assert f"-> removed {killed.name}, a temporary file left by a writer that was killed" in out
+    assert not killed.exists()
     assert not os.path.exists(lease_path(built["c"])) and not os.path.exists(lease_path(built["b"]))
     assert not os.path.exists(st.status_path(built["a"]))
     clean = _cli(built["ws"], "cache", "verify", "//pipe:c")
