@@ -118,7 +118,7 @@ class LeaseKeeper:
             for held in self._due():
                 if held.dropped or held.busy:  # removed since (its step is committing or done), or still renewing
                     continue
-                if held.lease.round_trips:
+                if getattr(held.lease, "round_trips", False):
                     held.busy = True
                     self._renewers().submit(self._renew, held)
                 else:

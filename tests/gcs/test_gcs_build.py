@@ -158,9 +158,8 @@ def test_garbage_lease_is_an_error_naming_the_file(gs_prefix):
     out = ex.output_paths[a]
     st.write_status(out, st.STATUS_RUNNING)
     fs.write_atomic(lease_path(out), b"{not json")
-    with pytest.raises(DamagedFileError, match=r"\.executor_status\.lock: lease file is not JSON"):
-        gp.executor(gs_prefix).run([a], dry_run=True)
-    st.write_status(out, st.STATUS_FAILED)  # a runner must not take over a lease it cannot read either
+    gp.executor(gs_prefix).run([a], dry_run=True)  # planning is not stopped by it: the step counts as abandoned
+    st.write_status(out, st.STATUS_FAILED)  # a runner must not take over a lease it cannot read
     with pytest.raises(StepFailedError) as info:
         gp.executor(gs_prefix).run([a])
     assert "executor_status.lock" in str(info.value.failures["dmg/lease"])
