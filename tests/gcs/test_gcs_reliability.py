@@ -72,12 +72,17 @@ def test_steps_committed_before_the_bucket_stopped_answering_are_reported_built(
     proc = subprocess.Popen([sys.executable, KILL_BUILD, gs_prefix], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, **SHORT_BOUNDS, "MARINBUILD_FAULT_SIGNAL": "STOP",
                                             "MARINBUILD_KILL_AT_POINT": str(points.index("committed") + 1)})
-    while _state(proc.pid) != "T":
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.01)
-    proxy.configure(hang=True)
-    os.kill(proc.pid, signal.SIGCONT)
-    out, err = proc.communicate(timeout=120)
+    try:
+        while _state(proc.pid) != "T":
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.01)
+        proxy.configure(hang=True)
+        os.kill(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     result = _result(out)
     assert proc.returncode == 1 and "a" in result["succeeded"] and "a" not in result["failed"], (result, err)
     proxy.configure(hang=False)

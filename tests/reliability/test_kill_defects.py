@@ -87,7 +87,12 @@ def test_marin_never_takes_a_lease_marinbuild_is_creating(tmp_path):
         assert not took, "Marin took a lease marinbuild holds: both would run the step"
     finally:
         os.kill(proc.pid, signal.SIGCONT)
-        out, err = proc.communicate(timeout=h.RUN_TIMEOUT)
+        try:
+            out, err = proc.communicate(timeout=h.RUN_TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert proc.returncode == 0, err
     assert json.loads(out.splitlines()[-1])["ok"]
 
