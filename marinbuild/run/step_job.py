@@ -222,10 +222,11 @@ class StepJob:
         """What the process running this step writes under our lease (after ``acquire(start=False)``)."""
         return RemoteRun(self.output_path, self.action, self.info_text(), self.worker_id, self.settings.stale_after)
 
-    def release_after_remote(self) -> None:
-        """The process running the step committed it (or raised): stop renewing the lease and release it."""
+    def release_after_remote(self, committed: bool = False) -> None:
+        """The process running the step committed it (``committed``: a failure to release is then only logged) or
+        raised: stop renewing the lease and release it."""
         LEASE_KEEPER.remove(self.lease)
-        self._release()
+        self._release(after_commit=committed)
 
     def _raise_if_lost(self) -> None:
         if self._lost is not None:
