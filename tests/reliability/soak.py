@@ -1,7 +1,9 @@
 """The kill soak: runners of ``kill_build.py`` racing on one prefix, SIGKILLed at random moments, then a run to the end.
 
 ``soak(prefix, rounds, runners, seed)`` runs ``rounds`` rounds; in each, ``runners`` builds start together on the
-prefix and each is killed after its own random delay (unless it finished first). After every round, every step
+prefix and each is killed after its own random delay (unless it finished first). Each round starts from what the
+last one left (a step built once stays built), so the prefix is cleared of SUCCESS statuses every few rounds to
+keep kills landing inside steps. After every round, every step
 whose status is SUCCESS must hold the output a clean build makes (no SUCCESS over partial outputs). Then one more
 build runs to completion and must succeed with every step's output correct. Steps hold a flock named after them
 while they run (``soak_steps``): two live runners in one step is a violation. Returns the figures: kills, runs
@@ -10,6 +12,7 @@ that finished, step checks, violations, the longest time a finished run waited o
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import random
@@ -40,12 +43,17 @@ class SoakReport:
         return asdict(self)
 
 
-def soak(prefix: str, rounds: int, runners: int = 2, seed: int = 0, max_delay: float = 0.6) -> SoakReport:
+def soak(prefix: str, rounds: int, runners: int = 2, seed: int = 0) -> SoakReport:
+    """See the module docstring. Each runner is killed after a random delay of up to 1.5 times what a clean build
+    of the graph (process start included) took on this machine just before: kills land from start-up to the end,
+    and some runs finish, whatever the machine's load."""
     rng = random.Random(seed)
     report = SoakReport(rounds=rounds, runners=runners)
     work = prefix.rstrip("/") + ".soak"
     os.makedirs(work, exist_ok=True)
+    started = time.monotonic()
     golden = _golden(prefix.rstrip("/") + ".golden")
+    max_delay = 1.5 * (time.monotonic() - started)
     env = {**os.environ, "MARINBUILD_SOAK_DIR": work}
     for _ in range(rounds):
         procs = [subprocess.Popen([sys.executable, h.SCRIPT, prefix, "--sleep", str(STEP_SLEEP)], env=env,
@@ -63,6 +71,8 @@ def soak(prefix: str, rounds: int, runners: int = 2, seed: int = 0, max_delay: f
             else:
                 _finished(report, proc.returncode, out)
         _check_built(prefix, golden, report)
+        if rng.random() < 0.3:
+            _forget_successes(prefix)
     final = subprocess.run([sys.executable, h.SCRIPT, prefix], env=env, capture_output=True, text=True,
                            timeout=h.RUN_TIMEOUT)
     _finished(report, final.returncode, final.stdout)
@@ -73,6 +83,18 @@ def soak(prefix: str, rounds: int, runners: int = 2, seed: int = 0, max_delay: f
         with open(violations) as f:
             report.violations.extend(f.read().splitlines())
     return report
+
+
+def _forget_successes(prefix: str) -> None:
+    """Remove every SUCCESS status (as ``cache verify`` does for a damaged step): the next round builds again."""
+    for folder in glob.glob(os.path.join(prefix, "*-*")):
+        path = os.path.join(folder, ".executor_status")
+        try:
+            with open(path) as f:
+                if f.read().strip() == "SUCCESS":
+                    os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def _golden(prefix: str) -> dict[str, str]:

@@ -27,7 +27,7 @@ def test_a_kill_at_any_metadata_write_leaves_a_build_the_next_run_completes(tmp_
 
 
 def test_a_short_kill_soak_of_two_runners_finds_no_violation(tmp_path):
-    report = soak.soak(str(tmp_path / "p"), rounds=12, runners=2, seed=19)
+    report = soak.soak(str(tmp_path / "p"), rounds=30, runners=2, seed=19)
     print("kill soak:", report.to_dict())
     assert report.violations == []
     assert report.final_ok
