@@ -44,7 +44,7 @@ class SoakReport:
 
 
 def soak(prefix: str, rounds: int, runners: int = 2, seed: int = 0) -> SoakReport:
-    """See the module docstring. Each runner is killed after a random delay of up to 1.5 times what a clean build
+    """See the module docstring. Each runner is killed after a random delay of up to 3 times what a clean build
     of the graph (process start included) took on this machine just before: kills land from start-up to the end,
     and some runs finish, whatever the machine's load."""
     rng = random.Random(seed)
@@ -53,7 +53,7 @@ def soak(prefix: str, rounds: int, runners: int = 2, seed: int = 0) -> SoakRepor
     os.makedirs(work, exist_ok=True)
     started = time.monotonic()
     golden = _golden(prefix.rstrip("/") + ".golden")
-    max_delay = 1.5 * (time.monotonic() - started)
+    max_delay = 3.0 * (time.monotonic() - started)
     env = {**os.environ, "MARINBUILD_SOAK_DIR": work}
     for _ in range(rounds):
         procs = [subprocess.Popen([sys.executable, h.SCRIPT, prefix, "--sleep", str(STEP_SLEEP)], env=env,
