@@ -226,6 +226,26 @@ def read_with_generation(path: str) -> tuple[bytes, int] | None:
     return run(_read_with_generation, fs, path, fs=fs)
 
 
+async def _last_written(fs: RetryingGCSFileSystem, path: str, generation: int) -> float | None:
+    bucket, key = split(path)
+    try:
+        meta = await fs._call("GET", "b/{}/o/{}", bucket, key, json_out=True, fields="generation,updated")
+    except FileNotFoundError:
+        return None
+    if int(meta.get("generation", -1)) != generation or "updated" not in meta:
+        return None
+    from datetime import datetime
+
+    return datetime.fromisoformat(meta["updated"].replace("Z", "+00:00")).timestamp()
+
+
+def last_written(path: str, generation: int) -> float | None:
+    """When the object was last written (seconds since the epoch, the store's clock), if it is still at
+    ``generation``; None otherwise."""
+    fs = filesystem()
+    return run(_last_written, fs, path, generation, fs=fs)
+
+
 def _multipart_body(key: str, data: bytes) -> tuple[bytes, dict[str, str]]:
     boundary = "marinbuild-boundary-7f3a9c"
     meta = json.dumps({"name": key})

@@ -99,3 +99,17 @@ def _folders(prefix: str) -> list[str]:
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_an_unparsable_lease_is_taken_over_once_it_is_older_than_the_stale_time(gs_prefix):
+    from marinbuild.store import fs
+    from marinbuild.store.lease import lease_for, lease_path
+
+    out = gs_prefix + "/torn-000000"
+    fs.write_atomic(lease_path(out), b'{"worker_id": "w", "timestamp": 1}}')
+    lease = lease_for(out, "runner-b", stale_after=0.5)
+    assert not lease.try_acquire()  # just written: its writer may still replace it
+    time.sleep(0.6)
+    assert lease.try_acquire()
+    assert lease.holder().worker_id == "runner-b"
+    lease.release()
