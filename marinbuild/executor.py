@@ -521,13 +521,15 @@ class Executor:
         run_only: list[str] | None = None,
         force_run_failed: bool = True,
         max_concurrent: int | None = None,
+        rebuild: list[ExecutorStep] | None = None,
     ) -> dict[ExecutorStep, str]:
         """Build ``steps`` (and what they need); return every known step's output path.
 
         ``run_only`` regexes select steps by name (plus what they need). Steps already
         built are skipped, and so are dependencies only they needed. A failed step stops
         its dependents (DEP_FAILED) while independent steps go on; then ``StepFailedError``
-        names every failure. ``dry_run`` reads statuses and writes nothing.
+        names every failure. ``dry_run`` reads statuses and writes nothing. ``rebuild`` steps run
+        again even when built (their status is removed just before the run).
         """
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be a positive integer, got {max_concurrent}")
@@ -551,10 +553,12 @@ class Executor:
                     logger.warning("run_only patterns matched no step: %s", ", ".join(unused))
             else:
                 targets = [self.canonicalize(s) for s in requested]
+            targets = list(dict.fromkeys([*targets, *(self.canonicalize(s) for s in rebuild or ())]))
 
             bus = ev.EventBus(self.listeners if self.listeners is not None else [ev.log_listener])
             stale_after = self.stale_after if self.stale_after is not None else STALE_AFTER
-            self.plan = plan = planning.make_plan(graph, targets, worker_id=self.worker_id, stale_after=stale_after)
+            self.plan = plan = planning.make_plan(graph, targets, worker_id=self.worker_id, stale_after=stale_after,
+                                                  rebuild=rebuild or ())
         for step, step_plan in plan.steps.items():
             bus.emit(ev.PLANNED, step=step.name, output_path=self.output_paths[step], detail=step_plan.state,
                      data={"dry_run": dry_run, "status": step_plan.status})
@@ -570,6 +574,12 @@ class Executor:
             raise PreviousTaskFailedError(f"step(s) failed previously: {names}; rerun with force_run_failed=True")
         if dry_run:
             return self.output_paths
+        if rebuild:
+            from marinbuild.store import fs
+            from marinbuild.store.status import status_path
+
+            for step in plan.by_state(planning.REBUILD):
+                fs.remove(status_path(self.output_paths[step]))
         self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed, run_only is not None)
         return self.output_paths
 
