@@ -186,7 +186,8 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
         _write_snapshot(session, key, recorder, requested)
     executor = session.executor
     rebuilt = _rebuild_steps(session, rebuild)
-    executor.listeners = report.open()
+    succeeded: list[str] = []
+    executor.listeners = [*report.open(), lambda e: succeeded.append(e.output_path) if e.kind == "succeeded" else None]
     failed: BaseException | None = None
     try:
         executor.run(session.requested_steps(), dry_run=dry_run, force_run_failed=session.settings.force_run_failed,
@@ -197,10 +198,13 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
         raise UsageProblem(str(exc)) from exc
     finally:
         report.close()
+        _record_code(session, succeeded)
     plan = None
     if executor.plan is not None:
         plan = [(s, p.state, executor.output_paths[s], p.lease, p.will_run) for s, p in executor.plan.steps.items()]
     report.finish(requested, plan, session)
+    if plan is not None:
+        _warn_code_changed(session, [step for step, state, _path, _lease, _run in plan if state == "built"])
     if failed is not None:
         click.echo(f"marinbuild: {failed}", err=True)
         raise SystemExit(EXIT_FAILED)
@@ -210,6 +214,32 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
             click.echo(f"marinbuild: not up to date: {len(would_run)} step(s) would run: {', '.join(would_run)}",
                        err=True)
             raise SystemExit(EXIT_FAILED)
+
+
+def _record_code(session: Any, output_paths: list[str]) -> None:
+    """Record the code each step that succeeded ran (``marinbuild.code_digest``)."""
+    if not output_paths:
+        return
+    from marinbuild.code_digest import for_session, record
+
+    by_path = {path: step for step, path in session.executor.output_paths.items()}
+    changes = for_session(session)
+    for path in output_paths:
+        if path in by_path:
+            record(path, changes.code_of(by_path[path]))
+
+
+def _warn_code_changed(session: Any, built: list[Any]) -> None:
+    """One warning naming the code that changed since built outputs of this build were made."""
+    from marinbuild.code_digest import for_session
+
+    changed = {step: files for step, files in for_session(session).check(built).items() if files}
+    if not changed:
+        return
+    files = sorted({f for fs in changed.values() for f in fs})
+    click.echo(f"marinbuild: warning: code changed since {len(changed)} output(s) were built, not part of their key, "
+               f"so they were not rebuilt: {', '.join(files)} (marinbuild why TARGET says which; --rebuild TARGET "
+               "rebuilds one)", err=True)
 
 
 def _rebuild_steps(session: Any, patterns: tuple[str, ...]) -> list[Any]:
@@ -322,8 +352,12 @@ def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple
         for path in target.source_paths:
             inputs.append(str(path))
             folders.update(str(parent) for parent in path.parents if parent.is_relative_to(package_dir))
+    from marinbuild.code_digest import for_session
+
+    code = for_session(session)
     steps = []
     for step in dict.fromkeys(executor.canonicalize(s) for s in session.requested_steps()):
+        inputs.extend(str(workspace.root / path) for path in code.code_of(step))  # an edit re-checks the code
         overridden = step.override_output_path is not None
         digest = ActionKey.of(executor.version_bytes[step], step.name, overridden).digest
         steps.append((step.name, executor.output_paths[step], digest, overridden))
