@@ -409,7 +409,8 @@ def _noop_from_snapshot(patterns: tuple[str, ...], settings: dict[str, Any], rep
 
 @cli.command("query")
 @click.argument("expression")
-@click.option("--output", type=click.Choice(["label", "label_kind", "json", "graph"]), default="label")
+@click.option("--output", type=click.Choice(["label", "label_kind", "location", "json", "graph"]), default="label",
+              help="label, label_kind, location (file:line:col), json, or graph (DOT, coloured by cache state).")
 @click.option("--prefix", help="The prefix cache-aware functions (built, stale, ...) look at.")
 def query_command(expression: str, output: str, prefix: str | None) -> None:
     """Query the target graph: deps, rdeps, somepath, allpaths, kind, attr, filter, built, stale, ..."""

@@ -173,3 +173,16 @@ def test_completion_of_a_bare_label(ws: Path) -> None:
                           cwd=ws, env=env, capture_output=True, text=True, timeout=120)
     words = [line.split(",", 1)[1] for line in done.stdout.splitlines()]
     assert "//pipe:a" in words and "//pipe:all" in words and "//pipe:lone" in words
+
+
+def test_query_set_location_and_coloured_graph(ws: Path) -> None:
+    assert mb(ws, "//pipe:a").returncode == 0
+    union = mb(ws, "query", "set(//pipe:a //pipe:lone)")
+    assert union.returncode == 0 and union.stdout == "//pipe:a\n//pipe:lone\n"
+    assert mb(ws, "query", "set()").stdout == ""
+    where = mb(ws, "query", "--output", "location", "//pipe:b")
+    assert where.stdout == "pipe/BUILD.marin:5:1: python_step rule //pipe:b\n"
+    dot = mb(ws, "query", "--output", "graph", "deps(//pipe:b)").stdout
+    assert '"//pipe:a" [fillcolor=palegreen]' in dot  # built
+    assert '"//pipe:b" [fillcolor=lightgray]' in dot  # missing
+    assert '"//pipe:b" -> "//pipe:a"' in dot
