@@ -559,6 +559,12 @@ class Executor:
             stale_after = self.stale_after if self.stale_after is not None else STALE_AFTER
             self.plan = plan = planning.make_plan(graph, targets, worker_id=self.worker_id, stale_after=stale_after,
                                                   rebuild=rebuild or ())
+        if dry_run:  # the names cache status and query give: stale when another version of the step is there
+            from marinbuild.cache.probe import has_other_version
+
+            for step in plan.by_state(planning.MISSING):
+                if has_other_version(self.prefix, step.name, exclude=self.output_paths[step]):
+                    plan.steps[step].state = planning.STALE
         for step, step_plan in plan.steps.items():
             bus.emit(ev.PLANNED, step=step.name, output_path=self.output_paths[step], detail=step_plan.state,
                      data={"dry_run": dry_run, "status": step_plan.status})

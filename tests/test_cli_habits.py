@@ -186,3 +186,17 @@ def test_query_set_location_and_coloured_graph(ws: Path) -> None:
     assert '"//pipe:a" [fillcolor=palegreen]' in dot  # built
     assert '"//pipe:b" [fillcolor=lightgray]' in dot  # missing
     assert '"//pipe:b" -> "//pipe:a"' in dot
+
+
+def test_one_name_per_state(ws: Path) -> None:
+    """A step built at another version is 'stale' in a dry run, cache status and query alike."""
+    assert mb(ws, "//pipe:a").returncode == 0
+    build = ws / "pipe" / "BUILD.marin"
+    build.write_text(build.read_text().replace('config = {"name": "a"}', 'config = {"name": "a", "v": 2}'))
+    dry = mb(ws, "-n", "//pipe:a", "//pipe:lone")
+    assert dry.stdout.splitlines()[0].split()[:2] == ["stale", "pipe/a"]
+    assert dry.stdout.splitlines()[1].split()[:2] == ["missing", "pipe/lone"]
+    status = mb(ws, "cache", "status", "//pipe:a", "//pipe:lone").stdout
+    assert status.splitlines()[1].split()[:2] == ["//pipe:a", "stale"]
+    assert status.splitlines()[2].split()[:2] == ["//pipe:lone", "missing"]
+    assert mb(ws, "query", "stale(//pipe:all)").stdout == "//pipe:a\n"

@@ -22,6 +22,7 @@ from marinbuild.store.lease import LeaseRecord, lease_for
 # Step states, as the plan, dry runs and `why` name them.
 BUILT = "built"
 MISSING = "missing"  # never built, or its output was removed
+STALE = "stale"  # not built at this version, but another version of the step is under the prefix (dry runs say so)
 FAILED = "failed"  # failed (or dependency-failed) before
 RUNNING = "running"  # another runner holds a live lease
 ABANDONED = "abandoned"  # status RUNNING but the lease is stale or gone: its runner died
