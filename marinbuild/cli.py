@@ -205,6 +205,12 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     report.finish(requested, plan, session)
     if plan is not None:
         _warn_code_changed(session, [step for step, state, _path, _lease, _run in plan if state == "built"])
+    if not dry_run and succeeded:
+        from marinbuild.ui.where import where_to_look
+
+        by_path = {path: step for step, path in executor.output_paths.items()}
+        for line in where_to_look(executor, [by_path[p] for p in succeeded if p in by_path]):
+            click.echo(f"marinbuild: {line}", err=True)
     if failed is not None:
         click.echo(f"marinbuild: {failed}", err=True)
         raise SystemExit(EXIT_FAILED)

@@ -200,3 +200,35 @@ def test_one_name_per_state(ws: Path) -> None:
     assert status.splitlines()[1].split()[:2] == ["//pipe:a", "stale"]
     assert status.splitlines()[2].split()[:2] == ["//pipe:lone", "missing"]
     assert mb(ws, "query", "stale(//pipe:all)").stdout == "//pipe:a\n"
+
+
+TRACKED_RULE = '''
+import os
+
+from marinbuild.load import attr, rule
+
+
+def _impl(ctx):
+    os.makedirs(ctx.output_path, exist_ok=True)
+
+
+tracked = rule(implementation=_impl, attrs={"tracker": attr.string(default="json", versioned=False)})
+'''
+
+
+def test_where_to_look_after_a_build(ws: Path) -> None:
+    (ws / "rules").mkdir()
+    (ws / "rules" / "tracked.py").write_text(TRACKED_RULE)
+    (ws / "wb").mkdir()
+    (ws / "wb" / "BUILD.marin").write_text('load("//rules:tracked.py", "tracked")\n'
+                                           'tracked(name = "run", tracker = "wandb")\n'
+                                           'tracked(name = "quiet")\n')
+    done = mb(ws, "//wb:run", "//wb:quiet", WANDB_ENTITY="team", WANDB_PROJECT="proj")
+    assert done.returncode == 0, done.stderr
+    page = [line for line in done.stderr.splitlines() if "experiment page:" in line]
+    assert len(page) == 1 and "/experiment?path=" in page[0]
+    run_dir = next((ws / "out" / "wb").glob("run-*")).name
+    assert f"marinbuild: W&B run of wb/run: https://wandb.ai/team/proj/runs/{run_dir}" in done.stderr
+    assert "wb/quiet" not in done.stderr.split("experiment page:")[1]
+    again = mb(ws, "//wb:run", "//wb:quiet")
+    assert "experiment page" not in again.stderr  # nothing ran
