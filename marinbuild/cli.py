@@ -199,6 +199,9 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     finally:
         report.close()
         _record_code(session, succeeded)
+    if executor.dry_run_problems:
+        click.echo(f"marinbuild: warning: the local backend could not run {len(executor.dry_run_problems)} of the "
+                   f"steps below: {'; '.join(executor.dry_run_problems)}", err=True)
     plan = None
     if executor.plan is not None:
         plan = [(s, p.state, executor.output_paths[s], p.lease, p.will_run) for s, p in executor.plan.steps.items()]

@@ -345,6 +345,8 @@ class Executor:
         self.plan: Any = None
         """The plan of the last ``run`` (``marinbuild.run.plan.Plan``): every needed step's state."""
         self.outcome: Any = None
+        self.dry_run_problems: list[str] = []
+        """After a dry run on the local backend: the steps to run that it could not run (``resource_problems``)."""
         """What the last ``run`` did (``marinbuild.run.outcome.Outcome``)."""
         self._warned = 0
 
@@ -579,6 +581,7 @@ class Executor:
             names = ", ".join(named(s) for s in failed_before)
             raise PreviousTaskFailedError(f"step(s) failed previously: {names}; rerun with force_run_failed=True")
         if dry_run:
+            self.dry_run_problems = self._local_problems(plan)
             return self.output_paths
         if rebuild:
             from marinbuild.store import fs
@@ -588,6 +591,18 @@ class Executor:
                 fs.remove(status_path(self.output_paths[step]))
         self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed, run_only is not None)
         return self.output_paths
+
+    def _local_problems(self, plan: Any) -> list[str]:
+        """For a dry run on the local backend: the steps to run it could not run (a TPU step, ...)."""
+        if self.backend not in (None, "local") or (self.backend is None and default_backend() != "local"):
+            return []
+        from marinbuild.run.local import LocalBackend
+
+        backend = LocalBackend(1)
+        try:
+            return resource_problems(backend, {step: self._call_for(step) for step in plan.to_run})
+        finally:
+            backend.shutdown()
 
     def _execute(self, graph: Any, plan: Any, bus: Any, max_concurrent: int | None, force_run_failed: bool,
                  selected: bool = False) -> Any:
@@ -715,24 +730,31 @@ def _backend_named(name: str, max_concurrent: int | None) -> Any:
                      "use 'local', 'ray' or a backend object")
 
 
-def _check_resources(backend: Any, jobs: dict[ExecutorStep, Any]) -> None:
-    """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
-    from marinbuild.resources import UnsatisfiableResourcesError
+def resource_problems(backend: Any, calls: dict[ExecutorStep, Any]) -> list[str]:
+    """``"<step> <why>"`` for each step (with its call) the backend cannot give what it asks for."""
     from marinbuild.run.step_call import StepCall
 
     check = getattr(backend, "check_resources", None)
     if check is None:
-        return
+        return []
     problems = []
-    for step, job in jobs.items():
+    for step, call in calls.items():
         try:
-            request = job.call.request()[0] if isinstance(job.call, StepCall) else step.resources
+            request = call.request()[0] if isinstance(call, StepCall) else step.resources
         except (TypeError, ValueError) as exc:
             problems.append(f"{step.name}: {exc}")
             continue
         reason = check(request) if request is not None else None
         if reason:
             problems.append(f"{step.name} {reason}")
+    return problems
+
+
+def _check_resources(backend: Any, jobs: dict[ExecutorStep, Any]) -> None:
+    """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
+    from marinbuild.resources import UnsatisfiableResourcesError
+
+    problems = resource_problems(backend, {step: job.call for step, job in jobs.items()})
     if problems:
         name = getattr(backend, "name", type(backend).__name__)
         raise UnsatisfiableResourcesError(f"the {name} backend cannot run {len(problems)} step(s), so nothing ran: "
