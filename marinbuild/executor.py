@@ -562,10 +562,13 @@ class Executor:
             self.plan = plan = planning.make_plan(graph, targets, worker_id=self.worker_id, stale_after=stale_after,
                                                   rebuild=rebuild or ())
         if dry_run:  # the names cache status and query give: stale when another version of the step is there
-            from marinbuild.cache.probe import has_other_version
+            from marinbuild.cache.probe import with_other_versions
 
-            for step in plan.by_state(planning.MISSING):
-                if has_other_version(self.prefix, step.name, exclude=self.output_paths[step]):
+            missing = plan.by_state(planning.MISSING)
+            stale = with_other_versions(self.prefix, {s.name: self.output_paths[s] for s in missing}) if missing \
+                else set()
+            for step in missing:
+                if step.name in stale:
                     plan.steps[step].state = planning.STALE
         for step, step_plan in plan.steps.items():
             bus.emit(ev.PLANNED, step=step.name, output_path=self.output_paths[step], detail=step_plan.state,
