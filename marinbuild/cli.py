@@ -207,7 +207,9 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
         plan = [(s, p.state, executor.output_paths[s], p.lease, p.will_run) for s, p in executor.plan.steps.items()]
     report.finish(requested, plan, session)
     if plan is not None:
-        _warn_code_changed(session, [step for step, state, _path, _lease, _run in plan if state == "built"])
+        warned = _warn_code_changed(session, [step for step, state, _path, _lease, _run in plan if state == "built"])
+        if warned and key is not None:  # no no-op from the snapshot while there is something to warn about
+            key.path(session.workspace.cache_dir).unlink(missing_ok=True)
     if not dry_run and succeeded:
         from marinbuild.ui.where import where_to_look
 
@@ -238,17 +240,18 @@ def _record_code(session: Any, output_paths: list[str]) -> None:
             record(path, changes.code_of(by_path[path]))
 
 
-def _warn_code_changed(session: Any, built: list[Any]) -> None:
-    """One warning naming the code that changed since built outputs of this build were made."""
+def _warn_code_changed(session: Any, built: list[Any]) -> bool:
+    """One warning naming the code that changed since built outputs of this build were made; True if warned."""
     from marinbuild.code_digest import for_session
 
     changed = {step: files for step, files in for_session(session).check(built).items() if files}
     if not changed:
-        return
+        return False
     files = sorted({f for fs in changed.values() for f in fs})
     click.echo(f"marinbuild: warning: code changed since {len(changed)} output(s) were built, not part of their key, "
                f"so they were not rebuilt: {', '.join(files)} (marinbuild why TARGET says which; --rebuild TARGET "
                "rebuilds one)", err=True)
+    return True
 
 
 def _rebuild_steps(session: Any, patterns: tuple[str, ...]) -> list[Any]:
