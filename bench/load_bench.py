@@ -78,7 +78,7 @@ RESOURCES = {"tpu": "v4-8"}
 def build_file(pkg_index: int, count: int) -> str:
     lines = [
         'load("//rules:bench.py", "tokenize", "train")',
-        'load("//lib:macros.bzl", "TOKENIZER", "RESOURCES")',
+        'load("//lib:macros.star", "TOKENIZER", "RESOURCES")',
         "",
     ]
     for i in range(count):
@@ -104,7 +104,7 @@ def make_workspace(root: Path, targets: int, packages: int) -> None:
     (root / "rules").mkdir()
     (root / "rules" / "bench.py").write_text(RULES)
     (root / "lib").mkdir()
-    (root / "lib" / "macros.bzl").write_text(MACROS)
+    (root / "lib" / "macros.star").write_text(MACROS)
     per = targets // packages
     for p in range(packages):
         pkg = root / "exp" / f"p{p:03d}"

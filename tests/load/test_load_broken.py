@@ -236,29 +236,29 @@ CASES = [
     Case(
         "fail-in-macro",
         {
-            "lib/macros.bzl": 'def check(n):\n    if n < 0:\n        fail("n must be >= 0, got", n)\n',
-            "a/BUILD.marin": 'load("//lib:macros.bzl", "check")\ncheck(1)\ncheck(-1)\n',
+            "lib/macros.star": 'def check(n):\n    if n < 0:\n        fail("n must be >= 0, got", n)\n',
+            "a/BUILD.marin": 'load("//lib:macros.star", "check")\ncheck(1)\ncheck(-1)\n',
         },
-        "lib/macros.bzl:3:9",
+        "lib/macros.star:3:9",
         ["fail: n must be >= 0, got -1"],
     ),
     Case(
         "error-in-macro-names-caller",
         {
-            "lib/macros.bzl": "def div(n):\n    return 1 // n\n",
-            "a/BUILD.marin": 'load("//lib:macros.bzl", "div")\nx = div(0)\n',
+            "lib/macros.star": "def div(n):\n    return 1 // n\n",
+            "a/BUILD.marin": 'load("//lib:macros.star", "div")\nx = div(0)\n',
         },
-        "lib/macros.bzl:2:12",
+        "lib/macros.star:2:12",
         ["ZeroDivisionError", "called from a/BUILD.marin:2:5"],
     ),
     Case(
         "macro-attribute-error",
         {
-            "lib/macros.bzl": LOAD + "def tok(name):\n    tokenize(name = name, tokenizer = 3)\n",
-            "a/BUILD.marin": 'load("//lib:macros.bzl", "tok")\ntok("x")\n',
+            "lib/macros.star": LOAD + "def tok(name):\n    tokenize(name = name, tokenizer = 3)\n",
+            "a/BUILD.marin": 'load("//lib:macros.star", "tok")\ntok("x")\n',
         },
         "a/BUILD.marin:2:1",
-        ["expected a string", "in the macro at lib/macros.bzl:3:5"],
+        ["expected a string", "in the macro at lib/macros.star:3:5"],
     ),
     Case(
         "glob-no-match",
@@ -270,14 +270,14 @@ CASES = [
     Case("glob-string", build('x = glob("*.txt")\n'), "a/BUILD.marin:2:5", ["must be a list"]),
     Case(
         "glob-at-bzl-top-level",
-        {"lib/x.bzl": 'FILES = glob(["*"])\n', "a/BUILD.marin": 'load("//lib:x.bzl", "FILES")\n'},
-        "lib/x.bzl:1:9",
+        {"lib/x.star": 'FILES = glob(["*"])\n', "a/BUILD.marin": 'load("//lib:x.star", "FILES")\n'},
+        "lib/x.star:1:9",
         ["glob() can only be used while a BUILD.marin file is evaluated"],
     ),
     Case(
         "rule-at-bzl-top-level",
-        {"lib/x.bzl": LOAD + 'tokenize(name = "x")\n', "a/BUILD.marin": 'load("//lib:x.bzl", "tokenize")\n'},
-        "lib/x.bzl:2:1",
+        {"lib/x.star": LOAD + 'tokenize(name = "x")\n', "a/BUILD.marin": 'load("//lib:x.star", "tokenize")\n'},
+        "lib/x.star:2:1",
         ["rule tokenize() can only be used while a BUILD.marin file is evaluated"],
     ),
     Case(
@@ -292,9 +292,9 @@ CASES = [
     # --- load() --------------------------------------------------------------------------------
     Case(
         "load-missing-file",
-        {"a/BUILD.marin": '# a comment\nload("//lib:nope.bzl", "x")\n'},
+        {"a/BUILD.marin": '# a comment\nload("//lib:nope.star", "x")\n'},
         "a/BUILD.marin:2:1",
-        ["cannot load '//lib:nope.bzl'", "lib/nope.bzl does not exist"],
+        ["cannot load '//lib:nope.star'", "lib/nope.star does not exist"],
     ),
     Case(
         "load-missing-symbol",
@@ -316,7 +316,7 @@ CASES = [
     ),
     Case(
         "load-private-from-bzl",
-        {"lib/x.bzl": "_secret = 1\n", "a/BUILD.marin": 'load("//lib:x.bzl", "_secret")\n'},
+        {"lib/x.star": "_secret = 1\n", "a/BUILD.marin": 'load("//lib:x.star", "_secret")\n'},
         "a/BUILD.marin:1:1",
         ["private"],
     ),
@@ -348,16 +348,16 @@ CASES = [
     Case(
         "load-cycle",
         {
-            "lib/x.bzl": 'load(":y.bzl", "Y")\nX = 1\n',
-            "lib/y.bzl": 'load(":x.bzl", "X")\nY = 1\n',
-            "a/BUILD.marin": 'load("//lib:x.bzl", "X")\n',
+            "lib/x.star": 'load(":y.star", "Y")\nX = 1\n',
+            "lib/y.star": 'load(":x.star", "X")\nY = 1\n',
+            "a/BUILD.marin": 'load("//lib:x.star", "X")\n',
         },
-        "lib/y.bzl:1:1",
-        ["load cycle: //lib:x.bzl -> //lib:y.bzl -> //lib:x.bzl"],
+        "lib/y.star:1:1",
+        ["load cycle: //lib:x.star -> //lib:y.star -> //lib:x.star"],
     ),
     Case(
         "load-bad-label",
-        {"a/BUILD.marin": 'load("//lib/../x:y.bzl", "X")\n'},
+        {"a/BUILD.marin": 'load("//lib/../x:y.star", "X")\n'},
         "a/BUILD.marin:1:1",
         ["'..'"],
     ),
@@ -371,7 +371,7 @@ CASES = [
         "load-wrong-suffix",
         {"lib/x.txt": "", "a/BUILD.marin": 'load("//lib:x.txt", "X")\n'},
         "a/BUILD.marin:1:1",
-        ["only .py, .bzl, .star, .marin files can be loaded"],
+        ["only .py, .star, .star, .marin files can be loaded"],
     ),
     Case(
         "rules-module-import-error",
@@ -384,48 +384,48 @@ CASES = [
     ),
     Case(
         "bzl-syntax-error",
-        {"lib/x.bzl": "X = (\n", "a/BUILD.marin": 'load("//lib:x.bzl", "X")\n'},
-        "lib/x.bzl:1",
+        {"lib/x.star": "X = (\n", "a/BUILD.marin": 'load("//lib:x.star", "X")\n'},
+        "lib/x.star:1",
         ["syntax error"],
     ),
     Case(
         "bzl-forbidden",
-        {"lib/x.bzl": "X = 1\nimport sys\n", "a/BUILD.marin": 'load("//lib:x.bzl", "X")\n'},
-        "lib/x.bzl:2:1",
+        {"lib/x.star": "X = 1\nimport sys\n", "a/BUILD.marin": 'load("//lib:x.star", "X")\n'},
+        "lib/x.star:2:1",
         ["'import' is not allowed"],
     ),
     # --- frozen values --------------------------------------------------------------------------
     Case(
         "mutate-loaded-list",
-        {"lib/x.bzl": "SIZES = [1, 2]\n", "a/BUILD.marin": 'load("//lib:x.bzl", "SIZES")\nSIZES.append(3)\n'},
+        {"lib/x.star": "SIZES = [1, 2]\n", "a/BUILD.marin": 'load("//lib:x.star", "SIZES")\nSIZES.append(3)\n'},
         "a/BUILD.marin:2:1",
         ["cannot modify a frozen list", "list(value)"],
     ),
     Case(
         "mutate-loaded-dict",
-        {"lib/x.bzl": "CFG = {'a': 1}\n", "a/BUILD.marin": 'load("//lib:x.bzl", "CFG")\nCFG["b"] = 2\n'},
+        {"lib/x.star": "CFG = {'a': 1}\n", "a/BUILD.marin": 'load("//lib:x.star", "CFG")\nCFG["b"] = 2\n'},
         "a/BUILD.marin:2:1",
         ["cannot modify a frozen dict", "dict(value)"],
     ),
     Case(
         "augmented-assign-loaded-list",
-        {"lib/x.bzl": "L = [1]\n", "a/BUILD.marin": 'load("//lib:x.bzl", "L")\nL += [2]\n'},
+        {"lib/x.star": "L = [1]\n", "a/BUILD.marin": 'load("//lib:x.star", "L")\nL += [2]\n'},
         "a/BUILD.marin:2:1",
         ["frozen list"],
     ),
     Case(
         "mutate-nested-loaded",
-        {"lib/x.bzl": "CFG = {'a': [1]}\n", "a/BUILD.marin": 'load("//lib:x.bzl", "CFG")\nCFG["a"].append(2)\n'},
+        {"lib/x.star": "CFG = {'a': [1]}\n", "a/BUILD.marin": 'load("//lib:x.star", "CFG")\nCFG["a"].append(2)\n'},
         "a/BUILD.marin:2:1",
         ["frozen list"],
     ),
     Case(
         "mutate-default-argument",
         {
-            "lib/x.bzl": "def add(x, acc = []):\n    acc.append(x)\n    return acc\n",
-            "a/BUILD.marin": 'load("//lib:x.bzl", "add")\nadd(1)\n',
+            "lib/x.star": "def add(x, acc = []):\n    acc.append(x)\n    return acc\n",
+            "a/BUILD.marin": 'load("//lib:x.star", "add")\nadd(1)\n',
         },
-        "lib/x.bzl:2:5",
+        "lib/x.star:2:5",
         ["frozen list", "called from a/BUILD.marin:2:1"],
     ),
     Case(
@@ -490,13 +490,13 @@ def test_build_file_error_fields_and_pickling() -> None:
 def test_a_broken_loaded_file_is_reported_once(make_ws: WriteWorkspace) -> None:
     ws = make_ws(
         {
-            "lib/x.bzl": "X = 1 // 0\n",
-            "a/BUILD.marin": 'load("//lib:x.bzl", "X")\n',
-            "b/BUILD.marin": 'load("//lib:x.bzl", "X")\n',
+            "lib/x.star": "X = 1 // 0\n",
+            "a/BUILD.marin": 'load("//lib:x.star", "X")\n',
+            "b/BUILD.marin": 'load("//lib:x.star", "X")\n',
         }
     )
     with pytest.raises(BuildFileError) as info:
         Loader(ws).load_all()
     assert [str(e) for e in info.value.all_errors] == [
-        "lib/x.bzl:1:5: ZeroDivisionError: integer division or modulo by zero"
+        "lib/x.star:1:5: ZeroDivisionError: integer division or modulo by zero"
     ]

@@ -105,9 +105,9 @@ def test_freeze_function_defaults() -> None:
 def test_values_loaded_from_a_file_are_frozen_but_copies_are_not(make_ws: WriteWorkspace) -> None:
     ws = make_ws(
         {
-            "lib/x.bzl": "ITEMS = [1, 2]\nCFG = {'k': [1]}\n",
+            "lib/x.star": "ITEMS = [1, 2]\nCFG = {'k': [1]}\n",
             "a/BUILD.marin": """
-load("//lib:x.bzl", "ITEMS", "CFG")
+load("//lib:x.star", "ITEMS", "CFG")
 mine = list(ITEMS)
 mine.append(3)
 more = ITEMS + [4]
@@ -299,7 +299,7 @@ def _no_compiling(*args: object, **kwargs: object) -> None:
 
 def test_compiled_files_are_cached_in_memory_and_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = tmp_path / "BUILD.marin"
-    src.write_text('load("//x:y.bzl", "a", b = "c")\nz = 1\n')
+    src.write_text('load("//x:y.star", "a", b = "c")\nz = 1\n')
     _age(src)
     cache = tmp_path / "cache"
     first = codecache.compile_file(src, "BUILD.marin", cache)

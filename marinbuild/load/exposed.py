@@ -1,0 +1,143 @@
+"""What Starlark sees of Python: a rules module as a frozen Starlark module, and the builtins.
+
+A trusted rules module (``rules/*.py``) is shown to BUILD files as a Starlark module holding
+only
+
+- its rule types, each as a Starlark function ``name(*args, **kwargs)`` that hands its
+  arguments and the Starlark call stack to ``RuleType.declare`` and returns the new target's
+  label (a string): nothing of the ``RuleType`` (its implementation, attributes, output
+  name) is reachable or settable from Starlark;
+- its plain values: strings, numbers, booleans, None, and lists, tuples and dicts of them
+  (dict keys strings), which Starlark freezes like any loaded value.
+
+Anything else a module defines or imports (functions, classes, modules, paths...) is not
+loadable. The names considered are the module's ``__all__``, or else its public names.
+``add_builtins`` gives a Starlark module marinbuild's builtins (``marinbuild.load.builtins``).
+Every Python callable is wrapped so that the exception it raises is recorded for the
+located error (``marinbuild.load.located``).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
+
+import starlark as sl
+
+from marinbuild.load.builtins import BUILTINS
+from marinbuild.load.context import current_package
+from marinbuild.load.located import remember, stack_frames
+from marinbuild.load.rules import RuleType
+
+__all__ = ["DIALECT", "GLOBALS", "RulesModule", "add_builtins", "expose_rules_module", "native", "plain_value"]
+
+GLOBALS = sl.Globals.extended_by([sl.LibraryExtension.StructType, sl.LibraryExtension.CallStack])
+"""Starlark's standard functions plus ``struct`` and ``call_stack`` (what rule wrappers use)."""
+
+
+def _dialect() -> sl.Dialect:
+    dialect = sl.Dialect.standard()
+    dialect.enable_top_level_stmt = True  # top-level if/for, as in Python
+    dialect.enable_f_strings = False
+    dialect.enable_types = sl.DialectTypes.DISABLE
+    return dialect
+
+
+DIALECT = _dialect()
+
+_MAX_VALUE_DEPTH = 64
+
+
+def native(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as Starlark should call it: its exception is recorded before it reaches Starlark."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as exc:
+            remember(exc)
+            raise
+
+    call.__name__ = getattr(fn, "__name__", "builtin")
+    return call
+
+
+_NATIVE_BUILTINS = {name: native(fn) for name, fn in BUILTINS.items()}
+
+
+def add_builtins(module: sl.Module) -> None:
+    """Give ``module`` marinbuild's builtins."""
+    for name, fn in _NATIVE_BUILTINS.items():
+        module.add_callable(name, fn)
+
+
+def plain_value(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is plain data a rules module may export (see the module docstring)."""
+    if value is None or type(value) in (str, int, float, bool):
+        return True
+    if depth >= _MAX_VALUE_DEPTH:
+        return False
+    if type(value) in (list, tuple):
+        return all(plain_value(x, depth + 1) for x in value)
+    if type(value) is dict:
+        return all(type(k) is str and plain_value(v, depth + 1) for k, v in value.items())
+    return False
+
+
+class RulesModule:
+    """A rules module as Starlark sees it: the frozen module and the names it exports."""
+
+    def __init__(self, frozen: sl.FrozenModule, names: list[str], hidden: list[str]) -> None:
+        self.frozen = frozen
+        self.names = names
+        self.hidden = hidden  # public names that are not loadable (functions, classes...)
+
+
+def _declarer(rules: list[RuleType]) -> Callable[..., str]:
+    def declare(index: int, stack: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+        rule = rules[index]
+        ctx = current_package(f"rule {rule.display_name}()")
+        frames = stack_frames(stack)[:-1]  # the last frame is the wrapper itself
+        return str(rule.declare(ctx, frames, args, kwargs))
+
+    return declare
+
+
+def expose_rules_module(module: types.ModuleType, label: str) -> RulesModule:
+    """The Starlark module showing ``module``'s rule types and plain values (see the module docstring)."""
+    namespace = vars(module)
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [n for n in namespace if not n.startswith("_")]
+    rules: list[RuleType] = []
+    values: dict[str, Any] = {}
+    hidden: list[str] = []
+    wrappers: list[str] = []
+    exported: list[str] = []
+    for name in names:
+        if name.startswith("_") or name not in namespace:
+            continue
+        value = namespace[name]
+        if isinstance(value, RuleType):
+            if not name.isidentifier():
+                continue
+            value.bind(name, label)
+            wrappers.append(
+                f"def {name}(*args, **kwargs):\n    return _declare({len(rules)}, call_stack(), args, kwargs)\n"
+            )
+            rules.append(value)
+            exported.append(name)
+        elif plain_value(value):
+            values[name] = value
+            exported.append(name)
+        else:
+            hidden.append(name)
+    starlark_module = sl.Module()
+    starlark_module.add_callable("_declare", native(_declarer(rules)))
+    if wrappers:
+        ast = sl.parse(f"<rules module {label}>", "".join(wrappers), DIALECT)
+        sl.eval(starlark_module, ast, GLOBALS)
+    for name, value in values.items():
+        starlark_module[name] = value
+    return RulesModule(starlark_module.freeze(), exported, hidden)
