@@ -37,7 +37,7 @@ class BuiltinError(LocatedLater):
 
 
 def _print(*args: Any, sep: str = " ") -> None:
-    """``print()`` in BUILD files: logs ``path: text`` (the BUILD file evaluated) at INFO level on ``marinbuild.build``."""
+    """``print()``: logs ``path: text`` (the BUILD file evaluated) at INFO level on ``marinbuild.build``."""
     ctx = getattr(_state, "ctx", None)
     logger.info("%s: %s", ctx.display if ctx is not None else "load", sep.join(str(a) for a in args))
 

@@ -96,13 +96,16 @@ class Evaluator:
         forget()
         try:
             ast = sl.parse(display, source, DIALECT)
+        except sl.StarlarkError as exc:
+            raise _at_end_if_unplaced(from_starlark(str(exc), fallback, self._root), source) from None
+        try:
             module = sl.Module()
             add_builtins(module)
             loader = sl.FileLoader(self._file_loader(package))
             options = sl.EvalOptions(check_cancelled=self._cancelled, max_callstack_size=limits.MAX_CALL_DEPTH)
             sl.eval_with(options, module, ast, GLOBALS, loader)
         except sl.StarlarkError as exc:
-            error = from_starlark(str(exc), fallback, cancelled)
+            error = from_starlark(str(exc), fallback, self._root, cancelled)
             missing = _MISSING_SYMBOL.match(error.message)
             if missing is not None:
                 error = self._missing_symbol(error, missing.group(1), ast, package)
@@ -200,6 +203,14 @@ class Evaluator:
             self._loading.pop()
         self._modules[path] = loaded
         return loaded
+
+
+def _at_end_if_unplaced(error: BuildFileError, source: str) -> BuildFileError:
+    """A syntax error Starlark places at 1:1 when the file ends too early: placed at the end of the text instead."""
+    if (error.line, error.col) != (1, 1) or "unexpected" not in error.message:
+        return error
+    lines = source.rstrip().splitlines() or [""]
+    return BuildFileError(error.path, len(lines), len(lines[-1]) + 1, error.message)
 
 
 class _Unlocated(LocatedLater):

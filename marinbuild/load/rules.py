@@ -39,6 +39,7 @@ from marinbuild.load.attrs import (
 from marinbuild.load.context import PackageContext
 from marinbuild.load.errors import BuildFileError, Location
 from marinbuild.load.locate import keyword_location
+from marinbuild.load.located import source_path
 from marinbuild.load.target import Site, Target, site_location
 
 __all__ = ["RuleType", "rule"]
@@ -209,7 +210,8 @@ def _sites(ctx: PackageContext, frames: list[tuple[str, int]]) -> tuple[Site, Si
     if not frames or frames[-1][0] == display:
         return own, None
     path, line = frames[-1]
-    return own, Location(path, line, 1)
+    root = ctx.build_file[: len(ctx.build_file) - len(display)]
+    return own, (path, source_path(root, path), line)
 
 
 _FILL_DEFAULT, _FILL_EMPTY, _FILL_CONSTANT = 0, 1, 2

@@ -34,55 +34,57 @@ def build(text: str) -> dict[str, str]:
 
 
 CASES = [
-    # --- syntax and forbidden constructs -------------------------------------------------
+    # --- syntax, and Python that is not Starlark --------------------------------------------
     Case("syntax", build('tokenize(name = "x"\n'), "a/BUILD.marin:2", ["syntax error"]),
-    Case("syntax-indent", build("x = 1\n  y = 2\n"), "a/BUILD.marin:3", ["syntax error", "indent"]),
-    Case("import", build("import os\n"), "a/BUILD.marin:2:1", ["'import' is not allowed", "load("]),
-    Case("from-import", build("from os import path\n"), "a/BUILD.marin:2:1", ["'from ... import'", "load("]),
+    Case("syntax-indent", build("x = 1\n  y = 2\n"), "a/BUILD.marin:3", ["syntax error", "indentation"]),
+    Case("import", build("import os\n"), "a/BUILD.marin:2:1", ["'import' is not Starlark", "load()"]),
+    Case("from-import", build("from os import path\n"), "a/BUILD.marin:2:1", ["'from' is not Starlark", "load()"]),
     Case("while", build("while True:\n    pass\n"), "a/BUILD.marin:2:1", ["'while'", "for x in range"]),
     Case("global", build("X = 1\ndef f():\n    global X\n    X = 2\n"), "a/BUILD.marin:4:5", ["'global'"]),
     Case(
         "nonlocal", build("def f():\n    y = 1\n    def g():\n        nonlocal y\n"), "a/BUILD.marin:5:9", ["nonlocal"]
     ),
-    Case("class", build("class A:\n    pass\n"), "a/BUILD.marin:2:1", ["classes cannot be defined", "struct()"]),
-    Case("try", build("try:\n    x = 1\nexcept:\n    pass\n"), "a/BUILD.marin:2:1", ["'try'", "fail("]),
+    Case("class", build("class A:\n    pass\n"), "a/BUILD.marin:2:1", ["'class' is not Starlark", "struct()"]),
+    Case("try", build("try:\n    x = 1\nexcept:\n    pass\n"), "a/BUILD.marin:2:1", ["'try'", "fail()"]),
     Case("with", build("with x:\n    pass\n"), "a/BUILD.marin:2:1", ["'with'"]),
     Case("yield", build("def f():\n    yield 1\n"), "a/BUILD.marin:3:5", ["'yield'", "return a list"]),
-    Case("async", build("async def f():\n    pass\n"), "a/BUILD.marin:2:1", ["'async def'"]),
+    Case("async", build("async def f():\n    pass\n"), "a/BUILD.marin:2:1", ["'async' is not Starlark"]),
     Case("raise", build("raise ValueError('x')\n"), "a/BUILD.marin:2:1", ["'raise'", "fail("]),
     Case("assert", build("assert 1 == 2\n"), "a/BUILD.marin:2:1", ["'assert'", "fail("]),
-    Case("match", build("match 1:\n    case 1:\n        pass\n"), "a/BUILD.marin:2:1", ["'match'"]),
-    Case("dunder-name", build("x = __name__\n"), "a/BUILD.marin:2:5", ["'__name__'", "reserved"]),
-    Case("dunder-attr", build("x = [].__class__\n"), "a/BUILD.marin:2:5", ["'__class__'", "private"]),
-    Case("private-attr", build("x = struct(a = 1)._fields\n"), "a/BUILD.marin:2:5", ["'_fields'", "private"]),
-    Case("frame-attr", build("g = (x for x in [])\ny = g.gi_frame\n"), "a/BUILD.marin:3:5", ["'gi_frame'"]),
-    Case("open", build('x = open("f")\n'), "a/BUILD.marin:2:5", ["open()", "hermetic", "glob()"]),
-    Case("eval", build('x = eval("1")\n'), "a/BUILD.marin:2:5", ["eval()", "not available"]),
-    Case("exec", build('exec("x = 1")\n'), "a/BUILD.marin:2:1", ["exec()"]),
-    Case("getattr", build('x = getattr(struct(a=1), "a")\n'), "a/BUILD.marin:2:5", ["getattr()", "x.field"]),
-    Case("dunder-import", build('os = __import__("os")\n'), "a/BUILD.marin:2:6", ["'__import__'"]),
-    Case("globals", build("g = globals()\n"), "a/BUILD.marin:2:5", ["globals()"]),
-    Case("breakpoint", build("breakpoint()\n"), "a/BUILD.marin:2:1", ["breakpoint()", "print()"]),
-    Case("type", build("t = type(1)\n"), "a/BUILD.marin:2:5", ["type()"]),
-    Case("dunder-param", build("def f(__x):\n    return 1\n"), "a/BUILD.marin:2:7", ["'__x'", "reserved"]),
-    # --- recursion -----------------------------------------------------------------------
+    Case("match", build("match 1:\n    case 1:\n        pass\n"), "a/BUILD.marin:2:7", ["syntax error"]),
+    Case("del", build("d = {1: 2}\ndel d[1]\n"), "a/BUILD.marin:3:1", ["'del'", "pop"]),
+    Case("f-string", build('x = 1\ny = f"{x}"\n'), "a/BUILD.marin:3:5", ["f-strings are not Starlark", "%s"]),
+    Case("set", build("x = set([1])\n"), "a/BUILD.marin:2:5", ["unknown name 'set'"]),
+    Case("dunder-name", build("x = __name__\n"), "a/BUILD.marin:2:5", ["unknown name '__name__'"]),
+    Case("dunder-attr", build("x = [].__class__\n"), "a/BUILD.marin:2:5", ["has no attribute `__class__`"]),
+    Case("private-attr", build("x = struct(a = 1)._fields\n"), "a/BUILD.marin:2:5", ["no attribute `_fields`"]),
+    Case("generator", build("g = (x for x in [])\n"), "a/BUILD.marin:2:8", ["syntax error"]),
+    Case("open", build('x = open("f")\n'), "a/BUILD.marin:2:5", ["unknown name 'open'"]),
+    Case("eval", build('x = eval("1")\n'), "a/BUILD.marin:2:5", ["unknown name 'eval'"]),
+    Case("exec", build('exec("x = 1")\n'), "a/BUILD.marin:2:1", ["unknown name 'exec'"]),
+    Case("getattr", build('x = getattr(struct(a=1), "b")\n'), "a/BUILD.marin:2:5", ["`.b` not supported"]),
+    Case("dunder-import", build('os = __import__("os")\n'), "a/BUILD.marin:2:6", ["unknown name '__import__'"]),
+    Case("globals", build("g = globals()\n"), "a/BUILD.marin:2:5", ["unknown name 'globals'"]),
+    Case("breakpoint", build("breakpoint()\n"), "a/BUILD.marin:2:1", ["unknown name 'breakpoint'"]),
+    Case("attribute-assignment", build("s = struct(a = 1)\ns.a = 2\n"), "a/BUILD.marin:3:1", ["`.a=` not supported"]),
     Case(
-        "recursion-direct",
-        build("def f(n):\n    return f(n - 1) if n else 0\nf(3)\n"),
+        "mutation-while-iterating",
+        build("def f():\n    l = [1]\n    for x in l:\n        l.append(x)\nf()\n"),
+        "a/BUILD.marin:5:9",
+        ["mutates an iterable", "called from a/BUILD.marin:6:1"],
+    ),
+    # --- recursion: Starlark allows it, to a call depth of MAX_CALL_DEPTH -----------------------
+    Case(
+        "recursion-endless",
+        build("def f(n):\n    return f(n - 1)\nf(3)\n"),
         "a/BUILD.marin:3:12",
-        ["recursion is not allowed", "f -> f"],
+        ["calls nested too deeply", "called from a/BUILD.marin:3:12", "more"],
     ),
     Case(
         "recursion-indirect",
         build("def f(n):\n    return g(n)\ndef g(n):\n    return f(n - 1)\nf(2)\n"),
-        "a/BUILD.marin:5:12",
-        ["recursion", "f -> g -> f"],
-    ),
-    Case(
-        "recursion-lambda",
-        build("f = lambda n: f(n - 1) if n else 0\nf(2)\n"),
-        "a/BUILD.marin:2:15",
-        ["recursion", "lambda -> lambda"],
+        "a/BUILD.marin:3:12",
+        ["calls nested too deeply"],
     ),
     # --- names, rules and attributes -------------------------------------------------------
     Case(
@@ -115,7 +117,12 @@ CASES = [
     Case("wrong-type-list", build('train(name = "x", tags = "a")\n'), "a/BUILD.marin:2:19", ["expected a list"]),
     Case("wrong-list-element", build('train(name = "x", tags = ["a", 2])\n'), "a/BUILD.marin:2", ["element 1"]),
     Case("wrong-type-dict", build('train(name = "x", extra = [1])\n'), "a/BUILD.marin:2", ["expected a dict"]),
-    Case("dict-function-value", build('train(name = "x", extra = {"f": len})\n'), "a/BUILD.marin:2", ["got builtin"]),
+    Case(
+        "dict-function-value",
+        build('train(name = "x", extra = {"f": len})\n'),
+        "a/BUILD.marin:2:1",
+        ["only plain values", "not a function"],
+    ),
     Case("label-not-string", build('train(name = "x", dep = 3)\n'), "a/BUILD.marin:2", ["expected a label string"]),
     Case(
         "label-list-string", build('train(name = "x", deps = ":y")\n'), "a/BUILD.marin:2", ["expected a list of labels"]
@@ -231,8 +238,8 @@ CASES = [
     Case("name-colon", build('tokenize(name = "a:b")\n'), "a/BUILD.marin:2", ["illegal character ':'"]),
     # --- fail(), runtime errors, macros --------------------------------------------------------
     Case("fail", build('x = 1\nfail("bad value", x)\n'), "a/BUILD.marin:3:1", ["fail: bad value 1"]),
-    Case("zero-division", build("x = 1 // 0\n"), "a/BUILD.marin:2:5", ["ZeroDivisionError"]),
-    Case("key-error", build('x = {"a": 1}["b"]\n'), "a/BUILD.marin:2:5", ["KeyError", "'b'"]),
+    Case("zero-division", build("x = 1 // 0\n"), "a/BUILD.marin:2:5", ["division by zero"]),
+    Case("key-error", build('x = {"a": 1}["b"]\n'), "a/BUILD.marin:2:5", ['Key `"b"` was not found']),
     Case(
         "fail-in-macro",
         {
@@ -245,11 +252,11 @@ CASES = [
     Case(
         "error-in-macro-names-caller",
         {
-            "lib/macros.star": "def div(n):\n    return 1 // n\n",
+            "lib/macros.star": "def div(n):\n    x = 1 // n\n    return x\n",
             "a/BUILD.marin": 'load("//lib:macros.star", "div")\nx = div(0)\n',
         },
-        "lib/macros.star:2:12",
-        ["ZeroDivisionError", "called from a/BUILD.marin:2:5"],
+        "lib/macros.star:2:9",
+        ["division by zero", "called from a/BUILD.marin:2:5"],
     ),
     Case(
         "macro-attribute-error",
@@ -281,13 +288,13 @@ CASES = [
         ["rule tokenize() can only be used while a BUILD.marin file is evaluated"],
     ),
     Case(
-        "error-in-trusted-python-macro",
+        "python-function-in-rules-module",
         {
             "rules/macro.py": "def bad():\n    raise ValueError('nope')\n",
             "a/BUILD.marin": 'load("//rules:macro.py", "bad")\nbad()\n',
         },
-        "a/BUILD.marin:2:1",
-        ["ValueError: nope", "raised in rules/macro.py:2"],
+        "a/BUILD.marin:1:26",
+        ["does not export 'bad'", "only its rule types and plain values"],
     ),
     # --- load() --------------------------------------------------------------------------------
     Case(
@@ -299,52 +306,52 @@ CASES = [
     Case(
         "load-missing-symbol",
         {"a/BUILD.marin": 'load("//rules:test.py", "tokenise")\n'},
-        "a/BUILD.marin:1:1",
-        ["has no public symbol 'tokenise'", "did you mean 'tokenize'"],
+        "a/BUILD.marin:1:25",
+        ["has no symbol 'tokenise'", "did you mean 'tokenize'"],
     ),
     Case(
         "load-private-symbol",
         {"a/BUILD.marin": 'load("//rules:test.py", "_hidden")\n'},
-        "a/BUILD.marin:1:1",
-        ["'_hidden' is private"],
+        "a/BUILD.marin:1:25",
+        ["private symbol `_hidden`"],
     ),
     Case(
         "load-private-alias",
         {"a/BUILD.marin": 'load("//rules:test.py", h = "_hidden")\n'},
-        "a/BUILD.marin:1:1",
+        "a/BUILD.marin:1:25",
         ["private"],
     ),
     Case(
         "load-private-from-bzl",
         {"lib/x.star": "_secret = 1\n", "a/BUILD.marin": 'load("//lib:x.star", "_secret")\n'},
-        "a/BUILD.marin:1:1",
+        "a/BUILD.marin:1:22",
         ["private"],
     ),
     Case(
         "load-module-object",
         {"rules/mod.py": "import os\n", "a/BUILD.marin": 'load("//rules:mod.py", "os")\n'},
-        "a/BUILD.marin:1:1",
-        ["no public symbol 'os'"],
+        "a/BUILD.marin:1:24",
+        ["does not export 'os'"],
     ),
     Case(
         "load-non-literal",
         {"a/BUILD.marin": 'f = "//rules:test.py"\nload(f, "tokenize")\n'},
         "a/BUILD.marin:2:6",
-        ["string literal"],
+        ["syntax error", "STRING"],
     ),
     Case(
         "load-symbol-non-literal",
         {"a/BUILD.marin": 's = "tokenize"\nload("//rules:test.py", s)\n'},
-        "a/BUILD.marin:2:25",
-        ["string literals"],
+        "a/BUILD.marin:2:26",
+        ["syntax error"],
     ),
     Case(
         "load-in-function",
         {"a/BUILD.marin": 'def f():\n    load("//rules:test.py", "tokenize")\n'},
         "a/BUILD.marin:2:5",
-        ["top level"],
+        ["`load` must only occur at the top of a module"],
     ),
-    Case("load-no-symbols", {"a/BUILD.marin": 'load("//rules:test.py")\n'}, "a/BUILD.marin:1:1", ["at least one"]),
+    Case("load-no-symbols", {"a/BUILD.marin": 'load("//rules:test.py")\n'}, "a/BUILD.marin:1:6", ["at least two"]),
     Case(
         "load-cycle",
         {
@@ -371,7 +378,7 @@ CASES = [
         "load-wrong-suffix",
         {"lib/x.txt": "", "a/BUILD.marin": 'load("//lib:x.txt", "X")\n'},
         "a/BUILD.marin:1:1",
-        ["only .py, .star, .star, .marin files can be loaded"],
+        ["Starlark files loaded by BUILD files end in .star"],
     ),
     Case(
         "rules-module-import-error",
@@ -392,32 +399,32 @@ CASES = [
         "bzl-forbidden",
         {"lib/x.star": "X = 1\nimport sys\n", "a/BUILD.marin": 'load("//lib:x.star", "X")\n'},
         "lib/x.star:2:1",
-        ["'import' is not allowed"],
+        ["'import' is not Starlark"],
     ),
     # --- frozen values --------------------------------------------------------------------------
     Case(
         "mutate-loaded-list",
         {"lib/x.star": "SIZES = [1, 2]\n", "a/BUILD.marin": 'load("//lib:x.star", "SIZES")\nSIZES.append(3)\n'},
         "a/BUILD.marin:2:1",
-        ["cannot modify a frozen list", "list(value)"],
+        ["cannot modify a frozen value", "list(value)"],
     ),
     Case(
         "mutate-loaded-dict",
         {"lib/x.star": "CFG = {'a': 1}\n", "a/BUILD.marin": 'load("//lib:x.star", "CFG")\nCFG["b"] = 2\n'},
         "a/BUILD.marin:2:1",
-        ["cannot modify a frozen dict", "dict(value)"],
+        ["cannot modify a frozen value", "dict(value)"],
     ),
     Case(
         "augmented-assign-loaded-list",
         {"lib/x.star": "L = [1]\n", "a/BUILD.marin": 'load("//lib:x.star", "L")\nL += [2]\n'},
         "a/BUILD.marin:2:1",
-        ["frozen list"],
+        ["frozen value"],
     ),
     Case(
         "mutate-nested-loaded",
         {"lib/x.star": "CFG = {'a': [1]}\n", "a/BUILD.marin": 'load("//lib:x.star", "CFG")\nCFG["a"].append(2)\n'},
         "a/BUILD.marin:2:1",
-        ["frozen list"],
+        ["frozen value"],
     ),
     Case(
         "mutate-default-argument",
@@ -426,13 +433,13 @@ CASES = [
             "a/BUILD.marin": 'load("//lib:x.star", "add")\nadd(1)\n',
         },
         "lib/x.star:2:5",
-        ["frozen list", "called from a/BUILD.marin:2:1"],
+        ["frozen value", "called from a/BUILD.marin:2:1"],
     ),
     Case(
         "mutate-rules-constant",
         {"rules/consts.py": "SIZES = [1, 2]\n", "a/BUILD.marin": 'load("//rules:consts.py", "SIZES")\nSIZES.pop()\n'},
         "a/BUILD.marin:2:1",
-        ["frozen list"],
+        ["frozen value"],
     ),
 ]
 
@@ -498,5 +505,5 @@ def test_a_broken_loaded_file_is_reported_once(make_ws: WriteWorkspace) -> None:
     with pytest.raises(BuildFileError) as info:
         Loader(ws).load_all()
     assert [str(e) for e in info.value.all_errors] == [
-        "lib/x.star:1:5: ZeroDivisionError: integer division or modulo by zero"
+        "lib/x.star:1:5: Floor division by zero: 1 // 0"
     ]
