@@ -236,4 +236,3 @@ def _read(path: str, display: str) -> str:
 def did_you_mean(name: str, known: list[str]) -> str:
     close = difflib.get_close_matches(name, known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
-

@@ -239,8 +239,9 @@ class Loader:
 
     def _target_not_files(self, target: Target, attr_name: str, label: Label) -> BuildFileError:
         """The error for a target's label given to an attribute that takes source files."""
-        return self._ref_error(target, attr_name, label,
-                               f"'{label}' is a target, but attribute {attr_name!r} takes source files")
+        return self._ref_error(
+            target, attr_name, label, f"'{label}' is a target, but attribute {attr_name!r} takes source files"
+        )
 
     def _resolve_target(self, target: Target) -> None:
         deps: list[Label] = []

@@ -87,7 +87,7 @@ def _reword(message: str) -> str:
     if message.startswith("Parse error: "):
         return "syntax error: " + message[len("Parse error: ") :]
     if "must enable f-strings" in message:
-        return "syntax error: f-strings are not Starlark: write \"%s\" % value or \"{}\".format(value)"
+        return 'syntax error: f-strings are not Starlark: write "%s" % value or "{}".format(value)'
     unknown = _UNKNOWN.match(message)
     if unknown is not None:
         hint = f" (did you mean '{unknown.group(3)}'?)" if unknown.group(3) else ""

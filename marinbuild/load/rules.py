@@ -147,7 +147,10 @@ class RuleType:
                     values[key] = spec.empty()
                 elif value is None and spec.mandatory:
                     raise self._error(
-                        ctx, site, inner, None,
+                        ctx,
+                        site,
+                        inner,
+                        None,
                         f"{self.display_name}(name={name!r}) is missing the mandatory attribute {key!r}",
                     )
                 else:  # a type's own value_or_default() tells "not given" (_UNSET) from None
