@@ -4,9 +4,10 @@ A trusted rules module (``rules/*.py``) is shown to BUILD files as a Starlark mo
 only
 
 - its rule types, each as a Starlark function ``name(*args, **kwargs)`` that hands its
-  arguments and the Starlark call stack to ``RuleType.declare`` and returns the new target's
-  label (a string): nothing of the ``RuleType`` (its implementation, attributes, output
-  name) is reachable or settable from Starlark;
+  arguments (encoded as one JSON text: one conversion instead of one per value) and the
+  Starlark call stack to ``RuleType.declare`` and returns the new target's label (a string):
+  nothing of the ``RuleType`` (its implementation, attributes, output name) is reachable or
+  settable from Starlark;
 - its plain values: strings, numbers, booleans, None, and lists, tuples and dicts of them
   (dict keys strings), which Starlark freezes like any loaded value.
 
@@ -19,6 +20,7 @@ located error (``marinbuild.load.located``).
 
 from __future__ import annotations
 
+import json
 import types
 from collections.abc import Callable
 from typing import Any
@@ -27,13 +29,15 @@ import starlark as sl
 
 from marinbuild.load.builtins import BUILTINS
 from marinbuild.load.context import current_package
-from marinbuild.load.located import remember, stack_frames
+from marinbuild.load.located import remember
 from marinbuild.load.rules import RuleType
 
 __all__ = ["DIALECT", "GLOBALS", "RulesModule", "add_builtins", "expose_rules_module", "native", "plain_value"]
 
-GLOBALS = sl.Globals.extended_by([sl.LibraryExtension.StructType, sl.LibraryExtension.CallStack])
-"""Starlark's standard functions plus ``struct`` and ``call_stack`` (what rule wrappers use)."""
+GLOBALS = sl.Globals.extended_by(
+    [sl.LibraryExtension.StructType, sl.LibraryExtension.Json, sl.LibraryExtension.CallStack]
+)
+"""Starlark's standard functions plus ``struct``, ``json`` and ``call_stack`` (what rule wrappers use)."""
 
 
 def _dialect() -> sl.Dialect:
@@ -95,11 +99,13 @@ class RulesModule:
 
 
 def _declarer(rules: list[RuleType]) -> Callable[..., str]:
-    def declare(index: int, stack: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+    loads = json.loads
+
+    def declare(index: int, stack: str, arguments: str) -> str:
         rule = rules[index]
         ctx = current_package(f"rule {rule.display_name}()")
-        frames = stack_frames(stack)[:-1]  # the last frame is the wrapper itself
-        return str(rule.declare(ctx, frames, args, kwargs))
+        args, kwargs = loads(arguments)
+        return str(rule.declare(ctx, stack, args, kwargs))
 
     return declare
 
@@ -124,7 +130,8 @@ def expose_rules_module(module: types.ModuleType, label: str) -> RulesModule:
                 continue
             value.bind(name, label)
             wrappers.append(
-                f"def {name}(*args, **kwargs):\n    return _declare({len(rules)}, call_stack(), args, kwargs)\n"
+                f"def {name}(*args, **kwargs):\n"
+                f"    return _declare({len(rules)}, call_stack(), json.encode([args, kwargs]))\n"
             )
             rules.append(value)
             exported.append(name)

@@ -38,8 +38,8 @@ from marinbuild.load.attrs import (
 )
 from marinbuild.load.context import PackageContext
 from marinbuild.load.errors import BuildFileError, Location
-from marinbuild.load.locate import keyword_location
-from marinbuild.load.located import source_path
+from marinbuild.load.locate import call_location, keyword_location
+from marinbuild.load.located import source_path, stack_frames
 from marinbuild.load.target import Site, Target, site_location
 
 __all__ = ["RuleType", "rule"]
@@ -102,27 +102,27 @@ class RuleType:
         where = f" from {self.defined_in}" if self.defined_in else ""
         return f"<rule {self.display_name}{where}>"
 
-    def declare(self, ctx: PackageContext, frames: list[tuple[str, int]], args: Any, kwargs: dict[str, Any]) -> Label:
+    def declare(self, ctx: PackageContext, stack: str, args: Any, kwargs: dict[str, Any]) -> Label:
         """Declare a target in ``ctx``'s package from a call in a BUILD file (or a macro it calls).
 
-        ``frames`` is the Starlark call stack, outermost first, as ``(display path, line)``: the
-        target's location is the BUILD file's own frame. Returns the target's label.
+        ``stack`` is the Starlark call stack's text (``call_stack()``), read only when a location
+        is needed: the target's location is the BUILD file's own frame. Returns the target's label.
         """
-        site, inner = _sites(ctx, frames)
+        site: Site = (ctx.display, ctx.build_file, stack)
         if args:
-            raise self._error(ctx, site, inner, None, "rules take keyword arguments only (name = ..., attr = ...)")
+            raise self._error(ctx, site, None, "rules take keyword arguments only (name = ..., attr = ...)")
         name = kwargs.pop("name", None)
         if name is None:
             missing = f"{self.display_name}() is missing the mandatory attribute 'name'"
-            raise self._error(ctx, site, inner, None, missing)
+            raise self._error(ctx, site, None, missing)
         if not isinstance(name, str):
-            raise self._error(ctx, site, inner, "name", f"attribute 'name' must be a string, got {name!r}")
+            raise self._error(ctx, site, "name", f"attribute 'name' must be a string, got {name!r}")
         plain = (name.isidentifier() and name.isascii()) or _PLAIN_NAME.match(name) is not None
         if not plain:
             try:
                 validate_target_name(name)
             except LabelError as exc:
-                raise self._error(ctx, site, inner, "name", f"invalid target name: {exc}") from None
+                raise self._error(ctx, site, "name", f"invalid target name: {exc}") from None
         attrs = self.attrs
         if not self._names.issuperset(kwargs):
             unknown = next(k for k in kwargs if k not in attrs)
@@ -130,7 +130,7 @@ class RuleType:
             hint = f"did you mean {close[0]!r}? " if close else ""
             valid = ", ".join(["name", *self.attrs])
             text = f"{self.display_name}() has no attribute {unknown!r} ({hint}attributes: {valid})"
-            raise self._error(ctx, site, inner, unknown, text)
+            raise self._error(ctx, site, unknown, text)
         package = ctx.package
         values: dict[str, Any] = {}
         get = kwargs.get
@@ -149,7 +149,6 @@ class RuleType:
                     raise self._error(
                         ctx,
                         site,
-                        inner,
                         None,
                         f"{self.display_name}(name={name!r}) is missing the mandatory attribute {key!r}",
                     )
@@ -158,14 +157,12 @@ class RuleType:
         except (AttrValueError, RecursionError) as exc:
             what = "default of attribute" if value is None else "attribute"
             text = "value nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            raise self._error(
-                ctx, site, inner, key, f"{what} {key!r} of {self.display_name}(name={name!r}): {text}"
-            ) from None
+            raise self._error(ctx, site, key, f"{what} {key!r} of {self.display_name}(name={name!r}): {text}") from None
         targets = ctx.targets
         previous = targets.get(name)
         if previous is not None:
             raise self._error(
-                ctx, site, inner, "name", f"duplicate target name {name!r}: already declared at {previous.location}"
+                ctx, site, "name", f"duplicate target name {name!r}: already declared at {previous.location}"
             )
         if plain:  # what 'name', ':name' and '//package:name' mean, for the labels that refer to it
             memo = ctx.labels
@@ -189,9 +186,8 @@ class RuleType:
         targets[name] = Target(label, self, values, site, (), (), (), next(_ORDER))  # positional: faster
         return label
 
-    def _error(
-        self, ctx: PackageContext, site: Site, inner: Site | None, keyword: str | None, message: str
-    ) -> BuildFileError:
+    def _error(self, ctx: PackageContext, site: Site, keyword: str | None, message: str) -> BuildFileError:
+        site, inner = _sites(ctx, stack_frames(site[2]) if isinstance(site, tuple) else [])
         location = site_location(site)
         if keyword is not None:
             location = keyword_location(location, ctx.build_file, keyword)
@@ -200,13 +196,14 @@ class RuleType:
         return BuildFileError.at(location, message)
 
 
-def _sites(ctx: PackageContext, frames: list[tuple[str, int]]) -> tuple[Site, Site | None]:
-    """The rule call's site (the BUILD file's innermost frame) and, if a macro made the call, the macro's."""
+def _sites(ctx: PackageContext, frames: list[tuple[str, int]]) -> tuple[Location, Location | None]:
+    """The rule call's location (the BUILD file's innermost frame) and, if a macro made the call, the macro's."""
+    frames = [f for f in frames if not f[0].startswith("<")]  # not the generated rule wrapper
     display = ctx.display
     own = None
     for path, line in reversed(frames):
         if path == display:
-            own = (display, ctx.build_file, line)
+            own = call_location(display, ctx.build_file, line)
             break
     if own is None:
         own = Location(display, 1, 1)
@@ -214,7 +211,7 @@ def _sites(ctx: PackageContext, frames: list[tuple[str, int]]) -> tuple[Site, Si
         return own, None
     path, line = frames[-1]
     root = ctx.build_file[: len(ctx.build_file) - len(display)]
-    return own, (path, source_path(root, path), line)
+    return own, call_location(path, source_path(root, path), line)
 
 
 _FILL_DEFAULT, _FILL_EMPTY, _FILL_CONSTANT = 0, 1, 2

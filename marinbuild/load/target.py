@@ -15,16 +15,22 @@ if TYPE_CHECKING:
 
 __all__ = ["Site", "Target", "site_location"]
 
-Site = tuple[str, str, int] | Location
-"""Where a rule was called: a ``Location``, or ``(display path, file path, line)`` whose column is
-looked up only when the location is asked for (``site_location``)."""
+Site = tuple[str, str, str] | Location
+"""Where a rule was called: a ``Location``, or ``(BUILD file's display path, its path, Starlark call
+stack text)``, read only when the location is asked for (``site_location``)."""
 
 
 def site_location(site: Site) -> Location:
-    """The ``Location`` of a ``Site``."""
+    """The ``Location`` of a ``Site``: the innermost frame of the BUILD file in the call stack."""
     if isinstance(site, Location):
         return site
-    return call_location(*site)
+    from marinbuild.load.located import stack_frames
+
+    display, path, stack = site
+    for frame_path, line in reversed(stack_frames(stack)):
+        if frame_path == display:
+            return call_location(display, path, line)
+    return Location(display, 1, 1)
 
 
 @dataclass(eq=False, slots=True)
