@@ -98,13 +98,12 @@ class RulesModule:
         self.hidden = hidden  # public names that are not loadable (functions, classes...)
 
 
-def _declarer(rules: list[RuleType]) -> Callable[..., str]:
+def _declarer(rule: RuleType) -> Callable[[str], str]:
     loads = json.loads
 
-    def declare(index: int, stack: str, arguments: str) -> str:
-        rule = rules[index]
+    def declare(call: str) -> str:
         ctx = current_package(f"rule {rule.display_name}()")
-        args, kwargs = loads(arguments)
+        stack, args, kwargs = loads(call)
         return str(rule.declare(ctx, stack, args, kwargs))
 
     return declare
@@ -131,7 +130,7 @@ def expose_rules_module(module: types.ModuleType, label: str) -> RulesModule:
             value.bind(name, label)
             wrappers.append(
                 f"def {name}(*args, **kwargs):\n"
-                f"    return _declare({len(rules)}, call_stack(), json.encode([args, kwargs]))\n"
+                f"    return _declare_{len(rules)}(json.encode([call_stack(), args, kwargs]))\n"
             )
             rules.append(value)
             exported.append(name)
@@ -141,7 +140,8 @@ def expose_rules_module(module: types.ModuleType, label: str) -> RulesModule:
         else:
             hidden.append(name)
     starlark_module = sl.Module()
-    starlark_module.add_callable("_declare", native(_declarer(rules)))
+    for index, rule in enumerate(rules):
+        starlark_module.add_callable(f"_declare_{index}", native(_declarer(rule)))
     if wrappers:
         ast = sl.parse(f"<rules module {label}>", "".join(wrappers), DIALECT)
         sl.eval(starlark_module, ast, GLOBALS)

@@ -7,9 +7,9 @@ and crash the process. Before a file is parsed it is therefore checked:
 - its size: at most ``MAX_FILE_BYTES``;
 - it must be UTF-8 text;
 - a bound on its nesting: the count of the characters and keywords that can open a level
-  (brackets, operators, ``.``, ``lambda``, ``def``, ``not``, ``if``...; weighted by what a level of
-  each costs the evaluator) plus its deepest indentation, at most ``MAX_NESTING``. The count
-  includes those inside strings and comments, so it is an upper bound of the real depth.
+  (brackets, operators, ``.``, ``:``, ``lambda``, ``def``, ``not``, ``if``...; weighted by what a
+  level of each costs the evaluator), at most ``MAX_NESTING``. The count includes those
+  inside strings and comments, so it is an upper bound of the real depth.
 
 Files are evaluated on a thread whose stack (``STACK_BYTES``) holds ``MAX_NESTING`` levels
 of the costliest kind with room to spare (``marinbuild.load.stack``). At run time, the
@@ -20,7 +20,6 @@ Starlark call stack is capped at ``MAX_CALL_DEPTH`` frames and a BUILD file's ev
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from marinbuild.load.errors import BuildFileError, Location
@@ -41,23 +40,23 @@ STACK_BYTES = 1024 * 1024 * 1024
 MAX_CALL_DEPTH = 200
 DEFAULT_BUDGET_SECONDS = 30.0
 
-_LEVEL_CHARS = b"([{-+~.*/%<>|&^@!="
+_LEVEL_CHARS = b"([{-+~.*/%<>|&^@!=:"
+_NOT_LEVEL = bytes(c for c in range(256) if c not in _LEVEL_CHARS)
 _HEAVY = (b"lambda", b"def")  # a level of these costs the evaluator about ten plain ones
 _WORDS = (b"not", b"if", b"else", b"and", b"or", b"for", b"in")
-_INDENT = re.compile(rb"\n([ \t]*)")
 
 
 def nesting_bound(data: bytes) -> int:
-    """An upper bound of ``data``'s syntactic nesting, in units of one plain level (see the module docstring)."""
-    total = 0
-    for c in _LEVEL_CHARS:
-        total += data.count(bytes((c,)))
+    """An upper bound of ``data``'s syntactic nesting, in units of one plain level (see the module docstring).
+
+    Every level of an expression needs a bracket, an operator, a ``.`` or one of the keywords;
+    every level of a block needs a ``:``. All are counted, wherever they are.
+    """
+    total = len(data.translate(None, _NOT_LEVEL))
     for word in _WORDS:
         total += data.count(word)
     for word in _HEAVY:
         total += 10 * data.count(word)
-    indents = _INDENT.findall(data)
-    total += max(map(len, indents), default=0)
     return total
 
 
