@@ -414,7 +414,7 @@ def cache_verify_command(patterns: tuple[str, ...], prefix: str | None, dry_run:
 
 @cli.command("clean")
 def clean_command() -> None:
-    """Remove the workspace's .marinbuild/ folder (compiled BUILD files, source digests). Never outputs."""
+    """Remove the workspace's .marinbuild/ folder (source digests, analysis snapshots). Never outputs."""
     from marinbuild.cache import clean, format_clean
     from marinbuild.load import find_workspace
 

@@ -32,12 +32,56 @@ from marinbuild.load.context import current_package
 from marinbuild.load.located import remember
 from marinbuild.load.rules import RuleType
 
-__all__ = ["DIALECT", "GLOBALS", "RulesModule", "add_builtins", "expose_rules_module", "native", "plain_value"]
+__all__ = [
+    "DIALECT",
+    "GLOBALS",
+    "MAX_VALUE_DEPTH",
+    "RulesModule",
+    "add_builtins",
+    "expose_rules_module",
+    "native",
+    "plain_value",
+]
 
-GLOBALS = sl.Globals.extended_by(
+GLOBALS = sl.Globals.extended_by([sl.LibraryExtension.StructType])
+"""What BUILD and ``.star`` files see: Starlark's standard functions plus ``struct``."""
+
+_WRAPPER_GLOBALS = sl.Globals.extended_by(
     [sl.LibraryExtension.StructType, sl.LibraryExtension.Json, sl.LibraryExtension.CallStack]
 )
-"""Starlark's standard functions plus ``struct``, ``json`` and ``call_stack`` (what rule wrappers use)."""
+"""What the generated rule wrappers see besides: ``json.encode`` and ``call_stack``."""
+
+MAX_VALUE_DEPTH = 100
+"""How deeply the values given to a rule may nest (encoding a deeper one would exhaust the stack)."""
+
+_WRAPPER_PRELUDE = f"""
+def _check_depth(value):
+    todo = [(value, 0)]
+    for _ in range(1000000000):
+        if not todo:
+            return
+        v, depth = todo.pop()
+        if depth > {MAX_VALUE_DEPTH}:
+            fail("a value given to a rule is nested more than {MAX_VALUE_DEPTH} levels deep")
+        kind = type(v)
+        if kind == "list" or kind == "tuple":
+            todo.extend([(x, depth + 1) for x in v])
+        elif kind == "dict":
+            todo.extend([(x, depth + 1) for x in v.keys()])
+            todo.extend([(x, depth + 1) for x in v.values()])
+        elif kind == "struct":
+            todo.extend([(getattr(v, k), depth + 1) for k in dir(v)])
+
+def _encode(stack, args, kwargs):
+    given = [args, kwargs]
+    shown = repr(given)
+    if shown.count("[") + shown.count("{{") + shown.count("(") > {MAX_VALUE_DEPTH}:
+        _check_depth(given)
+    return json.encode([stack, args, kwargs])
+"""
+"""Starlark helpers of the wrappers: ``json.encode`` recurses on the thread's stack without a limit,
+so a value that may nest deeply (more brackets in its ``repr`` than the limit) is walked first,
+iteratively, and refused past ``MAX_VALUE_DEPTH`` levels (cyclic values included)."""
 
 
 def _dialect() -> sl.Dialect:
@@ -129,8 +173,7 @@ def expose_rules_module(module: types.ModuleType, label: str) -> RulesModule:
                 continue
             value.bind(name, label)
             wrappers.append(
-                f"def {name}(*args, **kwargs):\n"
-                f"    return _declare_{len(rules)}(json.encode([call_stack(), args, kwargs]))\n"
+                f"def {name}(*args, **kwargs):\n    return _declare_{len(rules)}(_encode(call_stack(), args, kwargs))\n"
             )
             rules.append(value)
             exported.append(name)
@@ -143,8 +186,8 @@ def expose_rules_module(module: types.ModuleType, label: str) -> RulesModule:
     for index, rule in enumerate(rules):
         starlark_module.add_callable(f"_declare_{index}", native(_declarer(rule)))
     if wrappers:
-        ast = sl.parse(f"<rules module {label}>", "".join(wrappers), DIALECT)
-        sl.eval(starlark_module, ast, GLOBALS)
+        ast = sl.parse(f"<rules module {label}>", _WRAPPER_PRELUDE + "".join(wrappers), DIALECT)
+        sl.eval(starlark_module, ast, _WRAPPER_GLOBALS)
     for name, value in values.items():
         starlark_module[name] = value
     return RulesModule(starlark_module.freeze(), exported, hidden)

@@ -195,6 +195,44 @@ def attacks(sentinel: str) -> list[Attack]:
             "a/BUILD.marin:1:1",
             ["file too large"],
         ),
+        Attack(
+            "deep-value-given-to-a-rule",
+            {
+                "a/BUILD.marin": PY_RULES
+                + "def deep():\n    x = []\n    for i in range(1000000):\n        x = [x]\n    return x\n"
+                + 'python_step(name = "x", fn = "m:f", config = {"x": deep()})\n'
+            },
+            "a/BUILD.marin:7:1",
+            ["nested more than 100 levels"],
+        ),
+        Attack(
+            "deep-struct-given-to-a-rule",
+            {
+                "a/BUILD.marin": PY_RULES
+                + "s = struct()\nfor i in range(100000):\n    s = struct(a = s)\n"
+                + 'python_step(name = "x", fn = "m:f", config = {"x": s})\n'
+            },
+            "a/BUILD.marin:5:1",
+            ["nested more than 100 levels"],
+        ),
+        Attack(
+            "cyclic-value-given-to-a-rule",
+            {
+                "a/BUILD.marin": PY_RULES
+                + 'x = []\nx.append(x)\npython_step(name = "x", fn = "m:f", config = {"x": x})\n'
+            },
+            "a/BUILD.marin:4:1",
+            ["Cycle"],
+        ),
+        Attack(
+            "deep-comparison",
+            {"a/BUILD.marin": "x = []\ny = []\nfor i in range(1000000):\n    x = [x]\n    y = [y]\nz = x == y\n"},
+            "a/BUILD.marin:6:5",
+            ["recursion"],
+        ),
+        Attack(
+            "json-encode", {"a/BUILD.marin": "x = json.encode([1])\n"}, "a/BUILD.marin:1:5", ["unknown name 'json'"]
+        ),
         # --- endless loops and recursion ----------------------------------------------------------
         Attack(
             "append-while-iterating",
