@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -582,3 +583,12 @@ say = rule(implementation=_impl, attrs={"word": Shout(), "plain": attr.string()}
     assert loaded["//a:x"].attrs == {"word": "given 'hi'", "plain": "p"}
     assert loaded["//a:y"].attrs == {"word": "unset", "plain": ""}
     assert loaded["//a:z"].attrs["word"].startswith("given <object")  # the 'not given' marker, as always
+
+
+def test_the_evaluation_budget_must_be_a_positive_number(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "BUILD.marin").write_text("x = 1\n")
+    for bad in ("0", "-1", '"10"', "true"):
+        with pytest.raises(BuildFileError, match="eval_budget_seconds must be a positive number"):
+            Loader(Workspace(tmp_path, {"eval_budget_seconds": tomllib.loads(f"v = {bad}")["v"]}))
+    assert len(Loader(Workspace(tmp_path, {"eval_budget_seconds": 2.5})).load_all()) == 0
