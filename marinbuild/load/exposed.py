@@ -64,6 +64,8 @@ def _check_depth(value):
         if depth > {MAX_VALUE_DEPTH}:
             fail("a value given to a rule is nested more than {MAX_VALUE_DEPTH} levels deep")
         kind = type(v)
+        if kind == "float" and str(v) in ("nan", "+inf", "-inf"):
+            fail("a value given to a rule is not a finite number: %s" % v)
         if kind == "list" or kind == "tuple":
             todo.extend([(x, depth + 1) for x in v])
         elif kind == "dict":
@@ -75,13 +77,15 @@ def _check_depth(value):
 def _encode(stack, args, kwargs):
     given = [args, kwargs]
     shown = repr(given)
-    if shown.count("[") + shown.count("{{") + shown.count("(") > {MAX_VALUE_DEPTH}:
+    if "inf" in shown or "nan" in shown or shown.count("[") + shown.count("{{") + shown.count("(") > {MAX_VALUE_DEPTH}:
         _check_depth(given)
     return json.encode([stack, args, kwargs])
 """
 """Starlark helpers of the wrappers: ``json.encode`` recurses on the thread's stack without a limit,
 so a value that may nest deeply (more brackets in its ``repr`` than the limit) is walked first,
-iteratively, and refused past ``MAX_VALUE_DEPTH`` levels (cyclic values included)."""
+iteratively, and refused past ``MAX_VALUE_DEPTH`` levels (cyclic values included); JSON has no
+infinite or NaN floats (it would write ``null``), so a value whose ``repr`` may hold one is walked
+too and such a float refused."""
 
 
 def _dialect() -> sl.Dialect:
