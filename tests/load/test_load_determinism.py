@@ -13,6 +13,13 @@ from pathlib import Path
 SEEDS = ("0", "1", "2", "12345")
 
 FILES = {
+    "steps.py": """
+        def run(config):
+            pass
+
+        def join(config):
+            pass
+    """,
     "lib/defs.star": """
         SIZES = {"small": 1, "large": 3, "medium": 2}
         NAMES = ["c", "a", "b"]
