@@ -22,6 +22,7 @@ found from the workspace root and define the function at top level.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from pathlib import Path
@@ -35,11 +36,17 @@ _FN_RESOLUTION = ("fn is 'module:function', the module named by its import path 
 
 
 def _module_file(module_name: str, workspace: Path) -> Path | None:
-    """The file of ``module_name`` as ``fn`` resolves it (workspace root first on sys.path); None if not found."""
+    """The file of ``module_name`` as ``fn`` resolves it: below the workspace root (``pipe.steps`` is
+    ``pipe/steps.py`` or ``pipe/steps/__init__.py``), else an installed module; None if neither exists.
+    Nothing is imported (a module imported from another workspace in this process is not taken for it)."""
     import importlib.util
 
-    if str(workspace) not in sys.path:
-        sys.path.insert(0, str(workspace))
+    base = workspace.joinpath(*module_name.split("."))
+    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    if (workspace / module_name.split(".")[0]).exists():
+        return None  # the top package is in the workspace, so the module would be too
     try:
         spec = importlib.util.find_spec(module_name)
     except (ImportError, ValueError):
@@ -49,30 +56,43 @@ def _module_file(module_name: str, workspace: Path) -> Path | None:
     return Path(spec.origin) if spec.origin not in (None, "built-in", "frozen") else Path(".")
 
 
-def _defines(module_file: Path, name: str) -> bool:
-    """Whether the Python file defines or imports ``name`` at top level (True when it cannot tell)."""
+@functools.lru_cache(maxsize=4096)
+def _top_level_names(path: Path, mtime_ns: int, size: int) -> frozenset[str] | None:
+    """Names a Python file defines or imports at top level; None when that cannot be told statically (a
+    conditional definition, ``import *``, a file that does not parse). Cached per file version."""
     import ast
 
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None  # the import at run time reports it
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            return None
+    return frozenset(names)
+
+
+def _defines(module_file: Path, name: str) -> bool:
+    """Whether the Python file defines or imports ``name`` at top level (True when it cannot tell)."""
     if module_file.suffix != ".py":
         return True
     try:
-        tree = ast.parse(module_file.read_bytes())
-    except (OSError, SyntaxError, ValueError):
-        return True  # the import at run time reports it
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == name:
-            return True
-        if isinstance(node, ast.Assign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-                return True
-        if isinstance(node, ast.ImportFrom | ast.Import):
-            for alias in node.names:
-                if alias.name == "*" or (alias.asname or alias.name.split(".")[0]) == name:
-                    return True
-        if isinstance(node, ast.If | ast.Try | ast.With):  # conditional definitions: do not guess
-            return True
-    return False
+        st = module_file.stat()
+    except OSError:
+        return True
+    names = _top_level_names(module_file, st.st_mtime_ns, st.st_size)
+    return names is None or name in names
 
 
 def _python_step_analyze(actx: AnalysisContext) -> Any:
