@@ -98,9 +98,9 @@ def train_on_slice(payload: dict[str, Any], tpu: TpuSlice, *, policy: SlicePolic
     attempt = 0
     while True:
         attempt += 1
-        _note(log_path, f"attempt {attempt}: reserving a {tpu.shape()} slice "
-                        f"(preemptions {preemptions}/{policy.preemption_retries}, "
-                        f"failures {failures}/{policy.failure_retries})")
+        _note(log_path, f"attempt {attempt}: reserving one {tpu.type} slice ({tpu.vms} hosts x {tpu.chips_per_vm} "
+                        f"chips; preemptions so far {preemptions} of {policy.preemption_retries} allowed, "
+                        f"failures {failures} of {policy.failure_retries})")
         handle = reserve_slice(tpu, policy.slice_wait, label)
         try:
             outcome, cause, summary = _attempt(handle, payload, tpu, offline)
@@ -114,12 +114,12 @@ def train_on_slice(payload: dict[str, Any], tpu: TpuSlice, *, policy: SlicePolic
         if outcome == PREEMPTED:
             preemptions += 1
             if preemptions > policy.preemption_retries:
-                raise SliceRunError(f"{label}: preempted {preemptions} times on {tpu.shape()} "
+                raise SliceRunError(f"{label}: preempted {preemptions} times on a TPU {tpu.type} slice "
                                     f"(preemption_retries = {policy.preemption_retries}); last: {cause}") from cause
         else:
             failures += 1
             if failures > policy.failure_retries:
-                raise SliceRunError(f"{label}: training failed {failures} times on {tpu.shape()} "
+                raise SliceRunError(f"{label}: training failed {failures} times on a TPU {tpu.type} slice "
                                     f"(failure_retries = {policy.failure_retries}); last: {cause}") from cause
         say(f"{outcome} on the slice ({first_line}); reserving a slice again and resuming from the latest checkpoint")
 
@@ -270,9 +270,12 @@ def train_on_host(payload: dict[str, Any], coordinator: str, num_hosts: int,
 
     labels = ray.get_runtime_context().get_node_labels()
     worker = int(labels.get("ray.io/tpu-worker-id", "0"))
-    distributed: Any = True if local_tpu_chips() else {
+    chips = local_tpu_chips()
+    distributed: Any = True if chips else {
         "coordinator_address": coordinator, "num_processes": num_hosts, "process_id": worker}
-    summary = run_child("marinbuild.ml.train", {**payload, "distributed": distributed},
+    # A host without TPU chips (a slice emulated on CPU nodes) trains on its CPU; a real one must find its TPU.
+    payload = {**payload, "distributed": distributed, "require_accelerator": bool(chips)}
+    summary = run_child("marinbuild.ml.train", payload,
                         log_dir=os.path.join(payload["output_path"], "logs"), name=f"train-host{worker}",
                         offline=offline, env={"MARINBUILD_TPU_WORKER_ID": str(worker)})
     return worker, summary

@@ -113,6 +113,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     lead = not isinstance(distributed, dict) or distributed["process_id"] == 0
     if isinstance(distributed, dict):
         _cpu_collectives_unless_tpu()
+        _host_side_eval_tags()
 
     # A checkpoint named step-N holds the state after step N: training goes on at step N + 1.
     checkpoint, checkpoint_step = latest_checkpoint(checkpoint_dir)
@@ -191,6 +192,28 @@ def _distributed_config(cls: Any, distributed: Any) -> Any:
         return cls(coordinator_address=distributed["coordinator_address"],
                    num_processes=int(distributed["num_processes"]), process_id=int(distributed["process_id"]))
     return cls(initialize_jax_distributed=bool(distributed))
+
+
+def _host_side_eval_tags() -> None:
+    """Keep the tag arrays of levanter's evaluation datasets on the host (numpy), as its loader expects.
+
+    ``DomainTaggedDataset`` builds them with ``jnp.asarray`` under the trainer's global mesh: with
+    several CPU processes each array then spans every process's device, and the loader's host-side
+    batching (``local_cpu_mesh``) rejects it ("Received incompatible devices for jitted computation"),
+    so every evaluation failed. Applied where the processes get their coordinator explicitly (no TPU).
+    """
+    import numpy as np
+    from levanter.eval import DomainTaggedDataset
+
+    def compute_tag_arrays(self: Any) -> list[Any]:
+        arrays = []
+        for _dataset, tags in self.datasets:
+            array = np.zeros(self.num_tags, dtype=np.int32)
+            array[[self.tag_to_index[tag] for tag in tags]] = 1
+            arrays.append(array)
+        return arrays
+
+    DomainTaggedDataset._compute_tag_arrays = compute_tag_arrays
 
 
 def _cpu_collectives_unless_tpu() -> None:
