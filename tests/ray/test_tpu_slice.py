@@ -64,9 +64,12 @@ def lm_folders(ws: Workspace) -> set[Path]:
 
 
 def train_losses(lm: Path) -> dict[int, float]:
+    """The train losses of ``metrics.jsonl`` by step, checked to read as one run (as one host's run does:
+    levanter's first logged step may be 1 or 2, and its last is logged twice)."""
     records = [json.loads(line) for line in (lm / "metrics.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in records if "train/loss" in r]
-    assert len(steps) == len(set(steps)), f"a step appears twice in metrics.jsonl: {steps}"
+    assert steps == sorted(steps), f"steps out of order (left over from a lost run?): {steps}"
+    assert steps[0] <= 2 and set(steps) == set(range(steps[0], STEPS)), steps
     return {r["step"]: r["train/loss"] for r in records if "train/loss" in r}
 
 
@@ -97,8 +100,7 @@ def test_train_lm_runs_one_process_per_host_of_the_slice(ws, fake_slice):
     assert summary["last_step"] == STEPS - 1 and summary["start_step"] == 0
     assert math.isfinite(summary["final_eval"]["eval/loss"])  # levanter's evaluations ran across both processes
     losses = train_losses(lm)
-    assert sorted(losses) == list(range(STEPS))
-    assert all(math.isfinite(v) for v in losses.values()) and losses[STEPS - 1] < losses[0]
+    assert all(math.isfinite(v) for v in losses.values()) and losses[STEPS - 1] < 0.8 * losses[min(losses)]
     # every host ran its own process, as one JAX job of 2 processes
     for worker in (0, 1):
         log = (lm / "logs" / f"train-host{worker}.log").read_text()
@@ -130,8 +132,8 @@ def test_a_killed_host_process_restarts_the_slice_from_the_checkpoint(ws, fake_s
     assert len(runs) == 2 and runs[0]["start_step"] == 0
     resumed = runs[1]["start_step"]
     assert resumed >= 11 and runs[1]["checkpoint"].endswith(f"step-{resumed - 1}")  # not from step 0
-    losses = train_losses(lm)  # each step once: the resumed run replaced what followed its checkpoint
-    assert sorted(losses) == list(range(STEPS)) and losses[STEPS - 1] < losses[0]
+    losses = train_losses(lm)  # one run: the resumed run replaced what the lost one logged after its checkpoint
+    assert losses[STEPS - 1] < 0.8 * losses[min(losses)]
     slice_log = (lm / "logs" / "slice.log").read_text()
     assert "attempt 1: preempted" in slice_log and "attempt 2: succeeded on every host" in slice_log, slice_log
 
