@@ -250,21 +250,33 @@ def _resources(target: Target) -> Any:
 
 
 def load_script_steps(script: Path, workspace_root: Path) -> dict[str, ExecutorStep]:
-    """Import a Python experiment script (not as ``__main__``) and return its module-level steps by variable."""
+    """Import a Python experiment script (not as ``__main__``) and return its module-level steps by variable.
+
+    The script is imported as ``python script.py`` would run it, with its own folder and the workspace
+    root on ``sys.path`` meanwhile, under a module name of its own (so its ``executor_main`` does not run).
+    No worker can import that name, nor a module the script imported by bare name from its folder: both
+    are recorded for Ray tasks to receive by value (``marinbuild.run.shipped_code``), as a script run as
+    ``__main__`` is. Modules imported under their package name from the workspace stay by reference.
+    """
+    from marinbuild.run.shipped_code import ship_by_value, ship_imported_through
+
     module_name = "_marinbuild_script_" + "_".join(script.relative_to(workspace_root).with_suffix("").parts)
     spec = importlib.util.spec_from_file_location(module_name, script)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {script}")
     module = importlib.util.module_from_spec(spec)
-    added = str(workspace_root) not in sys.path
-    if added:
-        sys.path.insert(0, str(workspace_root))
+    added = [p for p in dict.fromkeys([str(script.parent), str(workspace_root)]) if p not in sys.path]
+    sys.path[:0] = added
+    before = set(sys.modules)
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
     finally:
-        if added:
-            sys.path.remove(str(workspace_root))
+        for path in added:
+            sys.path.remove(path)
+    ship_by_value(module_name)
+    if script.parent.resolve() != workspace_root.resolve():
+        ship_imported_through(script.parent, set(sys.modules) - before)
     return {k: v for k, v in vars(module).items() if isinstance(v, ExecutorStep)}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -94,11 +95,15 @@ def _open_session(**settings: Any) -> Any:
 @click.option("--build_event_json_file", type=click.Path(dir_okay=False), help="Write every event as a JSON line.")
 @click.option("--profile", type=click.Path(dir_okay=False), help="Write a Chrome/Perfetto trace of the build.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", help="Format of the result.")
+@click.option("-v", "--verbose", is_flag=True, help="Also show Ray's own messages (always in .marinbuild/logs/ray.log) "
+              "and every line the ML steps' helper processes print.")
 def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, jobs: int | None, keep_going: bool,
                   force_run_failed: bool | None, backend: str | None, explain: bool,
                   build_event_json_file: str | None, profile: str | None, output: str,
-                  ray_address: str | None = None) -> None:
+                  ray_address: str | None = None, verbose: bool = False) -> None:
     """Build the targets that PATTERN... name (//pkg:name, //pkg/..., //pkg:all, -PATTERN subtracts)."""
+    if verbose:
+        os.environ["MARINBUILD_VERBOSE"] = "1"  # the Ray backend, and the ML steps' helper processes, read it
     settings = {"prefix": prefix, "backend": backend, "jobs": jobs, "keep_going": keep_going,
                 "force_run_failed": force_run_failed, "ray_address": ray_address}
     report = _Report(dry_run, explain, output, build_event_json_file, profile)

@@ -609,7 +609,7 @@ class Executor:
             for step in plan.to_run
         }
         owned = self.backend is None or isinstance(self.backend, str)
-        backend = _backend_named(self.backend or "local", max_concurrent) if owned else self.backend
+        backend = _backend_named(self.backend or default_backend(), max_concurrent) if owned else self.backend
         try:
             _check_resources(backend, jobs)  # before anything is written
             self._write_infos_of_steps_not_run(graph, plan, selected)
@@ -670,17 +670,33 @@ class Executor:
                         mirror_budget_gb=max_mirror_budget(step.config), mirror_prefix=self.prefix)
 
 
+BACKEND_ENV = "MARINBUILD_BACKEND"
+"""The backend of an ``Executor`` given none (a Marin script's ``executor_main``): ``local`` or ``ray``."""
+
+
+def default_backend() -> str:
+    """``$MARINBUILD_BACKEND`` if set; else ``"ray"`` in a job submitted to a Ray cluster (a Marin script sent to the
+    cluster runs its steps there, as Marin's executor does), else ``"local"``."""
+    from marinbuild.runtime_env import in_ray_job
+
+    return os.environ.get(BACKEND_ENV) or ("ray" if in_ray_job() else "local")
+
+
 def _backend_named(name: str, max_concurrent: int | None) -> Any:
-    """A new backend of the run: ``"local"`` (threads of this process) or ``"ray"`` (a Ray cluster)."""
+    """A new backend of the run: ``"local"`` (threads of this process) or ``"ray"`` (a Ray cluster: ``RAY_ADDRESS``,
+    else a private local instance; the workspace around the current folder is shipped to a cluster, as the CLI
+    ships it)."""
     if name == "local":
         from marinbuild.run.local import LocalBackend
 
         return LocalBackend(max_concurrent)
     if name == "ray":
         from marinbuild.run.ray_backend import RayBackend
+        from marinbuild.runtime_env import project_root
 
-        return RayBackend()
-    raise ValueError(f"unknown backend {name!r}: use 'local', 'ray' or a backend object")
+        return RayBackend(working_dir=project_root())
+    raise ValueError(f"unknown backend {name!r} (from {BACKEND_ENV} or Executor(backend=...)): "
+                     "use 'local', 'ray' or a backend object")
 
 
 def _check_resources(backend: Any, jobs: dict[ExecutorStep, Any]) -> None:

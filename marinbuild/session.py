@@ -161,17 +161,18 @@ class Session:
         )
 
     def make_backend(self) -> Any:
-        """The backend the settings name (None: the executor's default, local threads); Ray is not started here."""
+        """The backend the settings name (``"local"``: the executor's threads, whatever ``$MARINBUILD_BACKEND`` says
+        to scripts); Ray is not started here."""
         s = self.settings
         if s.backend != "ray":
-            return None
+            return s.backend
         from marinbuild.run.ray_backend import DEFAULT_MAX_RETRIES, RayBackend
         from marinbuild.run.ray_bundles import DEFAULT_BUNDLE_SECONDS
 
         return RayBackend(
             address=s.ray_address,
             max_retries=s.ray_max_retries if s.ray_max_retries is not None else DEFAULT_MAX_RETRIES,
-            working_dir=self.workspace.root if s.ray_address else None,
+            working_dir=self.workspace.root,
             bundle_seconds=s.ray_bundle_seconds if s.ray_bundle_seconds is not None else DEFAULT_BUNDLE_SECONDS,
         )
 

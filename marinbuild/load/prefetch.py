@@ -20,7 +20,8 @@ Nothing the child does is trusted beyond the compiled code: a file it could not 
 loader, which alone reports errors, and a result is used only if the file's ``(mtime_ns,
 size)`` when it was read is the one the loader sees (the compiled-file cache's own key).
 The helper is used only where ``fork`` is safe and useful: a POSIX system, at least two
-usable cores, no other thread in the process, and enough source to repay the fork.
+usable cores, no other thread in the process (counted by the kernel, so native threads of an
+extension count too), and enough source to repay the fork.
 """
 
 from __future__ import annotations
@@ -63,7 +64,18 @@ def can_fork() -> bool:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return cores >= 2 and threading.active_count() == 1
+    return cores >= 2 and _threads() == 1
+
+
+def _threads() -> int:
+    """This process's threads, as the kernel counts them: also those no ``threading`` object stands for (the
+    native threads of Ray's core worker, gRPC, JAX), which may hold a lock at the moment of a fork. The child
+    would inherit that lock held for good; where it runs Python (this helper does) the first use deadlocks or
+    aborts (abseil's "Mutex corrupt" check). ``threading.active_count()`` where there is no ``/proc``."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
 
 
 class CompileHelper:

@@ -8,8 +8,9 @@ and dies with its parent (``PR_SET_PDEATHSIG``), so killing a build kills its tr
 
 Everything the child prints goes to ``<log_dir>/<name>.log`` (appended: a resumed run
 adds to the same log). The build's stderr gets the lines that matter: warnings, errors,
-tracebacks and the child's own ``[marinbuild.ml]`` progress lines (``MARINBUILD_ML_LOG=all``
-forwards everything). A failing child raises ``MlProcessError`` with the log's tail.
+tracebacks and the child's own ``[marinbuild.ml]`` progress lines (``MARINBUILD_ML_LOG=all`` or
+``MARINBUILD_VERBOSE=1``, which ``marinbuild -v`` sets, forwards everything). A failing child
+raises ``MlProcessError`` with the log's tail.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ PREFIX = "[marinbuild.ml]"
 _INFO_LINE = re.compile(r"^[IDV]\d{8} ")  # absl/levanter INFO, DEBUG, VERBOSE lines
 # Warnings levanter prints on every CPU run that tell a user nothing (they stay in the log).
 _NOISE = re.compile(r"Unknown leaf type <class 'NoneType'>|Unknown device type: cpu|No resource mapping found"
-                    r"|warnings\.warn\(|^Loss: ")
+                    r"|warnings\.warn\(|^Loss: "
+                    # zephyr's coordinator (levanter's cache builder) before its local workers first report in
+                    r"|All workers are dead/failed\. Waiting for workers to recover"
+                    r"|Data loader stalled")
 _PARENT_ENV = "MARINBUILD_ML_PARENT_PID"
 
 
@@ -75,7 +79,7 @@ def run_child(module: str, payload: dict[str, Any], *, log_dir: str, name: str, 
     if offline:  # a local tokenizer: never wait on the Hub
         child_env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
     child_env.update(env or {})
-    forward_all = os.environ.get("MARINBUILD_ML_LOG") == "all"
+    forward_all = os.environ.get("MARINBUILD_ML_LOG") == "all" or os.environ.get("MARINBUILD_VERBOSE") == "1"
     tail: deque[str] = deque(maxlen=60)
     proc = subprocess.Popen(
         [sys.executable, "-m", module, payload_path],

@@ -87,7 +87,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marinbuild.run import ray_bundles
+from marinbuild.run import ray_bundles, shipped_code
 from marinbuild.run.backend import Completion
 from marinbuild.run.failure import RemoteTraceback
 from marinbuild.run.ray_bell import BELLS, Bell
@@ -121,6 +121,11 @@ per operation). Started the first time one is needed; local leases are taken and
 
 class StepLostError(RuntimeError):
     """A step's Ray task died (its worker or node was lost) more often than ``max_retries`` allows."""
+
+
+class StepImportError(RuntimeError):
+    """A Ray worker could not rebuild the step's function (its module does not import there): the message says
+    why in its first line (Ray's own words, with the worker's ``sys.path``, follow; the traceback is the cause)."""
 
 
 @dataclass(eq=False)
@@ -203,11 +208,17 @@ class RayBackend:
     max_retries: int = DEFAULT_MAX_RETRIES
     """Times Ray reruns a task whose worker or node died (not one whose code raised)."""
     working_dir: str | os.PathLike[str] | None = None
-    """The workspace to ship to a cluster (``address`` or ``RAY_ADDRESS`` only; not inside a submitted job)."""
+    """The workspace: shipped to a cluster as ``working_dir`` (``address`` or ``RAY_ADDRESS``; not inside a submitted
+    job); on the ``PYTHONPATH`` of a local instance's workers."""
     env_vars: dict[str, str] = field(default_factory=dict)
     """Environment variables of every task (the job's runtime env)."""
     log_to_driver: bool = True
     """Show the tasks' output on this process's stderr."""
+    verbose: bool | None = None
+    """Show Ray's own messages on the console too (they always go to ``log_path``); None: ``$MARINBUILD_VERBOSE``."""
+    log_path: str | os.PathLike[str] | None = None
+    """Where Ray's own messages go (``marinbuild.run.ray_log``); None: ``<working_dir>/.marinbuild/logs/ray.log``,
+    or ``marinbuild-ray.log`` in the temporary folder."""
     init_options: dict[str, Any] = field(default_factory=dict)
     """More keyword arguments for ``ray.init``."""
     lease_threads: int = LEASE_THREADS
@@ -280,10 +291,18 @@ class RayBackend:
 
             ray_module = sys.modules.get("ray")
             if ray_module is None or not ray_module.is_initialized():
-                self._relocation = connect_ray(self.address, working_dir=self.working_dir, env_vars=self.env_vars,
-                                               log_to_driver=self.log_to_driver, init_options=self.init_options)
+                from marinbuild.run import ray_log
+
+                verbose = ray_log.verbose_from_env() if self.verbose is None else self.verbose
+                env_vars = {**self.env_vars, ray_log.VERBOSE_ENV: "1"} if verbose else self.env_vars
+                log = ray_log.RayLog(self.log_path or ray_log.default_log_path(self.working_dir), verbose)
+                self._relocation = connect_ray(self.address, working_dir=self.working_dir, env_vars=env_vars,
+                                               log_to_driver=self.log_to_driver, init_options=self.init_options,
+                                               log=log)
             import ray
 
+            shipped_code.ship_main_siblings(self.working_dir)
+            shipped_code.register_with_ray()
             self._call_remote = ray.remote(run_call).options(**self._task_options())
             self._pyproject_root = Path(self.working_dir) if self.working_dir is not None else project_root()
             self._connected = True
@@ -645,6 +664,7 @@ class RayBackend:
         call = job.call
         run = job.remote_run()
         if not isinstance(call, StepCall):
+            shipped_code.register_with_ray()
             return _Launch(job, done, key, None, None, pickle_payload((call, run), self._shipped))
         shape = self._shape_of(call)
         return _Launch(job, done, key, shape, call.kind, pickle_payload((call.config, call.mirror, run), self._shipped))
@@ -668,6 +688,7 @@ class RayBackend:
     def _new_shape(self, call: StepCall) -> _Shape:
         from marinbuild.runtime_env import step_runtime_env
 
+        shipped_code.register_with_ray()  # a script's own modules go by value (before its function is pickled)
         resources, extras, env_vars = call.request()
         options = self._task_options()
         fresh = False
@@ -850,10 +871,25 @@ def _user_error(exc: BaseException) -> BaseException:
     """The exception the step's code raised, with the remote traceback chained as its cause.
 
     ``ray.get`` raises a ``RayTaskError`` that is also an instance of the step's exception
-    type; its text is the remote traceback, its ``cause`` the exception itself.
+    type; its text is the remote traceback, its ``cause`` the exception itself. When the worker
+    could not import the step's function, Ray raises a ``RuntimeError`` whose first line ends
+    before the reason (the worker's traceback follows): that becomes a ``StepImportError`` whose
+    first line ends with the traceback's last line, the import error itself.
     """
     cause = getattr(exc, "cause", None)
     if not isinstance(cause, BaseException) or cause is exc:
         return exc
-    cause.__cause__ = RemoteTraceback(_ANSI.sub("", str(exc)).rstrip())
+    remote = RemoteTraceback(_ANSI.sub("", str(exc)).rstrip())
+    message = str(cause)
+    if type(cause) is RuntimeError and message.startswith(_RAY_IMPORT_FAILURE):
+        reason = next((line.strip() for line in reversed(message.splitlines()) if line.strip()), "")
+        head, _, rest = message.partition("\n")
+        cause = StepImportError(f"the step's function could not be imported on the Ray worker: {reason}\n"
+                                f"{head.rstrip(':')}.\n{rest.strip()}")
+    cause.__cause__ = remote
     return cause
+
+
+_RAY_IMPORT_FAILURE = "The remote function failed to import on the worker"
+"""How Ray's stand-in for a function a worker could not unpickle begins its error (``ray._private.function_manager``).
+"""

@@ -3,8 +3,10 @@
 ``connect_ray(address)``: with an address (else ``RAY_ADDRESS``), connect to that cluster,
 shipping the workspace as ``working_dir`` when one is given and this is not already a submitted
 job; with neither, start a local instance in this process, bound to 127.0.0.1, with no dashboard,
-no token file, no usage report and warnings only, whose workers import what this process can.
-Either way what the tasks print goes to this process's stderr (stdout carries the build's results).
+no token file, no usage report and warnings only, whose workers import what this process can (and the
+workspace, ``working_dir``, as a cluster's workers import it from their working directory).
+Either way what the tasks print goes to this process's stderr (stdout carries the build's results), and
+Ray's own messages to a log file, on the console only when verbose (``marinbuild.run.ray_log``).
 With ``RAY_AUTH_MODE=token`` Ray sends the token itself (``marinbuild.ray_auth``); a missing token
 file, a refused token or a cluster that cannot be reached is a one-line ``RayAuthError``.
 """
@@ -18,20 +20,24 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.ray_auth import auth_error, check_token, connect_error, is_auth_failure
+from marinbuild.run.ray_log import RayLog, default_log_path, verbose_from_env
 from marinbuild.run.ray_task import Relocation
 
 logger = logging.getLogger("marinbuild")
 
 
 def connect_ray(address: str | None, *, working_dir: str | os.PathLike[str] | None, env_vars: dict[str, str],
-                log_to_driver: bool, init_options: dict[str, Any]) -> Relocation | None:
+                log_to_driver: bool, init_options: dict[str, Any], log: RayLog | None = None) -> Relocation | None:
     """``ray.init`` as the module docstring says; where workspace paths in a config move to (a shipped workspace)."""
     address = address or os.environ.get("RAY_ADDRESS") or None
     options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": log_to_driver}
     if address:
-        return _init_cluster(address, options, working_dir, env_vars, init_options)
-    _init_local(options, env_vars, init_options)
-    return None
+        relocation = _init_cluster(address, options, working_dir, env_vars, init_options)
+    else:
+        _init_local(options, working_dir, env_vars, init_options)
+        relocation = None
+    (log or RayLog(default_log_path(working_dir), verbose_from_env())).install()
+    return relocation
 
 
 def _init_cluster(address: str, options: dict[str, Any], working_dir: str | os.PathLike[str] | None,
@@ -56,12 +62,13 @@ def _init_cluster(address: str, options: dict[str, Any], working_dir: str | os.P
         if is_auth_failure(exc):
             raise auth_error(address) from exc
         raise
-    _worker_output_to_stderr()
     return relocation
 
 
-def _init_local(options: dict[str, Any], env_vars: dict[str, str], init_options: dict[str, Any]) -> None:
-    """A private instance on loopback, no dashboard; its workers import what this process can."""
+def _init_local(options: dict[str, Any], working_dir: str | os.PathLike[str] | None, env_vars: dict[str, str],
+                init_options: dict[str, Any]) -> None:
+    """A private instance on loopback, no dashboard; its workers import what this process can, and from the
+    workspace (``working_dir``) as a cluster's workers do."""
     # Ray swaps 127.0.0.1 for this machine's address unless it is told there is no cluster to join; no
     # token file to write for a loopback instance, no usage report to send.
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -77,6 +84,8 @@ def _init_local(options: dict[str, Any], env_vars: dict[str, str], init_options:
         pass
     env_vars = dict(env_vars)
     code_path = _driver_code_path()
+    if working_dir is not None:
+        code_path = list(dict.fromkeys([str(Path(working_dir).resolve()), *code_path]))
     if code_path:
         inherited = env_vars.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
         env_vars["PYTHONPATH"] = os.pathsep.join([*code_path, *([inherited] if inherited else [])])
@@ -89,7 +98,6 @@ def _init_local(options: dict[str, Any], env_vars: dict[str, str], init_options:
     # Ray's hook reports an uncaught exception of this process to its GCS, which can hold the exit for a
     # minute; nobody reads that report for a private instance.
     sys.excepthook = hook
-    _worker_output_to_stderr()
 
 
 def _driver_code_path() -> list[str]:
@@ -105,21 +113,3 @@ def _driver_code_path() -> list[str]:
         if path not in out:
             out.append(path)
     return out
-
-
-def _worker_output_to_stderr() -> None:
-    """Show what tasks print on this process's stderr: stdout carries the build's results."""
-    try:
-        from ray._private import worker as ray_worker
-
-        dispatcher = ray_worker.global_worker_stdstream_dispatcher
-        if "ray_print_logs" not in [name for name, _ in dispatcher.handlers]:
-            return  # log_to_driver=False
-
-        def to_stderr(data: dict[str, Any]) -> None:
-            ray_worker.print_to_stdstream({**data, "is_err": True}, ignore_prefix=False)
-
-        dispatcher.remove_handler("ray_print_logs")
-        dispatcher.add_handler("ray_print_logs", to_stderr)
-    except Exception:  # a Ray without these internals: its output stays where Ray puts it
-        logger.debug("could not send Ray task output to stderr", exc_info=True)

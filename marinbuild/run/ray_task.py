@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marinbuild.run.failure import WORKER_LOG_NOTE, worker_log_of
+from marinbuild.run.shipped_code import is_shipped
 from marinbuild.run.step_call import MirrorScope
 from marinbuild.run.step_job import RemoteRun
 
@@ -129,7 +130,8 @@ _SHIPPED_CLASSES: dict[str, type] = {}
 
 
 def pickle_payload(value: Any, classes: dict[type, tuple[str, bytes]]) -> bytes:
-    """``value`` pickled for a step's task, each class of the driver's ``__main__`` pickled once.
+    """``value`` pickled for a step's task, each class of the driver's ``__main__`` (or of another module shipped by
+    value: ``marinbuild.run.shipped_code``) pickled once.
 
     cloudpickle pickles a class of ``__main__`` (a config dataclass defined in the build's script)
     by value, every time: 0.47 ms and 5 KB for a small dataclass, then 0.18 ms to rebuild it in the
@@ -146,7 +148,7 @@ def pickle_payload(value: Any, classes: dict[type, tuple[str, bytes]]) -> bytes:
                 self.shipped = shipped
 
             def persistent_id(self, obj: Any) -> tuple[str, bytes] | None:
-                if not isinstance(obj, type) or obj.__module__ != "__main__":
+                if not isinstance(obj, type) or not is_shipped(obj.__module__):
                     return None
                 entry = self.shipped.get(obj)
                 if entry is None:

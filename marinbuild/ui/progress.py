@@ -3,7 +3,8 @@
 ``ProgressDisplay`` is an event listener. On a terminal it keeps a ``rich`` live region at the
 bottom (done/total, the running and waiting steps with their elapsed time, the build's elapsed
 time), redrawn by rich's own refresh thread, and prints finished steps and failures above it.
-Elsewhere (CI logs, pipes) it writes one line per interesting event::
+Elsewhere (CI logs, pipes) it writes one line per interesting event (the build summary that
+follows says how the build ended)::
 
     started hello_world/data (/prefix/hello_world/data-abc123)
     [3/10] built hello_world/data (0.4s)
@@ -46,8 +47,6 @@ class _State:
     planned_to_run: int = 0
     planned_built: int = 0
     done: int = 0
-    built: int = 0
-    cached: int = 0
     failed: int = 0
     not_run: int = 0
     build_start: float | None = None
@@ -140,8 +139,7 @@ class ProgressDisplay:
             s.build_end = event.time
             s.started_at.clear()
             s.waiting.clear()
-            elapsed = format_duration(event.time - s.build_start) if s.build_start is not None else "?"
-            return f"build finished in {elapsed}: {self._counts_text()}", "bold"
+            return None  # the build summary that follows says how the build ended
         if kind == ev.WAITING:
             s.waiting[key] = (event.detail or "held by another runner", event.time)
             return f"waiting for {name}: {event.detail or 'held by another runner'}", "yellow"
@@ -158,10 +156,8 @@ class ProgressDisplay:
         s.done += 1
         took = f" ({format_duration(event.time - start)})" if start is not None else ""
         if kind == ev.SUCCEEDED:
-            s.built += 1
             return f"{s.counter()} built {name}{took}", "green"
         if kind == ev.CACHED:
-            s.cached += 1
             return f"{s.counter()} cached {name}" + (f": {event.detail}" if event.detail else ""), "green"
         if kind == ev.FAILED:
             s.failed += 1
@@ -170,15 +166,6 @@ class ProgressDisplay:
         if kind == ev.DEP_FAILED:
             return f"{s.counter()} not running {name}: {event.detail or 'a dependency failed'}", "red"
         return f"{s.counter()} skipped {name}" + (f" ({event.detail})" if event.detail else ""), "yellow"
-
-    def _counts_text(self) -> str:
-        s = self._state
-        parts = [f"{s.built} built", f"{s.cached + s.planned_built} cached"]
-        if s.failed:
-            parts.append(f"{s.failed} failed")
-        if s.not_run:
-            parts.append(f"{s.not_run} not run")
-        return ", ".join(parts)
 
     # -- terminal -----------------------------------------------------------------------------
     def _show_tty(self, event: ev.Event, line: tuple[str, str] | None) -> None:

@@ -162,7 +162,7 @@ def test_helper_results_and_changed_files(tmp_path: Path, forkable: None) -> Non
 def test_no_helper_while_another_thread_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(prefetch.SWITCH, raising=False)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    alone = threading.active_count() == 1 and cores >= 2
+    alone = prefetch._threads() == 1 and cores >= 2
     assert prefetch.can_fork() == alone
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
@@ -174,6 +174,28 @@ def test_no_helper_while_another_thread_runs(monkeypatch: pytest.MonkeyPatch) ->
         stop.set()
         thread.join()
     assert prefetch.can_fork() == alone
+
+
+def test_no_helper_while_a_thread_unknown_to_threading_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread started below ``threading`` (as Ray's, gRPC's and JAX's native threads are) also forbids the fork."""
+    import _thread
+
+    monkeypatch.delenv(prefetch.SWITCH, raising=False)
+    started, stop = threading.Event(), threading.Event()
+
+    def native() -> None:
+        started.set()
+        stop.wait()
+
+    python_threads = threading.active_count()
+    _thread.start_new_thread(native, ())
+    started.wait()
+    try:
+        assert threading.active_count() == python_threads  # invisible to threading
+        assert not prefetch.can_fork()
+        assert prefetch.CompileHelper.start([("a", "a"), ("b", "b")]) is None
+    finally:
+        stop.set()
 
 
 def test_helper_results_go_to_the_disk_cache(

@@ -63,10 +63,21 @@ def slow_first_attempt(config: ProbeConfig) -> dict:
     return where(ProbeConfig(output_path=config.output_path, text=config.text))
 
 
-def sleep_then_where(config: ProbeConfig) -> dict:
-    """Sleep ``text`` seconds, then as ``where``."""
-    time.sleep(float(config.text))
-    return where(config)
+def where_once_marked(config: ProbeConfig) -> dict:
+    """Wait (at most ``text`` seconds) for a ``mark`` file in ``log_dir``; then as ``where``, saying if it came."""
+    deadline = time.monotonic() + float(config.text)
+    mark = Path(config.log_dir, "mark")
+    while not mark.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    facts = where(ProbeConfig(output_path=config.output_path))
+    return {**facts, "saw_mark": mark.exists()}
+
+
+def where_then_mark(config: ProbeConfig) -> dict:
+    """As ``where`` (``text`` is another step's output path, a dependency); then leave ``mark`` in ``log_dir``."""
+    facts = where(ProbeConfig(output_path=config.output_path))
+    Path(config.log_dir, "mark").write_text(facts["node_id"])
+    return facts
 
 
 def where_after(config: ProbeConfig) -> dict:

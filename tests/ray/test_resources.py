@@ -229,7 +229,7 @@ def test_settings_choose_the_ray_backend(tmp_path, monkeypatch):
     assert Session.open(tmp_path, backend="ray").settings.ray_address == "10.0.0.2:6379"
     assert Session.open(tmp_path, backend="ray", ray_address="x:1").settings.ray_address == "x:1"
     assert Session.open(tmp_path, ray_address="x:1").settings.backend == "ray"  # the flag implies the backend
-    assert Session.open(tmp_path).make_backend() is None  # local
+    assert Session.open(tmp_path).make_backend() == "local"  # the executor's threads, whatever MARINBUILD_BACKEND says
     (tmp_path / "pyproject.toml").write_text('[tool.marinbuild]\nprefix = "out"\nray_bundle_seconds = "fast"\n')
     with pytest.raises(SettingsError, match="ray_bundle_seconds must be a non-negative number"):
         Session.open(tmp_path, backend="ray")

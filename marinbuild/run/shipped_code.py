@@ -1,0 +1,91 @@
+"""Modules whose code a Ray task must receive by value: they cannot be imported by name on a worker.
+
+A Ray worker rebuilds a step's function and config classes from their pickle. cloudpickle
+pickles a function or class by reference (its module's name and its own) when its module is
+imported, and by value (its code) only for ``__main__`` and for modules registered with
+``register_pickle_by_value``. A Marin script that the CLI imports for an ``executor_script``
+target is loaded under a made-up module name (``marinbuild.analysis.load_script_steps``), and
+the modules it imports from its own folder by bare name (``import helpers``, as ``python
+script.py`` allows) are found through a path entry a worker does not have: a worker cannot
+import either. So their code goes by value, as a script run as ``__main__`` goes, and the
+modules they import under the workspace's own package names (``from experiments.common import
+...``) stay by reference: a worker imports them from the workspace (a cluster's
+``working_dir``, a local instance's ``PYTHONPATH``).
+
+``ship_by_value(name)`` records a module (``ship_imported_through(folder)``: every module imported
+by bare name from a script's folder; ``ship_main_siblings`` does it for a script run as
+``__main__``); the Ray backend registers every recorded module with Ray's cloudpickle before it
+pickles a step (``register_with_ray``), so this module never imports Ray.
+``is_shipped(module_name)`` says whether classes of a module go by value (the payload
+pickler ships each such class once per driver, as it does ``__main__``'s).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+_NAMES: set[str] = set()
+_REGISTERED: set[str] = set()
+_LOCK = threading.Lock()
+
+
+def ship_by_value(module_name: str) -> None:
+    """Send the code of module ``module_name`` (in ``sys.modules``) to Ray tasks by value."""
+    with _LOCK:
+        _NAMES.add(module_name)
+
+
+def ship_imported_through(folder: str | Path, names: Iterable[str] | None = None) -> None:
+    """Ship by value each module (of ``names``, default all imported) that was imported through ``folder`` as a
+    ``sys.path`` entry (spelt as on ``sys.path``): its file is its dotted name below ``folder`` (``helpers`` for
+    ``folder/helpers.py``)."""
+    base = str(folder).rstrip(os.sep) + os.sep
+    for name in list(sys.modules if names is None else names):
+        module = sys.modules.get(name)
+        if module is not None and _imported_through(module, base):
+            ship_by_value(name)
+
+
+def _imported_through(module: Any, base: str) -> bool:
+    namespace = getattr(module, "__dict__", {})  # (not getattr: a lazy module would import on it)
+    file, name = namespace.get("__file__"), namespace.get("__name__")
+    if not isinstance(file, str) or not isinstance(name, str) or not file.startswith(base):
+        return False
+    below = os.path.join(*name.split("."))
+    return file[len(base):] in (below + ".py", os.path.join(below, "__init__.py"))
+
+
+def ship_main_siblings(workspace: str | Path | None) -> None:
+    """For a script run as ``__main__`` (``python script.py``): ship by value the modules it imported by bare name
+    from its own folder, unless that folder is ``workspace`` (whose modules a worker imports by name)."""
+    file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not file:
+        return
+    folder = os.path.dirname(os.path.abspath(file))
+    if workspace is not None and os.path.realpath(folder) == os.path.realpath(workspace):
+        return
+    for spelling in dict.fromkeys([folder, os.path.realpath(folder)]):  # (Python resolves links in sys.path[0])
+        ship_imported_through(spelling)
+
+
+def is_shipped(module_name: str) -> bool:
+    """Whether objects of ``module_name`` are pickled by value for a task (``__main__`` always is)."""
+    return module_name == "__main__" or module_name in _NAMES
+
+
+def register_with_ray() -> None:
+    """Register every recorded module with Ray's cloudpickle (each once); call before pickling a step."""
+    with _LOCK:
+        todo = [name for name in _NAMES - _REGISTERED if name in sys.modules]
+        if not todo:
+            return
+        from ray import cloudpickle
+
+        for name in todo:
+            cloudpickle.register_pickle_by_value(sys.modules[name])
+            _REGISTERED.add(name)

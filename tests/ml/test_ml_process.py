@@ -1,0 +1,50 @@
+"""What the ML steps' helper processes print: the lines that matter on the build's stderr, the rest in the log."""
+
+from __future__ import annotations
+
+import os
+
+from marinbuild.ml.process import run_child
+
+CHILD = '''
+from marinbuild.ml.process import child_main, say
+
+
+def run(payload):
+    say("working")
+    # what zephyr's coordinator logs (levanter's cache builder) before its local workers first report in
+    print("W20261126 14:32:21 139722181564096 zephyr.execution All workers are dead/failed. "
+          "Waiting for workers to recover...", flush=True)
+    print("All workers are dead/failed. Waiting for workers to recover...", flush=True)
+    return {"ok": True}
+
+
+if __name__ == "__main__":
+    child_main(run)
+'''
+
+
+def _run(tmp_path, monkeypatch, verbose: bool) -> str:
+    (tmp_path / "noisy_child.py").write_text(CHILD)
+    monkeypatch.delenv("MARINBUILD_ML_LOG", raising=False)
+    if verbose:
+        monkeypatch.setenv("MARINBUILD_VERBOSE", "1")
+    else:
+        monkeypatch.delenv("MARINBUILD_VERBOSE", raising=False)
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    assert run_child("noisy_child", {}, log_dir=str(tmp_path / "logs"), name="noisy",
+                     env={"PYTHONPATH": path}) == {"ok": True}
+    return (tmp_path / "logs" / "noisy.log").read_text()
+
+
+def test_zephyrs_waiting_for_workers_stays_in_the_log(tmp_path, monkeypatch, capsys):
+    log = _run(tmp_path, monkeypatch, verbose=False)
+    err = capsys.readouterr().err
+    assert "[marinbuild.ml] working" in err
+    assert "All workers are dead" not in err
+    assert log.count("All workers are dead") == 2
+
+
+def test_verbose_forwards_every_line(tmp_path, monkeypatch, capsys):
+    _run(tmp_path, monkeypatch, verbose=True)
+    assert capsys.readouterr().err.count("All workers are dead") == 2
