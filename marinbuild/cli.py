@@ -417,14 +417,21 @@ def cache_gc_command(patterns: tuple[str, ...], prefix: str | None, yes: bool, o
 @click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
 @click.option("--prefix")
 @click.option("-n", "--dry_run", is_flag=True, help="Report only; leave damaged steps marked built.")
+@click.option("--repair", is_flag=True,
+              help="Also remove unparsable statuses, leases and records, and leases left beside built steps.")
+@click.option("--no_deps", is_flag=True, help="Check only the targets' own steps, not the steps they depend on.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
-def cache_verify_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, output: str) -> None:
-    """Recompute output digests against the manifests; damaged outputs are rebuilt by the next build."""
+def cache_verify_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, repair: bool, no_deps: bool,
+                         output: str) -> None:
+    """Check the targets' steps and their dependencies: every metadata file, and output digests against the
+    manifests; damaged steps are rebuilt by the next build."""
     from marinbuild.verify import format_verify, verify_cache
 
+    if dry_run and repair:
+        raise click.UsageError("--dry_run and --repair contradict each other: give one")
     session = _open_session(prefix=prefix)
     labels = session.load(patterns)
-    report = verify_cache(session, labels, repair=not dry_run)
+    report = verify_cache(session, labels, repair=not dry_run, deps=not no_deps, repair_metadata=repair)
     click.echo(json.dumps(report.to_dict(), indent=2, default=str) if output == "json" else format_verify(report))
     if report.exit_code:
         raise SystemExit(report.exit_code)
@@ -432,7 +439,7 @@ def cache_verify_command(patterns: tuple[str, ...], prefix: str | None, dry_run:
 
 @cli.command("clean")
 def clean_command() -> None:
-    """Remove the workspace's .marinbuild/ folder (compiled BUILD files, source digests). Never outputs."""
+    """Remove the workspace's .marinbuild/ folder (source digests, analysis snapshots). Never outputs."""
     from marinbuild.cache import clean, format_clean
     from marinbuild.load import find_workspace
 

@@ -211,8 +211,9 @@ def _now_iso() -> str:
 
 
 def _worker_id() -> str:
-    host = os.uname().nodename if hasattr(os, "uname") else __import__("socket").gethostname()
-    return f"{host}-{os.getpid()}-{os.urandom(4).hex()}"
+    from marinbuild.store.holders import new_worker_id
+
+    return new_worker_id()
 
 
 def _git_commit() -> str | None:

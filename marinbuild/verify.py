@@ -1,6 +1,14 @@
 """``marinbuild cache verify PATTERN``: recompute output digests and compare them with the manifests.
 
-For each built step (status SUCCESS) of the targets, the outputs are listed and hashed again
+The targets' steps and, by default, every step they depend on (``deps=False``: the targets' own steps only)
+are checked. Every metadata file a step's state relies on is read: the status, the lease, and for a built step
+its ``.executor_info``, ``.artifact.json`` and action record; one that does not parse makes the step *damaged*
+(the message names the file). A lease left beside a built step by a runner that is gone is reported as a
+*leftover*. With ``repair_metadata`` (``--repair``), unparsable statuses, leases and records, leftover
+leases, and temporary files of killed writers (``.tmp-*``, older than the stale time) are removed (a lease
+only under its flock, and only when nobody can hold it), and each removal is listed.
+
+For each built step (status SUCCESS), the outputs are listed and hashed again
 and compared with the manifest written at commit (inside the action-cache record). A file that
 is gone is *deleted*, shorter is *truncated*, longer or with another digest is *modified*; a
 file the manifest does not know is *added* (reported, not damage). A status, manifest or
@@ -21,13 +29,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from marinbuild.store import fs, manifest
+from marinbuild.store import fs, manifest, records
 from marinbuild.store import status as st
+from marinbuild.store.lease import STALE_AFTER, lease_for
 from marinbuild.store.status import DamagedFileError
 
 OK = "ok"
@@ -67,6 +76,12 @@ class StepVerification:
     """A record that does not parse (the message names the file), or why the step is unverified."""
     invalidated: bool = False
     """Its status was removed: the next build reruns it."""
+    metadata: list[str] = field(default_factory=list)
+    """Metadata files that do not parse (each message names its file)."""
+    leftover: str | None = None
+    """A lease beside a built step whose holder is gone (stale, or a process of this host that no longer exists)."""
+    repairs: list[str] = field(default_factory=list)
+    """What ``--repair`` removed."""
 
     @property
     def damage(self) -> list[FileProblem]:
@@ -152,28 +167,127 @@ def _invalidate(output_path: str) -> bool:
 
 
 def verify_output(output_path: str, *, repair: bool = True, name: str | None = None,
-                  label: str | None = None) -> StepVerification:
-    """Verify one step's outputs against its manifest (and invalidate it if damaged and ``repair``)."""
+                  label: str | None = None, repair_metadata: bool = False,
+                  stale_after: float = STALE_AFTER) -> StepVerification:
+    """Verify one step's metadata and outputs against its manifest (and invalidate it if damaged and ``repair``;
+    remove unparsable metadata and leftover leases if ``repair_metadata``)."""
     result = StepVerification(output_path, NOT_BUILT, name=name, label=label)
-    try:
-        if st.read_status(output_path) != st.STATUS_SUCCESS:
-            return result
-        expected = manifest.read_manifest(output_path)
-    except DamagedFileError as exc:
-        result.state, result.error = DAMAGED, str(exc)
-    else:
-        if expected is None:
-            result.state = UNVERIFIED
-            result.error = "no manifest (no action-cache record): built by Marin, or outside marinbuild"
-            return result
-        result.files, result.bytes = len(expected.files), expected.total_bytes
-        result.problems = _compare(output_path, expected)
-        result.state = DAMAGED if result.damage else OK
-    if result.state == DAMAGED and repair:
+    status = _check(result, lambda: st.read_status(output_path))
+    lease = _check(result, lambda: lease_for(output_path, "cache-verify", stale_after).holder())
+    if status == st.STATUS_SUCCESS:
+        _check(result, lambda: records.read_info(output_path))
+        _check(result, lambda: records.read_artifact(output_path))
+        if lease is not None and lease.is_over(stale_after):
+            result.leftover = f"lease of {lease.worker_id}, {lease.age():.0f}s old, beside a built step"
+        try:
+            expected = manifest.read_manifest(output_path)
+        except DamagedFileError as exc:
+            result.metadata.append(str(exc))
+        else:
+            if expected is None:
+                result.state = UNVERIFIED
+                result.error = "no manifest (no action-cache record): built by Marin, or outside marinbuild"
+            else:
+                result.files, result.bytes = len(expected.files), expected.total_bytes
+                result.problems = _compare(output_path, expected)
+                result.state = DAMAGED if result.damage else OK
+    if result.metadata:
+        result.state = DAMAGED
+        result.error = result.metadata[0]
+    outputs_damaged = result.state == DAMAGED and (result.damage or any(
+        LEASE_FILE not in message for message in result.metadata))
+    if outputs_damaged and repair:
         result.invalidated = _invalidate(output_path)
         if result.invalidated:
             _leave_report(result)
+    if repair_metadata:
+        _repair_metadata(result, stale_after)
     return result
+
+
+LEASE_FILE = st.STATUS_FILE + ".lock"
+
+
+def _check(result: StepVerification, read: Callable[[], Any]) -> Any:
+    """``read()``, or None with its ``DamagedFileError`` message noted in ``result.metadata``."""
+    try:
+        return read()
+    except DamagedFileError as exc:
+        result.metadata.append(str(exc))
+        return None
+
+
+def _repair_metadata(result: StepVerification, stale_after: float) -> None:
+    """Remove what cannot be read and what nobody holds: unparsable files, a leftover lease."""
+    from marinbuild.store.lease import lease_path
+
+    for message in result.metadata:
+        path = message.split(": ", 1)[0]
+        if path.endswith(LEASE_FILE):
+            if remove_dead_lease(result.output_path, stale_after, unparsable=True):
+                result.repairs.append(f"removed the unparsable lease {path}")
+        elif not path.endswith(st.STATUS_FILE) or not result.invalidated:
+            fs.remove(path)
+            result.repairs.append(f"removed {path}")
+    if result.leftover and remove_dead_lease(result.output_path, stale_after, unparsable=False):
+        result.repairs.append(f"removed the leftover lease {lease_path(result.output_path)}")
+    if fs.is_local(result.output_path):
+        for name in _old_temporaries(fs.local_path(result.output_path), stale_after):
+            fs.remove(os.path.join(fs.local_path(result.output_path), name))
+            result.repairs.append(f"removed {name}, a temporary file left by a writer that was killed")
+
+
+def _old_temporaries(folder: str, older_than: float) -> list[str]:
+    """``.tmp-*`` files (an atomic write's or a lease creation's) in ``folder`` untouched for ``older_than`` seconds:
+    left by a process killed mid-write (a live writer's exists for microseconds)."""
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    now = time.time()
+    return sorted(e.name for e in entries if e.name.startswith(".tmp-") and e.is_file(follow_symlinks=False)
+                  and now - e.stat(follow_symlinks=False).st_mtime > older_than)
+
+
+def remove_dead_lease(output_path: str, stale_after: float, *, unparsable: bool) -> bool:
+    """Delete the step's lease if nobody holds it: unparsable (``unparsable``), stale, or its holder gone. A local
+    lease is checked and deleted under its flock (a Marin or marinbuild runner taking it meanwhile keeps it)."""
+    from marinbuild.store.lease import lease_path, parse_lease
+
+    path = lease_path(output_path)
+
+    def dead(data: bytes) -> bool:
+        try:
+            record = parse_lease(path, data)
+        except DamagedFileError:
+            return unparsable
+        return record is None or record.is_over(stale_after)
+
+    if not fs.is_local(output_path):
+        data = fs.read_bytes(path)
+        if data is None or not dead(data):
+            return False
+        fs.remove(path)
+        return True
+    import fcntl
+
+    try:
+        fd = os.open(fs.local_path(path), os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.fstat(fd).st_ino != os.stat(fs.local_path(path)).st_ino:
+                return False  # replaced meanwhile: someone else's now
+        except FileNotFoundError:
+            return False
+        if not dead(os.pread(fd, 1 << 16, 0)):
+            return False
+        os.unlink(fs.local_path(path))
+        return True
+    finally:
+        os.close(fd)
 
 
 def _leave_report(result: StepVerification) -> None:
@@ -186,7 +300,7 @@ def _leave_report(result: StepVerification) -> None:
 
 
 def verify_outputs(output_paths: Iterable[str] | Mapping[str, str], *, repair: bool = True,
-                   workers: int = 8) -> VerifyReport:
+                   workers: int = 8, repair_metadata: bool = False, stale_after: float = STALE_AFTER) -> VerifyReport:
     """Verify many output folders (a mapping gives each path's step name), concurrently."""
     names: Mapping[str, str] = output_paths if isinstance(output_paths, Mapping) else {}
     paths = list(dict.fromkeys(output_paths))
@@ -194,25 +308,34 @@ def verify_outputs(output_paths: Iterable[str] | Mapping[str, str], *, repair: b
     if not paths:
         return VerifyReport()
     with ThreadPoolExecutor(workers) as pool:
-        steps = list(pool.map(lambda p: verify_output(p, repair=repair, name=names.get(p)), paths))
+        steps = list(pool.map(lambda p: verify_output(p, repair=repair, name=names.get(p),
+                                                      repair_metadata=repair_metadata, stale_after=stale_after),
+                              paths))
     return VerifyReport(steps)
 
 
-def verify_cache(session: Any, targets: Iterable[Any], *, repair: bool = True) -> VerifyReport:
-    """``marinbuild cache verify PATTERN...``: verify the steps of the targets PATTERN... names.
+def verify_cache(session: Any, targets: Iterable[Any], *, repair: bool = True, deps: bool = True,
+                 repair_metadata: bool = False) -> VerifyReport:
+    """``marinbuild cache verify PATTERN...``: verify the steps of the targets PATTERN... names and, with ``deps``,
+    every step they depend on (each labelled with the first target that needs it).
 
     ``targets`` are labels or patterns, resolved (loaded and analysed) as ``cache status`` does.
-    Damaged steps are invalidated unless ``repair`` is False (``--dry_run``).
+    Damaged steps are invalidated unless ``repair`` is False (``--dry_run``); ``repair_metadata`` (``--repair``)
+    also removes unparsable metadata and leftover leases.
     """
     from marinbuild.cache import probe as pb
+    from marinbuild.core.graph import StepGraph
 
     labels = pb.resolve_targets(session, targets)
     output_paths = session.executor.output_paths
+    graph = StepGraph(session.executor._table) if deps else None
     entries: dict[str, tuple[str, str]] = {}
     for label in labels:
-        for step in session.steps_of(label):
+        own = session.steps_of(label)
+        for step in graph.blocking_closure(own) if graph is not None else own:
             entries.setdefault(output_paths[step], (step.name, str(label)))
-    report = verify_outputs({path: name for path, (name, _) in entries.items()}, repair=repair)
+    report = verify_outputs({path: name for path, (name, _) in entries.items()}, repair=repair,
+                            repair_metadata=repair_metadata, stale_after=pb.stale_after_of(session))
     for step in report.steps:
         step.label = entries[step.output_path][1]
     return report
@@ -239,10 +362,16 @@ def format_verify(report: VerifyReport) -> str:
         lines.append(f"{step.state:<10} {who}  {step.output_path}".rstrip())
         if step.error and step.state != OK:
             lines.append(f"           {step.error}")
+        lines.extend(f"           {message}" for message in step.metadata[1:])
         lines.extend(f"           {_describe(p)}" for p in step.problems)
-        if step.state == DAMAGED:
+        if step.leftover:
+            lines.append(f"           leftover   {step.leftover}")
+        lines.extend(f"           -> {repair}" for repair in step.repairs)
+        if step.state == DAMAGED and not step.repairs:
             lines.append("           -> marked not built: the next build reruns it" if step.invalidated
                          else "           -> left as it is (not repaired)")
+        elif step.invalidated:
+            lines.append("           -> marked not built: the next build reruns it")
     counts = {state: len(report.by_state(state)) for state in (OK, DAMAGED, UNVERIFIED, NOT_BUILT)}
     lines.append(f"{len(report.steps)} step(s): {counts[OK]} ok, {counts[DAMAGED]} damaged, "
                  f"{counts[UNVERIFIED]} unverified (no manifest), {counts[NOT_BUILT]} not built")

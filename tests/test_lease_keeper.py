@@ -73,3 +73,31 @@ def test_many_adds_and_removes_leave_no_garbage() -> None:
     assert len(keeper) == 0
     assert len(keeper._heap) <= 65  # dropped entries are purged once they outnumber held ones
     assert all(lease.calls == 0 for lease in leases)
+
+
+class StuckRemoteLease(FakeLease):
+    """A lease on a store that stopped answering: its renewal blocks until ``answer`` is set."""
+
+    round_trips = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = threading.Event()
+
+    def refresh(self) -> None:
+        self.calls += 1
+        self.answer.wait()
+
+
+def test_a_stuck_remote_renewal_holds_up_no_other_lease() -> None:
+    keeper = LeaseKeeper()
+    stuck, other = StuckRemoteLease(), FakeLease(want=3)
+    keeper.add(stuck, 0.01, lambda exc: None)  # type: ignore[arg-type]
+    keeper.add(other, 0.02, lambda exc: None)  # type: ignore[arg-type]
+    try:
+        assert other.renewed.wait(5)
+        assert stuck.calls == 1  # one renewal of a lease at a time: the stuck one is not piled up
+    finally:
+        stuck.answer.set()
+        keeper.remove(stuck)  # type: ignore[arg-type]
+        keeper.remove(other)  # type: ignore[arg-type]

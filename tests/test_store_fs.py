@@ -1,4 +1,4 @@
-"""Local writes of ``marinbuild.store.fs``: atomic replacement, in-place writes, joins."""
+"""Local writes of ``marinbuild.store.fs``: atomic replacement, joins."""
 
 from __future__ import annotations
 
@@ -33,12 +33,14 @@ def test_a_failed_atomic_write_keeps_the_old_file_and_no_temporary(tmp_path):
     assert os.listdir(tmp_path) == ["run.json"]
 
 
-def test_in_place_writes_create_and_overwrite(tmp_path):
-    path = str(tmp_path / "deeper" / ".executor_status")
-    fs.write_in_place(path, b"RUNNING")
-    fs.write_in_place(path, b"SUCCESS", exists=True)
-    fs.write_in_place(path, b"FAILED")
-    assert open(path, "rb").read() == b"FAILED"
+def test_status_writes_create_and_replace_whole(tmp_path):
+    from marinbuild.store import status as st
+
+    folder = str(tmp_path / "deeper")
+    st.write_status(folder, st.STATUS_RUNNING)
+    st.write_status(folder, st.STATUS_FAILED)  # shorter than RUNNING: nothing of it is left
+    assert open(st.status_path(folder), "rb").read() == b"FAILED"
+    assert os.listdir(folder) == [".executor_status"]
 
 
 @pytest.mark.parametrize("base, names", [

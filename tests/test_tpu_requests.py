@@ -14,7 +14,7 @@ from marinbuild.resources import Resources, normalize, tpu, tpu_slice
 
 REPO = Path(__file__).resolve().parents[1]
 
-BUILD = '''load("@marinbuild//rules:train.py", "train_lm", "tpu")
+BUILD = '''load("@marinbuild//rules:train.py", "train_lm")
 
 train_lm(
     name = "lm",

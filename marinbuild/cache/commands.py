@@ -435,8 +435,8 @@ class CleanResult:
 def clean(workspace: Any, outputs_of: Iterable[str] | None = None, yes: bool = False) -> CleanResult:
     """Remove the workspace's ``.marinbuild/`` folder, and nothing else.
 
-    That folder (``<workspace root>/.marinbuild``) holds only caches the loader can recompute:
-    ``compiled/`` (compiled BUILD files) and ``stat_cache.json`` (source file digests by stat).
+    That folder (``<workspace root>/.marinbuild``) holds only caches marinbuild can recompute:
+    ``stat_cache.json`` (source file digests by stat) and the analysis snapshots.
     Build outputs under the prefix, leases, statuses and run infos are never touched: to
     delete outputs use ``cache_gc``. ``workspace`` is a ``Workspace`` (or its root folder).
     ``outputs_of`` must be None: asking ``clean`` to remove outputs raises ``ValueError``

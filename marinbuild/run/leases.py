@@ -1,7 +1,9 @@
 """Keeping leases alive and letting runners in one process wait for each other.
 
 ``LeaseKeeper`` is one thread per process that refreshes every held lease when its renewal
-is due (a heap of renewal times, no polling) and reports a lost lease to its step.
+is due (a heap of renewal times, no polling) and reports a lost lease to its step. Leases on a remote store
+(``Lease.round_trips``) are renewed on a small thread pool, one renewal per lease at a time, so a store that
+stops answering holds up no other lease's renewal (each request is bounded: ``marinbuild.store.gcs``).
 ``LocalRunners`` lets a runner that finds a lease held by another runner *in this process*
 wait on an event instead of polling the store.
 """
@@ -13,20 +15,26 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from marinbuild.store.lease import Lease, LeaseLostError
+
+RENEWERS = 16
+"""Threads renewing remote leases at once (a renewal is one small request)."""
 
 
 class _Held:
     """One held lease in the keeper's heap; ``dropped`` once removed (the heap forgets it lazily)."""
 
-    __slots__ = ("lease", "interval", "on_lost", "dropped")
+    __slots__ = ("lease", "interval", "on_lost", "dropped", "busy")
 
     def __init__(self, lease: Lease, interval: float, on_lost: Callable[[BaseException], None]) -> None:
         self.lease = lease
         self.interval = interval
         self.on_lost = on_lost
         self.dropped = False
+        self.busy = False
+        """A renewal of it is in flight on the pool."""
 
 
 class LeaseKeeper:
@@ -46,6 +54,7 @@ class LeaseKeeper:
         """Entries of the heap marked dropped."""
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     def __len__(self) -> int:
         with self._cond:
@@ -107,16 +116,30 @@ class LeaseKeeper:
     def _loop(self) -> None:
         while True:
             for held in self._due():
-                if held.dropped:  # removed since: its step is committing or done
+                if held.dropped or held.busy:  # removed since (its step is committing or done), or still renewing
                     continue
-                try:
-                    held.lease.refresh()
-                except LeaseLostError as exc:
-                    with self._cond:
-                        self._drop(held)
-                    held.on_lost(exc)
-                except Exception:  # a transient store error: try again at the next beat
-                    continue
+                if getattr(held.lease, "round_trips", False):
+                    held.busy = True
+                    self._renewers().submit(self._renew, held)
+                else:
+                    self._renew(held)
+
+    def _renewers(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(RENEWERS, thread_name_prefix="marinbuild-lease-renew")
+        return self._pool
+
+    def _renew(self, held: _Held) -> None:
+        try:
+            held.lease.refresh()
+        except LeaseLostError as exc:
+            with self._cond:
+                self._drop(held)
+            held.on_lost(exc)
+        except Exception:  # a store error (each request is bounded): try again at the next beat
+            pass
+        finally:
+            held.busy = False
 
 
 LEASE_KEEPER = LeaseKeeper()

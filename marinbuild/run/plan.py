@@ -116,8 +116,11 @@ def _step_plan(step: ExecutorStep, status: str | None, output_path: str, worker_
     if status in (st.STATUS_FAILED, st.STATUS_DEP_FAILED):
         return StepPlan(step, FAILED, status)
     if status == st.STATUS_RUNNING:
-        record = lease_for(output_path, worker_id, stale).holder()
-        if record is not None and not record.is_stale(stale):
+        try:
+            record = lease_for(output_path, worker_id, stale).holder()
+        except st.DamagedFileError:
+            record = None  # an unparsable lease: taken over once it is stale (``LocalFileLease.try_acquire``)
+        if record is not None and not record.is_over(stale):
             return StepPlan(step, RUNNING, status, record)
         return StepPlan(step, ABANDONED, status, record)
     return StepPlan(step, MISSING, status)

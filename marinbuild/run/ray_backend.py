@@ -841,7 +841,7 @@ class RayBackend:
                 job.abandon()
                 outcome, error = None, KeyboardInterrupt(f"{job.name}: cancelled")
             elif verdict.kind == "ran":
-                job.release_after_remote()  # the task committed the step
+                job.release_after_remote(committed=True)  # the task committed the step
                 outcome, error = RAN, None
             elif verdict.kind == "engine":
                 job.release_after_remote()

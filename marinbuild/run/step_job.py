@@ -34,7 +34,7 @@ from typing import Any
 from marinbuild.run import events as ev
 from marinbuild.run.failure import FailureRecord, traceback_text
 from marinbuild.run.leases import LEASE_KEEPER, LOCAL_RUNNERS
-from marinbuild.store import action_cache, fs, records, traceback_file
+from marinbuild.store import action_cache, faults, fs, records, traceback_file
 from marinbuild.store import status as st
 from marinbuild.store.action_cache import ActionKey
 from marinbuild.store.lease import HEARTBEAT_INTERVAL, STALE_AFTER, LeaseLostError, lease_for
@@ -109,7 +109,10 @@ class StepJob:
             got = self.try_acquire(start)
             if got is not None:
                 return got
-            holder = self.lease.holder()
+            try:
+                holder = self.lease.holder()
+            except st.DamagedFileError:
+                holder = None  # not parsable (not marinbuild's): try_acquire takes it once it is stale
             if not announced and holder is not None:
                 self.bus.emit(ev.WAITING, step=self.name, output_path=self.output_path,
                               detail=f"lease held by {holder.worker_id}")
@@ -124,11 +127,17 @@ class StepJob:
             if status == st.STATUS_SUCCESS:
                 return False
             failed = status in (st.STATUS_FAILED, st.STATUS_DEP_FAILED)
-            if failed and announced and self.lease.held_by_other_live() is None:
+            if failed and announced and self._held_by_other_live() is None:
                 who = holder.worker_id if holder is not None else "another runner"
                 traceback = traceback_file.existing_traceback(self.output_path)
                 raise FailedElsewhereError(f"{self.name} failed in runner {who} while this build waited for it"
                                            + (f" (its traceback: {traceback})" if traceback else ""))
+
+    def _held_by_other_live(self) -> Any:
+        try:
+            return self.lease.held_by_other_live()
+        except st.DamagedFileError:
+            return None
 
     def try_acquire(self, start: bool = True) -> bool | None:
         """One attempt at ``acquire``, never waiting: None if another runner holds a live lease."""
@@ -179,26 +188,45 @@ class StepJob:
 
     # -- phase 5: commit ------------------------------------------------------------------
     def commit(self, result: Any) -> None:
+        committed = False
         try:
             self._raise_if_lost()
             described = describe_outputs(self.output_path, self.action)  # the lease keeper still renews
             LEASE_KEEPER.remove(self.lease)
             self._raise_if_lost()
             self.lease.confirm()  # raises if another runner took the lease over
-            write_commit(self.output_path, self.action, described, result, self.worker_id)
+            try:
+                write_commit(self.output_path, self.action, described, result, self.worker_id)
+            except Exception:
+                if not self._committed_anyway():
+                    raise
+            committed = True
         finally:
             LEASE_KEEPER.remove(self.lease)
-            self._release()
+            self._release(after_commit=committed)
+
+    def _committed_anyway(self) -> bool:
+        """The commit raised: True if storage says SUCCESS all the same (a request that landed but whose answer was
+        lost); else the step is marked FAILED (not left RUNNING: a disk that filled, a store that went away) when
+        that can still be written, and False."""
+        try:
+            if st.read_status(self.output_path) == st.STATUS_SUCCESS:
+                return True
+            st.write_status_on_full_disk(self.output_path, st.STATUS_FAILED)
+        except Exception:
+            logger.warning("could not mark %s FAILED after its commit failed", self.output_path, exc_info=True)
+        return False
 
     # -- phases 3-5 in another process (a Ray task) -----------------------------------------
     def remote_run(self) -> RemoteRun:
         """What the process running this step writes under our lease (after ``acquire(start=False)``)."""
         return RemoteRun(self.output_path, self.action, self.info_text(), self.worker_id, self.settings.stale_after)
 
-    def release_after_remote(self) -> None:
-        """The process running the step committed it (or raised): stop renewing the lease and release it."""
+    def release_after_remote(self, committed: bool = False) -> None:
+        """The process running the step committed it (``committed``: a failure to release is then only logged) or
+        raised: stop renewing the lease and release it."""
         LEASE_KEEPER.remove(self.lease)
-        self._release()
+        self._release(after_commit=committed)
 
     def _raise_if_lost(self) -> None:
         if self._lost is not None:
@@ -230,7 +258,7 @@ class StepJob:
             if self._lost is None:
                 self.lease.refresh()
                 path = write_failure_traceback(self.output_path, traceback)
-                st.write_status(self.output_path, st.STATUS_FAILED)
+                st.write_status_on_full_disk(self.output_path, st.STATUS_FAILED)
         except LeaseLostError as exc:
             self._lost = exc
             path = None
@@ -238,9 +266,17 @@ class StepJob:
             self._release()
         return path
 
-    def _release(self) -> None:
+    def _release(self, after_commit: bool = False) -> None:
+        """Give the lease up. ``after_commit``: the step is committed (SUCCESS is in storage), so a failure to delete
+        the lease is only logged: the build reports what storage says, and a lease beside SUCCESS blocks nobody
+        (``cache verify --repair`` removes it)."""
         try:
             self.lease.release()
+        except Exception:
+            if not after_commit:
+                raise
+            logger.warning("%s is committed but its lease %s could not be released", self.name, self.lease.path,
+                           exc_info=True)
         finally:
             if self._token is not None:
                 LOCAL_RUNNERS.finished(self.lease.path, self._token)
@@ -290,7 +326,8 @@ def write_commit(output_path: str, action: ActionKey, described: Described, resu
     records.write_artifact(output_path, result)
     if described.stale_traceback:
         traceback_file.remove_traceback(output_path)
-    st.write_status(output_path, st.STATUS_SUCCESS, replacing_running=True)
+    st.write_status(output_path, st.STATUS_SUCCESS)
+    faults.point("committed")
 
 
 class OutputFolderMissingError(Exception):

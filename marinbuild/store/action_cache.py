@@ -139,9 +139,9 @@ def read_record(output_path: str, digest: str) -> ActionRecord | None:
 
 
 def write_record(record: ActionRecord) -> None:
-    """Written in place: it is read only beside a SUCCESS status, which is written after it (its name, which
-    carries the digest, is what collision checks look at)."""
-    fs.write_in_place(record_path(record.output_path, record.version_sha256), record.encode())
+    """Written atomically, before the SUCCESS status that makes it count (its name, which carries the digest, is
+    what collision checks look at)."""
+    fs.write_atomic(record_path(record.output_path, record.version_sha256), record.encode())
 
 
 def remove_record(output_path: str, digest: str) -> None:

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
+from marinbuild.store import faults
+
 FILE_MODE = 0o644
 """Files written through a temporary file get the mode a plain ``open`` would give them."""
 
@@ -65,7 +67,13 @@ def read_bytes(path: str) -> bytes | None:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` so a reader sees the old content or the new, never a torn file."""
+    """Write ``data`` so a reader sees the old content or the new, never a torn file.
+
+    Every metadata file marinbuild writes goes through here (status, info, artifact, action record, traceback):
+    on a local or POSIX file system a temporary file in the same folder, then ``os.replace`` (one rename, atomic
+    on POSIX); a process killed at any moment leaves the old file or the new one, and at worst a ``.tmp-*`` file
+    (``cache gc`` removes those). No fsync: see docs/reliability.md (what a machine crash can leave).
+    """
     if is_local(path):
         write_atomic_pieces(path, [data])
         return
@@ -85,6 +93,7 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.writelines(pieces)
+        faults.point("before-replace " + _short(target))
         os.replace(tmp, target)
     except BaseException:
         try:
@@ -92,6 +101,12 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _short(target: str) -> str:
+    """``<step folder>/<file>``: how a fault point names the file being written."""
+    head, name = os.path.split(target)
+    return os.path.basename(head) + "/" + name
 
 
 def _create_temporary(directory: str, name: str) -> tuple[int, str]:
@@ -103,46 +118,6 @@ def _create_temporary(directory: str, name: str) -> tuple[int, str]:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), FILE_MODE), tmp
         except FileExistsError:
             continue
-
-
-def write_in_place(path: str, data: bytes, *, exists: bool = False) -> None:
-    """Write ``data`` directly (no temporary file). For files whose readers are protected by the
-    commit order (a status written after the outputs it vouches for), where a reader of a
-    half-written file sees an empty one, which means "not built" and is safe. ``exists``: the file is
-    most likely there already (a status replacing RUNNING), so overwrite it without trying to create it."""
-    if is_local(path):
-        target = local_path(path)
-        if exists:
-            try:
-                _overwrite(target, data)
-                return
-            except FileNotFoundError:
-                pass
-        try:
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            _overwrite(target, data)
-            return
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            _overwrite(target, data)
-            return
-        try:  # a new file (most of a step's files are): nothing to cut afterwards
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        return
-    filesystem_for(path).pipe_file(path, data)
-
-
-def _overwrite(target: str, data: bytes) -> None:
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        # Overwrite, then cut to length: on ext4, emptying a file first (O_TRUNC) costs ~7x more.
-        os.write(fd, data)
-        os.ftruncate(fd, len(data))
-    finally:
-        os.close(fd)
 
 
 def exists(path: str) -> bool:

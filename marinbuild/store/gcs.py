@@ -6,6 +6,15 @@ transient failures (HTTP 408/429/5xx, connection resets, timeouts) with jittered
 backoff from 50 ms to 2 s, and never retries a precondition failure (412), a 404 or another 4xx.
 gcsfs's own retry loop (1 s, 2 s, 4 s, ... sleeps) is bypassed.
 
+Nothing waits forever: an attempt fails when the server does not connect, or sends nothing, for
+``REQUEST_TIMEOUT`` seconds (gcsfs's ``requests_timeout``: a long transfer that keeps moving is never cut
+off), and no attempt starts once ``RETRY_DEADLINE`` seconds have passed since the first. So one operation
+against a server that accepts connections and never answers ends within ``OPERATION_BOUND`` seconds with
+``StoreUnreachableError``, naming the operation and the object. ``OPERATION_BOUND`` is shorter than the
+time between a lease renewal falling due and the lease going stale, so a renewal that hangs ends (and is
+reported) before anyone could take the lease over.
+``MARINBUILD_GCS_REQUEST_TIMEOUT`` and ``MARINBUILD_GCS_RETRY_DEADLINE`` (seconds) change the two.
+
 A retried *conditional* write is ambiguous: the first attempt may have landed before its
 response was lost, so the retry fails its precondition against our own write.
 ``write_if_generation`` and ``delete_if_generation`` resolve that by re-reading the object.
@@ -22,6 +31,7 @@ import json
 import os
 import random
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -36,11 +46,56 @@ T = TypeVar("T")
 RETRY_ATTEMPTS = 10
 RETRY_INITIAL = 0.05
 RETRY_MAX = 2.0
-SOCKET_TIMEOUT = 120.0
+REQUEST_TIMEOUT = float(os.environ.get("MARINBUILD_GCS_REQUEST_TIMEOUT") or 15.0)
 """Seconds a request may wait for the server to connect, or for its next bytes: a stalled connection
 fails (and is retried); a long transfer that keeps moving is never cut off."""
+RETRY_DEADLINE = float(os.environ.get("MARINBUILD_GCS_RETRY_DEADLINE") or 30.0)
+"""Seconds after an operation's first attempt past which no retry starts."""
+OPERATION_BOUND = RETRY_DEADLINE + RETRY_MAX * 1.5 + REQUEST_TIMEOUT
+"""The longest one operation can take when the server never answers: the deadline, one last back-off, one attempt
+(48 s by default: less than the 60 s between a lease's due renewal and its staleness, 90 s after the last one)."""
 
 _RAW_REQUEST = gcsfs.GCSFileSystem._request.__wrapped__  # one attempt, without gcsfs's retry decorator
+
+
+class StoreUnreachableError(ConnectionError):
+    """GCS (or the emulator) did not answer an operation within ``OPERATION_BOUND`` seconds; names it and the object."""
+
+
+class _Attempts:
+    """The retry budget of one operation: ``RETRY_ATTEMPTS`` attempts, none started after ``RETRY_DEADLINE``."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.start = time.monotonic()
+        self.attempt = 0
+
+    async def failed(self, exc: BaseException) -> None:
+        """After a failed attempt: back off if another is allowed; else raise (``StoreUnreachableError`` for a
+        transient failure that used up the budget, the error itself otherwise)."""
+        if not is_transient(exc):
+            raise exc
+        delay = min(RETRY_MAX, RETRY_INITIAL * (2**self.attempt)) * (0.5 + random.random())
+        self.attempt += 1
+        elapsed = time.monotonic() - self.start
+        if self.attempt >= RETRY_ATTEMPTS or elapsed + delay > RETRY_DEADLINE:
+            endpoint_url = endpoint() or "storage.googleapis.com"
+            raise StoreUnreachableError(
+                f"{self.what}: no answer from {endpoint_url} after {self.attempt} attempt(s) in {elapsed:.0f}s "
+                f"({type(exc).__name__}: {exc or 'timed out'})") from exc
+        await asyncio.sleep(delay)
+
+
+def _describe(method: str, path: str, args: tuple[Any, ...]) -> str:
+    """``GET gs://bucket/key`` for a request gcsfs makes with a path template and its arguments."""
+    if path.startswith("http"):
+        return f"{method} {path}"
+    names = [str(a) for a in args]
+    if path.startswith("b/{}/o/{}") and len(names) >= 2:
+        return f"{method} gs://{names[0]}/{names[1]}"
+    if path.startswith("b/{}/o") and names:
+        return f"{method} (listing) gs://{names[0]}/"
+    return f"{method} {path.format(*names) if path.count('{}') == len(names) else path}"
 
 
 class PreconditionFailed(FileExistsError):
@@ -69,31 +124,24 @@ REQUESTS = RequestCounter()
 
 def is_transient(exc: BaseException) -> bool:
     """A failure worth retrying: 408/429/5xx, a reset or refused connection, a timeout. Never 404 or 412."""
-    if isinstance(exc, FileNotFoundError | FileExistsError | PermissionError):
-        return False
+    if isinstance(exc, FileNotFoundError | FileExistsError | PermissionError | StoreUnreachableError):
+        return False  # (an operation that used up its retries: retrying it again would multiply the bound)
     if isinstance(exc, TimeoutError | ConnectionError | asyncio.TimeoutError):
         return True
     return bool(gcsfs.retry.is_retriable(exc))
-
-
-async def _backoff(attempt: int) -> None:
-    delay = min(RETRY_MAX, RETRY_INITIAL * (2**attempt))
-    await asyncio.sleep(delay * (0.5 + random.random()))
 
 
 class RetryingGCSFileSystem(gcsfs.GCSFileSystem):
     """gcsfs with marinbuild's retry policy and request counting (see the module docstring)."""
 
     async def _request(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
-        for attempt in range(RETRY_ATTEMPTS):
+        attempts = _Attempts(_describe(method, path, args))
+        while True:
             REQUESTS.add()
             try:
                 return await _RAW_REQUEST(self, method, path, *args, **kwargs)
             except Exception as exc:
-                if attempt == RETRY_ATTEMPTS - 1 or not is_transient(exc):
-                    raise
-            await _backoff(attempt)
-        raise AssertionError("unreachable")
+                await attempts.failed(exc)
 
     async def _request_once(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
         REQUESTS.add()
@@ -127,7 +175,7 @@ def _new_filesystem(url: str | None) -> RetryingGCSFileSystem:
     return RetryingGCSFileSystem(
         endpoint_url=url,
         token="anon" if url else None,
-        requests_timeout=aiohttp.ClientTimeout(total=None, sock_connect=SOCKET_TIMEOUT, sock_read=SOCKET_TIMEOUT),
+        requests_timeout=aiohttp.ClientTimeout(total=None, sock_connect=REQUEST_TIMEOUT, sock_read=REQUEST_TIMEOUT),
         use_listings_cache=False,  # other runners change the store: never answer from a stale listing
     )
 
@@ -178,6 +226,26 @@ def read_with_generation(path: str) -> tuple[bytes, int] | None:
     return run(_read_with_generation, fs, path, fs=fs)
 
 
+async def _last_written(fs: RetryingGCSFileSystem, path: str, generation: int) -> float | None:
+    bucket, key = split(path)
+    try:
+        meta = await fs._call("GET", "b/{}/o/{}", bucket, key, json_out=True, fields="generation,updated")
+    except FileNotFoundError:
+        return None
+    if int(meta.get("generation", -1)) != generation or "updated" not in meta:
+        return None
+    from datetime import datetime
+
+    return datetime.fromisoformat(meta["updated"].replace("Z", "+00:00")).timestamp()
+
+
+def last_written(path: str, generation: int) -> float | None:
+    """When the object was last written (seconds since the epoch, the store's clock), if it is still at
+    ``generation``; None otherwise."""
+    fs = filesystem()
+    return run(_last_written, fs, path, generation, fs=fs)
+
+
 def _multipart_body(key: str, data: bytes) -> tuple[bytes, dict[str, str]]:
     boundary = "marinbuild-boundary-7f3a9c"
     meta = json.dumps({"name": key})
@@ -193,7 +261,8 @@ async def _write_if_generation(fs: RetryingGCSFileSystem, path: str, data: bytes
     body, headers = _multipart_body(key, data)
     url = f"{fs._location}/upload/storage/v1/b/{bucket}/o"
     ambiguous = False
-    for attempt in range(RETRY_ATTEMPTS):
+    attempts = _Attempts(f"conditional write of {path}")
+    while True:
         try:
             _, _, _, content = await fs._request_once(
                 "POST", url, uploadType="multipart", ifGenerationMatch=str(generation), headers=headers, data=body
@@ -206,11 +275,8 @@ async def _write_if_generation(fs: RetryingGCSFileSystem, path: str, data: bytes
                     return current[1]  # an earlier attempt landed; its response was lost
             raise PreconditionFailed(f"{path}: not at generation {generation}") from None
         except Exception as exc:
-            if attempt == RETRY_ATTEMPTS - 1 or not is_transient(exc):
-                raise
+            await attempts.failed(exc)
             ambiguous = True
-        await _backoff(attempt)
-    raise AssertionError("unreachable")
 
 
 def write_if_generation(path: str, data: bytes, generation: int) -> int:
@@ -227,7 +293,8 @@ def write_if_generation(path: str, data: bytes, generation: int) -> int:
 async def _delete_if_generation(fs: RetryingGCSFileSystem, path: str, generation: int) -> bool:
     bucket, key = split(path)
     ambiguous = False
-    for attempt in range(RETRY_ATTEMPTS):
+    attempts = _Attempts(f"conditional delete of {path}")
+    while True:
         try:
             await fs._request_once("DELETE", "b/{}/o/{}", bucket, key, ifGenerationMatch=str(generation))
             return True
@@ -236,11 +303,8 @@ async def _delete_if_generation(fs: RetryingGCSFileSystem, path: str, generation
         except FileExistsError:
             return False
         except Exception as exc:
-            if attempt == RETRY_ATTEMPTS - 1 or not is_transient(exc):
-                raise
+            await attempts.failed(exc)
             ambiguous = True
-        await _backoff(attempt)
-    raise AssertionError("unreachable")
 
 
 def delete_if_generation(path: str, generation: int) -> bool:

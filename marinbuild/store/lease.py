@@ -2,7 +2,8 @@
 
 A lease is the ``.executor_status.lock`` file beside a step's outputs, JSON
 ``{"worker_id", "timestamp"}`` as Marin writes it. Its holder refreshes the timestamp
-(heartbeat); a lease not refreshed for ``stale_after`` seconds may be taken over.
+(heartbeat); a lease not refreshed for ``stale_after`` seconds may be taken over, and so may a lease whose
+holder is provably gone (a process of this host that no longer exists, see ``holders``).
 ``Lease`` is the interface; ``lease_for`` picks the implementation for a path (local files:
 ``lease_local``; ``gs://``: ``lease_gcs``, by object generation preconditions).
 """
@@ -15,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from marinbuild.store import fs
+from marinbuild.store.holders import provably_gone
 from marinbuild.store.status import DamagedFileError, status_path
 
 HEARTBEAT_INTERVAL = 30.0
@@ -36,13 +38,18 @@ class LeaseRecord:
     def is_stale(self, stale_after: float, now: float | None = None) -> bool:
         return self.age(now) > stale_after
 
+    def is_over(self, stale_after: float) -> bool:
+        """Nobody holds this lease any more: it is stale, or its holder is provably gone (``holders``)."""
+        return self.is_stale(stale_after) or provably_gone(self.worker_id)
+
 
 def lease_path(output_path: str) -> str:
     return status_path(output_path) + ".lock"
 
 
 def parse_lease(path: str, data: bytes) -> LeaseRecord | None:
-    """The record in a lease file; None for an empty file (a writer died before writing)."""
+    """The record in a lease file; None for an empty file (a writer died before writing). Trailing whitespace
+    (the padding of a local lease rewritten with a shorter record) is JSON whitespace: Marin reads it too."""
     if not data.strip():
         return None
     try:
@@ -104,7 +111,7 @@ class Lease(abc.ABC):
     def held_by_other_live(self) -> LeaseRecord | None:
         """The record of a live lease held by someone else, else None."""
         record = self.holder()
-        if record is None or record.worker_id == self.worker_id or record.is_stale(self.stale_after):
+        if record is None or record.worker_id == self.worker_id or record.is_over(self.stale_after):
             return None
         return record
 

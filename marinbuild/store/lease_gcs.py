@@ -4,7 +4,8 @@ The lease is the object ``<output>/.executor_status.lock`` holding Marin's JSON
 ``{"worker_id", "timestamp"}``. Every change is a compare-and-swap on the object's generation:
 
 - acquire: create it with ``ifGenerationMatch=0``; if it exists, read it (content and generation
-  in one request) and, when it is stale or empty, overwrite it with ``ifGenerationMatch=<read>``.
+  in one request) and, when it is stale or empty (or its holder provably gone, or it does not parse and
+  was last written more than the stale time ago), overwrite it with ``ifGenerationMatch=<read>``.
   Of several runners racing for a free or stale lease exactly one write succeeds.
 - heartbeat: overwrite with ``ifGenerationMatch=<our last write>``: one request, and it fails if
   anyone else wrote or deleted the lease since, which is how a runner learns it lost the lease.
@@ -53,10 +54,17 @@ class GCSLease(Lease):
                 return True
             except gcs.PreconditionFailed:
                 pass
-            current, generation = self._read()
-            if generation == 0:
+            got = gcs.read_with_generation(self.path)
+            if got is None:
                 continue  # released between our create and our read: try creating again
-            if current is not None and current.worker_id != self.worker_id and not current.is_stale(self.stale_after):
+            data, generation = got
+            try:
+                current = parse_lease(self.path, data)
+            except DamagedFileError:
+                if not self._unchanged_for_stale_time(generation):
+                    return False  # unparsable and recent: wait, it may still be replaced by its writer
+                current = None
+            if current is not None and current.worker_id != self.worker_id and not current.is_over(self.stale_after):
                 return False
             try:
                 self._generation = self._write(generation)
@@ -64,6 +72,11 @@ class GCSLease(Lease):
             except gcs.PreconditionFailed:
                 return False  # another runner took the free or stale lease first
         return False
+
+    def _unchanged_for_stale_time(self, generation: int) -> bool:
+        """The object is still at ``generation`` and was last written more than the stale time ago."""
+        updated = gcs.last_written(self.path, generation)
+        return updated is not None and time.time() - updated > self.stale_after
 
     def refresh(self) -> None:
         with self._lock:

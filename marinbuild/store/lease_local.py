@@ -5,6 +5,10 @@ and a marinbuild runner on one machine exclude each other. One addition closes M
 release race: after locking, the open file must still be the one at the path (same
 inode); a lease deleted by its releaser while we waited is reopened, never written to.
 
+A new lease file appears with its record already in it (``link`` of a written temporary file), and a
+rewrite is one ``pwrite`` padded to the old length: a reader never sees it empty while it is held, and a
+kill never leaves a torn record. The file itself is never replaced: the flock lives on its inode.
+
 A lease taken by creating its file keeps that file open until it is released, so checking
 and releasing it do not open it again (at most ``KEPT_OPEN_LIMIT`` leases at once in a process;
 past that, a lease is reopened by path).
@@ -19,7 +23,9 @@ import threading
 import time
 from collections.abc import Iterator
 
+from marinbuild.store import faults
 from marinbuild.store.lease import STALE_AFTER, Lease, LeaseLostError, LeaseRecord, encode_lease, parse_lease
+from marinbuild.store.status import DamagedFileError
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _READ_SIZE = 4096
@@ -103,9 +109,14 @@ class LocalFileLease(Lease):
         return b"".join(chunks)
 
     def _write(self, fd: int, record: LeaseRecord) -> None:
+        """Rewrite the lease in place (the flock protocol needs the same file): one ``pwrite`` covering the old
+        content, a shorter record padded with spaces, so a kill can never leave a mix of two records."""
         data = encode_lease(record)
+        size = os.fstat(fd).st_size
+        if size > len(data):
+            data += b" " * (size - len(data))
+        faults.point("lease-rewrite")
         os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))  # overwrite then cut: cheaper than emptying first, same result under the lock
 
     def _make_folder(self) -> None:
         """Make the step's folder (and its parents): one ``mkdir`` when the parent exists, as it mostly does."""
@@ -118,23 +129,28 @@ class LocalFileLease(Lease):
             os.makedirs(folder, exist_ok=True)
 
     def _try_create(self) -> bool | None:
-        """Fast path: create the lease file if there is none. None if one already exists."""
+        """Fast path: create the lease file if there is none, with our record already in it (written to a temporary
+        file, then ``link``ed to the lease path, which fails if one exists): no reader, Marin's included, ever sees
+        it empty while we hold it. None if one already exists."""
         self._make_folder()
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR | _CLOEXEC, 0o644)
-        except FileExistsError:
-            return None
+        folder = os.path.dirname(self.path)
+        tmp = os.path.join(folder, f".tmp-lease.{os.urandom(6).hex()}")
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR | _CLOEXEC, 0o644)
         keep = False
-        try:  # a new, empty file: one write under the lock, nothing to seek over or cut
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
             os.write(fd, encode_lease(LeaseRecord(self.worker_id, time.time())))
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                return None
+            faults.point("lease-created")
             keep = _keep_one()
             if keep:
                 self._fd = fd  # closed by release() from here on
-                fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
+            os.unlink(tmp)
             if not keep:
-                os.close(fd)  # also drops the flock
+                os.close(fd)
         return True
 
     @contextlib.contextmanager
@@ -168,17 +184,28 @@ class LocalFileLease(Lease):
             return True
         with self._locked(create=True) as f:
             assert f is not None
-            data = self._read(f)
-            if not data.strip():
-                # Empty: its creator is between creating and writing it (or died there long ago).
-                age = time.time() - os.fstat(f).st_mtime
-                if age <= self.stale_after:
-                    return False
-            current = parse_lease(self.path, data)
-            if current is not None and current.worker_id != self.worker_id and not current.is_stale(self.stale_after):
+            if not self._free(f):
                 return False
             self._write(f, LeaseRecord(self.worker_id, time.time()))
             return True
+
+    def _free(self, fd: int) -> bool:
+        """With the lease file ``fd`` flock'ed: may we take it?
+
+        Empty: yes, at once. Under the flock nobody is writing it (Marin and marinbuild write leases only while
+        holding the flock, and marinbuild creates them full), so it was left by a writer that died, or made by
+        an opener about to lock it, who will read our record once it gets the lock. A record: if it is ours,
+        stale, or its holder is provably gone. Unparsable (not written by marinbuild, which never tears it):
+        only once the file is older than the stale time.
+        """
+        data = self._read(fd)
+        if not data.strip():
+            return True
+        try:
+            current = parse_lease(self.path, data)
+        except DamagedFileError:
+            return time.time() - os.fstat(fd).st_mtime > self.stale_after
+        return current is None or current.worker_id == self.worker_id or current.is_over(self.stale_after)
 
     def refresh(self) -> None:
         with self._locked(create=False) as f:

@@ -22,7 +22,7 @@ def info_path(output_path: str) -> str:
 
 def write_info(output_path: str, text: str) -> None:
     """Write a step's ``.executor_info`` (already-encoded JSON text, Marin's indented form)."""
-    fs.write_in_place(info_path(output_path), (text + "\n").encode())
+    fs.write_atomic(info_path(output_path), (text + "\n").encode())
 
 
 def write_missing_infos(texts: dict[str, Callable[[], str]], workers: int = 16) -> list[str]:
@@ -71,7 +71,7 @@ def encode_artifact(value: Any) -> bytes:
 
 
 def write_artifact(output_path: str, value: Any) -> None:
-    fs.write_in_place(fs.join(output_path, ARTIFACT_FILE), encode_artifact(value))
+    fs.write_atomic(fs.join(output_path, ARTIFACT_FILE), encode_artifact(value))
 
 
 def read_artifact(output_path: str) -> Any:

@@ -6,9 +6,9 @@ too. A file that is neither is an error naming the file, never a silent state.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-import time
 
 from marinbuild.store import fs
 
@@ -62,21 +62,14 @@ def parse_status(path: str, data: bytes) -> str | None:
 def read_status(output_path: str) -> str | None:
     """The step's status; None if it has none. A damaged file raises ``DamagedFileError``.
 
-    Statuses are overwritten in place (cheap on local disks), so a read racing a write can
-    see a torn word: a file that does not parse is read again twice before it counts as damaged.
+    Statuses are replaced atomically (``fs.write_atomic``), so a reader never sees a torn word; a file that does
+    not parse was written by something else (``cache verify --repair`` removes it).
     """
     path = status_path(output_path)
-    for attempt in range(3):
-        data = fs.read_bytes(path)
-        if data is None:
-            return None
-        try:
-            return parse_status(path, data)
-        except DamagedFileError:
-            if attempt == 2:
-                raise
-            time.sleep(0.01)
-    raise AssertionError("unreachable")
+    data = fs.read_bytes(path)
+    if data is None:
+        return None
+    return parse_status(path, data)
 
 
 _WORDS = {status.encode(): status for status in STATUSES}
@@ -103,8 +96,35 @@ def read_local_statuses(output_paths: list[str]) -> dict[str, str | None]:
     return found
 
 
-def write_status(output_path: str, status: str, *, replacing_running: bool = False) -> None:
-    """``replacing_running``: this runner wrote RUNNING here, so the file exists (one system call fewer)."""
+def write_status(output_path: str, status: str) -> None:
+    """Replace the status atomically: a reader (Marin's too) sees the old word or the new one, never a mix."""
     if status not in STATUSES:
         raise ValueError(f"unknown status {status!r}")
-    fs.write_in_place(status_path(output_path), status.encode(), exists=replacing_running)
+    fs.write_atomic(status_path(output_path), status.encode())
+
+
+def write_status_on_full_disk(output_path: str, status: str) -> None:
+    """``write_status`` when the disk may be full: if the atomic write fails for want of space (a temporary file
+    needs a new block), overwrite the existing status in place with one ``pwrite`` of the same length, the word
+    padded with newlines (readers strip lines; ``FAILED`` + newline is as long as ``RUNNING``). One small write
+    into a block the file already has: it needs no space and a kill cannot split it."""
+    try:
+        write_status(output_path, status)
+        return
+    except OSError as exc:
+        if not fs.is_local(output_path) or exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        error = exc
+    path = fs.local_path(status_path(output_path))
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        raise error from None
+    try:
+        size = os.fstat(fd).st_size
+        word = status.encode()
+        if size < len(word):
+            raise error
+        os.pwrite(fd, word + b"\n" * (size - len(word)), 0)
+    finally:
+        os.close(fd)

@@ -2,7 +2,7 @@
 
 ``python gcs_pipelines.py PREFIX MODE [ARG]`` builds in a new process (the emulator comes from
 ``STORAGE_EMULATOR_HOST``): ``race`` (one slow step), ``hang`` (a step that never returns),
-``graph TAG`` (a shared root and a TAG-specific leaf).
+``graph TAG`` (a shared root and a TAG-specific leaf), ``wide N`` (a root, N-2 steps on it, a sink on those).
 """
 
 from __future__ import annotations
@@ -149,4 +149,8 @@ if __name__ == "__main__":
     elif mode == "graph":
         root = step("shared/root", "root", sleep=0.3)
         ex.run([step(f"shared/leaf-{sys.argv[3]}", sys.argv[3], inputs=[root])])
+    elif mode == "wide":
+        root = step("wide/root", "root")
+        middle = [step(f"wide/m{i}", f"m{i}", inputs=[root]) for i in range(int(sys.argv[3]) - 2)]
+        ex.run([step("wide/sink", "sink", inputs=middle)])
     print(json.dumps({"ok": True, "ran": len(ex.outcome.ran) if ex.outcome else 0}), flush=True)

@@ -3,9 +3,9 @@
 Run as a process (``python loopback.py UPSTREAM_URL [--latency S] [--fail-rate P]``); it prints
 its port on the first line of stdout. Control and stats over HTTP on the same port:
 ``GET /__proxy/stats`` -> ``{"requests": n, "failed": n, "bytes_out": n}``; ``POST /__proxy/config`` with JSON
-``{"latency": s, "fail_rate": p, "faults": [kinds], "fail_next": n, "seed": n}`` (``fail_next``
-fails exactly the next n requests, cycling through ``faults``); ``POST /__proxy/reset`` zeroes
-the counters.
+``{"latency": s, "fail_rate": p, "faults": [kinds], "fail_next": n, "seed": n, "hang": bool}`` (``fail_next``
+fails exactly the next n requests, cycling through ``faults``; ``hang`` makes it read every request and never
+answer, as a server that stopped answering does); ``POST /__proxy/reset`` zeroes the counters.
 
 A failed request is one of: a 503 answered without forwarding; the connection reset without
 forwarding; the request forwarded and applied, then the connection reset (the client never
@@ -38,6 +38,7 @@ class Proxy:
         self.rng = random.Random(seed)
         self.faults: list[str] = list(FAULTS)
         self.fail_next = 0
+        self.hang = False
         self.requests = 0
         self.failed = 0
         self.bytes_out = 0
@@ -71,6 +72,7 @@ class Proxy:
             if "faults" in config:
                 self.faults = [f for f in config["faults"] if f in FAULTS] or list(FAULTS)
             self.fail_next = int(config.get("fail_next", self.fail_next))
+            self.hang = bool(config.get("hang", self.hang))
         elif target.startswith("/__proxy/reset"):
             self.requests = self.failed = self.bytes_out = 0
         payload = json.dumps({"requests": self.requests, "failed": self.failed, "bytes_out": self.bytes_out,
@@ -82,6 +84,8 @@ class Proxy:
                        headers: list[tuple[str, str]], body: bytes) -> bool:
         """Serve one request; False if the connection was reset."""
         self.requests += 1
+        while self.hang:  # never answer (until told to stop hanging)
+            await asyncio.sleep(0.05)
         if self.latency:
             await asyncio.sleep(self.latency)
         if self.fail_next > 0:
