@@ -315,6 +315,9 @@ class _Report:
                 if lease is not None:
                     line += f"  (lease {lease.worker_id}, {lease.age():.0f}s old)"
                 click.echo(line)
+                hardware = _hardware(step)
+                if hardware is not None:
+                    click.echo(f"           resources: {hardware}")
                 if self.explain and will_run:
                     from marinbuild.why import explain_step
 
@@ -329,6 +332,16 @@ class _Report:
             click.echo(json.dumps(result, indent=2))
         else:
             click.echo(self.summary.render(requested))
+
+
+def _hardware(step: Any) -> str | None:
+    """The TPU slice (type, slices, hosts, chips) or GPUs a step asks for, as ``-n`` shows it."""
+    resources = getattr(step, "resources", None)
+    if resources is None:
+        return None
+    from marinbuild.resources import hardware_of
+
+    return hardware_of(resources)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ calls with plain values:
 - ``package_name()``: the package of the BUILD file being evaluated;
 - ``print(*args, sep = " ")``: logs ``path: text`` on the ``marinbuild.build`` logger (``path``: the
   BUILD file being evaluated);
-- ``tpu(tpu_type, cpu = None, memory = None)``: the ``resources`` dict of a step that needs a
-  whole TPU slice.
+- ``tpu(tpu_type, cpu = None, memory = None, slices = 1)``: the ``resources`` dict of a step that
+  needs a whole TPU slice; ``slices`` > 1 (multislice) is refused, so the BUILD file fails to load.
 
 ``glob`` and ``package_name`` only work while a BUILD file is evaluated. A problem raises
 ``BuiltinError``, which the evaluator reports at the call's location. ``Struct`` is the
@@ -67,14 +67,15 @@ def glob(include: Any, exclude: Any = (), allow_empty: bool = False) -> list[str
     return found
 
 
-def tpu(tpu_type: str, cpu: float | None = None, memory: str | None = None) -> dict[str, Any]:
+def tpu(tpu_type: str, cpu: float | None = None, memory: str | None = None, slices: int = 1) -> dict[str, Any]:
     """The ``resources`` of a step that needs a whole TPU slice, e.g. ``tpu("v4-2048")``, ``tpu("v5litepod-256")``."""
-    from marinbuild.resources import tpu_slice
+    from marinbuild.resources import check_slices, tpu_slice
 
     if not isinstance(tpu_type, str):
         raise BuiltinError(f"tpu(): the TPU type must be a string such as 'v4-8', got {tpu_type!r}")
     try:
         request: dict[str, Any] = {"tpu": tpu_slice(tpu_type).type}
+        check_slices(slices, tpu_type)
     except ValueError as exc:
         raise BuiltinError(f"tpu(): {exc}") from None
     if cpu is not None:
