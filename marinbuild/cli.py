@@ -25,8 +25,6 @@ BACKEND_NAMES = ("local", "ray")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 37
 """37 is Bazel's code for an internal error."""
 
-BUG_REPORT = "https://github.com/marin-community/marinbuild/issues"
-
 
 class UsageProblem(Exception):
     """Bad input from the user: printed as one line, exit 2."""
@@ -801,6 +799,6 @@ def _internal_error(exc: BaseException) -> int:
     except PackageNotFoundError:
         installed = "unknown"
     click.echo(f"marinbuild: internal error (a bug in marinbuild {installed}): {type(exc).__name__}: {exc}\n"
-               f"marinbuild: please report it at {BUG_REPORT} with the command line and the traceback above",
+               "marinbuild: please report it to marinbuild's issue tracker with the command and the traceback above",
                err=True)
     return EXIT_INTERNAL
