@@ -230,11 +230,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--noop", action="store_true", help="also time the no-op build of the largest size")
     parser.add_argument("--doc", type=Path, help="write the table into this markdown file, between markers")
     args = parser.parse_args(argv)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     header = (
         f"`python bench/load_bench.py {' '.join(argv if argv is not None else sys.argv[1:])}`: Python "
         f"{platform.python_version()}, {args.packages} packages, best of {args.repeat} (no-op: median), "
-        f"{os.cpu_count()} cores, load average {load:.2f} at the start."
+        f"{os.cpu_count()} cores."
     )
     rows: list[Row] = []
     for size in args.sizes:
