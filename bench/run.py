@@ -31,7 +31,7 @@ Output: markdown on stdout (progress on stderr), raw numbers as JSON (``--json``
 ``bench/out/run-<time>.json``). Examples (from the repository root)::
 
     .venv/bin/python bench/run.py                                   # 100 and 1k steps, ~5 minutes
-    .venv/bin/python bench/run.py --sizes 1000 10000                # the README's table
+    .venv/bin/python bench/run.py --sizes 1000 10000                # docs/performance.md's tables
     .venv/bin/python bench/run.py --peers marin marinbuild-api --sizes 100 --shapes layered
 """
 
