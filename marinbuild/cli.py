@@ -1,8 +1,9 @@
 """The ``marinbuild`` command line (click): parses, calls the library, formats. Nothing more.
 
-Exit codes: 0 success, 1 a step failed, 2 bad usage or a bad BUILD file (one line on
-stderr saying what to fix, no traceback, nothing run or written). Results go to stdout;
-progress and logs to stderr.
+Exit codes: 0 success, 1 a step failed (or ``--check_up_to_date`` found work to do), 2 bad usage or
+a bad BUILD file (one line on stderr saying what to fix, no traceback, nothing run or written), 37 an
+internal error (a bug in marinbuild: the traceback and a request for a bug report). Results go to
+stdout; progress and logs to stderr.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from marinbuild.core.gc_control import skip_final_collection
 BACKEND_NAMES = ("local", "ray")
 """Names --backend accepts; the session says which of them this installation can run."""
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 37
+"""37 is Bazel's code for an internal error."""
 
 
 class UsageProblem(Exception):
@@ -36,8 +38,15 @@ class DefaultBuildGroup(click.Group):
     """``marinbuild PATTERN...`` means ``marinbuild build PATTERN...``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from marinbuild.cli_args import rewrite, unknown_command
+
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            meant = unknown_command(args[0], list(self.commands))
+            if meant is not None:
+                raise UsageProblem(f"unknown command '{args[0]}'; did you mean '{meant}'? (marinbuild --help lists "
+                                   "the commands)")
             args = ["build", *args]
+        args = rewrite(args)
         if args and args[0] in _PATTERN_COMMANDS and "--" not in args:
             # A subtracted pattern (-//pkg:x) is not an option: pass it after "--", as Bazel users write it.
             negative = [a for a in args if a.startswith(("-//", "-:", "-@"))]
@@ -45,8 +54,15 @@ class DefaultBuildGroup(click.Group):
                 args = [a for a in args if a not in negative] + ["--", *negative]
         return super().parse_args(ctx, args)
 
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+        """Subcommands, and target labels (``marinbuild //pkg:<TAB>`` is ``marinbuild build //pkg:<TAB>``)."""
+        results = super().shell_complete(ctx, incomplete)
+        if not incomplete.startswith("-"):
+            results.extend(_complete_labels(ctx, self, incomplete))
+        return results
 
-def _complete_labels(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+
+def _complete_labels(ctx: click.Context, param: Any, incomplete: str) -> list[Any]:
     """Shell completion of target labels and patterns from the workspace's BUILD files."""
     from click.shell_completion import CompletionItem
 
@@ -56,10 +72,15 @@ def _complete_labels(ctx: click.Context, param: click.Parameter, incomplete: str
         loaded = Loader(find_workspace(".")).load_all()
     except Exception:
         return []
+    return [CompletionItem(w) for w in label_words(loaded) if w.startswith(incomplete)]
+
+
+def label_words(loaded: Any) -> list[str]:
+    """Every label and pattern of the loaded workspace, sorted: what the shell completes."""
     words = {f"//{p}/..." if p else "//..." for p in loaded.packages}
     words |= {str(label) for label in loaded.targets}
     words |= {f"//{p}:all" for p in loaded.packages}
-    return [CompletionItem(w) for w in sorted(words) if w.startswith(incomplete)]
+    return sorted(words)
 
 
 @click.group(cls=DefaultBuildGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -80,12 +101,43 @@ def _open_session(**settings: Any) -> Any:
     return Session.open(".", **settings)
 
 
+def _run_only(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
+    """``--run_only`` as Marin users write it (a JSON list of regexes) or one regex."""
+    if value is None:
+        return None
+    import re
+
+    if value.lstrip().startswith("["):
+        try:
+            parsed = json.loads(value)
+        except ValueError as exc:
+            raise click.BadParameter(f"not a JSON list ({exc.msg}): write e.g. '[\"tokenize\", \"train\"]'") from exc
+        if not isinstance(parsed, list) or not all(isinstance(x, str) for x in parsed):
+            raise click.BadParameter('a JSON list of regexes, e.g. \'["tokenize", "train"]\'')
+    else:
+        parsed = [value]
+    for regex in parsed:
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            raise click.BadParameter(f"{regex!r} is not a regular expression ({exc})") from exc
+    return parsed
+
+
 @cli.command("build")
 @click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
 @click.option("--prefix", help="Where outputs go (a folder or gs://...); default $MARIN_PREFIX or [tool.marinbuild].")
 @click.option("-n", "--dry_run", is_flag=True, help="Say what would run (reads statuses), run and write nothing.")
-@click.option("-j", "--jobs", type=int, help="At most this many steps at once (default: every ready step).")
-@click.option("-k", "--keep_going", is_flag=True, help="After a failure, keep running steps that do not need it.")
+@click.option("--check_up_to_date", is_flag=True, help="Run nothing; exit 1 if any step would run (for CI).")
+@click.option("-j", "--jobs", "--max_concurrent", type=int,
+              help="At most this many steps at once (default: every ready step).")
+@click.option("-k", "--keep_going/--nokeep_going", default=False,
+              help="After a failure, keep running steps that do not need it (default: stop starting steps).")
+@click.option("--run_only", callback=_run_only, metavar="JSON|REGEX",
+              help="Only steps whose name matches one of these regexes (Marin's run_only: '[\"tokenize\", ...]'), "
+              "and what they need.")
+@click.option("--rebuild", multiple=True, metavar="TARGET", shell_complete=_complete_labels,
+              help="Run TARGET's steps again even though they are built (repeatable).")
 @click.option("--force_run_failed/--no-force_run_failed", default=None,
               help="Rerun steps that failed before (default) or stop with an error.")
 @click.option("--backend", type=click.Choice(BACKEND_NAMES), help="Where steps run.")
@@ -100,14 +152,19 @@ def _open_session(**settings: Any) -> Any:
 def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, jobs: int | None, keep_going: bool,
                   force_run_failed: bool | None, backend: str | None, explain: bool,
                   build_event_json_file: str | None, profile: str | None, output: str,
-                  ray_address: str | None = None, verbose: bool = False) -> None:
-    """Build the targets that PATTERN... name (//pkg:name, //pkg/..., //pkg:all, -PATTERN subtracts)."""
+                  ray_address: str | None = None, verbose: bool = False, check_up_to_date: bool = False,
+                  run_only: list[str] | None = None, rebuild: tuple[str, ...] = ()) -> None:
+    """Build the targets that PATTERN... name (//pkg:name, //pkg/..., //pkg:all, -PATTERN subtracts).
+
+    Marin's spellings work too: --dry_run true|false, --force_run_failed false, --max_concurrent N,
+    --run_only '["regex", ...]'."""
     if verbose:
         os.environ["MARINBUILD_VERBOSE"] = "1"  # the Ray backend, and the ML steps' helper processes, read it
+    dry_run = dry_run or check_up_to_date
     settings = {"prefix": prefix, "backend": backend, "jobs": jobs, "keep_going": keep_going,
                 "force_run_failed": force_run_failed, "ray_address": ray_address}
     report = _Report(dry_run, explain, output, build_event_json_file, profile)
-    if _noop_from_snapshot(patterns, settings, report):
+    if run_only is None and not rebuild and _noop_from_snapshot(patterns, settings, report):
         return
     from marinbuild import snapshot
     from marinbuild.executor import PreviousTaskFailedError, StepFailedError
@@ -126,24 +183,86 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     if key is not None and recorder is not None:
         _write_snapshot(session, key, recorder, requested)
     executor = session.executor
-    executor.listeners = report.open()
+    rebuilt = _rebuild_steps(session, rebuild)
+    succeeded: list[str] = []
+    executor.listeners = [*report.open(), lambda e: succeeded.append(e.output_path) if e.kind == "succeeded" else None]
     failed: BaseException | None = None
     try:
         executor.run(session.requested_steps(), dry_run=dry_run, force_run_failed=session.settings.force_run_failed,
-                     max_concurrent=session.settings.jobs)
+                     max_concurrent=session.settings.jobs, run_only=run_only, rebuild=rebuilt)
     except (StepFailedError, PreviousTaskFailedError) as exc:
         failed = exc
     except UnsatisfiableResourcesError as exc:  # nothing ran: the backend cannot give a step what it needs
         raise UsageProblem(str(exc)) from exc
     finally:
         report.close()
+        _record_code(session, succeeded)
+    if executor.dry_run_problems:
+        click.echo(f"marinbuild: warning: the local backend could not run {len(executor.dry_run_problems)} of the "
+                   f"steps below: {'; '.join(executor.dry_run_problems)}", err=True)
     plan = None
     if executor.plan is not None:
         plan = [(s, p.state, executor.output_paths[s], p.lease, p.will_run) for s, p in executor.plan.steps.items()]
     report.finish(requested, plan, session)
+    if plan is not None:
+        warned = _warn_code_changed(session, [step for step, state, _path, _lease, _run in plan if state == "built"])
+        if warned and key is not None:  # no no-op from the snapshot while there is something to warn about
+            key.path(session.workspace.cache_dir).unlink(missing_ok=True)
+    if not dry_run and succeeded:
+        from marinbuild.ui.where import where_to_look
+
+        by_path = {path: step for step, path in executor.output_paths.items()}
+        for line in where_to_look(executor, [by_path[p] for p in succeeded if p in by_path]):
+            click.echo(f"marinbuild: {line}", err=True)
     if failed is not None:
         click.echo(f"marinbuild: {failed}", err=True)
         raise SystemExit(EXIT_FAILED)
+    if check_up_to_date and plan is not None:
+        would_run = [step.name for step, _state, _path, _lease, will_run in plan if will_run]
+        if would_run:
+            click.echo(f"marinbuild: not up to date: {len(would_run)} step(s) would run: {', '.join(would_run)}",
+                       err=True)
+            raise SystemExit(EXIT_FAILED)
+
+
+def _record_code(session: Any, output_paths: list[str]) -> None:
+    """Record the code each step that succeeded ran (``marinbuild.code_digest``)."""
+    if not output_paths:
+        return
+    from marinbuild.code_digest import for_session, record
+
+    by_path = {path: step for step, path in session.executor.output_paths.items()}
+    changes = for_session(session)
+    for path in output_paths:
+        if path in by_path:
+            record(path, changes.code_of(by_path[path]))
+
+
+def _warn_code_changed(session: Any, built: list[Any]) -> bool:
+    """One warning naming the code that changed since built outputs of this build were made; True if warned."""
+    from marinbuild.code_digest import for_session
+
+    changed = {step: files for step, files in for_session(session).check(built).items() if files}
+    if not changed:
+        return False
+    files = sorted({f for fs in changed.values() for f in fs})
+    click.echo(f"marinbuild: warning: code changed since {len(changed)} output(s) were built, not part of their key, "
+               f"so they were not rebuilt: {', '.join(files)} (marinbuild why TARGET says which; --rebuild TARGET "
+               "rebuilds one)", err=True)
+    return True
+
+
+def _rebuild_steps(session: Any, patterns: tuple[str, ...]) -> list[Any]:
+    """The steps of the targets ``--rebuild`` names; each must be among the targets this build analysed."""
+    if not patterns:
+        return []
+    steps = []
+    for pattern in patterns:
+        for label in session.loaded.expand([pattern], session.current_package()):
+            if label not in session.analysis.steps_of:
+                raise UsageProblem(f"--rebuild {pattern}: {label} is not built by this command; add it to the targets")
+            steps.extend(session.steps_of(label))
+    return steps
 
 
 class _Report:
@@ -194,6 +313,9 @@ class _Report:
                 if lease is not None:
                     line += f"  (lease {lease.worker_id}, {lease.age():.0f}s old)"
                 click.echo(line)
+                hardware = _hardware(step)
+                if hardware is not None:
+                    click.echo(f"           resources: {hardware}")
                 if self.explain and will_run:
                     from marinbuild.why import explain_step
 
@@ -208,6 +330,16 @@ class _Report:
             click.echo(json.dumps(result, indent=2))
         else:
             click.echo(self.summary.render(requested))
+
+
+def _hardware(step: Any) -> str | None:
+    """The TPU slice (type, slices, hosts, chips) or GPUs a step asks for, as ``-n`` shows it."""
+    resources = getattr(step, "resources", None)
+    if resources is None:
+        return None
+    from marinbuild.resources import hardware_of
+
+    return hardware_of(resources)
 
 
 @dataclass(frozen=True)
@@ -243,8 +375,12 @@ def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple
         for path in target.source_paths:
             inputs.append(str(path))
             folders.update(str(parent) for parent in path.parents if parent.is_relative_to(package_dir))
+    from marinbuild.code_digest import for_session
+
+    code = for_session(session)
     steps = []
     for step in dict.fromkeys(executor.canonicalize(s) for s in session.requested_steps()):
+        inputs.extend(str(workspace.root / path) for path in code.code_of(step))  # an edit re-checks the code
         overridden = step.override_output_path is not None
         digest = ActionKey.of(executor.version_bytes[step], step.name, overridden).digest
         steps.append((step.name, executor.output_paths[step], digest, overridden))
@@ -296,7 +432,8 @@ def _noop_from_snapshot(patterns: tuple[str, ...], settings: dict[str, Any], rep
 
 @cli.command("query")
 @click.argument("expression")
-@click.option("--output", type=click.Choice(["label", "label_kind", "json", "graph"]), default="label")
+@click.option("--output", type=click.Choice(["label", "label_kind", "location", "json", "graph"]), default="label",
+              help="label, label_kind, location (file:line:col), json, or graph (DOT, coloured by cache state).")
 @click.option("--prefix", help="The prefix cache-aware functions (built, stale, ...) look at.")
 def query_command(expression: str, output: str, prefix: str | None) -> None:
     """Query the target graph: deps, rdeps, somepath, allpaths, kind, attr, filter, built, stale, ..."""
@@ -424,9 +561,33 @@ def cache_verify_command(patterns: tuple[str, ...], prefix: str | None, dry_run:
         raise SystemExit(report.exit_code)
 
 
+@cli.command("info")
+@click.argument("key", required=False)
+@click.option("--prefix", help="The prefix to report (default as for builds).")
+@click.option("--backend", type=click.Choice(BACKEND_NAMES))
+@click.option("--ray_address")
+def info_command(key: str | None, prefix: str | None, backend: str | None, ray_address: str | None) -> None:
+    """Workspace, prefix and where it came from, backend, Ray address, cache folders, version (KEY: one value)."""
+    from marinbuild.info import workspace_info
+    from marinbuild.load.workspace import find_workspace
+    from marinbuild.session import Settings
+
+    workspace = find_workspace(".")
+    facts = workspace_info(workspace, Settings.resolve(workspace, prefix=prefix, backend=backend,
+                                                       ray_address=ray_address), prefix)
+    if key is None:
+        click.echo("".join(f"{name}: {value}\n" for name, value in facts.items()), nl=False)
+        return
+    if key not in facts:
+        from marinbuild.query.errors import did_you_mean
+
+        raise UsageProblem(f"unknown info key {key!r}{did_you_mean(key, facts)}; keys: {', '.join(facts)}")
+    click.echo(facts[key])
+
+
 @cli.command("clean")
 def clean_command() -> None:
-    """Remove the workspace's .marinbuild/ folder (compiled BUILD files, source digests). Never outputs."""
+    """Remove the workspace's .marinbuild/ folder (source digests, analysis snapshots). Never outputs."""
     from marinbuild.cache import clean, format_clean
     from marinbuild.load import find_workspace
 
@@ -622,5 +783,22 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, _user_error_types()):
             click.echo(f"marinbuild: error: {exc}", err=True)
             return EXIT_USAGE
-        raise
+        return _internal_error(exc)
     return EXIT_OK
+
+
+def _internal_error(exc: BaseException) -> int:
+    """A bug in marinbuild: its traceback, then a request for a bug report; exit 37 (Bazel's code)."""
+    import traceback
+
+    traceback.print_exception(exc, file=sys.stderr)
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("marinbuild")
+    except PackageNotFoundError:
+        installed = "unknown"
+    click.echo(f"marinbuild: internal error (a bug in marinbuild {installed}): {type(exc).__name__}: {exc}\n"
+               "marinbuild: please report it to marinbuild's issue tracker with the command and the traceback above",
+               err=True)
+    return EXIT_INTERNAL

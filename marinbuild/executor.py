@@ -346,6 +346,8 @@ class Executor:
         self.plan: Any = None
         """The plan of the last ``run`` (``marinbuild.run.plan.Plan``): every needed step's state."""
         self.outcome: Any = None
+        self.dry_run_problems: list[str] = []
+        """After a dry run on the local backend: the steps to run that it could not run (``resource_problems``)."""
         """What the last ``run`` did (``marinbuild.run.outcome.Outcome``)."""
         self._warned = 0
 
@@ -522,13 +524,15 @@ class Executor:
         run_only: list[str] | None = None,
         force_run_failed: bool = True,
         max_concurrent: int | None = None,
+        rebuild: list[ExecutorStep] | None = None,
     ) -> dict[ExecutorStep, str]:
         """Build ``steps`` (and what they need); return every known step's output path.
 
         ``run_only`` regexes select steps by name (plus what they need). Steps already
         built are skipped, and so are dependencies only they needed. A failed step stops
         its dependents (DEP_FAILED) while independent steps go on; then ``StepFailedError``
-        names every failure. ``dry_run`` reads statuses and writes nothing.
+        names every failure. ``dry_run`` reads statuses and writes nothing. ``rebuild`` steps run
+        again even when built (their status is removed just before the run).
         """
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be a positive integer, got {max_concurrent}")
@@ -552,10 +556,21 @@ class Executor:
                     logger.warning("run_only patterns matched no step: %s", ", ".join(unused))
             else:
                 targets = [self.canonicalize(s) for s in requested]
+            targets = list(dict.fromkeys([*targets, *(self.canonicalize(s) for s in rebuild or ())]))
 
             bus = ev.EventBus(self.listeners if self.listeners is not None else [ev.log_listener])
             stale_after = self.stale_after if self.stale_after is not None else STALE_AFTER
-            self.plan = plan = planning.make_plan(graph, targets, worker_id=self.worker_id, stale_after=stale_after)
+            self.plan = plan = planning.make_plan(graph, targets, worker_id=self.worker_id, stale_after=stale_after,
+                                                  rebuild=rebuild or ())
+        if dry_run:  # the names cache status and query give: stale when another version of the step is there
+            from marinbuild.cache.probe import with_other_versions
+
+            missing = plan.by_state(planning.MISSING)
+            stale = with_other_versions(self.prefix, {s.name: self.output_paths[s] for s in missing}) if missing \
+                else set()
+            for step in missing:
+                if step.name in stale:
+                    plan.steps[step].state = planning.STALE
         for step, step_plan in plan.steps.items():
             bus.emit(ev.PLANNED, step=step.name, output_path=self.output_paths[step], detail=step_plan.state,
                      data={"dry_run": dry_run, "status": step_plan.status})
@@ -570,9 +585,28 @@ class Executor:
             names = ", ".join(named(s) for s in failed_before)
             raise PreviousTaskFailedError(f"step(s) failed previously: {names}; rerun with force_run_failed=True")
         if dry_run:
+            self.dry_run_problems = self._local_problems(plan)
             return self.output_paths
+        if rebuild:
+            from marinbuild.store import fs
+            from marinbuild.store.status import status_path
+
+            for step in plan.by_state(planning.REBUILD):
+                fs.remove(status_path(self.output_paths[step]))
         self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed, run_only is not None)
         return self.output_paths
+
+    def _local_problems(self, plan: Any) -> list[str]:
+        """For a dry run on the local backend: the steps to run it could not run (a TPU step, ...)."""
+        if self.backend not in (None, "local") or (self.backend is None and default_backend() != "local"):
+            return []
+        from marinbuild.run.local import LocalBackend
+
+        backend = LocalBackend(1)
+        try:
+            return resource_problems(backend, {step: self._call_for(step) for step in plan.to_run})
+        finally:
+            backend.shutdown()
 
     def _execute(self, graph: Any, plan: Any, bus: Any, max_concurrent: int | None, force_run_failed: bool,
                  selected: bool = False) -> Any:
@@ -700,24 +734,31 @@ def _backend_named(name: str, max_concurrent: int | None) -> Any:
                      "use 'local', 'ray' or a backend object")
 
 
-def _check_resources(backend: Any, jobs: dict[ExecutorStep, Any]) -> None:
-    """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
-    from marinbuild.resources import UnsatisfiableResourcesError
+def resource_problems(backend: Any, calls: dict[ExecutorStep, Any]) -> list[str]:
+    """``"<step> <why>"`` for each step (with its call) the backend cannot give what it asks for."""
     from marinbuild.run.step_call import StepCall
 
     check = getattr(backend, "check_resources", None)
     if check is None:
-        return
+        return []
     problems = []
-    for step, job in jobs.items():
+    for step, call in calls.items():
         try:
-            request = job.call.request()[0] if isinstance(job.call, StepCall) else step.resources
+            request = call.request()[0] if isinstance(call, StepCall) else step.resources
         except (TypeError, ValueError) as exc:
             problems.append(f"{step.name}: {exc}")
             continue
         reason = check(request) if request is not None else None
         if reason:
             problems.append(f"{step.name} {reason}")
+    return problems
+
+
+def _check_resources(backend: Any, jobs: dict[ExecutorStep, Any]) -> None:
+    """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
+    from marinbuild.resources import UnsatisfiableResourcesError
+
+    problems = resource_problems(backend, {step: job.call for step, job in jobs.items()})
     if problems:
         name = getattr(backend, "name", type(backend).__name__)
         raise UnsatisfiableResourcesError(f"the {name} backend cannot run {len(problems)} step(s), so nothing ran: "

@@ -11,6 +11,7 @@ from typing import Any
 import networkx as nx
 
 from marinbuild.query import QueryUniverse
+from marinbuild.query.universe import STATES
 
 
 def target_graph(loaded: Any) -> nx.DiGraph:
@@ -67,11 +68,26 @@ def universe_for(session: Any) -> QueryUniverse:
             labels = list(loaded.targets)
             session.analyse(labels)
             for row in cache_status(session, labels):
-                states[str(row.label)] = row.state if row.state in ("built", "stale", "missing", "failed",
-                                                                     "running") else "failed"
+                states[str(row.label)] = row.state if row.state in STATES else "failed"
         return states[label]
 
     def expand(word: str) -> list[str]:
         return [str(label) for label in loaded.expand([word], session.current_package())]
 
-    return QueryUniverse(graph=target_graph(loaded), state_of=state_of, expand_pattern=expand)
+    def states_of(wanted: list[str]) -> dict[str, str]:
+        if states:
+            return {label: states[label] for label in wanted}
+        from marinbuild.cache import cache_status
+        from marinbuild.core.labels import parse_label
+
+        labels = [parse_label(label) for label in wanted]
+        session.analyse(labels)
+        return {str(row.label): row.state if row.state in STATES else "failed" for row in cache_status(session, labels)}
+
+    def location_of(label: str) -> str:
+        from marinbuild.core.labels import parse_label
+
+        return str(loaded.targets[parse_label(label)].location)
+
+    return QueryUniverse(graph=target_graph(loaded), state_of=state_of, expand_pattern=expand, location_of=location_of,
+                         states_of=states_of)

@@ -15,7 +15,6 @@ workspace's ``.gitignore``.
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -48,11 +47,20 @@ def _read_pyproject(root: Path | None) -> dict[str, Any]:
         return tomllib.load(f)
 
 
-_REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?")
-
-
 def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+    from packaging.utils import canonicalize_name
+
+    return canonicalize_name(name)
+
+
+def _requirement(text: str, where: str) -> Any:
+    """``text`` parsed as a PEP 508 requirement (``packaging``); ValueError naming ``where`` if it is not one."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        return Requirement(text)
+    except InvalidRequirement as exc:
+        raise ValueError(f"pyproject.toml: {where} holds {text!r}, which is not a requirement: {exc}") from exc
 
 
 def pip_requirements(groups: list[str], root: Path | None = None) -> list[str]:
@@ -76,9 +84,9 @@ def pip_requirements(groups: list[str], root: Path | None = None) -> list[str]:
                 if isinstance(req, dict):  # PEP 735: {include-group = "other"}
                     stack.append(req.get("include-group", ""))
                     continue
-                match = _REQ_NAME.match(req)
-                if match and own_name and _canonical(match.group(1)) == own_name:
-                    stack.extend(e.strip() for e in (match.group(2) or "").split(",") if e.strip())
+                parsed = _requirement(req, f"group {group!r}")
+                if own_name and _canonical(parsed.name) == own_name:
+                    stack.extend(sorted(parsed.extras, reverse=True))
                 else:
                     stack.append(req)
             continue

@@ -268,7 +268,7 @@ def write(
         return False
     env_all, env = recorder.environment()
     body = (FORMAT, key.text(), signed, env_all, env, snapshot.requested, snapshot.steps)
-    from marinbuild.load.codecache import write_private_file  # not at the top: a no-op from the snapshot writes none
+    from marinbuild.core.private_file import write_private_file  # not at the top: a no-op from the snapshot writes none
 
     target = key.path(cache_dir)
     if not write_private_file(target, marshal.dumps(body)):

@@ -56,6 +56,8 @@ class StepExplanation:
     lease_holder: str | None = None
     lease_age: float | None = None
     error: str | None = None
+    resources: str | None = None
+    """The TPU slice (type, slices, hosts, chips) or GPUs the step asks for, if any."""
     work: list[str] = field(default_factory=list)
     """What the step's own work would redo (a tokenize: its shards cached and new, and why)."""
 
@@ -172,6 +174,8 @@ def format_why(explanations: list[StepExplanation]) -> str:
         head = "up to date" if e.reason == BUILT else f"would run: {e.reason}"
         lines.append(f"{e.step}{role}: {head}")
         lines.append(f"  output: {e.output_path}")
+        if e.resources:
+            lines.append(f"  resources: {e.resources}")
         if e.reason == DAMAGED:
             lines.append(f"  error: {e.error}")
         elif e.detail:
@@ -221,9 +225,18 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
     executor = session.executor
     e = StepExplanation(step=step.name, output_path=probe.output_path, reason=BUILT, requested=requested,
                         status=probe.status)
+    if step.resources is not None:
+        from marinbuild.resources import hardware_of
+
+        e.resources = hardware_of(step.resources)
     if probe.lease is not None:
         e.lease_holder, e.lease_age = probe.lease.worker_id, round(probe.lease_age or 0.0, 1)
     if probe.state == pb.BUILT:
+        from marinbuild.code_digest import for_session, sentence
+
+        changed = for_session(session).of(step)
+        if changed:
+            e.detail = f"{sentence(changed)} (not part of its key: not rebuilt; --rebuild TARGET rebuilds it)"
         return e
     if probe.state == pb.DAMAGED:
         e.reason, e.error = DAMAGED, probe.error

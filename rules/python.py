@@ -13,11 +13,16 @@ paths are exactly what running the script gives.
 
 ``python_step`` calls ``fn(config)``: ``config`` is a dict of the ``config`` attribute plus
 ``output_path``, ``deps`` (the dependencies' output paths, in order) and ``srcs`` (paths of
-the source files). ``fn`` and ``config`` are versioned; so are the sources' contents.
+the source files). ``fn`` and ``config`` are versioned; so are the sources' contents, and the
+content of the module file that defines ``fn`` when it is inside the workspace (as if listed in
+``srcs``; ``code_in_key = False`` leaves it out, so editing the module rebuilds nothing and
+``marinbuild why`` says the code changed). ``fn`` is checked at analysis: its module must be
+found from the workspace root and define the function at top level.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from pathlib import Path
@@ -25,6 +30,92 @@ from typing import Any
 
 from marinbuild.analysis import AnalysisContext, RuleContext, leaf_steps, load_script_steps
 from marinbuild.load import attr, rule
+
+_FN_RESOLUTION = ("fn is 'module:function', the module named by its import path from the workspace root "
+                  "(pipe/steps.py is 'pipe.steps'), not relative to the BUILD file's folder")
+
+
+def _module_file(module_name: str, workspace: Path) -> Path | None:
+    """The file of ``module_name`` as ``fn`` resolves it: below the workspace root (``pipe.steps`` is
+    ``pipe/steps.py`` or ``pipe/steps/__init__.py``), else an installed module; None if neither exists.
+    Nothing is imported (a module imported from another workspace in this process is not taken for it)."""
+    import importlib.util
+
+    base = workspace.joinpath(*module_name.split("."))
+    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    if (workspace / module_name.split(".")[0]).exists():
+        return None  # the top package is in the workspace, so the module would be too
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    return Path(spec.origin) if spec.origin not in (None, "built-in", "frozen") else Path(".")
+
+
+@functools.lru_cache(maxsize=4096)
+def _top_level_names(path: Path, mtime_ns: int, size: int) -> frozenset[str] | None:
+    """Names a Python file defines or imports at top level; None when that cannot be told statically (a
+    conditional definition, ``import *``, a file that does not parse). Cached per file version."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None  # the import at run time reports it
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            return None
+    return frozenset(names)
+
+
+def _defines(module_file: Path, name: str) -> bool:
+    """Whether the Python file defines or imports ``name`` at top level (True when it cannot tell)."""
+    if module_file.suffix != ".py":
+        return True
+    try:
+        st = module_file.stat()
+    except OSError:
+        return True
+    names = _top_level_names(module_file, st.st_mtime_ns, st.st_size)
+    return names is None or name in names
+
+
+def _python_step_analyze(actx: AnalysisContext) -> Any:
+    spec = actx.attr.fn
+    module_name, sep, function_name = spec.partition(":")
+    if not sep or not module_name or not function_name:
+        raise actx.error(f"python_step: fn must look like 'package.module:function', got {spec!r} ({_FN_RESOLUTION})")
+    root = actx.workspace.root
+    module_file = _module_file(module_name, root)
+    if module_file is None:
+        hint = ""
+        package = actx.target.label.package
+        local = (actx.package_dir / module_name.replace(".", "/")).with_suffix(".py")
+        if package and local.is_file():
+            hint = f"; did you mean '{package.replace('/', '.')}.{module_name}:{function_name}'?"
+        raise actx.error(f"python_step: fn {spec!r}: no module {module_name!r} importable from the workspace root "
+                         f"{root} ({_FN_RESOLUTION}){hint}")
+    if module_file.is_file() and not _defines(module_file, function_name):
+        raise actx.error(f"python_step: fn {spec!r}: {module_file} defines no top-level {function_name!r}")
+    code = {}
+    if module_file.is_file() and module_file.resolve().is_relative_to(root.resolve()):
+        code["fn"] = (module_file, actx.attr.code_in_key)
+    return actx.target_step(code)
 
 
 def _import_function(spec: str, workspace: Path) -> Any:
@@ -51,7 +142,11 @@ python_step = rule(
         "deps": attr.label_list(doc="targets whose output paths fn reads"),
         "srcs": attr.source_files(doc="workspace files fn reads; their contents are versioned"),
         "resources": attr.dict(versioned=False, doc="what the step asks the backend for (cpu, memory, tpu)"),
+        "code_in_key": attr.bool(default=True, versioned=False,
+                                 doc="whether the content of fn's module file is part of the key (editing it "
+                                 "rebuilds the target); False: only fn and config are"),
     },
+    analyze=_python_step_analyze,
     doc="A plain Python function as a build step.",
 )
 

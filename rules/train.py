@@ -1,6 +1,6 @@
 """``train_lm``: train a language model with levanter on a weighted mixture of tokenized data.
 
-    load("@marinbuild//rules:train.py", "train_lm", "tpu")
+    load("@marinbuild//rules:train.py", "train_lm")
 
     train_lm(
         name = "lm",
@@ -19,9 +19,14 @@ They, the mixture (its targets' versions and weights) and ``seed`` are the versi
 changing the learning rate retrains, changing ``resources`` or ``tracker`` does not.
 
 ``resources`` is what the step asks its backend for, in ``marinbuild.resources`` terms:
-``tpu("v4-2048")`` (a whole slice), ``{"cpu": 2}``, ``{"gpu": 1}``. The local backend
-refuses, before anything runs, a step whose TPUs or GPUs this machine lacks, and says to
-use ``--backend ray`` on a cluster with that slice. Training runs in a child process
+``tpu("v4-2048")`` (a builtin of BUILD files: a whole slice), ``{"cpu": 2}``, ``{"gpu": 1}``. The local
+backend refuses, before anything runs, a step whose TPUs or GPUs this machine lacks, and says to
+use ``--backend ray`` on a cluster with that slice. A multi-host slice (``tpu("v4-16")`` and
+up) runs levanter on every host of one slice together (``marinbuild.ml.slice_run``), restarts
+the slice from the latest checkpoint after a preemption or a failure, within
+``preemption_retries`` and ``failure_retries``, and fails with one line when no slice is free
+within ``slice_wait`` seconds; ``tpu(..., slices = 2)`` (multislice) is refused at load.
+Training runs in a child process
 (``marinbuild.ml.train``), writing checkpoints and ``metrics.jsonl`` under the output
 folder; a rerun after a crash or preemption resumes from the latest checkpoint there.
 Validation splits of the mixture's targets (and of ``validation``) are evaluated every
@@ -36,18 +41,6 @@ from typing import Any
 from marinbuild.analysis import RuleContext
 from marinbuild.load import attr, rule
 from marinbuild.ml.configs import LmModel, Optimizer, Trainer, config_attr, from_dict
-
-
-def tpu(tpu_type: str, cpu: float | None = None, memory: str | None = None) -> dict[str, Any]:
-    """The ``resources`` of a step that needs a whole TPU slice, e.g. ``tpu("v4-2048")``, ``tpu("v5litepod-256")``."""
-    from marinbuild.resources import tpu_slice
-
-    request: dict[str, Any] = {"tpu": tpu_slice(tpu_type).type}
-    if cpu is not None:
-        request["cpu"] = cpu
-    if memory is not None:
-        request["memory"] = memory
-    return request
 
 
 def _components(paths: list[str], what: str, split: str) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -91,12 +84,6 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         )
     tokenizer = tokenizers.pop()
     request = normalize(ctx.attr.resources or None)
-    if request is not None and request.tpu is not None and tpu_slice(request.tpu).multi_host:
-        # The step runs on the slice's head host; levanter must run on every host of the slice, together.
-        raise RuntimeError(
-            f"train_lm {ctx.label}: {request.describe()} spans several hosts, and marinbuild cannot yet start "
-            "the training process on each of them; ask for a single-host slice (e.g. tpu(\"v4-8\"))"
-        )
     accelerated = request is not None and (request.wants_tpu or bool(request.gpu))
     payload = {
         "output_path": ctx.output_path,
@@ -112,9 +99,16 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         "seed": ctx.attr.seed,
         "tracker": ctx.attr.tracker,
         "require_accelerator": accelerated,
-        "distributed": False,  # one host: multi-host slices are refused above
+        "distributed": False,  # one host; on a multi-host slice each host's process gets its own
     }
     offline = "://" in tokenizer or os.path.isdir(tokenizer)
+    if request is not None and request.multi_host:
+        from marinbuild.ml.slice_run import SlicePolicy, train_on_slice
+
+        policy = SlicePolicy(slice_wait=ctx.attr.slice_wait, preemption_retries=ctx.attr.preemption_retries,
+                             failure_retries=ctx.attr.failure_retries)
+        return train_on_slice(payload, tpu_slice(request.tpu), policy=policy, label=f"train_lm {ctx.label}",
+                              offline=offline)
     return run_child("marinbuild.ml.train", payload, log_dir=os.path.join(ctx.output_path, "logs"), name="train",
                      offline=offline)
 
@@ -132,6 +126,12 @@ train_lm = rule(
         "resources": attr.dict(versioned=False, doc="what the step asks the backend for: tpu(\"v4-8\"), {\"cpu\": 2}"),
         "tracker": attr.string(default="json", values=["json", "wandb"], versioned=False,
                                doc="json: metrics.jsonl only; wandb: Weights & Biases as well"),
+        "slice_wait": attr.float(default=1800.0, versioned=False,
+                                 doc="multi-host slice: seconds to wait for a free slice before failing"),
+        "preemption_retries": attr.int(default=100, versioned=False,
+                                       doc="multi-host slice: restarts after a host or its process is lost"),
+        "failure_retries": attr.int(default=2, versioned=False,
+                                    doc="multi-host slice: restarts after the training code fails"),
     },
     doc="A language model trained with levanter on a weighted mixture of tokenized data.",
 )

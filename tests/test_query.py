@@ -410,9 +410,25 @@ def test_output_graph(diamond):
     assert dot.startswith("digraph mygraph {\n") and dot.endswith("}\n")
     edges = set(re.findall(r'"([^"]+)" -> "([^"]+)"', dot))
     assert edges == {("//exp:top", "//data:left"), ("//data:left", "//data:base")}
-    for label in ("//exp:top", "//data:left", "//data:base"):
-        assert f'  "{label}"\n' in dot
+    colours = {"//exp:top": "lightcoral", "//data:left": "khaki", "//data:base": "palegreen"}  # failed, stale, built
+    for label, colour in colours.items():
+        assert f'  "{label}" [fillcolor={colour}]\n' in dot
     assert "//data:right" not in dot
+
+
+def test_output_location(diamond):
+    diamond.location_of = lambda label: f"{label[2:].split(':')[0]}/BUILD.marin:3:1"
+    text = run_query("deps(//exp:top, 1) - //data:right", diamond, "location")
+    assert text == ("data/BUILD.marin:3:1: tokenize rule //data:left\n"
+                    "exp/BUILD.marin:3:1: train_lm rule //exp:top\n")
+
+
+def test_set_is_the_union_of_its_words(diamond):
+    assert run_query("set(//data:left //exp:top)", diamond) == "//data:left\n//exp:top\n"
+    assert run_query("set()", diamond) == ""
+    assert run_query("deps(set(//data:left))", diamond) == "//data:base\n//data:left\n"
+    with pytest.raises(QueryError, match="separated by spaces"):
+        run_query("set(//data:left, //exp:top)", diamond)
 
 
 def test_unknown_output_lists_valid_formats(diamond):

@@ -50,7 +50,7 @@ flavored = rule(implementation=_impl, attrs={"text": attr.string(default=FLAVOR)
 BUILD = '''
 load("@marinbuild//rules:python.py", "python_step")
 load("//rules:flavor.py", "flavored")
-load("//lib:consts.bzl", "TEXT")
+load("//lib:consts.star", "TEXT")
 
 python_step(name = "a", fn = "steps:write", config = {"text": TEXT}, srcs = glob(["data/*.txt"]))
 python_step(name = "b", fn = "steps:write", config = {"text": "B"}, deps = [":a"])
@@ -66,7 +66,7 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (root / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "../out"\n')
     (root / "steps.py").write_text(STEPS_PY)
     (root / "rules" / "flavor.py").write_text(RULES_PY)
-    (root / "lib" / "consts.bzl").write_text('TEXT = "A"\n')
+    (root / "lib" / "consts.star").write_text('TEXT = "A"\n')
     (root / "pipe" / "BUILD.marin").write_text(textwrap.dedent(BUILD))
     (root / "pipe" / "data" / "a.txt").write_text("data-a\n")
     calls = tmp_path / "calls.log"
@@ -166,7 +166,7 @@ def test_a_hit_runs_nothing_loads_nothing_and_reports_as_the_full_path(ws: Path,
 
 EDITS: list[tuple[str, Callable[[Path], None]]] = [
     ("build file", lambda ws: _bump(ws / "pipe/BUILD.marin", (ws / "pipe/BUILD.marin").read_text() + "\n# more\n")),
-    ("loaded file", lambda ws: _bump(ws / "lib/consts.bzl", 'TEXT = "A2"\n')),
+    ("loaded file", lambda ws: _bump(ws / "lib/consts.star", 'TEXT = "A2"\n')),
     ("rules module", lambda ws: _bump(ws / "rules/flavor.py", RULES_PY.replace('"plain"', '"spicy"'))),
     ("source file", lambda ws: _bump(ws / "pipe/data/a.txt", "data-a, edited\n")),
     ("new file matching a glob", lambda ws: (ws / "pipe/data/b.txt").write_text("b\n")),

@@ -79,6 +79,7 @@ def cache_status(session: Any, labels: Iterable[str | Label]) -> list[CacheRow]:
     all_steps = list(dict.fromkeys(s for steps in steps_by_label.values() for s in steps))
     probes = pb.probe_outputs([output_paths[s] for s in all_steps], stale_after)
     state_of = {s: _step_state(s.name, probes[output_paths[s]], prefix) for s in all_steps}
+    _note_code_changes(session, state_of)
     return [_row(str(label), [state_of[s] for s in steps]) for label, steps in steps_by_label.items()]
 
 
@@ -93,6 +94,16 @@ def _step_state(name: str, probe: pb.Probe, prefix: str) -> StepState:
             state.detail = "abandoned run (status RUNNING, lease stale or gone)"
         state.state = STALE if pb.has_other_version(prefix, name, exclude=probe.output_path) else pb.MISSING
     return state
+
+
+def _note_code_changes(session: Any, state_of: dict[Any, StepState]) -> None:
+    """A built step whose code changed since it was built says so in its detail."""
+    from marinbuild.code_digest import for_session, sentence
+
+    built = [s for s, state in state_of.items() if state.state == pb.BUILT]
+    for step, changed in for_session(session).check(built).items():
+        if changed:
+            state_of[step].detail = sentence(changed)
 
 
 def _row(label: str, states: list[StepState]) -> CacheRow:
@@ -124,7 +135,9 @@ def format_table(rows: list[CacheRow]) -> str:
         if len(row.steps) > 1:
             table[-1] = (row.label, state, "")
             table.extend(("", f"  {s.state}", s.output_path) for s in row.steps)
-    return _columns(table)
+    notes = [f"{row.label}: {s.detail}" for row in rows for s in row.steps
+             if s.state == pb.BUILT and s.detail and s.detail.startswith("code changed")]
+    return _columns(table) + "".join(f"{note}\n" for note in notes)
 
 
 def status_as_dict(rows: list[CacheRow]) -> list[dict[str, Any]]:
@@ -435,8 +448,8 @@ class CleanResult:
 def clean(workspace: Any, outputs_of: Iterable[str] | None = None, yes: bool = False) -> CleanResult:
     """Remove the workspace's ``.marinbuild/`` folder, and nothing else.
 
-    That folder (``<workspace root>/.marinbuild``) holds only caches the loader can recompute:
-    ``compiled/`` (compiled BUILD files) and ``stat_cache.json`` (source file digests by stat).
+    That folder (``<workspace root>/.marinbuild``) holds only caches marinbuild can recompute:
+    ``stat_cache.json`` (source file digests by stat) and the analysis snapshots.
     Build outputs under the prefix, leases, statuses and run infos are never touched: to
     delete outputs use ``cache_gc``. ``workspace`` is a ``Workspace`` (or its root folder).
     ``outputs_of`` must be None: asking ``clean`` to remove outputs raises ``ValueError``

@@ -117,6 +117,40 @@ def has_other_version(prefix: str, name: str, exclude: str | None = None) -> boo
     )
 
 
+def with_other_versions(prefix: str, outputs: dict[str, str], workers: int = 16) -> set[str]:
+    """The step names of ``outputs`` (name -> its current output path) for which ``has_other_version`` holds, with
+    one listing per distinct parent folder and the file checks in parallel (a remote prefix: no round trip per step)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    parents: dict[str, list[str]] = {}
+    for name in outputs:
+        parent = fs.join(prefix, name).rpartition("/")[0]
+        if parent:
+            parents.setdefault(parent, []).append(name)
+    if not parents:
+        return set()
+    store = Store(prefix)
+    with ThreadPoolExecutor(max_workers=min(workers, len(parents))) as pool:
+        listings = dict(zip(parents, pool.map(store.subdirs, parents), strict=True))
+    candidates: list[tuple[str, str]] = []
+    for parent, names in parents.items():
+        for name in names:
+            base = fs.join(prefix, name).rpartition("/")[2]
+            pattern = re.compile(re.escape(base) + r"-[0-9a-f]{6}\Z")
+            skip = normalize(outputs[name])
+            candidates.extend((name, fs.join(parent, folder)) for folder in listings[parent]
+                              if pattern.match(folder) and normalize(fs.join(parent, folder)) != skip)
+    if not candidates:
+        return set()
+
+    def left_output(path: str) -> bool:
+        return fs.exists(fs.join(path, INFO_FILE)) or fs.exists(st.status_path(path))
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(candidates))) as pool:
+        found = list(pool.map(left_output, [path for _name, path in candidates]))
+    return {name for (name, _path), present in zip(candidates, found, strict=True) if present}
+
+
 @dataclass
 class OtherVersion:
     output_path: str

@@ -1,4 +1,4 @@
-"""Loading BUILD.marin files into targets: the dialect, rule types, workspaces and the loader.
+"""Loading BUILD.marin files (Starlark) into targets: rule types, workspaces and the loader.
 
 Rules modules write ``from marinbuild.load import attr, rule``; the engine and the CLI use
 ``find_workspace``, ``Loader`` (or ``load_workspace``/``load_packages``/``load_patterns``)
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from marinbuild.load.attrs import Attr, attr
     from marinbuild.load.builtins import Struct
     from marinbuild.load.errors import BuildFileError, Location, WorkspaceError
-    from marinbuild.load.frozen import FrozenDict, FrozenList, FrozenValueError
+    from marinbuild.load.frozen import FrozenDict, FrozenValueError
     from marinbuild.load.loader import LoadedWorkspace, Loader, load_packages, load_patterns, load_workspace
     from marinbuild.load.repos import marinbuild_rules_dir
     from marinbuild.load.rules import RuleType, rule
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 _HOME = {
     "Attr": "attrs", "attr": "attrs", "Struct": "builtins", "BuildFileError": "errors", "Location": "errors",
-    "WorkspaceError": "errors", "FrozenDict": "frozen", "FrozenList": "frozen", "FrozenValueError": "frozen",
+    "WorkspaceError": "errors", "FrozenDict": "frozen", "FrozenValueError": "frozen",
     "LoadedWorkspace": "loader", "Loader": "loader", "load_packages": "loader", "load_patterns": "loader",
     "load_workspace": "loader", "marinbuild_rules_dir": "repos", "RuleType": "rules", "rule": "rules",
     "StatCache": "sources", "hash_source_file": "sources", "Target": "target", "BUILD_FILE": "workspace",
@@ -48,7 +48,6 @@ __all__ = [
     "Attr",
     "BuildFileError",
     "FrozenDict",
-    "FrozenList",
     "FrozenValueError",
     "LoadedWorkspace",
     "Loader",

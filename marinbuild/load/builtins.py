@@ -1,48 +1,45 @@
-"""The names every dialect file sees: a whitelist of Python builtins plus the BUILD functions.
+"""The names marinbuild adds to Starlark's own: ``glob``, ``package_name``, ``print``, ``tpu``.
 
-Python builtins: ``len range list dict tuple str int float bool sorted reversed enumerate
-zip min max sum any all abs repr`` and ``print`` (which logs to ``marinbuild.build``).
-BUILD functions: ``load``, ``glob``, ``package_name``, ``fail``, ``struct``. They all live in
-``__builtins__`` so that a file's globals hold only what it defines or loads. Every
-``def``/``lambda`` is wrapped by ``recursion_guard``.
+Every BUILD file and ``.star`` file sees Starlark's standard functions (``len``, ``range``,
+``sorted``, ``fail``, ``struct``...) plus these, which are Python callables the evaluator
+calls with plain values:
+
+- ``glob(include, exclude = [], allow_empty = False)``: the package's source files matching
+  the patterns (sorted, relative to the package);
+- ``package_name()``: the package of the BUILD file being evaluated;
+- ``print(*args, sep = " ")``: logs ``path: text`` on the ``marinbuild.build`` logger (``path``: the
+  BUILD file being evaluated);
+- ``tpu(tpu_type, cpu = None, memory = None, slices = 1)``: the ``resources`` dict of a step that
+  needs a whole TPU slice; ``slices`` > 1 (multislice) is refused, so the BUILD file fails to load.
+
+``glob`` and ``package_name`` only work while a BUILD file is evaluated. A problem raises
+``BuiltinError``, which the evaluator reports at the call's location. ``Struct`` is the
+Python record the analysis hands rule implementations as ``ctx.attr``.
 """
 
 from __future__ import annotations
 
-import builtins as _py
-import functools
 import logging
-import sys
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from marinbuild.load.context import current_package, frame_location
-from marinbuild.load.dialect import GUARD_NAME
-from marinbuild.load.errors import BuildFileError
+from marinbuild.load.context import _state, current_package
+from marinbuild.load.errors import LocatedLater
 from marinbuild.load.glob import GlobPatternError, glob_files, list_package_files
 
-__all__ = ["LOADS_KEY", "SAFE_BUILTINS", "Struct", "base_globals", "recursion_guard"]
+__all__ = ["BUILTINS", "BuiltinError", "Struct", "glob", "package_name", "tpu"]
 
 logger = logging.getLogger("marinbuild.build")
 
-_ALLOWED = (
-    "len range list dict tuple str int float bool sorted reversed enumerate zip min max sum any all abs repr".split()
-)
-LOADS_KEY = "__marin_loads__"
-"""Global of a dialect file holding its resolved ``load()`` modules: ``{label text: exports}``."""
+
+class BuiltinError(LocatedLater):
+    """A builtin was called wrongly; reported at the call's ``path:line:col``."""
 
 
 def _print(*args: Any, sep: str = " ") -> None:
-    """``print()`` in BUILD files: logs ``path:line:col: text`` at INFO level."""
-    location = frame_location(sys._getframe(1))
-    logger.info("%s: %s", location, sep.join(str(a) for a in args))
-
-
-def fail(*args: Any, sep: str = " ") -> None:
-    """Stop loading with an error at the caller's location."""
-    location = frame_location(sys._getframe(1))
-    raise BuildFileError.at(location, f"fail: {sep.join(str(a) for a in args)}")
+    """``print()``: logs ``path: text`` (the BUILD file evaluated) at INFO level on ``marinbuild.build``."""
+    ctx = getattr(_state, "ctx", None)
+    logger.info("%s: %s", ctx.display if ctx is not None else "load", sep.join(str(a) for a in args))
 
 
 def package_name() -> str:
@@ -50,30 +47,55 @@ def package_name() -> str:
     return current_package("package_name()").package
 
 
-def glob(include: Iterable[str], exclude: Iterable[str] = (), allow_empty: bool = False) -> list[str]:
+def glob(include: Any, exclude: Any = (), allow_empty: bool = False) -> list[str]:
     """Source files of the current package matching ``include`` and not ``exclude`` (sorted, relative)."""
     ctx = current_package("glob()")
-    location = frame_location(sys._getframe(1))
     for what, patterns in (("include", include), ("exclude", exclude)):
-        if isinstance(patterns, str) or not isinstance(patterns, list | tuple):
-            raise BuildFileError.at(location, f"glob(): {what} must be a list of patterns, got {patterns!r}")
+        if not isinstance(patterns, list | tuple) or not all(isinstance(p, str) for p in patterns):
+            raise BuiltinError(f"glob(): {what} must be a list of pattern strings, got {patterns!r}")
     if ctx.glob_files is None:
         ctx.glob_files = list_package_files(ctx.package_dir)
     try:
         found = glob_files(ctx.glob_files, include, exclude)
     except GlobPatternError as exc:
-        raise BuildFileError.at(location, f"glob(): {exc}") from None
+        raise BuiltinError(f"glob(): {exc}") from None
     if not found and not allow_empty:
-        raise BuildFileError.at(
-            location,
+        raise BuiltinError(
             f"glob({list(include)!r}) matched no files in package '{ctx.package}'; "
-            "pass allow_empty = True if that is expected",
+            "pass allow_empty = True if that is expected"
         )
     return found
 
 
+def tpu(tpu_type: str, cpu: float | None = None, memory: str | None = None, slices: int = 1) -> dict[str, Any]:
+    """The ``resources`` of a step that needs a whole TPU slice, e.g. ``tpu("v4-2048")``, ``tpu("v5litepod-256")``."""
+    from marinbuild.resources import check_slices, tpu_slice
+
+    if not isinstance(tpu_type, str):
+        raise BuiltinError(f"tpu(): the TPU type must be a string such as 'v4-8', got {tpu_type!r}")
+    try:
+        request: dict[str, Any] = {"tpu": tpu_slice(tpu_type).type}
+        check_slices(slices, tpu_type)
+    except ValueError as exc:
+        raise BuiltinError(f"tpu(): {exc}") from None
+    if cpu is not None:
+        request["cpu"] = cpu
+    if memory is not None:
+        request["memory"] = memory
+    return request
+
+
+BUILTINS: dict[str, Callable[..., Any]] = {
+    "glob": glob,
+    "package_name": package_name,
+    "print": _print,
+    "tpu": tpu,
+}
+"""What every BUILD and ``.star`` file sees besides Starlark's standard functions."""
+
+
 class Struct:
-    """``struct(a=1, b="x")``: an immutable record with attribute access."""
+    """``Struct(a=1, b="x")``: an immutable record with attribute access (a rule implementation's ``ctx.attr``)."""
 
     __slots__ = ("_fields",)
 
@@ -106,48 +128,3 @@ class Struct:
 
 def _make_struct(fields: dict[str, Any]) -> Struct:
     return Struct(**fields)
-
-
-_active = threading.local()
-
-
-def recursion_guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a dialect function so that calling it while it is already running is a located error."""
-    label = "lambda" if fn.__name__ == "<lambda>" else fn.__name__
-
-    @functools.wraps(fn)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        stack: list[tuple[Callable[..., Any], str]] | None = getattr(_active, "stack", None)
-        if stack is None:
-            stack = _active.stack = []
-        for i, (running, _name) in enumerate(stack):
-            if running is fn:
-                chain = " -> ".join([n for _f, n in stack[i:]] + [label])
-                location = frame_location(sys._getframe(1))
-                raise BuildFileError.at(location, f"recursion is not allowed in BUILD files: {chain}")
-        stack.append((fn, label))
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            stack.pop()
-
-    return guarded
-
-
-def load(label: str, *symbols: str, **aliases: str) -> None:
-    """Bind symbols of an already resolved module into the calling file's globals."""
-    scope = sys._getframe(1).f_globals
-    exports = scope[LOADS_KEY][label]
-    for name in symbols:
-        scope[name] = exports[name]
-    for local, name in aliases.items():
-        scope[local] = exports[name]
-
-
-SAFE_BUILTINS: dict[str, Any] = {name: getattr(_py, name) for name in _ALLOWED}
-SAFE_BUILTINS.update(print=_print, load=load, glob=glob, package_name=package_name, fail=fail, struct=Struct)
-
-
-def base_globals(name: str, loads: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """A fresh globals dict for one dialect file named ``name`` whose ``load()``s resolved to ``loads``."""
-    return {"__builtins__": SAFE_BUILTINS, "__name__": name, GUARD_NAME: recursion_guard, LOADS_KEY: loads}

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BuildFileError", "Location", "WorkspaceError", "display_path"]
+__all__ = ["BuildFileError", "LocatedLater", "Location", "WorkspaceError", "display_path"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,10 @@ class BuildFileError(Exception):
 
     def __reduce__(self):  # keep pickling (e.g. across processes) working with our signature
         return (type(self), (self.path, self.line, self.col, self.message))
+
+
+class LocatedLater(Exception):
+    """A problem found by a Python function Starlark called; reported at the location of that call."""
 
 
 class WorkspaceError(Exception):

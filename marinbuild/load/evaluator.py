@@ -1,165 +1,220 @@
-"""Evaluating dialect files: BUILD files (declaring targets) and loadable ``.bzl``-style modules.
+"""Evaluating BUILD files and the ``.star`` files they load, with Starlark (starlark-rust via starlark-pyo3).
 
-A file's ``load()`` statements are resolved before it runs (so a missing file, symbol or a
-load cycle is reported at the ``load()`` line); then its compiled code runs with the
-restricted builtins. A loaded module's top-level values are frozen when it finishes, and
-it is evaluated once per ``Evaluator``. Python exceptions escaping a file become
-``BuildFileError`` at the innermost dialect line, with the calling lines appended.
+A BUILD file is read, checked (``limits.check_source``), parsed with marinbuild's Starlark
+dialect and evaluated in a fresh Starlark module holding marinbuild's builtins; its rule
+calls declare targets in the package (``PackageContext``). Its ``load()`` statements go
+through a ``FileLoader``: a ``.star`` file is evaluated the same way (without a package)
+and frozen, once per ``Evaluator``; a ``.py`` file under a ``rules/`` folder (or the
+``@marinbuild`` repository) is imported as trusted Python and shown to Starlark as its rule
+types and plain values only (``exposed``). Nothing else of the host is reachable.
+
+Every error is a ``BuildFileError`` at ``path:line:col`` (``located``), including a file
+that runs past its time budget (``limits``). Evaluation happens on the large-stack thread
+(``stack``), which the loader enters once per load.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
+import re
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import FunctionType, TracebackType
-from typing import TYPE_CHECKING, Any
 
-from marinbuild.core.labels import Label, LabelError, parse_label
-from marinbuild.load.builtins import SAFE_BUILTINS, base_globals
-from marinbuild.load.codecache import compile_file
-from marinbuild.load.context import (
-    PackageContext,
-    code_position,
-    dialect_files,
-    package_scope,
-    register_dialect_file,
-)
-from marinbuild.load.dialect import CompiledFile
-from marinbuild.load.errors import BuildFileError, Location
-from marinbuild.load.frozen import FrozenValueError, freeze, freeze_function
-from marinbuild.load.repos import LOADABLE_SUFFIXES, UnknownRepositoryError, resolve_load
-from marinbuild.load.rules import RuleType
+import starlark as sl
+
+from marinbuild.core.labels import LabelError, parse_label
+from marinbuild.load import limits
+from marinbuild.load.context import PackageContext, package_scope
+from marinbuild.load.errors import BuildFileError, LocatedLater, Location
+from marinbuild.load.exposed import DIALECT, GLOBALS, RulesModule, add_builtins, expose_rules_module
+from marinbuild.load.located import forget, from_starlark, remember
+from marinbuild.load.repos import LIBRARY_SUFFIX, UnknownRepositoryError, resolve_load
 from marinbuild.load.target import Target
-from marinbuild.load.trusted import RulesModuleError, import_rules_module, module_exports
+from marinbuild.load.trusted import RulesModuleError, import_rules_module
 from marinbuild.load.workspace import BUILD_FILE, Workspace
 
-if TYPE_CHECKING:
-    from marinbuild.load.prefetch import CompileHelper
+__all__ = ["Evaluator"]
 
-__all__ = ["Evaluator", "error_from_exception"]
+_MISSING_SYMBOL = re.compile(r"Module has no symbol `([^`]*)`")
 
-_OWN_CODE = str(Path(__file__).resolve().parent) + os.sep
+
+class _Loaded:
+    """A loaded file as ``load()`` sees it: the frozen module and its loadable names."""
+
+    __slots__ = ("frozen", "hidden", "names")
+
+    def __init__(self, frozen: sl.FrozenModule, names: list[str], hidden: list[str] = ()) -> None:
+        self.frozen = frozen
+        self.names = names
+        self.hidden = list(hidden)
 
 
 class Evaluator:
-    """Evaluates the BUILD files and loadable modules of one workspace, caching modules."""
+    """Evaluates the BUILD files and loaded files of one workspace, caching loaded files."""
 
-    def __init__(
-        self, workspace: Workspace, repo_dirs: Mapping[str, Path] | None = None, cache_dir: Path | None = None
-    ) -> None:
+    def __init__(self, workspace: Workspace, repo_dirs: Mapping[str, Path] | None = None) -> None:
         self.workspace = workspace
-        self.cache_dir = cache_dir
         self.repo_dirs = dict(repo_dirs or {})
-        self._modules: dict[Path, dict[str, Any]] = {}
-        self._by_text: dict[tuple[str, str], dict[str, Any]] = {}  # (load() label, its package or "") -> exports
+        self.budget = limits.budget_seconds(workspace.config)
+        self._modules: dict[Path, _Loaded | BuildFileError] = {}
         self._root = str(workspace.root)
         self._loading: list[tuple[Path, str]] = []
-        self.helper: CompileHelper | None = None  # compiles BUILD files in a second process meanwhile (prefetch)
+        self._deadline = 0.0
 
     def build_file_paths(self, package: str) -> tuple[str, str]:
-        """``package``'s BUILD file: its path (the compiled code's filename) and its path in messages."""
-        if package:  # what workspace.build_file() and display() give, without making Paths
+        """``package``'s BUILD file: its path and its path in messages."""
+        if package:
             return os.path.join(self._root, package, BUILD_FILE), f"{package}/{BUILD_FILE}"
         return os.path.join(self._root, BUILD_FILE), BUILD_FILE
 
     def loaded_files(self) -> list[Path]:
-        """The files ``load()``ed so far (loadable modules and rules modules)."""
+        """The files ``load()``ed so far (``.star`` files and rules modules)."""
         return list(self._modules)
 
     def eval_build_file(self, package: str) -> dict[str, Target]:
         """Evaluate ``package``'s BUILD.marin; its targets by name, in declaration order."""
         path, display = self.build_file_paths(package)
-        compiled = compile_file(path, display, self.cache_dir, self.helper)
-        register_dialect_file(compiled.path, display)
-        loads = self._resolve_loads(compiled, package)
-        scope = base_globals(f"//{package}:{BUILD_FILE}", loads)
-        ctx = PackageContext(package, self.workspace.package_dir(package), compiled.path, compiled.display)
+        source = _read(path, display)
+        ctx = PackageContext(package, self.workspace.package_dir(package), path, display)
+        self._deadline = time.monotonic() + self.budget
         with package_scope(ctx):
-            _run(compiled, scope, self.workspace)
+            self._run(display, source, package)
         return ctx.targets
 
-    def _compile(self, path: Path) -> CompiledFile:
-        display = self.workspace.display(path)
-        compiled = compile_file(path, display, self.cache_dir)
-        register_dialect_file(compiled.path, display)
-        return compiled
+    def _cancelled(self) -> bool:
+        return time.monotonic() > self._deadline
 
-    def _resolve_loads(self, compiled: CompiledFile, package: str) -> dict[str, dict[str, Any]]:
-        resolved: dict[str, dict[str, Any]] = {}
-        for stmt in compiled.loads:
-            location = Location(compiled.display, stmt.line, stmt.col)
-            exports = self.load_module(stmt.label, package, location)
-            for _local, symbol in stmt.symbols:
-                if symbol not in exports:
-                    close = difflib.get_close_matches(symbol, list(exports), n=1)
-                    hint = f" (did you mean {close[0]!r}?)" if close else ""
-                    raise BuildFileError.at(location, f"load(): {stmt.label!r} has no public symbol {symbol!r}{hint}")
-            resolved[stmt.label] = exports
-        return resolved
+    def _run(self, display: str, source: str, package: str) -> sl.Module:
+        """Parse and evaluate one file in a new module; ``package`` resolves its relative ``load()`` labels."""
+        fallback = Location(display, 1, 1)
+        cancelled = (
+            f"evaluation stopped: it ran longer than the budget of {self.budget:g} s "
+            "([tool.marinbuild] eval_budget_seconds); loading must be quick: look for a loop that does not end"
+        )
+        forget()
+        try:
+            ast = sl.parse(display, source, DIALECT)
+        except sl.StarlarkError as exc:
+            raise _at_end_if_unplaced(from_starlark(str(exc), fallback, self._root), source) from None
+        try:
+            module = sl.Module()
+            add_builtins(module)
+            loader = sl.FileLoader(self._file_loader(package))
+            options = sl.EvalOptions(check_cancelled=self._cancelled, max_callstack_size=limits.MAX_CALL_DEPTH)
+            sl.eval_with(options, module, ast, GLOBALS, loader)
+        except sl.StarlarkError as exc:
+            error = from_starlark(str(exc), fallback, self._root, cancelled)
+            missing = _MISSING_SYMBOL.match(error.message)
+            if missing is not None:
+                error = self._missing_symbol(error, missing.group(1), ast, package)
+            raise error from None
+        except BuildFileError:
+            raise
+        except BaseException as exc:  # a panic inside starlark-rust (pyo3 PanicException), or MemoryError
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            raise BuildFileError.at(fallback, f"the Starlark evaluator failed on this file: {exc}") from None
+        return module
 
-    def load_module(self, text: str, package: str, location: Location) -> dict[str, Any]:
-        """The exports of the file ``text`` names (relative to ``package``), loading it if needed."""
-        key = (text, "" if text.startswith(("//", "@")) else package)  # absolute labels: one entry for all
-        known = self._by_text.get(key)
-        if known is not None:
-            return known
+    def _missing_symbol(self, error: BuildFileError, name: str, ast: sl.AstModule, package: str) -> BuildFileError:
+        """``error`` (a ``load()`` of a name the file does not export) saying which file and what it has."""
+        for stmt in ast.loads():
+            if name not in stmt.symbols.values():
+                continue
+            try:
+                loaded = self._load(stmt.module_id, package)
+            except BaseException:
+                break
+            if name in loaded.hidden:
+                text = (
+                    f"load(): {stmt.module_id!r} does not export {name!r}: a rules module exports only its rule types "
+                    "and plain values (strings, numbers, lists, dicts)"
+                )
+            else:
+                text = f"load(): {stmt.module_id!r} has no symbol {name!r}{did_you_mean(name, loaded.names)}"
+            forget()
+            return BuildFileError(error.path, error.line, error.col, text)
+        return error
+
+    def _file_loader(self, package: str) -> Callable[[str], sl.FrozenModule]:
+        def load(text: str) -> sl.FrozenModule:
+            try:
+                return self._load(text, package).frozen
+            except BaseException as exc:
+                remember(exc)
+                raise
+
+        return load
+
+    def _load(self, text: str, package: str) -> _Loaded:
+        """The module a ``load()`` of ``text`` (in ``package``) gives, evaluating or importing it if needed."""
         try:
             label = parse_label(text, package)
         except LabelError as exc:
-            raise BuildFileError.at(location, f"load(): {exc}") from None
-        if not label.name.endswith(LOADABLE_SUFFIXES):
-            raise BuildFileError.at(
-                location, f"load(): cannot load {text!r}: only {', '.join(LOADABLE_SUFFIXES)} files can be loaded"
+            raise _Unlocated(f"load(): {exc}") from None
+        if not label.name.endswith((LIBRARY_SUFFIX, ".py")):
+            raise _Unlocated(
+                f"load(): cannot load {text!r}: Starlark files loaded by BUILD files end in {LIBRARY_SUFFIX}, "
+                "and rules modules are .py files under rules/"
             )
         try:
             where = resolve_load(label, self.workspace.root, self.repo_dirs)
         except UnknownRepositoryError as exc:
-            raise BuildFileError.at(location, f"load(): {exc}") from None
+            raise _Unlocated(f"load(): {exc}") from None
         path = where.path
+        if label.name.endswith(".py") and where.trusted_root is None:
+            raise _Unlocated(
+                f"load(): cannot load {text!r}: .py files are rules modules and must be under a top-level rules/ "
+                f"folder; Starlark files end in {LIBRARY_SUFFIX}"
+            )
         cached = self._modules.get(path)
+        if isinstance(cached, BuildFileError):
+            raise cached
         if cached is not None:
-            self._by_text[key] = cached
             return cached
         for i, (loading, _name) in enumerate(self._loading):
             if loading == path:
                 chain = " -> ".join([n for _p, n in self._loading[i:]] + [str(label)])
-                raise BuildFileError.at(location, f"load cycle: {chain}")
+                raise _Unlocated(f"load cycle: {chain}")
         if not path.is_file():
-            raise BuildFileError.at(
-                location, f"load(): cannot load '{label}': file {self.workspace.display(path)} does not exist"
-            )
+            raise _Unlocated(f"load(): cannot load '{label}': file {self.workspace.display(path)} does not exist")
         self._loading.append((path, str(label)))
         try:
             if where.trusted_root is not None:
                 try:
                     module = import_rules_module(path, where.trusted_root, where.module_parts, str(label))
                 except RulesModuleError as exc:
-                    raise BuildFileError.at(location, _rules_error_text(exc, self.workspace)) from None
-                exports = {k: freeze(v) for k, v in module_exports(module).items()}
+                    raise _Unlocated(_rules_error_text(exc, self.workspace)) from None
+                exposed: RulesModule = expose_rules_module(module, str(label))
+                loaded = _Loaded(exposed.frozen, exposed.names, exposed.hidden)
             else:
-                exports = self._eval_module(path, label)
+                display = self.workspace.display(path)
+                try:
+                    source = _read(str(path), display)
+                    with package_scope(None):
+                        starlark_module = self._run(display, source, label.package)
+                    loaded = _Loaded(starlark_module.freeze(), [])
+                except BuildFileError as exc:
+                    self._modules[path] = exc
+                    raise
         finally:
             self._loading.pop()
-        self._modules[path] = self._by_text[key] = exports
-        return exports
+        self._modules[path] = loaded
+        return loaded
 
-    def _eval_module(self, path: Path, label: Label) -> dict[str, Any]:
-        compiled = self._compile(path)
-        loads = self._resolve_loads(compiled, label.package)
-        scope = base_globals(str(label), loads)
-        with package_scope(None):
-            _run(compiled, scope, self.workspace)
-        for key, value in scope.items():
-            if key.startswith("__"):
-                continue
-            scope[key] = frozen = freeze(value)
-            if isinstance(frozen, FunctionType):
-                freeze_function(frozen)
-            elif isinstance(frozen, RuleType):
-                frozen.bind(key, str(label))
-        return {k: v for k, v in scope.items() if not k.startswith("_")}
+
+def _at_end_if_unplaced(error: BuildFileError, source: str) -> BuildFileError:
+    """A syntax error Starlark places at 1:1 when the file ends too early: placed at the end of the text instead."""
+    if (error.line, error.col) != (1, 1) or "unexpected" not in error.message:
+        return error
+    lines = source.rstrip().splitlines() or [""]
+    return BuildFileError(error.path, len(lines), len(lines[-1]) + 1, error.message)
+
+
+class _Unlocated(LocatedLater):
+    """A ``load()`` problem; located at the ``load`` statement Starlark names."""
 
 
 def _rules_error_text(exc: RulesModuleError, workspace: Workspace) -> str:
@@ -169,57 +224,15 @@ def _rules_error_text(exc: RulesModuleError, workspace: Workspace) -> str:
     return text
 
 
-def _run(compiled: CompiledFile, scope: dict[str, Any], workspace: Workspace) -> None:
+def _read(path: str, display: str) -> str:
     try:
-        exec(compiled.code, scope)
-    except BuildFileError:
-        raise
-    except Exception as exc:
-        raise error_from_exception(exc, workspace) from None
+        with open(path, "rb") as f:
+            data = f.read(limits.MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise BuildFileError(display, 1, 1, f"cannot read the file: {exc.strerror or exc}") from None
+    return limits.check_source(data, display)
 
 
-def error_from_exception(exc: Exception, workspace: Workspace | None = None) -> BuildFileError:
-    """A ``BuildFileError`` at the innermost dialect line of ``exc``'s traceback."""
-    files = dialect_files()
-    dialect: list[TracebackType] = []
-    last: TracebackType | None = None
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename in files:
-            dialect.append(tb)
-        last = tb
-        tb = tb.tb_next
-    message = _describe(exc, dialect[-1] if dialect else None)
-    if last is not None and last.tb_frame.f_code.co_filename not in files:
-        filename = last.tb_frame.f_code.co_filename
-        if not filename.startswith(_OWN_CODE):  # point into rules modules, not into the loader itself
-            shown = workspace.display(filename) if workspace is not None else filename
-            message += f" (raised in {shown}:{last.tb_lineno})"
-    if not dialect:
-        return BuildFileError("<unknown>", 1, 1, message)
-    locations = [_tb_location(t, files) for t in dialect]
-    callers = [str(loc) for loc in reversed(locations[:-1])]
-    if callers:
-        message += "; called from " + ", ".join(callers)
-    return BuildFileError.at(locations[-1], message)
-
-
-def _tb_location(tb: TracebackType, files: dict[str, str]) -> Location:
-    code = tb.tb_frame.f_code
-    line, col = code_position(code, tb.tb_lasti)
-    return Location(files[code.co_filename], line or tb.tb_lineno, (col or 0) + 1)
-
-
-def _describe(exc: Exception, tb: TracebackType | None) -> str:
-    if isinstance(exc, NameError) and getattr(exc, "name", None):
-        name = exc.name  # type: ignore[attr-defined]
-        known: list[str] = list(SAFE_BUILTINS)
-        if tb is not None:
-            known += [k for k in tb.tb_frame.f_globals if not k.startswith("__")]
-            known += list(tb.tb_frame.f_locals)
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"unknown name {name!r}: it is not a builtin, not defined in this file and not load()ed{hint}"
-    if isinstance(exc, FrozenValueError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
+def did_you_mean(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

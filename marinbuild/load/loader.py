@@ -24,11 +24,11 @@ from typing import Any
 
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.labels import Label, PatternError, TargetPattern, expand_patterns, parse_label, parse_pattern
-from marinbuild.load import codecache, prefetch
 from marinbuild.load.attrs import hashes_differ
 from marinbuild.load.errors import BuildFileError
 from marinbuild.load.evaluator import Evaluator
 from marinbuild.load.locate import keyword_location
+from marinbuild.load.stack import on_big_stack
 from marinbuild.load.target import Target
 from marinbuild.load.workspace import BUILD_FILE, Workspace, find_workspace
 
@@ -113,17 +113,12 @@ class LoadedWorkspace:
 class Loader:
     """A loading session over ``workspace``.
 
-    ``repo_dirs`` overrides repository folders (``{"marinbuild": <rules folder>}``);
-    ``disk_cache`` keeps compiled BUILD files in ``<workspace>/.marinbuild/compiled``.
+    ``repo_dirs`` overrides repository folders (``{"marinbuild": <rules folder>}``).
     """
 
-    def __init__(self, workspace: Workspace, *, repo_dirs: RepoDirs = None, disk_cache: bool = True) -> None:
+    def __init__(self, workspace: Workspace, *, repo_dirs: RepoDirs = None) -> None:
         self.workspace = workspace
-        self.evaluator = Evaluator(
-            workspace,
-            {k: Path(v) for k, v in (repo_dirs or {}).items()},
-            workspace.cache_dir / "compiled" if disk_cache else None,
-        )
+        self.evaluator = Evaluator(workspace, {k: Path(v) for k, v in (repo_dirs or {}).items()})
         self._packages: dict[str, dict[str, Target]] = {}
         self._failed: dict[str, BuildFileError] = {}
         self._is_package: dict[str, bool] = {}
@@ -167,9 +162,7 @@ class Loader:
     def load_packages(self, packages: Iterable[str], *, transitive: bool = True) -> LoadedWorkspace:
         """Load ``packages`` (and, if ``transitive``, every package their labels refer to).
 
-        Files compiled meanwhile are written to the compiled-file cache at the end, in one file.
-        When many BUILD files are to be compiled, a forked helper process compiles them alongside
-        (``prefetch``); it is stopped before this returns.
+        BUILD files are evaluated by Starlark on the loader's large-stack thread (``stack``).
 
         Python's cyclic garbage collector is paused meanwhile (``gc_paused``): loading allocates about
         eight tracked objects per target and frees almost none, so the automatic collections would
@@ -178,35 +171,9 @@ class Loader:
         them, where a load with the collector running leaves them too. Cyclic garbage made while
         loading (rare: a BUILD file's functions and its globals) waits for a full collection.
         """
+        packages = list(dict.fromkeys(packages))
         with gc_paused():
-            packages = list(dict.fromkeys(packages))
-            self._start_helper(packages)
-            try:
-                return self._load_packages(packages, transitive)
-            finally:
-                helper, self.evaluator.helper = self.evaluator.helper, None
-                if helper is not None:
-                    helper.close()
-                if self.evaluator.cache_dir is not None:
-                    codecache.flush()
-
-    def _start_helper(self, packages: list[str]) -> None:
-        """Fork a compile helper (``prefetch``) if ``packages``' BUILD files that no cache holds are large enough."""
-        if len(packages) < prefetch.MIN_FILES or not prefetch.can_fork():
-            return
-        evaluator = self.evaluator
-        files = []
-        total = 0
-        for package in packages:
-            if package in self._packages or package in self._failed:
-                continue
-            path, display = evaluator.build_file_paths(package)
-            size = codecache.uncached_size(path, evaluator.cache_dir)
-            if size:
-                files.append((path, display))
-                total += size
-        if len(files) >= prefetch.MIN_FILES and total >= prefetch.MIN_BYTES:
-            evaluator.helper = prefetch.CompileHelper.start(files)
+            return on_big_stack(lambda: self._load_packages(packages, transitive))
 
     def _load_packages(self, packages: Iterable[str], transitive: bool) -> LoadedWorkspace:
         queue = list(dict.fromkeys(packages))
@@ -272,8 +239,9 @@ class Loader:
 
     def _target_not_files(self, target: Target, attr_name: str, label: Label) -> BuildFileError:
         """The error for a target's label given to an attribute that takes source files."""
-        return self._ref_error(target, attr_name, label,
-                               f"'{label}' is a target, but attribute {attr_name!r} takes source files")
+        return self._ref_error(
+            target, attr_name, label, f"'{label}' is a target, but attribute {attr_name!r} takes source files"
+        )
 
     def _resolve_target(self, target: Target) -> None:
         deps: list[Label] = []

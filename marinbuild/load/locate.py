@@ -1,4 +1,9 @@
-"""Finer error locations, computed only when an error is reported: the ``key=`` of a call."""
+"""Finer error locations, computed only when needed: the column of a call on a line, the ``key=`` of a call.
+
+Starlark's call stack names a frame's file and line; a target's column is found here by
+reading the file's syntax (Starlark's syntax is a subset of Python's, so ``ast`` reads a
+valid file), once per file version and only when a location is shown.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +13,18 @@ from pathlib import Path
 
 from marinbuild.load.errors import Location
 
-__all__ = ["keyword_location"]
+__all__ = ["call_location", "keyword_location"]
+
+_Calls = dict[tuple[int, int], dict[str, tuple[int, int]]]
 
 
 @lru_cache(maxsize=64)
-def _calls(filename: str, mtime_ns: int) -> dict[tuple[int, int], dict[str, tuple[int, int]]]:
+def _calls(filename: str, mtime_ns: int) -> _Calls:
     try:
         tree = ast.parse(Path(filename).read_bytes(), filename=filename)
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return {}
-    calls: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
+    calls: _Calls = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             calls[(node.lineno, node.col_offset + 1)] = {
@@ -26,11 +33,21 @@ def _calls(filename: str, mtime_ns: int) -> dict[tuple[int, int], dict[str, tupl
     return calls
 
 
-def keyword_location(call: Location, filename: str, keyword: str) -> Location:
-    """Where ``keyword=`` is written in the call at ``call`` in ``filename``; ``call`` if not found."""
+def _calls_of(filename: str) -> _Calls:
     try:
         mtime = Path(filename).stat().st_mtime_ns
     except OSError:
-        return call
-    found = _calls(filename, mtime).get((call.line, call.col), {}).get(keyword)
+        return {}
+    return _calls(filename, mtime)
+
+
+def call_location(display: str, filename: str, line: int) -> Location:
+    """``display:line:col`` of the first call starting on ``line`` of ``filename`` (column 1 if none is found)."""
+    cols = [col for (ln, col) in _calls_of(filename) if ln == line]
+    return Location(display, line, min(cols) if cols else 1)
+
+
+def keyword_location(call: Location, filename: str, keyword: str) -> Location:
+    """Where ``keyword=`` is written in the call at ``call`` in ``filename``; ``call`` if not found."""
+    found = _calls_of(filename).get((call.line, call.col), {}).get(keyword)
     return Location(call.path, *found) if found else call

@@ -5,7 +5,7 @@ marinbuild: the package-data folder ``marinbuild/_rules`` when it exists, else t
 ``rules/`` folder of the marinbuild source checkout. ``marinbuild_rules_dir`` is the one
 place that decides this. Files under a ``rules/`` folder at the top of a repository
 (``//rules:...``, ``//rules/sub:...`` and every ``@marinbuild`` file) are trusted Python
-modules; all other loadable files are evaluated in the restricted dialect.
+modules; the other loadable files are Starlark files ending in ``.star`` (``LIBRARY_SUFFIX``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from pathlib import Path
 
 from marinbuild.core.labels import Label
 
-__all__ = ["LOADABLE_SUFFIXES", "LoadTarget", "UnknownRepositoryError", "marinbuild_rules_dir", "resolve_load"]
+__all__ = ["LIBRARY_SUFFIX", "LoadTarget", "UnknownRepositoryError", "marinbuild_rules_dir", "resolve_load"]
 
-LOADABLE_SUFFIXES = (".py", ".bzl", ".star", ".marin")
+LIBRARY_SUFFIX = ".star"
+"""The suffix of Starlark files that BUILD files (and other such files) ``load()``."""
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # .../marinbuild
 
 

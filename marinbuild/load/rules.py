@@ -15,16 +15,15 @@ as ``@marinbuild//rules:...``) writes::
 
 and a BUILD file calls ``tokenize(name="x", dataset=":raw")``, which records a ``Target``
 in the package being evaluated (the rule's name, ``tokenize``, comes from the variable it
-is exported as). ``name`` is implicit and mandatory.
+is exported as). ``name`` is implicit and mandatory. Starlark code never holds a ``RuleType``:
+it gets an opaque function that calls ``RuleType.declare`` (see ``marinbuild.load.exposed``).
 """
 
 from __future__ import annotations
 
 import difflib
 import itertools
-import sys
 from collections.abc import Callable, Mapping
-from types import FrameType
 from typing import Any
 
 from marinbuild.core.labels import Label, LabelError, _make_label, validate_target_name
@@ -37,19 +36,11 @@ from marinbuild.load.attrs import (
     AttrValueError,
     absolute_prefix,
 )
-from marinbuild.load.context import (
-    _DIALECT_FILES,
-    PackageContext,
-    Site,
-    _state,
-    current_package,
-    frame_location,
-    frame_site,
-    site_location,
-)
-from marinbuild.load.errors import BuildFileError
-from marinbuild.load.locate import keyword_location
-from marinbuild.load.target import Target
+from marinbuild.load.context import PackageContext
+from marinbuild.load.errors import BuildFileError, Location
+from marinbuild.load.locate import call_location, keyword_location
+from marinbuild.load.located import source_path, stack_frames
+from marinbuild.load.target import Site, Target, site_location
 
 __all__ = ["RuleType", "rule"]
 
@@ -111,45 +102,35 @@ class RuleType:
         where = f" from {self.defined_in}" if self.defined_in else ""
         return f"<rule {self.display_name}{where}>"
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Label:
-        ctx = getattr(_state, "ctx", None)
-        if ctx is None:
-            ctx = current_package(self._what)  # raises the located error
-        frame = sys._getframe(1)
-        code = frame.f_code
-        display = _DIALECT_FILES.get(code.co_filename)
-        if display is not None and code.co_filename == ctx.build_file:  # called by the BUILD file itself
-            site: Site = (display, code, frame.f_lasti)  # its column is computed only if needed
-        else:  # by a macro
-            site = frame_site(frame, prefer=ctx.build_file)
+    def declare(self, ctx: PackageContext, stack: str, args: Any, kwargs: dict[str, Any]) -> Label:
+        """Declare a target in ``ctx``'s package from a call in a BUILD file (or a macro it calls).
+
+        ``stack`` is the Starlark call stack's text (``call_stack()``), read only when a location
+        is needed: the target's location is the BUILD file's own frame. Returns the target's label.
+        """
+        site: Site = (ctx.display, ctx.build_file, stack)
         if args:
-            raise self._error(ctx, frame, site, None, "rules take keyword arguments only (name = ..., attr = ...)")
+            raise self._error(ctx, site, None, "rules take keyword arguments only (name = ..., attr = ...)")
         name = kwargs.pop("name", None)
         if name is None:
-            raise self._error(
-                ctx, frame, site, None, f"{self.display_name}() is missing the mandatory attribute 'name'"
-            )
+            missing = f"{self.display_name}() is missing the mandatory attribute 'name'"
+            raise self._error(ctx, site, None, missing)
         if not isinstance(name, str):
-            raise self._error(ctx, frame, site, "name", f"attribute 'name' must be a string, got {name!r}")
+            raise self._error(ctx, site, "name", f"attribute 'name' must be a string, got {name!r}")
         plain = (name.isidentifier() and name.isascii()) or _PLAIN_NAME.match(name) is not None
         if not plain:
             try:
                 validate_target_name(name)
             except LabelError as exc:
-                raise self._error(ctx, frame, site, "name", f"invalid target name: {exc}") from None
+                raise self._error(ctx, site, "name", f"invalid target name: {exc}") from None
         attrs = self.attrs
         if not self._names.issuperset(kwargs):
             unknown = next(k for k in kwargs if k not in attrs)
             close = difflib.get_close_matches(unknown, list(self.attrs), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             valid = ", ".join(["name", *self.attrs])
-            raise self._error(
-                ctx,
-                frame,
-                site,
-                unknown,
-                f"{self.display_name}() has no attribute {unknown!r} ({hint}attributes: {valid})",
-            )
+            text = f"{self.display_name}() has no attribute {unknown!r} ({hint}attributes: {valid})"
+            raise self._error(ctx, site, unknown, text)
         package = ctx.package
         values: dict[str, Any] = {}
         get = kwargs.get
@@ -167,23 +148,21 @@ class RuleType:
                 elif value is None and spec.mandatory:
                     raise self._error(
                         ctx,
-                        frame,
                         site,
                         None,
                         f"{self.display_name}(name={name!r}) is missing the mandatory attribute {key!r}",
                     )
                 else:  # a type's own value_or_default() tells "not given" (_UNSET) from None
                     values[key] = spec.value_or_default(value if key in kwargs else _UNSET, package)
-        except AttrValueError as exc:
+        except (AttrValueError, RecursionError) as exc:
             what = "default of attribute" if value is None else "attribute"
-            raise self._error(
-                ctx, frame, site, key, f"{what} {key!r} of {self.display_name}(name={name!r}): {exc}"
-            ) from None
+            text = "value nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise self._error(ctx, site, key, f"{what} {key!r} of {self.display_name}(name={name!r}): {text}") from None
         targets = ctx.targets
         previous = targets.get(name)
         if previous is not None:
             raise self._error(
-                ctx, frame, site, "name", f"duplicate target name {name!r}: already declared at {previous.location}"
+                ctx, site, "name", f"duplicate target name {name!r}: already declared at {previous.location}"
             )
         if plain:  # what 'name', ':name' and '//package:name' mean, for the labels that refer to it
             memo = ctx.labels
@@ -207,16 +186,32 @@ class RuleType:
         targets[name] = Target(label, self, values, site, (), (), (), next(_ORDER))  # positional: faster
         return label
 
-    def _error(
-        self, ctx: PackageContext, frame: FrameType, site: Site, keyword: str | None, message: str
-    ) -> BuildFileError:
+    def _error(self, ctx: PackageContext, site: Site, keyword: str | None, message: str) -> BuildFileError:
+        site, inner = _sites(ctx, stack_frames(site[2]) if isinstance(site, tuple) else [])
         location = site_location(site)
         if keyword is not None:
             location = keyword_location(location, ctx.build_file, keyword)
-        inner = frame_location(frame)
-        if inner != location and inner.path != location.path:
-            message = f"{message} (in the macro at {inner})"
+        if inner is not None:
+            message = f"{message} (in the macro at {site_location(inner)})"
         return BuildFileError.at(location, message)
+
+
+def _sites(ctx: PackageContext, frames: list[tuple[str, int]]) -> tuple[Location, Location | None]:
+    """The rule call's location (the BUILD file's innermost frame) and, if a macro made the call, the macro's."""
+    frames = [f for f in frames if not f[0].startswith("<")]  # not the generated rule wrapper
+    display = ctx.display
+    own = None
+    for path, line in reversed(frames):
+        if path == display:
+            own = call_location(display, ctx.build_file, line)
+            break
+    if own is None:
+        own = Location(display, 1, 1)
+    if not frames or frames[-1][0] == display:
+        return own, None
+    path, line = frames[-1]
+    root = ctx.build_file[: len(ctx.build_file) - len(display)]
+    return own, call_location(path, source_path(root, path), line)
 
 
 _FILL_DEFAULT, _FILL_EMPTY, _FILL_CONSTANT = 0, 1, 2

@@ -7,13 +7,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from marinbuild.core.labels import Label
-from marinbuild.load.context import Site, site_location
 from marinbuild.load.errors import Location
+from marinbuild.load.locate import call_location
 
 if TYPE_CHECKING:
     from marinbuild.load.rules import RuleType
 
-__all__ = ["Target"]
+__all__ = ["Site", "Target", "site_location"]
+
+Site = tuple[str, str, str] | Location
+"""Where a rule was called: a ``Location``, or ``(BUILD file's display path, its path, Starlark call
+stack text)``, read only when the location is asked for (``site_location``)."""
+
+
+def site_location(site: Site) -> Location:
+    """The ``Location`` of a ``Site``: the innermost frame of the BUILD file in the call stack."""
+    if isinstance(site, Location):
+        return site
+    from marinbuild.load.located import stack_frames
+
+    display, path, stack = site
+    for frame_path, line in reversed(stack_frames(stack)):
+        if frame_path == display:
+            return call_location(display, path, line)
+    return Location(display, 1, 1)
 
 
 @dataclass(eq=False, slots=True)
@@ -28,7 +45,7 @@ class Target:
     rule: RuleType
     attrs: dict[str, Any]
     site: Site
-    """Where the rule was called: a ``Location``, or a cheaper ``frame_site`` turned into one on use."""
+    """Where the rule was called: a ``Location``, or a cheaper ``Site`` turned into one on use."""
     deps: tuple[Label, ...] = ()
     srcs: tuple[Label, ...] = ()
     source_paths: tuple[Path, ...] = ()

@@ -3,9 +3,8 @@
 Each rules folder becomes a synthetic package (``_marinbuild_rules_<hash>``) whose
 ``__path__`` is the folder, so its modules import each other normally (``from . import
 common``) and never clash with another folder's ``rules``. Modules are imported once and
-cached by ``(path, mtime_ns, size)``. A module exports the names in its ``__all__`` or, if
-it has none, its public (non-``_``) names; modules themselves are never exported. Rule
-types get their name (the variable they are exported as) when the module is imported.
+cached by ``(path, mtime_ns, size)``. Rule types get their name (the variable they are
+exported as) when the module is imported; what Starlark sees of a module is ``exposed``'s job.
 """
 
 from __future__ import annotations
@@ -15,11 +14,10 @@ import importlib
 import sys
 import types
 from pathlib import Path
-from typing import Any
 
 from marinbuild.load.rules import RuleType
 
-__all__ = ["RulesModuleError", "import_rules_module", "module_exports"]
+__all__ = ["RulesModuleError", "import_rules_module"]
 
 _PARENTS: dict[Path, str] = {}
 _MODULES: dict[Path, tuple[tuple[int, int], types.ModuleType]] = {}
@@ -81,16 +79,3 @@ def _import_error(exc: Exception, path: Path, label: str) -> RulesModuleError:
                 line = tb.tb_lineno
             tb = tb.tb_next
     return RulesModuleError(f"error importing rules module {label}: {type(exc).__name__}: {exc}", path, line)
-
-
-def module_exports(module: types.ModuleType) -> dict[str, Any]:
-    """What a rules module lets BUILD files load."""
-    names = getattr(module, "__all__", None)
-    if names is None:
-        names = [n for n in vars(module) if not n.startswith("_")]
-    namespace = vars(module)
-    return {
-        name: namespace[name]
-        for name in names
-        if not name.startswith("_") and name in namespace and not isinstance(namespace[name], types.ModuleType)
-    }

@@ -40,7 +40,16 @@ _PARENT_ENV = "MARINBUILD_ML_PARENT_PID"
 
 
 class MlProcessError(RuntimeError):
-    """The child process failed; the message ends with the tail of its log."""
+    """The child process failed; the message ends with the tail of its log.
+
+    ``returncode`` is the child's exit code; negative when a signal killed it (``-9``: SIGKILL)."""
+
+    def __init__(self, message: str, returncode: int | None = None):
+        super().__init__(message)
+        self.returncode = returncode
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.args[0] if self.args else "", self.returncode)
 
 
 def say(message: str) -> None:
@@ -92,7 +101,7 @@ def run_child(module: str, payload: dict[str, Any], *, log_dir: str, name: str, 
         if code != 0:
             lines = "".join(tail).rstrip()
             where = log_path if is_local(log_dir) else os.path.join(log_dir, f"{name}.log")
-            raise MlProcessError(f"{module} exited with code {code}; log: {where}; last lines:\n{lines}")
+            raise MlProcessError(f"{module} exited with code {code}; log: {where}; last lines:\n{lines}", code)
         with open(result_path) as f:
             return json.load(f)
     finally:

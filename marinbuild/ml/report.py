@@ -4,9 +4,12 @@
 ``eval_lm`` outputs (``eval.json``) and writes:
 
     metrics.json   {"train_loss": [[step, loss], ...], "validation_loss": {name: [[step, loss], ...]},
-                    "learning_rate": [[step, lr], ...], "summary": {...}, "evaluations": {...}}
+                    "learning_rate": [[step, lr], ...], "summary": {...}, "evaluations": {...},
+                    "settings": {"model", "parameters", "learning_rate", "batch_size", "steps", "seq_len"}}
     loss.png       training loss (and its moving average) and each validation loss against the step,
-                   log-scale loss axis, final evaluation results in the legend
+                   log-scale loss axis, final evaluation results in the legend; under the title the
+                   run's key settings (model size, learning rate, batch, steps), so two plots can be
+                   told apart
 
 matplotlib (Agg backend, no display) is imported only here.
 """
@@ -58,6 +61,51 @@ def collect(train_output: str, eval_outputs: list[str]) -> dict[str, Any]:
     }
 
 
+def key_settings(train_output: str, parameter_count: int | None) -> dict[str, Any]:
+    """The run's model size, learning rate, batch size, steps and sequence length, from the ``train_lm``
+    target's config in its ``.executor_info`` (empty values when it cannot be read)."""
+    attrs: dict[str, Any] = {}
+    try:
+        with fsspec.open(os.path.join(train_output, ".executor_info"), "r") as f:
+            attrs = json.load(f).get("config", {}).get("attrs", {}) or {}
+    except (FileNotFoundError, ValueError, AttributeError):
+        pass
+    model = attrs.get("model") or {}
+    optimizer = attrs.get("optimizer") or {}
+    trainer = attrs.get("trainer") or {}
+    shape = None
+    if model.get("hidden_dim") and model.get("num_layers"):
+        shape = f"{model.get('type', 'model')} {model['num_layers']}x{model['hidden_dim']}"
+    return {
+        "model": shape,
+        "parameters": parameter_count,
+        "learning_rate": optimizer.get("learning_rate"),
+        "batch_size": trainer.get("batch_size"),
+        "steps": trainer.get("num_train_steps"),
+        "seq_len": trainer.get("seq_len") or model.get("seq_len"),
+    }
+
+
+def settings_line(settings: dict[str, Any]) -> str:
+    """``llama 4x64, 1.2M parameters, lr 0.003, batch 32, 200 steps, seq 128`` (what is known)."""
+    parts = []
+    if settings.get("model"):
+        parts.append(str(settings["model"]))
+    params = settings.get("parameters")
+    if params:
+        parts.append(f"{params / 1e9:.1f}B parameters" if params >= 1e9 else f"{params / 1e6:.1f}M parameters"
+                     if params >= 1e6 else f"{params:,} parameters")
+    if settings.get("learning_rate") is not None:
+        parts.append(f"lr {settings['learning_rate']:g}")
+    if settings.get("batch_size") is not None:
+        parts.append(f"batch {settings['batch_size']}")
+    if settings.get("steps") is not None:
+        parts.append(f"{settings['steps']} steps")
+    if settings.get("seq_len") is not None:
+        parts.append(f"seq {settings['seq_len']}")
+    return ", ".join(parts)
+
+
 def _moving_average(values: list[float], window: int) -> list[float]:
     out, total = [], 0.0
     for i, v in enumerate(values):
@@ -99,17 +147,20 @@ def plot(metrics: dict[str, Any], path: str, title: str) -> None:
     ax.set_ylabel("loss (nats per token)")
     if train and min(v for _, v in train) > 0:
         ax.set_yscale("log")
-    ax.set_title(title)
+    line = settings_line(metrics.get("settings") or {})
+    shown = f"{title}\n{line}" if line else title
+    ax.set_title(shown, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     with fsspec.open(path, "wb") as f:
-        fig.savefig(f, format="png")
+        fig.savefig(f, format="png", metadata={"Title": shown.replace("\n", " | ")})  # the title, readable by tools
     plt.close(fig)
 
 
 def build_report(train_output: str, eval_outputs: list[str], output_path: str, title: str = "") -> dict[str, Any]:
     metrics = collect(train_output, eval_outputs)
+    metrics["settings"] = key_settings(train_output, metrics.get("parameter_count"))
     fs, root = fsspec.core.url_to_fs(output_path)
     fs.makedirs(root, exist_ok=True)
     with fsspec.open(os.path.join(output_path, "metrics.json"), "w") as f:

@@ -14,6 +14,13 @@ Under the output folder:
     summary.json          written at the end: steps, final losses, parameter count
     logs/                 levanter's log and the child's output
 
+On a multi-host TPU slice (``marinbuild.ml.slice_run``) this module runs once per host, all
+together: the payload's ``distributed`` says how JAX distributed starts (``True``: JAX finds
+the coordinator itself, as on real TPU VMs; a dict: ``coordinator_address``,
+``num_processes`` and ``process_id`` given explicitly, with JAX's CPU collectives (gloo)
+where there is no TPU). Only process 0 writes ``runs.jsonl``, ``model.json``, the metrics
+and ``summary.json``; every process writes its share of each checkpoint.
+
 A rerun in the same output folder (after a crash, a SIGKILL or a preemption) finds the
 latest complete checkpoint and resumes from its step, data loader included, instead of
 starting over; ``runs.jsonl`` records where each start began. Tracking is the JSON lines
@@ -102,6 +109,11 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     trainer = from_dict(Trainer, payload["trainer"])
     tokenizer = resolve_tokenizer(payload["tokenizer"])
     checkpoint_dir = os.path.join(out, "checkpoints")
+    distributed = payload.get("distributed")
+    lead = not isinstance(distributed, dict) or distributed["process_id"] == 0
+    if isinstance(distributed, dict):
+        _cpu_collectives_unless_tpu()
+        _host_side_eval_tags()
 
     # A checkpoint named step-N holds the state after step N: training goes on at step N + 1.
     checkpoint, checkpoint_step = latest_checkpoint(checkpoint_dir)
@@ -110,14 +122,19 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
         say(f"resuming from checkpoint {checkpoint}: step {checkpoint_step} done, going on at step {start_step}")
     else:
         say(f"starting at step 0: no checkpoint under {checkpoint_dir}")
-    append_record(os.path.join(out, "runs.jsonl"), {"start_step": start_step, "checkpoint": checkpoint,
-                                                    "time": time.time()})
-    with fsspec.open(os.path.join(out, MODEL_INFO), "w") as f:
-        json.dump({"model": as_dict(model), "tokenizer": payload["tokenizer"],
-                   "seq_len": trainer.seq_len or model.seq_len, "mp": trainer.mp}, f, indent=2)
+    if lead:
+        append_record(os.path.join(out, "runs.jsonl"), {"start_step": start_step, "checkpoint": checkpoint,
+                                                        "time": time.time()})
+        with fsspec.open(os.path.join(out, MODEL_INFO), "w") as f:
+            json.dump({"model": as_dict(model), "tokenizer": payload["tokenizer"],
+                       "seq_len": trainer.seq_len or model.seq_len, "mp": trainer.mp}, f, indent=2)
 
     trackers: list[Any] = [JsonlTrackerConfig(path=os.path.join(out, METRICS), start_step=start_step)]
-    if payload.get("tracker") == "wandb":
+    if not lead:  # the other hosts of a slice: process 0 keeps the metrics
+        from levanter.tracker import NoopConfig
+
+        trackers = [NoopConfig()]
+    elif payload.get("tracker") == "wandb":
         from levanter.tracker.wandb import WandbConfig
 
         trackers.append(WandbConfig(project=os.environ.get("WANDB_PROJECT", "marin"), name=payload["run_id"],
@@ -142,7 +159,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
             keep=[{"every": trainer.checkpoint_every}],
         ),
         require_accelerator=bool(payload.get("require_accelerator")),
-        distributed=DistributedConfig(initialize_jax_distributed=bool(payload.get("distributed"))),
+        distributed=_distributed_config(DistributedConfig, distributed),
         jax_compilation_cache_dir=compilation_cache_dir(),
         allow_nondivisible_batch_size=True,
         log_jaxprs=False,
@@ -162,10 +179,51 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     started = time.time()
     train_lm.main(config)
     summary = summarize(out, start_step=start_step, seconds=time.time() - started)
-    with fsspec.open(os.path.join(out, SUMMARY), "w") as f:
-        json.dump(summary, f, indent=2)
+    if lead:
+        with fsspec.open(os.path.join(out, SUMMARY), "w") as f:
+            json.dump(summary, f, indent=2)
     say(f"trained to step {summary['last_step']}: train loss {summary.get('final_train_loss')}")
     return summary
+
+
+def _distributed_config(cls: Any, distributed: Any) -> Any:
+    """levanter's ``DistributedConfig``: off (one host), found by JAX (``True``), or explicit (a dict)."""
+    if isinstance(distributed, dict):
+        return cls(coordinator_address=distributed["coordinator_address"],
+                   num_processes=int(distributed["num_processes"]), process_id=int(distributed["process_id"]))
+    return cls(initialize_jax_distributed=bool(distributed))
+
+
+def _host_side_eval_tags() -> None:
+    """Keep the tag arrays of levanter's evaluation datasets on the host (numpy), as its loader expects.
+
+    ``DomainTaggedDataset`` builds them with ``jnp.asarray`` under the trainer's global mesh: with
+    several CPU processes each array then spans every process's device, and the loader's host-side
+    batching (``local_cpu_mesh``) rejects it ("Received incompatible devices for jitted computation"),
+    so every evaluation failed. Applied where the processes get their coordinator explicitly (no TPU).
+    """
+    import numpy as np
+    from levanter.eval import DomainTaggedDataset
+
+    def compute_tag_arrays(self: Any) -> list[Any]:
+        arrays = []
+        for _dataset, tags in self.datasets:
+            array = np.zeros(self.num_tags, dtype=np.int32)
+            array[[self.tag_to_index[tag] for tag in tags]] = 1
+            arrays.append(array)
+        return arrays
+
+    DomainTaggedDataset._compute_tag_arrays = compute_tag_arrays
+
+
+def _cpu_collectives_unless_tpu() -> None:
+    """Collectives across the processes of a slice run on CPU through gloo when this host has no TPU."""
+    from marinbuild.resources import local_tpu_chips
+
+    if local_tpu_chips() == 0:
+        import jax
+
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
 
 def summarize(out: str, *, start_step: int, seconds: float) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from marinbuild.query.errors import QueryError
 from marinbuild.query.functions import CACHE_STATES
 from marinbuild.query.graphops import backward_closure, forward_closure, some_path
 from marinbuild.query.parser import parse
-from marinbuild.query.syntax import BinOp, Call, Expr, Let, Query, Target, Var
+from marinbuild.query.syntax import BinOp, Call, Expr, Let, Query, SetOf, Target, Var
 from marinbuild.query.universe import STATES, QueryUniverse
 from marinbuild.query.values import attr_text, label_strings, looks_like_label, resolve_label
 
@@ -63,6 +63,8 @@ class _Evaluator:
             return self.eval(node.body, {**env, node.name: value})
         if isinstance(node, BinOp):
             return self.binop(node, env)
+        if isinstance(node, SetOf):
+            return frozenset().union(*(self.eval(word, env) for word in node.words))
         return getattr(self, "fn_" + node.name)(node, env)
 
     def binop(self, node: BinOp, env: Mapping[str, Labels]) -> Labels:

@@ -1,4 +1,4 @@
-"""Output formatters for query results: ``label``, ``label_kind``, ``json`` and ``graph`` (DOT)."""
+"""Output formatters for query results: ``label``, ``label_kind``, ``location``, ``json`` and ``graph`` (DOT)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ from marinbuild.query.values import json_safe
 
 __all__ = ["OUTPUT_FORMATS", "check_output", "format_result"]
 
-OUTPUT_FORMATS = ("label", "label_kind", "json", "graph")
+OUTPUT_FORMATS = ("label", "label_kind", "location", "json", "graph")
+
+STATE_COLORS = {"built": "palegreen", "stale": "khaki", "missing": "lightgray", "failed": "lightcoral",
+                "running": "lightskyblue"}
+"""The fill colour of each cache state in ``--output graph``."""
 
 
 def check_output(output: str) -> None:
@@ -26,16 +30,21 @@ def format_result(labels: Sequence[str], universe: QueryUniverse, output: str = 
 
     - ``label``: one label per line.
     - ``label_kind``: ``<kind> rule <label>`` per line.
+    - ``location``: ``path:line:col: <kind> rule <label>`` per line, as Bazel prints it.
     - ``json``: a list of ``{"label", "kind", "deps", "attrs"}`` objects; ``deps`` are all
       direct dependencies (sorted), ``attrs`` made JSON-safe (other objects as ``str``).
     - ``graph``: Graphviz DOT as Bazel prints it (unfactored): each node, then its edges
-      to the nodes of the result it directly depends on.
+      to the nodes of the result it directly depends on; each node filled with the colour of its
+      cache state (``STATE_COLORS``; a legend in a comment), which reads the cache.
     """
     check_output(output)
     if output == "label":
         return "".join(f"{label}\n" for label in labels)
     if output == "label_kind":
         return "".join(f"{universe.kind_of(label)} rule {label}\n" for label in labels)
+    if output == "location":
+        where = universe.location_of or (lambda label: "(unknown location)")
+        return "".join(f"{where(label)}: {universe.kind_of(label)} rule {label}\n" for label in labels)
     if output == "json":
         doc = [
             {
@@ -48,9 +57,12 @@ def format_result(labels: Sequence[str], universe: QueryUniverse, output: str = 
         ]
         return json.dumps(doc, indent=2) + "\n"
     members = set(labels)
-    lines = ["digraph mygraph {", "  node [shape=box];"]
+    legend = ", ".join(f"{state}: {color}" for state, color in STATE_COLORS.items())
+    lines = ["digraph mygraph {", f"  // fill colour = cache state ({legend})", "  node [shape=box, style=filled];"]
+    states = universe.states_of(list(labels)) if universe.states_of is not None \
+        else {label: universe.state_of(label) for label in labels}
     for label in labels:
-        lines.append(f"  {_dot(label)}")
+        lines.append(f"  {_dot(label)} [fillcolor={STATE_COLORS.get(states[label], 'white')}]")
         lines.extend(f"  {_dot(label)} -> {_dot(dep)}" for dep in universe.deps_of(label) if dep in members)
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -19,7 +19,7 @@ import re
 from marinbuild.query.errors import QueryError, did_you_mean
 from marinbuild.query.functions import BAZEL_ONLY, FUNCTIONS, Arg, FunctionSpec
 from marinbuild.query.lexer import Tok, Token, tokenize
-from marinbuild.query.syntax import KEYWORDS, OPERATORS, BinOp, Call, Expr, Let, Query, Target, Var
+from marinbuild.query.syntax import KEYWORDS, OPERATORS, BinOp, Call, Expr, Let, Query, SetOf, Target, Var
 
 __all__ = ["parse"]
 
@@ -119,6 +119,8 @@ class _Parser:
             )
         if word.startswith("$"):
             return self.var()
+        if word == "set" and self.peek(1).kind is Tok.LPAREN:
+            return self.set_of()
         if self.peek(1).kind is Tok.LPAREN:
             return self.call()
         if word in FUNCTIONS:
@@ -129,6 +131,19 @@ class _Parser:
             )
         self.advance()
         return Target(word, tok.pos)
+
+    def set_of(self) -> SetOf:
+        """``set(word word ...)``: target patterns separated by spaces, no commas."""
+        start = self.advance()
+        self.advance()
+        words: list[Target] = []
+        while (tok := self.peek()).kind is not Tok.RPAREN:
+            if tok.kind is not Tok.WORD:
+                raise self.error(f"set() takes target patterns separated by spaces, found {tok.describe()}", tok.pos)
+            self.advance()
+            words.append(Target(tok.text, tok.pos))
+        self.advance()
+        return SetOf(tuple(words), start.pos)
 
     def var(self) -> Var:
         tok = self.advance()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from marinbuild.query.functions import FUNCTIONS
 from marinbuild.query.lexer import WORD_CHARS
 
-__all__ = ["KEYWORDS", "OPERATORS", "BinOp", "Call", "Expr", "Let", "Query", "Target", "Var", "quote_word"]
+__all__ = ["KEYWORDS", "OPERATORS", "BinOp", "Call", "Expr", "Let", "Query", "SetOf", "Target", "Var", "quote_word"]
 
 # Operator spellings -> canonical operator name.
 OPERATORS = {
@@ -35,6 +35,7 @@ def quote_word(word: str) -> str:
         and not word.startswith(("-", "$"))
         and word not in KEYWORDS
         and word not in FUNCTIONS
+        and word != "set"
     )
     if bare:
         return word
@@ -118,7 +119,18 @@ class Call:
         return f"{self.name}({', '.join(parts)})"
 
 
-Expr = Target | Var | Let | BinOp | Call
+@dataclass(frozen=True)
+class SetOf:
+    """``set(a b c)``: the union of the target patterns, as Bazel's ``set()``; ``set()`` is the empty set."""
+
+    words: tuple[Target, ...]
+    pos: int
+
+    def __str__(self) -> str:
+        return f"set({' '.join(str(w) for w in self.words)})"
+
+
+Expr = Target | Var | Let | BinOp | Call | SetOf
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ class QueryUniverse:
     lazily, at most once per label per evaluation, and only for labels that reach a
     cache-aware function. ``expand_pattern(word)`` turns a target pattern (``//pkg/...``,
     ``//pkg:all``, ``:name``...) into labels and raises the caller's own error for unknown
-    ones; it is called once per distinct word per evaluation.
+    ones; it is called once per distinct word per evaluation. ``location_of(label)``, when given,
+    is where the target was declared.
 
     The universe is a snapshot: do not mutate ``graph`` after the first query on it.
     """
@@ -38,6 +39,10 @@ class QueryUniverse:
     graph: nx.DiGraph
     state_of: Callable[[str], str]
     expand_pattern: Callable[[str], list[str]]
+    location_of: Callable[[str], str] | None = None
+    """``path:line:col`` of the rule call that declared a label (``--output location``)."""
+    states_of: Callable[[list[str]], dict[str, str]] | None = None
+    """The states of just these labels (``--output graph``), without analysing the rest; else ``state_of``."""
     _rank: dict[str, int] | None = field(default=None, init=False, repr=False)
 
     def kind_of(self, label: str) -> str:

@@ -22,9 +22,11 @@ from marinbuild.store.lease import LeaseRecord, lease_for
 # Step states, as the plan, dry runs and `why` name them.
 BUILT = "built"
 MISSING = "missing"  # never built, or its output was removed
+STALE = "stale"  # not built at this version, but another version of the step is under the prefix (dry runs say so)
 FAILED = "failed"  # failed (or dependency-failed) before
 RUNNING = "running"  # another runner holds a live lease
 ABANDONED = "abandoned"  # status RUNNING but the lease is stale or gone: its runner died
+REBUILD = "rebuild"  # built, but asked to run again (``--rebuild``)
 
 
 @dataclass
@@ -71,8 +73,11 @@ def make_plan(
     worker_id: str,
     stale_after: float,
     status_reader: Callable[[list[str]], dict[str, str | None]] = read_statuses,
+    rebuild: Iterable[ExecutorStep] = (),
 ) -> Plan:
+    """Each needed step's state; ``rebuild``: steps planned to run again even when built (``REBUILD``)."""
     table = graph.table
+    again = {table.canonicalize(s) for s in rebuild}
     plan = Plan()
     frontier = list(dict.fromkeys(table.canonicalize(t) for t in targets))
     seen = set(frontier)
@@ -92,7 +97,9 @@ def make_plan(
             output_path = table.output_paths[step]
             status = statuses[output_path]
             plan.steps[step] = _step_plan(step, status, output_path, worker_id, stale_after)
-            if status == st.STATUS_SUCCESS:
+            if step in again and status == st.STATUS_SUCCESS:
+                plan.steps[step] = StepPlan(step, REBUILD, status)
+            elif status == st.STATUS_SUCCESS:
                 built.append((output_path, ActionKey.of(table.version_bytes[step], step.name,
                                                         step.override_output_path is not None)))
                 continue

@@ -28,6 +28,11 @@ is completed, never mistaken for a whole one: a folder copy holds its lease whil
 leaves an ``.incomplete`` marker next to it until its last file is in (a copy that raised has
 released its lease, but not removed the marker). Writes go to the local prefix. Importing this
 module registers the ``mirror`` protocol with fsspec.
+
+Marin's ``rigging.filesystem`` (installed with the ``ml`` extra) has its own ``mirror://``. There is one
+registration: this module imports rigging's first and replaces its registration, whichever is imported
+first. Marin's budget API keeps its meaning: a copy made inside ``rigging.filesystem.mirror_budget(gb)``
+(or after ``set_mirror_budget``) is charged to that budget (``active_budget``).
 """
 
 from __future__ import annotations
@@ -122,8 +127,38 @@ def default_budget() -> TransferBudget:
         return _process_budget[0]
 
 
+class _MarinBudget(TransferBudget):
+    """A budget Marin's code set with ``rigging.filesystem.mirror_budget(gb)`` (or ``set_mirror_budget``), charged
+    through ours: the same count and limit, and our exception when a copy would go over it. A refund is not
+    passed on (Marin's own budgets are never refunded either)."""
+
+    def __init__(self, marin: Any):
+        super().__init__(marin.limit_bytes, "the budget of Marin's rigging.filesystem.mirror_budget()")
+        self.marin = marin
+        self.bytes_used = marin.bytes_used
+
+    def charge(self, size: int, path: str) -> None:
+        try:
+            self.marin.record(size, path)
+        except Exception as exc:  # rigging's own TransferBudgetExceeded: ours, with its numbers
+            raise TransferBudgetExceeded(self.marin.bytes_used, size, self.marin.limit_bytes, path, self.name) from exc
+        self.bytes_used = self.marin.bytes_used
+
+
+def _marin_budget() -> TransferBudget | None:
+    """The budget Marin's code set in this context through ``rigging.filesystem``, if it is imported and set one."""
+    import sys
+
+    module = sys.modules.get("rigging.filesystem")
+    context = getattr(module, "_mirror_budget_ctx", None)
+    marin = context.get() if context is not None else None
+    return _MarinBudget(marin) if marin is not None else None
+
+
 def active_budget() -> TransferBudget:
-    return _budget_var.get() or default_budget()
+    """This context's budget: ours (a step's, ``mirror_budget``), else one Marin's code set with
+    ``rigging.filesystem.mirror_budget``, else the process-wide one."""
+    return _budget_var.get() or _marin_budget() or default_budget()
 
 
 _prefix_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("marinbuild_mirror_prefix", default=None)

@@ -24,7 +24,7 @@ LOAD = 'load("//rules:test.py", "tokenize", "train", "needs_data")\n'
 class Case:
     id: str
     files: dict[str, str]
-    where: str  # expected "path:line" or "path:line:col" prefix of the message
+    where: str | None  # expected "path:line" or "path:line:col" prefix of the message; None: no error
     words: list[str] = field(default_factory=list)
 
 
@@ -34,55 +34,57 @@ def build(text: str) -> dict[str, str]:
 
 
 CASES = [
-    # --- syntax and forbidden constructs -------------------------------------------------
+    # --- syntax, and Python that is not Starlark --------------------------------------------
     Case("syntax", build('tokenize(name = "x"\n'), "a/BUILD.marin:2", ["syntax error"]),
-    Case("syntax-indent", build("x = 1\n  y = 2\n"), "a/BUILD.marin:3", ["syntax error", "indent"]),
-    Case("import", build("import os\n"), "a/BUILD.marin:2:1", ["'import' is not allowed", "load("]),
-    Case("from-import", build("from os import path\n"), "a/BUILD.marin:2:1", ["'from ... import'", "load("]),
+    Case("syntax-indent", build("x = 1\n  y = 2\n"), "a/BUILD.marin:3", ["syntax error", "indentation"]),
+    Case("import", build("import os\n"), "a/BUILD.marin:2:1", ["'import' is not Starlark", "load()"]),
+    Case("from-import", build("from os import path\n"), "a/BUILD.marin:2:1", ["'from' is not Starlark", "load()"]),
     Case("while", build("while True:\n    pass\n"), "a/BUILD.marin:2:1", ["'while'", "for x in range"]),
     Case("global", build("X = 1\ndef f():\n    global X\n    X = 2\n"), "a/BUILD.marin:4:5", ["'global'"]),
     Case(
         "nonlocal", build("def f():\n    y = 1\n    def g():\n        nonlocal y\n"), "a/BUILD.marin:5:9", ["nonlocal"]
     ),
-    Case("class", build("class A:\n    pass\n"), "a/BUILD.marin:2:1", ["classes cannot be defined", "struct()"]),
-    Case("try", build("try:\n    x = 1\nexcept:\n    pass\n"), "a/BUILD.marin:2:1", ["'try'", "fail("]),
+    Case("class", build("class A:\n    pass\n"), "a/BUILD.marin:2:1", ["'class' is not Starlark", "struct()"]),
+    Case("try", build("try:\n    x = 1\nexcept:\n    pass\n"), "a/BUILD.marin:2:1", ["'try'", "fail()"]),
     Case("with", build("with x:\n    pass\n"), "a/BUILD.marin:2:1", ["'with'"]),
     Case("yield", build("def f():\n    yield 1\n"), "a/BUILD.marin:3:5", ["'yield'", "return a list"]),
-    Case("async", build("async def f():\n    pass\n"), "a/BUILD.marin:2:1", ["'async def'"]),
+    Case("async", build("async def f():\n    pass\n"), "a/BUILD.marin:2:1", ["'async' is not Starlark"]),
     Case("raise", build("raise ValueError('x')\n"), "a/BUILD.marin:2:1", ["'raise'", "fail("]),
     Case("assert", build("assert 1 == 2\n"), "a/BUILD.marin:2:1", ["'assert'", "fail("]),
-    Case("match", build("match 1:\n    case 1:\n        pass\n"), "a/BUILD.marin:2:1", ["'match'"]),
-    Case("dunder-name", build("x = __name__\n"), "a/BUILD.marin:2:5", ["'__name__'", "reserved"]),
-    Case("dunder-attr", build("x = [].__class__\n"), "a/BUILD.marin:2:5", ["'__class__'", "private"]),
-    Case("private-attr", build("x = struct(a = 1)._fields\n"), "a/BUILD.marin:2:5", ["'_fields'", "private"]),
-    Case("frame-attr", build("g = (x for x in [])\ny = g.gi_frame\n"), "a/BUILD.marin:3:5", ["'gi_frame'"]),
-    Case("open", build('x = open("f")\n'), "a/BUILD.marin:2:5", ["open()", "hermetic", "glob()"]),
-    Case("eval", build('x = eval("1")\n'), "a/BUILD.marin:2:5", ["eval()", "not available"]),
-    Case("exec", build('exec("x = 1")\n'), "a/BUILD.marin:2:1", ["exec()"]),
-    Case("getattr", build('x = getattr(struct(a=1), "a")\n'), "a/BUILD.marin:2:5", ["getattr()", "x.field"]),
-    Case("dunder-import", build('os = __import__("os")\n'), "a/BUILD.marin:2:6", ["'__import__'"]),
-    Case("globals", build("g = globals()\n"), "a/BUILD.marin:2:5", ["globals()"]),
-    Case("breakpoint", build("breakpoint()\n"), "a/BUILD.marin:2:1", ["breakpoint()", "print()"]),
-    Case("type", build("t = type(1)\n"), "a/BUILD.marin:2:5", ["type()"]),
-    Case("dunder-param", build("def f(__x):\n    return 1\n"), "a/BUILD.marin:2:7", ["'__x'", "reserved"]),
-    # --- recursion -----------------------------------------------------------------------
+    Case("match", build("match 1:\n    case 1:\n        pass\n"), "a/BUILD.marin:2:7", ["syntax error"]),
+    Case("del", build("d = {1: 2}\ndel d[1]\n"), "a/BUILD.marin:3:1", ["'del'", "pop"]),
+    Case("f-string", build('x = 1\ny = f"{x}"\n'), "a/BUILD.marin:3:5", ["f-strings are not Starlark", "%s"]),
+    Case("set", build("x = set([1])\n"), "a/BUILD.marin:2:5", ["unknown name 'set'"]),
+    Case("dunder-name", build("x = __name__\n"), "a/BUILD.marin:2:5", ["unknown name '__name__'"]),
+    Case("dunder-attr", build("x = [].__class__\n"), "a/BUILD.marin:2:5", ["has no attribute `__class__`"]),
+    Case("private-attr", build("x = struct(a = 1)._fields\n"), "a/BUILD.marin:2:5", ["no attribute `_fields`"]),
+    Case("generator", build("g = (x for x in [])\n"), "a/BUILD.marin:2:8", ["syntax error"]),
+    Case("open", build('x = open("f")\n'), "a/BUILD.marin:2:5", ["unknown name 'open'"]),
+    Case("eval", build('x = eval("1")\n'), "a/BUILD.marin:2:5", ["unknown name 'eval'"]),
+    Case("exec", build('exec("x = 1")\n'), "a/BUILD.marin:2:1", ["unknown name 'exec'"]),
+    Case("getattr", build('x = getattr(struct(a=1), "b")\n'), "a/BUILD.marin:2:5", ["`.b` not supported"]),
+    Case("dunder-import", build('os = __import__("os")\n'), "a/BUILD.marin:2:6", ["unknown name '__import__'"]),
+    Case("globals", build("g = globals()\n"), "a/BUILD.marin:2:5", ["unknown name 'globals'"]),
+    Case("breakpoint", build("breakpoint()\n"), "a/BUILD.marin:2:1", ["unknown name 'breakpoint'"]),
+    Case("attribute-assignment", build("s = struct(a = 1)\ns.a = 2\n"), "a/BUILD.marin:3:1", ["`.a=` not supported"]),
     Case(
-        "recursion-direct",
-        build("def f(n):\n    return f(n - 1) if n else 0\nf(3)\n"),
+        "mutation-while-iterating",
+        build("def f():\n    l = [1]\n    for x in l:\n        l.append(x)\nf()\n"),
+        "a/BUILD.marin:5:9",
+        ["mutates an iterable", "called from a/BUILD.marin:6:1"],
+    ),
+    # --- recursion: Starlark allows it, to a call depth of MAX_CALL_DEPTH -----------------------
+    Case(
+        "recursion-endless",
+        build("def f(n):\n    return f(n - 1)\nf(3)\n"),
         "a/BUILD.marin:3:12",
-        ["recursion is not allowed", "f -> f"],
+        ["calls nested too deeply", "called from a/BUILD.marin:3:12", "more"],
     ),
     Case(
         "recursion-indirect",
         build("def f(n):\n    return g(n)\ndef g(n):\n    return f(n - 1)\nf(2)\n"),
-        "a/BUILD.marin:5:12",
-        ["recursion", "f -> g -> f"],
-    ),
-    Case(
-        "recursion-lambda",
-        build("f = lambda n: f(n - 1) if n else 0\nf(2)\n"),
-        "a/BUILD.marin:2:15",
-        ["recursion", "lambda -> lambda"],
+        "a/BUILD.marin:3:12",
+        ["calls nested too deeply"],
     ),
     # --- names, rules and attributes -------------------------------------------------------
     Case(
@@ -111,11 +113,24 @@ CASES = [
         ["attribute 'steps'", "expected an int", "str '3'"],
     ),
     Case("wrong-type-float", build('train(name = "x", lr = True)\n'), "a/BUILD.marin:2:19", ["expected a float"]),
+    Case("float-inf", build('train(name = "x", lr = float("inf"))\n'), "a/BUILD.marin:2:1", ["not a finite number"]),
+    Case(
+        "float-nan-nested",
+        build('train(name = "x", extra = {"a": [float("nan")]})\n'),
+        "a/BUILD.marin:2:1",
+        ["not a finite number"],
+    ),
+    Case("info-is-not-inf", build('train(name = "x", tags = ["info", "nano"])\ninfo = 1\n'), None, []),
     Case("wrong-type-bool", build('train(name = "x", flag = 1)\n'), "a/BUILD.marin:2:19", ["expected True or False"]),
     Case("wrong-type-list", build('train(name = "x", tags = "a")\n'), "a/BUILD.marin:2:19", ["expected a list"]),
     Case("wrong-list-element", build('train(name = "x", tags = ["a", 2])\n'), "a/BUILD.marin:2", ["element 1"]),
     Case("wrong-type-dict", build('train(name = "x", extra = [1])\n'), "a/BUILD.marin:2", ["expected a dict"]),
-    Case("dict-function-value", build('train(name = "x", extra = {"f": len})\n'), "a/BUILD.marin:2", ["got builtin"]),
+    Case(
+        "dict-function-value",
+        build('train(name = "x", extra = {"f": len})\n'),
+        "a/BUILD.marin:2:1",
+        ["only plain values", "not a function"],
+    ),
     Case("label-not-string", build('train(name = "x", dep = 3)\n'), "a/BUILD.marin:2", ["expected a label string"]),
     Case(
         "label-list-string", build('train(name = "x", deps = ":y")\n'), "a/BUILD.marin:2", ["expected a list of labels"]
@@ -231,34 +246,34 @@ CASES = [
     Case("name-colon", build('tokenize(name = "a:b")\n'), "a/BUILD.marin:2", ["illegal character ':'"]),
     # --- fail(), runtime errors, macros --------------------------------------------------------
     Case("fail", build('x = 1\nfail("bad value", x)\n'), "a/BUILD.marin:3:1", ["fail: bad value 1"]),
-    Case("zero-division", build("x = 1 // 0\n"), "a/BUILD.marin:2:5", ["ZeroDivisionError"]),
-    Case("key-error", build('x = {"a": 1}["b"]\n'), "a/BUILD.marin:2:5", ["KeyError", "'b'"]),
+    Case("zero-division", build("x = 1 // 0\n"), "a/BUILD.marin:2:5", ["division by zero"]),
+    Case("key-error", build('x = {"a": 1}["b"]\n'), "a/BUILD.marin:2:5", ['Key `"b"` was not found']),
     Case(
         "fail-in-macro",
         {
-            "lib/macros.bzl": 'def check(n):\n    if n < 0:\n        fail("n must be >= 0, got", n)\n',
-            "a/BUILD.marin": 'load("//lib:macros.bzl", "check")\ncheck(1)\ncheck(-1)\n',
+            "lib/macros.star": 'def check(n):\n    if n < 0:\n        fail("n must be >= 0, got", n)\n',
+            "a/BUILD.marin": 'load("//lib:macros.star", "check")\ncheck(1)\ncheck(-1)\n',
         },
-        "lib/macros.bzl:3:9",
+        "lib/macros.star:3:9",
         ["fail: n must be >= 0, got -1"],
     ),
     Case(
         "error-in-macro-names-caller",
         {
-            "lib/macros.bzl": "def div(n):\n    return 1 // n\n",
-            "a/BUILD.marin": 'load("//lib:macros.bzl", "div")\nx = div(0)\n',
+            "lib/macros.star": "def div(n):\n    x = 1 // n\n    return x\n",
+            "a/BUILD.marin": 'load("//lib:macros.star", "div")\nx = div(0)\n',
         },
-        "lib/macros.bzl:2:12",
-        ["ZeroDivisionError", "called from a/BUILD.marin:2:5"],
+        "lib/macros.star:2:9",
+        ["division by zero", "called from a/BUILD.marin:2:5"],
     ),
     Case(
         "macro-attribute-error",
         {
-            "lib/macros.bzl": LOAD + "def tok(name):\n    tokenize(name = name, tokenizer = 3)\n",
-            "a/BUILD.marin": 'load("//lib:macros.bzl", "tok")\ntok("x")\n',
+            "lib/macros.star": LOAD + "def tok(name):\n    tokenize(name = name, tokenizer = 3)\n",
+            "a/BUILD.marin": 'load("//lib:macros.star", "tok")\ntok("x")\n',
         },
         "a/BUILD.marin:2:1",
-        ["expected a string", "in the macro at lib/macros.bzl:3:5"],
+        ["expected a string", "in the macro at lib/macros.star:3:5"],
     ),
     Case(
         "glob-no-match",
@@ -270,94 +285,94 @@ CASES = [
     Case("glob-string", build('x = glob("*.txt")\n'), "a/BUILD.marin:2:5", ["must be a list"]),
     Case(
         "glob-at-bzl-top-level",
-        {"lib/x.bzl": 'FILES = glob(["*"])\n', "a/BUILD.marin": 'load("//lib:x.bzl", "FILES")\n'},
-        "lib/x.bzl:1:9",
+        {"lib/x.star": 'FILES = glob(["*"])\n', "a/BUILD.marin": 'load("//lib:x.star", "FILES")\n'},
+        "lib/x.star:1:9",
         ["glob() can only be used while a BUILD.marin file is evaluated"],
     ),
     Case(
         "rule-at-bzl-top-level",
-        {"lib/x.bzl": LOAD + 'tokenize(name = "x")\n', "a/BUILD.marin": 'load("//lib:x.bzl", "tokenize")\n'},
-        "lib/x.bzl:2:1",
+        {"lib/x.star": LOAD + 'tokenize(name = "x")\n', "a/BUILD.marin": 'load("//lib:x.star", "tokenize")\n'},
+        "lib/x.star:2:1",
         ["rule tokenize() can only be used while a BUILD.marin file is evaluated"],
     ),
     Case(
-        "error-in-trusted-python-macro",
+        "python-function-in-rules-module",
         {
             "rules/macro.py": "def bad():\n    raise ValueError('nope')\n",
             "a/BUILD.marin": 'load("//rules:macro.py", "bad")\nbad()\n',
         },
-        "a/BUILD.marin:2:1",
-        ["ValueError: nope", "raised in rules/macro.py:2"],
+        "a/BUILD.marin:1:26",
+        ["does not export 'bad'", "only its rule types and plain values"],
     ),
     # --- load() --------------------------------------------------------------------------------
     Case(
         "load-missing-file",
-        {"a/BUILD.marin": '# a comment\nload("//lib:nope.bzl", "x")\n'},
+        {"a/BUILD.marin": '# a comment\nload("//lib:nope.star", "x")\n'},
         "a/BUILD.marin:2:1",
-        ["cannot load '//lib:nope.bzl'", "lib/nope.bzl does not exist"],
+        ["cannot load '//lib:nope.star'", "lib/nope.star does not exist"],
     ),
     Case(
         "load-missing-symbol",
         {"a/BUILD.marin": 'load("//rules:test.py", "tokenise")\n'},
-        "a/BUILD.marin:1:1",
-        ["has no public symbol 'tokenise'", "did you mean 'tokenize'"],
+        "a/BUILD.marin:1:25",
+        ["has no symbol 'tokenise'", "did you mean 'tokenize'"],
     ),
     Case(
         "load-private-symbol",
         {"a/BUILD.marin": 'load("//rules:test.py", "_hidden")\n'},
-        "a/BUILD.marin:1:1",
-        ["'_hidden' is private"],
+        "a/BUILD.marin:1:25",
+        ["private symbol `_hidden`"],
     ),
     Case(
         "load-private-alias",
         {"a/BUILD.marin": 'load("//rules:test.py", h = "_hidden")\n'},
-        "a/BUILD.marin:1:1",
+        "a/BUILD.marin:1:25",
         ["private"],
     ),
     Case(
         "load-private-from-bzl",
-        {"lib/x.bzl": "_secret = 1\n", "a/BUILD.marin": 'load("//lib:x.bzl", "_secret")\n'},
-        "a/BUILD.marin:1:1",
+        {"lib/x.star": "_secret = 1\n", "a/BUILD.marin": 'load("//lib:x.star", "_secret")\n'},
+        "a/BUILD.marin:1:22",
         ["private"],
     ),
     Case(
         "load-module-object",
         {"rules/mod.py": "import os\n", "a/BUILD.marin": 'load("//rules:mod.py", "os")\n'},
-        "a/BUILD.marin:1:1",
-        ["no public symbol 'os'"],
+        "a/BUILD.marin:1:24",
+        ["does not export 'os'"],
     ),
     Case(
         "load-non-literal",
         {"a/BUILD.marin": 'f = "//rules:test.py"\nload(f, "tokenize")\n'},
         "a/BUILD.marin:2:6",
-        ["string literal"],
+        ["syntax error", "STRING"],
     ),
     Case(
         "load-symbol-non-literal",
         {"a/BUILD.marin": 's = "tokenize"\nload("//rules:test.py", s)\n'},
-        "a/BUILD.marin:2:25",
-        ["string literals"],
+        "a/BUILD.marin:2:26",
+        ["syntax error"],
     ),
     Case(
         "load-in-function",
         {"a/BUILD.marin": 'def f():\n    load("//rules:test.py", "tokenize")\n'},
         "a/BUILD.marin:2:5",
-        ["top level"],
+        ["`load` must only occur at the top of a module"],
     ),
-    Case("load-no-symbols", {"a/BUILD.marin": 'load("//rules:test.py")\n'}, "a/BUILD.marin:1:1", ["at least one"]),
+    Case("load-no-symbols", {"a/BUILD.marin": 'load("//rules:test.py")\n'}, "a/BUILD.marin:1:6", ["at least two"]),
     Case(
         "load-cycle",
         {
-            "lib/x.bzl": 'load(":y.bzl", "Y")\nX = 1\n',
-            "lib/y.bzl": 'load(":x.bzl", "X")\nY = 1\n',
-            "a/BUILD.marin": 'load("//lib:x.bzl", "X")\n',
+            "lib/x.star": 'load(":y.star", "Y")\nX = 1\n',
+            "lib/y.star": 'load(":x.star", "X")\nY = 1\n',
+            "a/BUILD.marin": 'load("//lib:x.star", "X")\n',
         },
-        "lib/y.bzl:1:1",
-        ["load cycle: //lib:x.bzl -> //lib:y.bzl -> //lib:x.bzl"],
+        "lib/y.star:1:1",
+        ["load cycle: //lib:x.star -> //lib:y.star -> //lib:x.star"],
     ),
     Case(
         "load-bad-label",
-        {"a/BUILD.marin": 'load("//lib/../x:y.bzl", "X")\n'},
+        {"a/BUILD.marin": 'load("//lib/../x:y.star", "X")\n'},
         "a/BUILD.marin:1:1",
         ["'..'"],
     ),
@@ -371,7 +386,7 @@ CASES = [
         "load-wrong-suffix",
         {"lib/x.txt": "", "a/BUILD.marin": 'load("//lib:x.txt", "X")\n'},
         "a/BUILD.marin:1:1",
-        ["only .py, .bzl, .star, .marin files can be loaded"],
+        ["Starlark files loaded by BUILD files end in .star"],
     ),
     Case(
         "rules-module-import-error",
@@ -384,55 +399,55 @@ CASES = [
     ),
     Case(
         "bzl-syntax-error",
-        {"lib/x.bzl": "X = (\n", "a/BUILD.marin": 'load("//lib:x.bzl", "X")\n'},
-        "lib/x.bzl:1",
+        {"lib/x.star": "X = (\n", "a/BUILD.marin": 'load("//lib:x.star", "X")\n'},
+        "lib/x.star:1",
         ["syntax error"],
     ),
     Case(
         "bzl-forbidden",
-        {"lib/x.bzl": "X = 1\nimport sys\n", "a/BUILD.marin": 'load("//lib:x.bzl", "X")\n'},
-        "lib/x.bzl:2:1",
-        ["'import' is not allowed"],
+        {"lib/x.star": "X = 1\nimport sys\n", "a/BUILD.marin": 'load("//lib:x.star", "X")\n'},
+        "lib/x.star:2:1",
+        ["'import' is not Starlark"],
     ),
     # --- frozen values --------------------------------------------------------------------------
     Case(
         "mutate-loaded-list",
-        {"lib/x.bzl": "SIZES = [1, 2]\n", "a/BUILD.marin": 'load("//lib:x.bzl", "SIZES")\nSIZES.append(3)\n'},
+        {"lib/x.star": "SIZES = [1, 2]\n", "a/BUILD.marin": 'load("//lib:x.star", "SIZES")\nSIZES.append(3)\n'},
         "a/BUILD.marin:2:1",
-        ["cannot modify a frozen list", "list(value)"],
+        ["cannot modify a frozen value", "list(value)"],
     ),
     Case(
         "mutate-loaded-dict",
-        {"lib/x.bzl": "CFG = {'a': 1}\n", "a/BUILD.marin": 'load("//lib:x.bzl", "CFG")\nCFG["b"] = 2\n'},
+        {"lib/x.star": "CFG = {'a': 1}\n", "a/BUILD.marin": 'load("//lib:x.star", "CFG")\nCFG["b"] = 2\n'},
         "a/BUILD.marin:2:1",
-        ["cannot modify a frozen dict", "dict(value)"],
+        ["cannot modify a frozen value", "dict(value)"],
     ),
     Case(
         "augmented-assign-loaded-list",
-        {"lib/x.bzl": "L = [1]\n", "a/BUILD.marin": 'load("//lib:x.bzl", "L")\nL += [2]\n'},
+        {"lib/x.star": "L = [1]\n", "a/BUILD.marin": 'load("//lib:x.star", "L")\nL += [2]\n'},
         "a/BUILD.marin:2:1",
-        ["frozen list"],
+        ["frozen value"],
     ),
     Case(
         "mutate-nested-loaded",
-        {"lib/x.bzl": "CFG = {'a': [1]}\n", "a/BUILD.marin": 'load("//lib:x.bzl", "CFG")\nCFG["a"].append(2)\n'},
+        {"lib/x.star": "CFG = {'a': [1]}\n", "a/BUILD.marin": 'load("//lib:x.star", "CFG")\nCFG["a"].append(2)\n'},
         "a/BUILD.marin:2:1",
-        ["frozen list"],
+        ["frozen value"],
     ),
     Case(
         "mutate-default-argument",
         {
-            "lib/x.bzl": "def add(x, acc = []):\n    acc.append(x)\n    return acc\n",
-            "a/BUILD.marin": 'load("//lib:x.bzl", "add")\nadd(1)\n',
+            "lib/x.star": "def add(x, acc = []):\n    acc.append(x)\n    return acc\n",
+            "a/BUILD.marin": 'load("//lib:x.star", "add")\nadd(1)\n',
         },
-        "lib/x.bzl:2:5",
-        ["frozen list", "called from a/BUILD.marin:2:1"],
+        "lib/x.star:2:5",
+        ["frozen value", "called from a/BUILD.marin:2:1"],
     ),
     Case(
         "mutate-rules-constant",
         {"rules/consts.py": "SIZES = [1, 2]\n", "a/BUILD.marin": 'load("//rules:consts.py", "SIZES")\nSIZES.pop()\n'},
         "a/BUILD.marin:2:1",
-        ["frozen list"],
+        ["frozen value"],
     ),
 ]
 
@@ -440,6 +455,9 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_broken_workspace(case: Case, make_ws: WriteWorkspace) -> None:
     ws = make_ws(case.files)
+    if case.where is None:
+        Loader(ws).load_all()
+        return
     with pytest.raises(BuildFileError) as info:
         Loader(ws).load_all()
     message = str(info.value)
@@ -490,13 +508,11 @@ def test_build_file_error_fields_and_pickling() -> None:
 def test_a_broken_loaded_file_is_reported_once(make_ws: WriteWorkspace) -> None:
     ws = make_ws(
         {
-            "lib/x.bzl": "X = 1 // 0\n",
-            "a/BUILD.marin": 'load("//lib:x.bzl", "X")\n',
-            "b/BUILD.marin": 'load("//lib:x.bzl", "X")\n',
+            "lib/x.star": "X = 1 // 0\n",
+            "a/BUILD.marin": 'load("//lib:x.star", "X")\n',
+            "b/BUILD.marin": 'load("//lib:x.star", "X")\n',
         }
     )
     with pytest.raises(BuildFileError) as info:
         Loader(ws).load_all()
-    assert [str(e) for e in info.value.all_errors] == [
-        "lib/x.bzl:1:5: ZeroDivisionError: integer division or modulo by zero"
-    ]
+    assert [str(e) for e in info.value.all_errors] == ["lib/x.star:1:5: Floor division by zero: 1 // 0"]

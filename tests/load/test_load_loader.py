@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -135,13 +136,13 @@ def test_print_goes_to_the_log(make_ws: WriteWorkspace, caplog: pytest.LogCaptur
     ws = make_ws({"a/BUILD.marin": 'print("hello", 1, [2])\n'})
     with caplog.at_level(logging.INFO, logger="marinbuild.build"):
         Loader(ws).load_all()
-    assert "a/BUILD.marin:1:1: hello 1 [2]" in caplog.text
+    assert "a/BUILD.marin: hello 1 [2]" in caplog.text
 
 
 def test_dialect_allows_starlark_constructs(make_ws: WriteWorkspace) -> None:
     ws = make_ws(
         {
-            "lib/util.bzl": """
+            "lib/util.star": """
 def names(prefix, n):
     return [prefix + str(i) for i in range(n)]
 
@@ -152,16 +153,16 @@ CONFIG = struct(size = 3, kinds = ["a", "b"])
 """,
             "a/BUILD.marin": LOAD
             + """
-load("//lib:util.bzl", "names", "pick", cfg = "CONFIG")
+load("//lib:util.star", "names", "pick", cfg = "CONFIG")
 out = []
 for n in names("t", cfg.size):
     if n != "t1":
         tokenize(name = n)
         out.append(n)
-total = sum([len(x) for x in out])
+total = len("".join(out))
 d = {k: v for k, v in zip(["a"], [1])}
-del d["a"]
-s = f"{package_name()}-{total}"
+d.pop("a")
+s = "%s-%d" % (package_name(), total)
 tokenize(name = s)
 tokenize(name = pick(["z", "y"])[0] + "-" + "-".join(cfg.kinds))
 """,
@@ -174,13 +175,13 @@ tokenize(name = pick(["z", "y"])[0] + "-" + "-".join(cfg.kinds))
 def test_load_aliases_and_relative_labels(make_ws: WriteWorkspace) -> None:
     ws = make_ws(
         {
-            "lib/base.bzl": "SIZE = 3\n",
-            "lib/more.bzl": 'load(":base.bzl", "SIZE")\nDOUBLE = SIZE * 2\n',
-            "a/defs.bzl": "LOCAL = 'here'\n",
+            "lib/base.star": "SIZE = 3\n",
+            "lib/more.star": 'load(":base.star", "SIZE")\nDOUBLE = SIZE * 2\n',
+            "a/defs.star": "LOCAL = 'here'\n",
             "a/BUILD.marin": """
 load("//rules:test.py", tok = "tokenize")
-load("//lib:more.bzl", "DOUBLE", single = "SIZE")
-load(":defs.bzl", "LOCAL")
+load("//lib:more.star", "DOUBLE", single = "SIZE")
+load(":defs.star", "LOCAL")
 tok(name = "x" + str(DOUBLE) + str(single) + LOCAL)
 """,
         }
@@ -193,22 +194,22 @@ tok(name = "x" + str(DOUBLE) + str(single) + LOCAL)
 def test_loaded_module_is_evaluated_once_and_shared(make_ws: WriteWorkspace) -> None:
     ws = make_ws(
         {
-            "lib/x.bzl": 'print("evaluating x")\nITEMS = [1, 2]\n',
-            "a/BUILD.marin": 'load("//lib:x.bzl", "ITEMS")\ncopy = list(ITEMS) + [3]\ncopy.append(4)\n',
-            "b/BUILD.marin": 'load("//lib:x.bzl", "ITEMS")\nx = ITEMS + [5]\n',
+            "lib/x.star": 'print("evaluating x")\nITEMS = [1, 2]\n',
+            "a/BUILD.marin": 'load("//lib:x.star", "ITEMS")\ncopy = list(ITEMS) + [3]\ncopy.append(4)\n',
+            "b/BUILD.marin": 'load("//lib:x.star", "ITEMS")\nx = ITEMS + [5]\n',
         }
     )
     loader = Loader(ws)
-    exports = []
-    original = loader.evaluator._eval_module
+    runs = []
+    original = loader.evaluator._run
 
-    def counting(path: Path, label: Label):  # type: ignore[no-untyped-def]
-        exports.append(label)
-        return original(path, label)
+    def counting(display: str, source: str, package: str):  # type: ignore[no-untyped-def]
+        runs.append(display)
+        return original(display, source, package)
 
-    loader.evaluator._eval_module = counting  # type: ignore[method-assign]
+    loader.evaluator._run = counting  # type: ignore[method-assign]
     loader.load_all()
-    assert exports == [Label("lib", "x.bzl")]
+    assert runs == ["a/BUILD.marin", "lib/x.star", "b/BUILD.marin"]
 
 
 def test_workspace_rules_module_with_relative_import(make_ws: WriteWorkspace) -> None:
@@ -245,7 +246,7 @@ def test_rules_module_all_limits_exports(make_ws: WriteWorkspace) -> None:
             "a/BUILD.marin": 'load("//rules:limited.py", "B")\n',
         }
     )
-    with pytest.raises(BuildFileError, match="no public symbol 'B'"):
+    with pytest.raises(BuildFileError, match="'//rules:limited.py' has no symbol 'B'"):
         Loader(ws).load_all()
 
 
@@ -256,11 +257,11 @@ def test_marinbuild_repository_with_override(make_ws: WriteWorkspace, tmp_path: 
         "from marinbuild.load import attr, rule\n"
         "py_step = rule(implementation=lambda ctx: None, attrs={'fn': attr.string(mandatory=True)})\n"
     )
-    (shipped / "defs.bzl").write_text("FN = 'main'\n")
+    (shipped / "defs.star").write_text("FN = 'main'\n")
     ws = make_ws(
         {
             "a/BUILD.marin": 'load("@marinbuild//rules:python.py", "py_step")\n'
-            'load("@marinbuild//rules:defs.bzl", "FN")\n'
+            'load("@marinbuild//rules:defs.star", "FN")\n'
             'py_step(name = "p", fn = FN)\n'
         },
         rules=False,
@@ -333,14 +334,14 @@ def test_load_patterns(make_ws: WriteWorkspace) -> None:
 def test_macro_declared_targets_point_at_the_build_file(make_ws: WriteWorkspace) -> None:
     ws = make_ws(
         {
-            "lib/macros.bzl": LOAD
+            "lib/macros.star": LOAD
             + """
 def tokenized(name, files):
     tokenize(name = name + "_tok", srcs = files)
     train(name = name, dep = ":" + name + "_tok")
 """,
             "a/f.txt": "x",
-            "a/BUILD.marin": 'load("//lib:macros.bzl", "tokenized")\n\ntokenized("m", ["f.txt"])\n',
+            "a/BUILD.marin": 'load("//lib:macros.star", "tokenized")\n\ntokenized("m", ["f.txt"])\n',
         }
     )
     loaded = Loader(ws).load_all()
@@ -358,7 +359,7 @@ def test_struct_values() -> None:
         s.a = 2
 
 
-def test_config_attr_accepts_instances(make_ws: WriteWorkspace) -> None:
+def test_config_attr_takes_dicts_and_rules_modules_do_not_export_instances(make_ws: WriteWorkspace) -> None:
     ws = make_ws(
         {
             "rules/cfg.py": """
@@ -372,12 +373,15 @@ class C:
 DEFAULT = C(x=5)
 r = rule(implementation=print, attrs={"c": attr.config(C, default={"x": 2})})
 """,
-            "a/BUILD.marin": 'load("//rules:cfg.py", "r", "DEFAULT")\nr(name = "a", c = DEFAULT)\nr(name = "b")\n',
+            "a/BUILD.marin": 'load("//rules:cfg.py", "r")\nr(name = "a", c = {"x": 5})\nr(name = "b")\n',
+            "b/BUILD.marin": 'load("//rules:cfg.py", "r", "DEFAULT")\n',
         }
     )
-    loaded = Loader(ws).load_all()
+    loaded = Loader(ws).load_packages(["a"])
     assert loaded["//a:a"].attrs["c"].x == 5
     assert loaded["//a:b"].attrs["c"].x == 2
+    with pytest.raises(BuildFileError, match="does not export 'DEFAULT': a rules module exports only"):
+        Loader(ws).load_packages(["b"])
 
 
 def test_rule_definition_errors() -> None:
@@ -430,17 +434,16 @@ def test_rules_module_is_reimported_when_it_changes(make_ws: WriteWorkspace) -> 
     assert list(Loader(ws).load_all().targets) == [Label("a", "second")]
 
 
-def test_rule_types_defined_in_a_loaded_file_get_their_names(make_ws: WriteWorkspace) -> None:
+def test_a_rule_type_passed_on_by_a_loaded_file_keeps_its_name(make_ws: WriteWorkspace) -> None:
     ws = make_ws(
         {
-            "lib/r.bzl": 'load("//rules:test.py", "rule", "attr")\n'
-            "def _impl(ctx):\n    return None\n"
-            'custom = rule(implementation = _impl, attrs = {"n": attr.int()})\n',
-            "a/BUILD.marin": 'load("//lib:r.bzl", "custom")\ncustom(name = "c", n = 2)\n',
+            "lib/r.star": 'load("//rules:test.py", "train")\ncustom = train\n',
+            "a/BUILD.marin": 'load("//lib:r.star", "custom")\ncustom(name = "c", steps = 2)\n',
         }
     )
     target = Loader(ws).load_all()["//a:c"]
-    assert target.kind == "custom" and target.rule.defined_in == "//lib:r.bzl"
+    assert target.kind == "train" and target.rule.defined_in == "//rules:test.py"
+    assert target.attrs["steps"] == 2
     with pytest.raises(KeyError, match="not loaded"):
         Loader(ws).load_all().closure(["//a:zz"])
 
@@ -580,3 +583,12 @@ say = rule(implementation=_impl, attrs={"word": Shout(), "plain": attr.string()}
     assert loaded["//a:x"].attrs == {"word": "given 'hi'", "plain": "p"}
     assert loaded["//a:y"].attrs == {"word": "unset", "plain": ""}
     assert loaded["//a:z"].attrs["word"].startswith("given <object")  # the 'not given' marker, as always
+
+
+def test_the_evaluation_budget_must_be_a_positive_number(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "BUILD.marin").write_text("x = 1\n")
+    for bad in ("0", "-1", '"10"', "true"):
+        with pytest.raises(BuildFileError, match="eval_budget_seconds must be a positive number"):
+            Loader(Workspace(tmp_path, {"eval_budget_seconds": tomllib.loads(f"v = {bad}")["v"]}))
+    assert len(Loader(Workspace(tmp_path, {"eval_budget_seconds": 2.5})).load_all()) == 0

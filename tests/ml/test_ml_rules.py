@@ -21,7 +21,7 @@ HEADER = '''
 load("@marinbuild//rules:data.py", "raw_data")
 load("@marinbuild//rules:tokenizer.py", "train_tokenizer")
 load("@marinbuild//rules:tokenize.py", "tokenize")
-load("@marinbuild//rules:train.py", "train_lm", "tpu")
+load("@marinbuild//rules:train.py", "train_lm")
 '''
 
 

@@ -4,8 +4,9 @@
 temporary folder of its own, and connects this process to it (or, with ``auth_token_path``, starts
 the head with Ray's token authentication, ``RAY_AUTH_MODE=token`` and that token file, and only
 waits for its job API: this process keeps its own Ray without auth); ``add_node`` starts more
-nodes with custom resources (a TPU host, a spot VM), ``kill_node`` SIGKILLs one (a
-preempted VM). Each node is a ``ray start --block`` process in a new session, so
+nodes with custom resources (a TPU host, a spot VM), node labels and environment variables
+(``add_tpu_slice``: the hosts of a fake multi-host TPU slice, as Ray sees real ones), and
+``kill_node`` SIGKILLs one (a preempted VM). Each node is a ``ray start --block`` process in a new session, so
 ``stop`` kills exactly those process groups (never ``ray stop``, which would stop every
 Ray on the machine).
 """
@@ -108,14 +109,17 @@ class RayCluster:
     def head(self) -> Node:
         return self.nodes[0]
 
-    def add_node(self, resources: dict[str, float], num_cpus: int = 1, timeout: float = 60) -> Node:
-        """Start a worker node advertising ``resources``; return once the cluster sees it."""
+    def add_node(self, resources: dict[str, float], num_cpus: int = 1, timeout: float = 60,
+                 labels: dict[str, str] | None = None, env: dict[str, str] | None = None) -> Node:
+        """Start a worker node advertising ``resources`` and ``labels``, its processes with ``env`` added to their
+        environment; return once the cluster sees it."""
         import ray
 
         before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        label_flags = [f"--labels={','.join(f'{k}={v}' for k, v in labels.items())}"] if labels else []
         node = _start([sys.executable, "-c", RAY_START, "start", f"--address={self.address}",
                        "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}", f"--resources={json.dumps(resources)}",
-                       "--block", "--disable-usage-stats", *_port_flags()], resources)
+                       *label_flags, "--block", "--disable-usage-stats", *_port_flags()], resources, env=env)
         self.nodes.append(node)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -128,6 +132,33 @@ class RayCluster:
                 break
             time.sleep(0.2)
         raise RuntimeError(f"Ray node with {resources} did not join ({self.temp_dir})")
+
+    def add_tpu_slice(self, tpu_type: str, name: str, hosts: int, chips_per_host: int = 4,
+                      num_cpus: int = 1) -> list[Node]:
+        """Start the ``hosts`` nodes of a fake multi-host TPU slice ``name`` of type ``tpu_type`` (``v4-16``).
+
+        Each node looks to Ray as a host of a real slice does: ``TPU`` chips, ``TPU-<type>-head`` on worker 0,
+        the labels ``ray.util.tpu`` reads (slice name, worker id, topology, pod type) and the environment Ray's
+        TPU support reads on GKE (``TPU_NAME``, ``TPU_WORKER_ID``, ``TPU_ACCELERATOR_TYPE``)."""
+        from marinbuild.resources import tpu_slice
+
+        s = tpu_slice(tpu_type)
+        nodes = []
+        for worker in range(hosts):
+            resources: dict[str, float] = {"TPU": chips_per_host}
+            if worker == 0:
+                resources[s.head_resource] = 1
+            labels = {"ray.io/tpu-slice-name": name, "ray.io/tpu-worker-id": str(worker),
+                      "ray.io/tpu-topology": s.topology or "", "ray.io/tpu-pod-type": s.type}
+            env = {"TPU_NAME": name, "TPU_WORKER_ID": str(worker), "TPU_ACCELERATOR_TYPE": s.type}
+            nodes.append(self.add_node(resources, num_cpus=num_cpus, labels=labels, env=env))
+        return nodes
+
+    def remove_nodes(self, nodes: list[Node]) -> None:
+        """Stop ``nodes`` (their process groups) and forget them."""
+        for node in nodes:
+            _kill_group(node.proc, signal.SIGKILL)
+            self.nodes.remove(node)
 
     def kill_node(self, node: Node) -> None:
         """SIGKILL the node's raylet and workers at once (a preempted VM)."""
@@ -146,8 +177,10 @@ class RayCluster:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def _start(args: list[str], resources: dict[str, float], auth_token_path: str | None = None) -> Node:
-    proc = subprocess.Popen(args, env=node_env(auth_token_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+def _start(args: list[str], resources: dict[str, float], auth_token_path: str | None = None,
+           env: dict[str, str] | None = None) -> Node:
+    proc = subprocess.Popen(args, env={**node_env(auth_token_path), **(env or {})}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
                             start_new_session=True)
     return Node(proc, resources)
 

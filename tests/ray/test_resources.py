@@ -40,8 +40,9 @@ def test_tpu_maps_to_the_resources_a_tpu_host_advertises():
     assert tpu("v5e-8").to_ray_options() == {"resources": {"TPU-v5litepod-8-head": 1, "TPU": 8}}
     assert tpu("v6e-4", cpu=8, memory="64g").to_ray_options() == {
         "num_cpus": 8, "memory": 64 * 2**30, "resources": {"TPU-v6e-4-head": 1, "TPU": 4}}
-    # A multi-host slice: the step takes the slice's head host and fans out over its hosts itself.
-    assert tpu("v4-64").to_ray_options() == {"resources": {"TPU-v4-64-head": 1}}
+    # A multi-host slice: the step's own task holds nothing of it; it reserves the slice with ray.util.tpu.
+    assert tpu("v4-64").to_ray_options() == {} and not tpu("v4-64").fresh_worker
+    assert tpu_slice("v4-2048").topology == "8x8x16" and tpu_slice("v4-16").topology == "2x2x2"
     assert tpu_slice("v4-64").vms == 8 and tpu_slice("v5litepod-16").chips_per_vm == 4
     assert tpu("v4-8").fresh_worker and not Resources(cpu=1).fresh_worker
     with pytest.raises(ValueError, match="unknown TPU type"):
@@ -276,7 +277,10 @@ def test_infra_cluster_configs_parse_and_name_only_resources_we_ask_for(config):
             continue
         tpu_types += 1
         assert node["schedulingConfig"] == {"preemptible": True}
-        assert resources == tpu(accelerator).ray_resources()  # exactly what a step with tpu(type) asks for
+        s = tpu_slice(accelerator)
+        # exactly what a step with tpu(type) asks for; for a multi-host slice, what ray.util.tpu reserves
+        assert resources == (tpu(accelerator).ray_resources() if not s.multi_host
+                             else {"TPU": s.chips_per_vm, s.head_resource: 1})
     assert tpu_types >= 1
     setup = "\n".join(data["setup_commands"])
     assert "pip install -e" in setup and "marinbuild[ray,gcs]" in setup

@@ -1,0 +1,68 @@
+"""The command line as users from Bazel and Marin type it, rewritten into marinbuild's own options.
+
+Contract: ``rewrite(args, commands)`` returns the argument list click parses. It
+
+- turns Marin's boolean spellings (``--dry_run true``, ``--force_run_failed=false``, as draccus
+  parses them in ``executor_main``) into the flags (``-n``, ``--no-force_run_failed``);
+- leaves every other argument as it is, in order.
+
+``unknown_command(word, commands)`` names the subcommand a mistyped word (``biuld``) was meant to be,
+or None when the word is not close to any (it is then read as a target pattern).
+"""
+
+from __future__ import annotations
+
+import difflib
+
+_TRUE = frozenset({"true", "yes", "1", "on"})
+_FALSE = frozenset({"false", "no", "0", "off"})
+
+BOOLEAN_FLAGS: dict[str, tuple[str | None, str | None]] = {
+    "--dry_run": ("--dry_run", None),
+    "--force_run_failed": ("--force_run_failed", "--no-force_run_failed"),
+    "--keep_going": ("--keep_going", "--nokeep_going"),
+    "--check_up_to_date": ("--check_up_to_date", None),
+    "--explain": ("--explain", None),
+}
+"""Boolean options that also take Marin's ``true|false`` value: (flag when true, flag when false; None: nothing)."""
+
+
+def _boolean(word: str) -> bool | None:
+    lowered = word.lower()
+    return True if lowered in _TRUE else False if lowered in _FALSE else None
+
+
+def rewrite(args: list[str]) -> list[str]:
+    """``args`` with ``--FLAG true|false`` and ``--FLAG=true|false`` as plain flags (see the module docstring)."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            out.extend(args[i:])
+            break
+        name, eq, attached = arg.partition("=")
+        if name in BOOLEAN_FLAGS:
+            value = _boolean(attached) if eq else (_boolean(args[i + 1]) if i + 1 < len(args) else None)
+            if value is not None:
+                flag = BOOLEAN_FLAGS[name][0 if value else 1]
+                if flag is not None:
+                    out.append(flag)
+                i += 1 if eq else 2
+                continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def looks_like_pattern(word: str) -> bool:
+    """Whether ``word`` is written like a target pattern (``//pkg:x``, ``:x``, ``pkg/...``, ``-//x``)."""
+    return any(c in word for c in "/:@.") or word.startswith("-")
+
+
+def unknown_command(word: str, commands: list[str]) -> str | None:
+    """The subcommand ``word`` is a misspelling of, when it is not written like a target pattern."""
+    if looks_like_pattern(word):
+        return None
+    close = difflib.get_close_matches(word, sorted(commands), n=1, cutoff=0.6)
+    return close[0] if close else None

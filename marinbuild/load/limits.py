@@ -1,0 +1,92 @@
+"""Limits on what the Starlark evaluator is given: file size, nesting, call depth and time.
+
+Starlark-rust parses and compiles recursively, so a file nested deeply enough (``-`` or
+``(`` or ``lambda:`` repeated a hundred thousand times) would overflow the thread's stack
+and crash the process. Before a file is parsed it is therefore checked:
+
+- its size: at most ``MAX_FILE_BYTES``;
+- it must be UTF-8 text;
+- a bound on its nesting: the count of the characters and keywords that can open a level
+  (brackets, operators, ``.``, ``:``, ``lambda``, ``def``, ``not``, ``if``...; weighted by what a
+  level of each costs the evaluator), at most ``MAX_NESTING``. The count includes those
+  inside strings and comments, so it is an upper bound of the real depth.
+
+Files are evaluated on a thread whose stack (``STACK_BYTES``) holds ``MAX_NESTING`` levels
+of the costliest kind with room to spare (``marinbuild.load.stack``). At run time, the
+Starlark call stack is capped at ``MAX_CALL_DEPTH`` frames and a BUILD file's evaluation
+(with the files it loads) at the workspace's ``eval_budget_seconds`` (default
+``DEFAULT_BUDGET_SECONDS``), checked by Starlark about every thousand instructions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marinbuild.load.errors import BuildFileError, Location
+
+__all__ = [
+    "DEFAULT_BUDGET_SECONDS",
+    "MAX_CALL_DEPTH",
+    "MAX_FILE_BYTES",
+    "MAX_NESTING",
+    "STACK_BYTES",
+    "budget_seconds",
+    "check_source",
+]
+
+MAX_FILE_BYTES = 2 * 1024 * 1024
+MAX_NESTING = 100_000
+STACK_BYTES = 1024 * 1024 * 1024
+MAX_CALL_DEPTH = 200
+DEFAULT_BUDGET_SECONDS = 30.0
+
+_LEVEL_CHARS = b"([{-+~.*/%<>|&^@!=:"
+_NOT_LEVEL = bytes(c for c in range(256) if c not in _LEVEL_CHARS)
+_HEAVY = (b"lambda", b"def")  # a level of these costs the evaluator about ten plain ones
+_WORDS = (b"not", b"if", b"else", b"and", b"or", b"for", b"in")
+
+
+def nesting_bound(data: bytes) -> int:
+    """An upper bound of ``data``'s syntactic nesting, in units of one plain level (see the module docstring).
+
+    Every level of an expression needs a bracket, an operator, a ``.`` or one of the keywords;
+    every level of a block needs a ``:``. All are counted, wherever they are.
+    """
+    total = len(data.translate(None, _NOT_LEVEL))
+    for word in _WORDS:
+        total += data.count(word)
+    for word in _HEAVY:
+        total += 10 * data.count(word)
+    return total
+
+
+def check_source(data: bytes, display: str) -> str:
+    """``data`` as text, or a located error if it is too large, not UTF-8 or nested too deeply."""
+    if len(data) > MAX_FILE_BYTES:
+        raise BuildFileError(
+            display, 1, 1, f"file too large: {len(data)} bytes (at most {MAX_FILE_BYTES}); split it into several files"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise BuildFileError(display, line, col, "the file is not UTF-8 text") from None
+    bound = nesting_bound(data)
+    if bound > MAX_NESTING:
+        raise BuildFileError.at(
+            Location(display, 1, 1),
+            f"file too deeply nested or too complex to evaluate safely (nesting bound {bound} > {MAX_NESTING}): "
+            "split its expressions and functions into smaller ones",
+        )
+    return text
+
+
+def budget_seconds(config: dict[str, Any]) -> float:
+    """The evaluation budget of one BUILD file: ``[tool.marinbuild] eval_budget_seconds``, a positive number."""
+    value = config.get("eval_budget_seconds", DEFAULT_BUDGET_SECONDS)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise BuildFileError(
+            "pyproject.toml", 1, 1, f"[tool.marinbuild] eval_budget_seconds must be a positive number, got {value!r}"
+        )
+    return float(value)

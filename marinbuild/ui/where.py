@@ -1,0 +1,38 @@
+"""Where to look after a build, as Marin's ``executor_main`` prints it: the experiment page, W&B runs.
+
+Contract: ``where_to_look(executor, ran)`` returns the lines (without a trailing newline) to print on
+stderr after a build whose run ``ran`` these steps: the experiment page (``get_experiment_url()``)
+when the build wrote its run info, and for each step of a target with ``tracker = "wandb"`` its
+Weights & Biases run (``https://wandb.ai/$WANDB_ENTITY/$WANDB_PROJECT/runs/<run id>``; the run id is
+the output folder's name, as ``train_lm`` names the run). Nothing for a dry run or a no-op build.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["where_to_look"]
+
+
+def _tracker(step: Any) -> str | None:
+    attrs = getattr(step.config, "attrs", None)
+    value = attrs.get("tracker") if isinstance(attrs, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def where_to_look(executor: Any, ran: list[Any]) -> list[str]:
+    lines = []
+    if executor.executor_info_path is not None:
+        lines.append(f"experiment page: {executor.get_experiment_url()}")
+    project = os.environ.get("WANDB_PROJECT", "marin")
+    entity = os.environ.get("WANDB_ENTITY")
+    for step in ran:
+        if _tracker(step) != "wandb":
+            continue
+        run_id = os.path.basename(executor.output_paths[step].rstrip("/"))
+        if entity:
+            lines.append(f"W&B run of {step.name}: https://wandb.ai/{entity}/{project}/runs/{run_id}")
+        else:
+            lines.append(f"W&B run of {step.name}: project {project}, run {run_id} (set WANDB_ENTITY for its URL)")
+    return lines

@@ -1,0 +1,34 @@
+"""Requirement names in ``runtime_env.pip_requirements`` are read by ``packaging`` (PEP 508), not patterns."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from marinbuild.runtime_env import pip_requirements
+
+PYPROJECT = '''
+[project]
+name = "My.Proj"
+
+[project.optional-dependencies]
+tpu = ["jax[tpu]>=0.4", "my-proj [gcs, plots] >=0.1 ; python_version >= '3.8'"]
+gcs = ["gcsfs>=2025.3"]
+plots = ["matplotlib"]
+broken = ["my_proj[gcs"]
+'''
+
+
+def test_self_references_follow_pep_508(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
+    # 'my-proj [gcs, plots] ...' names the project itself (names compare as PEP 503 normalises them): its extras
+    assert pip_requirements(["tpu"], tmp_path) == ["jax[tpu]>=0.4", "gcsfs>=2025.3", "matplotlib"]
+
+
+def test_a_malformed_requirement_is_an_error_not_dropped(tmp_path: Path) -> None:
+    """A pattern read 'my_proj[gcs' as the project itself without extras, and silently dropped it."""
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
+    with pytest.raises(ValueError, match=r"group 'broken' holds 'my_proj\[gcs', which is not a requirement"):
+        pip_requirements(["broken"], tmp_path)
