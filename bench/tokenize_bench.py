@@ -20,8 +20,7 @@ Rows of the table (markdown on stdout, raw numbers with ``--json``):
 The documents are the quickstart's synthetic stories (``experiments/quickstart/make_corpus.py``,
 its generator with another seed), as plain JSON lines; the tokenizer is a byte-level BPE with
 ``--vocab`` entries trained on them (no network). Speed-ups compare wall times of the step.
-A machine shared with other work makes every number noisy: the script prints the load average
-before and after.
+A machine shared with other work makes every number noisy: run it on an idle machine.
 
     .venv/bin/python bench/tokenize_bench.py                                  # ~10 minutes on 2 cores
     .venv/bin/python bench/tokenize_bench.py --mb 8 --small-files 200 --no-ray --json /tmp/tok.json
@@ -211,8 +210,7 @@ def render(r: dict[str, Any], args: argparse.Namespace) -> str:
     raw = r["raw"]
     raw_rate_ = raw["tokens"] / raw["seconds"]
     lines = [f"Dataset: {r['mb']:g} MB of JSON lines in {r['files']} files, {raw['tokens']:,} tokens "
-             f"(BPE, vocab {args.vocab}); {r['cpus']} CPUs; load average "
-             f"{r['load']['before'][0]:.1f} before, {r['load']['after'][0]:.1f} after.", "",
+             f"(BPE, vocab {args.vocab}); {r['cpus']} CPUs.", "",
              "| run | step wall | tokens/s | per core (shards) | vs raw | per core (step) | speed-up |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
              f"| raw HF tokenizers, 1 core | {raw['seconds']:.1f} s | {raw_rate_:,.0f} | {raw_rate_:,.0f} | 100% | "

@@ -127,7 +127,7 @@ class Loader:
         self._unordered = False  # whether a dependency was declared after a target depending on it
 
     def files_read(self) -> list[Path]:
-        """The BUILD files this session evaluated and the files they ``load()``ed (rules modules too)."""
+        """The BUILD files this loader evaluated and the files they ``load()``ed (rules modules too)."""
         return [self.workspace.build_file(p) for p in (*self._packages, *self._failed)] + self.evaluator.loaded_files()
 
     def is_package(self, package: str) -> bool:
