@@ -60,6 +60,19 @@ class ReadCounts:
         if len(self.examples) < 5:
             self.examples.append(str(error))
 
+    def bad(self, error: BadRecordError, skip_bad: bool, cause: BaseException | None = None) -> None:
+        """Count ``error`` as a skipped record when ``skip_bad``; else raise it (from ``cause``, if given)."""
+        if not skip_bad:
+            if cause is not None:
+                raise error from cause
+            raise error
+        self.skip(error)
+
+    def cut(self, error: BadRecordError, skip_bad: bool, cause: BaseException) -> None:
+        """The rest of the file cannot be read: as ``bad``, and note where the stream was cut off."""
+        self.bad(error, skip_bad, cause)
+        self.truncated = f"{error.path}:{error.where}"
+
 
 def _text_of(record: Any, text_key: str, path: str, where: str) -> str:
     if not isinstance(record, dict):
@@ -91,12 +104,8 @@ def _jsonl(path: str, compression: str | None, text_key: str, counts: ReadCounts
             except StopIteration:
                 return
             except _STREAM_ERRORS as exc:
-                error = BadRecordError(path, f"line {line_no + 1}",
-                                       f"cannot read the file past line {line_no} ({type(exc).__name__}: {exc})")
-                if not skip_bad:
-                    raise error from exc
-                counts.skip(error)
-                counts.truncated = f"{path}:line {line_no + 1}"
+                counts.cut(BadRecordError(path, f"line {line_no + 1}", f"cannot read the file past line {line_no} "
+                                          f"({type(exc).__name__}: {exc})"), skip_bad, exc)
                 return
             line_no += 1
             if not line.strip():
@@ -108,9 +117,7 @@ def _jsonl(path: str, compression: str | None, text_key: str, counts: ReadCounts
                     raise BadRecordError(path, f"line {line_no}", f"not JSON ({exc})") from exc
                 text = _text_of(record, text_key, path, f"line {line_no}")
             except BadRecordError as error:
-                if not skip_bad:
-                    raise
-                counts.skip(error)
+                counts.bad(error, skip_bad)
                 continue
             counts.records += 1
             yield text
@@ -122,19 +129,14 @@ def _whole(path: str, ext: str, compression: str | None, text_key: str, counts: 
     try:
         records = _load_whole(path, ext, compression)
     except _STREAM_ERRORS + (ValueError,) as exc:
-        error = BadRecordError(path, f"{unit} 0", f"cannot read the file ({type(exc).__name__}: {exc})")
-        if not skip_bad:
-            raise error from exc
-        counts.skip(error)
-        counts.truncated = f"{path}:{unit} 0"
+        counts.cut(BadRecordError(path, f"{unit} 0", f"cannot read the file ({type(exc).__name__}: {exc})"),
+                   skip_bad, exc)
         return
     for index, record in enumerate(records):
         try:
             text = _text_of(record, text_key, path, f"{unit} {index}")
         except BadRecordError as error:
-            if not skip_bad:
-                raise
-            counts.skip(error)
+            counts.bad(error, skip_bad)
             continue
         counts.records += 1
         yield text
