@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from workspaces import write_workspace
 
 STEPS = '''
 import os
@@ -39,13 +39,8 @@ python_step(name = "lone", fn = "steps:write", config = {"name": "lone"})
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    (root / "pipe").mkdir(parents=True)
-    (root / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "out"\n')
-    (root / "steps.py").write_text(STEPS)
-    (root / "pipe" / "BUILD.marin").write_text(textwrap.dedent(BUILD))
     (tmp_path / "calls.log").touch()
-    return root
+    return write_workspace(tmp_path / "ws", {"steps.py": STEPS, "pipe/BUILD.marin": BUILD})
 
 
 def env_of(ws: Path, **extra: str) -> dict[str, str]:

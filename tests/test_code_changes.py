@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from workspaces import write_workspace
 
 STEPS = '''
 import os
@@ -59,14 +60,8 @@ executor_script(name = "script", script = "script.py")
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    (root / "pipe").mkdir(parents=True)
-    (root / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "out"\n')
-    (root / "steps.py").write_text(STEPS)
-    (root / "pipe" / "script.py").write_text(SCRIPT)
-    (root / "pipe" / "BUILD.marin").write_text(textwrap.dedent(BUILD))
     (tmp_path / "calls.log").touch()
-    return root
+    return write_workspace(tmp_path / "ws", {"steps.py": STEPS, "pipe/script.py": SCRIPT, "pipe/BUILD.marin": BUILD})
 
 
 def mb(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:

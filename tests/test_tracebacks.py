@@ -12,13 +12,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from workspaces import write_workspace
 
 REPO = Path(__file__).resolve().parents[1]
 TRACEBACK_FILE = ".marinbuild_traceback.txt"
@@ -85,14 +85,9 @@ executor_script(name = "script", script = "script.py")
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    (root / "pipe").mkdir(parents=True)
-    (root / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "out"\n')
-    (root / "steps.py").write_text(STEPS_PY)
-    (root / "pipe" / "script.py").write_text(SCRIPT_PY)
-    flag = tmp_path / "fixed"
-    (root / "pipe" / "BUILD.marin").write_text(textwrap.dedent(BUILD).replace("FLAG", str(flag)))
-    return root
+    build = BUILD.replace("FLAG", str(tmp_path / "fixed"))
+    files = {"steps.py": STEPS_PY, "pipe/script.py": SCRIPT_PY, "pipe/BUILD.marin": build}
+    return write_workspace(tmp_path / "ws", files)
 
 
 def _env(ws: Path) -> dict[str, str]:
