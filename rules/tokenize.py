@@ -11,12 +11,14 @@
 Parquet, text under ``text_key``). The tokenizer is a ``train_tokenizer`` target
 (``tokenizer``) or, in ``tokenizer_name``, an existing tokenizer directory (local or
 fsspec) or a Hugging Face Hub name (which needs the network when the step runs; nothing
-is fetched before). Each input file is a shard, a cached action of its own: shards already
-tokenized (by this target, an earlier version of it or another target with the same file) are
-reused, the others are tokenized in parallel (Ray tasks with ``shard_resources`` each on the
-Ray backend, ``workers`` local processes otherwise), then consolidated into one cache per
-split. ``skip_bad_records`` skips unreadable records (counted per shard and in total) instead
-of failing on the first, which names its file and line. See ``marinbuild.ml.tokenize`` and
+is fetched before). The inputs are cut into shards of about ``shard_bytes`` (large plain
+JSON-lines and Parquet files split into byte or row-group ranges, small files grouped), each a
+cached action of its own: shards already tokenized (by this target, an earlier version of it
+or another target with the same files) are reused, the others are tokenized in parallel (Ray
+tasks with ``shard_resources`` each on the Ray backend, ``workers`` local processes otherwise),
+then consolidated into one cache per split. ``skip_bad_records`` skips unreadable records
+(counted per shard and in total) instead of failing on the first, which names its file and
+line. See ``marinbuild.ml.tokenize`` and
 docs/tokenize.md. ``train_lm`` and ``eval_lm`` take these targets.
 """
 
@@ -44,6 +46,9 @@ tokenize = rule(
         "text_key": attr.string(default="text", doc="the field of each record holding its text"),
         "skip_bad_records": attr.bool(default=False, doc="skip records that cannot be read (counted) instead of "
                                                           "failing on the first"),
+        "shard_bytes": attr.int(default=64 * 1024 * 1024,  # see marinbuild.ml.shard_plan
+                                doc="about how much of the input one shard reads: larger plain .jsonl and Parquet "
+                                    "files are split into ranges, smaller files grouped (0: a shard per file)"),
         "batch_size": attr.int(default=128, versioned=False, doc="documents per tokenizer batch"),
         "workers": attr.int(default=0, versioned=False,
                             doc="local backend: processes tokenizing shards (0: one per CPU)"),

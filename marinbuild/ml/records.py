@@ -1,8 +1,20 @@
 """The texts of one document file, with every bad record named by file and line (or row).
 
-``read_texts(path, text_key, skip_bad=False)`` yields the string under ``text_key`` of each
-record of a JSON-lines file (``.jsonl``, optionally ``.gz``/``.zst``/``.bz2``/``.xz``), a JSON
-array (``.json``) or a Parquet file (``.parquet``). What is bad, and what happens to it:
+``read_texts(path, text_key, counts, skip_bad=False, span=None)`` yields the string under
+``text_key`` of each record of a JSON-lines file (``.jsonl``, optionally
+``.gz``/``.zst``/``.bz2``/``.xz``), a JSON array (``.json``) or a Parquet file (``.parquet``), or
+of one part of it (``span``, see ``marinbuild.ml.shard_plan``):
+
+- a plain ``.jsonl`` file's ``span = (start, end)`` is a byte range: it owns the lines that
+  *start* inside it (a line starts at byte 0 or just after a ``\n``), so the ranges of one file
+  read every line exactly once, whatever the boundaries cut. Such a file is read as bytes
+  (``json.loads`` decodes UTF-8 itself; CRLF line ends are JSON whitespace);
+- a Parquet file's ``span = (first, end)`` is a range of row groups.
+
+Bad records are named by the *absolute* line (row) in the file, also within a range: the lines
+before a range are counted only when one of its records is bad (one pass over the bytes before
+the range, then the step fails or, with ``skip_bad``, the count is kept for the range).
+What is bad, and what happens to it:
 
 - a line that is not JSON, or a record whose ``text_key`` is missing or not a string: with
   ``skip_bad=False`` ``BadRecordError`` naming ``path:line`` (Parquet: ``row``); with
@@ -85,13 +97,80 @@ def _text_of(record: Any, text_key: str, path: str, where: str) -> str:
     return text
 
 
-def read_texts(path: str, text_key: str, counts: ReadCounts, skip_bad: bool = False) -> Iterator[str]:
-    """The texts of ``path`` in order; ``counts`` is filled in as they are read."""
+def read_texts(path: str, text_key: str, counts: ReadCounts, skip_bad: bool = False,
+               span: tuple[int, int] | None = None) -> Iterator[str]:
+    """The texts of ``path`` (or of its ``span``) in order; ``counts`` is filled in as they are read."""
     ext, compression = document_format(path)
-    if ext == ".jsonl":
+    if span is not None and not (compression is None and ext in (".jsonl", ".parquet")):
+        raise ValueError(f"{path}: only plain .jsonl and .parquet files are read in ranges")
+    if ext == ".jsonl" and compression is None:
+        yield from _plain_jsonl(path, span, text_key, counts, skip_bad)
+    elif ext == ".jsonl":
         yield from _jsonl(path, compression, text_key, counts, skip_bad)
+    elif ext == ".parquet":
+        yield from _parquet(path, span, compression, text_key, counts, skip_bad)
     else:
         yield from _whole(path, ext, compression, text_key, counts, skip_bad)
+
+
+def lines_before(path: str, offset: int) -> int:
+    """How many lines end before byte ``offset`` of ``path`` (``\n`` counted in blocks)."""
+    count = 0
+    with fsspec.open(path, "rb") as f:
+        left = offset
+        while left > 0:
+            block = f.read(min(1 << 24, left))
+            if not block:
+                break
+            count += block.count(b"\n")
+            left -= len(block)
+    return count
+
+
+def _plain_jsonl(path: str, span: tuple[int, int] | None, text_key: str, counts: ReadCounts,
+                 skip_bad: bool) -> Iterator[str]:
+    start, end = span if span is not None else (0, None)
+    with fsspec.open(path, "rb") as f:
+        pos = start
+        if start > 0:
+            f.seek(start - 1)
+            if f.read(1) != b"\n":  # a line straddles ``start``: it belongs to the range before
+                pos += len(f.readline())
+        owned = pos  # the first line this range owns starts here
+        first_line: list[int] = [] if owned > 0 else [1]
+
+        def where(n: int) -> str:
+            if not first_line:
+                first_line.append(lines_before(path, owned) + 1)
+            return f"line {first_line[0] + n}"
+
+        n = -1
+        while end is None or pos < end:
+            try:
+                line = f.readline()
+            except _STREAM_ERRORS as exc:
+                counts.cut(BadRecordError(path, where(n + 1), f"cannot read the file past byte {pos} "
+                                          f"({type(exc).__name__}: {exc})"), skip_bad, exc)
+                return
+            if not line:
+                return
+            pos += len(line)
+            n += 1
+            if not line.strip():
+                continue
+            try:
+                try:
+                    record = json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    raise BadRecordError(path, where(n), f"not JSON ({exc})") from exc
+                text = record.get(text_key) if isinstance(record, dict) else None
+                if not isinstance(text, str):  # name the line only for a bad record (``where`` may count lines)
+                    text = _text_of(record, text_key, path, where(n))
+            except BadRecordError as error:
+                counts.bad(error, skip_bad)
+                continue
+            counts.records += 1
+            yield text
 
 
 def _jsonl(path: str, compression: str | None, text_key: str, counts: ReadCounts, skip_bad: bool) -> Iterator[str]:
@@ -123,9 +202,38 @@ def _jsonl(path: str, compression: str | None, text_key: str, counts: ReadCounts
             yield text
 
 
+def _parquet(path: str, span: tuple[int, int] | None, compression: str | None, text_key: str, counts: ReadCounts,
+             skip_bad: bool) -> Iterator[str]:
+    """Row groups ``span`` (all by default), one at a time; rows named by their index in the file."""
+    import pyarrow.parquet as pq
+
+    row = 0
+    try:
+        with fsspec.open(path, "rb", compression=compression) as f:
+            parquet = pq.ParquetFile(f)
+            first, end = span if span is not None else (0, parquet.metadata.num_row_groups)
+            row = sum(parquet.metadata.row_group(i).num_rows for i in range(first))
+            for group in range(first, end):
+                records = parquet.read_row_group(group).to_pylist()
+                for record in records:
+                    try:
+                        text = _text_of(record, text_key, path, f"row {row}")
+                    except BadRecordError as error:
+                        counts.bad(error, skip_bad)
+                    else:
+                        counts.records += 1
+                        yield text
+                    row += 1
+    except _STREAM_ERRORS + (ValueError,) as exc:
+        if isinstance(exc, BadRecordError):
+            raise
+        counts.cut(BadRecordError(path, f"row {row}", f"cannot read the file ({type(exc).__name__}: {exc})"),
+                   skip_bad, exc)
+
+
 def _whole(path: str, ext: str, compression: str | None, text_key: str, counts: ReadCounts,
            skip_bad: bool) -> Iterator[str]:
-    unit = "row" if ext == ".parquet" else "item"
+    unit = "item"
     try:
         records = _load_whole(path, ext, compression)
     except _STREAM_ERRORS + (ValueError,) as exc:
@@ -143,11 +251,6 @@ def _whole(path: str, ext: str, compression: str | None, text_key: str, counts: 
 
 
 def _load_whole(path: str, ext: str, compression: str | None) -> list[Any]:
-    if ext == ".parquet":
-        import pyarrow.parquet as pq
-
-        with fsspec.open(path, "rb", compression=compression) as f:
-            return pq.read_table(f).to_pylist()
     with fsspec.open(path, "rt", compression=compression, encoding="utf-8") as f:
         data = json.load(f)
     if not isinstance(data, list):

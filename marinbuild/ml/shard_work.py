@@ -1,7 +1,8 @@
 """The work of a tokenize worker (a pool process or a Ray task): build one shard's cache, or consolidate.
 
-- ``build_shard(job)``: read the shard's file (``marinbuild.ml.records``: bad records named by
-  file and line), tokenize it with levanter's own preprocessor for ``TextLmDatasetFormat``
+- ``build_shard(job)``: read the shard's pieces in order, a whole file, a range of one or a
+  group of small files (``marinbuild.ml.records``: bad records named by file and line),
+  tokenize them with levanter's own preprocessor for ``TextLmDatasetFormat``
   (exactly what levanter's ``build_lm_dataset_cache`` runs: BOS and EOS added), write the rows
   with levanter's ``write_levanter_cache`` and commit the shard (``marinbuild.ml.shards.commit``).
   A shard already committed (another build did it meanwhile) is read, not built.
@@ -54,7 +55,7 @@ def tokenizer_dir(spec: str) -> str:
 
 def build_shard(job: dict[str, Any]) -> dict[str, Any]:
     """Build and commit one shard; return its ``ShardResult`` as a dict (``state``: built or cached)."""
-    shard = sh.Shard(**job["shard"])
+    shard = sh.Shard.from_json(job["shard"])
     if sh.is_done(shard):
         return {**sh.read_result(shard).to_json(), "state": "cached"}
     set_worker_env(job.get("offline", False))
@@ -64,17 +65,19 @@ def build_shard(job: dict[str, Any]) -> dict[str, Any]:
     start = time.time()
     processor = _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
     sh.clear_leftovers(shard)
-    counts = ReadCounts()
+    counts = [ReadCounts() for _ in shard.pieces]
     batch_size = int(job.get("batch_size", 128))
     text_key = job["text_key"]
+    skip_bad = job.get("skip_bad_records", False)
 
     def rows() -> Any:
         batch: list[dict[str, str]] = []
-        for text in read_texts(shard.path, text_key, counts, skip_bad=job.get("skip_bad_records", False)):
-            batch.append({text_key: text})
-            if len(batch) >= batch_size:
-                yield from canonicalize_batch(processor(batch))
-                batch = []
+        for piece, piece_counts in zip(shard.pieces, counts, strict=True):
+            for text in read_texts(piece.path, text_key, piece_counts, skip_bad=skip_bad, span=piece.span):
+                batch.append({text_key: text})
+                if len(batch) >= batch_size:
+                    yield from canonicalize_batch(processor(batch))
+                    batch = []
         if batch:
             yield from canonicalize_batch(processor(batch))
 
@@ -84,10 +87,16 @@ def build_shard(job: dict[str, Any]) -> dict[str, Any]:
     if written["count"] == 0:
         _empty_cache(cache_path, processor)
     tokens = _token_count(cache_path, processor)
+    skipped_by_file: dict[str, int] = {}
+    for piece, piece_counts in zip(shard.pieces, counts, strict=True):
+        if piece_counts.skipped:
+            skipped_by_file[piece.path] = skipped_by_file.get(piece.path, 0) + piece_counts.skipped
+    examples = [e for c in counts for e in c.examples][:5]
+    truncated = [c.truncated for c in counts if c.truncated]
     result = sh.ShardResult(key=shard.key, path=shard.path, cache=cache_name, documents=written["count"],
-                            tokens=tokens, skipped=counts.skipped, skipped_examples=counts.examples or None,
-                            truncated=counts.truncated, seconds=round(time.time() - start, 3),
-                            node=node_name())
+                            tokens=tokens, skipped=sum(c.skipped for c in counts), skipped_examples=examples or None,
+                            skipped_by_file=skipped_by_file or None, truncated="; ".join(truncated) or None,
+                            seconds=round(time.time() - start, 3), node=node_name())
     sh.commit(shard, result)
     return {**result.to_json(), "state": "built"}
 

@@ -1,9 +1,18 @@
 """Tokenize shards as content-addressed actions: what a shard is, its key, where its cache lives.
 
-A shard is one input file. Its key is the sha256 of::
+A shard is a list of pieces (``marinbuild.ml.shard_plan``): one whole file, one range of a large
+file, or a group of small files. A one-file shard's key is the sha256 of::
 
     {"kind": "tokenize-shard/1", "input": <input identity>, "format": [".jsonl", "gzip"],
      "text_key": "text", "tokenizer": <tokenizer identity>, "options": {"enforce_bos": true, ...}}
+
+and any other shard's (a range, a group) of::
+
+    {"kind": "tokenize-shard/2", "pieces": [[<input identity>, ".jsonl", null, [start, end] or null], ...],
+     "text_key": ..., "tokenizer": ..., "options": ...}
+
+(the one-file form is the first version's, kept so shards built before ranges and groups are
+still found). How a split was cut (``shard_bytes``) is not in the key: the pieces are.
 
 - The input's identity is its content digest for a local file (``sha256:<hex>``, so two copies
   of one file in two datasets are one shard), and for an object store path plus size plus the
@@ -34,9 +43,11 @@ from typing import Any
 import fsspec
 
 from marinbuild.ml.corpus import document_format
+from marinbuild.ml.shard_plan import Piece, file_pieces, group
 from marinbuild.store import action_cache
 
 KIND = "tokenize-shard/1"
+KIND_PIECES = "tokenize-shard/2"
 SHARD_FILE = "shard.json"
 STORE_DIR = "tokenize_shards"
 LEFTOVER_AGE = 6 * 3600.0
@@ -45,12 +56,22 @@ LEFTOVER_AGE = 6 * 3600.0
 
 @dataclass(frozen=True)
 class Shard:
-    """One input file to tokenize, and where its result goes."""
+    """What to tokenize (``pieces``, in order), and where its result goes. ``path`` names it for people."""
 
     index: int
     path: str
     key: str
     dir: str
+    pieces: tuple[Piece, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "pieces": [asdict(p) for p in self.pieces]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Shard:
+        pieces = tuple(Piece(p["path"], p["input"], p["size"], tuple(p["span"]) if p["span"] else None)
+                       for p in data["pieces"])
+        return cls(data["index"], data["path"], data["key"], data["dir"], pieces)
 
 
 @dataclass
@@ -64,6 +85,7 @@ class ShardResult:
     tokens: int
     skipped: int = 0
     skipped_examples: list[str] | None = None
+    skipped_by_file: dict[str, int] | None = None
     truncated: str | None = None
     seconds: float = 0.0
     node: str = ""
@@ -82,19 +104,26 @@ def default_store(output_path: str, package: str) -> str:
 
 def input_identity(path: str) -> str:
     """A local file's content digest; an object's path, size and generation (or ETag, or mtime)."""
+    return input_info(path)[0]
+
+
+def input_info(path: str) -> tuple[str, int]:
+    """``(input_identity(path), size in bytes)``."""
     fs, p = fsspec.core.url_to_fs(path)
     if _is_local(fs):
         digest = hashlib.sha256()
+        size = 0
         with open(p, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
-        return f"sha256:{digest.hexdigest()}"
+                size += len(block)
+        return f"sha256:{digest.hexdigest()}", size
     info = fs.info(p)
     version = info.get("generation") or info.get("ETag") or info.get("etag") or info.get("mtime") \
         or info.get("LastModified") or info.get("updated")
     if version is None:
         raise ValueError(f"{path}: the filesystem reports no generation, ETag or modification time to key it on")
-    return f"{path}|size={info.get('size')}|version={version}"
+    return f"{path}|size={info.get('size')}|version={version}", int(info.get("size") or 0)
 
 
 def tokenizer_identity(spec: str, local_dir: str | None) -> str:
@@ -112,22 +141,42 @@ def tokenizer_identity(spec: str, local_dir: str | None) -> str:
 
 
 def shard_key(input_id: str, path: str, text_key: str, tokenizer_id: str, options: dict[str, Any]) -> str:
+    """The key of a one-file shard."""
     ext, compression = document_format(path)
     key = {"kind": KIND, "input": input_id, "format": [ext, compression], "text_key": text_key,
            "tokenizer": tokenizer_id, "options": options}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
+def pieces_key(pieces: list[Piece], text_key: str, tokenizer_id: str, options: dict[str, Any]) -> str:
+    """The key of a shard of ``pieces`` (a one-file shard keeps its first-version key)."""
+    if len(pieces) == 1 and pieces[0].span is None:
+        return shard_key(pieces[0].input, pieces[0].path, text_key, tokenizer_id, options)
+    listed = [[p.input, *document_format(p.path), list(p.span) if p.span else None] for p in pieces]
+    key = {"kind": KIND_PIECES, "pieces": listed, "text_key": text_key, "tokenizer": tokenizer_id, "options": options}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def shard_label(pieces: list[Piece]) -> str:
+    """A shard for people: its file, its range, or its first file and how many more."""
+    if len(pieces) == 1:
+        return pieces[0].label()
+    return f"{pieces[0].path} (+{len(pieces) - 1} more files)"
+
+
 def shard_dir(store: str, key: str) -> str:
     return f"{store.rstrip('/')}/{key[:2]}/{key}"
 
 
-def plan(paths: list[str], store: str, text_key: str, tokenizer_id: str, options: dict[str, Any]) -> list[Shard]:
-    """The shards of ``paths``, in order (each file's identity read here: a local file is hashed)."""
+def plan(paths: list[str], store: str, text_key: str, tokenizer_id: str, options: dict[str, Any],
+         shard_bytes: int = 0) -> list[Shard]:
+    """The shards of ``paths``, in order (each file's identity read here: a local file is hashed), cut by
+    ``shard_bytes`` (``marinbuild.ml.shard_plan``; 0: a shard per file)."""
+    files = [file_pieces(path, *input_info(path), shard_bytes) for path in paths]
     shards = []
-    for index, path in enumerate(paths):
-        key = shard_key(input_identity(path), path, text_key, tokenizer_id, options)
-        shards.append(Shard(index, path, key, shard_dir(store, key)))
+    for index, pieces in enumerate(group(files, shard_bytes)):
+        key = pieces_key(pieces, text_key, tokenizer_id, options)
+        shards.append(Shard(index, shard_label(pieces), key, shard_dir(store, key), tuple(pieces)))
     return shards
 
 

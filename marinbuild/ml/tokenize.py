@@ -93,6 +93,7 @@ def payload_of(attr: Any, output_path: str, name: str, package: str) -> dict[str
         "text_key": attr.text_key,
         "batch_size": attr.batch_size,
         "skip_bad_records": attr.skip_bad_records,
+        "shard_bytes": attr.shard_bytes,
         "workers": attr.workers,
         "shard_resources": dict(attr.shard_resources) if attr.shard_resources else None,
         "shard_store": attr.shard_store or sh.default_store(output_path, package),
@@ -106,7 +107,8 @@ def shard_status(payload: dict[str, Any]) -> list[str]:
         new = [s for s in shards if not sh.is_done(s)]
         lines.append(f"{split} shards: {len(shards)}, {len(shards) - len(new)} cached, {len(new)} new")
         for shard in new[:10]:
-            lines.append(f"  new: {shard.path} (no shard of this file's content with this tokenizer, "
+            what = "these files' contents" if len(shard.pieces) > 1 else "this file's content"
+            lines.append(f"  new: {shard.path} (no shard of {what} with this tokenizer, "
                          f"text_key and options: key {shard.key[:16]})")
         if len(new) > 10:
             lines.append(f"  ... and {len(new) - 10} more new shards")
@@ -119,7 +121,9 @@ def plan_splits(payload: dict[str, Any]) -> dict[str, list[sh.Shard]]:
     local_dir = resolve_tokenizer(spec) if is_local_tokenizer(spec) else None
     tokenizer_id = sh.tokenizer_identity(spec, local_dir)
     options = shard_options(bool(payload.get("skip_bad_records", False)))
-    return {split: sh.plan(payload[split], payload["shard_store"], payload["text_key"], tokenizer_id, options)
+    shard_bytes = int(payload.get("shard_bytes", 0))
+    return {split: sh.plan(payload[split], payload["shard_store"], payload["text_key"], tokenizer_id, options,
+                           shard_bytes)
             for split in SPLITS if payload.get(split)}
 
 
@@ -203,7 +207,7 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
                 counts[split]["cached"] += 1
                 log.add(_log_line(split, shard, results[shard.key], "cached"))
             else:
-                todo.setdefault(shard.key, {**common, "shard": shard.__dict__})
+                todo.setdefault(shard.key, {**common, "shard": shard.to_json()})
                 waiting.setdefault(shard.key, []).append((split, shard))
         logger.info("tokenize %s: %d shards, %d cached, %d to tokenize", split, len(shards),
                     counts[split]["cached"], len(shards) - counts[split]["cached"])
@@ -246,8 +250,8 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
             vocab_size = consolidated["vocab_size"]
             skipped = sum(r.get("skipped", 0) for r in mine)
             splits[split] = {"documents": consolidated["documents"], "tokens": consolidated["tokens"],
-                             "files": len(shards), "shards": counts[split], "skipped": skipped,
-                             "skipped_by_file": {r["path"]: r["skipped"] for r in mine if r.get("skipped")}}
+                             "files": len(payload[split]), "shards": counts[split], "skipped": skipped,
+                             "skipped_by_file": _skipped_by_file(mine)}
             logger.info("tokenize %s: %d documents, %d tokens, %d bad records skipped", split,
                         consolidated["documents"], consolidated["tokens"], skipped)
     finally:
@@ -266,8 +270,18 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
     return metadata
 
 
+def _skipped_by_file(results: list[dict[str, Any]]) -> dict[str, int]:
+    by_file: dict[str, int] = {}
+    for r in results:
+        # a shard built before ranges and groups has no skipped_by_file: it was one file, ``path``
+        for path, n in (r.get("skipped_by_file") or ({r["path"]: r["skipped"]} if r.get("skipped") else {})).items():
+            by_file[path] = by_file.get(path, 0) + n
+    return by_file
+
+
 def _log_line(split: str, shard: sh.Shard, result: dict[str, Any], state: str) -> dict[str, Any]:
-    return {"split": split, "index": shard.index, "file": shard.path, "key": shard.key, "state": state,
+    return {"split": split, "index": shard.index, "file": shard.path, "files": len(shard.pieces),
+            "key": shard.key, "state": state,
             "documents": result.get("documents"), "tokens": result.get("tokens"), "skipped": result.get("skipped", 0),
             "seconds": result.get("seconds"), "node": result.get("node")}
 
