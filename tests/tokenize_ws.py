@@ -62,6 +62,7 @@ tokenize(
     tokenizer_name = "{tokenizer}",
     workers = {workers},
     skip_bad_records = {skip},
+    shard_bytes = {shard_bytes},
 )
 """
 
@@ -75,26 +76,30 @@ class Build:
 
 
 class TokenizeWorkspace:
-    """``pipe:docs`` (every ``pipe/data/*.jsonl.gz``) tokenized by ``pipe:tok`` with the toy tokenizer.
+    """``pipe:docs`` (every ``pipe/data/*.jsonl.gz`` and ``*.jsonl``) tokenized by ``pipe:tok``, toy tokenizer.
 
-    ``in_place``: ``pipe:docs`` names the files by a glob URL, read where they are when ``pipe:tok``
-    runs (a ``raw_data`` of ``srcs`` copies them and reads each one to count its documents)."""
+    ``shard_bytes``: the target's (0 by default: a shard per file). ``in_place``: ``pipe:docs``
+    names the files by a glob URL, read where they are when ``pipe:tok`` runs (a ``raw_data``
+    of ``srcs`` copies them and reads each one to count its documents)."""
 
     def __init__(self, root: Path, tokenizer: Path, workers: int = 2, skip_bad_records: bool = False,
-                 in_place: bool = False):
+                 in_place: bool = False, shard_bytes: int = 0):
         self.root = root
         self.data = root / "pipe" / "data"
         self.data.mkdir(parents=True, exist_ok=True)
         (root / "pyproject.toml").write_text('[project]\nname = "tok-test"\n\n[tool.marinbuild]\nprefix = "out"\n')
         self.tokenizer = tokenizer
         self.in_place = in_place
+        self.shard_bytes = shard_bytes
         self.set_build(workers, skip_bad_records)
         self._n = 0
 
     def set_build(self, workers: int = 2, skip_bad_records: bool = False) -> None:
-        docs = f'urls = ["{self.data}/*.jsonl.gz"]' if self.in_place else 'srcs = glob(["data/*.jsonl.gz"])'
+        docs = (f'urls = ["{self.data}/*.jsonl*"]' if self.in_place
+                else 'srcs = glob(["data/*.jsonl", "data/*.jsonl.gz"])')
         (self.root / "pipe" / "BUILD.marin").write_text(BUILD.format(
-            docs=docs, tokenizer=self.tokenizer, workers=workers, skip=str(bool(skip_bad_records))))
+            docs=docs, tokenizer=self.tokenizer, workers=workers, skip=str(bool(skip_bad_records)),
+            shard_bytes=self.shard_bytes))
 
     def command(self, *args: str, events: Path | None = None) -> list[str]:
         extra = ["--build_event_json_file", str(events)] if events is not None else []
