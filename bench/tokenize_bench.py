@@ -12,17 +12,24 @@ Rows of the table (markdown on stdout, raw numbers with ``--json``):
   the consolidation included;
 - ``Ray, N worker nodes``: the same on a real local Ray cluster (``tests/ray/raycluster.py``)
   of N one-CPU nodes, the build a driver of it (``--backend ray``);
+- ``one file``: the whole dataset in one plain JSON-lines file, all processes, as one shard
+  (``shard_bytes = 0``) and cut into ``--ranges`` byte ranges: what splitting a large file gains;
 - ``many small files``: ``--small-files`` files of ``--small-kb`` KB each, local backend, all
-  processes: the step's wall time against the raw tokenizing time of the same text divided by
-  the processes; the rest is marinbuild's and levanter's bookkeeping (hashing inputs, one cache
-  per shard, records, consolidating), shown per shard and as a share of the wall time.
+  processes, the rule's default ``shard_bytes`` (small files grouped into shards): the step's
+  wall time against the raw tokenizing time of the same text divided by the processes; the rest
+  is marinbuild's and levanter's bookkeeping (hashing inputs, one cache per shard, records,
+  consolidating), shown per shard and as a share of the wall time.
+
+The main rows and the Ray rows build a shard per file (``shard_bytes = 0``), so the scaling
+rows compare the same shards. ``--doc FILE`` writes the table between the
+``<!-- tokenize_bench -->`` markers of FILE (docs/performance.md).
 
 The documents are the quickstart's synthetic stories (``experiments/quickstart/make_corpus.py``,
 its generator with another seed), as plain JSON lines; the tokenizer is a byte-level BPE with
 ``--vocab`` entries trained on them (no network). Speed-ups compare wall times of the step.
 A machine shared with other work makes every number noisy: run it on an idle machine.
 
-    .venv/bin/python bench/tokenize_bench.py                                  # ~10 minutes on 2 cores
+    .venv/bin/python bench/tokenize_bench.py --mb 8 --doc docs/performance.md
     .venv/bin/python bench/tokenize_bench.py --mb 8 --small-files 200 --no-ray --json /tmp/tok.json
 """
 
@@ -49,7 +56,7 @@ load("@marinbuild//rules:tokenize.py", "tokenize")
 
 raw_data(name = "docs", urls = ["{pattern}"])
 
-tokenize(name = "tok", train = [":docs"], tokenizer_name = "{tokenizer}", workers = {workers})
+tokenize(name = "tok", train = [":docs"], tokenizer_name = "{tokenizer}", workers = {workers}{shard_bytes})
 """
 
 RAW = """
@@ -109,14 +116,16 @@ def raw_rate(tokenizer: Path, paths: list[Path]) -> dict[str, float]:
 
 
 def build(work: Path, data: Path, tokenizer: Path, workers: int, extra: list[str],
-          env: dict[str, str]) -> dict[str, Any]:
-    """Build the tokenize target in a fresh workspace; the step's wall time, tokens and shard seconds."""
+          env: dict[str, str], shard_bytes: int | None = None) -> dict[str, Any]:
+    """Build the tokenize target in a fresh workspace (``shard_bytes``: the rule's default when None); the
+    step's wall time, tokens and shard seconds."""
     if work.exists():
         shutil.rmtree(work)
     (work / "pipe").mkdir(parents=True)
     (work / "pyproject.toml").write_text('[project]\nname = "tokbench"\n\n[tool.marinbuild]\nprefix = "out"\n')
+    option = "" if shard_bytes is None else f", shard_bytes = {shard_bytes}"
     (work / "pipe" / "BUILD.marin").write_text(BUILD.format(pattern=f"{data}/*.jsonl", tokenizer=tokenizer,
-                                                            workers=workers))
+                                                            workers=workers, shard_bytes=option))
     events = work / "events.jsonl"
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "marinbuild", "//pipe:tok", "--build_event_json_file", str(events),
@@ -155,7 +164,7 @@ def ray_builds(root: Path, data: Path, tokenizer: Path, nodes_list: list[int]) -
                 cluster.add_node({}, num_cpus=1)
             env = {**_env(), **node_env()}
             results[nodes] = build(root / f"ray-{nodes}", data, tokenizer, 0,
-                                   ["--backend", "ray", "--ray_address", cluster.address], env)
+                                   ["--backend", "ray", "--ray_address", cluster.address], env, shard_bytes=0)
         finally:
             if ray.is_initialized():
                 ray.shutdown()
@@ -174,8 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray-nodes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--no-ray", action="store_true")
     parser.add_argument("--no-small", action="store_true")
+    parser.add_argument("--no-one-file", action="store_true")
+    parser.add_argument("--ranges", type=int, default=4, help="byte ranges of the one-file rows")
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--doc", type=Path, default=None,
+                        help="write the table into this markdown file, between <!-- tokenize_bench --> markers")
     args = parser.parse_args(argv)
 
     root = Path(tempfile.mkdtemp(prefix="tokbench-", dir=args.dir))
@@ -188,7 +201,18 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"raw": raw, "local": {}, "ray": {}, "small": None,
                                "cpus": os.cpu_count(), "mb": args.mb, "files": args.files}
     for n in args.processes:
-        results["local"][n] = build(root / f"local-{n}", data, tokenizer, n, [], env)
+        results["local"][n] = build(root / f"local-{n}", data, tokenizer, n, [], env, shard_bytes=0)
+    if not args.no_one_file:
+        one = root / "one" / "all.jsonl"
+        one.parent.mkdir()
+        with one.open("wb") as f:
+            for path in paths:
+                f.write(path.read_bytes())
+        workers = max(args.processes)
+        results["one_file"] = {"workers": workers, "ranges": args.ranges,
+                               "whole": build(root / "one-whole", one.parent, tokenizer, workers, [], env, 0),
+                               "split": build(root / "one-split", one.parent, tokenizer, workers, [], env,
+                                              one.stat().st_size // args.ranges + 1)}
     if not args.no_ray:
         results["ray"] = ray_builds(root, data, tokenizer, args.ray_nodes)
     if not args.no_small:
@@ -196,14 +220,29 @@ def main(argv: list[str] | None = None) -> int:
         small_paths = write_corpus(small, args.small_files, args.small_kb * 1000, seed=2)
         small_raw = raw_rate(tokenizer, small_paths)
         workers = max(args.processes)
-        results["small"] = {"raw": small_raw, "workers": workers,
+        results["small"] = {"raw": small_raw, "workers": workers, "files": args.small_files,
                             **build(root / "small-build", small, tokenizer, workers, [], env)}
     results["load"] = {"before": load_before, "after": os.getloadavg()}
-    print(render(results, args))
+    text = render(results, args)
+    print(text)
+    if args.doc is not None:
+        command = " ".join(["python bench/tokenize_bench.py", *(argv if argv is not None else sys.argv[1:])])
+        write_doc(args.doc, f"`{command}`\n\n{text}\n")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
     shutil.rmtree(root, ignore_errors=True)
     return 0
+
+
+def write_doc(path: Path, text: str) -> None:
+    """Replace what lies between ``<!-- tokenize_bench -->`` and ``<!-- /tokenize_bench -->`` in ``path``."""
+    doc = path.read_text()
+    start, end = "<!-- tokenize_bench -->", "<!-- /tokenize_bench -->"
+    if start not in doc or end not in doc:
+        raise SystemExit(f"{path}: no {start} ... {end} markers to write the table between")
+    before, rest = doc.split(start, 1)
+    after = rest.split(end, 1)[1]
+    path.write_text(f"{before}{start}\n{text}{end}{after}")
 
 
 def render(r: dict[str, Any], args: argparse.Namespace) -> str:
@@ -227,6 +266,12 @@ def render(r: dict[str, Any], args: argparse.Namespace) -> str:
     first = local.get(min(local)) if local else None
     for n, b in sorted(local.items()):
         lines.append(row(f"local, {n} process{'es' if n > 1 else ''}", b, n, first if n != min(local) else None))
+    one = r.get("one_file")
+    if one:
+        w = one["workers"]
+        lines.append(row(f"one file, local, {w} processes: 1 shard", one["whole"], w, None))
+        lines.append(row(f"one file, local, {w} processes: {one['ranges']} byte ranges", one["split"], w,
+                         one["whole"]))
     ray_runs = {int(k): v for k, v in r["ray"].items()}
     first_ray = ray_runs.get(min(ray_runs)) if ray_runs else None
     for n, b in sorted(ray_runs.items()):
@@ -236,10 +281,11 @@ def render(r: dict[str, Any], args: argparse.Namespace) -> str:
     if small:
         raw_s = small["raw"]["seconds"] / small["workers"]
         over = small["step_seconds"] - raw_s
-        lines += ["", "| many small files | files | step wall | raw tokenizing / processes | bookkeeping | "
+        lines += ["", "| many small files | files | shards | step wall | raw tokenizing / processes | bookkeeping | "
                       "per shard | share of wall |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-                  f"| {args.small_kb} KB each, local, {small['workers']} processes | {small['shards']:,} | "
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+                  f"| {args.small_kb} KB each, local, {small['workers']} processes | {small['files']:,} | "
+                  f"{small['shards']:,} | "
                   f"{small['step_seconds']:.1f} s | {raw_s:.1f} s | {over:.1f} s | "
                   f"{over / small['shards'] * 1000:.0f} ms | {over / small['step_seconds']:.0%} |"]
     return "\n".join(lines)
