@@ -153,8 +153,10 @@ def _env() -> dict[str, str]:
 
 
 def ray_builds(root: Path, data: Path, tokenizer: Path, nodes_list: list[int]) -> dict[int, dict[str, Any]]:
-    import ray
     from raycluster import node_env, start_cluster
+
+    os.environ.update(node_env())  # this process joins the cluster too: keep Ray on 127.0.0.1, no auth
+    import ray
 
     results = {}
     for nodes in nodes_list:

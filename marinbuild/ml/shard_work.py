@@ -6,8 +6,9 @@
   (exactly what levanter's ``build_lm_dataset_cache`` runs: BOS and EOS added), write the rows
   with levanter's ``write_levanter_cache`` and commit the shard (``marinbuild.ml.shards.commit``).
   A shard already committed (another build did it meanwhile) is read, not built.
-- ``consolidate(job)``: levanter's ``consolidate_shard_caches`` copies the shard caches, in
-  order, into one cache folder (the layout ``train_lm`` reads), then returns its counts.
+- ``consolidate(job)``: copies the shard caches, in order, into one cache folder (the layout
+  ``train_lm`` reads) with levanter's copy steps (``marinbuild.ml.consolidate``: what levanter's
+  ``consolidate_shard_caches`` writes, without its per-shard zephyr tasks), then returns its counts.
 
 The tokenizer and preprocessor are loaded once per process and kept (``_processor``): a worker
 builds many shards. Jobs and results are plain dicts (they cross process and node boundaries).
@@ -133,10 +134,12 @@ def consolidate(job: dict[str, Any]) -> dict[str, Any]:
     the tokenizer's vocabulary size as levanter counts it."""
     set_worker_env(job.get("offline", False))
     from levanter.data.text import cached_token_count
-    from levanter.store.cache import CacheMetadata, consolidate_shard_caches
+    from levanter.store.cache import CacheMetadata
+
+    from marinbuild.ml.consolidate import consolidate_caches
 
     processor = _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
-    ledger = consolidate_shard_caches(job["caches"], job["output"], processor.output_exemplar,
-                                      metadata=CacheMetadata(preprocessor_metadata=processor.metadata))
+    ledger = consolidate_caches(job["caches"], job["output"], processor.output_exemplar,
+                                CacheMetadata(preprocessor_metadata=processor.metadata))
     return {"documents": ledger.total_num_rows, "tokens": int(cached_token_count(job["output"])),
             "vocab_size": len(processor.tokenizer)}
