@@ -7,17 +7,20 @@ Output layout, exactly what levanter's ``LmDataConfig`` reads for a component wh
     <out>/validation/     the same for the validation documents (absent when there are none)
     <out>/tokenized.json  {"tokenizer", "vocab_size", "text_key", "splits": {split: {documents, tokens,
                            files, shards: {total, cached, built}, skipped}}}
-    <out>/logs/shards.jsonl  one line per shard per attempt: run, split, index, file, key, state
-                           (cached or built), documents, tokens, skipped, seconds, node
+    <out>/logs/shards.jsonl  one line per shard per attempt: run, split, index, file (the shard's file,
+                           range or first file), files, key, state (cached or built), documents,
+                           tokens, skipped, seconds, node
     <out>/logs/tokenize-workers.log  what local worker processes printed (levanter's own logs)
 
-How (``tokenize(payload)``): every input file is a shard, a content-addressed action of its own
-(``marinbuild.ml.shards``: its key, its store, its commit). Shards already in the store are used
-as they are; the others are built in parallel (``marinbuild.ml.shard_pool``: Ray tasks over the
-cluster when the step runs on Ray, local processes otherwise) by ``marinbuild.ml.shard_work``;
-then levanter's ``consolidate_shard_caches`` copies the shards, in input order, into the split's
-cache. Progress (shards done / total, tokens per second) is reported as the step's ``progress``
-events (``marinbuild.run.step_progress``) and logged. The token ids are those levanter's own
+How (``tokenize(payload)``): the input files are cut into shards of about ``shard_bytes``
+(``marinbuild.ml.shard_plan``: ranges of large files, groups of small ones), each a
+content-addressed action of its own (``marinbuild.ml.shards``: its key, its store, its commit).
+Shards already in the store are used as they are; the others are built in parallel
+(``marinbuild.ml.shard_pool``: Ray tasks over the cluster when the step runs on Ray, local
+processes otherwise) by ``marinbuild.ml.shard_work``; then the shards are copied, in input
+order, into the split's cache (``marinbuild.ml.consolidate``: levanter's copy steps).
+Progress (shards done / total, tokens per second) is reported as the step's ``progress`` events
+(``marinbuild.run.step_progress``) and logged. The token ids are those levanter's own
 single-process builder (``build_lm_dataset_cache``) writes for the same files.
 """
 
