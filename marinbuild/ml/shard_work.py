@@ -63,7 +63,7 @@ def build_shard(job: dict[str, Any]) -> dict[str, Any]:
     from levanter.data._preprocessor import canonicalize_batch
     from levanter.store.cache import write_levanter_cache
 
-    start = time.time()
+    start, cpu_start = time.time(), time.process_time()
     processor = _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
     sh.clear_leftovers(shard)
     counts = [ReadCounts() for _ in shard.pieces]
@@ -97,7 +97,8 @@ def build_shard(job: dict[str, Any]) -> dict[str, Any]:
     result = sh.ShardResult(key=shard.key, path=shard.path, cache=cache_name, documents=written["count"],
                             tokens=tokens, skipped=sum(c.skipped for c in counts), skipped_examples=examples or None,
                             skipped_by_file=skipped_by_file or None, truncated="; ".join(truncated) or None,
-                            seconds=round(time.time() - start, 3), node=node_name())
+                            seconds=round(time.time() - start, 3),
+                            cpu_seconds=round(time.process_time() - cpu_start, 3), node=node_name())
     sh.commit(shard, result)
     return {**result.to_json(), "state": "built"}
 

@@ -88,6 +88,8 @@ class ShardResult:
     skipped_by_file: dict[str, int] | None = None
     truncated: str | None = None
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    """CPU time of the worker process while it built the shard (all its threads)."""
     node: str = ""
 
     def to_json(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ Output layout, exactly what levanter's ``LmDataConfig`` reads for a component wh
                            files, shards: {total, cached, built}, skipped}}}
     <out>/logs/shards.jsonl  one line per shard per attempt: run, split, index, file (the shard's file,
                            range or first file), files, key, state (cached or built), documents,
-                           tokens, skipped, seconds, node
+                           tokens, skipped, seconds, cpu_seconds, node
     <out>/logs/tokenize-workers.log  what local worker processes printed (levanter's own logs)
 
 How (``tokenize(payload)``): the input files are cut into shards of about ``shard_bytes``
@@ -286,7 +286,7 @@ def _log_line(split: str, shard: sh.Shard, result: dict[str, Any], state: str) -
     return {"split": split, "index": shard.index, "file": shard.path, "files": len(shard.pieces),
             "key": shard.key, "state": state,
             "documents": result.get("documents"), "tokens": result.get("tokens"), "skipped": result.get("skipped", 0),
-            "seconds": result.get("seconds"), "node": result.get("node")}
+            "seconds": result.get("seconds"), "cpu_seconds": result.get("cpu_seconds"), "node": result.get("node")}
 
 
 def _remove(path: str) -> None:
