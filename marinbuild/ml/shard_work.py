@@ -63,8 +63,9 @@ def build_shard(job: dict[str, Any]) -> dict[str, Any]:
     from levanter.data._preprocessor import canonicalize_batch
     from levanter.store.cache import write_levanter_cache
 
-    start, cpu_start = time.time(), time.process_time()
+    start = time.time()
     processor = _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
+    cpu_start = time.process_time()  # after the worker's one-time imports and tokenizer load
     sh.clear_leftovers(shard)
     counts = [ReadCounts() for _ in shard.pieces]
     batch_size = int(job.get("batch_size", 128))

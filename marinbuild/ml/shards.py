@@ -89,7 +89,8 @@ class ShardResult:
     truncated: str | None = None
     seconds: float = 0.0
     cpu_seconds: float = 0.0
-    """CPU time of the worker process while it built the shard (all its threads)."""
+    """CPU time of the worker process (all its threads) reading, tokenizing and writing the shard: not its
+    one-time start (importing levanter, loading the tokenizer), which ``seconds`` includes."""
     node: str = ""
 
     def to_json(self) -> dict[str, Any]:
