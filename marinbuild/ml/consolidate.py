@@ -13,13 +13,13 @@ row by row and ledger by ledger), by running the same steps of ``levanter.store.
 
 Why not call ``consolidate_shard_caches`` itself: its copy of each shard
 (``_extend_cache_with_other_cache``) reopens the output and ends with a full ``gc.collect()``,
-which in a process holding jax and a tokenizer takes most of a second; with thousands of small
-shards those collections, not the copying, were nearly all of the consolidation's time
-(cProfile: 32 of 34 seconds for 40 shards of 100 rows). Its two zephyr pipelines (a task per
-shard) add their own per-shard cost. Here the shards are copied without a collection per shard,
-in one event loop, one at a time: two copies of neighbouring shards write the same tensorstore
-chunk at its edge, and one writer per array needs no reasoning about concurrent
-read-modify-writes.
+which in a process holding jax and a tokenizer costs far more than copying a small shard; with
+thousands of small shards those collections, not the copying, were nearly all of the
+consolidation's time (cProfile of a consolidation of many small shards). Its two zephyr
+pipelines (a task per shard) add their own per-shard cost. Here the shards are copied without a
+collection per shard, in one event loop, one at a time: two copies of neighbouring shards write
+the same tensorstore chunk at its edge, and one writer per array needs no reasoning about
+concurrent read-modify-writes.
 The private functions are levanter's (pinned in pyproject.toml); tests/ml/test_consolidate.py
 fails if they stop producing what ``consolidate_shard_caches`` does.
 """

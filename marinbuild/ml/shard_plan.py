@@ -1,7 +1,7 @@
 """How the input files of a split become shards: large files split into ranges, small files grouped.
 
 One number decides both, ``shard_bytes`` (the ``tokenize`` rule's option, 64 MiB by default: a
-shard of that much text tokenizes in a minute or two on one core, small enough to spread a
+shard of that much text is some ten million tokens, small enough to spread a
 dataset over a cluster and to lose little on a preemption, large enough that per-shard costs
 are a small share; 0: every file is one shard, never split nor grouped):
 
