@@ -17,7 +17,9 @@ Rows of the table (markdown on stdout, raw numbers with ``--json``):
 - ``one file``: the whole dataset in one plain JSON-lines file, all processes, as one shard
   (``shard_bytes = 0``) and cut into ``--ranges`` byte ranges: what splitting a large file gains;
 - ``many small files``: ``--small-files`` files of ``--small-kb`` KB each, local backend, all
-  processes, the rule's default ``shard_bytes`` (small files grouped into shards): the step's
+  processes, small files grouped into shards of about ``--small-shard-mb`` (enough shards for
+  every process to have several, so that the row measures bookkeeping, not an idle process
+  waiting for the last large shard): the step's
   wall time against the raw tokenizing time of the same text divided by the processes; the rest
   is marinbuild's and levanter's bookkeeping (hashing inputs, one cache per shard, records,
   consolidating), shown per shard and as a share of the wall time.
@@ -185,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=8, help="files of the main dataset")
     parser.add_argument("--small-files", type=int, default=2000)
     parser.add_argument("--small-kb", type=int, default=100)
+    parser.add_argument("--small-shard-mb", type=float, default=16,
+                        help="shard_bytes of the many-small-files row, MiB (0: the rule's default)")
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--ray-nodes", type=int, nargs="+", default=[1, 2])
@@ -228,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         small_raw = raw_rate(tokenizer, small_paths)
         workers = max(args.processes)
         results["small"] = {"raw": small_raw, "workers": workers, "files": args.small_files,
-                            **build(root / "small-build", small, tokenizer, workers, [], env)}
+                            "shard_mb": args.small_shard_mb,
+                            **build(root / "small-build", small, tokenizer, workers, [], env,
+                                    int(args.small_shard_mb * 2**20) or None)}
     results["load"] = {"before": load_before, "after": os.getloadavg()}
     text = render(results, args)
     print(text)
@@ -289,10 +295,12 @@ def render(r: dict[str, Any], args: argparse.Namespace) -> str:
     if small:
         raw_s = small["raw"]["seconds"] / small["workers"]
         over = small["step_seconds"] - raw_s
+        shard_size = f"shard_bytes {small['shard_mb']:g} MiB" if small.get("shard_mb") else "default shard_bytes"
         lines += ["", "| many small files | files | shards | step wall | raw tokenizing / processes | bookkeeping | "
                       "per shard | share of wall |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-                  f"| {args.small_kb} KB each, local, {small['workers']} processes | {small['files']:,} | "
+                  f"| {args.small_kb} KB each, local, {small['workers']} processes, {shard_size} | "
+                  f"{small['files']:,} | "
                   f"{small['shards']:,} | "
                   f"{small['step_seconds']:.1f} s | {raw_s:.1f} s | {over:.1f} s | "
                   f"{over / small['shards'] * 1000:.0f} ms | {over / small['step_seconds']:.0%} |"]

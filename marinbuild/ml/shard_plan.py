@@ -21,9 +21,9 @@ are a small share; 0: every file is one shard, never split nor grouped):
   cache each, its commit, its copy into the consolidated cache) are paid a few times, not
   thousands. Where a group ends depends on the files themselves, not on their positions (the
   content-defined chunking of rsync and restic, applied to a list of files): a group ends after
-  a file when the group holds at least ``shard_bytes / 4`` and the file's identity hashes (as a
-  number in [0, 1)) below ``size / shard_bytes`` (so groups hold about ``shard_bytes``), or when
-  the group reaches ``4 * shard_bytes``. Adding or removing a file changes the group it falls
+  a file when the group holds at least ``shard_bytes / 2`` and the file's identity hashes (as a
+  number in [0, 1)) below ``size / (shard_bytes / 2)`` (so groups hold about ``shard_bytes``
+  on average), or when the group reaches ``2 * shard_bytes``. Adding or removing a file changes the group it falls
   in (and rarely the next), not every group after it: the other groups keep their keys and are
   reused.
 
@@ -111,7 +111,8 @@ def group(files: list[list[Piece]], shard_bytes: int) -> list[list[Piece]]:
             continue
         current.append(whole)
         held += whole.size
-        if held >= 4 * shard_bytes or (held >= shard_bytes / 4 and _unit(whole.input) < whole.size / shard_bytes):
+        half = shard_bytes / 2
+        if held >= 2 * shard_bytes or (held >= half and _unit(whole.input) < whole.size / half):
             shards.append(current)
             current, held = [], 0
     if current:

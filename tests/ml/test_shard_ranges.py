@@ -115,8 +115,8 @@ def test_groups_end_where_the_files_say_so_adding_a_file_changes_one_group():
     before = group(_files(names), 2000)
     assert sum(len(g) for g in before) == 400
     assert [p.path for g in before for p in g] == [f"/d/{n}" for n in names]  # input order kept
-    assert 5 < len(before) < 100 and max(len(g) for g in before) <= 80  # about 20 files a group, at most 4x
-    assert min(len(g) for g in before[:-1]) >= 5  # a group holds at least a quarter before it may end
+    assert 10 <= len(before) <= 40 and max(len(g) for g in before) <= 40  # about 20 files a group, at most 2x
+    assert min(len(g) for g in before[:-1]) >= 10  # a group holds at least half before it may end
 
     after = group(_files(names[:200] + ["new"] + names[200:]), 2000)
     changed = {tuple(p.path for p in g) for g in after} - {tuple(p.path for p in g) for g in before}
