@@ -24,7 +24,6 @@ from typing import Any
 
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.labels import Label, PatternError, TargetPattern, expand_patterns, parse_label, parse_pattern
-from marinbuild.load.attrs import hashes_differ
 from marinbuild.load.errors import BuildFileError
 from marinbuild.load.evaluator import Evaluator
 from marinbuild.load.locate import keyword_location
@@ -295,10 +294,10 @@ class Loader:
                 f"no such target '{label}': package '{other}' declares no target {label.name!r} "
                 f"and has no file {label.name!r}{hint}",
             )
-        if not hashes_differ(deps):
+        if len(set(deps)) != len(deps):
             deps = list(dict.fromkeys(deps))
         target.deps = tuple(deps)
-        if not hashes_differ(srcs):
+        if len(set(srcs)) != len(srcs):
             unique = dict(zip(srcs, paths, strict=True))  # a label's path is the same wherever it is written
             srcs, paths = list(unique), list(unique.values())
         target.srcs = tuple(srcs)
