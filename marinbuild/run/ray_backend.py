@@ -80,7 +80,6 @@ import re
 import sys
 import threading
 import time
-import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -90,7 +89,6 @@ from typing import Any
 from marinbuild.run import ray_bundles, shipped_code
 from marinbuild.run.backend import Completion
 from marinbuild.run.failure import RemoteTraceback
-from marinbuild.run.ray_bell import BELLS, Bell
 from marinbuild.run.ray_connect import connect_ray
 from marinbuild.run.ray_progress import ProgressRelay
 from marinbuild.run.ray_task import (
@@ -115,6 +113,8 @@ LAUNCH_WINDOW_PER_CPU = 4
 """Tasks of one resource shape launched or being prepared at once: 4 per CPU of the cluster, at least 64."""
 WINDOW_REFRESH = 60.0
 """Seconds between reads of the cluster's resources (an autoscaler grows it)."""
+WAKE_SECONDS = 0.05
+"""How long the driver loop waits in ``ray.wait`` before it looks for steps another thread handed it."""
 LEASE_THREADS = 8
 """Threads for lease work that waits: a lease held by another runner, and leases on an object store (a request
 per operation). Started the first time one is needed; local leases are taken and released on the loop's thread."""
@@ -261,8 +261,6 @@ class RayBackend:
         self._lease_threads = 0
         self._running: dict[int, _Task] = {}
         """Launched tasks not yet finished: what Ctrl-C cancels."""
-        self._bell: Bell | None = None
-        """The loop's bell while it blocks in ``ray.wait`` (None otherwise, or once it was rung)."""
         self._outstanding = 0
         """Jobs submitted whose completion was not reported yet."""
         self._started = False
@@ -318,12 +316,9 @@ class RayBackend:
             self._outstanding += 1
             start, self._started = not self._started, True
             self._inbox.append((job, done))
-            bell = self._take_bell()  # (None when the loop itself submits: a step it finished freed another)
             self._cv.notify()
         if start:
             threading.Thread(target=self._loop, name="marinbuild-ray-loop", daemon=True).start()
-        if bell is not None:
-            bell.ring()
 
     def shutdown(self, cancel: bool = False) -> None:
         with self._cv:
@@ -331,7 +326,6 @@ class RayBackend:
             running = [task.ref for task in self._running.values()] if cancel else []
             if cancel:
                 self._cancelled = True
-            bell = self._take_bell() if cancel else None  # the loop collects the cancelled tasks
             self._cv.notify()
             idle = self._outstanding == 0
         if idle:
@@ -344,8 +338,6 @@ class RayBackend:
                     ray.cancel(ref, force=True)
                 except Exception:  # already finished, or the cluster is gone
                     logger.debug("could not cancel a task", exc_info=True)
-        if bell is not None:
-            bell.ring()
 
     def check_resources(self, resources: Any) -> str | None:
         """A cluster may gain any resource (an autoscaler adds nodes): only a malformed request is refused."""
@@ -406,10 +398,7 @@ class RayBackend:
         """From a lease thread: ``item`` is ready to launch (None: its job ended there, its slot is free)."""
         with self._cv:
             self._prepared.append((key, item))
-            bell = self._take_bell()
             self._cv.notify()
-        if bell is not None:
-            bell.ring()
 
     # -- taking the lease and planning the launch ---------------------------------------------------
     def _prepare_here(self, job: StepJob, done: Completion, key: Hashable) -> _Launch | None | bool:
@@ -464,11 +453,6 @@ class RayBackend:
             self._complete(done, job, None, job.fail(exc))
 
     # -- the driver loop: lease, launch, ray.wait, finish -----------------------------------------
-    def _take_bell(self) -> Bell | None:
-        """The bell to ring to wake the loop out of ``ray.wait`` (None: it is not waiting, or was rung already)."""
-        bell, self._bell = self._bell, None
-        return bell
-
     def _loop(self) -> None:
         """Take leases and launch while each shape has room; ``ray.wait`` on the running tasks (and a bell); finish."""
         import ray
@@ -479,11 +463,6 @@ class RayBackend:
         active: Counter[Hashable] = Counter()
         """Per resource shape, its tasks launched, and its jobs holding a lease on their way to a task (being
         prepared on a lease thread, or prepared and not launched yet)."""
-        key = uuid.uuid4().hex
-        bell: Bell | None = None
-        actor: Any = None
-        seen = 0
-        """Rings of this loop's bell in ``actor`` so far."""
 
         def launch(shape_key: Hashable, items: list[_Launch], waiting: int) -> None:
             """Launch ``items`` (prepared, each counted in ``active``): steps of one shape and kind are bundled where
@@ -539,8 +518,6 @@ class RayBackend:
                            or (self._cancelled and pending)):
                     self._cv.wait()
                 if self._stopping and not (self._inbox or self._prepared or in_flight):
-                    if bell is not None:  # end its wait in the actor
-                        bell.ring()
                     return
                 inbox, self._inbox = self._inbox, []
                 prepared, self._prepared = self._prepared, []
@@ -572,21 +549,10 @@ class RayBackend:
             if not in_flight:
                 continue
             try:
-                if bell is None:
-                    bell, seen = BELLS.new(key, seen, actor)
-                    actor = bell.actor
-                with self._cv:  # armed in the same breath as the check: what is handed over after it rings
-                    if self._inbox or self._prepared:
-                        continue
-                    self._bell = bell
-                ready, _ = ray.wait([*in_flight, bell.ref], num_returns=1, fetch_local=False)
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=WAKE_SECONDS, fetch_local=False)
             except Exception:  # the cluster is gone: each task's ray.get says how
                 logger.warning("the Ray backend lost its cluster", exc_info=True)
-                ready, bell = list(in_flight), None
-            with self._cv:
-                if self._bell is None:  # rung (once): its wait returns, the next one waits for the next ring
-                    bell, seen = None, seen + 1
-                self._bell = None
+                ready = list(in_flight)
             for ref in ready:
                 task = in_flight.pop(ref, None)
                 if task is not None:
@@ -596,10 +562,6 @@ class RayBackend:
                         active[task.key] += len(unrun)
                         launch(task.key, unrun, len(pending.get(task.key, ())))
                     fill(task.key)
-                elif bell is not None and ref == bell.ref:  # ready unrung: only if its actor died
-                    logger.warning("the Ray backend's bell actor died; starting another")
-                    BELLS.lose(bell.actor)
-                    bell = None
 
     def _window(self, active: int) -> int:
         """Tasks of one resource shape the loop keeps launched (the cluster's CPUs are read again when it matters)."""
