@@ -454,114 +454,7 @@ class RayBackend:
 
     # -- the driver loop: lease, launch, ray.wait, finish -----------------------------------------
     def _loop(self) -> None:
-        """Take leases and launch while each shape has room; ``ray.wait`` on the running tasks (and a bell); finish."""
-        import ray
-
-        in_flight: dict[Any, _Task] = {}
-        pending: dict[Hashable, deque[tuple[StepJob, Completion]]] = {}
-        """Per resource shape, submitted jobs waiting for room in its launch window (no lease taken yet)."""
-        active: Counter[Hashable] = Counter()
-        """Per resource shape, its tasks launched, and its jobs holding a lease on their way to a task (being
-        prepared on a lease thread, or prepared and not launched yet)."""
-
-        def launch(shape_key: Hashable, items: list[_Launch], waiting: int) -> None:
-            """Launch ``items`` (prepared, each counted in ``active``): steps of one shape and kind are bundled where
-            ``ray_bundles`` says so, in the order they came."""
-            alike: dict[tuple[int, Hashable, bool], list[_Launch]] = {}
-            for item in items:
-                alike.setdefault((id(item.shape), item.kind, item.alone), []).append(item)
-            for members in alike.values():
-                first, start = members[0], 0
-                while start < len(members):
-                    size = 1 if first.alone else self._bundle_size(first.shape, first.kind,
-                                                                    waiting + len(members) - start)
-                    group = members[start:start + size]
-                    start += len(group)
-                    active[shape_key] -= len(group) - 1  # one task
-                    task = self._start(group)
-                    if task is None:
-                        active[shape_key] -= 1
-                    else:
-                        in_flight[task.ref] = task
-
-        def fill(shape_key: Hashable) -> None:
-            """Take leases and launch ``shape_key``'s pending jobs while its window has room."""
-            queued = pending.get(shape_key)
-            while queued and self._cancelled:  # nothing taken yet: nothing to give up
-                job, done = queued.popleft()
-                self._complete(done, job, None, KeyboardInterrupt())
-            while queued and active[shape_key] < self._window(active[shape_key]):
-                call = queued[0][0].call
-                kind = call.kind if isinstance(call, StepCall) else None
-                size = self._bundle_size(self._job_shape(queued[0][0]), kind, len(queued))
-                items: list[_Launch] = []
-                while queued and len(items) < size:
-                    job, done = queued.popleft()
-                    active[shape_key] += 1
-                    if job.lease.round_trips:  # a request per lease operation: on a lease thread
-                        self._to_lease_threads(lambda j=job, d=done, k=shape_key: self._prepare_waiting(j, d, k))
-                        continue
-                    item = self._prepare_here(job, done, shape_key)
-                    if item is False:  # another runner holds it: wait on a lease thread
-                        self._to_lease_threads(lambda j=job, d=done, k=shape_key: self._prepare_waiting(j, d, k))
-                    elif item is None:
-                        active[shape_key] -= 1
-                    else:
-                        items.append(item)
-                launch(shape_key, items, len(queued))
-            if not queued:
-                pending.pop(shape_key, None)
-
-        while True:
-            with self._cv:
-                while not (self._inbox or self._prepared or in_flight or self._stopping
-                           or (self._cancelled and pending)):
-                    self._cv.wait()
-                if self._stopping and not (self._inbox or self._prepared or in_flight):
-                    return
-                inbox, self._inbox = self._inbox, []
-                prepared, self._prepared = self._prepared, []
-            touched: set[Hashable] = set()
-            for job, done in inbox:
-                try:
-                    shape_key = self._shape_key(job)
-                except BaseException as exc:  # bad options: nothing was taken or written yet
-                    self._complete(done, job, None, exc)
-                    continue
-                pending.setdefault(shape_key, deque()).append((job, done))
-                touched.add(shape_key)
-            ready_items: dict[Hashable, list[_Launch]] = {}
-            for shape_key, item in prepared:
-                touched.add(shape_key)
-                if item is None:
-                    active[shape_key] -= 1
-                elif self._cancelled:
-                    active[shape_key] -= 1
-                    self._end_unlaunched(item.job, item.done, KeyboardInterrupt())
-                else:
-                    ready_items.setdefault(shape_key, []).append(item)
-            for shape_key, items in ready_items.items():
-                launch(shape_key, items, len(pending.get(shape_key, ())))
-            if self._cancelled:
-                touched.update(pending)
-            for shape_key in touched:
-                fill(shape_key)
-            if not in_flight:
-                continue
-            try:
-                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=WAKE_SECONDS, fetch_local=False)
-            except Exception:  # the cluster is gone: each task's ray.get says how
-                logger.warning("the Ray backend lost its cluster", exc_info=True)
-                ready = list(in_flight)
-            for ref in ready:
-                task = in_flight.pop(ref, None)
-                if task is not None:
-                    active[task.key] -= 1
-                    unrun = self._finish(task)
-                    if unrun:
-                        active[task.key] += len(unrun)
-                        launch(task.key, unrun, len(pending.get(task.key, ())))
-                    fill(task.key)
+        _DriverLoop(self).run()
 
     def _window(self, active: int) -> int:
         """Tasks of one resource shape the loop keeps launched (the cluster's CPUs are read again when it matters)."""
@@ -833,6 +726,169 @@ class RayBackend:
         except BaseException as exc:  # e.g. the store failed while the lease was given up: this job's outcome
             outcome, error = None, exc
         self._complete(item.done, job, outcome, error)
+
+
+class _DriverLoop:
+    """The driver loop of one ``RayBackend`` (its own thread): lease, launch, ``ray.wait``, finish.
+
+    Each turn takes what other threads handed over (submitted jobs, jobs a lease thread prepared),
+    takes leases and launches while each resource shape has room in its launch window, then waits
+    for one launched task to end (or ``WAKE_SECONDS``) and finishes it. The loop's state is its own:
+    no other thread reads it.
+    """
+
+    def __init__(self, backend: RayBackend) -> None:
+        self.backend = backend
+        self.in_flight: dict[Any, _Task] = {}
+        """Launched tasks, by their Ray reference."""
+        self.pending: dict[Hashable, deque[tuple[StepJob, Completion]]] = {}
+        """Per resource shape, submitted jobs waiting for room in its launch window (no lease taken yet)."""
+        self.active: Counter[Hashable] = Counter()
+        """Per resource shape, its tasks launched, and its jobs holding a lease on their way to a task (being
+        prepared on a lease thread, or prepared and not launched yet)."""
+
+    def run(self) -> None:
+        """Turn until the backend stops and nothing is left in flight."""
+        while True:
+            handed = self._take_handed_over()
+            if handed is None:
+                return
+            inbox, prepared = handed
+            touched = self._queue(inbox)
+            touched |= self._launch_prepared(prepared)
+            if self.backend._cancelled:
+                touched.update(self.pending)
+            for shape_key in touched:
+                self._fill(shape_key)
+            if self.in_flight:
+                for ref in self._wait():
+                    self._task_ended(ref)
+
+    def _take_handed_over(
+        self,
+    ) -> tuple[list[tuple[StepJob, Completion]], list[tuple[Hashable, _Launch | None]]] | None:
+        """What other threads handed over since the last turn (blocking while there is nothing to do at all);
+        None once the backend stops with nothing left."""
+        backend = self.backend
+        with backend._cv:
+            while not (backend._inbox or backend._prepared or self.in_flight or backend._stopping
+                       or (backend._cancelled and self.pending)):
+                backend._cv.wait()
+            if backend._stopping and not (backend._inbox or backend._prepared or self.in_flight):
+                return None
+            inbox, backend._inbox = backend._inbox, []
+            prepared, backend._prepared = backend._prepared, []
+        return inbox, prepared
+
+    def _queue(self, inbox: list[tuple[StepJob, Completion]]) -> set[Hashable]:
+        """Queue submitted jobs by resource shape; the shapes touched."""
+        touched: set[Hashable] = set()
+        for job, done in inbox:
+            try:
+                shape_key = self.backend._shape_key(job)
+            except BaseException as exc:  # bad options: nothing was taken or written yet
+                self.backend._complete(done, job, None, exc)
+                continue
+            self.pending.setdefault(shape_key, deque()).append((job, done))
+            touched.add(shape_key)
+        return touched
+
+    def _launch_prepared(self, prepared: list[tuple[Hashable, _Launch | None]]) -> set[Hashable]:
+        """Launch the jobs a lease thread prepared (None: the job ended there); the shapes touched."""
+        touched: set[Hashable] = set()
+        ready: dict[Hashable, list[_Launch]] = {}
+        for shape_key, item in prepared:
+            touched.add(shape_key)
+            if item is None:
+                self.active[shape_key] -= 1
+            elif self.backend._cancelled:
+                self.active[shape_key] -= 1
+                self.backend._end_unlaunched(item.job, item.done, KeyboardInterrupt())
+            else:
+                ready.setdefault(shape_key, []).append(item)
+        for shape_key, items in ready.items():
+            self._launch(shape_key, items, len(self.pending.get(shape_key, ())))
+        return touched
+
+    def _fill(self, shape_key: Hashable) -> None:
+        """Take leases and launch ``shape_key``'s pending jobs while its window has room."""
+        backend = self.backend
+        queued = self.pending.get(shape_key)
+        while queued and backend._cancelled:  # nothing taken yet: nothing to give up
+            job, done = queued.popleft()
+            backend._complete(done, job, None, KeyboardInterrupt())
+        while queued and self.active[shape_key] < backend._window(self.active[shape_key]):
+            call = queued[0][0].call
+            kind = call.kind if isinstance(call, StepCall) else None
+            size = backend._bundle_size(backend._job_shape(queued[0][0]), kind, len(queued))
+            items: list[_Launch] = []
+            while queued and len(items) < size:
+                job, done = queued.popleft()
+                self.active[shape_key] += 1
+                item = self._take_lease(job, done, shape_key)
+                if item is not None:
+                    items.append(item)
+            self._launch(shape_key, items, len(queued))
+        if not queued:
+            self.pending.pop(shape_key, None)
+
+    def _take_lease(self, job: StepJob, done: Completion, shape_key: Hashable) -> _Launch | None:
+        """``job``'s launch if its lease was taken here; None if it ended here or went to a lease thread."""
+        backend = self.backend
+        if job.lease.round_trips:  # a request per lease operation: on a lease thread
+            backend._to_lease_threads(lambda: backend._prepare_waiting(job, done, shape_key))
+            return None
+        item = backend._prepare_here(job, done, shape_key)
+        if item is False:  # another runner holds it: wait on a lease thread
+            backend._to_lease_threads(lambda: backend._prepare_waiting(job, done, shape_key))
+            return None
+        if item is None:
+            self.active[shape_key] -= 1
+            return None
+        return item
+
+    def _launch(self, shape_key: Hashable, items: list[_Launch], waiting: int) -> None:
+        """Launch ``items`` (prepared, each counted in ``active``): steps of one shape and kind are bundled where
+        ``ray_bundles`` says so, in the order they came."""
+        alike: dict[tuple[int, Hashable, bool], list[_Launch]] = {}
+        for item in items:
+            alike.setdefault((id(item.shape), item.kind, item.alone), []).append(item)
+        for members in alike.values():
+            first, start = members[0], 0
+            while start < len(members):
+                size = 1 if first.alone else self.backend._bundle_size(first.shape, first.kind,
+                                                                        waiting + len(members) - start)
+                group = members[start:start + size]
+                start += len(group)
+                self.active[shape_key] -= len(group) - 1  # one task
+                task = self.backend._start(group)
+                if task is None:
+                    self.active[shape_key] -= 1
+                else:
+                    self.in_flight[task.ref] = task
+
+    def _wait(self) -> list[Any]:
+        """The references of launched tasks that ended (none if ``WAKE_SECONDS`` passed first)."""
+        import ray
+
+        try:
+            ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=WAKE_SECONDS, fetch_local=False)
+        except Exception:  # the cluster is gone: each task's ray.get says how
+            logger.warning("the Ray backend lost its cluster", exc_info=True)
+            return list(self.in_flight)
+        return ready
+
+    def _task_ended(self, ref: Any) -> None:
+        """Finish the task of ``ref``; launch again the steps of a bundle it did not run, then fill its window."""
+        task = self.in_flight.pop(ref, None)
+        if task is None:
+            return
+        self.active[task.key] -= 1
+        unrun = self.backend._finish(task)
+        if unrun:
+            self.active[task.key] += len(unrun)
+            self._launch(task.key, unrun, len(self.pending.get(task.key, ())))
+        self._fill(task.key)
 
 
 def _declared_options(fn: Any, fresh: bool) -> dict[str, Any]:
