@@ -404,7 +404,7 @@ class Executor:
         """The ``.executor_info`` content Marin writes: ``json.dumps(info, indent=2)`` of the step info's fields in
         their order (description left out), composed field by field around the memoized text of the nested
         version (``indented_version``). Not kept: it is written once per step, and a step deep in a wide graph
-        nests its ancestors' versions (111 KB each for the middle layers of a 1,000-step layered graph)."""
+        nests its ancestors' versions."""
         info = self._step_info(step)
         return "".join((
             '{\n  "name": ', dumps_indented(info.name, 1),
@@ -420,8 +420,8 @@ class Executor:
     def _run_info_step_texts(self) -> list[bytes]:
         """Each step's info as compact JSON with sorted keys: exactly the pieces of the text Marin hashes to name
         the run info file (``json.dumps(step_infos, sort_keys=True)``), and the run info's own step entries.
-        Bytes, joined once around the version's own bytes: a nested version is most of the text (16 MB for
-        1,000 layered steps), and is never decoded, copied twice or re-encoded."""
+        Bytes, joined once around the version's own bytes: a nested version is most of the text, and is never
+        decoded, copied twice or re-encoded."""
         texts = []
         version_bytes = self._table.version_bytes
         for info, step in zip(self.step_infos, self.steps, strict=True):
@@ -463,7 +463,7 @@ class Executor:
         """The run info JSON: Marin's content, one step per line.
 
         Marin writes it with ``indent=2``; a step's version nests its dependencies' versions, so indenting
-        multiplies the size (a 10,000-step layered graph: 184 MB indented). Each step here is the compact
+        multiplies the size. Each step here is the compact
         sorted-key text Marin hashes for the file name anyway, so it is encoded once, and streamed out.
         """
         from marinbuild.store import fs

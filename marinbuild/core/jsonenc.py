@@ -55,7 +55,7 @@ dumps_sorted = MarinJsonEncoder(sort_keys=True).encode
 
 def dumps_indented(obj: Any, depth: int = 0) -> str:
     """The form Marin writes info files in: ``json.dumps(obj, indent=2, cls=CustomJsonEncoder)``, keys in
-    insertion order. The same text as json's, several times faster: json indents with a pure-Python
+    insertion order. The same text as json's, written here because json indents with a pure-Python
     generator per nesting level, and every step's ``.executor_info`` is written this way. ``depth``: the
     text as it reads nested that many levels deep in a bigger document (inner lines indented 2 * depth more)."""
     out: list[str] = []

@@ -165,8 +165,8 @@ class Loader:
 
         Python's cyclic garbage collector is paused meanwhile (``gc_paused``): loading allocates about
         eight tracked objects per target and frees almost none, so the automatic collections would
-        find nothing to free, while the full ones walk every object of the process (40-70 ms for
-        10,000 targets). On leaving, the new objects go to the oldest generation without a pass over
+        find nothing to free, while the full ones walk every object of the process. On leaving, the new
+        objects go to the oldest generation without a pass over
         them, where a load with the collector running leaves them too. Cyclic garbage made while
         loading (rare: a BUILD file's functions and its globals) waits for a full collection.
         """

@@ -162,7 +162,7 @@ class RuleType:
                 ctx, site, "name", f"duplicate target name {name!r}: already declared at {previous.location}"
             )
         label = Label(package, name)
-        targets[name] = Target(label, self, values, site, (), (), (), next(_ORDER))  # positional: faster
+        targets[name] = Target(label, self, values, site, (), (), (), next(_ORDER))
         return label
 
     def _error(self, ctx: PackageContext, site: Site, keyword: str | None, message: str) -> BuildFileError:

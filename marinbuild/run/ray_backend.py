@@ -1,74 +1,23 @@
 """The Ray backend's driver: each step's function runs in a Ray task with the resources it asks for.
 
-Who does what. The driver (this process) holds every lease; the task does every other file of the step:
-- Driver: takes the step's lease (``job.try_acquire(start=False)``: the lease file, which makes the
-  output folder, then a re-read of the status), starts renewing it (``job.begin``: the lease keeper),
-  launches the task, and when the task ends stops renewing and releases the lease
-  (``job.release_after_remote``); if the step's code raised or its task was lost, it writes FAILED
-  under the lease (``job.fail``), as the local backend does.
-- Task (``marinbuild.run.ray_task``, with the step's ``RemoteRun``): writes RUNNING and
-  ``.executor_info``, runs ``fn(config)``, then commits as ``StepJob.commit`` does: the outputs'
-  manifest and the collision check, a read-only check that the lease file still names the driver
-  (``Lease.check``; on GCS it must not write the lease, whose generations are the driver's), then
-  the action record, ``.artifact.json`` and SUCCESS. A task whose driver lost the lease writes no
-  SUCCESS. The step's value is in ``.artifact.json``. A retry that finds SUCCESS (its worker died
-  after committing) does nothing.
-- Why: the driver spent 4-6 ms of CPU per step when it wrote and committed every step itself
-  (``bench/ray_bench.py``); each file a step creates costs 0.1-1 ms of kernel time on this VM's ext4,
-  and the driver is one process for the whole build while tasks spread over the cluster.
-- Bundles (``marinbuild.run.ray_bundles`` says when and how many): steps of one function known to
-  take a few milliseconds go several to a task when more wait than the cluster can run; each is
-  run, committed and reported as in a task of its own, and those a bundle did not start within its
-  time budget come back and are launched again, still under their leases.
-
-One driver loop (a thread) does the rest of the driver's work for local leases, with no hand-off
-between threads: it takes leases and launches while each resource shape has room in its launch
-window, ``ray.wait(num_returns=1, fetch_local=False)`` on the launched tasks plus a bell
-(``marinbuild.run.ray_bell``), never by sleeping, and finishes each ended task (``ray.get``,
-release or FAILED, then the scheduler's callback, which submits the next steps to the same loop).
-- Lease threads (``lease_threads``, started when first needed) take the lease work that waits: a
-  lease held by another runner (``job.acquire`` waits for it), and every lease operation on an
-  object store (``Lease.round_trips``: a request each, so the leases of a GCS prefix are taken and
-  released on these threads, many at once). What they prepare goes back to the loop.
-- Measured on ``bench/ray_bench.py``'s fan-out, the designs alternating round by round in one
-  process (medians of 6-8 rounds): this single loop against preparing and finishing threads
-  handing steps to it, 1.90x against 2.44x plain Ray with the prefix on tmpfs, 2.71x against
-  2.78x on this VM's ext4 /tmp (leases taken on threads: 2.97x). One pickled argument per step
-  (config, mirror scope, ``RemoteRun``): 0.28-0.32 ms a launch against 0.52 ms for the three as
-  arguments; the remote's options are set once per shape (``.options()`` per task: 0.1 ms more).
-- The bell: a step submitted from another thread while the loop waits rings it, so the loop wakes
-  at once. Steps the loop's own finishing makes ready need no ring: one ring for the 1,000-step
-  fan-out, to end the last wait.
-- Launch window: ``ray.wait`` costs about 0.45 us per ref it is given, so waiting on every
-  launched task is quadratic in a fan-out (0.25 s of CPU for 1,000 steps, 2.5 s for 4,000). The
-  loop keeps at most ``launch_window`` tasks of each resource shape launched or being prepared (4
-  per CPU of the cluster, at least 64: several times what can run; a bundle is one task, holding
-  the leases of its steps); the other steps wait without a lease (another driver may take one
-  meanwhile). One shape never holds up another.
-- Failures: a task whose worker process or node died is retried by Ray up to ``max_retries`` times
-  (system failures only); an exception raised by the step's own code is never retried: it is the
-  step's failure, the original exception with the remote traceback chained as its cause
-  (``RemoteTraceback``). A step whose task died more than ``max_retries`` times fails with
-  ``StepLostError``, unless its status says it was committed (SUCCESS: it ran); the steps of a lost
-  bundle not committed are launched again, one per task, each then failing or not on its own. An error of
-  marinbuild's own work in the task (a lease taken over, a damaged file, a path-hash collision)
-  comes back as it is (``EngineError`` carries it), with no FAILED.
-- Ctrl-C: ``shutdown(cancel=True)`` cancels every launched task (``ray.cancel``, force), steps not
-  launched yet are not launched, and every lease is given up (``job.abandon``).
-- Where (``marinbuild.run.ray_connect``): ``RayBackend(address)``, else ``RAY_ADDRESS``, connects to
-  that cluster (the workspace is shipped as ``working_dir`` when ``working_dir`` is given and this
-  is not already a submitted job); with neither, a local Ray instance is started in this process,
-  bound to 127.0.0.1, with no dashboard, no token file and warnings only. ``ray`` is imported when
-  the first step is submitted, so a no-op build never starts Ray. A local prefix must be on a file system every node
-  shares: a task that cannot see the output folder its driver made says so
-  (``OutputFolderMissingError``).
-
-Steps: a ``StepCall`` (what the executor makes) tells the function, config and request
-(``ExecutorStep.resources``, a ``remote(...)`` wrapper, or a ``@ray.remote`` function's
-own options: its plain function runs in the backend's task, declared with those options).
-A BUILD target's function, ``run_target``, and its ``TargetConfig`` pickle as they are; when
-the workspace was shipped and its driver path does not exist on the worker, paths under it in
-the config are moved to the task's working directory.
+Who does what:
+- The driver (this process) holds every lease. It takes a step's lease (which makes the output
+  folder), renews it while the task runs, and releases it when the task ends; if the step's code
+  raised or its task was lost, it writes FAILED under the lease, as the local backend does.
+- The task (``marinbuild.run.ray_task``) writes RUNNING and ``.executor_info``, runs the step, and
+  commits as ``StepJob.commit`` does, after a read-only check that the lease file still names the
+  driver: a task whose driver lost the lease writes no SUCCESS. Why the task and not the driver:
+  the files of a step are most of its cost, the driver is one process, tasks spread over the cluster.
+- The driver loop (``_DriverLoop``, one thread) takes local leases and launches while each resource
+  shape has room in its launch window (which bounds what ``ray.wait`` looks at), waits for a task to
+  end, and finishes it. Lease threads take the lease work that waits: a lease another runner holds,
+  and every lease on an object store (a request per operation).
+- Bundles (``marinbuild.run.ray_bundles``): short steps of one function go several to a task.
+- Failures: Ray retries a task whose worker or node died (``max_retries``), never one whose code
+  raised; Ctrl-C cancels every launched task and gives every lease up.
+- Where: ``marinbuild.run.ray_connect``; ``ray`` is imported when the first step is submitted, so a
+  no-op build never starts Ray. A local prefix must be on a file system every node shares (a task
+  that cannot see its output folder raises ``OutputFolderMissingError``).
 """
 
 from __future__ import annotations
@@ -110,7 +59,9 @@ logger = logging.getLogger("marinbuild")
 DEFAULT_MAX_RETRIES = 3
 MIN_LAUNCH_WINDOW = 64
 LAUNCH_WINDOW_PER_CPU = 4
-"""Tasks of one resource shape launched or being prepared at once: 4 per CPU of the cluster, at least 64."""
+"""Tasks of one resource shape launched or being prepared at once: 4 per CPU of the cluster, at least 64. Several
+times what can run, and a bound on what each ``ray.wait`` is given (its cost grows with that list: waiting on every
+launched task would make a fan-out quadratic)."""
 WINDOW_REFRESH = 60.0
 """Seconds between reads of the cluster's resources (an autoscaler grows it)."""
 WAKE_SECONDS = 0.05
@@ -523,7 +474,7 @@ class RayBackend:
 
     def _launch_of(self, job: StepJob, done: Completion, key: Hashable) -> _Launch:
         """``job``'s launch, its task's argument pickled here, in one piece (``pickle_payload``): Ray serializes one
-        ``bytes`` argument faster than several objects (0.28-0.32 ms a launch against 0.52 ms for three)."""
+        ``bytes`` argument faster than several objects."""
         call = job.call
         run = job.remote_run()
         self._progress_relay(run.holder).watch(job.output_path, job.bus)
