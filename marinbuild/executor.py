@@ -8,18 +8,20 @@ event-driven, nothing recurses with graph depth, dry runs read statuses and say 
 would run, a runner that loses its lease never writes SUCCESS, and a step whose outputs
 are built does not rebuild its dependencies.
 
-This module stays light to import: storage and execution load when ``run`` is called.
+This module stays light to import: storage and execution load when ``run`` is called, and only the
+modules the run needs (a no-op loads no backend, no resource or runtime-env code). Kept under the
+complexity rule on ``bench/run.py``'s no-op and script-alone rows (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
 import re
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -202,12 +204,8 @@ def _fn_name(fn: ExecutorFunction, short: bool = False) -> str:
 
 
 def _now_iso() -> str:
-    """Local time now in the form of Marin's ``datetime.now().isoformat()`` (``2026-11-26T08:05:35.123456``, no
-    fraction on a whole second), without importing datetime for one timestamp per run."""
-    now = time.time_ns()
-    seconds, micros = divmod(now // 1000, 1_000_000)
-    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(seconds))
-    return f"{text}.{micros:06d}" if micros else text
+    """Local time now, as Marin records it: ``datetime.now().isoformat()``."""
+    return datetime.datetime.now().isoformat()
 
 
 def _worker_id() -> str:
@@ -852,8 +850,9 @@ _YAML_WORDS = frozenset({"null", "~", "true", "false", "yes", "no", "on", "off",
 
 def parse_main_args_simply(argv: list[str]) -> ExecutorMainConfig | None:
     """``ExecutorMainConfig`` from the flags scripts pass (``--prefix DIR``, ``--dry_run true``, ``--run_only
-    '["a"]'``, ...), as draccus would parse them, without importing draccus (~0.1 s of every run). None for
-    anything else (``--help``, ``--config_path``, YAML beyond plain words): then draccus parses it."""
+    '["a"]'``, ...), as draccus would parse them, without importing draccus (kept under the complexity rule:
+    ``bench/run.py``'s no-op rows, docs/performance.md). None for anything else (``--help``, ``--config_path``,
+    YAML beyond plain words): then draccus parses it."""
     values: dict[str, Any] = {}
     i = 0
     while i < len(argv):
