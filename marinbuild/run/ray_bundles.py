@@ -7,6 +7,9 @@ other, each exactly as a task of one step runs it (RUNNING, the step, its own co
 and starts no more once its time budget is spent: it hands the rest back, and the driver launches
 them again.
 
+Kept under the complexity rule on ``bench/ray_bench.py``'s rows "Ray backend (whole run)" against "one
+task per step" (docs/performance.md).
+
 The rules:
 - Steps are timed, and bundled, by function and kind (``StepCall.kind``: a config's ``step_kind``,
   a BUILD target's rule); the first steps of a kind go one per task: bundling waits until one has
