@@ -69,5 +69,8 @@ def parse_expected(value: str) -> tuple[str, str]:
 
 def mismatches(expected: dict[str, str], actual: dict[str, str]) -> list[str]:
     """``"<kind> <actual> != published <expected>"`` for each expected checksum that differs."""
-    return [f"{kind} {actual.get(kind)} != published {want}" for kind, want in sorted(expected.items())
-            if actual.get(kind) != want.lower()]
+    return [
+        f"{kind} {actual.get(kind)} != published {want}"
+        for kind, want in sorted(expected.items())
+        if actual.get(kind) != want.lower()
+    ]

@@ -50,7 +50,9 @@ def read_manifest(raw_output: str) -> dict[str, Any]:
         with fsspec.open(path, "r") as f:
             return json.load(f)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{raw_output} has no {MANIFEST}: is it the output of a raw_data target?") from None
+        raise FileNotFoundError(
+            f"{raw_output} has no {MANIFEST}: is it the output of a raw_data or download target?"
+        ) from None
 
 
 def expand(patterns: Iterable[str]) -> list[str]:
@@ -69,14 +71,49 @@ def expand(patterns: Iterable[str]) -> list[str]:
     return out
 
 
+def is_document(path: str) -> bool:
+    try:
+        document_format(path)
+    except ValueError:
+        return False
+    return True
+
+
 def document_paths(raw_outputs: Iterable[str]) -> list[str]:
-    """Every document file of these ``raw_data`` outputs, in order (globs expanded)."""
+    """Every document file of these ``raw_data`` or ``download`` outputs, in order (globs expanded).
+
+    Of a ``download`` output, the files with a document suffix (a dataset's README.md or
+    .gitattributes is not a document); of a folder Marin's own download step made (its
+    ``provenance.json``, no manifest of ours), every document file below it, sorted."""
     paths: list[str] = []
     for raw in raw_outputs:
-        manifest = read_manifest(raw)
-        paths.extend(manifest.get("files", []))
-        paths.extend(expand(manifest.get("urls", [])))
+        paths.extend(_documents_of(raw))
     return paths
+
+
+def _documents_of(output: str) -> list[str]:
+    from marinbuild.ml import download
+
+    manifest = download.read_manifest(output)
+    if manifest is not None and manifest.get("kind") == "download":
+        return [p for p in download.file_paths(output, manifest) if is_document(p)]
+    if manifest is None and _exists(os.path.join(output, download.PROVENANCE)):
+        fs, root = fsspec.core.url_to_fs(output)
+        protocol = output.split("://", 1)[0] + "://" if "://" in output else ""
+        own = {f"{root.rstrip('/')}/{name}" for name in download.RESERVED}
+        found = sorted(p for p in fs.find(root) if is_document(p) and p not in own
+                       and f"/{download.STATE_DIR}/" not in p)
+        if not found:
+            raise FileNotFoundError(f"{output}: a Marin download folder with no document files")
+        return [protocol + p if protocol and "://" not in p else p for p in found]
+    if manifest is None:
+        manifest = read_manifest(output)  # raises, naming what is missing
+    return [*manifest.get("files", []), *expand(manifest.get("urls", []))]
+
+
+def _exists(path: str) -> bool:
+    fs, p = fsspec.core.url_to_fs(path)
+    return fs.exists(p)
 
 
 def iter_documents(path: str) -> Iterator[dict[str, Any]]:

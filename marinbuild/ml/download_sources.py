@@ -69,8 +69,7 @@ def list_hub(dataset: str, commit: str, patterns: list[str], endpoint: str | Non
 
     wanted = matcher(patterns)
     entries = []
-    for item in HfApi(endpoint=endpoint).list_repo_tree(dataset, recursive=True, revision=commit,
-                                                        repo_type="dataset"):
+    for item in HfApi(endpoint=endpoint).list_repo_tree(dataset, recursive=True, revision=commit, repo_type="dataset"):
         if not isinstance(item, RepoFile) or not wanted(item.path):
             continue
         published = {"sha256": item.lfs.sha256} if item.lfs is not None else {"git_sha1": item.blob_id}
@@ -104,6 +103,8 @@ def list_fsspec(url: str, patterns: list[str], checksums: dict[str, str]) -> lis
         relative = _relative(fs._strip_protocol(full), base)
         if not wanted(relative):
             continue
+        if info.get("size") is None:  # an https folder listing gives links, not sizes: ask each file
+            info = {**info, **fs.info(full if "://" in full else path)}
         published = _published(info)
         for kind_value in [checksums[relative]] if relative in checksums else []:
             kind, digest = parse_expected(kind_value)
@@ -130,7 +131,7 @@ def _relative(path: str, base: str) -> str:
     base = base.rstrip("/")
     if not path.startswith(base + "/"):
         raise ValueError(f"listing of {base} returned {path}, which is not below it")
-    return path[len(base) + 1:]
+    return path[len(base) + 1 :]
 
 
 def _published(info: dict[str, Any]) -> dict[str, str]:

@@ -97,8 +97,10 @@ def _copy(job: dict[str, Any]) -> dict[str, Any]:
             problems.append(f"size {digests.size} != listed {job['size']}")
         problems += mismatches(job.get("published", {}), actual)
         if problems:
-            raise ChecksumMismatchError(f"{job['path']}: {'; '.join(problems)} (from {job['url']}); "
-                                        f"the copy was deleted and the file not marked done")
+            raise ChecksumMismatchError(
+                f"{job['path']}: {'; '.join(problems)} (from {job['url']}); "
+                f"the copy was deleted and the file not marked done"
+            )
         _commit(tmp, dest)
     except BaseException:
         _discard(tmp)
@@ -113,11 +115,11 @@ def _open_source(job: dict[str, Any]) -> Any:
         from huggingface_hub.utils import build_hf_headers
 
         http = fsspec.filesystem("https" if url.startswith("https") else "http", headers=build_hf_headers())
-        return http.open(url, "rb", block_size=0)
+        return http.open(url, "rb", block_size=0, size=job.get("size"))  # a size known: no request to learn it
     if url.startswith(("http://", "https://")):
         import fsspec
 
-        return fsspec.open(url, "rb", block_size=0).open()
+        return fsspec.filesystem(url.split("://", 1)[0]).open(url, "rb", block_size=0, size=job.get("size"))
     if url.startswith(("gs://", "gcs://")):
         return store_fs.filesystem_for(url).open(url, "rb")
     import fsspec
