@@ -242,3 +242,30 @@ def test_checksums_are_the_published_kinds():
     assert check.hexdigests()["crc32c"] == "e3069283"  # the CRC-32C check value (RFC 3720)
     assert mismatches({"sha256": got["sha256"].upper()}, got) == []
     assert mismatches({"md5": "0" * 32}, got) == [f"md5 {got['md5']} != published {'0' * 32}"]
+
+
+def test_a_marin_made_download_at_the_override_path_is_the_steps_output(tmp_path):
+    """Marin's download step wrote files, provenance.json and SUCCESS at raw/mine: the download target with that
+    override_output_path is built already (nothing fetched: its source does not even exist), and raw_data reads
+    the Marin copy's document files."""
+    ws = DownloadWorkspace(
+        tmp_path / "ws",
+        """
+        load("@marinbuild//rules:download.py", "download")
+        load("@marinbuild//rules:data.py", "raw_data")
+
+        download(name = "dl", hf_dataset = "org/absent", revision = "1234567", subdir = "1234567",
+                 override_output_path = "raw/mine")
+        raw_data(name = "docs", downloads = [":dl"], patterns = ["*/a/*.jsonl"])
+        """,
+        env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1"},
+    )
+    marin = ws.root / "out" / "raw" / "mine"
+    files = _docs(marin / "1234567", 4)
+    (marin / "provenance.json").write_text(json.dumps({"dataset": "org/absent", "version": "1234567", "links": []}))
+    (marin / ".executor_status").write_text("SUCCESS")
+    result = ws.build("//pipe:docs")
+    assert result.code == 0, result.stderr[-3000:]
+    assert "1 built, 1 cached" in result.stdout, result.stdout
+    raw = json.loads((ws.output("docs") / "manifest.json").read_text())
+    assert raw["urls"] == [str(marin / "1234567" / p) for p in sorted(files) if p.startswith("a/")]

@@ -91,22 +91,47 @@ def document_paths(raw_outputs: Iterable[str]) -> list[str]:
     return paths
 
 
+def download_documents(output: str, patterns: list[str] | None = None) -> list[str]:
+    """The document files of a ``download`` output (or of a folder Marin's download step made), in order;
+    with ``patterns``, those whose path relative to the output folder (``subdir`` included) matches one
+    (``**`` crosses folders): the same paths whether the folder is a marinbuild download or Marin's."""
+    from marinbuild.ml import download
+    from marinbuild.ml.download_sources import matcher
+
+    wanted = matcher(list(patterns or []))
+    manifest = download.read_manifest(output)
+    if manifest is not None and manifest.get("kind") == "download":
+        subdir = (manifest.get("subdir") or "").strip("/")
+        relative = [f"{subdir}/{f['path']}" if subdir else f["path"] for f in manifest["files"]]
+        return [f"{output.rstrip('/')}/{r}" for r in relative if is_document(r) and wanted(r)]
+    if manifest is None and _exists(os.path.join(output, download.PROVENANCE)):
+        fs, root = fsspec.core.url_to_fs(output)
+        root = root.rstrip("/")
+        protocol = output.split("://", 1)[0] + "://" if "://" in output else ""
+        found = []
+        for path in sorted(fs.find(root)):
+            relative = path[len(root) + 1 :]
+            if relative.split("/", 1)[0] in download.RESERVED or not is_document(path) or not wanted(relative):
+                continue
+            found.append(protocol + path if protocol and "://" not in path else path)
+        if not found:
+            raise FileNotFoundError(
+                f"{output}: a Marin download folder with no document files matching {patterns or 'any name'}"
+            )
+        return found
+    raise FileNotFoundError(
+        f"{output} is not the output of a download target (no {download.MANIFEST} of kind "
+        f"download, no Marin {download.PROVENANCE})"
+    )
+
+
 def _documents_of(output: str) -> list[str]:
     from marinbuild.ml import download
 
     manifest = download.read_manifest(output)
-    if manifest is not None and manifest.get("kind") == "download":
-        return [p for p in download.file_paths(output, manifest) if is_document(p)]
-    if manifest is None and _exists(os.path.join(output, download.PROVENANCE)):
-        fs, root = fsspec.core.url_to_fs(output)
-        protocol = output.split("://", 1)[0] + "://" if "://" in output else ""
-        own = {f"{root.rstrip('/')}/{name}" for name in download.RESERVED}
-        found = sorted(p for p in fs.find(root) if is_document(p) and p not in own
-                       and f"/{download.STATE_DIR}/" not in p)
-        if not found:
-            raise FileNotFoundError(f"{output}: a Marin download folder with no document files")
-        return [protocol + p if protocol and "://" not in p else p for p in found]
-    if manifest is None:
+    if manifest is None or manifest.get("kind") == "download":
+        if manifest is not None or _exists(os.path.join(output, download.PROVENANCE)):
+            return download_documents(output)
         manifest = read_manifest(output)  # raises, naming what is missing
     return [*manifest.get("files", []), *expand(manifest.get("urls", []))]
 

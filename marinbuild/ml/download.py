@@ -226,9 +226,3 @@ def _write_provenance(out: str, source: dict[str, Any], links: list[str]) -> Non
 def read_manifest(output: str) -> dict[str, Any] | None:
     data = store_fs.read_bytes(store_fs.join(output, MANIFEST))
     return json.loads(data) if data is not None else None
-
-
-def file_paths(output: str, manifest: dict[str, Any]) -> list[str]:
-    """The full paths of a download manifest's files, in order."""
-    root = store_fs.join(output, manifest["subdir"]) if manifest.get("subdir") else output
-    return [store_fs.join(root, f["path"]) for f in manifest["files"]]
