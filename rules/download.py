@@ -17,7 +17,7 @@ checksums of every file), Marin's ``provenance.json``, and per-file done markers
 download resumes with the files not yet verified. Checksums the source publishes are checked (Hub:
 LFS sha256 or git blob sha1; GCS: md5 and crc32c; others: the ``checksums`` given, else the size
 only); a mismatch fails the step naming the file. Files are copied in parallel: Ray tasks
-(``file_resources`` each) on the Ray backend, ``workers`` threads otherwise. ``raw_data``
+(``file_resources`` each, ``workers`` in flight) on the Ray backend, ``workers`` threads otherwise. ``raw_data``
 (``downloads``), ``tokenize`` and ``train_tokenizer`` take these targets; they read the document
 files among them. ``override_output_path`` puts the output where Marin's own download step put it
 (relative to the prefix), so a Marin-made copy there is the same step's output. See
@@ -57,7 +57,7 @@ download = rule(
             versioned=False, doc="the output folder, relative to the prefix or absolute (Marin's override_output_path)"
         ),
         "endpoint": attr.string(versioned=False, doc="the Hub's URL (default $HF_ENDPOINT, else huggingface.co)"),
-        "workers": attr.int(default=8, versioned=False, doc="local backend: files copied at once (threads)"),
+        "workers": attr.int(default=8, versioned=False, doc="files copied at once (threads locally, Ray tasks on Ray)"),
         "file_resources": attr.dict(
             versioned=False, doc='Ray backend: what each file\'s task asks for (default {"cpu": 1})'
         ),

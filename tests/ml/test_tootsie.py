@@ -78,7 +78,7 @@ s = Session.open(".", prefix="/nonexistent-prefix-for-analysis")
 s.load(["//experiments:tootsie_8b", "//experiments/quickstart:all"])
 s.analyse()
 heavy = sorted(m for m in ("jax", "jaxlib", "levanter", "haliax", "torch", "tokenizers", "matplotlib",
-                           "transformers", "equinox", "optax") if m in sys.modules)
+                           "transformers", "equinox", "optax", "huggingface_hub", "gcsfs") if m in sys.modules)
 print(",".join(heavy))
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
