@@ -269,3 +269,5 @@ def test_a_marin_made_download_at_the_override_path_is_the_steps_output(tmp_path
     assert "1 built, 1 cached" in result.stdout, result.stdout
     raw = json.loads((ws.output("docs") / "manifest.json").read_text())
     assert raw["urls"] == [str(marin / "1234567" / p) for p in sorted(files) if p.startswith("a/")]
+    again = ws.build("//pipe:docs")  # a no-op, answered with the override path too
+    assert again.code == 0 and "0 built" in again.stdout, again.stdout
