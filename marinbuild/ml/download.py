@@ -105,6 +105,18 @@ def _marker(out: str, path: str) -> str:
     return store_fs.join(out, f"{STATE_DIR}/done/{path}.json")
 
 
+def _marked_paths(out: str) -> set[str]:
+    """The relative paths of the files with a done marker: one listing, so a fresh download reads no marker."""
+    done = store_fs.join(out, f"{STATE_DIR}/done")
+    fs = store_fs.filesystem_for(done)
+    root = fs._strip_protocol(done).rstrip("/")
+    try:
+        found = fs.find(root)
+    except FileNotFoundError:
+        return set()
+    return {p[len(root) + 1 : -len(".json")] for p in found if p.startswith(root + "/") and p.endswith(".json")}
+
+
 @dataclass
 class _Progress:
     total: int
@@ -148,8 +160,9 @@ def download(payload: dict[str, Any]) -> dict[str, Any]:
         }
         for e in entries
     ]
-    with cf.ThreadPoolExecutor(16) as readers:  # one small read per file: in parallel on an object store
-        markers = list(readers.map(lambda job: read_marker(job["marker"]), jobs))
+    marked = _marked_paths(out)
+    with cf.ThreadPoolExecutor(16) as readers:  # one small read per marked file: in parallel on an object store
+        markers = list(readers.map(lambda job: read_marker(job["marker"]) if job["path"] in marked else None, jobs))
     log = RunLog(store_fs.join(out, f"{STATE_DIR}/files.jsonl"))
     records: dict[str, dict[str, Any]] = {}
     todo = []

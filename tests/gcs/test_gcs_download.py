@@ -57,3 +57,36 @@ def test_a_gcs_folder_is_copied_with_its_published_md5_and_crc32c_checked(tmp_pa
 
     again = ws.build("//pipe:dl", "--prefix", gs_prefix)
     assert again.code == 0 and "0 built" in again.stdout, again.stdout
+
+
+def test_done_markers_in_a_bucket_spare_a_second_copy(tmp_path, gs_prefix):
+    """The download's work run twice on one gs:// output: the second lists the markers, fetches nothing."""
+    from marinbuild.ml.download import download
+    from marinbuild.ml.run_log import read_log
+
+    source = new_bucket()
+    _objects(source)
+    out = f"{gs_prefix}/dl"
+    payload = {
+        "output_path": out,
+        "label": "//t:dl",
+        "hf_dataset": None,
+        "revision": None,
+        "url": f"gs://{source}/corpus/v1/",
+        "patterns": ["*.jsonl"],
+        "checksums": {},
+        "subdir": "",
+        "endpoint": None,
+        "workers": 2,
+        "file_resources": None,
+    }
+    first = download(payload)
+    assert (first["fetched"], first["cached"]) == (4, 0)
+    gcs.filesystem().rm_file(f"{out.split('://', 1)[1]}/.download/done/shard-2.jsonl.json")  # as if killed before
+    second = download(payload)
+    assert (second["fetched"], second["cached"]) == (1, 3)
+    runs: dict[str, list] = {}
+    for line in read_log(f"{out}/.download/files.jsonl"):
+        runs.setdefault(line["run"], []).append(line)
+    last = list(runs.values())[-1]
+    assert {r["path"] for r in last if r["state"] == "fetched"} == {"shard-2.jsonl"}
