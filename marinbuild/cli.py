@@ -110,7 +110,7 @@ def _run_only(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     if value.lstrip().startswith("["):
         try:
             parsed = json.loads(value)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise click.BadParameter(f"not a JSON list ({exc.msg}): write e.g. '[\"tokenize\", \"train\"]'") from exc
         if not isinstance(parsed, list) or not all(isinstance(x, str) for x in parsed):
             raise click.BadParameter('a JSON list of regexes, e.g. \'["tokenize", "train"]\'')
@@ -608,7 +608,7 @@ def _json_resources(ctx: click.Context, param: click.Parameter, value: str | Non
         return None
     try:
         parsed = json.loads(value)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON ({exc.msg}): write e.g. '{{\"TPU\": 4}}'") from exc
     if not isinstance(parsed, dict) or not all(isinstance(v, int | float) for v in parsed.values()):
         raise click.BadParameter('a JSON object of resource names to numbers, e.g. \'{"TPU": 4}\'')
@@ -759,7 +759,7 @@ def main(argv: list[str] | None = None) -> int:
     skip_final_collection()
     try:
         cli.main(args=argv, prog_name="marinbuild", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as exc:  # type: ignore[attr-defined]
+    except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         return EXIT_USAGE
     except click.UsageError as exc:

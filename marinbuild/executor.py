@@ -13,6 +13,7 @@ This module stays light to import: storage and execution load when ``run`` is ca
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -518,7 +519,7 @@ class Executor:
     # -- running --------------------------------------------------------------------------
     def run(
         self,
-        steps: list[ExecutorStep | InputName],
+        steps: Sequence[ExecutorStep | InputName],
         *,
         dry_run: bool = False,
         run_only: list[str] | None = None,
@@ -542,10 +543,9 @@ class Executor:
         from marinbuild.store.lease import STALE_AFTER
 
         with gc_paused():  # versions and plan: many objects, no cyclic garbage (the steps' own code runs with gc on)
-            requested = []
-            for step in steps:
-                if isinstance(step, InputName):
-                    step = step.step
+            requested: list[ExecutorStep] = []
+            for given in steps:
+                step = given.step if isinstance(given, InputName) else given
                 if step is not None:
                     self.compute_version(step, is_pseudo_dep=False)
                     requested.append(step)
@@ -634,7 +634,7 @@ class Executor:
                 name=step.name,
                 output_path=self.output_paths[step],
                 call=self._call_for(step),
-                info_text=lambda s=step: self._step_info_text(s),
+                info_text=functools.partial(self._step_info_text, step),
                 worker_id=self.worker_id,
                 bus=bus,
                 settings=settings,
@@ -687,7 +687,7 @@ class Executor:
             below_built = set(graph.blocking_closure(d for s in built for d in graph.blocking_deps(s)))
             left_out = [s for s in table.steps if s not in plan.steps and s not in below_built]
         if left_out:
-            records.write_missing_infos({self.output_paths[s]: (lambda s=s: self._step_info_text(s))
+            records.write_missing_infos({self.output_paths[s]: functools.partial(self._step_info_text, s)
                                          for s in left_out})
 
     def _call_for(self, step: ExecutorStep) -> Any:

@@ -118,7 +118,8 @@ class RayPool:
         from marinbuild.resources import normalize
 
         self._ray = ray
-        self._options = normalize(resources).to_ray_options()
+        spec = normalize(resources)
+        self._options = spec.to_ray_options() if spec is not None else {}
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = cpus
         self.window = window or max(8, 2 * cpus)
