@@ -54,4 +54,4 @@ bench: $(BIN)/.installed-run-$(EXTRAS)
 	$(BIN)/python bench/engine_bench.py
 
 clean:
-	rm -rf $(VENV) local_store .pytest_cache
+	rm -rf $(VENV) local_store .pytest_cache .mypy_cache .ruff_cache

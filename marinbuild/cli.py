@@ -642,7 +642,7 @@ def submit_command(address: str | None, cluster: str | None, tpu: str | None, en
                                  entrypoint_resources=entrypoint_resources)
     except ImportError as exc:
         raise UsageProblem(f"submit needs Ray: pip install 'marinbuild[ray]' ({exc})") from exc
-    except ValueError as exc:  # a bad --tpu
+    except ValueError as exc:  # a bad --tpu, or an --extra whose pyproject entry is not a requirement
         raise UsageProblem(str(exc)) from exc
     click.echo(submission.job_id)
     if no_wait:
