@@ -1,0 +1,82 @@
+"""Starting the server: the socket, the warning for a non-loopback host, the record builds read, uvicorn.
+
+``serve(root, patterns, prefix, host, port)`` binds the socket itself first, so a busy port is one
+``PortBusy`` (the CLI prints one line, exit 2) rather than uvicorn's log and exit; port 0 picks a free
+one. While it runs, ``<workspace>/.marinbuild/serve.json`` holds its pid and URL, so builds of the
+workspace print links to it (``marinbuild.serve.url``); it is removed on the way out.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+from marinbuild.serve.url import RECORD
+
+
+class PortBusy(Exception):
+    pass
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``; PortBusy if the port is taken, ValueError for a host it cannot use."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ValueError(f"cannot use host {host!r}: {exc.strerror}") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (98, 48):  # EADDRINUSE on Linux, macOS
+            raise PortBusy(f"port {port} on {host} is already in use: pick another with --port") from None
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    return sock
+
+
+def serve(root: str, patterns: list[str], prefix: str | None, host: str, port: int) -> None:
+    import uvicorn
+
+    from marinbuild.serve.app import create_app
+    from marinbuild.serve.model import ViewModel
+
+    model = ViewModel(root, patterns, prefix)
+    sock = bind(host, port)
+    bound = sock.getsockname()[1]
+    shown_host = f"[{host}]" if ":" in host else host
+    url = f"http://{shown_host}:{bound}"
+    if not is_loopback(host):
+        print(f"marinbuild: warning: serving on {host}, not loopback: anyone who can reach this machine can read "
+              "the workspace's graph, configs and the files of the prefix", file=sys.stderr)
+    print(f"marinbuild: serving {' '.join(patterns)} (prefix {model.prefix}) at {url}/ (read-only; Ctrl-C stops)",
+          file=sys.stderr, flush=True)
+    record = Path(model.cache_dir) / RECORD
+    record.parent.mkdir(parents=True, exist_ok=True)
+    local_url = url if is_loopback(host) or host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{bound}"
+    record.write_text(json.dumps({"pid": os.getpid(), "url": local_url}))
+    config = uvicorn.Config(create_app(model), log_level="warning", timeout_graceful_shutdown=1, lifespan="off")
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        try:
+            if json.loads(record.read_text()).get("pid") == os.getpid():
+                record.unlink()
+        except (OSError, ValueError):
+            pass

@@ -1,0 +1,333 @@
+"""What the pages show, computed by the engine's own functions; the server only turns it into JSON.
+
+- the graph: the steps of the pattern and every step they need, each with the state ``marinbuild cache
+  status`` gives it (``marinbuild.cache.cache_status``; a DEP_FAILED status is shown as ``dep_failed``),
+  its target, and its last duration from the workspace's event logs;
+- a step: ``marinbuild cache show``'s facts (``cache_show``), ``marinbuild why``'s text for it
+  (``why`` + ``format_why``: the same words), its files, its traceback and its code record;
+- runs: the workspace's event logs (``marinbuild.ui.event_log``) of builds against this prefix, and the
+  run info JSONs under ``<prefix>/experiments/`` (Marin's and marinbuild's);
+- training curves: ``marinbuild.ml.report.collect`` and ``key_settings`` (the report rule's code) of every
+  built step whose ``metrics.jsonl`` has training losses.
+
+Each graph and step request analyses the workspace afresh (BUILD files may have changed since the last
+one); requests are serialised by a lock, since a session and its caches are not made for threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any
+
+from marinbuild.cache import probe as pb
+from marinbuild.store import fs
+from marinbuild.store.status import STATUS_DEP_FAILED
+from marinbuild.ui import event_log
+
+MAX_FILES = 500
+"""A step page lists at most this many of its output files."""
+MAX_TRACEBACK = 64 * 1024
+
+
+class PrefixUnreadable(Exception):
+    """The prefix exists but cannot be read (permissions, not a folder, an unreachable bucket)."""
+
+
+class ViewModel:
+    """The state of one workspace and prefix, for one pattern."""
+
+    def __init__(self, root: str, patterns: list[str], prefix: str | None = None):
+        from marinbuild.session import Session
+
+        self.root, self.patterns = root, list(patterns)
+        probe_session = Session.open(root, prefix=prefix)
+        self.prefix = probe_session.settings.prefix
+        self.cache_dir = probe_session.workspace.cache_dir
+        self._lock = threading.Lock()
+        self._session()  # a bad pattern or BUILD file is the user's mistake: said at start, not on every page
+
+    # -- the session ---------------------------------------------------------------------------
+
+    def _session(self) -> Any:
+        from marinbuild.session import Session
+
+        session = Session.open(self.root, prefix=self.prefix)
+        session.load(self.patterns)
+        session.analyse()
+        return session
+
+    def check_prefix(self) -> None:
+        """PrefixUnreadable if the prefix exists and cannot be listed (a prefix not made yet is fine: nothing built)."""
+        try:
+            if fs.is_local(self.prefix):
+                if os.path.exists(self.prefix):
+                    if not os.path.isdir(self.prefix):
+                        raise PrefixUnreadable(f"the prefix {self.prefix} is not a folder")
+                    os.listdir(self.prefix)
+            else:
+                from marinbuild.cache.store import Store
+
+                Store(self.prefix).names(self.prefix)
+        except PrefixUnreadable:
+            raise
+        except Exception as exc:
+            raise PrefixUnreadable(f"cannot read the prefix {self.prefix}: {exc}") from exc
+
+    # -- the graph -----------------------------------------------------------------------------
+
+    def graph(self) -> dict[str, Any]:
+        from marinbuild.cache import cache_status
+
+        self.check_prefix()
+        with self._lock:
+            session = self._session()
+            executor = session.executor
+            analysis = session.analysis
+            label_of: dict[Any, str] = {}
+            for label, steps in analysis.steps_of.items():
+                for step in steps:
+                    label_of.setdefault(executor.canonicalize(step), str(label))
+            rows = cache_status(session, list(analysis.steps_of))
+            states = {s.output_path: s for row in rows for s in row.steps}
+            table = executor._table
+            steps = list(dict.fromkeys(executor.canonicalize(s) for s in executor.steps))
+            durations = self.durations()
+            nodes, edges = [], []
+            for step in steps:
+                path = executor.output_paths[step]
+                state = states.get(path)
+                nodes.append({
+                    "id": path,
+                    "name": step.name,
+                    "label": label_of.get(step),
+                    "relative": self.relative(path),
+                    "state": _shown_state(state.state, state.status) if state else "missing",
+                    "holder": state.holder if state else None,
+                    "detail": state.detail if state else None,
+                    "duration": durations.get(path),
+                })
+                for dep in table.dependencies.get(step, ()):
+                    edges.append([executor.output_paths[executor.canonicalize(dep)], path])
+        return {"prefix": self.prefix, "patterns": self.patterns, "nodes": nodes, "edges": edges}
+
+    def durations(self) -> dict[str, float]:
+        """Each output path's last run time (started to succeeded or failed) in the event logs, newest log first."""
+        found: dict[str, float] = {}
+        for path in event_log.list_logs(event_log.events_dir(self.cache_dir)):
+            log = event_log.read_log(path)
+            if log is None or log.prefix != self.prefix:
+                continue
+            started: dict[str, float] = {}
+            for e in log.events:
+                out = e.get("output_path")
+                if e.get("kind") == "started" and out:
+                    started[out] = e.get("time")
+                elif e.get("kind") in ("succeeded", "failed") and out in started and out not in found:
+                    found[out] = round(e["time"] - started[out], 3)
+        return found
+
+    def relative(self, output_path: str) -> str:
+        return output_path[len(self.prefix):].lstrip("/") if output_path.startswith(self.prefix) else output_path
+
+    # -- a step --------------------------------------------------------------------------------
+
+    def step(self, relative: str) -> dict[str, Any] | None:
+        """Everything about the step whose output is ``<prefix>/<relative>``; None if no step is there."""
+        from marinbuild.cache import cache_show
+        from marinbuild.serve.files import check_relative
+        from marinbuild.why import format_why, why
+
+        parts = check_relative(relative)
+        output_path = fs.join(self.prefix, "/".join(parts))
+        self.check_prefix()
+        with self._lock:
+            session = self._session()
+            executor = session.executor
+            step = next((s for s in executor.steps if executor.output_paths[s] == output_path), None)
+            label = None
+            if step is not None:
+                for lab, steps in session.analysis.steps_of.items():
+                    if any(executor.canonicalize(s) == step for s in steps):
+                        label = str(lab)
+                        break
+            shown = cache_show(self.prefix, output_path)["outputs"][0]
+            why_text = None
+            if label is not None:
+                explanations = [e for e in why(session, label) if e.output_path == output_path]
+                why_text = format_why(explanations)
+        if step is None and not shown["exists"]:
+            return None
+        info = shown.get("info") if isinstance(shown.get("info"), dict) else {}
+        config = info.get("config")
+        version = info.get("version") if isinstance(info.get("version"), dict) else {}
+        return {
+            "output_path": output_path,
+            "relative": "/".join(parts),
+            "name": shown["name"],
+            "label": label,
+            "in_graph": step is not None,
+            "rule": config.get("rule") if isinstance(config, dict) else None,
+            "fn_name": info.get("fn_name"),
+            "state": _shown_state(shown["state"], shown.get("status")),
+            "status": shown.get("status"),
+            "config": config,
+            "versioned": sorted((version.get("config") or {}).keys()) if isinstance(version.get("config"), dict)
+            else [],
+            "version": version,
+            "hash": output_path.rsplit("-", 1)[-1] if "-" in output_path else None,
+            "dependencies": info.get("dependencies") or [],
+            "why": why_text,
+            "lease": shown.get("lease"),
+            "artifact": shown.get("artifact"),
+            "traceback_file": shown.get("traceback"),
+            "traceback": _read_small(shown["traceback"]) if shown.get("traceback") else None,
+            "size": shown.get("size"),
+            "errors": shown.get("errors"),
+            "code": _read_json(fs.join(output_path, ".marinbuild_code.json")),
+            "files": self.files(output_path) if shown["exists"] else [],
+        }
+
+    def files(self, output_path: str) -> list[dict[str, Any]]:
+        """The output's files (relative to the prefix, with sizes), at most MAX_FILES, in path order."""
+        import fsspec
+
+        filesystem, root = fsspec.core.url_to_fs(output_path)
+        out = []
+        for path, details in sorted(filesystem.find(root, detail=True).items()):
+            if len(out) >= MAX_FILES:
+                break
+            relative = path[len(root):].lstrip("/")
+            out.append({"path": self.relative(fs.join(output_path, relative)), "name": relative,
+                        "size": details.get("size")})
+        return out
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    def runs(self) -> dict[str, Any]:
+        self.check_prefix()
+        builds = []
+        for path in event_log.list_logs(event_log.events_dir(self.cache_dir)):
+            log = event_log.read_log(path)
+            if log is not None and log.prefix == self.prefix:
+                builds.append(log.summary())
+        return {"prefix": self.prefix, "builds": builds, "run_infos": self.run_infos()}
+
+    def run_infos(self) -> list[dict[str, Any]]:
+        """The run info JSONs under ``<prefix>/experiments/`` (newest first): name, creation time, script, steps."""
+        from marinbuild.cache.commands import RUN_INFO_FOLDER
+        from marinbuild.cache.store import Store
+
+        folder = fs.join(self.prefix, RUN_INFO_FOLDER)
+        store = Store(self.prefix)
+        out = []
+        for name in store.names(folder) or []:
+            if not name.endswith(".json"):
+                continue
+            path = fs.join(folder, name)
+            data = _read_json(path)
+            if not isinstance(data, dict):
+                continue
+            out.append({"path": path, "name": name, "created": data.get("created_date"),
+                        "script": data.get("caller_path"), "steps": len(data.get("steps") or [])})
+        out.sort(key=lambda r: str(r["created"] or ""), reverse=True)
+        return out
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """One build's events as a timeline: per step its start, end and outcome."""
+        if not run_id.replace("-", "").replace("T", "").isalnum():
+            return None
+        log = event_log.read_log(event_log.events_dir(self.cache_dir) / f"{run_id}.jsonl")
+        if log is None:
+            return None
+        rows: dict[str, dict[str, Any]] = {}
+        for e in log.events:
+            out = e.get("output_path")
+            if not out:
+                continue
+            row = rows.setdefault(out, {"step": e.get("step"), "output_path": out, "relative": self.relative(out),
+                                        "start": None, "end": None, "outcome": None, "error": None})
+            kind = e.get("kind")
+            if kind in ("started", "waiting") and row["start"] is None:
+                row["start"] = e.get("time")
+            elif kind in ("succeeded", "failed", "dep_failed", "skipped"):
+                row["end"], row["outcome"] = e.get("time"), kind
+                row["error"] = e.get("error") or (e.get("detail") if kind != "succeeded" else None)
+        return {**log.summary(), "steps": list(rows.values())}
+
+    def experiment(self, path: str) -> dict[str, Any]:
+        """A run info JSON (Marin's ``/experiment?path=``): its facts and each step with its state now."""
+        from marinbuild.serve.files import Refused
+
+        folder = fs.join(self.prefix, "experiments") + "/"
+        if not path.startswith(folder) or ".." in path.split("/") or not path.endswith(".json"):
+            raise Refused(400, f"{path!r} is not a run info JSON under {folder}")
+        data = _read_json(path)
+        if not isinstance(data, dict):
+            raise Refused(404, f"no readable run info at {path}")
+        steps = [s for s in data.get("steps") or [] if isinstance(s, dict)]
+        probes = pb.probe_outputs([s.get("output_path") for s in steps if isinstance(s.get("output_path"), str)])
+        shown = []
+        for s in steps:
+            out = s.get("output_path")
+            probe = probes.get(out)
+            shown.append({"name": s.get("name"), "output_path": out, "relative": self.relative(out or ""),
+                          "state": _shown_state(probe.state, probe.status) if probe else "missing"})
+        facts = {k: data.get(k) for k in ("created_date", "caller_path", "user", "worker_id", "git_commit", "prefix")}
+        return {"path": path, **facts, "steps": shown}
+
+    # -- training curves -----------------------------------------------------------------------
+
+    def training(self, chosen: list[str] | None = None) -> dict[str, Any]:
+        """The loss curves and key settings of ``chosen`` outputs (relative paths), else of every built step
+        of the graph with training losses in its ``metrics.jsonl``."""
+        from marinbuild.serve.files import check_relative
+
+        if chosen:
+            outputs = [fs.join(self.prefix, "/".join(check_relative(c))) for c in chosen]
+        else:
+            graph = self.graph()
+            outputs = [n["id"] for n in graph["nodes"] if n["state"] == "built"]
+            outputs = [o for o in outputs if fs.exists(fs.join(o, "metrics.jsonl"))]
+        from marinbuild.ml.report import collect, key_settings, settings_line
+
+        runs = []
+        for output in outputs:
+            if not fs.exists(fs.join(output, "metrics.jsonl")):
+                continue
+            metrics = collect(output, [])
+            if not metrics["train_loss"]:
+                continue
+            settings = key_settings(output, metrics.get("parameter_count"))
+            runs.append({"output_path": output, "relative": self.relative(output), "name": metrics["model"],
+                         "settings": settings, "settings_line": settings_line(settings),
+                         "train_loss": metrics["train_loss"], "validation_loss": metrics["overall_validation_loss"]
+                         or next(iter(metrics["validation_loss"].values()), [])})
+        return {"prefix": self.prefix, "runs": runs}
+
+
+def _shown_state(state: str, status: str | None) -> str:
+    """The graph's state word: cache status's, with a dependency failure told apart from a failure."""
+    if state == pb.FAILED and status == STATUS_DEP_FAILED:
+        return "dep_failed"
+    if state.startswith("damaged"):
+        return "damaged"
+    return state
+
+
+def _read_json(path: str) -> Any:
+    data = fs.read_bytes(path)
+    if data is None:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def _read_small(path: str) -> str | None:
+    data = fs.read_bytes(path)
+    if data is None:
+        return None
+    return data[-MAX_TRACEBACK:].decode("utf-8", errors="replace")

@@ -1,0 +1,58 @@
+"""The base URL of the web view that builds print and ``get_experiment_url()`` returns (no server import).
+
+``serve_url(cache_dir, config)``: ``$MARINBUILD_SERVE_URL``, else ``[tool.marinbuild] serve_url`` (a team's
+hosted view), else the URL of a ``marinbuild serve`` running on this machine for the same workspace (it
+records itself in ``.marinbuild/serve.json`` with its pid while it runs), else None. The CLI exports the
+answer as ``$MARINBUILD_SERVE_URL`` before a build, so the executor (and a Marin script it runs) sees it.
+
+Pages by URL: a step is ``<base>/step/<output path relative to the prefix>`` (stable: the output path is
+the step's identity), a run's info JSON is ``<base>/experiment?path=<its path>`` (Marin's data browser's form).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+ENV = "MARINBUILD_SERVE_URL"
+RECORD = "serve.json"
+
+
+def serve_url(cache_dir: str | os.PathLike[str] | None = None, config: dict[str, Any] | None = None) -> str | None:
+    """The configured base URL (see the module docstring), without a trailing slash; None if there is none."""
+    value = os.environ.get(ENV) or (config or {}).get("serve_url")
+    if isinstance(value, str) and value:
+        return value.rstrip("/")
+    if cache_dir is not None:
+        return running_url(cache_dir)
+    return None
+
+
+def running_url(cache_dir: str | os.PathLike[str]) -> str | None:
+    """The URL a live ``marinbuild serve`` of this workspace recorded, or None (none, or its process is gone)."""
+    try:
+        record = json.loads((Path(cache_dir) / RECORD).read_text())
+        pid, url = int(record["pid"]), str(record["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, another user's
+        pass
+    return url.rstrip("/")
+
+
+def experiment_url(base: str, run_info_path: str) -> str:
+    """The page of a run info JSON, as Marin's data browser spells it: ``<base>/experiment?path=...``."""
+    return f"{base}/experiment?path=" + urllib.parse.quote(run_info_path)
+
+
+def step_url(base: str, prefix: str, output_path: str) -> str:
+    """The stable page of a step: ``<base>/step/<output path relative to the prefix>``."""
+    relative = output_path[len(prefix):].lstrip("/") if output_path.startswith(prefix) else output_path
+    return f"{base}/step/" + urllib.parse.quote(relative)
