@@ -87,8 +87,9 @@ def create_app(model: ViewModel) -> Starlette:
                     return
                 yield ": keepalive\n\n" if record is None else f"data: {json.dumps(record, default=str)}\n\n"
 
-        return StreamingResponse(stream(), media_type="text/event-stream",
-                                 headers={**HEADERS, "Cache-Control": "no-store"})
+        return StreamingResponse(
+            stream(), media_type="text/event-stream", headers={**HEADERS, "Cache-Control": "no-store"}
+        )
 
     def live_folder() -> Any:
         from marinbuild.ui.event_log import events_dir
@@ -120,6 +121,8 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 def _error_page(message: str) -> str:
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>marinbuild serve: error</title>"
-            "<link rel='stylesheet' href='/static/app.css'></head><body><header><a href='/'>marinbuild</a></header>"
-            f"<main><h1>Cannot show this workspace</h1><p class='error'>{html.escape(message)}</p></main></body></html>")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>marinbuild serve: error</title>"
+        "<link rel='stylesheet' href='/static/app.css'></head><body><header><a href='/'>marinbuild</a></header>"
+        f"<main><h1>Cannot show this workspace</h1><p class='error'>{html.escape(message)}</p></main></body></html>"
+    )

@@ -17,6 +17,7 @@ than a path that passed the check (for a local prefix; object stores have no sym
 from __future__ import annotations
 
 import os
+import stat as stat_module
 
 MAX_BYTES = 1 << 20
 """Files above 1 MiB are not shown: the view is for logs, configs and small outputs, not checkpoints."""
@@ -67,10 +68,12 @@ def read_text(prefix: str, relative: str) -> str:
         raise Refused(400, f"{relative!r} is a folder, not a file") from None
     except OSError as exc:
         raise Refused(403, f"cannot read {relative!r}: {exc.strerror}") from None
+    stat = os.fstat(fd)
+    if not stat_module.S_ISREG(stat.st_mode):
+        os.close(fd)
+        raise Refused(400, f"{relative!r} is a folder, not a file")
     with os.fdopen(fd, "rb") as f:
-        if os.fstat(f.fileno()).st_mode & 0o170000 == 0o040000:
-            raise Refused(400, f"{relative!r} is a folder, not a file")
-        size = os.fstat(f.fileno()).st_size
+        size = stat.st_size
         if size > MAX_BYTES:
             raise Refused(413, _too_large(relative, size))
         data = f.read(MAX_BYTES + 1)

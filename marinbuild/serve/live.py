@@ -81,8 +81,9 @@ def _header_prefix(path: Path) -> str | None:
     return records[0].get("prefix") if records and records[0].get("kind") == "run" else None
 
 
-async def follow(folder: str | os.PathLike[str], prefix: str, interval: float = INTERVAL,
-                 keepalive: float = KEEPALIVE) -> AsyncIterator[dict[str, Any] | None]:
+async def follow(
+    folder: str | os.PathLike[str], prefix: str, interval: float = INTERVAL, keepalive: float = KEEPALIVE
+) -> AsyncIterator[dict[str, Any] | None]:
     """Event records appended to the logs under ``folder`` by builds against ``prefix`` (see the module docstring)."""
     tail = _Tail(Path(folder), prefix)
     quiet = 0.0

@@ -2,7 +2,7 @@
 
 ``serve(root, patterns, prefix, host, port)`` binds the socket itself first, so a busy port is one
 ``PortBusy`` (the CLI prints one line, exit 2) rather than uvicorn's log and exit; port 0 picks a free
-one. While it runs, ``<workspace>/.marinbuild/serve.json`` holds its pid and URL, so builds of the
+one. While it runs, ``<workspace>/.marinbuild/serve/<pid>.json`` holds its URL, so builds of the
 workspace print links to it (``marinbuild.serve.url``); it is removed on the way out.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import signal
 import socket
 import sys
-from pathlib import Path
 
-from marinbuild.serve.url import RECORD
+from marinbuild.serve.url import record_path
 
 
 class PortBusy(Exception):
@@ -63,20 +63,25 @@ def serve(root: str, patterns: list[str], prefix: str | None, host: str, port: i
     shown_host = f"[{host}]" if ":" in host else host
     url = f"http://{shown_host}:{bound}"
     if not is_loopback(host):
-        print(f"marinbuild: warning: serving on {host}, not loopback: anyone who can reach this machine can read "
-              "the workspace's graph, configs and the files of the prefix", file=sys.stderr)
-    print(f"marinbuild: serving {' '.join(patterns)} (prefix {model.prefix}) at {url}/ (read-only; Ctrl-C stops)",
-          file=sys.stderr, flush=True)
-    record = Path(model.cache_dir) / RECORD
+        print(
+            f"marinbuild: warning: serving on {host}, not loopback: anyone who can reach this machine can read "
+            "the workspace's graph, configs and the files of the prefix",
+            file=sys.stderr,
+        )
+    print(
+        f"marinbuild: serving {' '.join(patterns)} (prefix {model.prefix}) at {url}/ (read-only; Ctrl-C stops)",
+        file=sys.stderr,
+        flush=True,
+    )
+    record = record_path(model.cache_dir, os.getpid())
     record.parent.mkdir(parents=True, exist_ok=True)
-    local_url = url if is_loopback(host) or host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{bound}"
+    local_url = url if host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{bound}"
     record.write_text(json.dumps({"pid": os.getpid(), "url": local_url}))
+    # uvicorn stops on SIGTERM, then raises it again for the handler it found: make that one leave by SystemExit,
+    # so the record is removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     config = uvicorn.Config(create_app(model), log_level="warning", timeout_graceful_shutdown=1, lifespan="off")
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
-        try:
-            if json.loads(record.read_text()).get("pid") == os.getpid():
-                record.unlink()
-        except (OSError, ValueError):
-            pass
+        record.unlink(missing_ok=True)

@@ -1,8 +1,10 @@
 """What the pages show, computed by the engine's own functions; the server only turns it into JSON.
 
 - the graph: the steps of the pattern and every step they need, each with the state ``marinbuild cache
-  status`` gives it (``marinbuild.cache.cache_status``; a DEP_FAILED status is shown as ``dep_failed``),
-  its target, and its last duration from the workspace's event logs;
+  status`` gives it (``marinbuild.cache.cache_status``), its target, and its last duration from the
+  workspace's event logs. ``dep_failed`` is a step not built whose dependency failed (or is itself
+  ``dep_failed``), or whose status file says DEP_FAILED (Marin writes one; marinbuild does not write into
+  a folder it holds no lease on);
 - a step: ``marinbuild cache show``'s facts (``cache_show``), ``marinbuild why``'s text for it
   (``why`` + ``format_why``: the same words), its files, its traceback and its code record;
 - runs: the workspace's event logs (``marinbuild.ui.event_log``) of builds against this prefix, and the
@@ -95,21 +97,29 @@ class ViewModel:
             steps = list(dict.fromkeys(executor.canonicalize(s) for s in executor.steps))
             durations = self.durations()
             nodes, edges = [], []
-            for step in steps:
+            shown: dict[str, str] = {}
+            for step in steps:  # dependencies first
                 path = executor.output_paths[step]
                 state = states.get(path)
-                nodes.append({
-                    "id": path,
-                    "name": step.name,
-                    "label": label_of.get(step),
-                    "relative": self.relative(path),
-                    "state": _shown_state(state.state, state.status) if state else "missing",
-                    "holder": state.holder if state else None,
-                    "detail": state.detail if state else None,
-                    "duration": durations.get(path),
-                })
-                for dep in table.dependencies.get(step, ()):
-                    edges.append([executor.output_paths[executor.canonicalize(dep)], path])
+                deps = [executor.output_paths[executor.canonicalize(d)] for d in table.dependencies.get(step, ())]
+                shown[path] = _shown_state(state.state, state.status) if state else "missing"
+                if shown[path] in (pb.MISSING, "stale") and any(
+                    shown.get(d) in (pb.FAILED, "dep_failed") for d in deps
+                ):
+                    shown[path] = "dep_failed"  # not built, and a dependency's last run failed
+                nodes.append(
+                    {
+                        "id": path,
+                        "name": step.name,
+                        "label": label_of.get(step),
+                        "relative": self.relative(path),
+                        "state": shown[path],
+                        "holder": state.holder if state else None,
+                        "detail": state.detail if state else None,
+                        "duration": durations.get(path),
+                    }
+                )
+                edges.extend([dep, path] for dep in deps)
         return {"prefix": self.prefix, "patterns": self.patterns, "nodes": nodes, "edges": edges}
 
     def durations(self) -> dict[str, float]:
@@ -129,7 +139,7 @@ class ViewModel:
         return found
 
     def relative(self, output_path: str) -> str:
-        return output_path[len(self.prefix):].lstrip("/") if output_path.startswith(self.prefix) else output_path
+        return output_path[len(self.prefix) :].lstrip("/") if output_path.startswith(self.prefix) else output_path
 
     # -- a step --------------------------------------------------------------------------------
 
@@ -146,20 +156,27 @@ class ViewModel:
             session = self._session()
             executor = session.executor
             step = next((s for s in executor.steps if executor.output_paths[s] == output_path), None)
-            label = None
+            label, rule, current = None, None, None
             if step is not None:
                 for lab, steps in session.analysis.steps_of.items():
                     if any(executor.canonicalize(s) == step for s in steps):
                         label = str(lab)
+                        rule = getattr(session.loaded.targets[lab].rule, "name", None)
                         break
+                current = json.loads(executor._step_info_text(step))  # what .executor_info holds once built
             shown = cache_show(self.prefix, output_path)["outputs"][0]
             why_text = None
             if label is not None:
+                from marinbuild.cache import cache_status
+
+                (row,) = cache_status(session, [label])
+                state = next(s for s in row.steps if s.output_path == output_path)
+                shown["state"], shown["status"] = state.state, state.status
                 explanations = [e for e in why(session, label) if e.output_path == output_path]
                 why_text = format_why(explanations)
         if step is None and not shown["exists"]:
             return None
-        info = shown.get("info") if isinstance(shown.get("info"), dict) else {}
+        info = current or (shown.get("info") if isinstance(shown.get("info"), dict) else {})
         config = info.get("config")
         version = info.get("version") if isinstance(info.get("version"), dict) else {}
         return {
@@ -168,12 +185,13 @@ class ViewModel:
             "name": shown["name"],
             "label": label,
             "in_graph": step is not None,
-            "rule": config.get("rule") if isinstance(config, dict) else None,
+            "rule": rule or (config.get("rule") if isinstance(config, dict) else None),
             "fn_name": info.get("fn_name"),
             "state": _shown_state(shown["state"], shown.get("status")),
             "status": shown.get("status"),
             "config": config,
-            "versioned": sorted((version.get("config") or {}).keys()) if isinstance(version.get("config"), dict)
+            "versioned": sorted((version.get("config") or {}).keys())
+            if isinstance(version.get("config"), dict)
             else [],
             "version": version,
             "hash": output_path.rsplit("-", 1)[-1] if "-" in output_path else None,
@@ -198,9 +216,10 @@ class ViewModel:
         for path, details in sorted(filesystem.find(root, detail=True).items()):
             if len(out) >= MAX_FILES:
                 break
-            relative = path[len(root):].lstrip("/")
-            out.append({"path": self.relative(fs.join(output_path, relative)), "name": relative,
-                        "size": details.get("size")})
+            relative = path[len(root) :].lstrip("/")
+            out.append(
+                {"path": self.relative(fs.join(output_path, relative)), "name": relative, "size": details.get("size")}
+            )
         return out
 
     # -- runs ----------------------------------------------------------------------------------
@@ -229,8 +248,15 @@ class ViewModel:
             data = _read_json(path)
             if not isinstance(data, dict):
                 continue
-            out.append({"path": path, "name": name, "created": data.get("created_date"),
-                        "script": data.get("caller_path"), "steps": len(data.get("steps") or [])})
+            out.append(
+                {
+                    "path": path,
+                    "name": name,
+                    "created": data.get("created_date"),
+                    "script": data.get("caller_path"),
+                    "steps": len(data.get("steps") or []),
+                }
+            )
         out.sort(key=lambda r: str(r["created"] or ""), reverse=True)
         return out
 
@@ -246,8 +272,18 @@ class ViewModel:
             out = e.get("output_path")
             if not out:
                 continue
-            row = rows.setdefault(out, {"step": e.get("step"), "output_path": out, "relative": self.relative(out),
-                                        "start": None, "end": None, "outcome": None, "error": None})
+            row = rows.setdefault(
+                out,
+                {
+                    "step": e.get("step"),
+                    "output_path": out,
+                    "relative": self.relative(out),
+                    "start": None,
+                    "end": None,
+                    "outcome": None,
+                    "error": None,
+                },
+            )
             kind = e.get("kind")
             if kind in ("started", "waiting") and row["start"] is None:
                 row["start"] = e.get("time")
@@ -272,8 +308,14 @@ class ViewModel:
         for s in steps:
             out = s.get("output_path")
             probe = probes.get(out)
-            shown.append({"name": s.get("name"), "output_path": out, "relative": self.relative(out or ""),
-                          "state": _shown_state(probe.state, probe.status) if probe else "missing"})
+            shown.append(
+                {
+                    "name": s.get("name"),
+                    "output_path": out,
+                    "relative": self.relative(out or ""),
+                    "state": _shown_state(probe.state, probe.status) if probe else "missing",
+                }
+            )
         facts = {k: data.get(k) for k in ("created_date", "caller_path", "user", "worker_id", "git_commit", "prefix")}
         return {"path": path, **facts, "steps": shown}
 
@@ -300,10 +342,18 @@ class ViewModel:
             if not metrics["train_loss"]:
                 continue
             settings = key_settings(output, metrics.get("parameter_count"))
-            runs.append({"output_path": output, "relative": self.relative(output), "name": metrics["model"],
-                         "settings": settings, "settings_line": settings_line(settings),
-                         "train_loss": metrics["train_loss"], "validation_loss": metrics["overall_validation_loss"]
-                         or next(iter(metrics["validation_loss"].values()), [])})
+            runs.append(
+                {
+                    "output_path": output,
+                    "relative": self.relative(output),
+                    "name": metrics["model"],
+                    "settings": settings,
+                    "settings_line": settings_line(settings),
+                    "train_loss": metrics["train_loss"],
+                    "validation_loss": metrics["overall_validation_loss"]
+                    or next(iter(metrics["validation_loss"].values()), []),
+                }
+            )
         return {"prefix": self.prefix, "runs": runs}
 
 

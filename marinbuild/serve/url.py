@@ -1,9 +1,10 @@
 """The base URL of the web view that builds print and ``get_experiment_url()`` returns (no server import).
 
 ``serve_url(cache_dir, config)``: ``$MARINBUILD_SERVE_URL``, else ``[tool.marinbuild] serve_url`` (a team's
-hosted view), else the URL of a ``marinbuild serve`` running on this machine for the same workspace (it
-records itself in ``.marinbuild/serve.json`` with its pid while it runs), else None. The CLI exports the
-answer as ``$MARINBUILD_SERVE_URL`` before a build, so the executor (and a Marin script it runs) sees it.
+hosted view), else the URL of a ``marinbuild serve`` running on this machine for the same workspace (each
+records itself in ``.marinbuild/serve/<pid>.json`` while it runs; the newest live one wins), else None.
+The CLI exports the answer as ``$MARINBUILD_SERVE_URL`` before a build, so the executor (and a Marin
+script it runs) sees it.
 
 Pages by URL: a step is ``<base>/step/<output path relative to the prefix>`` (stable: the output path is
 the step's identity), a run's info JSON is ``<base>/experiment?path=<its path>`` (Marin's data browser's form).
@@ -18,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 ENV = "MARINBUILD_SERVE_URL"
-RECORD = "serve.json"
+RECORDS = "serve"
+"""``.marinbuild/serve/<pid>.json``: ``{"pid", "url"}`` of each running server of the workspace."""
 
 
 def serve_url(cache_dir: str | os.PathLike[str] | None = None, config: dict[str, Any] | None = None) -> str | None:
@@ -32,19 +34,36 @@ def serve_url(cache_dir: str | os.PathLike[str] | None = None, config: dict[str,
 
 
 def running_url(cache_dir: str | os.PathLike[str]) -> str | None:
-    """The URL a live ``marinbuild serve`` of this workspace recorded, or None (none, or its process is gone)."""
+    """The URL the newest live ``marinbuild serve`` of this workspace recorded, or None (none, or all are gone)."""
+    folder = Path(cache_dir) / RECORDS
     try:
-        record = json.loads((Path(cache_dir) / RECORD).read_text())
-        pid, url = int(record["pid"]), str(record["url"])
-    except (OSError, ValueError, KeyError, TypeError):
+        records = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
         return None
+    for path in records:
+        try:
+            record = json.loads(path.read_text())
+            pid, url = int(record["pid"]), str(record["url"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if _alive(pid):
+            return url.rstrip("/")
+    return None
+
+
+def record_path(cache_dir: str | os.PathLike[str], pid: int) -> Path:
+    """Where a server of this workspace with process id ``pid`` records its URL while it runs."""
+    return Path(cache_dir) / RECORDS / f"{pid}.json"
+
+
+def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return None
+        return False
     except PermissionError:  # alive, another user's
-        pass
-    return url.rstrip("/")
+        return True
+    return True
 
 
 def experiment_url(base: str, run_info_path: str) -> str:
@@ -54,5 +73,5 @@ def experiment_url(base: str, run_info_path: str) -> str:
 
 def step_url(base: str, prefix: str, output_path: str) -> str:
     """The stable page of a step: ``<base>/step/<output path relative to the prefix>``."""
-    relative = output_path[len(prefix):].lstrip("/") if output_path.startswith(prefix) else output_path
+    relative = output_path[len(prefix) :].lstrip("/") if output_path.startswith(prefix) else output_path
     return f"{base}/step/" + urllib.parse.quote(relative)

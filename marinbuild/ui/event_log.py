@@ -51,8 +51,17 @@ class EventLog:
         self.path = folder / f"{self.id}.jsonl"
         self._file = open(self.path, "a", encoding="utf-8")  # closed in close()
         self._lock = threading.Lock()
-        self._write({"kind": "run", "id": self.id, "patterns": list(patterns), "prefix": prefix,
-                     "argv": sys.argv[1:], "pid": os.getpid(), "time": now})
+        self._write(
+            {
+                "kind": "run",
+                "id": self.id,
+                "patterns": list(patterns),
+                "prefix": prefix,
+                "argv": sys.argv[1:],
+                "pid": os.getpid(),
+                "time": now,
+            }
+        )
 
     def _write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, default=str)
