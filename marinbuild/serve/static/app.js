@@ -98,7 +98,8 @@ async function graphPage() {
   g.setGraph({ rankdir: "LR", nodesep: 18, ranksep: 60, marginx: 12, marginy: 12 });
   g.setDefaultEdgeLabel(() => ({}));
   for (const node of data.nodes) {
-    const width = Math.max(150, 7.2 * Math.max(node.name.length, (node.label || "").length) + 24);
+    // the second line is "label · state · duration"
+    const width = Math.max(150, 7.2 * Math.max(node.name.length, (node.label || "").length + 20) + 24);
     g.setNode(node.id, { width, height: 44 });
   }
   for (const [from, to] of data.edges) g.setEdge(from, to);
@@ -302,7 +303,7 @@ async function runPage() {
       return el("tr", { "data-step": s.step },
         el("td", {}, el("a", { href: pathUrl("/step/", s.relative) }, s.step)),
         el("td", {}, el("div", { class: "timeline" }, bar)), el("td", {}, badge(state)),
-        el("td", { class: "muted" }, s.start && s.end ? seconds(s.end - s.start) : ""),
+        el("td", { class: "muted nowrap" }, s.start && s.end ? seconds(s.end - s.start) : ""),
         el("td", { class: "error" }, s.error || ""));
     });
     main().replaceChildren(el("h1", {}, `Build ${run.id}`),
