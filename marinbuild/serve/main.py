@@ -62,26 +62,26 @@ def serve(root: str, patterns: list[str], prefix: str | None, host: str, port: i
     bound = sock.getsockname()[1]
     shown_host = f"[{host}]" if ":" in host else host
     url = f"http://{shown_host}:{bound}"
-    if not is_loopback(host):
-        print(
-            f"marinbuild: warning: serving on {host}, not loopback: anyone who can reach this machine can read "
-            "the workspace's graph, configs and the files of the prefix",
-            file=sys.stderr,
-        )
-    print(
-        f"marinbuild: serving {' '.join(patterns)} (prefix {model.prefix}) at {url}/ (read-only; Ctrl-C stops)",
-        file=sys.stderr,
-        flush=True,
-    )
+    # uvicorn stops on SIGTERM, then raises it again for the handler it found: make that one leave by SystemExit,
+    # so the record is removed (installed before the record is written).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     record = record_path(model.cache_dir, os.getpid())
     record.parent.mkdir(parents=True, exist_ok=True)
     local_url = url if host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{bound}"
-    record.write_text(json.dumps({"pid": os.getpid(), "url": local_url}))
-    # uvicorn stops on SIGTERM, then raises it again for the handler it found: make that one leave by SystemExit,
-    # so the record is removed.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    config = uvicorn.Config(create_app(model), log_level="warning", timeout_graceful_shutdown=1, lifespan="off")
     try:
+        record.write_text(json.dumps({"pid": os.getpid(), "url": local_url}))
+        if not is_loopback(host):
+            print(
+                f"marinbuild: warning: serving on {host}, not loopback: anyone who can reach this machine can read "
+                "the workspace's graph, configs and the files of the prefix",
+                file=sys.stderr,
+            )
+        print(
+            f"marinbuild: serving {' '.join(patterns)} (prefix {model.prefix}) at {url}/ (read-only; Ctrl-C stops)",
+            file=sys.stderr,
+            flush=True,
+        )
+        config = uvicorn.Config(create_app(model), log_level="warning", timeout_graceful_shutdown=1, lifespan="off")
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         record.unlink(missing_ok=True)

@@ -31,6 +31,9 @@ from marinbuild.ui import event_log
 MAX_FILES = 500
 """A step page lists at most this many of its output files."""
 MAX_TRACEBACK = 64 * 1024
+MAX_LOGS = 8
+LOG_TAIL = 32 * 1024
+"""A step page shows the last 32 KiB of at most 8 log files; the file view has each whole (up to its limit)."""
 
 
 class PrefixUnreadable(Exception):
@@ -204,7 +207,8 @@ class ViewModel:
             "size": shown.get("size"),
             "errors": shown.get("errors"),
             "code": _read_json(fs.join(output_path, ".marinbuild_code.json")),
-            "files": self.files(output_path) if shown["exists"] else [],
+            "files": (files := self.files(output_path) if shown["exists"] else []),
+            "logs": self.logs(output_path, files),
         }
 
     def files(self, output_path: str) -> list[dict[str, Any]]:
@@ -220,6 +224,18 @@ class ViewModel:
             out.append(
                 {"path": self.relative(fs.join(output_path, relative)), "name": relative, "size": details.get("size")}
             )
+        return out
+
+    def logs(self, output_path: str, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The step's log files (under ``logs/`` or named ``*.log``), each with its last ``LOG_TAIL`` bytes, at most
+        ``MAX_LOGS`` of them."""
+        out = []
+        for f in files:
+            name = f["name"]
+            if not (name.startswith("logs/") or name.endswith(".log")) or len(out) >= MAX_LOGS:
+                continue
+            data = _read_tail(fs.join(output_path, name), f.get("size") or 0)
+            out.append({**f, "tail": data, "cut": (f.get("size") or 0) > LOG_TAIL})
         return out
 
     # -- runs ----------------------------------------------------------------------------------
@@ -381,3 +397,19 @@ def _read_small(path: str) -> str | None:
     if data is None:
         return None
     return data[-MAX_TRACEBACK:].decode("utf-8", errors="replace")
+
+
+def _read_tail(path: str, size: int) -> str:
+    """The last ``LOG_TAIL`` bytes of the file at ``path`` (of ``size`` bytes), as text."""
+    import fsspec
+
+    filesystem, stripped = fsspec.core.url_to_fs(path)
+    start = max(0, size - LOG_TAIL)
+    try:
+        with filesystem.open(stripped, "rb") as f:
+            f.seek(start)
+            data = f.read(LOG_TAIL)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return text.split("\n", 1)[1] if start and "\n" in text else text

@@ -34,7 +34,9 @@ import time
 
 
 def write(config):
-    os.makedirs(config["output_path"], exist_ok=True)
+    os.makedirs(os.path.join(config["output_path"], "logs"), exist_ok=True)
+    with open(os.path.join(config["output_path"], "logs", "run.log"), "w") as f:
+        f.writelines(f"line {i} of the log\\n" for i in range(3000))
     with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
         f.write(json.dumps(config["config"]) if "config" in config else "written")
 

@@ -67,6 +67,9 @@ def test_a_built_step_has_its_config_version_files_and_code_record(server: Serve
     assert step["code"]["files"]  # the code digest it was built with
     assert step["dependencies"] == [nodes_by_name(server)["pipe/a"]["id"]]
     assert "up to date" in step["why"]
+    (log,) = step["logs"]
+    assert log["name"] == "logs/run.log" and log["cut"]  # 3,000 lines: the page has the end
+    assert log["tail"].endswith("line 2999 of the log\n") and log["tail"].startswith("line ")
 
 
 def test_a_failed_step_shows_its_traceback(server: Server) -> None:

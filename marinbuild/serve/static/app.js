@@ -158,8 +158,9 @@ async function graphPage() {
     const entry = byId.get(record.output_path);
     const state = EVENT_STATE[record.kind];
     if (entry && state) {
-      if (record.kind === "succeeded" || record.kind === "failed") {
-        entry.node.duration = record.duration !== undefined ? record.duration : entry.node.duration;
+      if (record.kind === "started") entry.startedAt = record.time;
+      else if ((record.kind === "succeeded" || record.kind === "failed") && entry.startedAt) {
+        entry.node.duration = record.time - entry.startedAt;
       }
       setNodeState(entry, state);
       updateCounts();
@@ -222,6 +223,10 @@ async function stepPage() {
         ["live", s.lease.live ? "yes" : "no (stale)"]]));
     }
     if (s.why !== null) items.push(el("h2", {}, "Why (marinbuild why)"), el("pre", { id: "why" }, s.why));
+    for (const log of s.logs || []) {
+      items.push(el("h2", {}, "Log ", el("a", { href: pathUrl("/file/", log.path) }, log.name),
+        log.cut ? el("span", { class: "muted" }, " (its end)") : null), el("pre", { class: "log" }, log.tail));
+    }
     if (s.traceback) {
       items.push(el("h2", {}, "Traceback"), el("pre", { id: "traceback", class: "error" }, s.traceback));
     }
