@@ -6,8 +6,10 @@ the matching ``/api/...`` JSON and builds the DOM with ``textContent`` and attri
 string (a step name, a config value, a traceback) is ever parsed as HTML. The shell itself holds no
 user data, except the error page of an unreadable prefix, whose message is ``html.escape``d.
 
-Every response carries a Content-Security-Policy allowing scripts and styles from this server only (no
-inline script), ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``. The file view
+On loopback, a request whose ``Host`` is not a loopback name is refused (400): a page of another site
+cannot reach the view by rebinding its own name to 127.0.0.1. Every response carries a
+Content-Security-Policy allowing scripts and styles from this server only (no inline script),
+``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``. The file view
 (``/file/<relative path>``) answers ``text/plain`` only, after ``marinbuild.serve.files``' checks.
 """
 
@@ -19,6 +21,8 @@ from importlib.resources import files as package_files
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -43,8 +47,13 @@ def _shell(page: str) -> str:
     return (STATIC / "shell.html").read_text(encoding="utf-8").replace("{{page}}", page)
 
 
-def create_app(model: ViewModel) -> Starlette:
-    """The application over ``model``'s workspace and prefix."""
+LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
+
+
+def create_app(model: ViewModel, loopback_only: bool = True) -> Starlette:
+    """The application over ``model``'s workspace and prefix. ``loopback_only``: answer only requests whose Host
+    header names this machine's loopback, so a web page from elsewhere cannot read the view through DNS rebinding
+    (a name of its own resolving to 127.0.0.1)."""
 
     def page(name: str) -> Any:
         async def endpoint(request: Request) -> Response:
@@ -113,7 +122,8 @@ def create_app(model: ViewModel) -> Starlette:
         Route("/api/events", events),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
     ]
-    return Starlette(routes=routes)
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_NAMES)] if loopback_only else []
+    return Starlette(routes=routes, middleware=middleware)
 
 
 def _error(status: int, message: str) -> JSONResponse:

@@ -81,7 +81,8 @@ def serve(root: str, patterns: list[str], prefix: str | None, host: str, port: i
             file=sys.stderr,
             flush=True,
         )
-        config = uvicorn.Config(create_app(model), log_level="warning", timeout_graceful_shutdown=1, lifespan="off")
+        app = create_app(model, loopback_only=is_loopback(host))
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1, lifespan="off")
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         record.unlink(missing_ok=True)

@@ -310,11 +310,12 @@ class ViewModel:
 
     def experiment(self, path: str) -> dict[str, Any]:
         """A run info JSON (Marin's ``/experiment?path=``): its facts and each step with its state now."""
-        from marinbuild.serve.files import Refused
+        from marinbuild.serve.files import Refused, resolve
 
         folder = fs.join(self.prefix, "experiments") + "/"
-        if not path.startswith(folder) or ".." in path.split("/") or not path.endswith(".json"):
+        if not path.startswith(folder) or not path.endswith(".json"):
             raise Refused(400, f"{path!r} is not a run info JSON under {folder}")
+        path = resolve(self.prefix, path[len(self.prefix) :].lstrip("/"))  # no '..', no symlink out of the prefix
         data = _read_json(path)
         if not isinstance(data, dict):
             raise Refused(404, f"no readable run info at {path}")

@@ -202,11 +202,13 @@ class Server:
         parsed = urllib.parse.urlsplit(self.url)
         self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 80
 
-    def get(self, path: str, method: str = "GET") -> tuple[int, dict[str, str], str]:
+    def get(
+        self, path: str, method: str = "GET", headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], str]:
         """The status, headers and body of ``path`` sent exactly as written (no normalisation of ``..``)."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
         try:
-            conn.request(method, path)
+            conn.request(method, path, headers=headers or {})
             response = conn.getresponse()
             return response.status, dict(response.getheaders()), response.read().decode("utf-8", "replace")
         finally:

@@ -99,6 +99,12 @@ def test_pages_are_the_shell_and_unknown_things_are_404(server: Server) -> None:
         assert server.get(asset)[0] == 200
 
 
+def test_a_host_header_that_is_not_loopback_is_refused(server: Server) -> None:
+    """A page of another site whose name was rebound to 127.0.0.1 sends its own name as Host."""
+    assert server.get("/api/graph", headers={"Host": "evil.example:80"})[0] == 400
+    assert server.get("/api/graph", headers={"Host": f"localhost:{server.port}"})[0] == 200
+
+
 def test_the_server_is_read_only(server: Server) -> None:
     for method in ("POST", "PUT", "DELETE"):
         assert server.get("/api/graph", method=method)[0] == 405
@@ -119,6 +125,7 @@ def test_runs_list_builds_and_run_info_files(server: Server) -> None:
     info = server.json("/api/experiment?path=" + runs["run_infos"][0]["path"])
     assert info["steps"] and all(s["state"] for s in info["steps"])
     assert server.get("/api/experiment?path=/etc/passwd")[0] == 400
+    assert server.get(f"/api/experiment?path={runs['prefix']}/experiments/../../pyproject.json")[0] == 400
 
 
 def test_training_curves_overlay_runs_with_their_key_settings(server: Server) -> None:
@@ -253,6 +260,7 @@ def test_a_host_that_is_not_loopback_is_warned_about(ws: Path) -> None:
     try:
         assert any(line.startswith("marinbuild: warning: serving on 0.0.0.0, not loopback") for line in server.lines)
         assert server.get("/api/graph")[0] == 200
+        assert server.get("/api/graph", headers={"Host": "builds.example.org"})[0] == 200  # served to others on purpose
     finally:
         server.stop()
     loopback = Server(ws)
@@ -332,3 +340,33 @@ def test_the_event_log_of_a_no_op_build_is_three_lines(ws: Path) -> None:
     assert [e["kind"] for e in log.events] == ["build_started", "build_finished"]
     assert mb(ws, "-n", "//pipe:b").returncode == 0
     assert set(list_logs(events_dir(ws / ".marinbuild"))) - before == {new}  # a dry run records nothing
+
+
+def test_a_running_step_shows_its_lease_holder_then_built(server: Server, ws: Path, tmp_path: Path) -> None:
+    """Last in this file: it builds //live:slow, which the tests above expect not built."""
+    node = nodes_by_name(server)["live/slow"]
+    release = tmp_path / "release"
+    code = (
+        "import sys, runpy; sys.stdin.read(); sys.argv = ['marinbuild', '//live:slow']; "
+        "runpy.run_module('marinbuild', run_name='__main__')"
+    )
+    build = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ws,
+        env=env_for(ws, release),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        read_events(server, "started", node["id"], build)
+        running = nodes_by_name(server)["live/slow"]
+        assert running["state"] == "running" and running["holder"]  # its lease, as cache status reads it
+        step = server.json(f"/api/step/{node['relative']}")
+        assert step["lease"]["live"] and step["lease"]["holder"] == running["holder"]
+        assert "running elsewhere" in step["why"]
+    finally:
+        release.touch()
+        assert build.wait(timeout=120) == 0
+    assert nodes_by_name(server)["live/slow"]["state"] == "built"
