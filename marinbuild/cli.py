@@ -172,7 +172,7 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
 
     session = _open_session(**settings)
     report.event_log = (session.workspace.cache_dir, list(patterns), session.settings.prefix)
-    _export_serve_url(session.workspace)
+    _export_serve_url(session.workspace, session.settings.prefix)
     key = _snapshot_key(session.workspace, session.settings, patterns)
     recorder = snapshot.Recorder(excluded=(str(session.workspace.cache_dir), session.settings.prefix)) \
         if key is not None else None
@@ -254,11 +254,11 @@ def _warn_code_changed(session: Any, built: list[Any]) -> bool:
     return True
 
 
-def _export_serve_url(workspace: Any) -> None:
+def _export_serve_url(workspace: Any, prefix: str) -> None:
     """``$MARINBUILD_SERVE_URL`` for this build (and the scripts it runs): the web view its pages are on, if any."""
     from marinbuild.serve.url import ENV, serve_url
 
-    url = serve_url(workspace.cache_dir, workspace.config)
+    url = serve_url(workspace.cache_dir, workspace.config, prefix)
     if url is not None:
         os.environ[ENV] = url
 

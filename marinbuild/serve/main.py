@@ -69,7 +69,7 @@ def serve(root: str, patterns: list[str], prefix: str | None, host: str, port: i
     record.parent.mkdir(parents=True, exist_ok=True)
     local_url = url if host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{bound}"
     try:
-        record.write_text(json.dumps({"pid": os.getpid(), "url": local_url}))
+        record.write_text(json.dumps({"pid": os.getpid(), "url": local_url, "prefix": model.prefix}))
         if not is_loopback(host):
             print(
                 f"marinbuild: warning: serving on {host}, not loopback: anyone who can reach this machine can read "

@@ -2,7 +2,8 @@
 
 ``serve_url(cache_dir, config)``: ``$MARINBUILD_SERVE_URL``, else ``[tool.marinbuild] serve_url`` (a team's
 hosted view), else the URL of a ``marinbuild serve`` running on this machine for the same workspace (each
-records itself in ``.marinbuild/serve/<pid>.json`` while it runs; the newest live one wins), else None.
+records itself in ``.marinbuild/serve/<pid>.json`` while it runs; the newest live one showing the build's
+prefix wins), else None.
 The CLI exports the answer as ``$MARINBUILD_SERVE_URL`` before a build, so the executor (and a Marin
 script it runs) sees it.
 
@@ -20,21 +21,25 @@ from typing import Any
 
 ENV = "MARINBUILD_SERVE_URL"
 RECORDS = "serve"
-"""``.marinbuild/serve/<pid>.json``: ``{"pid", "url"}`` of each running server of the workspace."""
+"""``.marinbuild/serve/<pid>.json``: ``{"pid", "url", "prefix"}`` of each running server of the workspace."""
 
 
-def serve_url(cache_dir: str | os.PathLike[str] | None = None, config: dict[str, Any] | None = None) -> str | None:
-    """The configured base URL (see the module docstring), without a trailing slash; None if there is none."""
+def serve_url(
+    cache_dir: str | os.PathLike[str] | None = None, config: dict[str, Any] | None = None, prefix: str | None = None
+) -> str | None:
+    """The configured base URL (see the module docstring), without a trailing slash; None if there is none.
+    ``prefix``: a running server counts only if it shows this prefix."""
     value = os.environ.get(ENV) or (config or {}).get("serve_url")
     if isinstance(value, str) and value:
         return value.rstrip("/")
     if cache_dir is not None:
-        return running_url(cache_dir)
+        return running_url(cache_dir, prefix)
     return None
 
 
-def running_url(cache_dir: str | os.PathLike[str]) -> str | None:
-    """The URL the newest live ``marinbuild serve`` of this workspace recorded, or None (none, or all are gone)."""
+def running_url(cache_dir: str | os.PathLike[str], prefix: str | None = None) -> str | None:
+    """The URL the newest live ``marinbuild serve`` of this workspace (showing ``prefix``, if given) recorded, or
+    None (none, or all are gone)."""
     folder = Path(cache_dir) / RECORDS
     try:
         records = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
@@ -45,6 +50,8 @@ def running_url(cache_dir: str | os.PathLike[str]) -> str | None:
             record = json.loads(path.read_text())
             pid, url = int(record["pid"]), str(record["url"])
         except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if prefix is not None and record.get("prefix") != prefix:
             continue
         if _alive(pid):
             return url.rstrip("/")

@@ -322,8 +322,12 @@ def test_serve_url_from_the_workspace_config(tmp_path: Path) -> None:
     record_path(tmp_path, 2**22 + 12345).parent.mkdir()
     record_path(tmp_path, 2**22 + 12345).write_text(json.dumps({"pid": 2**22 + 12345, "url": "http://127.0.0.1:1"}))
     assert serve_url(tmp_path, {}) is None  # its process is gone
-    record_path(tmp_path, os.getpid()).write_text(json.dumps({"pid": os.getpid(), "url": "http://127.0.0.1:2/"}))
+    record_path(tmp_path, os.getpid()).write_text(
+        json.dumps({"pid": os.getpid(), "url": "http://127.0.0.1:2/", "prefix": "/p"})
+    )
     assert serve_url(tmp_path, {}) == "http://127.0.0.1:2"
+    assert serve_url(tmp_path, {}, "/p") == "http://127.0.0.1:2"
+    assert serve_url(tmp_path, {}, "gs://b/p") is None  # a server of another prefix has not this build's pages
     assert step_url("http://h", "/p", "/p/a/b-123456") == "http://h/step/a/b-123456"
 
 

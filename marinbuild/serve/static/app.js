@@ -185,7 +185,7 @@ function setNodeState(entry, state) {
 // -- step -----------------------------------------------------------------------------------------
 
 function configTree(value, versioned, path) {
-  if (value === null || typeof value !== "object") {
+  if (value === null || typeof value !== "object" || Object.keys(value).length === 0) {
     return el("span", { class: "value" }, JSON.stringify(value));
   }
   const list = el("ul", { class: "config" });
