@@ -8,7 +8,7 @@ has every state the graph page shows:
 - ``//train:lr_small``, ``//train:lr_big``: two outputs shaped like ``train_lm``'s (a workspace rule
   writing ``metrics.jsonl`` with training and validation losses, ``summary.json``, and the
   ``model``/``optimizer``/``trainer`` attributes the report's key settings read);
-- ``//evil:script``: a Marin script whose step name and config carry HTML (``<img ... onerror=...>``);
+- ``//evil:script``: a Marin script whose step name and config carry HTML (``<script>``, ``<img onerror=...>``);
 - ``//live:slow``: waits for the file ``$SERVE_RELEASE`` before it finishes (the live tests start it).
 
 ``Server`` runs ``marinbuild serve --port 0`` in a subprocess and reads its URL from the line it prints.
@@ -88,7 +88,7 @@ from dataclasses import dataclass
 
 from marinbuild.executor import ExecutorStep, this_output_path, versioned
 
-EVIL = "<img src=x onerror=window.pwned=1>"
+EVIL = "<script>window.pwned=1</script><img src=x onerror=window.pwned=1>"
 
 
 @dataclass(frozen=True)
@@ -226,3 +226,7 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+EVIL_NAME = "evil/<script>window.pwned=1</script><img src=x onerror=window.pwned=1>"
+"""The name of ``//evil:script``'s step."""

@@ -13,9 +13,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
-from serve_ws import Server, env_for, mb
+from serve_ws import EVIL_NAME, Server, env_for, mb
 
 
 def nodes_by_name(server: Server) -> dict[str, dict]:
@@ -97,6 +98,18 @@ def test_pages_are_the_shell_and_unknown_things_are_404(server: Server) -> None:
     assert server.get("/api/run/nothing")[0] == 404
     for asset in ("/static/app.js", "/static/vendor/dagre.min.js", "/static/vendor/uPlot.iife.min.js"):
         assert server.get(asset)[0] == 200
+
+
+def test_no_page_holds_user_strings_in_its_html(server: Server) -> None:
+    """Step names and configs reach the page only as JSON, which the script puts in textContent."""
+    node = nodes_by_name(server)[EVIL_NAME]
+    assert "/script>" in node["relative"]  # the name's own '/' makes folders: the URL keeps them as path segments
+    page = "/step/" + "/".join(quote(p, safe="") for p in node["relative"].split("/"))
+    for path in ("/", page):
+        status, _, body = server.get(path)
+        assert status == 200 and "pwned" not in body
+    step = server.json("/api/" + page[1:])
+    assert step["name"] == EVIL_NAME and step["config"]["note"] == "<script>window.pwned=2</script>"
 
 
 def test_a_host_header_that_is_not_loopback_is_refused(server: Server) -> None:
@@ -295,7 +308,7 @@ def test_builds_point_at_the_running_view(server: Server, ws: Path) -> None:
     status, _, _ = server.get(url[len(server.url) :])
     assert status == 200
     data = server.json("/api/" + url[len(server.url) + 1 :])
-    assert [s["name"] for s in data["steps"]] == ["evil/<img src=x onerror=window.pwned=1>"]
+    assert [s["name"] for s in data["steps"]] == [EVIL_NAME]
 
 
 def test_get_experiment_url_uses_the_configured_base(tmp_path: Path) -> None:
