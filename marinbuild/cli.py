@@ -217,6 +217,10 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
         for line in where_to_look(executor, [by_path[p] for p in succeeded if p in by_path]):
             click.echo(f"marinbuild: {line}", err=True)
     if failed is not None:
+        from marinbuild.ui.where import failure_pages
+
+        for line in failure_pages(session.settings.prefix, report.summary.failures):
+            click.echo(f"marinbuild: {line}", err=True)
         click.echo(f"marinbuild: {failed}", err=True)
         raise SystemExit(EXIT_FAILED)
     if check_up_to_date and plan is not None:

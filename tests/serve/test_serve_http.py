@@ -311,6 +311,15 @@ def test_builds_point_at_the_running_view(server: Server, ws: Path) -> None:
     assert [s["name"] for s in data["steps"]] == [EVIL_NAME]
 
 
+def test_a_failed_build_points_at_the_failed_steps_page(server: Server, ws: Path) -> None:
+    proc = mb(ws, "//pipe:bad")
+    assert proc.returncode == 1
+    node = nodes_by_name(server)["pipe/bad"]
+    line = f"marinbuild: step page of pipe/bad: {server.url}/step/{node['relative']}"
+    assert line in proc.stderr.splitlines()
+    assert "RuntimeError" in server.json(f"/api/step/{node['relative']}")["traceback"]
+
+
 def test_get_experiment_url_uses_the_configured_base(tmp_path: Path) -> None:
     code = (
         "from marinbuild.executor import Executor; "
