@@ -632,15 +632,18 @@ def serve_command(patterns: tuple[str, ...], prefix: str | None, port: int, host
     from marinbuild.load.workspace import find_workspace
 
     try:
-        from marinbuild.serve.main import PortBusy, serve
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
     except ImportError as exc:
         raise UsageProblem(f"serve needs Starlette and uvicorn: pip install 'marinbuild[serve]' ({exc})") from exc
+    from marinbuild.serve.main import CannotListen, serve
+
     workspace = find_workspace(".")
     if prefix is not None and "://" not in prefix:
         prefix = os.path.abspath(prefix)
     try:
         serve(str(workspace.root), list(patterns) or ["//..."], prefix, host, port)
-    except (PortBusy, ValueError) as exc:
+    except CannotListen as exc:
         raise UsageProblem(str(exc)) from exc
 
 

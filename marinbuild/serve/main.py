@@ -1,7 +1,7 @@
 """Starting the server: the socket, the warning for a non-loopback host, the record builds read, uvicorn.
 
 ``serve(root, patterns, prefix, host, port)`` binds the socket itself first, so a busy port is one
-``PortBusy`` (the CLI prints one line, exit 2) rather than uvicorn's log and exit; port 0 picks a free
+``CannotListen`` (the CLI prints one line, exit 2) rather than uvicorn's log and exit; port 0 picks a free
 one. While it runs, ``<workspace>/.marinbuild/serve/<pid>.json`` holds its URL, so builds of the
 workspace print links to it (``marinbuild.serve.url``); it is removed on the way out.
 """
@@ -18,8 +18,8 @@ import sys
 from marinbuild.serve.url import record_path
 
 
-class PortBusy(Exception):
-    pass
+class CannotListen(Exception):
+    """The port is taken, or the host is not an address of this machine: the user's to fix (one line, exit 2)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -32,11 +32,11 @@ def is_loopback(host: str) -> bool:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port``; PortBusy if the port is taken, ValueError for a host it cannot use."""
+    """A listening socket on ``host:port``; CannotListen if the port is taken or the host cannot be used."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise ValueError(f"cannot use host {host!r}: {exc.strerror}") from None
+        raise CannotListen(f"cannot use host {host!r}: {exc.strerror}") from None
     family, _, _, _, address = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -45,8 +45,8 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno in (98, 48):  # EADDRINUSE on Linux, macOS
-            raise PortBusy(f"port {port} on {host} is already in use: pick another with --port") from None
-        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+            raise CannotListen(f"port {port} on {host} is already in use: pick another with --port") from None
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.listen(128)
     return sock
 

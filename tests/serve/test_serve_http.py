@@ -262,6 +262,14 @@ def test_a_busy_port_is_one_line_and_exit_2(server: Server, ws: Path) -> None:
     ]
 
 
+def test_an_address_not_of_this_machine_is_one_line_and_exit_2(ws: Path) -> None:
+    proc = mb(ws, "serve", "--host", "192.0.2.1", "--port", "0")  # TEST-NET-1: no machine has it
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "marinbuild: error: cannot listen on 192.0.2.1:0: Cannot assign requested address"
+    ]
+
+
 def test_a_bad_pattern_is_exit_2_before_serving(ws: Path) -> None:
     proc = mb(ws, "serve", "//nope:nothing", "--port", "0")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
