@@ -30,7 +30,7 @@ class UsageProblem(Exception):
     """Bad input from the user: printed as one line, exit 2."""
 
 
-_PATTERN_COMMANDS = ("build", "why")
+_PATTERN_COMMANDS = ("build", "why", "serve")
 """Subcommands whose arguments are target patterns, where ``-PATTERN`` subtracts."""
 
 

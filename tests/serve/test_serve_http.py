@@ -270,6 +270,15 @@ def test_an_address_not_of_this_machine_is_one_line_and_exit_2(ws: Path) -> None
     ]
 
 
+def test_a_pattern_narrows_the_graph_and_a_minus_pattern_subtracts(ws: Path) -> None:
+    server = Server(ws, "//pipe:all", "-//pipe:never")
+    try:
+        names = {n["name"] for n in server.json("/api/graph")["nodes"]}
+        assert names == {"pipe/a", "pipe/b", "pipe/bad", "pipe/after_bad", "pipe/changed"}
+    finally:
+        server.stop()
+
+
 def test_a_bad_pattern_is_exit_2_before_serving(ws: Path) -> None:
     proc = mb(ws, "serve", "//nope:nothing", "--port", "0")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
