@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import json
+import threading
 from importlib.resources import files as package_files
 from typing import Any
 
@@ -50,10 +51,12 @@ def _shell(page: str) -> str:
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 
 
-def create_app(model: ViewModel, loopback_only: bool = True) -> Starlette:
+def create_app(model: ViewModel, loopback_only: bool = True, stopping: threading.Event | None = None) -> Starlette:
     """The application over ``model``'s workspace and prefix. ``loopback_only``: answer only requests whose Host
     header names this machine's loopback, so a web page from elsewhere cannot read the view through DNS rebinding
-    (a name of its own resolving to 127.0.0.1)."""
+    (a name of its own resolving to 127.0.0.1). ``stopping``: set when the server shuts down; the event streams end
+    then, so the shutdown does not wait on open pages."""
+    stopping = stopping or threading.Event()
 
     def page(name: str) -> Any:
         async def endpoint(request: Request) -> Response:
@@ -91,7 +94,7 @@ def create_app(model: ViewModel, loopback_only: bool = True) -> Starlette:
     async def events(request: Request) -> Response:
         async def stream() -> Any:
             yield ": connected\n\n"
-            async for record in live.follow(live_folder(), model.prefix):
+            async for record in live.follow(live_folder(), model.prefix, stop=stopping.is_set):
                 if await request.is_disconnected():
                     return
                 yield ": keepalive\n\n" if record is None else f"data: {json.dumps(record, default=str)}\n\n"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +82,17 @@ def _header_prefix(path: Path) -> str | None:
 
 
 async def follow(
-    folder: str | os.PathLike[str], prefix: str, interval: float = INTERVAL, keepalive: float = KEEPALIVE
+    folder: str | os.PathLike[str],
+    prefix: str,
+    interval: float = INTERVAL,
+    keepalive: float = KEEPALIVE,
+    stop: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[dict[str, Any] | None]:
-    """Event records appended to the logs under ``folder`` by builds against ``prefix`` (see the module docstring)."""
+    """Event records appended to the logs under ``folder`` by builds against ``prefix`` (see the module docstring);
+    it ends once ``stop()`` is true (the server is shutting down)."""
     tail = _Tail(Path(folder), prefix)
     quiet = 0.0
-    while True:
+    while not stop():
         records = await asyncio.to_thread(tail.read_new)
         for record in records:
             yield record

@@ -14,6 +14,8 @@ import os
 import signal
 import socket
 import sys
+import threading
+from typing import Any
 
 from marinbuild.serve.url import record_path
 
@@ -51,6 +53,23 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _server_class() -> type:
+    import uvicorn
+
+    class StoppingServer(uvicorn.Server):
+        """uvicorn's server, also telling the app's event streams to end when a signal asks it to stop."""
+
+        def __init__(self, config: Any, stopping: threading.Event):
+            super().__init__(config)
+            self.stopping = stopping
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.stopping.set()
+            super().handle_exit(sig, frame)
+
+    return StoppingServer
+
+
 def serve(root: str, patterns: list[str], prefix: str | None, host: str, port: int) -> None:
     import uvicorn
 
@@ -81,8 +100,9 @@ def serve(root: str, patterns: list[str], prefix: str | None, host: str, port: i
             file=sys.stderr,
             flush=True,
         )
-        app = create_app(model, loopback_only=is_loopback(host))
-        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1, lifespan="off")
-        uvicorn.Server(config).run(sockets=[sock])
+        stopping = threading.Event()
+        app = create_app(model, loopback_only=is_loopback(host), stopping=stopping)
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, lifespan="off")
+        _server_class()(config, stopping).run(sockets=[sock])
     finally:
         record.unlink(missing_ok=True)

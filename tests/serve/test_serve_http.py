@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -277,6 +278,20 @@ def test_a_pattern_narrows_the_graph_and_a_minus_pattern_subtracts(ws: Path) -> 
         assert names == {"pipe/a", "pipe/b", "pipe/bad", "pipe/after_bad", "pipe/changed"}
     finally:
         server.stop()
+
+
+def test_ctrl_c_stops_the_server_cleanly_with_a_page_listening(ws: Path) -> None:
+    server = Server(ws)
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
+    conn.request("GET", "/api/events")
+    stream = conn.getresponse()
+    assert stream.readline() == b": connected\n" and stream.readline() == b"\n"
+    server.proc.send_signal(signal.SIGINT)
+    assert server.proc.wait(timeout=60) == 130
+    assert stream.read() == b""  # the stream was ended by the server, not cut by a cancelled task
+    conn.close()
+    rest = server.proc.stderr.read() if server.proc.stderr else ""
+    assert rest.strip().splitlines() == ["marinbuild: interrupted"], rest
 
 
 def test_a_bad_pattern_is_exit_2_before_serving(ws: Path) -> None:
