@@ -1,4 +1,4 @@
-"""What the pages show, computed by the engine's own functions; the server only turns it into JSON.
+"""The graph and step pages, computed by the engine's own functions; the server only turns them into JSON.
 
 - the graph: the steps of the pattern and every step they need, each with the state ``marinbuild cache
   status`` gives it (``marinbuild.cache.cache_status``), its target, and its last duration from the
@@ -6,11 +6,10 @@
   ``dep_failed``), or whose status file says DEP_FAILED (Marin writes one; marinbuild does not write into
   a folder it holds no lease on);
 - a step: ``marinbuild cache show``'s facts (``cache_show``), ``marinbuild why``'s text for it
-  (``why`` + ``format_why``: the same words), its files, its traceback and its code record;
-- runs: the workspace's event logs (``marinbuild.ui.event_log``) of builds against this prefix, and the
-  run info JSONs under ``<prefix>/experiments/`` (Marin's and marinbuild's);
-- training curves: ``marinbuild.ml.report.collect`` and ``key_settings`` (the report rule's code) of every
-  built step whose ``metrics.jsonl`` has training losses.
+  (``why`` + ``format_why``: the same words), its files, the end of its logs, its traceback and its code
+  record;
+- the runs and the training curves are ``marinbuild.serve.history`` and ``marinbuild.serve.curves``,
+  reached through the same ``ViewModel``.
 
 Each graph and step request analyses the workspace afresh (BUILD files may have changed since the last
 one); requests are serialised by a lock, since a session and its caches are not made for threads.
@@ -24,9 +23,9 @@ import threading
 from typing import Any
 
 from marinbuild.cache import probe as pb
+from marinbuild.serve import history
+from marinbuild.serve.facts import read_json, relative, shown_state
 from marinbuild.store import fs
-from marinbuild.store.status import STATUS_DEP_FAILED
-from marinbuild.ui import event_log
 
 MAX_FILES = 500
 """A step page lists at most this many of its output files."""
@@ -98,14 +97,14 @@ class ViewModel:
             states = {s.output_path: s for row in rows for s in row.steps}
             table = executor._table
             steps = list(dict.fromkeys(executor.canonicalize(s) for s in executor.steps))
-            durations = self.durations()
+            durations = history.durations(self.cache_dir, self.prefix)
             nodes, edges = [], []
             shown: dict[str, str] = {}
             for step in steps:  # dependencies first
                 path = executor.output_paths[step]
                 state = states.get(path)
                 deps = [executor.output_paths[executor.canonicalize(d)] for d in table.dependencies.get(step, ())]
-                shown[path] = _shown_state(state.state, state.status) if state else "missing"
+                shown[path] = shown_state(state.state, state.status) if state else "missing"
                 if shown[path] in (pb.MISSING, "stale") and any(
                     shown.get(d) in (pb.FAILED, "dep_failed") for d in deps
                 ):
@@ -125,24 +124,8 @@ class ViewModel:
                 edges.extend([dep, path] for dep in deps)
         return {"prefix": self.prefix, "patterns": self.patterns, "nodes": nodes, "edges": edges}
 
-    def durations(self) -> dict[str, float]:
-        """Each output path's last run time (started to succeeded or failed) in the event logs, newest log first."""
-        found: dict[str, float] = {}
-        for path in event_log.list_logs(event_log.events_dir(self.cache_dir)):
-            log = event_log.read_log(path)
-            if log is None or log.prefix != self.prefix:
-                continue
-            started: dict[str, float] = {}
-            for e in log.events:
-                out = e.get("output_path")
-                if e.get("kind") == "started" and out:
-                    started[out] = e.get("time")
-                elif e.get("kind") in ("succeeded", "failed") and out in started and out not in found:
-                    found[out] = round(e["time"] - started[out], 3)
-        return found
-
     def relative(self, output_path: str) -> str:
-        return output_path[len(self.prefix) :].lstrip("/") if output_path.startswith(self.prefix) else output_path
+        return relative(self.prefix, output_path)
 
     # -- a step --------------------------------------------------------------------------------
 
@@ -190,7 +173,7 @@ class ViewModel:
             "in_graph": step is not None,
             "rule": rule or (config.get("rule") if isinstance(config, dict) else None),
             "fn_name": info.get("fn_name"),
-            "state": _shown_state(shown["state"], shown.get("status")),
+            "state": shown_state(shown["state"], shown.get("status")),
             "status": shown.get("status"),
             "config": config,
             "versioned": sorted((version.get("config") or {}).keys())
@@ -206,7 +189,7 @@ class ViewModel:
             "traceback": _read_small(shown["traceback"]) if shown.get("traceback") else None,
             "size": shown.get("size"),
             "errors": shown.get("errors"),
-            "code": _read_json(fs.join(output_path, ".marinbuild_code.json")),
+            "code": read_json(fs.join(output_path, ".marinbuild_code.json")),
             "files": (files := self.files(output_path) if shown["exists"] else []),
             "logs": self.logs(output_path, files),
         }
@@ -238,159 +221,32 @@ class ViewModel:
             out.append({**f, "tail": data, "cut": (f.get("size") or 0) > LOG_TAIL})
         return out
 
-    # -- runs ----------------------------------------------------------------------------------
+    # -- runs and curves (marinbuild.serve.history, marinbuild.serve.curves) ---------------------------
 
     def runs(self) -> dict[str, Any]:
         self.check_prefix()
-        builds = []
-        for path in event_log.list_logs(event_log.events_dir(self.cache_dir)):
-            log = event_log.read_log(path)
-            if log is not None and log.prefix == self.prefix:
-                builds.append(log.summary())
-        return {"prefix": self.prefix, "builds": builds, "run_infos": self.run_infos()}
-
-    def run_infos(self) -> list[dict[str, Any]]:
-        """The run info JSONs under ``<prefix>/experiments/`` (newest first): name, creation time, script, steps."""
-        from marinbuild.cache.commands import RUN_INFO_FOLDER
-        from marinbuild.cache.store import Store
-
-        folder = fs.join(self.prefix, RUN_INFO_FOLDER)
-        store = Store(self.prefix)
-        out = []
-        for name in store.names(folder) or []:
-            if not name.endswith(".json"):
-                continue
-            path = fs.join(folder, name)
-            data = _read_json(path)
-            if not isinstance(data, dict):
-                continue
-            out.append(
-                {
-                    "path": path,
-                    "name": name,
-                    "created": data.get("created_date"),
-                    "script": data.get("caller_path"),
-                    "steps": len(data.get("steps") or []),
-                }
-            )
-        out.sort(key=lambda r: str(r["created"] or ""), reverse=True)
-        return out
+        return {
+            "prefix": self.prefix,
+            "builds": history.builds(self.cache_dir, self.prefix),
+            "run_infos": history.run_infos(self.prefix),
+        }
 
     def run(self, run_id: str) -> dict[str, Any] | None:
-        """One build's events as a timeline: per step its start, end and outcome."""
-        if not run_id.replace("-", "").replace("T", "").isalnum():
-            return None
-        log = event_log.read_log(event_log.events_dir(self.cache_dir) / f"{run_id}.jsonl")
-        if log is None:
-            return None
-        rows: dict[str, dict[str, Any]] = {}
-        for e in log.events:
-            out = e.get("output_path")
-            if not out:
-                continue
-            row = rows.setdefault(
-                out,
-                {
-                    "step": e.get("step"),
-                    "output_path": out,
-                    "relative": self.relative(out),
-                    "start": None,
-                    "end": None,
-                    "outcome": None,
-                    "error": None,
-                },
-            )
-            kind = e.get("kind")
-            if kind in ("started", "waiting") and row["start"] is None:
-                row["start"] = e.get("time")
-            elif kind in ("succeeded", "failed", "dep_failed", "skipped"):
-                row["end"], row["outcome"] = e.get("time"), kind
-                row["error"] = e.get("error") or (e.get("detail") if kind != "succeeded" else None)
-        return {**log.summary(), "steps": list(rows.values())}
+        return history.run(self.cache_dir, self.prefix, run_id)
 
     def experiment(self, path: str) -> dict[str, Any]:
-        """A run info JSON (Marin's ``/experiment?path=``): its facts and each step with its state now."""
-        from marinbuild.serve.files import Refused, resolve
-
-        folder = fs.join(self.prefix, "experiments") + "/"
-        if not path.startswith(folder) or not path.endswith(".json"):
-            raise Refused(400, f"{path!r} is not a run info JSON under {folder}")
-        path = resolve(self.prefix, path[len(self.prefix) :].lstrip("/"))  # no '..', no symlink out of the prefix
-        data = _read_json(path)
-        if not isinstance(data, dict):
-            raise Refused(404, f"no readable run info at {path}")
-        steps = [s for s in data.get("steps") or [] if isinstance(s, dict)]
-        probes = pb.probe_outputs([s.get("output_path") for s in steps if isinstance(s.get("output_path"), str)])
-        shown = []
-        for s in steps:
-            out = s.get("output_path")
-            probe = probes.get(out)
-            shown.append(
-                {
-                    "name": s.get("name"),
-                    "output_path": out,
-                    "relative": self.relative(out or ""),
-                    "state": _shown_state(probe.state, probe.status) if probe else "missing",
-                }
-            )
-        facts = {k: data.get(k) for k in ("created_date", "caller_path", "user", "worker_id", "git_commit", "prefix")}
-        return {"path": path, **facts, "steps": shown}
-
-    # -- training curves -----------------------------------------------------------------------
+        return history.experiment(self.prefix, path)
 
     def training(self, chosen: list[str] | None = None) -> dict[str, Any]:
-        """The loss curves and key settings of ``chosen`` outputs (relative paths), else of every built step
-        of the graph with training losses in its ``metrics.jsonl``."""
+        """The curves of ``chosen`` outputs (paths relative to the prefix), else of the graph's built steps."""
+        from marinbuild.serve import curves
         from marinbuild.serve.files import check_relative
 
         if chosen:
             outputs = [fs.join(self.prefix, "/".join(check_relative(c))) for c in chosen]
         else:
-            graph = self.graph()
-            outputs = [n["id"] for n in graph["nodes"] if n["state"] == "built"]
-            outputs = [o for o in outputs if fs.exists(fs.join(o, "metrics.jsonl"))]
-        from marinbuild.ml.report import collect, key_settings, settings_line
-
-        runs = []
-        for output in outputs:
-            if not fs.exists(fs.join(output, "metrics.jsonl")):
-                continue
-            metrics = collect(output, [])
-            if not metrics["train_loss"]:
-                continue
-            settings = key_settings(output, metrics.get("parameter_count"))
-            runs.append(
-                {
-                    "output_path": output,
-                    "relative": self.relative(output),
-                    "name": metrics["model"],
-                    "settings": settings,
-                    "settings_line": settings_line(settings),
-                    "train_loss": metrics["train_loss"],
-                    "validation_loss": metrics["overall_validation_loss"]
-                    or next(iter(metrics["validation_loss"].values()), []),
-                }
-            )
-        return {"prefix": self.prefix, "runs": runs}
-
-
-def _shown_state(state: str, status: str | None) -> str:
-    """The graph's state word: cache status's, with a dependency failure told apart from a failure."""
-    if state == pb.FAILED and status == STATUS_DEP_FAILED:
-        return "dep_failed"
-    if state.startswith("damaged"):
-        return "damaged"
-    return state
-
-
-def _read_json(path: str) -> Any:
-    data = fs.read_bytes(path)
-    if data is None:
-        return None
-    try:
-        return json.loads(data)
-    except ValueError:
-        return None
+            outputs = [n["id"] for n in self.graph()["nodes"] if n["state"] == "built"]
+        return {"prefix": self.prefix, "runs": curves.training_runs(self.prefix, outputs)}
 
 
 def _read_small(path: str) -> str | None:
