@@ -191,16 +191,22 @@ class Server:
             text=True,
         )
         self.lines: list[str] = []
+        try:
+            self.url = self._started()
+        except BaseException:
+            self.stop()  # no server left behind by a test that failed here
+            raise
+        parsed = urllib.parse.urlsplit(self.url)
+        self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 80
+
+    def _started(self) -> str:
+        """The URL from the line serve prints once it listens (the lines before it are kept in ``lines``)."""
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.lines.append(line)
             if line.startswith("marinbuild: serving"):
-                break
-        else:
-            raise AssertionError(f"serve did not start: {''.join(self.lines)}")
-        self.url = line.split(" at ", 1)[1].split()[0].rstrip("/")
-        parsed = urllib.parse.urlsplit(self.url)
-        self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 80
+                return line.split(" at ", 1)[1].split()[0].rstrip("/")
+        raise AssertionError(f"serve did not start: {''.join(self.lines)}")
 
     def get(
         self, path: str, method: str = "GET", headers: dict[str, str] | None = None
