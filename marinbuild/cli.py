@@ -303,12 +303,12 @@ class _Report:
             listeners.append(progress)
             self.closers.append(progress)
         if self.event_log is not None and not self.dry_run:
-            from marinbuild.ui.event_log import EventLog, events_dir
+            from marinbuild.ui.event_log import open_event_log
 
-            cache_dir, patterns, prefix = self.event_log
-            log = EventLog(events_dir(cache_dir), patterns, prefix)
-            listeners.append(log)
-            self.closers.append(log)
+            log = open_event_log(*self.event_log)
+            if log is not None:
+                listeners.append(log)
+                self.closers.append(log)
         if self.event_file:
             bep = BuildEventJsonWriter(self.event_file)
             listeners.append(bep)

@@ -3,9 +3,11 @@
 ``<workspace>/.marinbuild/events/<UTC time>-<pid>.jsonl``: a first line
 ``{"kind": "run", "id", "patterns", "prefix", "argv", "pid", "time"}``, then one line per event in the
 form of ``--build_event_json_file`` (``marinbuild.ui.bep.event_record``), flushed as it is written so
-``marinbuild serve`` can tail it while the build runs. ``planned``, ``cached`` and ``progress`` events
-are left out: a no-op build of 10,000 steps writes three lines, not 10,000, and what a run page shows
-(what ran, what failed, when) needs none of them. The newest ``KEEP`` logs are kept; older ones
+``marinbuild serve`` can tail it while the build runs. The log never fails a build: one that cannot
+be created is not written (``open_event_log`` returns None), one that cannot be appended to (a full
+disk) stops. ``planned``, ``cached`` and ``progress`` events are left out: a no-op build of 10,000
+steps writes three lines, not 10,000, and what a run page shows (what ran, what failed, when) needs
+none of them. The newest ``KEEP`` logs are kept; older ones
 are deleted when a new one opens. ``marinbuild clean`` removes them with the rest of ``.marinbuild/``.
 
 Reading: ``list_logs`` (newest first) and ``read_log`` never raise for a cut-off last line (a build
@@ -14,6 +16,7 @@ still writing, or killed): it is skipped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -68,8 +71,12 @@ class EventLog:
         with self._lock:
             if self._file.closed:
                 return
-            self._file.write(line + "\n")
-            self._file.flush()
+            try:
+                self._file.write(line + "\n")
+                self._file.flush()
+            except OSError:  # a full disk: the log stops, the build goes on
+                with contextlib.suppress(OSError):
+                    self._file.close()  # closes even when its last flush fails
 
     def __call__(self, event: ev.Event) -> None:
         if event.kind not in LEFT_OUT:
@@ -78,6 +85,15 @@ class EventLog:
     def close(self) -> None:
         with self._lock:
             self._file.close()
+
+
+def open_event_log(cache_dir: str | os.PathLike[str], patterns: list[str], prefix: str) -> EventLog | None:
+    """A new log in the workspace whose ``.marinbuild`` folder is ``cache_dir``; None if it cannot be created (a
+    read-only workspace, a full disk)."""
+    try:
+        return EventLog(events_dir(cache_dir), patterns, prefix)
+    except OSError:
+        return None
 
 
 def _prune(folder: Path, keep: int) -> None:

@@ -65,3 +65,16 @@ def test_follow_yields_what_builds_against_the_prefix_append(tmp_path: Path) -> 
         ("failed", 2, "1-old"),
         ("started", 3, "3-new"),
     ]
+
+
+def test_a_log_that_cannot_be_written_never_fails_the_build(tmp_path: Path) -> None:
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the .marinbuild folder would be")
+    assert event_log.open_event_log(blocked, ["//x:y"], "/prefix") is None
+    log = event_log.open_event_log(tmp_path / "ok", ["//x:y"], "/prefix")
+    assert log is not None
+    with open("/dev/full", "w") as full:  # every write fails with ENOSPC
+        log._file.close()
+        log._file = full
+        log(ev.Event(ev.STARTED, step="x/y", output_path="/prefix/x/y-123456"))  # no exception
+        assert full.closed
