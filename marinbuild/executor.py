@@ -16,13 +16,14 @@ complexity rule on ``bench/run.py``'s no-op and script-alone rows (docs/performa
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import logging
 import os
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -502,9 +503,16 @@ class Executor:
         self._write_run_info(only_if_new=False)
 
     def get_experiment_url(self) -> str:
-        """Where Marin's data browser shows this run."""
+        """Where this run is shown: ``marinbuild serve``'s run page when a base URL is configured
+        (``$MARINBUILD_SERVE_URL``, which the CLI sets from ``[tool.marinbuild] serve_url`` or a running
+        ``marinbuild serve``; ``marinbuild.serve.url``), else Marin's data browser."""
         if self.executor_info_path is None:
             self.executor_info_path = self._run_info_path()
+        from marinbuild.serve.url import experiment_url, serve_url
+
+        base = serve_url()
+        if base is not None:
+            return experiment_url(base, self.executor_info_path)
         if self.prefix.startswith("gs://"):
             host = "https://marin.community/data-browser"
         else:
@@ -516,7 +524,7 @@ class Executor:
     # -- running --------------------------------------------------------------------------
     def run(
         self,
-        steps: list[ExecutorStep | InputName],
+        steps: Sequence[ExecutorStep | InputName],
         *,
         dry_run: bool = False,
         run_only: list[str] | None = None,
@@ -540,10 +548,9 @@ class Executor:
         from marinbuild.store.lease import STALE_AFTER
 
         with gc_paused():  # versions and plan: many objects, no cyclic garbage (the steps' own code runs with gc on)
-            requested = []
-            for step in steps:
-                if isinstance(step, InputName):
-                    step = step.step
+            requested: list[ExecutorStep] = []
+            for given in steps:
+                step = given.step if isinstance(given, InputName) else given
                 if step is not None:
                     self.compute_version(step, is_pseudo_dep=False)
                     requested.append(step)
@@ -632,7 +639,7 @@ class Executor:
                 name=step.name,
                 output_path=self.output_paths[step],
                 call=self._call_for(step),
-                info_text=lambda s=step: self._step_info_text(s),
+                info_text=functools.partial(self._step_info_text, step),
                 worker_id=self.worker_id,
                 bus=bus,
                 settings=settings,
@@ -685,7 +692,7 @@ class Executor:
             below_built = set(graph.blocking_closure(d for s in built for d in graph.blocking_deps(s)))
             left_out = [s for s in table.steps if s not in plan.steps and s not in below_built]
         if left_out:
-            records.write_missing_infos({self.output_paths[s]: (lambda s=s: self._step_info_text(s))
+            records.write_missing_infos({self.output_paths[s]: functools.partial(self._step_info_text, s)
                                          for s in left_out})
 
     def _call_for(self, step: ExecutorStep) -> Any:

@@ -22,6 +22,7 @@ Who does what:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -33,7 +34,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from marinbuild.run import ray_bundles, shipped_code
 from marinbuild.run.backend import Completion
@@ -352,7 +353,7 @@ class RayBackend:
             self._cv.notify()
 
     # -- taking the lease and planning the launch ---------------------------------------------------
-    def _prepare_here(self, job: StepJob, done: Completion, key: Hashable) -> _Launch | None | bool:
+    def _prepare_here(self, job: StepJob, done: Completion, key: Hashable) -> _Launch | Literal[False] | None:
         """One attempt at ``job``'s lease, on the loop's thread: its launch, None if it ended here, or False if
         another runner holds the lease (a lease thread waits for it)."""
         try:
@@ -580,7 +581,7 @@ class RayBackend:
             if verdict.kind == "unrun":
                 unrun.append(item)
             elif item.job.lease.round_trips:
-                self._to_lease_threads(lambda i=item, v=verdict: self._settle(i, v))
+                self._to_lease_threads(functools.partial(self._settle, item, verdict))
             else:
                 self._settle(item, verdict)
         return unrun
@@ -661,6 +662,7 @@ class RayBackend:
     def _settle(self, item: _Launch, verdict: _Verdict) -> None:
         """Finish one step as ``verdict`` says: release its lease, or write FAILED; then report it."""
         job = item.job
+        error: BaseException | None
         try:
             if verdict.kind == "cancelled":
                 job.abandon()
@@ -787,11 +789,11 @@ class _DriverLoop:
         """``job``'s launch if its lease was taken here; None if it ended here or went to a lease thread."""
         backend = self.backend
         if job.lease.round_trips:  # a request per lease operation: on a lease thread
-            backend._to_lease_threads(lambda: backend._prepare_waiting(job, done, shape_key))
+            backend._to_lease_threads(functools.partial(backend._prepare_waiting, job, done, shape_key))
             return None
         item = backend._prepare_here(job, done, shape_key)
         if item is False:  # another runner holds it: wait on a lease thread
-            backend._to_lease_threads(lambda: backend._prepare_waiting(job, done, shape_key))
+            backend._to_lease_threads(functools.partial(backend._prepare_waiting, job, done, shape_key))
             return None
         if item is None:
             self.active[shape_key] -= 1
