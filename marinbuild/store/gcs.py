@@ -20,8 +20,11 @@ response was lost, so the retry fails its precondition against our own write.
 ``write_if_generation`` and ``delete_if_generation`` resolve that by re-reading the object.
 
 ``gcsfs`` is imported here only: ``import marinbuild`` and the CLI start never load it. Against
-an emulator (``STORAGE_EMULATOR_HOST``), requests are anonymous and gcsfs's zonal-bucket probe is
-turned off (``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``), which otherwise stalls 60 s per call.
+an emulator (``STORAGE_EMULATOR_HOST``), requests are anonymous. The filesystem subclasses
+``gcsfs.core.GCSFileSystem``, the plain HTTP client, by name: ``gcsfs.GCSFileSystem`` becomes the
+experimental zonal-bucket class when ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` is true, whose bucket-type
+probe stalls 60 s per call against an emulator. Naming the class leaves the environment alone (no
+variable is set at import) and makes the choice independent of it.
 """
 
 from __future__ import annotations
@@ -35,11 +38,9 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-
-import gcsfs  # noqa: E402  (after the environment switch above)
-import gcsfs.retry  # noqa: E402
-from fsspec.asyn import sync  # noqa: E402
+import gcsfs.retry
+from fsspec.asyn import sync
+from gcsfs.core import GCSFileSystem
 
 T = TypeVar("T")
 
@@ -55,7 +56,7 @@ OPERATION_BOUND = RETRY_DEADLINE + RETRY_MAX * 1.5 + REQUEST_TIMEOUT
 """The longest one operation can take when the server never answers: the deadline, one last back-off, one attempt
 (48 s by default: less than the 60 s between a lease's due renewal and its staleness, 90 s after the last one)."""
 
-_RAW_REQUEST = gcsfs.GCSFileSystem._request.__wrapped__  # one attempt, without gcsfs's retry decorator
+_RAW_REQUEST = GCSFileSystem._request.__wrapped__  # one attempt, without gcsfs's retry decorator
 
 
 class StoreUnreachableError(ConnectionError):
@@ -131,7 +132,7 @@ def is_transient(exc: BaseException) -> bool:
     return bool(gcsfs.retry.is_retriable(exc))
 
 
-class RetryingGCSFileSystem(gcsfs.GCSFileSystem):
+class RetryingGCSFileSystem(GCSFileSystem):
     """gcsfs with marinbuild's retry policy and request counting (see the module docstring)."""
 
     async def _request(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:

@@ -139,3 +139,29 @@ def test_metadata_cache_round_trip_and_a_damaged_file_is_set_aside(tmp_path, cap
     assert MetadataCache(str(damaged)).lookup(["gs://b/x"]) == {}
     assert f"metadata cache {damaged} is damaged" in caplog.text
     assert list(tmp_path.glob("damaged.sqlite.damaged-*"))
+
+
+_IMPORT_AND_ROUND_TRIP = """
+import os, sys
+from marinbuild.store import fs, gcs
+print(os.environ.get("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "unset"))
+fs.write_atomic(sys.argv[1], b"plain")
+print(fs.read_bytes(sys.argv[1]).decode())
+"""
+
+
+@pytest.mark.parametrize("zonal", [None, "true"])
+def test_importing_the_store_leaves_the_environment_alone(gs_prefix, zonal):
+    """No variable is set at import; gcsfs's experimental zonal-bucket client (whose bucket-type probe stalls
+    against an emulator) is not used even when a user's environment turns it on."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"}
+    if zonal is not None:
+        env["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = zonal
+    done = subprocess.run([sys.executable, "-c", _IMPORT_AND_ROUND_TRIP, gs_prefix + "/plain"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [zonal or "unset", "plain"]
