@@ -367,7 +367,7 @@ def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple
 
     workspace, executor = session.workspace, session.executor
     inputs = [str(workspace.root / "pyproject.toml"), *map(str, session.loader.files_read())]
-    folders: set[str] = set()
+    folders: set[str] = set(session.loader.folders_listed())
     for package in session.loaded.packages:
         folders.add(str(workspace.package_dir(package)))
     for target in session.loaded.targets.values():

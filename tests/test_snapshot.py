@@ -261,28 +261,32 @@ def test_a_broken_snapshot_is_ignored(ws: Path, runs: Runs) -> None:
     assert code == 0 and not hit
 
 
-def test_recorder_notes_reads_folders_and_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MB_SEEN", "1")
-    (tmp_path / "f.txt").write_text("x")
-    (tmp_path / "skip").mkdir()
-    (tmp_path / "skip" / "g.txt").write_text("y")
-    with snapshot.Recorder(excluded=(str(tmp_path / "skip"),)) as recorder:
-        (tmp_path / "f.txt").read_text()
-        (tmp_path / "skip" / "g.txt").read_text()
-        (tmp_path / "w.txt").write_text("written, not read")
-        os.listdir(tmp_path)
-        os.environ.get("MB_SEEN")
-        os.getenv("MB_ABSENT")
-        assert "MB_SEEN" in os.environ
-    assert isinstance(os.environ, type(recorder._environ)) and not isinstance(os.environ, snapshot._RecordingEnviron)
-    assert str(tmp_path / "f.txt") in recorder.files
-    assert str(tmp_path / "skip" / "g.txt") not in recorder.files
-    assert str(tmp_path / "w.txt") not in recorder.files
-    assert str(tmp_path) in recorder.folders
-    assert recorder.environment() == (False, {"MB_ABSENT": None, "MB_SEEN": "1"})
+def test_recording_leaves_the_process_alone(ws: Path) -> None:
+    """Recording sets no audit hook and keeps ``os.environ`` the same object; the loader says what it listed."""
+    from marinbuild.load.loader import Loader
+    from marinbuild.load.workspace import find_workspace
+
+    environ = os.environ
     with snapshot.Recorder() as recorder:
-        dict(os.environ)
-    assert recorder.environment()[0] is True
+        loader = Loader(find_workspace(ws))
+        loader.load_patterns(["//..."])
+        assert os.environ is environ
+    assert recorder.env == dict(os.environ)
+    listed = set(loader.folders_listed())
+    assert {str(ws), str(ws / "pipe"), str(ws / "pipe" / "data"), str(ws / "lib")} <= listed
+    watch = ("import sys\nadded = []\nsys.addaudithook(lambda event, args: added.append(event == 'sys.addaudithook'))\n"
+             "from marinbuild import snapshot\nwith snapshot.Recorder(): pass\nprint(sum(added))")
+    done = subprocess.run([sys.executable, "-c", watch], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0"]  # no audit hook added after ours
+
+
+def test_a_new_folder_under_a_recursive_pattern_takes_the_full_path(ws: Path, runs: Runs) -> None:
+    """A package appearing in a folder no target's source lives in is seen through the folders ``//...`` listed."""
+    (ws / "other" / "deep").mkdir(parents=True)
+    _prime(runs, "//...")
+    (ws / "other" / "deep" / "BUILD.marin").write_text("")
+    assert not runs("//...")[3]
 
 
 def test_remote_prefixes_and_ray_do_not_use_snapshots() -> None:

@@ -31,6 +31,7 @@ class PackageContext:
     display: str  # the BUILD file's path in messages (the name Starlark knows it by)
     targets: dict[str, Target] = field(default_factory=dict)
     glob_files: list[str] | None = None  # the package's files (lazily listed by glob())
+    glob_folders: list[str] = field(default_factory=list)  # the folders glob() listed for them
     labels: dict[str, Label] = field(default_factory=dict)  # label texts converted here (see attrs.labels_of)
     label_prefix: str | None = ""  # "//package:" if that spells labels (attrs.absolute_prefix); "": not known yet
 
