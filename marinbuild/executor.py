@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from marinbuild.core.gc_control import gc_paused, skip_final_collection
 from marinbuild.core.jsonenc import dumps_indented, dumps_sorted, json_str
@@ -55,6 +55,9 @@ from marinbuild.core.walk import (
 )
 from marinbuild.remote import remote
 from marinbuild.store.status import STATUS_DEP_FAILED, STATUS_FAILED, STATUS_RUNNING, STATUS_SUCCESS
+
+if TYPE_CHECKING:
+    from marinbuild.run.build_context import BuildContext
 
 __all__ = [
     "STATUS_DEP_FAILED",
@@ -174,6 +177,7 @@ class ExecutorInfo:
 
 
 _FN_NAMES: dict[Any, str] = {}
+"""Memo of ``_fn_name``: a function's name is a fact about the function object, the same in every build."""
 _FUNCTION = type(lambda: None)
 
 
@@ -317,6 +321,7 @@ class Executor:
         listeners: list[Any] | None = None,
         backend: Any = None,
         keep_going: bool = True,
+        metadata_cache_path: str | None | Literal["default"] = "default",
     ):
         self.prefix = prefix
         self.executor_info_base_path = executor_info_base_path
@@ -342,6 +347,9 @@ class Executor:
         self.listeners = listeners
         self.backend = backend
         self.keep_going = keep_going
+        self.metadata_cache_path = metadata_cache_path
+        """Where each run keeps its cache of verified remote steps (``marinbuild.store.metadata_cache``);
+        ``"default"``: ``$MARINBUILD_METADATA_CACHE`` or the user's cache folder; None: no cache."""
         self.worker_id = _worker_id()
         self.plan: Any = None
         """The plan of the last ``run`` (``marinbuild.run.plan.Plan``): every needed step's state."""
@@ -533,9 +541,31 @@ class Executor:
         its dependents (DEP_FAILED) while independent steps go on; then ``StepFailedError``
         names every failure. ``dry_run`` reads statuses and writes nothing. ``rebuild`` steps run
         again even when built (their status is removed just before the run).
+
+        Each run is one build with its own ``BuildContext`` (lease keeper, runner registry, metadata
+        cache), closed when it returns.
         """
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be a positive integer, got {max_concurrent}")
+        from marinbuild.run.build_context import BuildContext
+        from marinbuild.store.metadata_cache import default_path
+
+        path = default_path() if self.metadata_cache_path == "default" else self.metadata_cache_path
+        with BuildContext(path) as context:
+            return self._run(steps, context, dry_run=dry_run, run_only=run_only, force_run_failed=force_run_failed,
+                             max_concurrent=max_concurrent, rebuild=rebuild)
+
+    def _run(
+        self,
+        steps: list[ExecutorStep | InputName],
+        context: BuildContext,
+        *,
+        dry_run: bool,
+        run_only: list[str] | None,
+        force_run_failed: bool,
+        max_concurrent: int | None,
+        rebuild: list[ExecutorStep] | None,
+    ) -> dict[ExecutorStep, str]:
         from marinbuild.core.graph import StepGraph
         from marinbuild.run import events as ev
         from marinbuild.run import plan as planning
@@ -560,8 +590,9 @@ class Executor:
 
             bus = ev.EventBus(self.listeners if self.listeners is not None else [ev.log_listener])
             stale_after = self.stale_after if self.stale_after is not None else STALE_AFTER
-            self.plan = plan = planning.make_plan(graph, targets, worker_id=self.worker_id, stale_after=stale_after,
-                                                  rebuild=rebuild or ())
+            self.plan = plan = planning.make_plan(
+                graph, targets, worker_id=self.worker_id, stale_after=stale_after, rebuild=rebuild or (),
+                status_reader=lambda paths: planning.read_statuses(paths, cache=context.metadata_cache))
         if dry_run:  # the names cache status and query give: stale when another version of the step is there
             from marinbuild.cache.probe import with_other_versions
 
@@ -593,7 +624,7 @@ class Executor:
 
             for step in plan.by_state(planning.REBUILD):
                 fs.remove(status_path(self.output_paths[step]))
-        self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed, run_only is not None)
+        self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed, run_only is not None, context)
         return self.output_paths
 
     def _local_problems(self, plan: Any) -> list[str]:
@@ -609,7 +640,7 @@ class Executor:
             backend.shutdown()
 
     def _execute(self, graph: Any, plan: Any, bus: Any, max_concurrent: int | None, force_run_failed: bool,
-                 selected: bool = False) -> Any:
+                 selected: bool, context: BuildContext) -> Any:
         from marinbuild.run import events as ev
 
         if not plan.to_run:  # everything is built: nothing to start, check or record
@@ -640,6 +671,7 @@ class Executor:
                 settings=settings,
                 cancel=cancel,
                 action=ActionKey.of(self.version_bytes[step], step.name, step.override_output_path is not None),
+                context=context,
             )
             for step in plan.to_run
         }

@@ -37,6 +37,7 @@ from typing import Any
 from marinbuild.store import fs, manifest, records
 from marinbuild.store import status as st
 from marinbuild.store.lease import STALE_AFTER, lease_for
+from marinbuild.store.metadata_cache import MetadataCache
 from marinbuild.store.status import DamagedFileError
 
 OK = "ok"
@@ -140,8 +141,9 @@ def _compare(output_path: str, expected: manifest.Manifest) -> list[FileProblem]
     return sorted(problems, key=lambda p: (p.kind == ADDED, p.path))
 
 
-def _invalidate(output_path: str) -> bool:
-    """Remove the SUCCESS status so the step counts as not built; False if it changed meanwhile."""
+def _invalidate(output_path: str, cache: MetadataCache | None) -> bool:
+    """Remove the SUCCESS status so the step counts as not built (and forget it in ``cache``, the metadata cache
+    of verified remote steps; None: the one the settings name); False if it changed meanwhile."""
     path = st.status_path(output_path)
     if output_path.startswith(("gs://", "gcs://")):
         from marinbuild.store import gcs, metadata_cache
@@ -155,7 +157,7 @@ def _invalidate(output_path: str) -> bool:
         except DamagedFileError:
             pass
         removed = gcs.delete_if_generation(path, got[1])
-        metadata_cache.default().forget([output_path])
+        (cache or metadata_cache.MetadataCache(metadata_cache.default_path())).forget([output_path])
         return removed
     try:
         if st.read_status(output_path) == st.STATUS_RUNNING:
@@ -168,7 +170,7 @@ def _invalidate(output_path: str) -> bool:
 
 def verify_output(output_path: str, *, repair: bool = True, name: str | None = None,
                   label: str | None = None, repair_metadata: bool = False,
-                  stale_after: float = STALE_AFTER) -> StepVerification:
+                  stale_after: float = STALE_AFTER, metadata_cache: MetadataCache | None = None) -> StepVerification:
     """Verify one step's metadata and outputs against its manifest (and invalidate it if damaged and ``repair``;
     remove unparsable metadata and leftover leases if ``repair_metadata``)."""
     result = StepVerification(output_path, NOT_BUILT, name=name, label=label)
@@ -197,7 +199,7 @@ def verify_output(output_path: str, *, repair: bool = True, name: str | None = N
     outputs_damaged = result.state == DAMAGED and (result.damage or any(
         LEASE_FILE not in message for message in result.metadata))
     if outputs_damaged and repair:
-        result.invalidated = _invalidate(output_path)
+        result.invalidated = _invalidate(output_path, metadata_cache)
         if result.invalidated:
             _leave_report(result)
     if repair_metadata:
@@ -300,7 +302,8 @@ def _leave_report(result: StepVerification) -> None:
 
 
 def verify_outputs(output_paths: Iterable[str] | Mapping[str, str], *, repair: bool = True,
-                   workers: int = 8, repair_metadata: bool = False, stale_after: float = STALE_AFTER) -> VerifyReport:
+                   workers: int = 8, repair_metadata: bool = False, stale_after: float = STALE_AFTER,
+                   metadata_cache: MetadataCache | None = None) -> VerifyReport:
     """Verify many output folders (a mapping gives each path's step name), concurrently."""
     names: Mapping[str, str] = output_paths if isinstance(output_paths, Mapping) else {}
     paths = list(dict.fromkeys(output_paths))
@@ -309,7 +312,8 @@ def verify_outputs(output_paths: Iterable[str] | Mapping[str, str], *, repair: b
         return VerifyReport()
     with ThreadPoolExecutor(workers) as pool:
         steps = list(pool.map(lambda p: verify_output(p, repair=repair, name=names.get(p),
-                                                      repair_metadata=repair_metadata, stale_after=stale_after),
+                                                      repair_metadata=repair_metadata, stale_after=stale_after,
+                                                      metadata_cache=metadata_cache),
                               paths))
     return VerifyReport(steps)
 
@@ -335,7 +339,8 @@ def verify_cache(session: Any, targets: Iterable[Any], *, repair: bool = True, d
         for step in graph.blocking_closure(own) if graph is not None else own:
             entries.setdefault(output_paths[step], (step.name, str(label)))
     report = verify_outputs({path: name for path, (name, _) in entries.items()}, repair=repair,
-                            repair_metadata=repair_metadata, stale_after=pb.stale_after_of(session))
+                            repair_metadata=repair_metadata, stale_after=pb.stale_after_of(session),
+                            metadata_cache=MetadataCache(session.metadata_cache_path))
     for step in report.steps:
         step.label = entries[step.output_path][1]
     return report

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from marinbuild.core.graph import StepGraph
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.store import status as st
 from marinbuild.store.action_cache import ActionKey, check_built
 from marinbuild.store.lease import LeaseRecord, lease_for
+
+if TYPE_CHECKING:
+    from marinbuild.store.metadata_cache import MetadataCache
 
 # Step states, as the plan, dry runs and `why` name them.
 BUILT = "built"
@@ -52,14 +56,17 @@ class Plan:
         return [s for s, p in self.steps.items() if p.state == state]
 
 
-def read_statuses(output_paths: list[str], workers: int = 16) -> dict[str, str | None]:
+def read_statuses(
+    output_paths: list[str], workers: int = 16, cache: MetadataCache | None = None
+) -> dict[str, str | None]:
     """Statuses of many steps: local files directly; remote prefixes batched (``marinbuild.store.batch``:
-    listings on GCS, threads elsewhere). The result may carry ``actions`` (path -> action digests seen)."""
+    listings on GCS, threads elsewhere, ``cache``: the build's metadata cache). The result may carry
+    ``actions`` (path -> action digests seen)."""
     if all("://" not in p or p.startswith("file://") for p in output_paths):
         return st.read_local_statuses(output_paths)
     from marinbuild.store import batch
 
-    return batch.read_statuses(output_paths, workers=workers)
+    return batch.read_statuses(output_paths, cache=cache, workers=workers)
 
 
 def _is_remote(path: str) -> bool:
