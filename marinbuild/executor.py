@@ -13,6 +13,7 @@ This module stays light to import: storage and execution load when ``run`` is ca
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -56,8 +57,15 @@ from marinbuild.core.walk import (
 from marinbuild.remote import remote
 from marinbuild.store.status import STATUS_DEP_FAILED, STATUS_FAILED, STATUS_RUNNING, STATUS_SUCCESS
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the engine's modules load only when a run needs them
+    from marinbuild.core.graph import StepGraph
+    from marinbuild.run.backend import Backend
     from marinbuild.run.build_context import BuildContext
+    from marinbuild.run.events import EventBus, Listener
+    from marinbuild.run.outcome import Outcome
+    from marinbuild.run.plan import Plan
+    from marinbuild.run.step_call import StepCall
+    from marinbuild.run.step_job import StepJob
 
 __all__ = [
     "STATUS_DEP_FAILED",
@@ -318,8 +326,8 @@ class Executor:
         *,
         heartbeat_interval: float | None = None,
         stale_after: float | None = None,
-        listeners: list[Any] | None = None,
-        backend: Any = None,
+        listeners: list[Listener] | None = None,
+        backend: Backend | str | None = None,
         keep_going: bool = True,
         metadata_cache_path: str | None | Literal["default"] = "default",
     ):
@@ -351,9 +359,9 @@ class Executor:
         """Where each run keeps its cache of verified remote steps (``marinbuild.store.metadata_cache``);
         ``"default"``: ``$MARINBUILD_METADATA_CACHE`` or the user's cache folder; None: no cache."""
         self.worker_id = _worker_id()
-        self.plan: Any = None
+        self.plan: Plan | None = None
         """The plan of the last ``run`` (``marinbuild.run.plan.Plan``): every needed step's state."""
-        self.outcome: Any = None
+        self.outcome: Outcome[ExecutorStep] | None = None
         self.dry_run_problems: list[str] = []
         """After a dry run on the local backend: the steps to run that it could not run (``resource_problems``)."""
         """What the last ``run`` did (``marinbuild.run.outcome.Outcome``)."""
@@ -526,7 +534,7 @@ class Executor:
     # -- running --------------------------------------------------------------------------
     def run(
         self,
-        steps: list[ExecutorStep | InputName],
+        steps: Sequence[ExecutorStep | InputName],
         *,
         dry_run: bool = False,
         run_only: list[str] | None = None,
@@ -557,7 +565,7 @@ class Executor:
 
     def _run(
         self,
-        steps: list[ExecutorStep | InputName],
+        steps: Sequence[ExecutorStep | InputName],
         context: BuildContext,
         *,
         dry_run: bool,
@@ -573,9 +581,8 @@ class Executor:
 
         with gc_paused():  # versions and plan: many objects, no cyclic garbage (the steps' own code runs with gc on)
             requested = []
-            for step in steps:
-                if isinstance(step, InputName):
-                    step = step.step
+            for item in steps:
+                step = item.step if isinstance(item, InputName) else item
                 if step is not None:
                     self.compute_version(step, is_pseudo_dep=False)
                     requested.append(step)
@@ -627,7 +634,7 @@ class Executor:
         self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed, run_only is not None, context)
         return self.output_paths
 
-    def _local_problems(self, plan: Any) -> list[str]:
+    def _local_problems(self, plan: Plan) -> list[str]:
         """For a dry run on the local backend: the steps to run it could not run (a TPU step, ...)."""
         if self.backend not in (None, "local") or (self.backend is None and default_backend() != "local"):
             return []
@@ -639,8 +646,8 @@ class Executor:
         finally:
             backend.shutdown()
 
-    def _execute(self, graph: Any, plan: Any, bus: Any, max_concurrent: int | None, force_run_failed: bool,
-                 selected: bool, context: BuildContext) -> Any:
+    def _execute(self, graph: StepGraph, plan: Plan, bus: EventBus, max_concurrent: int | None,
+                 force_run_failed: bool, selected: bool, context: BuildContext) -> Outcome[ExecutorStep]:
         from marinbuild.run import events as ev
 
         if not plan.to_run:  # everything is built: nothing to start, check or record
@@ -665,7 +672,7 @@ class Executor:
                 name=step.name,
                 output_path=self.output_paths[step],
                 call=self._call_for(step),
-                info_text=lambda s=step: self._step_info_text(s),
+                info_text=functools.partial(self._step_info_text, step),
                 worker_id=self.worker_id,
                 bus=bus,
                 settings=settings,
@@ -675,8 +682,11 @@ class Executor:
             )
             for step in plan.to_run
         }
-        owned = self.backend is None or isinstance(self.backend, str)
-        backend = _backend_named(self.backend or default_backend(), max_concurrent) if owned else self.backend
+        backend: Backend
+        if self.backend is None or isinstance(self.backend, str):  # a backend of this run's own
+            backend, owned = _backend_named(self.backend or default_backend(), max_concurrent), True
+        else:
+            backend, owned = self.backend, False
         try:
             _check_resources(backend, jobs)  # before anything is written
             self._write_infos_of_steps_not_run(graph, plan, selected)
@@ -699,7 +709,7 @@ class Executor:
             raise error from (first.__cause__ or first)
         return outcome
 
-    def _write_infos_of_steps_not_run(self, graph: Any, plan: Any, selected: bool) -> None:
+    def _write_infos_of_steps_not_run(self, graph: StepGraph, plan: Plan, selected: bool) -> None:
         """Marin writes every step's ``.executor_info`` before it starts any (``write_infos``), also for the steps it
         will not run: pseudo-dependencies nothing blocking needs, and steps ``run_only`` leaves out. Those get theirs
         here, before any step starts, when their folder has none (Marin's own step runner also writes only a missing
@@ -722,7 +732,7 @@ class Executor:
             records.write_missing_infos({self.output_paths[s]: (lambda s=s: self._step_info_text(s))
                                          for s in left_out})
 
-    def _call_for(self, step: ExecutorStep) -> Any:
+    def _call_for(self, step: ExecutorStep) -> StepCall:
         from marinbuild.core.walk import max_mirror_budget
         from marinbuild.run.step_call import StepCall
         from marinbuild.step_spec import step_function_of
@@ -749,7 +759,7 @@ def default_backend() -> str:
     return os.environ.get(BACKEND_ENV) or ("ray" if in_ray_job() else "local")
 
 
-def _backend_named(name: str, max_concurrent: int | None) -> Any:
+def _backend_named(name: str, max_concurrent: int | None) -> Backend:
     """A new backend of the run: ``"local"`` (threads of this process) or ``"ray"`` (a Ray cluster: ``RAY_ADDRESS``,
     else a private local instance; the workspace around the current folder is shipped to a cluster, as the CLI
     ships it)."""
@@ -766,7 +776,7 @@ def _backend_named(name: str, max_concurrent: int | None) -> Any:
                      "use 'local', 'ray' or a backend object")
 
 
-def resource_problems(backend: Any, calls: dict[ExecutorStep, Any]) -> list[str]:
+def resource_problems(backend: Backend, calls: Mapping[ExecutorStep, Callable[[], Any]]) -> list[str]:
     """``"<step> <why>"`` for each step (with its call) the backend cannot give what it asks for."""
     from marinbuild.run.step_call import StepCall
 
@@ -786,7 +796,7 @@ def resource_problems(backend: Any, calls: dict[ExecutorStep, Any]) -> list[str]
     return problems
 
 
-def _check_resources(backend: Any, jobs: dict[ExecutorStep, Any]) -> None:
+def _check_resources(backend: Backend, jobs: dict[ExecutorStep, StepJob]) -> None:
     """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
     from marinbuild.resources import UnsatisfiableResourcesError
 

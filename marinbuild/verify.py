@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from marinbuild.store import fs, manifest, records
@@ -40,25 +41,44 @@ from marinbuild.store.lease import STALE_AFTER, lease_for
 from marinbuild.store.metadata_cache import MetadataCache
 from marinbuild.store.status import DamagedFileError
 
-OK = "ok"
-DAMAGED = "damaged"
-UNVERIFIED = "unverified"
-NOT_BUILT = "not built"
+
+class Verdict(StrEnum):
+    """What verify found of one step (its value is what the JSON report and the verify file say)."""
+
+    OK = "ok"
+    DAMAGED = "damaged"
+    UNVERIFIED = "unverified"
+    NOT_BUILT = "not built"
+
+
+OK = Verdict.OK
+DAMAGED = Verdict.DAMAGED
+UNVERIFIED = Verdict.UNVERIFIED
+NOT_BUILT = Verdict.NOT_BUILT
 
 REPORT_FILE = ".marinbuild_verify.json"
 """Left beside a step that verify marked not built: what it found (``why`` can show it)."""
 
-MODIFIED = "modified"
-TRUNCATED = "truncated"
-DELETED = "deleted"
-ADDED = "added"
+class ProblemKind(StrEnum):
+    """How one file differs from the manifest (its value is what the JSON report says)."""
+
+    MODIFIED = "modified"
+    TRUNCATED = "truncated"
+    DELETED = "deleted"
+    ADDED = "added"
+
+
+MODIFIED = ProblemKind.MODIFIED
+TRUNCATED = ProblemKind.TRUNCATED
+DELETED = ProblemKind.DELETED
+ADDED = ProblemKind.ADDED
 
 
 @dataclass
 class FileProblem:
     path: str
     """Relative to the step's output folder."""
-    kind: str
+    kind: ProblemKind
     expected_size: int | None = None
     actual_size: int | None = None
 
@@ -66,7 +86,7 @@ class FileProblem:
 @dataclass
 class StepVerification:
     output_path: str
-    state: str
+    state: Verdict
     """``ok``, ``damaged``, ``unverified`` (no manifest: built by Marin) or ``not built``."""
     name: str | None = None
     label: str | None = None
@@ -93,7 +113,7 @@ class StepVerification:
 class VerifyReport:
     steps: list[StepVerification] = field(default_factory=list)
 
-    def by_state(self, state: str) -> list[StepVerification]:
+    def by_state(self, state: Verdict) -> list[StepVerification]:
         return [s for s in self.steps if s.state == state]
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from marinbuild.core.graph import StepGraph
@@ -23,20 +24,33 @@ from marinbuild.store.lease import LeaseRecord, lease_for
 if TYPE_CHECKING:
     from marinbuild.store.metadata_cache import MetadataCache
 
-# Step states, as the plan, dry runs and `why` name them.
-BUILT = "built"
-MISSING = "missing"  # never built, or its output was removed
-STALE = "stale"  # not built at this version, but another version of the step is under the prefix (dry runs say so)
-FAILED = "failed"  # failed (or dependency-failed) before
-RUNNING = "running"  # another runner holds a live lease
-ABANDONED = "abandoned"  # status RUNNING but the lease is stale or gone: its runner died
-REBUILD = "rebuild"  # built, but asked to run again (``--rebuild``)
+class StepState(StrEnum):
+    """A needed step's state, as the plan, dry runs and ``why`` name it. A ``StrEnum``: the value is what
+    events (the PLANNED event's detail), ``--output json`` and the build-event file carry."""
+
+    BUILT = "built"
+    MISSING = "missing"  # never built, or its output was removed
+    STALE = "stale"  # not built at this version, but another version of the step is under the prefix (dry runs say so)
+    FAILED = "failed"  # failed (or dependency-failed) before
+    RUNNING = "running"  # another runner holds a live lease
+    ABANDONED = "abandoned"  # status RUNNING but the lease is stale or gone: its runner died
+    REBUILD = "rebuild"  # built, but asked to run again (``--rebuild``)
+
+
+# The states under the names the planner's users import.
+BUILT = StepState.BUILT
+MISSING = StepState.MISSING
+STALE = StepState.STALE
+FAILED = StepState.FAILED
+RUNNING = StepState.RUNNING
+ABANDONED = StepState.ABANDONED
+REBUILD = StepState.REBUILD
 
 
 @dataclass
 class StepPlan:
     step: ExecutorStep
-    state: str
+    state: StepState
     status: str | None
     lease: LeaseRecord | None = None
 
@@ -52,7 +66,7 @@ class Plan:
     steps: dict[ExecutorStep, StepPlan] = field(default_factory=dict)
     to_run: list[ExecutorStep] = field(default_factory=list)
 
-    def by_state(self, state: str) -> list[ExecutorStep]:
+    def by_state(self, state: StepState) -> list[ExecutorStep]:
         return [s for s, p in self.steps.items() if p.state == state]
 
 

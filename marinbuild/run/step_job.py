@@ -29,6 +29,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from marinbuild.run import events as ev
@@ -44,9 +45,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("marinbuild")
 
-# Outcomes of a job
-RAN = "ran"
-CACHED = "cached"
+class JobOutcome(Enum):
+    """How a job that did not fail ended: it ran the step, or found it built (by another runner meanwhile)."""
+
+    RAN = "ran"
+    CACHED = "cached"
+
+
+RAN = JobOutcome.RAN
+CACHED = JobOutcome.CACHED
 
 
 class StepError(Exception):
@@ -242,7 +249,7 @@ class StepJob:
         if self._lost is not None:
             raise LeaseLostError(f"{self.name}: lease lost while running; not marking it built") from self._lost
 
-    def run_here(self) -> str:
+    def run_here(self) -> JobOutcome:
         """All phases in this thread; ``RAN`` or ``CACHED``."""
         if not self.acquire():
             return CACHED
