@@ -104,7 +104,7 @@ from marinbuild.run.ray_task import (
     task_for,
 )
 from marinbuild.run.step_call import StepCall, is_ray_remote_function
-from marinbuild.run.step_job import CACHED, RAN, JobOutcome, StepJob
+from marinbuild.run.step_job import CACHED, RAN, Attempt, JobOutcome, StepJob
 from marinbuild.store import status as st
 
 logger = logging.getLogger("marinbuild")
@@ -421,9 +421,9 @@ class RayBackend:
         except BaseException as exc:
             self._complete(done, job, None, exc)
             return None
-        if got is None:
+        if got is Attempt.BUSY:
             return False
-        if not got:
+        if got is Attempt.BUILT:
             self._complete(done, job, CACHED, None)
             return None
         return self._begin(job, done, key)

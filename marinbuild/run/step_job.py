@@ -56,6 +56,17 @@ RAN = JobOutcome.RAN
 CACHED = JobOutcome.CACHED
 
 
+class Attempt(Enum):
+    """What one attempt at a step's lease found (``StepJob.try_acquire``)."""
+
+    HELD = "held"
+    """We hold the lease now (RUNNING written unless ``start=False``): run the step."""
+    BUILT = "built"
+    """The step is built (seen under the lease, which is released again): nothing to run."""
+    BUSY = "busy"
+    """Another runner holds a live lease: wait for it."""
+
+
 class StepError(Exception):
     """A step's own code raised; the original exception is the cause, ``failure`` its recorded traceback."""
 
@@ -120,8 +131,8 @@ class StepJob:
             if self.cancel.is_set():
                 raise KeyboardInterrupt
             got = self.try_acquire(start)
-            if got is not None:
-                return got
+            if got is not Attempt.BUSY:
+                return got is Attempt.HELD
             try:
                 holder = self.lease.holder()
             except st.DamagedFileError:
@@ -152,15 +163,15 @@ class StepJob:
         except st.DamagedFileError:
             return None
 
-    def try_acquire(self, start: bool = True) -> bool | None:
-        """One attempt at ``acquire``, never waiting: None if another runner holds a live lease."""
+    def try_acquire(self, start: bool = True) -> Attempt:
+        """One attempt at ``acquire``, never waiting."""
         if not self.lease.try_acquire():
-            return None
+            return Attempt.BUSY
         self._token = self.context.local_runners.started(self.lease.path)
         try:
             if st.read_status(self.output_path) == st.STATUS_SUCCESS:
                 self._release()
-                return False
+                return Attempt.BUILT
             if not self.lease.makes_output_folder:
                 fs.makedirs(self.output_path)
             if start:
@@ -168,7 +179,7 @@ class StepJob:
         except BaseException:
             self._release()
             raise
-        return True
+        return Attempt.HELD
 
     # -- phase 4: run ---------------------------------------------------------------------
     def begin(self) -> None:

@@ -201,16 +201,14 @@ def test_marin_built_steps_without_records_are_used(gs_prefix):
 
 
 def test_two_workspaces_share_one_gs_prefix(gs_prefix, tmp_path):
-    """Two machines (separate workspaces, each with its metadata cache in its own ``.marinbuild/``): the second builds
-    nothing the first built."""
+    """Two machines (separate workspaces, separate metadata caches): the second builds nothing the first built."""
     calls = tmp_path / "calls.log"
 
     def build(ws: Path, target: str) -> list[str]:
         calls.write_text("")
         env = _env(tmp_path / "unused.log")
         env["MB_CALLS"] = str(calls)
-        env.pop("MARINBUILD_METADATA_CACHE", None)  # the workspace's own, as a user's build has it
-        env["XDG_CACHE_HOME"] = str(tmp_path / "user-cache")
+        env["MARINBUILD_METADATA_CACHE"] = str(ws / ".marinbuild" / "metadata.sqlite")
         proc = subprocess.run([sys.executable, "-c", "import sys; from marinbuild.cli import main; sys.exit(main())",
                                target, "--prefix", gs_prefix], cwd=ws,
                               env=env, capture_output=True, text=True, timeout=120)
@@ -222,7 +220,29 @@ def test_two_workspaces_share_one_gs_prefix(gs_prefix, tmp_path):
     assert build(two, "//pipe:b") == []
     assert build(two, "//pipe:other") == ["other"]
     assert build(one, "//pipe:other") == []
-    assert (one / ".marinbuild" / "metadata.sqlite").is_file() and (two / ".marinbuild" / "metadata.sqlite").is_file()
-    assert not (tmp_path / "user-cache").exists()
     out_b = gcs.filesystem().glob(gs_prefix + "/pipe/b-*/out.txt")
     assert len(out_b) == 1 and gcs.filesystem().cat_file(out_b[0]) == b"A+B"
+
+
+def test_a_cli_build_keeps_its_metadata_cache_in_the_workspace(gs_prefix, tmp_path):
+    """The session hands its workspace's ``.marinbuild/metadata.sqlite`` to the build (no module-wide default):
+    a status only the metadata cache can remember (Marin's JSON lines) is recorded there, not in the user's cache."""
+    ws = gp.workspace(tmp_path / "ws")
+    env = _env(tmp_path / "calls.log")
+    env["MB_CALLS"] = str(tmp_path / "mb_calls.log")
+    env.pop("MARINBUILD_METADATA_CACHE", None)  # as a user's build has it
+    env["XDG_CACHE_HOME"] = str(tmp_path / "user-cache")
+
+    def build() -> None:
+        proc = subprocess.run([sys.executable, "-c", "import sys; from marinbuild.cli import main; sys.exit(main())",
+                               "//pipe:a", "--prefix", gs_prefix], cwd=ws, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+
+    build()
+    (status,) = gcs.filesystem().glob(gs_prefix + "/pipe/a-*/.executor_status")
+    fs.write_atomic("gs://" + status, b'{"date": "2024-01-01", "status": "RUNNING"}\n'
+                                      b'{"date": "2024-01-02", "status": "SUCCESS"}\n')
+    build()
+    assert (ws / ".marinbuild" / "metadata.sqlite").is_file()
+    assert not (tmp_path / "user-cache").exists()
