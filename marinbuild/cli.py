@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,7 +111,7 @@ def _run_only(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     if value.lstrip().startswith("["):
         try:
             parsed = json.loads(value)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise click.BadParameter(f"not a JSON list ({exc.msg}): write e.g. '[\"tokenize\", \"train\"]'") from exc
         if not isinstance(parsed, list) or not all(isinstance(x, str) for x in parsed):
             raise click.BadParameter('a JSON list of regexes, e.g. \'["tokenize", "train"]\'')
@@ -301,7 +302,7 @@ class _Report:
         for closer in self.closers:
             closer.close()
 
-    def finish(self, requested: list[tuple[str, str]], plan: list[tuple[Any, str, str, Any, bool]] | None,
+    def finish(self, requested: list[tuple[str, str]], plan: Sequence[tuple[Any, str, str, Any, bool]] | None,
                session: Any = None) -> None:
         """Print the plan (dry runs, ``--explain``) and the summary or the JSON result.
 
@@ -608,7 +609,7 @@ def _json_resources(ctx: click.Context, param: click.Parameter, value: str | Non
         return None
     try:
         parsed = json.loads(value)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON ({exc.msg}): write e.g. '{{\"TPU\": 4}}'") from exc
     if not isinstance(parsed, dict) or not all(isinstance(v, int | float) for v in parsed.values()):
         raise click.BadParameter('a JSON object of resource names to numbers, e.g. \'{"TPU": 4}\'')
@@ -642,7 +643,7 @@ def submit_command(address: str | None, cluster: str | None, tpu: str | None, en
                                  entrypoint_resources=entrypoint_resources)
     except ImportError as exc:
         raise UsageProblem(f"submit needs Ray: pip install 'marinbuild[ray]' ({exc})") from exc
-    except ValueError as exc:  # a bad --tpu
+    except ValueError as exc:  # a bad --tpu, or an --extra whose pyproject entry is not a requirement
         raise UsageProblem(str(exc)) from exc
     click.echo(submission.job_id)
     if no_wait:
@@ -759,7 +760,7 @@ def main(argv: list[str] | None = None) -> int:
     skip_final_collection()
     try:
         cli.main(args=argv, prog_name="marinbuild", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as exc:  # type: ignore[attr-defined]
+    except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         return EXIT_USAGE
     except click.UsageError as exc:

@@ -580,9 +580,9 @@ class Executor:
         from marinbuild.store.lease import STALE_AFTER
 
         with gc_paused():  # versions and plan: many objects, no cyclic garbage (the steps' own code runs with gc on)
-            requested = []
-            for item in steps:
-                step = item.step if isinstance(item, InputName) else item
+            requested: list[ExecutorStep] = []
+            for given in steps:
+                step = given.step if isinstance(given, InputName) else given
                 if step is not None:
                     self.compute_version(step, is_pseudo_dep=False)
                     requested.append(step)
@@ -729,7 +729,7 @@ class Executor:
             below_built = set(graph.blocking_closure(d for s in built for d in graph.blocking_deps(s)))
             left_out = [s for s in table.steps if s not in plan.steps and s not in below_built]
         if left_out:
-            records.write_missing_infos({self.output_paths[s]: (lambda s=s: self._step_info_text(s))
+            records.write_missing_infos({self.output_paths[s]: functools.partial(self._step_info_text, s)
                                          for s in left_out})
 
     def _call_for(self, step: ExecutorStep) -> StepCall:

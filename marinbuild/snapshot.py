@@ -169,8 +169,9 @@ def write(
     source files and the folders above them) besides what ``recorder`` saw.
     """
     files = {p for p in ({os.path.abspath(p) for p in inputs} | module_files()) if recorder.is_input(p)}
-    dirs = {p for p in {os.path.abspath(p) for p in folders} | {os.path.dirname(p) for p in files}
-            if recorder.is_input(p)}
+    dirs = {
+        p for p in {os.path.abspath(p) for p in folders} | {os.path.dirname(p) for p in files} if recorder.is_input(p)
+    }
     limit = recorder.start_ns - RACY_NS
     signed: list[tuple[str, Signature]] = []
     try:
@@ -218,4 +219,4 @@ def lookup(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Snapshot | No
                 return None
     except OSError:
         return None
-    return Snapshot([tuple(r) for r in requested], [tuple(s) for s in steps])  # type: ignore[misc]
+    return Snapshot([tuple(r) for r in requested], [tuple(s) for s in steps])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,7 +205,7 @@ def _show_output(path: str, prefix: str, stale_after: float) -> dict[str, Any]:
     out["traceback"] = existing_traceback(path) if probe.status in (st.STATUS_FAILED, st.STATUS_DEP_FAILED) else None
     size, files = store.usage(path) if out["exists"] else (0, 0)
     out["size"], out["files"] = size, files
-    state = probe.state
+    state: str = probe.state  # or a damage message, or "incomplete"
     if errors:
         state = f"damaged: {errors[0]}"
     elif state == pb.MISSING and out["exists"]:
@@ -477,7 +477,7 @@ def format_clean(result: CleanResult) -> str:
 # -- text helpers ------------------------------------------------------------------------------
 
 
-def _columns(rows: list[tuple[str, ...]]) -> str:
+def _columns(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for r in rows:

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
-"""What identifies a step to the scheduler (the executor's ``ExecutorStep``)."""
 
 
 @dataclass

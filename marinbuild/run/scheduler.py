@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
-from typing import Generic
+from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 from marinbuild.run import events as ev
 from marinbuild.run.backend import Backend
-from marinbuild.run.outcome import K, Outcome
+from marinbuild.run.outcome import Outcome
 from marinbuild.run.step_job import RAN, JobOutcome, StepJob
+
+K = TypeVar("K", bound=Hashable)  # what names a step: an ExecutorStep for the executor
 
 
 class _Run(Generic[K]):
     """The state of one ``schedule`` call; every change happens under ``lock``."""
 
-    def __init__(self, order: Sequence[K], deps: Mapping[K, Sequence[K]], jobs: Mapping[K, StepJob],
+    def __init__(self, order: list[K], deps: dict[K, list[K]], jobs: dict[K, StepJob],
                  backend: Backend, bus: ev.EventBus, max_concurrent: int | None, keep_going: bool):
         self.order, self.jobs, self.backend, self.bus = order, jobs, backend, bus
         self.max_concurrent, self.keep_going = max_concurrent, keep_going
@@ -99,9 +101,9 @@ class _Run(Generic[K]):
 
 
 def schedule(
-    order: Sequence[K],
-    deps: Mapping[K, Sequence[K]],
-    jobs: Mapping[K, StepJob],
+    order: list[K],
+    deps: dict[K, list[K]],
+    jobs: dict[K, StepJob],
     backend: Backend,
     bus: ev.EventBus,
     *,
@@ -143,7 +145,7 @@ def schedule(
     return outcome
 
 
-def _mark_dep_failed(failed: K, consumers: Mapping[K, Sequence[K]], jobs: Mapping[K, StepJob],
+def _mark_dep_failed(failed: K, consumers: dict[K, list[K]], jobs: dict[K, StepJob],
                      outcome: Outcome[K], bus: ev.EventBus) -> None:
     stack = list(consumers[failed])
     while stack:

@@ -195,8 +195,9 @@ def test_loaded_module_is_evaluated_once_and_shared(make_ws: WriteWorkspace, cap
     ws = make_ws(
         {
             "lib/x.star": 'print("evaluating x")\nITEMS = [1, 2]\n',
-            "a/BUILD.marin": ('load("//lib:x.star", "ITEMS")\ncopy = list(ITEMS) + [3]\ncopy.append(4)\n'
-                              'print("a", copy)\n'),
+            "a/BUILD.marin": (
+                'load("//lib:x.star", "ITEMS")\ncopy = list(ITEMS) + [3]\ncopy.append(4)\nprint("a", copy)\n'
+            ),
             "b/BUILD.marin": 'load("//lib:x.star", "ITEMS")\nx = ITEMS + [5]\nprint("b", x)\n',
         }
     )
@@ -508,10 +509,13 @@ def test_the_garbage_collector_is_paused_only_while_loading(
 ) -> None:
     import gc
 
-    ws = make_ws({
-        "rules/gc_probe.py": "import gc\n\nCOLLECTING = gc.isenabled()  # as loading imports this module\n",
-        "a/BUILD.marin": LOAD + 'load("//rules:gc_probe.py", "COLLECTING")\nprint(COLLECTING)\ntokenize(name = "x")\n',
-    })
+    ws = make_ws(
+        {
+            "rules/gc_probe.py": "import gc\n\nCOLLECTING = gc.isenabled()  # as loading imports this module\n",
+            "a/BUILD.marin": LOAD
+            + 'load("//rules:gc_probe.py", "COLLECTING")\nprint(COLLECTING)\ntokenize(name = "x")\n',
+        }
+    )
     broken = make_ws({"b/BUILD.marin": "import os\n"}, root=tmp_path / "broken")
     assert gc.isenabled()
     with caplog.at_level(logging.INFO, logger="marinbuild.build"):
