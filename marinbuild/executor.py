@@ -520,9 +520,16 @@ class Executor:
         self._write_run_info(only_if_new=False)
 
     def get_experiment_url(self) -> str:
-        """Where Marin's data browser shows this run."""
+        """Where this run is shown: ``marinbuild serve``'s run page when a base URL is configured
+        (``$MARINBUILD_SERVE_URL``, which the CLI sets from ``[tool.marinbuild] serve_url`` or a running
+        ``marinbuild serve``; ``marinbuild.serve.url``), else Marin's data browser."""
         if self.executor_info_path is None:
             self.executor_info_path = self._run_info_path()
+        from marinbuild.serve.url import experiment_url, serve_url
+
+        base = serve_url()
+        if base is not None:
+            return experiment_url(base, self.executor_info_path)
         if self.prefix.startswith("gs://"):
             host = "https://marin.community/data-browser"
         else:
