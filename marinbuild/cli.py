@@ -171,12 +171,13 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     from marinbuild.executor import PreviousTaskFailedError, StepFailedError
     from marinbuild.resources import UnsatisfiableResourcesError
 
+    environment = dict(os.environ)  # as the snapshot lookup saw it, before this build exports its own variables
     session = _open_session(**settings)
     report.event_log = (session.workspace.cache_dir, list(patterns), session.settings.prefix)
     _export_serve_url(session.workspace, session.settings.prefix)
     key = _snapshot_key(session.workspace, session.settings, patterns)
-    recorder = snapshot.Recorder(excluded=(str(session.workspace.cache_dir), session.settings.prefix)) \
-        if key is not None else None
+    recorder = snapshot.Recorder(excluded=(str(session.workspace.cache_dir), session.settings.prefix),
+                                 env=environment) if key is not None else None
     with recorder if recorder is not None else contextlib.nullcontext():
         labels = session.load(patterns)
         if not labels:

@@ -42,7 +42,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["FORMAT", "Recorder", "Snapshot", "SnapshotKey", "eligible", "lookup", "write"]
@@ -119,15 +119,18 @@ class Recorder:
     The environment is recorded whole: rules modules and experiment scripts are Python, which may
     read any variable, so only an unchanged environment proves an unchanged analysis.
     Paths under ``excluded`` (the workspace's own cache folder, the prefix) are not inputs.
+    ``env`` is the environment as ``lookup`` saw it, before the build exported anything of its own
+    (``$MARINBUILD_SERVE_URL``); when not given, the environment as recording starts.
     """
 
     excluded: tuple[str, ...] = ()
+    env: dict[str, str] | None = None
     start_ns: int = 0
-    env: dict[str, str] = field(default_factory=dict)
 
     def __enter__(self) -> Recorder:
         self.start_ns = time.time_ns()
-        self.env = dict(os.environ)
+        if self.env is None:
+            self.env = dict(os.environ)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -182,7 +185,14 @@ def write(
             signed.append((path, sig))
     except OSError:  # e.g. a folder we may not look into: no snapshot
         return False
-    body = (FORMAT, key.text(), signed, recorder.env, snapshot.requested, snapshot.steps)
+    body = (
+        FORMAT,
+        key.text(),
+        signed,
+        recorder.env if recorder.env is not None else dict(os.environ),
+        snapshot.requested,
+        snapshot.steps,
+    )
     from marinbuild.core.private_file import write_private_file  # not at the top: a no-op from the snapshot writes none
 
     target = key.path(cache_dir)

@@ -245,6 +245,32 @@ def test_environment_variables_read_by_analysis_invalidate(tmp_path: Path, ws: P
     assert len(f_dirs) == 2
 
 
+def test_a_build_exporting_the_serve_url_is_still_answered_from_its_snapshot(tmp_path: Path, ws: Path) -> None:
+    """The CLI exports ``$MARINBUILD_SERVE_URL`` after the lookup: the snapshot holds the environment the lookup saw,
+    so the next build (a new process, without that variable yet) is answered from it."""
+    with open(ws / "pyproject.toml", "a") as f:
+        f.write('serve_url = "http://view.example"\n')
+    env = {**os.environ}
+    for name in ("MARIN_PREFIX", "MARINBUILD_SERVE_URL"):
+        env.pop(name, None)
+    old = time.time() - 60
+    for path in [ws, *ws.rglob("*")]:
+        os.utime(path, (old, old))
+    script = "import sys; from marinbuild import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+    command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:all']))"]
+
+    def build() -> None:
+        done = subprocess.run(command, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+
+    build()
+    build()
+    (written,) = (ws / ".marinbuild" / "snapshots").glob("*.bin")
+    before = written.stat().st_mtime_ns
+    build()
+    assert written.stat().st_mtime_ns == before  # answered from the snapshot, not rewritten
+
+
 def test_recently_changed_inputs_write_no_snapshot(ws: Path, runs: Runs, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(snapshot, "RACY_NS", 60_000_000_000)
     assert runs("//pipe:all")[0] == 0
