@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from marinbuild.load.errors import LocatedLater
 
 if TYPE_CHECKING:
-    from marinbuild.core.labels import Label
     from marinbuild.load.target import Target
 
 __all__ = ["OutsideBuildFileError", "PackageContext", "current_package", "package_scope"]
@@ -32,8 +31,6 @@ class PackageContext:
     targets: dict[str, Target] = field(default_factory=dict)
     glob_files: list[str] | None = None  # the package's files (lazily listed by glob())
     glob_folders: list[str] = field(default_factory=list)  # the folders glob() listed for them
-    labels: dict[str, Label] = field(default_factory=dict)  # label texts converted here (see attrs.labels_of)
-    label_prefix: str | None = ""  # "//package:" if that spells labels (attrs.absolute_prefix); "": not known yet
 
 
 class OutsideBuildFileError(LocatedLater):
