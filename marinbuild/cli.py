@@ -171,7 +171,7 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     from marinbuild.executor import PreviousTaskFailedError, StepFailedError
     from marinbuild.resources import UnsatisfiableResourcesError
 
-    environment = dict(os.environ)  # as the snapshot lookup saw it, before this build exports its own variables
+    environment = snapshot.analysis_environment()  # as the lookup saw it, before this build exports its own
     session = _open_session(**settings)
     report.event_log = (session.workspace.cache_dir, list(patterns), session.settings.prefix)
     _export_serve_url(session.workspace, session.settings.prefix)

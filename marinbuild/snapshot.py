@@ -14,8 +14,10 @@ stores in ``<workspace>/.marinbuild/snapshots/`` a snapshot:
   a target names with the folders above it up to its package, the code of every requested step,
   every folder the loader listed (package discovery for ``//...``, ``glob()``: a new file
   matching a glob changes its folder), and the folder of each of these files;
-- the whole **environment**: rules modules and experiment scripts are Python and may read any
-  variable, so the snapshot holds only while every variable is unchanged;
+- the whole **environment** but the shell's own bookkeeping (``SHELL_BOOKKEEPING``: ``OLDPWD``,
+  ``SHLVL``, ``_``, terminal and SSH session names, which differ between two terminals but mean
+  nothing to a build): rules modules and experiment scripts are Python and may read any
+  variable, so the snapshot holds only while every other variable is unchanged;
 - the **result**: each requested target's output paths, and the requested steps (name, output
   path, action-cache key) in the order the planner visits them.
 
@@ -52,6 +54,18 @@ FORMAT = 2
 RACY_NS = 2_000_000_000
 """An input changed this recently (or during analysis) could change again unseen within one clock tick."""
 KEEP = 16
+
+# Variables a shell or terminal sets per session or per command, which no analysis should depend on:
+# left out of the recorded environment, so opening a new terminal does not cost the next no-op its snapshot.
+SHELL_BOOKKEEPING = frozenset(
+    {"_", "OLDPWD", "SHLVL", "PS1", "PS2", "COLUMNS", "LINES", "WINDOWID", "TERM_SESSION_ID", "TMUX_PANE",
+     "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "XDG_SESSION_ID", "DISPLAY"}
+)
+
+
+def analysis_environment() -> dict[str, str]:
+    """The environment as a snapshot records it: every variable but ``SHELL_BOOKKEEPING``."""
+    return {name: value for name, value in os.environ.items() if name not in SHELL_BOOKKEEPING}
 """Snapshots kept per workspace (one per distinct command line); the oldest beyond are removed."""
 _FOLDER = "snapshots"
 
@@ -130,7 +144,7 @@ class Recorder:
     def __enter__(self) -> Recorder:
         self.start_ns = time.time_ns()
         if self.env is None:
-            self.env = dict(os.environ)
+            self.env = analysis_environment()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -189,7 +203,7 @@ def write(
         FORMAT,
         key.text(),
         signed,
-        recorder.env if recorder.env is not None else dict(os.environ),
+        recorder.env if recorder.env is not None else analysis_environment(),
         snapshot.requested,
         snapshot.steps,
     )
@@ -221,7 +235,7 @@ def lookup(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Snapshot | No
         fmt, text, signed, env, requested, steps = marshal.loads(data)
     except (OSError, ValueError, EOFError, TypeError):
         return None
-    if fmt != FORMAT or text != key.text() or dict(os.environ) != env:
+    if fmt != FORMAT or text != key.text() or analysis_environment() != env:
         return None
     try:
         for path, sig in signed:

@@ -271,6 +271,30 @@ def test_a_build_exporting_the_serve_url_is_still_answered_from_its_snapshot(tmp
     assert written.stat().st_mtime_ns == before  # answered from the snapshot, not rewritten
 
 
+def test_a_new_terminal_keeps_the_snapshot_but_a_real_variable_does_not(tmp_path: Path, ws: Path) -> None:
+    """The shell's own bookkeeping (``OLDPWD``, ``SHLVL``, ``_``, SSH session names) differs between two terminals
+    and is not part of the recorded environment; any other variable is."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "MARINBUILD_SERVE_URL")}
+    old = time.time() - 60
+    for path in [ws, *ws.rglob("*")]:
+        os.utime(path, (old, old))
+    script = "import sys; from marinbuild import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+    command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:all']))"]
+
+    def build(extra: dict[str, str]) -> None:
+        done = subprocess.run(command, cwd=ws, env={**env, **extra}, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+
+    build({"SHLVL": "1", "OLDPWD": "/"})  # runs the steps
+    build({"SHLVL": "1", "OLDPWD": "/"})  # a no-op that writes the snapshot
+    (written,) = (ws / ".marinbuild" / "snapshots").glob("*.bin")
+    before = written.stat().st_mtime_ns
+    build({"SHLVL": "3", "OLDPWD": "/tmp", "SSH_TTY": "/dev/pts/7", "_": "/usr/bin/env"})
+    assert written.stat().st_mtime_ns == before  # answered from the snapshot
+    build({"SHLVL": "3", "MB_UNRELATED": "1"})
+    assert written.stat().st_mtime_ns != before  # a real variable changed: the full path wrote a new snapshot
+
+
 def test_recently_changed_inputs_write_no_snapshot(ws: Path, runs: Runs, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(snapshot, "RACY_NS", 60_000_000_000)
     assert runs("//pipe:all")[0] == 0
@@ -297,7 +321,7 @@ def test_recording_leaves_the_process_alone(ws: Path) -> None:
         loader = Loader(find_workspace(ws))
         loader.load_patterns(["//..."])
         assert os.environ is environ
-    assert recorder.env == dict(os.environ)
+    assert recorder.env == snapshot.analysis_environment()
     listed = set(loader.folders_listed())
     assert {str(ws), str(ws / "pipe"), str(ws / "pipe" / "data"), str(ws / "lib")} <= listed
     watch = ("import sys\nadded = []\nsys.addaudithook(lambda event, args: added.append(event == 'sys.addaudithook'))\n"
