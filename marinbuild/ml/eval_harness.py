@@ -36,6 +36,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,9 @@ def harness_config(specs: list[dict[str, Any]], include_path: str | None, max_ex
             for spec in self.to_task_spec():
                 name = spec["task"]
                 ours = str(spec.get("task_alias") or name).replace(" ", "_")
-                task_dict = tasks.get_task_dict([name], manager)
+                with warnings.catch_warnings():  # deprecated in lm-eval 0.4.13, but its format is levanter's
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    task_dict = tasks.get_task_dict([name], manager)
                 if spec.get("num_fewshot") is not None:
                     set_fewshot(task_dict, int(spec["num_fewshot"]))
                 for key, value in self._rename_tasks_for_eval_harness(task_dict, name, ours).items():
