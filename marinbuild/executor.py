@@ -13,6 +13,7 @@ This module stays light to import: storage and execution load when ``run`` is ca
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -504,9 +505,16 @@ class Executor:
         self._write_run_info(only_if_new=False)
 
     def get_experiment_url(self) -> str:
-        """Where Marin's data browser shows this run."""
+        """Where this run is shown: ``marinbuild serve``'s run page when a base URL is configured
+        (``$MARINBUILD_SERVE_URL``, which the CLI sets from ``[tool.marinbuild] serve_url`` or a running
+        ``marinbuild serve``; ``marinbuild.serve.url``), else Marin's data browser."""
         if self.executor_info_path is None:
             self.executor_info_path = self._run_info_path()
+        from marinbuild.serve.url import experiment_url, serve_url
+
+        base = serve_url()
+        if base is not None:
+            return experiment_url(base, self.executor_info_path)
         if self.prefix.startswith("gs://"):
             host = "https://marin.community/data-browser"
         else:
@@ -518,7 +526,7 @@ class Executor:
     # -- running --------------------------------------------------------------------------
     def run(
         self,
-        steps: list[ExecutorStep | InputName],
+        steps: Sequence[ExecutorStep | InputName],
         *,
         dry_run: bool = False,
         run_only: list[str] | None = None,
@@ -542,10 +550,9 @@ class Executor:
         from marinbuild.store.lease import STALE_AFTER
 
         with gc_paused():  # versions and plan: many objects, no cyclic garbage (the steps' own code runs with gc on)
-            requested = []
-            for step in steps:
-                if isinstance(step, InputName):
-                    step = step.step
+            requested: list[ExecutorStep] = []
+            for given in steps:
+                step = given.step if isinstance(given, InputName) else given
                 if step is not None:
                     self.compute_version(step, is_pseudo_dep=False)
                     requested.append(step)
@@ -634,7 +641,7 @@ class Executor:
                 name=step.name,
                 output_path=self.output_paths[step],
                 call=self._call_for(step),
-                info_text=lambda s=step: self._step_info_text(s),
+                info_text=functools.partial(self._step_info_text, step),
                 worker_id=self.worker_id,
                 bus=bus,
                 settings=settings,
@@ -687,7 +694,7 @@ class Executor:
             below_built = set(graph.blocking_closure(d for s in built for d in graph.blocking_deps(s)))
             left_out = [s for s in table.steps if s not in plan.steps and s not in below_built]
         if left_out:
-            records.write_missing_infos({self.output_paths[s]: (lambda s=s: self._step_info_text(s))
+            records.write_missing_infos({self.output_paths[s]: functools.partial(self._step_info_text, s)
                                          for s in left_out})
 
     def _call_for(self, step: ExecutorStep) -> Any:

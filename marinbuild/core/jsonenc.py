@@ -56,7 +56,7 @@ def _sorted_dumper() -> Any:
     which cost a quarter of computing versions; this one is built once and keeps no state between
     calls. A config that contains itself ends in RecursionError rather than json's ValueError.
     """
-    make = json.encoder.c_make_encoder
+    make = getattr(json.encoder, "c_make_encoder", None)  # private: typeshed does not declare it
     encoder = MarinJsonEncoder(sort_keys=True)
     if make is None:  # an interpreter without the C accelerator
         return encoder.encode

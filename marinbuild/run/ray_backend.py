@@ -73,6 +73,7 @@ the config are moved to the task's working directory.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -85,7 +86,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from marinbuild.run import ray_bundles, shipped_code
 from marinbuild.run.backend import Completion
@@ -412,7 +413,7 @@ class RayBackend:
             bell.ring()
 
     # -- taking the lease and planning the launch ---------------------------------------------------
-    def _prepare_here(self, job: StepJob, done: Completion, key: Hashable) -> _Launch | None | bool:
+    def _prepare_here(self, job: StepJob, done: Completion, key: Hashable) -> _Launch | Literal[False] | None:
         """One attempt at ``job``'s lease, on the loop's thread: its launch, None if it ended here, or False if
         another runner holds the lease (a lease thread waits for it)."""
         try:
@@ -520,11 +521,11 @@ class RayBackend:
                     job, done = queued.popleft()
                     active[shape_key] += 1
                     if job.lease.round_trips:  # a request per lease operation: on a lease thread
-                        self._to_lease_threads(lambda j=job, d=done, k=shape_key: self._prepare_waiting(j, d, k))
+                        self._to_lease_threads(functools.partial(self._prepare_waiting, job, done, shape_key))
                         continue
                     item = self._prepare_here(job, done, shape_key)
                     if item is False:  # another runner holds it: wait on a lease thread
-                        self._to_lease_threads(lambda j=job, d=done, k=shape_key: self._prepare_waiting(j, d, k))
+                        self._to_lease_threads(functools.partial(self._prepare_waiting, job, done, shape_key))
                     elif item is None:
                         active[shape_key] -= 1
                     else:
@@ -774,7 +775,7 @@ class RayBackend:
             if verdict.kind == "unrun":
                 unrun.append(item)
             elif item.job.lease.round_trips:
-                self._to_lease_threads(lambda i=item, v=verdict: self._settle(i, v))
+                self._to_lease_threads(functools.partial(self._settle, item, verdict))
             else:
                 self._settle(item, verdict)
         return unrun
@@ -855,6 +856,7 @@ class RayBackend:
     def _settle(self, item: _Launch, verdict: _Verdict) -> None:
         """Finish one step as ``verdict`` says: release its lease, or write FAILED; then report it."""
         job = item.job
+        error: BaseException | None
         try:
             if verdict.kind == "cancelled":
                 job.abandon()

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import os
@@ -227,7 +228,7 @@ def bundle_task_for(fn: Callable[[Any], Any], relocation: Relocation | None) -> 
             outcome: Any = None
             try:
                 config, mirror, run = unpickle_payload(payload)
-                run_under_lease(run, lambda c=config, m=mirror: run_step(fn, c, relocation, m))
+                run_under_lease(run, functools.partial(run_step, fn, config, relocation, mirror))
             except EngineError as exc:
                 exc.text = _traceback_text(exc.error, steps.__name__, i, len(payloads))
                 outcome = exc

@@ -94,7 +94,7 @@ def _chunks(bucket: str, keys: list[str]) -> list[dict[str, Any]]:
     for key in keys:
         by_parent[key.rpartition("/")[0]].append(key)
     globbing = gcs.glob_supported()
-    requests = []
+    requests: list[dict[str, Any]] = []
     for parent, group in by_parent.items():
         group.sort()
         if len(group) < GROUP_MIN:
@@ -149,12 +149,12 @@ def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
     status_items: dict[tuple[str, str], dict[str, Any]] = {}
     records: dict[tuple[str, str], set[str]] = defaultdict(set)
     for bucket, items in gcs.run(listings, fs=filesystem):
-        for item in items:
-            name = item["name"]
+        for obj in items:
+            name = obj["name"]
             if name.endswith(status_suffix):
                 bk = (bucket, name[:-len(status_suffix)])
                 if bk in paths_by_key:
-                    status_items[bk] = item
+                    status_items[bk] = obj
             elif record_mark in name:
                 folder, _, base = name.rpartition("/")
                 digest = action_cache.digest_of_name(base)
