@@ -8,11 +8,14 @@ event-driven, nothing recurses with graph depth, dry runs read statuses and say 
 would run, a runner that loses its lease never writes SUCCESS, and a step whose outputs
 are built does not rebuild its dependencies.
 
-This module stays light to import: storage and execution load when ``run`` is called.
+This module stays light to import: storage and execution load when ``run`` is called, and only the
+modules the run needs (a no-op loads no backend, no resource or runtime-env code). Kept under the
+complexity rule on ``bench/run.py``'s no-op and script-alone rows (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import logging
@@ -20,7 +23,6 @@ import os
 import re
 import sys
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -203,12 +205,8 @@ def _fn_name(fn: ExecutorFunction, short: bool = False) -> str:
 
 
 def _now_iso() -> str:
-    """Local time now in the form of Marin's ``datetime.now().isoformat()`` (``2026-11-26T08:05:35.123456``, no
-    fraction on a whole second), without importing datetime for one timestamp per run."""
-    now = time.time_ns()
-    seconds, micros = divmod(now // 1000, 1_000_000)
-    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(seconds))
-    return f"{text}.{micros:06d}" if micros else text
+    """Local time now, as Marin records it: ``datetime.now().isoformat()``."""
+    return datetime.datetime.now().isoformat()
 
 
 def _worker_id() -> str:
@@ -405,7 +403,7 @@ class Executor:
         """The ``.executor_info`` content Marin writes: ``json.dumps(info, indent=2)`` of the step info's fields in
         their order (description left out), composed field by field around the memoized text of the nested
         version (``indented_version``). Not kept: it is written once per step, and a step deep in a wide graph
-        nests its ancestors' versions (111 KB each for the middle layers of a 1,000-step layered graph)."""
+        nests its ancestors' versions."""
         info = self._step_info(step)
         return "".join((
             '{\n  "name": ', dumps_indented(info.name, 1),
@@ -421,8 +419,8 @@ class Executor:
     def _run_info_step_texts(self) -> list[bytes]:
         """Each step's info as compact JSON with sorted keys: exactly the pieces of the text Marin hashes to name
         the run info file (``json.dumps(step_infos, sort_keys=True)``), and the run info's own step entries.
-        Bytes, joined once around the version's own bytes: a nested version is most of the text (16 MB for
-        1,000 layered steps), and is never decoded, copied twice or re-encoded."""
+        Bytes, joined once around the version's own bytes: a nested version is most of the text, and is never
+        decoded, copied twice or re-encoded."""
         texts = []
         version_bytes = self._table.version_bytes
         for info, step in zip(self.step_infos, self.steps, strict=True):
@@ -464,7 +462,7 @@ class Executor:
         """The run info JSON: Marin's content, one step per line.
 
         Marin writes it with ``indent=2``; a step's version nests its dependencies' versions, so indenting
-        multiplies the size (a 10,000-step layered graph: 184 MB indented). Each step here is the compact
+        multiplies the size. Each step here is the compact
         sorted-key text Marin hashes for the file name anyway, so it is encoded once, and streamed out.
         """
         from marinbuild.store import fs
@@ -859,8 +857,9 @@ _YAML_WORDS = frozenset({"null", "~", "true", "false", "yes", "no", "on", "off",
 
 def parse_main_args_simply(argv: list[str]) -> ExecutorMainConfig | None:
     """``ExecutorMainConfig`` from the flags scripts pass (``--prefix DIR``, ``--dry_run true``, ``--run_only
-    '["a"]'``, ...), as draccus would parse them, without importing draccus (~0.1 s of every run). None for
-    anything else (``--help``, ``--config_path``, YAML beyond plain words): then draccus parses it."""
+    '["a"]'``, ...), as draccus would parse them, without importing draccus (kept under the complexity rule:
+    ``bench/run.py``'s no-op rows, docs/performance.md). None for anything else (``--help``, ``--config_path``,
+    YAML beyond plain words): then draccus parses it."""
     values: dict[str, Any] = {}
     i = 0
     while i < len(argv):

@@ -1,7 +1,7 @@
 """Batched status reads for remote prefixes: a few listings instead of a request per step.
 
-Deciding what is built must not cost one sequential round trip per step (100-200 ms each on
-GCS). For ``gs://`` paths, ``read_statuses`` lists instead of reading:
+Deciding what is built must not cost one sequential round trip per step. For ``gs://`` paths,
+``read_statuses`` lists instead of reading:
 
 - steps are grouped by parent folder (``<prefix>/tokenized/`` holds every tokenize step); a group
   of at least ``GROUP_MIN`` is listed in chunks of ``CHUNK_STEPS`` consecutive step folders, each
