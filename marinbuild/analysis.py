@@ -278,7 +278,7 @@ def _code_of(rule: RuleType, workspace: Workspace, stat_cache: StatCache | None,
         digest = file_digest(path, stat_cache)
         if digest is None:
             continue
-        entry = {"path": display_path(path, workspace.root), "xxh3": digest}
+        entry = {"path": display_path(path, workspace.root, stat_cache), "xxh3": digest}
         code[name] = versioned(entry) if in_key else entry
     return code or None
 

@@ -36,11 +36,13 @@ __all__ = ["CODE_RECORD", "CodeChanges", "changed", "display_path", "file_digest
 CODE_RECORD = ".marinbuild_code.json"
 
 
-def display_path(path: str | os.PathLike[str], root: Path) -> str:
-    """``path`` relative to the workspace ``root`` when inside it, else absolute."""
-    resolved = Path(path).resolve()
+def display_path(path: str | os.PathLike[str], root: Path, stat_cache: Any = None) -> str:
+    """``path`` relative to the workspace ``root`` when inside it, else absolute. With the build's ``stat_cache``
+    (``marinbuild.load.StatCache``), each path is resolved once per build."""
+    resolve = stat_cache.resolve if stat_cache is not None else (lambda p: Path(p).resolve())
+    resolved = resolve(path)
     try:
-        return resolved.relative_to(root.resolve()).as_posix()
+        return resolved.relative_to(resolve(root)).as_posix()
     except ValueError:
         return str(resolved)
 
@@ -76,10 +78,11 @@ def step_code(step: Any, root: Path, stat_cache: Any = None) -> dict[str, str]:
             out[value["path"]] = value["xxh3"]
         return out
     path = _defining_file(step.fn)
-    if path is None or not Path(path).resolve().is_relative_to(root.resolve()):
+    resolve = stat_cache.resolve if stat_cache is not None else (lambda p: Path(p).resolve())
+    if path is None or not resolve(path).is_relative_to(resolve(root)):
         return {}
     digest = file_digest(path, stat_cache)
-    return {display_path(path, root): digest} if digest is not None else {}
+    return {display_path(path, root, stat_cache): digest} if digest is not None else {}
 
 
 def record(output_path: str, code: dict[str, str]) -> None:

@@ -113,7 +113,8 @@ def _python_step_analyze(actx: AnalysisContext) -> Any:
     if module_file.is_file() and not _defines(module_file, function_name):
         raise actx.error(f"python_step: fn {spec!r}: {module_file} defines no top-level {function_name!r}")
     code = {}
-    if module_file.is_file() and module_file.resolve().is_relative_to(root.resolve()):
+    resolve = actx.stat_cache.resolve if actx.stat_cache is not None else Path.resolve
+    if module_file.is_file() and resolve(module_file).is_relative_to(resolve(root)):
         code["fn"] = (module_file, actx.attr.code_in_key)
     return actx.target_step(code)
 
