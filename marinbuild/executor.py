@@ -330,6 +330,8 @@ class Executor:
         self.version_strs = t.version_strs
         self.version_bytes = t.version_bytes
         """``version_strs`` as the ASCII bytes that are hashed (not one of Marin's attributes; no decoding)."""
+        self.action_digest = t.action_digest
+        """``step -> sha256 of its version string``, the action cache's key (not one of Marin's attributes)."""
         self.version_str_to_step = t.version_str_to_step
         self.hashed_versions = t.hashed_versions
         self.output_paths = t.output_paths
@@ -421,9 +423,9 @@ class Executor:
         """Each step's entry of the run info (``marinbuild.store.run_info.step_pieces``), made as it is consumed."""
         from marinbuild.store import run_info
 
-        version_bytes = self._table.version_bytes
+        pieces = self._table.version_pieces
         for info, step in zip(self.step_infos, self.steps, strict=True):
-            yield run_info.step_pieces(info, version_bytes[step])
+            yield run_info.step_pieces(info, pieces[step])
 
     def _run_info_path(self) -> str:
         """Where the run info of the steps computed so far goes (hashes every step's entry; writes nothing)."""
@@ -600,7 +602,7 @@ class Executor:
                 bus=bus,
                 settings=settings,
                 cancel=cancel,
-                action=ActionKey.of(self.version_bytes[step], step.name, step.override_output_path is not None),
+                action=ActionKey(self._table.action_digest(step), step.name, step.override_output_path is not None),
             )
             for step in plan.to_run
         }

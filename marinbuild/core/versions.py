@@ -19,6 +19,7 @@ import gc
 import hashlib
 import os
 import re
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from marinbuild.core.gc_control import gc_paused
@@ -158,11 +159,35 @@ class VersionStrIndex(_CompletedOnRead):
         return dict.__len__(self)
 
 
+class VersionBytes(Mapping[ExecutorStep, bytes]):
+    """``step -> version string as ASCII bytes``, a read-only view of the table's pieces: a step consumers inline
+    (``depth <= MAX_INLINE_DEPTH``) is kept joined, as the one piece its consumers' strings are made of; a deeper
+    step is kept as its pieces (its config's text and references to its inlined dependencies' bytes) and joined
+    here on each read, never kept. The deep steps' strings are most of the text (in a layered graph, the layer
+    just above the inlining depth nests ~360 versions each) and are read only for hashing and the run info."""
+
+    def __init__(self, pieces: dict[ExecutorStep, tuple[bytes, ...]]):
+        self._pieces = pieces
+
+    def __getitem__(self, step: ExecutorStep) -> bytes:
+        pieces = self._pieces[step]
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def __contains__(self, step: object) -> bool:
+        return step in self._pieces
+
+    def __iter__(self) -> Iterator[ExecutorStep]:
+        return iter(self._pieces)
+
+    def __len__(self) -> int:
+        return len(self._pieces)
+
+
 class VersionStrs(_CompletedOnRead):
     """Marin's ``version_strs`` (step -> version string), decoded on first read from the ASCII bytes the
     engine hashes: a no-op build of 10,000 steps hashes tens of MB of version text and reads little of it."""
 
-    def __init__(self, source: dict[ExecutorStep, bytes]):
+    def __init__(self, source: Mapping[ExecutorStep, bytes]):
         super().__init__()
         self._source = source
 
@@ -206,9 +231,13 @@ class VersionTable:
         self.dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.pseudo_dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.versions: dict[ExecutorStep, dict[str, Any]] = {}
-        self.version_bytes: dict[ExecutorStep, bytes] = {}
-        """Each version string as the ASCII bytes it is hashed from (``version_strs`` decodes them on read)."""
+        self.version_pieces: dict[ExecutorStep, tuple[bytes, ...]] = {}
+        """Each version string as the ASCII byte pieces it is hashed from: one joined piece for a step consumers
+        inline, the unjoined pieces for a deeper one (see ``VersionBytes``)."""
+        self.version_bytes: Mapping[ExecutorStep, bytes] = VersionBytes(self.version_pieces)
+        """Each version string as ASCII bytes (joined on read for deep steps)."""
         self.version_strs: dict[ExecutorStep, str] = VersionStrs(self.version_bytes)
+        self._action_digests: dict[ExecutorStep, str] = {}
         self.version_str_to_step: dict[str, ExecutorStep] = VersionStrIndex(self)
         self._canonical_by_md5: dict[str, ExecutorStep] = {}
         self._canonical: dict[ExecutorStep, ExecutorStep] = {}
@@ -302,6 +331,17 @@ class VersionTable:
             on_stack.discard(id(current))
             self._record(current, pseudo, frame[2])
 
+    def action_digest(self, step: ExecutorStep) -> str:
+        """The sha256 of the step's version string (``marinbuild.store.action_cache.version_digest``), hashed from
+        its pieces once per build: the plan, the runner and the no-op snapshot all key actions by it."""
+        digest = self._action_digests.get(step)
+        if digest is None:
+            sha = hashlib.sha256()
+            for piece in self.version_pieces[step]:
+                sha.update(piece)
+            digest = self._action_digests[step] = sha.hexdigest()
+        return digest
+
     def indented_version(self, step: ExecutorStep) -> str:
         """``json.dumps(self.versions[step], indent=2)``, composed from the dependencies' texts."""
         text = self._indented.get(step)
@@ -353,14 +393,14 @@ class VersionTable:
     def _dep_versions(self, deps: list[ExecutorStep], parts: list[bytes]) -> list[Any]:
         """The dependencies as a consumer's version lists them (inlined, or ``"name-hash"`` when deeper than
         ``MAX_INLINE_DEPTH``); their JSON texts, comma-separated, are appended to ``parts``."""
-        depth, versions, vbytes = self.depth, self.versions, self.version_bytes
+        depth, versions, pieces = self.depth, self.versions, self.version_pieces
         listed: list[Any] = []
         for i, dep in enumerate(deps):
             if i:
                 parts.append(b", ")
             if depth[dep] <= MAX_INLINE_DEPTH:
                 listed.append(versions[dep])
-                parts.append(vbytes[dep])
+                parts.append(pieces[dep][0])  # an inlined step is kept joined
             else:
                 text, encoded = self._short_form(dep)
                 listed.append(text)
@@ -368,7 +408,10 @@ class VersionTable:
         return listed
 
     def _record(self, step: ExecutorStep, pseudo: bool, collected: Any) -> None:
-        depth, versions, vbytes = self.depth, self.versions, self.version_bytes
+        depth, versions = self.depth, self.versions
+        canonical_of = self._canonical
+        blocking = [canonical_of[d] for d in collected.dependencies]
+        step_depth = 1 + max([depth[d] for d in blocking]) if blocking else 0
         # The version string, as the one list of byte pieces it is joined from (one copy of the big pieces).
         parts = [b'{"config": ', dumps_sorted(collected.version).encode(), b', "dependencies": [']
         dep_versions = self._dep_versions(collected.dependencies, parts)
@@ -380,8 +423,15 @@ class VersionTable:
             version["pseudo_dependencies"] = self._dep_versions(collected.pseudo_dependencies, parts)
             parts.append(b"]")
         parts.append(b"}")
-        version_bytes = b"".join(parts)
-        md5 = hashlib.md5(version_bytes).hexdigest()
+        if step_depth <= MAX_INLINE_DEPTH:  # consumers inline it: one piece
+            kept: tuple[bytes, ...] = (b"".join(parts),)
+            md5 = hashlib.md5(kept[0]).hexdigest()
+        else:  # no consumer inlines it: its pieces, hashed without joining them
+            kept = tuple(parts)
+            digest = hashlib.md5()
+            for piece in kept:
+                digest.update(piece)
+            md5 = digest.hexdigest()
         hashed = md5[:6]
         output_path = self._under_prefix(step.name + "-" + hashed)
         if step.override_output_path is not None:
@@ -398,14 +448,12 @@ class VersionTable:
         self._canonical[step] = canonical
 
         self.configs.defer(step, step.config, output_path)  # type: ignore[attr-defined]
-        canonical_of = self._canonical
-        blocking = [canonical_of[d] for d in collected.dependencies]
         self.dependencies[step] = blocking
         self.pseudo_dependencies[step] = [canonical_of[d] for d in collected.pseudo_dependencies]
         versions[step] = version
         self._step_by_version_id[id(version)] = step
-        vbytes[step] = version_bytes
+        self.version_pieces[step] = kept
         self.hashed_versions[step] = hashed
         self.output_paths[step] = output_path
         self.is_pseudo_dep[step] = pseudo
-        depth[step] = 1 + max([depth[d] for d in blocking]) if blocking else 0
+        depth[step] = step_depth

@@ -43,9 +43,9 @@ HEAD_KEYS = ("worker_id", "git_commit", "caller_path", "created_date", "user", "
 """The top-level keys before ``steps``, in Marin's order."""
 
 
-def step_pieces(info: Any, version: bytes) -> Pieces:
+def step_pieces(info: Any, version: Pieces) -> Pieces:
     """``json.dumps(asdict(info) without description, sort_keys=True)`` of an ``ExecutorStepInfo``, with
-    ``version`` (the step's version string as bytes) in place."""
+    ``version`` (the step's version string as byte pieces, ``VersionTable.version_pieces``) in place."""
     override = info.override_output_path
     head = (
         '{"config": '
@@ -62,7 +62,7 @@ def step_pieces(info: Any, version: bytes) -> Pieces:
         + ("null" if override is None else dumps_sorted(override))
         + ', "version": '
     )
-    return (head.encode(), version, b"}")
+    return (head.encode(), *version, b"}")
 
 
 def script_name(caller_path: str) -> str:
