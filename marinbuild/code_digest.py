@@ -39,10 +39,11 @@ CODE_RECORD = ".marinbuild_code.json"
 def display_path(path: str | os.PathLike[str], root: Path, stat_cache: Any = None) -> str:
     """``path`` relative to the workspace ``root`` when inside it, else absolute. With the build's ``stat_cache``
     (``marinbuild.load.StatCache``), each path is resolved once per build."""
-    resolve = stat_cache.resolve if stat_cache is not None else (lambda p: Path(p).resolve())
-    resolved = resolve(path)
+    if stat_cache is not None:
+        return stat_cache.display_path(path, root)
+    resolved = Path(path).resolve()
     try:
-        return resolved.relative_to(resolve(root)).as_posix()
+        return resolved.relative_to(root.resolve()).as_posix()
     except ValueError:
         return str(resolved)
 
@@ -133,9 +134,16 @@ class CodeChanges:
         for s in todo:
             self.found[s] = []
         if with_code:
-            with ThreadPoolExecutor(max_workers=min(16, len(with_code))) as pool:
-                results = pool.map(lambda s: changed(executor.output_paths[s], codes[s]), with_code)
-                self.found.update(zip(with_code, results, strict=True))
+            from marinbuild.store import fs
+
+            def one(s: Any) -> list[str]:
+                return changed(executor.output_paths[s], codes[s])
+
+            if all(fs.is_local(executor.output_paths[s]) for s in with_code):  # a thread per read costs more here
+                self.found.update((s, one(s)) for s in with_code)
+            else:
+                with ThreadPoolExecutor(max_workers=min(16, len(with_code))) as pool:
+                    self.found.update(zip(with_code, pool.map(one, with_code), strict=True))
         return {s: self.found[s] for s in dict.fromkeys(steps)}
 
     def code_of(self, step: Any) -> dict[str, str]:

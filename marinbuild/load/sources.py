@@ -29,6 +29,7 @@ class StatCache:
         self.entries: dict[str, list[int | str]] = {}
         self.dirty = False
         self._resolved: dict[str, Path] = {}
+        self._display: dict[tuple[str, str], str] = {}
         if self.path is not None:
             self._read()
 
@@ -50,6 +51,20 @@ class StatCache:
         if resolved is None:
             resolved = self._resolved[key] = Path(key).resolve()
         return resolved
+
+    def display_path(self, path: str | os.PathLike[str], root: Path) -> str:
+        """``path`` resolved, relative to the resolved ``root`` when inside it (POSIX form), else absolute; once per
+        (path, root) for the life of this cache."""
+        key = (os.fspath(path), os.fspath(root))
+        shown = self._display.get(key)
+        if shown is None:
+            resolved = self.resolve(path)
+            try:
+                shown = resolved.relative_to(self.resolve(root)).as_posix()
+            except ValueError:
+                shown = str(resolved)
+            self._display[key] = shown
+        return shown
 
     def lookup(self, key: str, st: os.stat_result) -> str | None:
         entry = self.entries.get(key)
