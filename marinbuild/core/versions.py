@@ -5,11 +5,18 @@ A step's version is ``{"name", "config" (its versioned values), "dependencies": 
 written as ``"name-hash"``. The version string is ``json.dumps(version, sort_keys=True)``
 and the output path ``<prefix>/<name>-<md5(version_str)[:6]>``.
 
-Two things differ from Marin, neither visible in the results:
+What differs from Marin, none of it visible in the results (``tests/test_compat_vectors.py``):
 - the walk is iterative, so a 10,000-step chain does not hit Python's recursion limit;
 - a version string is composed from its dependencies' already-computed strings instead
   of serialising every nested version again for each consumer (byte-identical, because
-  ``json.dumps`` of a nested sorted dict is the nested dict's own sorted dump).
+  ``json.dumps`` of a nested sorted dict is the nested dict's own sorted dump);
+- a step no consumer inlines keeps its version string as those pieces, unjoined
+  (``VersionBytes``); ``version_strs`` decodes a string when it is read (``VersionStrs``);
+- an ``.executor_info`` text slots each dependency's already-indented version into its
+  consumers' (``dumps_indented_with``).
+The last two earn their complexity on ``bench/versions_bench.py``'s rows (peak memory, and
+the time a cold build spends on info texts); configs are instantiated as versions are
+recorded, as Marin does, since deferring them saved little.
 """
 
 from __future__ import annotations
@@ -84,42 +91,6 @@ class _CompletedOnRead(dict, metaclass=abc.ABCMeta):
     def __repr__(self) -> str:
         self._complete()
         return dict.__repr__(self)
-
-
-class LazyConfigs(_CompletedOnRead):
-    """``step -> instantiated config``, computed on first access (most no-op builds never need one).
-
-    Iterating, sizing or copying it instantiates every pending config first, so it behaves
-    as the plain dict Marin's ``Executor.configs`` is.
-    """
-
-    def __init__(self, output_paths: dict[ExecutorStep, str], prefix: str):
-        super().__init__()
-        self._pending: dict[ExecutorStep, tuple[Any, str]] = {}
-        self._output_paths = output_paths
-        self._prefix = prefix
-
-    def defer(self, step: ExecutorStep, config: Any, output_path: str) -> None:
-        self._pending[step] = (config, output_path)
-
-    def __missing__(self, step: ExecutorStep) -> Any:
-        raw, output_path = self._pending.pop(step)  # KeyError for unknown steps, as a dict
-        value = instantiate_config(raw, output_path, self._output_paths, self._prefix)
-        dict.__setitem__(self, step, value)
-        return value
-
-    def _complete(self) -> None:
-        for step in list(self._pending):
-            self[step]
-
-    def get(self, step: Any, default: Any = None) -> Any:
-        return self[step] if step in self else default
-
-    def __contains__(self, step: object) -> bool:
-        return dict.__contains__(self, step) or step in self._pending
-
-    def __len__(self) -> int:
-        return dict.__len__(self) + len(self._pending)
 
 
 class VersionStrIndex(_CompletedOnRead):
@@ -227,7 +198,7 @@ class VersionTable:
         self.prefix = prefix
         self.steps: list[ExecutorStep] = []
         self.output_paths: dict[ExecutorStep, str] = {}
-        self.configs: dict[ExecutorStep, Any] = LazyConfigs(self.output_paths, prefix)
+        self.configs: dict[ExecutorStep, Any] = {}
         self.dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.pseudo_dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.versions: dict[ExecutorStep, dict[str, Any]] = {}
@@ -447,7 +418,6 @@ class VersionTable:
             self.duplicate_names.add(step.name)
         self._canonical[step] = canonical
 
-        self.configs.defer(step, step.config, output_path)  # type: ignore[attr-defined]
         self.dependencies[step] = blocking
         self.pseudo_dependencies[step] = [canonical_of[d] for d in collected.pseudo_dependencies]
         versions[step] = version
@@ -455,5 +425,6 @@ class VersionTable:
         self.version_pieces[step] = kept
         self.hashed_versions[step] = hashed
         self.output_paths[step] = output_path
+        self.configs[step] = instantiate_config(step.config, output_path, self.output_paths, self.prefix)
         self.is_pseudo_dep[step] = pseudo
         depth[step] = step_depth
