@@ -9,6 +9,8 @@ A target of an ordinary rule becomes one step named ``output_name`` (default
   through a stat cache, so an unchanged file is not read again), so editing the file
   rebuilds exactly what depends on it.
 The step's function, ``run_target``, calls the rule's implementation with a ``RuleContext``.
+Two attribute names mean something to analysis itself: ``resources`` (what the step asks the backend
+for) and ``override_output_path`` (the output folder set by hand, as in Marin).
 
 A rule with an ``analyze`` hook (Python experiment scripts) returns existing
 ``ExecutorStep``s instead; their versions are then exactly what the script alone gives.
@@ -258,6 +260,7 @@ def _target_step(target: Target, loaded: LoadedWorkspace, workspace: Workspace, 
         ),
         description=rule.doc or None,
         resources=_resources(target),
+        override_output_path=_override_output_path(target),
     )
 
 
@@ -300,6 +303,13 @@ def _find_code(rule: RuleType, workspace: Workspace, stat_cache: StatCache | Non
 def _resources(target: Target) -> Any:
     value = target.attrs.get("resources")
     return thaw(value) if value is not None else None
+
+
+def _override_output_path(target: Target) -> str | None:
+    """A rule with an ``override_output_path`` attribute (``download``) places its output by hand, as Marin's
+    ``ExecutorStep(override_output_path=...)`` does: relative to the prefix, or absolute."""
+    value = target.attrs.get("override_output_path")
+    return str(value) if value else None
 
 
 def load_script_steps(script: Path, workspace_root: Path) -> dict[str, ExecutorStep]:

@@ -4,12 +4,16 @@
 
     raw_data(name = "stories", srcs = glob(["data/train-*.jsonl.gz"]))
     raw_data(name = "dclm", urls = ["gs://marin-us-central2/raw/dclm/a3b142c/**/*.jsonl.zst"])
+    raw_data(name = "proofpile_train", downloads = [":proofpile_2_raw"], patterns = ["**/train/*.jsonl.zst"])
 
 Workspace files (``srcs``) are hashed by content (xxh3-128) into the version, so editing
 one rebuilds exactly what reads it; they are copied into the output folder, which then
 stands alone. URLs (``urls``, globs allowed) are versioned as written and read in place
 when a consumer runs: nothing is fetched while the graph is loaded, queried, explained or
 dry-run. Pin what a URL points at in the URL itself (a revision folder), as Marin does.
+``downloads`` are ``download`` targets: their document files (by suffix), or those matching
+``patterns``, are read in place, as URLs are (``tokenize`` and ``train_tokenizer`` also take
+``download`` targets directly, with all their document files).
 The output is ``manifest.json`` (see ``marinbuild.ml.corpus``) and ``files/``.
 """
 
@@ -26,10 +30,12 @@ from marinbuild.load import attr, rule
 def _raw_data_impl(ctx: RuleContext) -> dict[str, Any]:
     import fsspec
 
-    from marinbuild.ml.corpus import count_documents, document_format, write_manifest
+    from marinbuild.ml.corpus import count_documents, document_format, download_documents, write_manifest
 
-    if not ctx.attr.srcs and not ctx.attr.urls:
-        raise ValueError(f"raw_data {ctx.label}: give srcs (workspace files) or urls")
+    if not ctx.attr.srcs and not ctx.attr.urls and not ctx.attr.downloads:
+        raise ValueError(f"raw_data {ctx.label}: give srcs (workspace files), urls or downloads")
+    if ctx.attr.patterns and not ctx.attr.downloads:
+        raise ValueError(f"raw_data {ctx.label}: patterns select among downloads' files; give downloads")
     package_dir = ctx.workspace / ctx.package if ctx.package else ctx.workspace
     files: list[str] = []
     for src in ctx.attr.srcs:
@@ -45,8 +51,11 @@ def _raw_data_impl(ctx: RuleContext) -> dict[str, Any]:
     for url in ctx.attr.urls:
         if not any(ch in url for ch in "*?["):
             document_format(url)
-    documents = count_documents(files) if files and not ctx.attr.urls else None
-    return write_manifest(ctx.output_path, files, list(ctx.attr.urls), documents)
+    urls = list(ctx.attr.urls)
+    for output in ctx.attr.downloads:
+        urls.extend(download_documents(output, ctx.attr.patterns))
+    documents = count_documents(files) if files and not urls else None
+    return write_manifest(ctx.output_path, files, urls, documents)
 
 
 raw_data = rule(
@@ -54,7 +63,11 @@ raw_data = rule(
     attrs={
         "srcs": attr.source_files(doc="document files of this package (.jsonl[.gz], .json, .parquet); content-hashed"),
         "urls": attr.list(of=str, doc="fsspec URLs or globs of document files, read in place (never fetched early)"),
+        "downloads": attr.label_list(doc="download targets: their document files, read in place"),
+        "patterns": attr.list(of=str, doc="with downloads: globs selecting among their files, relative to each "
+                                          "download's output folder (default: every document file)"),
         "description": attr.string(versioned=False, doc="what the data is, for people"),
     },
-    doc="A collection of documents: workspace files (content-hashed, copied) or fsspec URLs (read in place).",
+    doc="A collection of documents: workspace files (content-hashed, copied), fsspec URLs or download targets "
+        "(read in place).",
 )

@@ -7,7 +7,7 @@
     tokenize(name = "dclm_tokenized", train = [":dclm"], tokenizer_name = "meta-llama/Meta-Llama-3.1-8B",
              shard_resources = {"cpu": 1, "memory": "4g"})
 
-``train`` and ``validation`` are ``raw_data`` targets (JSON lines, gzipped or not, JSON or
+``train`` and ``validation`` are ``raw_data`` or ``download`` targets (JSON lines, gzipped or not, JSON or
 Parquet, text under ``text_key``). The tokenizer is a ``train_tokenizer`` target
 (``tokenizer``) or, in ``tokenizer_name``, an existing tokenizer directory (local or
 fsspec) or a Hugging Face Hub name (which needs the network when the step runs; nothing
@@ -37,8 +37,8 @@ def _tokenize_impl(ctx: RuleContext) -> dict[str, Any]:
 tokenize = rule(
     implementation=_tokenize_impl,
     attrs={
-        "train": attr.label_list(doc="raw_data targets: the training documents"),
-        "validation": attr.label_list(doc="raw_data targets: the validation documents"),
+        "train": attr.label_list(doc="raw_data or download targets: the training documents"),
+        "validation": attr.label_list(doc="raw_data or download targets: the validation documents"),
         "tokenizer": attr.label(doc="a train_tokenizer target"),
         "tokenizer_name": attr.string(doc="or: a tokenizer directory (local or fsspec) or a Hugging Face Hub name"),
         "text_key": attr.string(default="text", doc="the field of each record holding its text"),

@@ -39,7 +39,7 @@ def _train_tokenizer_impl(ctx: RuleContext) -> dict[str, Any]:
 train_tokenizer = rule(
     implementation=_train_tokenizer_impl,
     attrs={
-        "data": attr.label_list(mandatory=True, doc="raw_data targets whose documents train the tokenizer"),
+        "data": attr.label_list(mandatory=True, doc="raw_data or download targets whose documents train the tokenizer"),
         "vocab_size": attr.int(default=1024, doc="vocabulary size, including 256 bytes and 3 special tokens"),
         "min_frequency": attr.int(default=2, doc="a merge must occur at least this often"),
         "text_key": attr.string(default="text", doc="the field of each record holding its text"),

@@ -50,7 +50,9 @@ def read_manifest(raw_output: str) -> dict[str, Any]:
         with fsspec.open(path, "r") as f:
             return json.load(f)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{raw_output} has no {MANIFEST}: is it the output of a raw_data target?") from None
+        raise FileNotFoundError(
+            f"{raw_output} has no {MANIFEST}: is it the output of a raw_data or download target?"
+        ) from None
 
 
 def expand(patterns: Iterable[str]) -> list[str]:
@@ -69,14 +71,74 @@ def expand(patterns: Iterable[str]) -> list[str]:
     return out
 
 
+def is_document(path: str) -> bool:
+    try:
+        document_format(path)
+    except ValueError:
+        return False
+    return True
+
+
 def document_paths(raw_outputs: Iterable[str]) -> list[str]:
-    """Every document file of these ``raw_data`` outputs, in order (globs expanded)."""
+    """Every document file of these ``raw_data`` or ``download`` outputs, in order (globs expanded).
+
+    Of a ``download`` output, the files with a document suffix (a dataset's README.md or
+    .gitattributes is not a document); of a folder Marin's own download step made (its
+    ``provenance.json``, no manifest of ours), every document file below it, sorted."""
     paths: list[str] = []
     for raw in raw_outputs:
-        manifest = read_manifest(raw)
-        paths.extend(manifest.get("files", []))
-        paths.extend(expand(manifest.get("urls", [])))
+        paths.extend(_documents_of(raw))
     return paths
+
+
+def download_documents(output: str, patterns: list[str] | None = None) -> list[str]:
+    """The document files of a ``download`` output (or of a folder Marin's download step made), in order;
+    with ``patterns``, those whose path relative to the output folder (``subdir`` included) matches one
+    (``**`` crosses folders): the same paths whether the folder is a marinbuild download or Marin's."""
+    from marinbuild.ml import download
+    from marinbuild.ml.download_sources import matcher
+
+    wanted = matcher(list(patterns or []))
+    manifest = download.read_manifest(output)
+    if manifest is not None and manifest.get("kind") == "download":
+        subdir = (manifest.get("subdir") or "").strip("/")
+        relative = [f"{subdir}/{f['path']}" if subdir else f["path"] for f in manifest["files"]]
+        return [f"{output.rstrip('/')}/{r}" for r in relative if is_document(r) and wanted(r)]
+    if manifest is None and _exists(os.path.join(output, download.PROVENANCE)):
+        fs, root = fsspec.core.url_to_fs(output)
+        root = root.rstrip("/")
+        protocol = output.split("://", 1)[0] + "://" if "://" in output else ""
+        found = []
+        for path in sorted(fs.find(root)):
+            relative = path[len(root) + 1 :]
+            if relative.split("/", 1)[0] in download.RESERVED or not is_document(path) or not wanted(relative):
+                continue
+            found.append(protocol + path if protocol and "://" not in path else path)
+        if not found:
+            raise FileNotFoundError(
+                f"{output}: a Marin download folder with no document files matching {patterns or 'any name'}"
+            )
+        return found
+    raise FileNotFoundError(
+        f"{output} is not the output of a download target (no {download.MANIFEST} of kind "
+        f"download, no Marin {download.PROVENANCE})"
+    )
+
+
+def _documents_of(output: str) -> list[str]:
+    from marinbuild.ml import download
+
+    manifest = download.read_manifest(output)
+    if manifest is None or manifest.get("kind") == "download":
+        if manifest is not None or _exists(os.path.join(output, download.PROVENANCE)):
+            return download_documents(output)
+        manifest = read_manifest(output)  # raises, naming what is missing
+    return [*manifest.get("files", []), *expand(manifest.get("urls", []))]
+
+
+def _exists(path: str) -> bool:
+    fs, p = fsspec.core.url_to_fs(path)
+    return fs.exists(p)
 
 
 def iter_documents(path: str) -> Iterator[dict[str, Any]]:

@@ -9,6 +9,8 @@
   pending tasks). The step's own task waits in ``ray.wait``, and Ray releases a blocked task's
   CPUs while it waits, so shards do not deadlock on the CPUs the step itself asked for (other
   resources, such as memory or a TPU, stay held: give the step no more of those than it needs);
+- otherwise, with ``threads``, ``ThreadPool``: ``workers`` threads of the build process (I/O-bound
+  work: the ``download`` rule's files);
 - otherwise, ``LocalPool``: ``workers`` processes of a ``ProcessPoolExecutor`` (spawned, each
   loading the tokenizer once, dying with the build, its output appended to ``log_path``).
 
@@ -52,10 +54,14 @@ def in_ray_task() -> bool:
     return ray is not None and ray.is_initialized()
 
 
-def open_pool(workers: int, resources: dict[str, Any] | None, offline: bool, log_path: str | None = None) -> Pool:
-    """``log_path``: where local workers' output goes (levanter logs every cache it writes)."""
+def open_pool(workers: int, resources: dict[str, Any] | None, offline: bool, log_path: str | None = None,
+              threads: bool = False) -> Pool:
+    """``log_path``: where local workers' output goes (levanter logs every cache it writes). ``threads``: off
+    Ray, threads of this process instead of processes (for work that waits on I/O, such as downloads)."""
     if in_ray_task():
         return RayPool(resources or {"cpu": 1}, workers)
+    if threads:
+        return ThreadPool(workers or default_workers())
     return LocalPool(workers or default_workers(), offline, log_path)
 
 
@@ -105,6 +111,16 @@ class LocalPool:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+class ThreadPool(LocalPool):
+    """Jobs in threads of this process: for I/O-bound work (downloads), where a process per job buys nothing."""
+
+    name = "local threads"
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self._executor = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="marinbuild-pool")
 
 
 class RayPool:

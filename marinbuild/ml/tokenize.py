@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +34,7 @@ import fsspec
 
 from marinbuild.ml import shards as sh
 from marinbuild.ml.process import is_local
+from marinbuild.ml.run_log import RunLog
 
 METADATA = "tokenized.json"
 SHARD_LOG = "shards.jsonl"
@@ -152,30 +152,6 @@ class _Progress:
             logger.info("tokenize: %s", self.text())
 
 
-class _ShardLog:
-    """``logs/shards.jsonl``: a line per shard of this attempt, flushed at most every second and at the end."""
-
-    def __init__(self, output_path: str):
-        self.path = os.path.join(output_path, "logs", SHARD_LOG)
-        self.run = uuid.uuid4().hex[:12]
-        self.lines: list[str] = []
-        self.flushed = 0.0
-        fs, p = fsspec.core.url_to_fs(self.path)
-        self.old = fs.cat_file(p).decode() if fs.exists(p) else ""
-
-    def add(self, record: dict[str, Any]) -> None:
-        self.lines.append(json.dumps({"run": self.run, **record}))
-        if time.time() - self.flushed > 1.0:
-            self.flush()
-
-    def flush(self) -> None:
-        self.flushed = time.time()
-        fs, p = fsspec.core.url_to_fs(self.path)
-        fs.makedirs(os.path.dirname(p), exist_ok=True)
-        with fs.open(p, "w") as f:
-            f.write(self.old + "".join(line + "\n" for line in self.lines))
-
-
 def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
     """Build (or reuse) every shard of ``payload``'s splits, consolidate each split; return ``tokenized.json``."""
     from marinbuild.ml import shard_work
@@ -185,7 +161,7 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
     plans = plan_splits(payload)
     if not plans:
         raise ValueError("nothing to tokenize: no train or validation files")
-    log = _ShardLog(out)
+    log = RunLog(os.path.join(out, "logs", SHARD_LOG))
     results: dict[str, dict[str, Any]] = {}
     """Shard key -> its result (a file given twice, or in two splits, is one shard, built once)."""
     todo: dict[str, dict[str, Any]] = {}

@@ -30,7 +30,7 @@ def test_dry_run_lists_the_pipeline_and_writes_nothing(tmp_path):
     plan = {p["step"]: p["state"] for p in json.loads(proc.stdout)["plan"]}
     assert set(plan) == {f"experiments/{n}" for n in (
         "tootsie_8b", "dclm_baseline", "starcoderdata", "proofpile_2",
-        "dclm_baseline_raw", "starcoderdata_raw", "proofpile_2_raw")}
+        "dclm_baseline_raw", "starcoderdata_raw", "proofpile_2_raw", "proofpile_2_train")}
     assert set(plan.values()) == {"missing"}
     assert list(tmp_path.iterdir()) == []
 
@@ -41,8 +41,9 @@ def test_query_why_and_cache_status(tmp_path):
     kinds = {line.split()[-1]: line.split()[0] for line in deps.stdout.splitlines()}
     assert kinds[TARGET] == "train_lm"
     assert kinds["//experiments:dclm_baseline"] == "tokenize"
-    assert kinds["//experiments:proofpile_2_raw"] == "raw_data"
-    assert len(kinds) == 7
+    assert kinds["//experiments:proofpile_2_raw"] == "download"
+    assert kinds["//experiments:proofpile_2_train"] == "raw_data"
+    assert len(kinds) == 8
     direct = marinbuild("query", f"deps({TARGET}, 1)", prefix=tmp_path)
     assert sorted(direct.stdout.split()) == ["//experiments:dclm_baseline", "//experiments:proofpile_2",
                                              "//experiments:starcoderdata", TARGET]
@@ -77,7 +78,7 @@ s = Session.open(".", prefix="/nonexistent-prefix-for-analysis")
 s.load(["//experiments:tootsie_8b", "//experiments/quickstart:all"])
 s.analyse()
 heavy = sorted(m for m in ("jax", "jaxlib", "levanter", "haliax", "torch", "tokenizers", "matplotlib",
-                           "transformers", "equinox", "optax") if m in sys.modules)
+                           "transformers", "equinox", "optax", "huggingface_hub", "gcsfs") if m in sys.modules)
 print(",".join(heavy))
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

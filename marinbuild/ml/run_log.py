@@ -1,0 +1,48 @@
+"""A JSON-lines log of one step's work items, one line per item per attempt, kept across attempts.
+
+``RunLog(path)`` reads what earlier attempts wrote, then ``add(record)`` appends a line tagged with
+this attempt's ``run`` id; lines are written out at most every second and on ``flush()``. The whole
+file is rewritten each time (one object-store write, no append needed), so it suits logs of
+thousands of lines, not millions. The ``tokenize`` rule logs its shards here, ``download`` its files;
+tests read them to tell what an attempt did (built/fetched) from what it reused (cached).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from typing import Any
+
+import fsspec
+
+
+class RunLog:
+    def __init__(self, path: str):
+        self.path = path
+        self.run = uuid.uuid4().hex[:12]
+        self.lines: list[str] = []
+        self.flushed = 0.0
+        fs, p = fsspec.core.url_to_fs(self.path)
+        self.old = fs.cat_file(p).decode() if fs.exists(p) else ""
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.lines.append(json.dumps({"run": self.run, **record}))
+        if time.time() - self.flushed > 1.0:
+            self.flush()
+
+    def flush(self) -> None:
+        self.flushed = time.time()
+        fs, p = fsspec.core.url_to_fs(self.path)
+        fs.makedirs(os.path.dirname(p), exist_ok=True)
+        with fs.open(p, "w") as f:
+            f.write(self.old + "".join(line + "\n" for line in self.lines))
+
+
+def read_log(path: str) -> list[dict[str, Any]]:
+    """Every line of a ``RunLog`` file (none if it does not exist)."""
+    fs, p = fsspec.core.url_to_fs(path)
+    if not fs.exists(p):
+        return []
+    return [json.loads(line) for line in fs.cat_file(p).decode().splitlines() if line.strip()]
