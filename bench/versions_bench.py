@@ -9,8 +9,8 @@ Each row computes the same result both ways, in one process, on the versions of 
   indent=2)`` of each nested version (marinbuild's equivalent ``dumps_indented``). The two texts are compared.
 - ``version_strs``: decoded on read (a no-op build reads none) against every version string decoded: the
   memory the decoded strings take.
-- deep version strings kept as pieces (``VersionTable.version_pieces``) against every version string joined:
-  the memory of the joined bytes of steps no consumer inlines.
+- long version strings kept as pieces (``VersionTable.version_pieces``: references to their dependencies'
+  pieces) against every version string joined: the memory the joined strings would take.
 
 Times are CPU seconds of this process. Run: ``.venv/bin/python bench/versions_bench.py [--sizes 10000]
 [--doc docs/performance.md]`` (``--doc`` writes the table between the ``<!-- versions_bench -->`` markers).
@@ -33,7 +33,7 @@ MARKER = "versions_bench"
 
 def measure(n: int) -> list[list[str]]:
     from marinbuild.core.jsonenc import dumps_indented
-    from marinbuild.core.versions import MAX_INLINE_DEPTH
+    from marinbuild.core.versions import JOIN_UNDER
     from marinbuild.executor import Executor
 
     executor = Executor(prefix="/nonexistent/prefix", executor_info_base_path="/nonexistent/prefix/experiments")
@@ -53,7 +53,7 @@ def measure(n: int) -> list[list[str]]:
     del slotted, plain
 
     strs_mb = sum(len(table.version_bytes[s]) for s in steps) / 1e6  # an ASCII str takes its length in bytes
-    deep = [s for s in steps if table.depth[s] > MAX_INLINE_DEPTH]
+    deep = [s for s in steps if len(table.version_pieces[s]) > 1]
     deep_mb = sum(len(table.version_bytes[s]) for s in deep) / 1e6
     pieces_kb = sum(8 * len(table.version_pieces[s]) for s in deep) / 1e3  # a pointer per piece
     return [
@@ -73,7 +73,7 @@ def measure(n: int) -> list[list[str]]:
         ],
         [
             f"{n:,}",
-            f"version strings of the {len(deep):,} steps deeper than the inlining depth, as pieces",
+            f"the {len(deep):,} version strings over {JOIN_UNDER:,} bytes, as references to pieces",
             f"{pieces_kb:,.0f} kB",
             f"{deep_mb:,.0f} MB",
             f"{deep_mb:,.0f} MB less peak memory",

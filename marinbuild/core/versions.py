@@ -10,8 +10,9 @@ What differs from Marin, none of it visible in the results (``tests/test_compat_
 - a version string is composed from its dependencies' already-computed strings instead
   of serialising every nested version again for each consumer (byte-identical, because
   ``json.dumps`` of a nested sorted dict is the nested dict's own sorted dump);
-- a step no consumer inlines keeps its version string as those pieces, unjoined
-  (``VersionBytes``); ``version_strs`` decodes a string when it is read (``VersionStrs``);
+- a long version string is kept as those pieces, unjoined, with references to its
+  dependencies' pieces (``VersionBytes``); ``version_strs`` decodes a string when it is read
+  (``VersionStrs``);
 - an ``.executor_info`` text slots each dependency's already-indented version into its
   consumers' (``dumps_indented_with``).
 The last two earn their complexity on ``bench/versions_bench.py``'s rows (peak memory, and
@@ -36,6 +37,9 @@ from marinbuild.core.walk import collect_dependencies_and_version, instantiate_c
 
 MAX_INLINE_DEPTH = 4
 """Dependencies whose chain depth is at most this are inlined into a consumer's version."""
+JOIN_UNDER = 4096
+"""A version string at most this long is kept as one joined piece; a longer one as references to its pieces
+(``VersionBytes``)."""
 
 
 _SLOT = "\u0000marinbuild-slot-"
@@ -131,11 +135,12 @@ class VersionStrIndex(_CompletedOnRead):
 
 
 class VersionBytes(Mapping[ExecutorStep, bytes]):
-    """``step -> version string as ASCII bytes``, a read-only view of the table's pieces: a step consumers inline
-    (``depth <= MAX_INLINE_DEPTH``) is kept joined, as the one piece its consumers' strings are made of; a deeper
-    step is kept as its pieces (its config's text and references to its inlined dependencies' bytes) and joined
-    here on each read, never kept. The deep steps' strings are most of the text (in a layered graph, the layer
-    just above the inlining depth nests ~360 versions each) and are read only for hashing and the run info."""
+    """``step -> version string as ASCII bytes``, a read-only view of the table's pieces. A version string nests
+    its inlined dependencies' strings, so in a wide graph the same text recurs in thousands of consumers (a step
+    of a layered graph just above the inlining depth nests ~360 versions). A short string (``JOIN_UNDER``) is kept
+    joined; a longer one as the flat tuple of its pieces: its own fragments and references to the pieces of the
+    dependencies it inlines, nothing copied. Joined here on each read, never kept: the strings are read only to be
+    hashed (piece by piece) or written (the run info streams the pieces)."""
 
     def __init__(self, pieces: dict[ExecutorStep, tuple[bytes, ...]]):
         self._pieces = pieces
@@ -371,7 +376,7 @@ class VersionTable:
                 parts.append(b", ")
             if depth[dep] <= MAX_INLINE_DEPTH:
                 listed.append(versions[dep])
-                parts.append(pieces[dep][0])  # an inlined step is kept joined
+                parts.extend(pieces[dep])  # references to its pieces: nothing is copied
             else:
                 text, encoded = self._short_form(dep)
                 listed.append(text)
@@ -394,10 +399,10 @@ class VersionTable:
             version["pseudo_dependencies"] = self._dep_versions(collected.pseudo_dependencies, parts)
             parts.append(b"]")
         parts.append(b"}")
-        if step_depth <= MAX_INLINE_DEPTH:  # consumers inline it: one piece
+        if len(parts) <= 2 or sum(map(len, parts)) <= JOIN_UNDER:  # short: one piece
             kept: tuple[bytes, ...] = (b"".join(parts),)
             md5 = hashlib.md5(kept[0]).hexdigest()
-        else:  # no consumer inlines it: its pieces, hashed without joining them
+        else:  # long: its pieces, hashed without joining them
             kept = tuple(parts)
             digest = hashlib.md5()
             for piece in kept:
