@@ -222,3 +222,17 @@ def test_two_workspaces_share_one_gs_prefix(gs_prefix, tmp_path):
     assert build(one, "//pipe:other") == []
     out_b = gcs.filesystem().glob(gs_prefix + "/pipe/b-*/out.txt")
     assert len(out_b) == 1 and gcs.filesystem().cat_file(out_b[0]) == b"A+B"
+
+
+def test_run_info_is_uploaded_whole_and_named_by_its_steps(gs_prefix):
+    """The run info on an object store: spooled locally while hashed, uploaded as one object under Marin's name."""
+    a = gp.step("demo/a", "hello")
+    b = gp.step("demo/b", "world", inputs=[a])
+    ex = gp.executor(gs_prefix)
+    ex.run([b])
+    path = ex.executor_info_path
+    assert path is not None and path.startswith(gs_prefix + "/experiments/")
+    written = json.loads(_text(path))
+    assert [s["name"] for s in written["steps"]] == ["demo/a", "demo/b"]
+    assert written["prefix"] == gs_prefix
+    assert fs.filesystem_for(path).ls(gs_prefix + "/experiments", detail=False) == [path.split("://", 1)[1]]
