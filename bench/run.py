@@ -991,8 +991,7 @@ def doc_text(raw: dict[str, Any]) -> str:
     with contextlib.redirect_stdout(quiet):
         print_tables(report, raw["shapes"], raw["sizes"])
         print_cli_rows(report)
-    lines = [f"{line[3:]}:" if line.startswith("## ") else line for line in report.lines]  # the doc has its own
-    return "\n".join(lines)
+    return re.sub(r"^## (.*)$", r"\1:", "\n".join(report.lines), flags=re.MULTILINE)  # the doc has its headings
 
 
 def write_doc(path: Path, raw: dict[str, Any]) -> None:
