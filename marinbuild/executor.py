@@ -618,8 +618,10 @@ class Executor:
                     plan.to_run, self.dependencies, jobs, backend, bus,
                     max_concurrent=max_concurrent, keep_going=self.keep_going, cancel=cancel,
                 )
-            finally:
-                writing.result()
+            except BaseException:
+                writing.join()  # the build's own error (or an interrupt) is the one to raise
+                raise
+            writing.result()
         finally:
             if owned:
                 backend.shutdown()

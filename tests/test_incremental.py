@@ -15,7 +15,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import pipelines as pl
+import pytest
 from workspaces import write_workspace
+
+from marinbuild.executor import Executor
+from marinbuild.store import status
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -165,3 +170,15 @@ def test_a_run_info_writer_killed_just_before_its_rename_leaves_the_previous_fil
     again.communicate(timeout=120)
     assert again.returncode == 0
     assert _only_run_info(base)["created_date"] == "third"
+
+
+def test_a_run_info_that_cannot_be_written_fails_the_run_its_steps_still_commit(tmp_path: Path) -> None:
+    """The run info is written beside the steps, not before them: its error is the run's, once they are done."""
+    prefix = tmp_path / "prefix"
+    prefix.mkdir()
+    (prefix / "experiments").write_text("a file where the run infos' folder should be\n")
+    a = pl.step("demo/a", "hello")
+    executor = Executor(prefix=str(prefix), executor_info_base_path=str(prefix / "experiments"), listeners=[])
+    with pytest.raises(OSError):
+        executor.run([a])
+    assert status.read_status(executor.output_paths[a]) == status.STATUS_SUCCESS

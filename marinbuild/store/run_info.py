@@ -18,7 +18,8 @@ Contract:
   a local temporary file and uploaded as one object, which appears whole.
 - ``name(script, steps)`` is the path's file name without writing anything (a second pass when needed).
 - ``BackgroundWrite`` writes it on a thread of its own, so a build does not wait for it before starting its
-  steps: hashing and writing release the GIL; ``result()`` joins and re-raises what the writer raised.
+  steps: hashing and writing release the GIL; ``result()`` joins and re-raises what the writer raised, ``join()``
+  only waits (when the build has an error of its own to raise).
 
 Why streamed and on a thread: every run that runs a step has a new graph, so a new file; its size follows the
 whole graph (each step's version nests its dependencies' up to four levels deep), not the steps that ran.
@@ -161,6 +162,10 @@ class BackgroundWrite:
             self._path = self._work()
         except BaseException as exc:  # handed to whoever waits for the result
             self._error = exc
+
+    def join(self) -> None:
+        """Wait for the writer, whatever it did."""
+        self._thread.join()
 
     def result(self) -> str:
         """The path written; raises what the writer raised."""
