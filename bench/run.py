@@ -410,7 +410,9 @@ def measure_phase(peer: Peer, phase: str, expected: set[int], opts: Options,
         samples.append({"seconds": sample.seconds, "peak_rss_mb": sample.peak_rss_mb, "actions": count,
                         "warmup": k == 0, "ok": ok})
         if k == 0 and sample.seconds > opts.slow:
-            break  # too slow to repeat: the warm-up is the one sample
+            if phase != "noop":
+                break  # too slow to repeat: the warm-up is the one sample
+            total = 2  # a no-op's first run after a cold build records what the next one reads (the snapshot)
         k += 1
     timed = [s for s in samples if not s["warmup"]] or samples
     return {
