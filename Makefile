@@ -1,12 +1,18 @@
 # Every target creates or updates the project's virtualenv (.venv) first, with what it needs:
-# `make run` the base package only (plus EXTRAS, e.g. EXTRAS=ml for the ML rules), `make test` the dev stack.
+# `make run` the base package only (plus EXTRAS, e.g. EXTRAS=ml for the ML rules), `make check` and the tests the
+# dev stack.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PREFIX ?=
 EXTRAS ?=
 
-.PHONY: venv run test lint bench clean
+LINTED := marinbuild tests bench experiments rules
+# Without the suites that start a Ray cluster, fake-gcs-server or levanter (markers set in tests/conftest.py);
+# their three folders are wholly marked, so they are not even imported.
+FAST := -m "not ray and not gcs and not ml" --ignore=tests/ray --ignore=tests/gcs --ignore=tests/ml
+
+.PHONY: venv run check lint format test test-fast bench clean
 
 define install
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,14 +32,26 @@ venv: $(BIN)/.installed-dev
 run: $(BIN)/.installed-run-$(EXTRAS)  ## the main job: build the hello_world tutorial target
 	$(BIN)/marinbuild //experiments/tutorials:hello_world $(if $(PREFIX),--prefix $(PREFIX))
 
-test: $(BIN)/.installed-dev  ## the test suite
+check: $(BIN)/.installed-dev  ## ruff lint, ruff format --check, mypy on marinbuild/ (what CI runs before the tests)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
+
+lint: $(BIN)/.installed-dev  ## ruff lint only
+	$(BIN)/ruff check $(LINTED)
+
+format: $(BIN)/.installed-dev  ## rewrite the code in ruff format's style and apply ruff's safe fixes
+	$(BIN)/ruff format $(LINTED)
+	$(BIN)/ruff check --fix $(LINTED)
+
+test: $(BIN)/.installed-dev  ## the whole test suite (what CI runs)
 	$(BIN)/python -m pytest -q
 
-lint: $(BIN)/.installed-dev
-	$(BIN)/ruff check marinbuild tests bench experiments rules
+test-fast: $(BIN)/.installed-dev  ## the inner loop: without the Ray, GCS-emulator and training tests
+	$(BIN)/python -m pytest -q $(FAST)
 
 bench: $(BIN)/.installed-run-$(EXTRAS)
 	$(BIN)/python bench/engine_bench.py
 
 clean:
-	rm -rf $(VENV) local_store .pytest_cache
+	rm -rf $(VENV) local_store .pytest_cache .mypy_cache .ruff_cache

@@ -5,9 +5,8 @@ fan-out: one root, then N-1 steps that each depend on it (as ``engine_bench.py``
 ``fanout``); the plain-Ray version runs the root task, then the N-1 others at once.
 
 Both run in one process against one local Ray instance (the Ray backend's default: started
-here on 127.0.0.1), after a warm-up that starts the worker processes (and the Ray
-backend's bell actor, one per driver process), in alternating rounds; the medians are
-reported:
+here on 127.0.0.1), after a warm-up that starts the worker processes, in alternating rounds;
+the medians are reported:
 
 - ``plain ray``: ``ray.get`` of the tasks, nothing else;
 - ``marinbuild``: ``Executor(...).run(steps)`` on a fresh prefix with the Ray backend as a build

@@ -150,6 +150,8 @@ class Sample:
     seconds: float
     peak_rss_mb: float
     exit_code: int
+    cpu_seconds: float = 0.0
+    """User and system CPU time of the process tree (``wait4``): what a loaded machine disturbs less than wall time."""
     timed_out: bool = False
 
 
@@ -162,7 +164,7 @@ def bench_env() -> dict[str, str]:
 
 
 def run_timed(cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path, timeout: float) -> Sample:
-    """Run ``cmd`` to completion; wall time from spawn to reaped exit, and its tree's peak RSS (``wait4``)."""
+    """Run ``cmd`` to completion; wall time from spawn to reaped exit, its tree's peak RSS and CPU time (``wait4``)."""
     with open(log_path, "ab") as out:
         out.write(f"\n$ (cd {shlex.quote(str(cwd))} && {shlex.join(cmd)})\n".encode())
         out.flush()
@@ -187,7 +189,8 @@ def run_timed(cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path, ti
         seconds = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
     rss = usage.ru_maxrss / (1024 * 1024) if sys.platform == "darwin" else usage.ru_maxrss / 1024
-    return Sample(seconds, rss, proc.returncode, timed_out.is_set())
+    return Sample(seconds, rss, proc.returncode, timed_out=timed_out.is_set(),
+                  cpu_seconds=usage.ru_utime + usage.ru_stime)
 
 
 def log_tail(path: Path, lines: int = 12) -> str:
@@ -407,7 +410,8 @@ def measure_phase(peer: Peer, phase: str, expected: set[int], opts: Options,
             problems.append(f"run {k}: {count} actions ran, expected {len(expected)}"
                             + (f"; unexpected nodes {extra[:5]}" if extra else "")
                             + (f"; missing nodes {missing[:5]}" if missing else ""))
-        samples.append({"seconds": sample.seconds, "peak_rss_mb": sample.peak_rss_mb, "actions": count,
+        samples.append({"seconds": sample.seconds, "cpu_seconds": sample.cpu_seconds,
+                        "peak_rss_mb": sample.peak_rss_mb, "actions": count,
                         "warmup": k == 0, "ok": ok})
         if k == 0 and sample.seconds > opts.slow:
             if phase != "noop":
@@ -417,6 +421,7 @@ def measure_phase(peer: Peer, phase: str, expected: set[int], opts: Options,
     timed = [s for s in samples if not s["warmup"]] or samples
     return {
         "seconds": statistics.median(s["seconds"] for s in timed),
+        "cpu_seconds": statistics.median(s["cpu_seconds"] for s in timed),
         "peak_rss_mb": max(s["peak_rss_mb"] for s in timed),
         "runs": len(timed),
         "cut_short": len(timed) < opts.runs,
@@ -467,15 +472,16 @@ def measure_peer(peer: Peer, opts: Options) -> dict[str, Any]:
 
 def median_of(cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path, runs: int,
               opts: Options) -> dict[str, Any]:
-    samples = []
+    samples, cpu = [], []
     for k in range(1 + runs):
         sample = run_timed(cmd, cwd, env, log_path, opts.timeout)
         if sample.exit_code != 0 or sample.timed_out:
             return {"error": error_summary(log_tail(log_path)), "command": shlex.join(cmd)}
         if k:
             samples.append(sample.seconds)
-    return {"seconds": statistics.median(samples), "runs": len(samples), "samples": samples,
-            "command": shlex.join(cmd)}
+            cpu.append(sample.cpu_seconds)
+    return {"seconds": statistics.median(samples), "cpu_seconds": statistics.median(cpu), "runs": len(samples),
+            "samples": samples, "command": shlex.join(cmd)}
 
 
 def query_lines(cmd: list[str], cwd: Path, env: dict[str, str]) -> int:

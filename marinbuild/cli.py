@@ -30,7 +30,7 @@ class UsageProblem(Exception):
     """Bad input from the user: printed as one line, exit 2."""
 
 
-_PATTERN_COMMANDS = ("build", "why")
+_PATTERN_COMMANDS = ("build", "why", "serve")
 """Subcommands whose arguments are target patterns, where ``-PATTERN`` subtracts."""
 
 
@@ -110,7 +110,7 @@ def _run_only(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     if value.lstrip().startswith("["):
         try:
             parsed = json.loads(value)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise click.BadParameter(f"not a JSON list ({exc.msg}): write e.g. '[\"tokenize\", \"train\"]'") from exc
         if not isinstance(parsed, list) or not all(isinstance(x, str) for x in parsed):
             raise click.BadParameter('a JSON list of regexes, e.g. \'["tokenize", "train"]\'')
@@ -171,6 +171,8 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     from marinbuild.resources import UnsatisfiableResourcesError
 
     session = _open_session(**settings)
+    report.event_log = (session.workspace.cache_dir, list(patterns), session.settings.prefix)
+    _export_serve_url(session.workspace, session.settings.prefix)
     key = _snapshot_key(session.workspace, session.settings, patterns)
     recorder = snapshot.Recorder(excluded=(str(session.workspace.cache_dir), session.settings.prefix)) \
         if key is not None else None
@@ -215,6 +217,10 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
         for line in where_to_look(executor, [by_path[p] for p in succeeded if p in by_path]):
             click.echo(f"marinbuild: {line}", err=True)
     if failed is not None:
+        from marinbuild.ui.where import failure_pages
+
+        for line in failure_pages(session.settings.prefix, report.summary.failures):
+            click.echo(f"marinbuild: {line}", err=True)
         click.echo(f"marinbuild: {failed}", err=True)
         raise SystemExit(EXIT_FAILED)
     if check_up_to_date and plan is not None:
@@ -252,6 +258,15 @@ def _warn_code_changed(session: Any, built: list[Any]) -> bool:
     return True
 
 
+def _export_serve_url(workspace: Any, prefix: str) -> None:
+    """``$MARINBUILD_SERVE_URL`` for this build (and the scripts it runs): the web view its pages are on, if any."""
+    from marinbuild.serve.url import ENV, serve_url
+
+    url = serve_url(workspace.cache_dir, workspace.config, prefix)
+    if url is not None:
+        os.environ[ENV] = url
+
+
 def _rebuild_steps(session: Any, patterns: tuple[str, ...]) -> list[Any]:
     """The steps of the targets ``--rebuild`` names; each must be among the targets this build analysed."""
     if not patterns:
@@ -273,6 +288,8 @@ class _Report:
         self.event_file, self.profile = event_file, profile
         self.summary: Any = None
         self.closers: list[Any] = []
+        self.event_log: tuple[Any, list[str], str] | None = None
+        """(the workspace's .marinbuild folder, the patterns, the prefix): where this build's event log goes."""
 
     def open(self) -> list[Any]:
         from marinbuild.ui.bep import BuildEventJsonWriter
@@ -285,6 +302,13 @@ class _Report:
             progress = ProgressDisplay(console_file=sys.stderr)
             listeners.append(progress)
             self.closers.append(progress)
+        if self.event_log is not None and not self.dry_run:
+            from marinbuild.ui.event_log import open_event_log
+
+            log = open_event_log(*self.event_log)
+            if log is not None:
+                listeners.append(log)
+                self.closers.append(log)
         if self.event_file:
             bep = BuildEventJsonWriter(self.event_file)
             listeners.append(bep)
@@ -416,6 +440,7 @@ def _noop_from_snapshot(patterns: tuple[str, ...], settings: dict[str, Any], rep
                     getattr(statuses, "actions", {}))
     except Exception:  # a damaged status, a path-hash collision...: the full path says what is wrong
         return False
+    report.event_log = (workspace.cache_dir, list(patterns), key.prefix)
     bus = ev.EventBus(report.open())
     try:
         for name, path, _digest, _overridden in found.steps:
@@ -595,6 +620,34 @@ def clean_command() -> None:
     click.echo(format_clean(clean(find_workspace("."))))
 
 
+@cli.command("serve")
+@click.argument("patterns", nargs=-1, shell_complete=_complete_labels)
+@click.option("--prefix", help="The prefix whose outputs are shown (default as for builds).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="The port to listen on (0: any free port).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address to listen on; anything but loopback is reachable from other machines.")
+def serve_command(patterns: tuple[str, ...], prefix: str | None, port: int, host: str) -> None:
+    """A read-only web view of PATTERN (default //...): the graph and each step's cache state, why, files and
+    logs, the runs, training curves; live while builds run."""
+    from marinbuild.load.workspace import find_workspace
+
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise UsageProblem(f"serve needs Starlette and uvicorn: pip install 'marinbuild[serve]' ({exc})") from exc
+    from marinbuild.serve.main import CannotListen, serve
+
+    workspace = find_workspace(".")
+    if prefix is not None and "://" not in prefix:
+        prefix = os.path.abspath(prefix)
+    try:
+        serve(str(workspace.root), list(patterns) or ["//..."], prefix, host, port)
+    except CannotListen as exc:
+        raise UsageProblem(str(exc)) from exc
+
+
 def _cluster_options(command: Any) -> Any:
     """--address and --cluster, shared by ``submit`` and the ``jobs`` commands."""
     command = click.option("--cluster", metavar="CONFIG|NAME",
@@ -609,7 +662,7 @@ def _json_resources(ctx: click.Context, param: click.Parameter, value: str | Non
         return None
     try:
         parsed = json.loads(value)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON ({exc.msg}): write e.g. '{{\"TPU\": 4}}'") from exc
     if not isinstance(parsed, dict) or not all(isinstance(v, int | float) for v in parsed.values()):
         raise click.BadParameter('a JSON object of resource names to numbers, e.g. \'{"TPU": 4}\'')
@@ -643,7 +696,7 @@ def submit_command(address: str | None, cluster: str | None, tpu: str | None, en
                                  entrypoint_resources=entrypoint_resources)
     except ImportError as exc:
         raise UsageProblem(f"submit needs Ray: pip install 'marinbuild[ray]' ({exc})") from exc
-    except ValueError as exc:  # a bad --tpu
+    except ValueError as exc:  # a bad --tpu, or an --extra whose pyproject entry is not a requirement
         raise UsageProblem(str(exc)) from exc
     click.echo(submission.job_id)
     if no_wait:
@@ -760,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
     skip_final_collection()
     try:
         cli.main(args=argv, prog_name="marinbuild", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as exc:  # type: ignore[attr-defined]
+    except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         return EXIT_USAGE
     except click.UsageError as exc:

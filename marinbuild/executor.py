@@ -8,19 +8,22 @@ event-driven, nothing recurses with graph depth, dry runs read statuses and say 
 would run, a runner that loses its lease never writes SUCCESS, and a step whose outputs
 are built does not rebuild its dependencies.
 
-This module stays light to import: storage and execution load when ``run`` is called.
+This module stays light to import: storage and execution load when ``run`` is called, and only the
+modules the run needs (a no-op loads no backend, no resource or runtime-env code). Kept under the
+complexity rule on ``bench/run.py``'s no-op and script-alone rows (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import datetime
+import functools
 import json
 import logging
 import os
 import re
 import sys
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -202,12 +205,8 @@ def _fn_name(fn: ExecutorFunction, short: bool = False) -> str:
 
 
 def _now_iso() -> str:
-    """Local time now in the form of Marin's ``datetime.now().isoformat()`` (``2026-11-26T08:05:35.123456``, no
-    fraction on a whole second), without importing datetime for one timestamp per run."""
-    now = time.time_ns()
-    seconds, micros = divmod(now // 1000, 1_000_000)
-    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(seconds))
-    return f"{text}.{micros:06d}" if micros else text
+    """Local time now, as Marin records it: ``datetime.now().isoformat()``."""
+    return datetime.datetime.now().isoformat()
 
 
 def _worker_id() -> str:
@@ -406,7 +405,7 @@ class Executor:
         """The ``.executor_info`` content Marin writes: ``json.dumps(info, indent=2)`` of the step info's fields in
         their order (description left out), composed field by field around the memoized text of the nested
         version (``indented_version``). Not kept: it is written once per step, and a step deep in a wide graph
-        nests its ancestors' versions (111 KB each for the middle layers of a 1,000-step layered graph)."""
+        nests its ancestors' versions."""
         info = self._step_info(step)
         return "".join((
             '{\n  "name": ', dumps_indented(info.name, 1),
@@ -467,9 +466,16 @@ class Executor:
         self._write_run_info(only_if_new=False)
 
     def get_experiment_url(self) -> str:
-        """Where Marin's data browser shows this run."""
+        """Where this run is shown: ``marinbuild serve``'s run page when a base URL is configured
+        (``$MARINBUILD_SERVE_URL``, which the CLI sets from ``[tool.marinbuild] serve_url`` or a running
+        ``marinbuild serve``; ``marinbuild.serve.url``), else Marin's data browser."""
         if self.executor_info_path is None:
             self.executor_info_path = self._run_info_path()
+        from marinbuild.serve.url import experiment_url, serve_url
+
+        base = serve_url()
+        if base is not None:
+            return experiment_url(base, self.executor_info_path)
         if self.prefix.startswith("gs://"):
             host = "https://marin.community/data-browser"
         else:
@@ -481,7 +487,7 @@ class Executor:
     # -- running --------------------------------------------------------------------------
     def run(
         self,
-        steps: list[ExecutorStep | InputName],
+        steps: Sequence[ExecutorStep | InputName],
         *,
         dry_run: bool = False,
         run_only: list[str] | None = None,
@@ -505,10 +511,9 @@ class Executor:
         from marinbuild.store.lease import STALE_AFTER
 
         with gc_paused():  # versions and plan: many objects, no cyclic garbage (the steps' own code runs with gc on)
-            requested = []
-            for step in steps:
-                if isinstance(step, InputName):
-                    step = step.step
+            requested: list[ExecutorStep] = []
+            for given in steps:
+                step = given.step if isinstance(given, InputName) else given
                 if step is not None:
                     self.compute_version(step, is_pseudo_dep=False)
                     requested.append(step)
@@ -597,7 +602,7 @@ class Executor:
                 name=step.name,
                 output_path=self.output_paths[step],
                 call=self._call_for(step),
-                info_text=lambda s=step: self._step_info_text(s),
+                info_text=functools.partial(self._step_info_text, step),
                 worker_id=self.worker_id,
                 bus=bus,
                 settings=settings,
@@ -653,7 +658,7 @@ class Executor:
             below_built = set(graph.blocking_closure(d for s in built for d in graph.blocking_deps(s)))
             left_out = [s for s in table.steps if s not in plan.steps and s not in below_built]
         if left_out:
-            records.write_missing_infos({self.output_paths[s]: (lambda s=s: self._step_info_text(s))
+            records.write_missing_infos({self.output_paths[s]: functools.partial(self._step_info_text, s)
                                          for s in left_out})
 
     def _call_for(self, step: ExecutorStep) -> Any:
@@ -818,8 +823,9 @@ _YAML_WORDS = frozenset({"null", "~", "true", "false", "yes", "no", "on", "off",
 
 def parse_main_args_simply(argv: list[str]) -> ExecutorMainConfig | None:
     """``ExecutorMainConfig`` from the flags scripts pass (``--prefix DIR``, ``--dry_run true``, ``--run_only
-    '["a"]'``, ...), as draccus would parse them, without importing draccus (~0.1 s of every run). None for
-    anything else (``--help``, ``--config_path``, YAML beyond plain words): then draccus parses it."""
+    '["a"]'``, ...), as draccus would parse them, without importing draccus (kept under the complexity rule:
+    ``bench/run.py``'s no-op rows, docs/performance.md). None for anything else (``--help``, ``--config_path``,
+    YAML beyond plain words): then draccus parses it."""
     values: dict[str, Any] = {}
     i = 0
     while i < len(argv):

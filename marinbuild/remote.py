@@ -41,7 +41,7 @@ class RemoteCallable(Generic[P, R]):
     @property
     def __name__(self) -> str:
         """What logs and Ray task names show."""
-        return self.name or getattr(self.fn, "__name__", "remote")
+        return self.name or str(getattr(self.fn, "__name__", "remote"))
 
 
 @overload

@@ -60,7 +60,8 @@ def _requirement(text: str, where: str) -> Any:
     try:
         return Requirement(text)
     except InvalidRequirement as exc:
-        raise ValueError(f"pyproject.toml: {where} holds {text!r}, which is not a requirement: {exc}") from exc
+        reason = next(iter(str(exc).splitlines()), "")  # packaging adds the text and a caret on lines of their own
+        raise ValueError(f"pyproject.toml: {where} holds {text!r}, which is not a requirement: {reason}") from exc
 
 
 def pip_requirements(groups: list[str], root: Path | None = None) -> list[str]:

@@ -311,4 +311,4 @@ def lookup(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Snapshot | No
                 return None
     except OSError:
         return None
-    return Snapshot([tuple(r) for r in requested], [tuple(s) for s in steps])  # type: ignore[misc]
+    return Snapshot([tuple(r) for r in requested], [tuple(s) for s in steps])

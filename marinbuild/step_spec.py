@@ -126,7 +126,7 @@ class OutputPathCall:
 def _rewrap(fn: Any, make: Callable[[Any], Any]) -> Any:
     """``make(fn)``, inside the same ``remote(...)`` wrapper if ``fn`` has one (its resources stay with it)."""
     inner = getattr(fn, "fn", None)
-    if dataclasses.is_dataclass(fn) and callable(inner) and hasattr(fn, "resources"):
+    if dataclasses.is_dataclass(fn) and not isinstance(fn, type) and callable(inner) and hasattr(fn, "resources"):
         return dataclasses.replace(fn, fn=make(inner))
     return make(fn)
 

@@ -96,9 +96,10 @@ def submit(command: Sequence[str], *, address: str | None = None, cluster: str |
         raise ValueError("submit needs a command after --")
     resources = driver_resources(entrypoint_resources, tpu)
     resolved = resolve_address(address, cluster)
-    client = job_client(resolved)
     cwd = Path.cwd().resolve()
     root = Path(working_dir).resolve() if working_dir is not None else (project_root(cwd) or cwd)
+    pip = pip_requirements(list(extras), root) if extras else None  # a bad pyproject fails before connecting
+    client = job_client(resolved)
     entrypoint = shlex.join(command)
     if cwd != root and cwd.is_relative_to(root):
         entrypoint = f"cd {shlex.quote(cwd.relative_to(root).as_posix())} && {entrypoint}"
@@ -108,8 +109,8 @@ def submit(command: Sequence[str], *, address: str | None = None, cluster: str |
         env["GIT_COMMIT"] = commit
     env.update(env_vars or {})
     runtime_env = workspace_runtime_env(root, env)
-    if extras:
-        runtime_env["pip"] = pip_requirements(list(extras), root)
+    if pip is not None:
+        runtime_env["pip"] = pip
         runtime_env["config"] = {"setup_timeout_seconds": 1800}
     with ray_errors(resolved):
         job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, submission_id=submission_id,

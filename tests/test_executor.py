@@ -549,7 +549,7 @@ def test_a_path_hash_collision_fails_at_commit_on_a_local_prefix(prefix):
 
 
 def test_run_info_date_is_marins_isoformat_of_local_now():
-    """``created_date`` has the form of ``datetime.now().isoformat()``, computed without importing datetime."""
+    """``created_date`` has the form of Marin's ``datetime.now().isoformat()``."""
     from datetime import datetime
 
     from marinbuild.executor import _now_iso

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import pytest
 
 from marinbuild.runtime_env import pip_requirements
 
-PYPROJECT = '''
+PYPROJECT = """
 [project]
 name = "My.Proj"
 
@@ -18,7 +20,7 @@ tpu = ["jax[tpu]>=0.4", "my-proj [gcs, plots] >=0.1 ; python_version >= '3.8'"]
 gcs = ["gcsfs>=2025.3"]
 plots = ["matplotlib"]
 broken = ["my_proj[gcs"]
-'''
+"""
 
 
 def test_self_references_follow_pep_508(tmp_path: Path) -> None:
@@ -32,3 +34,30 @@ def test_a_malformed_requirement_is_an_error_not_dropped(tmp_path: Path) -> None
     (tmp_path / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
     with pytest.raises(ValueError, match=r"group 'broken' holds 'my_proj\[gcs', which is not a requirement"):
         pip_requirements(["broken"], tmp_path)
+
+
+def test_submit_with_a_malformed_extra_is_one_line_before_any_connection(tmp_path: Path) -> None:
+    """The real CLI: ``submit --extra broken`` names the pyproject entry and exits 2, without reaching the
+    (here unreachable) cluster first."""
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "marinbuild",
+            "submit",
+            "--address",
+            "http://127.0.0.1:9",
+            "--extra",
+            "broken",
+            "--",
+            "true",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "group 'broken' holds 'my_proj[gcs', which is not a requirement" in lines[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -477,7 +477,7 @@ def format_clean(result: CleanResult) -> str:
 # -- text helpers ------------------------------------------------------------------------------
 
 
-def _columns(rows: list[tuple[str, ...]]) -> str:
+def _columns(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for r in rows:

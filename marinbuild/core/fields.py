@@ -1,7 +1,7 @@
-"""Dataclass fields, cached per class: config walks ask for them at every step of every build.
+"""Dataclass field names, as the config walks and the JSON encoder read them.
 
-``dataclasses.fields`` builds a new tuple from the class's field table on each call; a 10,000-step
-build walks tens of thousands of config objects.
+Plain ``dataclasses.fields`` calls: a per-class cache showed no gain on ``bench/engine_bench.py``'s
+10,000-step versions and no-op rows (docs/performance.md, "What was kept and why").
 """
 
 from __future__ import annotations
@@ -9,19 +9,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
-_INIT_SHAPES: dict[type, tuple[tuple[str, ...], bool] | None] = {}
-
 
 def field_names(value: Any) -> tuple[str, ...] | None:
     """The field names of a dataclass instance (what ``dataclasses.fields`` lists), None for anything else."""
     cls = type(value)
-    try:
-        return _FIELD_NAMES[cls]
-    except KeyError:
-        names = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
-        _FIELD_NAMES[cls] = names
-        return names
+    return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
 
 
 def init_shape(value: Any) -> tuple[tuple[str, ...], bool] | None:
@@ -29,13 +21,8 @@ def init_shape(value: Any) -> tuple[tuple[str, ...], bool] | None:
     whether calling the class with them is all ``replace`` does (False with ``InitVar`` or ``ClassVar``
     pseudo-fields, which ``replace`` handles itself); None for anything else."""
     cls = type(value)
-    try:
-        return _INIT_SHAPES[cls]
-    except KeyError:
-        shape = None
-        if dataclasses.is_dataclass(cls):
-            all_fields = dataclasses.fields(cls)
-            names = tuple(f.name for f in all_fields if f.init)
-            shape = (names, len(getattr(cls, "__dataclass_fields__", {})) == len(all_fields))
-        _INIT_SHAPES[cls] = shape
-        return shape
+    if not dataclasses.is_dataclass(cls):
+        return None
+    all_fields = dataclasses.fields(cls)
+    names = tuple(f.name for f in all_fields if f.init)
+    return names, len(getattr(cls, "__dataclass_fields__", {})) == len(all_fields)

@@ -3,9 +3,9 @@
 ``gc_paused()``: computing versions and plans, and loading BUILD files, allocate many small objects
 that are never cyclic garbage; the collector would rescan the growing tables again and again. On
 leaving, the objects made meanwhile go straight to the oldest generation (``gc.freeze`` then
-``gc.unfreeze``, both constant-time list moves) instead of being scanned at the next allocation: a
-young-generation pass over the 300,000 containers of a 10,000-step graph cost a quarter of computing
-its versions. They are scanned with the oldest generation, whose passes Python spaces out as it grows.
+``gc.unfreeze``, both constant-time list moves) instead of being scanned at the next allocation, where
+a young-generation pass would walk every container of a large graph's tables. They are scanned
+with the oldest generation, whose passes Python spaces out as it grows.
 
 ``skip_final_collection()``: at exit CPython collects every generation once more before tearing
 modules down, a walk over every object of a finished build to free memory the operating system

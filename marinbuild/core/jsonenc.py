@@ -49,32 +49,13 @@ json_str = json.encoder.encode_basestring_ascii
 """``json.dumps(a_str)``, without its call chain."""
 
 
-def _sorted_dumper() -> Any:
-    """``json.dumps(x, sort_keys=True, cls=CustomJsonEncoder)`` as one reusable C encoder.
-
-    ``JSONEncoder.encode`` builds a new C encoder (and a circular-reference table) on every call,
-    which cost a quarter of computing versions; this one is built once and keeps no state between
-    calls. A config that contains itself ends in RecursionError rather than json's ValueError.
-    """
-    make = json.encoder.c_make_encoder
-    encoder = MarinJsonEncoder(sort_keys=True)
-    if make is None:  # an interpreter without the C accelerator
-        return encoder.encode
-    dump = make(None, encoder.default, json.encoder.encode_basestring_ascii, None, ": ", ", ", True, False, True)
-
-    def dumps_sorted(obj: Any) -> str:
-        return "".join(dump(obj, 0))
-
-    return dumps_sorted
-
-
-dumps_sorted = _sorted_dumper()
+dumps_sorted = MarinJsonEncoder(sort_keys=True).encode
 """``json.dumps(x, sort_keys=True, cls=CustomJsonEncoder)``: how Marin computes version strings."""
 
 
 def dumps_indented(obj: Any, depth: int = 0) -> str:
     """The form Marin writes info files in: ``json.dumps(obj, indent=2, cls=CustomJsonEncoder)``, keys in
-    insertion order. The same text as json's, several times faster: json indents with a pure-Python
+    insertion order. The same text as json's, written here because json indents with a pure-Python
     generator per nesting level, and every step's ``.executor_info`` is written this way. ``depth``: the
     text as it reads nested that many levels deep in a bigger document (inner lines indented 2 * depth more)."""
     out: list[str] = []

@@ -82,24 +82,6 @@ class Label:
         return Label(self.package, name, self.repo)
 
 
-_new_object = object.__new__
-_set_package = Label.__dict__["package"].__set__
-_set_name = Label.__dict__["name"].__set__
-_set_repo = Label.__dict__["repo"].__set__
-_set_hash = Label.__dict__["_hash"].__set__
-
-
-def _make_label(package: str, name: str, repo: str = "") -> Label:
-    """``Label(package, name, repo)``, made without the dataclass ``__init__`` and ``__post_init__`` (about
-    twice as fast): for the loader, which makes one per declared target. Same value, hash and behaviour."""
-    label = _new_object(Label)
-    _set_package(label, package)
-    _set_name(label, name)
-    _set_repo(label, repo)
-    _set_hash(label, hash((package, name, repo)))
-    return label
-
-
 def validate_package(package: str, text: str | None = None) -> None:
     """Raise ``LabelError`` unless ``package`` is a valid package path (``""`` is the root)."""
     shown = text if text is not None else package

@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 ConfigT_co = TypeVar("ConfigT_co", covariant=True)
 T_co = TypeVar("T_co", covariant=True)
+T = TypeVar("T")
 
 ExecutorFunction = Callable[..., Any] | None
 
@@ -135,7 +136,7 @@ def output_path_of(step: ExecutorStep, name: str | None = None) -> InputName:
     return InputName(step=step, name=name)
 
 
-def versioned(value: T_co) -> VersionedValue[T_co]:
+def versioned(value: T) -> VersionedValue[T]:
     if isinstance(value, VersionedValue):
         raise ValueError("Can't nest VersionedValue")
     if isinstance(value, InputName):

@@ -160,7 +160,7 @@ def collect_dependencies_and_version(obj: Any) -> Dependencies:
 
 def is_relative_path(url_or_path: str) -> bool:
     """True for a path with no URL scheme that does not start with ``/``."""
-    from urllib.parse import urlparse  # here: most runs never call this, and the module costs 3 ms to import
+    from urllib.parse import urlparse  # here: most runs never call this
 
     if urlparse(url_or_path).scheme:
         return False

@@ -4,26 +4,19 @@ Each ``Attr`` converts the value written in a BUILD file into its validated form
 labels become ``Label`` objects resolved against the declaring package, lists become
 tuples, dicts become ``FrozenDict`` and configs become dataclass instances. A value of
 ``None`` means "not given" (so macros can pass optional arguments through).
-
-Label texts are converted once: a memo per BUILD file evaluation (``labels_of``) maps each
-text written there to its ``Label``, and a process-wide one maps plain ``//pkg:name`` texts;
-a rule call enters its own target under ``name``, ``:name`` and ``//pkg:name``, so that a
-reference to a target declared before gets that very ``Label`` without any parsing.
 """
 
 from __future__ import annotations
 
 import builtins
 import dataclasses
-import operator
 import re
 import typing
 from collections.abc import Iterable, Mapping
 from functools import cache
 from typing import Any
 
-from marinbuild.core.labels import Label, LabelError, _make_label, parse_label
-from marinbuild.load.context import _state
+from marinbuild.core.labels import Label, LabelError, parse_label
 from marinbuild.load.frozen import FrozenDict, thaw
 
 __all__ = ["Attr", "AttrValueError", "attr"]
@@ -43,102 +36,20 @@ def _describe(value: Any) -> str:
 
 
 _SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9_.-]*"  # cannot be "." or "..": valid for packages and names alike
-_PLAIN_LABEL = re.compile(rf"(?:(//(?:{_SEGMENT}(?:/{_SEGMENT})*)?)?:)?({_SEGMENT}(?:/{_SEGMENT})*)\Z")
-"""``//pkg/sub:name``, ``:name`` or ``name`` with nothing ``parse_label`` could object to: built without it."""
 _PLAIN_NAME = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*\Z")
 """A target name ``validate_target_name`` certainly accepts."""
-_PLAIN_PACKAGE = re.compile(rf"(?:{_SEGMENT}(?:/{_SEGMENT})*)?\Z")
-_ABSOLUTE: dict[str, Label] = {}
-_PREFIXES: dict[str, str | None] = {}
-_MEMO_LIMIT = 100_000
-_hash_of = operator.attrgetter("_hash")
-"""A ``Label``'s hash, read in C (``hash(label)`` calls ``Label.__hash__``, a Python method)."""
 
 
-def hashes_differ(labels: tuple[Label, ...] | list[Label]) -> bool:
-    """Whether the hashes of ``labels`` differ (then so do the labels): a set of them would call the Python
-    ``Label.__hash__`` for each; the few labels of an attribute are compared directly."""
-    n = len(labels)
-    if n < 2:
-        return True
-    if n == 2:
-        return labels[0]._hash != labels[1]._hash
-    if n == 3:
-        a, b, c = labels[0]._hash, labels[1]._hash, labels[2]._hash
-        return a != b and a != c and b != c
-    return len(set(map(_hash_of, labels))) == n
-
-
-def absolute_prefix(package: str) -> str | None:
-    """``"//package:"`` if ``//package:name`` is a plain label text for every plain ``name`` (see
-    ``_PLAIN_LABEL``), else ``None`` (a folder name ``parse_label`` would reject, say)."""
-    prefix = _PREFIXES.get(package, "")
-    if prefix == "":
-        if len(_PREFIXES) >= _MEMO_LIMIT:
-            _PREFIXES.clear()
-        prefix = _PREFIXES[package] = f"//{package}:" if _PLAIN_PACKAGE.match(package) else None
-    return prefix
-
-
-def labels_of(package: str) -> dict[str, Label]:
-    """The memo of label texts converted in ``package``: text -> ``Label`` (only texts that converted cleanly).
-
-    A text means the same label every time it is written in the same package, so each is
-    parsed once; a rule call also enters its target's ``name`` and ``:name`` here, so that
-    references to a target declared earlier get its very ``Label`` object. The memo lives in
-    the ``PackageContext`` of the BUILD file being evaluated (and goes with it); outside one,
-    this is an empty dict that nothing keeps.
-    """
-    ctx = getattr(_state, "ctx", None)
-    return ctx.labels if ctx is not None and ctx.package == package else {}
-
-
-def remember_absolute(text: str, label: Label) -> None:
-    """Enter a plain ``//package:name`` text in the memo of absolute labels (shared by all packages)."""
-    if len(_ABSOLUTE) >= _MEMO_LIMIT:
-        _ABSOLUTE.clear()
-    _ABSOLUTE[text] = label
-
-
-def _to_label(value: Any, package: str, memo: dict[str, Label] | None = None) -> Label:
-    if type(value) is str:
-        if memo is None:
-            memo = labels_of(package)
-        label = memo.get(value) or _ABSOLUTE.get(value)
-        if label is None:
-            label = _text_label(value, package)
-            if label is not _ABSOLUTE.get(value):  # absolute texts are remembered for all packages
-                if len(memo) >= _MEMO_LIMIT:
-                    memo.clear()
-                memo[value] = label
-        return label
+def _to_label(value: Any, package: str) -> Label:
     if isinstance(value, Label):
         label = value
     elif isinstance(value, str):
-        return _text_label(value, package)
+        try:
+            label = parse_label(value, package)
+        except LabelError as exc:
+            raise AttrValueError(str(exc)) from None
     else:
         raise AttrValueError(f"expected a label string, got {_describe(value)}")
-    if label.repo:
-        raise _repo_error(label)
-    return label
-
-
-def _text_label(value: str, package: str) -> Label:
-    label = _ABSOLUTE.get(value)  # the same //pkg:name is written in many packages
-    if label is not None:
-        return label
-    plain = _PLAIN_LABEL.match(value)
-    if plain is not None:
-        where = plain.group(1)
-        if where is None:
-            return _make_label(package, plain.group(2))
-        label = _make_label(where[2:], plain.group(2))
-        remember_absolute(value, label)
-        return label
-    try:
-        label = parse_label(value, package)
-    except LabelError as exc:
-        raise AttrValueError(str(exc)) from None
     if label.repo:
         raise _repo_error(label)
     return label
@@ -228,19 +139,11 @@ class LabelListAttr(Attr):
     def convert(self, value: Any, package: str) -> tuple[Label, ...]:
         if not _is_sequence(value):
             raise AttrValueError(f"expected a list of labels, got {_describe(value)}")
-        memo = labels_of(package)
-        get = memo.get
-        get_absolute = _ABSOLUTE.get
-        labels = []
-        for x in value:  # a plain loop: cheaper than a comprehension for the usual few labels
-            label = (get(x) or get_absolute(x)) if type(x) is str else None
-            labels.append(label if label is not None else _to_label(x, package, memo))
-        out = tuple(labels)
-        if not hashes_differ(out):
+        out = tuple([_to_label(x, package) for x in value])
+        if len(set(out)) != len(out):
             seen: set[Label] = set()
-            dup = next((x for x in out if x in seen or seen.add(x)), None)  # type: ignore[func-returns-value]
-            if dup is not None:  # else equal hashes of different labels
-                raise AttrValueError(f"label {str(dup)!r} appears more than once")
+            dup = next(x for x in out if x in seen or seen.add(x))  # type: ignore[func-returns-value]
+            raise AttrValueError(f"label {str(dup)!r} appears more than once")
         return out
 
     def empty(self) -> tuple[Label, ...]:
@@ -293,12 +196,9 @@ class LabelKeyedDictAttr(Attr):
         if not _is_mapping(value):
             raise AttrValueError(f"expected a dict from labels to values, got {_describe(value)}")
         out: dict[Label, Any] = {}
-        memo = labels_of(package)
-        get = memo.get
-        get_absolute = _ABSOLUTE.get
         convert = self.value_attr.convert if self.value_attr is not None else None
         for key, item in value.items():
-            label = ((get(key) or get_absolute(key)) if type(key) is str else None) or _to_label(key, package, memo)
+            label = _to_label(key, package)
             if label in out:
                 raise AttrValueError(f"label {str(label)!r} appears more than once as a key")
             if convert is not None:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from marinbuild.load.errors import LocatedLater
 
 if TYPE_CHECKING:
-    from marinbuild.core.labels import Label
     from marinbuild.load.target import Target
 
 __all__ = ["OutsideBuildFileError", "PackageContext", "current_package", "package_scope"]
@@ -31,8 +30,6 @@ class PackageContext:
     display: str  # the BUILD file's path in messages (the name Starlark knows it by)
     targets: dict[str, Target] = field(default_factory=dict)
     glob_files: list[str] | None = None  # the package's files (lazily listed by glob())
-    labels: dict[str, Label] = field(default_factory=dict)  # label texts converted here (see attrs.labels_of)
-    label_prefix: str | None = ""  # "//package:" if that spells labels (attrs.absolute_prefix); "": not known yet
 
 
 class OutsideBuildFileError(LocatedLater):

@@ -19,7 +19,7 @@ import difflib
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import starlark as sl
@@ -45,7 +45,7 @@ class _Loaded:
 
     __slots__ = ("frozen", "hidden", "names")
 
-    def __init__(self, frozen: sl.FrozenModule, names: list[str], hidden: list[str] = ()) -> None:
+    def __init__(self, frozen: sl.FrozenModule, names: list[str], hidden: Iterable[str] = ()) -> None:
         self.frozen = frozen
         self.names = names
         self.hidden = list(hidden)

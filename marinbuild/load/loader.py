@@ -24,7 +24,6 @@ from typing import Any
 
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.labels import Label, PatternError, TargetPattern, expand_patterns, parse_label, parse_pattern
-from marinbuild.load.attrs import hashes_differ
 from marinbuild.load.errors import BuildFileError
 from marinbuild.load.evaluator import Evaluator
 from marinbuild.load.locate import keyword_location
@@ -166,8 +165,8 @@ class Loader:
 
         Python's cyclic garbage collector is paused meanwhile (``gc_paused``): loading allocates about
         eight tracked objects per target and frees almost none, so the automatic collections would
-        find nothing to free, while the full ones walk every object of the process (40-70 ms for
-        10,000 targets). On leaving, the new objects go to the oldest generation without a pass over
+        find nothing to free, while the full ones walk every object of the process. On leaving, the new
+        objects go to the oldest generation without a pass over
         them, where a load with the collector running leaves them too. Cyclic garbage made while
         loading (rare: a BUILD file's functions and its globals) waits for a full collection.
         """
@@ -295,10 +294,10 @@ class Loader:
                 f"no such target '{label}': package '{other}' declares no target {label.name!r} "
                 f"and has no file {label.name!r}{hint}",
             )
-        if not hashes_differ(deps):
+        if len(set(deps)) != len(deps):
             deps = list(dict.fromkeys(deps))
         target.deps = tuple(deps)
-        if not hashes_differ(srcs):
+        if len(set(srcs)) != len(srcs):
             unique = dict(zip(srcs, paths, strict=True))  # a label's path is the same wherever it is written
             srcs, paths = list(unique), list(unique.values())
         target.srcs = tuple(srcs)

@@ -26,15 +26,12 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from marinbuild.core.labels import Label, LabelError, _make_label, validate_target_name
+from marinbuild.core.labels import Label, LabelError, validate_target_name
 from marinbuild.load.attrs import (
-    _ABSOLUTE,
-    _MEMO_LIMIT,
     _PLAIN_NAME,
     _UNSET,
     Attr,
     AttrValueError,
-    absolute_prefix,
 )
 from marinbuild.load.context import PackageContext
 from marinbuild.load.errors import BuildFileError, Location
@@ -164,26 +161,8 @@ class RuleType:
             raise self._error(
                 ctx, site, "name", f"duplicate target name {name!r}: already declared at {previous.location}"
             )
-        if plain:  # what 'name', ':name' and '//package:name' mean, for the labels that refer to it
-            memo = ctx.labels
-            label = memo.get(name)
-            absolute = ctx.label_prefix
-            if absolute == "":
-                absolute = ctx.label_prefix = absolute_prefix(package)
-            if absolute is not None:
-                absolute += name
-                if label is None:
-                    label = _ABSOLUTE.get(absolute)  # referred to by a package loaded before
-            if label is None:
-                label = _make_label(package, name)
-            memo[name] = memo[":" + name] = label
-            if absolute is not None:
-                if len(_ABSOLUTE) >= _MEMO_LIMIT:
-                    _ABSOLUTE.clear()
-                _ABSOLUTE[absolute] = label
-        else:
-            label = Label(package, name)
-        targets[name] = Target(label, self, values, site, (), (), (), next(_ORDER))  # positional: faster
+        label = Label(package, name)
+        targets[name] = Target(label, self, values, site, (), (), (), next(_ORDER))
         return label
 
     def _error(self, ctx: PackageContext, site: Site, keyword: str | None, message: str) -> BuildFileError:

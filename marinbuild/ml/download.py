@@ -148,7 +148,7 @@ def download(payload: dict[str, Any]) -> dict[str, Any]:
     out = payload["output_path"]
     source, entries = list_source(payload)
     root = files_root(payload)
-    jobs = [
+    jobs: list[dict[str, Any]] = [
         {
             "path": e.path,
             "url": e.url,

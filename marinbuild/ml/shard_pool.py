@@ -88,8 +88,9 @@ class LocalPool:
 
     def __init__(self, workers: int, offline: bool, log_path: str | None = None):
         self.workers = workers
-        self._executor = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=_init_worker, initargs=(offline, log_path))
+        self._executor: cf.Executor = cf.ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+            initargs=(offline, log_path))
 
     def run(self, fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]], on_result: OnResult,
             on_tick: Callable[[], None] | None = None) -> None:
@@ -134,7 +135,8 @@ class RayPool:
         from marinbuild.resources import normalize
 
         self._ray = ray
-        self._options = normalize(resources).to_ray_options()
+        spec = normalize(resources)
+        self._options = spec.to_ray_options() if spec is not None else {}
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = cpus
         self.window = window or max(8, 2 * cpus)

@@ -269,7 +269,7 @@ def train_on_host(payload: dict[str, Any], coordinator: str, num_hosts: int,
     from marinbuild.resources import local_tpu_chips
 
     labels = ray.get_runtime_context().get_node_labels()
-    worker = int(labels.get("ray.io/tpu-worker-id", "0"))
+    worker = int(labels.get("ray.io/tpu-worker-id", "0"))  # type: ignore[arg-type]  # ray declares list values; they are str
     chips = local_tpu_chips()
     distributed: Any = True if chips else {
         "coordinator_address": coordinator, "num_processes": num_hosts, "process_id": worker}

@@ -15,7 +15,9 @@ import networkx as nx
 __all__ = ["backward_closure", "forward_closure", "some_path", "topological_rank"]
 
 
-def _bfs(adj: Mapping[str, Mapping[str, object]], start: Iterable[str], depth: int | None, within: Set[str] | None):
+def _bfs(
+    adj: Mapping[str, Mapping[str, object]], start: Iterable[str], depth: int | None, within: Set[str] | None
+) -> set[str]:
     seen = set(start)
     frontier = list(seen)
     level = 0

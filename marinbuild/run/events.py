@@ -123,4 +123,4 @@ class LogFormatter(logging.Formatter):
             second = int(record.created)
             text = time.strftime(self.default_time_format, self.converter(record.created))
             self._second = (second, text)
-        return self.default_msec_format % (text, record.msecs)
+        return (self.default_msec_format or "%s,%03d") % (text, record.msecs)

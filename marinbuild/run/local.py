@@ -2,8 +2,7 @@
 
 ``max_concurrent=None`` means every ready step runs at once, as in Marin. Running hundreds
 of *short* steps on hundreds of threads, though, spends more time handing Python's GIL
-around than running them (measured: 1,000 trivial steps cost 2-3x the CPU on unbounded
-threads than on one). So a step starts on one of a few *fast slots* (``fast_slots``,
+around than running them. So a step starts on one of a few *fast slots* (``fast_slots``,
 default half the CPUs, at least one); a step still running after ``promote_after`` seconds
 is promoted to long-running, gives its slot up and keeps its own thread, and the next ready
 step starts. Short steps therefore run back to back on few threads, while long ones

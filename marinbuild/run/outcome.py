@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass
-class Outcome:
-    ran: list[Hashable] = field(default_factory=list)
-    cached: list[Hashable] = field(default_factory=list)
-    failed: dict[Hashable, BaseException] = field(default_factory=dict)
-    dep_failed: dict[Hashable, Hashable] = field(default_factory=dict)
+class Outcome(Generic[K]):
+    ran: list[K] = field(default_factory=list)
+    cached: list[K] = field(default_factory=list)
+    failed: dict[K, BaseException] = field(default_factory=dict)
+    dep_failed: dict[K, K] = field(default_factory=dict)
     """Step -> the failed dependency that stopped it."""
-    skipped: list[Hashable] = field(default_factory=list)
+    skipped: list[K] = field(default_factory=list)
     interrupted: bool = False

@@ -1,78 +1,28 @@
 """The Ray backend's driver: each step's function runs in a Ray task with the resources it asks for.
 
-Who does what. The driver (this process) holds every lease; the task does every other file of the step:
-- Driver: takes the step's lease (``job.try_acquire(start=False)``: the lease file, which makes the
-  output folder, then a re-read of the status), starts renewing it (``job.begin``: the lease keeper),
-  launches the task, and when the task ends stops renewing and releases the lease
-  (``job.release_after_remote``); if the step's code raised or its task was lost, it writes FAILED
-  under the lease (``job.fail``), as the local backend does.
-- Task (``marinbuild.run.ray_task``, with the step's ``RemoteRun``): writes RUNNING and
-  ``.executor_info``, runs ``fn(config)``, then commits as ``StepJob.commit`` does: the outputs'
-  manifest and the collision check, a read-only check that the lease file still names the driver
-  (``Lease.check``; on GCS it must not write the lease, whose generations are the driver's), then
-  the action record, ``.artifact.json`` and SUCCESS. A task whose driver lost the lease writes no
-  SUCCESS. The step's value is in ``.artifact.json``. A retry that finds SUCCESS (its worker died
-  after committing) does nothing.
-- Why: the driver spent 4-6 ms of CPU per step when it wrote and committed every step itself
-  (``bench/ray_bench.py``); each file a step creates costs 0.1-1 ms of kernel time on this VM's ext4,
-  and the driver is one process for the whole build while tasks spread over the cluster.
-- Bundles (``marinbuild.run.ray_bundles`` says when and how many): steps of one function known to
-  take a few milliseconds go several to a task when more wait than the cluster can run; each is
-  run, committed and reported as in a task of its own, and those a bundle did not start within its
-  time budget come back and are launched again, still under their leases.
-
-One driver loop (a thread) does the rest of the driver's work for local leases, with no hand-off
-between threads: it takes leases and launches while each resource shape has room in its launch
-window, ``ray.wait(num_returns=1, fetch_local=False)`` on the launched tasks plus a bell
-(``marinbuild.run.ray_bell``), never by sleeping, and finishes each ended task (``ray.get``,
-release or FAILED, then the scheduler's callback, which submits the next steps to the same loop).
-- Lease threads (``lease_threads``, started when first needed) take the lease work that waits: a
-  lease held by another runner (``job.acquire`` waits for it), and every lease operation on an
-  object store (``Lease.round_trips``: a request each, so the leases of a GCS prefix are taken and
-  released on these threads, many at once). What they prepare goes back to the loop.
-- Measured on ``bench/ray_bench.py``'s fan-out, the designs alternating round by round in one
-  process (medians of 6-8 rounds): this single loop against preparing and finishing threads
-  handing steps to it, 1.90x against 2.44x plain Ray with the prefix on tmpfs, 2.71x against
-  2.78x on this VM's ext4 /tmp (leases taken on threads: 2.97x). One pickled argument per step
-  (config, mirror scope, ``RemoteRun``): 0.28-0.32 ms a launch against 0.52 ms for the three as
-  arguments; the remote's options are set once per shape (``.options()`` per task: 0.1 ms more).
-- The bell: a step submitted from another thread while the loop waits rings it, so the loop wakes
-  at once. Steps the loop's own finishing makes ready need no ring: one ring for the 1,000-step
-  fan-out, to end the last wait.
-- Launch window: ``ray.wait`` costs about 0.45 us per ref it is given, so waiting on every
-  launched task is quadratic in a fan-out (0.25 s of CPU for 1,000 steps, 2.5 s for 4,000). The
-  loop keeps at most ``launch_window`` tasks of each resource shape launched or being prepared (4
-  per CPU of the cluster, at least 64: several times what can run; a bundle is one task, holding
-  the leases of its steps); the other steps wait without a lease (another driver may take one
-  meanwhile). One shape never holds up another.
-- Failures: a task whose worker process or node died is retried by Ray up to ``max_retries`` times
-  (system failures only); an exception raised by the step's own code is never retried: it is the
-  step's failure, the original exception with the remote traceback chained as its cause
-  (``RemoteTraceback``). A step whose task died more than ``max_retries`` times fails with
-  ``StepLostError``, unless its status says it was committed (SUCCESS: it ran); the steps of a lost
-  bundle not committed are launched again, one per task, each then failing or not on its own. An error of
-  marinbuild's own work in the task (a lease taken over, a damaged file, a path-hash collision)
-  comes back as it is (``EngineError`` carries it), with no FAILED.
-- Ctrl-C: ``shutdown(cancel=True)`` cancels every launched task (``ray.cancel``, force), steps not
-  launched yet are not launched, and every lease is given up (``job.abandon``).
-- Where (``marinbuild.run.ray_connect``): ``RayBackend(address)``, else ``RAY_ADDRESS``, connects to
-  that cluster (the workspace is shipped as ``working_dir`` when ``working_dir`` is given and this
-  is not already a submitted job); with neither, a local Ray instance is started in this process,
-  bound to 127.0.0.1, with no dashboard, no token file and warnings only. ``ray`` is imported when
-  the first step is submitted, so a no-op build never starts Ray. A local prefix must be on a file system every node
-  shares: a task that cannot see the output folder its driver made says so
-  (``OutputFolderMissingError``).
-
-Steps: a ``StepCall`` (what the executor makes) tells the function, config and request
-(``ExecutorStep.resources``, a ``remote(...)`` wrapper, or a ``@ray.remote`` function's
-own options: its plain function runs in the backend's task, declared with those options).
-A BUILD target's function, ``run_target``, and its ``TargetConfig`` pickle as they are; when
-the workspace was shipped and its driver path does not exist on the worker, paths under it in
-the config are moved to the task's working directory.
+Who does what:
+- The driver (this process) holds every lease. It takes a step's lease (which makes the output
+  folder), renews it while the task runs, and releases it when the task ends; if the step's code
+  raised or its task was lost, it writes FAILED under the lease, as the local backend does.
+- The task (``marinbuild.run.ray_task``) writes RUNNING and ``.executor_info``, runs the step, and
+  commits as ``StepJob.commit`` does, after a read-only check that the lease file still names the
+  driver: a task whose driver lost the lease writes no SUCCESS. Why the task and not the driver:
+  the files of a step are most of its cost, the driver is one process, tasks spread over the cluster.
+- The driver loop (``_DriverLoop``, one thread) takes local leases and launches while each resource
+  shape has room in its launch window (which bounds what ``ray.wait`` looks at), waits for a task to
+  end, and finishes it. Lease threads take the lease work that waits: a lease another runner holds,
+  and every lease on an object store (a request per operation).
+- Bundles (``marinbuild.run.ray_bundles``): short steps of one function go several to a task.
+- Failures: Ray retries a task whose worker or node died (``max_retries``), never one whose code
+  raised; Ctrl-C cancels every launched task and gives every lease up.
+- Where: ``marinbuild.run.ray_connect``; ``ray`` is imported when the first step is submitted, so a
+  no-op build never starts Ray. A local prefix must be on a file system every node shares (a task
+  that cannot see its output folder raises ``OutputFolderMissingError``).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -80,17 +30,15 @@ import re
 import sys
 import threading
 import time
-import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from marinbuild.run import ray_bundles, shipped_code
 from marinbuild.run.backend import Completion
 from marinbuild.run.failure import RemoteTraceback
-from marinbuild.run.ray_bell import BELLS, Bell
 from marinbuild.run.ray_connect import connect_ray
 from marinbuild.run.ray_progress import ProgressRelay
 from marinbuild.run.ray_task import (
@@ -112,9 +60,13 @@ logger = logging.getLogger("marinbuild")
 DEFAULT_MAX_RETRIES = 3
 MIN_LAUNCH_WINDOW = 64
 LAUNCH_WINDOW_PER_CPU = 4
-"""Tasks of one resource shape launched or being prepared at once: 4 per CPU of the cluster, at least 64."""
+"""Tasks of one resource shape launched or being prepared at once: 4 per CPU of the cluster, at least 64. Several
+times what can run, and a bound on what each ``ray.wait`` is given (its cost grows with that list: waiting on every
+launched task would make a fan-out quadratic)."""
 WINDOW_REFRESH = 60.0
 """Seconds between reads of the cluster's resources (an autoscaler grows it)."""
+WAKE_SECONDS = 0.05
+"""How long the driver loop waits in ``ray.wait`` before it looks for steps another thread handed it."""
 LEASE_THREADS = 8
 """Threads for lease work that waits: a lease held by another runner, and leases on an object store (a request
 per operation). Started the first time one is needed; local leases are taken and released on the loop's thread."""
@@ -261,8 +213,6 @@ class RayBackend:
         self._lease_threads = 0
         self._running: dict[int, _Task] = {}
         """Launched tasks not yet finished: what Ctrl-C cancels."""
-        self._bell: Bell | None = None
-        """The loop's bell while it blocks in ``ray.wait`` (None otherwise, or once it was rung)."""
         self._outstanding = 0
         """Jobs submitted whose completion was not reported yet."""
         self._started = False
@@ -318,12 +268,9 @@ class RayBackend:
             self._outstanding += 1
             start, self._started = not self._started, True
             self._inbox.append((job, done))
-            bell = self._take_bell()  # (None when the loop itself submits: a step it finished freed another)
             self._cv.notify()
         if start:
             threading.Thread(target=self._loop, name="marinbuild-ray-loop", daemon=True).start()
-        if bell is not None:
-            bell.ring()
 
     def shutdown(self, cancel: bool = False) -> None:
         with self._cv:
@@ -331,7 +278,6 @@ class RayBackend:
             running = [task.ref for task in self._running.values()] if cancel else []
             if cancel:
                 self._cancelled = True
-            bell = self._take_bell() if cancel else None  # the loop collects the cancelled tasks
             self._cv.notify()
             idle = self._outstanding == 0
         if idle:
@@ -344,8 +290,6 @@ class RayBackend:
                     ray.cancel(ref, force=True)
                 except Exception:  # already finished, or the cluster is gone
                     logger.debug("could not cancel a task", exc_info=True)
-        if bell is not None:
-            bell.ring()
 
     def check_resources(self, resources: Any) -> str | None:
         """A cluster may gain any resource (an autoscaler adds nodes): only a malformed request is refused."""
@@ -406,13 +350,10 @@ class RayBackend:
         """From a lease thread: ``item`` is ready to launch (None: its job ended there, its slot is free)."""
         with self._cv:
             self._prepared.append((key, item))
-            bell = self._take_bell()
             self._cv.notify()
-        if bell is not None:
-            bell.ring()
 
     # -- taking the lease and planning the launch ---------------------------------------------------
-    def _prepare_here(self, job: StepJob, done: Completion, key: Hashable) -> _Launch | None | bool:
+    def _prepare_here(self, job: StepJob, done: Completion, key: Hashable) -> _Launch | Literal[False] | None:
         """One attempt at ``job``'s lease, on the loop's thread: its launch, None if it ended here, or False if
         another runner holds the lease (a lease thread waits for it)."""
         try:
@@ -464,142 +405,8 @@ class RayBackend:
             self._complete(done, job, None, job.fail(exc))
 
     # -- the driver loop: lease, launch, ray.wait, finish -----------------------------------------
-    def _take_bell(self) -> Bell | None:
-        """The bell to ring to wake the loop out of ``ray.wait`` (None: it is not waiting, or was rung already)."""
-        bell, self._bell = self._bell, None
-        return bell
-
     def _loop(self) -> None:
-        """Take leases and launch while each shape has room; ``ray.wait`` on the running tasks (and a bell); finish."""
-        import ray
-
-        in_flight: dict[Any, _Task] = {}
-        pending: dict[Hashable, deque[tuple[StepJob, Completion]]] = {}
-        """Per resource shape, submitted jobs waiting for room in its launch window (no lease taken yet)."""
-        active: Counter[Hashable] = Counter()
-        """Per resource shape, its tasks launched, and its jobs holding a lease on their way to a task (being
-        prepared on a lease thread, or prepared and not launched yet)."""
-        key = uuid.uuid4().hex
-        bell: Bell | None = None
-        actor: Any = None
-        seen = 0
-        """Rings of this loop's bell in ``actor`` so far."""
-
-        def launch(shape_key: Hashable, items: list[_Launch], waiting: int) -> None:
-            """Launch ``items`` (prepared, each counted in ``active``): steps of one shape and kind are bundled where
-            ``ray_bundles`` says so, in the order they came."""
-            alike: dict[tuple[int, Hashable, bool], list[_Launch]] = {}
-            for item in items:
-                alike.setdefault((id(item.shape), item.kind, item.alone), []).append(item)
-            for members in alike.values():
-                first, start = members[0], 0
-                while start < len(members):
-                    size = 1 if first.alone else self._bundle_size(first.shape, first.kind,
-                                                                    waiting + len(members) - start)
-                    group = members[start:start + size]
-                    start += len(group)
-                    active[shape_key] -= len(group) - 1  # one task
-                    task = self._start(group)
-                    if task is None:
-                        active[shape_key] -= 1
-                    else:
-                        in_flight[task.ref] = task
-
-        def fill(shape_key: Hashable) -> None:
-            """Take leases and launch ``shape_key``'s pending jobs while its window has room."""
-            queued = pending.get(shape_key)
-            while queued and self._cancelled:  # nothing taken yet: nothing to give up
-                job, done = queued.popleft()
-                self._complete(done, job, None, KeyboardInterrupt())
-            while queued and active[shape_key] < self._window(active[shape_key]):
-                call = queued[0][0].call
-                kind = call.kind if isinstance(call, StepCall) else None
-                size = self._bundle_size(self._job_shape(queued[0][0]), kind, len(queued))
-                items: list[_Launch] = []
-                while queued and len(items) < size:
-                    job, done = queued.popleft()
-                    active[shape_key] += 1
-                    if job.lease.round_trips:  # a request per lease operation: on a lease thread
-                        self._to_lease_threads(lambda j=job, d=done, k=shape_key: self._prepare_waiting(j, d, k))
-                        continue
-                    item = self._prepare_here(job, done, shape_key)
-                    if item is False:  # another runner holds it: wait on a lease thread
-                        self._to_lease_threads(lambda j=job, d=done, k=shape_key: self._prepare_waiting(j, d, k))
-                    elif item is None:
-                        active[shape_key] -= 1
-                    else:
-                        items.append(item)
-                launch(shape_key, items, len(queued))
-            if not queued:
-                pending.pop(shape_key, None)
-
-        while True:
-            with self._cv:
-                while not (self._inbox or self._prepared or in_flight or self._stopping
-                           or (self._cancelled and pending)):
-                    self._cv.wait()
-                if self._stopping and not (self._inbox or self._prepared or in_flight):
-                    if bell is not None:  # end its wait in the actor
-                        bell.ring()
-                    return
-                inbox, self._inbox = self._inbox, []
-                prepared, self._prepared = self._prepared, []
-            touched: set[Hashable] = set()
-            for job, done in inbox:
-                try:
-                    shape_key = self._shape_key(job)
-                except BaseException as exc:  # bad options: nothing was taken or written yet
-                    self._complete(done, job, None, exc)
-                    continue
-                pending.setdefault(shape_key, deque()).append((job, done))
-                touched.add(shape_key)
-            ready_items: dict[Hashable, list[_Launch]] = {}
-            for shape_key, item in prepared:
-                touched.add(shape_key)
-                if item is None:
-                    active[shape_key] -= 1
-                elif self._cancelled:
-                    active[shape_key] -= 1
-                    self._end_unlaunched(item.job, item.done, KeyboardInterrupt())
-                else:
-                    ready_items.setdefault(shape_key, []).append(item)
-            for shape_key, items in ready_items.items():
-                launch(shape_key, items, len(pending.get(shape_key, ())))
-            if self._cancelled:
-                touched.update(pending)
-            for shape_key in touched:
-                fill(shape_key)
-            if not in_flight:
-                continue
-            try:
-                if bell is None:
-                    bell, seen = BELLS.new(key, seen, actor)
-                    actor = bell.actor
-                with self._cv:  # armed in the same breath as the check: what is handed over after it rings
-                    if self._inbox or self._prepared:
-                        continue
-                    self._bell = bell
-                ready, _ = ray.wait([*in_flight, bell.ref], num_returns=1, fetch_local=False)
-            except Exception:  # the cluster is gone: each task's ray.get says how
-                logger.warning("the Ray backend lost its cluster", exc_info=True)
-                ready, bell = list(in_flight), None
-            with self._cv:
-                if self._bell is None:  # rung (once): its wait returns, the next one waits for the next ring
-                    bell, seen = None, seen + 1
-                self._bell = None
-            for ref in ready:
-                task = in_flight.pop(ref, None)
-                if task is not None:
-                    active[task.key] -= 1
-                    unrun = self._finish(task)
-                    if unrun:
-                        active[task.key] += len(unrun)
-                        launch(task.key, unrun, len(pending.get(task.key, ())))
-                    fill(task.key)
-                elif bell is not None and ref == bell.ref:  # ready unrung: only if its actor died
-                    logger.warning("the Ray backend's bell actor died; starting another")
-                    BELLS.lose(bell.actor)
-                    bell = None
+        _DriverLoop(self).run()
 
     def _window(self, active: int) -> int:
         """Tasks of one resource shape the loop keeps launched (the cluster's CPUs are read again when it matters)."""
@@ -668,7 +475,7 @@ class RayBackend:
 
     def _launch_of(self, job: StepJob, done: Completion, key: Hashable) -> _Launch:
         """``job``'s launch, its task's argument pickled here, in one piece (``pickle_payload``): Ray serializes one
-        ``bytes`` argument faster than several objects (0.28-0.32 ms a launch against 0.52 ms for three)."""
+        ``bytes`` argument faster than several objects."""
         call = job.call
         run = job.remote_run()
         self._progress_relay(run.holder).watch(job.output_path, job.bus)
@@ -774,7 +581,7 @@ class RayBackend:
             if verdict.kind == "unrun":
                 unrun.append(item)
             elif item.job.lease.round_trips:
-                self._to_lease_threads(lambda i=item, v=verdict: self._settle(i, v))
+                self._to_lease_threads(functools.partial(self._settle, item, verdict))
             else:
                 self._settle(item, verdict)
         return unrun
@@ -855,6 +662,7 @@ class RayBackend:
     def _settle(self, item: _Launch, verdict: _Verdict) -> None:
         """Finish one step as ``verdict`` says: release its lease, or write FAILED; then report it."""
         job = item.job
+        error: BaseException | None
         try:
             if verdict.kind == "cancelled":
                 job.abandon()
@@ -871,6 +679,169 @@ class RayBackend:
         except BaseException as exc:  # e.g. the store failed while the lease was given up: this job's outcome
             outcome, error = None, exc
         self._complete(item.done, job, outcome, error)
+
+
+class _DriverLoop:
+    """The driver loop of one ``RayBackend`` (its own thread): lease, launch, ``ray.wait``, finish.
+
+    Each turn takes what other threads handed over (submitted jobs, jobs a lease thread prepared),
+    takes leases and launches while each resource shape has room in its launch window, then waits
+    for one launched task to end (or ``WAKE_SECONDS``) and finishes it. The loop's state is its own:
+    no other thread reads it.
+    """
+
+    def __init__(self, backend: RayBackend) -> None:
+        self.backend = backend
+        self.in_flight: dict[Any, _Task] = {}
+        """Launched tasks, by their Ray reference."""
+        self.pending: dict[Hashable, deque[tuple[StepJob, Completion]]] = {}
+        """Per resource shape, submitted jobs waiting for room in its launch window (no lease taken yet)."""
+        self.active: Counter[Hashable] = Counter()
+        """Per resource shape, its tasks launched, and its jobs holding a lease on their way to a task (being
+        prepared on a lease thread, or prepared and not launched yet)."""
+
+    def run(self) -> None:
+        """Turn until the backend stops and nothing is left in flight."""
+        while True:
+            handed = self._take_handed_over()
+            if handed is None:
+                return
+            inbox, prepared = handed
+            touched = self._queue(inbox)
+            touched |= self._launch_prepared(prepared)
+            if self.backend._cancelled:
+                touched.update(self.pending)
+            for shape_key in touched:
+                self._fill(shape_key)
+            if self.in_flight:
+                for ref in self._wait():
+                    self._task_ended(ref)
+
+    def _take_handed_over(
+        self,
+    ) -> tuple[list[tuple[StepJob, Completion]], list[tuple[Hashable, _Launch | None]]] | None:
+        """What other threads handed over since the last turn (blocking while there is nothing to do at all);
+        None once the backend stops with nothing left."""
+        backend = self.backend
+        with backend._cv:
+            while not (backend._inbox or backend._prepared or self.in_flight or backend._stopping
+                       or (backend._cancelled and self.pending)):
+                backend._cv.wait()
+            if backend._stopping and not (backend._inbox or backend._prepared or self.in_flight):
+                return None
+            inbox, backend._inbox = backend._inbox, []
+            prepared, backend._prepared = backend._prepared, []
+        return inbox, prepared
+
+    def _queue(self, inbox: list[tuple[StepJob, Completion]]) -> set[Hashable]:
+        """Queue submitted jobs by resource shape; the shapes touched."""
+        touched: set[Hashable] = set()
+        for job, done in inbox:
+            try:
+                shape_key = self.backend._shape_key(job)
+            except BaseException as exc:  # bad options: nothing was taken or written yet
+                self.backend._complete(done, job, None, exc)
+                continue
+            self.pending.setdefault(shape_key, deque()).append((job, done))
+            touched.add(shape_key)
+        return touched
+
+    def _launch_prepared(self, prepared: list[tuple[Hashable, _Launch | None]]) -> set[Hashable]:
+        """Launch the jobs a lease thread prepared (None: the job ended there); the shapes touched."""
+        touched: set[Hashable] = set()
+        ready: dict[Hashable, list[_Launch]] = {}
+        for shape_key, item in prepared:
+            touched.add(shape_key)
+            if item is None:
+                self.active[shape_key] -= 1
+            elif self.backend._cancelled:
+                self.active[shape_key] -= 1
+                self.backend._end_unlaunched(item.job, item.done, KeyboardInterrupt())
+            else:
+                ready.setdefault(shape_key, []).append(item)
+        for shape_key, items in ready.items():
+            self._launch(shape_key, items, len(self.pending.get(shape_key, ())))
+        return touched
+
+    def _fill(self, shape_key: Hashable) -> None:
+        """Take leases and launch ``shape_key``'s pending jobs while its window has room."""
+        backend = self.backend
+        queued = self.pending.get(shape_key)
+        while queued and backend._cancelled:  # nothing taken yet: nothing to give up
+            job, done = queued.popleft()
+            backend._complete(done, job, None, KeyboardInterrupt())
+        while queued and self.active[shape_key] < backend._window(self.active[shape_key]):
+            call = queued[0][0].call
+            kind = call.kind if isinstance(call, StepCall) else None
+            size = backend._bundle_size(backend._job_shape(queued[0][0]), kind, len(queued))
+            items: list[_Launch] = []
+            while queued and len(items) < size:
+                job, done = queued.popleft()
+                self.active[shape_key] += 1
+                item = self._take_lease(job, done, shape_key)
+                if item is not None:
+                    items.append(item)
+            self._launch(shape_key, items, len(queued))
+        if not queued:
+            self.pending.pop(shape_key, None)
+
+    def _take_lease(self, job: StepJob, done: Completion, shape_key: Hashable) -> _Launch | None:
+        """``job``'s launch if its lease was taken here; None if it ended here or went to a lease thread."""
+        backend = self.backend
+        if job.lease.round_trips:  # a request per lease operation: on a lease thread
+            backend._to_lease_threads(functools.partial(backend._prepare_waiting, job, done, shape_key))
+            return None
+        item = backend._prepare_here(job, done, shape_key)
+        if item is False:  # another runner holds it: wait on a lease thread
+            backend._to_lease_threads(functools.partial(backend._prepare_waiting, job, done, shape_key))
+            return None
+        if item is None:
+            self.active[shape_key] -= 1
+            return None
+        return item
+
+    def _launch(self, shape_key: Hashable, items: list[_Launch], waiting: int) -> None:
+        """Launch ``items`` (prepared, each counted in ``active``): steps of one shape and kind are bundled where
+        ``ray_bundles`` says so, in the order they came."""
+        alike: dict[tuple[int, Hashable, bool], list[_Launch]] = {}
+        for item in items:
+            alike.setdefault((id(item.shape), item.kind, item.alone), []).append(item)
+        for members in alike.values():
+            first, start = members[0], 0
+            while start < len(members):
+                size = 1 if first.alone else self.backend._bundle_size(first.shape, first.kind,
+                                                                        waiting + len(members) - start)
+                group = members[start:start + size]
+                start += len(group)
+                self.active[shape_key] -= len(group) - 1  # one task
+                task = self.backend._start(group)
+                if task is None:
+                    self.active[shape_key] -= 1
+                else:
+                    self.in_flight[task.ref] = task
+
+    def _wait(self) -> list[Any]:
+        """The references of launched tasks that ended (none if ``WAKE_SECONDS`` passed first)."""
+        import ray
+
+        try:
+            ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=WAKE_SECONDS, fetch_local=False)
+        except Exception:  # the cluster is gone: each task's ray.get says how
+            logger.warning("the Ray backend lost its cluster", exc_info=True)
+            return list(self.in_flight)
+        return ready
+
+    def _task_ended(self, ref: Any) -> None:
+        """Finish the task of ``ref``; launch again the steps of a bundle it did not run, then fill its window."""
+        task = self.in_flight.pop(ref, None)
+        if task is None:
+            return
+        self.active[task.key] -= 1
+        unrun = self.backend._finish(task)
+        if unrun:
+            self.active[task.key] += len(unrun)
+            self._launch(task.key, unrun, len(self.pending.get(task.key, ())))
+        self._fill(task.key)
 
 
 def _declared_options(fn: Any, fresh: bool) -> dict[str, Any]:

@@ -1,11 +1,14 @@
 """When the Ray backend sends several steps of one function in one Ray task, and how many. Pure: no Ray, no I/O.
 
-Ray's own cost per task (about 2 ms of CPU on this project's VM, driver, raylet and worker together:
-``bench/ray_bench.py``'s plain Ray row) is more than a step of a millisecond costs. So once the
-steps of a function are known to be short, and more of them wait than the cluster can run at once,
-the driver puts several in one task (a *bundle*). The task runs them one after the other, each
-exactly as a task of one step runs it (RUNNING, the step, its own commit and outcome), and starts
-no more once its time budget is spent: it hands the rest back, and the driver launches them again.
+Ray's own cost per task (driver, raylet and worker together) is more than a step of a millisecond
+costs. So once the steps of a function are known to be short, and more of them wait than the cluster
+can run at once, the driver puts several in one task (a *bundle*). The task runs them one after the
+other, each exactly as a task of one step runs it (RUNNING, the step, its own commit and outcome),
+and starts no more once its time budget is spent: it hands the rest back, and the driver launches
+them again.
+
+Kept under the complexity rule on ``bench/ray_bench.py``'s rows "Ray backend (whole run)" against "one
+task per step" (docs/performance.md).
 
 The rules:
 - Steps are timed, and bundled, by function and kind (``StepCall.kind``: a config's ``step_kind``,

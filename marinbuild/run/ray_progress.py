@@ -102,7 +102,7 @@ class ProgressRelay:
 
     def _wake(self) -> None:
         try:
-            self._actor.wake.remote()
+            self._actor.wake.remote()  # type: ignore[attr-defined]  # ray types .remote only on @ray.method methods
         except Exception:
             logger.debug("could not wake the progress relay", exc_info=True)
 
@@ -125,7 +125,7 @@ class ProgressRelay:
                     self._thread = None
                     return
             try:
-                items = self._ray.get(self._actor.take.remote(POLL))
+                items = self._ray.get(self._actor.take.remote(POLL))  # type: ignore[attr-defined]  # as in _wake
             except BaseException:  # Ray is gone or the actor died (Ray raises SystemExit after its shutdown)
                 logger.debug("the progress relay stopped", exc_info=True)
                 with self._lock:

@@ -10,30 +10,33 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 from marinbuild.run import events as ev
 from marinbuild.run.backend import Backend
 from marinbuild.run.outcome import Outcome
 from marinbuild.run.step_job import RAN, StepJob
 
+K = TypeVar("K", bound=Hashable)  # what names a step: an ExecutorStep for the executor
 
-class _Run:
+
+class _Run(Generic[K]):
     """The state of one ``schedule`` call; every change happens under ``lock``."""
 
-    def __init__(self, order: list[Hashable], deps: dict[Hashable, list[Hashable]], jobs: dict[Hashable, StepJob],
+    def __init__(self, order: list[K], deps: dict[K, list[K]], jobs: dict[K, StepJob],
                  backend: Backend, bus: ev.EventBus, max_concurrent: int | None, keep_going: bool):
         self.order, self.jobs, self.backend, self.bus = order, jobs, backend, bus
         self.max_concurrent, self.keep_going = max_concurrent, keep_going
-        self.outcome = Outcome()
+        self.outcome: Outcome[K] = Outcome()
         self.waiting_on = {k: {d for d in deps[k] if d in jobs} for k in order}
-        self.consumers: dict[Hashable, list[Hashable]] = {k: [] for k in order}
+        self.consumers: dict[K, list[K]] = {k: [] for k in order}
         for k in order:
             for d in self.waiting_on[k]:
                 self.consumers[d].append(k)
         self.ready = deque(k for k in order if not self.waiting_on[k])
         self.key_of = {id(jobs[k]): k for k in order}
-        self.in_flight: dict[Hashable, StepJob] = {}
-        self.finished: set[Hashable] = set()
+        self.in_flight: dict[K, StepJob] = {}
+        self.finished: set[K] = set()
         self.stopping = False
         self.lock = threading.Lock()
         self.all_done = threading.Event()
@@ -98,16 +101,16 @@ class _Run:
 
 
 def schedule(
-    order: list[Hashable],
-    deps: dict[Hashable, list[Hashable]],
-    jobs: dict[Hashable, StepJob],
+    order: list[K],
+    deps: dict[K, list[K]],
+    jobs: dict[K, StepJob],
     backend: Backend,
     bus: ev.EventBus,
     *,
     max_concurrent: int | None,
     keep_going: bool,
     cancel: threading.Event,
-) -> Outcome:
+) -> Outcome[K]:
     """Run ``jobs`` (keys in dependency ``order``), each after its ``deps`` among them succeeded.
 
     Completions are handled on the thread that reports them: the next ready step is chosen and
@@ -142,8 +145,8 @@ def schedule(
     return outcome
 
 
-def _mark_dep_failed(failed: Hashable, consumers: dict[Hashable, list[Hashable]], jobs: dict[Hashable, StepJob],
-                     outcome: Outcome, bus: ev.EventBus) -> None:
+def _mark_dep_failed(failed: K, consumers: dict[K, list[K]], jobs: dict[K, StepJob],
+                     outcome: Outcome[K], bus: ev.EventBus) -> None:
     stack = list(consumers[failed])
     while stack:
         key = stack.pop()

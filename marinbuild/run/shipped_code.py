@@ -60,7 +60,7 @@ def _imported_through(module: Any, base: str) -> bool:
     return file[len(base):] in (below + ".py", os.path.join(below, "__init__.py"))
 
 
-def ship_main_siblings(workspace: str | Path | None) -> None:
+def ship_main_siblings(workspace: str | os.PathLike[str] | None) -> None:
     """For a script run as ``__main__`` (``python script.py``): ship by value the modules it imported by bare name
     from its own folder, unless that folder is ``workspace`` (whose modules a worker imports by name)."""
     file = getattr(sys.modules.get("__main__"), "__file__", None)

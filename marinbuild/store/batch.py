@@ -1,7 +1,7 @@
 """Batched status reads for remote prefixes: a few listings instead of a request per step.
 
-Deciding what is built must not cost one sequential round trip per step (100-200 ms each on
-GCS). For ``gs://`` paths, ``read_statuses`` lists instead of reading:
+Deciding what is built must not cost one sequential round trip per step. For ``gs://`` paths,
+``read_statuses`` lists instead of reading:
 
 - steps are grouped by parent folder (``<prefix>/tokenized/`` holds every tokenize step); a group
   of at least ``GROUP_MIN`` is listed in chunks of ``CHUNK_STEPS`` consecutive step folders, each
@@ -94,7 +94,7 @@ def _chunks(bucket: str, keys: list[str]) -> list[dict[str, Any]]:
     for key in keys:
         by_parent[key.rpartition("/")[0]].append(key)
     globbing = gcs.glob_supported()
-    requests = []
+    requests: list[dict[str, Any]] = []
     for parent, group in by_parent.items():
         group.sort()
         if len(group) < GROUP_MIN:
@@ -149,12 +149,12 @@ def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
     status_items: dict[tuple[str, str], dict[str, Any]] = {}
     records: dict[tuple[str, str], set[str]] = defaultdict(set)
     for bucket, items in gcs.run(listings, fs=filesystem):
-        for item in items:
-            name = item["name"]
+        for obj in items:
+            name = obj["name"]
             if name.endswith(status_suffix):
                 bk = (bucket, name[:-len(status_suffix)])
                 if bk in paths_by_key:
-                    status_items[bk] = item
+                    status_items[bk] = obj
             elif record_mark in name:
                 folder, _, base = name.rpartition("/")
                 digest = action_cache.digest_of_name(base)

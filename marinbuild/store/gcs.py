@@ -374,7 +374,7 @@ async def list_objects(
                 raise
             glob_supported.unsupported()  # a server that rejects matchGlob: filter here instead
             continue
-        if "matchGlob" in params and any(not glob[1](i["name"]) for i in page.get("items", ())):
+        if glob is not None and "matchGlob" in params and any(not glob[1](i["name"]) for i in page.get("items", ())):
             glob_supported.unsupported()  # it ignored the glob: don't send what it won't apply
         items.extend(page.get("items", []))
         token = page.get("nextPageToken")

@@ -5,6 +5,7 @@ stderr after a build whose run ``ran`` these steps: the experiment page (``get_e
 when the build wrote its run info, and for each step of a target with ``tracker = "wandb"`` its
 Weights & Biases run (``https://wandb.ai/$WANDB_ENTITY/$WANDB_PROJECT/runs/<run id>``; the run id is
 the output folder's name, as ``train_lm`` names the run). Nothing for a dry run or a no-op build.
+``failure_pages(prefix, failures)``: the web view's page of each failed step, when one is configured.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["where_to_look"]
+__all__ = ["failure_pages", "where_to_look"]
+
+MAX_FAILURE_PAGES = 5
 
 
 def _tracker(step: Any) -> str | None:
@@ -36,3 +39,15 @@ def where_to_look(executor: Any, ran: list[Any]) -> list[str]:
         else:
             lines.append(f"W&B run of {step.name}: project {project}, run {run_id} (set WANDB_ENTITY for its URL)")
     return lines
+
+
+def failure_pages(prefix: str, failures: list[Any]) -> list[str]:
+    """The ``marinbuild serve`` page of each failed step (at most ``MAX_FAILURE_PAGES``) when a view's base URL is
+    set (``$MARINBUILD_SERVE_URL``, which the CLI sets: ``marinbuild.serve.url``); nothing otherwise."""
+    from marinbuild.serve.url import ENV, step_url
+
+    base = os.environ.get(ENV)
+    if not base:
+        return []
+    return [f"step page of {p.step}: {step_url(base.rstrip('/'), prefix, p.output_path)}"
+            for p in failures[:MAX_FAILURE_PAGES] if p.output_path]

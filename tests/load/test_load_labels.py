@@ -216,25 +216,6 @@ def test_expand_patterns_on_empty_workspace() -> None:
 
 
 @pytest.mark.parametrize(
-    ("package", "name", "repo"), [("a/b", "c", ""), ("", "x", ""), ("rules", "p.py", "marinbuild")]
-)
-def test_the_loaders_label_factory_makes_the_same_labels(package: str, name: str, repo: str) -> None:
-    import dataclasses
-
-    from marinbuild.core.labels import _make_label
-
-    made, plain = _make_label(package, name, repo), Label(package, name, repo)
-    assert type(made) is Label and made == plain and hash(made) == hash(plain) and {made: 1}[plain] == 1
-    assert (str(made), repr(made), made.path) == (str(plain), repr(plain), plain.path)
-    assert not made < plain and not plain < made and made <= plain
-    assert dataclasses.astuple(made) == dataclasses.astuple(plain)
-    copy = pickle.loads(pickle.dumps(made))
-    assert copy == plain and hash(copy) == hash(plain)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        made.name = "y"  # type: ignore[misc]
-
-
-@pytest.mark.parametrize(
     "text",
     ["//a:b", "//a/b:c.txt", ":x", ":data/a.jsonl", "data/a.jsonl", "x", "//:root", "//a", "//a:..", "..", "./x",
      "a/../b", "/abs", "a/", "//a/..:x", "//a:b/../c", "//a:.hidden", "@r//a:b", ":a..b", "//a:b:c", "//a//b:c",
@@ -256,4 +237,3 @@ def test_attribute_labels_parse_exactly_as_parse_label(text: str) -> None:
             _to_label(text, "pkg")
         return
     assert _to_label(text, "pkg") == expected
-    assert _to_label(text, "pkg") == expected  # again, from the memo of absolute labels

@@ -189,38 +189,19 @@ def test_steps_on_a_gs_prefix_commit_from_the_task(ray_cluster, gs_prefix, gcs_e
 
 
 def test_a_step_ready_while_another_runs_is_launched_at_once(ray_cluster, prefix):
-    """The driver loop waits in ray.wait on the slow task; the step that becomes ready meanwhile rings it awake."""
+    """The driver loop waits in ray.wait on the slow task; the step that becomes ready meanwhile is launched while
+    the slow task still runs."""
     marks = os.path.join(prefix, "marks")
     os.makedirs(marks)
     # The slow step runs until the dependent step has run (or 120 s): only a driver that launches the
     # dependent step while the slow one still runs lets it see the mark.
-    slow = rs.probe("bell/slow", fn=rs.where_once_marked, text="120", log_dir=marks)
-    first = rs.probe("bell/first", text="1")
-    then = ExecutorStep(name="bell/then", fn=rs.where_then_mark,
+    slow = rs.probe("ready/slow", fn=rs.where_once_marked, text="120", log_dir=marks)
+    first = rs.probe("ready/first", text="1")
+    then = ExecutorStep(name="ready/then", fn=rs.where_then_mark,
                         config=rs.ProbeConfig(text=output_path_of(first), log_dir=marks))
     paths = make_executor(prefix, RayBackend(ray_cluster.address)).run([slow, then])
     assert json.loads(Path(paths[slow], ".artifact.json").read_text())["saw_mark"] is True
     assert st.read_status(paths[then]) == st.read_status(paths[slow]) == "SUCCESS"
-
-
-def test_a_dead_bell_actor_is_replaced(ray_cluster, prefix):
-    import ray
-
-    from marinbuild.run.ray_bell import BELLS
-
-    backend = RayBackend(ray_cluster.address)
-    make_executor(prefix, backend).run([rs.probe("bell/warm", text="w")])  # the bell actor exists
-    dead = BELLS._actor
-    ray.kill(dead)
-    marks = os.path.join(prefix, "marks")
-    os.makedirs(marks)
-    slow = rs.probe("bell/slow2", fn=rs.where_once_marked, text="120", log_dir=marks)
-    first = rs.probe("bell/first2", text="1")
-    then = ExecutorStep(name="bell/then2", fn=rs.where_then_mark,
-                        config=rs.ProbeConfig(text=output_path_of(first), log_dir=marks))
-    paths = make_executor(prefix, RayBackend(ray_cluster.address)).run([slow, then])
-    assert json.loads(Path(paths[slow], ".artifact.json").read_text())["saw_mark"] is True
-    assert BELLS._actor is not dead
 
 
 def test_steps_beyond_the_launch_window_wait_their_turn_without_a_lease(ray_cluster, prefix):

@@ -16,7 +16,7 @@ import pytest
 from ml.qs_workspace import HAVE_LEVANTER, make_workspace
 from raycluster import node_env
 
-pytestmark = [pytest.mark.timeout(600),
+pytestmark = [pytest.mark.ml, pytest.mark.timeout(600),  # trains (tests/ray marks it ray)
               pytest.mark.skipif(not HAVE_LEVANTER, reason="levanter is not installed (the ml extra)")]
 
 TINIER = [

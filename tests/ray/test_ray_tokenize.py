@@ -14,6 +14,7 @@ from raycluster import node_env
 from tokenize_ws import TokenizeWorkspace, reference_rows, shard_log, stories, token_rows, toy_tokenizer, write_docs
 
 pytest.importorskip("levanter")
+pytestmark = pytest.mark.ml  # levanter tokenizes (tests/ray marks it ray)
 
 
 def test_sharded_tokenize_on_two_ray_nodes_equals_a_single_process_build(ray_cluster, tmp_path):

@@ -1,0 +1,141 @@
+"""The Starlette application: pages, JSON APIs, the file view and the live event stream. GET only: read-only.
+
+Pages (``/``, ``/step/<output path relative to the prefix>``, ``/runs``, ``/run/<id>``,
+``/experiment?path=``, ``/training``) are one fixed HTML shell naming the page; the page's script fetches
+the matching ``/api/...`` JSON and builds the DOM with ``textContent`` and attributes only, so no user
+string (a step name, a config value, a traceback) is ever parsed as HTML. The shell itself holds no
+user data, except the error page of an unreadable prefix, whose message is ``html.escape``d.
+
+On loopback, a request whose ``Host`` is not a loopback name is refused (400): a page of another site
+cannot reach the view by rebinding its own name to 127.0.0.1. Every response carries a
+Content-Security-Policy allowing scripts and styles from this server only (no inline script),
+``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``. The file view
+(``/file/<relative path>``) answers ``text/plain`` only, after ``marinbuild.serve.files``' checks.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import threading
+from importlib.resources import files as package_files
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from marinbuild.serve import live
+from marinbuild.serve.files import Refused, read_text
+from marinbuild.serve.model import PrefixUnreadable, ViewModel
+
+STATIC = package_files("marinbuild.serve") / "static"
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+PAGES = ("graph", "step", "runs", "run", "experiment", "training")
+
+
+def _shell(page: str) -> str:
+    assert page in PAGES
+    return (STATIC / "shell.html").read_text(encoding="utf-8").replace("{{page}}", page)
+
+
+LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
+
+
+def create_app(model: ViewModel, loopback_only: bool = True, stopping: threading.Event | None = None) -> Starlette:
+    """The application over ``model``'s workspace and prefix. ``loopback_only``: answer only requests whose Host
+    header names this machine's loopback, so a web page from elsewhere cannot read the view through DNS rebinding
+    (a name of its own resolving to 127.0.0.1). ``stopping``: set when the server shuts down; the event streams end
+    then, so the shutdown does not wait on open pages."""
+    stopping = stopping or threading.Event()
+
+    def page(name: str) -> Any:
+        async def endpoint(request: Request) -> Response:
+            try:
+                model.check_prefix()
+            except PrefixUnreadable as exc:
+                return HTMLResponse(_error_page(str(exc)), status_code=503, headers=HEADERS)
+            return HTMLResponse(_shell(name), headers=HEADERS)
+
+        return endpoint
+
+    def api(compute: Any) -> Any:
+        def endpoint(request: Request) -> Response:
+            try:
+                result = compute(request)
+            except Refused as exc:
+                return _error(exc.status, exc.message)
+            except PrefixUnreadable as exc:
+                return _error(503, str(exc))
+            except Exception as exc:  # a BUILD file error, an unreachable bucket...: said, not a stack trace
+                return _error(500, f"{type(exc).__name__}: {exc}")
+            if result is None:
+                return _error(404, f"nothing at {request.url.path}")
+            return JSONResponse(result, headers=HEADERS)
+
+        return endpoint
+
+    def file_view(request: Request) -> Response:
+        try:
+            text = read_text(model.prefix, request.path_params["path"])
+        except Refused as exc:
+            return PlainTextResponse(f"{exc.status}: {exc.message}\n", status_code=exc.status, headers=HEADERS)
+        return PlainTextResponse(text, headers=HEADERS)
+
+    async def events(request: Request) -> Response:
+        async def stream() -> Any:
+            yield ": connected\n\n"
+            async for record in live.follow(live_folder(), model.prefix, stop=stopping.is_set):
+                if await request.is_disconnected():
+                    return
+                yield ": keepalive\n\n" if record is None else f"data: {json.dumps(record, default=str)}\n\n"
+
+        return StreamingResponse(
+            stream(), media_type="text/event-stream", headers={**HEADERS, "Cache-Control": "no-store"}
+        )
+
+    def live_folder() -> Any:
+        from marinbuild.ui.event_log import events_dir
+
+        return events_dir(model.cache_dir)
+
+    routes = [
+        Route("/", page("graph")),
+        Route("/step/{path:path}", page("step")),
+        Route("/runs", page("runs")),
+        Route("/run/{id}", page("run")),
+        Route("/experiment", page("experiment")),
+        Route("/training", page("training")),
+        Route("/file/{path:path}", file_view),
+        Route("/api/graph", api(lambda r: model.graph())),
+        Route("/api/step/{path:path}", api(lambda r: model.step(r.path_params["path"]))),
+        Route("/api/runs", api(lambda r: model.runs())),
+        Route("/api/run/{id}", api(lambda r: model.run(r.path_params["id"]))),
+        Route("/api/experiment", api(lambda r: model.experiment(r.query_params.get("path", "")))),
+        Route("/api/training", api(lambda r: model.training(r.query_params.getlist("path")))),
+        Route("/api/events", events),
+        Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
+    ]
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_NAMES)] if loopback_only else []
+    return Starlette(routes=routes, middleware=middleware)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message, "status": status}, status_code=status, headers=HEADERS)
+
+
+def _error_page(message: str) -> str:
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>marinbuild serve: error</title>"
+        "<link rel='stylesheet' href='/static/app.css'></head><body><header><a href='/'>marinbuild</a></header>"
+        f"<main><h1>Cannot show this workspace</h1><p class='error'>{html.escape(message)}</p></main></body></html>"
+    )

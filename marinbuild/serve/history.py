@@ -1,0 +1,134 @@
+"""The runs pages: builds from the workspace's event logs, and the run info JSONs under the prefix.
+
+``builds`` lists the event logs (``marinbuild.ui.event_log``) of builds against the prefix, newest first;
+``run`` turns one into a timeline (per step: start, end, outcome, error); ``durations`` gives each output's
+last run time for the graph. ``run_infos`` lists ``<prefix>/experiments/*.json`` (Marin's and marinbuild's
+run info files) and ``experiment`` shows one, with each step's state read now (``probe_outputs``, as the
+plan reads them).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from marinbuild.cache import probe as pb
+from marinbuild.serve.facts import read_json, relative, shown_state
+from marinbuild.store import fs
+from marinbuild.ui import event_log
+
+
+def _logs(cache_dir: str | os.PathLike[str], prefix: str) -> list[event_log.RunLog]:
+    out = []
+    for path in event_log.list_logs(event_log.events_dir(cache_dir)):
+        log = event_log.read_log(path)
+        if log is not None and log.prefix == prefix:
+            out.append(log)
+    return out
+
+
+def builds(cache_dir: str | os.PathLike[str], prefix: str) -> list[dict[str, Any]]:
+    """Each recorded build against ``prefix``, newest first: when, what was asked, what ran and failed."""
+    return [log.summary() for log in _logs(cache_dir, prefix)]
+
+
+def durations(cache_dir: str | os.PathLike[str], prefix: str) -> dict[str, float]:
+    """Each output path's last run time (started to succeeded or failed), from the newest log that ran it."""
+    found: dict[str, float] = {}
+    for log in _logs(cache_dir, prefix):
+        started: dict[str, float] = {}
+        for e in log.events:
+            out = e.get("output_path")
+            if e.get("kind") == "started" and out and isinstance(e.get("time"), (int, float)):
+                started[out] = e["time"]
+            elif e.get("kind") in ("succeeded", "failed") and out in started and out not in found:
+                found[out] = round(e["time"] - started[out], 3)
+    return found
+
+
+def run(cache_dir: str | os.PathLike[str], prefix: str, run_id: str) -> dict[str, Any] | None:
+    """One build's events as a timeline: per step its start, end and outcome; None if there is no such build."""
+    if not run_id.replace("-", "").replace("T", "").isalnum():
+        return None
+    log = event_log.read_log(event_log.events_dir(cache_dir) / f"{run_id}.jsonl")
+    if log is None:
+        return None
+    rows: dict[str, dict[str, Any]] = {}
+    for e in log.events:
+        out = e.get("output_path")
+        if not out:
+            continue
+        row = rows.setdefault(
+            out,
+            {
+                "step": e.get("step"),
+                "output_path": out,
+                "relative": relative(prefix, out),
+                "start": None,
+                "end": None,
+                "outcome": None,
+                "error": None,
+            },
+        )
+        kind = e.get("kind")
+        if kind in ("started", "waiting") and row["start"] is None:
+            row["start"] = e.get("time")
+        elif kind in ("succeeded", "failed", "dep_failed", "skipped"):
+            row["end"], row["outcome"] = e.get("time"), kind
+            row["error"] = e.get("error") or (e.get("detail") if kind != "succeeded" else None)
+    return {**log.summary(), "steps": list(rows.values())}
+
+
+def run_infos(prefix: str) -> list[dict[str, Any]]:
+    """The run info JSONs under ``<prefix>/experiments/`` (newest first): name, creation time, script, steps."""
+    from marinbuild.cache.commands import RUN_INFO_FOLDER
+    from marinbuild.cache.store import Store
+
+    folder = fs.join(prefix, RUN_INFO_FOLDER)
+    out = []
+    for name in Store(prefix).names(folder) or []:
+        if not name.endswith(".json"):
+            continue
+        path = fs.join(folder, name)
+        data = read_json(path)
+        if isinstance(data, dict):
+            out.append(
+                {
+                    "path": path,
+                    "name": name,
+                    "created": data.get("created_date"),
+                    "script": data.get("caller_path"),
+                    "steps": len(data.get("steps") or []),
+                }
+            )
+    out.sort(key=lambda r: str(r["created"] or ""), reverse=True)
+    return out
+
+
+def experiment(prefix: str, path: str) -> dict[str, Any]:
+    """A run info JSON (Marin's ``/experiment?path=``): its facts and each step with its state now."""
+    from marinbuild.serve.files import Refused, resolve
+
+    folder = fs.join(prefix, "experiments") + "/"
+    if not path.startswith(folder) or not path.endswith(".json"):
+        raise Refused(400, f"{path!r} is not a run info JSON under {folder}")
+    path = resolve(prefix, path[len(prefix) :].lstrip("/"))  # no '..', no symlink out of the prefix
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise Refused(404, f"no readable run info at {path}")
+    steps = [s for s in data.get("steps") or [] if isinstance(s, dict)]
+    probes = pb.probe_outputs([s["output_path"] for s in steps if isinstance(s.get("output_path"), str)])
+    shown = []
+    for s in steps:
+        out = s.get("output_path")
+        probe = probes.get(out) if isinstance(out, str) else None
+        shown.append(
+            {
+                "name": s.get("name"),
+                "output_path": out,
+                "relative": relative(prefix, out or ""),
+                "state": shown_state(probe.state, probe.status) if probe else "missing",
+            }
+        )
+    facts = {k: data.get(k) for k in ("created_date", "caller_path", "user", "worker_id", "git_commit", "prefix")}
+    return {"path": path, **facts, "steps": shown}

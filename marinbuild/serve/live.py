@@ -1,0 +1,106 @@
+"""Live updates: the events builds append to the workspace's event logs, as they are written.
+
+``follow(folder, prefix)`` is an async generator of event records (the lines of
+``marinbuild.ui.event_log`` logs, each with ``"run"``: its log's id) written after it started, from
+every build against ``prefix``: it remembers each log's size, and every ``INTERVAL`` seconds lists the
+folder (a few dozen small files) and reads what was appended since (complete lines only; a log that
+appears is read from its start). It yields ``None`` every ``KEEPALIVE`` seconds without events, so
+the server can send an SSE comment and notice a closed connection.
+
+Why a read loop at a modest interval rather than inotify: the logs may sit on any filesystem (NFS,
+a container's overlay) where change notification is unreliable or absent, the engine has no
+notification of its own across processes, and one directory listing and a stat per log twice a
+second is no load. The page side is an ``EventSource``: the browser keeps one connection open and
+polls nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from marinbuild.ui.event_log import parse_lines
+
+INTERVAL = 0.5
+KEEPALIVE = 15.0
+
+
+class _Tail:
+    """What has been read of each log: its offset, and whether it is a build against the followed prefix."""
+
+    def __init__(self, folder: Path, prefix: str):
+        self.folder, self.prefix = folder, prefix
+        self.offsets: dict[Path, int] = {}
+        self.wanted: dict[Path, bool] = {}
+        for path in self._logs():
+            self.offsets[path] = path.stat().st_size  # only what is written from now on
+
+    def _logs(self) -> list[Path]:
+        try:
+            return sorted(p for p in self.folder.iterdir() if p.suffix == ".jsonl")
+        except OSError:
+            return []
+
+    def read_new(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for path in self._logs():
+            offset = self.offsets.get(path, 0)
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            if size <= offset:
+                continue
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(size - offset)
+            end = data.rfind(b"\n") + 1  # complete lines only; the rest is read next time
+            self.offsets[path] = offset + end
+            if path not in self.wanted:
+                self.wanted[path] = _header_prefix(path) == self.prefix
+            if not self.wanted[path]:
+                continue
+            for record in parse_lines(data[:end].decode("utf-8", errors="replace")):
+                if record.get("kind") == "run":
+                    continue
+                record["run"] = path.stem
+                out.append(record)
+        return out
+
+
+def _header_prefix(path: Path) -> str | None:
+    """The prefix a log's first line (its ``run`` header) names; None if it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            records = parse_lines(f.readline().decode("utf-8", errors="replace"))
+    except OSError:
+        return None
+    return records[0].get("prefix") if records and records[0].get("kind") == "run" else None
+
+
+async def follow(
+    folder: str | os.PathLike[str],
+    prefix: str,
+    interval: float = INTERVAL,
+    keepalive: float = KEEPALIVE,
+    stop: Callable[[], bool] = lambda: False,
+) -> AsyncIterator[dict[str, Any] | None]:
+    """Event records appended to the logs under ``folder`` by builds against ``prefix`` (see the module docstring);
+    it ends once ``stop()`` is true (the server is shutting down)."""
+    tail = _Tail(Path(folder), prefix)
+    quiet = 0.0
+    while not stop():
+        records = await asyncio.to_thread(tail.read_new)
+        for record in records:
+            yield record
+        if records:
+            quiet = 0.0
+        else:
+            quiet += interval
+            if quiet >= keepalive:
+                quiet = 0.0
+                yield None
+        await asyncio.sleep(interval)

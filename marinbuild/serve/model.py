@@ -1,0 +1,274 @@
+"""The graph and step pages, computed by the engine's own functions; the server only turns them into JSON.
+
+- the graph: the steps of the pattern and every step they need, each with the state ``marinbuild cache
+  status`` gives it (``marinbuild.cache.cache_status``), its target, and its last duration from the
+  workspace's event logs. ``dep_failed`` is a step not built whose dependency failed (or is itself
+  ``dep_failed``), or whose status file says DEP_FAILED (Marin writes one; marinbuild does not write into
+  a folder it holds no lease on);
+- a step: ``marinbuild cache show``'s facts (``cache_show``), ``marinbuild why``'s text for it
+  (``why`` + ``format_why``: the same words), its files, the end of its logs, its traceback and its code
+  record;
+- the runs and the training curves are ``marinbuild.serve.history`` and ``marinbuild.serve.curves``,
+  reached through the same ``ViewModel``.
+
+Each graph and step request analyses the workspace afresh (BUILD files may have changed since the last
+one); requests are serialised by a lock, since a session and its caches are not made for threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any
+
+from marinbuild.cache import probe as pb
+from marinbuild.serve import history
+from marinbuild.serve.facts import read_json, relative, shown_state
+from marinbuild.store import fs
+
+MAX_FILES = 500
+"""A step page lists at most this many of its output files."""
+MAX_TRACEBACK = 64 * 1024
+MAX_LOGS = 8
+LOG_TAIL = 32 * 1024
+"""A step page shows the last 32 KiB of at most 8 log files; the file view has each whole (up to its limit)."""
+
+
+class PrefixUnreadable(Exception):
+    """The prefix exists but cannot be read (permissions, not a folder, an unreachable bucket)."""
+
+
+class ViewModel:
+    """The state of one workspace and prefix, for one pattern."""
+
+    def __init__(self, root: str, patterns: list[str], prefix: str | None = None):
+        from marinbuild.session import Session
+
+        self.root, self.patterns = root, list(patterns)
+        probe_session = Session.open(root, prefix=prefix)
+        self.prefix = probe_session.settings.prefix
+        self.cache_dir = probe_session.workspace.cache_dir
+        self._lock = threading.Lock()
+        self._session()  # a bad pattern or BUILD file is the user's mistake: said at start, not on every page
+
+    # -- the session ---------------------------------------------------------------------------
+
+    def _session(self) -> Any:
+        from marinbuild.session import Session
+
+        session = Session.open(self.root, prefix=self.prefix)
+        session.load(self.patterns)
+        session.analyse()
+        return session
+
+    def check_prefix(self) -> None:
+        """PrefixUnreadable if the prefix exists and cannot be listed (a prefix not made yet is fine: nothing built)."""
+        try:
+            if fs.is_local(self.prefix):
+                if os.path.exists(self.prefix):
+                    if not os.path.isdir(self.prefix):
+                        raise PrefixUnreadable(f"the prefix {self.prefix} is not a folder")
+                    os.listdir(self.prefix)
+            else:
+                from marinbuild.cache.store import Store
+
+                Store(self.prefix).names(self.prefix)
+        except PrefixUnreadable:
+            raise
+        except Exception as exc:
+            raise PrefixUnreadable(f"cannot read the prefix {self.prefix}: {exc}") from exc
+
+    # -- the graph -----------------------------------------------------------------------------
+
+    def graph(self) -> dict[str, Any]:
+        from marinbuild.cache import cache_status
+
+        self.check_prefix()
+        with self._lock:
+            session = self._session()
+            executor = session.executor
+            analysis = session.analysis
+            label_of: dict[Any, str] = {}
+            for label, steps in analysis.steps_of.items():
+                for step in steps:
+                    label_of.setdefault(executor.canonicalize(step), str(label))
+            rows = cache_status(session, list(analysis.steps_of))
+            states = {s.output_path: s for row in rows for s in row.steps}
+            table = executor._table
+            steps = list(dict.fromkeys(executor.canonicalize(s) for s in executor.steps))
+            durations = history.durations(self.cache_dir, self.prefix)
+            nodes: list[dict[str, Any]] = []
+            edges: list[list[str]] = []
+            shown: dict[str, str] = {}
+            for step in steps:  # dependencies first
+                path = executor.output_paths[step]
+                state = states.get(path)
+                deps = [executor.output_paths[executor.canonicalize(d)] for d in table.dependencies.get(step, ())]
+                shown[path] = shown_state(state.state, state.status) if state else "missing"
+                if shown[path] in (pb.MISSING, "stale") and any(
+                    shown.get(d) in (pb.FAILED, "dep_failed") for d in deps
+                ):
+                    shown[path] = "dep_failed"  # not built, and a dependency's last run failed
+                nodes.append(
+                    {
+                        "id": path,
+                        "name": step.name,
+                        "label": label_of.get(step),
+                        "relative": self.relative(path),
+                        "state": shown[path],
+                        "holder": state.holder if state else None,
+                        "detail": state.detail if state else None,
+                        "duration": durations.get(path),
+                    }
+                )
+                edges.extend([dep, path] for dep in deps)
+        return {"prefix": self.prefix, "patterns": self.patterns, "nodes": nodes, "edges": edges}
+
+    def relative(self, output_path: str) -> str:
+        return relative(self.prefix, output_path)
+
+    # -- a step --------------------------------------------------------------------------------
+
+    def step(self, relative: str) -> dict[str, Any] | None:
+        """Everything about the step whose output is ``<prefix>/<relative>``; None if no step is there."""
+        from marinbuild.cache import cache_show
+        from marinbuild.serve.files import check_relative
+        from marinbuild.why import format_why, why
+
+        parts = check_relative(relative)
+        output_path = fs.join(self.prefix, "/".join(parts))
+        self.check_prefix()
+        with self._lock:
+            session = self._session()
+            executor = session.executor
+            step = next((s for s in executor.steps if executor.output_paths[s] == output_path), None)
+            label, rule, current = None, None, None
+            if step is not None:
+                for lab, steps in session.analysis.steps_of.items():
+                    if any(executor.canonicalize(s) == step for s in steps):
+                        label = str(lab)
+                        rule = getattr(session.loaded.targets[lab].rule, "name", None)
+                        break
+                current = json.loads(executor._step_info_text(step))  # what .executor_info holds once built
+            shown = cache_show(self.prefix, output_path)["outputs"][0]
+            why_text = None
+            if label is not None:
+                from marinbuild.cache import cache_status
+
+                (row,) = cache_status(session, [label])
+                state = next(s for s in row.steps if s.output_path == output_path)
+                shown["state"], shown["status"] = state.state, state.status
+                explanations = [e for e in why(session, label) if e.output_path == output_path]
+                why_text = format_why(explanations)
+        if step is None and not shown["exists"]:
+            return None
+        info = current or (shown.get("info") if isinstance(shown.get("info"), dict) else {})
+        config = info.get("config")
+        raw_version = info.get("version")
+        version: dict[str, Any] = raw_version if isinstance(raw_version, dict) else {}
+        return {
+            "output_path": output_path,
+            "relative": "/".join(parts),
+            "name": shown["name"],
+            "label": label,
+            "in_graph": step is not None,
+            "rule": rule or (config.get("rule") if isinstance(config, dict) else None),
+            "fn_name": info.get("fn_name"),
+            "state": shown_state(shown["state"], shown.get("status")),
+            "status": shown.get("status"),
+            "config": config,
+            "versioned": sorted((version.get("config") or {}).keys())
+            if isinstance(version.get("config"), dict)
+            else [],
+            "version": version,
+            "hash": output_path.rsplit("-", 1)[-1] if "-" in output_path else None,
+            "dependencies": info.get("dependencies") or [],
+            "why": why_text,
+            "lease": shown.get("lease"),
+            "artifact": shown.get("artifact"),
+            "traceback_file": shown.get("traceback"),
+            "traceback": _read_small(shown["traceback"]) if shown.get("traceback") else None,
+            "size": shown.get("size"),
+            "errors": shown.get("errors"),
+            "code": read_json(fs.join(output_path, ".marinbuild_code.json")),
+            "files": (files := self.files(output_path) if shown["exists"] else []),
+            "logs": self.logs(output_path, files),
+        }
+
+    def files(self, output_path: str) -> list[dict[str, Any]]:
+        """The output's files (relative to the prefix, with sizes), at most MAX_FILES, in path order."""
+        import fsspec
+
+        filesystem, root = fsspec.core.url_to_fs(output_path)
+        out: list[dict[str, Any]] = []
+        for path, details in sorted(filesystem.find(root, detail=True).items()):
+            if len(out) >= MAX_FILES:
+                break
+            relative = path[len(root) :].lstrip("/")
+            out.append(
+                {"path": self.relative(fs.join(output_path, relative)), "name": relative, "size": details.get("size")}
+            )
+        return out
+
+    def logs(self, output_path: str, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The step's log files (under ``logs/`` or named ``*.log``), each with its last ``LOG_TAIL`` bytes, at most
+        ``MAX_LOGS`` of them."""
+        out: list[dict[str, Any]] = []
+        for f in files:
+            name = f["name"]
+            if not (name.startswith("logs/") or name.endswith(".log")) or len(out) >= MAX_LOGS:
+                continue
+            data = _read_tail(fs.join(output_path, name), f.get("size") or 0)
+            out.append({**f, "tail": data, "cut": (f.get("size") or 0) > LOG_TAIL})
+        return out
+
+    # -- runs and curves (marinbuild.serve.history, marinbuild.serve.curves) ---------------------------
+
+    def runs(self) -> dict[str, Any]:
+        self.check_prefix()
+        return {
+            "prefix": self.prefix,
+            "builds": history.builds(self.cache_dir, self.prefix),
+            "run_infos": history.run_infos(self.prefix),
+        }
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        return history.run(self.cache_dir, self.prefix, run_id)
+
+    def experiment(self, path: str) -> dict[str, Any]:
+        return history.experiment(self.prefix, path)
+
+    def training(self, chosen: list[str] | None = None) -> dict[str, Any]:
+        """The curves of ``chosen`` outputs (paths relative to the prefix), else of the graph's built steps."""
+        from marinbuild.serve import curves
+        from marinbuild.serve.files import check_relative
+
+        if chosen:
+            outputs = [fs.join(self.prefix, "/".join(check_relative(c))) for c in chosen]
+        else:
+            outputs = [n["id"] for n in self.graph()["nodes"] if n["state"] == "built"]
+        return {"prefix": self.prefix, "runs": curves.training_runs(self.prefix, outputs)}
+
+
+def _read_small(path: str) -> str | None:
+    data = fs.read_bytes(path)
+    if data is None:
+        return None
+    return data[-MAX_TRACEBACK:].decode("utf-8", errors="replace")
+
+
+def _read_tail(path: str, size: int) -> str:
+    """The last ``LOG_TAIL`` bytes of the file at ``path`` (of ``size`` bytes), as text."""
+    import fsspec
+
+    filesystem, stripped = fsspec.core.url_to_fs(path)
+    start = max(0, size - LOG_TAIL)
+    try:
+        with filesystem.open(stripped, "rb") as f:
+            f.seek(start)
+            data = f.read(LOG_TAIL)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return text.split("\n", 1)[1] if start and "\n" in text else text

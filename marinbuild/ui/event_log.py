@@ -1,0 +1,169 @@
+"""The workspace's build event logs: every CLI build (not a dry run) records its run in one JSON-lines file.
+
+``<workspace>/.marinbuild/events/<UTC time>-<pid>.jsonl``: a first line
+``{"kind": "run", "id", "patterns", "prefix", "argv", "pid", "time"}``, then one line per event in the
+form of ``--build_event_json_file`` (``marinbuild.ui.bep.event_record``), flushed as it is written so
+``marinbuild serve`` can tail it while the build runs. The log never fails a build: one that cannot
+be created is not written (``open_event_log`` returns None), one that cannot be appended to (a full
+disk) stops. ``planned``, ``cached`` and ``progress`` events are left out: a no-op build of 10,000
+steps writes three lines, not 10,000, and what a run page shows (what ran, what failed, when) needs
+none of them. The newest ``KEEP`` logs are kept; older ones
+are deleted when a new one opens. ``marinbuild clean`` removes them with the rest of ``.marinbuild/``.
+
+Reading: ``list_logs`` (newest first) and ``read_log`` never raise for a cut-off last line (a build
+still writing, or killed): it is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marinbuild.run import events as ev
+
+EVENTS_FOLDER = "events"
+KEEP = 100
+LEFT_OUT = frozenset({ev.PLANNED, ev.CACHED, ev.PROGRESS})
+"""Event kinds not written: see the module docstring."""
+
+
+def events_dir(cache_dir: str | os.PathLike[str]) -> Path:
+    """Where the event logs of the workspace whose ``.marinbuild`` folder is ``cache_dir`` go."""
+    return Path(cache_dir) / EVENTS_FOLDER
+
+
+class EventLog:
+    """Listener writing a build's events to a new log under ``folder`` (see the module docstring)."""
+
+    def __init__(self, folder: str | os.PathLike[str], patterns: list[str], prefix: str):
+        from marinbuild.ui.bep import event_record
+
+        self._record = event_record
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        _prune(folder, KEEP - 1)
+        now = time.time()
+        self.id = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"-{os.getpid()}"
+        self.path = folder / f"{self.id}.jsonl"
+        self._file = open(self.path, "a", encoding="utf-8")  # closed in close()
+        self._lock = threading.Lock()
+        self._write(
+            {
+                "kind": "run",
+                "id": self.id,
+                "patterns": list(patterns),
+                "prefix": prefix,
+                "argv": sys.argv[1:],
+                "pid": os.getpid(),
+                "time": now,
+            }
+        )
+
+    def _write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, default=str)
+        with self._lock:
+            if self._file.closed:
+                return
+            try:
+                self._file.write(line + "\n")
+                self._file.flush()
+            except OSError:  # a full disk: the log stops, the build goes on
+                with contextlib.suppress(OSError):
+                    self._file.close()  # closes even when its last flush fails
+
+    def __call__(self, event: ev.Event) -> None:
+        if event.kind not in LEFT_OUT:
+            self._write(self._record(event))
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+def open_event_log(cache_dir: str | os.PathLike[str], patterns: list[str], prefix: str) -> EventLog | None:
+    """A new log in the workspace whose ``.marinbuild`` folder is ``cache_dir``; None if it cannot be created (a
+    read-only workspace, a full disk)."""
+    try:
+        return EventLog(events_dir(cache_dir), patterns, prefix)
+    except OSError:
+        return None
+
+
+def _prune(folder: Path, keep: int) -> None:
+    logs = sorted(folder.glob("*.jsonl"))
+    for old in logs[: max(0, len(logs) - keep)]:
+        old.unlink(missing_ok=True)
+
+
+@dataclass
+class RunLog:
+    """One build's log, read back: its header and events (oldest first)."""
+
+    id: str
+    path: str
+    header: dict[str, Any]
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def prefix(self) -> str | None:
+        return self.header.get("prefix")
+
+    def summary(self) -> dict[str, Any]:
+        """When, what was asked, what ran, what failed; ``finished`` is False while the build runs (or if it died)."""
+        ran = [e for e in self.events if e.get("kind") == ev.SUCCEEDED]
+        failed = [e for e in self.events if e.get("kind") == ev.FAILED]
+        dep_failed = [e for e in self.events if e.get("kind") == ev.DEP_FAILED]
+        end = next((e for e in reversed(self.events) if e.get("kind") == ev.BUILD_FINISHED), None)
+        return {
+            "id": self.id,
+            "time": self.header.get("time"),
+            "patterns": self.header.get("patterns", []),
+            "argv": self.header.get("argv", []),
+            "prefix": self.prefix,
+            "finished": end is not None,
+            "end_time": end.get("time") if end else None,
+            "ran": [e.get("step") for e in ran],
+            "failed": [e.get("step") for e in failed],
+            "dep_failed": [e.get("step") for e in dep_failed],
+        }
+
+
+def list_logs(folder: str | os.PathLike[str]) -> list[Path]:
+    """The event logs under ``folder``, newest first (their names sort by time)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(folder.glob("*.jsonl"), reverse=True)
+
+
+def read_log(path: str | os.PathLike[str]) -> RunLog | None:
+    """The log at ``path``; None if it has no readable header line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    records = parse_lines(text)
+    if not records or records[0].get("kind") != "run":
+        return None
+    return RunLog(path.stem, str(path), records[0], records[1:])
+
+
+def parse_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON objects of complete lines of ``text``; a line that does not parse (cut off) is skipped."""
+    out = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
