@@ -319,7 +319,8 @@ class VersionTable:
         return digest
 
     def indented_version(self, step: ExecutorStep) -> str:
-        """``json.dumps(self.versions[step], indent=2)``, composed from the dependencies' texts."""
+        """``json.dumps(self.versions[step], indent=2)``, composed from the dependencies' texts; kept only for a step
+        consumers inline (a deeper one is written once, into its own ``.executor_info``)."""
         text = self._indented.get(step)
         if text is not None:
             return text
@@ -340,7 +341,8 @@ class VersionTable:
             else:
                 shell[key] = value
         text = dumps_indented_with(shell, slots)
-        self._indented[step] = text
+        if self.depth[step] <= MAX_INLINE_DEPTH:  # only an inlined step's text goes into its consumers' texts
+            self._indented[step] = text
         return text
 
     def _under_prefix(self, name: str) -> str:
