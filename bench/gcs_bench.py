@@ -163,7 +163,7 @@ def one(n: int, layout: str) -> dict[str, Any]:
     built = sum(1 for p in ex.plan.steps.values() if p.state == "built")
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {"seconds": elapsed, "built": built, "ran": len(ex.outcome.ran) if ex.outcome else 0,
-            "client_requests": gcs.REQUESTS.count, "cpu_seconds": usage.ru_utime + usage.ru_stime}
+            "client_requests": gcs.filesystem().requests.count, "cpu_seconds": usage.ru_utime + usage.ru_stime}
 
 
 def measure(n: int, layout: str, proxy_url: str, cache: str) -> dict[str, Any]:

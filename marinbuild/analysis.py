@@ -40,7 +40,9 @@ from marinbuild.load.target import Target
 from marinbuild.load.workspace import Workspace
 
 _RULES: dict[str, RuleType] = {}
-"""Rule types met during analysis in this process, by ``rule_key``."""
+"""Rule types met during analysis in this process, by ``rule_key``. Process-wide on purpose: a rule type
+lives in an imported rules module, and imported modules are per process (``sys.modules``); a key names
+the same rule in every build of the process."""
 
 
 def rule_key(rule: RuleType) -> str:

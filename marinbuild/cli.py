@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,12 +171,13 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     from marinbuild.executor import PreviousTaskFailedError, StepFailedError
     from marinbuild.resources import UnsatisfiableResourcesError
 
+    environment = snapshot.analysis_environment()  # as the lookup saw it, before this build exports its own
     session = _open_session(**settings)
     report.event_log = (session.workspace.cache_dir, list(patterns), session.settings.prefix)
     _export_serve_url(session.workspace, session.settings.prefix)
     key = _snapshot_key(session.workspace, session.settings, patterns)
-    recorder = snapshot.Recorder(excluded=(str(session.workspace.cache_dir), session.settings.prefix)) \
-        if key is not None else None
+    recorder = snapshot.Recorder(excluded=(str(session.workspace.cache_dir), session.settings.prefix),
+                                 env=environment) if key is not None else None
     with recorder if recorder is not None else contextlib.nullcontext():
         labels = session.load(patterns)
         if not labels:
@@ -325,7 +327,7 @@ class _Report:
         for closer in self.closers:
             closer.close()
 
-    def finish(self, requested: list[tuple[str, str]], plan: list[tuple[Any, str, str, Any, bool]] | None,
+    def finish(self, requested: list[tuple[str, str]], plan: Sequence[tuple[Any, str, str, Any, bool]] | None,
                session: Any = None) -> None:
         """Print the plan (dry runs, ``--explain``) and the summary or the JSON result.
 
@@ -390,7 +392,7 @@ def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple
 
     workspace, executor = session.workspace, session.executor
     inputs = [str(workspace.root / "pyproject.toml"), *map(str, session.loader.files_read())]
-    folders: set[str] = set()
+    folders: set[str] = set(session.loader.folders_listed())
     for package in session.loaded.packages:
         folders.add(str(workspace.package_dir(package)))
     for target in session.loaded.targets.values():

@@ -23,9 +23,9 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from marinbuild.core.gc_control import gc_paused, skip_final_collection
 from marinbuild.core.jsonenc import dumps_indented
@@ -58,6 +58,16 @@ from marinbuild.core.walk import (
 )
 from marinbuild.remote import remote
 from marinbuild.store.status import STATUS_DEP_FAILED, STATUS_FAILED, STATUS_RUNNING, STATUS_SUCCESS
+
+if TYPE_CHECKING:  # the engine's modules load only when a run needs them
+    from marinbuild.core.graph import StepGraph
+    from marinbuild.run.backend import Backend
+    from marinbuild.run.build_context import BuildContext
+    from marinbuild.run.events import EventBus, Listener
+    from marinbuild.run.outcome import Outcome
+    from marinbuild.run.plan import Plan
+    from marinbuild.run.step_call import StepCall
+    from marinbuild.run.step_job import StepJob
 
 __all__ = [
     "STATUS_DEP_FAILED",
@@ -177,6 +187,7 @@ class ExecutorInfo:
 
 
 _FN_NAMES: dict[Any, str] = {}
+"""Memo of ``_fn_name``: a function's name is a fact about the function object, the same in every build."""
 _FUNCTION = type(lambda: None)
 
 
@@ -313,9 +324,10 @@ class Executor:
         *,
         heartbeat_interval: float | None = None,
         stale_after: float | None = None,
-        listeners: list[Any] | None = None,
-        backend: Any = None,
+        listeners: list[Listener] | None = None,
+        backend: Backend | str | None = None,
         keep_going: bool = True,
+        metadata_cache_path: str | None | Literal["default"] = "default",
     ):
         self.prefix = prefix
         self.executor_info_base_path = executor_info_base_path
@@ -343,10 +355,13 @@ class Executor:
         self.listeners = listeners
         self.backend = backend
         self.keep_going = keep_going
+        self.metadata_cache_path = metadata_cache_path
+        """Where each run keeps its cache of verified remote steps (``marinbuild.store.metadata_cache``);
+        ``"default"``: ``$MARINBUILD_METADATA_CACHE`` or the user's cache folder; None: no cache."""
         self.worker_id = _worker_id()
-        self.plan: Any = None
+        self.plan: Plan | None = None
         """The plan of the last ``run`` (``marinbuild.run.plan.Plan``): every needed step's state."""
-        self.outcome: Any = None
+        self.outcome: Outcome[ExecutorStep] | None = None
         self.dry_run_problems: list[str] = []
         """After a dry run on the local backend: the steps to run that it could not run (``resource_problems``)."""
         """What the last ``run`` did (``marinbuild.run.outcome.Outcome``)."""
@@ -502,9 +517,31 @@ class Executor:
         its dependents (DEP_FAILED) while independent steps go on; then ``StepFailedError``
         names every failure. ``dry_run`` reads statuses and writes nothing. ``rebuild`` steps run
         again even when built (their status is removed just before the run).
+
+        Each run is one build with its own ``BuildContext`` (lease keeper, runner registry, metadata
+        cache), closed when it returns.
         """
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be a positive integer, got {max_concurrent}")
+        from marinbuild.run.build_context import BuildContext
+        from marinbuild.store.metadata_cache import default_path
+
+        path = default_path() if self.metadata_cache_path == "default" else self.metadata_cache_path
+        with BuildContext(path) as context:
+            return self._run(steps, context, dry_run=dry_run, run_only=run_only, force_run_failed=force_run_failed,
+                             max_concurrent=max_concurrent, rebuild=rebuild)
+
+    def _run(
+        self,
+        steps: Sequence[ExecutorStep | InputName],
+        context: BuildContext,
+        *,
+        dry_run: bool,
+        run_only: list[str] | None,
+        force_run_failed: bool,
+        max_concurrent: int | None,
+        rebuild: list[ExecutorStep] | None,
+    ) -> dict[ExecutorStep, str]:
         from marinbuild.core.graph import StepGraph
         from marinbuild.run import events as ev
         from marinbuild.run import plan as planning
@@ -528,8 +565,9 @@ class Executor:
 
             bus = ev.EventBus(self.listeners if self.listeners is not None else [ev.log_listener])
             stale_after = self.stale_after if self.stale_after is not None else STALE_AFTER
-            self.plan = plan = planning.make_plan(graph, targets, worker_id=self.worker_id, stale_after=stale_after,
-                                                  rebuild=rebuild or ())
+            self.plan = plan = planning.make_plan(
+                graph, targets, worker_id=self.worker_id, stale_after=stale_after, rebuild=rebuild or (),
+                status_reader=lambda paths: planning.read_statuses(paths, cache=context.metadata_cache))
         if dry_run:  # the names cache status and query give: stale when another version of the step is there
             from marinbuild.cache.probe import with_other_versions
 
@@ -561,10 +599,10 @@ class Executor:
 
             for step in plan.by_state(planning.REBUILD):
                 fs.remove(status_path(self.output_paths[step]))
-        self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed, run_only is not None)
+        self.outcome = self._execute(graph, plan, bus, max_concurrent, force_run_failed, run_only is not None, context)
         return self.output_paths
 
-    def _local_problems(self, plan: Any) -> list[str]:
+    def _local_problems(self, plan: Plan) -> list[str]:
         """For a dry run on the local backend: the steps to run it could not run (a TPU step, ...)."""
         if self.backend not in (None, "local") or (self.backend is None and default_backend() != "local"):
             return []
@@ -576,8 +614,8 @@ class Executor:
         finally:
             backend.shutdown()
 
-    def _execute(self, graph: Any, plan: Any, bus: Any, max_concurrent: int | None, force_run_failed: bool,
-                 selected: bool = False) -> Any:
+    def _execute(self, graph: StepGraph, plan: Plan, bus: EventBus, max_concurrent: int | None,
+                 force_run_failed: bool, selected: bool, context: BuildContext) -> Outcome[ExecutorStep]:
         from marinbuild.run import events as ev
 
         if not plan.to_run:  # everything is built: nothing to start, check or record
@@ -608,11 +646,15 @@ class Executor:
                 settings=settings,
                 cancel=cancel,
                 action=ActionKey(self._table.action_digest(step), step.name, step.override_output_path is not None),
+                context=context,
             )
             for step in plan.to_run
         }
-        owned = self.backend is None or isinstance(self.backend, str)
-        backend = _backend_named(self.backend or default_backend(), max_concurrent) if owned else self.backend
+        backend: Backend
+        if self.backend is None or isinstance(self.backend, str):  # a backend of this run's own
+            backend, owned = _backend_named(self.backend or default_backend(), max_concurrent), True
+        else:
+            backend, owned = self.backend, False
         try:
             _check_resources(backend, jobs)  # before anything is written
             self._write_infos_of_steps_not_run(graph, plan, selected)
@@ -638,7 +680,7 @@ class Executor:
             raise error from (first.__cause__ or first)
         return outcome
 
-    def _write_infos_of_steps_not_run(self, graph: Any, plan: Any, selected: bool) -> None:
+    def _write_infos_of_steps_not_run(self, graph: StepGraph, plan: Plan, selected: bool) -> None:
         """Marin writes every step's ``.executor_info`` before it starts any (``write_infos``), also for the steps it
         will not run: pseudo-dependencies nothing blocking needs, and steps ``run_only`` leaves out. Those get theirs
         here, before any step starts, when their folder has none (Marin's own step runner also writes only a missing
@@ -661,7 +703,7 @@ class Executor:
             records.write_missing_infos({self.output_paths[s]: functools.partial(self._step_info_text, s)
                                          for s in left_out})
 
-    def _call_for(self, step: ExecutorStep) -> Any:
+    def _call_for(self, step: ExecutorStep) -> StepCall:
         from marinbuild.core.walk import max_mirror_budget
         from marinbuild.run.step_call import StepCall
         from marinbuild.step_spec import step_function_of
@@ -688,7 +730,7 @@ def default_backend() -> str:
     return os.environ.get(BACKEND_ENV) or ("ray" if in_ray_job() else "local")
 
 
-def _backend_named(name: str, max_concurrent: int | None) -> Any:
+def _backend_named(name: str, max_concurrent: int | None) -> Backend:
     """A new backend of the run: ``"local"`` (threads of this process) or ``"ray"`` (a Ray cluster: ``RAY_ADDRESS``,
     else a private local instance; the workspace around the current folder is shipped to a cluster, as the CLI
     ships it)."""
@@ -705,7 +747,7 @@ def _backend_named(name: str, max_concurrent: int | None) -> Any:
                      "use 'local', 'ray' or a backend object")
 
 
-def resource_problems(backend: Any, calls: dict[ExecutorStep, Any]) -> list[str]:
+def resource_problems(backend: Backend, calls: Mapping[ExecutorStep, Callable[[], Any]]) -> list[str]:
     """``"<step> <why>"`` for each step (with its call) the backend cannot give what it asks for."""
     from marinbuild.run.step_call import StepCall
 
@@ -725,7 +767,7 @@ def resource_problems(backend: Any, calls: dict[ExecutorStep, Any]) -> list[str]
     return problems
 
 
-def _check_resources(backend: Any, jobs: dict[ExecutorStep, Any]) -> None:
+def _check_resources(backend: Backend, jobs: dict[ExecutorStep, StepJob]) -> None:
     """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
     from marinbuild.resources import UnsatisfiableResourcesError
 

@@ -114,10 +114,8 @@ class Session:
     @classmethod
     def open(cls, start: str | os.PathLike[str] = ".", **settings: Any) -> Session:
         from marinbuild.load import Loader
-        from marinbuild.store import metadata_cache
 
         workspace = find_workspace(start)
-        metadata_cache.set_default_path(str(workspace.cache_dir / "metadata.sqlite"))  # per-workspace cache
         return cls(workspace, Settings.resolve(workspace, **settings), Loader(workspace))
 
     def current_package(self) -> str:
@@ -158,7 +156,15 @@ class Session:
             listeners=listeners if listeners is not None else [],
             keep_going=s.keep_going,
             backend=self.make_backend(),
+            metadata_cache_path=self.metadata_cache_path,
         )
+
+    @property
+    def metadata_cache_path(self) -> str | None:
+        """The workspace's cache of verified remote steps (``$MARINBUILD_METADATA_CACHE`` overrides it)."""
+        from marinbuild.store.metadata_cache import default_path
+
+        return default_path(self.workspace.cache_dir)
 
     def make_backend(self) -> Any:
         """The backend the settings name (``"local"``: the executor's threads, whatever ``$MARINBUILD_BACKEND`` says

@@ -2,20 +2,22 @@
 
 Loading 10,000 targets, analysing them and computing their versions costs seconds; ninja and
 Bazel answer a no-op from what the previous run recorded. So does this module. After the
-analysis of a local build, ``Recorder`` has seen everything that analysis read, and ``write``
+analysis of a local build, the loader knows what analysis read, and ``write``
 stores in ``<workspace>/.marinbuild/snapshots/`` a snapshot:
 
 - its **key**: the marinbuild version and source, the Python interpreter, the workspace root,
   the working package, the patterns, and the settings analysis depends on (prefix, backend);
-- a **signature** of every input (``(mtime_ns, size, inode)`` or "absent"): the workspace's
-  ``pyproject.toml``, every BUILD file and ``load()``ed file, every file opened for reading
-  (rules data, a script's configs), every imported module's source (rules modules, experiment
+- a **signature** of every input (``(mtime_ns, size, inode)`` or "absent"), as marinbuild's
+  own loader reports them (nothing is intercepted): the workspace's ``pyproject.toml``, every
+  BUILD file and ``load()``ed file, every imported module's source (rules modules, experiment
   scripts, marinbuild itself, installed packages; not the standard library), every source file
-  a target names with the folders above it up to its package, every folder listed (package
-  discovery for ``//...``, ``glob()``: a new file matching a glob changes its folder), and the
-  folder of each of these files;
-- every **environment variable** analysis read (its value, or "unset"); if analysis iterated
-  over the environment, all of it;
+  a target names with the folders above it up to its package, the code of every requested step,
+  every folder the loader listed (package discovery for ``//...``, ``glob()``: a new file
+  matching a glob changes its folder), and the folder of each of these files;
+- the whole **environment** but the shell's own bookkeeping (``SHELL_BOOKKEEPING``: ``OLDPWD``,
+  ``SHLVL``, ``_``, terminal and SSH session names, which differ between two terminals but mean
+  nothing to a build): rules modules and experiment scripts are Python and may read any
+  variable, so the snapshot holds only while every other variable is unchanged;
 - the **result**: each requested target's output paths, and the requested steps (name, output
   path, action-cache key) in the order the planner visits them.
 
@@ -27,11 +29,11 @@ other answer (a changed input, a missing or failed output, a remote prefix, the 
 a snapshot that cannot be read) takes the full path. Inputs changed within the last two
 seconds (or during the analysis) are not trusted: no snapshot is written then.
 
-What it cannot see: values analysis takes from the clock, the network, or from an
-environment variable read through a reference to ``os.environ`` taken before the build
-started (``from os import environ``). BUILD files cannot do any of these; a Python experiment
-script that does should not rely on no-op builds being detected (``marinbuild clean`` drops
-every snapshot).
+What it cannot see: values analysis takes from the clock, the network, or from a file that a
+rules module or an experiment script opens by itself (a data file read at import time): the
+loader does not know of it. BUILD files cannot do any of these; a Python rules module or script
+that does should not rely on no-op builds being detected (``marinbuild clean`` drops every
+snapshot, ``--rebuild`` and ``--run_only`` bypass them).
 """
 
 from __future__ import annotations
@@ -41,18 +43,29 @@ import marshal
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 __all__ = ["FORMAT", "Recorder", "Snapshot", "SnapshotKey", "eligible", "lookup", "write"]
 
-FORMAT = 1
+FORMAT = 2
 """Bump when what a snapshot holds or means changes: older ones are then ignored."""
 RACY_NS = 2_000_000_000
 """An input changed this recently (or during analysis) could change again unseen within one clock tick."""
 KEEP = 16
+
+# Variables a shell or terminal sets per session or per command, which no analysis should depend on:
+# left out of the recorded environment, so opening a new terminal does not cost the next no-op its snapshot.
+SHELL_BOOKKEEPING = frozenset(
+    {"_", "OLDPWD", "SHLVL", "PS1", "PS2", "COLUMNS", "LINES", "WINDOWID", "TERM_SESSION_ID", "TMUX_PANE",
+     "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "XDG_SESSION_ID", "DISPLAY"}
+)
+
+
+def analysis_environment() -> dict[str, str]:
+    """The environment as a snapshot records it: every variable but ``SHELL_BOOKKEEPING``."""
+    return {name: value for name, value in os.environ.items() if name not in SHELL_BOOKKEEPING}
 """Snapshots kept per workspace (one per distinct command line); the oldest beyond are removed."""
 _FOLDER = "snapshots"
 
@@ -111,117 +124,37 @@ class Snapshot:
 # -- recording ---------------------------------------------------------------------------------
 
 
-class _Active:
-    recorder: Recorder | None = None
-    hooked = False
-
-
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    recorder = _Active.recorder
-    if recorder is None:
-        return
-    try:  # an exception here would break the audited operation itself
-        if event == "open":
-            path, mode, flags = args
-            if isinstance(mode, str):
-                if any(c in mode for c in "wax+"):
-                    return
-            elif isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
-                return
-            recorder.saw_file(path)
-        elif event in ("os.listdir", "os.scandir"):
-            recorder.saw_folder(args[0] if args else None)
-    except Exception as exc:  # noqa: BLE001 - anything odd: this analysis is not snapshotted
-        recorder.untracked.append(f"{event}: {exc}")
-
-
-class _RecordingEnviron(type(os.environ)):  # type: ignore[misc]
-    """``os.environ`` while recording: the same variables, noting which ones are read."""
-
-    def __init__(self, base: Any, recorder: Recorder) -> None:  # noqa: D107 - shares base's storage
-        self.__dict__.update(base.__dict__)
-        self._recorder = recorder
-
-    def __getitem__(self, key: str) -> str:
-        self._recorder.env_read.add(key)
-        return super().__getitem__(key)
-
-    def __iter__(self) -> Iterator[str]:
-        self._recorder.env_all = True
-        return super().__iter__()
-
-    def __len__(self) -> int:
-        self._recorder.env_all = True
-        return super().__len__()
-
-
 @dataclass
 class Recorder:
-    """Context manager around loading and analysis: notes the files, folders and variables they read.
+    """Context manager around loading and analysis: when they started, and the environment they saw.
 
+    What analysis read is what marinbuild's own loader reports (``write``'s ``inputs`` and
+    ``folders``) plus every imported module's source (``module_files``): nothing is intercepted.
+    The environment is recorded whole: rules modules and experiment scripts are Python, which may
+    read any variable, so only an unchanged environment proves an unchanged analysis.
     Paths under ``excluded`` (the workspace's own cache folder, the prefix) are not inputs.
+    ``env`` is the environment as ``lookup`` saw it, before the build exported anything of its own
+    (``$MARINBUILD_SERVE_URL``); when not given, the environment as recording starts.
     """
 
     excluded: tuple[str, ...] = ()
-    files: set[str] = field(default_factory=set)
-    folders: set[str] = field(default_factory=set)
-    env_read: set[str] = field(default_factory=set)
-    env_all: bool = False
-    untracked: list[str] = field(default_factory=list)
-    """Reads that could not be tied to a path (e.g. by file descriptor): no snapshot then."""
+    env: dict[str, str] | None = None
     start_ns: int = 0
-    _environ: Any = None
-    _env_before: dict[str, str] = field(default_factory=dict)
 
     def __enter__(self) -> Recorder:
-        if not _Active.hooked:
-            sys.addaudithook(_audit)  # stays for the process; returns at once when nothing records
-            _Active.hooked = True
         self.start_ns = time.time_ns()
-        self._env_before = dict(os.environ)
-        self._environ = os.environ
-        os.environ = _RecordingEnviron(os.environ, self)  # noqa: B003 - same variables; os.getenv reads it too
-        _Active.recorder = self
+        if self.env is None:
+            self.env = analysis_environment()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _Active.recorder = None
-        if self._environ is not None:
-            os.environ = self._environ  # noqa: B003 - the original object back
+        pass
 
-    def _normal(self, path: Any) -> str | None:
-        if path is None:
-            path = "."
-        if isinstance(path, int):
-            self.untracked.append(f"file descriptor {path}")
-            return None
-        try:
-            text = os.fsdecode(os.fspath(path))
-        except TypeError:
-            self.untracked.append(repr(path))
-            return None
-        full = os.path.abspath(text)
-        if full.startswith(("/proc/", "/dev/", "/sys/")) or "/__pycache__/" in full:
-            return None  # compiled modules are covered by their sources (sys.modules)
-        if any(full == e or full.startswith(e + os.sep) for e in self.excluded):
-            return None
-        return full
-
-    def saw_file(self, path: Any) -> None:
-        full = self._normal(path)
-        if full is not None:
-            self.files.add(full)
-
-    def saw_folder(self, path: Any) -> None:
-        full = self._normal(path)
-        if full is not None:
-            self.folders.add(full)
-
-    def environment(self) -> tuple[bool, dict[str, str | None]]:
-        """``(all, variables)``: the variables read (as they were before analysis), or all of them."""
-        if self.env_all:
-            return True, dict(self._env_before)
-        return False, {k: self._env_before.get(k) for k in sorted(self.env_read)}
+    def is_input(self, path: str) -> bool:
+        """Whether ``path`` (absolute) is an input: not under an excluded folder, nor compiled bytecode."""
+        if "/__pycache__/" in path:
+            return False  # compiled modules are covered by their sources
+        return not any(path == e or path.startswith(e + os.sep) for e in self.excluded)
 
 
 def module_files() -> set[str]:
@@ -252,10 +185,10 @@ def write(
     ``inputs`` and ``folders`` are what the loader knows it read (BUILD files, loaded files,
     source files and the folders above them) besides what ``recorder`` saw.
     """
-    if recorder.untracked:
-        return False
-    files = set(recorder.files) | {os.path.abspath(p) for p in inputs} | module_files()
-    dirs = set(recorder.folders) | {os.path.abspath(p) for p in folders} | {os.path.dirname(p) for p in files}
+    files = {p for p in ({os.path.abspath(p) for p in inputs} | module_files()) if recorder.is_input(p)}
+    dirs = {
+        p for p in {os.path.abspath(p) for p in folders} | {os.path.dirname(p) for p in files} if recorder.is_input(p)
+    }
     limit = recorder.start_ns - RACY_NS
     signed: list[tuple[str, Signature]] = []
     try:
@@ -266,8 +199,14 @@ def write(
             signed.append((path, sig))
     except OSError:  # e.g. a folder we may not look into: no snapshot
         return False
-    env_all, env = recorder.environment()
-    body = (FORMAT, key.text(), signed, env_all, env, snapshot.requested, snapshot.steps)
+    body = (
+        FORMAT,
+        key.text(),
+        signed,
+        recorder.env if recorder.env is not None else analysis_environment(),
+        snapshot.requested,
+        snapshot.steps,
+    )
     from marinbuild.core.private_file import write_private_file  # not at the top: a no-op from the snapshot writes none
 
     target = key.path(cache_dir)
@@ -293,18 +232,11 @@ def lookup(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Snapshot | No
     """The snapshot for ``key`` if every input it recorded is unchanged, else None."""
     try:
         data = key.path(cache_dir).read_bytes()
-        fmt, text, signed, env_all, env, requested, steps = marshal.loads(data)
+        fmt, text, signed, env, requested, steps = marshal.loads(data)
     except (OSError, ValueError, EOFError, TypeError):
         return None
-    if fmt != FORMAT or text != key.text():
+    if fmt != FORMAT or text != key.text() or analysis_environment() != env:
         return None
-    if env_all:
-        if dict(os.environ) != env:
-            return None
-    else:
-        get = os.environ.get
-        if any(get(name) != value for name, value in env.items()):
-            return None
     try:
         for path, sig in signed:
             if signature(path) != sig:

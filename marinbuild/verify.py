@@ -32,32 +32,53 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from marinbuild.store import fs, manifest, records
 from marinbuild.store import status as st
 from marinbuild.store.lease import STALE_AFTER, lease_for
+from marinbuild.store.metadata_cache import MetadataCache
 from marinbuild.store.status import DamagedFileError
 
-OK = "ok"
-DAMAGED = "damaged"
-UNVERIFIED = "unverified"
-NOT_BUILT = "not built"
+
+class Verdict(StrEnum):
+    """What verify found of one step (its value is what the JSON report and the verify file say)."""
+
+    OK = "ok"
+    DAMAGED = "damaged"
+    UNVERIFIED = "unverified"
+    NOT_BUILT = "not built"
+
+
+OK = Verdict.OK
+DAMAGED = Verdict.DAMAGED
+UNVERIFIED = Verdict.UNVERIFIED
+NOT_BUILT = Verdict.NOT_BUILT
 
 REPORT_FILE = ".marinbuild_verify.json"
 """Left beside a step that verify marked not built: what it found (``why`` can show it)."""
 
-MODIFIED = "modified"
-TRUNCATED = "truncated"
-DELETED = "deleted"
-ADDED = "added"
+class ProblemKind(StrEnum):
+    """How one file differs from the manifest (its value is what the JSON report says)."""
+
+    MODIFIED = "modified"
+    TRUNCATED = "truncated"
+    DELETED = "deleted"
+    ADDED = "added"
+
+
+MODIFIED = ProblemKind.MODIFIED
+TRUNCATED = ProblemKind.TRUNCATED
+DELETED = ProblemKind.DELETED
+ADDED = ProblemKind.ADDED
 
 
 @dataclass
 class FileProblem:
     path: str
     """Relative to the step's output folder."""
-    kind: str
+    kind: ProblemKind
     expected_size: int | None = None
     actual_size: int | None = None
 
@@ -65,7 +86,7 @@ class FileProblem:
 @dataclass
 class StepVerification:
     output_path: str
-    state: str
+    state: Verdict
     """``ok``, ``damaged``, ``unverified`` (no manifest: built by Marin) or ``not built``."""
     name: str | None = None
     label: str | None = None
@@ -92,7 +113,7 @@ class StepVerification:
 class VerifyReport:
     steps: list[StepVerification] = field(default_factory=list)
 
-    def by_state(self, state: str) -> list[StepVerification]:
+    def by_state(self, state: Verdict) -> list[StepVerification]:
         return [s for s in self.steps if s.state == state]
 
     @property
@@ -140,8 +161,9 @@ def _compare(output_path: str, expected: manifest.Manifest) -> list[FileProblem]
     return sorted(problems, key=lambda p: (p.kind == ADDED, p.path))
 
 
-def _invalidate(output_path: str) -> bool:
-    """Remove the SUCCESS status so the step counts as not built; False if it changed meanwhile."""
+def _invalidate(output_path: str, cache: MetadataCache | None) -> bool:
+    """Remove the SUCCESS status so the step counts as not built (and forget it in ``cache``, the metadata cache
+    of verified remote steps; None: the one the settings name); False if it changed meanwhile."""
     path = st.status_path(output_path)
     if output_path.startswith(("gs://", "gcs://")):
         from marinbuild.store import gcs, metadata_cache
@@ -155,7 +177,7 @@ def _invalidate(output_path: str) -> bool:
         except DamagedFileError:
             pass
         removed = gcs.delete_if_generation(path, got[1])
-        metadata_cache.default().forget([output_path])
+        (cache or metadata_cache.MetadataCache(metadata_cache.default_path())).forget([output_path])
         return removed
     try:
         if st.read_status(output_path) == st.STATUS_RUNNING:
@@ -168,7 +190,7 @@ def _invalidate(output_path: str) -> bool:
 
 def verify_output(output_path: str, *, repair: bool = True, name: str | None = None,
                   label: str | None = None, repair_metadata: bool = False,
-                  stale_after: float = STALE_AFTER) -> StepVerification:
+                  stale_after: float = STALE_AFTER, metadata_cache: MetadataCache | None = None) -> StepVerification:
     """Verify one step's metadata and outputs against its manifest (and invalidate it if damaged and ``repair``;
     remove unparsable metadata and leftover leases if ``repair_metadata``)."""
     result = StepVerification(output_path, NOT_BUILT, name=name, label=label)
@@ -197,7 +219,7 @@ def verify_output(output_path: str, *, repair: bool = True, name: str | None = N
     outputs_damaged = result.state == DAMAGED and (result.damage or any(
         LEASE_FILE not in message for message in result.metadata))
     if outputs_damaged and repair:
-        result.invalidated = _invalidate(output_path)
+        result.invalidated = _invalidate(output_path, metadata_cache)
         if result.invalidated:
             _leave_report(result)
     if repair_metadata:
@@ -300,7 +322,8 @@ def _leave_report(result: StepVerification) -> None:
 
 
 def verify_outputs(output_paths: Iterable[str] | Mapping[str, str], *, repair: bool = True,
-                   workers: int = 8, repair_metadata: bool = False, stale_after: float = STALE_AFTER) -> VerifyReport:
+                   workers: int = 8, repair_metadata: bool = False, stale_after: float = STALE_AFTER,
+                   metadata_cache: MetadataCache | None = None) -> VerifyReport:
     """Verify many output folders (a mapping gives each path's step name), concurrently."""
     names: Mapping[str, str] = output_paths if isinstance(output_paths, Mapping) else {}
     paths = list(dict.fromkeys(output_paths))
@@ -309,7 +332,8 @@ def verify_outputs(output_paths: Iterable[str] | Mapping[str, str], *, repair: b
         return VerifyReport()
     with ThreadPoolExecutor(workers) as pool:
         steps = list(pool.map(lambda p: verify_output(p, repair=repair, name=names.get(p),
-                                                      repair_metadata=repair_metadata, stale_after=stale_after),
+                                                      repair_metadata=repair_metadata, stale_after=stale_after,
+                                                      metadata_cache=metadata_cache),
                               paths))
     return VerifyReport(steps)
 
@@ -335,7 +359,8 @@ def verify_cache(session: Any, targets: Iterable[Any], *, repair: bool = True, d
         for step in graph.blocking_closure(own) if graph is not None else own:
             entries.setdefault(output_paths[step], (step.name, str(label)))
     report = verify_outputs({path: name for path, (name, _) in entries.items()}, repair=repair,
-                            repair_metadata=repair_metadata, stale_after=pb.stale_after_of(session))
+                            repair_metadata=repair_metadata, stale_after=pb.stale_after_of(session),
+                            metadata_cache=MetadataCache(session.metadata_cache_path))
     for step in report.steps:
         step.label = entries[step.output_path][1]
     return report

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from marinbuild.cache import probe as pb
@@ -28,14 +29,28 @@ from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.store.records import INFO_FILE
 from marinbuild.store.traceback_file import existing_traceback
 
-BUILT = "built"
-NEVER_BUILT = "never built"
-INCOMPLETE = "output deleted or incomplete"
-FAILED_BEFORE = "failed before"
-RUNNING_ELSEWHERE = "running elsewhere"
-ABANDONED = "abandoned run"
-VERSION_CHANGED = "version changed"
-DAMAGED = "damaged"
+
+class Reason(StrEnum):
+    """Why a step would (re)run, or ``built`` (its value is what ``why`` prints and its JSON says)."""
+
+    BUILT = "built"
+    NEVER_BUILT = "never built"
+    INCOMPLETE = "output deleted or incomplete"
+    FAILED_BEFORE = "failed before"
+    RUNNING_ELSEWHERE = "running elsewhere"
+    ABANDONED = "abandoned run"
+    VERSION_CHANGED = "version changed"
+    DAMAGED = "damaged"
+
+
+BUILT = Reason.BUILT
+NEVER_BUILT = Reason.NEVER_BUILT
+INCOMPLETE = Reason.INCOMPLETE
+FAILED_BEFORE = Reason.FAILED_BEFORE
+RUNNING_ELSEWHERE = Reason.RUNNING_ELSEWHERE
+ABANDONED = Reason.ABANDONED
+VERSION_CHANGED = Reason.VERSION_CHANGED
+DAMAGED = Reason.DAMAGED
 
 ABSENT = "(absent)"
 
@@ -46,7 +61,7 @@ class StepExplanation:
 
     step: str
     output_path: str
-    reason: str
+    reason: Reason
     requested: bool = True
     """True for the target's own steps; False for a dependency listed because it would run."""
     status: str | None = None

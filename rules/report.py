@@ -4,9 +4,10 @@
 
     report(name = "report", model = ":lm", evals = [":eval"])
 
-``model`` is a ``train_lm`` target, ``evals`` are ``eval_lm`` targets. The output holds
-``metrics.json`` (loss and learning rate per step, validation losses, the run's summary
-and the evaluations) and ``loss.png``, so a person can look instead of read. matplotlib
+``model`` is a ``train_lm`` target, ``evals`` are ``eval_lm`` and ``eval_harness`` targets of
+it. The output holds ``metrics.json`` (loss and learning rate per step, validation losses, the
+run's summary, the evaluations and the lm-eval task scores) and ``loss.png`` (with a panel of
+bars for the lm-eval tasks when there are any), so a person can look instead of read. matplotlib
 runs in this process (Agg backend); see ``marinbuild.ml.report``.
 """
 
@@ -28,7 +29,7 @@ report = rule(
     implementation=_report_impl,
     attrs={
         "model": attr.label(mandatory=True, doc="a train_lm target"),
-        "evals": attr.label_list(doc="eval_lm targets of that model"),
+        "evals": attr.label_list(doc="eval_lm and eval_harness targets of that model"),
         "title": attr.string(doc="the plot's title (default: the model's output name)"),
     },
     doc="A metrics JSON and a PNG plot of training and validation loss per step (matplotlib).",

@@ -31,6 +31,12 @@ Training runs in a child process
 folder; a rerun after a crash or preemption resumes from the latest checkpoint there.
 Validation splits of the mixture's targets (and of ``validation``) are evaluated every
 ``trainer.steps_per_eval`` steps.
+
+``tracker`` says where metrics go besides ``metrics.jsonl`` (always written): ``"json"`` (nowhere
+else), ``"wandb"`` (Weights & Biases) or ``"tensorboard"`` (TensorBoard event files under
+``tensorboard/<run>/`` in the output folder; needs ``tensorboardX``, in the ``ml`` extra). It is not
+versioned: it changes where numbers are shown, not the model. levanter's trackio tracker is not
+offered: trackio needs ``huggingface_hub`` 1.x, which the ``transformers`` levanter pins refuses.
 """
 
 from __future__ import annotations
@@ -124,8 +130,9 @@ train_lm = rule(
         "trainer": config_attr(Trainer, mandatory=True, doc="batch size, steps, checkpoints (configs.Trainer)"),
         "seed": attr.int(default=0, doc="random seed of initialisation and data order"),
         "resources": attr.dict(versioned=False, doc="what the step asks the backend for: tpu(\"v4-8\"), {\"cpu\": 2}"),
-        "tracker": attr.string(default="json", values=["json", "wandb"], versioned=False,
-                               doc="json: metrics.jsonl only; wandb: Weights & Biases as well"),
+        "tracker": attr.string(default="json", values=["json", "wandb", "tensorboard"], versioned=False,
+                               doc="json: metrics.jsonl only; wandb: Weights & Biases as well; "
+                                   "tensorboard: TensorBoard event files under tensorboard/ as well"),
         "slice_wait": attr.float(default=1800.0, versioned=False,
                                  doc="multi-host slice: seconds to wait for a free slice before failing"),
         "preemption_retries": attr.int(default=100, versioned=False,

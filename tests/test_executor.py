@@ -766,3 +766,14 @@ def test_git_commit_is_heads_commit_also_in_a_worktree(tmp_path, monkeypatch):
         assert get_git_commit() == expected.strip()
     monkeypatch.chdir(tmp_path)
     assert get_git_commit() is None
+
+
+def test_each_run_ends_its_lease_keeper(prefix):
+    """A run is one build: its lease keeper (the thread renewing its leases) ends with it, none is left behind."""
+    for i in range(2):
+        before = set(threading.enumerate())
+        make_executor(prefix).run([pl.step(f"keeper/{i}", "k")])
+        keepers = [t for t in set(threading.enumerate()) - before if t.name == "marinbuild-lease-keeper"]
+        for thread in keepers:
+            thread.join(30)
+        assert not any(thread.is_alive() for thread in keepers)

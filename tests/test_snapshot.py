@@ -245,6 +245,56 @@ def test_environment_variables_read_by_analysis_invalidate(tmp_path: Path, ws: P
     assert len(f_dirs) == 2
 
 
+def test_a_build_exporting_the_serve_url_is_still_answered_from_its_snapshot(tmp_path: Path, ws: Path) -> None:
+    """The CLI exports ``$MARINBUILD_SERVE_URL`` after the lookup: the snapshot holds the environment the lookup saw,
+    so the next build (a new process, without that variable yet) is answered from it."""
+    with open(ws / "pyproject.toml", "a") as f:
+        f.write('serve_url = "http://view.example"\n')
+    env = {**os.environ}
+    for name in ("MARIN_PREFIX", "MARINBUILD_SERVE_URL"):
+        env.pop(name, None)
+    old = time.time() - 60
+    for path in [ws, *ws.rglob("*")]:
+        os.utime(path, (old, old))
+    script = "import sys; from marinbuild import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+    command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:all']))"]
+
+    def build() -> None:
+        done = subprocess.run(command, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+
+    build()
+    build()
+    (written,) = (ws / ".marinbuild" / "snapshots").glob("*.bin")
+    before = written.stat().st_mtime_ns
+    build()
+    assert written.stat().st_mtime_ns == before  # answered from the snapshot, not rewritten
+
+
+def test_a_new_terminal_keeps_the_snapshot_but_a_real_variable_does_not(tmp_path: Path, ws: Path) -> None:
+    """The shell's own bookkeeping (``OLDPWD``, ``SHLVL``, ``_``, SSH session names) differs between two terminals
+    and is not part of the recorded environment; any other variable is."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "MARINBUILD_SERVE_URL")}
+    old = time.time() - 60
+    for path in [ws, *ws.rglob("*")]:
+        os.utime(path, (old, old))
+    script = "import sys; from marinbuild import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+    command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:all']))"]
+
+    def build(extra: dict[str, str]) -> None:
+        done = subprocess.run(command, cwd=ws, env={**env, **extra}, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+
+    build({"SHLVL": "1", "OLDPWD": "/"})  # runs the steps
+    build({"SHLVL": "1", "OLDPWD": "/"})  # a no-op that writes the snapshot
+    (written,) = (ws / ".marinbuild" / "snapshots").glob("*.bin")
+    before = written.stat().st_mtime_ns
+    build({"SHLVL": "3", "OLDPWD": "/tmp", "SSH_TTY": "/dev/pts/7", "_": "/usr/bin/env"})
+    assert written.stat().st_mtime_ns == before  # answered from the snapshot
+    build({"SHLVL": "3", "MB_UNRELATED": "1"})
+    assert written.stat().st_mtime_ns != before  # a real variable changed: the full path wrote a new snapshot
+
+
 def test_recently_changed_inputs_write_no_snapshot(ws: Path, runs: Runs, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(snapshot, "RACY_NS", 60_000_000_000)
     assert runs("//pipe:all")[0] == 0
@@ -261,28 +311,32 @@ def test_a_broken_snapshot_is_ignored(ws: Path, runs: Runs) -> None:
     assert code == 0 and not hit
 
 
-def test_recorder_notes_reads_folders_and_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MB_SEEN", "1")
-    (tmp_path / "f.txt").write_text("x")
-    (tmp_path / "skip").mkdir()
-    (tmp_path / "skip" / "g.txt").write_text("y")
-    with snapshot.Recorder(excluded=(str(tmp_path / "skip"),)) as recorder:
-        (tmp_path / "f.txt").read_text()
-        (tmp_path / "skip" / "g.txt").read_text()
-        (tmp_path / "w.txt").write_text("written, not read")
-        os.listdir(tmp_path)
-        os.environ.get("MB_SEEN")
-        os.getenv("MB_ABSENT")
-        assert "MB_SEEN" in os.environ
-    assert isinstance(os.environ, type(recorder._environ)) and not isinstance(os.environ, snapshot._RecordingEnviron)
-    assert str(tmp_path / "f.txt") in recorder.files
-    assert str(tmp_path / "skip" / "g.txt") not in recorder.files
-    assert str(tmp_path / "w.txt") not in recorder.files
-    assert str(tmp_path) in recorder.folders
-    assert recorder.environment() == (False, {"MB_ABSENT": None, "MB_SEEN": "1"})
+def test_recording_leaves_the_process_alone(ws: Path) -> None:
+    """Recording sets no audit hook and keeps ``os.environ`` the same object; the loader says what it listed."""
+    from marinbuild.load.loader import Loader
+    from marinbuild.load.workspace import find_workspace
+
+    environ = os.environ
     with snapshot.Recorder() as recorder:
-        dict(os.environ)
-    assert recorder.environment()[0] is True
+        loader = Loader(find_workspace(ws))
+        loader.load_patterns(["//..."])
+        assert os.environ is environ
+    assert recorder.env == snapshot.analysis_environment()
+    listed = set(loader.folders_listed())
+    assert {str(ws), str(ws / "pipe"), str(ws / "pipe" / "data"), str(ws / "lib")} <= listed
+    watch = ("import sys\nadded = []\nsys.addaudithook(lambda event, args: added.append(event == 'sys.addaudithook'))\n"
+             "from marinbuild import snapshot\nwith snapshot.Recorder(): pass\nprint(sum(added))")
+    done = subprocess.run([sys.executable, "-c", watch], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0"]  # no audit hook added after ours
+
+
+def test_a_new_folder_under_a_recursive_pattern_takes_the_full_path(ws: Path, runs: Runs) -> None:
+    """A package appearing in a folder no target's source lives in is seen through the folders ``//...`` listed."""
+    (ws / "other" / "deep").mkdir(parents=True)
+    _prime(runs, "//...")
+    (ws / "other" / "deep" / "BUILD.marin").write_text("")
+    assert not runs("//...")[3]
 
 
 def test_remote_prefixes_and_ray_do_not_use_snapshots() -> None:

@@ -205,7 +205,7 @@ def _show_output(path: str, prefix: str, stale_after: float) -> dict[str, Any]:
     out["traceback"] = existing_traceback(path) if probe.status in (st.STATUS_FAILED, st.STATUS_DEP_FAILED) else None
     size, files = store.usage(path) if out["exists"] else (0, 0)
     out["size"], out["files"] = size, files
-    state = probe.state
+    state: str = probe.state  # or a damage message, or "incomplete"
     if errors:
         state = f"damaged: {errors[0]}"
     elif state == pb.MISSING and out["exists"]:

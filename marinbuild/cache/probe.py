@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from marinbuild.cache.store import Store, normalize
@@ -22,12 +23,24 @@ from marinbuild.store.lease import STALE_AFTER, LeaseRecord, lease_for, lease_pa
 from marinbuild.store.records import INFO_FILE, read_info
 from marinbuild.store.status import DamagedFileError
 
-BUILT = "built"
-MISSING = "missing"
-FAILED = "failed"
-RUNNING = "running"
-ABANDONED = "abandoned"
-DAMAGED = "damaged"
+
+class OutputState(StrEnum):
+    """One output path's state as the plan sees it, plus ``damaged`` (its value is what ``cache`` commands print)."""
+
+    BUILT = "built"
+    MISSING = "missing"
+    FAILED = "failed"
+    RUNNING = "running"
+    ABANDONED = "abandoned"
+    DAMAGED = "damaged"
+
+
+BUILT = OutputState.BUILT
+MISSING = OutputState.MISSING
+FAILED = OutputState.FAILED
+RUNNING = OutputState.RUNNING
+ABANDONED = OutputState.ABANDONED
+DAMAGED = OutputState.DAMAGED
 
 _HASH_SUFFIX = re.compile(r"-[0-9a-f]{6}\Z")
 
@@ -37,7 +50,7 @@ class Probe:
     """One output path's state, as the plan sees it (plus ``damaged``)."""
 
     output_path: str
-    state: str
+    state: OutputState
     status: str | None = None
     lease: LeaseRecord | None = None
     error: str | None = None

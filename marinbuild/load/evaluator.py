@@ -62,6 +62,8 @@ class Evaluator:
         self._root = str(workspace.root)
         self._loading: list[tuple[Path, str]] = []
         self._deadline = 0.0
+        self.folders_listed: list[str] = []
+        """Every folder ``glob()`` listed (absolute paths): inputs of the analysis snapshot."""
 
     def build_file_paths(self, package: str) -> tuple[str, str]:
         """``package``'s BUILD file: its path and its path in messages."""
@@ -79,8 +81,11 @@ class Evaluator:
         source = _read(path, display)
         ctx = PackageContext(package, self.workspace.package_dir(package), path, display)
         self._deadline = time.monotonic() + self.budget
-        with package_scope(ctx):
-            self._run(display, source, package)
+        try:
+            with package_scope(ctx):
+                self._run(display, source, package)
+        finally:
+            self.folders_listed.extend(ctx.glob_folders)
         return ctx.targets
 
     def _cancelled(self) -> bool:

@@ -20,6 +20,8 @@ __all__ = ["on_big_stack"]
 
 T = TypeVar("T")
 
+# Process-wide on purpose: one thread (the stack size is set when a thread starts) that every loader shares,
+# holding nothing of a finished load (see the module docstring).
 _jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
 _thread: threading.Thread | None = None
 _lock = threading.Lock()

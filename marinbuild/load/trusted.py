@@ -19,6 +19,8 @@ from marinbuild.load.rules import RuleType
 
 __all__ = ["RulesModuleError", "import_rules_module"]
 
+# Process-wide on purpose: rules modules are imported into ``sys.modules``, which is per process; these remember
+# the package names given to their folders and each module with the stat it was imported at.
 _PARENTS: dict[Path, str] = {}
 _MODULES: dict[Path, tuple[tuple[int, int], types.ModuleType]] = {}
 

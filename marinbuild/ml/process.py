@@ -35,7 +35,10 @@ _NOISE = re.compile(r"Unknown leaf type <class 'NoneType'>|Unknown device type: 
                     r"|warnings\.warn\(|^Loss: "
                     # zephyr's coordinator (levanter's cache builder) before its local workers first report in
                     r"|All workers are dead/failed\. Waiting for workers to recover"
-                    r"|Data loader stalled")
+                    r"|Data loader stalled"
+                    # eval_harness: the datasets library's and tqdm's progress, levanter's note on lm-eval's
+                    # non-numeric result fields
+                    r"|^Generating \w+ split: |^\s*\d+%\|.*\| \d+/\d+ \[|Skipping non-numeric metric")
 _PARENT_ENV = "MARINBUILD_ML_PARENT_PID"
 
 

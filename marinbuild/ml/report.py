@@ -1,15 +1,17 @@
 """A training report: one metrics JSON and a PNG of training and validation loss per step.
 
-``build_report`` reads a ``train_lm`` output (``metrics.jsonl``, ``summary.json``) and any
-``eval_lm`` outputs (``eval.json``) and writes:
+``build_report`` reads a ``train_lm`` output (``metrics.jsonl``, ``summary.json``), any
+``eval_lm`` outputs (``eval.json``) and any ``eval_harness`` outputs (``results.json``) and writes:
 
     metrics.json   {"train_loss": [[step, loss], ...], "validation_loss": {name: [[step, loss], ...]},
                     "learning_rate": [[step, lr], ...], "summary": {...}, "evaluations": {...},
-                    "settings": {"model", "parameters", "learning_rate", "batch_size", "steps", "seq_len"}}
+                    "settings": {"model", "parameters", "learning_rate", "batch_size", "steps", "seq_len"},
+                    "task_scores": {task: {"metric", "value", "step", "evaluation"}}}
     loss.png       training loss (and its moving average) and each validation loss against the step,
                    log-scale loss axis, final evaluation results in the legend; under the title the
                    run's key settings (model size, learning rate, batch, steps), so two plots can be
-                   told apart
+                   told apart; with eval_harness outputs, a second panel of bars: each lm-eval
+                   task's headline metric (``acc`` when it has one)
 
 matplotlib (Agg backend, no display) is imported only here.
 """
@@ -24,6 +26,8 @@ from typing import Any
 import fsspec
 
 from marinbuild.ml.jsonl import read_records
+
+HARNESS_RESULTS = "results.json"  # marinbuild.ml.eval_harness.RESULTS (not imported: that module is the child's)
 
 
 def _series(records: list[dict[str, Any]], key: str) -> list[list[float]]:
@@ -45,10 +49,16 @@ def collect(train_output: str, eval_outputs: list[str]) -> dict[str, Any]:
             summary = json.load(f)
     except FileNotFoundError:
         pass
-    evaluations = {}
+    evaluations: dict[str, Any] = {}
+    harness: dict[str, Any] = {}
     for path in eval_outputs:
-        with fsspec.open(os.path.join(path, "eval.json"), "r") as f:
-            evaluations[os.path.basename(path.rstrip("/")).rsplit("-", 1)[0]] = json.load(f)
+        name = os.path.basename(path.rstrip("/")).rsplit("-", 1)[0]
+        try:
+            with fsspec.open(os.path.join(path, "eval.json"), "r") as f:
+                evaluations[name] = json.load(f)
+        except FileNotFoundError:  # an eval_harness output
+            with fsspec.open(os.path.join(path, HARNESS_RESULTS), "r") as f:
+                harness[name] = json.load(f)
     return {
         "model": os.path.basename(train_output.rstrip("/")),
         "parameter_count": summary.get("parameter_count"),
@@ -58,7 +68,25 @@ def collect(train_output: str, eval_outputs: list[str]) -> dict[str, Any]:
         "learning_rate": _series(records, "optim/learning_rate"),
         "summary": summary,
         "evaluations": evaluations,
+        "task_scores": task_scores(harness),
     }
+
+
+def task_scores(harness: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{task: {"metric", "value", "step", "evaluation"}}``: one headline number per lm-eval task.
+
+    The headline is ``acc`` when the task has it (multiple choice), else its first metric in
+    alphabetical order; ``results.json`` keeps them all."""
+    scores: dict[str, dict[str, Any]] = {}
+    for evaluation, result in sorted(harness.items()):
+        for task, metrics in sorted(result.get("results", {}).items()):
+            if not metrics:
+                continue
+            metric = "acc" if "acc" in metrics else sorted(metrics)[0]
+            key = task if task not in scores else f"{evaluation}/{task}"
+            scores[key] = {"metric": metric, "value": metrics[metric], "step": result.get("step"),
+                           "evaluation": evaluation}
+    return scores
 
 
 def key_settings(train_output: str, parameter_count: int | None) -> dict[str, Any]:
@@ -122,7 +150,12 @@ def plot(metrics: dict[str, Any], path: str, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    scores = metrics.get("task_scores") or {}
+    if scores:
+        fig, (ax, bars) = plt.subplots(1, 2, figsize=(13, 5), dpi=100, gridspec_kw={"width_ratios": [8, 5]})
+        _task_bars(bars, scores)
+    else:
+        fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
     train = metrics["train_loss"]
     if train:
         steps = [s for s, _ in train]
@@ -156,6 +189,23 @@ def plot(metrics: dict[str, Any], path: str, title: str) -> None:
     with fsspec.open(path, "wb") as f:
         fig.savefig(f, format="png", metadata={"Title": shown.replace("\n", " | ")})  # the title, readable by tools
     plt.close(fig)
+
+
+def _task_bars(ax: Any, scores: dict[str, dict[str, Any]]) -> None:
+    """Horizontal bars: each lm-eval task's headline metric, its value written at the bar's end."""
+    names = list(scores)
+    values = [scores[n]["value"] for n in names]
+    positions = list(range(len(names)))
+    ax.barh(positions, values, color="tab:green", alpha=0.8)
+    ax.set_yticks(positions, [f"{n} ({scores[n]['metric']})" for n in names], fontsize=8)
+    ax.invert_yaxis()
+    for y, value in zip(positions, values, strict=True):
+        ax.text(value, y, f" {value:.3f}", va="center", fontsize=8)
+    top = max([1.0, *values]) if all(0 <= v <= 1 for v in values) else max(values, default=1.0) * 1.15
+    ax.set_xlim(0, top * 1.12)
+    steps = {scores[n]["step"] for n in names if scores[n].get("step") is not None}
+    ax.set_title("lm-eval-harness" + (f" (step {steps.pop()})" if len(steps) == 1 else ""), fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
 
 
 def build_report(train_output: str, eval_outputs: list[str], output_path: str, title: str = "") -> dict[str, Any]:

@@ -25,6 +25,8 @@ from marinbuild.ml import shards as sh
 from marinbuild.ml.records import ReadCounts, read_texts
 
 _PROCESSORS: dict[tuple[str, str], Any] = {}
+"""Tokenizing processors by (format, tokenizer), kept for the worker process's life: loading a tokenizer is
+slow, and one is never changed once made."""
 
 
 def set_worker_env(offline: bool) -> None:

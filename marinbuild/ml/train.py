@@ -13,6 +13,7 @@ Under the output folder:
     model.json            what eval_lm needs to rebuild the model (model, tokenizer, seq_len)
     summary.json          written at the end: steps, final losses, parameter count
     logs/                 levanter's log and the child's output
+    tensorboard/RUN/      TensorBoard event files, with ``tracker = "tensorboard"``
 
 On a multi-host TPU slice (``marinbuild.ml.slice_run``) this module runs once per host, all
 together: the payload's ``distributed`` says how JAX distributed starts (``True``: JAX finds
@@ -24,7 +25,8 @@ and ``summary.json``; every process writes its share of each checkpoint.
 A rerun in the same output folder (after a crash, a SIGKILL or a preemption) finds the
 latest complete checkpoint and resumes from its step, data loader included, instead of
 starting over; ``runs.jsonl`` records where each start began. Tracking is the JSON lines
-file, plus Weights & Biases only when the target asks for it (``tracker = "wandb"``).
+file, plus the one levanter tracker the target asks for (``tracker = "wandb"`` or
+``"tensorboard"``: levanter's ``WandbConfig`` / ``TensorboardConfig``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from marinbuild.ml.process import child_main, say
 MODEL_INFO = "model.json"
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
+TENSORBOARD = "tensorboard"
 
 
 def compilation_cache_dir() -> str | None:
@@ -134,11 +137,8 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
         from levanter.tracker import NoopConfig
 
         trackers = [NoopConfig()]
-    elif payload.get("tracker") == "wandb":
-        from levanter.tracker.wandb import WandbConfig
-
-        trackers.append(WandbConfig(project=os.environ.get("WANDB_PROJECT", "marin"), name=payload["run_id"],
-                                    resume="allow", replicate_path=out))
+    else:
+        trackers += extra_trackers(payload.get("tracker") or "json", out, payload["run_id"])
     trainer_config = TrainerConfig(
         seed=payload["seed"],
         mp=jmp.get_policy(trainer.mp),
@@ -184,6 +184,24 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
             json.dump(summary, f, indent=2)
     say(f"trained to step {summary['last_step']}: train loss {summary.get('final_train_loss')}")
     return summary
+
+
+def extra_trackers(tracker: str, out: str, run_id: str) -> list[Any]:
+    """levanter's own tracker configs for the target's ``tracker`` besides the JSON lines file.
+
+    ``wandb``: a W&B run named after the output folder (project ``$WANDB_PROJECT``, default
+    ``marin``); ``tensorboard``: tensorboardX event files under ``<out>/tensorboard/<run_id>/``.
+    """
+    if tracker == "wandb":
+        from levanter.tracker.wandb import WandbConfig
+
+        return [WandbConfig(project=os.environ.get("WANDB_PROJECT", "marin"), name=run_id, resume="allow",
+                            replicate_path=out)]
+    if tracker == "tensorboard":
+        from levanter.tracker.tensorboard import TensorboardConfig
+
+        return [TensorboardConfig(logdir=os.path.join(out, TENSORBOARD))]
+    return []
 
 
 def _distributed_config(cls: Any, distributed: Any) -> Any:

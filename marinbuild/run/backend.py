@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from marinbuild.run.step_job import StepJob
+from marinbuild.run.step_job import JobOutcome, StepJob
 
-Completion = Callable[[StepJob, str | None, BaseException | None], None]
-"""Called once per job: (job, outcome RAN/CACHED or None, error or None)."""
+Completion = Callable[[StepJob, JobOutcome | None, BaseException | None], None]
+"""Called once per job: (job, its outcome or None, the error or None)."""
 
 
 class Backend(Protocol):

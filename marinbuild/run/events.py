@@ -9,24 +9,42 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any
 
 from marinbuild.run.failure import traceback_file_of
 
 logger = logging.getLogger("marinbuild")
 
-# Event kinds, in the order a step can go through them.
-PLANNED = "planned"  # the plan decided the step's state (detail: the state)
-WAITING = "waiting"  # another runner holds the lease; waiting for its result
-STARTED = "started"  # this runner holds the lease and runs the step
-PROGRESS = "progress"  # a running step reports its progress (detail: the text to show, data: the numbers)
-SUCCEEDED = "succeeded"
-CACHED = "cached"  # already built (or built by another runner while we waited)
-FAILED = "failed"
-DEP_FAILED = "dep_failed"  # not run because a dependency failed
-SKIPPED = "skipped"  # not run because the build stopped scheduling after a failure
-BUILD_STARTED = "build_started"
-BUILD_FINISHED = "build_finished"
+class EventKind(StrEnum):
+    """What an event reports, in the order a step can go through them. A ``StrEnum``: the value is what the
+    build-event file, ``--output json`` and the trace carry."""
+
+    PLANNED = "planned"  # the plan decided the step's state (detail: the state)
+    WAITING = "waiting"  # another runner holds the lease; waiting for its result
+    STARTED = "started"  # this runner holds the lease and runs the step
+    PROGRESS = "progress"  # a running step reports its progress (detail: the text to show, data: the numbers)
+    SUCCEEDED = "succeeded"
+    CACHED = "cached"  # already built (or built by another runner while we waited)
+    FAILED = "failed"
+    DEP_FAILED = "dep_failed"  # not run because a dependency failed
+    SKIPPED = "skipped"  # not run because the build stopped scheduling after a failure
+    BUILD_STARTED = "build_started"
+    BUILD_FINISHED = "build_finished"
+
+
+# The kinds under the names listeners import (``ev.SUCCEEDED``).
+PLANNED = EventKind.PLANNED
+WAITING = EventKind.WAITING
+STARTED = EventKind.STARTED
+PROGRESS = EventKind.PROGRESS
+SUCCEEDED = EventKind.SUCCEEDED
+CACHED = EventKind.CACHED
+FAILED = EventKind.FAILED
+DEP_FAILED = EventKind.DEP_FAILED
+SKIPPED = EventKind.SKIPPED
+BUILD_STARTED = EventKind.BUILD_STARTED
+BUILD_FINISHED = EventKind.BUILD_FINISHED
 
 
 class Event:
@@ -37,9 +55,9 @@ class Event:
 
     __slots__ = ("kind", "step", "output_path", "detail", "error", "time", "thread", "data")
 
-    def __init__(self, kind: str, step: str | None = None, output_path: str | None = None, detail: str | None = None,
-                 error: BaseException | None = None, time: float | None = None, thread: int | None = None,
-                 data: dict[str, Any] | None = None):
+    def __init__(self, kind: EventKind, step: str | None = None, output_path: str | None = None,
+                 detail: str | None = None, error: BaseException | None = None, time: float | None = None,
+                 thread: int | None = None, data: dict[str, Any] | None = None):
         self.kind = kind
         self.step = step
         self.output_path = output_path
@@ -50,7 +68,7 @@ class Event:
         self.data = {} if data is None else data
 
     def __repr__(self) -> str:
-        return f"Event({self.kind!r}, step={self.step!r}, detail={self.detail!r})"
+        return f"Event({str(self.kind)!r}, step={self.step!r}, detail={self.detail!r})"
 
 
 _now = time.time
@@ -70,7 +88,7 @@ class EventBus:
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def emit(self, kind: str, **fields: Any) -> Event:
+    def emit(self, kind: EventKind, **fields: Any) -> Event:
         event = Event(kind, **fields)
         with self._lock:
             for listener in self._listeners:

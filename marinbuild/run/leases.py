@@ -1,10 +1,12 @@
-"""Keeping leases alive and letting runners in one process wait for each other.
+"""Keeping leases alive and letting runners of one build wait for each other.
 
-``LeaseKeeper`` is one thread per process that refreshes every held lease when its renewal
+Neither is a process-wide singleton: a build owns one of each (``marinbuild.run.build_context``).
+
+``LeaseKeeper`` is one thread per build that refreshes every held lease when its renewal
 is due (a heap of renewal times, no polling) and reports a lost lease to its step. Leases on a remote store
 (``Lease.round_trips``) are renewed on a small thread pool, one renewal per lease at a time, so a store that
 stops answering holds up no other lease's renewal (each request is bounded: ``marinbuild.store.gcs``).
-``LocalRunners`` lets a runner that finds a lease held by another runner *in this process*
+``LocalRunners`` lets a runner that finds a lease held by another runner *of the same build*
 wait on an event instead of polling the store.
 """
 
@@ -55,6 +57,7 @@ class LeaseKeeper:
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
 
     def __len__(self) -> int:
         with self._cond:
@@ -67,6 +70,8 @@ class LeaseKeeper:
             self._drop(self._held.get(id(lease)))
             self._held[id(lease)] = held
             heapq.heappush(self._heap, (due, next(self._seq), held))
+            if self._closed:
+                raise RuntimeError("the lease keeper is closed: its build has ended")
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="marinbuild-lease-keeper", daemon=True)
                 self._thread.start()
@@ -76,6 +81,26 @@ class LeaseKeeper:
     def remove(self, lease: Lease) -> None:
         with self._cond:
             self._drop(self._held.get(id(lease)))
+
+    def close(self) -> None:
+        """Stop renewing: forget every held lease and end the thread (and the renewal pool) once idle.
+        The build that owns the keeper calls it at its end, when it holds no lease any more."""
+        with self._cond:
+            self._closed = True
+            for held in list(self._held.values()):
+                self._drop(held)
+            self._heap.clear()
+            self._dropped = 0
+            self._cond.notify()
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+    def __enter__(self) -> LeaseKeeper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _drop(self, held: _Held | None) -> None:
         """Forget ``held`` (with the condition held)."""
@@ -89,10 +114,12 @@ class LeaseKeeper:
             heapq.heapify(self._heap)
             self._dropped = 0
 
-    def _due(self) -> list[_Held]:
-        """Wait until a renewal is due; the leases due now, each rescheduled one interval on."""
+    def _due(self) -> list[_Held] | None:
+        """Wait until a renewal is due; the leases due now, each rescheduled one interval on (None once closed)."""
         with self._cond:
             while True:
+                if self._closed:
+                    return None
                 while self._heap and self._heap[0][2].dropped:
                     heapq.heappop(self._heap)
                     self._dropped -= 1
@@ -114,20 +141,26 @@ class LeaseKeeper:
                 return due
 
     def _loop(self) -> None:
-        while True:
-            for held in self._due():
+        while (due := self._due()) is not None:
+            for held in due:
                 if held.dropped or held.busy:  # removed since (its step is committing or done), or still renewing
                     continue
                 if getattr(held.lease, "round_trips", False):
                     held.busy = True
-                    self._renewers().submit(self._renew, held)
+                    try:
+                        self._renewers().submit(self._renew, held)
+                    except RuntimeError:  # closed meanwhile: nothing is held any more
+                        return
                 else:
                     self._renew(held)
 
     def _renewers(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(RENEWERS, thread_name_prefix="marinbuild-lease-renew")
-        return self._pool
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the lease keeper is closed")
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(RENEWERS, thread_name_prefix="marinbuild-lease-renew")
+            return self._pool
 
     def _renew(self, held: _Held) -> None:
         try:
@@ -140,9 +173,6 @@ class LeaseKeeper:
             pass
         finally:
             held.busy = False
-
-
-LEASE_KEEPER = LeaseKeeper()
 
 
 class LocalRunners:
@@ -169,6 +199,3 @@ class LocalRunners:
     def event_for(self, lease_path: str) -> threading.Event | None:
         with self._lock:
             return self._events.get(lease_path)
-
-
-LOCAL_RUNNERS = LocalRunners()

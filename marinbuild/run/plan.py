@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from marinbuild.core.graph import StepGraph
 from marinbuild.core.placeholders import ExecutorStep
@@ -19,20 +21,36 @@ from marinbuild.store import status as st
 from marinbuild.store.action_cache import ActionKey, check_built
 from marinbuild.store.lease import LeaseRecord, lease_for
 
-# Step states, as the plan, dry runs and `why` name them.
-BUILT = "built"
-MISSING = "missing"  # never built, or its output was removed
-STALE = "stale"  # not built at this version, but another version of the step is under the prefix (dry runs say so)
-FAILED = "failed"  # failed (or dependency-failed) before
-RUNNING = "running"  # another runner holds a live lease
-ABANDONED = "abandoned"  # status RUNNING but the lease is stale or gone: its runner died
-REBUILD = "rebuild"  # built, but asked to run again (``--rebuild``)
+if TYPE_CHECKING:
+    from marinbuild.store.metadata_cache import MetadataCache
+
+class StepState(StrEnum):
+    """A needed step's state, as the plan, dry runs and ``why`` name it. A ``StrEnum``: the value is what
+    events (the PLANNED event's detail), ``--output json`` and the build-event file carry."""
+
+    BUILT = "built"
+    MISSING = "missing"  # never built, or its output was removed
+    STALE = "stale"  # not built at this version, but another version of the step is under the prefix (dry runs say so)
+    FAILED = "failed"  # failed (or dependency-failed) before
+    RUNNING = "running"  # another runner holds a live lease
+    ABANDONED = "abandoned"  # status RUNNING but the lease is stale or gone: its runner died
+    REBUILD = "rebuild"  # built, but asked to run again (``--rebuild``)
+
+
+# The states under the names the planner's users import.
+BUILT = StepState.BUILT
+MISSING = StepState.MISSING
+STALE = StepState.STALE
+FAILED = StepState.FAILED
+RUNNING = StepState.RUNNING
+ABANDONED = StepState.ABANDONED
+REBUILD = StepState.REBUILD
 
 
 @dataclass
 class StepPlan:
     step: ExecutorStep
-    state: str
+    state: StepState
     status: str | None
     lease: LeaseRecord | None = None
 
@@ -48,18 +66,21 @@ class Plan:
     steps: dict[ExecutorStep, StepPlan] = field(default_factory=dict)
     to_run: list[ExecutorStep] = field(default_factory=list)
 
-    def by_state(self, state: str) -> list[ExecutorStep]:
+    def by_state(self, state: StepState) -> list[ExecutorStep]:
         return [s for s, p in self.steps.items() if p.state == state]
 
 
-def read_statuses(output_paths: list[str], workers: int = 16) -> dict[str, str | None]:
+def read_statuses(
+    output_paths: list[str], workers: int = 16, cache: MetadataCache | None = None
+) -> dict[str, str | None]:
     """Statuses of many steps: local files directly; remote prefixes batched (``marinbuild.store.batch``:
-    listings on GCS, threads elsewhere). The result may carry ``actions`` (path -> action digests seen)."""
+    listings on GCS, threads elsewhere, ``cache``: the build's metadata cache). The result may carry
+    ``actions`` (path -> action digests seen)."""
     if all("://" not in p or p.startswith("file://") for p in output_paths):
         return st.read_local_statuses(output_paths)
     from marinbuild.store import batch
 
-    return batch.read_statuses(output_paths, workers=workers)
+    return batch.read_statuses(output_paths, cache=cache, workers=workers)
 
 
 def _is_remote(path: str) -> bool:

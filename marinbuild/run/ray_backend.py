@@ -52,7 +52,7 @@ from marinbuild.run.ray_task import (
     task_for,
 )
 from marinbuild.run.step_call import StepCall, is_ray_remote_function
-from marinbuild.run.step_job import CACHED, RAN, StepJob
+from marinbuild.run.step_job import CACHED, RAN, Attempt, JobOutcome, StepJob
 from marinbuild.store import status as st
 
 logger = logging.getLogger("marinbuild")
@@ -301,7 +301,8 @@ class RayBackend:
             return str(exc)
         return None
 
-    def _complete(self, done: Completion, job: StepJob, outcome: str | None, error: BaseException | None) -> None:
+    def _complete(self, done: Completion, job: StepJob, outcome: JobOutcome | None,
+                  error: BaseException | None) -> None:
         """Report a job's end; once the backend is closed and nothing is left, its threads stop."""
         try:
             relay = self._relay
@@ -361,9 +362,9 @@ class RayBackend:
         except BaseException as exc:
             self._complete(done, job, None, exc)
             return None
-        if got is None:
+        if got is Attempt.BUSY:
             return False
-        if not got:
+        if got is Attempt.BUILT:
             self._complete(done, job, CACHED, None)
             return None
         return self._begin(job, done, key)

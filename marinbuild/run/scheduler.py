@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 from marinbuild.run import events as ev
 from marinbuild.run.backend import Backend
 from marinbuild.run.outcome import Outcome
-from marinbuild.run.step_job import RAN, StepJob
+from marinbuild.run.step_job import RAN, JobOutcome, StepJob
 
 K = TypeVar("K", bound=Hashable)  # what names a step: an ExecutorStep for the executor
 
@@ -55,7 +55,7 @@ class _Run(Generic[K]):
             self.all_done.set()
         return started
 
-    def complete_locked(self, job: StepJob, result: str | None, error: BaseException | None) -> None:
+    def complete_locked(self, job: StepJob, result: JobOutcome | None, error: BaseException | None) -> None:
         key = self.key_of[id(job)]
         self.in_flight.pop(key, None)
         self.finished.add(key)
@@ -87,7 +87,7 @@ class _Run(Generic[K]):
         for job in jobs:
             self.backend.submit(job, self.done)
 
-    def done(self, job: StepJob, result: str | None, error: BaseException | None) -> None:
+    def done(self, job: StepJob, result: JobOutcome | None, error: BaseException | None) -> None:
         """A backend's completion callback, on whatever thread the backend reports from."""
         try:
             with self.lock:

@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+# Process-wide on purpose: the modules recorded and those registered with cloudpickle, whose by-value registry
+# is itself per process.
 _NAMES: set[str] = set()
 _REGISTERED: set[str] = set()
 _LOCK = threading.Lock()

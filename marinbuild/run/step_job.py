@@ -29,22 +29,42 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import TYPE_CHECKING, Any
 
 from marinbuild.run import events as ev
 from marinbuild.run import step_progress
 from marinbuild.run.failure import FailureRecord, traceback_text
-from marinbuild.run.leases import LEASE_KEEPER, LOCAL_RUNNERS
 from marinbuild.store import action_cache, faults, fs, records, traceback_file
 from marinbuild.store import status as st
 from marinbuild.store.action_cache import ActionKey
 from marinbuild.store.lease import HEARTBEAT_INTERVAL, STALE_AFTER, LeaseLostError, lease_for
 
+if TYPE_CHECKING:
+    from marinbuild.run.build_context import BuildContext
+
 logger = logging.getLogger("marinbuild")
 
-# Outcomes of a job
-RAN = "ran"
-CACHED = "cached"
+class JobOutcome(Enum):
+    """How a job that did not fail ended: it ran the step, or found it built (by another runner meanwhile)."""
+
+    RAN = "ran"
+    CACHED = "cached"
+
+
+RAN = JobOutcome.RAN
+CACHED = JobOutcome.CACHED
+
+
+class Attempt(Enum):
+    """What one attempt at a step's lease found (``StepJob.try_acquire``)."""
+
+    HELD = "held"
+    """We hold the lease now (RUNNING written unless ``start=False``): run the step."""
+    BUILT = "built"
+    """The step is built (seen under the lease, which is released again): nothing to run."""
+    BUSY = "busy"
+    """Another runner holds a live lease: wait for it."""
 
 
 class StepError(Exception):
@@ -80,8 +100,11 @@ class StepJob:
         settings: LeaseSettings,
         cancel: threading.Event,
         action: ActionKey,
+        context: BuildContext,
     ):
         self.name = name
+        self.context = context
+        """The build this job belongs to: its lease keeper and its registry of running runners."""
         self.action = action
         """The step's version identity, for its action-cache record."""
         self.output_path = output_path
@@ -108,8 +131,8 @@ class StepJob:
             if self.cancel.is_set():
                 raise KeyboardInterrupt
             got = self.try_acquire(start)
-            if got is not None:
-                return got
+            if got is not Attempt.BUSY:
+                return got is Attempt.HELD
             try:
                 holder = self.lease.holder()
             except st.DamagedFileError:
@@ -118,7 +141,7 @@ class StepJob:
                 self.bus.emit(ev.WAITING, step=self.name, output_path=self.output_path,
                               detail=f"lease held by {holder.worker_id}")
                 announced = True
-            local = LOCAL_RUNNERS.event_for(self.lease.path)
+            local = self.context.local_runners.event_for(self.lease.path)
             if local is not None:
                 local.wait()
             else:
@@ -140,15 +163,15 @@ class StepJob:
         except st.DamagedFileError:
             return None
 
-    def try_acquire(self, start: bool = True) -> bool | None:
-        """One attempt at ``acquire``, never waiting: None if another runner holds a live lease."""
+    def try_acquire(self, start: bool = True) -> Attempt:
+        """One attempt at ``acquire``, never waiting."""
         if not self.lease.try_acquire():
-            return None
-        self._token = LOCAL_RUNNERS.started(self.lease.path)
+            return Attempt.BUSY
+        self._token = self.context.local_runners.started(self.lease.path)
         try:
             if st.read_status(self.output_path) == st.STATUS_SUCCESS:
                 self._release()
-                return False
+                return Attempt.BUILT
             if not self.lease.makes_output_folder:
                 fs.makedirs(self.output_path)
             if start:
@@ -156,12 +179,12 @@ class StepJob:
         except BaseException:
             self._release()
             raise
-        return True
+        return Attempt.HELD
 
     # -- phase 4: run ---------------------------------------------------------------------
     def begin(self) -> None:
         """The step starts running (here or on a remote worker): keep its lease alive meanwhile."""
-        LEASE_KEEPER.add(self.lease, self.settings.heartbeat_interval, self._on_lost)
+        self.context.lease_keeper.add(self.lease, self.settings.heartbeat_interval, self._on_lost)
         self.bus.emit(ev.STARTED, step=self.name, output_path=self.output_path)
 
     def fail(self, exc: BaseException) -> BaseException:
@@ -197,7 +220,7 @@ class StepJob:
         try:
             self._raise_if_lost()
             described = describe_outputs(self.output_path, self.action)  # the lease keeper still renews
-            LEASE_KEEPER.remove(self.lease)
+            self.context.lease_keeper.remove(self.lease)
             self._raise_if_lost()
             self.lease.confirm()  # raises if another runner took the lease over
             try:
@@ -207,7 +230,7 @@ class StepJob:
                     raise
             committed = True
         finally:
-            LEASE_KEEPER.remove(self.lease)
+            self.context.lease_keeper.remove(self.lease)
             self._release(after_commit=committed)
 
     def _committed_anyway(self) -> bool:
@@ -230,14 +253,14 @@ class StepJob:
     def release_after_remote(self, committed: bool = False) -> None:
         """The process running the step committed it (``committed``: a failure to release is then only logged) or
         raised: stop renewing the lease and release it."""
-        LEASE_KEEPER.remove(self.lease)
+        self.context.lease_keeper.remove(self.lease)
         self._release(after_commit=committed)
 
     def _raise_if_lost(self) -> None:
         if self._lost is not None:
             raise LeaseLostError(f"{self.name}: lease lost while running; not marking it built") from self._lost
 
-    def run_here(self) -> str:
+    def run_here(self) -> JobOutcome:
         """All phases in this thread; ``RAN`` or ``CACHED``."""
         if not self.acquire():
             return CACHED
@@ -248,7 +271,7 @@ class StepJob:
     def abandon(self) -> None:
         """The build was interrupted: give the lease up so the next build can take the step over at once."""
         self._lost = KeyboardInterrupt("build interrupted")
-        LEASE_KEEPER.remove(self.lease)
+        self.context.lease_keeper.remove(self.lease)
         self._release()
 
     def _on_lost(self, exc: BaseException) -> None:
@@ -257,7 +280,7 @@ class StepJob:
     def _fail(self, traceback: str) -> str | None:
         """Write the step's traceback then FAILED if the lease is still ours, then release it; the traceback
         file's path (None if it was not written)."""
-        LEASE_KEEPER.remove(self.lease)
+        self.context.lease_keeper.remove(self.lease)
         path = None
         try:
             if self._lost is None:
@@ -284,7 +307,7 @@ class StepJob:
                            exc_info=True)
         finally:
             if self._token is not None:
-                LOCAL_RUNNERS.finished(self.lease.path, self._token)
+                self.context.local_runners.finished(self.lease.path, self._token)
                 self._token = None
 
 

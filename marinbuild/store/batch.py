@@ -78,22 +78,19 @@ def read_statuses(output_paths: list[str], cache: MetadataCache | None = None, w
         with ThreadPoolExecutor(workers) as pool:
             result.update(zip(remote_other, pool.map(st.read_status, remote_other), strict=True))
     if gcs_paths:
-        if cache is None:
+        if cache is None:  # a read outside a build: the cache its settings name
             from marinbuild.store import metadata_cache
 
-            cache = metadata_cache.default()
+            cache = MetadataCache(metadata_cache.default_path())
         result.merge(_read_gcs(gcs_paths, cache))
     return result
 
 
-def _chunks(bucket: str, keys: list[str]) -> list[dict[str, Any]]:
-    """Listing requests covering ``keys`` (step folders of one bucket)."""
-    from marinbuild.store import gcs
-
+def _chunks(bucket: str, keys: list[str], globbing: bool) -> list[dict[str, Any]]:
+    """Listing requests covering ``keys`` (step folders of one bucket); ``globbing``: the server applies matchGlob."""
     by_parent: dict[str, list[str]] = defaultdict(list)
     for key in keys:
         by_parent[key.rpartition("/")[0]].append(key)
-    globbing = gcs.glob_supported()
     requests: list[dict[str, Any]] = []
     for parent, group in by_parent.items():
         group.sort()
@@ -134,7 +131,7 @@ def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
     keys_by_bucket: dict[str, list[str]] = defaultdict(list)
     for bucket, key in paths_by_key:
         keys_by_bucket[bucket].append(key)
-    requests = [r for bucket, keys in keys_by_bucket.items() for r in _chunks(bucket, keys)]
+    requests = [r for bucket, keys in keys_by_bucket.items() for r in _chunks(bucket, keys, filesystem.match_glob)]
 
     async def listings() -> list[tuple[str, list[dict[str, Any]]]]:
         async def one(r: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:

@@ -20,8 +20,11 @@ response was lost, so the retry fails its precondition against our own write.
 ``write_if_generation`` and ``delete_if_generation`` resolve that by re-reading the object.
 
 ``gcsfs`` is imported here only: ``import marinbuild`` and the CLI start never load it. Against
-an emulator (``STORAGE_EMULATOR_HOST``), requests are anonymous and gcsfs's zonal-bucket probe is
-turned off (``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``), which otherwise stalls 60 s per call.
+an emulator (``STORAGE_EMULATOR_HOST``), requests are anonymous. The filesystem subclasses
+``gcsfs.core.GCSFileSystem``, the plain HTTP client, by name: ``gcsfs.GCSFileSystem`` becomes the
+experimental zonal-bucket class when ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` is true, whose bucket-type
+probe stalls 60 s per call against an emulator. Naming the class leaves the environment alone (no
+variable is set at import) and makes the choice independent of it.
 """
 
 from __future__ import annotations
@@ -35,11 +38,9 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-
-import gcsfs  # noqa: E402  (after the environment switch above)
-import gcsfs.retry  # noqa: E402
-from fsspec.asyn import sync  # noqa: E402
+import gcsfs.retry
+from fsspec.asyn import sync
+from gcsfs.core import GCSFileSystem
 
 T = TypeVar("T")
 
@@ -55,7 +56,7 @@ OPERATION_BOUND = RETRY_DEADLINE + RETRY_MAX * 1.5 + REQUEST_TIMEOUT
 """The longest one operation can take when the server never answers: the deadline, one last back-off, one attempt
 (48 s by default: less than the 60 s between a lease's due renewal and its staleness, 90 s after the last one)."""
 
-_RAW_REQUEST = gcsfs.GCSFileSystem._request.__wrapped__  # one attempt, without gcsfs's retry decorator
+_RAW_REQUEST = GCSFileSystem._request.__wrapped__  # one attempt, without gcsfs's retry decorator
 
 
 class StoreUnreachableError(ConnectionError):
@@ -103,7 +104,7 @@ class PreconditionFailed(FileExistsError):
 
 
 class RequestCounter:
-    """How many HTTP requests (attempts, retries included) this process sent to GCS."""
+    """How many HTTP requests (attempts, retries included) one filesystem sent."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -119,9 +120,6 @@ class RequestCounter:
         return n
 
 
-REQUESTS = RequestCounter()
-
-
 def is_transient(exc: BaseException) -> bool:
     """A failure worth retrying: 408/429/5xx, a reset or refused connection, a timeout. Never 404 or 412."""
     if isinstance(exc, FileNotFoundError | FileExistsError | PermissionError | StoreUnreachableError):
@@ -131,20 +129,30 @@ def is_transient(exc: BaseException) -> bool:
     return bool(gcsfs.retry.is_retriable(exc))
 
 
-class RetryingGCSFileSystem(gcsfs.GCSFileSystem):
-    """gcsfs with marinbuild's retry policy and request counting (see the module docstring)."""
+class RetryingGCSFileSystem(GCSFileSystem):
+    """gcsfs with marinbuild's retry policy and request counting (see the module docstring).
+
+    ``requests`` counts every HTTP attempt it sent. ``match_glob`` says whether listings send GCS's
+    ``matchGlob``: GCS applies it; fake-gcs-server (an emulator endpoint) ignores it, and a server seen
+    returning names outside a glob, or rejecting one, is treated as not applying it from then on.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.requests = RequestCounter()
+        self.match_glob = kwargs.get("endpoint_url") is None
 
     async def _request(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
         attempts = _Attempts(_describe(method, path, args))
         while True:
-            REQUESTS.add()
+            self.requests.add()
             try:
                 return await _RAW_REQUEST(self, method, path, *args, **kwargs)
             except Exception as exc:
                 await attempts.failed(exc)
 
     async def _request_once(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
-        REQUESTS.add()
+        self.requests.add()
         return await _RAW_REQUEST(self, method, path, *args, **kwargs)
 
 
@@ -157,6 +165,8 @@ def endpoint() -> str | None:
 
 
 _instances: dict[tuple[str | None, int], RetryingGCSFileSystem] = {}
+"""Genuinely process-wide: a filesystem is a connection pool and an event-loop thread, shared by every thread
+and build of the process (fsspec's own instance cache would make one per thread)."""
 
 
 def filesystem() -> RetryingGCSFileSystem:
@@ -322,24 +332,6 @@ def delete_if_generation(path: str, generation: int) -> bool:
 LIST_FIELDS = "items(name,size,generation,md5Hash,crc32c),nextPageToken"
 
 
-class _GlobSupport:
-    """Whether the server applies ``matchGlob``. GCS does; fake-gcs-server (an emulator endpoint) ignores it,
-    and any server seen returning names outside a glob, or rejecting one, is treated as not applying it."""
-
-    def __init__(self) -> None:
-        self._known: dict[str | None, bool] = {}
-
-    def __call__(self) -> bool:
-        url = endpoint()
-        return self._known.get(url, url is None)
-
-    def unsupported(self) -> None:
-        self._known[endpoint()] = False
-
-
-glob_supported = _GlobSupport()
-
-
 async def list_objects(
     fs: RetryingGCSFileSystem,
     bucket: str,
@@ -353,7 +345,7 @@ async def list_objects(
     """Every object under ``prefix`` (in ``[start, end)`` when given), following pages.
 
     ``glob`` is a GCS ``matchGlob`` pattern with a predicate that tells the names it matches. It is
-    sent only to servers that apply it (``glob_supported``); results are filtered here either way.
+    sent only to servers that apply it (``fs.match_glob``); results are filtered here either way.
     """
     items: list[dict[str, Any]] = []
     token: str | None = None
@@ -363,7 +355,7 @@ async def list_objects(
             params["startOffset"] = start
         if end:
             params["endOffset"] = end
-        if glob is not None and glob_supported():
+        if glob is not None and fs.match_glob:
             params["matchGlob"] = glob[0]
         if token:
             params["pageToken"] = token
@@ -372,10 +364,10 @@ async def list_objects(
         except (ValueError, gcsfs.retry.HttpError) as exc:
             if "matchGlob" not in params or getattr(exc, "code", 400) != 400:
                 raise
-            glob_supported.unsupported()  # a server that rejects matchGlob: filter here instead
+            fs.match_glob = False  # a server that rejects matchGlob: filter here instead
             continue
         if glob is not None and "matchGlob" in params and any(not glob[1](i["name"]) for i in page.get("items", ())):
-            glob_supported.unsupported()  # it ignored the glob: don't send what it won't apply
+            fs.match_glob = False  # it ignored the glob: don't send what it won't apply
         items.extend(page.get("items", []))
         token = page.get("nextPageToken")
         if not token:

@@ -128,10 +128,10 @@ class LocalFileLease(Lease):
         except FileNotFoundError:
             os.makedirs(folder, exist_ok=True)
 
-    def _try_create(self) -> bool | None:
+    def _try_create(self) -> bool:
         """Fast path: create the lease file if there is none, with our record already in it (written to a temporary
         file, then ``link``ed to the lease path, which fails if one exists): no reader, Marin's included, ever sees
-        it empty while we hold it. None if one already exists."""
+        it empty while we hold it. False if one already exists."""
         self._make_folder()
         folder = os.path.dirname(self.path)
         tmp = os.path.join(folder, f".tmp-lease.{os.urandom(6).hex()}")
@@ -142,7 +142,7 @@ class LocalFileLease(Lease):
             try:
                 os.link(tmp, self.path)
             except FileExistsError:
-                return None
+                return False
             faults.point("lease-created")
             keep = _keep_one()
             if keep:

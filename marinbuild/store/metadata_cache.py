@@ -9,9 +9,10 @@ authoritative: a missing or mismatching entry means "ask the store", and another
 builds (with its own cache) are always seen because the status is always read.
 
 The cache is one sqlite file: ``$MARINBUILD_METADATA_CACHE`` if set (``off`` disables it), else
-what ``set_default_path`` chose (a workspace's ``.marinbuild/metadata.sqlite``), else
-``~/.cache/marinbuild/metadata.sqlite``. A damaged cache file is set aside with a warning naming
-it and rebuilt: it only ever saves requests.
+the one of the workspace a build runs in (``.marinbuild/metadata.sqlite``), else
+``~/.cache/marinbuild/metadata.sqlite`` (``default_path``). Each build opens its own
+``MetadataCache`` (``marinbuild.run.build_context``); sqlite serialises the writers. A damaged
+cache file is set aside with a warning naming it and rebuilt: it only ever saves requests.
 """
 
 from __future__ import annotations
@@ -137,6 +138,13 @@ class MetadataCache:
 
         self._run(write)
 
+    def close(self) -> None:
+        """Close the connection (a later use opens it again)."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None and self._pid == os.getpid():
+            conn.close()
+
     def forget(self, output_paths: Iterable[str]) -> None:
         rows = [(p,) for p in output_paths]
         if not rows:
@@ -156,31 +164,13 @@ class MetadataCache:
         return int(self._run(count) or 0)
 
 
-_default_path: list[str | None] = [None]
-_caches: dict[str | None, MetadataCache] = {}
-_caches_lock = threading.Lock()
-
-
-def set_default_path(path: str | None) -> None:
-    """Where the cache lives when ``$MARINBUILD_METADATA_CACHE`` does not say (e.g. a workspace's ``.marinbuild/``)."""
-    _default_path[0] = path
-
-
-def default_path() -> str | None:
+def default_path(workspace_cache_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """Where the cache lives: ``$MARINBUILD_METADATA_CACHE`` (None if it says ``off``), else in
+    ``workspace_cache_dir`` when given, else in the user's cache folder."""
     env = os.environ.get(ENV)
     if env is not None:
         return None if env.strip().lower() in ("", "off", "0", "none") else env
-    if _default_path[0]:
-        return _default_path[0]
+    if workspace_cache_dir is not None:
+        return os.path.join(workspace_cache_dir, "metadata.sqlite")
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "marinbuild", "metadata.sqlite")
-
-
-def default() -> MetadataCache:
-    """The cache for the current settings (one instance per path in this process)."""
-    path = default_path()
-    with _caches_lock:
-        cache = _caches.get(path)
-        if cache is None:
-            cache = _caches[path] = MetadataCache(path)
-        return cache

@@ -111,6 +111,8 @@ class TransferBudget:
             self.bytes_used = max(0, self.bytes_used - size)
 
 
+# Process-wide on purpose: ``$MARIN_MIRROR_BUDGET_GB`` bounds what one process copies, across builds, as Marin's
+# own default budget does; a step's budget (``_budget_var``) is per call.
 _process_budget: list[TransferBudget] = []
 _process_budget_lock = threading.Lock()
 _budget_var: contextvars.ContextVar[TransferBudget | None] = contextvars.ContextVar("marinbuild_mirror_budget",

@@ -1,10 +1,13 @@
-"""Where to look after a build, as Marin's ``executor_main`` prints it: the experiment page, W&B runs.
+"""Where to look after a build, as Marin's ``executor_main`` prints it: the experiment page, W&B runs,
+TensorBoard logs.
 
 Contract: ``where_to_look(executor, ran)`` returns the lines (without a trailing newline) to print on
 stderr after a build whose run ``ran`` these steps: the experiment page (``get_experiment_url()``)
 when the build wrote its run info, and for each step of a target with ``tracker = "wandb"`` its
 Weights & Biases run (``https://wandb.ai/$WANDB_ENTITY/$WANDB_PROJECT/runs/<run id>``; the run id is
-the output folder's name, as ``train_lm`` names the run). Nothing for a dry run or a no-op build.
+the output folder's name, as ``train_lm`` names the run), and for each step of a target with
+``tracker = "tensorboard"`` the ``tensorboard --logdir`` command for its event files (``marinbuild.ml.train``
+writes them under ``<output>/tensorboard/``). Nothing for a dry run or a no-op build.
 ``failure_pages(prefix, failures)``: the web view's page of each failed step, when one is configured.
 """
 
@@ -31,7 +34,11 @@ def where_to_look(executor: Any, ran: list[Any]) -> list[str]:
     project = os.environ.get("WANDB_PROJECT", "marin")
     entity = os.environ.get("WANDB_ENTITY")
     for step in ran:
-        if _tracker(step) != "wandb":
+        tracker = _tracker(step)
+        if tracker == "tensorboard":
+            logdir = os.path.join(executor.output_paths[step].rstrip("/"), "tensorboard")
+            lines.append(f"TensorBoard of {step.name}: tensorboard --logdir {logdir}")
+        if tracker != "wandb":
             continue
         run_id = os.path.basename(executor.output_paths[step].rstrip("/"))
         if entity:

@@ -58,26 +58,32 @@ def _built(gs_prefix: str, n: int, parents: int) -> tuple[object, list]:
 def test_noop_plan_of_built_steps_costs_a_few_listings(gs_prefix):
     n = 300
     ex, steps = _built(gs_prefix, n, parents=3)
-    gcs.REQUESTS.reset()
+    gcs.filesystem().requests.reset()
     ex2 = gp.executor(gs_prefix)
     ex2.run(steps)
-    requests = gcs.REQUESTS.reset()
+    requests = gcs.filesystem().requests.reset()
     assert ex2.outcome.ran == [] and all(p.state == "built" for p in ex2.plan.steps.values())
     assert requests <= 3 * (n // batch.CHUNK_STEPS + 1), requests  # one listing per chunk of 100 steps
     assert requests < n / 20
 
 
 def test_a_server_that_ignores_matchglob_is_detected(gs_prefix, monkeypatch):
-    """Real GCS gets two matchGlob listings per chunk; a server that ignores the glob is noticed, results stay right."""
+    """Real GCS gets two matchGlob listings per chunk; a server that ignores the glob is noticed, results stay right,
+    and later reads send one plain listing per chunk instead."""
     ex, steps = _built(gs_prefix, 30, parents=1)
     fs.write_atomic(ex.output_paths[steps[0]] + "/out.txt", b"an output, which a glob listing never returns")
-    monkeypatch.setattr(gcs.glob_supported, "_known", {gcs.endpoint(): True})
-    requests = batch._chunks(gs_prefix.split("/")[2], [gcs.split(ex.output_paths[s])[1] for s in steps])
-    assert [r["glob"][0].rsplit("/", 1)[1] for r in requests] == [".executor_status", ".marinbuild_action.*"]
-    statuses = batch.read_statuses([ex.output_paths[s] for s in steps], cache=MetadataCache(None))
+    client = gcs.filesystem()
+    monkeypatch.setattr(client, "match_glob", True)  # as for real GCS
+    paths = [ex.output_paths[s] for s in steps]
+    client.requests.reset()
+    statuses = batch.read_statuses(paths, cache=MetadataCache(None))
+    globbed = client.requests.reset()
     assert set(statuses.values()) == {st.STATUS_SUCCESS}
-    assert all(len(statuses.actions[ex.output_paths[s]]) == 1 for s in steps)
-    assert gcs.glob_supported() is False  # fake-gcs-server returned names outside the glob
+    assert all(len(statuses.actions[p]) == 1 for p in paths)
+    assert client.match_glob is False  # fake-gcs-server returned names outside the glob
+    again = batch.read_statuses(paths, cache=MetadataCache(None))
+    assert again == statuses and again.actions == statuses.actions
+    assert (globbed, client.requests.reset()) == (2, 1)
 
 
 def test_scattered_steps_are_read_concurrently(gs_prefix, proxy):
@@ -116,11 +122,11 @@ def test_legacy_status_is_read_once_then_cached(gs_prefix):
     out = ex.output_paths[s]
     fs.write_atomic(st.status_path(out), b'{"date": "2024-01-01", "status": "RUNNING"}\n'
                                          b'{"date": "2024-01-02", "status": "SUCCESS"}\n')
-    gcs.REQUESTS.reset()
+    gcs.filesystem().requests.reset()
     assert batch.read_statuses([out])[out] == st.STATUS_SUCCESS
-    first = gcs.REQUESTS.reset()
+    first = gcs.filesystem().requests.reset()
     assert batch.read_statuses([out])[out] == st.STATUS_SUCCESS
-    assert gcs.REQUESTS.reset() == first - 1  # the metadata cache knew that generation: no download
+    assert gcs.filesystem().requests.reset() == first - 1  # the metadata cache knew that generation: no download
 
 
 def test_metadata_cache_round_trip_and_a_damaged_file_is_set_aside(tmp_path, caplog):
@@ -139,3 +145,29 @@ def test_metadata_cache_round_trip_and_a_damaged_file_is_set_aside(tmp_path, cap
     assert MetadataCache(str(damaged)).lookup(["gs://b/x"]) == {}
     assert f"metadata cache {damaged} is damaged" in caplog.text
     assert list(tmp_path.glob("damaged.sqlite.damaged-*"))
+
+
+_IMPORT_AND_ROUND_TRIP = """
+import os, sys
+from marinbuild.store import fs, gcs
+print(os.environ.get("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "unset"))
+fs.write_atomic(sys.argv[1], b"plain")
+print(fs.read_bytes(sys.argv[1]).decode())
+"""
+
+
+@pytest.mark.parametrize("zonal", [None, "true"])
+def test_importing_the_store_leaves_the_environment_alone(gs_prefix, zonal):
+    """No variable is set at import; gcsfs's experimental zonal-bucket client (whose bucket-type probe stalls
+    against an emulator) is not used even when a user's environment turns it on."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"}
+    if zonal is not None:
+        env["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = zonal
+    done = subprocess.run([sys.executable, "-c", _IMPORT_AND_ROUND_TRIP, gs_prefix + "/plain"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [zonal or "unset", "plain"]

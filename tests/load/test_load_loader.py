@@ -191,25 +191,20 @@ tok(name = "x" + str(DOUBLE) + str(single) + LOCAL)
     assert loaded["//a:x63here"].kind == "tokenize"
 
 
-def test_loaded_module_is_evaluated_once_and_shared(make_ws: WriteWorkspace) -> None:
+def test_loaded_module_is_evaluated_once_and_shared(make_ws: WriteWorkspace, caplog: pytest.LogCaptureFixture) -> None:
     ws = make_ws(
         {
             "lib/x.star": 'print("evaluating x")\nITEMS = [1, 2]\n',
-            "a/BUILD.marin": 'load("//lib:x.star", "ITEMS")\ncopy = list(ITEMS) + [3]\ncopy.append(4)\n',
-            "b/BUILD.marin": 'load("//lib:x.star", "ITEMS")\nx = ITEMS + [5]\n',
+            "a/BUILD.marin": (
+                'load("//lib:x.star", "ITEMS")\ncopy = list(ITEMS) + [3]\ncopy.append(4)\nprint("a", copy)\n'
+            ),
+            "b/BUILD.marin": 'load("//lib:x.star", "ITEMS")\nx = ITEMS + [5]\nprint("b", x)\n',
         }
     )
-    loader = Loader(ws)
-    runs = []
-    original = loader.evaluator._run
-
-    def counting(display: str, source: str, package: str):  # type: ignore[no-untyped-def]
-        runs.append(display)
-        return original(display, source, package)
-
-    loader.evaluator._run = counting  # type: ignore[method-assign]
-    loader.load_all()
-    assert runs == ["a/BUILD.marin", "lib/x.star", "b/BUILD.marin"]
+    with caplog.at_level(logging.INFO, logger="marinbuild.build"):
+        Loader(ws).load_all()
+    said = [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.name == "marinbuild.build"]
+    assert said == ["evaluating x", "a [1, 2, 3, 4]", "b [1, 2, 5]"]  # x once; a's copy left the shared list alone
 
 
 def test_workspace_rules_module_with_relative_import(make_ws: WriteWorkspace) -> None:
@@ -506,34 +501,32 @@ def test_forward_references_and_cycles_with_and_without_declaration_order(
             Loader(ws).load_all()
 
 
-def test_the_garbage_collector_is_paused_only_while_loading(make_ws: WriteWorkspace, tmp_path: Path) -> None:
+def test_the_garbage_collector_is_paused_only_while_loading(
+    make_ws: WriteWorkspace, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     import gc
 
-    ws = make_ws({"a/BUILD.marin": LOAD + 'tokenize(name = "x")\n'})
+    ws = make_ws(
+        {
+            "rules/gc_probe.py": "import gc\n\nCOLLECTING = gc.isenabled()  # as loading imports this module\n",
+            "a/BUILD.marin": LOAD
+            + 'load("//rules:gc_probe.py", "COLLECTING")\nprint(COLLECTING)\ntokenize(name = "x")\n',
+        }
+    )
     broken = make_ws({"b/BUILD.marin": "import os\n"}, root=tmp_path / "broken")
-    seen: list[bool] = []
-    original = Loader._load_packages
-
-    def spy(self: Loader, *args: object) -> object:
-        seen.append(gc.isenabled())
-        return original(self, *args)  # type: ignore[arg-type]
-
-    Loader._load_packages = spy  # type: ignore[assignment,method-assign]
-    try:
-        assert gc.isenabled()
+    assert gc.isenabled()
+    with caplog.at_level(logging.INFO, logger="marinbuild.build"):
         Loader(ws).load_all()
-        assert seen == [False] and gc.isenabled()
-        with pytest.raises(BuildFileError):
-            Loader(broken).load_all()
-        assert gc.isenabled()
-        gc.disable()
-        try:
-            Loader(ws).load_all()
-            assert not gc.isenabled()  # left as the caller had it
-        finally:
-            gc.enable()
+    assert "a/BUILD.marin: False" in caplog.text and gc.isenabled()
+    with pytest.raises(BuildFileError):
+        Loader(broken).load_all()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        Loader(ws).load_all()
+        assert not gc.isenabled()  # left as the caller had it
     finally:
-        Loader._load_packages = original  # type: ignore[method-assign]
+        gc.enable()
 
 
 def test_loaded_objects_go_to_the_oldest_generation(make_ws: WriteWorkspace) -> None:

@@ -1,6 +1,6 @@
 """A copy of the quickstart in a temporary workspace, and running builds in it (helpers of the ML tests).
 
-The copy is the real ``experiments/quickstart`` (BUILD.marin and data/) with a shorter run
+The copy is the real ``experiments/quickstart`` (BUILD.marin, data/ and tasks/) with a shorter run
 (30 steps, a checkpoint every 10, an evaluation every 10) so the suite stays within a few
 minutes on two CPU cores. Builds run ``python -m marinbuild`` as a child process, as a person
 would, with a build-event file; ``Build.ran`` is the set of steps that actually ran.
@@ -102,6 +102,7 @@ def _env() -> dict[str, str]:
 def make_workspace(root: Path) -> Workspace:
     package = root / "experiments" / "quickstart"
     shutil.copytree(QUICKSTART / "data", package / "data")
+    shutil.copytree(QUICKSTART / "tasks", package / "tasks")
     text = (QUICKSTART / "BUILD.marin").read_text()
     for old, new in SHORTER:
         assert old in text, f"the quickstart's BUILD.marin no longer has {old!r}: update SHORTER in {__file__}"

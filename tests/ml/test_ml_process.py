@@ -16,6 +16,11 @@ def run(payload):
     print("W20261126 14:32:21 139722181564096 zephyr.execution All workers are dead/failed. "
           "Waiting for workers to recover...", flush=True)
     print("All workers are dead/failed. Waiting for workers to recover...", flush=True)
+    # what an eval_harness run prints on success: the datasets library's and tqdm's progress, levanter's note
+    print("Generating test split: 20 examples [00:00, 2087.76 examples/s]", flush=True)
+    print(" 85%|########5 | 17/20 [00:00<00:00, 154.91it/s]", flush=True)
+    print("W20261126 18:00:26 140628010593152 levanter.eval_harness Skipping non-numeric metric "
+          "name='story_object_0shot' for task story_object_0shot", flush=True)
     return {"ok": True}
 
 
@@ -48,3 +53,10 @@ def test_zephyrs_waiting_for_workers_stays_in_the_log(tmp_path, monkeypatch, cap
 def test_verbose_forwards_every_line(tmp_path, monkeypatch, capsys):
     _run(tmp_path, monkeypatch, verbose=True)
     assert capsys.readouterr().err.count("All workers are dead") == 2
+
+
+def test_lm_evals_progress_stays_in_the_log(tmp_path, monkeypatch, capsys):
+    log = _run(tmp_path, monkeypatch, verbose=False)
+    err = capsys.readouterr().err
+    for line in ("Generating test split", "17/20 [00:00", "Skipping non-numeric metric"):
+        assert line not in err and line in log

@@ -16,7 +16,8 @@ from qs_workspace import needs_levanter
 pytestmark = [needs_levanter, pytest.mark.timeout(1200)]
 
 ALL = {f"experiments/quickstart/{n}" for n in
-       ("stories_train", "stories_validation", "tokenizer", "stories_tokenized", "lm", "eval", "report")}
+       ("stories_train", "stories_validation", "tokenizer", "stories_tokenized", "lm", "eval", "story_tasks",
+        "report")}
 
 
 def test_full_build_trains_and_reports(built_quickstart):
@@ -88,14 +89,15 @@ def test_tokenized_cache_is_readable_by_levanter(built_quickstart):
     assert sum(len(dataset[i]["input_ids"]) for i in range(len(dataset))) == meta["splits"]["validation"]["tokens"]
 
 
-def test_learning_rate_change_reruns_training_eval_report_only(built_quickstart):
+def test_learning_rate_change_reruns_training_evals_report_only(built_quickstart):
     ws, _ = built_quickstart
     ws.edit_build('"learning_rate": 3e-3,', '"learning_rate": 2e-3,')
     why = ws.marinbuild("why", "//experiments/quickstart:lm")
     assert "config.attrs.optimizer.learning_rate: 0.003 -> 0.002" in why.stdout, why.stdout + why.stderr
     build = ws.build()
     assert build.code == 0, build.stderr[-5000:]
-    assert build.ran == {"experiments/quickstart/lm", "experiments/quickstart/eval", "experiments/quickstart/report"}
+    assert build.ran == {"experiments/quickstart/lm", "experiments/quickstart/eval",
+                         "experiments/quickstart/story_tasks", "experiments/quickstart/report"}
 
 
 def test_data_file_change_reruns_what_reads_it_and_nothing_else(built_quickstart):
@@ -111,7 +113,7 @@ def test_data_file_change_reruns_what_reads_it_and_nothing_else(built_quickstart
     plan = {p["step"]: p["state"] for p in json.loads(dry.stdout)["plan"]}
     assert {s for s, state in plan.items() if state != "built"} == ALL - {"experiments/quickstart/stories_validation"}
     shard.write_bytes(original)
-    # The validation file feeds validation, tokenize, train, eval and report, but not the tokenizer.
+    # The validation file feeds validation, tokenize, train, the evaluations and report, but not the tokenizer.
     validation = ws.package / "data" / "validation.jsonl"
     lines = validation.read_text().splitlines(keepends=True)
     validation.write_text("".join(lines[:-1]))  # drop one held-out story
