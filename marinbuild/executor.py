@@ -384,7 +384,14 @@ class Executor:
         return self._table.canonicalize(step)
 
     def _warn_new(self) -> None:
-        for step, computed, _override in self._table.override_mismatches[self._warned:]:
+        """Marin's warning for a step placed by ``override_output_path``; not for a BUILD target, whose
+        ``override_output_path`` attribute says the same thing in the declaration itself."""
+        mismatches = self._table.override_mismatches[self._warned:]
+        if mismatches:
+            from marinbuild.analysis import TargetConfig  # only when a step was placed by hand
+        for step, computed, _override in mismatches:
+            if isinstance(step.config, TargetConfig):
+                continue
             logger.warning("Output path %s doesn't match given override %s, using the latter.", computed,
                            step.override_output_path)
         self._warned = len(self._table.override_mismatches)
