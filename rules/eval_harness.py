@@ -29,8 +29,13 @@ averages over tasks; documents per task) and ``lm_eval_output.json`` (lm-eval's 
 see ``marinbuild.ml.eval_harness``. A task name lm-eval does not know fails the step at once,
 naming it. ``report`` shows the results next to the loss plot (``evals = [...]``).
 ``resources`` are read as ``train_lm`` reads them (``tpu("v4-8")``, ``{"cpu": 2}``, ``{"gpu": 1}``):
-the local backend refuses TPUs or GPUs this machine lacks; a multi-host slice is refused with
-one line (levanter's harness would run across its hosts, which is not built here).
+the local backend refuses TPUs or GPUs this machine lacks. On a multi-host slice
+(``tpu("v4-16")``, Ray backend) the evaluation runs as training does (``marinbuild.ml.slice_run``):
+one process per host, one JAX distributed job; levanter runs lm-eval on process 0, the other
+hosts compute its batches, and process 0 alone writes the results. ``slice_wait``,
+``preemption_retries`` and ``failure_retries`` mean what they mean for ``train_lm``; a restarted
+evaluation starts over. Generation tasks (lm-eval's ``generate_until``) are single-host only in
+levanter and fail on a multi-host slice with levanter's own error.
 """
 
 from __future__ import annotations
@@ -78,11 +83,6 @@ def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
 
     specs = task_specs(list(ctx.attr.tasks), ctx.label)
     request = normalize(ctx.attr.resources or None)
-    if request is not None and request.multi_host:
-        raise ValueError(
-            f"eval_harness {ctx.label}: a multi-host TPU slice is not supported for evaluation; "
-            'ask for one host\'s worth (e.g. tpu("v4-8"))'
-        )
     package_dir = ctx.workspace / ctx.package if ctx.package else ctx.workspace
     task_files = {os.path.relpath(path, package_dir): path for path in ctx.attr.task_files}
     tokenizer = trained_tokenizer(ctx.attr.model)
@@ -94,10 +94,28 @@ def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
         "max_examples": ctx.attr.max_examples,
         "batch_size": ctx.attr.batch_size,
         "require_accelerator": request is not None and (request.wants_tpu or bool(request.gpu)),
+        "distributed": False,  # one host; on a multi-host slice each host's process gets its own
     }
     # Registry tasks fetch their data from the Hub; local tasks with a local tokenizer never need it.
     local_only = bool(task_files) and all(_is_local_task(spec["task"], task_files) for spec in specs)
     offline = local_only and ("://" in tokenizer or os.path.isdir(tokenizer))
+    if request is not None and request.multi_host:
+        from marinbuild.ml.slice_run import EVAL_HARNESS, SlicePolicy, run_on_tpu_slice
+        from marinbuild.resources import tpu_slice
+
+        policy = SlicePolicy(
+            slice_wait=ctx.attr.slice_wait,
+            preemption_retries=ctx.attr.preemption_retries,
+            failure_retries=ctx.attr.failure_retries,
+        )
+        return run_on_tpu_slice(
+            EVAL_HARNESS,
+            payload,
+            tpu_slice(request.tpu),
+            policy=policy,
+            label=f"eval_harness {ctx.label}",
+            offline=offline,
+        )
     return run_child(
         "marinbuild.ml.eval_harness",
         payload,
@@ -126,6 +144,15 @@ eval_harness = rule(
         "max_examples": attr.int(default=0, doc="evaluate at most this many documents per task (0: all)"),
         "batch_size": attr.int(default=8, doc="sequences per evaluation batch"),
         "resources": attr.dict(versioned=False, doc='what the step asks the backend for: tpu("v4-8"), {"cpu": 2}'),
+        "slice_wait": attr.float(
+            default=1800.0, versioned=False, doc="multi-host slice: seconds to wait for a free slice before failing"
+        ),
+        "preemption_retries": attr.int(
+            default=100, versioned=False, doc="multi-host slice: restarts after a host or its process is lost"
+        ),
+        "failure_retries": attr.int(
+            default=2, versioned=False, doc="multi-host slice: restarts after the evaluation code fails"
+        ),
     },
     doc="Scores of a trained model's latest checkpoint on lm-eval-harness tasks (levanter's lm-eval integration).",
 )

@@ -109,12 +109,12 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
     }
     offline = "://" in tokenizer or os.path.isdir(tokenizer)
     if request is not None and request.multi_host:
-        from marinbuild.ml.slice_run import SlicePolicy, train_on_slice
+        from marinbuild.ml.slice_run import TRAIN, SlicePolicy, run_on_tpu_slice
 
         policy = SlicePolicy(slice_wait=ctx.attr.slice_wait, preemption_retries=ctx.attr.preemption_retries,
                              failure_retries=ctx.attr.failure_retries)
-        return train_on_slice(payload, tpu_slice(request.tpu), policy=policy, label=f"train_lm {ctx.label}",
-                              offline=offline)
+        return run_on_tpu_slice(TRAIN, payload, tpu_slice(request.tpu), policy=policy, label=f"train_lm {ctx.label}",
+                                offline=offline)
     return run_child("marinbuild.ml.train", payload, log_dir=os.path.join(ctx.output_path, "logs"), name="train",
                      offline=offline)
 

@@ -23,6 +23,14 @@ therefore loads each task by name from a ``TaskManager`` with the include path, 
 count the way lm-eval's own ``simple_evaluate`` does (``Task.set_config``), and renames it to its
 alias with levanter's own renaming.
 
+On a multi-host slice (``marinbuild.ml.slice_run``) this module runs once per host, one JAX
+distributed job as training is (the payload's ``distributed``, read as ``marinbuild.ml.train``
+reads it). levanter's ``run_eval_harness_main`` runs lm-eval on process 0 alone, which sends
+each batch of requests to every process (``worker_message_loop``) so the sharded model computes
+it together, and returns the outputs on process 0 only (None elsewhere). So process 0 alone
+writes ``results.json`` and ``lm_eval_output.json``; another host's process returns a summary
+naming its process and writes nothing.
+
 Every task name is checked against lm-eval's registry (plus the local tasks) before the model
 is loaded: levanter retries a failing task load with backoff for minutes (meant for Hub rate
 limits), so an unknown name would otherwise fail late; here it fails at once, naming the task.
@@ -159,6 +167,32 @@ def summarize(outputs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _host_side_packing() -> None:
+    """Pack lm-eval's requests into host-side arrays, as levanter's batching of them expects.
+
+    levanter's ``_pack_requests`` builds each packed example with ``hax.named`` (``jnp.asarray``)
+    while the trainer's global mesh is active: with several CPU processes each array then spans
+    every process's device, and ``stack_batches`` (which stacks under ``local_cpu_mesh``) rejects
+    it ("Received incompatible devices for jitted computation"), so every multi-process
+    evaluation failed. Packing under ``local_cpu_mesh`` keeps the examples on this host; process 0
+    then broadcasts each batch itself. Applied where the processes get their coordinator
+    explicitly (no TPU), as training's ``_host_side_eval_tags`` is.
+    """
+    import levanter.eval_harness as harness
+    from levanter.utils.jax_utils import local_cpu_mesh
+
+    pack = harness._pack_requests
+    if getattr(pack, "host_side", False):
+        return
+
+    def pack_requests(*args: Any, **kwargs: Any) -> Any:
+        with local_cpu_mesh():
+            return pack(*args, **kwargs)
+
+    pack_requests.host_side = True  # type: ignore[attr-defined]
+    harness._pack_requests = pack_requests
+
+
 def run(payload: dict[str, Any]) -> dict[str, Any]:
     import jmp
     from levanter.distributed import DistributedConfig
@@ -169,13 +203,23 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
 
     from marinbuild.ml.configs import LmModel, from_dict, to_levanter_model
     from marinbuild.ml.tokenize import resolve_tokenizer
-    from marinbuild.ml.train import MODEL_INFO, compilation_cache_dir, latest_checkpoint
+    from marinbuild.ml.train import (
+        MODEL_INFO,
+        _cpu_collectives_unless_tpu,
+        _distributed_config,
+        compilation_cache_dir,
+        latest_checkpoint,
+    )
 
     out = payload["output_path"]
     train_out = payload["model_path"]
     with fsspec.open(os.path.join(train_out, MODEL_INFO), "r") as f:
         info = json.load(f)
     specs: list[dict[str, Any]] = payload["tasks"]
+    distributed = payload.get("distributed")
+    if isinstance(distributed, dict):  # a host of a slice without TPU chips: its collectives run on CPU
+        _cpu_collectives_unless_tpu()
+        _host_side_packing()
     work = tempfile.mkdtemp(prefix="marinbuild-lm-eval-")
     try:
         include_path = copy_task_files(payload.get("task_files") or {}, os.path.join(work, "package"))
@@ -202,7 +246,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
                 train_batch_size=batch,
                 per_device_eval_parallelism=-1,
                 require_accelerator=bool(payload.get("require_accelerator")),
-                distributed=DistributedConfig(initialize_jax_distributed=False),
+                distributed=_distributed_config(DistributedConfig, distributed),
                 jax_compilation_cache_dir=compilation_cache_dir(),
                 log_jaxprs=False,
                 log_xla_hlo=False,
@@ -220,6 +264,10 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
             os.chdir(previous)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if outputs is None:  # not process 0 of a slice: levanter returns the outputs on process 0 only
+        import jax
+
+        return {"checkpoint": checkpoint, "step": step, "process_index": jax.process_index()}
     result = {"checkpoint": checkpoint, "step": step, "tasks": specs, **summarize(outputs)}
     fs, root = fsspec.core.url_to_fs(out)
     fs.makedirs(root, exist_ok=True)

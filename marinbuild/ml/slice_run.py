@@ -1,6 +1,9 @@
-"""Training on a multi-host TPU slice: one levanter process per host, all together, restarted whole on a loss.
+"""A levanter job on a multi-host TPU slice: one process per host, all together, restarted whole on a loss.
 
-``train_on_slice`` runs in the ``train_lm`` step's own Ray task, which is the slice's
+The job is a ``SliceJob``: the child module every host runs (``TRAIN``: ``marinbuild.ml.train``
+for ``train_lm``; ``EVAL_HARNESS``: ``marinbuild.ml.eval_harness`` for ``eval_harness``). Both
+are JAX programs that run as one JAX distributed job across the slice's hosts, so they are
+started the same way. ``run_on_tpu_slice`` runs in the step's own Ray task, which is the slice's
 coordinator (it holds no TPU itself; ``marinbuild.resources`` asks nothing of the slice for
 it). Each attempt:
 
@@ -11,34 +14,38 @@ it). Each attempt:
    ``SlicePolicy.slice_wait`` seconds for both; past that the step fails with
    ``SliceUnavailableError``: one line saying what was asked and which TPU slices the
    cluster has;
-2. starts the training process on every host of it with ``ray.util.tpu.run_on_slice``
+2. starts the job's process on every host of it with ``ray.util.tpu.run_on_slice``
    (one Ray task per host, ``max_calls=1``, never retried by Ray on its own). The task reads
-   its TPU worker id from its node's ``ray.io/tpu-worker-id`` label and runs
-   ``marinbuild.ml.train`` as a child process (``marinbuild.ml.process``, its log in the
-   step's ``logs/train-host<id>.log``). On real TPU VMs JAX finds the coordinator, process
-   count and index itself; on hosts without TPU chips they are given explicitly (worker 0's
-   address and a free port there, the slice's host count, the worker id) and the
-   collectives run on CPU (gloo);
+   its TPU worker id from its node's ``ray.io/tpu-worker-id`` label and runs the job's module
+   as a child process (``marinbuild.ml.process``, its log in the step's
+   ``logs/<job name>-host<id>.log``: ``train-host0.log``, ``eval-host0.log``). On real TPU
+   VMs JAX finds the coordinator, process count and index itself; on hosts without TPU chips
+   they are given explicitly (worker 0's address and a free port there, the slice's host
+   count, the worker id) and the collectives run on CPU (gloo);
 3. waits for every host. When one ends with an error, the others get ``LOSS_GRACE``
    seconds to end on their own (a lost peer usually ends them too), then are cancelled
-   (``ray.cancel(force=True)``, which kills their worker and, with it, the training child);
+   (``ray.cancel(force=True)``, which kills their worker and, with it, the job's child);
    the placement groups are removed (``SlicePlacementGroup.shutdown``) after every attempt.
 
 What ended an attempt decides the next one, as Marin's fray (``run_on_pod``) does it:
 - **preemption**: a node or worker lost (``NodeDiedError``, ``WorkerCrashedError``,
-  ``ActorDiedError``, ...) or a training process killed by a signal (a preempted VM's
+  ``ActorDiedError``, ...) or a host's process killed by a signal (a preempted VM's
   SIGTERM, a SIGKILL): counted against ``preemption_retries``;
-- **failure**: a training process that exited with an error code (the code's own error,
+- **failure**: a host's process that exited with an error code (the code's own error,
   such as a bad configuration found at run time): counted against ``failure_retries``.
 A preemption found among an attempt's errors makes it a preemption. Within budget the slice
-is reserved again and training resumes from the latest checkpoint in the step's output
-folder (``marinbuild.ml.train``); past a budget the step fails with ``SliceRunError``, its
+is reserved again and the job starts again: training resumes from the latest checkpoint in the
+step's output folder (``marinbuild.ml.train``), an evaluation starts over (it keeps no partial
+state); past a budget the step fails with ``SliceRunError``, its
 message naming the cause and the failing host's log. Every attempt's start and end is a line
 in ``logs/slice.log``.
 
 The step's lease stays with the build's driver the whole time (the step's task runs until
 the last attempt ends) and the status is written by the step's task, once, after the slice
-finished: SUCCESS once, never per host.
+finished: SUCCESS once, never per host. The step's result is process 0's summary: levanter's
+evaluation harness runs lm-eval on process 0 alone (the others serve its batches in
+``worker_message_loop``) and returns the outputs there only, so process 0 alone writes the
+results; likewise process 0 alone writes training's records.
 """
 
 from __future__ import annotations
@@ -71,7 +78,28 @@ class SlicePolicy:
     preemption_retries: int = 100
     """Restarts after a preemption (a host lost, or its process killed by a signal)."""
     failure_retries: int = 2
-    """Restarts after a failure of the training code (a process that exited with an error)."""
+    """Restarts after a failure of the job's code (a process that exited with an error)."""
+
+
+@dataclass(frozen=True)
+class SliceJob:
+    """What runs on every host of a slice, and how messages name it."""
+
+    module: str
+    """The child module each host runs (``python -m module``, ``marinbuild.ml.process``)."""
+    name: str
+    """Its log's name: ``logs/<name>-host<worker id>.log``."""
+    rule: str
+    """The rule whose attributes (``slice_wait``, the retry budgets) messages point at."""
+    work: str
+    """What the job does, in messages ("training")."""
+    again: str
+    """What a restart does, in messages."""
+
+
+TRAIN = SliceJob("marinbuild.ml.train", "train", "train_lm", "training", "resuming from the latest checkpoint")
+EVAL_HARNESS = SliceJob("marinbuild.ml.eval_harness", "eval", "eval_harness", "evaluation",
+                        "evaluating again from the start")
 
 
 class SliceUnavailableError(RuntimeError):
@@ -79,12 +107,12 @@ class SliceUnavailableError(RuntimeError):
 
 
 class SliceRunError(RuntimeError):
-    """Training on the slice was preempted or failed more often than its budget allows."""
+    """The job on the slice was preempted or failed more often than its budget allows."""
 
 
-def train_on_slice(payload: dict[str, Any], tpu: TpuSlice, *, policy: SlicePolicy, label: str,
-                   offline: bool) -> dict[str, Any]:
-    """Train on one slice of type ``tpu`` until it succeeds or a budget is spent; process 0's summary."""
+def run_on_tpu_slice(job: SliceJob, payload: dict[str, Any], tpu: TpuSlice, *, policy: SlicePolicy, label: str,
+                     offline: bool) -> dict[str, Any]:
+    """Run ``job`` on one slice of type ``tpu`` until it succeeds or a budget is spent; process 0's summary."""
     import ray
 
     if not ray.is_initialized():
@@ -101,9 +129,9 @@ def train_on_slice(payload: dict[str, Any], tpu: TpuSlice, *, policy: SlicePolic
         _note(log_path, f"attempt {attempt}: reserving one {tpu.type} slice ({tpu.vms} hosts x {tpu.chips_per_vm} "
                         f"chips; preemptions so far {preemptions} of {policy.preemption_retries} allowed, "
                         f"failures {failures} of {policy.failure_retries})")
-        handle = reserve_slice(tpu, policy.slice_wait, label)
+        handle = reserve_slice(tpu, policy.slice_wait, label, rule=job.rule)
         try:
-            outcome, cause, summary = _attempt(handle, payload, tpu, offline)
+            outcome, cause, summary = _attempt(job, handle, payload, tpu, offline)
         finally:
             handle.shutdown()
         if outcome is None:
@@ -119,12 +147,12 @@ def train_on_slice(payload: dict[str, Any], tpu: TpuSlice, *, policy: SlicePolic
         else:
             failures += 1
             if failures > policy.failure_retries:
-                raise SliceRunError(f"{label}: training failed {failures} times on a TPU {tpu.type} slice "
+                raise SliceRunError(f"{label}: {job.work} failed {failures} times on a TPU {tpu.type} slice "
                                     f"(failure_retries = {policy.failure_retries}); last: {cause}") from cause
-        say(f"{outcome} on the slice ({first_line}); reserving a slice again and resuming from the latest checkpoint")
+        say(f"{outcome} on the slice ({first_line}); reserving a slice again and {job.again}")
 
 
-def reserve_slice(tpu: TpuSlice, wait: float, label: str) -> Any:
+def reserve_slice(tpu: TpuSlice, wait: float, label: str, *, rule: str = "train_lm") -> Any:
     """A ready ``SlicePlacementGroup`` of one slice of type ``tpu`` (head reservation released), within ``wait`` s."""
     import ray
     from ray.util.tpu import slice_placement_group
@@ -133,17 +161,17 @@ def reserve_slice(tpu: TpuSlice, wait: float, label: str) -> Any:
     try:
         handle = slice_placement_group(tpu.topology, tpu.generation, head_reservation_timeout_s=wait)
     except (TimeoutError, RuntimeError):
-        raise SliceUnavailableError(unavailable_line(tpu, wait, label)) from None
+        raise SliceUnavailableError(unavailable_line(tpu, wait, label, rule=rule)) from None
     left = max(1.0, wait - (time.monotonic() - began))
     ready, _ = ray.wait([handle.placement_group.ready()], timeout=left)
     if not ready:
         handle.shutdown()
-        raise SliceUnavailableError(unavailable_line(tpu, wait, label))
+        raise SliceUnavailableError(unavailable_line(tpu, wait, label, rule=rule))
     handle.release_head_pgs()
     return handle
 
 
-def unavailable_line(tpu: TpuSlice, wait: float, label: str) -> str:
+def unavailable_line(tpu: TpuSlice, wait: float, label: str, *, rule: str = "train_lm") -> str:
     """One line: the slice asked for, the wait, and the TPU slices the cluster has (by type, with host counts)."""
     import ray
 
@@ -159,17 +187,18 @@ def unavailable_line(tpu: TpuSlice, wait: float, label: str) -> str:
     have = ", ".join(f"{pod} x{len(names)} ({hosts[pod]} host{'s' if hosts[pod] != 1 else ''})"
                      for pod, names in sorted(slices.items())) or "no TPU hosts"
     return (f"{label}: no free TPU {tpu.type} slice ({tpu.vms} hosts x {tpu.chips_per_vm} chips) on the Ray cluster "
-            f"after waiting {wait:g}s (train_lm's slice_wait); the cluster has TPU slices: {have}")
+            f"after waiting {wait:g}s ({rule}'s slice_wait); the cluster has TPU slices: {have}")
 
 
-def _attempt(handle: Any, payload: dict[str, Any], tpu: TpuSlice,
+def _attempt(job: SliceJob, handle: Any, payload: dict[str, Any], tpu: TpuSlice,
              offline: bool) -> tuple[str | None, BaseException | None, dict[str, Any]]:
-    """Run training on every host of the reserved slice: (None, None, summary) or (outcome, cause, {})."""
+    """Run ``job`` on every host of the reserved slice: (None, None, summary) or (outcome, cause, {})."""
     import ray
     from ray.util.tpu import run_on_slice
 
     coordinator = _coordinator_address(handle)
-    refs = run_on_slice(_host_task(), payload, coordinator, tpu.vms, offline, tpu_slice=handle)
+    refs = run_on_slice(_host_task(), job.module, job.name, payload, coordinator, tpu.vms, offline,
+                        tpu_slice=handle)
     pending = list(refs)
     results: list[tuple[int, dict[str, Any]]] = []
     errors: list[BaseException] = []
@@ -203,7 +232,7 @@ def _collect(done: list[Any], results: list[tuple[int, dict[str, Any]]], errors:
 
 
 def classify(error: BaseException) -> str:
-    """``preempted`` (a machine or process lost), ``failed`` (the training code's error) or ``cancelled``."""
+    """``preempted`` (a machine or process lost), ``failed`` (the job's code's error) or ``cancelled``."""
     from ray.exceptions import RayTaskError, TaskCancelledError
 
     if isinstance(error, TaskCancelledError):
@@ -256,13 +285,14 @@ def _host_task() -> Any:
     if _HOST_TASK is None:
         import ray
 
-        _HOST_TASK = ray.remote(max_calls=1, max_retries=0)(train_on_host)
+        _HOST_TASK = ray.remote(max_calls=1, max_retries=0)(run_on_host)
     return _HOST_TASK
 
 
-def train_on_host(payload: dict[str, Any], coordinator: str, num_hosts: int,
-                  offline: bool) -> tuple[int, dict[str, Any]]:
-    """On one host of the slice: ``marinbuild.ml.train`` as this host's process; (worker id, its summary)."""
+def run_on_host(module: str, name: str, payload: dict[str, Any], coordinator: str, num_hosts: int,
+                offline: bool) -> tuple[int, dict[str, Any]]:
+    """On one host of the slice: ``module`` as this host's process (its log ``<name>-host<id>``);
+    (worker id, its summary)."""
     import ray
 
     from marinbuild.ml.process import run_child
@@ -273,10 +303,10 @@ def train_on_host(payload: dict[str, Any], coordinator: str, num_hosts: int,
     chips = local_tpu_chips()
     distributed: Any = True if chips else {
         "coordinator_address": coordinator, "num_processes": num_hosts, "process_id": worker}
-    # A host without TPU chips (a slice emulated on CPU nodes) trains on its CPU; a real one must find its TPU.
+    # A host without TPU chips (a slice emulated on CPU nodes) runs on its CPU; a real one must find its TPU.
     payload = {**payload, "distributed": distributed, "require_accelerator": bool(chips)}
-    summary = run_child("marinbuild.ml.train", payload,
-                        log_dir=os.path.join(payload["output_path"], "logs"), name=f"train-host{worker}",
+    summary = run_child(module, payload,
+                        log_dir=os.path.join(payload["output_path"], "logs"), name=f"{name}-host{worker}",
                         offline=offline, env={"MARINBUILD_TPU_WORKER_ID": str(worker)})
     return worker, summary
 

@@ -112,6 +112,30 @@ def test_train_lm_runs_one_process_per_host_of_the_slice(ws, fake_slice):
     assert [r["start_step"] for r in runs] == [0]  # process 0 alone records a start
 
 
+def test_eval_harness_runs_one_process_per_host_of_the_slice(ws, fake_slice):
+    # The quickstart's lm-eval task on the model trained above (built already when the tests run in order).
+    tasks = '    task_files = ["tasks/story_object.yaml", "tasks/story_object.jsonl"],\n'
+    ws.edit_build(tasks + '    resources = {"cpu": 2},\n', tasks + '    resources = {"tpu": "v4-16"},\n')
+    try:
+        proc = build(ws, fake_slice, "//experiments/quickstart:story_tasks")
+    finally:
+        ws.edit_build(tasks + '    resources = {"tpu": "v4-16"},\n', tasks + '    resources = {"cpu": 2},\n')
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    (out,) = (ws.prefix / "experiments" / "quickstart").glob("story_tasks-*")
+    assert (out / ".executor_status").read_text() == "SUCCESS"
+    result = json.loads((out / "results.json").read_text())  # written by process 0 alone
+    assert result["step"] == STEPS - 1 and result["n_samples"] == {"story_object_0shot": 20}
+    assert 0.0 <= result["results"]["story_object_0shot"]["acc"] <= 1.0
+    # every host ran its own process, as one JAX job of 2 processes: host 1 computed process 0's batches
+    for worker in (0, 1):
+        assert (out / "logs" / f"eval-host{worker}.log").exists()
+    assert "waiting for eval harness requests from process 0" in (out / "logs" / "eval-host1.log").read_text()
+    assert "story_object_0shot: acc" in (out / "logs" / "eval-host0.log").read_text()
+    slice_log = (out / "logs" / "slice.log").read_text()
+    assert slice_log.count("reserving one v4-16 slice (2 hosts x 4 chips") == 1
+    assert "attempt 1: succeeded on every host" in slice_log
+
+
 def test_a_killed_host_process_restarts_the_slice_from_the_checkpoint(ws, fake_slice):
     ws.edit_build("seed = 0,", "seed = 7,")  # a training run of its own (the data steps are built)
     before = lm_folders(ws)
