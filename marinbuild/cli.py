@@ -97,7 +97,7 @@ def cli() -> None:
 
 
 def _open_session(**settings: Any) -> Any:
-    from marinbuild.session import Session
+    from marinbuild.analysis.session import Session
 
     return Session.open(".", **settings)
 
@@ -167,7 +167,7 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     report = _Report(dry_run, explain, output, build_event_json_file, profile)
     if run_only is None and not rebuild and _noop_from_snapshot(patterns, settings, report):
         return
-    from marinbuild import snapshot
+    from marinbuild.analysis import snapshot
     from marinbuild.executor import PreviousTaskFailedError, StepFailedError
     from marinbuild.resources import UnsatisfiableResourcesError
 
@@ -377,8 +377,8 @@ class _RecordedStep:
 
 def _snapshot_key(workspace: Any, settings: Any, patterns: tuple[str, ...]) -> Any:
     """The analysis snapshot's key for this command line, or None where snapshots are not used."""
-    from marinbuild import snapshot
-    from marinbuild.session import current_package
+    from marinbuild.analysis import snapshot
+    from marinbuild.analysis.session import current_package
 
     if not snapshot.eligible(settings.prefix, settings.backend):
         return None
@@ -388,7 +388,7 @@ def _snapshot_key(workspace: Any, settings: Any, patterns: tuple[str, ...]) -> A
 
 def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple[str, str]]) -> None:
     """Record what this analysis read and produced, for the next no-op build of the same command line."""
-    from marinbuild import snapshot
+    from marinbuild.analysis import snapshot
     from marinbuild.store.action_cache import ActionKey
 
     workspace, executor = session.workspace, session.executor
@@ -414,13 +414,13 @@ def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple
 
 
 def _noop_from_snapshot(patterns: tuple[str, ...], settings: dict[str, Any], report: _Report) -> bool:
-    """A no-op build answered from the analysis snapshot (``marinbuild.snapshot``): True if it was.
+    """A no-op build answered from the analysis snapshot (``marinbuild.analysis.snapshot``): True if it was.
 
     Only when the snapshot matches and every recorded step's status is SUCCESS; then the same
     events reach the same listeners as in a full build, and the same result is printed."""
-    from marinbuild import snapshot
+    from marinbuild.analysis import snapshot
+    from marinbuild.analysis.session import Settings
     from marinbuild.load.workspace import find_workspace
-    from marinbuild.session import Settings
 
     workspace = find_workspace(".")
     key = _snapshot_key(workspace, Settings.resolve(workspace, **settings), patterns)
@@ -595,9 +595,9 @@ def cache_verify_command(patterns: tuple[str, ...], prefix: str | None, dry_run:
 @click.option("--ray_address")
 def info_command(key: str | None, prefix: str | None, backend: str | None, ray_address: str | None) -> None:
     """Workspace, prefix and where it came from, backend, Ray address, cache folders, version (KEY: one value)."""
+    from marinbuild.analysis.session import Settings
     from marinbuild.info import workspace_info
     from marinbuild.load.workspace import find_workspace
-    from marinbuild.session import Settings
 
     workspace = find_workspace(".")
     facts = workspace_info(workspace, Settings.resolve(workspace, prefix=prefix, backend=backend,
@@ -797,13 +797,13 @@ def jobs_stop_command(job: str, address: str | None, cluster: str | None) -> Non
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix (exit 2). Imported only when something was raised."""
+    from marinbuild.analysis.session import SettingsError
     from marinbuild.cluster_config import ClusterConfigError
     from marinbuild.core.labels import LabelError
     from marinbuild.jobs import JobsError
     from marinbuild.load import WorkspaceError
     from marinbuild.query import QueryError
     from marinbuild.ray_auth import RayAuthError
-    from marinbuild.session import SettingsError
 
     return (LabelError, WorkspaceError, QueryError, SettingsError, UsageProblem, ClusterConfigError, JobsError,
             RayAuthError)

@@ -297,7 +297,7 @@ def _work(session: Any, step: ExecutorStep) -> list[str]:
     config = step.config
     if not str(getattr(config, "rule_key", "")).endswith("%tokenize"):
         return []
-    from marinbuild.analysis import _resolve
+    from marinbuild.analysis.analyze import _resolve
     from marinbuild.core.walk import instantiate_config
     from marinbuild.load.builtins import Struct
     from marinbuild.ml.tokenize import payload_of, shard_status

@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from marinbuild.analysis import RuleContext
+from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
 
 TASK_KEYS = {"task", "num_fewshot", "task_alias"}

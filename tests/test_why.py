@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from marinbuild.analysis.session import Session
 from marinbuild.executor import StepFailedError
-from marinbuild.session import Session
 from marinbuild.store import status as st
 from marinbuild.store.lease import LeaseRecord, encode_lease, lease_path
 from marinbuild.why import (

@@ -228,6 +228,6 @@ def rule(
     (``{package}`` and ``{name}`` are filled in; default ``"{package}/{name}"``). The rule's
     own name is the variable it is exported as. A rule that turns a target into existing
     ``ExecutorStep``s instead (Python experiment scripts) gives ``analyze(actx)`` in place of
-    an implementation; see ``marinbuild.analysis``.
+    an implementation; see ``marinbuild.analysis.analyze``.
     """
     return RuleType(implementation, attrs, doc, output_name, analyze)

@@ -43,7 +43,7 @@ class ViewModel:
     """The state of one workspace and prefix, for one pattern."""
 
     def __init__(self, root: str, patterns: list[str], prefix: str | None = None):
-        from marinbuild.session import Session
+        from marinbuild.analysis.session import Session
 
         self.root, self.patterns = root, list(patterns)
         probe_session = Session.open(root, prefix=prefix)
@@ -55,7 +55,7 @@ class ViewModel:
     # -- the session ---------------------------------------------------------------------------
 
     def _session(self) -> Any:
-        from marinbuild.session import Session
+        from marinbuild.analysis.session import Session
 
         session = Session.open(self.root, prefix=self.prefix)
         session.load(self.patterns)

@@ -109,7 +109,7 @@ def test_verify_on_a_local_prefix(prefix):
 
 def test_verify_cache_resolves_targets_through_a_session(tmp_path, monkeypatch):
     """The CLI's entry point: ``verify_cache(session, patterns)``, then ``format_verify``."""
-    from marinbuild.session import Session
+    from marinbuild.analysis.session import Session
     from marinbuild.verify import verify_cache
 
     root = gp.workspace(tmp_path / "ws")

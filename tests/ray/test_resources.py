@@ -201,7 +201,7 @@ def test_pip_dependency_groups_resolve_to_requirements(tmp_path):
 
 
 def test_paths_move_with_a_shipped_workspace():
-    from marinbuild.analysis import SourceFile, TargetConfig
+    from marinbuild.analysis.analyze import SourceFile, TargetConfig
 
     config = TargetConfig(label="//p:a", rule="r", rule_key="k", workspace="/home/me/ws",
                           attrs={"srcs": [SourceFile("l", "x", "/home/me/ws/p/a.txt")], "other": "/home/me/wsx"},
@@ -213,8 +213,8 @@ def test_paths_move_with_a_shipped_workspace():
 
 
 def test_settings_choose_the_ray_backend(tmp_path, monkeypatch):
+    from marinbuild.analysis.session import BACKENDS, Session, SettingsError
     from marinbuild.run.ray_backend import RayBackend
-    from marinbuild.session import BACKENDS, Session, SettingsError
 
     assert "ray" in BACKENDS
     (tmp_path / "pyproject.toml").write_text('[tool.marinbuild]\nprefix = "out"\nray_address = "10.0.0.1:6379"\n'

@@ -17,7 +17,7 @@ from marinbuild.executor import DEFAULT_LOCAL_PREFIX, Executor
 from marinbuild.load.workspace import Workspace, find_workspace
 
 if TYPE_CHECKING:  # imported when used: a no-op build from the analysis snapshot needs none of them
-    from marinbuild.analysis import Analysis
+    from marinbuild.analysis.analyze import Analysis
     from marinbuild.core.labels import Label
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.load import LoadedWorkspace, Loader
@@ -133,7 +133,7 @@ class Session:
 
     def analyse(self, labels: Iterable[Label] | None = None) -> Analysis:
         """Turn the targets (and their dependencies) into steps and compute every version."""
-        from marinbuild.analysis import analyze
+        from marinbuild.analysis.analyze import analyze
         from marinbuild.load import StatCache
 
         assert self.loaded is not None, "load first"
