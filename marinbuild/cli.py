@@ -343,7 +343,7 @@ class _Report:
                 if hardware is not None:
                     click.echo(f"           resources: {hardware}")
                 if self.explain and will_run:
-                    from marinbuild.why import explain_step
+                    from marinbuild.cache.why import explain_step
 
                     click.echo(f"           why: {explain_step(session, step)}")
         if self.output == "json":
@@ -480,7 +480,7 @@ def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> N
     """Say exactly why each target PATTERN... names would (re)run: never built, output deleted, failed before, or
     what changed. One label gives that target's steps; a pattern (//pkg:all, //pkg/..., -PATTERN subtracts) a
     section per matched target."""
-    from marinbuild.why import format_why, format_why_targets, why_as_dict, why_targets, why_targets_as_dict
+    from marinbuild.cache.why import format_why, format_why_targets, why_as_dict, why_targets, why_targets_as_dict
 
     session = _open_session(prefix=prefix)
     groups = why_targets(session, list(patterns))
@@ -576,7 +576,7 @@ def cache_verify_command(patterns: tuple[str, ...], prefix: str | None, dry_run:
                          output: str) -> None:
     """Check the targets' steps and their dependencies: every metadata file, and output digests against the
     manifests; damaged steps are rebuilt by the next build."""
-    from marinbuild.verify import format_verify, verify_cache
+    from marinbuild.cache.verify import format_verify, verify_cache
 
     if dry_run and repair:
         raise click.UsageError("--dry_run and --repair contradict each other: give one")

@@ -133,8 +133,8 @@ class ViewModel:
     def step(self, relative: str) -> dict[str, Any] | None:
         """Everything about the step whose output is ``<prefix>/<relative>``; None if no step is there."""
         from marinbuild.cache import cache_show
+        from marinbuild.cache.why import format_why, why
         from marinbuild.serve.files import check_relative
-        from marinbuild.why import format_why, why
 
         parts = check_relative(relative)
         output_path = fs.join(self.prefix, "/".join(parts))
