@@ -465,7 +465,7 @@ def _noop_from_snapshot(patterns: tuple[str, ...], settings: dict[str, Any], rep
 def query_command(expression: str, output: str, prefix: str | None) -> None:
     """Query the target graph: deps, rdeps, somepath, allpaths, kind, attr, filter, built, stale, ..."""
     from marinbuild.query import run_query
-    from marinbuild.query_universe import universe_for
+    from marinbuild.query.session_universe import universe_for
 
     session = _open_session(prefix=prefix)
     session.load_all()

@@ -552,7 +552,7 @@ def test_module_is_pure():
 def test_labels_and_attr_over_label_list_and_label_keyed_dict_attributes(tmp_path):
     """Through the real loader: label, label_list and label_keyed_dict attributes hold ``Label``s."""
     from marinbuild.load import Loader, Workspace
-    from marinbuild.query_universe import target_graph
+    from marinbuild.query.session_universe import target_graph
 
     (tmp_path / "rules").mkdir()
     (tmp_path / "rules" / "r.py").write_text(
