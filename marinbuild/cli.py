@@ -19,9 +19,7 @@ from typing import Any
 import click
 
 from marinbuild.core.gc_control import skip_final_collection
-
-BACKEND_NAMES = ("local", "ray")
-"""Names --backend accepts; the session says which of them this installation can run."""
+from marinbuild.run.backends import BACKEND_NAMES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 37
 """37 is Bazel's code for an internal error."""

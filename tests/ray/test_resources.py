@@ -213,10 +213,11 @@ def test_paths_move_with_a_shipped_workspace():
 
 
 def test_settings_choose_the_ray_backend(tmp_path, monkeypatch):
-    from marinbuild.analysis.session import BACKENDS, Session, SettingsError
+    from marinbuild.analysis.session import Session, SettingsError
+    from marinbuild.run.backends import BACKEND_NAMES
     from marinbuild.run.ray_backend import RayBackend
 
-    assert "ray" in BACKENDS
+    assert "ray" in BACKEND_NAMES
     (tmp_path / "pyproject.toml").write_text('[tool.marinbuild]\nprefix = "out"\nray_address = "10.0.0.1:6379"\n'
                                              "ray_max_retries = 5\nray_bundle_seconds = 0\n")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
