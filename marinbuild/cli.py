@@ -167,7 +167,7 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
         return
     from marinbuild.analysis import snapshot
     from marinbuild.executor import PreviousTaskFailedError, StepFailedError
-    from marinbuild.resources import UnsatisfiableResourcesError
+    from marinbuild.run.resources import UnsatisfiableResourcesError
 
     environment = snapshot.analysis_environment()  # as the lookup saw it, before this build exports its own
     session = _open_session(**settings)
@@ -361,7 +361,7 @@ def _hardware(step: Any) -> str | None:
     resources = getattr(step, "resources", None)
     if resources is None:
         return None
-    from marinbuild.resources import hardware_of
+    from marinbuild.run.resources import hardware_of
 
     return hardware_of(resources)
 

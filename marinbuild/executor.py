@@ -762,7 +762,7 @@ def default_backend() -> str:
     """``$MARINBUILD_BACKEND`` if set; else ``"ray"`` in a job submitted to a Ray cluster (a Marin script sent to the
     cluster runs its steps there, as Marin's executor does), else ``"local"``."""
     from marinbuild.run.backends import LOCAL, RAY
-    from marinbuild.runtime_env import in_ray_job
+    from marinbuild.run.runtime_env import in_ray_job
 
     return os.environ.get(BACKEND_ENV) or (RAY if in_ray_job() else LOCAL)
 
@@ -801,7 +801,7 @@ def resource_problems(backend: Backend, calls: Mapping[ExecutorStep, Callable[[]
 
 def _check_resources(backend: Backend, jobs: dict[ExecutorStep, StepJob]) -> None:
     """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
-    from marinbuild.resources import UnsatisfiableResourcesError
+    from marinbuild.run.resources import UnsatisfiableResourcesError
 
     problems = resource_problems(backend, {step: job.call for step, job in jobs.items()})
     if problems:

@@ -74,7 +74,7 @@ def task_specs(tasks: list[Any], label: str) -> list[dict[str, Any]]:
 def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
     from marinbuild.ml.eval_harness import trained_tokenizer
     from marinbuild.ml.process import run_child
-    from marinbuild.resources import normalize
+    from marinbuild.run.resources import normalize
 
     specs = task_specs(list(ctx.attr.tasks), ctx.label)
     request = normalize(ctx.attr.resources or None)

@@ -1,7 +1,7 @@
 """Training on a multi-host TPU slice: one levanter process per host, all together, restarted whole on a loss.
 
 ``train_on_slice`` runs in the ``train_lm`` step's own Ray task, which is the slice's
-coordinator (it holds no TPU itself; ``marinbuild.resources`` asks nothing of the slice for
+coordinator (it holds no TPU itself; ``marinbuild.run.resources`` asks nothing of the slice for
 it). Each attempt:
 
 1. reserves one whole slice with Ray's ``ray.util.tpu.slice_placement_group``: a placement
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marinbuild.ml.process import MlProcessError, is_local, say
-from marinbuild.resources import TpuSlice
+from marinbuild.run.resources import TpuSlice
 
 LOSS_GRACE = 20.0
 """Seconds the other hosts of a slice get to end on their own after one host's process ended with an error."""
@@ -266,7 +266,7 @@ def train_on_host(payload: dict[str, Any], coordinator: str, num_hosts: int,
     import ray
 
     from marinbuild.ml.process import run_child
-    from marinbuild.resources import local_tpu_chips
+    from marinbuild.run.resources import local_tpu_chips
 
     labels = ray.get_runtime_context().get_node_labels()
     worker = int(labels.get("ray.io/tpu-worker-id", "0"))  # type: ignore[arg-type]  # ray declares list values; they are str

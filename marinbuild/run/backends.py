@@ -50,7 +50,7 @@ def _local(options: BackendOptions) -> Backend:
 def _ray(options: BackendOptions) -> Backend:
     from marinbuild.run.ray_backend import DEFAULT_MAX_RETRIES, RayBackend
     from marinbuild.run.ray_bundles import DEFAULT_BUNDLE_SECONDS
-    from marinbuild.runtime_env import project_root
+    from marinbuild.run.runtime_env import project_root
 
     return RayBackend(
         address=options.ray_address,
