@@ -18,7 +18,12 @@ Layouts: ``grouped`` puts the steps under 10 step-name folders (as ``tokenized/.
 ``documents/...`` do): one listing per 100 steps, all concurrent; ``scattered`` gives every
 step a folder of its own: one small listing per step, all concurrent.
 
-Run: ``.venv/bin/python bench/gcs_bench.py [--sizes 1000 10000] [--latency 0.05] [--json out.json]``.
+Run: ``.venv/bin/python bench/gcs_bench.py [--sizes 1000 10000] [--latency 0.05] [--json out.json]
+[--doc docs/performance.md]``.
+
+Not at 100,000 steps: fake-gcs-server's memory backend takes each object in time growing with the objects
+already there (whether preloaded with ``-data`` or uploaded), so seeding 200,000 objects takes hours; its
+filesystem backend walks the whole bucket for every listing. A 100,000-step GCS no-op needs a real bucket.
 """
 
 from __future__ import annotations
@@ -178,6 +183,29 @@ def measure(n: int, layout: str, proxy_url: str, cache: str) -> dict[str, Any]:
     return result
 
 
+def table(rows: list[dict[str, Any]], latency: float) -> str:
+    lines = ["| steps | layout | metadata cache | run (s) | process (s) | process CPU (s) | requests | responses (MB) "
+             "| a request per step, in sequence |", "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        sequential = r["steps"] * latency
+        lines.append(f"| {r['steps']:,} | {r['layout']} | {r['cache']} | {r['seconds']:.2f} | "
+                     f"{r['process_seconds']:.2f} | {r['cpu_seconds']:.2f} | {r['requests']} | "
+                     f"{r['response_mb']:.1f} | {sequential:.0f} s |")
+    return "\n".join(lines)
+
+
+def write_doc(path: str, text: str) -> None:
+    """Put ``text`` between ``<!-- gcs_bench -->`` and ``<!-- /gcs_bench -->`` in ``path``."""
+    with open(path) as f:
+        doc = f.read()
+    start, end = "<!-- gcs_bench -->", "<!-- /gcs_bench -->"
+    if start not in doc or end not in doc:
+        raise SystemExit(f"{path}: no {start} ... {end} markers to write the table between")
+    before, rest = doc.split(start, 1)
+    with open(path, "w") as f:
+        f.write(f"{before}{start}\n{text}{end}{rest.split(end, 1)[1]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
@@ -187,6 +215,8 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="store every file of a built step, not only the two "
                         "objects a matchGlob listing returns")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--doc", help="also write the table into this markdown file (docs/performance.md), between "
+                        "<!-- gcs_bench --> markers")
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -223,14 +253,15 @@ def main() -> None:
 
     print(f"\nNo-op build on gs:// through a loopback proxy adding {args.latency * 1000:.0f} ms per request "
           f"(fake-gcs-server{', every file of a step stored' if args.full else ''}; a new process per run)\n")
-    print("| steps | layout | metadata cache | run (s) | process (s) | process CPU (s) | requests | responses (MB) "
-          "| a request per step, in sequence |")
-    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        sequential = r["steps"] * args.latency
-        print(f"| {r['steps']:,} | {r['layout']} | {r['cache']} | {r['seconds']:.2f} | {r['process_seconds']:.2f} | "
-              f"{r['cpu_seconds']:.2f} | {r['requests']} | {r['response_mb']:.1f} | {sequential:.0f} s |")
+    text = table(rows, args.latency)
+    print(text)
     print(f"\nLoad average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs.")
+    if args.doc:
+        argv, flags = sys.argv[1:], []
+        for i, arg in enumerate(argv):  # where the results went is not part of what was measured
+            if arg not in ("--doc", "--json") and (i == 0 or argv[i - 1] not in ("--doc", "--json")):
+                flags.append(arg)
+        write_doc(args.doc, f"`.venv/bin/python bench/gcs_bench.py {' '.join(flags)}`:\n\n{text}\n")
     tenk = [r for r in rows if r["steps"] == 10000 and r["layout"] == "grouped"]
     if tenk:
         worst = max(r["process_seconds"] for r in tenk)

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import abc
 import argparse
+import contextlib
+import io
 import json
 import os
 import platform
@@ -412,7 +414,9 @@ def measure_phase(peer: Peer, phase: str, expected: set[int], opts: Options,
                         "peak_rss_mb": sample.peak_rss_mb, "actions": count,
                         "warmup": k == 0, "ok": ok})
         if k == 0 and sample.seconds > opts.slow:
-            break  # too slow to repeat: the warm-up is the one sample
+            if phase != "noop":
+                break  # too slow to repeat: the warm-up is the one sample
+            total = 2  # a no-op's first run after a cold build records what the next one reads (the snapshot)
         k += 1
     timed = [s for s in samples if not s["warmup"]] or samples
     return {
@@ -951,8 +955,8 @@ def render_footer(report: Report) -> None:
                f"Other work on the machine shows up in these numbers.")
 
 
-def render(path: Path) -> None:
-    """Print the markdown of an earlier run from its raw JSON (``--render``)."""
+def render(path: Path, doc: Path | None = None) -> None:
+    """Print the markdown of an earlier run from its raw JSON (``--render``); with ``doc``, write its tables there."""
     raw = json.loads(path.read_text())
     report = Report(raw, raw["peers"])
     render_header(report)
@@ -962,6 +966,56 @@ def render(path: Path) -> None:
         if name in raw and "markdown" in raw[name]:
             report.out(raw[name]["markdown"])
     render_footer(report)
+    if doc is not None:
+        write_doc(doc, raw)
+
+
+DOC_FLAGS = {"--json": 1, "--workdir": 1, "--keep": 0, "--doc": 1, "--render": 1}
+"""Flags left out of the command a doc table quotes: where the files went, not what was measured."""
+
+
+def doc_marker(raw: dict[str, Any]) -> str:
+    """The name of a run's section in the doc: its shapes and sizes (``run.py layered 10000``)."""
+    return "run.py " + " ".join(raw["shapes"]) + " " + " ".join(str(n) for n in raw["sizes"])
+
+
+def doc_text(raw: dict[str, Any]) -> str:
+    """A run's tables for docs/performance.md: the command, the times with the ratios, the peak RSS, the CLI rows.
+    No date and no load average (the doc's rule); the machine is the doc's reference machine."""
+    args = raw["command"][2:]
+    kept: list[str] = []
+    skip = 0
+    for arg in args:
+        if skip:
+            skip -= 1
+            continue
+        if arg in DOC_FLAGS:
+            skip = DOC_FLAGS[arg]
+            continue
+        kept.append(arg)
+    report = Report(raw, raw["peers"])
+    report.lines.append(f"`.venv/bin/python bench/run.py {shlex.join(kept)}` (whole processes, seconds):\n")
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet):
+        print_tables(report, raw["shapes"], raw["sizes"])
+        print_cli_rows(report)
+    return re.sub(r"^## (.*)$", r"\1:", "\n".join(report.lines), flags=re.MULTILINE)  # the doc has its headings
+
+
+def write_doc(path: Path, raw: dict[str, Any]) -> None:
+    """Put the run's tables between ``<!-- NAME -->`` and ``<!-- /NAME -->`` in ``path`` (``doc_marker``); the
+    markers are added at the end of the file the first time."""
+    name = doc_marker(raw)
+    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    text = path.read_text()
+    block = f"{start}\n{doc_text(raw)}\n{end}"
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        text = before + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
+    log(f"tables written into {path} ({start})")
 
 
 # -- main -------------------------------------------------------------------------------------------
@@ -984,9 +1038,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gcs", action="store_true", help="also run bench/gcs_bench.py (GCS no-op)")
     parser.add_argument("--ray", action="store_true", help="also run bench/ray_bench.py (Ray overhead)")
     parser.add_argument("--render", metavar="JSON", help="only print the tables of an earlier run's raw JSON")
+    parser.add_argument("--doc", metavar="FILE", type=Path,
+                        help="also write the tables into this markdown file (docs/performance.md), between markers "
+                        "naming the shapes and sizes")
     args = parser.parse_args(argv)
     if args.render:
-        render(Path(args.render))
+        render(Path(args.render), args.doc)
         return 0
     if args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -1073,6 +1130,8 @@ def main(argv: list[str] | None = None) -> int:
     json_path.write_text(json.dumps(raw, indent=2, default=str))
     json_path.with_suffix(".md").write_text(raw["markdown"] + "\n")
     log(f"raw numbers written to {json_path}, the tables to {json_path.with_suffix('.md')}")
+    if args.doc is not None:
+        write_doc(args.doc, raw)
     return 0
 
 

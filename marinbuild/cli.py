@@ -387,7 +387,6 @@ def _snapshot_key(workspace: Any, settings: Any, patterns: tuple[str, ...]) -> A
 def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple[str, str]]) -> None:
     """Record what this analysis read and produced, for the next no-op build of the same command line."""
     from marinbuild.analysis import snapshot
-    from marinbuild.store.action_cache import ActionKey
 
     workspace, executor = session.workspace, session.executor
     inputs = [str(workspace.root / "pyproject.toml"), *map(str, session.loader.files_read())]
@@ -403,11 +402,13 @@ def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple
 
     code = for_session(session)
     steps = []
+    code_files: set[str] = set()  # an edit re-checks the code; most steps share their few code files
     for step in dict.fromkeys(executor.canonicalize(s) for s in session.requested_steps()):
-        inputs.extend(str(workspace.root / path) for path in code.code_of(step))  # an edit re-checks the code
+        code_files.update(code.code_of(step))
         overridden = step.override_output_path is not None
-        digest = ActionKey.of(executor.version_bytes[step], step.name, overridden).digest
+        digest = executor.action_digest(step)
         steps.append((step.name, executor.output_paths[step], digest, overridden))
+    inputs.extend(str(workspace.root / path) for path in code_files)
     snapshot.write(key, workspace.cache_dir, recorder, inputs, folders, snapshot.Snapshot(requested, steps))
 
 

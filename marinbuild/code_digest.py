@@ -36,8 +36,11 @@ __all__ = ["CODE_RECORD", "CodeChanges", "changed", "display_path", "file_digest
 CODE_RECORD = ".marinbuild_code.json"
 
 
-def display_path(path: str | os.PathLike[str], root: Path) -> str:
-    """``path`` relative to the workspace ``root`` when inside it, else absolute."""
+def display_path(path: str | os.PathLike[str], root: Path, stat_cache: Any = None) -> str:
+    """``path`` relative to the workspace ``root`` when inside it, else absolute. With the build's ``stat_cache``
+    (``marinbuild.load.StatCache``), each path is resolved once per build."""
+    if stat_cache is not None:
+        return stat_cache.display_path(path, root)
     resolved = Path(path).resolve()
     try:
         return resolved.relative_to(root.resolve()).as_posix()
@@ -76,10 +79,11 @@ def step_code(step: Any, root: Path, stat_cache: Any = None) -> dict[str, str]:
             out[value["path"]] = value["xxh3"]
         return out
     path = _defining_file(step.fn)
-    if path is None or not Path(path).resolve().is_relative_to(root.resolve()):
+    resolve = stat_cache.resolve if stat_cache is not None else (lambda p: Path(p).resolve())
+    if path is None or not resolve(path).is_relative_to(resolve(root)):
         return {}
     digest = file_digest(path, stat_cache)
-    return {display_path(path, root): digest} if digest is not None else {}
+    return {display_path(path, root, stat_cache): digest} if digest is not None else {}
 
 
 def record(output_path: str, code: dict[str, str]) -> None:
@@ -130,9 +134,16 @@ class CodeChanges:
         for s in todo:
             self.found[s] = []
         if with_code:
-            with ThreadPoolExecutor(max_workers=min(16, len(with_code))) as pool:
-                results = pool.map(lambda s: changed(executor.output_paths[s], codes[s]), with_code)
-                self.found.update(zip(with_code, results, strict=True))
+            from marinbuild.store import fs
+
+            def one(s: Any) -> list[str]:
+                return changed(executor.output_paths[s], codes[s])
+
+            if all(fs.is_local(executor.output_paths[s]) for s in with_code):  # a thread per read costs more here
+                self.found.update((s, one(s)) for s in with_code)
+            else:
+                with ThreadPoolExecutor(max_workers=min(16, len(with_code))) as pool:
+                    self.found.update(zip(with_code, pool.map(one, with_code), strict=True))
         return {s: self.found[s] for s in dict.fromkeys(steps)}
 
     def code_of(self, step: Any) -> dict[str, str]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from marinbuild.core.gc_control import gc_paused, skip_final_collection
-from marinbuild.core.jsonenc import dumps_indented, dumps_sorted, json_str
+from marinbuild.core.jsonenc import dumps_indented
 from marinbuild.core.placeholders import (
     THIS_OUTPUT_PATH,
     ExecutorFunction,
@@ -341,6 +341,8 @@ class Executor:
         self.version_strs = t.version_strs
         self.version_bytes = t.version_bytes
         """``version_strs`` as the ASCII bytes that are hashed (not one of Marin's attributes; no decoding)."""
+        self.action_digest = t.action_digest
+        """``step -> sha256 of its version string``, the action cache's key (not one of Marin's attributes)."""
         self.version_str_to_step = t.version_str_to_step
         self.hashed_versions = t.hashed_versions
         self.output_paths = t.output_paths
@@ -382,7 +384,14 @@ class Executor:
         return self._table.canonicalize(step)
 
     def _warn_new(self) -> None:
-        for step, computed, _override in self._table.override_mismatches[self._warned:]:
+        """Marin's warning for a step placed by ``override_output_path``; not for a BUILD target, whose
+        ``override_output_path`` attribute says the same thing in the declaration itself."""
+        mismatches = self._table.override_mismatches[self._warned:]
+        if mismatches:
+            from marinbuild.analysis.analyze import TargetConfig  # only when a step was placed by hand
+        for step, computed, _override in mismatches:
+            if isinstance(step.config, TargetConfig):
+                continue
             logger.warning("Output path %s doesn't match given override %s, using the latter.", computed,
                            step.override_output_path)
         self._warned = len(self._table.override_mismatches)
@@ -431,81 +440,42 @@ class Executor:
             "\n}",
         ))
 
-    def _run_info_step_texts(self) -> list[bytes]:
-        """Each step's info as compact JSON with sorted keys: exactly the pieces of the text Marin hashes to name
-        the run info file (``json.dumps(step_infos, sort_keys=True)``), and the run info's own step entries.
-        Bytes, joined once around the version's own bytes: a nested version is most of the text, and is never
-        decoded, copied twice or re-encoded."""
-        texts = []
-        version_bytes = self._table.version_bytes
+    def _run_info_steps(self) -> Iterator[Any]:
+        """Each step's entry of the run info (``marinbuild.store.run_info.step_pieces``), made as it is consumed."""
+        from marinbuild.store import run_info
+
+        pieces = self._table.version_pieces
         for info, step in zip(self.step_infos, self.steps, strict=True):
-            override = info.override_output_path
-            head = (
-                '{"config": ' + dumps_sorted(info.config)
-                + ', "dependencies": ' + dumps_sorted(info.dependencies)
-                + ', "fn_name": ' + json_str(info.fn_name)
-                + ', "name": ' + json_str(info.name)
-                + ', "output_path": ' + json_str(info.output_path)
-                + ', "override_output_path": ' + ("null" if override is None else dumps_sorted(override))
-                + ', "version": '
-            )
-            texts.append(b"".join((head.encode(), version_bytes[step], b"}")))
-        return texts
+            yield run_info.step_pieces(info, pieces[step])
 
-    @staticmethod
-    def _run_info_hash(texts: list[bytes]) -> str:
-        """md5 of ``[text, text, ...]`` (as Marin names the run info file), fed piece by piece."""
-        import hashlib
+    def _run_info_path(self) -> str:
+        """Where the run info of the steps computed so far goes (hashes every step's entry; writes nothing)."""
+        from marinbuild.store import fs, run_info
 
-        digest = hashlib.md5(b"[")
-        for i, text in enumerate(texts):
-            if i:
-                digest.update(b", ")
-            digest.update(text)
-        digest.update(b"]")
-        return digest.hexdigest()[:6]
-
-    def _run_info_path(self, texts: list[bytes] | None = None) -> str:
         assert self.executor_info is not None, "call get_infos() first"
-        name = os.path.basename(self.executor_info.caller_path).replace(".py", "")
-        from marinbuild.store import fs
+        script = run_info.script_name(self.executor_info.caller_path)
+        return fs.join(self.executor_info_base_path, run_info.name(script, self._run_info_steps()))
 
-        texts = self._run_info_step_texts() if texts is None else texts
-        return fs.join(self.executor_info_base_path, f"{name}-{self._run_info_hash(texts)}.json")
+    def _write_run_info(self, only_if_new: bool) -> str:
+        """Write the run info JSON (``marinbuild.store.run_info``: Marin's content, one step per line, streamed in
+        one pass, replaced atomically); set and return ``executor_info_path``."""
+        from marinbuild.store import run_info
 
-    def _write_run_info(self, only_if_new: bool) -> None:
-        """The run info JSON: Marin's content, one step per line.
-
-        Marin writes it with ``indent=2``; a step's version nests its dependencies' versions, so indenting
-        multiplies the size. Each step here is the compact
-        sorted-key text Marin hashes for the file name anyway, so it is encoded once, and streamed out.
-        """
-        from marinbuild.store import fs
-
-        texts = self._run_info_step_texts()
-        self.executor_info_path = self._run_info_path(texts)
-        if only_if_new and fs.exists(self.executor_info_path):
-            return
-        assert self.executor_info is not None
+        assert self.executor_info is not None, "call get_infos() first"
         info = self.executor_info
-        head = {
-            "worker_id": info.worker_id,
-            "git_commit": info.git_commit,
-            "caller_path": info.caller_path,
-            "created_date": info.created_date,
-            "user": info.user,
-            "prefix": info.prefix,
-        }
-        opening = (json.dumps(head, indent=2)[:-2] + ',\n  "steps": [\n').encode()
+        head = {key: getattr(info, key) for key in run_info.HEAD_KEYS}
+        self.executor_info_path = run_info.write(self.executor_info_base_path, run_info.script_name(info.caller_path),
+                                                 head, self._run_info_steps(), only_if_new)
+        return self.executor_info_path
 
-        def pieces() -> Iterator[bytes]:
-            yield opening
-            for i, text in enumerate(texts):
-                yield b"    " if i == 0 else b",\n    "
-                yield text
-            yield b"\n  ]\n}\n"
+    def _start_run_info(self) -> Any:
+        """The run info of a run that runs steps, written on a thread while they run (``run_info.BackgroundWrite``):
+        its size follows the whole graph, and no step needs it. The infos are made here, before any step starts
+        (the steps' own ``.executor_info`` texts instantiate configs too, on the backend's threads)."""
+        from marinbuild.store.run_info import BackgroundWrite
 
-        fs.write_atomic_pieces(self.executor_info_path, pieces())
+        self.get_infos()
+        return BackgroundWrite(lambda: self._write_run_info(only_if_new=True))
 
     def write_infos(self) -> None:
         """Write every step's ``.executor_info`` and the run's info JSON (as Marin's ``write_infos``)."""
@@ -684,7 +654,7 @@ class Executor:
                 bus=bus,
                 settings=settings,
                 cancel=cancel,
-                action=ActionKey.of(self.version_bytes[step], step.name, step.override_output_path is not None),
+                action=ActionKey(self._table.action_digest(step), step.name, step.override_output_path is not None),
                 context=context,
             )
             for step in plan.to_run
@@ -697,14 +667,17 @@ class Executor:
         try:
             _check_resources(backend, jobs)  # before anything is written
             self._write_infos_of_steps_not_run(graph, plan, selected)
-            if plan.to_run:  # a run that runs nothing records nothing
-                self.get_infos()
-                self._write_run_info(only_if_new=True)
-            bus.emit(ev.BUILD_STARTED, data={"steps": len(jobs)})
-            outcome = schedule(
-                plan.to_run, self.dependencies, jobs, backend, bus,
-                max_concurrent=max_concurrent, keep_going=self.keep_going, cancel=cancel,
-            )
+            writing = self._start_run_info()  # a run that runs nothing records nothing (plan.to_run is not empty)
+            try:
+                bus.emit(ev.BUILD_STARTED, data={"steps": len(jobs)})
+                outcome = schedule(
+                    plan.to_run, self.dependencies, jobs, backend, bus,
+                    max_concurrent=max_concurrent, keep_going=self.keep_going, cancel=cancel,
+                )
+            except BaseException:
+                writing.join()  # the build's own error (or an interrupt) is the one to raise
+                raise
+            writing.result()
         finally:
             if owned:
                 backend.shutdown()

@@ -96,7 +96,8 @@ def _defines(module_file: Path, name: str) -> bool:
 
 
 def _python_step_analyze(actx: AnalysisContext) -> Any:
-    spec = actx.attr.fn
+    attrs = actx.attr  # each read of actx.attr thaws every attribute again
+    spec = attrs.fn
     module_name, sep, function_name = spec.partition(":")
     if not sep or not module_name or not function_name:
         raise actx.error(f"python_step: fn must look like 'package.module:function', got {spec!r} ({_FN_RESOLUTION})")
@@ -113,8 +114,9 @@ def _python_step_analyze(actx: AnalysisContext) -> Any:
     if module_file.is_file() and not _defines(module_file, function_name):
         raise actx.error(f"python_step: fn {spec!r}: {module_file} defines no top-level {function_name!r}")
     code = {}
-    if module_file.is_file() and module_file.resolve().is_relative_to(root.resolve()):
-        code["fn"] = (module_file, actx.attr.code_in_key)
+    resolve = actx.stat_cache.resolve if actx.stat_cache is not None else Path.resolve
+    if module_file.is_file() and resolve(module_file).is_relative_to(resolve(root)):
+        code["fn"] = (module_file, attrs.code_in_key)
     return actx.target_step(code)
 
 

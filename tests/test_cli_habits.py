@@ -233,7 +233,7 @@ def test_where_to_look_after_a_build(ws: Path) -> None:
 
 
 def test_dry_run_on_the_local_backend_warns_of_a_tpu_step(tmp_path: Path) -> None:
-    """``-n //experiments:tootsie_8b``: before the 7 steps, that the local backend cannot run the TPU one."""
+    """``-n //experiments:tootsie_8b``: before the 8 steps, that the local backend cannot run the TPU one."""
     repo = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS", "MARINBUILD_BACKEND")}
     done = subprocess.run([sys.executable, "-m", "marinbuild", "-n", "//experiments:tootsie_8b", "--backend", "local",
@@ -245,4 +245,5 @@ def test_dry_run_on_the_local_backend_warns_of_a_tpu_step(tmp_path: Path) -> Non
     assert "experiments/tootsie_8b needs a TPU v4-2048 slice" in lines[warning]
     assert "--backend ray --ray_address" in lines[warning]
     assert warning < next(i for i, line in enumerate(lines) if line.startswith("missing"))
-    assert "Dry run: 7 steps to run" in done.stdout
+    assert "Dry run: 8 steps to run" in done.stdout
+    assert "doesn't match given override" not in done.stdout  # the BUILD file placed them

@@ -146,6 +146,9 @@ class Analysis:
     """Each target's own step (the one label dependencies point at); absent for a group of steps."""
     steps_of: dict[Label, list[ExecutorStep]] = field(default_factory=dict)
     """Every step a target asks to build."""
+    code_entries: dict[tuple[Any, ...], dict[str, Any] | None] = field(default_factory=dict)
+    """``_code_of``'s answers of this analysis: thousands of targets of one rule share their few code files, each
+    found, resolved and hashed once."""
 
     def requested_steps(self, labels: Iterable[Label]) -> list[ExecutorStep]:
         out: list[ExecutorStep] = []
@@ -255,7 +258,7 @@ def _target_step(target: Target, loaded: LoadedWorkspace, workspace: Workspace, 
             rule_key=rule_key(rule),
             workspace=str(workspace.root),
             attrs=attrs,
-            code=_code_of(rule, workspace, stat_cache, code or {}),
+            code=_code_of(rule, workspace, stat_cache, code or {}, analysis.code_entries),
         ),
         description=rule.doc or None,
         resources=_resources(target),
@@ -264,8 +267,19 @@ def _target_step(target: Target, loaded: LoadedWorkspace, workspace: Workspace, 
 
 
 def _code_of(rule: RuleType, workspace: Workspace, stat_cache: StatCache | None,
-             extra: dict[str, tuple[Path, bool]]) -> dict[str, Any] | None:
-    """A target step's ``code``: the rule's module (never in the key) and ``extra`` files."""
+             extra: dict[str, tuple[Path, bool]], known: dict[tuple[Any, ...], dict[str, Any] | None]
+             ) -> dict[str, Any] | None:
+    """A target step's ``code``: the rule's module (never in the key) and ``extra`` files; from ``known`` (this
+    analysis's earlier answers) when another target asked the same, as a copy of its own."""
+    key = (rule.implementation, *sorted(extra.items()))
+    if key not in known:
+        known[key] = _find_code(rule, workspace, stat_cache, extra)
+    found = known[key]
+    return dict(found) if found is not None else None
+
+
+def _find_code(rule: RuleType, workspace: Workspace, stat_cache: StatCache | None,
+               extra: dict[str, tuple[Path, bool]]) -> dict[str, Any] | None:
     import inspect
 
     from marinbuild.code_digest import display_path, file_digest
@@ -283,7 +297,7 @@ def _code_of(rule: RuleType, workspace: Workspace, stat_cache: StatCache | None,
         digest = file_digest(path, stat_cache)
         if digest is None:
             continue
-        entry = {"path": display_path(path, workspace.root), "xxh3": digest}
+        entry = {"path": display_path(path, workspace.root, stat_cache), "xxh3": digest}
         code[name] = versioned(entry) if in_key else entry
     return code or None
 

@@ -5,11 +5,19 @@ A step's version is ``{"name", "config" (its versioned values), "dependencies": 
 written as ``"name-hash"``. The version string is ``json.dumps(version, sort_keys=True)``
 and the output path ``<prefix>/<name>-<md5(version_str)[:6]>``.
 
-Two things differ from Marin, neither visible in the results:
+What differs from Marin, none of it visible in the results (``tests/test_compat_vectors.py``):
 - the walk is iterative, so a 10,000-step chain does not hit Python's recursion limit;
 - a version string is composed from its dependencies' already-computed strings instead
   of serialising every nested version again for each consumer (byte-identical, because
-  ``json.dumps`` of a nested sorted dict is the nested dict's own sorted dump).
+  ``json.dumps`` of a nested sorted dict is the nested dict's own sorted dump);
+- a long version string is kept as those pieces, unjoined, with references to its
+  dependencies' pieces (``VersionBytes``); ``version_strs`` decodes a string when it is read
+  (``VersionStrs``);
+- an ``.executor_info`` text slots each dependency's already-indented version into its
+  consumers' (``dumps_indented_with``).
+The last two earn their complexity on ``bench/versions_bench.py``'s rows (peak memory, and
+the time a cold build spends on info texts); configs are instantiated as versions are
+recorded, as Marin does, since deferring them saved little.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import gc
 import hashlib
 import os
 import re
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from marinbuild.core.gc_control import gc_paused
@@ -28,6 +37,9 @@ from marinbuild.core.walk import collect_dependencies_and_version, instantiate_c
 
 MAX_INLINE_DEPTH = 4
 """Dependencies whose chain depth is at most this are inlined into a consumer's version."""
+JOIN_UNDER = 4096
+"""A version string at most this long is kept as one joined piece; a longer one as references to its pieces
+(``VersionBytes``)."""
 
 
 _SLOT = "\u0000marinbuild-slot-"
@@ -85,42 +97,6 @@ class _CompletedOnRead(dict, metaclass=abc.ABCMeta):
         return dict.__repr__(self)
 
 
-class LazyConfigs(_CompletedOnRead):
-    """``step -> instantiated config``, computed on first access (most no-op builds never need one).
-
-    Iterating, sizing or copying it instantiates every pending config first, so it behaves
-    as the plain dict Marin's ``Executor.configs`` is.
-    """
-
-    def __init__(self, output_paths: dict[ExecutorStep, str], prefix: str):
-        super().__init__()
-        self._pending: dict[ExecutorStep, tuple[Any, str]] = {}
-        self._output_paths = output_paths
-        self._prefix = prefix
-
-    def defer(self, step: ExecutorStep, config: Any, output_path: str) -> None:
-        self._pending[step] = (config, output_path)
-
-    def __missing__(self, step: ExecutorStep) -> Any:
-        raw, output_path = self._pending.pop(step)  # KeyError for unknown steps, as a dict
-        value = instantiate_config(raw, output_path, self._output_paths, self._prefix)
-        dict.__setitem__(self, step, value)
-        return value
-
-    def _complete(self) -> None:
-        for step in list(self._pending):
-            self[step]
-
-    def get(self, step: Any, default: Any = None) -> Any:
-        return self[step] if step in self else default
-
-    def __contains__(self, step: object) -> bool:
-        return dict.__contains__(self, step) or step in self._pending
-
-    def __len__(self) -> int:
-        return dict.__len__(self) + len(self._pending)
-
-
 class VersionStrIndex(_CompletedOnRead):
     """Marin's ``version_str_to_step`` (version string -> the step that stands for it), filled on first use.
 
@@ -158,11 +134,36 @@ class VersionStrIndex(_CompletedOnRead):
         return dict.__len__(self)
 
 
+class VersionBytes(Mapping[ExecutorStep, bytes]):
+    """``step -> version string as ASCII bytes``, a read-only view of the table's pieces. A version string nests
+    its inlined dependencies' strings, so in a wide graph the same text recurs in thousands of consumers (a step
+    of a layered graph just above the inlining depth nests ~360 versions). A short string (``JOIN_UNDER``) is kept
+    joined; a longer one as the flat tuple of its pieces: its own fragments and references to the pieces of the
+    dependencies it inlines, nothing copied. Joined here on each read, never kept: the strings are read only to be
+    hashed (piece by piece) or written (the run info streams the pieces)."""
+
+    def __init__(self, pieces: dict[ExecutorStep, tuple[bytes, ...]]):
+        self._pieces = pieces
+
+    def __getitem__(self, step: ExecutorStep) -> bytes:
+        pieces = self._pieces[step]
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def __contains__(self, step: object) -> bool:
+        return step in self._pieces
+
+    def __iter__(self) -> Iterator[ExecutorStep]:
+        return iter(self._pieces)
+
+    def __len__(self) -> int:
+        return len(self._pieces)
+
+
 class VersionStrs(_CompletedOnRead):
     """Marin's ``version_strs`` (step -> version string), decoded on first read from the ASCII bytes the
     engine hashes: a no-op build of 10,000 steps hashes tens of MB of version text and reads little of it."""
 
-    def __init__(self, source: dict[ExecutorStep, bytes]):
+    def __init__(self, source: Mapping[ExecutorStep, bytes]):
         super().__init__()
         self._source = source
 
@@ -202,13 +203,17 @@ class VersionTable:
         self.prefix = prefix
         self.steps: list[ExecutorStep] = []
         self.output_paths: dict[ExecutorStep, str] = {}
-        self.configs: dict[ExecutorStep, Any] = LazyConfigs(self.output_paths, prefix)
+        self.configs: dict[ExecutorStep, Any] = {}
         self.dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.pseudo_dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.versions: dict[ExecutorStep, dict[str, Any]] = {}
-        self.version_bytes: dict[ExecutorStep, bytes] = {}
-        """Each version string as the ASCII bytes it is hashed from (``version_strs`` decodes them on read)."""
+        self.version_pieces: dict[ExecutorStep, tuple[bytes, ...]] = {}
+        """Each version string as the ASCII byte pieces it is hashed from: one joined piece for a step consumers
+        inline, the unjoined pieces for a deeper one (see ``VersionBytes``)."""
+        self.version_bytes: Mapping[ExecutorStep, bytes] = VersionBytes(self.version_pieces)
+        """Each version string as ASCII bytes (joined on read for deep steps)."""
         self.version_strs: dict[ExecutorStep, str] = VersionStrs(self.version_bytes)
+        self._action_digests: dict[ExecutorStep, str] = {}
         self.version_str_to_step: dict[str, ExecutorStep] = VersionStrIndex(self)
         self._canonical_by_md5: dict[str, ExecutorStep] = {}
         self._canonical: dict[ExecutorStep, ExecutorStep] = {}
@@ -302,8 +307,20 @@ class VersionTable:
             on_stack.discard(id(current))
             self._record(current, pseudo, frame[2])
 
+    def action_digest(self, step: ExecutorStep) -> str:
+        """The sha256 of the step's version string (``marinbuild.store.action_cache.version_digest``), hashed from
+        its pieces once per build: the plan, the runner and the no-op snapshot all key actions by it."""
+        digest = self._action_digests.get(step)
+        if digest is None:
+            sha = hashlib.sha256()
+            for piece in self.version_pieces[step]:
+                sha.update(piece)
+            digest = self._action_digests[step] = sha.hexdigest()
+        return digest
+
     def indented_version(self, step: ExecutorStep) -> str:
-        """``json.dumps(self.versions[step], indent=2)``, composed from the dependencies' texts."""
+        """``json.dumps(self.versions[step], indent=2)``, composed from the dependencies' texts; kept only for a step
+        consumers inline (a deeper one is written once, into its own ``.executor_info``)."""
         text = self._indented.get(step)
         if text is not None:
             return text
@@ -324,7 +341,8 @@ class VersionTable:
             else:
                 shell[key] = value
         text = dumps_indented_with(shell, slots)
-        self._indented[step] = text
+        if self.depth[step] <= MAX_INLINE_DEPTH:  # only an inlined step's text goes into its consumers' texts
+            self._indented[step] = text
         return text
 
     def _under_prefix(self, name: str) -> str:
@@ -353,14 +371,14 @@ class VersionTable:
     def _dep_versions(self, deps: list[ExecutorStep], parts: list[bytes]) -> list[Any]:
         """The dependencies as a consumer's version lists them (inlined, or ``"name-hash"`` when deeper than
         ``MAX_INLINE_DEPTH``); their JSON texts, comma-separated, are appended to ``parts``."""
-        depth, versions, vbytes = self.depth, self.versions, self.version_bytes
+        depth, versions, pieces = self.depth, self.versions, self.version_pieces
         listed: list[Any] = []
         for i, dep in enumerate(deps):
             if i:
                 parts.append(b", ")
             if depth[dep] <= MAX_INLINE_DEPTH:
                 listed.append(versions[dep])
-                parts.append(vbytes[dep])
+                parts.extend(pieces[dep])  # references to its pieces: nothing is copied
             else:
                 text, encoded = self._short_form(dep)
                 listed.append(text)
@@ -368,7 +386,10 @@ class VersionTable:
         return listed
 
     def _record(self, step: ExecutorStep, pseudo: bool, collected: Any) -> None:
-        depth, versions, vbytes = self.depth, self.versions, self.version_bytes
+        depth, versions = self.depth, self.versions
+        canonical_of = self._canonical
+        blocking = [canonical_of[d] for d in collected.dependencies]
+        step_depth = 1 + max([depth[d] for d in blocking]) if blocking else 0
         # The version string, as the one list of byte pieces it is joined from (one copy of the big pieces).
         parts = [b'{"config": ', dumps_sorted(collected.version).encode(), b', "dependencies": [']
         dep_versions = self._dep_versions(collected.dependencies, parts)
@@ -380,8 +401,15 @@ class VersionTable:
             version["pseudo_dependencies"] = self._dep_versions(collected.pseudo_dependencies, parts)
             parts.append(b"]")
         parts.append(b"}")
-        version_bytes = b"".join(parts)
-        md5 = hashlib.md5(version_bytes).hexdigest()
+        if len(parts) <= 2 or sum(map(len, parts)) <= JOIN_UNDER:  # short: one piece
+            kept: tuple[bytes, ...] = (b"".join(parts),)
+            md5 = hashlib.md5(kept[0]).hexdigest()
+        else:  # long: its pieces, hashed without joining them
+            kept = tuple(parts)
+            digest = hashlib.md5()
+            for piece in kept:
+                digest.update(piece)
+            md5 = digest.hexdigest()
         hashed = md5[:6]
         output_path = self._under_prefix(step.name + "-" + hashed)
         if step.override_output_path is not None:
@@ -397,15 +425,13 @@ class VersionTable:
             self.duplicate_names.add(step.name)
         self._canonical[step] = canonical
 
-        self.configs.defer(step, step.config, output_path)  # type: ignore[attr-defined]
-        canonical_of = self._canonical
-        blocking = [canonical_of[d] for d in collected.dependencies]
         self.dependencies[step] = blocking
         self.pseudo_dependencies[step] = [canonical_of[d] for d in collected.pseudo_dependencies]
         versions[step] = version
         self._step_by_version_id[id(version)] = step
-        vbytes[step] = version_bytes
+        self.version_pieces[step] = kept
         self.hashed_versions[step] = hashed
         self.output_paths[step] = output_path
+        self.configs[step] = instantiate_config(step.config, output_path, self.output_paths, self.prefix)
         self.is_pseudo_dep[step] = pseudo
-        depth[step] = 1 + max([depth[d] for d in blocking]) if blocking else 0
+        depth[step] = step_depth

@@ -28,6 +28,8 @@ class StatCache:
         self.path = Path(path) if path is not None else None
         self.entries: dict[str, list[int | str]] = {}
         self.dirty = False
+        self._resolved: dict[str, Path] = {}
+        self._display: dict[tuple[str, str], str] = {}
         if self.path is not None:
             self._read()
 
@@ -39,6 +41,30 @@ class StatCache:
             return
         if isinstance(data, dict) and data.get("version") == _VERSION and isinstance(data.get("entries"), dict):
             self.entries = data["entries"]
+
+    def resolve(self, path: str | os.PathLike[str]) -> Path:
+        """``Path(path).resolve()``, once per path for the life of this cache (one build): analysis resolves the
+        same few files (a rule's module, a step function's module, the workspace root) for every target, and
+        each resolution is a system call per path component. Not saved with the cache."""
+        key = os.fspath(path)
+        resolved = self._resolved.get(key)
+        if resolved is None:
+            resolved = self._resolved[key] = Path(key).resolve()
+        return resolved
+
+    def display_path(self, path: str | os.PathLike[str], root: Path) -> str:
+        """``path`` resolved, relative to the resolved ``root`` when inside it (POSIX form), else absolute; once per
+        (path, root) for the life of this cache."""
+        key = (os.fspath(path), os.fspath(root))
+        shown = self._display.get(key)
+        if shown is None:
+            resolved = self.resolve(path)
+            try:
+                shown = resolved.relative_to(self.resolve(root)).as_posix()
+            except ValueError:
+                shown = str(resolved)
+            self._display[key] = shown
+        return shown
 
     def lookup(self, key: str, st: os.stat_result) -> str | None:
         entry = self.entries.get(key)

@@ -121,8 +121,8 @@ def make_plan(
             if step in again and status == st.STATUS_SUCCESS:
                 plan.steps[step] = StepPlan(step, REBUILD, status)
             elif status == st.STATUS_SUCCESS:
-                built.append((output_path, ActionKey.of(table.version_bytes[step], step.name,
-                                                        step.override_output_path is not None)))
+                built.append((output_path, ActionKey(table.action_digest(step), step.name,
+                                                     step.override_output_path is not None)))
                 continue
             for dep in graph.blocking_deps(step):
                 if dep not in seen:

@@ -89,7 +89,7 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
     target = local_path(path)
     directory = os.path.dirname(target)
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = _create_temporary(directory, os.path.basename(target))
+    fd, tmp = create_temporary(directory, os.path.basename(target))
     try:
         with os.fdopen(fd, "wb") as f:
             f.writelines(pieces)
@@ -109,7 +109,7 @@ def _short(target: str) -> str:
     return os.path.basename(head) + "/" + name
 
 
-def _create_temporary(directory: str, name: str) -> tuple[int, str]:
+def create_temporary(directory: str, name: str) -> tuple[int, str]:
     """A new file ``.tmp-<name>.<random>`` in ``directory``, created exclusively (what ``tempfile.mkstemp`` does,
     without importing tempfile and the compression modules it pulls in), with ``FILE_MODE``."""
     while True:

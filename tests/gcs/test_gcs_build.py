@@ -224,6 +224,20 @@ def test_two_workspaces_share_one_gs_prefix(gs_prefix, tmp_path):
     assert len(out_b) == 1 and gcs.filesystem().cat_file(out_b[0]) == b"A+B"
 
 
+def test_run_info_is_uploaded_whole_and_named_by_its_steps(gs_prefix):
+    """The run info on an object store: spooled locally while hashed, uploaded as one object under Marin's name."""
+    a = gp.step("demo/a", "hello")
+    b = gp.step("demo/b", "world", inputs=[a])
+    ex = gp.executor(gs_prefix)
+    ex.run([b])
+    path = ex.executor_info_path
+    assert path is not None and path.startswith(gs_prefix + "/experiments/")
+    written = json.loads(_text(path))
+    assert [s["name"] for s in written["steps"]] == ["demo/a", "demo/b"]
+    assert written["prefix"] == gs_prefix
+    assert fs.filesystem_for(path).ls(gs_prefix + "/experiments", detail=False) == [path.split("://", 1)[1]]
+
+
 def test_a_cli_build_keeps_its_metadata_cache_in_the_workspace(gs_prefix, tmp_path):
     """The session hands its workspace's ``.marinbuild/metadata.sqlite`` to the build (no module-wide default):
     a status only the metadata cache can remember (Marin's JSON lines) is recorded there, not in the user's cache."""
