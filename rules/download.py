@@ -21,7 +21,8 @@ only); a mismatch fails the step naming the file. Files are copied in parallel: 
 (``downloads``), ``tokenize`` and ``train_tokenizer`` take these targets; they read the document
 files among them. ``override_output_path`` puts the output where Marin's own download step put it
 (relative to the prefix), so a Marin-made copy there is the same step's output. See
-``marinbuild.ml.download`` and docs/download.md.
+``marinbuild.ml.download`` and docs/download.md. Attribute mistakes (no source or two, a missing
+``revision``, a malformed checksum...) are load errors at the attribute (``marinbuild.ml.download_attrs``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 
 from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
+from marinbuild.ml.download_attrs import check
 
 
 def _download_impl(ctx: RuleContext) -> dict[str, Any]:
@@ -40,6 +42,7 @@ def _download_impl(ctx: RuleContext) -> dict[str, Any]:
 
 download = rule(
     implementation=_download_impl,
+    check=check,  # the source, checksums, patterns, subdir, workers: a load error at the attribute
     attrs={
         "hf_dataset": attr.string(doc="a Hugging Face Hub dataset id, e.g. EleutherAI/proof-pile-2"),
         "revision": attr.string(doc="with hf_dataset: the commit (short or full), tag or branch to copy"),

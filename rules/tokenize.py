@@ -24,10 +24,12 @@ docs/tokenize.md. ``train_lm`` and ``eval_lm`` take these targets.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
+from marinbuild.load.attrs import AttrValueError
 
 
 def _tokenize_impl(ctx: RuleContext) -> dict[str, Any]:
@@ -36,8 +38,23 @@ def _tokenize_impl(ctx: RuleContext) -> dict[str, Any]:
     return tokenize(payload_of(ctx.attr, ctx.output_path, ctx.name, ctx.package))
 
 
+def _check(values: Mapping[str, Any]) -> None:
+    """What the attribute types cannot say, as a load error at the attribute: one tokenizer, sizes in range."""
+    if bool(values.get("tokenizer")) == bool(values.get("tokenizer_name")):
+        raise AttrValueError("give exactly one of tokenizer (a train_tokenizer target) and tokenizer_name",
+                             attr="tokenizer_name" if values.get("tokenizer_name") else None)
+    if not values.get("train") and not values.get("validation"):
+        raise AttrValueError("give the documents: train and/or validation (raw_data or download targets)")
+    for name, least in (("shard_bytes", 0), ("batch_size", 1), ("workers", 0)):
+        if values.get(name) is not None and values[name] < least:
+            raise AttrValueError(f"{name} must be at least {least}, got {values[name]}", attr=name)
+    if not values.get("text_key"):
+        raise AttrValueError("text_key is empty; the field of each record that holds its text", attr="text_key")
+
+
 tokenize = rule(
     implementation=_tokenize_impl,
+    check=_check,  # one tokenizer, documents given, sizes in range: a load error at the attribute
     attrs={
         "train": attr.label_list(doc="raw_data or download targets: the training documents"),
         "validation": attr.label_list(doc="raw_data or download targets: the validation documents"),

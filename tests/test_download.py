@@ -138,19 +138,6 @@ def test_a_checksum_mismatch_names_the_file_and_marks_nothing_of_it(tmp_path, se
     assert not (out / "manifest.json").exists()
 
 
-def test_a_usage_mistake_fails_the_step_with_one_clear_line(tmp_path):
-    ws = DownloadWorkspace(
-        tmp_path / "ws",
-        """
-        load("@marinbuild//rules:download.py", "download")
-        download(name = "dl", hf_dataset = "org/data")
-        """,
-    )
-    result = ws.build("//pipe:dl")
-    assert result.code != 0
-    assert "hf_dataset needs a revision" in result.stdout + result.stderr
-
-
 @pytest.fixture
 def hub():
     files = {

@@ -25,7 +25,15 @@ _UNSET: Any = object()
 
 
 class AttrValueError(ValueError):
-    """A value does not fit an attribute's type (the rule call turns it into a located error)."""
+    """A value does not fit an attribute's type (the rule call turns it into a located error).
+
+    ``attr``: the attribute at fault, when a rule's ``check`` raises it (the error then points at that
+    attribute in the BUILD file if it is written there, else at the rule call).
+    """
+
+    def __init__(self, message: str, attr: str | None = None) -> None:
+        super().__init__(message)
+        self.attr = attr
 
 
 def _describe(value: Any) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import itertools
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from marinbuild.core.labels import Label, LabelError, validate_target_name
@@ -55,9 +56,12 @@ class RuleType:
         doc: str = "",
         output_name: str | None = None,
         analyze: Callable[..., Any] | None = None,
+        check: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> None:
         if analyze is not None and not callable(analyze):
             raise TypeError(f"rule(): analyze must be callable, got {analyze!r}")
+        if check is not None and not callable(check):
+            raise TypeError(f"rule(): check must be callable, got {check!r}")
         if analyze is None and not callable(implementation):
             raise TypeError(f"rule(): implementation must be callable, got {implementation!r}")
         attrs = dict(attrs or {})
@@ -75,6 +79,7 @@ class RuleType:
         self.attrs: dict[str, Attr] = attrs
         self.doc = doc
         self.output_name = output_name
+        self.check = check
         self.name: str | None = None
         self.defined_in: str | None = None  # label of the file that exported it
         self.label_attrs: tuple[str, ...] = tuple(k for k, a in attrs.items() if a.has_labels)
@@ -155,6 +160,12 @@ class RuleType:
             what = "default of attribute" if value is None else "attribute"
             text = "value nested too deeply" if isinstance(exc, RecursionError) else str(exc)
             raise self._error(ctx, site, key, f"{what} {key!r} of {self.display_name}(name={name!r}): {text}") from None
+        if self.check is not None:
+            try:
+                self.check(MappingProxyType(values))
+            except AttrValueError as exc:
+                keyword = exc.attr if exc.attr in kwargs else None
+                raise self._error(ctx, site, keyword, f"{self.display_name}(name={name!r}): {exc}") from None
         targets = ctx.targets
         previous = targets.get(name)
         if previous is not None:
@@ -221,6 +232,7 @@ def rule(
     doc: str = "",
     output_name: str | None = None,
     analyze: Callable[..., Any] | None = None,
+    check: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> RuleType:
     """Define a rule type: ``implementation(ctx)`` runs at build time; ``attrs`` declares its attributes.
 
@@ -229,5 +241,12 @@ def rule(
     own name is the variable it is exported as. A rule that turns a target into existing
     ``ExecutorStep``s instead (Python experiment scripts) gives ``analyze(actx)`` in place of
     an implementation; see ``marinbuild.analysis.analyze``.
+
+    ``check(values)``, if given, runs when a BUILD file declares a target, after each attribute's
+    type is checked: ``values`` are all the attributes (name -> converted value, defaults filled
+    in). It raises ``AttrValueError(message, attr=...)`` for a mistake the types cannot express
+    (attributes that exclude or need each other, a string's format), which becomes a load error
+    at that attribute (or at the call): the mistake is reported by ``query`` and ``build -n``
+    alike, before anything runs. It must be cheap and must not touch the network or the files.
     """
-    return RuleType(implementation, attrs, doc, output_name, analyze)
+    return RuleType(implementation, attrs, doc, output_name, analyze, check)

@@ -46,15 +46,10 @@ logger = logging.getLogger("marinbuild.ml.download")
 
 
 def payload_of(attr: Any, output_path: str, label: str) -> dict[str, Any]:
-    """The job of a ``download`` target from its resolved attributes; usage mistakes raise ``ValueError``."""
-    if bool(attr.hf_dataset) == bool(attr.url):
-        raise ValueError(f"download {label}: give exactly one of hf_dataset (a Hub dataset id) and url")
-    if attr.hf_dataset and not attr.revision:
-        raise ValueError(f"download {label}: hf_dataset needs a revision (a commit, tag or branch) to pin")
-    if attr.url and attr.revision:
-        raise ValueError(f"download {label}: revision is for hf_dataset; pin a URL's content in the URL itself")
-    if attr.hf_dataset and attr.checksums:
-        raise ValueError(f"download {label}: checksums are for url sources; the Hub publishes its own")
+    """The job of a ``download`` target from its resolved attributes.
+
+    The attributes were checked when the BUILD file was loaded (``marinbuild.ml.download_attrs``).
+    """
     subdir = (attr.subdir or "").strip("/")
     return {
         "output_path": output_path,
