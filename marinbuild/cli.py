@@ -19,9 +19,7 @@ from typing import Any
 import click
 
 from marinbuild.core.gc_control import skip_final_collection
-
-BACKEND_NAMES = ("local", "ray")
-"""Names --backend accepts; the session says which of them this installation can run."""
+from marinbuild.run.backends import BACKEND_NAMES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 37
 """37 is Bazel's code for an internal error."""
@@ -97,7 +95,7 @@ def cli() -> None:
 
 
 def _open_session(**settings: Any) -> Any:
-    from marinbuild.session import Session
+    from marinbuild.analysis.session import Session
 
     return Session.open(".", **settings)
 
@@ -167,9 +165,9 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     report = _Report(dry_run, explain, output, build_event_json_file, profile)
     if run_only is None and not rebuild and _noop_from_snapshot(patterns, settings, report):
         return
-    from marinbuild import snapshot
+    from marinbuild.analysis import snapshot
     from marinbuild.executor import PreviousTaskFailedError, StepFailedError
-    from marinbuild.resources import UnsatisfiableResourcesError
+    from marinbuild.run.resources import UnsatisfiableResourcesError
 
     environment = snapshot.analysis_environment()  # as the lookup saw it, before this build exports its own
     session = _open_session(**settings)
@@ -343,7 +341,7 @@ class _Report:
                 if hardware is not None:
                     click.echo(f"           resources: {hardware}")
                 if self.explain and will_run:
-                    from marinbuild.why import explain_step
+                    from marinbuild.cache.why import explain_step
 
                     click.echo(f"           why: {explain_step(session, step)}")
         if self.output == "json":
@@ -363,7 +361,7 @@ def _hardware(step: Any) -> str | None:
     resources = getattr(step, "resources", None)
     if resources is None:
         return None
-    from marinbuild.resources import hardware_of
+    from marinbuild.run.resources import hardware_of
 
     return hardware_of(resources)
 
@@ -377,8 +375,8 @@ class _RecordedStep:
 
 def _snapshot_key(workspace: Any, settings: Any, patterns: tuple[str, ...]) -> Any:
     """The analysis snapshot's key for this command line, or None where snapshots are not used."""
-    from marinbuild import snapshot
-    from marinbuild.session import current_package
+    from marinbuild.analysis import snapshot
+    from marinbuild.analysis.session import current_package
 
     if not snapshot.eligible(settings.prefix, settings.backend):
         return None
@@ -388,7 +386,7 @@ def _snapshot_key(workspace: Any, settings: Any, patterns: tuple[str, ...]) -> A
 
 def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple[str, str]]) -> None:
     """Record what this analysis read and produced, for the next no-op build of the same command line."""
-    from marinbuild import snapshot
+    from marinbuild.analysis import snapshot
 
     workspace, executor = session.workspace, session.executor
     inputs = [str(workspace.root / "pyproject.toml"), *map(str, session.loader.files_read())]
@@ -415,13 +413,13 @@ def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple
 
 
 def _noop_from_snapshot(patterns: tuple[str, ...], settings: dict[str, Any], report: _Report) -> bool:
-    """A no-op build answered from the analysis snapshot (``marinbuild.snapshot``): True if it was.
+    """A no-op build answered from the analysis snapshot (``marinbuild.analysis.snapshot``): True if it was.
 
     Only when the snapshot matches and every recorded step's status is SUCCESS; then the same
     events reach the same listeners as in a full build, and the same result is printed."""
-    from marinbuild import snapshot
+    from marinbuild.analysis import snapshot
+    from marinbuild.analysis.session import Settings
     from marinbuild.load.workspace import find_workspace
-    from marinbuild.session import Settings
 
     workspace = find_workspace(".")
     key = _snapshot_key(workspace, Settings.resolve(workspace, **settings), patterns)
@@ -466,7 +464,7 @@ def _noop_from_snapshot(patterns: tuple[str, ...], settings: dict[str, Any], rep
 def query_command(expression: str, output: str, prefix: str | None) -> None:
     """Query the target graph: deps, rdeps, somepath, allpaths, kind, attr, filter, built, stale, ..."""
     from marinbuild.query import run_query
-    from marinbuild.query_universe import universe_for
+    from marinbuild.query.session_universe import universe_for
 
     session = _open_session(prefix=prefix)
     session.load_all()
@@ -481,7 +479,7 @@ def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> N
     """Say exactly why each target PATTERN... names would (re)run: never built, output deleted, failed before, or
     what changed. One label gives that target's steps; a pattern (//pkg:all, //pkg/..., -PATTERN subtracts) a
     section per matched target."""
-    from marinbuild.why import format_why, format_why_targets, why_as_dict, why_targets, why_targets_as_dict
+    from marinbuild.cache.why import format_why, format_why_targets, why_as_dict, why_targets, why_targets_as_dict
 
     session = _open_session(prefix=prefix)
     groups = why_targets(session, list(patterns))
@@ -577,7 +575,7 @@ def cache_verify_command(patterns: tuple[str, ...], prefix: str | None, dry_run:
                          output: str) -> None:
     """Check the targets' steps and their dependencies: every metadata file, and output digests against the
     manifests; damaged steps are rebuilt by the next build."""
-    from marinbuild.verify import format_verify, verify_cache
+    from marinbuild.cache.verify import format_verify, verify_cache
 
     if dry_run and repair:
         raise click.UsageError("--dry_run and --repair contradict each other: give one")
@@ -596,9 +594,9 @@ def cache_verify_command(patterns: tuple[str, ...], prefix: str | None, dry_run:
 @click.option("--ray_address")
 def info_command(key: str | None, prefix: str | None, backend: str | None, ray_address: str | None) -> None:
     """Workspace, prefix and where it came from, backend, Ray address, cache folders, version (KEY: one value)."""
+    from marinbuild.analysis.session import Settings
     from marinbuild.info import workspace_info
     from marinbuild.load.workspace import find_workspace
-    from marinbuild.session import Settings
 
     workspace = find_workspace(".")
     facts = workspace_info(workspace, Settings.resolve(workspace, prefix=prefix, backend=backend,
@@ -798,13 +796,13 @@ def jobs_stop_command(job: str, address: str | None, cluster: str | None) -> Non
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix (exit 2). Imported only when something was raised."""
+    from marinbuild.analysis.session import SettingsError
     from marinbuild.cluster_config import ClusterConfigError
     from marinbuild.core.labels import LabelError
     from marinbuild.jobs import JobsError
     from marinbuild.load import WorkspaceError
     from marinbuild.query import QueryError
     from marinbuild.ray_auth import RayAuthError
-    from marinbuild.session import SettingsError
 
     return (LabelError, WorkspaceError, QueryError, SettingsError, UsageProblem, ClusterConfigError, JobsError,
             RayAuthError)

@@ -388,7 +388,7 @@ class Executor:
         ``override_output_path`` attribute says the same thing in the declaration itself."""
         mismatches = self._table.override_mismatches[self._warned:]
         if mismatches:
-            from marinbuild.analysis import TargetConfig  # only when a step was placed by hand
+            from marinbuild.analysis.analyze import TargetConfig  # only when a step was placed by hand
         for step, computed, _override in mismatches:
             if isinstance(step.config, TargetConfig):
                 continue
@@ -611,7 +611,9 @@ class Executor:
 
     def _local_problems(self, plan: Plan) -> list[str]:
         """For a dry run on the local backend: the steps to run it could not run (a TPU step, ...)."""
-        if self.backend not in (None, "local") or (self.backend is None and default_backend() != "local"):
+        from marinbuild.run.backends import LOCAL
+
+        if self.backend not in (None, LOCAL) or (self.backend is None and default_backend() != LOCAL):
             return []
         from marinbuild.run.local import LocalBackend
 
@@ -732,26 +734,22 @@ BACKEND_ENV = "MARINBUILD_BACKEND"
 def default_backend() -> str:
     """``$MARINBUILD_BACKEND`` if set; else ``"ray"`` in a job submitted to a Ray cluster (a Marin script sent to the
     cluster runs its steps there, as Marin's executor does), else ``"local"``."""
-    from marinbuild.runtime_env import in_ray_job
+    from marinbuild.run.backends import LOCAL, RAY
+    from marinbuild.run.runtime_env import in_ray_job
 
-    return os.environ.get(BACKEND_ENV) or ("ray" if in_ray_job() else "local")
+    return os.environ.get(BACKEND_ENV) or (RAY if in_ray_job() else LOCAL)
 
 
 def _backend_named(name: str, max_concurrent: int | None) -> Backend:
     """A new backend of the run: ``"local"`` (threads of this process) or ``"ray"`` (a Ray cluster: ``RAY_ADDRESS``,
     else a private local instance; the workspace around the current folder is shipped to a cluster, as the CLI
     ships it)."""
-    if name == "local":
-        from marinbuild.run.local import LocalBackend
+    from marinbuild.run.backends import BACKEND_NAMES, BackendOptions, make_backend
 
-        return LocalBackend(max_concurrent)
-    if name == "ray":
-        from marinbuild.run.ray_backend import RayBackend
-        from marinbuild.runtime_env import project_root
-
-        return RayBackend(working_dir=project_root())
-    raise ValueError(f"unknown backend {name!r} (from {BACKEND_ENV} or Executor(backend=...)): "
-                     "use 'local', 'ray' or a backend object")
+    if name not in BACKEND_NAMES:
+        raise ValueError(f"unknown backend {name!r} (from {BACKEND_ENV} or Executor(backend=...)): "
+                         f"use {', '.join(map(repr, BACKEND_NAMES))} or a backend object")
+    return make_backend(name, BackendOptions(max_concurrent=max_concurrent))
 
 
 def resource_problems(backend: Backend, calls: Mapping[ExecutorStep, Callable[[], Any]]) -> list[str]:
@@ -776,7 +774,7 @@ def resource_problems(backend: Backend, calls: Mapping[ExecutorStep, Callable[[]
 
 def _check_resources(backend: Backend, jobs: dict[ExecutorStep, StepJob]) -> None:
     """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
-    from marinbuild.resources import UnsatisfiableResourcesError
+    from marinbuild.run.resources import UnsatisfiableResourcesError
 
     problems = resource_problems(backend, {step: job.call for step, job in jobs.items()})
     if problems:

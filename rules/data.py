@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from marinbuild.analysis import RuleContext
+from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
 
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from marinbuild.analysis import RuleContext
+from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
 
 TASK_KEYS = {"task", "num_fewshot", "task_alias"}
@@ -79,7 +79,7 @@ def task_specs(tasks: list[Any], label: str) -> list[dict[str, Any]]:
 def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
     from marinbuild.ml.eval_harness import trained_tokenizer
     from marinbuild.ml.process import run_child
-    from marinbuild.resources import normalize
+    from marinbuild.run.resources import normalize
 
     specs = task_specs(list(ctx.attr.tasks), ctx.label)
     request = normalize(ctx.attr.resources or None)
@@ -101,7 +101,7 @@ def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
     offline = local_only and ("://" in tokenizer or os.path.isdir(tokenizer))
     if request is not None and request.multi_host:
         from marinbuild.ml.slice_run import EVAL_HARNESS, SlicePolicy, run_on_tpu_slice
-        from marinbuild.resources import tpu_slice
+        from marinbuild.run.resources import tpu_slice
 
         policy = SlicePolicy(
             slice_wait=ctx.attr.slice_wait,

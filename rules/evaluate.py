@@ -16,14 +16,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from marinbuild.analysis import RuleContext
+from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
 
 
 def _eval_lm_impl(ctx: RuleContext) -> dict[str, Any]:
     from marinbuild.ml.process import run_child
     from marinbuild.ml.tokenize import read_metadata
-    from marinbuild.resources import normalize
+    from marinbuild.run.resources import normalize
 
     datasets: dict[str, str] = {}
     text_keys: dict[str, str] = {}

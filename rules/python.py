@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from marinbuild.analysis import AnalysisContext, RuleContext, leaf_steps, load_script_steps
+from marinbuild.analysis.analyze import AnalysisContext, RuleContext, leaf_steps, load_script_steps
 from marinbuild.load import attr, rule
 
 _FN_RESOLUTION = ("fn is 'module:function', the module named by its import path from the workspace root "

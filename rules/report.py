@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from marinbuild.analysis import RuleContext
+from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from marinbuild.analysis import RuleContext
+from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
 from marinbuild.load.attrs import AttrValueError
 

@@ -18,7 +18,7 @@
 They, the mixture (its targets' versions and weights) and ``seed`` are the version:
 changing the learning rate retrains, changing ``resources`` or ``tracker`` does not.
 
-``resources`` is what the step asks its backend for, in ``marinbuild.resources`` terms:
+``resources`` is what the step asks its backend for, in ``marinbuild.run.resources`` terms:
 ``tpu("v4-2048")`` (a builtin of BUILD files: a whole slice), ``{"cpu": 2}``, ``{"gpu": 1}``. The local
 backend refuses, before anything runs, a step whose TPUs or GPUs this machine lacks, and says to
 use ``--backend ray`` on a cluster with that slice. A multi-host slice (``tpu("v4-16")`` and
@@ -44,7 +44,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from marinbuild.analysis import RuleContext
+from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
 from marinbuild.ml.configs import LmModel, Optimizer, Trainer, config_attr, from_dict
 
@@ -68,7 +68,7 @@ def _components(paths: list[str], what: str, split: str) -> dict[str, tuple[str,
 def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
     from marinbuild.ml.configs import as_dict
     from marinbuild.ml.process import run_child
-    from marinbuild.resources import normalize, tpu_slice
+    from marinbuild.run.resources import normalize, tpu_slice
 
     model: LmModel = from_dict(LmModel, ctx.attr.model)
     trainer: Trainer = from_dict(Trainer, ctx.attr.trainer)

@@ -15,6 +15,7 @@ from typing import Any
 import fsspec
 import pytest
 
+from marinbuild.analysis.session import Session
 from marinbuild.cache import (
     cache_gc,
     cache_ls,
@@ -32,7 +33,6 @@ from marinbuild.cache import (
 from marinbuild.cache import probe as pb
 from marinbuild.cache.commands import StepState, _row
 from marinbuild.executor import StepFailedError
-from marinbuild.session import Session
 from marinbuild.store import status as st
 from marinbuild.store.lease import LeaseRecord, encode_lease, lease_path
 

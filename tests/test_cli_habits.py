@@ -90,7 +90,7 @@ def test_mistyped_subcommand_is_suggested(ws: Path) -> None:
 
 def test_internal_error_exits_37_and_asks_for_a_report(ws: Path) -> None:
     """A bug inside marinbuild (here: an exception injected where a session opens) is not a usage error."""
-    script = ("import sys, marinbuild.session as s\n"
+    script = ("import sys, marinbuild.analysis.session as s\n"
               "def broken(*a, **k):\n    raise KeyError('injected bug')\n"
               "s.Session.open = broken\n"
               "from marinbuild.cli import main\nsys.exit(main(['//pipe:a']))\n")

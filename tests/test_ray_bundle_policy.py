@@ -62,7 +62,7 @@ def test_step_times_follow_short_steps_slowly_and_a_slow_one_at_once():
 def test_steps_are_timed_by_kind_and_a_build_targets_kind_is_its_rule():
     from types import SimpleNamespace
 
-    from marinbuild.analysis import TargetConfig, run_target
+    from marinbuild.analysis.analyze import TargetConfig, run_target
     from marinbuild.run.step_call import StepCall
 
     target = TargetConfig(label="//p:a", rule="tokenize", rule_key="rules/tokenize.py:tokenize", workspace="/ws",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.runtime_env import pip_requirements
+from marinbuild.run.runtime_env import pip_requirements
 
 PYPROJECT = """
 [project]

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild import cli, snapshot
+from marinbuild import cli
+from marinbuild.analysis import snapshot
 from marinbuild.cli import main
 
 STEPS_PY = '''
@@ -221,7 +222,8 @@ def test_environment_variables_read_by_analysis_invalidate(tmp_path: Path, ws: P
     for path in [ws, *ws.rglob("*")]:
         os.utime(path, (old, old))
     # RACY_NS = 0: marinbuild's own sources may have been edited seconds ago (they are inputs too).
-    script = "import sys; from marinbuild import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+    script = ("import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; "
+              "from marinbuild.cli import main; ")
     command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:f']))"]
 
     def build(flavor: str) -> str:
@@ -256,7 +258,8 @@ def test_a_build_exporting_the_serve_url_is_still_answered_from_its_snapshot(tmp
     old = time.time() - 60
     for path in [ws, *ws.rglob("*")]:
         os.utime(path, (old, old))
-    script = "import sys; from marinbuild import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+    script = ("import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; "
+              "from marinbuild.cli import main; ")
     command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:all']))"]
 
     def build() -> None:
@@ -278,7 +281,8 @@ def test_a_new_terminal_keeps_the_snapshot_but_a_real_variable_does_not(tmp_path
     old = time.time() - 60
     for path in [ws, *ws.rglob("*")]:
         os.utime(path, (old, old))
-    script = "import sys; from marinbuild import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+    script = ("import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; "
+              "from marinbuild.cli import main; ")
     command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:all']))"]
 
     def build(extra: dict[str, str]) -> None:
@@ -325,7 +329,7 @@ def test_recording_leaves_the_process_alone(ws: Path) -> None:
     listed = set(loader.folders_listed())
     assert {str(ws), str(ws / "pipe"), str(ws / "pipe" / "data"), str(ws / "lib")} <= listed
     watch = ("import sys\nadded = []\nsys.addaudithook(lambda event, args: added.append(event == 'sys.addaudithook'))\n"
-             "from marinbuild import snapshot\nwith snapshot.Recorder(): pass\nprint(sum(added))")
+             "from marinbuild.analysis import snapshot\nwith snapshot.Recorder(): pass\nprint(sum(added))")
     done = subprocess.run([sys.executable, "-c", watch], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0"]  # no audit hook added after ours

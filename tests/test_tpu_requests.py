@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.resources import Resources, normalize, tpu, tpu_slice
+from marinbuild.run.resources import Resources, normalize, tpu, tpu_slice
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,11 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.executor import StepFailedError
-from marinbuild.session import Session
-from marinbuild.store import status as st
-from marinbuild.store.lease import LeaseRecord, encode_lease, lease_path
-from marinbuild.why import (
+from marinbuild.analysis.session import Session
+from marinbuild.cache.why import (
     ABANDONED,
     BUILT,
     DAMAGED,
@@ -34,6 +31,9 @@ from marinbuild.why import (
     why_as_dict,
     why_targets,
 )
+from marinbuild.executor import StepFailedError
+from marinbuild.store import status as st
+from marinbuild.store.lease import LeaseRecord, encode_lease, lease_path
 
 STEPS = """
 import json, os

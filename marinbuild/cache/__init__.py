@@ -1,7 +1,9 @@
 """Inspecting and pruning the output cache under a prefix: ``cache status/show/ls/gc`` and ``clean``.
 
 Library functions returning data, plus ``format_*`` text formatters; nothing prints.
-``marinbuild.why`` explains, per step, why a build would run it.
+``marinbuild.cache.why`` explains, per step, why a build would run it (``why``);
+``marinbuild.cache.verify`` checks built outputs against their recorded digests (``cache verify``).
+Both are imported by name, not from here, as the CLI needs them only for their own commands.
 """
 
 from marinbuild.cache.commands import (

@@ -69,7 +69,7 @@ def glob(include: Any, exclude: Any = (), allow_empty: bool = False) -> list[str
 
 def tpu(tpu_type: str, cpu: float | None = None, memory: str | None = None, slices: int = 1) -> dict[str, Any]:
     """The ``resources`` of a step that needs a whole TPU slice, e.g. ``tpu("v4-2048")``, ``tpu("v5litepod-256")``."""
-    from marinbuild.resources import check_slices, tpu_slice
+    from marinbuild.run.resources import check_slices, tpu_slice
 
     if not isinstance(tpu_type, str):
         raise BuiltinError(f"tpu(): the TPU type must be a string such as 'v4-8', got {tpu_type!r}")

@@ -240,7 +240,7 @@ def rule(
     (``{package}`` and ``{name}`` are filled in; default ``"{package}/{name}"``). The rule's
     own name is the variable it is exported as. A rule that turns a target into existing
     ``ExecutorStep``s instead (Python experiment scripts) gives ``analyze(actx)`` in place of
-    an implementation; see ``marinbuild.analysis``.
+    an implementation; see ``marinbuild.analysis.analyze``.
 
     ``check(values)``, if given, runs when a BUILD file declares a target, after each attribute's
     type is checked: ``values`` are all the attributes (name -> converted value, defaults filled

@@ -132,7 +132,7 @@ class RayPool:
     def __init__(self, resources: dict[str, Any], window: int = 0):
         import ray
 
-        from marinbuild.resources import normalize
+        from marinbuild.run.resources import normalize
 
         self._ray = ray
         spec = normalize(resources)

@@ -236,7 +236,7 @@ def _host_side_eval_tags() -> None:
 
 def _cpu_collectives_unless_tpu() -> None:
     """Collectives across the processes of a slice run on CPU through gloo when this host has no TPU."""
-    from marinbuild.resources import local_tpu_chips
+    from marinbuild.run.resources import local_tpu_chips
 
     if local_tpu_chips() == 0:
         import jax

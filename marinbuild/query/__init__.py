@@ -1,7 +1,8 @@
 """``marinbuild query EXPR``: Bazel's query language over the target graph, plus cache states.
 
 Pure: no file, network or cloud access here; the caller supplies a ``QueryUniverse`` (the
-graph, ``state_of`` for cache states, ``expand_pattern`` for target patterns).
+graph, ``state_of`` for cache states, ``expand_pattern`` for target patterns). The one exception,
+``session_universe``, builds that universe from a build session for the CLI; nothing here imports it.
 
 Grammar::
 
@@ -27,7 +28,7 @@ Results are ordered dependencies first (topologically), ties by label.
 
 Modules: ``lexer`` (tokens), ``syntax`` (tree), ``functions`` (function table), ``parser``,
 ``graphops`` (iterative traversals), ``values`` (attribute values), ``universe``,
-``evaluate``, ``output`` (formatters), ``errors``.
+``evaluate``, ``output`` (formatters), ``errors``, ``session_universe`` (a session's universe).
 """
 
 from __future__ import annotations

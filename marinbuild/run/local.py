@@ -166,8 +166,8 @@ class LocalBackend:
             self._handoff.put(None)
 
     def check_resources(self, resources: Any) -> str | None:
-        """Refuse TPUs and GPUs this machine does not have (see ``marinbuild.resources.check_local``)."""
-        from marinbuild.resources import check_local
+        """Refuse TPUs and GPUs this machine does not have (see ``marinbuild.run.resources.check_local``)."""
+        from marinbuild.run.resources import check_local
 
         try:
             return check_local(resources)

@@ -234,7 +234,7 @@ class RayBackend:
         with self._connect_lock:
             if self._connected:
                 return
-            from marinbuild.runtime_env import project_root
+            from marinbuild.run.runtime_env import project_root
 
             try:
                 import ray  # noqa: F401
@@ -293,7 +293,7 @@ class RayBackend:
 
     def check_resources(self, resources: Any) -> str | None:
         """A cluster may gain any resource (an autoscaler adds nodes): only a malformed request is refused."""
-        from marinbuild.resources import normalize
+        from marinbuild.run.resources import normalize
 
         try:
             normalize(resources)
@@ -513,7 +513,7 @@ class RayBackend:
             return shape
 
     def _new_shape(self, call: StepCall) -> _Shape:
-        from marinbuild.runtime_env import step_runtime_env
+        from marinbuild.run.runtime_env import step_runtime_env
 
         shipped_code.register_with_ray()  # a script's own modules go by value (before its function is pickled)
         resources, extras, env_vars = call.request()

@@ -44,7 +44,7 @@ def _init_cluster(address: str, options: dict[str, Any], working_dir: str | os.P
                   env_vars: dict[str, str], init_options: dict[str, Any]) -> Relocation | None:
     import ray
 
-    from marinbuild.runtime_env import in_ray_job, workspace_runtime_env
+    from marinbuild.run.runtime_env import in_ray_job, workspace_runtime_env
 
     relocation = None
     if working_dir is not None and not in_ray_job():

@@ -4,7 +4,7 @@ A Ray worker rebuilds a step's function and config classes from their pickle. cl
 pickles a function or class by reference (its module's name and its own) when its module is
 imported, and by value (its code) only for ``__main__`` and for modules registered with
 ``register_pickle_by_value``. A Marin script that the CLI imports for an ``executor_script``
-target is loaded under a made-up module name (``marinbuild.analysis.load_script_steps``), and
+target is loaded under a made-up module name (``marinbuild.analysis.analyze.load_script_steps``), and
 the modules it imports from its own folder by bare name (``import helpers``, as ``python
 script.py`` allows) are found through a path entry a worker does not have: a worker cannot
 import either. So their code goes by value, as a script run as ``__main__`` goes, and the

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from marinbuild.resources import Resources
+    from marinbuild.run.resources import Resources
 
 
 def is_ray_remote_function(fn: Any) -> bool:
@@ -128,7 +128,7 @@ class StepCall:
             resources = _ray_default_options(fn)
         if resources is None:
             return None, groups, env
-        from marinbuild.resources import normalize  # only steps that ask for resources need it
+        from marinbuild.run.resources import normalize  # only steps that ask for resources need it
 
         return normalize(resources), groups, env
 
@@ -139,7 +139,7 @@ def _ray_default_options(fn: Any) -> Resources | None:
     custom = dict(options.get("resources") or {})
     if not custom and options.get("num_gpus") is None and options.get("num_cpus") is None:
         return None
-    from marinbuild.resources import Resources
+    from marinbuild.run.resources import Resources
 
     return Resources(cpu=options.get("num_cpus"), gpu=options.get("num_gpus"), memory=options.get("memory"),
                      custom=custom)

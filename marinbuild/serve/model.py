@@ -43,7 +43,7 @@ class ViewModel:
     """The state of one workspace and prefix, for one pattern."""
 
     def __init__(self, root: str, patterns: list[str], prefix: str | None = None):
-        from marinbuild.session import Session
+        from marinbuild.analysis.session import Session
 
         self.root, self.patterns = root, list(patterns)
         probe_session = Session.open(root, prefix=prefix)
@@ -55,7 +55,7 @@ class ViewModel:
     # -- the session ---------------------------------------------------------------------------
 
     def _session(self) -> Any:
-        from marinbuild.session import Session
+        from marinbuild.analysis.session import Session
 
         session = Session.open(self.root, prefix=self.prefix)
         session.load(self.patterns)
@@ -133,8 +133,8 @@ class ViewModel:
     def step(self, relative: str) -> dict[str, Any] | None:
         """Everything about the step whose output is ``<prefix>/<relative>``; None if no step is there."""
         from marinbuild.cache import cache_show
+        from marinbuild.cache.why import format_why, why
         from marinbuild.serve.files import check_relative
-        from marinbuild.why import format_why, why
 
         parts = check_relative(relative)
         output_path = fs.join(self.prefix, "/".join(parts))

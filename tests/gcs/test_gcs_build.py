@@ -129,7 +129,7 @@ def test_builds_finish_correctly_while_20_percent_of_requests_fail(gs_prefix, pr
     stats = proxy.stats()
     assert stats["failed"] > 10, stats
 
-    from marinbuild.verify import verify_outputs
+    from marinbuild.cache.verify import verify_outputs
 
     assert [s.state for s in verify_outputs([ex.output_paths[s] for s in (a, b, c, d)]).steps] == ["ok"] * 4
     gp.CALLS.clear()

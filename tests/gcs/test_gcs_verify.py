@@ -9,9 +9,7 @@ from pathlib import Path
 import gcs_pipelines as gp
 import pytest
 
-from marinbuild.store import action_cache, fs, manifest
-from marinbuild.store import status as st
-from marinbuild.verify import (
+from marinbuild.cache.verify import (
     DAMAGED,
     DELETED,
     MODIFIED,
@@ -23,6 +21,8 @@ from marinbuild.verify import (
     format_verify,
     verify_outputs,
 )
+from marinbuild.store import action_cache, fs, manifest
+from marinbuild.store import status as st
 
 
 @pytest.fixture(autouse=True)
@@ -109,8 +109,8 @@ def test_verify_on_a_local_prefix(prefix):
 
 def test_verify_cache_resolves_targets_through_a_session(tmp_path, monkeypatch):
     """The CLI's entry point: ``verify_cache(session, patterns)``, then ``format_verify``."""
-    from marinbuild.session import Session
-    from marinbuild.verify import verify_cache
+    from marinbuild.analysis.session import Session
+    from marinbuild.cache.verify import verify_cache
 
     root = gp.workspace(tmp_path / "ws")
     monkeypatch.setenv("MB_CALLS", str(tmp_path / "calls.log"))

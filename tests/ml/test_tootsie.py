@@ -73,7 +73,7 @@ def test_a_local_build_refuses_before_running_anything(tmp_path):
 def test_loading_and_analysing_ml_targets_imports_no_ml_library():
     code = """
 import sys
-from marinbuild.session import Session
+from marinbuild.analysis.session import Session
 s = Session.open(".", prefix="/nonexistent-prefix-for-analysis")
 s.load(["//experiments:tootsie_8b", "//experiments/quickstart:all"])
 s.analyse()

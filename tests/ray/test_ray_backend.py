@@ -18,8 +18,8 @@ import ray_steps as rs
 from raycluster import HERE, node_env
 
 from marinbuild.executor import Executor, ExecutorStep, StepFailedError, output_path_of, remote
-from marinbuild.resources import tpu
 from marinbuild.run.ray_backend import RayBackend, RemoteTraceback
+from marinbuild.run.resources import tpu
 from marinbuild.store import action_cache
 from marinbuild.store import status as st
 from marinbuild.store.lease import LeaseLostError

@@ -13,7 +13,8 @@ import pipelines as pl
 import pytest
 
 from marinbuild.executor import Executor, ExecutorStep, remote, this_output_path, versioned
-from marinbuild.resources import (
+from marinbuild.run.ray_task import relocate_paths
+from marinbuild.run.resources import (
     Resources,
     UnsatisfiableResourcesError,
     check_local,
@@ -22,9 +23,8 @@ from marinbuild.resources import (
     tpu,
     tpu_slice,
 )
-from marinbuild.run.ray_task import relocate_paths
+from marinbuild.run.runtime_env import WORKING_DIR_EXCLUDES, pip_requirements, step_runtime_env, workspace_runtime_env
 from marinbuild.run.step_call import StepCall
-from marinbuild.runtime_env import WORKING_DIR_EXCLUDES, pip_requirements, step_runtime_env, workspace_runtime_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,7 @@ def test_every_form_of_a_request_normalizes():
 
 
 def test_check_local_refuses_accelerators_this_machine_lacks(monkeypatch):
-    import marinbuild.resources as res
+    import marinbuild.run.resources as res
 
     monkeypatch.setattr(res, "local_tpu_chips", lambda: 0)
     monkeypatch.setattr(res, "local_gpus", lambda: 0)
@@ -96,7 +96,7 @@ def _tpu_step(name: str = "train", **kwargs: Any) -> ExecutorStep:
 
 
 def test_the_local_backend_refuses_a_tpu_step_before_running_anything(prefix, monkeypatch):
-    import marinbuild.resources as res
+    import marinbuild.run.resources as res
 
     monkeypatch.setattr(res, "local_tpu_chips", lambda: 0)
     data = pl.step("data", "d")
@@ -117,7 +117,7 @@ def test_the_local_backend_refuses_a_tpu_step_before_running_anything(prefix, mo
 
 def test_a_ray_remote_function_as_fn_runs_locally_and_its_resources_count(prefix, monkeypatch):
     ray = pytest.importorskip("ray")
-    import marinbuild.resources as res
+    import marinbuild.run.resources as res
 
     monkeypatch.setattr(res, "local_tpu_chips", lambda: 0)
     plain = ExecutorStep(name="plain", fn=ray.remote(pl.write_text),
@@ -132,7 +132,7 @@ def test_a_ray_remote_function_as_fn_runs_locally_and_its_resources_count(prefix
 
 
 def test_the_cli_refuses_a_tpu_target_on_the_local_backend(tmp_path, monkeypatch, capsys):
-    import marinbuild.resources as res
+    import marinbuild.run.resources as res
     from marinbuild.cli import main
 
     monkeypatch.setattr(res, "local_tpu_chips", lambda: 0)
@@ -201,7 +201,7 @@ def test_pip_dependency_groups_resolve_to_requirements(tmp_path):
 
 
 def test_paths_move_with_a_shipped_workspace():
-    from marinbuild.analysis import SourceFile, TargetConfig
+    from marinbuild.analysis.analyze import SourceFile, TargetConfig
 
     config = TargetConfig(label="//p:a", rule="r", rule_key="k", workspace="/home/me/ws",
                           attrs={"srcs": [SourceFile("l", "x", "/home/me/ws/p/a.txt")], "other": "/home/me/wsx"},
@@ -213,10 +213,11 @@ def test_paths_move_with_a_shipped_workspace():
 
 
 def test_settings_choose_the_ray_backend(tmp_path, monkeypatch):
+    from marinbuild.analysis.session import Session, SettingsError
+    from marinbuild.run.backends import BACKEND_NAMES
     from marinbuild.run.ray_backend import RayBackend
-    from marinbuild.session import BACKENDS, Session, SettingsError
 
-    assert "ray" in BACKENDS
+    assert "ray" in BACKEND_NAMES
     (tmp_path / "pyproject.toml").write_text('[tool.marinbuild]\nprefix = "out"\nray_address = "10.0.0.1:6379"\n'
                                              "ray_max_retries = 5\nray_bundle_seconds = 0\n")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -250,7 +251,7 @@ def test_submit_maps_job_status_to_an_exit_code(monkeypatch):
 def test_importing_marinbuild_never_imports_ray():
     import subprocess
 
-    code = ("import sys, marinbuild, marinbuild.executor, marinbuild.cli, marinbuild.resources, marinbuild.remote, "
+    code = ("import sys, marinbuild, marinbuild.executor, marinbuild.cli, marinbuild.run.resources, marinbuild.remote, "
             "marinbuild.submit, marinbuild.run.ray_backend; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -241,7 +241,7 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
     e = StepExplanation(step=step.name, output_path=probe.output_path, reason=BUILT, requested=requested,
                         status=probe.status)
     if step.resources is not None:
-        from marinbuild.resources import hardware_of
+        from marinbuild.run.resources import hardware_of
 
         e.resources = hardware_of(step.resources)
     if probe.lease is not None:
@@ -297,7 +297,7 @@ def _work(session: Any, step: ExecutorStep) -> list[str]:
     config = step.config
     if not str(getattr(config, "rule_key", "")).endswith("%tokenize"):
         return []
-    from marinbuild.analysis import _resolve
+    from marinbuild.analysis.analyze import _resolve
     from marinbuild.core.walk import instantiate_config
     from marinbuild.load.builtins import Struct
     from marinbuild.ml.tokenize import payload_of, shard_status

@@ -15,16 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from marinbuild.executor import DEFAULT_LOCAL_PREFIX, Executor
 from marinbuild.load.workspace import Workspace, find_workspace
+from marinbuild.run.backends import BACKEND_NAMES, LOCAL, RAY, BackendOptions, make_backend
 
 if TYPE_CHECKING:  # imported when used: a no-op build from the analysis snapshot needs none of them
-    from marinbuild.analysis import Analysis
+    from marinbuild.analysis.analyze import Analysis
     from marinbuild.core.labels import Label
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.load import LoadedWorkspace, Loader
-
-BACKENDS = ("local", "ray")
-"""Backends this build offers: threads of this process, or tasks on a Ray cluster."""
-
 
 class SettingsError(ValueError):
     """A bad value in ``[tool.marinbuild]`` or on the command line (exit 2)."""
@@ -35,7 +32,7 @@ class Settings:
     """Where outputs go and how steps run; from flags, else the environment, else ``[tool.marinbuild]``."""
 
     prefix: str
-    backend: str = "local"
+    backend: str = LOCAL
     jobs: int | None = None
     keep_going: bool = False
     force_run_failed: bool = True
@@ -60,9 +57,9 @@ class Settings:
             base = Path.cwd() if prefix else workspace.root
             chosen = str((base / chosen).resolve())
         # --ray_address alone means the Ray backend (RAY_ADDRESS alone does not: it is set inside every Ray job).
-        backend = backend or ("ray" if ray_address else None) or config.get("backend", "local")
-        if backend not in BACKENDS:
-            raise SettingsError(f"unknown backend {backend!r}; this build has: {', '.join(BACKENDS)}")
+        backend = backend or (RAY if ray_address else None) or config.get("backend", LOCAL)
+        if backend not in BACKEND_NAMES:
+            raise SettingsError(f"unknown backend {backend!r}; this build has: {', '.join(BACKEND_NAMES)}")
         if jobs is not None and jobs < 1:
             raise SettingsError(f"--jobs must be at least 1, got {jobs}")
         if force_run_failed is None:
@@ -133,7 +130,7 @@ class Session:
 
     def analyse(self, labels: Iterable[Label] | None = None) -> Analysis:
         """Turn the targets (and their dependencies) into steps and compute every version."""
-        from marinbuild.analysis import analyze
+        from marinbuild.analysis.analyze import analyze
         from marinbuild.load import StatCache
 
         assert self.loaded is not None, "load first"
@@ -170,17 +167,11 @@ class Session:
         """The backend the settings name (``"local"``: the executor's threads, whatever ``$MARINBUILD_BACKEND`` says
         to scripts); Ray is not started here."""
         s = self.settings
-        if s.backend != "ray":
+        if s.backend == LOCAL:  # the executor constructs it, with the run's --jobs
             return s.backend
-        from marinbuild.run.ray_backend import DEFAULT_MAX_RETRIES, RayBackend
-        from marinbuild.run.ray_bundles import DEFAULT_BUNDLE_SECONDS
-
-        return RayBackend(
-            address=s.ray_address,
-            max_retries=s.ray_max_retries if s.ray_max_retries is not None else DEFAULT_MAX_RETRIES,
-            working_dir=self.workspace.root,
-            bundle_seconds=s.ray_bundle_seconds if s.ray_bundle_seconds is not None else DEFAULT_BUNDLE_SECONDS,
-        )
+        options = BackendOptions(ray_address=s.ray_address, ray_max_retries=s.ray_max_retries,
+                                 ray_bundle_seconds=s.ray_bundle_seconds, working_dir=self.workspace.root)
+        return make_backend(s.backend, options)
 
     def steps_of(self, label: Label) -> list[ExecutorStep]:
         assert self.analysis is not None and self.executor is not None

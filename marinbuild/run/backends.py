@@ -1,0 +1,73 @@
+"""The backends a build can name: the one list of their names and how each is constructed.
+
+The CLI's ``--backend`` choices, a session's ``backend`` setting and an ``Executor``'s
+``backend="..."`` (or ``$MARINBUILD_BACKEND``) all read ``BACKEND_NAMES`` and construct through
+``make_backend``. ``BackendOptions`` carries every knob a backend takes; each constructor reads its
+own fields and leaves the rest, None meaning the backend's default.
+
+Constructors import their backend's module when called: the CLI imports this module at startup,
+which must load neither the thread pool's nor Ray's code.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from marinbuild.run.backend import Backend
+
+LOCAL = "local"
+"""Threads of this process (``marinbuild.run.local``)."""
+RAY = "ray"
+"""A Ray cluster, or a private local instance (``marinbuild.run.ray_backend``)."""
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """What a backend is constructed with; None: the backend's default."""
+
+    max_concurrent: int | None = None
+    """Local: steps run at once (threads)."""
+    ray_address: str | None = None
+    """Ray: the cluster (None: ``RAY_ADDRESS``, else a private local instance)."""
+    ray_max_retries: int | None = None
+    """Ray: retries of a task whose worker died."""
+    ray_bundle_seconds: float | None = None
+    """Ray: how long a task running several short steps of one function lasts (0: one step per task)."""
+    working_dir: str | os.PathLike[str] | None = None
+    """Ray: the workspace shipped to a cluster (None: the project around the current folder)."""
+
+
+def _local(options: BackendOptions) -> Backend:
+    from marinbuild.run.local import LocalBackend
+
+    return LocalBackend(options.max_concurrent)
+
+
+def _ray(options: BackendOptions) -> Backend:
+    from marinbuild.run.ray_backend import DEFAULT_MAX_RETRIES, RayBackend
+    from marinbuild.run.ray_bundles import DEFAULT_BUNDLE_SECONDS
+    from marinbuild.run.runtime_env import project_root
+
+    return RayBackend(
+        address=options.ray_address,
+        max_retries=options.ray_max_retries if options.ray_max_retries is not None else DEFAULT_MAX_RETRIES,
+        working_dir=options.working_dir if options.working_dir is not None else project_root(),
+        bundle_seconds=(
+            options.ray_bundle_seconds if options.ray_bundle_seconds is not None else DEFAULT_BUNDLE_SECONDS
+        ),
+    )
+
+
+_CONSTRUCTORS: dict[str, Callable[[BackendOptions], Backend]] = {LOCAL: _local, RAY: _ray}
+
+BACKEND_NAMES: tuple[str, ...] = tuple(_CONSTRUCTORS)
+"""Every backend name, in the order usage messages list them."""
+
+
+def make_backend(name: str, options: BackendOptions | None = None) -> Backend:
+    """A new backend ``name`` constructed with ``options``; ``KeyError`` if no backend has that name."""
+    return _CONSTRUCTORS[name](options or BackendOptions())
