@@ -59,8 +59,10 @@ def after_delete(base: str, steps: int, files: int, settle: float) -> None:
         print(f"| {base} | {label} | fresh | {wall * 1e3:.3f} ms | {kernel * 1e3:.3f} ms |")
         shutil.rmtree(roots[0])
         wall, kernel = one_layout(roots[1], steps, files, True)
-        print(f"| {base} | {label} | right after deleting {steps * (files + 1)} entries | {wall * 1e3:.3f} ms "
-              f"| {kernel * 1e3:.3f} ms |")
+        print(
+            f"| {base} | {label} | right after deleting {steps * (files + 1)} entries | {wall * 1e3:.3f} ms "
+            f"| {kernel * 1e3:.3f} ms |"
+        )
         time.sleep(settle)  # the point of this row: what the file system is like once the delete has settled
         wall, kernel = one_layout(roots[2], steps, files, True)
         print(f"| {base} | {label} | {settle:g} s after that | {wall * 1e3:.3f} ms | {kernel * 1e3:.3f} ms |")
@@ -71,12 +73,16 @@ def after_delete(base: str, steps: int, files: int, settle: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dirs", nargs="+", default=[tempfile.gettempdir()],
-                        help="folders to measure under (default: the temp dir)")
+    parser.add_argument(
+        "--dirs", nargs="+", default=[tempfile.gettempdir()], help="folders to measure under (default: the temp dir)"
+    )
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--files", type=int, default=6, help="files per step in the folder-per-step layout")
-    parser.add_argument("--after-delete", action="store_true",
-                        help="measure file creation fresh, right after a delete, and once the delete settled")
+    parser.add_argument(
+        "--after-delete",
+        action="store_true",
+        help="measure file creation fresh, right after a delete, and once the delete settled",
+    )
     parser.add_argument("--settle", type=float, default=30.0, help="seconds to let a delete settle (--after-delete)")
     args = parser.parse_args()
 
@@ -92,8 +98,10 @@ def main() -> None:
     for base in args.dirs:
         root = tempfile.mkdtemp(prefix="marinbuild-fs-bench-", dir=base)
         try:
-            for per_step, label in ((False, "one shared folder, 1 file per step (ninja)"),
-                                    (True, f"a folder per step, {args.files} files (Marin)")):
+            for per_step, label in (
+                (False, "one shared folder, 1 file per step (ninja)"),
+                (True, f"a folder per step, {args.files} files (Marin)"),
+            ):
                 wall, kernel = one_layout(root, args.steps, 1 if not per_step else args.files, per_step)
                 print(f"| {base} | {label} | {wall * 1e3:.3f} ms | {kernel * 1e3:.3f} ms |")
         finally:

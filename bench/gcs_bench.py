@@ -62,8 +62,10 @@ def make_steps(n: int, layout: str) -> list[Any]:
     def name(i: int) -> str:
         return f"bench/g{i % GROUPS}/s{i}" if layout == "grouped" else f"bench/s{i}/step"
 
-    return [ExecutorStep(name=name(i), fn=write_out, config={"i": versioned(i), "output_path": this_output_path()})
-            for i in range(n)]
+    return [
+        ExecutorStep(name=name(i), fn=write_out, config={"i": versioned(i), "output_path": this_output_path()})
+        for i in range(n)
+    ]
 
 
 def new_executor(prefix: str) -> Any:
@@ -88,7 +90,7 @@ def seed_folder(root: str, n: int, layout: str, full: bool) -> None:
         ex.compute_version(s)
     for s in steps:
         out = ex.output_paths[s]
-        folder = os.path.join(root, BUCKET, out[len(f"gs://{BUCKET}/"):])
+        folder = os.path.join(root, BUCKET, out[len(f"gs://{BUCKET}/") :])
         os.makedirs(folder, exist_ok=True)
         data = f"{s.name}\n".encode()
         manifest = Manifest([FileEntry("out.txt", len(data), xxhash.xxh3_128_hexdigest(data))], time.time())
@@ -98,8 +100,9 @@ def seed_folder(root: str, n: int, layout: str, full: bool) -> None:
             ".executor_status": b"SUCCESS",
         }
         if full:
-            files.update({"out.txt": data, ".executor_info": (ex._step_info_text(s) + "\n").encode(),
-                          ".artifact.json": b"null"})
+            files.update(
+                {"out.txt": data, ".executor_info": (ex._step_info_text(s) + "\n").encode(), ".artifact.json": b"null"}
+            )
         for fname, content in files.items():
             with open(os.path.join(folder, fname), "wb") as f:
                 f.write(content)
@@ -117,9 +120,27 @@ def start_server(data: str) -> tuple[subprocess.Popen, str]:
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-data", data,
-                             "-host", "127.0.0.1", "-port", str(port), "-external-url", url, "-log-level", "error"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            str(_get_binary_path()),
+            "-scheme",
+            "http",
+            "-backend",
+            "memory",
+            "-data",
+            data,
+            "-host",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-external-url",
+            url,
+            "-log-level",
+            "error",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 1800  # it loads objects in quadratic time: minutes for 20,000
     while time.monotonic() < deadline:
         try:
@@ -134,15 +155,19 @@ def start_server(data: str) -> tuple[subprocess.Popen, str]:
 
 
 def start_proxy(upstream: str, latency: float) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, LOOPBACK, upstream, "--latency", str(latency)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, LOOPBACK, upstream, "--latency", str(latency)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     return proc, f"http://127.0.0.1:{int(proc.stdout.readline())}"
 
 
 def proxy_stats(url: str, reset: bool = False) -> dict[str, Any]:
-    request = urllib.request.Request(f"{url}/__proxy/{'reset' if reset else 'stats'}",
-                                     data=b"{}" if reset else None, method="POST" if reset else "GET")
+    request = urllib.request.Request(
+        f"{url}/__proxy/{'reset' if reset else 'stats'}",
+        data=b"{}" if reset else None,
+        method="POST" if reset else "GET",
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
 
@@ -162,17 +187,33 @@ def one(n: int, layout: str) -> dict[str, Any]:
 
     built = sum(1 for p in ex.plan.steps.values() if p.state == "built")
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return {"seconds": elapsed, "built": built, "ran": len(ex.outcome.ran) if ex.outcome else 0,
-            "client_requests": gcs.filesystem().requests.count, "cpu_seconds": usage.ru_utime + usage.ru_stime}
+    return {
+        "seconds": elapsed,
+        "built": built,
+        "ran": len(ex.outcome.ran) if ex.outcome else 0,
+        "client_requests": gcs.filesystem().requests.count,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
+    }
 
 
 def measure(n: int, layout: str, proxy_url: str, cache: str) -> dict[str, Any]:
     proxy_stats(proxy_url, reset=True)
-    env = dict(os.environ, STORAGE_EMULATOR_HOST=proxy_url, MARINBUILD_METADATA_CACHE=cache,
-               GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false", NO_GCE_CHECK="true")
+    env = dict(
+        os.environ,
+        STORAGE_EMULATOR_HOST=proxy_url,
+        MARINBUILD_METADATA_CACHE=cache,
+        GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
+        NO_GCE_CHECK="true",
+    )
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--one", str(n), layout], env=env, capture_output=True, text=True,
-                          timeout=900, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--one", str(n), layout],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
     process = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])
@@ -184,13 +225,18 @@ def measure(n: int, layout: str, proxy_url: str, cache: str) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]], latency: float) -> str:
-    lines = ["| steps | layout | metadata cache | run (s) | process (s) | process CPU (s) | requests | responses (MB) "
-             "| a request per step, in sequence |", "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| steps | layout | metadata cache | run (s) | process (s) | process CPU (s) | requests | responses (MB) "
+        "| a request per step, in sequence |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
         sequential = r["steps"] * latency
-        lines.append(f"| {r['steps']:,} | {r['layout']} | {r['cache']} | {r['seconds']:.2f} | "
-                     f"{r['process_seconds']:.2f} | {r['cpu_seconds']:.2f} | {r['requests']} | "
-                     f"{r['response_mb']:.1f} | {sequential:.0f} s |")
+        lines.append(
+            f"| {r['steps']:,} | {r['layout']} | {r['cache']} | {r['seconds']:.2f} | "
+            f"{r['process_seconds']:.2f} | {r['cpu_seconds']:.2f} | {r['requests']} | "
+            f"{r['response_mb']:.1f} | {sequential:.0f} s |"
+        )
     return "\n".join(lines)
 
 
@@ -212,11 +258,16 @@ def main() -> None:
     parser.add_argument("--layouts", nargs="+", default=["grouped", "scattered"])
     parser.add_argument("--scattered_max", type=int, default=1000, help="largest N for the scattered layout")
     parser.add_argument("--latency", type=float, default=0.05)
-    parser.add_argument("--full", action="store_true", help="store every file of a built step, not only the two "
-                        "objects a matchGlob listing returns")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="store every file of a built step, not only the two objects a matchGlob listing returns",
+    )
     parser.add_argument("--json", help="also write the results here")
-    parser.add_argument("--doc", help="also write the table into this markdown file (docs/performance.md), between "
-                        "<!-- gcs_bench --> markers")
+    parser.add_argument(
+        "--doc",
+        help="also write the table into this markdown file (docs/performance.md), between <!-- gcs_bench --> markers",
+    )
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -241,9 +292,12 @@ def main() -> None:
                     r = measure(n, layout, proxy_url, cache)
                     assert r["built"] == n and r["ran"] == 0, r
                     rows.append({"steps": n, "layout": layout, "cache": phase, **r, "setup_s": round(setup, 1)})
-                    print(f"  {n:>6} {layout:<9} {phase:<10} run {r['seconds']:6.2f} s  process "
-                          f"{r['process_seconds']:6.2f} s  cpu {r['cpu_seconds']:5.2f} s  {r['requests']:>5} requests",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"  {n:>6} {layout:<9} {phase:<10} run {r['seconds']:6.2f} s  process "
+                        f"{r['process_seconds']:6.2f} s  cpu {r['cpu_seconds']:5.2f} s  {r['requests']:>5} requests",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             finally:
                 for p in (proxy, server):
                     if p is not None:
@@ -251,8 +305,10 @@ def main() -> None:
                         p.wait(timeout=10)
                 shutil.rmtree(tmp, ignore_errors=True)
 
-    print(f"\nNo-op build on gs:// through a loopback proxy adding {args.latency * 1000:.0f} ms per request "
-          f"(fake-gcs-server{', every file of a step stored' if args.full else ''}; a new process per run)\n")
+    print(
+        f"\nNo-op build on gs:// through a loopback proxy adding {args.latency * 1000:.0f} ms per request "
+        f"(fake-gcs-server{', every file of a step stored' if args.full else ''}; a new process per run)\n"
+    )
     text = table(rows, args.latency)
     print(text)
     print(f"\nLoad average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs.")
@@ -265,8 +321,10 @@ def main() -> None:
     tenk = [r for r in rows if r["steps"] == 10000 and r["layout"] == "grouped"]
     if tenk:
         worst = max(r["process_seconds"] for r in tenk)
-        print(f"\nBar: 10,000 steps under {BAR_10K_S:.0f} s: {'PASS' if worst < BAR_10K_S else 'FAIL'} "
-              f"({worst:.2f} s, {BAR_10K_S / worst:.1f}x under the bar)")
+        print(
+            f"\nBar: 10,000 steps under {BAR_10K_S:.0f} s: {'PASS' if worst < BAR_10K_S else 'FAIL'} "
+            f"({worst:.2f} s, {BAR_10K_S / worst:.1f}x under the bar)"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -85,9 +85,12 @@ def trivial_step(config: StepConfig) -> dict:
 
 def fanout(n: int, tag: str) -> list[ExecutorStep]:
     root = ExecutorStep(name=f"{tag}/root", fn=trivial_step, config=StepConfig(i=versioned(0)))
-    return [root] + [ExecutorStep(name=f"{tag}/s{i}", fn=trivial_step,
-                                  config=StepConfig(i=versioned(i), inputs=[output_path_of(root)]))
-                     for i in range(1, n)]
+    return [root] + [
+        ExecutorStep(
+            name=f"{tag}/s{i}", fn=trivial_step, config=StepConfig(i=versioned(i), inputs=[output_path_of(root)])
+        )
+        for i in range(1, n)
+    ]
 
 
 def plain_ray(n: int, base: str) -> float:
@@ -121,8 +124,9 @@ def marinbuild_run(n: int, base: str, backend: Any, tag: str) -> tuple[float, fl
     """
     steps = fanout(n, tag)
     span = Span()
-    executor = Executor(prefix=base, executor_info_base_path=os.path.join(base, "experiments"), listeners=[span],
-                        backend=backend)
+    executor = Executor(
+        prefix=base, executor_info_base_path=os.path.join(base, "experiments"), listeners=[span], backend=backend
+    )
     start = time.perf_counter()
     try:
         executor.run(steps)
@@ -209,46 +213,75 @@ def main(argv: list[str] | None = None) -> int:
     p, t, e, n = med["plain"], med["total"], med["execute"], args.steps
     rows = [
         ("plain ray tasks", p, med_cpu["plain"], med_ray["plain"], True),
-        (f"marinbuild, Ray backend (whole run, {statistics.median(tasks):.0f} tasks)", t, med_cpu["total"],
-         med_ray["total"], True),
+        (
+            f"marinbuild, Ray backend (whole run, {statistics.median(tasks):.0f} tasks)",
+            t,
+            med_cpu["total"],
+            med_ray["total"],
+            True,
+        ),
         ("marinbuild, Ray backend (execute phase)", e, None, None, True),
         ("marinbuild, Ray backend, one task per step", med["single"], med_cpu["single"], med_ray["single"], True),
         ("marinbuild, local backend (whole run)", med["local"], med_cpu["local"], None, False),
     ]
     load = os.getloadavg()[0]
     where = args.dir or tempfile.gettempdir()
-    print(f"Ray backend benchmark: {n} trivial steps, fan-out, {args.rounds} round(s), medians; local Ray on "
-          f"127.0.0.1 with {cpus} CPUs (started in {startup:.1f}s); steps write under {where}; load average "
-          f"{load:.1f}")
+    print(
+        f"Ray backend benchmark: {n} trivial steps, fan-out, {args.rounds} round(s), medians; local Ray on "
+        f"127.0.0.1 with {cpus} CPUs (started in {startup:.1f}s); steps write under {where}; load average "
+        f"{load:.1f}"
+    )
     print()
-    print(f"| {'what':<52} | {'seconds':>8} | {'ratio':>7} | {'overhead/step':>14} | {'CPU/step':>9} "
-          f"| {'Ray CPU/step':>12} |")
+    print(
+        f"| {'what':<52} | {'seconds':>8} | {'ratio':>7} | {'overhead/step':>14} | {'CPU/step':>9} "
+        f"| {'Ray CPU/step':>12} |"
+    )
     print(f"| {'-' * 52} | {'-' * 7}: | {'-' * 6}: | {'-' * 13}: | {'-' * 8}: | {'-' * 11}: |")
     for name, seconds, cpu_s, ray_s, ray_row in rows:
         overhead = f"{(seconds - p) / n * 1000:.2f} ms" if ray_row and seconds is not p else "-"
         cpu_text = f"{cpu_s / n * 1000:.2f} ms" if cpu_s is not None else "-"
         ray_text = f"{ray_s / n * 1000:.2f} ms" if ray_s else "-"
-        print(f"| {name:<52} | {seconds:>8.3f} | {seconds / p:>6.2f}x | {overhead:>14} | {cpu_text:>9} "
-              f"| {ray_text:>12} |")
+        print(
+            f"| {name:<52} | {seconds:>8.3f} | {seconds / p:>6.2f}x | {overhead:>14} | {cpu_text:>9} | {ray_text:>12} |"
+        )
     verdict = "PASS" if t / p <= BAR else "FAIL"
     print()
     print(f"Bar: whole run within {BAR}x of plain Ray tasks: {verdict} ({t / p:.2f}x).")
     both = {k: statistics.median(c + r for c, r in zip(cpu[k], ray_cpu[k], strict=True)) for k in ray_cpu}
     measured_ray = all(x > 0 for x in ray_cpu["plain"])  # (psutil present)
     if measured_ray:
-        print(f"CPU per step, this process and Ray's together (less disturbed by other load than seconds): "
-              f"{both['total'] / n * 1000:.2f} ms against plain Ray's {both['plain'] / n * 1000:.2f} ms "
-              f"({both['total'] / both['plain']:.2f}x); one task per step: {both['single'] / n * 1000:.2f} ms "
-              f"({both['single'] / both['plain']:.2f}x).")
+        print(
+            f"CPU per step, this process and Ray's together (less disturbed by other load than seconds): "
+            f"{both['total'] / n * 1000:.2f} ms against plain Ray's {both['plain'] / n * 1000:.2f} ms "
+            f"({both['total'] / both['plain']:.2f}x); one task per step: {both['single'] / n * 1000:.2f} ms "
+            f"({both['single'] / both['plain']:.2f}x)."
+        )
     print("Rounds (s): " + "; ".join(f"{k} " + ", ".join(f"{x:.2f}" for x in v) for k, v in runs.items()))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"steps": n, "rounds": args.rounds, "cpus": cpus, "dir": where, "load_average": load,
-                       "runs_s": runs, "cpu_s": cpu, "ray_processes_cpu_s": ray_cpu, "ratio": t / p,
-                       "execute_ratio": e / p, "single_task_ratio": med["single"] / p,
-                       "tasks_launched": tasks, "local_ratio": med["local"] / p,
-                       "overhead_per_step_ms": (t - p) / n * 1000, "cpu_ratio": both["total"] / both["plain"]
-                       if measured_ray else None, "bar": BAR, "pass": t / p <= BAR}, f, indent=2)
+            json.dump(
+                {
+                    "steps": n,
+                    "rounds": args.rounds,
+                    "cpus": cpus,
+                    "dir": where,
+                    "load_average": load,
+                    "runs_s": runs,
+                    "cpu_s": cpu,
+                    "ray_processes_cpu_s": ray_cpu,
+                    "ratio": t / p,
+                    "execute_ratio": e / p,
+                    "single_task_ratio": med["single"] / p,
+                    "tasks_launched": tasks,
+                    "local_ratio": med["local"] / p,
+                    "overhead_per_step_ms": (t - p) / n * 1000,
+                    "cpu_ratio": both["total"] / both["plain"] if measured_ray else None,
+                    "bar": BAR,
+                    "pass": t / p <= BAR,
+                },
+                f,
+                indent=2,
+            )
     return 0
 
 

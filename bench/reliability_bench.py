@@ -40,8 +40,13 @@ def sweep(workdir: str) -> dict:
         longest = max([longest, *again.result.get("waits", [])])
         if again.code != 1 or h.outputs(prefix) != golden or again.result.get("waits"):
             wrong.append(f"point {n} ({name}): {again.result}")
-    return {"fault_points": len(points), "kills": len(points), "reruns_correct": len(points) - len(wrong),
-            "violations": wrong, "longest_wait": longest}
+    return {
+        "fault_points": len(points),
+        "kills": len(points),
+        "reruns_correct": len(points) - len(wrong),
+        "violations": wrong,
+        "longest_wait": longest,
+    }
 
 
 def main() -> int:
@@ -52,9 +57,10 @@ def main() -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="marinbuild-reliability-") as workdir:
-        figures = {"sweep": sweep(os.path.join(workdir, "sweep")),
-                   "soak": soak.soak(os.path.join(workdir, "soak", "p"), args.rounds, args.runners,
-                                     args.seed).to_dict()}
+        figures = {
+            "sweep": sweep(os.path.join(workdir, "sweep")),
+            "soak": soak.soak(os.path.join(workdir, "soak", "p"), args.rounds, args.runners, args.seed).to_dict(),
+        }
     text = json.dumps(figures, indent=2)
     print(text)
     if args.json:

@@ -79,8 +79,13 @@ PEERS = ("ninja", "make", "marin", "marinbuild-api", "marinbuild-cli")
 DEFAULT_PEERS = ("ninja", "make", "marinbuild-api", "marinbuild-cli")
 MARINBUILD_PEERS = ("marinbuild-api", "marinbuild-cli")
 PHASES = ("cold", "noop", "incremental")
-PEER_TITLES = {"ninja": "ninja", "make": "make", "marin": "Marin", "marinbuild-api": "marinbuild API",
-               "marinbuild-cli": "marinbuild CLI"}
+PEER_TITLES = {
+    "ninja": "ninja",
+    "make": "make",
+    "marin": "Marin",
+    "marinbuild-api": "marinbuild API",
+    "marinbuild-cli": "marinbuild CLI",
+}
 MARIN_VENV = BENCH / ".peers" / "marin"
 MARIN_PACKAGES = ("marin-core", "gitpython")  # levanter (imported by marin-core) needs git; marin-core omits it
 
@@ -170,8 +175,15 @@ def run_timed(cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path, ti
         out.flush()
         timed_out = threading.Event()
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
         def kill() -> None:
             timed_out.set()
@@ -189,8 +201,9 @@ def run_timed(cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path, ti
         seconds = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
     rss = usage.ru_maxrss / (1024 * 1024) if sys.platform == "darwin" else usage.ru_maxrss / 1024
-    return Sample(seconds, rss, proc.returncode, timed_out=timed_out.is_set(),
-                  cpu_seconds=usage.ru_utime + usage.ru_stime)
+    return Sample(
+        seconds, rss, proc.returncode, timed_out=timed_out.is_set(), cpu_seconds=usage.ru_utime + usage.ru_stime
+    )
 
 
 def log_tail(path: Path, lines: int = 12) -> str:
@@ -260,8 +273,9 @@ class Peer(abc.ABC):
 
     @staticmethod
     def node_of(path: str) -> int:
-        match = _NODE.match(os.path.basename(os.path.dirname(path)) if path.endswith("/out.txt")
-                            else os.path.basename(path))
+        match = _NODE.match(
+            os.path.basename(os.path.dirname(path)) if path.endswith("/out.txt") else os.path.basename(path)
+        )
         if match is None:
             raise ValueError(f"not a node's output: {path}")
         return int(match.group(1))
@@ -366,8 +380,11 @@ class MarinbuildCliPeer(PrefixPeer):
 
 
 PEER_CLASSES: dict[str, type[Peer]] = {
-    "ninja": NinjaPeer, "make": MakePeer, "marin": MarinPeer,
-    "marinbuild-api": MarinbuildApiPeer, "marinbuild-cli": MarinbuildCliPeer,
+    "ninja": NinjaPeer,
+    "make": MakePeer,
+    "marin": MarinPeer,
+    "marinbuild-api": MarinbuildApiPeer,
+    "marinbuild-cli": MarinbuildCliPeer,
 }
 
 
@@ -386,8 +403,9 @@ def ran_between(peer: Peer, before: dict[str, int], after: dict[str, int]) -> tu
     return len(changed), {peer.node_of(p) for p in changed}
 
 
-def measure_phase(peer: Peer, phase: str, expected: set[int], opts: Options,
-                  before_each: Callable[[int], None]) -> dict[str, Any]:
+def measure_phase(
+    peer: Peer, phase: str, expected: set[int], opts: Options, before_each: Callable[[int], None]
+) -> dict[str, Any]:
     """Warm-up plus ``opts.runs`` timed runs of one phase; every run's actions are counted and checked."""
     samples: list[dict[str, Any]] = []
     problems: list[str] = []
@@ -401,18 +419,32 @@ def measure_phase(peer: Peer, phase: str, expected: set[int], opts: Options,
         if sample.exit_code != 0 or sample.timed_out:
             tail = log_tail(peer.log_path)
             why = f"timed out after {opts.timeout:g} s" if sample.timed_out else error_summary(tail)
-            return {"error": why, "exit_code": sample.exit_code, "log_tail": tail, "command": shlex.join(cmd),
-                    "samples": samples}
+            return {
+                "error": why,
+                "exit_code": sample.exit_code,
+                "log_tail": tail,
+                "command": shlex.join(cmd),
+                "samples": samples,
+            }
         count, nodes = ran_between(peer, before, peer.outputs())
         ok = count == len(expected) and nodes == expected
         if not ok:
             extra, missing = sorted(nodes - expected), sorted(expected - nodes)
-            problems.append(f"run {k}: {count} actions ran, expected {len(expected)}"
-                            + (f"; unexpected nodes {extra[:5]}" if extra else "")
-                            + (f"; missing nodes {missing[:5]}" if missing else ""))
-        samples.append({"seconds": sample.seconds, "cpu_seconds": sample.cpu_seconds,
-                        "peak_rss_mb": sample.peak_rss_mb, "actions": count,
-                        "warmup": k == 0, "ok": ok})
+            problems.append(
+                f"run {k}: {count} actions ran, expected {len(expected)}"
+                + (f"; unexpected nodes {extra[:5]}" if extra else "")
+                + (f"; missing nodes {missing[:5]}" if missing else "")
+            )
+        samples.append(
+            {
+                "seconds": sample.seconds,
+                "cpu_seconds": sample.cpu_seconds,
+                "peak_rss_mb": sample.peak_rss_mb,
+                "actions": count,
+                "warmup": k == 0,
+                "ok": ok,
+            }
+        )
         if k == 0 and sample.seconds > opts.slow:
             if phase != "noop":
                 break  # too slow to repeat: the warm-up is the one sample
@@ -451,12 +483,14 @@ def measure_peer(peer: Peer, opts: Options) -> dict[str, Any]:
         result[phase] = measured
         if "error" in measured:
             log(f"  {peer.name} {graph.shape} x {graph.n}: {phase} FAILED: {measured['error']}")
-            for rest in PHASES[PHASES.index(phase) + 1:]:
+            for rest in PHASES[PHASES.index(phase) + 1 :]:
                 result[rest] = {"error": f"not measured: the {phase} phase failed"}
             break
-        log(f"  {peer.name} {graph.shape} x {graph.n}: {phase} {measured['seconds']:.3f} s "
+        log(
+            f"  {peer.name} {graph.shape} x {graph.n}: {phase} {measured['seconds']:.3f} s "
             f"(median of {measured['runs']}), {measured['actions']} actions"
-            + ("" if measured["actions_ok"] else " -- WRONG: " + "; ".join(measured["problems"])))
+            + ("" if measured["actions_ok"] else " -- WRONG: " + "; ".join(measured["problems"]))
+        )
     if isinstance(peer, MarinbuildApiPeer) and "error" not in result.get("noop", {"error": ""}):
         # The floor of any no-op through the Python API: the interpreter, the import, compiling the script and
         # making its ExecutorSteps (the user's code, which Marin runs too), with no build after it.
@@ -470,8 +504,9 @@ def measure_peer(peer: Peer, opts: Options) -> dict[str, Any]:
 # -- the BUILD/CLI rows ----------------------------------------------------------------------------
 
 
-def median_of(cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path, runs: int,
-              opts: Options) -> dict[str, Any]:
+def median_of(
+    cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path, runs: int, opts: Options
+) -> dict[str, Any]:
     samples, cpu = [], []
     for k in range(1 + runs):
         sample = run_timed(cmd, cwd, env, log_path, opts.timeout)
@@ -480,8 +515,13 @@ def median_of(cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path, ru
         if k:
             samples.append(sample.seconds)
             cpu.append(sample.cpu_seconds)
-    return {"seconds": statistics.median(samples), "cpu_seconds": statistics.median(cpu), "runs": len(samples),
-            "samples": samples, "command": shlex.join(cmd)}
+    return {
+        "seconds": statistics.median(samples),
+        "cpu_seconds": statistics.median(cpu),
+        "runs": len(samples),
+        "samples": samples,
+        "command": shlex.join(cmd),
+    }
 
 
 def query_lines(cmd: list[str], cwd: Path, env: dict[str, str]) -> int:
@@ -489,8 +529,9 @@ def query_lines(cmd: list[str], cwd: Path, env: dict[str, str]) -> int:
     return len([line for line in out.stdout.splitlines() if line.strip()])
 
 
-def measure_cli_rows(root: Path, n: int, tools: Tools, opts: Options, peers_result: list[dict[str, Any]]
-                     ) -> dict[str, Any]:
+def measure_cli_rows(
+    root: Path, n: int, tools: Tools, opts: Options, peers_result: list[dict[str, Any]]
+) -> dict[str, Any]:
     """The BUILD/CLI issue's rows on the layered workspace of ``n`` targets in 100 packages."""
     graph = make_graph("layered", n)
     write_workload(root, "layered", n, ["ws"])
@@ -502,8 +543,11 @@ def measure_cli_rows(root: Path, n: int, tools: Tools, opts: Options, peers_resu
     rows: dict[str, Any] = {"steps": n, "packages": len({graph.package_of(i) for i in range(n)}), "mid": mid}
     log(f"  BUILD/CLI rows, {n} targets: --help, query, loader ...")
     rows["help"] = median_of([*tools.marinbuild, "--help"], ws, env, log_path, max(opts.runs, 5), opts)
-    queries = {"query_all": ("//...", n), "query_deps": ("deps(//...)", n),
-               "query_rdeps": (f"rdeps(//..., {mid})", graph.expected_incremental)}
+    queries = {
+        "query_all": ("//...", n),
+        "query_deps": ("deps(//...)", n),
+        "query_rdeps": (f"rdeps(//..., {mid})", graph.expected_incremental),
+    }
     for key, (expr, want) in queries.items():
         cmd = [*tools.marinbuild, "query", expr, "--output", "label"]
         rows[key] = median_of(cmd, ws, env, log_path, opts.runs, opts)
@@ -516,8 +560,9 @@ def measure_cli_rows(root: Path, n: int, tools: Tools, opts: Options, peers_resu
     for mode in ("cold",):
         samples = []
         for k in range(1 + opts.runs):
-            out = subprocess.run([tools.python, "-c", LOADER_SNIPPET, str(ws), mode], cwd=ws, env=env,
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                [tools.python, "-c", LOADER_SNIPPET, str(ws), mode], cwd=ws, env=env, capture_output=True, text=True
+            )
             if out.returncode != 0:
                 samples = []
                 rows[f"loader_{mode}"] = {"error": error_summary(out.stderr)}
@@ -526,11 +571,16 @@ def measure_cli_rows(root: Path, n: int, tools: Tools, opts: Options, peers_resu
                 samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
         if samples:
             seconds = statistics.median(s["seconds"] for s in samples)
-            rows[f"loader_{mode}"] = {"seconds": seconds, "targets": samples[-1]["targets"], "runs": len(samples),
-                                      "samples": [s["seconds"] for s in samples],
-                                      "targets_per_s": samples[-1]["targets"] / seconds}
-    cli = next((r for r in peers_result if r["peer"] == "marinbuild-cli" and r["shape"] == "layered"
-                and r["steps"] == n), None)
+            rows[f"loader_{mode}"] = {
+                "seconds": seconds,
+                "targets": samples[-1]["targets"],
+                "runs": len(samples),
+                "samples": [s["seconds"] for s in samples],
+                "targets_per_s": samples[-1]["targets"] / seconds,
+            }
+    cli = next(
+        (r for r in peers_result if r["peer"] == "marinbuild-cli" and r["shape"] == "layered" and r["steps"] == n), None
+    )
     if cli is not None and "seconds" in cli.get("noop", {}):
         rows["noop_build"] = dict(cli["noop"], source="the marinbuild CLI peer's layered no-op row")
     else:
@@ -625,8 +675,9 @@ def ensure_marin() -> tuple[str | None, str]:
         made = subprocess.run([sys.executable, "-m", "venv", str(MARIN_VENV)], capture_output=True, text=True)
         if made.returncode != 0:
             return None, f"could not create {MARIN_VENV}: {made.stderr.strip()[-300:]}"
-    pip = subprocess.run([str(python), "-m", "pip", "install", "--quiet", *MARIN_PACKAGES],
-                         capture_output=True, text=True)
+    pip = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", *MARIN_PACKAGES], capture_output=True, text=True
+    )
     if pip.returncode != 0:
         lines = [line for line in pip.stderr.splitlines() if not line.startswith("WARNING")]
         return None, f"pip install {' '.join(MARIN_PACKAGES)} failed: {' '.join(lines[-3:])[:400]}"
@@ -723,11 +774,13 @@ def print_tables(report: Report, shapes: list[str], sizes: list[int]) -> None:
         for shape in shapes:
             for phase in PHASES:
                 cells = {p: (find(raw, p, shape, n) or {}).get(phase) for p in shown}
-                expected = next((c["expected_actions"] for c in cells.values() if c and "expected_actions" in c),
-                                None)
+                expected = next((c["expected_actions"] for c in cells.values() if c and "expected_actions" in c), None)
                 wrong = [PEER_TITLES[p] for p, c in cells.items() if c and not c.get("actions_ok", True)]
-                actions = "n/a" if expected is None else f"{expected:,}" + (
-                    " (WRONG: " + ", ".join(wrong) + ")" if wrong else " ok")
+                actions = (
+                    "n/a"
+                    if expected is None
+                    else f"{expected:,}" + (" (WRONG: " + ", ".join(wrong) + ")" if wrong else " ok")
+                )
                 row = [shape, f"{n:,}", phase, actions] + [phase_cell(cells[p]) for p in shown]
                 if have_ninja:
                     row += [ratio(seconds_of(cells[p]), seconds_of(cells["ninja"])) for p in ours]
@@ -736,10 +789,12 @@ def print_tables(report: Report, shapes: list[str], sizes: list[int]) -> None:
                 rows.append(row)
                 rss_rows.append([shape, f"{n:,}", phase] + [phase_cell(cells[p], "peak_rss_mb") for p in shown])
     report.out("## Whole-process wall time, seconds (median of the runs after a warm-up)\n")
-    report.out("`actions`: the actions each phase must run (cold: all; no-op: none; incremental: the mid node and "
-               "its reverse dependencies); `ok` means every peer ran exactly those nodes in every run. "
-               "`X / ninja`: time relative to ninja (lower is better); `Marin / X`: how many times faster than "
-               "Marin.\n")
+    report.out(
+        "`actions`: the actions each phase must run (cold: all; no-op: none; incremental: the mid node and "
+        "its reverse dependencies); `ok` means every peer ran exactly those nodes in every run. "
+        "`X / ninja`: time relative to ninja (lower is better); `Marin / X`: how many times faster than "
+        "Marin.\n"
+    )
     report.out(markdown_table(header, rows, "lllr" + "r" * (len(header) - 4)))
     script_rows = []
     for n in sizes:
@@ -748,17 +803,30 @@ def print_tables(report: Report, shapes: list[str], sizes: list[int]) -> None:
             api_noop = seconds_of((find(raw, "marinbuild-api", shape, n) or {}).get("noop"))
             ninja_noop = seconds_of((find(raw, "ninja", shape, n) or {}).get("noop"))
             if script is not None:
-                script_rows.append([shape, f"{n:,}", phase_cell(script), ratio(seconds_of(script), api_noop),
-                                    ratio(seconds_of(script), ninja_noop)])
+                script_rows.append(
+                    [
+                        shape,
+                        f"{n:,}",
+                        phase_cell(script),
+                        ratio(seconds_of(script), api_noop),
+                        ratio(seconds_of(script), ninja_noop),
+                    ]
+                )
     if script_rows:
-        report.out("\nThe Python API's floor: the workload script alone (interpreter, `import marinbuild.executor`, "
-                   "compiling the script, making its `ExecutorStep`s) with no build after it "
-                   "(`MARINBUILD_BENCH_EXECUTOR=none`). Every no-op through the API pays this first.\n")
-        report.out(markdown_table(["shape", "steps", "script alone", "/ API no-op", "/ ninja no-op"], script_rows,
-                                  "llrrr"))
+        report.out(
+            "\nThe Python API's floor: the workload script alone (interpreter, `import marinbuild.executor`, "
+            "compiling the script, making its `ExecutorStep`s) with no build after it "
+            "(`MARINBUILD_BENCH_EXECUTOR=none`). Every no-op through the API pays this first.\n"
+        )
+        report.out(
+            markdown_table(["shape", "steps", "script alone", "/ API no-op", "/ ninja no-op"], script_rows, "llrrr")
+        )
     report.out("\n## Peak RSS, MB (largest process of the tree, largest over the runs)\n")
-    report.out(markdown_table(["shape", "steps", "phase"] + [PEER_TITLES[p] for p in shown], rss_rows,
-                              "lll" + "r" * len(shown)))
+    report.out(
+        markdown_table(
+            ["shape", "steps", "phase"] + [PEER_TITLES[p] for p in shown], rss_rows, "lll" + "r" * len(shown)
+        )
+    )
 
 
 def print_cli_rows(report: Report) -> None:
@@ -771,8 +839,9 @@ def print_cli_rows(report: Report) -> None:
         n = r["steps"]
         ws = f"{n:,} targets"
 
-        def add(what: str, m: dict[str, Any], per_target: bool = False, check: str = "", n: int = n,
-                ws: str = ws) -> None:
+        def add(
+            what: str, m: dict[str, Any], per_target: bool = False, check: str = "", n: int = n, ws: str = ws
+        ) -> None:
             if "error" in m:
                 rows.append([ws, what, short_error(m["error"]), "", check])
                 return
@@ -799,8 +868,14 @@ def compute_bars(raw: dict[str, Any], peers: list[str], shapes: list[str], sizes
     bars: list[dict[str, str]] = []
 
     def bar(name: str, measured: str, limit: str, ok: bool | None) -> None:
-        bars.append({"bar": name, "measured": measured, "limit": limit,
-                     "result": "not measured" if ok is None else ("PASS" if ok else "FAIL")})
+        bars.append(
+            {
+                "bar": name,
+                "measured": measured,
+                "limit": limit,
+                "result": "not measured" if ok is None else ("PASS" if ok else "FAIL"),
+            }
+        )
 
     ours = [p for p in MARINBUILD_PEERS if p in peers]
     for p in ours:
@@ -810,8 +885,12 @@ def compute_bars(raw: dict[str, Any], peers: list[str], shapes: list[str], sizes
         script = seconds_of((find(raw, p, "layered", 10000) or {}).get("script_only"))
         if script is not None and nin is not None:
             measured += f"; the script alone, no build: {script:.3f} s = {script / nin:.1f}x ninja"
-        bar(f"no-op, 10k layered, {PEER_TITLES[p]}", measured, f"< {BAR_NOOP_VS_NINJA:g}x ninja",
-            None if t is None or nin is None else t < BAR_NOOP_VS_NINJA * nin)
+        bar(
+            f"no-op, 10k layered, {PEER_TITLES[p]}",
+            measured,
+            f"< {BAR_NOOP_VS_NINJA:g}x ninja",
+            None if t is None or nin is None else t < BAR_NOOP_VS_NINJA * nin,
+        )
     for p in ours:
         pairs = []
         for n in sizes:
@@ -826,8 +905,12 @@ def compute_bars(raw: dict[str, Any], peers: list[str], shapes: list[str], sizes
             measured = f"worst {worst[0]:.2f}x ninja ({worst[1]}); slower on {len(slower)} of {len(pairs)} rows"
         else:
             measured = "n/a"
-        bar(f"cold runs faster than ninja, {PEER_TITLES[p]}", measured, "< 1x ninja on every row",
-            (not slower) if pairs else None)
+        bar(
+            f"cold runs faster than ninja, {PEER_TITLES[p]}",
+            measured,
+            "< 1x ninja on every row",
+            (not slower) if pairs else None,
+        )
     if "marin" in peers:
         for p in ours:
             pairs, marin_failed = [], []
@@ -846,19 +929,27 @@ def compute_bars(raw: dict[str, Any], peers: list[str], shapes: list[str], sizes
                 if marin_failed:
                     measured += f"; Marin failed on {', '.join(sorted(set(marin_failed)))}"
             else:
-                measured = "n/a" + (f" (Marin failed on {', '.join(sorted(set(marin_failed)))})" if marin_failed
-                                    else "")
-            bar(f"no-op and incremental vs Marin, {PEER_TITLES[p]}", measured, f">= {BAR_VS_MARIN:g}x faster",
-                all(r >= BAR_VS_MARIN for r, _ in pairs) if pairs else None)
+                measured = "n/a" + (
+                    f" (Marin failed on {', '.join(sorted(set(marin_failed)))})" if marin_failed else ""
+                )
+            bar(
+                f"no-op and incremental vs Marin, {PEER_TITLES[p]}",
+                measured,
+                f">= {BAR_VS_MARIN:g}x faster",
+                all(r >= BAR_VS_MARIN for r, _ in pairs) if pairs else None,
+            )
     for r in raw.get("cli_rows") or []:
         if r["steps"] < 1000:
             continue  # the bar is about workspaces of 1k and 10k targets; startup dominates smaller ones
         for key, what in (("loader_cold", "fresh process"),):
             m = r.get(key) or {}
             tps = m.get("targets_per_s")
-            bar(f"load {r['steps']:,} targets in process ({what})",
-                "n/a" if tps is None else f"{tps:,.0f} targets/s", f"> {BAR_LOAD_TARGETS_PER_S:,.0f} targets/s",
-                None if tps is None else tps > BAR_LOAD_TARGETS_PER_S)
+            bar(
+                f"load {r['steps']:,} targets in process ({what})",
+                "n/a" if tps is None else f"{tps:,.0f} targets/s",
+                f"> {BAR_LOAD_TARGETS_PER_S:,.0f} targets/s",
+                None if tps is None else tps > BAR_LOAD_TARGETS_PER_S,
+            )
     helps = [r["help"]["seconds"] for r in raw.get("cli_rows") or [] if "seconds" in r.get("help", {})]
     if helps:
         h = statistics.median(helps)
@@ -919,8 +1010,10 @@ def render_header(report: Report) -> None:
     report.out(f"- tools: {versions}; ninja and make run with -j {raw['jobs_for_ninja_and_make']}")
     report.out(f"- command: `{shlex.join(raw['command'])}`")
     runs = raw["runs"]
-    report.out(f"- every phase: 1 warm-up, then the median of {runs} run{'s' if runs > 1 else ''}; "
-               f"a phase whose warm-up takes over {raw['slow']:g} s is measured once (marked '1 run')")
+    report.out(
+        f"- every phase: 1 warm-up, then the median of {runs} run{'s' if runs > 1 else ''}; "
+        f"a phase whose warm-up takes over {raw['slow']:g} s is measured once (marked '1 run')"
+    )
     for peer, why in raw["unavailable"].items():
         report.out(f"- **{PEER_TITLES[peer]}: not measured**: {why}")
     report.out()
@@ -931,8 +1024,12 @@ def render_results(report: Report) -> None:
     print_tables(report, raw["shapes"], raw["sizes"])
     print_cli_rows(report)
     report.out("\n## Bars\n")
-    report.out(markdown_table(["bar", "measured", "limit", "result"],
-                              [[b["bar"], b["measured"], b["limit"], b["result"]] for b in raw["bars"]]))
+    report.out(
+        markdown_table(
+            ["bar", "measured", "limit", "result"],
+            [[b["bar"], b["measured"], b["limit"], b["result"]] for b in raw["bars"]],
+        )
+    )
     problems = []
     for r in raw["rows"]:
         for phase in PHASES:
@@ -951,8 +1048,10 @@ def render_results(report: Report) -> None:
 
 def render_footer(report: Report) -> None:
     load1, load5, _ = report.raw["load_average_end"]
-    report.out(f"\nLoad average at the end: {load1:.2f} (1 min), {load5:.2f} (5 min). "
-               f"Other work on the machine shows up in these numbers.")
+    report.out(
+        f"\nLoad average at the end: {load1:.2f} (1 min), {load5:.2f} (5 min). "
+        f"Other work on the machine shows up in these numbers."
+    )
 
 
 def render(path: Path, doc: Path | None = None) -> None:
@@ -1022,15 +1121,25 @@ def write_doc(path: Path, raw: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="See bench/README.md for what each row means.")
-    parser.add_argument("--peers", nargs="+", choices=PEERS, default=list(DEFAULT_PEERS),
-                        help="tools to compare (marin is opt-in: it installs ~2 GB into bench/.peers/marin)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="See bench/README.md for what each row means."
+    )
+    parser.add_argument(
+        "--peers",
+        nargs="+",
+        choices=PEERS,
+        default=list(DEFAULT_PEERS),
+        help="tools to compare (marin is opt-in: it installs ~2 GB into bench/.peers/marin)",
+    )
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
     parser.add_argument("--sizes", nargs="+", type=int, default=[100, 1000], help="steps per graph (e.g. 1000 10000)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per phase, after one warm-up (default 3)")
-    parser.add_argument("--slow", type=float, default=30.0,
-                        help="a phase whose warm-up takes longer than this many seconds is measured once")
+    parser.add_argument(
+        "--slow",
+        type=float,
+        default=30.0,
+        help="a phase whose warm-up takes longer than this many seconds is measured once",
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before one build process is killed")
     parser.add_argument("--json", metavar="FILE", help="raw numbers (default bench/out/run-<time>.json)")
     parser.add_argument("--workdir", help="where the workloads go (default: a new folder under the temp dir)")
@@ -1038,9 +1147,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gcs", action="store_true", help="also run bench/gcs_bench.py (GCS no-op)")
     parser.add_argument("--ray", action="store_true", help="also run bench/ray_bench.py (Ray overhead)")
     parser.add_argument("--render", metavar="JSON", help="only print the tables of an earlier run's raw JSON")
-    parser.add_argument("--doc", metavar="FILE", type=Path,
-                        help="also write the tables into this markdown file (docs/performance.md), between markers "
-                        "naming the shapes and sizes")
+    parser.add_argument(
+        "--doc",
+        metavar="FILE",
+        type=Path,
+        help="also write the tables into this markdown file (docs/performance.md), between markers "
+        "naming the shapes and sizes",
+    )
     args = parser.parse_args(argv)
     if args.render:
         render(Path(args.render), args.doc)
@@ -1055,13 +1168,30 @@ def main(argv: list[str] | None = None) -> int:
     command = [sys.executable, *sys.argv] if argv is None else [sys.executable, str(Path(__file__)), *argv]
 
     python = marinbuild_python()
-    tools = Tools(python=python, marinbuild=marinbuild_cli(python), ninja=None, make=shutil.which("make"),
-                  marin_python=None, jobs=nproc() + 2)
+    tools = Tools(
+        python=python,
+        marinbuild=marinbuild_cli(python),
+        ninja=None,
+        make=shutil.which("make"),
+        marin_python=None,
+        jobs=nproc() + 2,
+    )
     raw: dict[str, Any] = {
-        "date": started.isoformat(timespec="seconds"), "command": command, "nproc": nproc(),
-        "memory_gb": total_memory_gb(), "cpu": cpu_model(), "platform": platform.platform(),
-        "load_average_start": os.getloadavg(), "peers": peers, "shapes": args.shapes, "sizes": args.sizes,
-        "runs": args.runs, "slow": args.slow, "jobs_for_ninja_and_make": tools.jobs, "rows": [], "tools": {},
+        "date": started.isoformat(timespec="seconds"),
+        "command": command,
+        "nproc": nproc(),
+        "memory_gb": total_memory_gb(),
+        "cpu": cpu_model(),
+        "platform": platform.platform(),
+        "load_average_start": os.getloadavg(),
+        "peers": peers,
+        "shapes": args.shapes,
+        "sizes": args.sizes,
+        "runs": args.runs,
+        "slow": args.slow,
+        "jobs_for_ninja_and_make": tools.jobs,
+        "rows": [],
+        "tools": {},
     }
     unavailable: dict[str, str] = {}
     if "ninja" in peers:
@@ -1107,9 +1237,7 @@ def main(argv: list[str] | None = None) -> int:
                     if not args.keep:
                         TRASH.discard(root)
         if "marinbuild-cli" in runnable:
-            raw["cli_rows"] = [
-                measure_cli_rows(workdir / f"cli-{n}", n, tools, opts, raw["rows"]) for n in args.sizes
-            ]
+            raw["cli_rows"] = [measure_cli_rows(workdir / f"cli-{n}", n, tools, opts, raw["rows"]) for n in args.sizes]
     finally:
         TRASH.empty()
         if not args.keep:

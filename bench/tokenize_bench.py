@@ -115,13 +115,24 @@ def train_tokenizer(paths: list[Path], out: Path, vocab: int) -> Path:
 
 
 def raw_rate(tokenizer: Path, paths: list[Path]) -> dict[str, float]:
-    proc = subprocess.run([sys.executable, "-c", RAW, str(tokenizer / "tokenizer.json"), *map(str, paths)],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", RAW, str(tokenizer / "tokenizer.json"), *map(str, paths)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(proc.stdout)
 
 
-def build(work: Path, data: Path, tokenizer: Path, workers: int, extra: list[str],
-          env: dict[str, str], shard_bytes: int | None = None) -> dict[str, Any]:
+def build(
+    work: Path,
+    data: Path,
+    tokenizer: Path,
+    workers: int,
+    extra: list[str],
+    env: dict[str, str],
+    shard_bytes: int | None = None,
+) -> dict[str, Any]:
     """Build the tokenize target in a fresh workspace (``shard_bytes``: the rule's default when None); the
     step's wall time, tokens and shard seconds."""
     if work.exists():
@@ -129,12 +140,18 @@ def build(work: Path, data: Path, tokenizer: Path, workers: int, extra: list[str
     (work / "pipe").mkdir(parents=True)
     (work / "pyproject.toml").write_text('[project]\nname = "tokbench"\n\n[tool.marinbuild]\nprefix = "out"\n')
     option = "" if shard_bytes is None else f", shard_bytes = {shard_bytes}"
-    (work / "pipe" / "BUILD.marin").write_text(BUILD.format(pattern=f"{data}/*.jsonl", tokenizer=tokenizer,
-                                                            workers=workers, shard_bytes=option))
+    (work / "pipe" / "BUILD.marin").write_text(
+        BUILD.format(pattern=f"{data}/*.jsonl", tokenizer=tokenizer, workers=workers, shard_bytes=option)
+    )
     events = work / "events.jsonl"
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "marinbuild", "//pipe:tok", "--build_event_json_file", str(events),
-                           *extra], cwd=work, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "//pipe:tok", "--build_event_json_file", str(events), *extra],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"build failed:\n{proc.stderr[-3000:]}")
@@ -144,11 +161,16 @@ def build(work: Path, data: Path, tokenizer: Path, workers: int, extra: list[str
     out = next((work / "out" / "pipe").glob("tok-*"))
     shards = [json.loads(line) for line in (out / "logs" / "shards.jsonl").read_text().splitlines()]
     meta = json.loads((out / "tokenized.json").read_text())["splits"]["train"]
-    return {"step_seconds": ended - started, "process_seconds": wall, "tokens": meta["tokens"],
-            "documents": meta["documents"], "shards": len(shards),
-            "shard_seconds": sum(s["seconds"] for s in shards),
-            "shard_cpu_seconds": sum(s.get("cpu_seconds") or s["seconds"] for s in shards),
-            "nodes": len({s["node"] for s in shards})}
+    return {
+        "step_seconds": ended - started,
+        "process_seconds": wall,
+        "tokens": meta["tokens"],
+        "documents": meta["documents"],
+        "shards": len(shards),
+        "shard_seconds": sum(s["seconds"] for s in shards),
+        "shard_cpu_seconds": sum(s.get("cpu_seconds") or s["seconds"] for s in shards),
+        "nodes": len({s["node"] for s in shards}),
+    }
 
 
 def _env() -> dict[str, str]:
@@ -172,8 +194,15 @@ def ray_builds(root: Path, data: Path, tokenizer: Path, nodes_list: list[int]) -
             for _ in range(nodes - 1):
                 cluster.add_node({}, num_cpus=1)
             env = {**_env(), **node_env()}
-            results[nodes] = build(root / f"ray-{nodes}", data, tokenizer, 0,
-                                   ["--backend", "ray", "--ray_address", cluster.address], env, shard_bytes=0)
+            results[nodes] = build(
+                root / f"ray-{nodes}",
+                data,
+                tokenizer,
+                0,
+                ["--backend", "ray", "--ray_address", cluster.address],
+                env,
+                shard_bytes=0,
+            )
         finally:
             if ray.is_initialized():
                 ray.shutdown()
@@ -187,8 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=8, help="files of the main dataset")
     parser.add_argument("--small-files", type=int, default=2000)
     parser.add_argument("--small-kb", type=int, default=100)
-    parser.add_argument("--small-shard-mb", type=float, default=16,
-                        help="shard_bytes of the many-small-files row, MiB (0: the rule's default)")
+    parser.add_argument(
+        "--small-shard-mb",
+        type=float,
+        default=16,
+        help="shard_bytes of the many-small-files row, MiB (0: the rule's default)",
+    )
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--ray-nodes", type=int, nargs="+", default=[1, 2])
@@ -198,8 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranges", type=int, default=4, help="byte ranges of the one-file rows")
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--doc", type=Path, default=None,
-                        help="write the table into this markdown file, between <!-- tokenize_bench --> markers")
+    parser.add_argument(
+        "--doc",
+        type=Path,
+        default=None,
+        help="write the table into this markdown file, between <!-- tokenize_bench --> markers",
+    )
     args = parser.parse_args(argv)
 
     root = Path(tempfile.mkdtemp(prefix="tokbench-", dir=args.dir))
@@ -209,8 +246,15 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = train_tokenizer(paths, root / "tokenizer", args.vocab)
     raw = raw_rate(tokenizer, paths)
     env = _env()
-    results: dict[str, Any] = {"raw": raw, "local": {}, "ray": {}, "small": None,
-                               "cpus": os.cpu_count(), "mb": args.mb, "files": args.files}
+    results: dict[str, Any] = {
+        "raw": raw,
+        "local": {},
+        "ray": {},
+        "small": None,
+        "cpus": os.cpu_count(),
+        "mb": args.mb,
+        "files": args.files,
+    }
     for n in args.processes:
         results["local"][n] = build(root / f"local-{n}", data, tokenizer, n, [], env, shard_bytes=0)
     if not args.no_one_file:
@@ -220,10 +264,14 @@ def main(argv: list[str] | None = None) -> int:
             for path in paths:
                 f.write(path.read_bytes())
         workers = max(args.processes)
-        results["one_file"] = {"workers": workers, "ranges": args.ranges,
-                               "whole": build(root / "one-whole", one.parent, tokenizer, workers, [], env, 0),
-                               "split": build(root / "one-split", one.parent, tokenizer, workers, [], env,
-                                              one.stat().st_size // args.ranges + 1)}
+        results["one_file"] = {
+            "workers": workers,
+            "ranges": args.ranges,
+            "whole": build(root / "one-whole", one.parent, tokenizer, workers, [], env, 0),
+            "split": build(
+                root / "one-split", one.parent, tokenizer, workers, [], env, one.stat().st_size // args.ranges + 1
+            ),
+        }
     if not args.no_ray:
         results["ray"] = ray_builds(root, data, tokenizer, args.ray_nodes)
     if not args.no_small:
@@ -231,10 +279,13 @@ def main(argv: list[str] | None = None) -> int:
         small_paths = write_corpus(small, args.small_files, args.small_kb * 1000, seed=2)
         small_raw = raw_rate(tokenizer, small_paths)
         workers = max(args.processes)
-        results["small"] = {"raw": small_raw, "workers": workers, "files": args.small_files,
-                            "shard_mb": args.small_shard_mb,
-                            **build(root / "small-build", small, tokenizer, workers, [], env,
-                                    int(args.small_shard_mb * 2**20) or None)}
+        results["small"] = {
+            "raw": small_raw,
+            "workers": workers,
+            "files": args.small_files,
+            "shard_mb": args.small_shard_mb,
+            **build(root / "small-build", small, tokenizer, workers, [], env, int(args.small_shard_mb * 2**20) or None),
+        }
     results["load"] = {"before": load_before, "after": os.getloadavg()}
     text = render(results, args)
     print(text)
@@ -262,19 +313,24 @@ def render(r: dict[str, Any], args: argparse.Namespace) -> str:
     raw = r["raw"]
     raw_rate_ = raw["tokens"] / raw["seconds"]
     raw_cpu_rate = raw["tokens"] / raw["cpu_seconds"]
-    lines = [f"Dataset: {r['mb']:g} MB of JSON lines in {r['files']} files, {raw['tokens']:,} tokens "
-             f"(BPE, vocab {args.vocab}); {r['cpus']} CPUs.", "",
-             "| run | step wall | tokens/s | per CPU second (shards) | vs raw | per core (step) | speed-up |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-             f"| raw HF tokenizers, 1 core | {raw['seconds']:.1f} s | {raw_rate_:,.0f} | {raw_cpu_rate:,.0f} | 100% | "
-             f"{raw_rate_:,.0f} | |"]
+    lines = [
+        f"Dataset: {r['mb']:g} MB of JSON lines in {r['files']} files, {raw['tokens']:,} tokens "
+        f"(BPE, vocab {args.vocab}); {r['cpus']} CPUs.",
+        "",
+        "| run | step wall | tokens/s | per CPU second (shards) | vs raw | per core (step) | speed-up |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| raw HF tokenizers, 1 core | {raw['seconds']:.1f} s | {raw_rate_:,.0f} | {raw_cpu_rate:,.0f} | 100% | "
+        f"{raw_rate_:,.0f} | |",
+    ]
 
     def row(name: str, b: dict[str, Any], cores: int, base: dict[str, Any] | None) -> str:
         shard_rate = b["tokens"] / b["shard_cpu_seconds"]
         step_rate = b["tokens"] / b["step_seconds"]
         speed = f"{base['step_seconds'] / b['step_seconds']:.2f}x" if base is not None else ""
-        return (f"| {name} | {b['step_seconds']:.1f} s | {step_rate:,.0f} | {shard_rate:,.0f} | "
-                f"{shard_rate / raw_cpu_rate:.0%} | {step_rate / cores:,.0f} | {speed} |")
+        return (
+            f"| {name} | {b['step_seconds']:.1f} s | {step_rate:,.0f} | {shard_rate:,.0f} | "
+            f"{shard_rate / raw_cpu_rate:.0%} | {step_rate / cores:,.0f} | {speed} |"
+        )
 
     local = {int(k): v for k, v in r["local"].items()}
     first = local.get(min(local)) if local else None
@@ -284,26 +340,34 @@ def render(r: dict[str, Any], args: argparse.Namespace) -> str:
     if one:
         w = one["workers"]
         lines.append(row(f"one file, local, {w} processes: 1 shard", one["whole"], w, None))
-        lines.append(row(f"one file, local, {w} processes: {one['ranges']} byte ranges", one["split"], w,
-                         one["whole"]))
+        lines.append(row(f"one file, local, {w} processes: {one['ranges']} byte ranges", one["split"], w, one["whole"]))
     ray_runs = {int(k): v for k, v in r["ray"].items()}
     first_ray = ray_runs.get(min(ray_runs)) if ray_runs else None
     for n, b in sorted(ray_runs.items()):
-        lines.append(row(f"Ray, {n} worker node{'s' if n > 1 else ''} (1 CPU each; shards ran on {b['nodes']})", b, n,
-                         first_ray if n != min(ray_runs) else None))
+        lines.append(
+            row(
+                f"Ray, {n} worker node{'s' if n > 1 else ''} (1 CPU each; shards ran on {b['nodes']})",
+                b,
+                n,
+                first_ray if n != min(ray_runs) else None,
+            )
+        )
     small = r.get("small")
     if small:
         raw_s = small["raw"]["seconds"] / small["workers"]
         over = small["step_seconds"] - raw_s
         shard_size = f"shard_bytes {small['shard_mb']:g} MiB" if small.get("shard_mb") else "default shard_bytes"
-        lines += ["", "| many small files | files | shards | step wall | raw tokenizing / processes | bookkeeping | "
-                      "per shard | share of wall |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-                  f"| {args.small_kb} KB each, local, {small['workers']} processes, {shard_size} | "
-                  f"{small['files']:,} | "
-                  f"{small['shards']:,} | "
-                  f"{small['step_seconds']:.1f} s | {raw_s:.1f} s | {over:.1f} s | "
-                  f"{over / small['shards'] * 1000:.0f} ms | {over / small['step_seconds']:.0%} |"]
+        lines += [
+            "",
+            "| many small files | files | shards | step wall | raw tokenizing / processes | bookkeeping | "
+            "per shard | share of wall |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            f"| {args.small_kb} KB each, local, {small['workers']} processes, {shard_size} | "
+            f"{small['files']:,} | "
+            f"{small['shards']:,} | "
+            f"{small['step_seconds']:.1f} s | {raw_s:.1f} s | {over:.1f} s | "
+            f"{over / small['shards'] * 1000:.0f} ms | {over / small['step_seconds']:.0%} |",
+        ]
     return "\n".join(lines)
 
 

@@ -218,8 +218,7 @@ def _target_line(graph: Graph, i: int, salt: int = 0) -> str:
     package = graph.package_of(i)
     labels = [f":n{d}" if graph.package_of(d) == package else graph.label_of(d) for d in graph.deps[i]]
     deps = ", ".join(f'"{label}"' for label in labels)
-    return (f'python_step(name = "n{i}", fn = "steps:write16", config = {{"i": {i}, "salt": {salt}}}, '
-            f"deps = [{deps}])")
+    return f'python_step(name = "n{i}", fn = "steps:write16", config = {{"i": {i}, "salt": {salt}}}, deps = [{deps}])'
 
 
 def write_workspace(folder: Path, graph: Graph) -> Path:
@@ -319,10 +318,18 @@ def write_workload(folder: str | os.PathLike[str], shape: str, n: int, kinds: It
             raise ValueError(f"unknown workload kind {kind!r}; known: {', '.join(KINDS)}")
         writers[kind](root / kind, graph)
     root.mkdir(parents=True, exist_ok=True)
-    (root / "graph.json").write_text(json.dumps({
-        "shape": shape, "n": n, "mid": graph.mid, "mid_label": graph.label_of(graph.mid),
-        "expected_incremental": graph.expected_incremental, "deps": [list(d) for d in graph.deps],
-    }))
+    (root / "graph.json").write_text(
+        json.dumps(
+            {
+                "shape": shape,
+                "n": n,
+                "mid": graph.mid,
+                "mid_label": graph.label_of(graph.mid),
+                "expected_incremental": graph.expected_incremental,
+                "deps": [list(d) for d in graph.deps],
+            }
+        )
+    )
     return graph
 
 
@@ -334,8 +341,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     args = parser.parse_args(argv)
     graph = write_workload(args.folder, args.shape, args.size, args.kinds)
-    print(f"wrote {args.shape} x {graph.n} to {args.folder}: mid node {graph.mid} ({graph.label_of(graph.mid)}), "
-          f"an incremental rebuild runs {graph.expected_incremental} actions")
+    print(
+        f"wrote {args.shape} x {graph.n} to {args.folder}: mid node {graph.mid} ({graph.label_of(graph.mid)}), "
+        f"an incremental rebuild runs {graph.expected_incremental} actions"
+    )
 
 
 if __name__ == "__main__":

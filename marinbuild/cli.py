@@ -42,8 +42,9 @@ class DefaultBuildGroup(click.Group):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             meant = unknown_command(args[0], list(self.commands))
             if meant is not None:
-                raise UsageProblem(f"unknown command '{args[0]}'; did you mean '{meant}'? (marinbuild --help lists "
-                                   "the commands)")
+                raise UsageProblem(
+                    f"unknown command '{args[0]}'; did you mean '{meant}'? (marinbuild --help lists the commands)"
+                )
             args = ["build", *args]
         args = rewrite(args)
         if args and args[0] in _PATTERN_COMMANDS and "--" not in args:
@@ -110,7 +111,7 @@ def _run_only(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         try:
             parsed = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise click.BadParameter(f"not a JSON list ({exc.msg}): write e.g. '[\"tokenize\", \"train\"]'") from exc
+            raise click.BadParameter(f'not a JSON list ({exc.msg}): write e.g. \'["tokenize", "train"]\'') from exc
         if not isinstance(parsed, list) or not all(isinstance(x, str) for x in parsed):
             raise click.BadParameter('a JSON list of regexes, e.g. \'["tokenize", "train"]\'')
     else:
@@ -128,31 +129,69 @@ def _run_only(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--prefix", help="Where outputs go (a folder or gs://...); default $MARIN_PREFIX or [tool.marinbuild].")
 @click.option("-n", "--dry_run", is_flag=True, help="Say what would run (reads statuses), run and write nothing.")
 @click.option("--check_up_to_date", is_flag=True, help="Run nothing; exit 1 if any step would run (for CI).")
-@click.option("-j", "--jobs", "--max_concurrent", type=int,
-              help="At most this many steps at once (default: every ready step).")
-@click.option("-k", "--keep_going/--nokeep_going", default=False,
-              help="After a failure, keep running steps that do not need it (default: stop starting steps).")
-@click.option("--run_only", callback=_run_only, metavar="JSON|REGEX",
-              help="Only steps whose name matches one of these regexes (Marin's run_only: '[\"tokenize\", ...]'), "
-              "and what they need.")
-@click.option("--rebuild", multiple=True, metavar="TARGET", shell_complete=_complete_labels,
-              help="Run TARGET's steps again even though they are built (repeatable).")
-@click.option("--force_run_failed/--no-force_run_failed", default=None,
-              help="Rerun steps that failed before (default) or stop with an error.")
+@click.option(
+    "-j", "--jobs", "--max_concurrent", type=int, help="At most this many steps at once (default: every ready step)."
+)
+@click.option(
+    "-k",
+    "--keep_going/--nokeep_going",
+    default=False,
+    help="After a failure, keep running steps that do not need it (default: stop starting steps).",
+)
+@click.option(
+    "--run_only",
+    callback=_run_only,
+    metavar="JSON|REGEX",
+    help="Only steps whose name matches one of these regexes (Marin's run_only: '[\"tokenize\", ...]'), "
+    "and what they need.",
+)
+@click.option(
+    "--rebuild",
+    multiple=True,
+    metavar="TARGET",
+    shell_complete=_complete_labels,
+    help="Run TARGET's steps again even though they are built (repeatable).",
+)
+@click.option(
+    "--force_run_failed/--no-force_run_failed",
+    default=None,
+    help="Rerun steps that failed before (default) or stop with an error.",
+)
 @click.option("--backend", type=click.Choice(BACKEND_NAMES), help="Where steps run.")
-@click.option("--ray_address", help="The Ray cluster to run steps on (implies --backend ray; default $RAY_ADDRESS or "
-              "[tool.marinbuild] ray_address; none: --backend ray starts a local Ray on 127.0.0.1).")
+@click.option(
+    "--ray_address",
+    help="The Ray cluster to run steps on (implies --backend ray; default $RAY_ADDRESS or "
+    "[tool.marinbuild] ray_address; none: --backend ray starts a local Ray on 127.0.0.1).",
+)
 @click.option("--explain", is_flag=True, help="Print why each step runs.")
 @click.option("--build_event_json_file", type=click.Path(dir_okay=False), help="Write every event as a JSON line.")
 @click.option("--profile", type=click.Path(dir_okay=False), help="Write a Chrome/Perfetto trace of the build.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", help="Format of the result.")
-@click.option("-v", "--verbose", is_flag=True, help="Also show Ray's own messages (always in .marinbuild/logs/ray.log) "
-              "and every line the ML steps' helper processes print.")
-def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, jobs: int | None, keep_going: bool,
-                  force_run_failed: bool | None, backend: str | None, explain: bool,
-                  build_event_json_file: str | None, profile: str | None, output: str,
-                  ray_address: str | None = None, verbose: bool = False, check_up_to_date: bool = False,
-                  run_only: list[str] | None = None, rebuild: tuple[str, ...] = ()) -> None:
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Also show Ray's own messages (always in .marinbuild/logs/ray.log) "
+    "and every line the ML steps' helper processes print.",
+)
+def build_command(
+    patterns: tuple[str, ...],
+    prefix: str | None,
+    dry_run: bool,
+    jobs: int | None,
+    keep_going: bool,
+    force_run_failed: bool | None,
+    backend: str | None,
+    explain: bool,
+    build_event_json_file: str | None,
+    profile: str | None,
+    output: str,
+    ray_address: str | None = None,
+    verbose: bool = False,
+    check_up_to_date: bool = False,
+    run_only: list[str] | None = None,
+    rebuild: tuple[str, ...] = (),
+) -> None:
     """Build the targets that PATTERN... name (//pkg:name, //pkg/..., //pkg:all, -PATTERN subtracts).
 
     Marin's spellings work too: --dry_run true|false, --force_run_failed false, --max_concurrent N,
@@ -160,8 +199,14 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     if verbose:
         os.environ["MARINBUILD_VERBOSE"] = "1"  # the Ray backend, and the ML steps' helper processes, read it
     dry_run = dry_run or check_up_to_date
-    settings = {"prefix": prefix, "backend": backend, "jobs": jobs, "keep_going": keep_going,
-                "force_run_failed": force_run_failed, "ray_address": ray_address}
+    settings = {
+        "prefix": prefix,
+        "backend": backend,
+        "jobs": jobs,
+        "keep_going": keep_going,
+        "force_run_failed": force_run_failed,
+        "ray_address": ray_address,
+    }
     report = _Report(dry_run, explain, output, build_event_json_file, profile)
     if run_only is None and not rebuild and _noop_from_snapshot(patterns, settings, report):
         return
@@ -174,8 +219,11 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     report.event_log = (session.workspace.cache_dir, list(patterns), session.settings.prefix)
     _export_serve_url(session.workspace, session.settings.prefix)
     key = _snapshot_key(session.workspace, session.settings, patterns)
-    recorder = snapshot.Recorder(excluded=(str(session.workspace.cache_dir), session.settings.prefix),
-                                 env=environment) if key is not None else None
+    recorder = (
+        snapshot.Recorder(excluded=(str(session.workspace.cache_dir), session.settings.prefix), env=environment)
+        if key is not None
+        else None
+    )
     with recorder if recorder is not None else contextlib.nullcontext():
         labels = session.load(patterns)
         if not labels:
@@ -190,8 +238,14 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     executor.listeners = [*report.open(), lambda e: succeeded.append(e.output_path) if e.kind == "succeeded" else None]
     failed: BaseException | None = None
     try:
-        executor.run(session.requested_steps(), dry_run=dry_run, force_run_failed=session.settings.force_run_failed,
-                     max_concurrent=session.settings.jobs, run_only=run_only, rebuild=rebuilt)
+        executor.run(
+            session.requested_steps(),
+            dry_run=dry_run,
+            force_run_failed=session.settings.force_run_failed,
+            max_concurrent=session.settings.jobs,
+            run_only=run_only,
+            rebuild=rebuilt,
+        )
     except (StepFailedError, PreviousTaskFailedError) as exc:
         failed = exc
     except UnsatisfiableResourcesError as exc:  # nothing ran: the backend cannot give a step what it needs
@@ -200,8 +254,11 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
         report.close()
         _record_code(session, succeeded)
     if executor.dry_run_problems:
-        click.echo(f"marinbuild: warning: the local backend could not run {len(executor.dry_run_problems)} of the "
-                   f"steps below: {'; '.join(executor.dry_run_problems)}", err=True)
+        click.echo(
+            f"marinbuild: warning: the local backend could not run {len(executor.dry_run_problems)} of the "
+            f"steps below: {'; '.join(executor.dry_run_problems)}",
+            err=True,
+        )
     plan = None
     if executor.plan is not None:
         plan = [(s, p.state, executor.output_paths[s], p.lease, p.will_run) for s, p in executor.plan.steps.items()]
@@ -226,8 +283,9 @@ def build_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, 
     if check_up_to_date and plan is not None:
         would_run = [step.name for step, _state, _path, _lease, will_run in plan if will_run]
         if would_run:
-            click.echo(f"marinbuild: not up to date: {len(would_run)} step(s) would run: {', '.join(would_run)}",
-                       err=True)
+            click.echo(
+                f"marinbuild: not up to date: {len(would_run)} step(s) would run: {', '.join(would_run)}", err=True
+            )
             raise SystemExit(EXIT_FAILED)
 
 
@@ -252,9 +310,12 @@ def _warn_code_changed(session: Any, built: list[Any]) -> bool:
     if not changed:
         return False
     files = sorted({f for fs in changed.values() for f in fs})
-    click.echo(f"marinbuild: warning: code changed since {len(changed)} output(s) were built, not part of their key, "
-               f"so they were not rebuilt: {', '.join(files)} (marinbuild why TARGET says which; --rebuild TARGET "
-               "rebuilds one)", err=True)
+    click.echo(
+        f"marinbuild: warning: code changed since {len(changed)} output(s) were built, not part of their key, "
+        f"so they were not rebuilt: {', '.join(files)} (marinbuild why TARGET says which; --rebuild TARGET "
+        "rebuilds one)",
+        err=True,
+    )
     return True
 
 
@@ -325,8 +386,12 @@ class _Report:
         for closer in self.closers:
             closer.close()
 
-    def finish(self, requested: list[tuple[str, str]], plan: Sequence[tuple[Any, str, str, Any, bool]] | None,
-               session: Any = None) -> None:
+    def finish(
+        self,
+        requested: list[tuple[str, str]],
+        plan: Sequence[tuple[Any, str, str, Any, bool]] | None,
+        session: Any = None,
+    ) -> None:
         """Print the plan (dry runs, ``--explain``) and the summary or the JSON result.
 
         ``plan`` rows are (step, state, output path, lease, will run); ``session`` is needed only
@@ -349,8 +414,9 @@ class _Report:
             result["targets"] = [{"label": label, "output_path": path} for label, path in requested]
             result["dry_run"] = self.dry_run
             if plan is not None:
-                result["plan"] = [{"step": step.name, "state": state, "output_path": path}
-                                  for step, state, path, _lease, _run in plan]
+                result["plan"] = [
+                    {"step": step.name, "state": state, "output_path": path} for step, state, path, _lease, _run in plan
+                ]
             click.echo(json.dumps(result, indent=2))
         else:
             click.echo(self.summary.render(requested))
@@ -380,8 +446,9 @@ def _snapshot_key(workspace: Any, settings: Any, patterns: tuple[str, ...]) -> A
 
     if not snapshot.eligible(settings.prefix, settings.backend):
         return None
-    return snapshot.SnapshotKey(str(workspace.root), current_package(workspace.root), tuple(patterns),
-                                settings.prefix, settings.backend)
+    return snapshot.SnapshotKey(
+        str(workspace.root), current_package(workspace.root), tuple(patterns), settings.prefix, settings.backend
+    )
 
 
 def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple[str, str]]) -> None:
@@ -436,16 +503,23 @@ def _noop_from_snapshot(patterns: tuple[str, ...], settings: dict[str, Any], rep
         statuses = read_statuses(paths)
         if any(statuses.get(path) != STATUS_SUCCESS for path in paths):
             return False
-        check_built([(path, ActionKey(digest, name, overridden)) for name, path, digest, overridden in found.steps],
-                    getattr(statuses, "actions", {}))
+        check_built(
+            [(path, ActionKey(digest, name, overridden)) for name, path, digest, overridden in found.steps],
+            getattr(statuses, "actions", {}),
+        )
     except Exception:  # a damaged status, a path-hash collision...: the full path says what is wrong
         return False
     report.event_log = (workspace.cache_dir, list(patterns), key.prefix)
     bus = ev.EventBus(report.open())
     try:
         for name, path, _digest, _overridden in found.steps:
-            bus.emit(ev.PLANNED, step=name, output_path=path, detail=BUILT,
-                     data={"dry_run": report.dry_run, "status": statuses[path]})
+            bus.emit(
+                ev.PLANNED,
+                step=name,
+                output_path=path,
+                detail=BUILT,
+                data={"dry_run": report.dry_run, "status": statuses[path]},
+            )
         if not report.dry_run:
             bus.emit(ev.BUILD_STARTED, data={"steps": 0})
             bus.emit(ev.BUILD_FINISHED, data={"ran": 0, "failed": 0})
@@ -458,8 +532,12 @@ def _noop_from_snapshot(patterns: tuple[str, ...], settings: dict[str, Any], rep
 
 @cli.command("query")
 @click.argument("expression")
-@click.option("--output", type=click.Choice(["label", "label_kind", "location", "json", "graph"]), default="label",
-              help="label, label_kind, location (file:line:col), json, or graph (DOT, coloured by cache state).")
+@click.option(
+    "--output",
+    type=click.Choice(["label", "label_kind", "location", "json", "graph"]),
+    default="label",
+    help="label, label_kind, location (file:line:col), json, or graph (DOT, coloured by cache state).",
+)
 @click.option("--prefix", help="The prefix cache-aware functions (built, stale, ...) look at.")
 def query_command(expression: str, output: str, prefix: str | None) -> None:
     """Query the target graph: deps, rdeps, somepath, allpaths, kind, attr, filter, built, stale, ..."""
@@ -487,8 +565,11 @@ def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> N
         raise UsageProblem(f"no targets match {' '.join(patterns)}")
     if _is_one_label(patterns, session.current_package()):
         (group,) = groups
-        text = json.dumps(why_as_dict(group.target, group.steps), indent=2) if output == "json" \
+        text = (
+            json.dumps(why_as_dict(group.target, group.steps), indent=2)
+            if output == "json"
             else format_why(group.steps)
+        )
     elif output == "json":
         paths = [session.executor.output_paths[step] for step in session.executor.steps]
         text = json.dumps(why_targets_as_dict(list(patterns), groups, paths), indent=2)
@@ -567,12 +648,16 @@ def cache_gc_command(patterns: tuple[str, ...], prefix: str | None, yes: bool, o
 @click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
 @click.option("--prefix")
 @click.option("-n", "--dry_run", is_flag=True, help="Report only; leave damaged steps marked built.")
-@click.option("--repair", is_flag=True,
-              help="Also remove unparsable statuses, leases and records, and leases left beside built steps.")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Also remove unparsable statuses, leases and records, and leases left beside built steps.",
+)
 @click.option("--no_deps", is_flag=True, help="Check only the targets' own steps, not the steps they depend on.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
-def cache_verify_command(patterns: tuple[str, ...], prefix: str | None, dry_run: bool, repair: bool, no_deps: bool,
-                         output: str) -> None:
+def cache_verify_command(
+    patterns: tuple[str, ...], prefix: str | None, dry_run: bool, repair: bool, no_deps: bool, output: str
+) -> None:
     """Check the targets' steps and their dependencies: every metadata file, and output digests against the
     manifests; damaged steps are rebuilt by the next build."""
     from marinbuild.cache.verify import format_verify, verify_cache
@@ -599,8 +684,9 @@ def info_command(key: str | None, prefix: str | None, backend: str | None, ray_a
     from marinbuild.load.workspace import find_workspace
 
     workspace = find_workspace(".")
-    facts = workspace_info(workspace, Settings.resolve(workspace, prefix=prefix, backend=backend,
-                                                       ray_address=ray_address), prefix)
+    facts = workspace_info(
+        workspace, Settings.resolve(workspace, prefix=prefix, backend=backend, ray_address=ray_address), prefix
+    )
     if key is None:
         click.echo("".join(f"{name}: {value}\n" for name, value in facts.items()), nl=False)
         return
@@ -623,10 +709,19 @@ def clean_command() -> None:
 @cli.command("serve")
 @click.argument("patterns", nargs=-1, shell_complete=_complete_labels)
 @click.option("--prefix", help="The prefix whose outputs are shown (default as for builds).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
-              help="The port to listen on (0: any free port).")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="The address to listen on; anything but loopback is reachable from other machines.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8000,
+    show_default=True,
+    help="The port to listen on (0: any free port).",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address to listen on; anything but loopback is reachable from other machines.",
+)
 def serve_command(patterns: tuple[str, ...], prefix: str | None, port: int, host: str) -> None:
     """A read-only web view of PATTERN (default //...): the graph and each step's cache state, why, files and
     logs, the runs, training curves; live while builds run."""
@@ -650,11 +745,16 @@ def serve_command(patterns: tuple[str, ...], prefix: str | None, port: int, host
 
 def _cluster_options(command: Any) -> Any:
     """--address and --cluster, shared by ``submit`` and the ``jobs`` commands."""
-    command = click.option("--cluster", metavar="CONFIG|NAME",
-                           help="A Ray cluster config (infra/NAME.yaml) or its name in infra/ (e.g. us-central2): "
-                           "its head's dashboard.")(command)
-    return click.option("--address", help="The cluster's dashboard URL (wins over --cluster; default "
-                        "$RAY_API_SERVER_ADDRESS, $RAY_ADDRESS, http://127.0.0.1:8265).")(command)
+    command = click.option(
+        "--cluster",
+        metavar="CONFIG|NAME",
+        help="A Ray cluster config (infra/NAME.yaml) or its name in infra/ (e.g. us-central2): its head's dashboard.",
+    )(command)
+    return click.option(
+        "--address",
+        help="The cluster's dashboard URL (wins over --cluster; default "
+        "$RAY_API_SERVER_ADDRESS, $RAY_ADDRESS, http://127.0.0.1:8265).",
+    )(command)
 
 
 def _json_resources(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, float] | None:
@@ -665,7 +765,7 @@ def _json_resources(ctx: click.Context, param: click.Parameter, value: str | Non
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON ({exc.msg}): write e.g. '{{\"TPU\": 4}}'") from exc
     if not isinstance(parsed, dict) or not all(isinstance(v, int | float) for v in parsed.values()):
-        raise click.BadParameter('a JSON object of resource names to numbers, e.g. \'{"TPU": 4}\'')
+        raise click.BadParameter("a JSON object of resource names to numbers, e.g. '{\"TPU\": 4}'")
     return parsed
 
 
@@ -673,17 +773,36 @@ def _json_resources(ctx: click.Context, param: click.Parameter, value: str | Non
 @_cluster_options
 @click.option("--tpu", metavar="TYPE", help="Run the command on a host of this TPU type (e.g. v4-8), as Marin's --tpu.")
 @click.option("--entrypoint_num_cpus", "--entrypoint-num-cpus", type=float, help="CPUs to reserve for the command.")
-@click.option("--entrypoint_resources", "--entrypoint-resources", callback=_json_resources, metavar="JSON",
-              help="Custom resources to reserve for the command, e.g. '{\"TPU\": 4}'.")
+@click.option(
+    "--entrypoint_resources",
+    "--entrypoint-resources",
+    callback=_json_resources,
+    metavar="JSON",
+    help="Custom resources to reserve for the command, e.g. '{\"TPU\": 4}'.",
+)
 @click.option("--submission_id", "--submission-id", help="The job's id (default: Ray picks one).")
 @click.option("--no_wait", is_flag=True, help="Print the job id and return; do not follow the job.")
 @click.option("-e", "--env", "env", nargs=2, multiple=True, metavar="KEY VALUE", help="An environment variable.")
-@click.option("--extra", "extras", multiple=True, metavar="NAME",
-              help="Install this extra of the workspace (or a package) into the job's environment.")
+@click.option(
+    "--extra",
+    "extras",
+    multiple=True,
+    metavar="NAME",
+    help="Install this extra of the workspace (or a package) into the job's environment.",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def submit_command(address: str | None, cluster: str | None, tpu: str | None, entrypoint_num_cpus: float | None,
-                   entrypoint_resources: dict[str, float] | None, submission_id: str | None, no_wait: bool,
-                   env: tuple[tuple[str, str], ...], extras: tuple[str, ...], command: tuple[str, ...]) -> None:
+def submit_command(
+    address: str | None,
+    cluster: str | None,
+    tpu: str | None,
+    entrypoint_num_cpus: float | None,
+    entrypoint_resources: dict[str, float] | None,
+    submission_id: str | None,
+    no_wait: bool,
+    env: tuple[tuple[str, str], ...],
+    extras: tuple[str, ...],
+    command: tuple[str, ...],
+) -> None:
     """Run COMMAND on a Ray cluster as a job, with this workspace as its working_dir: submit ... -- COMMAND..."""
     from marinbuild import submit as jobs
 
@@ -691,9 +810,17 @@ def submit_command(address: str | None, cluster: str | None, tpu: str | None, en
         if "=" in key or not key:
             raise UsageProblem(f"-e takes KEY VALUE, got key {key!r} (write -e {key.replace('=', ' ', 1)})")
     try:
-        submission = jobs.submit(list(command), address=address, cluster=cluster, env_vars=dict(env), extras=extras,
-                                 submission_id=submission_id, tpu=tpu, entrypoint_num_cpus=entrypoint_num_cpus,
-                                 entrypoint_resources=entrypoint_resources)
+        submission = jobs.submit(
+            list(command),
+            address=address,
+            cluster=cluster,
+            env_vars=dict(env),
+            extras=extras,
+            submission_id=submission_id,
+            tpu=tpu,
+            entrypoint_num_cpus=entrypoint_num_cpus,
+            entrypoint_resources=entrypoint_resources,
+        )
     except ImportError as exc:
         raise UsageProblem(f"submit needs Ray: pip install 'marinbuild[ray]' ({exc})") from exc
     except ValueError as exc:  # a bad --tpu, or an --extra whose pyproject entry is not a requirement
@@ -701,13 +828,19 @@ def submit_command(address: str | None, cluster: str | None, tpu: str | None, en
     click.echo(submission.job_id)
     if no_wait:
         return
-    click.echo(f"marinbuild: following job {submission.job_id} on {submission.address} (Ctrl-C stops following; "
-               "the job goes on)", err=True)
+    click.echo(
+        f"marinbuild: following job {submission.job_id} on {submission.address} (Ctrl-C stops following; "
+        "the job goes on)",
+        err=True,
+    )
     try:
         jobs.follow(submission)
     except KeyboardInterrupt:
-        click.echo(f"marinbuild: stopped following; the job goes on (stop it: marinbuild jobs stop "
-                   f"{submission.job_id} --address {submission.address})", err=True)
+        click.echo(
+            f"marinbuild: stopped following; the job goes on (stop it: marinbuild jobs stop "
+            f"{submission.job_id} --address {submission.address})",
+            err=True,
+        )
         raise SystemExit(130) from None
     status, code = jobs.final_status(submission)
     click.echo(f"marinbuild: job {submission.job_id} {status}", err=True)
@@ -804,8 +937,16 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from marinbuild.query import QueryError
     from marinbuild.ray_auth import RayAuthError
 
-    return (LabelError, WorkspaceError, QueryError, SettingsError, UsageProblem, ClusterConfigError, JobsError,
-            RayAuthError)
+    return (
+        LabelError,
+        WorkspaceError,
+        QueryError,
+        SettingsError,
+        UsageProblem,
+        ClusterConfigError,
+        JobsError,
+        RayAuthError,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -852,7 +993,9 @@ def _internal_error(exc: BaseException) -> int:
         installed = version("marinbuild")
     except PackageNotFoundError:
         installed = "unknown"
-    click.echo(f"marinbuild: internal error (a bug in marinbuild {installed}): {type(exc).__name__}: {exc}\n"
-               "marinbuild: please report it to marinbuild's issue tracker with the command and the traceback above",
-               err=True)
+    click.echo(
+        f"marinbuild: internal error (a bug in marinbuild {installed}): {type(exc).__name__}: {exc}\n"
+        "marinbuild: please report it to marinbuild's issue tracker with the command and the traceback above",
+        err=True,
+    )
     return EXIT_INTERNAL

@@ -70,8 +70,10 @@ def find_config(cluster: str, search_dirs: list[Path]) -> Path:
             continue
     known = ", ".join(p.stem for p in configs) or "none"
     where = " or ".join(str(d) for d in infra_dirs) or "no infra/ folder here or in the workspace"
-    raise ClusterConfigError(f"--cluster {cluster}: no cluster config of that name in {where} (configs: {known}); "
-                             "pass a path to a Ray cluster YAML")
+    raise ClusterConfigError(
+        f"--cluster {cluster}: no cluster config of that name in {where} (configs: {known}); "
+        "pass a path to a Ray cluster YAML"
+    )
 
 
 def load_config(path: Path) -> dict[str, Any]:
@@ -104,8 +106,9 @@ def ray_head_ip(config_path: Path) -> str:
         return get_head_node_ip(str(config_path))
 
 
-def resolve_cluster(cluster: str, search_dirs: list[Path],
-                    head_ip_of: Callable[[Path], str] = ray_head_ip) -> ClusterAddress:
+def resolve_cluster(
+    cluster: str, search_dirs: list[Path], head_ip_of: Callable[[Path], str] = ray_head_ip
+) -> ClusterAddress:
     """Where the cluster ``cluster`` names (a config path or name) has its head and dashboard."""
     path = _shown(find_config(cluster, search_dirs))
     config = load_config(path)
@@ -121,7 +124,8 @@ def resolve_cluster(cluster: str, search_dirs: list[Path],
         except Exception as exc:
             raise ClusterConfigError(
                 f"cannot find the head node of cluster {name} from {path} ({_one_line(exc)}); is it up "
-                f"(`ray up {path}`) and are your cloud credentials set? Or pass --address") from exc
+                f"(`ray up {path}`) and are your cloud credentials set? Or pass --address"
+            ) from exc
         if not head_ip:
             raise ClusterConfigError(f"cannot find the head node of cluster {name} from {path}; pass --address")
     return ClusterAddress(name, path, str(head_ip), dashboard_port(config))

@@ -30,8 +30,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CODE_RECORD", "CodeChanges", "changed", "display_path", "file_digest", "for_session", "record",
-           "sentence", "step_code"]
+__all__ = [
+    "CODE_RECORD",
+    "CodeChanges",
+    "changed",
+    "display_path",
+    "file_digest",
+    "for_session",
+    "record",
+    "sentence",
+    "step_code",
+]
 
 CODE_RECORD = ".marinbuild_code.json"
 

@@ -236,7 +236,7 @@ def _git_commit() -> str | None:
                 pointer = f.read().strip()
             if not pointer.startswith("gitdir: "):
                 return None
-            git = os.path.join(os.getcwd(), pointer[len("gitdir: "):])
+            git = os.path.join(os.getcwd(), pointer[len("gitdir: ") :])
         common = git
         if os.path.exists(os.path.join(git, "commondir")):  # a worktree's refs live in the main repository
             with open(os.path.join(git, "commondir")) as f:
@@ -386,14 +386,15 @@ class Executor:
     def _warn_new(self) -> None:
         """Marin's warning for a step placed by ``override_output_path``; not for a BUILD target, whose
         ``override_output_path`` attribute says the same thing in the declaration itself."""
-        mismatches = self._table.override_mismatches[self._warned:]
+        mismatches = self._table.override_mismatches[self._warned :]
         if mismatches:
             from marinbuild.analysis.analyze import TargetConfig  # only when a step was placed by hand
         for step, computed, _override in mismatches:
             if isinstance(step.config, TargetConfig):
                 continue
-            logger.warning("Output path %s doesn't match given override %s, using the latter.", computed,
-                           step.override_output_path)
+            logger.warning(
+                "Output path %s doesn't match given override %s, using the latter.", computed, step.override_output_path
+            )
         self._warned = len(self._table.override_mismatches)
 
     # -- infos ----------------------------------------------------------------------------
@@ -429,16 +430,25 @@ class Executor:
         version (``indented_version``). Not kept: it is written once per step, and a step deep in a wide graph
         nests its ancestors' versions."""
         info = self._step_info(step)
-        return "".join((
-            '{\n  "name": ', dumps_indented(info.name, 1),
-            ',\n  "fn_name": ', dumps_indented(info.fn_name, 1),
-            ',\n  "config": ', dumps_indented(info.config, 1),
-            ',\n  "override_output_path": ', dumps_indented(info.override_output_path, 1),
-            ',\n  "version": ', self._table.indented_version(step).replace("\n", "\n  "),
-            ',\n  "dependencies": ', dumps_indented(info.dependencies, 1),
-            ',\n  "output_path": ', dumps_indented(info.output_path, 1),
-            "\n}",
-        ))
+        return "".join(
+            (
+                '{\n  "name": ',
+                dumps_indented(info.name, 1),
+                ',\n  "fn_name": ',
+                dumps_indented(info.fn_name, 1),
+                ',\n  "config": ',
+                dumps_indented(info.config, 1),
+                ',\n  "override_output_path": ',
+                dumps_indented(info.override_output_path, 1),
+                ',\n  "version": ',
+                self._table.indented_version(step).replace("\n", "\n  "),
+                ',\n  "dependencies": ',
+                dumps_indented(info.dependencies, 1),
+                ',\n  "output_path": ',
+                dumps_indented(info.output_path, 1),
+                "\n}",
+            )
+        )
 
     def _run_info_steps(self) -> Iterator[Any]:
         """Each step's entry of the run info (``marinbuild.store.run_info.step_pieces``), made as it is consumed."""
@@ -464,8 +474,13 @@ class Executor:
         assert self.executor_info is not None, "call get_infos() first"
         info = self.executor_info
         head = {key: getattr(info, key) for key in run_info.HEAD_KEYS}
-        self.executor_info_path = run_info.write(self.executor_info_base_path, run_info.script_name(info.caller_path),
-                                                 head, self._run_info_steps(), only_if_new)
+        self.executor_info_path = run_info.write(
+            self.executor_info_base_path,
+            run_info.script_name(info.caller_path),
+            head,
+            self._run_info_steps(),
+            only_if_new,
+        )
         return self.executor_info_path
 
     def _start_run_info(self) -> Any:
@@ -535,8 +550,15 @@ class Executor:
 
         path = default_path() if self.metadata_cache_path == "default" else self.metadata_cache_path
         with BuildContext(path) as context:
-            return self._run(steps, context, dry_run=dry_run, run_only=run_only, force_run_failed=force_run_failed,
-                             max_concurrent=max_concurrent, rebuild=rebuild)
+            return self._run(
+                steps,
+                context,
+                dry_run=dry_run,
+                run_only=run_only,
+                force_run_failed=force_run_failed,
+                max_concurrent=max_concurrent,
+                rebuild=rebuild,
+            )
 
     def _run(
         self,
@@ -573,20 +595,31 @@ class Executor:
             bus = ev.EventBus(self.listeners if self.listeners is not None else [ev.log_listener])
             stale_after = self.stale_after if self.stale_after is not None else STALE_AFTER
             self.plan = plan = planning.make_plan(
-                graph, targets, worker_id=self.worker_id, stale_after=stale_after, rebuild=rebuild or (),
-                status_reader=lambda paths: planning.read_statuses(paths, cache=context.metadata_cache))
+                graph,
+                targets,
+                worker_id=self.worker_id,
+                stale_after=stale_after,
+                rebuild=rebuild or (),
+                status_reader=lambda paths: planning.read_statuses(paths, cache=context.metadata_cache),
+            )
         if dry_run:  # the names cache status and query give: stale when another version of the step is there
             from marinbuild.cache.probe import with_other_versions
 
             missing = plan.by_state(planning.MISSING)
-            stale = with_other_versions(self.prefix, {s.name: self.output_paths[s] for s in missing}) if missing \
-                else set()
+            stale = (
+                with_other_versions(self.prefix, {s.name: self.output_paths[s] for s in missing}) if missing else set()
+            )
             for step in missing:
                 if step.name in stale:
                     plan.steps[step].state = planning.STALE
         for step, step_plan in plan.steps.items():
-            bus.emit(ev.PLANNED, step=step.name, output_path=self.output_paths[step], detail=step_plan.state,
-                     data={"dry_run": dry_run, "status": step_plan.status})
+            bus.emit(
+                ev.PLANNED,
+                step=step.name,
+                output_path=self.output_paths[step],
+                detail=step_plan.state,
+                data={"dry_run": dry_run, "status": step_plan.status},
+            )
         failed_before = plan.by_state(planning.FAILED)
         if failed_before and not force_run_failed:
             from marinbuild.store.traceback_file import existing_traceback
@@ -623,8 +656,16 @@ class Executor:
         finally:
             backend.shutdown()
 
-    def _execute(self, graph: StepGraph, plan: Plan, bus: EventBus, max_concurrent: int | None,
-                 force_run_failed: bool, selected: bool, context: BuildContext) -> Outcome[ExecutorStep]:
+    def _execute(
+        self,
+        graph: StepGraph,
+        plan: Plan,
+        bus: EventBus,
+        max_concurrent: int | None,
+        force_run_failed: bool,
+        selected: bool,
+        context: BuildContext,
+    ) -> Outcome[ExecutorStep]:
         from marinbuild.run import events as ev
 
         if not plan.to_run:  # everything is built: nothing to start, check or record
@@ -671,8 +712,14 @@ class Executor:
             try:
                 bus.emit(ev.BUILD_STARTED, data={"steps": len(jobs)})
                 outcome = schedule(
-                    plan.to_run, self.dependencies, jobs, backend, bus,
-                    max_concurrent=max_concurrent, keep_going=self.keep_going, cancel=cancel,
+                    plan.to_run,
+                    self.dependencies,
+                    jobs,
+                    backend,
+                    bus,
+                    max_concurrent=max_concurrent,
+                    keep_going=self.keep_going,
+                    cancel=cancel,
                 )
             except BaseException:
                 writing.join()  # the build's own error (or an interrupt) is the one to raise
@@ -709,8 +756,9 @@ class Executor:
             below_built = set(graph.blocking_closure(d for s in built for d in graph.blocking_deps(s)))
             left_out = [s for s in table.steps if s not in plan.steps and s not in below_built]
         if left_out:
-            records.write_missing_infos({self.output_paths[s]: functools.partial(self._step_info_text, s)
-                                         for s in left_out})
+            records.write_missing_infos(
+                {self.output_paths[s]: functools.partial(self._step_info_text, s) for s in left_out}
+            )
 
     def _call_for(self, step: ExecutorStep) -> StepCall:
         from marinbuild.core.walk import max_mirror_budget
@@ -723,8 +771,14 @@ class Executor:
             raise ValueError(f"step {step.name} has no fn to run")
 
         # the step's mirror:// copies are charged to its largest mirrored(..., budget_gb=) (Marin's rule)
-        return StepCall(fn, config, step.resources, step.pip_dependency_groups,
-                        mirror_budget_gb=max_mirror_budget(step.config), mirror_prefix=self.prefix)
+        return StepCall(
+            fn,
+            config,
+            step.resources,
+            step.pip_dependency_groups,
+            mirror_budget_gb=max_mirror_budget(step.config),
+            mirror_prefix=self.prefix,
+        )
 
 
 BACKEND_ENV = "MARINBUILD_BACKEND"
@@ -747,8 +801,10 @@ def _backend_named(name: str, max_concurrent: int | None) -> Backend:
     from marinbuild.run.backends import BACKEND_NAMES, BackendOptions, make_backend
 
     if name not in BACKEND_NAMES:
-        raise ValueError(f"unknown backend {name!r} (from {BACKEND_ENV} or Executor(backend=...)): "
-                         f"use {', '.join(map(repr, BACKEND_NAMES))} or a backend object")
+        raise ValueError(
+            f"unknown backend {name!r} (from {BACKEND_ENV} or Executor(backend=...)): "
+            f"use {', '.join(map(repr, BACKEND_NAMES))} or a backend object"
+        )
     return make_backend(name, BackendOptions(max_concurrent=max_concurrent))
 
 
@@ -779,13 +835,20 @@ def _check_resources(backend: Backend, jobs: dict[ExecutorStep, StepJob]) -> Non
     problems = resource_problems(backend, {step: job.call for step, job in jobs.items()})
     if problems:
         name = getattr(backend, "name", type(backend).__name__)
-        raise UnsatisfiableResourcesError(f"the {name} backend cannot run {len(problems)} step(s), so nothing ran: "
-                                          + "; ".join(problems))
+        raise UnsatisfiableResourcesError(
+            f"the {name} backend cannot run {len(problems)} step(s), so nothing ran: " + "; ".join(problems)
+        )
 
 
-def resolve_executor_step(step: ExecutorStep, config: Any, output_path: str, deps: list[Any] | None = None,
-                          dag_tpu_regions: list[str] | None = None, forced_region: str | None = None,
-                          mirror_budget_gb: float | None = None) -> Any:
+def resolve_executor_step(
+    step: ExecutorStep,
+    config: Any,
+    output_path: str,
+    deps: list[Any] | None = None,
+    dag_tpu_regions: list[str] | None = None,
+    forced_region: str | None = None,
+    mirror_budget_gb: float | None = None,
+) -> Any:
     """``step`` (its config instantiated) as Marin's ``StepSpec``, a function of its output path: see
     ``marinbuild.step_spec.resolve_executor_step`` (loaded on first use)."""
     from marinbuild.step_spec import resolve_executor_step as resolve
@@ -810,8 +873,12 @@ class ExecutorMainConfig:
     """At most this many steps at once; default: every ready step."""
 
 
-def _executor_main(config: ExecutorMainConfig, steps: list[ExecutorStep], description: str | None = None,
-                   max_concurrent: int | None = None) -> Executor:
+def _executor_main(
+    config: ExecutorMainConfig,
+    steps: list[ExecutorStep],
+    description: str | None = None,
+    max_concurrent: int | None = None,
+) -> Executor:
     """``executor_main`` with its config given: Marin's undecorated ``executor_main`` (``executor_main.__wrapped__``),
     same parameters; ``max_concurrent`` wins over ``config.max_concurrent``. Returns the executor (Marin's: None)."""
     skip_final_collection()
@@ -831,9 +898,13 @@ def _executor_main(config: ExecutorMainConfig, steps: list[ExecutorStep], descri
     return executor
 
 
-def executor_main(config: ExecutorMainConfig | None = None, steps: list[ExecutorStep] | None = None,
-                  description: str | None = None, max_concurrent: int | None = None,
-                  args: list[str] | None = None) -> Executor:
+def executor_main(
+    config: ExecutorMainConfig | None = None,
+    steps: list[ExecutorStep] | None = None,
+    description: str | None = None,
+    max_concurrent: int | None = None,
+    args: list[str] | None = None,
+) -> Executor:
     """Run ``steps`` as a Marin experiment script does: flags from the command line (draccus), or ``config``."""
     if steps is None:
         raise TypeError("executor_main needs steps=[...]")
@@ -924,8 +995,9 @@ def _simple_value(name: str, raw: str) -> Any:
     return _UNPARSED
 
 
-def compute_output_path(name: str, config: Any, *, override_output_path: str | None = None,
-                        prefix: str | None = None) -> str:
+def compute_output_path(
+    name: str, config: Any, *, override_output_path: str | None = None, prefix: str | None = None
+) -> str:
     """The output path a step with this name and config gets (no I/O)."""
     resolved = prefix if prefix is not None else default_prefix()
     executor = Executor(prefix=resolved, executor_info_base_path=os.path.join(resolved, "experiments"))
@@ -944,7 +1016,8 @@ def materialize(config: ConfigT, *, prefix: str | None = None, output_path: str 
         output_paths = executor.run(steps=steps)
     current = output_path if output_path is not None else getattr(config, "output_path", None)
     if isinstance(current, OutputName):
-        raise TypeError("materialize(config): config.output_path is still an OutputName placeholder; "
-                        "pass output_path= or resolve it first")
+        raise TypeError(
+            "materialize(config): config.output_path is still an OutputName placeholder; "
+            "pass output_path= or resolve it first"
+        )
     return instantiate_config(config, current, output_paths, resolved)
-

@@ -40,8 +40,8 @@ def workspace_info(workspace: Any, settings: Any, prefix_flag: str | None = None
         "prefix": prefix,
         "prefix_source": prefix_source(workspace, prefix_flag),
         "backend": settings.backend,
-        "ray_address": settings.ray_address or ("none (a local Ray on 127.0.0.1)" if settings.backend == "ray"
-                                                else "none"),
+        "ray_address": settings.ray_address
+        or ("none (a local Ray on 127.0.0.1)" if settings.backend == "ray" else "none"),
         "output_base": str(cache),
         "compiled_build_files": str(cache / "compiled"),
         "stat_cache": str(workspace.stat_cache_path),

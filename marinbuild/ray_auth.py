@@ -18,9 +18,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-GET_TOKEN_HINT = ("get the cluster's token from whoever started it (it is the file RAY_AUTH_TOKEN_PATH or "
-                  "~/.ray/auth_token on the head node; `ray get-auth-token` there prints it) and save it to {path}, "
-                  "or point RAY_AUTH_TOKEN_PATH at it")
+GET_TOKEN_HINT = (
+    "get the cluster's token from whoever started it (it is the file RAY_AUTH_TOKEN_PATH or "
+    "~/.ray/auth_token on the head node; `ray get-auth-token` there prints it) and save it to {path}, "
+    "or point RAY_AUTH_TOKEN_PATH at it"
+)
 
 
 class RayAuthError(Exception):
@@ -62,10 +64,14 @@ def check_token() -> None:
 def auth_error(where: str) -> RayAuthError:
     """The one-line error for a cluster at ``where`` that refused this process's token (or its lack of one)."""
     if not token_auth_enabled():
-        return RayAuthError(f"the Ray cluster at {where} requires token authentication: set RAY_AUTH_MODE=token and "
-                            f"{GET_TOKEN_HINT.format(path=token_path())}")
-    return RayAuthError(f"the Ray cluster at {where} refused the token read from {token_source()}: "
-                        f"{GET_TOKEN_HINT.format(path=token_path())}")
+        return RayAuthError(
+            f"the Ray cluster at {where} requires token authentication: set RAY_AUTH_MODE=token and "
+            f"{GET_TOKEN_HINT.format(path=token_path())}"
+        )
+    return RayAuthError(
+        f"the Ray cluster at {where} refused the token read from {token_source()}: "
+        f"{GET_TOKEN_HINT.format(path=token_path())}"
+    )
 
 
 def connect_error(where: str, exc: BaseException) -> RayAuthError:
@@ -74,10 +80,14 @@ def connect_error(where: str, exc: BaseException) -> RayAuthError:
     reason = " ".join(str(exc).split()) or type(exc).__name__
     hint = GET_TOKEN_HINT.format(path=token_path())
     if token_auth_enabled():
-        return RayAuthError(f"cannot connect to the Ray cluster at {where} ({reason}): is it up, and does it "
-                            f"accept the token read from {token_source()}? If not, {hint}")
-    return RayAuthError(f"cannot connect to the Ray cluster at {where} ({reason}): is it up? If it uses token "
-                        f"authentication, set RAY_AUTH_MODE=token and {hint}")
+        return RayAuthError(
+            f"cannot connect to the Ray cluster at {where} ({reason}): is it up, and does it "
+            f"accept the token read from {token_source()}? If not, {hint}"
+        )
+    return RayAuthError(
+        f"cannot connect to the Ray cluster at {where} ({reason}): is it up? If it uses token "
+        f"authentication, set RAY_AUTH_MODE=token and {hint}"
+    )
 
 
 def is_auth_failure(exc: BaseException) -> bool:

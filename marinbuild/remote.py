@@ -45,19 +45,35 @@ class RemoteCallable(Generic[P, R]):
 
 
 @overload
-def remote(fn: Callable[P, R], *, resources: Any = None, pip_dependency_groups: list[str] | None = None,
-           env_vars: dict[str, str] | None = None, name: str | None = None) -> RemoteCallable[P, R]: ...
+def remote(
+    fn: Callable[P, R],
+    *,
+    resources: Any = None,
+    pip_dependency_groups: list[str] | None = None,
+    env_vars: dict[str, str] | None = None,
+    name: str | None = None,
+) -> RemoteCallable[P, R]: ...
 
 
 @overload
-def remote(fn: None = None, *, resources: Any = None, pip_dependency_groups: list[str] | None = None,
-           env_vars: dict[str, str] | None = None,
-           name: str | None = None) -> Callable[[Callable[P, R]], RemoteCallable[P, R]]: ...
+def remote(
+    fn: None = None,
+    *,
+    resources: Any = None,
+    pip_dependency_groups: list[str] | None = None,
+    env_vars: dict[str, str] | None = None,
+    name: str | None = None,
+) -> Callable[[Callable[P, R]], RemoteCallable[P, R]]: ...
 
 
-def remote(fn: Callable[P, R] | None = None, *, resources: Any = None, pip_dependency_groups: list[str] | None = None,
-           env_vars: dict[str, str] | None = None,
-           name: str | None = None) -> RemoteCallable[P, R] | Callable[[Callable[P, R]], RemoteCallable[P, R]]:
+def remote(
+    fn: Callable[P, R] | None = None,
+    *,
+    resources: Any = None,
+    pip_dependency_groups: list[str] | None = None,
+    env_vars: dict[str, str] | None = None,
+    name: str | None = None,
+) -> RemoteCallable[P, R] | Callable[[Callable[P, R]], RemoteCallable[P, R]]:
     """Mark ``fn`` to run with ``resources`` (and extras, env vars): ``remote(fn, ...)`` or ``@remote(...)``."""
     if resources is not None:
         from marinbuild.run.resources import normalize
@@ -65,7 +81,12 @@ def remote(fn: Callable[P, R] | None = None, *, resources: Any = None, pip_depen
         normalize(resources)  # a bad request is an error here, not when the step runs
 
     def wrap(f: Callable[P, R]) -> RemoteCallable[P, R]:
-        return RemoteCallable(fn=f, resources=resources, env_vars=dict(env_vars or {}),
-                              pip_dependency_groups=list(pip_dependency_groups or []), name=name)
+        return RemoteCallable(
+            fn=f,
+            resources=resources,
+            env_vars=dict(env_vars or {}),
+            pip_dependency_groups=list(pip_dependency_groups or []),
+            name=name,
+        )
 
     return wrap(fn) if fn is not None else wrap

@@ -69,8 +69,9 @@ class StepSpec:
 
     @cached_property
     def hash_id(self) -> str:
-        content = json.dumps({"name": self.name, "attrs": self.hash_attrs, "deps": sorted(self.dep_names)},
-                             sort_keys=True)
+        content = json.dumps(
+            {"name": self.name, "attrs": self.hash_attrs, "deps": sorted(self.dep_names)}, sort_keys=True
+        )
         return hashlib.sha256(content.encode("utf-8")).hexdigest()[:8]
 
     @cached_property
@@ -90,10 +91,14 @@ class StepSpec:
 
     def as_executor_step(self) -> ExecutorStep:
         """This step as an ``ExecutorStep`` at its output path (``resolve_executor_step`` of it gives ``self``)."""
-        config = _StepSpecMigrationConfig(output_path=THIS_OUTPUT_PATH, attrs=VersionedValue(self.hash_attrs),
-                                          deps=[dep.as_executor_step() for dep in self.deps])
-        step = ExecutorStep(name=self.name, fn=self.fn, config=config, override_output_path=self.output_path,
-                            resources=self.resources)
+        config = _StepSpecMigrationConfig(
+            output_path=THIS_OUTPUT_PATH,
+            attrs=VersionedValue(self.hash_attrs),
+            deps=[dep.as_executor_step() for dep in self.deps],
+        )
+        step = ExecutorStep(
+            name=self.name, fn=self.fn, config=config, override_output_path=self.output_path, resources=self.resources
+        )
         object.__setattr__(step, ORIGINAL_STEP_SPEC, self)
         return step
 
@@ -159,10 +164,13 @@ def resolve_executor_step(
     """
     original: StepSpec | None = getattr(step, ORIGINAL_STEP_SPEC, None)
     if original is not None:
-        return dataclasses.replace(original, deps=deps or list(original.deps),
-                                   override_output_path=original.output_path, resources=original.resources)
+        return dataclasses.replace(
+            original,
+            deps=deps or list(original.deps),
+            override_output_path=original.output_path,
+            resources=original.resources,
+        )
     if step.fn is None:
         raise ValueError(f"Step {step.name} has no callable")
     fn = _rewrap(step.fn, lambda inner: ConfigCall(inner, config, mirror_budget_gb))
-    return StepSpec(name=step.name, deps=deps or [], override_output_path=output_path, fn=fn,
-                    resources=step.resources)
+    return StepSpec(name=step.name, deps=deps or [], override_output_path=output_path, fn=fn, resources=step.resources)

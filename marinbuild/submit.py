@@ -86,11 +86,19 @@ class Submission:
     address: str
 
 
-def submit(command: Sequence[str], *, address: str | None = None, cluster: str | None = None,
-           env_vars: dict[str, str] | None = None, working_dir: str | os.PathLike[str] | None = None,
-           extras: Sequence[str] = (), submission_id: str | None = None, tpu: str | None = None,
-           entrypoint_num_cpus: float | None = None,
-           entrypoint_resources: dict[str, float] | None = None) -> Submission:
+def submit(
+    command: Sequence[str],
+    *,
+    address: str | None = None,
+    cluster: str | None = None,
+    env_vars: dict[str, str] | None = None,
+    working_dir: str | os.PathLike[str] | None = None,
+    extras: Sequence[str] = (),
+    submission_id: str | None = None,
+    tpu: str | None = None,
+    entrypoint_num_cpus: float | None = None,
+    entrypoint_resources: dict[str, float] | None = None,
+) -> Submission:
     """Submit ``command`` as a Ray job with the workspace as its working_dir; return at once."""
     if not command:
         raise ValueError("submit needs a command after --")
@@ -113,8 +121,13 @@ def submit(command: Sequence[str], *, address: str | None = None, cluster: str |
         runtime_env["pip"] = pip
         runtime_env["config"] = {"setup_timeout_seconds": 1800}
     with ray_errors(resolved):
-        job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, submission_id=submission_id,
-                                   entrypoint_num_cpus=entrypoint_num_cpus, entrypoint_resources=resources)
+        job_id = client.submit_job(
+            entrypoint=entrypoint,
+            runtime_env=runtime_env,
+            submission_id=submission_id,
+            entrypoint_num_cpus=entrypoint_num_cpus,
+            entrypoint_resources=resources,
+        )
     return Submission(client, job_id, resolved)
 
 

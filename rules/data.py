@@ -64,10 +64,13 @@ raw_data = rule(
         "srcs": attr.source_files(doc="document files of this package (.jsonl[.gz], .json, .parquet); content-hashed"),
         "urls": attr.list(of=str, doc="fsspec URLs or globs of document files, read in place (never fetched early)"),
         "downloads": attr.label_list(doc="download targets: their document files, read in place"),
-        "patterns": attr.list(of=str, doc="with downloads: globs selecting among their files, relative to each "
-                                          "download's output folder (default: every document file)"),
+        "patterns": attr.list(
+            of=str,
+            doc="with downloads: globs selecting among their files, relative to each "
+            "download's output folder (default: every document file)",
+        ),
         "description": attr.string(versioned=False, doc="what the data is, for people"),
     },
     doc="A collection of documents: workspace files (content-hashed, copied), fsspec URLs or download targets "
-        "(read in place).",
+    "(read in place).",
 )

@@ -48,8 +48,13 @@ def _eval_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         "batch_size": ctx.attr.batch_size,
         "require_accelerator": request is not None and (request.wants_tpu or bool(request.gpu)),
     }
-    return run_child("marinbuild.ml.evaluate", payload, log_dir=os.path.join(ctx.output_path, "logs"), name="eval",
-                     offline="://" in tokenizer or os.path.isdir(tokenizer))
+    return run_child(
+        "marinbuild.ml.evaluate",
+        payload,
+        log_dir=os.path.join(ctx.output_path, "logs"),
+        name="eval",
+        offline="://" in tokenizer or os.path.isdir(tokenizer),
+    )
 
 
 def _trained_tokenizer(model_path: str) -> str:

@@ -31,8 +31,10 @@ from typing import Any
 from marinbuild.analysis.analyze import AnalysisContext, RuleContext, leaf_steps, load_script_steps
 from marinbuild.load import attr, rule
 
-_FN_RESOLUTION = ("fn is 'module:function', the module named by its import path from the workspace root "
-                  "(pipe/steps.py is 'pipe.steps'), not relative to the BUILD file's folder")
+_FN_RESOLUTION = (
+    "fn is 'module:function', the module named by its import path from the workspace root "
+    "(pipe/steps.py is 'pipe.steps'), not relative to the BUILD file's folder"
+)
 
 
 def _module_file(module_name: str, workspace: Path) -> Path | None:
@@ -109,8 +111,10 @@ def _python_step_analyze(actx: AnalysisContext) -> Any:
         local = (actx.package_dir / module_name.replace(".", "/")).with_suffix(".py")
         if package and local.is_file():
             hint = f"; did you mean '{package.replace('/', '.')}.{module_name}:{function_name}'?"
-        raise actx.error(f"python_step: fn {spec!r}: no module {module_name!r} importable from the workspace root "
-                         f"{root} ({_FN_RESOLUTION}){hint}")
+        raise actx.error(
+            f"python_step: fn {spec!r}: no module {module_name!r} importable from the workspace root "
+            f"{root} ({_FN_RESOLUTION}){hint}"
+        )
     if module_file.is_file() and not _defines(module_file, function_name):
         raise actx.error(f"python_step: fn {spec!r}: {module_file} defines no top-level {function_name!r}")
     code = {}
@@ -144,9 +148,12 @@ python_step = rule(
         "deps": attr.label_list(doc="targets whose output paths fn reads"),
         "srcs": attr.source_files(doc="workspace files fn reads; their contents are versioned"),
         "resources": attr.dict(versioned=False, doc="what the step asks the backend for (cpu, memory, tpu)"),
-        "code_in_key": attr.bool(default=True, versioned=False,
-                                 doc="whether the content of fn's module file is part of the key (editing it "
-                                 "rebuilds the target); False: only fn and config are"),
+        "code_in_key": attr.bool(
+            default=True,
+            versioned=False,
+            doc="whether the content of fn's module file is part of the key (editing it "
+            "rebuilds the target); False: only fn and config are",
+        ),
     },
     analyze=_python_step_analyze,
     doc="A plain Python function as a build step.",

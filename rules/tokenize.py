@@ -41,8 +41,10 @@ def _tokenize_impl(ctx: RuleContext) -> dict[str, Any]:
 def _check(values: Mapping[str, Any]) -> None:
     """What the attribute types cannot say, as a load error at the attribute: one tokenizer, sizes in range."""
     if bool(values.get("tokenizer")) == bool(values.get("tokenizer_name")):
-        raise AttrValueError("give exactly one of tokenizer (a train_tokenizer target) and tokenizer_name",
-                             attr="tokenizer_name" if values.get("tokenizer_name") else None)
+        raise AttrValueError(
+            "give exactly one of tokenizer (a train_tokenizer target) and tokenizer_name",
+            attr="tokenizer_name" if values.get("tokenizer_name") else None,
+        )
     if not values.get("train") and not values.get("validation"):
         raise AttrValueError("give the documents: train and/or validation (raw_data or download targets)")
     for name, least in (("shard_bytes", 0), ("batch_size", 1), ("workers", 0)):
@@ -61,19 +63,25 @@ tokenize = rule(
         "tokenizer": attr.label(doc="a train_tokenizer target"),
         "tokenizer_name": attr.string(doc="or: a tokenizer directory (local or fsspec) or a Hugging Face Hub name"),
         "text_key": attr.string(default="text", doc="the field of each record holding its text"),
-        "skip_bad_records": attr.bool(default=False, doc="skip records that cannot be read (counted) instead of "
-                                                          "failing on the first"),
-        "shard_bytes": attr.int(default=64 * 1024 * 1024,  # see marinbuild.ml.shard_plan
-                                doc="about how much of the input one shard reads: larger plain .jsonl and Parquet "
-                                    "files are split into ranges, smaller files grouped (0: a shard per file)"),
+        "skip_bad_records": attr.bool(
+            default=False, doc="skip records that cannot be read (counted) instead of failing on the first"
+        ),
+        "shard_bytes": attr.int(
+            default=64 * 1024 * 1024,  # see marinbuild.ml.shard_plan
+            doc="about how much of the input one shard reads: larger plain .jsonl and Parquet "
+            "files are split into ranges, smaller files grouped (0: a shard per file)",
+        ),
         "batch_size": attr.int(default=128, versioned=False, doc="documents per tokenizer batch"),
-        "workers": attr.int(default=0, versioned=False,
-                            doc="local backend: processes tokenizing shards (0: one per CPU)"),
-        "shard_resources": attr.dict(versioned=False, doc="Ray backend: what each shard's task asks for "
-                                                          "(default {\"cpu\": 1})"),
-        "shard_store": attr.string(versioned=False, doc="where shard caches are kept (default "
-                                                        "<prefix>/tokenize_shards)"),
-        "resources": attr.dict(versioned=False, doc="what the step itself asks the backend for, e.g. {\"cpu\": 1}"),
+        "workers": attr.int(
+            default=0, versioned=False, doc="local backend: processes tokenizing shards (0: one per CPU)"
+        ),
+        "shard_resources": attr.dict(
+            versioned=False, doc='Ray backend: what each shard\'s task asks for (default {"cpu": 1})'
+        ),
+        "shard_store": attr.string(
+            versioned=False, doc="where shard caches are kept (default <prefix>/tokenize_shards)"
+        ),
+        "resources": attr.dict(versioned=False, doc='what the step itself asks the backend for, e.g. {"cpu": 1}'),
     },
     doc="Documents to a levanter token cache (train and validation splits), shards cached and built in parallel.",
 )

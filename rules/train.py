@@ -111,34 +111,47 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
     if request is not None and request.multi_host:
         from marinbuild.ml.slice_run import TRAIN, SlicePolicy, run_on_tpu_slice
 
-        policy = SlicePolicy(slice_wait=ctx.attr.slice_wait, preemption_retries=ctx.attr.preemption_retries,
-                             failure_retries=ctx.attr.failure_retries)
-        return run_on_tpu_slice(TRAIN, payload, tpu_slice(request.tpu), policy=policy, label=f"train_lm {ctx.label}",
-                                offline=offline)
-    return run_child("marinbuild.ml.train", payload, log_dir=os.path.join(ctx.output_path, "logs"), name="train",
-                     offline=offline)
+        policy = SlicePolicy(
+            slice_wait=ctx.attr.slice_wait,
+            preemption_retries=ctx.attr.preemption_retries,
+            failure_retries=ctx.attr.failure_retries,
+        )
+        return run_on_tpu_slice(
+            TRAIN, payload, tpu_slice(request.tpu), policy=policy, label=f"train_lm {ctx.label}", offline=offline
+        )
+    return run_child(
+        "marinbuild.ml.train", payload, log_dir=os.path.join(ctx.output_path, "logs"), name="train", offline=offline
+    )
 
 
 train_lm = rule(
     implementation=_train_lm_impl,
     attrs={
-        "data": attr.label_keyed_dict(value=float, mandatory=True,
-                                      doc="the training mixture: tokenize targets -> weights"),
+        "data": attr.label_keyed_dict(
+            value=float, mandatory=True, doc="the training mixture: tokenize targets -> weights"
+        ),
         "validation": attr.label_list(doc="more tokenize targets whose validation splits are evaluated in training"),
         "model": config_attr(LmModel, mandatory=True, doc="the model (marinbuild.ml.configs.LmModel)"),
         "optimizer": config_attr(Optimizer, default={}, doc="optimizer and schedule (configs.Optimizer)"),
         "trainer": config_attr(Trainer, mandatory=True, doc="batch size, steps, checkpoints (configs.Trainer)"),
         "seed": attr.int(default=0, doc="random seed of initialisation and data order"),
-        "resources": attr.dict(versioned=False, doc="what the step asks the backend for: tpu(\"v4-8\"), {\"cpu\": 2}"),
-        "tracker": attr.string(default="json", values=["json", "wandb", "tensorboard"], versioned=False,
-                               doc="json: metrics.jsonl only; wandb: Weights & Biases as well; "
-                                   "tensorboard: TensorBoard event files under tensorboard/ as well"),
-        "slice_wait": attr.float(default=1800.0, versioned=False,
-                                 doc="multi-host slice: seconds to wait for a free slice before failing"),
-        "preemption_retries": attr.int(default=100, versioned=False,
-                                       doc="multi-host slice: restarts after a host or its process is lost"),
-        "failure_retries": attr.int(default=2, versioned=False,
-                                    doc="multi-host slice: restarts after the training code fails"),
+        "resources": attr.dict(versioned=False, doc='what the step asks the backend for: tpu("v4-8"), {"cpu": 2}'),
+        "tracker": attr.string(
+            default="json",
+            values=["json", "wandb", "tensorboard"],
+            versioned=False,
+            doc="json: metrics.jsonl only; wandb: Weights & Biases as well; "
+            "tensorboard: TensorBoard event files under tensorboard/ as well",
+        ),
+        "slice_wait": attr.float(
+            default=1800.0, versioned=False, doc="multi-host slice: seconds to wait for a free slice before failing"
+        ),
+        "preemption_retries": attr.int(
+            default=100, versioned=False, doc="multi-host slice: restarts after a host or its process is lost"
+        ),
+        "failure_retries": attr.int(
+            default=2, versioned=False, doc="multi-host slice: restarts after the training code fails"
+        ),
     },
     doc="A language model trained with levanter on a weighted mixture of tokenized data.",
 )

@@ -55,9 +55,25 @@ def running_server(binary: str) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
-        [binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-         "-port", str(port), "-external-url", url, "-log-level", "error"],
-        stdout=subprocess.DEVNULL, stderr=log, preexec_fn=_raise_open_file_limit)
+        [
+            binary,
+            "-scheme",
+            "http",
+            "-backend",
+            "memory",
+            "-host",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-external-url",
+            url,
+            "-log-level",
+            "error",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+        preexec_fn=_raise_open_file_limit,
+    )
     try:
         wait_ready(url, proc)
         yield url

@@ -64,8 +64,14 @@ def announce_and_hang(config: WriteConfig) -> None:
     time.sleep(600)
 
 
-def step(name: str, text: str = "x", inputs: list[ExecutorStep] | None = None, fn: Any = write_text,
-         note: str = "unversioned", sleep: float = 0.0) -> ExecutorStep:
+def step(
+    name: str,
+    text: str = "x",
+    inputs: list[ExecutorStep] | None = None,
+    fn: Any = write_text,
+    note: str = "unversioned",
+    sleep: float = 0.0,
+) -> ExecutorStep:
     return ExecutorStep(
         name=name,
         fn=fn,
@@ -91,8 +97,13 @@ if __name__ == "__main__":
     from marinbuild.executor import Executor
 
     prefix, mode = sys.argv[1], sys.argv[2]
-    executor = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"),
-                        heartbeat_interval=0.2, stale_after=2.0, listeners=[])
+    executor = Executor(
+        prefix=prefix,
+        executor_info_base_path=os.path.join(prefix, "experiments"),
+        heartbeat_interval=0.2,
+        stale_after=2.0,
+        listeners=[],
+    )
     if mode == "shared":
         executor.run(shared_ancestor_graph(sys.argv[3], sleep=0.5))
     elif mode == "hang":

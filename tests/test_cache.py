@@ -82,13 +82,15 @@ class Ws:
 
     def write(self, n: int = 1, fail_c: bool = False) -> None:
         m = self.module
-        (self.root / "pkg" / "BUILD.marin").write_text(textwrap.dedent(f"""
+        (self.root / "pkg" / "BUILD.marin").write_text(
+            textwrap.dedent(f"""
             load("@marinbuild//rules:python.py", "executor_script", "python_step")
             python_step(name = "a", fn = "{m}:write", config = {{"n": {n}, "size": 100}})
             python_step(name = "b", fn = "{m}:write", config = {{"size": 1000}}, deps = [":a"])
             python_step(name = "c", fn = "{m}:write", config = {{"fail": {fail_c}}})
             executor_script(name = "both", script = "script.py")
-        """).lstrip())
+        """).lstrip()
+        )
 
     def session(self, *patterns: str) -> Session:
         s = Session.open(self.root, prefix=str(self.prefix))
@@ -405,18 +407,21 @@ def sweep_workspace(root: Path, learning_rate: float) -> Path:
     (root / "experiments" / "sweep").mkdir(parents=True, exist_ok=True)
     (root / "pyproject.toml").write_text("[project]\nname = 'sweep'\n\n[tool.marinbuild]\n")
     (root / "sweep_steps.py").write_text(SWEEP_STEPS)
-    (root / "experiments" / "sweep" / "BUILD.marin").write_text(textwrap.dedent(f"""
+    (root / "experiments" / "sweep" / "BUILD.marin").write_text(
+        textwrap.dedent(f"""
         load("@marinbuild//rules:python.py", "python_step")
         python_step(name = "train", fn = "sweep_steps:train", config = {{"lr": {learning_rate}, "size": 4096}})
-    """).lstrip())
+    """).lstrip()
+    )
     return root
 
 
 def marinbuild_cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The real CLI, in a subprocess, in workspace ``root`` (the environment passes on, e.g. the GCS emulator)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), *sys.path]))
-    done = subprocess.run([sys.executable, "-m", "marinbuild", *args], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-m", "marinbuild", *args], cwd=root, env=env, capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done
 
@@ -432,17 +437,24 @@ def check_gc_offers_old_outputs_under_experiments(root: Path, prefix: str, listd
     assert len(folders) == 2
     run_infos = sorted(name for name in listdir(prefix + "/experiments") if name.endswith(".json"))
     assert len(run_infos) == 2
-    (new,) = json.loads(marinbuild_cli(root, "cache", "status", "//experiments/sweep:train", "--prefix", prefix,
-                                       "--output", "json").stdout)[0]["output_paths"]
+    (new,) = json.loads(
+        marinbuild_cli(
+            root, "cache", "status", "//experiments/sweep:train", "--prefix", prefix, "--output", "json"
+        ).stdout
+    )[0]["output_paths"]
     old = prefix + "/experiments/sweep/" + next(f for f in folders if not new.endswith("/" + f))
 
-    listed = json.loads(marinbuild_cli(root, "cache", "gc", "//experiments/sweep:train", "--prefix", prefix,
-                                       "--output", "json").stdout)
+    listed = json.loads(
+        marinbuild_cli(root, "cache", "gc", "//experiments/sweep:train", "--prefix", prefix, "--output", "json").stdout
+    )
     assert [c["output_path"] for c in listed["candidates"]] == [old]
     assert listed["candidate_bytes"] >= 4096 and listed["deleted"] == [] and listed["kept"] == 1
 
-    done = json.loads(marinbuild_cli(root, "cache", "gc", "//experiments/sweep:train", "--prefix", prefix,
-                                     "--yes", "--output", "json").stdout)
+    done = json.loads(
+        marinbuild_cli(
+            root, "cache", "gc", "//experiments/sweep:train", "--prefix", prefix, "--yes", "--output", "json"
+        ).stdout
+    )
     assert done["deleted"] == [old]
     assert sorted(listdir(prefix + "/experiments/sweep")) == [new.rsplit("/", 1)[1]]
     assert sorted(name for name in listdir(prefix + "/experiments") if name.endswith(".json")) == run_infos

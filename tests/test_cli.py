@@ -37,14 +37,14 @@ def write(config):
     return {"parts": len(parts)}
 '''
 
-BUILD = '''
+BUILD = """
 load("@marinbuild//rules:python.py", "python_step")
 
 python_step(name = "a", fn = "steps:write", config = {"text": "A"}, srcs = ["data/a.txt"])
 python_step(name = "b", fn = "steps:write", config = {"text": "B"}, deps = [":a"])
 python_step(name = "c", fn = "steps:write", config = {"text": "C"}, deps = [":b"])
 python_step(name = "other", fn = "steps:write", config = {"text": "O"})
-'''
+"""
 
 
 @pytest.fixture
@@ -135,8 +135,9 @@ def test_failure_exit_1_and_keep_going(ws, capsys):
 def test_json_output_and_event_files(ws, capsys, tmp_path):
     bep = tmp_path / "events.jsonl"
     trace = tmp_path / "trace.json"
-    code, out, _ = run(["--output", "json", "--build_event_json_file", str(bep), "--profile", str(trace),
-                        "//pipe:b"], capsys)
+    code, out, _ = run(
+        ["--output", "json", "--build_event_json_file", str(bep), "--profile", str(trace), "//pipe:b"], capsys
+    )
     assert code == 0
     result = json.loads(out)
     assert result["targets"][0]["label"] == "//pipe:b"
@@ -150,24 +151,47 @@ BROKEN = [
     ("syntax", 'python_step(name = "x", fn = "steps:write"\n', "BUILD.marin:1"),
     ("import", "import os\n", "BUILD.marin:1"),
     ("unknown rule", 'load("@marinbuild//rules:python.py", "python_step")\nnope(name = "x")\n', "BUILD.marin:2"),
-    ("unknown attr", 'load("@marinbuild//rules:python.py", "python_step")\n'
-                     'python_step(name = "x", fn = "steps:write", bogus = 1)\n', "BUILD.marin:2"),
-    ("missing attr", 'load("@marinbuild//rules:python.py", "python_step")\npython_step(name = "x")\n',
-     "BUILD.marin:2"),
-    ("wrong type", 'load("@marinbuild//rules:python.py", "python_step")\n'
-                   'python_step(name = "x", fn = 3)\n', "BUILD.marin:2"),
-    ("bad label", 'load("@marinbuild//rules:python.py", "python_step")\n'
-                  'python_step(name = "x", fn = "steps:write", deps = ["//a//b"])\n', "BUILD.marin:2"),
-    ("missing target", 'load("@marinbuild//rules:python.py", "python_step")\n'
-                       'python_step(name = "x", fn = "steps:write", deps = [":nope"])\n', "BUILD.marin:2"),
-    ("duplicate", 'load("@marinbuild//rules:python.py", "python_step")\n'
-                  'python_step(name = "x", fn = "steps:write")\npython_step(name = "x", fn = "steps:write")\n',
-     "BUILD.marin:3"),
-    ("cycle", 'load("@marinbuild//rules:python.py", "python_step")\n'
-              'python_step(name = "x", fn = "steps:write", deps = [":y"])\n'
-              'python_step(name = "y", fn = "steps:write", deps = [":x"])\n', "BUILD.marin:"),
-    ("escape", 'load("@marinbuild//rules:python.py", "python_step")\n'
-               'python_step(name = "../x", fn = "steps:write")\n', "BUILD.marin:2"),
+    (
+        "unknown attr",
+        'load("@marinbuild//rules:python.py", "python_step")\npython_step(name = "x", fn = "steps:write", bogus = 1)\n',
+        "BUILD.marin:2",
+    ),
+    ("missing attr", 'load("@marinbuild//rules:python.py", "python_step")\npython_step(name = "x")\n', "BUILD.marin:2"),
+    (
+        "wrong type",
+        'load("@marinbuild//rules:python.py", "python_step")\npython_step(name = "x", fn = 3)\n',
+        "BUILD.marin:2",
+    ),
+    (
+        "bad label",
+        'load("@marinbuild//rules:python.py", "python_step")\n'
+        'python_step(name = "x", fn = "steps:write", deps = ["//a//b"])\n',
+        "BUILD.marin:2",
+    ),
+    (
+        "missing target",
+        'load("@marinbuild//rules:python.py", "python_step")\n'
+        'python_step(name = "x", fn = "steps:write", deps = [":nope"])\n',
+        "BUILD.marin:2",
+    ),
+    (
+        "duplicate",
+        'load("@marinbuild//rules:python.py", "python_step")\n'
+        'python_step(name = "x", fn = "steps:write")\npython_step(name = "x", fn = "steps:write")\n',
+        "BUILD.marin:3",
+    ),
+    (
+        "cycle",
+        'load("@marinbuild//rules:python.py", "python_step")\n'
+        'python_step(name = "x", fn = "steps:write", deps = [":y"])\n'
+        'python_step(name = "y", fn = "steps:write", deps = [":x"])\n',
+        "BUILD.marin:",
+    ),
+    (
+        "escape",
+        'load("@marinbuild//rules:python.py", "python_step")\npython_step(name = "../x", fn = "steps:write")\n',
+        "BUILD.marin:2",
+    ),
 ]
 
 
@@ -185,8 +209,13 @@ def test_broken_build_files_exit_2_and_write_nothing(ws, capsys, case, text, whe
 
 
 def test_usage_errors_are_one_line_exit_2(ws, capsys):
-    for args in (["--jobs", "x", "//pipe:a"], ["--backend", "nowhere", "//pipe:a"], ["query", "depz(//pipe:a)"],
-                 ["//pipe:nope"], ["-j", "0", "//pipe:a"]):
+    for args in (
+        ["--jobs", "x", "//pipe:a"],
+        ["--backend", "nowhere", "//pipe:a"],
+        ["query", "depz(//pipe:a)"],
+        ["//pipe:nope"],
+        ["-j", "0", "//pipe:a"],
+    ):
         code, _, err = run(args, capsys)
         assert code == 2, args
         assert err.startswith("marinbuild: error:"), err
@@ -221,8 +250,14 @@ def test_subprocess_hello_world_from_this_repository(tmp_path):
     assert set(stats) == {"sum", "min", "max"}
     second = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=120)
     assert second.returncode == 0 and "0 built" in second.stdout
-    bad = subprocess.run([sys.executable, "-m", "marinbuild", "//experiments/nope:x"], cwd=repo, env=env,
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "//experiments/nope:x"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
@@ -294,9 +329,11 @@ def test_cache_verify_finds_a_modified_output_and_it_is_rebuilt(ws, capsys):
 
 def test_cli_spares_the_exit_collection():
     """The CLI freezes what is alive at exit, so the interpreter's last collection has nothing to scan."""
-    code = ("import atexit, gc, os\n"
-            "atexit.register(lambda: os.write(1, f'at exit {gc.get_freeze_count() > 0}'.encode()))\n"
-            "from marinbuild.cli import main\n"
-            "main(['--help'])\n")
+    code = (
+        "import atexit, gc, os\n"
+        "atexit.register(lambda: os.write(1, f'at exit {gc.get_freeze_count() > 0}'.encode()))\n"
+        "from marinbuild.cli import main\n"
+        "main(['--help'])\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.endswith("at exit True")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from workspaces import write_workspace
 
-STEPS = '''
+STEPS = """
 import os
 
 
@@ -24,9 +24,9 @@ def write(config):
     os.makedirs(config["output_path"], exist_ok=True)
     with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
         f.write(config["name"])
-'''
+"""
 
-BUILD = '''
+BUILD = """
 load("@marinbuild//rules:python.py", "python_step")
 
 python_step(name = "a", fn = "steps:write", config = {"name": "a"})
@@ -34,7 +34,7 @@ python_step(name = "b", fn = "steps:write", config = {"name": "b"}, deps = [":a"
 python_step(name = "bad", fn = "steps:write", config = {"name": "bad", "fail": True})
 python_step(name = "after_bad", fn = "steps:write", config = {"name": "after_bad"}, deps = [":bad"])
 python_step(name = "lone", fn = "steps:write", config = {"name": "lone"})
-'''
+"""
 
 
 @pytest.fixture
@@ -51,8 +51,14 @@ def env_of(ws: Path, **extra: str) -> dict[str, str]:
 
 
 def mb(ws: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "marinbuild", *args], cwd=ws, env=env_of(ws, **extra),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "marinbuild", *args],
+        cwd=ws,
+        env=env_of(ws, **extra),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def calls(ws: Path) -> list[str]:
@@ -83,19 +89,23 @@ def test_info_lists_facts_and_one_key(ws: Path) -> None:
 def test_mistyped_subcommand_is_suggested(ws: Path) -> None:
     done = mb(ws, "biuld", "//pipe:a")
     assert done.returncode == 2
-    assert done.stderr.strip() == ("marinbuild: error: unknown command 'biuld'; did you mean 'build'? "
-                                   "(marinbuild --help lists the commands)")
+    assert done.stderr.strip() == (
+        "marinbuild: error: unknown command 'biuld'; did you mean 'build'? (marinbuild --help lists the commands)"
+    )
     assert calls(ws) == []
 
 
 def test_internal_error_exits_37_and_asks_for_a_report(ws: Path) -> None:
     """A bug inside marinbuild (here: an exception injected where a session opens) is not a usage error."""
-    script = ("import sys, marinbuild.analysis.session as s\n"
-              "def broken(*a, **k):\n    raise KeyError('injected bug')\n"
-              "s.Session.open = broken\n"
-              "from marinbuild.cli import main\nsys.exit(main(['//pipe:a']))\n")
-    done = subprocess.run([sys.executable, "-c", script], cwd=ws, env=env_of(ws), capture_output=True, text=True,
-                          timeout=120)
+    script = (
+        "import sys, marinbuild.analysis.session as s\n"
+        "def broken(*a, **k):\n    raise KeyError('injected bug')\n"
+        "s.Session.open = broken\n"
+        "from marinbuild.cli import main\nsys.exit(main(['//pipe:a']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ws, env=env_of(ws), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 37
     assert "Traceback" in done.stderr and "injected bug" in done.stderr
     assert "internal error (a bug in marinbuild" in done.stderr and "please report it" in done.stderr
@@ -164,8 +174,14 @@ def test_rebuild_runs_a_built_target_again(ws: Path) -> None:
 def test_completion_of_a_bare_label(ws: Path) -> None:
     """``marinbuild //pipe:<TAB>`` completes labels, as ``marinbuild build //pipe:<TAB>`` does."""
     env = env_of(ws, COMP_WORDS="marinbuild //pipe:", COMP_CWORD="1", _MARINBUILD_COMPLETE="bash_complete")
-    done = subprocess.run([sys.executable, "-c", "import sys; from marinbuild.cli import main; sys.exit(main())"],
-                          cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from marinbuild.cli import main; sys.exit(main())"],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     words = [line.split(",", 1)[1] for line in done.stdout.splitlines()]
     assert "//pipe:a" in words and "//pipe:all" in words and "//pipe:lone" in words
 
@@ -197,7 +213,7 @@ def test_one_name_per_state(ws: Path) -> None:
     assert mb(ws, "query", "stale(//pipe:all)").stdout == "//pipe:a\n"
 
 
-TRACKED_RULE = '''
+TRACKED_RULE = """
 import os
 
 from marinbuild.load import attr, rule
@@ -208,17 +224,19 @@ def _impl(ctx):
 
 
 tracked = rule(implementation=_impl, attrs={"tracker": attr.string(default="json", versioned=False)})
-'''
+"""
 
 
 def test_where_to_look_after_a_build(ws: Path) -> None:
     (ws / "rules").mkdir()
     (ws / "rules" / "tracked.py").write_text(TRACKED_RULE)
     (ws / "wb").mkdir()
-    (ws / "wb" / "BUILD.marin").write_text('load("//rules:tracked.py", "tracked")\n'
-                                           'tracked(name = "run", tracker = "wandb")\n'
-                                           'tracked(name = "quiet")\n'
-                                           'tracked(name = "tb", tracker = "tensorboard")\n')
+    (ws / "wb" / "BUILD.marin").write_text(
+        'load("//rules:tracked.py", "tracked")\n'
+        'tracked(name = "run", tracker = "wandb")\n'
+        'tracked(name = "quiet")\n'
+        'tracked(name = "tb", tracker = "tensorboard")\n'
+    )
     done = mb(ws, "//wb:run", "//wb:quiet", "//wb:tb", WANDB_ENTITY="team", WANDB_PROJECT="proj")
     assert done.returncode == 0, done.stderr
     page = [line for line in done.stderr.splitlines() if "experiment page:" in line]
@@ -236,9 +254,25 @@ def test_dry_run_on_the_local_backend_warns_of_a_tpu_step(tmp_path: Path) -> Non
     """``-n //experiments:tootsie_8b``: before the 8 steps, that the local backend cannot run the TPU one."""
     repo = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS", "MARINBUILD_BACKEND")}
-    done = subprocess.run([sys.executable, "-m", "marinbuild", "-n", "//experiments:tootsie_8b", "--backend", "local",
-                           "--prefix", str(tmp_path / "out")], cwd=repo, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "marinbuild",
+            "-n",
+            "//experiments:tootsie_8b",
+            "--backend",
+            "local",
+            "--prefix",
+            str(tmp_path / "out"),
+        ],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout
     lines = done.stdout.splitlines()
     warning = next(i for i, line in enumerate(lines) if "warning: the local backend could not run" in line)

@@ -21,13 +21,16 @@ CENTRAL2 = REPO / "infra" / "marinbuild-us-central2.yaml"
 def local_config(folder: Path, name: str = "mine", extra: str = "") -> Path:
     path = folder / "infra" / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         cluster_name: {name}-cluster
         provider:
           type: local
           head_ip: 10.1.2.3
           worker_ips: []
-        """) + extra)
+        """)
+        + extra
+    )
     return path
 
 
@@ -52,7 +55,11 @@ def test_an_unknown_cluster_lists_the_configs_there(tmp_path):
 def test_a_local_provider_names_its_head_and_the_dashboard_port_comes_from_the_head_command(tmp_path):
     local_config(tmp_path, extra="head_start_ray_commands:\n  - ray start --head --dashboard-port=9123\n")
     address = resolve_cluster("mine", [tmp_path])
-    assert (address.name, address.head_ip, address.dashboard_url) == ("mine-cluster", "10.1.2.3", "http://10.1.2.3:9123")
+    assert (address.name, address.head_ip, address.dashboard_url) == (
+        "mine-cluster",
+        "10.1.2.3",
+        "http://10.1.2.3:9123",
+    )
     assert dashboard_port(load_config(CENTRAL2)) == 8265
 
 
@@ -76,17 +83,21 @@ def test_a_head_rays_sdk_cannot_find_is_one_line_naming_the_config():
 
 def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    return subprocess.run([sys.executable, "-m", "marinbuild", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "marinbuild", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
-@pytest.mark.parametrize("args, says", [
-    (["submit", "--cluster", "mars-1", "--", "true"], "no cluster config of that name"),
-    (["jobs", "list", "--cluster", "mars-1"], "no cluster config of that name"),
-    (["submit", "--tpu", "v4-32", "--", "true"], "spans several hosts"),
-    (["submit", "--tpu", "v9-8", "--", "true"], "unknown TPU type"),
-    (["submit", "--entrypoint_resources", "{TPU: 4}", "--", "true"], "not JSON"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["submit", "--cluster", "mars-1", "--", "true"], "no cluster config of that name"),
+        (["jobs", "list", "--cluster", "mars-1"], "no cluster config of that name"),
+        (["submit", "--tpu", "v4-32", "--", "true"], "spans several hosts"),
+        (["submit", "--tpu", "v9-8", "--", "true"], "unknown TPU type"),
+        (["submit", "--entrypoint_resources", "{TPU: 4}", "--", "true"], "not JSON"),
+    ],
+)
 def test_cli_mistakes_are_one_line_and_exit_2(args, says):
     done = cli(args, REPO)
     lines = [line for line in done.stderr.splitlines() if line.strip()]

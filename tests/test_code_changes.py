@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from workspaces import write_workspace
 
-STEPS = '''
+STEPS = """
 import os
 
 
@@ -25,9 +25,9 @@ def write(config):
     os.makedirs(config["output_path"], exist_ok=True)
     with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
         f.write(config["name"])
-'''
+"""
 
-SCRIPT = '''
+SCRIPT = """
 import os
 from dataclasses import dataclass
 
@@ -47,15 +47,15 @@ def touch(config):
 
 
 only = ExecutorStep(name="script/only", fn=touch, config=C(output_path=this_output_path(), v=versioned(1)))
-'''
+"""
 
-BUILD = '''
+BUILD = """
 load("@marinbuild//rules:python.py", "executor_script", "python_step")
 
 python_step(name = "keyed", fn = "steps:write", config = {"name": "keyed"})
 python_step(name = "loose", fn = "steps:write", config = {"name": "loose"}, code_in_key = False)
 executor_script(name = "script", script = "script.py")
-'''
+"""
 
 
 @pytest.fixture
@@ -67,8 +67,9 @@ def ws(tmp_path: Path) -> Path:
 def mb(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "MARIN_PREFIX"}
     env["MB_CALLS"] = str(ws.parent / "calls.log")
-    return subprocess.run([sys.executable, "-m", "marinbuild", *args], cwd=ws, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "marinbuild", *args], cwd=ws, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def calls(ws: Path) -> list[str]:
@@ -88,8 +89,10 @@ SENTENCE = "code changed since this output was built: "
 
 def test_each_build_records_the_code_its_steps_ran(ws: Path) -> None:
     assert mb(ws, *ALL).returncode == 0
-    records = {p.parent.name.rsplit("-", 1)[0]: json.loads(p.read_text())["files"]
-               for p in (ws / "out").rglob(".marinbuild_code.json")}
+    records = {
+        p.parent.name.rsplit("-", 1)[0]: json.loads(p.read_text())["files"]
+        for p in (ws / "out").rglob(".marinbuild_code.json")
+    }
     assert set(records) == {"keyed", "loose", "only"}
     assert "steps.py" in records["keyed"] and "steps.py" in records["loose"]
     assert any(path.endswith("rules/python.py") for path in records["keyed"])  # the rule's module
@@ -137,8 +140,8 @@ def test_opting_out_keeps_the_key_of_a_step_without_the_attribute(ws: Path) -> N
     """code_in_key = False gives the version python_step had before code was part of keys (configs only)."""
     dry = mb(ws, "-n", "//pipe:loose", "//pipe:keyed")
     paths = dict(line.split()[1:3] for line in dry.stdout.splitlines() if line.startswith("missing"))
-    build = (ws / "pipe" / "BUILD.marin")
-    build.write_text(build.read_text().replace(', code_in_key = False', ''))
+    build = ws / "pipe" / "BUILD.marin"
+    build.write_text(build.read_text().replace(", code_in_key = False", ""))
     again = mb(ws, "-n", "//pipe:loose")
     assert again.returncode == 0
     assert paths["pipe/loose"] not in again.stdout  # the attribute, not the name, decides the key
@@ -147,11 +150,13 @@ def test_opting_out_keeps_the_key_of_a_step_without_the_attribute(ws: Path) -> N
 
 def test_a_wrong_fn_is_an_analysis_error(ws: Path) -> None:
     (ws / "pipe" / "steps_here.py").write_text(STEPS)
-    (ws / "pipe" / "BUILD.marin").write_text(textwrap.dedent('''
+    (ws / "pipe" / "BUILD.marin").write_text(
+        textwrap.dedent("""
         load("@marinbuild//rules:python.py", "python_step")
         python_step(name = "x", fn = "steps_here:write", config = {"name": "x"})
         python_step(name = "y", fn = "steps:make", config = {"name": "y"})
-    '''))
+    """)
+    )
     wrong_module = mb(ws, "//pipe:x")
     assert wrong_module.returncode == 2
     assert wrong_module.stderr.count("\n") == 1 and "Traceback" not in wrong_module.stderr

@@ -66,8 +66,9 @@ def _computed(case: dict[str, Any]) -> tuple[dict[str, ExecutorStep], Executor]:
     """The case's steps (by id) and an executor that computed their versions, in the case's order."""
     steps: dict[str, ExecutorStep] = {}
     for spec in case["steps"]:
-        steps[spec["id"]] = ExecutorStep(name=spec["name"], fn=None, config=_decode(spec["config"], steps),
-                                         override_output_path=spec.get("override"))
+        steps[spec["id"]] = ExecutorStep(
+            name=spec["name"], fn=None, config=_decode(spec["config"], steps), override_output_path=spec.get("override")
+        )
     executor = Executor(prefix="/pfx", executor_info_base_path="/pfx/experiments")
     for step in steps.values():
         executor.compute_version(step, is_pseudo_dep=False)

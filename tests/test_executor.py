@@ -61,8 +61,7 @@ def test_a_to_b_pipeline_writes_marin_files(prefix):
     assert st.read_status(pa) == st.read_status(pb) == "SUCCESS"
     assert Path(pb, ".executor_status").read_text() == "SUCCESS"
     info = json.loads(Path(pb, ".executor_info").read_text())
-    assert list(info) == ["name", "fn_name", "config", "override_output_path", "version", "dependencies",
-                          "output_path"]
+    assert list(info) == ["name", "fn_name", "config", "override_output_path", "version", "dependencies", "output_path"]
     assert info["name"] == "demo/b"
     assert info["fn_name"] == "pipelines.write_text"
     assert info["dependencies"] == [pa]
@@ -126,8 +125,9 @@ def _paths(**overrides: Any) -> tuple[str, str]:
         v: Any
         plain: Any
 
-    b = ExecutorStep(name="p/b", fn=None, config=C(inp=name, v=versioned(overrides.get("v", 1)),
-                                                   plain=overrides.get("plain", 1)))
+    b = ExecutorStep(
+        name="p/b", fn=None, config=C(inp=name, v=versioned(overrides.get("v", 1)), plain=overrides.get("plain", 1))
+    )
     ex = make_executor("/pfx")
     ex.compute_version(b)
     return ex.output_paths[a], ex.output_paths[b]
@@ -202,8 +202,11 @@ def test_pseudo_dependencies_are_hashed_but_not_run(prefix):
         ckpt: Any
         output_path: Any
 
-    child = ExecutorStep(name="ps/child", fn=_touch,
-                         config=C(ckpt=output_path_of(parent, "ckpt").nonblocking(), output_path=this_output_path()))
+    child = ExecutorStep(
+        name="ps/child",
+        fn=_touch,
+        config=C(ckpt=output_path_of(parent, "ckpt").nonblocking(), output_path=this_output_path()),
+    )
     ex = make_executor(prefix)
     ex.run([child])
     assert ex.versions[child]["pseudo_dependencies"] == [ex.versions[parent]]
@@ -260,7 +263,8 @@ def test_existing_marin_prefix_is_recognised_as_built(prefix):
     ex.compute_version(b)
     os.makedirs(ex.output_paths[a])
     Path(ex.output_paths[a], ".executor_status").write_text(
-        '{"date": "2024-01-01", "status": "RUNNING"}\n{"date": "2024-01-02", "status": "SUCCESS"}\n')
+        '{"date": "2024-01-01", "status": "RUNNING"}\n{"date": "2024-01-02", "status": "SUCCESS"}\n'
+    )
     os.makedirs(ex.output_paths[b])
     Path(ex.output_paths[b], ".executor_status").write_text("SUCCESS")
     make_executor(prefix).run([b])
@@ -323,8 +327,13 @@ def _subprocess_env(log: Path) -> dict[str, str]:
 def test_two_processes_sharing_an_ancestor_run_it_once(prefix, tmp_path):
     log = tmp_path / "calls.log"
     procs = [
-        subprocess.Popen([sys.executable, str(TESTS / "pipelines.py"), prefix, "shared", tag],
-                         env=_subprocess_env(log), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, str(TESTS / "pipelines.py"), prefix, "shared", tag],
+            env=_subprocess_env(log),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for tag in ("one", "two")
     ]
     for p in procs:
@@ -338,8 +347,13 @@ def test_two_processes_sharing_an_ancestor_run_it_once(prefix, tmp_path):
 
 def test_sigkilled_runner_leaves_no_success_and_is_taken_over(prefix, tmp_path):
     log = tmp_path / "calls.log"
-    proc = subprocess.Popen([sys.executable, str(TESTS / "pipelines.py"), prefix, "hang"], env=_subprocess_env(log),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(TESTS / "pipelines.py"), prefix, "hang"],
+        env=_subprocess_env(log),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "STARTED"
@@ -383,8 +397,13 @@ def test_heartbeat_keeps_a_long_step_leased(prefix):
 def test_long_chain_needs_no_recursion(prefix):
     steps: list[ExecutorStep] = []
     for i in range(10_000):
-        steps.append(ExecutorStep(name=f"chain/{i}", fn=None,
-                                  config={"prev": output_path_of(steps[-1]) if steps else None, "i": versioned(i)}))
+        steps.append(
+            ExecutorStep(
+                name=f"chain/{i}",
+                fn=None,
+                config={"prev": output_path_of(steps[-1]) if steps else None, "i": versioned(i)},
+            )
+        )
     ex = make_executor("/pfx")
     ex.compute_version(steps[-1])
     assert len(ex.steps) == 10_000
@@ -423,8 +442,9 @@ def test_executor_main_spares_the_exit_collection(tmp_path):
         "executor_main(steps=[pl.step('exit/a')], args=['--prefix', sys.argv[1]])\n"
         "print('after run', gc.get_freeze_count() > 0)\n"
     )
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "p")], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "p")], capture_output=True, text=True, check=True
+    )
     assert done.stdout.split("\n")[:2] == ["after run False", "at exit True"]
 
 
@@ -441,8 +461,11 @@ def test_hardcoded_inputs_resolve_under_the_prefix(prefix):
     def capture(config: Any) -> None:
         seen.update(config)
 
-    s = ExecutorStep(name="hc/s", fn=capture, config={"raw": InputName.hardcoded("raw/data"),
-                                                       "abs": InputName.hardcoded("/abs/data")})
+    s = ExecutorStep(
+        name="hc/s",
+        fn=capture,
+        config={"raw": InputName.hardcoded("raw/data"), "abs": InputName.hardcoded("/abs/data")},
+    )
     make_executor(prefix).run([s])
     assert seen == {"raw": os.path.join(prefix, "raw/data"), "abs": "/abs/data"}
 
@@ -458,15 +481,35 @@ def test_damaged_status_file_is_an_error_naming_it(prefix):
     assert records.read_artifact(ex.output_paths[a]) is None
 
 
-@pytest.mark.parametrize("argv", [
-    [], ["--prefix", "/x"], ["--prefix=/x"], ["--prefix", "gs://bucket/path"], ["--prefix", "a:b"],
-    ["--prefix", "null"], ["--prefix", "~"], ["--prefix", ""], ["--prefix", "123"], ["--prefix", "2024-01-01"],
-    ["--prefix", "yes"], ["--prefix", "'/quoted'"], ["--dry_run", "true"], ["--dry_run", "True"],
-    ["--dry_run", "false"], ["--dry_run", "yes"], ["--force_run_failed", "false"], ["--max_concurrent", "4"],
-    ["--max_concurrent", "null"], ["--run_only", '["a", "b.*"]'], ["--run_only", "[a, b]"], ["--run_only", "null"],
-    ["--executor_info_base_path", "/tmp/e", "--prefix", "/p", "--dry_run", "true", "--max_concurrent=2"],
-    ["--prefix", "/x", "--prefix", "/y"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--prefix", "/x"],
+        ["--prefix=/x"],
+        ["--prefix", "gs://bucket/path"],
+        ["--prefix", "a:b"],
+        ["--prefix", "null"],
+        ["--prefix", "~"],
+        ["--prefix", ""],
+        ["--prefix", "123"],
+        ["--prefix", "2024-01-01"],
+        ["--prefix", "yes"],
+        ["--prefix", "'/quoted'"],
+        ["--dry_run", "true"],
+        ["--dry_run", "True"],
+        ["--dry_run", "false"],
+        ["--dry_run", "yes"],
+        ["--force_run_failed", "false"],
+        ["--max_concurrent", "4"],
+        ["--max_concurrent", "null"],
+        ["--run_only", '["a", "b.*"]'],
+        ["--run_only", "[a, b]"],
+        ["--run_only", "null"],
+        ["--executor_info_base_path", "/tmp/e", "--prefix", "/p", "--dry_run", "true", "--max_concurrent=2"],
+        ["--prefix", "/x", "--prefix", "/y"],
+    ],
+)
 def test_simple_flag_parsing_agrees_with_draccus(argv):
     """executor_main parses common flags without draccus; whatever it accepts, draccus must read the same way."""
     import draccus
@@ -541,8 +584,9 @@ def test_a_path_hash_collision_fails_at_commit_on_a_local_prefix(prefix):
     ex.run([b])
     out = ex.output_paths[b]
     ours = action_cache.version_digest(ex.version_strs[b])
-    action_cache.write_record(action_cache.ActionRecord(**{**action_cache.read_record(out, ours).__dict__,
-                                                           "version_sha256": "d" * 64}))
+    action_cache.write_record(
+        action_cache.ActionRecord(**{**action_cache.read_record(out, ours).__dict__, "version_sha256": "d" * 64})
+    )
     os.remove(st.status_path(out))
     make_executor(prefix).run([b])
     assert action_cache.digests_at(out) == {ours} and st.read_status(out) == st.STATUS_SUCCESS
@@ -623,9 +667,15 @@ def test_pseudo_dependencies_get_their_executor_info_as_in_marin(prefix):
         other: Any
         output_path: Any
 
-    child = ExecutorStep(name="pi/child", fn=_touch,
-                         config=C(ckpt=output_path_of(parent, "ckpt").nonblocking(),
-                                  other=output_path_of(parent_with_root).nonblocking(), output_path=this_output_path()))
+    child = ExecutorStep(
+        name="pi/child",
+        fn=_touch,
+        config=C(
+            ckpt=output_path_of(parent, "ckpt").nonblocking(),
+            other=output_path_of(parent_with_root).nonblocking(),
+            output_path=this_output_path(),
+        ),
+    )
     ex = make_executor(prefix)
     ex.run([child])
     assert st.read_status(ex.output_paths[child]) == "SUCCESS"
@@ -657,11 +707,30 @@ def test_no_info_is_written_in_a_dry_run_nor_below_a_built_step(prefix):
 
 
 MARIN_EXECUTION_NAMES = [  # marin.execution's public names (its __init__), marin-core 0.2.20.dev202606180959
-    "Executor", "ExecutorInfo", "ExecutorMainConfig", "compute_output_path", "executor_main", "materialize",
-    "resolve_executor_step", "resolve_local_placeholders", "unwrap_versioned_value", "walk_config",
-    "STATUS_DEP_FAILED", "STATUS_FAILED", "STATUS_RUNNING", "STATUS_SUCCESS", "THIS_OUTPUT_PATH", "ExecutorStep",
-    "InputName", "OutputName", "VersionedValue", "ensure_versioned", "get_executor_step", "output_path_of",
-    "this_output_path", "versioned",
+    "Executor",
+    "ExecutorInfo",
+    "ExecutorMainConfig",
+    "compute_output_path",
+    "executor_main",
+    "materialize",
+    "resolve_executor_step",
+    "resolve_local_placeholders",
+    "unwrap_versioned_value",
+    "walk_config",
+    "STATUS_DEP_FAILED",
+    "STATUS_FAILED",
+    "STATUS_RUNNING",
+    "STATUS_SUCCESS",
+    "THIS_OUTPUT_PATH",
+    "ExecutorStep",
+    "InputName",
+    "OutputName",
+    "VersionedValue",
+    "ensure_versioned",
+    "get_executor_step",
+    "output_path_of",
+    "this_output_path",
+    "versioned",
 ]
 
 
@@ -734,8 +803,11 @@ def test_a_step_spec_runs_in_an_executor_graph_and_resolves_back(prefix):
 
     spec = StepSpec(name="sg/spec", output_path_prefix=prefix, hash_attrs={"k": 1}, fn=_spec_fn)
     as_step = spec.as_executor_step()
-    consumer = ExecutorStep(name="sg/consumer", fn=_write_config,
-                            config=_Cfg(output_path=this_output_path(), text=output_path_of(as_step, "out.txt")))
+    consumer = ExecutorStep(
+        name="sg/consumer",
+        fn=_write_config,
+        config=_Cfg(output_path=this_output_path(), text=output_path_of(as_step, "out.txt")),
+    )
     ex = make_executor(prefix)
     ex.run([consumer])
     assert ex.output_paths[as_step] == spec.output_path

@@ -13,8 +13,9 @@ from marinbuild.run.local import LocalBackend, default_fast_slots
 
 
 def _executor(prefix: str, backend: Any = None) -> Executor:
-    return Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"), listeners=[],
-                    backend=backend)
+    return Executor(
+        prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"), listeners=[], backend=backend
+    )
 
 
 def test_unbounded_runs_every_ready_step_at_once(tmp_path):

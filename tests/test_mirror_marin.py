@@ -31,8 +31,10 @@ def regions(tmp_path: Path):
 def test_one_registration_whatever_the_import_order(first: str) -> None:
     pytest.importorskip("rigging.filesystem")
     other = "marinbuild.store.mirror" if first == "rigging.filesystem" else "rigging.filesystem"
-    code = (f"import {first}, {other}, fsspec, marinbuild.store.mirror as m\n"
-            "print(fsspec.get_filesystem_class('mirror') is m.MirrorFileSystem)")
+    code = (
+        f"import {first}, {other}, fsspec, marinbuild.store.mirror as m\n"
+        "print(fsspec.get_filesystem_class('mirror') is m.MirrorFileSystem)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "True", done.stderr
 

@@ -419,8 +419,7 @@ def test_output_graph(diamond):
 def test_output_location(diamond):
     diamond.location_of = lambda label: f"{label[2:].split(':')[0]}/BUILD.marin:3:1"
     text = run_query("deps(//exp:top, 1) - //data:right", diamond, "location")
-    assert text == ("data/BUILD.marin:3:1: tokenize rule //data:left\n"
-                    "exp/BUILD.marin:3:1: train_lm rule //exp:top\n")
+    assert text == ("data/BUILD.marin:3:1: tokenize rule //data:left\nexp/BUILD.marin:3:1: train_lm rule //exp:top\n")
 
 
 def test_set_is_the_union_of_its_words(diamond):

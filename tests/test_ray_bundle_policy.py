@@ -31,9 +31,9 @@ def test_no_bundles_when_off_or_when_the_cluster_lacks_what_the_steps_ask():
 def test_what_a_task_takes_from_a_node():
     assert demands({}) == {"CPU": 1.0}  # Ray's default for a task
     assert demands({"num_cpus": 0}) == {}
-    assert demands({"num_cpus": 2, "num_gpus": 1, "memory": 2**30, "resources": {"TPU": 4, "TPU-v4-8-head": 1},
-                    "max_retries": 3}) == {"CPU": 2.0, "GPU": 1.0, "memory": 2.0**30, "TPU": 4.0,
-                                           "TPU-v4-8-head": 1.0}
+    assert demands(
+        {"num_cpus": 2, "num_gpus": 1, "memory": 2**30, "resources": {"TPU": 4, "TPU-v4-8-head": 1}, "max_retries": 3}
+    ) == {"CPU": 2.0, "GPU": 1.0, "memory": 2.0**30, "TPU": 4.0, "TPU-v4-8-head": 1.0}
 
 
 def test_capacity_is_the_scarcest_resource():
@@ -65,8 +65,9 @@ def test_steps_are_timed_by_kind_and_a_build_targets_kind_is_its_rule():
     from marinbuild.analysis.analyze import TargetConfig, run_target
     from marinbuild.run.step_call import StepCall
 
-    target = TargetConfig(label="//p:a", rule="tokenize", rule_key="rules/tokenize.py:tokenize", workspace="/ws",
-                          attrs={})
+    target = TargetConfig(
+        label="//p:a", rule="tokenize", rule_key="rules/tokenize.py:tokenize", workspace="/ws", attrs={}
+    )
     assert StepCall(run_target, target).kind == "rules/tokenize.py:tokenize"
     assert StepCall(print, {"x": 1}).kind is None  # the function alone
     assert StepCall(print, SimpleNamespace(step_kind=["a"])).kind == "['a']"  # unhashable: its repr

@@ -17,7 +17,7 @@ from marinbuild import cli
 from marinbuild.analysis import snapshot
 from marinbuild.cli import main
 
-STEPS_PY = '''
+STEPS_PY = """
 import os
 
 
@@ -27,9 +27,9 @@ def write(config):
     os.makedirs(config["output_path"], exist_ok=True)
     with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
         f.write(str(config.get("text", "")) + str(len(config["srcs"])))
-'''
+"""
 
-RULES_PY = '''
+RULES_PY = """
 import os
 
 from marinbuild.load import attr, rule
@@ -46,9 +46,9 @@ def _impl(ctx):
 
 
 flavored = rule(implementation=_impl, attrs={"text": attr.string(default=FLAVOR)})
-'''
+"""
 
-BUILD = '''
+BUILD = """
 load("@marinbuild//rules:python.py", "python_step")
 load("//rules:flavor.py", "flavored")
 load("//lib:consts.star", "TEXT")
@@ -56,7 +56,7 @@ load("//lib:consts.star", "TEXT")
 python_step(name = "a", fn = "steps:write", config = {"text": TEXT}, srcs = glob(["data/*.txt"]))
 python_step(name = "b", fn = "steps:write", config = {"text": "B"}, deps = [":a"])
 flavored(name = "f")
-'''
+"""
 
 
 @pytest.fixture
@@ -160,9 +160,7 @@ def test_a_hit_runs_nothing_loads_nothing_and_reports_as_the_full_path(ws: Path,
 
     code, dry, _, hit = runs("-n", "--explain", "//pipe:all")
     assert code == 0 and hit
-    assert sorted(line.split()[0] for line in dry.splitlines() if "pipe/" in line and "->" not in line) == [
-        "built"
-    ] * 3
+    assert sorted(line.split()[0] for line in dry.splitlines() if "pipe/" in line and "->" not in line) == ["built"] * 3
 
 
 EDITS: list[tuple[str, Callable[[Path], None]]] = [
@@ -222,8 +220,9 @@ def test_environment_variables_read_by_analysis_invalidate(tmp_path: Path, ws: P
     for path in [ws, *ws.rglob("*")]:
         os.utime(path, (old, old))
     # RACY_NS = 0: marinbuild's own sources may have been edited seconds ago (they are inputs too).
-    script = ("import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; "
-              "from marinbuild.cli import main; ")
+    script = (
+        "import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+    )
     command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:f']))"]
 
     def build(flavor: str) -> str:
@@ -258,8 +257,9 @@ def test_a_build_exporting_the_serve_url_is_still_answered_from_its_snapshot(tmp
     old = time.time() - 60
     for path in [ws, *ws.rglob("*")]:
         os.utime(path, (old, old))
-    script = ("import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; "
-              "from marinbuild.cli import main; ")
+    script = (
+        "import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+    )
     command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:all']))"]
 
     def build() -> None:
@@ -281,8 +281,9 @@ def test_a_new_terminal_keeps_the_snapshot_but_a_real_variable_does_not(tmp_path
     old = time.time() - 60
     for path in [ws, *ws.rglob("*")]:
         os.utime(path, (old, old))
-    script = ("import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; "
-              "from marinbuild.cli import main; ")
+    script = (
+        "import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+    )
     command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:all']))"]
 
     def build(extra: dict[str, str]) -> None:
@@ -328,8 +329,10 @@ def test_recording_leaves_the_process_alone(ws: Path) -> None:
     assert recorder.env == snapshot.analysis_environment()
     listed = set(loader.folders_listed())
     assert {str(ws), str(ws / "pipe"), str(ws / "pipe" / "data"), str(ws / "lib")} <= listed
-    watch = ("import sys\nadded = []\nsys.addaudithook(lambda event, args: added.append(event == 'sys.addaudithook'))\n"
-             "from marinbuild.analysis import snapshot\nwith snapshot.Recorder(): pass\nprint(sum(added))")
+    watch = (
+        "import sys\nadded = []\nsys.addaudithook(lambda event, args: added.append(event == 'sys.addaudithook'))\n"
+        "from marinbuild.analysis import snapshot\nwith snapshot.Recorder(): pass\nprint(sum(added))"
+    )
     done = subprocess.run([sys.executable, "-c", watch], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0"]  # no audit hook added after ours

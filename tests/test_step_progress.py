@@ -30,12 +30,17 @@ def reporting_step(config: Any) -> None:
 
 def test_a_local_step_reports_progress_events(tmp_path):
     events: list[ev.Event] = []
-    ex = Executor(prefix=str(tmp_path), executor_info_base_path=os.path.join(str(tmp_path), "experiments"),
-                  listeners=[events.append])
+    ex = Executor(
+        prefix=str(tmp_path),
+        executor_info_base_path=os.path.join(str(tmp_path), "experiments"),
+        listeners=[events.append],
+    )
     ex.run([ExecutorStep(name="work/parts", fn=reporting_step, config={"n": versioned(2)})])
     progress = [e for e in events if e.kind == ev.PROGRESS]
     assert [(e.step, e.detail, e.data) for e in progress] == [
-        ("work/parts", "1/2 parts", {"parts_done": 1}), ("work/parts", "2/2 parts", {"parts_done": 2})]
+        ("work/parts", "1/2 parts", {"parts_done": 1}),
+        ("work/parts", "2/2 parts", {"parts_done": 2}),
+    ]
     assert progress[0].output_path == ex.output_paths[ex.steps[0]]
 
 

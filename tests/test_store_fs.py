@@ -43,10 +43,17 @@ def test_status_writes_create_and_replace_whole(tmp_path):
     assert os.listdir(folder) == [".executor_status"]
 
 
-@pytest.mark.parametrize("base, names", [
-    ("/a/b", ("c",)), ("/a/b/", ("c",)), ("/a/b", ("/abs",)), ("", ("c",)), ("rel", ("c", "d")),
-    ("file:///a", ("c",)),
-])
+@pytest.mark.parametrize(
+    "base, names",
+    [
+        ("/a/b", ("c",)),
+        ("/a/b/", ("c",)),
+        ("/a/b", ("/abs",)),
+        ("", ("c",)),
+        ("rel", ("c", "d")),
+        ("file:///a", ("c",)),
+    ],
+)
 def test_local_join_is_os_path_join(base, names):
     assert fs.join(base, *names) == os.path.join(base, *names)
 

@@ -18,10 +18,18 @@ CASES = [
     ("no tokenizer", TRAIN, None, "give exactly one of tokenizer (a train_tokenizer target) and tokenizer_name"),
     ("two tokenizers", f'{TRAIN}, tokenizer = ":tok", tokenizer_name = "gpt2"', "tokenizer_name", "exactly one of"),
     ("no documents", 'tokenizer_name = "gpt2"', None, "give the documents: train and/or validation"),
-    ("negative shard size", f'{TRAIN}, tokenizer_name = "gpt2", shard_bytes = -1', "shard_bytes",
-     "shard_bytes must be at least 0, got -1"),
-    ("empty batches", f'{TRAIN}, tokenizer_name = "gpt2", batch_size = 0', "batch_size",
-     "batch_size must be at least 1, got 0"),
+    (
+        "negative shard size",
+        f'{TRAIN}, tokenizer_name = "gpt2", shard_bytes = -1',
+        "shard_bytes",
+        "shard_bytes must be at least 0, got -1",
+    ),
+    (
+        "empty batches",
+        f'{TRAIN}, tokenizer_name = "gpt2", batch_size = 0',
+        "batch_size",
+        "batch_size must be at least 1, got 0",
+    ),
     ("no text key", f'{TRAIN}, tokenizer_name = "gpt2", text_key = ""', "text_key", "text_key is empty"),
 ]
 
@@ -47,13 +55,20 @@ def _location(text: str, attribute: str | None) -> str:
 
 
 @pytest.mark.parametrize(("attrs", "attribute", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_a_tokenize_attribute_mistake_is_a_load_error(tmp_path: Path, attrs: str, attribute: str | None,
-                                                      message: str) -> None:
+def test_a_tokenize_attribute_mistake_is_a_load_error(
+    tmp_path: Path, attrs: str, attribute: str | None, message: str
+) -> None:
     text = _build_file(attrs)
     root = write_workspace(tmp_path / "ws", {"pipe/BUILD.marin": text, "pipe/docs.jsonl": '{"text": "a"}\n'})
     env = {k: v for k, v in os.environ.items() if k != "MARIN_PREFIX"}
-    result = subprocess.run([sys.executable, "-m", "marinbuild", "build", "//pipe:tok_cache"], cwd=root, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "build", "//pipe:tok_cache"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr

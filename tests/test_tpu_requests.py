@@ -14,7 +14,7 @@ from marinbuild.run.resources import Resources, normalize, tpu, tpu_slice
 
 REPO = Path(__file__).resolve().parents[1]
 
-BUILD = '''load("@marinbuild//rules:train.py", "train_lm")
+BUILD = """load("@marinbuild//rules:train.py", "train_lm")
 
 train_lm(
     name = "lm",
@@ -23,13 +23,14 @@ train_lm(
     trainer = {},
     resources = tpu("v4-256", slices = 2),
 )
-'''
+"""
 
 
 def marinbuild(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")}
-    return subprocess.run([sys.executable, "-m", "marinbuild", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "marinbuild", *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def test_multislice_is_refused_at_load_with_one_line(tmp_path):

@@ -23,7 +23,7 @@ from workspaces import write_workspace
 REPO = Path(__file__).resolve().parents[1]
 TRACEBACK_FILE = ".marinbuild_traceback.txt"
 
-STEPS_PY = '''
+STEPS_PY = """
 import os
 
 
@@ -40,9 +40,9 @@ def helper_of_lookup(table, output_path):
     with open(os.path.join(output_path, "value.txt"), "w") as f:
         f.write(str(value))
     return value
-'''
+"""
 
-SCRIPT_PY = '''
+SCRIPT_PY = """
 import os
 from dataclasses import dataclass
 
@@ -73,14 +73,14 @@ broken = ExecutorStep(name="tb/script_step", fn=script_step,
 
 if __name__ == "__main__":
     executor_main(steps=[broken])
-'''
+"""
 
-BUILD = '''
+BUILD = """
 load("@marinbuild//rules:python.py", "executor_script", "python_step")
 
 python_step(name = "lookup", fn = "steps:lookup", config = {"fixed_flag": "FLAG"})
 executor_script(name = "script", script = "script.py")
-'''
+"""
 
 
 @pytest.fixture
@@ -99,8 +99,9 @@ def _env(ws: Path) -> dict[str, str]:
 
 
 def marinbuild(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "marinbuild", *args], cwd=ws, env=_env(ws), capture_output=True,
-                          text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "marinbuild", *args], cwd=ws, env=_env(ws), capture_output=True, text=True, timeout=180
+    )
 
 
 def only(pattern: str, root: Path) -> Path:
@@ -114,8 +115,10 @@ def test_failed_steps_keep_their_traceback_beside_the_status_in_the_event_log_an
     assert done.returncode == 1, done.stderr
     lookup = only("out/pipe/lookup-*", ws)
     script = only("out/tb/script_step-*", ws)
-    frames = {lookup: ("helper_of_lookup", 'value = table["missing_key"]'),
-              script: ("inner_of_script", 'f.write(settings["missing_key"])')}
+    frames = {
+        lookup: ("helper_of_lookup", 'value = table["missing_key"]'),
+        script: ("inner_of_script", 'f.write(settings["missing_key"])'),
+    }
 
     for out, (function, line) in frames.items():
         assert (out / ".executor_status").read_text().strip() == "FAILED"
@@ -158,8 +161,14 @@ def test_failed_steps_keep_their_traceback_beside_the_status_in_the_event_log_an
 
 def test_a_marin_script_names_the_traceback_file_in_its_error(ws, tmp_path):
     prefix = tmp_path / "script_prefix"
-    done = subprocess.run([sys.executable, str(ws / "pipe" / "script.py"), "--prefix", str(prefix)], cwd=ws,
-                          env=_env(ws), capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, str(ws / "pipe" / "script.py"), "--prefix", str(prefix)],
+        cwd=ws,
+        env=_env(ws),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode != 0
     out = only("tb/script_step-*", prefix)
     assert (out / TRACEBACK_FILE).read_text().rstrip().endswith("KeyError: 'missing_key'")
@@ -182,8 +191,9 @@ def test_a_build_that_waited_for_a_step_failing_in_another_runner_names_its_trac
     from marinbuild.run import events as ev
 
     def step() -> ExecutorStep:
-        return ExecutorStep(name="tb/shared", fn=fail_once_the_other_runner_waits,
-                            config={"output_path": this_output_path()})
+        return ExecutorStep(
+            name="tb/shared", fn=fail_once_the_other_runner_waits, config={"output_path": this_output_path()}
+        )
 
     def waiting(event: ev.Event) -> None:
         if event.kind == ev.WAITING:

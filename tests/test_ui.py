@@ -34,11 +34,17 @@ def path_of(name: str) -> str:
 def emit_build(bus: ev.EventBus, names: list[str], built_before: list[str] = ()) -> None:
     """A build where each of ``names`` runs in its own thread and succeeds."""
     for name in built_before:
-        bus.emit(ev.PLANNED, step=name, output_path=path_of(name), detail="built",
-                 data={"dry_run": False, "status": "SUCCESS"})
+        bus.emit(
+            ev.PLANNED,
+            step=name,
+            output_path=path_of(name),
+            detail="built",
+            data={"dry_run": False, "status": "SUCCESS"},
+        )
     for name in names:
-        bus.emit(ev.PLANNED, step=name, output_path=path_of(name), detail="missing",
-                 data={"dry_run": False, "status": None})
+        bus.emit(
+            ev.PLANNED, step=name, output_path=path_of(name), detail="missing", data={"dry_run": False, "status": None}
+        )
     bus.emit(ev.BUILD_STARTED, data={"steps": len(names)})
     barrier = threading.Barrier(min(len(names), N_THREADS))
 
@@ -60,8 +66,9 @@ def emit_build(bus: ev.EventBus, names: list[str], built_before: list[str] = ())
 def emit_failing_build(bus: ev.EventBus) -> None:
     """ok succeeds, x fails (wrapped like the engine wraps it), y depends on x, z is skipped, w waits then is cached."""
     for name in ("ok", "x", "y", "z", "w"):
-        bus.emit(ev.PLANNED, step=name, output_path=path_of(name), detail="missing",
-                 data={"dry_run": False, "status": None})
+        bus.emit(
+            ev.PLANNED, step=name, output_path=path_of(name), detail="missing", data={"dry_run": False, "status": None}
+        )
     bus.emit(ev.BUILD_STARTED, data={"steps": 5})
     bus.emit(ev.STARTED, step="ok", output_path=path_of("ok"))
     bus.emit(ev.STARTED, step="x", output_path=path_of("x"))
@@ -158,8 +165,10 @@ def test_live_display_shows_running_steps_and_prints_finished_ones():
     for name in names:
         bus.emit(ev.PLANNED, step=name, output_path=path_of(name), detail="missing", data={"dry_run": False})
     bus.emit(ev.BUILD_STARTED, data={"steps": 5})
-    threads = [threading.Thread(target=bus.emit, args=(ev.STARTED,), kwargs={"step": n, "output_path": path_of(n)})
-               for n in names]
+    threads = [
+        threading.Thread(target=bus.emit, args=(ev.STARTED,), kwargs={"step": n, "output_path": path_of(n)})
+        for n in names
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -204,12 +213,17 @@ def test_summary_counts_render_and_dict():
     bus.emit(ev.PLANNED, step="old", output_path=path_of("old"), detail="built", data={"dry_run": False})
     emit_failing_build(bus)
     assert summary.counts == {"built": 1, "cached": 2, "failed": 1, "dep_failed": 1, "skipped": 1}
-    requested = [("//pkg:ok", path_of("ok")), ("//pkg:yy", path_of("y")), ("//pkg:old", path_of("old")),
-                 ("//other:x", path_of("x"))]
+    requested = [
+        ("//pkg:ok", path_of("ok")),
+        ("//pkg:yy", path_of("y")),
+        ("//pkg:old", path_of("old")),
+        ("//other:x", path_of("x")),
+    ]
     text = summary.render(requested)
     lines = text.splitlines()
-    assert re.fullmatch(r"Build FAILED in \d+\.\ds: 1 built, 2 cached, 1 failed, 1 dependency failed, 1 skipped",
-                        lines[0])
+    assert re.fullmatch(
+        r"Build FAILED in \d+\.\ds: 1 built, 2 cached, 1 failed, 1 dependency failed, 1 skipped", lines[0]
+    )
     assert "  FAILED x: RuntimeError: boom" in lines
     assert "  not run: y (dependency x failed)" in lines
     assert "  skipped: z (not started: the build stopped after a failure)" in lines
@@ -224,8 +238,14 @@ def test_summary_counts_render_and_dict():
     assert d["counts"] == summary.counts
     (failure,) = d["failures"]
     traceback = failure.pop("traceback")
-    assert failure == {"step": "x", "output_path": path_of("x"), "error": "RuntimeError: boom",
-                       "error_full": "StepError: x: RuntimeError: boom", "traceback_file": None, "worker_log": None}
+    assert failure == {
+        "step": "x",
+        "output_path": path_of("x"),
+        "error": "RuntimeError: boom",
+        "error_full": "StepError: x: RuntimeError: boom",
+        "traceback_file": None,
+        "worker_log": None,
+    }
     assert 'raise RuntimeError("boom")' in traceback and traceback.endswith("StepError: x: RuntimeError: boom")
     assert d["dep_failed"] == [{"step": "y", "output_path": path_of("y"), "detail": "dependency x failed"}]
     assert [s["step"] for s in d["skipped"]] == ["z"]
@@ -288,8 +308,15 @@ def test_bep_writes_every_event_as_a_json_line(tmp_path):
         assert record["error"] is None or isinstance(record["error"], str)
     assert sorted(r["step"] for r in records if r["kind"] == "succeeded") == sorted(names + ["ok"])
     failed = [r for r in records if r["kind"] == "failed"]
-    assert failed == [{**failed[0], "step": "x", "output_path": path_of("x"),
-                       "error": "StepError: x: RuntimeError: boom", "traceback_file": None}]
+    assert failed == [
+        {
+            **failed[0],
+            "step": "x",
+            "output_path": path_of("x"),
+            "error": "StepError: x: RuntimeError: boom",
+            "traceback_file": None,
+        }
+    ]
     assert 'raise RuntimeError("boom")' in failed[0]["traceback"]
     assert all(r["traceback"] is None for r in records if r["kind"] != "failed")
     assert records[-1]["data"]["path"] == "/x"
@@ -368,8 +395,15 @@ def test_trace_lanes_with_synthetic_times(tmp_path):
     writer = ChromeTraceWriter(path)
     t0 = 1_700_000_000.0
     for t, _, kind, name in stream:
-        writer(ev.Event(kind, step=name, output_path=path_of(name), time=t0 + t,
-                        error=RuntimeError("x") if kind == ev.FAILED else None))
+        writer(
+            ev.Event(
+                kind,
+                step=name,
+                output_path=path_of(name),
+                time=t0 + t,
+                error=RuntimeError("x") if kind == ev.FAILED else None,
+            )
+        )
     writer.close()
     trace = load_trace(path)
     steps = step_events(trace)
@@ -429,8 +463,11 @@ def test_listeners_on_a_real_build(prefix, tmp_path):
     b = pl.step("ui/b", "world", inputs=[a])
     bad = pl.step("ui/bad", fn=pl.fail_always)
     after_bad = pl.step("ui/after", inputs=[bad])
-    ex = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"),
-                  listeners=[display, summary, bep, trace])
+    ex = Executor(
+        prefix=prefix,
+        executor_info_base_path=os.path.join(prefix, "experiments"),
+        listeners=[display, summary, bep, trace],
+    )
     with pytest.raises(StepFailedError):
         ex.run([b, after_bad])
     for listener in (display, bep, trace):
@@ -446,8 +483,11 @@ def test_listeners_on_a_real_build(prefix, tmp_path):
     kinds = [json.loads(line)["kind"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert kinds[:4] == [ev.PLANNED] * 4 and kinds[4] == ev.BUILD_STARTED and kinds[-1] == ev.BUILD_FINISHED
     steps = step_events(load_trace(tmp_path / "trace.json"))
-    assert {e["name"]: e["args"]["outcome"] for e in steps} == {"ui/a": "succeeded", "ui/b": "succeeded",
-                                                                "ui/bad": "failed"}
+    assert {e["name"]: e["args"]["outcome"] for e in steps} == {
+        "ui/a": "succeeded",
+        "ui/b": "succeeded",
+        "ui/bad": "failed",
+    }
 
 
 def test_log_listener_lines(caplog):
@@ -458,8 +498,11 @@ def test_log_listener_lines(caplog):
     ev.log_listener(ev.Event(ev.FAILED, step="b", error=ValueError("bad")))
     ev.log_listener(ev.Event(ev.DEP_FAILED, step="c", detail="b failed"))
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
-        ("INFO", "running a -> /p/a-1"), ("INFO", "built a"), ("ERROR", "FAILED b: bad"),
-        ("WARNING", "not running c: b failed")]
+        ("INFO", "running a -> /p/a-1"),
+        ("INFO", "built a"),
+        ("ERROR", "FAILED b: bad"),
+        ("WARNING", "not running c: b failed"),
+    ]
     assert {r.name for r in caplog.records} == {"marinbuild"}
 
 

@@ -162,7 +162,7 @@ def test_added_and_removed_config_keys(ws):
     ws.write(b_config='{"k": "v"}')
     b = by_step(why(ws.session(), "//pkg:b"))["pkg/b"]
     assert b.reason == VERSION_CHANGED
-    assert b.changes == ["config.attrs.config.k: (absent) -> \"v\"", "config.attrs.config.m: 2 -> (absent)"]
+    assert b.changes == ['config.attrs.config.k: (absent) -> "v"', "config.attrs.config.m: 2 -> (absent)"]
 
 
 def test_most_recent_other_version_is_compared(ws):
@@ -183,8 +183,10 @@ def test_failed_before(ws):
     assert out["pkg/a"].reason == FAILED_BEFORE and out["pkg/a"].status == "FAILED"
     assert out["pkg/b"].reason == NEVER_BUILT
     traceback = f"{out['pkg/a'].output_path}/.marinbuild_traceback.txt"  # the failure's traceback, kept
-    assert explain_step(s, s.executor.dependencies[s.steps_of(s.labels[0])[0]][0]) == \
-        f"failed before (status FAILED; traceback: {traceback})"
+    assert (
+        explain_step(s, s.executor.dependencies[s.steps_of(s.labels[0])[0]][0])
+        == f"failed before (status FAILED; traceback: {traceback})"
+    )
 
 
 def test_output_deleted(ws):
@@ -286,8 +288,14 @@ def test_why_loads_an_unanalysed_label(ws):
 def cli_why(ws: Ws, *args: str) -> subprocess.CompletedProcess[str]:
     """The real CLI, in a subprocess, in the workspace."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ws.root), *sys.path]))
-    return subprocess.run([sys.executable, "-m", "marinbuild", "why", "--prefix", str(ws.prefix), *args],
-                          cwd=ws.root, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "marinbuild", "why", "--prefix", str(ws.prefix), *args],
+        cwd=ws.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("pattern", ["//pkg:all", "//pkg/...", "//..."])
@@ -372,6 +380,6 @@ def test_version_changes_values():
     long_old, long_new = "x" * 300, "y" * 300
     changes = version_changes(_v("s", {"a": 1, "b": long_old, "t": True}), _v("s", {"a": 1.5, "b": long_new, "t": 1}))
     assert changes[0] == "config.a: 1 -> 1.5"
-    assert changes[1].startswith('config.b: "xxx') and changes[1].endswith('...') and len(changes[1]) < 200
+    assert changes[1].startswith('config.b: "xxx') and changes[1].endswith("...") and len(changes[1]) < 200
     assert changes[2] == "config.t: true -> 1"
     assert version_changes(_v("s", {"a": 1}), _v("s", {"a": 1})) == []

@@ -82,8 +82,15 @@ class TokenizeWorkspace:
     names the files by a glob URL, read where they are when ``pipe:tok`` runs (a ``raw_data``
     of ``srcs`` copies them and reads each one to count its documents)."""
 
-    def __init__(self, root: Path, tokenizer: Path, workers: int = 2, skip_bad_records: bool = False,
-                 in_place: bool = False, shard_bytes: int = 0):
+    def __init__(
+        self,
+        root: Path,
+        tokenizer: Path,
+        workers: int = 2,
+        skip_bad_records: bool = False,
+        in_place: bool = False,
+        shard_bytes: int = 0,
+    ):
         self.root = root
         self.data = root / "pipe" / "data"
         self.data.mkdir(parents=True, exist_ok=True)
@@ -95,11 +102,18 @@ class TokenizeWorkspace:
         self._n = 0
 
     def set_build(self, workers: int = 2, skip_bad_records: bool = False) -> None:
-        docs = (f'urls = ["{self.data}/*.jsonl*"]' if self.in_place
-                else 'srcs = glob(["data/*.jsonl", "data/*.jsonl.gz"])')
-        (self.root / "pipe" / "BUILD.marin").write_text(BUILD.format(
-            docs=docs, tokenizer=self.tokenizer, workers=workers, skip=str(bool(skip_bad_records)),
-            shard_bytes=self.shard_bytes))
+        docs = (
+            f'urls = ["{self.data}/*.jsonl*"]' if self.in_place else 'srcs = glob(["data/*.jsonl", "data/*.jsonl.gz"])'
+        )
+        (self.root / "pipe" / "BUILD.marin").write_text(
+            BUILD.format(
+                docs=docs,
+                tokenizer=self.tokenizer,
+                workers=workers,
+                skip=str(bool(skip_bad_records)),
+                shard_bytes=self.shard_bytes,
+            )
+        )
 
     def command(self, *args: str, events: Path | None = None) -> list[str]:
         extra = ["--build_event_json_file", str(events)] if events is not None else []
@@ -114,8 +128,14 @@ class TokenizeWorkspace:
     def build(self, *args: str, timeout: float = 600) -> Build:
         self._n += 1
         events = self.root / f"events-{self._n}.jsonl"
-        proc = subprocess.run(self.command("//pipe:tok", *args, events=events), cwd=self.root, env=self.env(),
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            self.command("//pipe:tok", *args, events=events),
+            cwd=self.root,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         records = [json.loads(line) for line in events.read_text().splitlines()] if events.exists() else []
         return Build(proc.returncode, proc.stdout, proc.stderr, records)
 
@@ -131,8 +151,10 @@ class TokenizeWorkspace:
 
     def committed_shards(self) -> set[str]:
         """Keys of the shards whose action record exists."""
-        return {p.name[len(".marinbuild_action."):-len(".json")]
-                for p in self.shard_store.glob("*/*/.marinbuild_action.*.json")}
+        return {
+            p.name[len(".marinbuild_action.") : -len(".json")]
+            for p in self.shard_store.glob("*/*/.marinbuild_action.*.json")
+        }
 
 
 def shard_log(output: Path) -> list[dict[str, Any]]:
@@ -157,6 +179,12 @@ def reference_rows(files: list[str], tokenizer: Path, out: Path, text_key: str =
     from levanter.store.cache import CacheOptions
     from levanter.tokenizers import load_tokenizer
 
-    build_lm_dataset_cache(str(out), UrlDataSource(files, columns=[text_key]), TextLmDatasetFormat(text_key=text_key),
-                           load_tokenizer(str(tokenizer)), CacheOptions(batch_size=128), enforce_eos=True)
+    build_lm_dataset_cache(
+        str(out),
+        UrlDataSource(files, columns=[text_key]),
+        TextLmDatasetFormat(text_key=text_key),
+        load_tokenizer(str(tokenizer)),
+        CacheOptions(batch_size=128),
+        enforce_eos=True,
+    )
     return token_rows(out)

@@ -29,10 +29,30 @@ VALIDATION_STORIES = 200
 
 NAMES = ["Mia", "Tom", "Lily", "Ben", "Zoe", "Max", "Anna", "Leo", "Ruby", "Sam", "Nora", "Finn", "Ivy", "Jack"]
 ANIMALS = ["cat", "dog", "rabbit", "fox", "bird", "bear", "mouse", "duck", "frog", "owl"]
-PLACES = ["the river", "the big forest", "a small town", "the old farm", "the sunny hill", "the quiet lake",
-          "the busy market", "the garden", "the beach", "the green valley"]
-OBJECTS = ["a red ball", "a shiny stone", "a blue kite", "a little boat", "a warm hat", "a golden key",
-           "a yellow flower", "a wooden box", "a silver bell", "a big apple"]
+PLACES = [
+    "the river",
+    "the big forest",
+    "a small town",
+    "the old farm",
+    "the sunny hill",
+    "the quiet lake",
+    "the busy market",
+    "the garden",
+    "the beach",
+    "the green valley",
+]
+OBJECTS = [
+    "a red ball",
+    "a shiny stone",
+    "a blue kite",
+    "a little boat",
+    "a warm hat",
+    "a golden key",
+    "a yellow flower",
+    "a wooden box",
+    "a silver bell",
+    "a big apple",
+]
 FEELINGS = ["happy", "sad", "scared", "curious", "tired", "proud", "excited", "calm"]
 WEATHER = ["sunny", "rainy", "windy", "cold", "warm", "foggy"]
 PROBLEMS = [
@@ -45,7 +65,7 @@ PROBLEMS = [
 ]
 ENDINGS = [
     "From that day on, {name} always took good care of {obj_short}.",
-    "{name} smiled and said, \"Thank you, my friend.\"",
+    '{name} smiled and said, "Thank you, my friend."',
     "That night, {name} slept well and dreamed of {place}.",
     "{name} learned that it is good to ask for help.",
     "And {name} and the {friend} were friends forever.",
@@ -62,17 +82,21 @@ def _story(rng: random.Random) -> str:
     feeling = rng.choice(FEELINGS)
     problem, solution = rng.choice(PROBLEMS)
     sentences = [
-        rng.choice([
-            f"Once upon a time, there was a little {animal} named {name}.",
-            f"{name} was a small {animal} who lived near {place}.",
-            f"There once was a {animal} called {name}.",
-        ]),
+        rng.choice(
+            [
+                f"Once upon a time, there was a little {animal} named {name}.",
+                f"{name} was a small {animal} who lived near {place}.",
+                f"There once was a {animal} called {name}.",
+            ]
+        ),
         f"One {rng.choice(WEATHER)} day, {name} went to {place}.",
-        rng.choice([
-            f"There, {name} found {obj}.",
-            f"{name} wanted to play with {obj}.",
-            f"{name} had {obj} that {rng.choice(['mom', 'dad', 'grandma'])} gave as a gift.",
-        ]),
+        rng.choice(
+            [
+                f"There, {name} found {obj}.",
+                f"{name} wanted to play with {obj}.",
+                f"{name} had {obj} that {rng.choice(['mom', 'dad', 'grandma'])} gave as a gift.",
+            ]
+        ),
         f"{name} felt {feeling}.",
         f"But then {problem.format(obj=obj_short.removeprefix('the '), friend=friend)}.",
         f"In the end, {solution.format(friend=friend)}.",

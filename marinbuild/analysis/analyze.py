@@ -160,8 +160,14 @@ class Analysis:
 class AnalysisContext:
     """What an ``analyze`` hook receives: the target, its workspace, and its dependencies' steps."""
 
-    def __init__(self, target: Target, workspace: Workspace, analysis: Analysis,
-                 loaded: LoadedWorkspace | None = None, stat_cache: StatCache | None = None):
+    def __init__(
+        self,
+        target: Target,
+        workspace: Workspace,
+        analysis: Analysis,
+        loaded: LoadedWorkspace | None = None,
+        stat_cache: StatCache | None = None,
+    ):
         self.target = target
         self.workspace = workspace
         self._analysis = analysis
@@ -189,8 +195,9 @@ class AnalysisContext:
         return BuildFileError.at(self.target.location, message)
 
 
-def analyze(loaded: LoadedWorkspace, roots: Iterable[Label], workspace: Workspace,
-            stat_cache: StatCache | None = None) -> Analysis:
+def analyze(
+    loaded: LoadedWorkspace, roots: Iterable[Label], workspace: Workspace, stat_cache: StatCache | None = None
+) -> Analysis:
     """Steps for ``roots`` and every target they depend on (dependencies first, no recursion)."""
     analysis = Analysis()
     for label in loaded.closure(list(roots)):
@@ -211,8 +218,14 @@ def analyze(loaded: LoadedWorkspace, roots: Iterable[Label], workspace: Workspac
     return analysis
 
 
-def _target_step(target: Target, loaded: LoadedWorkspace, workspace: Workspace, analysis: Analysis,
-                 stat_cache: StatCache | None, code: dict[str, tuple[Path, bool]] | None = None) -> ExecutorStep:
+def _target_step(
+    target: Target,
+    loaded: LoadedWorkspace,
+    workspace: Workspace,
+    analysis: Analysis,
+    stat_cache: StatCache | None,
+    code: dict[str, tuple[Path, bool]] | None = None,
+) -> ExecutorStep:
     rule = target.rule
     _RULES[rule_key(rule)] = rule
     sources = dict(zip(target.srcs, target.source_paths, strict=True))
@@ -228,8 +241,9 @@ def _target_step(target: Target, loaded: LoadedWorkspace, workspace: Workspace, 
                 )
             return output_path_of(step)
         path = sources[label]
-        return SourceFile(label=versioned(str(label)), xxh3=versioned(hash_source_file(path, stat_cache)),
-                          path=str(path))
+        return SourceFile(
+            label=versioned(str(label)), xxh3=versioned(hash_source_file(path, stat_cache)), path=str(path)
+        )
 
     attrs: dict[str, Any] = {}
     for name, value in target.attrs.items():
@@ -241,8 +255,9 @@ def _target_step(target: Target, loaded: LoadedWorkspace, workspace: Workspace, 
         elif isinstance(spec, LabelListAttr):
             attrs[name] = [label_value(v, name) for v in value]
         elif isinstance(spec, LabelKeyedDictAttr):
-            entries = [[label_value(k, name), versioned(thaw(w)) if spec.versioned else thaw(w)]
-                       for k, w in value.items()]
+            entries = [
+                [label_value(k, name), versioned(thaw(w)) if spec.versioned else thaw(w)] for k, w in value.items()
+            ]
             attrs[name] = {"__mixture__": True, "entries": entries}
         else:
             plain = thaw(value)
@@ -266,9 +281,13 @@ def _target_step(target: Target, loaded: LoadedWorkspace, workspace: Workspace, 
     )
 
 
-def _code_of(rule: RuleType, workspace: Workspace, stat_cache: StatCache | None,
-             extra: dict[str, tuple[Path, bool]], known: dict[tuple[Any, ...], dict[str, Any] | None]
-             ) -> dict[str, Any] | None:
+def _code_of(
+    rule: RuleType,
+    workspace: Workspace,
+    stat_cache: StatCache | None,
+    extra: dict[str, tuple[Path, bool]],
+    known: dict[tuple[Any, ...], dict[str, Any] | None],
+) -> dict[str, Any] | None:
     """A target step's ``code``: the rule's module (never in the key) and ``extra`` files; from ``known`` (this
     analysis's earlier answers) when another target asked the same, as a copy of its own."""
     key = (rule.implementation, *sorted(extra.items()))
@@ -278,8 +297,9 @@ def _code_of(rule: RuleType, workspace: Workspace, stat_cache: StatCache | None,
     return dict(found) if found is not None else None
 
 
-def _find_code(rule: RuleType, workspace: Workspace, stat_cache: StatCache | None,
-               extra: dict[str, tuple[Path, bool]]) -> dict[str, Any] | None:
+def _find_code(
+    rule: RuleType, workspace: Workspace, stat_cache: StatCache | None, extra: dict[str, tuple[Path, bool]]
+) -> dict[str, Any] | None:
     import inspect
 
     from marinbuild.code_digest import display_path, file_digest
@@ -351,4 +371,3 @@ def leaf_steps(steps: dict[str, ExecutorStep]) -> list[ExecutorStep]:
     for step in steps.values():
         used.update(id(s) for s in upstream_steps(step.config))
     return [s for s in steps.values() if id(s) not in used]
-

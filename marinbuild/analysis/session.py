@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # imported when used: a no-op build from the analysis snapsho
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.load import LoadedWorkspace, Loader
 
+
 class SettingsError(ValueError):
     """A bad value in ``[tool.marinbuild]`` or on the command line (exit 2)."""
 
@@ -46,9 +47,17 @@ class Settings:
     """How long a task of several tiny steps may last (``[tool.marinbuild] ray_bundle_seconds``; 0: a task each)."""
 
     @classmethod
-    def resolve(cls, workspace: Workspace, *, prefix: str | None = None, backend: str | None = None,
-                jobs: int | None = None, keep_going: bool = False, force_run_failed: bool | None = None,
-                ray_address: str | None = None) -> Settings:
+    def resolve(
+        cls,
+        workspace: Workspace,
+        *,
+        prefix: str | None = None,
+        backend: str | None = None,
+        jobs: int | None = None,
+        keep_going: bool = False,
+        force_run_failed: bool | None = None,
+        ray_address: str | None = None,
+    ) -> Settings:
         config = workspace.config
         chosen = prefix or os.environ.get("MARIN_PREFIX") or config.get("prefix") or DEFAULT_LOCAL_PREFIX
         if not isinstance(chosen, str):
@@ -71,9 +80,11 @@ class Settings:
         if ray_max_retries is not None and (not isinstance(ray_max_retries, int) or ray_max_retries < 0):
             raise SettingsError("[tool.marinbuild] ray_max_retries must be a non-negative integer")
         ray_bundle_seconds = config.get("ray_bundle_seconds")
-        if ray_bundle_seconds is not None and (isinstance(ray_bundle_seconds, bool)
-                                               or not isinstance(ray_bundle_seconds, int | float)
-                                               or ray_bundle_seconds < 0):
+        if ray_bundle_seconds is not None and (
+            isinstance(ray_bundle_seconds, bool)
+            or not isinstance(ray_bundle_seconds, int | float)
+            or ray_bundle_seconds < 0
+        ):
             raise SettingsError("[tool.marinbuild] ray_bundle_seconds must be a non-negative number of seconds")
         return cls(
             prefix=chosen.rstrip("/") if chosen != "/" else chosen,
@@ -146,7 +157,8 @@ class Session:
         s = self.settings
         return Executor(
             prefix=s.prefix,
-            executor_info_base_path=os.path.join(s.prefix, "experiments") if "://" not in s.prefix
+            executor_info_base_path=os.path.join(s.prefix, "experiments")
+            if "://" not in s.prefix
             else s.prefix + "/experiments",
             heartbeat_interval=s.heartbeat_interval,
             stale_after=s.stale_after,
@@ -169,8 +181,12 @@ class Session:
         s = self.settings
         if s.backend == LOCAL:  # the executor constructs it, with the run's --jobs
             return s.backend
-        options = BackendOptions(ray_address=s.ray_address, ray_max_retries=s.ray_max_retries,
-                                 ray_bundle_seconds=s.ray_bundle_seconds, working_dir=self.workspace.root)
+        options = BackendOptions(
+            ray_address=s.ray_address,
+            ray_max_retries=s.ray_max_retries,
+            ray_bundle_seconds=s.ray_bundle_seconds,
+            working_dir=self.workspace.root,
+        )
         return make_backend(s.backend, options)
 
     def steps_of(self, label: Label) -> list[ExecutorStep]:

@@ -58,14 +58,32 @@ KEEP = 16
 # Variables a shell or terminal sets per session or per command, which no analysis should depend on:
 # left out of the recorded environment, so opening a new terminal does not cost the next no-op its snapshot.
 SHELL_BOOKKEEPING = frozenset(
-    {"_", "OLDPWD", "SHLVL", "PS1", "PS2", "COLUMNS", "LINES", "WINDOWID", "TERM_SESSION_ID", "TMUX_PANE",
-     "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "XDG_SESSION_ID", "DISPLAY"}
+    {
+        "_",
+        "OLDPWD",
+        "SHLVL",
+        "PS1",
+        "PS2",
+        "COLUMNS",
+        "LINES",
+        "WINDOWID",
+        "TERM_SESSION_ID",
+        "TMUX_PANE",
+        "SSH_CLIENT",
+        "SSH_CONNECTION",
+        "SSH_TTY",
+        "SSH_AUTH_SOCK",
+        "XDG_SESSION_ID",
+        "DISPLAY",
+    }
 )
 
 
 def analysis_environment() -> dict[str, str]:
     """The environment as a snapshot records it: every variable but ``SHELL_BOOKKEEPING``."""
     return {name: value for name, value in os.environ.items() if name not in SHELL_BOOKKEEPING}
+
+
 """Snapshots kept per workspace (one per distinct command line); the oldest beyond are removed."""
 _FOLDER = "snapshots"
 

@@ -135,8 +135,12 @@ def format_table(rows: list[CacheRow]) -> str:
         if len(row.steps) > 1:
             table[-1] = (row.label, state, "")
             table.extend(("", f"  {s.state}", s.output_path) for s in row.steps)
-    notes = [f"{row.label}: {s.detail}" for row in rows for s in row.steps
-             if s.state == pb.BUILT and s.detail and s.detail.startswith("code changed")]
+    notes = [
+        f"{row.label}: {s.detail}"
+        for row in rows
+        for s in row.steps
+        if s.state == pb.BUILT and s.detail and s.detail.startswith("code changed")
+    ]
     return _columns(table) + "".join(f"{note}\n" for note in notes)
 
 
@@ -281,8 +285,16 @@ def cache_ls(prefix: str) -> list[Entry]:
             status = f"damaged: {exc}"
         mtime = store.mtime(st.status_path(path))
         size, files = store.usage(path)
-        entries.append(Entry(pb.step_name_of(path, prefix), path, status, size, files,
-                             None if mtime is None else round(now - mtime, 1)))
+        entries.append(
+            Entry(
+                pb.step_name_of(path, prefix),
+                path,
+                status,
+                size,
+                files,
+                None if mtime is None else round(now - mtime, 1),
+            )
+        )
     entries.sort(key=lambda e: e.output_path)
     return entries
 
@@ -290,8 +302,15 @@ def cache_ls(prefix: str) -> list[Entry]:
 def format_ls(entries: list[Entry]) -> str:
     table = [("STATUS", "SIZE", "AGE", "NAME", "OUTPUT")]
     for e in entries:
-        table.append((e.status or "-", format_size(e.size), format_age(e.age) if e.age is not None else "-", e.name,
-                      e.output_path))
+        table.append(
+            (
+                e.status or "-",
+                format_size(e.size),
+                format_age(e.age) if e.age is not None else "-",
+                e.name,
+                e.output_path,
+            )
+        )
     total = sum(e.size for e in entries)
     return _columns(table) + f"{len(entries)} output(s), {format_size(total)}\n"
 
@@ -423,11 +442,15 @@ def format_gc(result: GcResult) -> str:
         lines.append(f"{format_size(e.size):>10}  {e.output_path}  {mark}")
     n = len(result.candidates)
     if result.dry_run:
-        lines.append(f"{n} unused output(s), {format_size(result.candidate_bytes)}; {result.kept} kept. "
-                     f"Nothing deleted (confirm with --yes).")
+        lines.append(
+            f"{n} unused output(s), {format_size(result.candidate_bytes)}; {result.kept} kept. "
+            f"Nothing deleted (confirm with --yes)."
+        )
     else:
-        lines.append(f"deleted {len(result.deleted)} of {n} unused output(s), freed {format_size(result.freed_bytes)}; "
-                     f"{result.kept} kept, {len(result.skipped)} skipped.")
+        lines.append(
+            f"deleted {len(result.deleted)} of {n} unused output(s), freed {format_size(result.freed_bytes)}; "
+            f"{result.kept} kept, {len(result.skipped)} skipped."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -457,8 +480,10 @@ def clean(workspace: Any, outputs_of: Iterable[str] | None = None, yes: bool = F
     folder is removed without it, since nothing in it is lost by removing it.
     """
     if outputs_of is not None and list(outputs_of):
-        raise ValueError("clean never removes build outputs; use `marinbuild cache gc TARGETS --yes` "
-                         "to delete the outputs the given targets do not use")
+        raise ValueError(
+            "clean never removes build outputs; use `marinbuild cache gc TARGETS --yes` "
+            "to delete the outputs the given targets do not use"
+        )
     root = Path(getattr(workspace, "root", workspace))
     folder = root / ".marinbuild"
     if not folder.is_dir():

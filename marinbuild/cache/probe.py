@@ -102,7 +102,7 @@ def probe_outputs(output_paths: Iterable[str], stale_after: float = STALE_AFTER,
 def step_name_of(output_path: str, prefix: str) -> str:
     """The step name an output path under ``prefix`` has (``<name>-<hash>`` without the hash)."""
     base, out = normalize(prefix), normalize(output_path)
-    rel = out[len(base):].lstrip("/") if out.startswith(base.rstrip("/") + "/") else out
+    rel = out[len(base) :].lstrip("/") if out.startswith(base.rstrip("/") + "/") else out
     return _HASH_SUFFIX.sub("", rel)
 
 
@@ -151,8 +151,11 @@ def with_other_versions(prefix: str, outputs: dict[str, str], workers: int = 16)
             base = fs.join(prefix, name).rpartition("/")[2]
             pattern = re.compile(re.escape(base) + r"-[0-9a-f]{6}\Z")
             skip = normalize(outputs[name])
-            candidates.extend((name, fs.join(parent, folder)) for folder in listings[parent]
-                              if pattern.match(folder) and normalize(fs.join(parent, folder)) != skip)
+            candidates.extend(
+                (name, fs.join(parent, folder))
+                for folder in listings[parent]
+                if pattern.match(folder) and normalize(fs.join(parent, folder)) != skip
+            )
     if not candidates:
         return set()
 

@@ -41,7 +41,7 @@ class Store:
     def _to_url(self, stripped: str, base: str) -> str:
         """An fsspec-stripped path under ``base`` spelled like ``base``."""
         base_stripped = self.fs._strip_protocol(base).rstrip("/")
-        rel = stripped.rstrip("/")[len(base_stripped):].lstrip("/")
+        rel = stripped.rstrip("/")[len(base_stripped) :].lstrip("/")
         return fs.join(base, rel) if rel else base.rstrip("/")
 
     # -- queries ------------------------------------------------------------------------------
@@ -67,8 +67,9 @@ class Store:
         if not self.is_dir(path):
             return None
         own = self.fs._strip_protocol(path).rstrip("/")
-        return sorted(name.rstrip("/").rsplit("/", 1)[-1] for name in self.fs.ls(path, detail=False)
-                      if name.rstrip("/") != own)
+        return sorted(
+            name.rstrip("/").rsplit("/", 1)[-1] for name in self.fs.ls(path, detail=False) if name.rstrip("/") != own
+        )
 
     def subdirs(self, path: str) -> list[str]:
         """Names of the folders directly in ``path`` (sorted; none if it is missing)."""

@@ -59,6 +59,7 @@ NOT_BUILT = Verdict.NOT_BUILT
 REPORT_FILE = ".marinbuild_verify.json"
 """Left beside a step that verify marked not built: what it found (``why`` can show it)."""
 
+
 class ProblemKind(StrEnum):
     """How one file differs from the manifest (its value is what the JSON report says)."""
 
@@ -126,8 +127,10 @@ class VerifyReport:
         return 1 if self.damaged else 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"steps": [asdict(s) for s in self.steps],
-                "summary": {state: len(self.by_state(state)) for state in (OK, DAMAGED, UNVERIFIED, NOT_BUILT)}}
+        return {
+            "steps": [asdict(s) for s in self.steps],
+            "summary": {state: len(self.by_state(state)) for state in (OK, DAMAGED, UNVERIFIED, NOT_BUILT)},
+        }
 
 
 # -- verifying one output folder --------------------------------------------------------------------
@@ -156,8 +159,9 @@ def _compare(output_path: str, expected: manifest.Manifest) -> list[FileProblem]
             if digests[rel] is not None and digests[rel] != wanted[rel].xxh3_128:
                 problems.append(FileProblem(rel, MODIFIED, wanted[rel].size, actual[rel].size))
     known = {e.path for e in expected.files}
-    problems.extend(FileProblem(rel, ADDED, None, stat.size) for rel, stat in sorted(actual.items())
-                    if rel not in known)
+    problems.extend(
+        FileProblem(rel, ADDED, None, stat.size) for rel, stat in sorted(actual.items()) if rel not in known
+    )
     return sorted(problems, key=lambda p: (p.kind == ADDED, p.path))
 
 
@@ -188,9 +192,16 @@ def _invalidate(output_path: str, cache: MetadataCache | None) -> bool:
     return True
 
 
-def verify_output(output_path: str, *, repair: bool = True, name: str | None = None,
-                  label: str | None = None, repair_metadata: bool = False,
-                  stale_after: float = STALE_AFTER, metadata_cache: MetadataCache | None = None) -> StepVerification:
+def verify_output(
+    output_path: str,
+    *,
+    repair: bool = True,
+    name: str | None = None,
+    label: str | None = None,
+    repair_metadata: bool = False,
+    stale_after: float = STALE_AFTER,
+    metadata_cache: MetadataCache | None = None,
+) -> StepVerification:
     """Verify one step's metadata and outputs against its manifest (and invalidate it if damaged and ``repair``;
     remove unparsable metadata and leftover leases if ``repair_metadata``)."""
     result = StepVerification(output_path, NOT_BUILT, name=name, label=label)
@@ -216,8 +227,9 @@ def verify_output(output_path: str, *, repair: bool = True, name: str | None = N
     if result.metadata:
         result.state = DAMAGED
         result.error = result.metadata[0]
-    outputs_damaged = result.state == DAMAGED and (result.damage or any(
-        LEASE_FILE not in message for message in result.metadata))
+    outputs_damaged = result.state == DAMAGED and (
+        result.damage or any(LEASE_FILE not in message for message in result.metadata)
+    )
     if outputs_damaged and repair:
         result.invalidated = _invalidate(output_path, metadata_cache)
         if result.invalidated:
@@ -267,8 +279,13 @@ def _old_temporaries(folder: str, older_than: float) -> list[str]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     now = time.time()
-    return sorted(e.name for e in entries if e.name.startswith(".tmp-") and e.is_file(follow_symlinks=False)
-                  and now - e.stat(follow_symlinks=False).st_mtime > older_than)
+    return sorted(
+        e.name
+        for e in entries
+        if e.name.startswith(".tmp-")
+        and e.is_file(follow_symlinks=False)
+        and now - e.stat(follow_symlinks=False).st_mtime > older_than
+    )
 
 
 def remove_dead_lease(output_path: str, stale_after: float, *, unparsable: bool) -> bool:
@@ -313,17 +330,22 @@ def remove_dead_lease(output_path: str, stale_after: float, *, unparsable: bool)
 
 
 def _leave_report(result: StepVerification) -> None:
-    report = {"invalidated": time.time(), "error": result.error,
-              "problems": [asdict(p) for p in result.damage]}
+    report = {"invalidated": time.time(), "error": result.error, "problems": [asdict(p) for p in result.damage]}
     try:
         fs.write_atomic(fs.join(result.output_path, REPORT_FILE), json.dumps(report, indent=1).encode())
     except OSError:
         pass  # only an explanation: the step is already marked not built
 
 
-def verify_outputs(output_paths: Iterable[str] | Mapping[str, str], *, repair: bool = True,
-                   workers: int = 8, repair_metadata: bool = False, stale_after: float = STALE_AFTER,
-                   metadata_cache: MetadataCache | None = None) -> VerifyReport:
+def verify_outputs(
+    output_paths: Iterable[str] | Mapping[str, str],
+    *,
+    repair: bool = True,
+    workers: int = 8,
+    repair_metadata: bool = False,
+    stale_after: float = STALE_AFTER,
+    metadata_cache: MetadataCache | None = None,
+) -> VerifyReport:
     """Verify many output folders (a mapping gives each path's step name), concurrently."""
     names: Mapping[str, str] = output_paths if isinstance(output_paths, Mapping) else {}
     paths = list(dict.fromkeys(output_paths))
@@ -331,15 +353,25 @@ def verify_outputs(output_paths: Iterable[str] | Mapping[str, str], *, repair: b
     if not paths:
         return VerifyReport()
     with ThreadPoolExecutor(workers) as pool:
-        steps = list(pool.map(lambda p: verify_output(p, repair=repair, name=names.get(p),
-                                                      repair_metadata=repair_metadata, stale_after=stale_after,
-                                                      metadata_cache=metadata_cache),
-                              paths))
+        steps = list(
+            pool.map(
+                lambda p: verify_output(
+                    p,
+                    repair=repair,
+                    name=names.get(p),
+                    repair_metadata=repair_metadata,
+                    stale_after=stale_after,
+                    metadata_cache=metadata_cache,
+                ),
+                paths,
+            )
+        )
     return VerifyReport(steps)
 
 
-def verify_cache(session: Any, targets: Iterable[Any], *, repair: bool = True, deps: bool = True,
-                 repair_metadata: bool = False) -> VerifyReport:
+def verify_cache(
+    session: Any, targets: Iterable[Any], *, repair: bool = True, deps: bool = True, repair_metadata: bool = False
+) -> VerifyReport:
     """``marinbuild cache verify PATTERN...``: verify the steps of the targets PATTERN... names and, with ``deps``,
     every step they depend on (each labelled with the first target that needs it).
 
@@ -358,9 +390,13 @@ def verify_cache(session: Any, targets: Iterable[Any], *, repair: bool = True, d
         own = session.steps_of(label)
         for step in graph.blocking_closure(own) if graph is not None else own:
             entries.setdefault(output_paths[step], (step.name, str(label)))
-    report = verify_outputs({path: name for path, (name, _) in entries.items()}, repair=repair,
-                            repair_metadata=repair_metadata, stale_after=pb.stale_after_of(session),
-                            metadata_cache=MetadataCache(session.metadata_cache_path))
+    report = verify_outputs(
+        {path: name for path, (name, _) in entries.items()},
+        repair=repair,
+        repair_metadata=repair_metadata,
+        stale_after=pb.stale_after_of(session),
+        metadata_cache=MetadataCache(session.metadata_cache_path),
+    )
     for step in report.steps:
         step.label = entries[step.output_path][1]
     return report
@@ -393,11 +429,16 @@ def format_verify(report: VerifyReport) -> str:
             lines.append(f"           leftover   {step.leftover}")
         lines.extend(f"           -> {repair}" for repair in step.repairs)
         if step.state == DAMAGED and not step.repairs:
-            lines.append("           -> marked not built: the next build reruns it" if step.invalidated
-                         else "           -> left as it is (not repaired)")
+            lines.append(
+                "           -> marked not built: the next build reruns it"
+                if step.invalidated
+                else "           -> left as it is (not repaired)"
+            )
         elif step.invalidated:
             lines.append("           -> marked not built: the next build reruns it")
     counts = {state: len(report.by_state(state)) for state in (OK, DAMAGED, UNVERIFIED, NOT_BUILT)}
-    lines.append(f"{len(report.steps)} step(s): {counts[OK]} ok, {counts[DAMAGED]} damaged, "
-                 f"{counts[UNVERIFIED]} unverified (no manifest), {counts[NOT_BUILT]} not built")
+    lines.append(
+        f"{len(report.steps)} step(s): {counts[OK]} ok, {counts[DAMAGED]} damaged, "
+        f"{counts[UNVERIFIED]} unverified (no manifest), {counts[NOT_BUILT]} not built"
+    )
     return "\n".join(lines)

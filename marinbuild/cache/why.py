@@ -238,8 +238,9 @@ def why_targets_as_dict(patterns: list[str], groups: list[TargetExplanation], st
 
 def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bool) -> StepExplanation:
     executor = session.executor
-    e = StepExplanation(step=step.name, output_path=probe.output_path, reason=BUILT, requested=requested,
-                        status=probe.status)
+    e = StepExplanation(
+        step=step.name, output_path=probe.output_path, reason=BUILT, requested=requested, status=probe.status
+    )
     if step.resources is not None:
         from marinbuild.run.resources import hardware_of
 
@@ -268,9 +269,12 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
         return e
     if probe.state == pb.ABANDONED:
         e.reason = ABANDONED
-        e.detail = ("status RUNNING but no lease" if probe.lease is None else
-                    f"status RUNNING but the lease of {e.lease_holder} is stale "
-                    f"(last heartbeat {format_age(e.lease_age)} ago)")
+        e.detail = (
+            "status RUNNING but no lease"
+            if probe.lease is None
+            else f"status RUNNING but the lease of {e.lease_holder} is stale "
+            f"(last heartbeat {format_age(e.lease_age)} ago)"
+        )
         return e
     held = Store(probe.output_path).names(probe.output_path)
     if held is not None and held != [INFO_FILE]:  # only the info: written before the step ran, as Marin does

@@ -19,6 +19,7 @@ T = TypeVar("T")
 
 ExecutorFunction = Callable[..., Any] | None
 
+
 def _set_fields(obj: Any, values: dict[str, Any]) -> None:
     """Initialise a frozen dataclass instance in one store of its ``__dict__``."""
     object.__setattr__(obj, "__dict__", values)
@@ -43,14 +44,30 @@ class ExecutorStep(Generic[ConfigT_co]):
     pip_dependency_groups: list[str] | None = None
     """Extras or package names the step's environment needs; never part of the version."""
 
-    def __init__(self, name: str, fn: ExecutorFunction, config: ConfigT_co, description: str | None = None,
-                 override_output_path: str | None = None, resources: Any = None,
-                 pip_dependency_groups: list[str] | None = None):
+    def __init__(
+        self,
+        name: str,
+        fn: ExecutorFunction,
+        config: ConfigT_co,
+        description: str | None = None,
+        override_output_path: str | None = None,
+        resources: Any = None,
+        pip_dependency_groups: list[str] | None = None,
+    ):
         # One store of the whole __dict__ instead of a frozen-dataclass setattr per field: scripts make
         # thousands of these (and of the placeholders below) on every run.
-        _set_fields(self, {"name": name, "fn": fn, "config": config, "description": description,
-                           "override_output_path": override_output_path, "resources": resources,
-                           "pip_dependency_groups": pip_dependency_groups})
+        _set_fields(
+            self,
+            {
+                "name": name,
+                "fn": fn,
+                "config": config,
+                "description": description,
+                "override_output_path": override_output_path,
+                "resources": resources,
+                "pip_dependency_groups": pip_dependency_groups,
+            },
+        )
 
     def cd(self, name: str) -> InputName:
         """Refer to ``name`` under this step's output path."""

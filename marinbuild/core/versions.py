@@ -113,7 +113,7 @@ class VersionStrIndex(_CompletedOnRead):
         steps = self._table.steps
         if self._synced < len(steps):
             strs = self._table.version_strs
-            for step in steps[self._synced:]:
+            for step in steps[self._synced :]:
                 dict.__setitem__(self, strs[step], step)
             self._synced = len(steps)
 

@@ -31,14 +31,16 @@ import fsspec
 PREFIX = "[marinbuild.ml]"
 _INFO_LINE = re.compile(r"^[IDV]\d{8} ")  # absl/levanter INFO, DEBUG, VERBOSE lines
 # Warnings levanter prints on every CPU run that tell a user nothing (they stay in the log).
-_NOISE = re.compile(r"Unknown leaf type <class 'NoneType'>|Unknown device type: cpu|No resource mapping found"
-                    r"|warnings\.warn\(|^Loss: "
-                    # zephyr's coordinator (levanter's cache builder) before its local workers first report in
-                    r"|All workers are dead/failed\. Waiting for workers to recover"
-                    r"|Data loader stalled"
-                    # eval_harness: the datasets library's and tqdm's progress, levanter's note on lm-eval's
-                    # non-numeric result fields
-                    r"|^Generating \w+ split: |^\s*\d+%\|.*\| \d+/\d+ \[|Skipping non-numeric metric")
+_NOISE = re.compile(
+    r"Unknown leaf type <class 'NoneType'>|Unknown device type: cpu|No resource mapping found"
+    r"|warnings\.warn\(|^Loss: "
+    # zephyr's coordinator (levanter's cache builder) before its local workers first report in
+    r"|All workers are dead/failed\. Waiting for workers to recover"
+    r"|Data loader stalled"
+    # eval_harness: the datasets library's and tqdm's progress, levanter's note on lm-eval's
+    # non-numeric result fields
+    r"|^Generating \w+ split: |^\s*\d+%\|.*\| \d+/\d+ \[|Skipping non-numeric metric"
+)
 _PARENT_ENV = "MARINBUILD_ML_PARENT_PID"
 
 
@@ -66,8 +68,15 @@ def is_local(path: str) -> bool:
     return isinstance(fsspec.core.url_to_fs(path)[0], LocalFileSystem)
 
 
-def run_child(module: str, payload: dict[str, Any], *, log_dir: str, name: str, offline: bool = False,
-              env: dict[str, str] | None = None) -> dict[str, Any]:
+def run_child(
+    module: str,
+    payload: dict[str, Any],
+    *,
+    log_dir: str,
+    name: str,
+    offline: bool = False,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Run ``python -m module`` on ``payload``; return the result JSON it wrote."""
     work = tempfile.mkdtemp(prefix=f"marinbuild-{name}-")
     payload_path = os.path.join(work, "payload.json")

@@ -97,8 +97,9 @@ def _text_of(record: Any, text_key: str, path: str, where: str) -> str:
     return text
 
 
-def read_texts(path: str, text_key: str, counts: ReadCounts, skip_bad: bool = False,
-               span: tuple[int, int] | None = None) -> Iterator[str]:
+def read_texts(
+    path: str, text_key: str, counts: ReadCounts, skip_bad: bool = False, span: tuple[int, int] | None = None
+) -> Iterator[str]:
     """The texts of ``path`` (or of its ``span``) in order; ``counts`` is filled in as they are read."""
     ext, compression = document_format(path)
     if span is not None and not (compression is None and ext in (".jsonl", ".parquet")):
@@ -127,8 +128,9 @@ def lines_before(path: str, offset: int) -> int:
     return count
 
 
-def _plain_jsonl(path: str, span: tuple[int, int] | None, text_key: str, counts: ReadCounts,
-                 skip_bad: bool) -> Iterator[str]:
+def _plain_jsonl(
+    path: str, span: tuple[int, int] | None, text_key: str, counts: ReadCounts, skip_bad: bool
+) -> Iterator[str]:
     start, end = span if span is not None else (0, None)
     with fsspec.open(path, "rb") as f:
         pos = start
@@ -149,8 +151,13 @@ def _plain_jsonl(path: str, span: tuple[int, int] | None, text_key: str, counts:
             try:
                 line = f.readline()
             except _STREAM_ERRORS as exc:
-                counts.cut(BadRecordError(path, where(n + 1), f"cannot read the file past byte {pos} "
-                                          f"({type(exc).__name__}: {exc})"), skip_bad, exc)
+                counts.cut(
+                    BadRecordError(
+                        path, where(n + 1), f"cannot read the file past byte {pos} ({type(exc).__name__}: {exc})"
+                    ),
+                    skip_bad,
+                    exc,
+                )
                 return
             if not line:
                 return
@@ -183,8 +190,15 @@ def _jsonl(path: str, compression: str | None, text_key: str, counts: ReadCounts
             except StopIteration:
                 return
             except _STREAM_ERRORS as exc:
-                counts.cut(BadRecordError(path, f"line {line_no + 1}", f"cannot read the file past line {line_no} "
-                                          f"({type(exc).__name__}: {exc})"), skip_bad, exc)
+                counts.cut(
+                    BadRecordError(
+                        path,
+                        f"line {line_no + 1}",
+                        f"cannot read the file past line {line_no} ({type(exc).__name__}: {exc})",
+                    ),
+                    skip_bad,
+                    exc,
+                )
                 return
             line_no += 1
             if not line.strip():
@@ -202,8 +216,9 @@ def _jsonl(path: str, compression: str | None, text_key: str, counts: ReadCounts
             yield text
 
 
-def _parquet(path: str, span: tuple[int, int] | None, compression: str | None, text_key: str, counts: ReadCounts,
-             skip_bad: bool) -> Iterator[str]:
+def _parquet(
+    path: str, span: tuple[int, int] | None, compression: str | None, text_key: str, counts: ReadCounts, skip_bad: bool
+) -> Iterator[str]:
     """Row groups ``span`` (all by default), one at a time; rows named by their index in the file."""
     import pyarrow.parquet as pq
 
@@ -227,18 +242,21 @@ def _parquet(path: str, span: tuple[int, int] | None, compression: str | None, t
     except _STREAM_ERRORS + (ValueError,) as exc:
         if isinstance(exc, BadRecordError):
             raise
-        counts.cut(BadRecordError(path, f"row {row}", f"cannot read the file ({type(exc).__name__}: {exc})"),
-                   skip_bad, exc)
+        counts.cut(
+            BadRecordError(path, f"row {row}", f"cannot read the file ({type(exc).__name__}: {exc})"), skip_bad, exc
+        )
 
 
-def _whole(path: str, ext: str, compression: str | None, text_key: str, counts: ReadCounts,
-           skip_bad: bool) -> Iterator[str]:
+def _whole(
+    path: str, ext: str, compression: str | None, text_key: str, counts: ReadCounts, skip_bad: bool
+) -> Iterator[str]:
     unit = "item"
     try:
         records = _load_whole(path, ext, compression)
     except _STREAM_ERRORS + (ValueError,) as exc:
-        counts.cut(BadRecordError(path, f"{unit} 0", f"cannot read the file ({type(exc).__name__}: {exc})"),
-                   skip_bad, exc)
+        counts.cut(
+            BadRecordError(path, f"{unit} 0", f"cannot read the file ({type(exc).__name__}: {exc})"), skip_bad, exc
+        )
         return
     for index, record in enumerate(records):
         try:

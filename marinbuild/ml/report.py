@@ -41,8 +41,9 @@ def _series(records: list[dict[str, Any]], key: str) -> list[list[float]]:
 
 def collect(train_output: str, eval_outputs: list[str]) -> dict[str, Any]:
     records = read_records(os.path.join(train_output, "metrics.jsonl"))
-    validation_keys = sorted({k for r in records for k in r
-                              if k.startswith("eval/") and k.endswith("/loss") and k != "eval/loss"})
+    validation_keys = sorted(
+        {k for r in records for k in r if k.startswith("eval/") and k.endswith("/loss") and k != "eval/loss"}
+    )
     summary: dict[str, Any] = {}
     try:
         with fsspec.open(os.path.join(train_output, "summary.json"), "r") as f:
@@ -63,7 +64,7 @@ def collect(train_output: str, eval_outputs: list[str]) -> dict[str, Any]:
         "model": os.path.basename(train_output.rstrip("/")),
         "parameter_count": summary.get("parameter_count"),
         "train_loss": _series(records, "train/loss"),
-        "validation_loss": {k[len("eval/"):-len("/loss")]: _series(records, k) for k in validation_keys},
+        "validation_loss": {k[len("eval/") : -len("/loss")]: _series(records, k) for k in validation_keys},
         "overall_validation_loss": _series(records, "eval/loss"),
         "learning_rate": _series(records, "optim/learning_rate"),
         "summary": summary,
@@ -84,8 +85,12 @@ def task_scores(harness: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 continue
             metric = "acc" if "acc" in metrics else sorted(metrics)[0]
             key = task if task not in scores else f"{evaluation}/{task}"
-            scores[key] = {"metric": metric, "value": metrics[metric], "step": result.get("step"),
-                           "evaluation": evaluation}
+            scores[key] = {
+                "metric": metric,
+                "value": metrics[metric],
+                "step": result.get("step"),
+                "evaluation": evaluation,
+            }
     return scores
 
 
@@ -121,8 +126,13 @@ def settings_line(settings: dict[str, Any]) -> str:
         parts.append(str(settings["model"]))
     params = settings.get("parameters")
     if params:
-        parts.append(f"{params / 1e9:.1f}B parameters" if params >= 1e9 else f"{params / 1e6:.1f}M parameters"
-                     if params >= 1e6 else f"{params:,} parameters")
+        parts.append(
+            f"{params / 1e9:.1f}B parameters"
+            if params >= 1e9
+            else f"{params / 1e6:.1f}M parameters"
+            if params >= 1e6
+            else f"{params:,} parameters"
+        )
     if settings.get("learning_rate") is not None:
         parts.append(f"lr {settings['learning_rate']:g}")
     if settings.get("batch_size") is not None:
@@ -163,19 +173,37 @@ def plot(metrics: dict[str, Any], path: str, title: str) -> None:
         ax.plot(steps, losses, color="tab:blue", alpha=0.35, linewidth=1, label="train loss")
         window = max(1, len(losses) // 20)
         if window > 1:
-            ax.plot(steps, _moving_average(losses, window), color="tab:blue", linewidth=2,
-                    label=f"train loss ({window}-step average)")
+            ax.plot(
+                steps,
+                _moving_average(losses, window),
+                color="tab:blue",
+                linewidth=2,
+                label=f"train loss ({window}-step average)",
+            )
     colors = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
     series = [(name, s) for name, s in metrics["validation_loss"].items() if s]
     if len(series) > 1 and metrics["overall_validation_loss"]:
         series.append(("all datasets", metrics["overall_validation_loss"]))
     for i, (name, points) in enumerate(series):
-        ax.plot([s for s, _ in points], [v for _, v in points], marker="o", linewidth=2,
-                color=colors[i % len(colors)], label=f"validation loss: {name}")
+        ax.plot(
+            [s for s, _ in points],
+            [v for _, v in points],
+            marker="o",
+            linewidth=2,
+            color=colors[i % len(colors)],
+            label=f"validation loss: {name}",
+        )
     for name, result in metrics["evaluations"].items():
         if result.get("loss") is not None and result.get("step") is not None:
-            ax.scatter([result["step"]], [result["loss"]], marker="*", s=160, color="black", zorder=5,
-                       label=f"{name}: loss {result['loss']:.3f}, perplexity {result['perplexity']:.2f}")
+            ax.scatter(
+                [result["step"]],
+                [result["loss"]],
+                marker="*",
+                s=160,
+                color="black",
+                zorder=5,
+                label=f"{name}: loss {result['loss']:.3f}, perplexity {result['perplexity']:.2f}",
+            )
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats per token)")
     if train and min(v for _, v in train) > 0:

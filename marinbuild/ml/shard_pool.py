@@ -40,8 +40,13 @@ class Pool(Protocol):
     name: str
     workers: int
 
-    def run(self, fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]], on_result: OnResult,
-            on_tick: Callable[[], None] | None = None) -> None: ...
+    def run(
+        self,
+        fn: Callable[[dict[str, Any]], dict[str, Any]],
+        jobs: list[dict[str, Any]],
+        on_result: OnResult,
+        on_tick: Callable[[], None] | None = None,
+    ) -> None: ...
 
     def call(self, fn: Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -54,8 +59,9 @@ def in_ray_task() -> bool:
     return ray is not None and ray.is_initialized()
 
 
-def open_pool(workers: int, resources: dict[str, Any] | None, offline: bool, log_path: str | None = None,
-              threads: bool = False) -> Pool:
+def open_pool(
+    workers: int, resources: dict[str, Any] | None, offline: bool, log_path: str | None = None, threads: bool = False
+) -> Pool:
     """``log_path``: where local workers' output goes (levanter logs every cache it writes). ``threads``: off
     Ray, threads of this process instead of processes (for work that waits on I/O, such as downloads)."""
     if in_ray_task():
@@ -89,11 +95,19 @@ class LocalPool:
     def __init__(self, workers: int, offline: bool, log_path: str | None = None):
         self.workers = workers
         self._executor: cf.Executor = cf.ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-            initargs=(offline, log_path))
+            max_workers=workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(offline, log_path),
+        )
 
-    def run(self, fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]], on_result: OnResult,
-            on_tick: Callable[[], None] | None = None) -> None:
+    def run(
+        self,
+        fn: Callable[[dict[str, Any]], dict[str, Any]],
+        jobs: list[dict[str, Any]],
+        on_result: OnResult,
+        on_tick: Callable[[], None] | None = None,
+    ) -> None:
         pending = {self._executor.submit(fn, job): job for job in jobs}
         try:
             while pending:
@@ -144,12 +158,18 @@ class RayPool:
 
     def _remote(self, fn: Callable[..., Any]) -> Any:
         if fn not in self._remotes:
-            self._remotes[fn] = self._ray.remote(fn).options(**self._options, max_retries=3,
-                                                             scheduling_strategy="SPREAD")
+            self._remotes[fn] = self._ray.remote(fn).options(
+                **self._options, max_retries=3, scheduling_strategy="SPREAD"
+            )
         return self._remotes[fn]
 
-    def run(self, fn: Callable[[dict[str, Any]], dict[str, Any]], jobs: list[dict[str, Any]], on_result: OnResult,
-            on_tick: Callable[[], None] | None = None) -> None:
+    def run(
+        self,
+        fn: Callable[[dict[str, Any]], dict[str, Any]],
+        jobs: list[dict[str, Any]],
+        on_result: OnResult,
+        on_tick: Callable[[], None] | None = None,
+    ) -> None:
         ray = self._ray
         remote = self._remote(fn)
         queue = list(reversed(jobs))

@@ -97,11 +97,20 @@ def build_shard(job: dict[str, Any]) -> dict[str, Any]:
             skipped_by_file[piece.path] = skipped_by_file.get(piece.path, 0) + piece_counts.skipped
     examples = [e for c in counts for e in c.examples][:5]
     truncated = [c.truncated for c in counts if c.truncated]
-    result = sh.ShardResult(key=shard.key, path=shard.path, cache=cache_name, documents=written["count"],
-                            tokens=tokens, skipped=sum(c.skipped for c in counts), skipped_examples=examples or None,
-                            skipped_by_file=skipped_by_file or None, truncated="; ".join(truncated) or None,
-                            seconds=round(time.time() - start, 3),
-                            cpu_seconds=round(time.process_time() - cpu_start, 3), node=node_name())
+    result = sh.ShardResult(
+        key=shard.key,
+        path=shard.path,
+        cache=cache_name,
+        documents=written["count"],
+        tokens=tokens,
+        skipped=sum(c.skipped for c in counts),
+        skipped_examples=examples or None,
+        skipped_by_file=skipped_by_file or None,
+        truncated="; ".join(truncated) or None,
+        seconds=round(time.time() - start, 3),
+        cpu_seconds=round(time.process_time() - cpu_start, 3),
+        node=node_name(),
+    )
     sh.commit(shard, result)
     return {**result.to_json(), "state": "built"}
 
@@ -122,8 +131,14 @@ def _empty_cache(cache_path: str, processor: Any) -> None:
     from levanter.store.tree_store import TreeStore
 
     TreeStore.open(processor.output_exemplar, cache_path, mode="w", cache_metadata=True)
-    CacheLedger(total_num_rows=0, shard_rows={}, is_finished=True, finished_shards=[], field_counts={},
-                metadata=CacheMetadata(processor.metadata))._serialize_and_commit(cache_path)
+    CacheLedger(
+        total_num_rows=0,
+        shard_rows={},
+        is_finished=True,
+        finished_shards=[],
+        field_counts={},
+        metadata=CacheMetadata(processor.metadata),
+    )._serialize_and_commit(cache_path)
 
 
 def _token_count(cache_path: str, processor: Any) -> int:
@@ -143,7 +158,11 @@ def consolidate(job: dict[str, Any]) -> dict[str, Any]:
     from marinbuild.ml.consolidate import consolidate_caches
 
     processor = _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
-    ledger = consolidate_caches(job["caches"], job["output"], processor.output_exemplar,
-                                CacheMetadata(preprocessor_metadata=processor.metadata))
-    return {"documents": ledger.total_num_rows, "tokens": int(cached_token_count(job["output"])),
-            "vocab_size": len(processor.tokenizer)}
+    ledger = consolidate_caches(
+        job["caches"], job["output"], processor.output_exemplar, CacheMetadata(preprocessor_metadata=processor.metadata)
+    )
+    return {
+        "documents": ledger.total_num_rows,
+        "tokens": int(cached_token_count(job["output"])),
+        "vocab_size": len(processor.tokenizer),
+    }

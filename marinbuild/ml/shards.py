@@ -69,8 +69,9 @@ class Shard:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Shard:
-        pieces = tuple(Piece(p["path"], p["input"], p["size"], tuple(p["span"]) if p["span"] else None)
-                       for p in data["pieces"])
+        pieces = tuple(
+            Piece(p["path"], p["input"], p["size"], tuple(p["span"]) if p["span"] else None) for p in data["pieces"]
+        )
         return cls(data["index"], data["path"], data["key"], data["dir"], pieces)
 
 
@@ -122,8 +123,14 @@ def input_info(path: str) -> tuple[str, int]:
                 size += len(block)
         return f"sha256:{digest.hexdigest()}", size
     info = fs.info(p)
-    version = info.get("generation") or info.get("ETag") or info.get("etag") or info.get("mtime") \
-        or info.get("LastModified") or info.get("updated")
+    version = (
+        info.get("generation")
+        or info.get("ETag")
+        or info.get("etag")
+        or info.get("mtime")
+        or info.get("LastModified")
+        or info.get("updated")
+    )
     if version is None:
         raise ValueError(f"{path}: the filesystem reports no generation, ETag or modification time to key it on")
     return f"{path}|size={info.get('size')}|version={version}", int(info.get("size") or 0)
@@ -146,8 +153,14 @@ def tokenizer_identity(spec: str, local_dir: str | None) -> str:
 def shard_key(input_id: str, path: str, text_key: str, tokenizer_id: str, options: dict[str, Any]) -> str:
     """The key of a one-file shard."""
     ext, compression = document_format(path)
-    key = {"kind": KIND, "input": input_id, "format": [ext, compression], "text_key": text_key,
-           "tokenizer": tokenizer_id, "options": options}
+    key = {
+        "kind": KIND,
+        "input": input_id,
+        "format": [ext, compression],
+        "text_key": text_key,
+        "tokenizer": tokenizer_id,
+        "options": options,
+    }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -171,8 +184,9 @@ def shard_dir(store: str, key: str) -> str:
     return f"{store.rstrip('/')}/{key[:2]}/{key}"
 
 
-def plan(paths: list[str], store: str, text_key: str, tokenizer_id: str, options: dict[str, Any],
-         shard_bytes: int = 0) -> list[Shard]:
+def plan(
+    paths: list[str], store: str, text_key: str, tokenizer_id: str, options: dict[str, Any], shard_bytes: int = 0
+) -> list[Shard]:
     """The shards of ``paths``, in order (each file's identity read here: a local file is hashed), cut by
     ``shard_bytes`` (``marinbuild.ml.shard_plan``; 0: a shard per file)."""
     files = [file_pieces(path, *input_info(path), shard_bytes) for path in paths]

@@ -98,8 +98,9 @@ class SliceJob:
 
 
 TRAIN = SliceJob("marinbuild.ml.train", "train", "train_lm", "training", "resuming from the latest checkpoint")
-EVAL_HARNESS = SliceJob("marinbuild.ml.eval_harness", "eval", "eval_harness", "evaluation",
-                        "evaluating again from the start")
+EVAL_HARNESS = SliceJob(
+    "marinbuild.ml.eval_harness", "eval", "eval_harness", "evaluation", "evaluating again from the start"
+)
 
 
 class SliceUnavailableError(RuntimeError):
@@ -110,25 +111,33 @@ class SliceRunError(RuntimeError):
     """The job on the slice was preempted or failed more often than its budget allows."""
 
 
-def run_on_tpu_slice(job: SliceJob, payload: dict[str, Any], tpu: TpuSlice, *, policy: SlicePolicy, label: str,
-                     offline: bool) -> dict[str, Any]:
+def run_on_tpu_slice(
+    job: SliceJob, payload: dict[str, Any], tpu: TpuSlice, *, policy: SlicePolicy, label: str, offline: bool
+) -> dict[str, Any]:
     """Run ``job`` on one slice of type ``tpu`` until it succeeds or a budget is spent; process 0's summary."""
     import ray
 
     if not ray.is_initialized():
-        raise RuntimeError(f"{label}: a multi-host TPU slice ({tpu.shape()}) runs on a Ray cluster: "
-                           "build with --backend ray --ray_address ADDRESS")
+        raise RuntimeError(
+            f"{label}: a multi-host TPU slice ({tpu.shape()}) runs on a Ray cluster: "
+            "build with --backend ray --ray_address ADDRESS"
+        )
     if tpu.topology is None:
-        raise RuntimeError(f"{label}: ray.util.tpu cannot reserve a {tpu.type} slice (no known topology); "
-                           "ask for a v4, v5p, v5litepod or v6e slice")
+        raise RuntimeError(
+            f"{label}: ray.util.tpu cannot reserve a {tpu.type} slice (no known topology); "
+            "ask for a v4, v5p, v5litepod or v6e slice"
+        )
     log_path = os.path.join(payload["output_path"], "logs", SLICE_LOG)
     preemptions = failures = 0
     attempt = 0
     while True:
         attempt += 1
-        _note(log_path, f"attempt {attempt}: reserving one {tpu.type} slice ({tpu.vms} hosts x {tpu.chips_per_vm} "
-                        f"chips; preemptions so far {preemptions} of {policy.preemption_retries} allowed, "
-                        f"failures {failures} of {policy.failure_retries})")
+        _note(
+            log_path,
+            f"attempt {attempt}: reserving one {tpu.type} slice ({tpu.vms} hosts x {tpu.chips_per_vm} "
+            f"chips; preemptions so far {preemptions} of {policy.preemption_retries} allowed, "
+            f"failures {failures} of {policy.failure_retries})",
+        )
         handle = reserve_slice(tpu, policy.slice_wait, label, rule=job.rule)
         try:
             outcome, cause, summary = _attempt(job, handle, payload, tpu, offline)
@@ -142,13 +151,17 @@ def run_on_tpu_slice(job: SliceJob, payload: dict[str, Any], tpu: TpuSlice, *, p
         if outcome == PREEMPTED:
             preemptions += 1
             if preemptions > policy.preemption_retries:
-                raise SliceRunError(f"{label}: preempted {preemptions} times on a TPU {tpu.type} slice "
-                                    f"(preemption_retries = {policy.preemption_retries}); last: {cause}") from cause
+                raise SliceRunError(
+                    f"{label}: preempted {preemptions} times on a TPU {tpu.type} slice "
+                    f"(preemption_retries = {policy.preemption_retries}); last: {cause}"
+                ) from cause
         else:
             failures += 1
             if failures > policy.failure_retries:
-                raise SliceRunError(f"{label}: {job.work} failed {failures} times on a TPU {tpu.type} slice "
-                                    f"(failure_retries = {policy.failure_retries}); last: {cause}") from cause
+                raise SliceRunError(
+                    f"{label}: {job.work} failed {failures} times on a TPU {tpu.type} slice "
+                    f"(failure_retries = {policy.failure_retries}); last: {cause}"
+                ) from cause
         say(f"{outcome} on the slice ({first_line}); reserving a slice again and {job.again}")
 
 
@@ -184,21 +197,28 @@ def unavailable_line(tpu: TpuSlice, wait: float, label: str, *, rule: str = "tra
             continue
         slices.setdefault(pod, set()).add(labels.get("ray.io/tpu-slice-name") or node["NodeID"])
         hosts[pod] = hosts.get(pod, 0) + 1
-    have = ", ".join(f"{pod} x{len(names)} ({hosts[pod]} host{'s' if hosts[pod] != 1 else ''})"
-                     for pod, names in sorted(slices.items())) or "no TPU hosts"
-    return (f"{label}: no free TPU {tpu.type} slice ({tpu.vms} hosts x {tpu.chips_per_vm} chips) on the Ray cluster "
-            f"after waiting {wait:g}s ({rule}'s slice_wait); the cluster has TPU slices: {have}")
+    have = (
+        ", ".join(
+            f"{pod} x{len(names)} ({hosts[pod]} host{'s' if hosts[pod] != 1 else ''})"
+            for pod, names in sorted(slices.items())
+        )
+        or "no TPU hosts"
+    )
+    return (
+        f"{label}: no free TPU {tpu.type} slice ({tpu.vms} hosts x {tpu.chips_per_vm} chips) on the Ray cluster "
+        f"after waiting {wait:g}s ({rule}'s slice_wait); the cluster has TPU slices: {have}"
+    )
 
 
-def _attempt(job: SliceJob, handle: Any, payload: dict[str, Any], tpu: TpuSlice,
-             offline: bool) -> tuple[str | None, BaseException | None, dict[str, Any]]:
+def _attempt(
+    job: SliceJob, handle: Any, payload: dict[str, Any], tpu: TpuSlice, offline: bool
+) -> tuple[str | None, BaseException | None, dict[str, Any]]:
     """Run ``job`` on every host of the reserved slice: (None, None, summary) or (outcome, cause, {})."""
     import ray
     from ray.util.tpu import run_on_slice
 
     coordinator = _coordinator_address(handle)
-    refs = run_on_slice(_host_task(), job.module, job.name, payload, coordinator, tpu.vms, offline,
-                        tpu_slice=handle)
+    refs = run_on_slice(_host_task(), job.module, job.name, payload, coordinator, tpu.vms, offline, tpu_slice=handle)
     pending = list(refs)
     results: list[tuple[int, dict[str, Any]]] = []
     errors: list[BaseException] = []
@@ -263,8 +283,9 @@ def _coordinator_address(handle: Any) -> str:
     if head is None:
         raise RuntimeError(f"TPU slice {slice_name!r} has no worker 0 among its live nodes")
     probe = ray.remote(num_cpus=0, max_retries=0)(_free_port)
-    port = ray.get(probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head["NodeID"], soft=False))
-                   .remote())
+    port = ray.get(
+        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head["NodeID"], soft=False)).remote()
+    )
     return f"{head['NodeManagerAddress']}:{port}"
 
 
@@ -289,8 +310,9 @@ def _host_task() -> Any:
     return _HOST_TASK
 
 
-def run_on_host(module: str, name: str, payload: dict[str, Any], coordinator: str, num_hosts: int,
-                offline: bool) -> tuple[int, dict[str, Any]]:
+def run_on_host(
+    module: str, name: str, payload: dict[str, Any], coordinator: str, num_hosts: int, offline: bool
+) -> tuple[int, dict[str, Any]]:
     """On one host of the slice: ``module`` as this host's process (its log ``<name>-host<id>``);
     (worker id, its summary)."""
     import ray
@@ -301,13 +323,19 @@ def run_on_host(module: str, name: str, payload: dict[str, Any], coordinator: st
     labels = ray.get_runtime_context().get_node_labels()
     worker = int(labels.get("ray.io/tpu-worker-id", "0"))  # type: ignore[arg-type]  # ray declares list values; they are str
     chips = local_tpu_chips()
-    distributed: Any = True if chips else {
-        "coordinator_address": coordinator, "num_processes": num_hosts, "process_id": worker}
+    distributed: Any = (
+        True if chips else {"coordinator_address": coordinator, "num_processes": num_hosts, "process_id": worker}
+    )
     # A host without TPU chips (a slice emulated on CPU nodes) runs on its CPU; a real one must find its TPU.
     payload = {**payload, "distributed": distributed, "require_accelerator": bool(chips)}
-    summary = run_child(module, payload,
-                        log_dir=os.path.join(payload["output_path"], "logs"), name=f"{name}-host{worker}",
-                        offline=offline, env={"MARINBUILD_TPU_WORKER_ID": str(worker)})
+    summary = run_child(
+        module,
+        payload,
+        log_dir=os.path.join(payload["output_path"], "logs"),
+        name=f"{name}-host{worker}",
+        offline=offline,
+        env={"MARINBUILD_TPU_WORKER_ID": str(worker)},
+    )
     return worker, summary
 
 

@@ -77,8 +77,12 @@ def resolve_tokenizer(spec: str) -> str:
 
 def shard_options(skip_bad_records: bool) -> dict[str, Any]:
     """Everything besides the input, text_key and tokenizer that changes a shard's tokens."""
-    return {"preprocessor": "levanter BatchTokenizer", "enforce_bos": True, "enforce_eos": True,
-            "skip_bad_records": skip_bad_records}
+    return {
+        "preprocessor": "levanter BatchTokenizer",
+        "enforce_bos": True,
+        "enforce_eos": True,
+        "skip_bad_records": skip_bad_records,
+    }
 
 
 def payload_of(attr: Any, output_path: str, name: str, package: str) -> dict[str, Any]:
@@ -111,8 +115,10 @@ def shard_status(payload: dict[str, Any]) -> list[str]:
         lines.append(f"{split} shards: {len(shards)}, {len(shards) - len(new)} cached, {len(new)} new")
         for shard in new[:10]:
             what = "these files' contents" if len(shard.pieces) > 1 else "this file's content"
-            lines.append(f"  new: {shard.path} (no shard of {what} with this tokenizer, "
-                         f"text_key and options: key {shard.key[:16]})")
+            lines.append(
+                f"  new: {shard.path} (no shard of {what} with this tokenizer, "
+                f"text_key and options: key {shard.key[:16]})"
+            )
         if len(new) > 10:
             lines.append(f"  ... and {len(new) - 10} more new shards")
     return lines
@@ -125,9 +131,11 @@ def plan_splits(payload: dict[str, Any]) -> dict[str, list[sh.Shard]]:
     tokenizer_id = sh.tokenizer_identity(spec, local_dir)
     options = shard_options(bool(payload.get("skip_bad_records", False)))
     shard_bytes = int(payload.get("shard_bytes", 0))
-    return {split: sh.plan(payload[split], payload["shard_store"], payload["text_key"], tokenizer_id, options,
-                           shard_bytes)
-            for split in SPLITS if payload.get(split)}
+    return {
+        split: sh.plan(payload[split], payload["shard_store"], payload["text_key"], tokenizer_id, options, shard_bytes)
+        for split in SPLITS
+        if payload.get(split)
+    }
 
 
 @dataclass
@@ -153,8 +161,12 @@ class _Progress:
         if not force and now - self.last < 1.0:
             return
         self.last = now
-        data = {"shards_done": self.done, "shards_total": self.total, "tokens": self.built_tokens,
-                "tokens_per_s": round(self.rate(), 1)}
+        data = {
+            "shards_done": self.done,
+            "shards_total": self.total,
+            "tokens": self.built_tokens,
+            "tokens_per_s": round(self.rate(), 1),
+        }
         if not report(self.text(), **data):
             logger.info("tokenize: %s", self.text())
 
@@ -173,9 +185,13 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
     """Shard key -> its result (a file given twice, or in two splits, is one shard, built once)."""
     todo: dict[str, dict[str, Any]] = {}
     waiting: dict[str, list[tuple[str, sh.Shard]]] = {}
-    common = {"tokenizer": payload["tokenizer"], "text_key": payload["text_key"],
-              "batch_size": payload.get("batch_size", 128), "skip_bad_records": payload.get("skip_bad_records", False),
-              "offline": is_local_tokenizer(payload["tokenizer"])}
+    common = {
+        "tokenizer": payload["tokenizer"],
+        "text_key": payload["text_key"],
+        "batch_size": payload.get("batch_size", 128),
+        "skip_bad_records": payload.get("skip_bad_records", False),
+        "offline": is_local_tokenizer(payload["tokenizer"]),
+    }
     counts: dict[str, dict[str, int]] = {}
     for split, shards in plans.items():
         counts[split] = {"total": len(shards), "cached": 0, "built": 0}
@@ -188,10 +204,14 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
             else:
                 todo.setdefault(shard.key, {**common, "shard": shard.to_json()})
                 waiting.setdefault(shard.key, []).append((split, shard))
-        logger.info("tokenize %s: %d shards, %d cached, %d to tokenize", split, len(shards),
-                    counts[split]["cached"], len(shards) - counts[split]["cached"])
-    progress = _Progress(total=sum(len(s) for s in plans.values()),
-                         done=sum(c["cached"] for c in counts.values()))
+        logger.info(
+            "tokenize %s: %d shards, %d cached, %d to tokenize",
+            split,
+            len(shards),
+            counts[split]["cached"],
+            len(shards) - counts[split]["cached"],
+        )
+    progress = _Progress(total=sum(len(s) for s in plans.values()), done=sum(c["cached"] for c in counts.values()))
     progress.report(force=True)
 
     def on_result(job: dict[str, Any], result: dict[str, Any]) -> None:
@@ -228,11 +248,21 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
             consolidated = pool.call(shard_work.consolidate, {**common, "output": cache_dir, "caches": caches})
             vocab_size = consolidated["vocab_size"]
             skipped = sum(r.get("skipped", 0) for r in mine)
-            splits[split] = {"documents": consolidated["documents"], "tokens": consolidated["tokens"],
-                             "files": len(payload[split]), "shards": counts[split], "skipped": skipped,
-                             "skipped_by_file": _skipped_by_file(mine)}
-            logger.info("tokenize %s: %d documents, %d tokens, %d bad records skipped", split,
-                        consolidated["documents"], consolidated["tokens"], skipped)
+            splits[split] = {
+                "documents": consolidated["documents"],
+                "tokens": consolidated["tokens"],
+                "files": len(payload[split]),
+                "shards": counts[split],
+                "skipped": skipped,
+                "skipped_by_file": _skipped_by_file(mine),
+            }
+            logger.info(
+                "tokenize %s: %d documents, %d tokens, %d bad records skipped",
+                split,
+                consolidated["documents"],
+                consolidated["tokens"],
+                skipped,
+            )
     finally:
         pool.close()
     metadata = {
@@ -259,10 +289,20 @@ def _skipped_by_file(results: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def _log_line(split: str, shard: sh.Shard, result: dict[str, Any], state: str) -> dict[str, Any]:
-    return {"split": split, "index": shard.index, "file": shard.path, "files": len(shard.pieces),
-            "key": shard.key, "state": state,
-            "documents": result.get("documents"), "tokens": result.get("tokens"), "skipped": result.get("skipped", 0),
-            "seconds": result.get("seconds"), "cpu_seconds": result.get("cpu_seconds"), "node": result.get("node")}
+    return {
+        "split": split,
+        "index": shard.index,
+        "file": shard.path,
+        "files": len(shard.pieces),
+        "key": shard.key,
+        "state": state,
+        "documents": result.get("documents"),
+        "tokens": result.get("tokens"),
+        "skipped": result.get("skipped", 0),
+        "seconds": result.get("seconds"),
+        "cpu_seconds": result.get("cpu_seconds"),
+        "node": result.get("node"),
+    }
 
 
 def _remove(path: str) -> None:

@@ -25,8 +25,13 @@ from levanter.tracker.tracker import Tracker, TrackerConfig
 from marinbuild.ml.jsonl import read_records
 
 KEPT_PREFIXES = ("train/", "eval/", "optim/", "mixture/")
-KEPT_KEYS = {"throughput/examples_per_second", "throughput/tokens_per_second", "throughput/total_tokens",
-             "parameter_count", "global_step"}
+KEPT_KEYS = {
+    "throughput/examples_per_second",
+    "throughput/tokens_per_second",
+    "throughput/total_tokens",
+    "parameter_count",
+    "global_step",
+}
 
 
 def _scalar(value: Any) -> float | int | None:

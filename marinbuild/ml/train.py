@@ -58,8 +58,13 @@ def compilation_cache_dir() -> str | None:
     return os.path.join(os.path.expanduser("~"), ".cache", "marinbuild", "jax")
 
 
-def data_config(tokenizer: str, components: dict[str, str], weights: dict[str, float], text_keys: dict[str, str],
-                validation: dict[str, str] | None = None) -> Any:
+def data_config(
+    tokenizer: str,
+    components: dict[str, str],
+    weights: dict[str, float],
+    text_keys: dict[str, str],
+    validation: dict[str, str] | None = None,
+) -> Any:
     """levanter's ``LmDataConfig`` over existing caches: ``components`` maps a name to a tokenize output folder."""
     from levanter.data.text import DatasetComponent, LmDataConfig, TextLmDatasetFormat, UrlDatasetSourceConfig
 
@@ -126,11 +131,20 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     else:
         say(f"starting at step 0: no checkpoint under {checkpoint_dir}")
     if lead:
-        append_record(os.path.join(out, "runs.jsonl"), {"start_step": start_step, "checkpoint": checkpoint,
-                                                        "time": time.time()})
+        append_record(
+            os.path.join(out, "runs.jsonl"), {"start_step": start_step, "checkpoint": checkpoint, "time": time.time()}
+        )
         with fsspec.open(os.path.join(out, MODEL_INFO), "w") as f:
-            json.dump({"model": as_dict(model), "tokenizer": payload["tokenizer"],
-                       "seq_len": trainer.seq_len or model.seq_len, "mp": trainer.mp}, f, indent=2)
+            json.dump(
+                {
+                    "model": as_dict(model),
+                    "tokenizer": payload["tokenizer"],
+                    "seq_len": trainer.seq_len or model.seq_len,
+                    "mp": trainer.mp,
+                },
+                f,
+                indent=2,
+            )
 
     trackers: list[Any] = [JsonlTrackerConfig(path=os.path.join(out, METRICS), start_step=start_step)]
     if not lead:  # the other hosts of a slice: process 0 keeps the metrics
@@ -166,8 +180,9 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
         log_xla_hlo=False,
     )
     config = train_lm.TrainLmConfig(
-        data=data_config(tokenizer, payload["components"], payload["weights"], payload["text_keys"],
-                         payload.get("validation")),
+        data=data_config(
+            tokenizer, payload["components"], payload["weights"], payload["text_keys"], payload.get("validation")
+        ),
         trainer=trainer_config,
         model=to_levanter_model(model, tokenizer),
         optimizer=to_levanter_optimizer(optimizer),
@@ -195,8 +210,11 @@ def extra_trackers(tracker: str, out: str, run_id: str) -> list[Any]:
     if tracker == "wandb":
         from levanter.tracker.wandb import WandbConfig
 
-        return [WandbConfig(project=os.environ.get("WANDB_PROJECT", "marin"), name=run_id, resume="allow",
-                            replicate_path=out)]
+        return [
+            WandbConfig(
+                project=os.environ.get("WANDB_PROJECT", "marin"), name=run_id, resume="allow", replicate_path=out
+            )
+        ]
     if tracker == "tensorboard":
         from levanter.tracker.tensorboard import TensorboardConfig
 
@@ -207,8 +225,11 @@ def extra_trackers(tracker: str, out: str, run_id: str) -> list[Any]:
 def _distributed_config(cls: Any, distributed: Any) -> Any:
     """levanter's ``DistributedConfig``: off (one host), found by JAX (``True``), or explicit (a dict)."""
     if isinstance(distributed, dict):
-        return cls(coordinator_address=distributed["coordinator_address"],
-                   num_processes=int(distributed["num_processes"]), process_id=int(distributed["process_id"]))
+        return cls(
+            coordinator_address=distributed["coordinator_address"],
+            num_processes=int(distributed["num_processes"]),
+            process_id=int(distributed["process_id"]),
+        )
     return cls(initialize_jax_distributed=bool(distributed))
 
 
@@ -249,8 +270,9 @@ def summarize(out: str, *, start_step: int, seconds: float) -> dict[str, Any]:
     records = read_records(os.path.join(out, METRICS))
     train = [(r["step"], r["train/loss"]) for r in records if "train/loss" in r]
     evals = {k: v for r in records for k, v in r.items() if k.startswith("eval/") and k.endswith("loss")}
-    params = next((r["summary"]["parameter_count"] for r in reversed(records)
-                   if "parameter_count" in r.get("summary", {})), None)
+    params = next(
+        (r["summary"]["parameter_count"] for r in reversed(records) if "parameter_count" in r.get("summary", {})), None
+    )
     checkpoint, step = latest_checkpoint(os.path.join(out, "checkpoints"))
     return {
         "last_step": step,

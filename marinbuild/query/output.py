@@ -13,8 +13,13 @@ __all__ = ["OUTPUT_FORMATS", "check_output", "format_result"]
 
 OUTPUT_FORMATS = ("label", "label_kind", "location", "json", "graph")
 
-STATE_COLORS = {"built": "palegreen", "stale": "khaki", "missing": "lightgray", "failed": "lightcoral",
-                "running": "lightskyblue"}
+STATE_COLORS = {
+    "built": "palegreen",
+    "stale": "khaki",
+    "missing": "lightgray",
+    "failed": "lightcoral",
+    "running": "lightskyblue",
+}
 """The fill colour of each cache state in ``--output graph``."""
 
 
@@ -59,8 +64,11 @@ def format_result(labels: Sequence[str], universe: QueryUniverse, output: str = 
     members = set(labels)
     legend = ", ".join(f"{state}: {color}" for state, color in STATE_COLORS.items())
     lines = ["digraph mygraph {", f"  // fill colour = cache state ({legend})", "  node [shape=box, style=filled];"]
-    states = universe.states_of(list(labels)) if universe.states_of is not None \
+    states = (
+        universe.states_of(list(labels))
+        if universe.states_of is not None
         else {label: universe.state_of(label) for label in labels}
+    )
     for label in labels:
         lines.append(f"  {_dot(label)} [fillcolor={STATE_COLORS.get(states[label], 'white')}]")
         lines.extend(f"  {_dot(label)} -> {_dot(dep)}" for dep in universe.deps_of(label) if dep in members)

@@ -89,5 +89,10 @@ def universe_for(session: Any) -> QueryUniverse:
 
         return str(loaded.targets[parse_label(label)].location)
 
-    return QueryUniverse(graph=target_graph(loaded), state_of=state_of, expand_pattern=expand, location_of=location_of,
-                         states_of=states_of)
+    return QueryUniverse(
+        graph=target_graph(loaded),
+        state_of=state_of,
+        expand_pattern=expand,
+        location_of=location_of,
+        states_of=states_of,
+    )

@@ -16,6 +16,7 @@ from marinbuild.run.failure import traceback_file_of
 
 logger = logging.getLogger("marinbuild")
 
+
 class EventKind(StrEnum):
     """What an event reports, in the order a step can go through them. A ``StrEnum``: the value is what the
     build-event file, ``--output json`` and the trace carry."""
@@ -55,9 +56,17 @@ class Event:
 
     __slots__ = ("kind", "step", "output_path", "detail", "error", "time", "thread", "data")
 
-    def __init__(self, kind: EventKind, step: str | None = None, output_path: str | None = None,
-                 detail: str | None = None, error: BaseException | None = None, time: float | None = None,
-                 thread: int | None = None, data: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        kind: EventKind,
+        step: str | None = None,
+        output_path: str | None = None,
+        detail: str | None = None,
+        error: BaseException | None = None,
+        time: float | None = None,
+        thread: int | None = None,
+        data: dict[str, Any] | None = None,
+    ):
         self.kind = kind
         self.step = step
         self.output_path = output_path

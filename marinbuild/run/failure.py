@@ -62,7 +62,7 @@ def worker_log_of(exc: BaseException | None) -> str | None:
     while exc is not None and seen < 8:
         for note in getattr(exc, "__notes__", None) or ():
             if isinstance(note, str) and note.startswith(WORKER_LOG_NOTE):
-                return note[len(WORKER_LOG_NOTE):]
+                return note[len(WORKER_LOG_NOTE) :]
         exc, seen = exc.__cause__, seen + 1
     return None
 
@@ -78,7 +78,7 @@ def last_frames(text: str, frames: int = LAST_FRAMES) -> list[str]:
     end = starts[-1] + 1
     while end < len(lines) and lines[end].startswith("    "):
         end += 1
-    return [line for line in lines[starts[max(len(starts) - frames, 0)]:end] if line.strip(" ^~")]
+    return [line for line in lines[starts[max(len(starts) - frames, 0)] : end] if line.strip(" ^~")]
 
 
 def traceback_file_of(exc: BaseException | None) -> str | None:

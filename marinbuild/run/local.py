@@ -53,8 +53,9 @@ _Item = tuple[StepJob, Completion, object]
 class LocalBackend:
     name = "local"
 
-    def __init__(self, max_workers: int | None = None, *, fast_slots: int | None = None,
-                 promote_after: float = PROMOTE_AFTER):
+    def __init__(
+        self, max_workers: int | None = None, *, fast_slots: int | None = None, promote_after: float = PROMOTE_AFTER
+    ):
         self.max_workers = max_workers or MAX_THREADS
         self.fast_slots = fast_slots or default_fast_slots()
         self.promote_after = promote_after
@@ -95,8 +96,9 @@ class LocalBackend:
                 self._handoff.put(item)
             else:
                 self._threads += 1
-                threading.Thread(target=self._worker, args=(item,), name=f"marinbuild-step-{self._threads}",
-                                 daemon=True).start()
+                threading.Thread(
+                    target=self._worker, args=(item,), name=f"marinbuild-step-{self._threads}", daemon=True
+                ).start()
         if self._waiting and self._fast and not self._finishing:
             # (a worker reporting a completion takes the next waiting step itself, then calls this again)
             if self._promoter is None:

@@ -24,6 +24,7 @@ from marinbuild.store.lease import LeaseRecord, lease_for
 if TYPE_CHECKING:
     from marinbuild.store.metadata_cache import MetadataCache
 
+
 class StepState(StrEnum):
     """A needed step's state, as the plan, dry runs and ``why`` name it. A ``StrEnum``: the value is what
     events (the PLANNED event's detail), ``--output json`` and the build-event file carry."""
@@ -121,8 +122,12 @@ def make_plan(
             if step in again and status == st.STATUS_SUCCESS:
                 plan.steps[step] = StepPlan(step, REBUILD, status)
             elif status == st.STATUS_SUCCESS:
-                built.append((output_path, ActionKey(table.action_digest(step), step.name,
-                                                     step.override_output_path is not None)))
+                built.append(
+                    (
+                        output_path,
+                        ActionKey(table.action_digest(step), step.name, step.override_output_path is not None),
+                    )
+                )
                 continue
             for dep in graph.blocking_deps(step):
                 if dep not in seen:

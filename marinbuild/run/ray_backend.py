@@ -248,9 +248,14 @@ class RayBackend:
                 verbose = ray_log.verbose_from_env() if self.verbose is None else self.verbose
                 env_vars = {**self.env_vars, ray_log.VERBOSE_ENV: "1"} if verbose else self.env_vars
                 log = ray_log.RayLog(self.log_path or ray_log.default_log_path(self.working_dir), verbose)
-                self._relocation = connect_ray(self.address, working_dir=self.working_dir, env_vars=env_vars,
-                                               log_to_driver=self.log_to_driver, init_options=self.init_options,
-                                               log=log)
+                self._relocation = connect_ray(
+                    self.address,
+                    working_dir=self.working_dir,
+                    env_vars=env_vars,
+                    log_to_driver=self.log_to_driver,
+                    init_options=self.init_options,
+                    log=log,
+                )
             import ray
 
             shipped_code.ship_main_siblings(self.working_dir)
@@ -301,8 +306,9 @@ class RayBackend:
             return str(exc)
         return None
 
-    def _complete(self, done: Completion, job: StepJob, outcome: JobOutcome | None,
-                  error: BaseException | None) -> None:
+    def _complete(
+        self, done: Completion, job: StepJob, outcome: JobOutcome | None, error: BaseException | None
+    ) -> None:
         """Report a job's end; once the backend is closed and nothing is left, its threads stop."""
         try:
             relay = self._relay
@@ -529,15 +535,23 @@ class RayBackend:
         fn = call.wrapped
         declared = _declared_options(fn, fresh)
         remote = self._remote_for(fn, declared, bundle=False).options(**options)  # each launch passes none
-        return _Shape(call.fn, call.resources, (id(fn) if is_ray_remote_function(fn) else None, asks), remote,
-                      fn, declared, options, ray_bundles.demands({**declared, **options}),
-                      declared.get("max_calls") != 1, self.bundle_seconds or 1.0)
+        return _Shape(
+            call.fn,
+            call.resources,
+            (id(fn) if is_ray_remote_function(fn) else None, asks),
+            remote,
+            fn,
+            declared,
+            options,
+            ray_bundles.demands({**declared, **options}),
+            declared.get("max_calls") != 1,
+            self.bundle_seconds or 1.0,
+        )
 
     def _bundle_remote(self, shape: _Shape) -> Any:
         """The remote of a bundle of ``shape``'s steps: the same function and options, in ``bundle_task_for``."""
         if shape.bundle_remote is None:
-            shape.bundle_remote = self._remote_for(shape.wrapped, shape.declared, bundle=True).options(
-                **shape.options)
+            shape.bundle_remote = self._remote_for(shape.wrapped, shape.declared, bundle=True).options(**shape.options)
         return shape.bundle_remote
 
     def _remote_for(self, fn: Any, declared: dict[str, Any], bundle: bool) -> Any:
@@ -605,10 +619,18 @@ class RayBackend:
             if isinstance(exc, rex.RayTaskError):  # the step's code raised: a task of one step committed nothing
                 error = _user_error(exc)
                 return self._by_status(task, "raised", error) if task.bundled else [_Verdict("raised", error)]
-            if isinstance(exc, rex.WorkerCrashedError | rex.NodeDiedError | rex.ObjectLostError
-                          | rex.OutOfMemoryError | rex.LocalRayletDiedError):
-                lost = StepLostError(f"its Ray task died {self.max_retries + 1} time(s) "
-                                     f"(max_retries={self.max_retries}): {type(exc).__name__}: {exc}")
+            if isinstance(
+                exc,
+                rex.WorkerCrashedError
+                | rex.NodeDiedError
+                | rex.ObjectLostError
+                | rex.OutOfMemoryError
+                | rex.LocalRayletDiedError,
+            ):
+                lost = StepLostError(
+                    f"its Ray task died {self.max_retries + 1} time(s) "
+                    f"(max_retries={self.max_retries}): {type(exc).__name__}: {exc}"
+                )
                 lost.__cause__ = exc
                 return self._by_status(task, "lost", lost)
             return [_Verdict("failed", exc)] * len(task.members)  # e.g. the runtime env could not be set up
@@ -725,8 +747,13 @@ class _DriverLoop:
         None once the backend stops with nothing left."""
         backend = self.backend
         with backend._cv:
-            while not (backend._inbox or backend._prepared or self.in_flight or backend._stopping
-                       or (backend._cancelled and self.pending)):
+            while not (
+                backend._inbox
+                or backend._prepared
+                or self.in_flight
+                or backend._stopping
+                or (backend._cancelled and self.pending)
+            ):
                 backend._cv.wait()
             if backend._stopping and not (backend._inbox or backend._prepared or self.in_flight):
                 return None
@@ -810,9 +837,12 @@ class _DriverLoop:
         for members in alike.values():
             first, start = members[0], 0
             while start < len(members):
-                size = 1 if first.alone else self.backend._bundle_size(first.shape, first.kind,
-                                                                        waiting + len(members) - start)
-                group = members[start:start + size]
+                size = (
+                    1
+                    if first.alone
+                    else self.backend._bundle_size(first.shape, first.kind, waiting + len(members) - start)
+                )
+                group = members[start : start + size]
                 start += len(group)
                 self.active[shape_key] -= len(group) - 1  # one task
                 task = self.backend._start(group)
@@ -875,8 +905,10 @@ def _user_error(exc: BaseException) -> BaseException:
     if type(cause) is RuntimeError and message.startswith(_RAY_IMPORT_FAILURE):
         reason = next((line.strip() for line in reversed(message.splitlines()) if line.strip()), "")
         head, _, rest = message.partition("\n")
-        cause = StepImportError(f"the step's function could not be imported on the Ray worker: {reason}\n"
-                                f"{head.rstrip(':')}.\n{rest.strip()}")
+        cause = StepImportError(
+            f"the step's function could not be imported on the Ray worker: {reason}\n"
+            f"{head.rstrip(':')}.\n{rest.strip()}"
+        )
     cause.__cause__ = remote
     return cause
 

@@ -79,8 +79,9 @@ def capacity(demand: Mapping[str, float], totals: Mapping[str, float]) -> int | 
     return fits if fits >= 1 else None
 
 
-def bundle_size(waiting: int, tasks_at_once: int | None, estimate: float | None, budget: float,
-                limit: int = MAX_BUNDLE) -> int:
+def bundle_size(
+    waiting: int, tasks_at_once: int | None, estimate: float | None, budget: float, limit: int = MAX_BUNDLE
+) -> int:
     """Steps to put in the next task of a function (1: a task of its own), given ``waiting`` steps of it."""
     if budget <= 0 or estimate is None or not tasks_at_once:
         return 1

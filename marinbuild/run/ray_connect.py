@@ -26,8 +26,15 @@ from marinbuild.run.ray_task import Relocation
 logger = logging.getLogger("marinbuild")
 
 
-def connect_ray(address: str | None, *, working_dir: str | os.PathLike[str] | None, env_vars: dict[str, str],
-                log_to_driver: bool, init_options: dict[str, Any], log: RayLog | None = None) -> Relocation | None:
+def connect_ray(
+    address: str | None,
+    *,
+    working_dir: str | os.PathLike[str] | None,
+    env_vars: dict[str, str],
+    log_to_driver: bool,
+    init_options: dict[str, Any],
+    log: RayLog | None = None,
+) -> Relocation | None:
     """``ray.init`` as the module docstring says; where workspace paths in a config move to (a shipped workspace)."""
     address = address or os.environ.get("RAY_ADDRESS") or None
     options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": log_to_driver}
@@ -40,8 +47,13 @@ def connect_ray(address: str | None, *, working_dir: str | os.PathLike[str] | No
     return relocation
 
 
-def _init_cluster(address: str, options: dict[str, Any], working_dir: str | os.PathLike[str] | None,
-                  env_vars: dict[str, str], init_options: dict[str, Any]) -> Relocation | None:
+def _init_cluster(
+    address: str,
+    options: dict[str, Any],
+    working_dir: str | os.PathLike[str] | None,
+    env_vars: dict[str, str],
+    init_options: dict[str, Any],
+) -> Relocation | None:
     import ray
 
     from marinbuild.run.runtime_env import in_ray_job, workspace_runtime_env
@@ -65,8 +77,12 @@ def _init_cluster(address: str, options: dict[str, Any], working_dir: str | os.P
     return relocation
 
 
-def _init_local(options: dict[str, Any], working_dir: str | os.PathLike[str] | None, env_vars: dict[str, str],
-                init_options: dict[str, Any]) -> None:
+def _init_local(
+    options: dict[str, Any],
+    working_dir: str | os.PathLike[str] | None,
+    env_vars: dict[str, str],
+    init_options: dict[str, Any],
+) -> None:
     """A private instance on loopback, no dashboard; its workers import what this process can, and from the
     workspace (``working_dir``) as a cluster's workers do."""
     # Ray swaps 127.0.0.1 for this machine's address unless it is told there is no cluster to join; no

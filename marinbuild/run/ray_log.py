@@ -28,8 +28,18 @@ logger = logging.getLogger("marinbuild")
 VERBOSE_ENV = "MARINBUILD_VERBOSE"
 """Set to 1 (``marinbuild -v`` sets it) to show Ray's own messages and every line of the ML helper processes."""
 
-RAY_PROCESSES = frozenset({"raylet", "gcs_server", "autoscaler", "monitor", "dashboard", "dashboard_agent",
-                           "runtime_env_agent", "log_monitor"})
+RAY_PROCESSES = frozenset(
+    {
+        "raylet",
+        "gcs_server",
+        "autoscaler",
+        "monitor",
+        "dashboard",
+        "dashboard_agent",
+        "runtime_env_agent",
+        "log_monitor",
+    }
+)
 """``pid`` values Ray gives the output of its own processes (not a task's)."""
 
 _RAY_LINE = re.compile(

@@ -81,8 +81,11 @@ class ProgressRelay:
         self._lock = threading.Lock()
         self._buses: dict[str, ev.EventBus] = {}
         self._thread: threading.Thread | None = None
-        self._actor = ray.remote(_RelayActor).options(name=relay_name(holder), num_cpus=0, max_restarts=0,
-                                                      get_if_exists=True).remote()
+        self._actor = (
+            ray.remote(_RelayActor)
+            .options(name=relay_name(holder), num_cpus=0, max_restarts=0, get_if_exists=True)
+            .remote()
+        )
 
     def watch(self, output_path: str, bus: ev.EventBus) -> None:
         """Reports of the step at ``output_path`` go to ``bus`` until ``unwatch``."""

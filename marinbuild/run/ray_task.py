@@ -65,8 +65,9 @@ class EngineError(Exception):
         return _rebuild_engine_error, (type(error), error.args, dict(getattr(error, "__dict__", {})), self.text)
 
 
-def _rebuild_engine_error(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any],
-                          text: str = "") -> EngineError:
+def _rebuild_engine_error(
+    cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any], text: str = ""
+) -> EngineError:
     error = cls.__new__(cls)
     error.args = args
     error.__dict__.update(state)
@@ -109,8 +110,10 @@ def worker_log() -> str:
     logs = os.path.join(context.get_temp_dir(), context.get_session_name(), "logs")
     found = sorted(glob.glob(os.path.join(logs, f"worker-{worker_id}-*-{pid}.out")))
     out = found[0] if found else os.path.join(logs, f"worker-{worker_id}-*-{pid}.out")
-    return (f"{out} (and .err) on node {ray.util.get_node_ip_address()} ({node_id}); "
-            f"`ray logs worker --pid {pid} --node-id {node_id}` (add --err for stderr)")
+    return (
+        f"{out} (and .err) on node {ray.util.get_node_ip_address()} ({node_id}); "
+        f"`ray logs worker --pid {pid} --node-id {node_id}` (add --err for stderr)"
+    )
 
 
 def note_worker_log(exc: BaseException) -> None:
@@ -122,8 +125,9 @@ def note_worker_log(exc: BaseException) -> None:
         pass
 
 
-def run_step(fn: Callable[[Any], Any], config: Any, relocation: Relocation | None,
-             mirror: MirrorScope | None = None) -> Any:
+def run_step(
+    fn: Callable[[Any], Any], config: Any, relocation: Relocation | None, mirror: MirrorScope | None = None
+) -> Any:
     """In a step's task: the step's function on its config, in the step's ``mirror://`` scope (its own budget)."""
     if relocation is not None and not os.path.exists(relocation.root):
         config = relocate_paths(config, relocation.root, os.getcwd())
@@ -207,8 +211,9 @@ class StepRaised:
     traceback: str
 
 
-def bundle_task_for(fn: Callable[[Any], Any], relocation: Relocation | None) -> Callable[[list[bytes], float],
-                                                                                          list[tuple[Any, float]]]:
+def bundle_task_for(
+    fn: Callable[[Any], Any], relocation: Relocation | None
+) -> Callable[[list[bytes], float], list[tuple[Any, float]]]:
     """The Ray task of several steps of ``fn``: each payload in turn, as ``task_for``'s task runs one.
 
     It returns, for each step in order, its outcome and seconds: None (committed, or found committed by
@@ -245,8 +250,10 @@ def bundle_task_for(fn: Callable[[Any], Any], relocation: Relocation | None) -> 
 
 def _traceback_text(exc: BaseException, name: str, index: int, count: int) -> str:
     """Where ``exc`` was raised, as Ray words a task's error, and its traceback."""
-    return (f"ray::{name}() (pid={os.getpid()}; step {index + 1} of {count} in one task)\n"
-            + "".join(traceback.format_exception(exc)).rstrip())
+    return (
+        f"ray::{name}() (pid={os.getpid()}; step {index + 1} of {count} in one task)\n"
+        + "".join(traceback.format_exception(exc)).rstrip()
+    )
 
 
 def _step_raised(exc: Exception, name: str, index: int, count: int) -> StepRaised:
@@ -274,7 +281,7 @@ def relocate_paths(value: Any, old_root: str, new_root: str) -> Any:
     def move(v: Any) -> Any:
         if isinstance(v, str):
             if v == old or v.startswith(old + "/"):
-                return new_root + v[len(old):]
+                return new_root + v[len(old) :]
             return v
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             changes = {f.name: move(getattr(v, f.name)) for f in dataclasses.fields(v) if f.init}

@@ -39,21 +39,40 @@ from typing import Any
 _TPU_TABLE: dict[str, tuple[int, int]] = {
     **{f"v4-{2 * c}": (c, max(1, c // 4)) for c in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)},
     **{f"v5p-{2 * c}": (c, max(1, c // 4)) for c in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6144)},
-    "v5litepod-1": (1, 1), "v5litepod-2": (2, 1), "v5litepod-4": (4, 1), "v5litepod-8": (8, 1),
+    "v5litepod-1": (1, 1),
+    "v5litepod-2": (2, 1),
+    "v5litepod-4": (4, 1),
+    "v5litepod-8": (8, 1),
     **{f"v5litepod-{c}": (c, c // 4) for c in (16, 32, 64, 128, 256)},
-    "v6e-1": (1, 1), "v6e-4": (4, 1), "v6e-8": (8, 1),
+    "v6e-1": (1, 1),
+    "v6e-4": (4, 1),
+    "v6e-8": (8, 1),
     **{f"v6e-{c}": (c, c // 4) for c in (16, 32, 64, 128, 256)},
     # v2/v3: the count is TensorCores, 8 per VM (4 chips).
     **{f"v{g}-{8 * h}": (4 * h, h) for g in (2, 3) for h in (1, 2, 4, 8, 16, 32, 64, 128, 256)},
 }
 _TPU_ALIASES = {"v5e": "v5litepod", "v5lite": "v5litepod"}
 # Chip topology by chips in the slice: v4 and v5p slices are 3D tori, v5e and v6e 2D (Google's TPU docs).
-_TOPOLOGY_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8",
-                512: "8x8x8", 1024: "8x8x16", 2048: "8x16x16", 3072: "12x16x16", 4096: "16x16x16",
-                6144: "16x16x24"}
+_TOPOLOGY_3D = {
+    4: "2x2x1",
+    8: "2x2x2",
+    16: "2x2x4",
+    32: "2x4x4",
+    64: "4x4x4",
+    128: "4x4x8",
+    256: "4x8x8",
+    512: "8x8x8",
+    1024: "8x8x16",
+    2048: "8x16x16",
+    3072: "12x16x16",
+    4096: "16x16x16",
+    6144: "16x16x24",
+}
 _TOPOLOGY_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
-MULTISLICE_REFUSAL = ("multislice training (slices={slices}) is not supported: marinbuild runs a step on one "
-                      "TPU slice; ask for one larger slice instead (e.g. tpu(\"{bigger}\"))")
+MULTISLICE_REFUSAL = (
+    "multislice training (slices={slices}) is not supported: marinbuild runs a step on one "
+    'TPU slice; ask for one larger slice instead (e.g. tpu("{bigger}"))'
+)
 
 
 class UnsatisfiableResourcesError(ValueError):
@@ -97,9 +116,11 @@ class TpuSlice:
     def shape(self, slices: int = 1) -> str:
         """What a step gets, in one phrase: ``TPU v4-2048: 1 slice x 256 hosts x 4 chips (1024 chips)``."""
         total = self.chips * slices
-        return (f"TPU {self.type}: {slices} slice{'s' if slices != 1 else ''} x {self.vms} "
-                f"host{'s' if self.vms != 1 else ''} x {self.chips_per_vm} chip{'s' if self.chips_per_vm != 1 else ''}"
-                f" ({total} chip{'s' if total != 1 else ''})")
+        return (
+            f"TPU {self.type}: {slices} slice{'s' if slices != 1 else ''} x {self.vms} "
+            f"host{'s' if self.vms != 1 else ''} x {self.chips_per_vm} chip{'s' if self.chips_per_vm != 1 else ''}"
+            f" ({total} chip{'s' if total != 1 else ''})"
+        )
 
 
 def tpu_slice(tpu_type: str) -> TpuSlice:
@@ -158,8 +179,9 @@ class Resources:
 
     @property
     def wants_tpu(self) -> bool:
-        return self.tpu is not None or any(k == "TPU" or (k.startswith("TPU-") and k.endswith("-head"))
-                                           for k in self.custom)
+        return self.tpu is not None or any(
+            k == "TPU" or (k.startswith("TPU-") and k.endswith("-head")) for k in self.custom
+        )
 
     def ray_resources(self) -> dict[str, float]:
         """The custom resources of a Ray task: the TPU slice's, then ``custom``."""
@@ -207,7 +229,6 @@ class Resources:
             parts.append(f"{self.memory / 2**30:.3g} GiB of memory")
         parts.extend(f"{v:g} {k}" for k, v in self.custom.items())
         return ", ".join(parts) or "default resources"
-
 
     def hardware(self) -> str | None:
         """What the step will get, for ``-n`` and ``why``: the TPU slice's shape, else GPUs; None for neither."""
@@ -263,8 +284,18 @@ def parse_memory(value: int | float | str) -> int:
     return int(float(number) * base**power)
 
 
-_DICT_KEYS = {"cpu": "cpu", "num_cpus": "cpu", "cpus": "cpu", "gpu": "gpu", "num_gpus": "gpu", "gpus": "gpu",
-              "memory": "memory", "ram": "memory", "tpu": "tpu", "slices": "slices"}
+_DICT_KEYS = {
+    "cpu": "cpu",
+    "num_cpus": "cpu",
+    "cpus": "cpu",
+    "gpu": "gpu",
+    "num_gpus": "gpu",
+    "gpus": "gpu",
+    "memory": "memory",
+    "ram": "memory",
+    "tpu": "tpu",
+    "slices": "slices",
+}
 
 
 def normalize(value: Any) -> Resources | None:
@@ -330,8 +361,10 @@ def check_local(value: Any) -> str | None:
     res = normalize(value)
     if res is None:
         return None
-    cluster_hint = ("run it on a Ray cluster that has one: `marinbuild --backend ray --ray_address ADDRESS ...` "
-                    "(infra/README.md sets one up)")
+    cluster_hint = (
+        "run it on a Ray cluster that has one: `marinbuild --backend ray --ray_address ADDRESS ...` "
+        "(infra/README.md sets one up)"
+    )
     if res.tpu is not None:
         s = tpu_slice(res.tpu)
         if s.multi_host:

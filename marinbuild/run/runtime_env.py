@@ -20,10 +20,33 @@ from pathlib import Path
 from typing import Any
 
 WORKING_DIR_EXCLUDES = [
-    ".venv", "venv", ".git", "local_store", "__pycache__", "*.pyc", ".marinbuild", "*.egg-info",
-    ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ipynb_checkpoints", "node_modules", "wandb",
-    "*.parquet", "*.arrow", "*.jsonl.gz", "*.jsonl.zst", "*.npy", "*.npz", "*.safetensors",
-    "*.ckpt", "*.pt", "*.bin", "*.tar", "*.tar.gz", "*.zip",
+    ".venv",
+    "venv",
+    ".git",
+    "local_store",
+    "__pycache__",
+    "*.pyc",
+    ".marinbuild",
+    "*.egg-info",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".mypy_cache",
+    ".ipynb_checkpoints",
+    "node_modules",
+    "wandb",
+    "*.parquet",
+    "*.arrow",
+    "*.jsonl.gz",
+    "*.jsonl.zst",
+    "*.npy",
+    "*.npz",
+    "*.safetensors",
+    "*.ckpt",
+    "*.pt",
+    "*.bin",
+    "*.tar",
+    "*.tar.gz",
+    "*.zip",
 ]
 """Paths (gitignore syntax) never uploaded with the workspace."""
 
@@ -96,8 +119,9 @@ def pip_requirements(groups: list[str], root: Path | None = None) -> list[str]:
     return out
 
 
-def step_runtime_env(pip_dependency_groups: list[str] | None, env_vars: dict[str, str] | None,
-                     root: Path | None = None) -> dict[str, Any] | None:
+def step_runtime_env(
+    pip_dependency_groups: list[str] | None, env_vars: dict[str, str] | None, root: Path | None = None
+) -> dict[str, Any] | None:
     """A step's own runtime env (None if it needs nothing beyond the job's)."""
     env: dict[str, Any] = {}
     if pip_dependency_groups:
@@ -109,8 +133,9 @@ def step_runtime_env(pip_dependency_groups: list[str] | None, env_vars: dict[str
     return env or None
 
 
-def workspace_runtime_env(root: str | os.PathLike[str], env_vars: dict[str, str] | None = None,
-                          excludes: list[str] | None = None) -> dict[str, Any]:
+def workspace_runtime_env(
+    root: str | os.PathLike[str], env_vars: dict[str, str] | None = None, excludes: list[str] | None = None
+) -> dict[str, Any]:
     """A job's runtime env: ``root`` shipped as ``working_dir`` (minus ``WORKING_DIR_EXCLUDES``), and env vars."""
     env: dict[str, Any] = {"working_dir": str(root), "excludes": list(WORKING_DIR_EXCLUDES) + list(excludes or [])}
     if env_vars:

@@ -23,8 +23,16 @@ K = TypeVar("K", bound=Hashable)  # what names a step: an ExecutorStep for the e
 class _Run(Generic[K]):
     """The state of one ``schedule`` call; every change happens under ``lock``."""
 
-    def __init__(self, order: list[K], deps: dict[K, list[K]], jobs: dict[K, StepJob],
-                 backend: Backend, bus: ev.EventBus, max_concurrent: int | None, keep_going: bool):
+    def __init__(
+        self,
+        order: list[K],
+        deps: dict[K, list[K]],
+        jobs: dict[K, StepJob],
+        backend: Backend,
+        bus: ev.EventBus,
+        max_concurrent: int | None,
+        keep_going: bool,
+    ):
         self.order, self.jobs, self.backend, self.bus = order, jobs, backend, bus
         self.max_concurrent, self.keep_going = max_concurrent, keep_going
         self.outcome: Outcome[K] = Outcome()
@@ -46,8 +54,11 @@ class _Run(Generic[K]):
     def take_ready_locked(self) -> list[StepJob]:
         """Jobs to submit now (marked in flight); sets ``all_done`` when nothing runs and nothing can start."""
         started = []
-        while self.ready and not self.stopping and (self.max_concurrent is None
-                                                    or len(self.in_flight) < self.max_concurrent):
+        while (
+            self.ready
+            and not self.stopping
+            and (self.max_concurrent is None or len(self.in_flight) < self.max_concurrent)
+        ):
             key = self.ready.popleft()
             self.in_flight[key] = self.jobs[key]
             started.append(self.jobs[key])
@@ -65,8 +76,7 @@ class _Run(Generic[K]):
                 self.bus.emit(ev.SUCCEEDED, step=job.name, output_path=job.output_path)
             else:
                 self.outcome.cached.append(key)
-                self.bus.emit(ev.CACHED, step=job.name, output_path=job.output_path,
-                              detail="built by another runner")
+                self.bus.emit(ev.CACHED, step=job.name, output_path=job.output_path, detail="built by another runner")
             for consumer in self.consumers[key]:
                 self.waiting_on[consumer].discard(key)
                 if not self.waiting_on[consumer] and consumer not in self.outcome.dep_failed:
@@ -140,19 +150,28 @@ def schedule(
     for key in order:
         if key not in run.finished and key not in outcome.dep_failed:
             outcome.skipped.append(key)
-            bus.emit(ev.SKIPPED, step=jobs[key].name, output_path=jobs[key].output_path,
-                     detail="not started: the build stopped after a failure")
+            bus.emit(
+                ev.SKIPPED,
+                step=jobs[key].name,
+                output_path=jobs[key].output_path,
+                detail="not started: the build stopped after a failure",
+            )
     return outcome
 
 
-def _mark_dep_failed(failed: K, consumers: dict[K, list[K]], jobs: dict[K, StepJob],
-                     outcome: Outcome[K], bus: ev.EventBus) -> None:
+def _mark_dep_failed(
+    failed: K, consumers: dict[K, list[K]], jobs: dict[K, StepJob], outcome: Outcome[K], bus: ev.EventBus
+) -> None:
     stack = list(consumers[failed])
     while stack:
         key = stack.pop()
         if key in outcome.dep_failed:
             continue
         outcome.dep_failed[key] = failed
-        bus.emit(ev.DEP_FAILED, step=jobs[key].name, output_path=jobs[key].output_path,
-                 detail=f"dependency {jobs[failed].name} failed")
+        bus.emit(
+            ev.DEP_FAILED,
+            step=jobs[key].name,
+            output_path=jobs[key].output_path,
+            detail=f"dependency {jobs[failed].name} failed",
+        )
         stack.extend(consumers[key])

@@ -59,7 +59,7 @@ def _imported_through(module: Any, base: str) -> bool:
     if not isinstance(file, str) or not isinstance(name, str) or not file.startswith(base):
         return False
     below = os.path.join(*name.split("."))
-    return file[len(base):] in (below + ".py", os.path.join(below, "__init__.py"))
+    return file[len(base) :] in (below + ".py", os.path.join(below, "__init__.py"))
 
 
 def ship_main_siblings(workspace: str | os.PathLike[str] | None) -> None:

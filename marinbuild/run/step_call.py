@@ -141,5 +141,6 @@ def _ray_default_options(fn: Any) -> Resources | None:
         return None
     from marinbuild.run.resources import Resources
 
-    return Resources(cpu=options.get("num_cpus"), gpu=options.get("num_gpus"), memory=options.get("memory"),
-                     custom=custom)
+    return Resources(
+        cpu=options.get("num_cpus"), gpu=options.get("num_gpus"), memory=options.get("memory"), custom=custom
+    )

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("marinbuild")
 
+
 class JobOutcome(Enum):
     """How a job that did not fail ended: it ran the step, or found it built (by another runner meanwhile)."""
 
@@ -138,8 +139,9 @@ class StepJob:
             except st.DamagedFileError:
                 holder = None  # not parsable (not marinbuild's): try_acquire takes it once it is stale
             if not announced and holder is not None:
-                self.bus.emit(ev.WAITING, step=self.name, output_path=self.output_path,
-                              detail=f"lease held by {holder.worker_id}")
+                self.bus.emit(
+                    ev.WAITING, step=self.name, output_path=self.output_path, detail=f"lease held by {holder.worker_id}"
+                )
                 announced = True
             local = self.context.local_runners.event_for(self.lease.path)
             if local is not None:
@@ -154,8 +156,10 @@ class StepJob:
             if failed and announced and self._held_by_other_live() is None:
                 who = holder.worker_id if holder is not None else "another runner"
                 traceback = traceback_file.existing_traceback(self.output_path)
-                raise FailedElsewhereError(f"{self.name} failed in runner {who} while this build waited for it"
-                                           + (f" (its traceback: {traceback})" if traceback else ""))
+                raise FailedElsewhereError(
+                    f"{self.name} failed in runner {who} while this build waited for it"
+                    + (f" (its traceback: {traceback})" if traceback else "")
+                )
 
     def _held_by_other_live(self) -> Any:
         try:
@@ -303,8 +307,9 @@ class StepJob:
         except Exception:
             if not after_commit:
                 raise
-            logger.warning("%s is committed but its lease %s could not be released", self.name, self.lease.path,
-                           exc_info=True)
+            logger.warning(
+                "%s is committed but its lease %s could not be released", self.name, self.lease.path, exc_info=True
+            )
         finally:
             if self._token is not None:
                 self.context.local_runners.finished(self.lease.path, self._token)
@@ -387,7 +392,8 @@ class RemoteRun:
         if fs.is_local(self.output_path) and not os.path.isdir(fs.local_path(self.output_path)):
             raise OutputFolderMissingError(
                 f"{self.output_path} (made by the driver when it took the step's lease) does not exist on "
-                f"this worker: use a prefix every node shares (gs://... or a shared file system)")
+                f"this worker: use a prefix every node shares (gs://... or a shared file system)"
+            )
         if st.read_status(self.output_path) == st.STATUS_SUCCESS:
             return False
         write_started(self.output_path, self.info)

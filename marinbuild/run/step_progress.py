@@ -16,8 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 Reporter = Callable[[str, dict[str, Any]], None]
-_reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar("marinbuild_step_progress",
-                                                                             default=None)
+_reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar("marinbuild_step_progress", default=None)
 
 
 def report(detail: str, **data: Any) -> bool:

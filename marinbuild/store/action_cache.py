@@ -95,7 +95,7 @@ def record_path(output_path: str, digest: str) -> str:
 def digest_of_name(name: str) -> str | None:
     """The digest in a record's file name, None if ``name`` is not a record."""
     if name.startswith(RECORD_PREFIX) and name.endswith(RECORD_SUFFIX):
-        digest = name[len(RECORD_PREFIX):-len(RECORD_SUFFIX)]
+        digest = name[len(RECORD_PREFIX) : -len(RECORD_SUFFIX)]
         if len(digest) == 64:
             return digest
     return None
@@ -183,8 +183,12 @@ def check_before_commit(output_path: str, key: ActionKey, names: Iterable[str] |
     if not key.overridden:
         raise _collision(output_path, key.digest, key.name, others)
     for digest in others:
-        logger.warning("%s: replacing the record of another version (sha256 %s...) at the overridden path %s",
-                       key.name, digest[:16], output_path)
+        logger.warning(
+            "%s: replacing the record of another version (sha256 %s...) at the overridden path %s",
+            key.name,
+            digest[:16],
+            output_path,
+        )
         remove_record(output_path, digest)
 
 
@@ -203,7 +207,10 @@ def check_built(built: Iterable[tuple[str, ActionKey]], known: Mapping[str, froz
         if not digests or key.digest in digests:
             continue  # ours, or built by Marin (no records): used as built
         if key.overridden:
-            logger.warning("%s: %s was built from a different version (override_output_path); using it as built",
-                           key.name, output_path)
+            logger.warning(
+                "%s: %s was built from a different version (override_output_path); using it as built",
+                key.name,
+                output_path,
+            )
             continue
         raise _collision(output_path, key.digest, key.name, digests)

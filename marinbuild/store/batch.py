@@ -96,12 +96,18 @@ def _chunks(bucket: str, keys: list[str], globbing: bool) -> list[dict[str, Any]
         group.sort()
         if len(group) < GROUP_MIN:
             for key in group:  # the few names between its status and its records
-                requests.append({"bucket": bucket, "prefix": key + "/", "start": f"{key}/{_STATUS_NAME}",
-                                 "end": f"{key}/{action_cache.RECORD_PREFIX[:-1]}/"})
+                requests.append(
+                    {
+                        "bucket": bucket,
+                        "prefix": key + "/",
+                        "start": f"{key}/{_STATUS_NAME}",
+                        "end": f"{key}/{action_cache.RECORD_PREFIX[:-1]}/",
+                    }
+                )
             continue
         base = parent + "/" if parent else ""
         for i in range(0, len(group), CHUNK_STEPS):
-            chunk = group[i:i + CHUNK_STEPS]
+            chunk = group[i : i + CHUNK_STEPS]
             bounds = {"bucket": bucket, "prefix": base, "start": chunk[0] + "/", "end": chunk[-1] + "0"}
             if globbing and not (_GLOB_SPECIAL & set(base)):
                 # Two plain globs (status objects; action records), at once: only those objects come back.
@@ -135,8 +141,9 @@ def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
 
     async def listings() -> list[tuple[str, list[dict[str, Any]]]]:
         async def one(r: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
-            items = await gcs.list_objects(filesystem, r["bucket"], r["prefix"], start=r["start"], end=r["end"],
-                                           glob=r.get("glob"))
+            items = await gcs.list_objects(
+                filesystem, r["bucket"], r["prefix"], start=r["start"], end=r["end"], glob=r.get("glob")
+            )
             return r["bucket"], items
 
         return await gcs.gather_limited([one(r) for r in requests], limit=CONCURRENCY)
@@ -149,7 +156,7 @@ def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
         for obj in items:
             name = obj["name"]
             if name.endswith(status_suffix):
-                bk = (bucket, name[:-len(status_suffix)])
+                bk = (bucket, name[: -len(status_suffix)])
                 if bk in paths_by_key:
                     status_items[bk] = obj
             elif record_mark in name:
@@ -192,10 +199,12 @@ def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
     seen_success: dict[str, CachedStep] = {}
 
     if to_fetch:
+
         async def fetch_all() -> list[tuple[bytes, int] | None]:
             return await gcs.gather_limited(
                 [gcs._read_with_generation(filesystem, f"gs://{b}/{k}/{_STATUS_NAME}") for b, k in to_fetch],
-                limit=CONCURRENCY)
+                limit=CONCURRENCY,
+            )
 
         for (bucket, key), got in zip(to_fetch, gcs.run(fetch_all, fs=filesystem), strict=True):
             path = f"gs://{bucket}/{key}/{_STATUS_NAME}"

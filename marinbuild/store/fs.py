@@ -22,7 +22,7 @@ def is_local(path: str) -> bool:
 
 
 def local_path(path: str) -> str:
-    return path[len("file://"):] if path.startswith("file://") else path
+    return path[len("file://") :] if path.startswith("file://") else path
 
 
 @lru_cache(maxsize=32)

@@ -83,7 +83,8 @@ class _Attempts:
             endpoint_url = endpoint() or "storage.googleapis.com"
             raise StoreUnreachableError(
                 f"{self.what}: no answer from {endpoint_url} after {self.attempt} attempt(s) in {elapsed:.0f}s "
-                f"({type(exc).__name__}: {exc or 'timed out'})") from exc
+                f"({type(exc).__name__}: {exc or 'timed out'})"
+            ) from exc
         await asyncio.sleep(delay)
 
 
@@ -260,9 +261,13 @@ def _multipart_body(key: str, data: bytes) -> tuple[bytes, dict[str, str]]:
     boundary = "marinbuild-boundary-7f3a9c"
     meta = json.dumps({"name": key})
     body = (
-        f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{meta}\r\n"
-        f"--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n"
-    ).encode() + data + f"\r\n--{boundary}--".encode()
+        (
+            f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{meta}\r\n"
+            f"--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + data
+        + f"\r\n--{boundary}--".encode()
+    )
     return body, {"Content-Type": f'multipart/related; boundary="{boundary}"'}
 
 

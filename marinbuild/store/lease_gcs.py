@@ -86,8 +86,9 @@ class GCSLease(Lease):
         if self._generation is None:
             current, generation = self._read()
             if current is None or current.worker_id != self.worker_id:
-                raise LeaseLostError(f"lease {self.path} is held by {current.worker_id if current else 'nobody'}, "
-                                     f"not {self.worker_id}")
+                raise LeaseLostError(
+                    f"lease {self.path} is held by {current.worker_id if current else 'nobody'}, not {self.worker_id}"
+                )
             self._generation = generation
         try:
             self._generation = self._write(self._generation)

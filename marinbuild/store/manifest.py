@@ -71,8 +71,13 @@ class Manifest:
             if f.crc32c is not None:
                 entry["crc32c"] = f.crc32c
             files.append(entry)
-        return {"format": FORMAT, "created": self.created, "digest": self.digest(),
-                "total_bytes": self.total_bytes, "files": files}
+        return {
+            "format": FORMAT,
+            "created": self.created,
+            "digest": self.digest(),
+            "total_bytes": self.total_bytes,
+            "files": files,
+        }
 
     @classmethod
     def from_json(cls, path: str, obj: Any) -> Manifest:
@@ -80,8 +85,9 @@ class Manifest:
         try:
             if obj.get("format") != FORMAT:
                 raise ValueError(obj.get("format"))
-            files = [FileEntry(str(f["path"]), int(f["size"]), f.get("xxh3_128"), f.get("crc32c"))
-                     for f in obj["files"]]
+            files = [
+                FileEntry(str(f["path"]), int(f["size"]), f.get("xxh3_128"), f.get("crc32c")) for f in obj["files"]
+            ]
             manifest = cls(files, float(obj.get("created", 0.0)))
         except (ValueError, TypeError, KeyError, AttributeError):
             raise DamagedFileError(path, f"manifest is not {FORMAT} JSON") from None
@@ -150,7 +156,7 @@ def list_outputs(output_path: str, top_level: set[str] | None = None) -> dict[st
     for name, info in listing.items():
         if info.get("type") == "directory" or not name.startswith(base + "/"):
             continue
-        rel = name[len(base) + 1:]
+        rel = name[len(base) + 1 :]
         if not rel or rel.endswith("/"):
             continue
         if is_output(rel.rsplit("/", 1)[-1]):

@@ -115,10 +115,11 @@ class MetadataCache:
         def query(conn: sqlite3.Connection) -> dict[str, CachedStep]:
             found: dict[str, CachedStep] = {}
             for i in range(0, len(paths), _BATCH):
-                chunk = paths[i:i + _BATCH]
+                chunk = paths[i : i + _BATCH]
                 marks = ",".join("?" * len(chunk))
                 rows = conn.execute(
-                    f"SELECT output_path, status_generation, digests FROM steps WHERE output_path IN ({marks})", chunk)
+                    f"SELECT output_path, status_generation, digests FROM steps WHERE output_path IN ({marks})", chunk
+                )
                 for path, generation, digests in rows:
                     found[path] = CachedStep(int(generation), frozenset(d for d in digests.split(",") if d))
             return found

@@ -58,8 +58,14 @@ MARIN_MIRROR_BUDGET_GB = "MARIN_MIRROR_BUDGET_GB"
 MARIN_MIRROR_PREFIXES = "MARIN_MIRROR_PREFIXES"
 DEFAULT_BUDGET_GB = 10.0
 DEFAULT_LOCAL_PREFIX = "/tmp/marin"
-REGIONAL_BUCKETS = ("marin-us-central1", "marin-us-central2", "marin-us-east1", "marin-us-east5", "marin-us-west4",
-                    "marin-eu-west4")
+REGIONAL_BUCKETS = (
+    "marin-us-central1",
+    "marin-us-central2",
+    "marin-us-east1",
+    "marin-us-east5",
+    "marin-us-west4",
+    "marin-eu-west4",
+)
 """Marin's regional data buckets, searched when the local prefix is on GCS and nothing else is configured."""
 LOCK_FOLDER = ".mirror_locks"
 GB = 1 << 30
@@ -77,12 +83,14 @@ class TransferBudgetExceeded(Exception):
         self.budget = budget
 
     def __str__(self) -> str:
-        return (f"mirror transfer budget exceeded: copying {self.path} ({self.attempted / 2**20:.1f} MiB) would bring "
-                f"the transfers charged to {self.budget or 'this budget'} to "
-                f"{(self.bytes_used + self.attempted) / GB:.3f} GB, over its limit of {self.limit / GB:.3f} GB "
-                f"({self.bytes_used / GB:.3f} GB already copied). Raise the budget (mirrored(path, budget_gb=...) "
-                f"in the step's config, or ${MARIN_MIRROR_BUDGET_GB} for code with no such value) or run in the "
-                f"data's region")
+        return (
+            f"mirror transfer budget exceeded: copying {self.path} ({self.attempted / 2**20:.1f} MiB) would bring "
+            f"the transfers charged to {self.budget or 'this budget'} to "
+            f"{(self.bytes_used + self.attempted) / GB:.3f} GB, over its limit of {self.limit / GB:.3f} GB "
+            f"({self.bytes_used / GB:.3f} GB already copied). Raise the budget (mirrored(path, budget_gb=...) "
+            f"in the step's config, or ${MARIN_MIRROR_BUDGET_GB} for code with no such value) or run in the "
+            f"data's region"
+        )
 
 
 class TransferBudget:
@@ -115,8 +123,9 @@ class TransferBudget:
 # own default budget does; a step's budget (``_budget_var``) is per call.
 _process_budget: list[TransferBudget] = []
 _process_budget_lock = threading.Lock()
-_budget_var: contextvars.ContextVar[TransferBudget | None] = contextvars.ContextVar("marinbuild_mirror_budget",
-                                                                                    default=None)
+_budget_var: contextvars.ContextVar[TransferBudget | None] = contextvars.ContextVar(
+    "marinbuild_mirror_budget", default=None
+)
 
 
 def default_budget() -> TransferBudget:
@@ -251,8 +260,11 @@ def _files_under(url: str) -> dict[str, int]:
         return {"": int(info.get("size") or 0)}
     base = filesystem._strip_protocol(path).rstrip("/")
     found = filesystem.find(path, detail=True)
-    return {name[len(base) + 1:]: int(i.get("size") or 0) for name, i in found.items()
-            if i.get("type") != "directory" and name.startswith(base + "/")}
+    return {
+        name[len(base) + 1 :]: int(i.get("size") or 0)
+        for name, i in found.items()
+        if i.get("type") != "directory" and name.startswith(base + "/")
+    }
 
 
 def _copy_file(src: str, dst: str) -> None:
@@ -395,7 +407,7 @@ class MirrorFileSystem(fsspec.AbstractFileSystem):
             return [cls._strip_protocol(p) for p in path]
         path = str(path)
         if path.startswith("mirror://"):
-            path = path[len("mirror://"):]
+            path = path[len("mirror://") :]
         return path.strip("/")
 
     def _local(self, path: str) -> tuple[Any, str]:
@@ -427,7 +439,7 @@ class MirrorFileSystem(fsspec.AbstractFileSystem):
                 continue
             for entry in entries:
                 name = entry["name"]
-                name = name[len(base) + 1:] if name.startswith(base + "/") else name
+                name = name[len(base) + 1 :] if name.startswith(base + "/") else name
                 if name.startswith(LOCK_FOLDER):
                     continue
                 seen.setdefault(name, {**entry, "name": name})

@@ -27,8 +27,13 @@ def print_jobs(rows: Sequence[JobRow], out: TextIO, width: int | None = None) ->
         table.add_column(column, no_wrap=column != "ENTRYPOINT", overflow="fold")
     for row in rows:
         style = STATUS_STYLES.get(row.status, "")
-        table.add_row(row.submission_id, f"[{style}]{row.status}[/]" if style else row.status,
-                      _when(row.start_time), _run_time(row), row.entrypoint)
+        table.add_row(
+            row.submission_id,
+            f"[{style}]{row.status}[/]" if style else row.status,
+            _when(row.start_time),
+            _run_time(row),
+            row.entrypoint,
+        )
     console = Console(file=out, width=width or (None if out.isatty() else 200), highlight=False)
     if rows:
         console.print(table)
@@ -37,8 +42,14 @@ def print_jobs(rows: Sequence[JobRow], out: TextIO, width: int | None = None) ->
 
 
 def print_job(row: JobRow, out: TextIO) -> None:
-    fields = [("submission id", row.submission_id), ("status", row.status), ("entrypoint", row.entrypoint),
-              ("started", _when(row.start_time)), ("ended", _when(row.end_time)), ("run time", _run_time(row))]
+    fields = [
+        ("submission id", row.submission_id),
+        ("status", row.status),
+        ("entrypoint", row.entrypoint),
+        ("started", _when(row.start_time)),
+        ("ended", _when(row.end_time)),
+        ("run time", _run_time(row)),
+    ]
     if row.driver_exit_code is not None:
         fields.append(("exit code", str(row.driver_exit_code)))
     if row.message:

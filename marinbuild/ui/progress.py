@@ -239,8 +239,13 @@ class ProgressDisplay:
         header.add_row(
             mark,
             Text("Build finished" if finished else "Building", style="bold"),
-            ProgressBar(total=max(total, 1), completed=done if total else 1, width=30,
-                        complete_style="cyan", finished_style="green"),
+            ProgressBar(
+                total=max(total, 1),
+                completed=done if total else 1,
+                width=30,
+                complete_style="cyan",
+                finished_style="green",
+            ),
             Text(f"{done}/{total}"),
             Text(format_duration(elapsed), style="dim"),
             Text(f"{failed} failed", style="bold red") if failed else Text(""),
@@ -249,12 +254,16 @@ class ProgressDisplay:
         rows = Table.grid(padding=(0, 2))
         shown = 0
         for name, took, progress in running[:MAX_ROWS]:
-            rows.add_row(Text("  ▸ " + name, style="cyan"), Text(format_duration(took), style="dim"),
-                         Text(progress, style="dim"))
+            rows.add_row(
+                Text("  ▸ " + name, style="cyan"), Text(format_duration(took), style="dim"), Text(progress, style="dim")
+            )
             shown += 1
         for name, detail, took in waiting[: max(MAX_ROWS - shown, 0)]:
-            rows.add_row(Text("  … " + name, style="yellow"), Text(format_duration(took), style="dim"),
-                         Text(f"waiting: {detail}", style="yellow"))
+            rows.add_row(
+                Text("  … " + name, style="yellow"),
+                Text(format_duration(took), style="dim"),
+                Text(f"waiting: {detail}", style="yellow"),
+            )
             shown += 1
         hidden = len(running) + len(waiting) - shown
         parts: list[Any] = [header]

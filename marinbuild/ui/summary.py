@@ -106,8 +106,17 @@ class BuildSummary:
             message = describe_error(event.step, event.error)
             error = event.error
             text = traceback_text(error) if error is not None else None
-            self.failures.append(StepProblem(step, event.output_path, message, error_text(error), text,
-                                             traceback_file_of(error), worker_log_of(error)))
+            self.failures.append(
+                StepProblem(
+                    step,
+                    event.output_path,
+                    message,
+                    error_text(error),
+                    text,
+                    traceback_file_of(error),
+                    worker_log_of(error),
+                )
+            )
         elif kind == ev.DEP_FAILED:
             self.dep_failed.append(StepProblem(step, event.output_path, event.detail or "a dependency failed"))
         elif kind == ev.SKIPPED:
@@ -153,8 +162,7 @@ class BuildSummary:
             return "built" if state == "built" else f"would run: {state or 'unknown'}"
         if output_path in self._done_paths:
             return "built"
-        for status, problems in (("failed", self.failures), ("dep_failed", self.dep_failed),
-                                 ("skipped", self.skipped)):
+        for status, problems in (("failed", self.failures), ("dep_failed", self.dep_failed), ("skipped", self.skipped)):
             if any(p.output_path == output_path for p in problems):
                 return status
         return "not built"
@@ -186,8 +194,11 @@ class BuildSummary:
         if status == "dry_run":
             to_run = sum(n for state, n in self.planned.items() if state != "built")
             states = ", ".join(f"{n} {state}" for state, n in sorted(self.planned.items()) if state != "built")
-            return (f"Dry run: {to_run} step{'s' if to_run != 1 else ''} to run" + (f" ({states})" if states else "")
-                    + f", {self.planned.get('built', 0)} already built")
+            return (
+                f"Dry run: {to_run} step{'s' if to_run != 1 else ''} to run"
+                + (f" ({states})" if states else "")
+                + f", {self.planned.get('built', 0)} already built"
+            )
         c = self.counts
         parts = [f"{c['built']} built", f"{c['cached']} cached"]
         for key, word in (("failed", "failed"), ("dep_failed", "dependency failed"), ("skipped", "skipped")):
@@ -207,18 +218,25 @@ class BuildSummary:
                 "dry_run": self.dry_run,
                 "planned": dict(self.planned),
                 "failures": [
-                    {"step": p.step, "output_path": p.output_path, "error": p.message, "error_full": p.full_error,
-                     "traceback": p.traceback, "traceback_file": p.traceback_file, "worker_log": p.worker_log}
+                    {
+                        "step": p.step,
+                        "output_path": p.output_path,
+                        "error": p.message,
+                        "error_full": p.full_error,
+                        "traceback": p.traceback,
+                        "traceback_file": p.traceback_file,
+                        "worker_log": p.worker_log,
+                    }
                     for p in self.failures
                 ],
-                "dep_failed": [{"step": p.step, "output_path": p.output_path, "detail": p.message}
-                               for p in self.dep_failed],
+                "dep_failed": [
+                    {"step": p.step, "output_path": p.output_path, "detail": p.message} for p in self.dep_failed
+                ],
                 "skipped": [{"step": p.step, "output_path": p.output_path, "detail": p.message} for p in self.skipped],
             }
             if requested is not None:
                 result["targets"] = [
-                    {"label": label, "output_path": path,
-                     "status": self._target_status(path)}
+                    {"label": label, "output_path": path, "status": self._target_status(path)}
                     for label, path in requested
                 ]
         return result

@@ -68,12 +68,21 @@ class ChromeTraceWriter:
         elif event.kind == ev.WAITING:
             span = self._open.get(key)
             if span is None:
-                span = self._open[key] = _Span(event.step or "?", event.output_path, event.time,
-                                               self._take_lane(event.time), "wait")
-            self._events.append({
-                "name": f"waiting: {span.name}", "cat": "wait", "ph": "i", "s": "t", "pid": PID, "tid": span.lane,
-                "ts": event.time, "args": {"output_path": event.output_path, "detail": event.detail},
-            })
+                span = self._open[key] = _Span(
+                    event.step or "?", event.output_path, event.time, self._take_lane(event.time), "wait"
+                )
+            self._events.append(
+                {
+                    "name": f"waiting: {span.name}",
+                    "cat": "wait",
+                    "ph": "i",
+                    "s": "t",
+                    "pid": PID,
+                    "tid": span.lane,
+                    "ts": event.time,
+                    "args": {"output_path": event.output_path, "detail": event.detail},
+                }
+            )
         elif event.kind == ev.STARTED:
             span = self._open.pop(key, None)
             if span is not None:  # it waited, then took the lease over: the wait ends, the step starts on its lane
@@ -102,8 +111,13 @@ class ChromeTraceWriter:
 
     def _span_event(self, span: _Span, end: float, outcome: str) -> dict[str, Any]:
         return {
-            "name": span.name, "cat": span.cat, "ph": "X", "pid": PID, "tid": span.lane,
-            "ts": span.start, "dur": _dur(span.start, end),
+            "name": span.name,
+            "cat": span.cat,
+            "ph": "X",
+            "pid": PID,
+            "tid": span.lane,
+            "ts": span.start,
+            "dur": _dur(span.start, end),
             "args": {"output_path": span.output_path, "outcome": outcome},
         }
 
@@ -113,9 +127,16 @@ class ChromeTraceWriter:
             self._build_start = None
 
     def _build_event(self, start: float, end: float, data: dict[str, Any]) -> dict[str, Any]:
-        return {"name": "build", "cat": "build", "ph": "X", "pid": PID, "tid": BUILD_LANE,
-                "ts": start, "dur": _dur(start, end), "args": data}
-
+        return {
+            "name": "build",
+            "cat": "build",
+            "ph": "X",
+            "pid": PID,
+            "tid": BUILD_LANE,
+            "ts": start,
+            "dur": _dur(start, end),
+            "args": data,
+        }
 
     # -- output -------------------------------------------------------------------------------
     def trace(self) -> dict[str, Any]:

@@ -56,5 +56,8 @@ def failure_pages(prefix: str, failures: list[Any]) -> list[str]:
     base = os.environ.get(ENV)
     if not base:
         return []
-    return [f"step page of {p.step}: {step_url(base.rstrip('/'), prefix, p.output_path)}"
-            for p in failures[:MAX_FAILURE_PAGES] if p.output_path]
+    return [
+        f"step page of {p.step}: {step_url(base.rstrip('/'), prefix, p.output_path)}"
+        for p in failures[:MAX_FAILURE_PAGES]
+        if p.output_path
+    ]

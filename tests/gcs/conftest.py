@@ -52,15 +52,22 @@ def gs_prefix(gcs):
 
 class Proxy:
     def __init__(self, upstream: str, monkeypatch: pytest.MonkeyPatch):
-        self.proc = subprocess.Popen([sys.executable, str(HERE / "loopback.py"), upstream],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "loopback.py"), upstream],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
         self._monkeypatch = monkeypatch
 
     def _post(self, what: str, body: dict | None = None) -> dict:
-        request = urllib.request.Request(f"{self.url}/__proxy/{what}", data=json.dumps(body or {}).encode(),
-                                         method="POST" if body is not None or what != "stats" else "GET")
+        request = urllib.request.Request(
+            f"{self.url}/__proxy/{what}",
+            data=json.dumps(body or {}).encode(),
+            method="POST" if body is not None or what != "stats" else "GET",
+        )
         with urllib.request.urlopen(request, timeout=5) as response:
             return json.loads(response.read())
 

@@ -53,11 +53,25 @@ def hang(config: GsConfig) -> None:
     time.sleep(600)
 
 
-def step(name: str, text: str = "x", inputs: list[ExecutorStep] | None = None, fn: Any = write_gs,
-         sleep: float = 0.0, extra_files: int = 0) -> ExecutorStep:
-    return ExecutorStep(name=name, fn=fn, config=GsConfig(
-        output_path=this_output_path(), text=versioned(text), inputs=[output_path_of(s) for s in inputs or []],
-        sleep=sleep, extra_files=extra_files))
+def step(
+    name: str,
+    text: str = "x",
+    inputs: list[ExecutorStep] | None = None,
+    fn: Any = write_gs,
+    sleep: float = 0.0,
+    extra_files: int = 0,
+) -> ExecutorStep:
+    return ExecutorStep(
+        name=name,
+        fn=fn,
+        config=GsConfig(
+            output_path=this_output_path(),
+            text=versioned(text),
+            inputs=[output_path_of(s) for s in inputs or []],
+            sleep=sleep,
+            extra_files=extra_files,
+        ),
+    )
 
 
 def new_bucket() -> str:
@@ -107,15 +121,15 @@ def seed_built(ex: Executor, steps: list[ExecutorStep], minimal: bool = True) ->
         filesystem.pipe_file(url, data)
 
 
-BUILD = '''
+BUILD = """
 load("@marinbuild//rules:python.py", "python_step")
 
 python_step(name = "a", fn = "gcs_steps:write", config = {"text": "A"})
 python_step(name = "b", fn = "gcs_steps:write", config = {"text": "B"}, deps = [":a"])
 python_step(name = "other", fn = "gcs_steps:write", config = {"text": "O"})
-'''
+"""
 
-STEPS_PY = '''
+STEPS_PY = """
 import os
 from marinbuild.store import fs
 
@@ -125,7 +139,7 @@ def write(config):
         f.write(config["output_path"] + "\\n")
     parts = [fs.read_bytes(dep + "/out.txt").decode() for dep in config["deps"]] + [config["text"]]
     fs.write_atomic(config["output_path"] + "/out.txt", "+".join(parts).encode())
-'''
+"""
 
 
 def workspace(root: Path) -> Path:

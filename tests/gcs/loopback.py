@@ -25,8 +25,17 @@ import sys
 
 import aiohttp
 
-HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "proxy-connection",
-              "upgrade", "te", "trailer"}
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "host",
+    "proxy-connection",
+    "upgrade",
+    "te",
+    "trailer",
+}
 FAULTS = ("503", "reset", "reset-after", "503-after")
 
 
@@ -75,13 +84,20 @@ class Proxy:
             self.hang = bool(config.get("hang", self.hang))
         elif target.startswith("/__proxy/reset"):
             self.requests = self.failed = self.bytes_out = 0
-        payload = json.dumps({"requests": self.requests, "failed": self.failed, "bytes_out": self.bytes_out,
-                              "latency": self.latency,
-                              "fail_rate": self.fail_rate}).encode()
+        payload = json.dumps(
+            {
+                "requests": self.requests,
+                "failed": self.failed,
+                "bytes_out": self.bytes_out,
+                "latency": self.latency,
+                "fail_rate": self.fail_rate,
+            }
+        ).encode()
         await _write_response(writer, 200, "OK", [("Content-Type", "application/json")], payload)
 
-    async def _forward(self, writer: asyncio.StreamWriter, method: str, target: str,
-                       headers: list[tuple[str, str]], body: bytes) -> bool:
+    async def _forward(
+        self, writer: asyncio.StreamWriter, method: str, target: str, headers: list[tuple[str, str]], body: bytes
+    ) -> bool:
         """Serve one request; False if the connection was reset."""
         self.requests += 1
         while self.hang:  # never answer (until told to stop hanging)
@@ -96,16 +112,22 @@ class Proxy:
         if fault is not None:
             self.failed += 1
         if fault == "503":
-            await _write_response(writer, 503, "Service Unavailable", [("Content-Type", "application/json")],
-                                  b'{"error": {"code": 503, "message": "injected backend error"}}')
+            await _write_response(
+                writer,
+                503,
+                "Service Unavailable",
+                [("Content-Type", "application/json")],
+                b'{"error": {"code": 503, "message": "injected backend error"}}',
+            )
             return True
         if fault == "reset":
             _reset(writer)
             return False
         assert self.session is not None
         forward_headers = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP]
-        async with self.session.request(method, self.upstream + target, headers=forward_headers, data=body,
-                                        allow_redirects=False) as response:
+        async with self.session.request(
+            method, self.upstream + target, headers=forward_headers, data=body, allow_redirects=False
+        ) as response:
             content = await response.read()
             out_headers = [(k, v) for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP]
             status, reason = response.status, response.reason or ""
@@ -113,8 +135,13 @@ class Proxy:
             _reset(writer)
             return False
         if fault == "503-after":
-            await _write_response(writer, 503, "Service Unavailable", [("Content-Type", "application/json")],
-                                  b'{"error": {"code": 503, "message": "injected backend error"}}')
+            await _write_response(
+                writer,
+                503,
+                "Service Unavailable",
+                [("Content-Type", "application/json")],
+                b'{"error": {"code": 503, "message": "injected backend error"}}',
+            )
             return True
         self.bytes_out += len(content)
         await _write_response(writer, status, reason, out_headers, content)
@@ -156,8 +183,9 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, list[tu
     return method, target, headers, body
 
 
-async def _write_response(writer: asyncio.StreamWriter, status: int, reason: str, headers: list[tuple[str, str]],
-                          body: bytes) -> None:
+async def _write_response(
+    writer: asyncio.StreamWriter, status: int, reason: str, headers: list[tuple[str, str]], body: bytes
+) -> None:
     lines = [f"HTTP/1.1 {status} {reason}"] + [f"{k}: {v}" for k, v in headers] + [f"Content-Length: {len(body)}"]
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
     await writer.drain()

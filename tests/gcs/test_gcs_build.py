@@ -67,8 +67,16 @@ def test_build_commits_outputs_manifest_record_then_status(gs_prefix):
 
 def test_eight_processes_race_on_one_step_and_it_runs_once(gs_prefix, tmp_path):
     log = tmp_path / "calls.log"
-    procs = [subprocess.Popen([sys.executable, str(HERE / "gcs_pipelines.py"), gs_prefix, "race"], env=_env(log),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HERE / "gcs_pipelines.py"), gs_prefix, "race"],
+            env=_env(log),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(8)
+    ]
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
@@ -81,9 +89,16 @@ def test_eight_processes_race_on_one_step_and_it_runs_once(gs_prefix, tmp_path):
 
 def test_two_processes_sharing_an_ancestor_run_it_once(gs_prefix, tmp_path):
     log = tmp_path / "calls.log"
-    procs = [subprocess.Popen([sys.executable, str(HERE / "gcs_pipelines.py"), gs_prefix, "graph", tag],
-                              env=_env(log), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for tag in ("one", "two")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HERE / "gcs_pipelines.py"), gs_prefix, "graph", tag],
+            env=_env(log),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for tag in ("one", "two")
+    ]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
@@ -93,8 +108,13 @@ def test_two_processes_sharing_an_ancestor_run_it_once(gs_prefix, tmp_path):
 
 def test_sigkilled_runner_leaves_no_success_and_the_next_run_completes(gs_prefix, tmp_path):
     log = tmp_path / "calls.log"
-    proc = subprocess.Popen([sys.executable, str(HERE / "gcs_pipelines.py"), gs_prefix, "hang"], env=_env(log),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "gcs_pipelines.py"), gs_prefix, "hang"],
+        env=_env(log),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "STARTED", proc.stderr.read() if proc.stderr else ""
@@ -209,9 +229,21 @@ def test_two_workspaces_share_one_gs_prefix(gs_prefix, tmp_path):
         env = _env(tmp_path / "unused.log")
         env["MB_CALLS"] = str(calls)
         env["MARINBUILD_METADATA_CACHE"] = str(ws / ".marinbuild" / "metadata.sqlite")
-        proc = subprocess.run([sys.executable, "-c", "import sys; from marinbuild.cli import main; sys.exit(main())",
-                               target, "--prefix", gs_prefix], cwd=ws,
-                              env=env, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from marinbuild.cli import main; sys.exit(main())",
+                target,
+                "--prefix",
+                gs_prefix,
+            ],
+            cwd=ws,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         return [Path(p).name.rsplit("-", 1)[0] for p in calls.read_text().split()]
 
@@ -248,15 +280,28 @@ def test_a_cli_build_keeps_its_metadata_cache_in_the_workspace(gs_prefix, tmp_pa
     env["XDG_CACHE_HOME"] = str(tmp_path / "user-cache")
 
     def build() -> None:
-        proc = subprocess.run([sys.executable, "-c", "import sys; from marinbuild.cli import main; sys.exit(main())",
-                               "//pipe:a", "--prefix", gs_prefix], cwd=ws, env=env, capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from marinbuild.cli import main; sys.exit(main())",
+                "//pipe:a",
+                "--prefix",
+                gs_prefix,
+            ],
+            cwd=ws,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
 
     build()
     (status,) = gcs.filesystem().glob(gs_prefix + "/pipe/a-*/.executor_status")
-    fs.write_atomic("gs://" + status, b'{"date": "2024-01-01", "status": "RUNNING"}\n'
-                                      b'{"date": "2024-01-02", "status": "SUCCESS"}\n')
+    fs.write_atomic(
+        "gs://" + status, b'{"date": "2024-01-01", "status": "RUNNING"}\n{"date": "2024-01-02", "status": "SUCCESS"}\n'
+    )
     build()
     assert (ws / ".marinbuild" / "metadata.sqlite").is_file()
     assert not (tmp_path / "user-cache").exists()

@@ -162,12 +162,22 @@ def read_mirrored(config: MirrorStepConfig) -> dict:
     return seen
 
 
-def _mirror_step(name: str, *paths_and_budgets: tuple[str, float], rendezvous: str | None = None,
-                 unread: tuple[str, float] | None = None) -> ExecutorStep:
-    return ExecutorStep(name=name, fn=read_mirrored, config=MirrorStepConfig(
-        output_path=this_output_path(), rendezvous=rendezvous,
-        inputs=[mirrored(versioned(path), budget_gb=budget_gb) for path, budget_gb in paths_and_budgets],
-        unread=mirrored(unread[0], budget_gb=unread[1]) if unread else None))
+def _mirror_step(
+    name: str,
+    *paths_and_budgets: tuple[str, float],
+    rendezvous: str | None = None,
+    unread: tuple[str, float] | None = None,
+) -> ExecutorStep:
+    return ExecutorStep(
+        name=name,
+        fn=read_mirrored,
+        config=MirrorStepConfig(
+            output_path=this_output_path(),
+            rendezvous=rendezvous,
+            inputs=[mirrored(versioned(path), budget_gb=budget_gb) for path, budget_gb in paths_and_budgets],
+            unread=mirrored(unread[0], budget_gb=unread[1]) if unread else None,
+        ),
+    )
 
 
 def _causes(exc: BaseException | None) -> list[BaseException]:
@@ -228,9 +238,17 @@ def test_steps_running_at_once_keep_separate_budgets(buckets, env_budget_of_1_gb
         RENDEZVOUS.pop("pair")
     assert sorted(s.name for s in ex.outcome.ran) == ["mirror/c", "mirror/d"]
     assert records.read_artifact(ex.output_paths[c]) == {
-        "sizes": [MB], "used": MB, "limit": int(1.5 / 1024 * mirror.GB), "local": local}
+        "sizes": [MB],
+        "used": MB,
+        "limit": int(1.5 / 1024 * mirror.GB),
+        "local": local,
+    }
     assert records.read_artifact(ex.output_paths[d]) == {
-        "sizes": [MB], "used": MB, "limit": int(1.75 / 1024 * mirror.GB), "local": local}
+        "sizes": [MB],
+        "used": MB,
+        "limit": int(1.75 / 1024 * mirror.GB),
+        "local": local,
+    }
     assert env_budget_of_1_gb.bytes_used == 0
     assert mirror.active_budget() is env_budget_of_1_gb  # the scopes ended with their steps
 
@@ -238,8 +256,11 @@ def test_steps_running_at_once_keep_separate_budgets(buckets, env_budget_of_1_gb
 def test_a_step_without_mirrored_values_is_charged_to_the_process_wide_budget(buckets, env_budget_of_1_gb):
     local, region = buckets
     _put(f"{region}/documents/e.bin", b"e" * MB)
-    plain = ExecutorStep(name="mirror/plain", fn=read_mirrored, config=MirrorStepConfig(
-        output_path=this_output_path(), inputs=["mirror://documents/e.bin"]))
+    plain = ExecutorStep(
+        name="mirror/plain",
+        fn=read_mirrored,
+        config=MirrorStepConfig(output_path=this_output_path(), inputs=["mirror://documents/e.bin"]),
+    )
     ex = gp.executor(local)
     ex.run([plain])
     seen = records.read_artifact(ex.output_paths[plain])

@@ -27,9 +27,16 @@ def _env(log: Path, **extra: str) -> dict[str, str]:
 
 def test_six_runners_racing_on_one_prefix_run_each_step_once(gs_prefix, tmp_path):
     log = tmp_path / "calls.log"
-    procs = [subprocess.Popen([sys.executable, str(HERE / "gcs_pipelines.py"), gs_prefix, "wide", str(WIDE)],
-                              env=_env(log), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(6)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HERE / "gcs_pipelines.py"), gs_prefix, "wide", str(WIDE)],
+            env=_env(log),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
@@ -51,8 +58,13 @@ def _result(stdout: str) -> dict:
 def test_a_bucket_that_never_answers_fails_the_build_with_an_error_naming_the_request(gs_prefix, proxy):
     proxy.activate()
     proxy.configure(hang=True)
-    done = subprocess.run([sys.executable, KILL_BUILD, gs_prefix], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **SHORT_BOUNDS})
+    done = subprocess.run(
+        [sys.executable, KILL_BUILD, gs_prefix],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **SHORT_BOUNDS},
+    )
     assert done.returncode == 1, done.stderr
     error = _result(done.stdout)["error"]
     assert error.startswith("StoreUnreachableError: "), error
@@ -64,14 +76,28 @@ def test_steps_committed_before_the_bucket_stopped_answering_are_reported_built(
     (what storage says), the build fails on the steps after it, and no process hangs."""
     proxy.activate()
     log = Path(str(proxy.url).replace("/", "_") + ".points")
-    listing = subprocess.run([sys.executable, KILL_BUILD, gs_prefix + "-list"], capture_output=True, text=True,
-                             timeout=120, env={**os.environ, "MARINBUILD_FAULT_POINT_LOG": str(log.resolve())})
+    listing = subprocess.run(
+        [sys.executable, KILL_BUILD, gs_prefix + "-list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MARINBUILD_FAULT_POINT_LOG": str(log.resolve())},
+    )
     assert listing.returncode == 0, listing.stderr
     points = log.read_text().splitlines()
     log.unlink()
-    proc = subprocess.Popen([sys.executable, KILL_BUILD, gs_prefix], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **SHORT_BOUNDS, "MARINBUILD_FAULT_SIGNAL": "STOP",
-                                            "MARINBUILD_KILL_AT_POINT": str(points.index("committed") + 1)})
+    proc = subprocess.Popen(
+        [sys.executable, KILL_BUILD, gs_prefix],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={
+            **os.environ,
+            **SHORT_BOUNDS,
+            "MARINBUILD_FAULT_SIGNAL": "STOP",
+            "MARINBUILD_KILL_AT_POINT": str(points.index("committed") + 1),
+        },
+    )
     try:
         while _state(proc.pid) != "T":
             assert proc.poll() is None, proc.communicate()

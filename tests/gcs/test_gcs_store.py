@@ -120,8 +120,10 @@ def test_legacy_status_is_read_once_then_cached(gs_prefix):
     s = gp.step("legacy/a")
     ex.compute_version(s)
     out = ex.output_paths[s]
-    fs.write_atomic(st.status_path(out), b'{"date": "2024-01-01", "status": "RUNNING"}\n'
-                                         b'{"date": "2024-01-02", "status": "SUCCESS"}\n')
+    fs.write_atomic(
+        st.status_path(out),
+        b'{"date": "2024-01-01", "status": "RUNNING"}\n{"date": "2024-01-02", "status": "SUCCESS"}\n',
+    )
     gcs.filesystem().requests.reset()
     assert batch.read_statuses([out])[out] == st.STATUS_SUCCESS
     first = gcs.filesystem().requests.reset()
@@ -167,7 +169,12 @@ def test_importing_the_store_leaves_the_environment_alone(gs_prefix, zonal):
     env = {k: v for k, v in os.environ.items() if k != "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"}
     if zonal is not None:
         env["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = zonal
-    done = subprocess.run([sys.executable, "-c", _IMPORT_AND_ROUND_TRIP, gs_prefix + "/plain"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_AND_ROUND_TRIP, gs_prefix + "/plain"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [zonal or "unset", "plain"]

@@ -36,8 +36,9 @@ def write_setting(settings: dict, output_path: str) -> None:
 
 
 def step(fixed: bool) -> ExecutorStep:
-    return ExecutorStep(name="tb/flaky", fn=flaky,
-                        config=FlakyConfig(output_path=this_output_path(), text=versioned("t"), fixed=fixed))
+    return ExecutorStep(
+        name="tb/flaky", fn=flaky, config=FlakyConfig(output_path=this_output_path(), text=versioned("t"), fixed=fixed)
+    )
 
 
 def test_traceback_file_on_gcs_is_written_with_failed_and_removed_on_success(gs_prefix):

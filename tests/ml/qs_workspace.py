@@ -65,23 +65,33 @@ class Workspace:
         self._n = 0
 
     def marinbuild(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "marinbuild", *args], cwd=self.root, capture_output=True,
-                              text=True, timeout=timeout, env=_env())
+        return subprocess.run(
+            [sys.executable, "-m", "marinbuild", *args],
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_env(),
+        )
 
     def build(self, *targets: str, timeout: float = 900) -> Build:
         self._n += 1
         events = self.root / f"events-{self._n}.jsonl"
         started = time.monotonic()
-        proc = self.marinbuild(*(targets or ("//experiments/quickstart:all",)), "--build_event_json_file",
-                               str(events), timeout=timeout)
+        proc = self.marinbuild(
+            *(targets or ("//experiments/quickstart:all",)), "--build_event_json_file", str(events), timeout=timeout
+        )
         seconds = time.monotonic() - started
         records = [json.loads(line) for line in events.read_text().splitlines()] if events.exists() else []
         return Build(proc.returncode, proc.stdout, proc.stderr, records, seconds)
 
     def output(self, name: str) -> Path:
         """The newest successful output folder of step ``experiments/quickstart/<name>``."""
-        candidates = [p for p in (self.prefix / "experiments" / "quickstart").glob(f"{name}-*")
-                      if (p / ".executor_status").exists() and "SUCCESS" in (p / ".executor_status").read_text()]
+        candidates = [
+            p
+            for p in (self.prefix / "experiments" / "quickstart").glob(f"{name}-*")
+            if (p / ".executor_status").exists() and "SUCCESS" in (p / ".executor_status").read_text()
+        ]
         assert candidates, f"no successful output of {name} under {self.prefix}"
         return max(candidates, key=lambda p: p.stat().st_mtime)
 

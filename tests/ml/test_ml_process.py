@@ -6,7 +6,7 @@ import os
 
 from marinbuild.ml.process import run_child
 
-CHILD = '''
+CHILD = """
 from marinbuild.ml.process import child_main, say
 
 
@@ -26,7 +26,7 @@ def run(payload):
 
 if __name__ == "__main__":
     child_main(run)
-'''
+"""
 
 
 def _run(tmp_path, monkeypatch, verbose: bool) -> str:
@@ -37,8 +37,9 @@ def _run(tmp_path, monkeypatch, verbose: bool) -> str:
     else:
         monkeypatch.delenv("MARINBUILD_VERBOSE", raising=False)
     path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
-    assert run_child("noisy_child", {}, log_dir=str(tmp_path / "logs"), name="noisy",
-                     env={"PYTHONPATH": path}) == {"ok": True}
+    assert run_child("noisy_child", {}, log_dir=str(tmp_path / "logs"), name="noisy", env={"PYTHONPATH": path}) == {
+        "ok": True
+    }
     return (tmp_path / "logs" / "noisy.log").read_text()
 
 

@@ -17,12 +17,12 @@ import pytest
 
 from marinbuild.ml.configs import LmModel, Trainer, batch_schedule
 
-HEADER = '''
+HEADER = """
 load("@marinbuild//rules:data.py", "raw_data")
 load("@marinbuild//rules:tokenizer.py", "train_tokenizer")
 load("@marinbuild//rules:tokenize.py", "tokenize")
 load("@marinbuild//rules:train.py", "train_lm")
-'''
+"""
 
 
 def workspace(root: Path, build: str) -> Path:
@@ -34,11 +34,12 @@ def workspace(root: Path, build: str) -> Path:
 
 def marinbuild(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "MARIN_PREFIX"}
-    return subprocess.run([sys.executable, "-m", "marinbuild", *args], cwd=root, capture_output=True, text=True,
-                          timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "marinbuild", *args], cwd=root, capture_output=True, text=True, timeout=120, env=env
+    )
 
 
-TRAIN = '''
+TRAIN = """
 tokenize(name = "tok", tokenizer_name = "gpt2")
 train_lm(
     name = "lm",
@@ -47,15 +48,18 @@ train_lm(
     trainer = {{"batch_size": 8, "num_train_steps": 10}},
     resources = {resources},
 )
-'''
+"""
 
 
-@pytest.mark.parametrize(("model", "resources", "message"), [
-    ('{"hidden_dim": 64, "num_layer": 2}', "{}", "unknown field 'num_layer' for LmModel"),
-    ('{"hidden_dim": 64, "num_heads": 5}', "{}", "hidden_dim 64 is not divisible by num_heads 5"),
-    ('{"type": "llama9"}', "{}", "unknown model type 'llama9'"),
-    ("{}", 'tpu("v9-8")', "unknown TPU type 'v9-8'"),
-])
+@pytest.mark.parametrize(
+    ("model", "resources", "message"),
+    [
+        ('{"hidden_dim": 64, "num_layer": 2}', "{}", "unknown field 'num_layer' for LmModel"),
+        ('{"hidden_dim": 64, "num_heads": 5}', "{}", "hidden_dim 64 is not divisible by num_heads 5"),
+        ('{"type": "llama9"}', "{}", "unknown model type 'llama9'"),
+        ("{}", 'tpu("v9-8")', "unknown TPU type 'v9-8'"),
+    ],
+)
 def test_bad_train_lm_attributes_are_located_load_errors(tmp_path, model, resources, message):
     root = workspace(tmp_path / "ws", TRAIN.format(model=model, resources=resources))
     proc = marinbuild(root, "-n", "//pipe:lm")
@@ -91,18 +95,29 @@ def test_config_dataclasses():
     with pytest.raises(ValueError, match="starts at step 0"):
         batch_schedule([[5, 4]])
     # the quickstart model, and Llama 3 8B with its tokenizer's vocabulary, as levanter counts them
-    assert LmModel(seq_len=128, hidden_dim=64, intermediate_dim=192, num_layers=2, num_heads=4,
-                   num_kv_heads=4).parameter_count(512) == 172_352
-    assert LmModel(seq_len=4096, hidden_dim=4096, intermediate_dim=14336, num_layers=32, num_heads=32,
-                   num_kv_heads=8).parameter_count(128_256) == 8_030_261_248
+    assert (
+        LmModel(
+            seq_len=128, hidden_dim=64, intermediate_dim=192, num_layers=2, num_heads=4, num_kv_heads=4
+        ).parameter_count(512)
+        == 172_352
+    )
+    assert (
+        LmModel(
+            seq_len=4096, hidden_dim=4096, intermediate_dim=14336, num_layers=32, num_heads=32, num_kv_heads=8
+        ).parameter_count(128_256)
+        == 8_030_261_248
+    )
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tokenizers") is None, reason="HF tokenizers is not installed (ml extra)")
 def test_raw_data_and_train_tokenizer(tmp_path):
-    root = workspace(tmp_path / "ws", '''
+    root = workspace(
+        tmp_path / "ws",
+        """
         raw_data(name = "docs", srcs = glob(["data/*.jsonl"]))
         train_tokenizer(name = "tokenizer", data = [":docs"], vocab_size = 300)
-    ''')
+    """,
+    )
     (root / "pipe" / "data").mkdir()
     lines = [json.dumps({"text": f"the cat number {i} sat on the mat and the dog ran"}) for i in range(200)]
     (root / "pipe" / "data" / "a.jsonl").write_text("\n".join(lines) + "\n")
@@ -129,8 +144,12 @@ def test_raw_data_and_train_tokenizer(tmp_path):
 
 def test_quickstart_corpus_is_what_its_generator_makes():
     repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, str(repo / "experiments" / "quickstart" / "make_corpus.py"), "--check"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(repo / "experiments" / "quickstart" / "make_corpus.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     sizes = [p.stat().st_size for p in (repo / "experiments" / "quickstart" / "data").iterdir()]
     assert 50_000 < sum(sizes) < 1_000_000

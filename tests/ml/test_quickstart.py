@@ -15,9 +15,19 @@ from qs_workspace import needs_levanter
 
 pytestmark = [needs_levanter, pytest.mark.timeout(1200)]
 
-ALL = {f"experiments/quickstart/{n}" for n in
-       ("stories_train", "stories_validation", "tokenizer", "stories_tokenized", "lm", "eval", "story_tasks",
-        "report")}
+ALL = {
+    f"experiments/quickstart/{n}"
+    for n in (
+        "stories_train",
+        "stories_validation",
+        "tokenizer",
+        "stories_tokenized",
+        "lm",
+        "eval",
+        "story_tasks",
+        "report",
+    )
+}
 
 
 def test_full_build_trains_and_reports(built_quickstart):
@@ -28,7 +38,10 @@ def test_full_build_trains_and_reports(built_quickstart):
     config = json.loads((tok / "tokenizer_config.json").read_text())
     assert (tok / "tokenizer.json").is_file()
     assert (config["bos_token"], config["eos_token"], config["pad_token"]) == (
-        "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>")
+        "<|begin_of_text|>",
+        "<|end_of_text|>",
+        "<|pad|>",
+    )
     # training: checkpoints, metrics, and a loss that fell a lot
     lm = ws.output("lm")
     steps = sorted(int(p.name.split("-")[1]) for p in (lm / "checkpoints").glob("step-*"))
@@ -96,8 +109,12 @@ def test_learning_rate_change_reruns_training_evals_report_only(built_quickstart
     assert "config.attrs.optimizer.learning_rate: 0.003 -> 0.002" in why.stdout, why.stdout + why.stderr
     build = ws.build()
     assert build.code == 0, build.stderr[-5000:]
-    assert build.ran == {"experiments/quickstart/lm", "experiments/quickstart/eval",
-                         "experiments/quickstart/story_tasks", "experiments/quickstart/report"}
+    assert build.ran == {
+        "experiments/quickstart/lm",
+        "experiments/quickstart/eval",
+        "experiments/quickstart/story_tasks",
+        "experiments/quickstart/report",
+    }
 
 
 def test_data_file_change_reruns_what_reads_it_and_nothing_else(built_quickstart):

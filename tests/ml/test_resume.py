@@ -33,8 +33,13 @@ def test_sigkill_during_training_resumes_from_checkpoint(quickstart):
 
 def _kill_then_resume(ws) -> None:
     before = set((ws.prefix / "experiments" / "quickstart").glob("lm-*"))
-    proc = subprocess.Popen([sys.executable, "-m", "marinbuild", "//experiments/quickstart:lm"], cwd=ws.root,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "marinbuild", "//experiments/quickstart:lm"],
+        cwd=ws.root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 600
         checkpoint = None
@@ -54,8 +59,9 @@ def _kill_then_resume(ws) -> None:
     lm = checkpoint
     assert (lm / ".executor_status").read_text().strip() == "RUNNING"  # never SUCCESS over a partial run
     assert not (lm / "checkpoints" / "step-29").exists()
-    killed_at = max(int(p.name.split("-")[1]) for p in (lm / "checkpoints").glob("step-*")
-                    if (p / "metadata.json").exists())
+    killed_at = max(
+        int(p.name.split("-")[1]) for p in (lm / "checkpoints").glob("step-*") if (p / "metadata.json").exists()
+    )
     assert 10 <= killed_at < 29
 
     build = ws.build("//experiments/quickstart:lm")

@@ -20,7 +20,7 @@ def test_serve_shows_the_quickstart_and_its_training_runs(built_quickstart) -> N
     server = Server(ws.root, "//experiments/quickstart:all")
     try:
         nodes = server.json("/api/graph")["nodes"]
-        assert len(nodes) == 7 and {n["state"] for n in nodes} == {"built"}
+        assert len(nodes) == 8 and {n["state"] for n in nodes} == {"built"}
         trainings = sorted(
             p
             for p in (ws.prefix / "experiments" / "quickstart").glob("lm-*")

@@ -47,7 +47,7 @@ def _runs(log: list[dict]) -> list[list[dict]]:
 
 def test_sharded_tokens_equal_levanters_and_a_new_file_is_one_new_shard(tmp_path, tokenizer, texts):
     ws = TokenizeWorkspace(tmp_path / "ws", tokenizer, workers=2)
-    files = [write_docs(ws.data / f"part-{i}.jsonl.gz", texts[i * 100:(i + 1) * 100]) for i in range(6)]
+    files = [write_docs(ws.data / f"part-{i}.jsonl.gz", texts[i * 100 : (i + 1) * 100]) for i in range(6)]
     files.insert(3, write_docs(ws.data / "part-2a.jsonl.gz", texts[200:300]))  # part-2's content again
     first = ws.build()
     assert first.code == 0, first.stderr[-4000:]
@@ -71,8 +71,11 @@ def test_sharded_tokens_equal_levanters_and_a_new_file_is_one_new_shard(tmp_path
     out2 = ws.output()
     assert out2 != out
     states = {Path(line["file"]).name: line["state"] for line in shard_log(out2)}
-    assert states == {**{f"part-{i}.jsonl.gz": "cached" for i in range(6)}, "part-2a.jsonl.gz": "cached",
-                      "part-6.jsonl.gz": "built"}
+    assert states == {
+        **{f"part-{i}.jsonl.gz": "cached" for i in range(6)},
+        "part-2a.jsonl.gz": "cached",
+        "part-6.jsonl.gz": "built",
+    }
     assert token_rows(out2 / "train")[:700] == rows
 
     write_docs(ws.data / "part-7.jsonl.gz", texts[700:800])
@@ -91,9 +94,15 @@ def test_a_killed_tokenize_resumes_with_only_the_unfinished_shards(tmp_path, tok
     with (ws.root / "pyproject.toml").open("a") as f:
         f.write("heartbeat_interval = 1\nstale_after = 4\n")
     for i in range(8):  # each file distinct: equal files would be one shard
-        write_docs(ws.data / f"part-{i}.jsonl.gz", [f"{t} ({i})" for t in texts[(i % 4) * 450:(i % 4 + 1) * 450]])
-    proc = subprocess.Popen(ws.command("//pipe:tok"), cwd=ws.root, env=ws.env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+        write_docs(ws.data / f"part-{i}.jsonl.gz", [f"{t} ({i})" for t in texts[(i % 4) * 450 : (i % 4 + 1) * 450]])
+    proc = subprocess.Popen(
+        ws.command("//pipe:tok"),
+        cwd=ws.root,
+        env=ws.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         while not ws.committed_shards() and proc.poll() is None:
             time.sleep(0.05)

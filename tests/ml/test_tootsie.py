@@ -20,17 +20,33 @@ TARGET = "//experiments:tootsie_8b"
 def marinbuild(*args: str, prefix: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")}
     env["HF_HUB_OFFLINE"] = "1"
-    return subprocess.run([sys.executable, "-m", "marinbuild", *args, "--prefix", str(prefix)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "marinbuild", *args, "--prefix", str(prefix)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def test_dry_run_lists_the_pipeline_and_writes_nothing(tmp_path):
     proc = marinbuild("-n", TARGET, "--output", "json", prefix=tmp_path)
     assert proc.returncode == 0, proc.stderr
     plan = {p["step"]: p["state"] for p in json.loads(proc.stdout)["plan"]}
-    assert set(plan) == {f"experiments/{n}" for n in (
-        "tootsie_8b", "dclm_baseline", "starcoderdata", "proofpile_2",
-        "dclm_baseline_raw", "starcoderdata_raw", "proofpile_2_raw", "proofpile_2_train")}
+    assert set(plan) == {
+        f"experiments/{n}"
+        for n in (
+            "tootsie_8b",
+            "dclm_baseline",
+            "starcoderdata",
+            "proofpile_2",
+            "dclm_baseline_raw",
+            "starcoderdata_raw",
+            "proofpile_2_raw",
+            "proofpile_2_train",
+        )
+    }
     assert set(plan.values()) == {"missing"}
     assert list(tmp_path.iterdir()) == []
 
@@ -45,8 +61,12 @@ def test_query_why_and_cache_status(tmp_path):
     assert kinds["//experiments:proofpile_2_train"] == "raw_data"
     assert len(kinds) == 8
     direct = marinbuild("query", f"deps({TARGET}, 1)", prefix=tmp_path)
-    assert sorted(direct.stdout.split()) == ["//experiments:dclm_baseline", "//experiments:proofpile_2",
-                                             "//experiments:starcoderdata", TARGET]
+    assert sorted(direct.stdout.split()) == [
+        "//experiments:dclm_baseline",
+        "//experiments:proofpile_2",
+        "//experiments:starcoderdata",
+        TARGET,
+    ]
     why = marinbuild("why", TARGET, prefix=tmp_path)
     assert why.returncode == 0, why.stderr
     assert "experiments/tootsie_8b: would run: never built" in why.stdout

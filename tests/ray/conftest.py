@@ -61,4 +61,3 @@ def gs_prefix(gcs_env, monkeypatch, tmp_path) -> str:
     bucket = f"mb-{uuid.uuid4().hex[:12]}"
     gcs.filesystem().mkdir(bucket)
     return f"gs://{bucket}/prefix"
-

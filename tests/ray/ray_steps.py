@@ -1,8 +1,8 @@
 """Step functions for the Ray backend tests (imported by Ray workers), and subprocess drivers.
 
-    python ray_steps.py shared ADDRESS PREFIX TAG CALL_LOG   build pipelines.shared_ancestor_graph(TAG) on Ray
-    python ray_steps.py hang ADDRESS PREFIX                  build a step that hangs; on Ctrl-C report what is left
-    python ray_steps.py probes ADDRESS PREFIX N              build N probe steps (their config class is __main__'s)
+python ray_steps.py shared ADDRESS PREFIX TAG CALL_LOG   build pipelines.shared_ancestor_graph(TAG) on Ray
+python ray_steps.py hang ADDRESS PREFIX                  build a step that hangs; on Ctrl-C report what is left
+python ray_steps.py probes ADDRESS PREFIX N              build N probe steps (their config class is __main__'s)
 """
 
 from __future__ import annotations
@@ -99,8 +99,12 @@ def lease_seen(config: ProbeConfig) -> dict:
     path = lease_path(config.output_path)
     data = fs.read_bytes(path)
     holder = parse_lease(path, data) if data is not None else None
-    return {"lease": holder.worker_id if holder else None, "status": st.read_status(config.output_path),
-            "info": records.read_info(config.output_path) is not None, "pid": os.getpid()}
+    return {
+        "lease": holder.worker_id if holder else None,
+        "status": st.read_status(config.output_path),
+        "info": records.read_info(config.output_path) is not None,
+        "pid": os.getpid(),
+    }
 
 
 def steal_lease(config: ProbeConfig) -> dict:
@@ -122,8 +126,9 @@ def damage_lease(config: ProbeConfig) -> dict:
 
 def leases_held(config: ProbeConfig) -> dict:
     """How many step leases exist under ``log_dir`` (the build's prefix) while this step runs."""
-    held = [os.path.join(d, f) for d, _, files in os.walk(config.log_dir) for f in files
-            if f == ".executor_status.lock"]
+    held = [
+        os.path.join(d, f) for d, _, files in os.walk(config.log_dir) for f in files if f == ".executor_status.lock"
+    ]
     return {"leases": len(held)}
 
 
@@ -176,17 +181,38 @@ def _task_id() -> str:
     return ray.get_runtime_context().get_task_id()
 
 
-def fan_out(prefix: str, log_dir: str, acts: dict[int, str], n: int, resources: Any,
-            fn: Any = in_task, kinds: tuple[Any, ...] = (None,)) -> list[ExecutorStep]:
+def fan_out(
+    prefix: str,
+    log_dir: str,
+    acts: dict[int, str],
+    n: int,
+    resources: Any,
+    fn: Any = in_task,
+    kinds: tuple[Any, ...] = (None,),
+) -> list[ExecutorStep]:
     """A root and ``n`` children of it (``acts[i]``: what child i does), all of one function and resources; child
     i is of kind ``kinds[i % len(kinds)]``, the root of ``kinds[0]``."""
-    root = ExecutorStep(name=f"{prefix}/root", fn=fn, resources=resources,
-                        config=BundledConfig(tag=versioned("root"), log_dir=log_dir, step_kind=kinds[0]))
-    children = [ExecutorStep(name=f"{prefix}/c{i}", fn=fn, resources=resources,
-                             config=BundledConfig(after=output_path_of(root), tag=versioned(f"c{i}"),
-                                                  act=versioned(acts.get(i, "write")), log_dir=log_dir,
-                                                  step_kind=kinds[i % len(kinds)]))
-                for i in range(n)]
+    root = ExecutorStep(
+        name=f"{prefix}/root",
+        fn=fn,
+        resources=resources,
+        config=BundledConfig(tag=versioned("root"), log_dir=log_dir, step_kind=kinds[0]),
+    )
+    children = [
+        ExecutorStep(
+            name=f"{prefix}/c{i}",
+            fn=fn,
+            resources=resources,
+            config=BundledConfig(
+                after=output_path_of(root),
+                tag=versioned(f"c{i}"),
+                act=versioned(acts.get(i, "write")),
+                log_dir=log_dir,
+                step_kind=kinds[i % len(kinds)],
+            ),
+        )
+        for i in range(n)
+    ]
     return [root, *children]
 
 
@@ -211,15 +237,23 @@ def _main() -> None:
 
         tag, log = sys.argv[4:6]
         backend = RayBackend(address=address, env_vars={"MARINBUILD_TEST_CALL_LOG": log})
-        Executor(prefix=prefix, executor_info_base_path=info, listeners=[], backend=backend,
-                 heartbeat_interval=0.5, stale_after=5).run(pipelines.shared_ancestor_graph(tag, sleep=1.0))
+        Executor(
+            prefix=prefix,
+            executor_info_base_path=info,
+            listeners=[],
+            backend=backend,
+            heartbeat_interval=0.5,
+            stale_after=5,
+        ).run(pipelines.shared_ancestor_graph(tag, sleep=1.0))
         print(json.dumps({"ok": True}), flush=True)
     elif mode == "probes":
         steps = [probe(f"main/p{i}", text=str(i)) for i in range(int(sys.argv[4]))]
         executor = Executor(prefix=prefix, executor_info_base_path=info, listeners=[], backend=RayBackend(address))
         paths = executor.run(steps)
-        print(json.dumps({"outputs": [paths[s] for s in steps], "config_module": type(steps[0].config).__module__}),
-              flush=True)
+        print(
+            json.dumps({"outputs": [paths[s] for s in steps], "config_module": type(steps[0].config).__module__}),
+            flush=True,
+        )
     elif mode == "hang":
         step = probe("hang", fn=hang)
         executor = Executor(prefix=prefix, executor_info_base_path=info, listeners=[], backend=RayBackend(address))

@@ -83,9 +83,12 @@ def node_env(auth_token_path: str | None = None) -> dict[str, str]:
 
 def _port_flags() -> list[str]:
     return [
-        f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
-        f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+        f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
     ]
 
 
@@ -109,22 +112,48 @@ class RayCluster:
     def head(self) -> Node:
         return self.nodes[0]
 
-    def add_node(self, resources: dict[str, float], num_cpus: int = 1, timeout: float = 60,
-                 labels: dict[str, str] | None = None, env: dict[str, str] | None = None) -> Node:
+    def add_node(
+        self,
+        resources: dict[str, float],
+        num_cpus: int = 1,
+        timeout: float = 60,
+        labels: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Node:
         """Start a worker node advertising ``resources`` and ``labels``, its processes with ``env`` added to their
         environment; return once the cluster sees it."""
         import ray
 
         before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         label_flags = [f"--labels={','.join(f'{k}={v}' for k, v in labels.items())}"] if labels else []
-        node = _start([sys.executable, "-c", RAY_START, "start", f"--address={self.address}",
-                       "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}", f"--resources={json.dumps(resources)}",
-                       *label_flags, "--block", "--disable-usage-stats", *_port_flags()], resources, env=env)
+        node = _start(
+            [
+                sys.executable,
+                "-c",
+                RAY_START,
+                "start",
+                f"--address={self.address}",
+                "--node-ip-address=127.0.0.1",
+                f"--num-cpus={num_cpus}",
+                f"--resources={json.dumps(resources)}",
+                *label_flags,
+                "--block",
+                "--disable-usage-stats",
+                *_port_flags(),
+            ],
+            resources,
+            env=env,
+        )
         self.nodes.append(node)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            new = [n for n in ray.nodes() if n["Alive"] and n["NodeID"] not in before
-                   and all(n["Resources"].get(k) == v for k, v in resources.items())]
+            new = [
+                n
+                for n in ray.nodes()
+                if n["Alive"]
+                and n["NodeID"] not in before
+                and all(n["Resources"].get(k) == v for k, v in resources.items())
+            ]
             if new:
                 node.node_id = new[0]["NodeID"]
                 return node
@@ -133,8 +162,9 @@ class RayCluster:
             time.sleep(0.2)
         raise RuntimeError(f"Ray node with {resources} did not join ({self.temp_dir})")
 
-    def add_tpu_slice(self, tpu_type: str, name: str, hosts: int, chips_per_host: int = 4,
-                      num_cpus: int = 1) -> list[Node]:
+    def add_tpu_slice(
+        self, tpu_type: str, name: str, hosts: int, chips_per_host: int = 4, num_cpus: int = 1
+    ) -> list[Node]:
         """Start the ``hosts`` nodes of a fake multi-host TPU slice ``name`` of type ``tpu_type`` (``v4-16``).
 
         Each node looks to Ray as a host of a real slice does: ``TPU`` chips, ``TPU-<type>-head`` on worker 0,
@@ -148,8 +178,12 @@ class RayCluster:
             resources: dict[str, float] = {"TPU": chips_per_host}
             if worker == 0:
                 resources[s.head_resource] = 1
-            labels = {"ray.io/tpu-slice-name": name, "ray.io/tpu-worker-id": str(worker),
-                      "ray.io/tpu-topology": s.topology or "", "ray.io/tpu-pod-type": s.type}
+            labels = {
+                "ray.io/tpu-slice-name": name,
+                "ray.io/tpu-worker-id": str(worker),
+                "ray.io/tpu-topology": s.topology or "",
+                "ray.io/tpu-pod-type": s.type,
+            }
             env = {"TPU_NAME": name, "TPU_WORKER_ID": str(worker), "TPU_ACCELERATOR_TYPE": s.type}
             nodes.append(self.add_node(resources, num_cpus=num_cpus, labels=labels, env=env))
         return nodes
@@ -177,11 +211,16 @@ class RayCluster:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def _start(args: list[str], resources: dict[str, float], auth_token_path: str | None = None,
-           env: dict[str, str] | None = None) -> Node:
-    proc = subprocess.Popen(args, env={**node_env(auth_token_path), **(env or {})}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+def _start(
+    args: list[str], resources: dict[str, float], auth_token_path: str | None = None, env: dict[str, str] | None = None
+) -> Node:
+    proc = subprocess.Popen(
+        args,
+        env={**node_env(auth_token_path), **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     return Node(proc, resources)
 
 
@@ -197,8 +236,13 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
             pass
 
 
-def start_cluster(num_cpus: int = 2, dashboard: bool = True, timeout: float = 90,
-                  auth_token_path: str | None = None, resources: dict[str, float] | None = None) -> RayCluster:
+def start_cluster(
+    num_cpus: int = 2,
+    dashboard: bool = True,
+    timeout: float = 90,
+    auth_token_path: str | None = None,
+    resources: dict[str, float] | None = None,
+) -> RayCluster:
     """Start a head node (advertising ``resources`` too) on free ports in a temporary folder of its own.
 
     Without ``auth_token_path`` this process connects to it (``ray.init``). With it, the head runs
@@ -207,14 +251,32 @@ def start_cluster(num_cpus: int = 2, dashboard: bool = True, timeout: float = 90
     without auth) and the call returns once the dashboard's job API answers that token."""
     temp_dir = tempfile.mkdtemp(prefix="mbray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     port, dashboard_port = free_port(), free_port()
-    head = _start([sys.executable, "-c", RAY_START, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                   f"--ray-client-server-port={free_port()}", f"--include-dashboard={str(dashboard).lower()}",
-                   "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}", f"--num-cpus={num_cpus}",
-                   f"--temp-dir={temp_dir}", "--block", "--disable-usage-stats", *_port_flags(),
-                   *([f"--resources={json.dumps(resources)}"] if resources else [])], dict(resources or {}),
-                  auth_token_path)
-    cluster = RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", temp_dir, [head],
-                         auth_token_path=auth_token_path)
+    head = _start(
+        [
+            sys.executable,
+            "-c",
+            RAY_START,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            f"--ray-client-server-port={free_port()}",
+            f"--include-dashboard={str(dashboard).lower()}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard_port}",
+            f"--num-cpus={num_cpus}",
+            f"--temp-dir={temp_dir}",
+            "--block",
+            "--disable-usage-stats",
+            *_port_flags(),
+            *([f"--resources={json.dumps(resources)}"] if resources else []),
+        ],
+        dict(resources or {}),
+        auth_token_path,
+    )
+    cluster = RayCluster(
+        f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", temp_dir, [head], auth_token_path=auth_token_path
+    )
     try:
         if auth_token_path is not None:
             _wait_for_job_api(cluster, Path(auth_token_path).read_text().strip(), timeout)

@@ -24,13 +24,13 @@ pytestmark = pytest.mark.timeout(240)
 
 TOKEN = uuid.uuid4().hex + uuid.uuid4().hex
 
-BUILD = '''
+BUILD = """
 load("@marinbuild//rules:python.py", "python_step")
 
 python_step(name = "a", fn = "steps:write", config = {"text": "A"})
-'''
+"""
 
-STEPS_PY = '''
+STEPS_PY = """
 import os
 
 
@@ -38,7 +38,7 @@ def write(config):
     os.makedirs(config["output_path"], exist_ok=True)
     with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
         f.write(config["text"])
-'''
+"""
 
 HOLDS_TPU_HEAD = """
 import ray
@@ -52,8 +52,9 @@ def token_cluster(tmp_path_factory):
     pytest.importorskip("ray")
     token_file = tmp_path_factory.mktemp("token") / "auth_token"
     token_file.write_text(TOKEN)
-    cluster = start_cluster(num_cpus=2, dashboard=True, auth_token_path=str(token_file),
-                            resources={"TPU": 4, "TPU-v4-8-head": 1})
+    cluster = start_cluster(
+        num_cpus=2, dashboard=True, auth_token_path=str(token_file), resources={"TPU": 4, "TPU-v4-8-head": 1}
+    )
     try:
         yield cluster
     finally:
@@ -70,7 +71,8 @@ def ws(token_cluster, tmp_path_factory) -> Path:
     (root / "steps.py").write_text(STEPS_PY)
     (root / "pipe" / "BUILD.marin").write_text(textwrap.dedent(BUILD))
     port = token_cluster.dashboard_url.rsplit(":", 1)[1]
-    (root / "infra" / "marinbuild-local.yaml").write_text(textwrap.dedent(f"""\
+    (root / "infra" / "marinbuild-local.yaml").write_text(
+        textwrap.dedent(f"""\
         cluster_name: marinbuild-local
         provider:
           type: local
@@ -80,7 +82,8 @@ def ws(token_cluster, tmp_path_factory) -> Path:
           ssh_user: {os.environ.get("USER", "ray")}
         head_start_ray_commands:
           - ray start --head --port=6379 --dashboard-host=0.0.0.0 --dashboard-port={port}
-        """))
+        """)
+    )
     (root / ".gitignore").write_text("out/\n")
     git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "ws"]):
@@ -105,8 +108,9 @@ def good_env(token_cluster, tmp_path) -> dict[str, str]:
 
 
 def marinbuild(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "marinbuild", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "marinbuild", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def one_line(stderr: str) -> str:
@@ -129,8 +133,26 @@ def wait_for(condition, what: str, timeout: float = 120):
 def test_submit_by_cluster_name_with_the_token_runs_the_job_on_the_tpu_host_with_git_commit(ws, good_env):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ws, capture_output=True, text=True).stdout.strip()
     code = "import os; print('GIT_COMMIT=' + os.environ['GIT_COMMIT'], 'X=' + os.environ['X'])" + HOLDS_TPU_HEAD
-    done = marinbuild(["submit", "--cluster", "local", "--tpu", "v4-8", "--submission_id", "mb-auth-ok",
-                       "-e", "X", "y", "--", "python", "-c", code], ws, good_env)
+    done = marinbuild(
+        [
+            "submit",
+            "--cluster",
+            "local",
+            "--tpu",
+            "v4-8",
+            "--submission_id",
+            "mb-auth-ok",
+            "-e",
+            "X",
+            "y",
+            "--",
+            "python",
+            "-c",
+            code,
+        ],
+        ws,
+        good_env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[0] == "mb-auth-ok"
     assert f"GIT_COMMIT={head} X=y" in done.stdout
@@ -139,9 +161,25 @@ def test_submit_by_cluster_name_with_the_token_runs_the_job_on_the_tpu_host_with
 
 
 def test_entrypoint_resources_place_the_driver_and_address_wins_over_cluster(token_cluster, ws, good_env):
-    done = marinbuild(["submit", "--address", token_cluster.dashboard_url, "--cluster", "no-such-cluster",
-                       "--entrypoint_resources", '{"TPU-v4-8-head": 1}', "--entrypoint_num_cpus", "1", "--",
-                       "python", "-c", HOLDS_TPU_HEAD], ws, good_env)
+    done = marinbuild(
+        [
+            "submit",
+            "--address",
+            token_cluster.dashboard_url,
+            "--cluster",
+            "no-such-cluster",
+            "--entrypoint_resources",
+            '{"TPU-v4-8-head": 1}',
+            "--entrypoint_num_cpus",
+            "1",
+            "--",
+            "python",
+            "-c",
+            HOLDS_TPU_HEAD,
+        ],
+        ws,
+        good_env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "free TPU-v4-8-head: 0.0" in done.stdout  # the cluster's one is the driver's (else 1.0 would be free)
 
@@ -156,8 +194,10 @@ def test_submit_and_jobs_without_the_right_token_say_which_file_and_how_to_get_o
         "wrong token": (env_with(wrong, tmp_path), str(wrong)),
         "auth off here": (env_with(None, tmp_path, mode="disabled"), "RAY_AUTH_MODE=token"),
     }[case]
-    for args in (["submit", "--cluster", "infra/marinbuild-local.yaml", "--", "python", "-c", "print(1)"],
-                 ["jobs", "list", "--address", token_cluster.dashboard_url]):
+    for args in (
+        ["submit", "--cluster", "infra/marinbuild-local.yaml", "--", "python", "-c", "print(1)"],
+        ["jobs", "list", "--address", token_cluster.dashboard_url],
+    ):
         done = marinbuild(args, ws, env)
         assert done.returncode == 2, done.stdout + done.stderr
         line = one_line(done.stderr)
@@ -167,8 +207,22 @@ def test_submit_and_jobs_without_the_right_token_say_which_file_and_how_to_get_o
 def test_jobs_list_status_logs_and_stop_on_a_real_job(token_cluster, ws, good_env):
     job = f"mb-long-{uuid.uuid4().hex[:6]}"
     long_running = "import time; print('started', flush=True); time.sleep(600)"
-    done = marinbuild(["submit", "--cluster", "marinbuild-local", "--no_wait", "--submission_id", job, "--",
-                       "python", "-c", long_running], ws, good_env)
+    done = marinbuild(
+        [
+            "submit",
+            "--cluster",
+            "marinbuild-local",
+            "--no_wait",
+            "--submission_id",
+            job,
+            "--",
+            "python",
+            "-c",
+            long_running,
+        ],
+        ws,
+        good_env,
+    )
     assert done.returncode == 0 and done.stdout.strip() == job, done.stderr
 
     listed = marinbuild(["jobs", "list", "--cluster", "local", "--output", "json"], ws, good_env)
@@ -201,22 +255,40 @@ def test_jobs_list_status_logs_and_stop_on_a_real_job(token_cluster, ws, good_en
 
 
 def test_jobs_logs_follow_returns_when_the_job_ends(token_cluster, ws, good_env):
-    done = marinbuild(["submit", "--cluster", "local", "--no_wait", "--", "python", "-c",
-                       "import time; time.sleep(2); print('the end')"], ws, good_env)
+    done = marinbuild(
+        [
+            "submit",
+            "--cluster",
+            "local",
+            "--no_wait",
+            "--",
+            "python",
+            "-c",
+            "import time; time.sleep(2); print('the end')",
+        ],
+        ws,
+        good_env,
+    )
     assert done.returncode == 0, done.stderr
     followed = marinbuild(["jobs", "logs", done.stdout.strip(), "-f", "--cluster", "local"], ws, good_env)
     assert followed.returncode == 0 and "the end" in followed.stdout, followed.stdout + followed.stderr
 
 
 def test_the_ray_backend_connects_with_the_token_and_says_which_file_without_it(token_cluster, ws, good_env, tmp_path):
-    built = marinbuild(["//pipe:a", "--backend", "ray", "--ray_address", token_cluster.address,
-                        "--prefix", str(tmp_path / "out")], ws, good_env)
+    built = marinbuild(
+        ["//pipe:a", "--backend", "ray", "--ray_address", token_cluster.address, "--prefix", str(tmp_path / "out")],
+        ws,
+        good_env,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     assert (next((tmp_path / "out" / "pipe").glob("a-*")) / "out.txt").read_text() == "A"
 
     missing = tmp_path / "no_token_here"
-    refused = marinbuild(["//pipe:a", "--backend", "ray", "--ray_address", token_cluster.address,
-                          "--prefix", str(tmp_path / "out2")], ws, env_with(missing, tmp_path))
+    refused = marinbuild(
+        ["//pipe:a", "--backend", "ray", "--ray_address", token_cluster.address, "--prefix", str(tmp_path / "out2")],
+        ws,
+        env_with(missing, tmp_path),
+    )
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "Traceback" not in refused.stderr
     errors = [line for line in refused.stderr.splitlines() if line.startswith("marinbuild: error:")]

@@ -29,8 +29,13 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def make_executor(prefix: str, backend: RayBackend, **kwargs) -> Executor:
-    return Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"), listeners=[],
-                    backend=backend, **kwargs)
+    return Executor(
+        prefix=prefix,
+        executor_info_base_path=os.path.join(prefix, "experiments"),
+        listeners=[],
+        backend=backend,
+        **kwargs,
+    )
 
 
 def where(path: str) -> dict:
@@ -53,9 +58,13 @@ def test_tpu_step_lands_on_the_tpu_node(ray_cluster, tpu_node, prefix):
 def test_two_drivers_sharing_an_ancestor_run_it_once(ray_cluster, prefix, tmp_path):
     log = tmp_path / "calls.log"
     procs = [
-        subprocess.Popen([sys.executable, str(HERE / "ray_steps.py"), "shared", ray_cluster.address, prefix, tag,
-                          str(log)], env=node_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+        subprocess.Popen(
+            [sys.executable, str(HERE / "ray_steps.py"), "shared", ray_cluster.address, prefix, tag, str(log)],
+            env=node_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for tag in ("one", "two")
     ]
     for p in procs:
@@ -197,8 +206,9 @@ def test_a_step_ready_while_another_runs_is_launched_at_once(ray_cluster, prefix
     # dependent step while the slow one still runs lets it see the mark.
     slow = rs.probe("ready/slow", fn=rs.where_once_marked, text="120", log_dir=marks)
     first = rs.probe("ready/first", text="1")
-    then = ExecutorStep(name="ready/then", fn=rs.where_then_mark,
-                        config=rs.ProbeConfig(text=output_path_of(first), log_dir=marks))
+    then = ExecutorStep(
+        name="ready/then", fn=rs.where_then_mark, config=rs.ProbeConfig(text=output_path_of(first), log_dir=marks)
+    )
     paths = make_executor(prefix, RayBackend(ray_cluster.address)).run([slow, then])
     assert json.loads(Path(paths[slow], ".artifact.json").read_text())["saw_mark"] is True
     assert st.read_status(paths[then]) == st.read_status(paths[slow]) == "SUCCESS"
@@ -241,8 +251,13 @@ def test_a_step_whose_lease_another_runner_holds_waits_off_the_loop(ray_cluster,
 
 def test_steps_whose_config_class_is_the_scripts_own(ray_cluster, prefix):
     """A driver script's own config dataclass (``__main__``) reaches the tasks (shipped once per class)."""
-    proc = subprocess.run([sys.executable, str(HERE / "ray_steps.py"), "probes", ray_cluster.address, prefix, "4"],
-                          env=node_env(), capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "ray_steps.py"), "probes", ray_cluster.address, prefix, "4"],
+        env=node_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("{")))
     assert report["config_module"] == "__main__" and len(report["outputs"]) == 4
@@ -260,8 +275,13 @@ def _json_line(proc: subprocess.Popen) -> dict:
 
 
 def test_ctrl_c_cancels_the_task_and_releases_the_lease(ray_cluster, prefix):
-    proc = subprocess.Popen([sys.executable, str(HERE / "ray_steps.py"), "hang", ray_cluster.address, prefix],
-                            env=node_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "ray_steps.py"), "hang", ray_cluster.address, prefix],
+        env=node_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         out = _json_line(proc)["output_path"]
@@ -278,14 +298,14 @@ def test_ctrl_c_cancels_the_task_and_releases_the_lease(ray_cluster, prefix):
     assert st.read_status(out) == "RUNNING"  # not built, not failed: the next build takes it over at once
 
 
-BUILD = '''
+BUILD = """
 load("@marinbuild//rules:python.py", "python_step")
 
 python_step(name = "a", fn = "steps:write", config = {"text": "A"})
 python_step(name = "b", fn = "steps:write", config = {"text": "B"}, deps = [":a"], resources = {"TPU": 1})
-'''
+"""
 
-STEPS_PY = '''
+STEPS_PY = """
 import os
 
 
@@ -303,7 +323,7 @@ def write(config):
     with open(os.path.join(config["output_path"], "node"), "w") as f:
         f.write(ray.get_runtime_context().get_node_id())
     return {"greeting": os.environ.get("GREETING")}
-'''
+"""
 
 
 @pytest.fixture
@@ -333,8 +353,25 @@ def test_submit_runs_a_build_as_a_job_and_returns_its_status(ray_cluster, ws, tm
     from marinbuild.cli import main
 
     outputs = tmp_path / "job-out"
-    code = main(["submit", "--address", ray_cluster.dashboard_url, "-e", "GREETING", "hello", "--",
-                 "python", "-m", "marinbuild", "//pipe:a", "--backend", "ray", "--prefix", str(outputs)])
+    code = main(
+        [
+            "submit",
+            "--address",
+            ray_cluster.dashboard_url,
+            "-e",
+            "GREETING",
+            "hello",
+            "--",
+            "python",
+            "-m",
+            "marinbuild",
+            "//pipe:a",
+            "--backend",
+            "ray",
+            "--prefix",
+            str(outputs),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, out + err
     job_id = out.splitlines()[0]
@@ -362,4 +399,3 @@ def test_submit_no_wait_prints_the_job_id(ray_cluster, ws, capsys):
 
     submission = jobs.Submission(JobSubmissionClient(ray_cluster.dashboard_url), job_id, ray_cluster.dashboard_url)
     assert jobs.final_status(submission) == ("SUCCEEDED", 0)
-

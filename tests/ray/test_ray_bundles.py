@@ -34,8 +34,13 @@ def bundle_node(ray_cluster):
 
 
 def build(prefix: str, steps: list, backend: RayBackend, keep_going: bool = False) -> Executor:
-    executor = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"), listeners=[],
-                        backend=backend, keep_going=keep_going)
+    executor = Executor(
+        prefix=prefix,
+        executor_info_base_path=os.path.join(prefix, "experiments"),
+        listeners=[],
+        backend=backend,
+        keep_going=keep_going,
+    )
     try:
         executor.run(steps)
     finally:
@@ -92,8 +97,7 @@ def test_one_task_per_step_when_bundling_is_off(ray_cluster, bundle_node, prefix
     assert backend.tasks_launched == len({task_of(executor, s) for s in steps}) == len(steps)
 
 
-def test_a_bundle_starts_no_step_after_its_budget_and_hands_the_rest_back(ray_cluster, bundle_node, prefix,
-                                                                          tmp_path):
+def test_a_bundle_starts_no_step_after_its_budget_and_hands_the_rest_back(ray_cluster, bundle_node, prefix, tmp_path):
     steps = rs.fan_out("budget", str(tmp_path / "log"), {i: "sleep:0.1" for i in range(12)}, 12, ONE_AT_A_TIME)
     backend = RayBackend(ray_cluster.address, bundle_seconds=0.25)
     executor = build(prefix, steps, backend)
@@ -104,8 +108,9 @@ def test_a_bundle_starts_no_step_after_its_budget_and_hands_the_rest_back(ray_cl
     assert attempts(tmp_path / "log") == Counter({s.config.tag.value: 1 for s in steps})  # handed back, not rerun
 
 
-def test_a_step_that_raises_in_a_bundle_is_that_steps_failure_with_its_traceback(ray_cluster, bundle_node, prefix,
-                                                                                 tmp_path):
+def test_a_step_that_raises_in_a_bundle_is_that_steps_failure_with_its_traceback(
+    ray_cluster, bundle_node, prefix, tmp_path
+):
     steps = rs.fan_out("raises", str(tmp_path / "log"), {2: "raise"}, 8, ONE_AT_A_TIME)
     bad = steps[3]  # c2
     backend = RayBackend(ray_cluster.address, bundle_seconds=1.0)
@@ -142,8 +147,7 @@ def test_a_bundle_whose_worker_died_is_retried_and_each_step_runs_once(ray_clust
     assert all(counts[s.config.tag.value] == 1 for s in steps if s is not dying)  # committed ones skipped
 
 
-def test_a_lost_bundle_counts_its_committed_steps_and_runs_the_others_alone(ray_cluster, bundle_node, prefix,
-                                                                           tmp_path):
+def test_a_lost_bundle_counts_its_committed_steps_and_runs_the_others_alone(ray_cluster, bundle_node, prefix, tmp_path):
     steps = rs.fan_out("lost", str(tmp_path / "log"), {2: "die"}, 12, ONE_AT_A_TIME)
     dying = steps[3]
     backend = RayBackend(ray_cluster.address, bundle_seconds=1.0, max_retries=0)

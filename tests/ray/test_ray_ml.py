@@ -16,8 +16,11 @@ import pytest
 from ml.qs_workspace import HAVE_LEVANTER, make_workspace
 from raycluster import node_env
 
-pytestmark = [pytest.mark.ml, pytest.mark.timeout(600),  # trains (tests/ray marks it ray)
-              pytest.mark.skipif(not HAVE_LEVANTER, reason="levanter is not installed (the ml extra)")]
+pytestmark = [
+    pytest.mark.ml,
+    pytest.mark.timeout(600),  # trains (tests/ray marks it ray)
+    pytest.mark.skipif(not HAVE_LEVANTER, reason="levanter is not installed (the ml extra)"),
+]
 
 TINIER = [
     ('"num_train_steps": 30,', '"num_train_steps": 4,'),
@@ -34,15 +37,39 @@ def test_the_quickstart_builds_on_a_ray_cluster(ray_cluster, tmp_path):
     env.pop("MARIN_PREFIX", None)
     env.update(RAY_ADDRESS=ray_cluster.address, HF_HUB_OFFLINE="1")
     events = tmp_path / "events.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "marinbuild", "--backend", "ray", "//experiments/quickstart:all",
-                           "--build_event_json_file", str(events)], cwd=ws.root, env=env, capture_output=True,
-                          text=True, timeout=540)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "marinbuild",
+            "--backend",
+            "ray",
+            "//experiments/quickstart:all",
+            "--build_event_json_file",
+            str(events),
+        ],
+        cwd=ws.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
     records = [json.loads(line) for line in events.read_text().splitlines()]
     ran = {e["step"].rsplit("/", 1)[-1] for e in records if e["kind"] == "started"}
-    assert ran == {"stories_train", "stories_validation", "tokenizer", "stories_tokenized", "lm", "eval", "report"}
+    assert ran == {
+        "stories_train",
+        "stories_validation",
+        "tokenizer",
+        "stories_tokenized",
+        "lm",
+        "eval",
+        "story_tasks",
+        "report",
+    }
     summary = json.loads((ws.output("lm") / "summary.json").read_text())
     assert summary["last_step"] == 3 and Path(summary["checkpoint"]).is_dir()
     evaluation = json.loads((ws.output("eval") / "eval.json").read_text())
     assert evaluation["step"] == 3 and evaluation["datasets"]["stories_tokenized"]["loss"] > 0
     assert (ws.output("report") / "loss.png").stat().st_size > 0
+    assert json.loads((ws.output("story_tasks") / "results.json").read_text())["step"] == 3

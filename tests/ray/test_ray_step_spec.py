@@ -36,10 +36,17 @@ def call_with(fn: object, output_path: str) -> object:
 def test_a_step_spec_and_a_resolved_step_run_on_ray(ray_cluster, prefix):
     spec = StepSpec(name="rayspec/spec", output_path_prefix=prefix, hash_attrs={"k": 1}, fn=write_here)
     as_step = spec.as_executor_step()
-    consumer = ExecutorStep(name="rayspec/consumer", fn=copy_input,
-                            config={"input": output_path_of(as_step, "out.txt"), "output_path": this_output_path()})
-    executor = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"), listeners=[],
-                        backend=RayBackend(ray_cluster.address))
+    consumer = ExecutorStep(
+        name="rayspec/consumer",
+        fn=copy_input,
+        config={"input": output_path_of(as_step, "out.txt"), "output_path": this_output_path()},
+    )
+    executor = Executor(
+        prefix=prefix,
+        executor_info_base_path=os.path.join(prefix, "experiments"),
+        listeners=[],
+        backend=RayBackend(ray_cluster.address),
+    )
     executor.run([consumer])
     assert json.loads(Path(spec.output_path, ".artifact.json").read_text())["pid"] != os.getpid()
     assert Path(executor.output_paths[consumer], "out.txt").read_text() == "spec+copied"

@@ -31,13 +31,13 @@ pytestmark = pytest.mark.timeout(300)
 
 REPO = Path(__file__).resolve().parents[2]
 
-BUILD = '''
+BUILD = """
 load("@marinbuild//rules:python.py", "executor_script", "python_step")
 
 executor_script(name = "script", script = "script.py")
 python_step(name = "total", fn = "pipe.sums:total", config = {"label": "sum"},
             deps = [":script", "//experiments/tutorials:hello_world"])
-'''
+"""
 
 SCRIPT = '''
 """A Marin-style script: a step of its own, one from a sibling imported by bare name, a class from the workspace."""
@@ -77,7 +77,7 @@ if __name__ == "__main__":
     executor_main(steps=[scaled])
 '''
 
-HELPER = '''
+HELPER = """
 import json
 import os
 from dataclasses import dataclass
@@ -100,9 +100,9 @@ def write(output_path, numbers):
 
 def numbers(config: NumbersConfig) -> dict:
     return write(config.output_path, list(range(1, config.n + 1)))
-'''
+"""
 
-SHARED = '''
+SHARED = """
 from dataclasses import dataclass
 
 
@@ -112,9 +112,9 @@ class Scale:
 
     def apply(self, n):
         return n * self.factor
-'''
+"""
 
-SUMS = '''
+SUMS = """
 import json
 import os
 
@@ -130,13 +130,16 @@ def total(config):
     with open(os.path.join(config["output_path"], "pid"), "w") as f:
         f.write(str(os.getpid()))
     return {config["label"]: values}
-'''
+"""
 
 
 def _tutorial(root: Path) -> None:
     """The hello_world tutorial as the repository has it (its BUILD file and its script)."""
-    shutil.copytree(REPO / "experiments" / "tutorials", root / "experiments" / "tutorials",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "experiments" / "tutorials",
+        root / "experiments" / "tutorials",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
 
 
 @pytest.fixture
@@ -145,8 +148,13 @@ def targets_ws(tmp_path: Path) -> Path:
     (root / "pipe").mkdir(parents=True)
     (root / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "out"\n')
     _tutorial(root)
-    for name, text in {"BUILD.marin": BUILD, "script.py": SCRIPT, "helper.py": HELPER, "shared.py": SHARED,
-                       "sums.py": SUMS}.items():
+    for name, text in {
+        "BUILD.marin": BUILD,
+        "script.py": SCRIPT,
+        "helper.py": HELPER,
+        "shared.py": SHARED,
+        "sums.py": SUMS,
+    }.items():
         (root / "pipe" / name).write_text(textwrap.dedent(text))
     return root
 
@@ -190,8 +198,17 @@ def _output(prefix: Path, name: str) -> Path:
 def test_every_python_target_builds_on_a_cluster_from_the_cli(ray_cluster, targets_ws, tmp_path):
     """executor_script (a script importing a sibling by bare name and a workspace module) and python_step."""
     prefix = tmp_path / "prefix"
-    proc = _marinbuild(targets_ws, _env(RAY_ADDRESS=ray_cluster.address), "--backend", "ray", "--prefix",
-                       str(prefix), "//pipe:total", "//pipe:script", "//experiments/tutorials:hello_world")
+    proc = _marinbuild(
+        targets_ws,
+        _env(RAY_ADDRESS=ray_cluster.address),
+        "--backend",
+        "ray",
+        "--prefix",
+        str(prefix),
+        "//pipe:total",
+        "//pipe:script",
+        "//experiments/tutorials:hello_world",
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
     assert "Build OK" in proc.stdout
     scaled = _output(prefix / "pipe", "scaled")
@@ -219,8 +236,9 @@ def test_a_marin_script_runs_its_steps_on_a_cluster_with_the_ray_backend(ray_clu
 def test_the_clis_backend_flag_wins_over_the_scripts_variable(targets_ws, tmp_path):
     """``MARINBUILD_BACKEND`` is for scripts: ``--backend local`` runs the steps in the CLI's own process."""
     prefix = tmp_path / "prefix"
-    proc = _marinbuild(targets_ws, _env(MARINBUILD_BACKEND="ray"), "--backend", "local", "--prefix", str(prefix),
-                       "//pipe:script")
+    proc = _marinbuild(
+        targets_ws, _env(MARINBUILD_BACKEND="ray"), "--backend", "local", "--prefix", str(prefix), "//pipe:script"
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
     assert (_output(prefix / "pipe", "scaled") / "pid").read_text() == str(proc.pid)
 
@@ -228,8 +246,21 @@ def test_the_clis_backend_flag_wins_over_the_scripts_variable(targets_ws, tmp_pa
 def test_a_marin_script_submitted_to_the_cluster_runs_its_steps_on_ray(ray_cluster, targets_ws, tmp_path):
     """In a Ray job a script's ``executor_main`` uses the cluster, as Marin's does (no variable to set)."""
     prefix, driver = tmp_path / "prefix", tmp_path / "driver.pid"
-    proc = _marinbuild(targets_ws, _env(), "submit", "--address", ray_cluster.dashboard_url,
-                       "-e", "DRIVER_PID_FILE", str(driver), "--", "python", "pipe/script.py", "--prefix", str(prefix))
+    proc = _marinbuild(
+        targets_ws,
+        _env(),
+        "submit",
+        "--address",
+        ray_cluster.dashboard_url,
+        "-e",
+        "DRIVER_PID_FILE",
+        str(driver),
+        "--",
+        "python",
+        "pipe/script.py",
+        "--prefix",
+        str(prefix),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     scaled = _output(prefix / "pipe", "scaled")
     assert json.loads((scaled / "numbers.json").read_text()) == [3, 6, 9, 12]
@@ -260,8 +291,12 @@ def test_a_step_whose_function_no_worker_can_import_says_why_in_its_first_line(r
     sys.modules[name] = module  # importable here, by a name no worker knows
     spec.loader.exec_module(module)
     step = ExecutorStep(name="nowhere", fn=module.step, config={"output_path": this_output_path()})
-    executor = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"), listeners=[],
-                        backend=RayBackend(ray_cluster.address))
+    executor = Executor(
+        prefix=prefix,
+        executor_info_base_path=os.path.join(prefix, "experiments"),
+        listeners=[],
+        backend=RayBackend(ray_cluster.address),
+    )
     with pytest.raises(StepFailedError) as info:
         executor.run([step])
     error = info.value.failures["nowhere"]
@@ -272,13 +307,13 @@ def test_a_step_whose_function_no_worker_can_import_says_why_in_its_first_line(r
     assert "sys.path" in str(original)  # Ray's own words follow the first line
 
 
-NOISY_BUILD = '''
+NOISY_BUILD = """
 load("@marinbuild//rules:python.py", "python_step")
 
 python_step(name = "noisy", fn = "noisy:step")
-'''
+"""
 
-NOISY = '''
+NOISY = """
 import logging
 import os
 
@@ -295,7 +330,7 @@ def step(config):
     noise.warning("ray-noise-marker")
     os.makedirs(config["output_path"], exist_ok=True)
     return {}
-'''
+"""
 
 
 @pytest.fixture

@@ -27,13 +27,19 @@ from marinbuild.ui.summary import BuildSummary
 pytestmark = pytest.mark.timeout(240)
 
 TRACEBACK_FILE = ".marinbuild_traceback.txt"
-WORKER_LOG = re.compile(r"Ray worker log: (/\S+/logs/worker-([0-9a-f]+)-[0-9a-f]+-(\d+)\.out) \(and \.err\) on node "
-                        r"[\d.]+ \(([0-9a-f]+)\); `ray logs worker --pid \3 --node-id \4` \(add --err for stderr\)")
+WORKER_LOG = re.compile(
+    r"Ray worker log: (/\S+/logs/worker-([0-9a-f]+)-[0-9a-f]+-(\d+)\.out) \(and \.err\) on node "
+    r"[\d.]+ \(([0-9a-f]+)\); `ray logs worker --pid \3 --node-id \4` \(add --err for stderr\)"
+)
 
 
 def run(prefix: str, address: str, step, listeners: list) -> Executor:
-    executor = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"),
-                        listeners=listeners, backend=RayBackend(address, bundle_seconds=0))
+    executor = Executor(
+        prefix=prefix,
+        executor_info_base_path=os.path.join(prefix, "experiments"),
+        listeners=listeners,
+        backend=RayBackend(address, bundle_seconds=0),
+    )
     executor.run([step])
     return executor
 
@@ -60,8 +66,9 @@ def test_a_step_failed_on_ray_keeps_its_traceback_and_names_its_worker_log(ray_c
     assert "in write_value" in rendered and 'value = table["missing_key"]' in rendered
     assert f"full traceback: {out / TRACEBACK_FILE}" in rendered
     assert f"Ray worker log: {log.group(1)}" in rendered
-    (failed,) = [e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
-                 if e["kind"] == "failed"]
+    (failed,) = [
+        e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines()) if e["kind"] == "failed"
+    ]
     assert failed["traceback"] == text.rstrip("\n") and failed["traceback_file"] == str(out / TRACEBACK_FILE)
 
     flag.write_text("")
@@ -71,7 +78,7 @@ def test_a_step_failed_on_ray_keeps_its_traceback_and_names_its_worker_log(ray_c
     assert not (out / TRACEBACK_FILE).exists()  # removed by the task's commit, before SUCCESS
 
 
-STEPS_PY = '''
+STEPS_PY = """
 def lookup(config):
     print("lookup starts on its worker", flush=True)
     return helper_of_lookup({"present": 1})
@@ -79,7 +86,7 @@ def lookup(config):
 
 def helper_of_lookup(table):
     return table["missing_key"]
-'''
+"""
 
 
 def test_the_cli_on_ray_shows_the_last_frames_the_traceback_file_and_the_worker_log(ray_cluster, tmp_path):
@@ -87,13 +94,28 @@ def test_the_cli_on_ray_shows_the_last_frames_the_traceback_file_and_the_worker_
     (ws / "pipe").mkdir(parents=True)
     (ws / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "out"\n')
     (ws / "steps.py").write_text(STEPS_PY)
-    (ws / "pipe" / "BUILD.marin").write_text('load("@marinbuild//rules:python.py", "python_step")\n'
-                                             'python_step(name = "lookup", fn = "steps:lookup")\n')
+    (ws / "pipe" / "BUILD.marin").write_text(
+        'load("@marinbuild//rules:python.py", "python_step")\npython_step(name = "lookup", fn = "steps:lookup")\n'
+    )
     env = node_env()
     env.pop("MARIN_PREFIX", None)
-    done = subprocess.run([sys.executable, "-m", "marinbuild", "--ray_address", ray_cluster.address,
-                           "--build_event_json_file", str(tmp_path / "events.jsonl"), "//pipe:lookup"],
-                          cwd=ws, env=env, capture_output=True, text=True, timeout=200)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "marinbuild",
+            "--ray_address",
+            ray_cluster.address,
+            "--build_event_json_file",
+            str(tmp_path / "events.jsonl"),
+            "//pipe:lookup",
+        ],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     (out,) = (ws / "out" / "pipe").glob("lookup-*")
     text = (out / TRACEBACK_FILE).read_text()
@@ -103,12 +125,18 @@ def test_the_cli_on_ray_shows_the_last_frames_the_traceback_file_and_the_worker_
     assert 'return table["missing_key"]' in done.stdout and "in helper_of_lookup" in done.stdout
     assert f"full traceback: {out / TRACEBACK_FILE}" in done.stdout
     assert f"Ray worker log: {log.group(1)}" in done.stdout
-    (failed,) = [e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
-                 if e["kind"] == "failed"]
+    (failed,) = [
+        e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines()) if e["kind"] == "failed"
+    ]
     assert failed["traceback"] == text.rstrip("\n")
 
     command = re.search(r"`ray logs ([^`]+)`", log.group(0)).group(1).split()  # the command it names works
     ray_cli = str(Path(sys.executable).parent / "ray")
-    logs = subprocess.run([ray_cli, "logs", *command, "--address", ray_cluster.address], env=env,
-                          capture_output=True, text=True, timeout=120)
+    logs = subprocess.run(
+        [ray_cli, "logs", *command, "--address", ray_cluster.address],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert logs.returncode == 0 and "lookup starts on its worker" in logs.stdout, logs.stdout + logs.stderr

@@ -102,8 +102,10 @@ def test_a_config_class_of_the_drivers_main_is_pickled_once_and_rebuilt_in_anoth
     assert list(shipped) == [config_class]  # pickled by value once, then referred to
     for i, payload in enumerate(payloads):
         (tmp_path / f"p{i}").write_bytes(payload)
-    code = ("import sys; from pathlib import Path; from marinbuild.run.ray_task import unpickle_payload as u; "
-            "got = [u(Path(sys.argv[1], f'p{i}').read_bytes())[0] for i in range(3)]; "
-            "assert len({type(c) for c in got}) == 1; print([(type(c).__name__, c.output_path, c.n) for c in got])")
+    code = (
+        "import sys; from pathlib import Path; from marinbuild.run.ray_task import unpickle_payload as u; "
+        "got = [u(Path(sys.argv[1], f'p{i}').read_bytes())[0] for i in range(3)]; "
+        "assert len({type(c) for c in got}) == 1; print([(type(c).__name__, c.output_path, c.n) for c in got])"
+    )
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str([("ScriptConfig", f"/out/s{i}", i) for i in range(3)])

@@ -39,7 +39,10 @@ def test_tpu_maps_to_the_resources_a_tpu_host_advertises():
     assert tpu("v4-8").to_ray_options() == {"resources": {"TPU-v4-8-head": 1, "TPU": 4}}
     assert tpu("v5e-8").to_ray_options() == {"resources": {"TPU-v5litepod-8-head": 1, "TPU": 8}}
     assert tpu("v6e-4", cpu=8, memory="64g").to_ray_options() == {
-        "num_cpus": 8, "memory": 64 * 2**30, "resources": {"TPU-v6e-4-head": 1, "TPU": 4}}
+        "num_cpus": 8,
+        "memory": 64 * 2**30,
+        "resources": {"TPU-v6e-4-head": 1, "TPU": 4},
+    }
     # A multi-host slice: the step's own task holds nothing of it; it reserves the slice with ray.util.tpu.
     assert tpu("v4-64").to_ray_options() == {} and not tpu("v4-64").fresh_worker
     assert tpu_slice("v4-2048").topology == "8x8x16" and tpu_slice("v4-16").topology == "2x2x2"
@@ -53,8 +56,12 @@ def test_every_form_of_a_request_normalizes():
     assert normalize(None) is None
     as_dict = normalize({"cpu": 4, "memory": "16GB", "gpu": 1, "custom": {"spot": 1}, "TPU": 2})
     assert as_dict == Resources(cpu=4, memory=16 * 10**9, gpu=1, custom={"spot": 1, "TPU": 2})
-    assert as_dict.to_ray_options() == {"num_cpus": 4, "num_gpus": 1, "memory": 16 * 10**9,
-                                        "resources": {"spot": 1, "TPU": 2}}
+    assert as_dict.to_ray_options() == {
+        "num_cpus": 4,
+        "num_gpus": 1,
+        "memory": 16 * 10**9,
+        "resources": {"spot": 1, "TPU": 2},
+    }
     assert normalize({"tpu": "v4-8"}) == tpu("v4-8")
 
     @dataclass
@@ -91,8 +98,12 @@ def test_check_local_refuses_accelerators_this_machine_lacks(monkeypatch):
 
 
 def _tpu_step(name: str = "train", **kwargs: Any) -> ExecutorStep:
-    return ExecutorStep(name=name, fn=pl.write_text,
-                        config=pl.WriteConfig(output_path=this_output_path(), text=versioned(name)), **kwargs)
+    return ExecutorStep(
+        name=name,
+        fn=pl.write_text,
+        config=pl.WriteConfig(output_path=this_output_path(), text=versioned(name)),
+        **kwargs,
+    )
 
 
 def test_the_local_backend_refuses_a_tpu_step_before_running_anything(prefix, monkeypatch):
@@ -100,11 +111,17 @@ def test_the_local_backend_refuses_a_tpu_step_before_running_anything(prefix, mo
 
     monkeypatch.setattr(res, "local_tpu_chips", lambda: 0)
     data = pl.step("data", "d")
-    train = ExecutorStep(name="train", fn=pl.write_text, resources=tpu("v4-8"),
-                         config=pl.WriteConfig(output_path=this_output_path(), text=versioned("t"),
-                                               inputs=[pl.output_path_of(data)]))
-    wrapped = ExecutorStep(name="eval", fn=remote(pl.write_text, resources={"tpu": "v5e-4"}),
-                           config=pl.WriteConfig(output_path=this_output_path(), text=versioned("e")))
+    train = ExecutorStep(
+        name="train",
+        fn=pl.write_text,
+        resources=tpu("v4-8"),
+        config=pl.WriteConfig(output_path=this_output_path(), text=versioned("t"), inputs=[pl.output_path_of(data)]),
+    )
+    wrapped = ExecutorStep(
+        name="eval",
+        fn=remote(pl.write_text, resources={"tpu": "v5e-4"}),
+        config=pl.WriteConfig(output_path=this_output_path(), text=versioned("e")),
+    )
     executor = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"), listeners=[])
     with pytest.raises(UnsatisfiableResourcesError) as info:
         executor.run([train, wrapped])
@@ -120,13 +137,19 @@ def test_a_ray_remote_function_as_fn_runs_locally_and_its_resources_count(prefix
     import marinbuild.run.resources as res
 
     monkeypatch.setattr(res, "local_tpu_chips", lambda: 0)
-    plain = ExecutorStep(name="plain", fn=ray.remote(pl.write_text),
-                         config=pl.WriteConfig(output_path=this_output_path(), text=versioned("p")))
+    plain = ExecutorStep(
+        name="plain",
+        fn=ray.remote(pl.write_text),
+        config=pl.WriteConfig(output_path=this_output_path(), text=versioned("p")),
+    )
     executor = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"), listeners=[])
     paths = executor.run([plain])
     assert Path(paths[plain], "out.txt").read_text() == "p"
-    on_tpu = ExecutorStep(name="on_tpu", fn=ray.remote(resources={"TPU": 4})(pl.write_text),
-                          config=pl.WriteConfig(output_path=this_output_path(), text=versioned("t")))
+    on_tpu = ExecutorStep(
+        name="on_tpu",
+        fn=ray.remote(resources={"TPU": 4})(pl.write_text),
+        config=pl.WriteConfig(output_path=this_output_path(), text=versioned("t")),
+    )
     with pytest.raises(UnsatisfiableResourcesError, match="on_tpu needs 4 TPU"):
         executor.run([on_tpu])
 
@@ -140,11 +163,13 @@ def test_the_cli_refuses_a_tpu_target_on_the_local_backend(tmp_path, monkeypatch
     (root / "pipe").mkdir(parents=True)
     (root / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "out"\n')
     (root / "steps.py").write_text("def write(config):\n    raise AssertionError('must not run')\n")
-    (root / "pipe" / "BUILD.marin").write_text(textwrap.dedent('''
+    (root / "pipe" / "BUILD.marin").write_text(
+        textwrap.dedent("""
         load("@marinbuild//rules:python.py", "python_step")
 
         python_step(name = "train", fn = "steps:write", resources = {"tpu": "v4-8", "cpu": 8})
-    '''))
+    """)
+    )
     monkeypatch.chdir(root)
     monkeypatch.delenv("MARIN_PREFIX", raising=False)
     code = main(["//pipe:train"])
@@ -163,8 +188,11 @@ def test_remote_wraps_a_function_and_runs_it_locally(prefix):
         return "ran"
 
     assert decorated.resources == {"cpu": 2} and decorated(None) == "ran"
-    step = ExecutorStep(name="r", fn=remote(pl.write_text, env_vars={"A": "1"}),
-                        config=pl.WriteConfig(output_path=this_output_path(), text=versioned("r")))
+    step = ExecutorStep(
+        name="r",
+        fn=remote(pl.write_text, env_vars={"A": "1"}),
+        config=pl.WriteConfig(output_path=this_output_path(), text=versioned("r")),
+    )
     executor = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"), listeners=[])
     paths = executor.run([step])
     assert Path(paths[step], "out.txt").read_text() == "r"
@@ -177,7 +205,8 @@ def test_remote_wraps_a_function_and_runs_it_locally(prefix):
 
 
 def test_pip_dependency_groups_resolve_to_requirements(tmp_path):
-    (tmp_path / "pyproject.toml").write_text(textwrap.dedent('''
+    (tmp_path / "pyproject.toml").write_text(
+        textwrap.dedent("""
         [project]
         name = "my-proj"
         dependencies = ["fsspec"]
@@ -189,7 +218,8 @@ def test_pip_dependency_groups_resolve_to_requirements(tmp_path):
         [dependency-groups]
         eval = ["lm-eval", {include-group = "plots"}]
         plots = ["matplotlib"]
-    '''))
+    """)
+    )
     assert pip_requirements(["tpu"], tmp_path) == ["jax[tpu]>=0.4", "gcsfs"]
     assert pip_requirements(["eval", "numpy==2.0"], tmp_path) == ["lm-eval", "matplotlib", "numpy==2.0"]
     assert step_runtime_env(["gcs"], {"K": 1}, tmp_path) == {"pip": ["gcsfs"], "env_vars": {"K": "1"}}
@@ -203,9 +233,14 @@ def test_pip_dependency_groups_resolve_to_requirements(tmp_path):
 def test_paths_move_with_a_shipped_workspace():
     from marinbuild.analysis.analyze import SourceFile, TargetConfig
 
-    config = TargetConfig(label="//p:a", rule="r", rule_key="k", workspace="/home/me/ws",
-                          attrs={"srcs": [SourceFile("l", "x", "/home/me/ws/p/a.txt")], "other": "/home/me/wsx"},
-                          output_path="gs://b/out")
+    config = TargetConfig(
+        label="//p:a",
+        rule="r",
+        rule_key="k",
+        workspace="/home/me/ws",
+        attrs={"srcs": [SourceFile("l", "x", "/home/me/ws/p/a.txt")], "other": "/home/me/wsx"},
+        output_path="gs://b/out",
+    )
     moved = relocate_paths(config, "/home/me/ws", "/tmp/ray/job/wd")
     assert moved.workspace == "/tmp/ray/job/wd"
     assert moved.attrs["srcs"][0].path == "/tmp/ray/job/wd/p/a.txt"
@@ -218,8 +253,10 @@ def test_settings_choose_the_ray_backend(tmp_path, monkeypatch):
     from marinbuild.run.ray_backend import RayBackend
 
     assert "ray" in BACKEND_NAMES
-    (tmp_path / "pyproject.toml").write_text('[tool.marinbuild]\nprefix = "out"\nray_address = "10.0.0.1:6379"\n'
-                                             "ray_max_retries = 5\nray_bundle_seconds = 0\n")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.marinbuild]\nprefix = "out"\nray_address = "10.0.0.1:6379"\n'
+        "ray_max_retries = 5\nray_bundle_seconds = 0\n"
+    )
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     session = Session.open(tmp_path, backend="ray")
     backend = session.make_backend()
@@ -251,8 +288,10 @@ def test_submit_maps_job_status_to_an_exit_code(monkeypatch):
 def test_importing_marinbuild_never_imports_ray():
     import subprocess
 
-    code = ("import sys, marinbuild, marinbuild.executor, marinbuild.cli, marinbuild.run.resources, marinbuild.remote, "
-            "marinbuild.submit, marinbuild.run.ray_backend; print('ray' in sys.modules)")
+    code = (
+        "import sys, marinbuild, marinbuild.executor, marinbuild.cli, marinbuild.run.resources, marinbuild.remote, "
+        "marinbuild.submit, marinbuild.run.ray_backend; print('ray' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -280,8 +319,9 @@ def test_infra_cluster_configs_parse_and_name_only_resources_we_ask_for(config):
         assert node["schedulingConfig"] == {"preemptible": True}
         s = tpu_slice(accelerator)
         # exactly what a step with tpu(type) asks for; for a multi-host slice, what ray.util.tpu reserves
-        assert resources == (tpu(accelerator).ray_resources() if not s.multi_host
-                             else {"TPU": s.chips_per_vm, s.head_resource: 1})
+        assert resources == (
+            tpu(accelerator).ray_resources() if not s.multi_host else {"TPU": s.chips_per_vm, s.head_resource: 1}
+        )
     assert tpu_types >= 1
     setup = "\n".join(data["setup_commands"])
     assert "pip install -e" in setup and "marinbuild[ray,gcs]" in setup

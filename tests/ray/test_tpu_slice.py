@@ -23,8 +23,10 @@ import pytest
 from ml.qs_workspace import HAVE_LEVANTER, Workspace, make_workspace
 from raycluster import node_env
 
-pytestmark = [pytest.mark.timeout(900),
-              pytest.mark.skipif(not HAVE_LEVANTER, reason="levanter is not installed (the ml extra)")]
+pytestmark = [
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(not HAVE_LEVANTER, reason="levanter is not installed (the ml extra)"),
+]
 
 LM = "//experiments/quickstart:lm"
 STEPS = 20
@@ -54,8 +56,15 @@ def build(ws: Workspace, cluster, *args: str, wait: bool = True) -> subprocess.C
     env.update(RAY_ADDRESS=cluster.address, HF_HUB_OFFLINE="1")
     command = [sys.executable, "-m", "marinbuild", "--backend", "ray", *args]
     if not wait:
-        return subprocess.Popen(command, cwd=ws.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
+        return subprocess.Popen(
+            command,
+            cwd=ws.root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
     return subprocess.run(command, cwd=ws.root, env=env, capture_output=True, text=True, timeout=800)
 
 
@@ -82,8 +91,10 @@ def test_a_slice_the_cluster_lacks_fails_with_one_line_after_slice_wait(ws, fake
         ws.edit_build("    slice_wait = 3,\n", "")
         ws.edit_build('"tpu": "v4-32"', '"tpu": "v4-16"')
     assert proc.returncode == 1, proc.stderr[-3000:]
-    line = ("train_lm //experiments/quickstart:lm: no free TPU v4-32 slice (4 hosts x 4 chips) on the Ray cluster "
-            "after waiting 3s (train_lm's slice_wait); the cluster has TPU slices: v4-16 x1 (2 hosts)")
+    line = (
+        "train_lm //experiments/quickstart:lm: no free TPU v4-32 slice (4 hosts x 4 chips) on the Ray cluster "
+        "after waiting 3s (train_lm's slice_wait); the cluster has TPU slices: v4-16 x1 (2 hosts)"
+    )
     assert line in proc.stderr, proc.stderr[-3000:]
     (lm,) = lm_folders(ws)
     assert (lm / ".executor_status").read_text().strip() == "FAILED"

@@ -26,8 +26,13 @@ class Run:
 
 
 def run(prefix: str, *flags: str, env: dict[str, str] | None = None, timeout: float = RUN_TIMEOUT) -> Run:
-    proc = subprocess.run([sys.executable, SCRIPT, prefix, *flags], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, prefix, *flags],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
     lines = proc.stdout.strip().splitlines()
     return Run(proc.returncode, json.loads(lines[-1]) if lines else {}, proc.stderr)
 
@@ -49,8 +54,12 @@ def kill_at(prefix: str, n: int, *flags: str) -> Run:
 
 def stop_at(prefix: str, n: int, *flags: str) -> subprocess.Popen:
     """Start the build and wait until it stops itself (SIGSTOP) at its ``n``-th fault point."""
-    proc = subprocess.Popen([sys.executable, SCRIPT, prefix, *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "MARINBUILD_KILL_AT_POINT": str(n), "MARINBUILD_FAULT_SIGNAL": "STOP"})
+    proc = subprocess.Popen(
+        [sys.executable, SCRIPT, prefix, *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "MARINBUILD_KILL_AT_POINT": str(n), "MARINBUILD_FAULT_SIGNAL": "STOP"},
+    )
     while _state(proc.pid) != "T":
         assert proc.poll() is None, "the build ended without reaching the fault point"
         time.sleep(0.01)

@@ -68,16 +68,26 @@ class Waits:
 def main() -> int:
     prefix = sys.argv[1]
     waits = Waits()
-    executor = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"),
-                        listeners=[waits])
+    executor = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"), listeners=[waits])
     error = None
     try:
         sleep = float(sys.argv[sys.argv.index("--sleep") + 1]) if "--sleep" in sys.argv else 0.0
         executor.run(graph("--fail" in sys.argv, sleep, prefix.startswith("gs://")), dry_run="--dry_run" in sys.argv)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
-    print(json.dumps({"ok": error is None, "error": error, "waits": waits.waits, "ran": waits.ran,
-                      "succeeded": waits.succeeded, "failed": waits.failed}), flush=True)
+    print(
+        json.dumps(
+            {
+                "ok": error is None,
+                "error": error,
+                "waits": waits.waits,
+                "ran": waits.ran,
+                "succeeded": waits.succeeded,
+                "failed": waits.failed,
+            }
+        ),
+        flush=True,
+    )
     return 0 if error is None else 1
 
 

@@ -56,9 +56,16 @@ def soak(prefix: str, rounds: int, runners: int = 2, seed: int = 0) -> SoakRepor
     max_delay = 3.0 * (time.monotonic() - started)
     env = {**os.environ, "MARINBUILD_SOAK_DIR": work}
     for _ in range(rounds):
-        procs = [subprocess.Popen([sys.executable, h.SCRIPT, prefix, "--sleep", str(STEP_SLEEP)], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                 for _ in range(runners)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, h.SCRIPT, prefix, "--sleep", str(STEP_SLEEP)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            for _ in range(runners)
+        ]
         deadlines = sorted((time.monotonic() + rng.uniform(0, max_delay), i) for i in range(runners))
         for deadline, i in deadlines:
             time.sleep(max(0.0, deadline - time.monotonic()))
@@ -73,8 +80,9 @@ def soak(prefix: str, rounds: int, runners: int = 2, seed: int = 0) -> SoakRepor
         _check_built(prefix, golden, report)
         if rng.random() < 0.3:
             _forget_successes(prefix)
-    final = subprocess.run([sys.executable, h.SCRIPT, prefix], env=env, capture_output=True, text=True,
-                           timeout=h.RUN_TIMEOUT)
+    final = subprocess.run(
+        [sys.executable, h.SCRIPT, prefix], env=env, capture_output=True, text=True, timeout=h.RUN_TIMEOUT
+    )
     _finished(report, final.returncode, final.stdout)
     report.final_ok = final.returncode == 0 and h.outputs(prefix) == golden
     _check_built(prefix, golden, report)

@@ -29,8 +29,14 @@ ONE_STEP = textwrap.dedent("""
 
 def _build_one(prefix: str, **env: str) -> subprocess.CompletedProcess:
     os.makedirs(prefix + "-info")  # (also its working folder: ``python -c`` imports from there first)
-    return subprocess.run([sys.executable, "-c", ONE_STEP, prefix], capture_output=True, text=True,
-                          cwd=prefix + "-info", timeout=h.RUN_TIMEOUT, env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-c", ONE_STEP, prefix],
+        capture_output=True,
+        text=True,
+        cwd=prefix + "-info",
+        timeout=h.RUN_TIMEOUT,
+        env={**os.environ, **env},
+    )
 
 
 def test_a_commit_that_cannot_write_marks_the_step_failed(tmp_path):

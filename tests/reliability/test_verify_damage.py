@@ -15,7 +15,7 @@ import pytest
 from marinbuild.store import status as st
 from marinbuild.store.lease import LeaseRecord, encode_lease, lease_path
 
-STEPS_PY = '''
+STEPS_PY = """
 import os
 
 
@@ -25,15 +25,15 @@ def write(config):
     with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
         f.write("+".join(parts))
     return {"parts": len(parts)}
-'''
+"""
 
-BUILD = '''
+BUILD = """
 load("@marinbuild//rules:python.py", "python_step")
 
 python_step(name = "a", fn = "rsteps:write", config = {"text": "A"})
 python_step(name = "b", fn = "rsteps:write", config = {"text": "B"}, deps = [":a"])
 python_step(name = "c", fn = "rsteps:write", config = {"text": "C"}, deps = [":b"])
-'''
+"""
 
 
 @pytest.fixture
@@ -51,8 +51,9 @@ def built(tmp_path) -> dict[str, str]:
 
 def _cli(ws: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ws, os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "marinbuild", *args], cwd=ws, capture_output=True, text=True,
-                          timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "marinbuild", *args], cwd=ws, capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def test_verify_checks_the_dependency_closure_and_every_metadata_file(built):
