@@ -45,8 +45,6 @@ def _check(values: Mapping[str, Any]) -> None:
             "give exactly one of tokenizer (a train_tokenizer target) and tokenizer_name",
             attr="tokenizer_name" if values.get("tokenizer_name") else None,
         )
-    if not values.get("train") and not values.get("validation"):
-        raise AttrValueError("give the documents: train and/or validation (raw_data or download targets)")
     for name, least in (("shard_bytes", 0), ("batch_size", 1), ("workers", 0)):
         if values.get(name) is not None and values[name] < least:
             raise AttrValueError(f"{name} must be at least {least}, got {values[name]}", attr=name)
@@ -56,7 +54,7 @@ def _check(values: Mapping[str, Any]) -> None:
 
 tokenize = rule(
     implementation=_tokenize_impl,
-    check=_check,  # one tokenizer, documents given, sizes in range: a load error at the attribute
+    check=_check,  # one tokenizer, sizes in range: a load error at the attribute
     attrs={
         "train": attr.label_list(doc="raw_data or download targets: the training documents"),
         "validation": attr.label_list(doc="raw_data or download targets: the validation documents"),

@@ -17,7 +17,6 @@ TRAIN = 'train = [":docs"]'
 CASES = [
     ("no tokenizer", TRAIN, None, "give exactly one of tokenizer (a train_tokenizer target) and tokenizer_name"),
     ("two tokenizers", f'{TRAIN}, tokenizer = ":tok", tokenizer_name = "gpt2"', "tokenizer_name", "exactly one of"),
-    ("no documents", 'tokenizer_name = "gpt2"', None, "give the documents: train and/or validation"),
     (
         "negative shard size",
         f'{TRAIN}, tokenizer_name = "gpt2", shard_bytes = -1',
