@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from workspaces import write_workspace
+from workspaces import assert_one_line_load_error, write_workspace
 
 from marinbuild.ml.checksums import KNOWN
 from marinbuild.ml.download_attrs import HEX_LENGTHS
@@ -124,14 +124,7 @@ def _marinbuild(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_an_attribute_mistake_is_a_load_error_at_the_attribute(tmp_path, attrs, attribute, message):
     text = _build_file(attrs)
     root = write_workspace(tmp_path / "ws", {"pipe/BUILD.marin": text})
-    result = _marinbuild(root, "build", "//pipe:dl")
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    where = f"marinbuild: error: pipe/BUILD.marin:{_location(text, attribute)}: "
-    assert lines[0].startswith(where), (where, lines[0])
-    assert message in lines[0], lines[0]
-    assert not (root / "out").exists()  # nothing ran, nothing was written
+    assert_one_line_load_error(root, "//pipe:dl", f"pipe/BUILD.marin:{_location(text, attribute)}", message)
 
 
 def test_query_reports_the_mistake_too_and_a_correct_target_loads(tmp_path):

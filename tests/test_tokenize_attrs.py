@@ -3,14 +3,11 @@ line naming the BUILD file, the line and column of the attribute at fault (or of
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from workspaces import write_workspace
+from workspaces import assert_one_line_load_error, write_workspace
 
 TRAIN = 'train = [":docs"]'
 # (what is wrong, the attributes after name, the attribute the error points at or None for the call, message)
@@ -59,19 +56,4 @@ def test_a_tokenize_attribute_mistake_is_a_load_error(
 ) -> None:
     text = _build_file(attrs)
     root = write_workspace(tmp_path / "ws", {"pipe/BUILD.marin": text, "pipe/docs.jsonl": '{"text": "a"}\n'})
-    env = {k: v for k, v in os.environ.items() if k != "MARIN_PREFIX"}
-    result = subprocess.run(
-        [sys.executable, "-m", "marinbuild", "build", "//pipe:tok_cache"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    where = f"marinbuild: error: pipe/BUILD.marin:{_location(text, attribute)}: "
-    assert lines[0].startswith(where), (where, lines[0])
-    assert message in lines[0], lines[0]
-    assert not (root / "out").exists()
+    assert_one_line_load_error(root, "//pipe:tok_cache", f"pipe/BUILD.marin:{_location(text, attribute)}", message)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -15,3 +18,23 @@ def write_workspace(root: Path, files: dict[str, str], prefix: str = "out") -> P
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
     return root
+
+
+def assert_one_line_load_error(root: Path, label: str, where: str, message: str) -> None:
+    """``marinbuild build label`` in a child process exits 2 with one stderr line that starts at ``where``
+    (``path:line:col``) and says ``message``, and writes nothing under the prefix ``out``."""
+    env = {k: v for k, v in os.environ.items() if k != "MARIN_PREFIX"}
+    result = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "build", label],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"marinbuild: error: {where}: "), (where, lines[0])
+    assert message in lines[0], lines[0]
+    assert not (root / "out").exists()  # nothing ran, nothing was written
