@@ -699,7 +699,7 @@ def info_command(key: str | None, prefix: str | None, backend: str | None, ray_a
 
 @cli.command("clean")
 def clean_command() -> None:
-    """Remove the workspace's .marinbuild/ folder (source digests, analysis snapshots). Never outputs."""
+    """Remove the workspace's .marinbuild/ folder (source digests, analysis snapshots, package cache). Never outputs."""
     from marinbuild.cache import clean, format_clean
     from marinbuild.load import find_workspace
 

@@ -71,7 +71,8 @@ class PackageCache:
         self.start_ns = time.time_ns()
         self.reused: dict[str, tuple[list[str], list[str]]] = {}
         """Restored packages: the files their evaluation loaded and the folders their globs listed."""
-        self._header: tuple[str, dict[str, Signature]] | None | bool = False  # False: not read yet
+        self._header: tuple[str, dict[str, Signature]] | None = None  # its digest and module signatures, if valid
+        self._header_read = False
         self._rules: dict[str, RuleType | None] = {}
 
     # -- reading -----------------------------------------------------------------------------------
@@ -105,8 +106,8 @@ class PackageCache:
 
     def _valid_header(self) -> tuple[str, dict[str, Signature]] | None:
         """The header's digest and module signatures if it matches this process and every file it signs."""
-        if self._header is False:
-            self._header = None
+        if not self._header_read:
+            self._header_read = True
             try:
                 data = (self.folder / _HEADER).read_bytes()
                 fmt, key, env, pyproject, modules = marshal.loads(data)
@@ -124,7 +125,7 @@ class PackageCache:
             except OSError:
                 return None
             self._header = (_digest(data), modules)
-        return self._header if self._header else None
+        return self._header
 
     def _rule(self, key: str) -> RuleType | None:
         """The rule type ``key`` names, imported as the loader imports it; None if it is not that rule any more."""
