@@ -211,7 +211,7 @@ def build_command(
     if run_only is None and not rebuild and _noop_from_snapshot(patterns, settings, report):
         return
     from marinbuild.analysis import snapshot
-    from marinbuild.executor import PreviousTaskFailedError, StepFailedError
+    from marinbuild.engine import PreviousTaskFailedError, StepFailedError
     from marinbuild.run.resources import UnsatisfiableResourcesError
 
     environment = snapshot.analysis_environment()  # as the lookup saw it, before this build exports its own
@@ -232,7 +232,7 @@ def build_command(
     requested = [(str(label), path) for label in labels for path in session.output_paths_of(label)]
     if key is not None and recorder is not None:
         _write_snapshot(session, key, recorder, requested)
-    executor = session.executor
+    executor = session.engine
     rebuilt = _rebuild_steps(session, rebuild)
     succeeded: list[str] = []
     executor.listeners = [*report.open(), lambda e: succeeded.append(e.output_path) if e.kind == "succeeded" else None]
@@ -295,7 +295,7 @@ def _record_code(session: Any, output_paths: list[str]) -> None:
         return
     from marinbuild.code_digest import for_session, record
 
-    by_path = {path: step for step, path in session.executor.output_paths.items()}
+    by_path = {path: step for step, path in session.engine.output_paths.items()}
     changes = for_session(session)
     for path in output_paths:
         if path in by_path:
@@ -455,7 +455,7 @@ def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple
     """Record what this analysis read and produced, for the next no-op build of the same command line."""
     from marinbuild.analysis import snapshot
 
-    workspace, executor = session.workspace, session.executor
+    workspace, executor = session.workspace, session.engine
     inputs = [str(workspace.root / "pyproject.toml"), *map(str, session.loader.files_read())]
     folders: set[str] = set(session.loader.folders_listed())
     for package in session.loaded.packages:
@@ -571,7 +571,7 @@ def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> N
             else format_why(group.steps)
         )
     elif output == "json":
-        paths = [session.executor.output_paths[step] for step in session.executor.steps]
+        paths = [session.engine.output_paths[step] for step in session.engine.steps]
         text = json.dumps(why_targets_as_dict(list(patterns), groups, paths), indent=2)
     else:
         text = format_why_targets(groups)
