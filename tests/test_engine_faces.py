@@ -14,7 +14,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
-STEPS_PY = '''
+STEPS_PY = """
 import os
 
 
@@ -22,7 +22,7 @@ def write(config):
     os.makedirs(config["output_path"], exist_ok=True)
     with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
         f.write(config["text"])
-'''
+"""
 
 BUILD = """
 load("@marinbuild//rules:python.py", "python_step")
