@@ -269,3 +269,18 @@ def test_a_build_killed_while_writing_entries_leaves_none_used_wrongly(tmp_path:
         child.send_signal(signal.SIGKILL)
         child.wait()
         _assert_same_as_cold(ws)
+
+
+def test_the_snapshot_of_a_build_with_restored_packages_signs_what_they_loaded(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "ws")
+    ws.run("build", "//...")  # evaluates every package, writes the cache
+    ws.values[1]["t1"] += 1
+    ws.write_package(1)
+    ws.settle()
+    ws.run("build", "//...")  # p2 restored: the snapshot this build writes must still sign lib/b.star
+    (ws.root / "lib/b.star").write_text('B = "b-edited"\n')
+    ws.settle()
+    with_snapshot = ws.plan()
+    assert {p["state"] for p in with_snapshot["plan"]} != {"built"}  # type: ignore[union-attr]
+    ws.drop_cache()
+    assert ws.plan() == with_snapshot
