@@ -115,7 +115,9 @@ class LoadedWorkspace:
 class Loader:
     """A loading session over ``workspace``.
 
-    ``repo_dirs`` overrides repository folders (``{"marinbuild": <rules folder>}``).
+    ``repo_dirs`` overrides repository folders (``{"marinbuild": <rules folder>}``). ``package_cache``: restore
+    the packages whose inputs did not change since an earlier load from the workspace's package cache, and
+    write the ones evaluated (``marinbuild.load.package_cache``; the CLI's sessions do).
     """
 
     def __init__(self, workspace: Workspace, *, repo_dirs: RepoDirs = None, package_cache: bool = False) -> None:
@@ -138,7 +140,8 @@ class Loader:
         self._listed: list[str] = []  # folders listed to find packages (``//...``)
 
     def files_read(self) -> list[Path]:
-        """The BUILD files this loader evaluated and the files they ``load()``ed (rules modules too)."""
+        """The BUILD files this loader evaluated or restored from the package cache, and the files they ``load()``ed
+        (rules modules too)."""
         files = [self.workspace.build_file(p) for p in (*self._packages, *self._failed)] + self.evaluator.loaded_files()
         if self.cache is not None:
             files.extend(Path(p) for p in dict.fromkeys(self.cache.reused_files()))
