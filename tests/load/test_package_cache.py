@@ -284,3 +284,22 @@ def test_the_snapshot_of_a_build_with_restored_packages_signs_what_they_loaded(t
     assert {p["state"] for p in with_snapshot["plan"]} != {"built"}  # type: ignore[union-attr]
     ws.drop_cache()
     assert ws.plan() == with_snapshot
+
+
+def test_a_build_file_edited_just_before_a_build_is_not_trusted(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "ws")
+    ws.plan()
+    build1 = ws.root / "p1/BUILD.marin"
+    ws.values[1]["t0"] = 500
+    ws.write_package(1)  # edited now: within the racy window of the next build
+    stat = os.stat(build1)
+    first = _paths(ws.plan())
+    # a second edit within the same clock tick: same size, same inode, same mtime as the first
+    ws.values[1]["t0"] = 600
+    ws.write_package(1)
+    os.utime(build1, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (os.stat(build1).st_size, os.stat(build1).st_ino) == (stat.st_size, stat.st_ino)
+    second = _paths(ws.plan())
+    assert second["//p1:t0"] != first["//p1:t0"]
+    ws.drop_cache()
+    assert _paths(ws.plan()) == second
