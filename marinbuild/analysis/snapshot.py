@@ -27,14 +27,20 @@ is unchanged. ``statuses_if_built`` then reads the statuses of the recorded step
 every one is SUCCESS, nothing needs to run and the build flow (``marinbuild.analysis.build``)
 reports the no-op exactly as a full build would. Any other answer (a changed input, a missing
 or failed output, a remote prefix, the Ray backend, a snapshot that cannot be read) takes the
-full path. Inputs changed within the last two
-seconds (or during the analysis) are not trusted: no snapshot is written then.
+full path. Inputs changed within the last two seconds (or during the analysis) are not
+trusted: no snapshot is written then.
 
 What it cannot see: values analysis takes from the clock, the network, or from a file that a
 rules module or an experiment script opens by itself (a data file read at import time): the
 loader does not know of it. BUILD files cannot do any of these; a Python rules module or script
 that does should not rely on no-op builds being detected (``marinbuild clean`` drops every
 snapshot, ``--rebuild`` and ``--run_only`` bypass them).
+
+This module owns the snapshot: its key for a command line (``key_for``), its file (``write``,
+``lookup``), what it records of an analysis (``record_session``) and the check that its steps are
+still built (``statuses_if_built``). When to look one up, write or drop it is the build flow's
+decision (``marinbuild.analysis.build``). Only ``record_session`` reads a loaded and analysed
+``Session``; answering a no-op needs ``key_for``, ``lookup`` and ``statuses_if_built``.
 """
 
 from __future__ import annotations
