@@ -88,8 +88,9 @@ PROBE = "the BUILD file of //pipe was evaluated"
 
 
 class Runs:
-    """Runs the CLI in-process and tells whether the snapshot answered: then no BUILD file was evaluated (the
-    BUILD file's ``print()`` logged nothing) and no snapshot was written (a full path writes one)."""
+    """Runs the CLI in-process and tells whether the snapshot answered: then the build succeeded, no BUILD file
+    was evaluated (the BUILD file's ``print()`` logged nothing) and no snapshot was written (a full path that
+    succeeds writes one)."""
 
     def __init__(self, root: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
         self.snapshots = root / ".marinbuild" / "snapshots"
@@ -106,7 +107,7 @@ class Runs:
         code = main(list(args))
         out, err = self.capsys.readouterr()
         evaluated = any(PROBE in record.getMessage() for record in self.caplog.records)
-        return code, out, err, not evaluated and self.written() == before
+        return code, out, err, code == 0 and not evaluated and self.written() == before
 
 
 @pytest.fixture
