@@ -15,6 +15,7 @@ from marinbuild.analysis.build import BuildRequest, BuildResult, EventLogPlace, 
 from marinbuild.cli import main
 from marinbuild.run.events import Event, Listener
 
+# python_step imports a step's module once per process: these modules have names no other test uses.
 STEPS_PY = """
 import os
 
@@ -28,14 +29,14 @@ def write(config):
 BUILD = """
 load("@marinbuild//rules:python.py", "python_step")
 
-python_step(name = "a", fn = "steps:write", config = {"text": "A"})
-python_step(name = "b", fn = "steps:write", config = {"text": "B"}, deps = [":a"])
+python_step(name = "a", fn = "flow_steps:write", config = {"text": "A"})
+python_step(name = "b", fn = "flow_steps:write", config = {"text": "B"}, deps = [":a"])
 """
 
 
 @pytest.fixture
 def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = write_workspace(tmp_path / "ws", {"steps.py": STEPS_PY, "pipe/BUILD.marin": BUILD})
+    root = write_workspace(tmp_path / "ws", {"flow_steps.py": STEPS_PY, "pipe/BUILD.marin": BUILD})
     old = time.time() - 60  # older than the snapshot's racy window
     for path in [root, *root.rglob("*")]:
         os.utime(path, (old, old))
@@ -94,13 +95,15 @@ def test_a_build_returns_its_result_and_prints_nothing(ws: Path, capsys: pytest.
 
 
 def test_a_failed_step_is_in_the_result(ws: Path) -> None:
-    (ws / "steps.py").write_text(STEPS_PY + "\n\ndef boom(config):\n    raise RuntimeError('boom')\n")
+    (ws / "flow_boom.py").write_text("def boom(config):\n    raise RuntimeError('boom')\n")
     with open(ws / "pipe" / "BUILD.marin", "a") as f:
-        f.write('python_step(name = "bad", fn = "steps:boom", config = {"text": "X"})\n')
+        f.write('python_step(name = "bad", fn = "flow_boom:boom", config = {"text": "X"})\n')
     result, heard = build("//pipe:bad")
     assert result.failure is not None and "pipe/bad" in str(result.failure)
     assert result.succeeded == [] and heard.closed == 1
-    assert [e.step for e in heard.events if e.kind == "failed"] == ["pipe/bad"]
+    assert [(e.step, str(e.error)) for e in heard.events if e.kind == "failed"] == [
+        ("pipe/bad", "pipe/bad: RuntimeError: boom")
+    ]
 
 
 def test_no_matching_target_is_one_line_and_exit_2(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
