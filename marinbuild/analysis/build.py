@@ -196,7 +196,7 @@ def _full_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult
     """Load, analyse, write the snapshot, run, record the code that ran and check built outputs' code."""
     from marinbuild.analysis import snapshot
     from marinbuild.analysis.session import Session
-    from marinbuild.executor import PreviousTaskFailedError, StepFailedError
+    from marinbuild.engine import PreviousTaskFailedError, StepFailedError
     from marinbuild.run.resources import UnsatisfiableResourcesError
 
     environment = snapshot.analysis_environment()  # as the lookup saw it, before this build exports its own
@@ -217,17 +217,17 @@ def _full_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult
     requested = [(str(label), path) for label in labels for path in session.output_paths_of(label)]
     if key is not None and recorder is not None:
         snapshot.record_session(session, key, recorder, requested)
-    executor = session.executor
-    assert executor is not None
+    engine = session.engine
+    assert engine is not None
     rebuilt = _rebuild_steps(session, request.rebuild)
     succeeded: list[str | None] = []
-    executor.listeners = [
+    engine.listeners = [
         *listeners.open(event_log),
         lambda e: succeeded.append(e.output_path) if e.kind == "succeeded" else None,
     ]
     result = BuildResult(requested, None, session)
     try:
-        executor.run(
+        engine.run(
             session.requested_steps(),
             dry_run=request.dry_run,
             force_run_failed=session.settings.force_run_failed,
@@ -241,14 +241,14 @@ def _full_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult
         raise BuildRequestError(str(exc)) from exc
     finally:
         listeners.close()
-        by_path = {path: step for step, path in executor.output_paths.items()}
+        by_path = {path: step for step, path in engine.output_paths.items()}
         result.succeeded = [by_path[path] for path in succeeded if path in by_path]
         _record_code(session, result.succeeded)
-    result.dry_run_problems = list(executor.dry_run_problems)
-    if executor.plan is not None:
+    result.dry_run_problems = list(engine.dry_run_problems)
+    if engine.plan is not None:
         result.plan = [
-            PlanRow(step, p.state, executor.output_paths[step], p.lease, p.will_run)
-            for step, p in executor.plan.steps.items()
+            PlanRow(step, p.state, engine.output_paths[step], p.lease, p.will_run)
+            for step, p in engine.plan.steps.items()
         ]
         result.code_changed = _code_changed(session, [row.step for row in result.plan if row.state == "built"])
         if result.code_changed and key is not None:  # no no-op from the snapshot while there is something to warn
@@ -287,10 +287,10 @@ def _record_code(session: Session, steps: list[ExecutorStep]) -> None:
         return
     from marinbuild.code_digest import for_session, record
 
-    assert session.executor is not None
+    assert session.engine is not None
     changes = for_session(session)
     for step in steps:
-        record(session.executor.output_paths[step], changes.code_of(step))
+        record(session.engine.output_paths[step], changes.code_of(step))
 
 
 def _code_changed(session: Session, built: list[Any]) -> dict[ExecutorStep, list[str]]:

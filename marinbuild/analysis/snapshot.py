@@ -273,8 +273,8 @@ def record_session(session: Session, key: SnapshotKey, recorder: Recorder, reque
     """Write the snapshot of ``session``'s analysis (loaded and analysed inside ``recorder``) for ``key``: the
     files and folders the loader read, the requested targets' ``requested`` (label, output path) pairs and
     the requested steps with their action digests and code files. False if not written (see ``write``)."""
-    workspace, executor = session.workspace, session.executor
-    assert session.loaded is not None and executor is not None, "analyse first"
+    workspace, engine = session.workspace, session.engine
+    assert session.loaded is not None and engine is not None, "analyse first"
     inputs = [str(workspace.root / "pyproject.toml"), *map(str, session.loader.files_read())]
     folders: set[str] = set(session.loader.folders_listed())
     for package in session.loaded.packages:
@@ -289,11 +289,11 @@ def record_session(session: Session, key: SnapshotKey, recorder: Recorder, reque
     code = for_session(session)
     steps = []
     code_files: set[str] = set()  # an edit re-checks the code; most steps share their few code files
-    for step in dict.fromkeys(executor.canonicalize(s) for s in session.requested_steps()):
+    for step in dict.fromkeys(engine.canonicalize(s) for s in session.requested_steps()):
         code_files.update(code.code_of(step))
         overridden = step.override_output_path is not None
-        digest = executor.action_digest(step)
-        steps.append((step.name, executor.output_paths[step], digest, overridden))
+        digest = engine.action_digest(step)
+        steps.append((step.name, engine.output_paths[step], digest, overridden))
     inputs.extend(str(workspace.root / path) for path in code_files)
     return write(key, workspace.cache_dir, recorder, inputs, folders, Snapshot(requested, steps))
 

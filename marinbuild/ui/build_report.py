@@ -89,11 +89,11 @@ class BuildReport:
                 "--rebuild TARGET rebuilds one)",
                 err=True,
             )
-        executor = result.session.executor if result.session is not None else None
-        if not self.dry_run and result.succeeded and executor is not None:
+        engine = result.session.engine if result.session is not None else None
+        if not self.dry_run and result.succeeded and engine is not None:
             from marinbuild.ui.where import where_to_look
 
-            for line in where_to_look(executor, result.succeeded):
+            for line in where_to_look(engine, result.succeeded):
                 click.echo(f"marinbuild: {line}", err=True)
         if result.failure is not None and result.session is not None and self.summary is not None:
             from marinbuild.ui.where import failure_pages
