@@ -284,6 +284,8 @@ def record_session(session: Session, key: SnapshotKey, recorder: Recorder, reque
         for path in target.source_paths:
             inputs.append(str(path))
             folders.update(str(parent) for parent in path.parents if parent.is_relative_to(package_dir))
+    if _changed_recently(recorder, (*inputs, *folders)):
+        return False  # ``write`` would refuse it: spare the per-step work below (an edit just before a build)
     from marinbuild.code_digest import for_session
 
     code = for_session(session)
@@ -296,6 +298,19 @@ def record_session(session: Session, key: SnapshotKey, recorder: Recorder, reque
         steps.append((step.name, engine.output_paths[step], digest, overridden))
     inputs.extend(str(workspace.root / path) for path in code_files)
     return write(key, workspace.cache_dir, recorder, inputs, folders, Snapshot(requested, steps))
+
+
+def _changed_recently(recorder: Recorder, paths: Iterable[str]) -> bool:
+    """Whether one of ``paths`` changed too recently to trust (``write``'s own rule), or cannot be looked at."""
+    limit = recorder.start_ns - RACY_NS
+    try:
+        for path in paths:
+            sig = signature(path)
+            if sig is not None and sig[0] > limit:
+                return True
+    except OSError:
+        return True
+    return False
 
 
 def _prune(folder: Path) -> None:
