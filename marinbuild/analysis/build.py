@@ -213,7 +213,7 @@ def _full_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult
         labels = session.load(request.patterns)
         if not labels:
             raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
-        session.analyse()
+        session.analyse(drop_declarations=True)  # nothing below reads a target's attributes or call site
     requested = [(str(label), path) for label in labels for path in session.output_paths_of(label)]
     if key is not None and recorder is not None:
         snapshot.record_session(session, key, recorder, requested)

@@ -141,8 +141,12 @@ class Session:
         self.loaded = self.loader.load_all()
         return self.loaded
 
-    def analyse(self, labels: Iterable[Label] | None = None) -> Analysis:
-        """Turn the targets (and their dependencies) into steps and compute every version."""
+    def analyse(self, labels: Iterable[Label] | None = None, *, drop_declarations: bool = False) -> Analysis:
+        """Turn the targets (and their dependencies) into steps and compute every version.
+
+        ``drop_declarations``: once the steps are made, drop every loaded target's attributes and call site
+        (``Target.drop_declaration``) before versions are computed, so their memory is reused; for a caller
+        that reads neither afterwards (the build flow). Labels, dependencies, source files and packages stay."""
         from marinbuild.analysis.analyze import analyze
         from marinbuild.load import StatCache
 
@@ -151,6 +155,9 @@ class Session:
         cache = StatCache(self.workspace.stat_cache_path)
         self.analysis = analyze(self.loaded, roots, self.workspace, cache)
         cache.save()
+        if drop_declarations:
+            for target in self.loaded.targets.values():
+                target.drop_declaration()
         self.engine = self.make_engine()
         self.engine.add_all([step for label in roots for step in self.analysis.steps_of[label]])
         return self.analysis

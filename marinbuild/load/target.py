@@ -13,7 +13,7 @@ from marinbuild.load.locate import call_location
 if TYPE_CHECKING:
     from marinbuild.load.rules import RuleType
 
-__all__ = ["Site", "Target", "site_location"]
+__all__ = ["DroppedDeclaration", "Site", "Target", "site_location"]
 
 Site = tuple[str, str, str] | Location
 """Where a rule was called: a ``Location``, or ``(BUILD file's display path, its path, Starlark call
@@ -33,6 +33,29 @@ def site_location(site: Site) -> Location:
     return Location(display, 1, 1)
 
 
+class DroppedDeclaration(RuntimeError):
+    """A read of a target's attributes or call site after ``Target.drop_declaration``."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(
+            "this target's attributes and call site were dropped once its step was made "
+            "(Session.analyse(drop_declarations=True)); load it again to read them"
+        )
+
+
+class _DroppedAttrs(dict[str, Any]):
+    """``Target.attrs`` after ``drop_declaration``: empty, and every read raises ``DroppedDeclaration`` (a
+    dropped target must not pass for one without attributes)."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise DroppedDeclaration
+
+    __getitem__ = __iter__ = __len__ = __contains__ = get = items = keys = values = copy = _refuse
+
+
+_DROPPED_ATTRS = _DroppedAttrs()
+
+
 @dataclass(eq=False, slots=True)
 class Target:
     """A target: its label, rule type, validated attributes (declared order, ``name`` excluded) and location.
@@ -44,8 +67,9 @@ class Target:
     label: Label
     rule: RuleType
     attrs: dict[str, Any]
-    site: Site
-    """Where the rule was called: a ``Location``, or a cheaper ``Site`` turned into one on use."""
+    site: Site | None
+    """Where the rule was called: a ``Location``, or a cheaper ``Site`` turned into one on use; None once
+    dropped (``drop_declaration``)."""
     deps: tuple[Label, ...] = ()
     srcs: tuple[Label, ...] = ()
     source_paths: tuple[Path, ...] = ()
@@ -54,10 +78,22 @@ class Target:
     """When the target was declared (a process-wide sequence number): the loader skips looking for
     dependency cycles when every dependency was declared before the target depending on it."""
 
+    def drop_declaration(self) -> None:
+        """Drop the attributes and call site, which only loading and analysis read: a build whose targets are
+        analysed reads neither again, and for a large graph they are a sizeable part of what it holds while the
+        steps run (``bench/run.py``'s layered 100,000 ``incremental`` row, ``marinbuild-cli``). Label, rule,
+        dependencies and source files stay. Reading ``attrs`` or ``location`` afterwards raises
+        ``DroppedDeclaration``."""
+        self.attrs = _DROPPED_ATTRS
+        self.site = None
+        self._refs = None
+
     @property
     def location(self) -> Location:
         """``path/BUILD.marin:line:col`` of the rule call."""
         site = self.site
+        if site is None:
+            raise DroppedDeclaration
         if not isinstance(site, Location):
             site = self.site = site_location(site)
         return site
