@@ -5,6 +5,13 @@ sets are walked; ``VersionedValue`` contributes ``prefix -> value`` to the versi
 ``InputName``/``ExecutorStep`` contribute ``prefix -> "DEP[i]/sub"`` and a dependency;
 ``MirroredValue`` is transparent for versioning. Recursion follows the nesting of one
 config, never the depth of the step graph.
+
+The walks that run for every step (``collect_dependencies_and_version``, ``instantiate_config``) are
+module-level functions, not closures: a closure that calls itself is a reference cycle (function -> its
+cell -> function), so each call would leave its function, cells and what they hold (lists of dependencies)
+to the cyclic collector, and versions are computed with the collector paused (``core/gc_control.py``). As
+closures, computing the versions of 100,000 steps left ~1.4 million such objects behind until the pause
+ended, at the peak of ``bench/run.py``'s layered 100,000 ``incremental`` row (``marinbuild-cli``).
 """
 
 from __future__ import annotations
@@ -111,6 +118,48 @@ def dependency_index_str(i: int) -> str:
     return _DEP_INDEX_STRS[i] if i < 256 else f"DEP[{i}]"
 
 
+def _collect(
+    value: Any, prefix: str, version: dict[str, Any], blocking: list[ExecutorStep], pseudo: list[ExecutorStep]
+) -> None:
+    """``collect_dependencies_and_version``'s walk: the same walk as walk_config, without a generator per level
+    (this runs for every step); module-level, not a closure: see the module docstring."""
+    cls = type(value)
+    if cls in _LEAVES:  # plain values and output-path placeholders: nothing to version or depend on
+        return
+    if cls is VersionedValue:
+        version[intern(prefix)] = value.value
+        return
+    if isinstance(value, ExecutorStep):
+        value = InputName(value, None)
+    if isinstance(value, InputName):
+        if value.step is None:
+            version[intern(prefix)] = value.name
+            return
+        index = len(blocking) + len(pseudo)
+        (blocking if value.block_on_step else pseudo).append(value.step)
+        version[intern(prefix)] = dependency_index_str(index) + ("/" + value.name if value.name else "")
+        return
+    if isinstance(value, MirroredValue):
+        _collect(value.value, prefix, version, blocking, pseudo)
+        return
+    if isinstance(value, VersionedValue):
+        version[intern(prefix)] = value.value
+        return
+    new_prefix = prefix + "." if prefix else ""
+    names = None if isinstance(value, type) else field_names(value)
+    if names is not None:
+        for name in names:
+            _collect(getattr(value, name), new_prefix + name, version, blocking, pseudo)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"dict keys must be strs, but got {k} (type: {type(k)})")
+            _collect(v, new_prefix + k, version, blocking, pseudo)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for i, item in enumerate(value):
+            _collect(item, f"{new_prefix}[{i}]", version, blocking, pseudo)
+
+
 def collect_dependencies_and_version(obj: Any) -> Dependencies:
     """Versioned values and dependencies of a config, with Marin's ``DEP[i]`` numbering.
 
@@ -123,46 +172,7 @@ def collect_dependencies_and_version(obj: Any) -> Dependencies:
     pseudo: list[ExecutorStep] = []
     blocking: list[ExecutorStep] = []
     version: dict[str, Any] = {}
-
-    def visit(value: Any, prefix: str) -> None:
-        # The same walk as walk_config, without a generator per level (this runs for every step).
-        cls = type(value)
-        if cls in _LEAVES:  # plain values and output-path placeholders: nothing to version or depend on
-            return
-        if cls is VersionedValue:
-            version[intern(prefix)] = value.value
-            return
-        if isinstance(value, ExecutorStep):
-            value = InputName(value, None)
-        if isinstance(value, InputName):
-            if value.step is None:
-                version[intern(prefix)] = value.name
-                return
-            index = len(blocking) + len(pseudo)
-            (blocking if value.block_on_step else pseudo).append(value.step)
-            version[intern(prefix)] = dependency_index_str(index) + ("/" + value.name if value.name else "")
-            return
-        if isinstance(value, MirroredValue):
-            visit(value.value, prefix)
-            return
-        if isinstance(value, VersionedValue):
-            version[intern(prefix)] = value.value
-            return
-        new_prefix = prefix + "." if prefix else ""
-        names = None if isinstance(value, type) else field_names(value)
-        if names is not None:
-            for name in names:
-                visit(getattr(value, name), new_prefix + name)
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                if not isinstance(k, str):
-                    raise ValueError(f"dict keys must be strs, but got {k} (type: {type(k)})")
-                visit(v, new_prefix + k)
-        elif isinstance(value, list | tuple | set | frozenset):
-            for i, item in enumerate(value):
-                visit(item, f"{new_prefix}[{i}]")
-
-    visit(obj, "")
+    _collect(obj, "", version, blocking, pseudo)
     return Dependencies(blocking, pseudo, version)
 
 
@@ -183,51 +193,57 @@ def _join(base: str, name: str | None) -> str:
     return os.path.join(base, name) if name else base
 
 
+def _instantiate(obj: Any, output_path: str | None, output_paths: dict[ExecutorStep, str], prefix: str) -> Any:
+    """``instantiate_config``'s walk; module-level, not a closure: see the module docstring."""
+    if type(obj) in _PLAIN:
+        return obj
+    if isinstance(obj, ExecutorStep):
+        obj = output_path_of(obj)
+    if isinstance(obj, MirroredValue):
+        inner = _instantiate(obj.value, output_path, output_paths, prefix)
+        if isinstance(inner, str) and not inner.startswith("mirror://"):
+            return f"mirror://{inner}"
+        return inner
+    if isinstance(obj, InputName):
+        if obj.step is None:
+            return make_prefix_absolute_path(prefix, obj.name or "")
+        return _join(output_paths[obj.step], obj.name)
+    if isinstance(obj, OutputName):
+        if output_path is None:
+            raise ValueError(
+                f"cannot resolve OutputName({obj.name!r}): the config has no output_path and none was passed"
+            )
+        return _join(output_path, obj.name)
+    if isinstance(obj, VersionedValue):
+        return obj.value
+    shape = None if isinstance(obj, type) else init_shape(obj)
+    if shape is not None:
+        names, plain = shape
+        if plain:  # what dataclasses.replace does with every init field, without its per-call field scan
+            return type(obj)(
+                **{name: _instantiate(getattr(obj, name), output_path, output_paths, prefix) for name in names}
+            )
+        return replace(
+            obj, **{name: _instantiate(getattr(obj, name), output_path, output_paths, prefix) for name in names}
+        )
+    if isinstance(obj, list):
+        return [_instantiate(x, output_path, output_paths, prefix) for x in obj]
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_instantiate(x, output_path, output_paths, prefix) for x in obj))
+    if isinstance(obj, tuple):
+        return tuple(_instantiate(x, output_path, output_paths, prefix) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _instantiate(v, output_path, output_paths, prefix) for k, v in obj.items()}
+    return obj
+
+
 def instantiate_config(config: Any, output_path: str | None, output_paths: dict[ExecutorStep, str], prefix: str) -> Any:
     """A copy of ``config`` with every placeholder replaced by the concrete value or path it stands for.
 
     ``MirroredValue`` paths become ``mirror://<path>``.
     """
 
-    def recurse(obj: Any) -> Any:
-        if type(obj) in _PLAIN:
-            return obj
-        if isinstance(obj, ExecutorStep):
-            obj = output_path_of(obj)
-        if isinstance(obj, MirroredValue):
-            inner = recurse(obj.value)
-            if isinstance(inner, str) and not inner.startswith("mirror://"):
-                return f"mirror://{inner}"
-            return inner
-        if isinstance(obj, InputName):
-            if obj.step is None:
-                return make_prefix_absolute_path(prefix, obj.name or "")
-            return _join(output_paths[obj.step], obj.name)
-        if isinstance(obj, OutputName):
-            if output_path is None:
-                raise ValueError(
-                    f"cannot resolve OutputName({obj.name!r}): the config has no output_path and none was passed"
-                )
-            return _join(output_path, obj.name)
-        if isinstance(obj, VersionedValue):
-            return obj.value
-        shape = None if isinstance(obj, type) else init_shape(obj)
-        if shape is not None:
-            names, plain = shape
-            if plain:  # what dataclasses.replace does with every init field, without its per-call field scan
-                return type(obj)(**{name: recurse(getattr(obj, name)) for name in names})
-            return replace(obj, **{name: recurse(getattr(obj, name)) for name in names})
-        if isinstance(obj, list):
-            return [recurse(x) for x in obj]
-        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-            return type(obj)(*(recurse(x) for x in obj))
-        if isinstance(obj, tuple):
-            return tuple(recurse(x) for x in obj)
-        if isinstance(obj, dict):
-            return {k: recurse(v) for k, v in obj.items()}
-        return obj
-
-    return recurse(config)
+    return _instantiate(config, output_path, output_paths, prefix)
 
 
 def resolve_local_placeholders(config: ConfigT, output_path: str) -> ConfigT:
