@@ -1,0 +1,138 @@
+"""What a build keeps in memory: the mechanisms behind the peak of ``bench/run.py``'s layered 100,000
+``incremental`` row (``marinbuild-cli``) change nothing a reader of the build sees.
+
+- ``Session.analyse(drop_declarations=True)`` (the build flow's) drops each target's attributes and call site
+  once its step is made: every step, version, output path and config is what the analysis without the drop
+  gives, and a read of what was dropped raises instead of passing for an empty target;
+- the package cache restores one object per label, however many packages mention it;
+- computing versions leaves no cyclic garbage behind (it runs with the cyclic collector paused).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from pathlib import Path
+
+import pytest
+from workspaces import write_workspace
+
+from marinbuild.analysis import snapshot
+from marinbuild.analysis.session import Session
+from marinbuild.core.placeholders import ExecutorStep, output_path_of, this_output_path, versioned
+from marinbuild.core.versions import VersionTable
+from marinbuild.load import Loader
+from marinbuild.load.target import DroppedDeclaration
+from marinbuild.load.workspace import find_workspace
+
+STEPS_PY = """
+def write(config):
+    pass
+"""
+
+BUILD_A = """
+load("@marinbuild//rules:python.py", "python_step")
+
+python_step(name = "a", fn = "memory_steps:write", config = {"text": "A", "n": [1, 2]}, srcs = ["data.txt"])
+python_step(name = "b", fn = "memory_steps:write", config = {"text": "B"}, deps = [":a"])
+"""
+
+BUILD_B = """
+load("@marinbuild//rules:python.py", "python_step")
+
+python_step(name = "c", fn = "memory_steps:write", config = {"text": "C"}, deps = ["//a:a", "//a:b"])
+python_step(name = "d", fn = "memory_steps:write", config = {"text": "D"}, deps = ["//a:b", ":c"])
+"""
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = write_workspace(
+        tmp_path / "ws",
+        {"memory_steps.py": STEPS_PY, "a/BUILD.marin": BUILD_A, "a/data.txt": "data", "b/BUILD.marin": BUILD_B},
+    )
+    old = time.time() - 60  # older than the package cache's racy window
+    for path in [root, *root.rglob("*")]:
+        os.utime(path, (old, old))
+    monkeypatch.delenv("MARIN_PREFIX", raising=False)
+    monkeypatch.chdir(root)
+    monkeypatch.setattr(snapshot, "RACY_NS", 0)  # marinbuild's own sources may have been edited seconds ago
+    return root
+
+
+def _built(session: Session) -> list[tuple[str, str, str, str, str]]:
+    """Every step of the session's build as its readers see it: name, output path, version, action key, config."""
+    engine = session.engine
+    assert engine is not None
+    return [
+        (s.name, engine.output_paths[s], engine.version_strs[s], engine.action_digest(s), repr(engine.configs[s]))
+        for s in engine.steps
+    ]
+
+
+def test_dropped_declarations_change_no_step(ws: Path, tmp_path: Path) -> None:
+    kept = Session.open(".", prefix=str(tmp_path / "out"))
+    kept.load(["//..."])
+    kept.analyse()
+    dropped = Session.open(".", prefix=str(tmp_path / "out"))
+    dropped.load(["//..."])
+    dropped.analyse(drop_declarations=True)
+
+    assert _built(dropped) == _built(kept)
+    assert len(_built(dropped)) == 4
+    assert dropped.loaded is not None and kept.loaded is not None
+    for label, target in dropped.loaded.targets.items():
+        other = kept.loaded.targets[label]
+        assert (target.label, target.rule, target.deps, target.srcs, target.source_paths) == (
+            other.label,
+            other.rule,
+            other.deps,
+            other.srcs,
+            other.source_paths,
+        )
+        with pytest.raises(DroppedDeclaration):
+            target.attrs["config"]
+        with pytest.raises(DroppedDeclaration):
+            list(target.attrs)
+        with pytest.raises(DroppedDeclaration):
+            _ = target.location
+        assert other.attrs["config"] is not None and other.location.line > 0
+    assert dropped.loaded.expand(["//b/..."]) == kept.loaded.expand(["//b/..."])
+
+
+def test_restored_packages_share_label_objects(ws: Path) -> None:
+    workspace = find_workspace(ws)
+    Loader(workspace, package_cache=True).load_all()  # evaluates and writes the cache
+    loader = Loader(workspace, package_cache=True)
+    restored = loader.load_all()
+    assert loader.cache is not None and set(loader.cache.reused) == {"a", "b"}  # both packages were restored
+    targets = {str(label): target for label, target in restored.targets.items()}
+    a, b = targets["//a:a"].label, targets["//a:b"].label
+    assert targets["//a:b"].deps[0] is a
+    assert targets["//b:c"].deps[0] is a and targets["//b:c"].deps[1] is b
+    assert targets["//b:d"].deps[0] is b
+    assert targets["//b:d"].attrs["deps"][0] is b
+
+
+def _chain(n: int) -> list[ExecutorStep]:
+    steps: list[ExecutorStep] = []
+    for i in range(n):
+        config = {"i": versioned(i), "out": this_output_path(), "deps": [output_path_of(s) for s in steps[-2:]]}
+        steps.append(ExecutorStep(name=f"s{i}", fn=None, config=config))
+    return steps
+
+
+def test_versions_leave_no_cyclic_garbage() -> None:
+    steps = _chain(200)
+    gc.collect()
+    gc.disable()
+    try:
+        table = VersionTable("/prefix")
+        for step in steps:
+            table.compute_version(step)
+        left = gc.collect()
+    finally:
+        gc.enable()
+    assert len(table.steps) == 200
+    assert left == 0
