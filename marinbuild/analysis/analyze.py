@@ -46,7 +46,8 @@ the same rule in every build of the process."""
 
 
 def rule_key(rule: RuleType) -> str:
-    return f"{rule.defined_in}%{rule.name}"
+    """``defined_in%name``; interned, as every target of a rule keeps it in its step's config."""
+    return sys.intern(f"{rule.defined_in}%{rule.name}")
 
 
 @dataclass(frozen=True)
@@ -289,12 +290,13 @@ def _code_of(
     known: dict[tuple[Any, ...], dict[str, Any] | None],
 ) -> dict[str, Any] | None:
     """A target step's ``code``: the rule's module (never in the key) and ``extra`` files; from ``known`` (this
-    analysis's earlier answers) when another target asked the same, as a copy of its own."""
+    analysis's earlier answers) when another target asked the same. The targets asking the same share one dict
+    (a ``TargetConfig`` is frozen and nothing changes its ``code``): a copy per target was ~2% of the peak memory
+    of ``bench/run.py``'s layered 100,000 ``incremental`` row (``marinbuild-cli``)."""
     key = (rule.implementation, *sorted(extra.items()))
     if key not in known:
         known[key] = _find_code(rule, workspace, stat_cache, extra)
-    found = known[key]
-    return dict(found) if found is not None else None
+    return known[key]
 
 
 def _find_code(
