@@ -3,9 +3,11 @@
 Run as a process (``python loopback.py UPSTREAM_URL [--latency S] [--fail-rate P]``); it prints
 its port on the first line of stdout. Control and stats over HTTP on the same port:
 ``GET /__proxy/stats`` -> ``{"requests": n, "failed": n, "bytes_out": n}``; ``POST /__proxy/config`` with JSON
-``{"latency": s, "fail_rate": p, "faults": [kinds], "fail_next": n, "seed": n, "hang": bool}`` (``fail_next``
-fails exactly the next n requests, cycling through ``faults``; ``hang`` makes it read every request and never
-answer, as a server that stopped answering does); ``POST /__proxy/reset`` zeroes the counters.
+``{"latency": s, "fail_rate": p, "faults": [kinds], "fail_next": n, "seed": n, "hang": bool, "forbid": text}``
+(``fail_next`` fails exactly the next n requests, cycling through ``faults``; ``hang`` makes it read every request
+and never answer, as a server that stopped answering does; ``forbid`` answers 403 to every request whose target
+contains ``text``, as a bucket policy that denies one object does, until set to ``""``); ``POST /__proxy/reset``
+zeroes the counters.
 
 A failed request is one of: a 503 answered without forwarding; the connection reset without
 forwarding; the request forwarded and applied, then the connection reset (the client never
@@ -48,6 +50,7 @@ class Proxy:
         self.faults: list[str] = list(FAULTS)
         self.fail_next = 0
         self.hang = False
+        self.forbid = ""
         self.requests = 0
         self.failed = 0
         self.bytes_out = 0
@@ -82,6 +85,7 @@ class Proxy:
                 self.faults = [f for f in config["faults"] if f in FAULTS] or list(FAULTS)
             self.fail_next = int(config.get("fail_next", self.fail_next))
             self.hang = bool(config.get("hang", self.hang))
+            self.forbid = str(config.get("forbid", self.forbid))
         elif target.startswith("/__proxy/reset"):
             self.requests = self.failed = self.bytes_out = 0
         payload = json.dumps(
@@ -104,6 +108,16 @@ class Proxy:
             await asyncio.sleep(0.05)
         if self.latency:
             await asyncio.sleep(self.latency)
+        if self.forbid and self.forbid in target:
+            self.failed += 1
+            await _write_response(
+                writer,
+                403,
+                "Forbidden",
+                [("Content-Type", "application/json")],
+                b'{"error": {"code": 403, "message": "injected: access denied"}}',
+            )
+            return True
         if self.fail_next > 0:
             self.fail_next -= 1
             fault: str | None = self.faults[self.fail_next % len(self.faults)]
