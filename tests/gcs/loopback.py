@@ -110,13 +110,7 @@ class Proxy:
             await asyncio.sleep(self.latency)
         if self.forbid and self.forbid in target:
             self.failed += 1
-            await _write_response(
-                writer,
-                403,
-                "Forbidden",
-                [("Content-Type", "application/json")],
-                b'{"error": {"code": 403, "message": "injected: access denied"}}',
-            )
+            await _write_error(writer, 403, "Forbidden", "injected: access denied")
             return True
         if self.fail_next > 0:
             self.fail_next -= 1
@@ -126,13 +120,7 @@ class Proxy:
         if fault is not None:
             self.failed += 1
         if fault == "503":
-            await _write_response(
-                writer,
-                503,
-                "Service Unavailable",
-                [("Content-Type", "application/json")],
-                b'{"error": {"code": 503, "message": "injected backend error"}}',
-            )
+            await _write_error(writer, 503, "Service Unavailable", "injected backend error")
             return True
         if fault == "reset":
             _reset(writer)
@@ -149,13 +137,7 @@ class Proxy:
             _reset(writer)
             return False
         if fault == "503-after":
-            await _write_response(
-                writer,
-                503,
-                "Service Unavailable",
-                [("Content-Type", "application/json")],
-                b'{"error": {"code": 503, "message": "injected backend error"}}',
-            )
+            await _write_error(writer, 503, "Service Unavailable", "injected backend error")
             return True
         self.bytes_out += len(content)
         await _write_response(writer, status, reason, out_headers, content)
@@ -203,6 +185,12 @@ async def _write_response(
     lines = [f"HTTP/1.1 {status} {reason}"] + [f"{k}: {v}" for k, v in headers] + [f"Content-Length: {len(body)}"]
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
     await writer.drain()
+
+
+async def _write_error(writer: asyncio.StreamWriter, status: int, reason: str, message: str) -> None:
+    """An error answered as GCS answers one: a JSON ``{"error": {"code", "message"}}`` body."""
+    body = json.dumps({"error": {"code": status, "message": message}}).encode()
+    await _write_response(writer, status, reason, [("Content-Type", "application/json")], body)
 
 
 async def serve(upstream: str, port: int, latency: float, fail_rate: float, seed: int | None) -> None:
