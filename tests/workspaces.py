@@ -1,12 +1,17 @@
-"""Small marinbuild workspaces written for CLI tests: a ``pyproject.toml`` and the files given."""
+"""Small marinbuild workspaces written for CLI tests: a ``pyproject.toml`` and the files given; ``CliWorkspace``
+runs ``marinbuild`` in one as a user does (a child process) and reads back the build's events."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def write_workspace(root: Path, files: dict[str, str], prefix: str = "out") -> Path:
@@ -38,3 +43,60 @@ def assert_one_line_load_error(root: Path, label: str, where: str, message: str)
     assert lines[0].startswith(f"marinbuild: error: {where}: "), (where, lines[0])
     assert message in lines[0], lines[0]
     assert not (root / "out").exists()  # nothing ran, nothing was written
+
+
+@dataclass
+class Build:
+    """One ``marinbuild`` run: its exit code, output, build events (``--build_event_json_file``) and duration."""
+
+    code: int
+    stdout: str
+    stderr: str
+    events: list[dict[str, Any]]
+    seconds: float = 0.0
+
+    @property
+    def ran(self) -> set[str]:
+        """Names (``package/name``) of the steps this build ran."""
+        return {e["step"] for e in self.events if e["kind"] == "started"}
+
+    @property
+    def already_built(self) -> set[str]:
+        """Steps the plan found built (so not run)."""
+        return {e["step"] for e in self.events if e["kind"] == "planned" and e["detail"] == "built"}
+
+
+class CliWorkspace:
+    """A workspace at ``root`` in which ``build`` runs ``marinbuild`` in a child process; ``$MARIN_PREFIX`` is
+    unset for it (the workspace's ``pyproject.toml`` names the prefix) and ``env`` is added to its environment."""
+
+    def __init__(self, root: Path, env: dict[str, str] | None = None):
+        self.root = root
+        self.extra_env = dict(env or {})
+        self.builds = 0
+
+    def command(self, *args: str, events: Path | None = None) -> list[str]:
+        extra = ["--build_event_json_file", str(events)] if events is not None else []
+        return [sys.executable, "-m", "marinbuild", *args, *extra]
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "MARIN_PREFIX"}
+        env.update(self.extra_env)
+        return env
+
+    def build(self, *args: str, timeout: float = 600) -> Build:
+        """``marinbuild ARGS``, its events written to ``events-<n>.jsonl`` in the workspace (n: 1, 2, ...)."""
+        self.builds += 1
+        events = self.root / f"events-{self.builds}.jsonl"
+        started = time.monotonic()
+        proc = subprocess.run(
+            self.command(*args, events=events),
+            cwd=self.root,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        seconds = time.monotonic() - started
+        records = [json.loads(line) for line in events.read_text().splitlines()] if events.exists() else []
+        return Build(proc.returncode, proc.stdout, proc.stderr, records, seconds)
