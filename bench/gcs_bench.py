@@ -103,7 +103,7 @@ def seed_folder(root: str, n: int, layout: str, full: bool) -> None:
         }
         if full:
             files.update(
-                {"out.txt": data, ".executor_info": (ex._step_info_text(s) + "\n").encode(), ".artifact.json": b"null"}
+                {"out.txt": data, ".executor_info": (ex.info_text(s) + "\n").encode(), ".artifact.json": b"null"}
             )
         for fname, content in files.items():
             with open(os.path.join(folder, fname), "wb") as f:

@@ -38,7 +38,7 @@ def measure(n: int) -> list[list[str]]:
 
     executor = Executor(prefix="/nonexistent/prefix", executor_info_base_path="/nonexistent/prefix/experiments")
     executor.compute_versions(build_steps("layered", n))
-    table = executor._table
+    table = executor.table
     steps = executor.steps
     gc.disable()
 

@@ -1,11 +1,30 @@
 """marinbuild: a content-addressed build system for machine-learning pipelines.
 
-The names of Marin's executor API import from here as from ``marinbuild.executor``.
-Importing the package loads no storage, execution or ML library.
+The names of Marin's executor API import from here as from ``marinbuild.executor``. They load on first
+use (PEP 562 ``__getattr__``), so importing the package, the CLI or the engine does not load the Marin
+facade; importing the package loads no storage, execution or ML library either.
 """
 
-from marinbuild.executor import *  # noqa: F403
-from marinbuild.executor import __all__ as _executor_all
+import importlib
+from typing import Any
 
-__all__ = list(_executor_all)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """``__all__`` and each name of ``marinbuild.executor.__all__``, from the facade (imported here, once; not by
+    ``from marinbuild import executor``, whose lookup would call this function again)."""
+    executor = importlib.import_module("marinbuild.executor")
+
+    if name == "__all__":
+        return list(executor.__all__)
+    if name in executor.__all__:
+        value = getattr(executor, name)
+        globals()[name] = value  # later lookups find it without this function
+        return value
+    raise AttributeError(f"module 'marinbuild' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    executor = importlib.import_module("marinbuild.executor")
+    return sorted({*globals(), *executor.__all__})

@@ -211,7 +211,7 @@ def build_command(
     if run_only is None and not rebuild and _noop_from_snapshot(patterns, settings, report):
         return
     from marinbuild.analysis import snapshot
-    from marinbuild.executor import PreviousTaskFailedError, StepFailedError
+    from marinbuild.engine import PreviousTaskFailedError, StepFailedError
     from marinbuild.run.resources import UnsatisfiableResourcesError
 
     environment = snapshot.analysis_environment()  # as the lookup saw it, before this build exports its own
@@ -232,13 +232,13 @@ def build_command(
     requested = [(str(label), path) for label in labels for path in session.output_paths_of(label)]
     if key is not None and recorder is not None:
         _write_snapshot(session, key, recorder, requested)
-    executor = session.executor
+    engine = session.engine
     rebuilt = _rebuild_steps(session, rebuild)
     succeeded: list[str] = []
-    executor.listeners = [*report.open(), lambda e: succeeded.append(e.output_path) if e.kind == "succeeded" else None]
+    engine.listeners = [*report.open(), lambda e: succeeded.append(e.output_path) if e.kind == "succeeded" else None]
     failed: BaseException | None = None
     try:
-        executor.run(
+        engine.run(
             session.requested_steps(),
             dry_run=dry_run,
             force_run_failed=session.settings.force_run_failed,
@@ -253,15 +253,15 @@ def build_command(
     finally:
         report.close()
         _record_code(session, succeeded)
-    if executor.dry_run_problems:
+    if engine.dry_run_problems:
         click.echo(
-            f"marinbuild: warning: the local backend could not run {len(executor.dry_run_problems)} of the "
-            f"steps below: {'; '.join(executor.dry_run_problems)}",
+            f"marinbuild: warning: the local backend could not run {len(engine.dry_run_problems)} of the "
+            f"steps below: {'; '.join(engine.dry_run_problems)}",
             err=True,
         )
     plan = None
-    if executor.plan is not None:
-        plan = [(s, p.state, executor.output_paths[s], p.lease, p.will_run) for s, p in executor.plan.steps.items()]
+    if engine.plan is not None:
+        plan = [(s, p.state, engine.output_paths[s], p.lease, p.will_run) for s, p in engine.plan.steps.items()]
     report.finish(requested, plan, session)
     if plan is not None:
         warned = _warn_code_changed(session, [step for step, state, _path, _lease, _run in plan if state == "built"])
@@ -270,8 +270,8 @@ def build_command(
     if not dry_run and succeeded:
         from marinbuild.ui.where import where_to_look
 
-        by_path = {path: step for step, path in executor.output_paths.items()}
-        for line in where_to_look(executor, [by_path[p] for p in succeeded if p in by_path]):
+        by_path = {path: step for step, path in engine.output_paths.items()}
+        for line in where_to_look(engine, [by_path[p] for p in succeeded if p in by_path]):
             click.echo(f"marinbuild: {line}", err=True)
     if failed is not None:
         from marinbuild.ui.where import failure_pages
@@ -295,7 +295,7 @@ def _record_code(session: Any, output_paths: list[str]) -> None:
         return
     from marinbuild.code_digest import for_session, record
 
-    by_path = {path: step for step, path in session.executor.output_paths.items()}
+    by_path = {path: step for step, path in session.engine.output_paths.items()}
     changes = for_session(session)
     for path in output_paths:
         if path in by_path:
@@ -455,7 +455,7 @@ def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple
     """Record what this analysis read and produced, for the next no-op build of the same command line."""
     from marinbuild.analysis import snapshot
 
-    workspace, executor = session.workspace, session.executor
+    workspace, engine = session.workspace, session.engine
     inputs = [str(workspace.root / "pyproject.toml"), *map(str, session.loader.files_read())]
     folders: set[str] = set(session.loader.folders_listed())
     for package in session.loaded.packages:
@@ -470,11 +470,11 @@ def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple
     code = for_session(session)
     steps = []
     code_files: set[str] = set()  # an edit re-checks the code; most steps share their few code files
-    for step in dict.fromkeys(executor.canonicalize(s) for s in session.requested_steps()):
+    for step in dict.fromkeys(engine.canonicalize(s) for s in session.requested_steps()):
         code_files.update(code.code_of(step))
         overridden = step.override_output_path is not None
-        digest = executor.action_digest(step)
-        steps.append((step.name, executor.output_paths[step], digest, overridden))
+        digest = engine.action_digest(step)
+        steps.append((step.name, engine.output_paths[step], digest, overridden))
     inputs.extend(str(workspace.root / path) for path in code_files)
     snapshot.write(key, workspace.cache_dir, recorder, inputs, folders, snapshot.Snapshot(requested, steps))
 
@@ -571,7 +571,7 @@ def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> N
             else format_why(group.steps)
         )
     elif output == "json":
-        paths = [session.executor.output_paths[step] for step in session.executor.steps]
+        paths = [session.engine.output_paths[step] for step in session.engine.steps]
         text = json.dumps(why_targets_as_dict(list(patterns), groups, paths), indent=2)
     else:
         text = format_why_targets(groups)

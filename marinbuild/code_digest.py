@@ -136,7 +136,7 @@ class CodeChanges:
 
     def check(self, steps: Iterable[Any]) -> dict[Any, list[str]]:
         """``{step: changed files}`` for ``steps`` (built ones: the caller knows which)."""
-        executor = self.session.executor
+        engine = self.session.engine
         todo = [s for s in dict.fromkeys(steps) if s not in self.found]
         codes = {s: step_code(s, self.root, self.stat_cache) for s in todo}
         with_code = [s for s in todo if codes[s]]
@@ -146,9 +146,9 @@ class CodeChanges:
             from marinbuild.store import fs
 
             def one(s: Any) -> list[str]:
-                return changed(executor.output_paths[s], codes[s])
+                return changed(engine.output_paths[s], codes[s])
 
-            if all(fs.is_local(executor.output_paths[s]) for s in with_code):  # a thread per read costs more here
+            if all(fs.is_local(engine.output_paths[s]) for s in with_code):  # a thread per read costs more here
                 self.found.update((s, one(s)) for s in with_code)
             else:
                 with ThreadPoolExecutor(max_workers=min(16, len(with_code))) as pool:

@@ -80,7 +80,7 @@ class StepSpec:
 
     @cached_property
     def output_path(self) -> str:
-        from marinbuild.executor import default_prefix
+        from marinbuild.core.prefix import default_prefix
 
         prefix = self.output_path_prefix or default_prefix()
         if self.override_output_path is not None:

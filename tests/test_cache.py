@@ -99,7 +99,7 @@ class Ws:
 
     def build(self, *patterns: str) -> Session:
         s = self.session(*patterns)
-        s.executor.run(s.requested_steps())
+        s.engine.run(s.requested_steps())
         return s
 
     def path_of(self, label: str) -> str:
@@ -263,7 +263,7 @@ def test_show_lease_damage_and_missing(ws):
 
 def test_ls_sizes_statuses_and_no_descent(ws):
     s = ws.build("//pkg:b")
-    a = s.executor.output_paths[s.executor.dependencies[s.steps_of(s.labels[0])[0]][0]]
+    a = s.engine.output_paths[s.engine.dependencies[s.steps_of(s.labels[0])[0]][0]]
     b = s.output_paths_of(s.labels[0])[0]
     # a nested folder that looks like a step output inside b is part of b, not an entry
     Path(b, "inner").mkdir()
@@ -321,10 +321,10 @@ def test_ls_and_show_on_an_fsspec_prefix():
 
 def test_gc_lists_then_deletes_only_with_yes(ws):
     old = ws.build("//pkg:b")
-    old_paths = sorted(old.executor.output_paths.values())
+    old_paths = sorted(old.engine.output_paths.values())
     ws.write(n=2)
     new = ws.build("//pkg:b")
-    new_paths = sorted(new.executor.output_paths.values())
+    new_paths = sorted(new.engine.output_paths.values())
     run_infos = sorted(os.listdir(ws.prefix / "experiments"))
     assert len(run_infos) == 2
 

@@ -91,7 +91,7 @@ def test_indented_versions_equal_plain_json(case: dict[str, Any]) -> None:
     steps, executor = _computed(case)
     for step in steps.values():
         expected = json.dumps(executor.versions[step], indent=2)
-        assert executor._table.indented_version(executor.canonicalize(step)) == expected
+        assert executor.table.indented_version(executor.canonicalize(step)) == expected
 
 
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: c["case"])
@@ -100,7 +100,7 @@ def test_step_info_text_is_marins_indented_json(case: dict[str, Any]) -> None:
     included (they are spliced in from memoized texts, at the indentation of the line they go on)."""
     steps, executor = _computed(case)
     for step in steps.values():
-        text = executor._step_info_text(executor.canonicalize(step))
+        text = executor.info_text(executor.canonicalize(step))
         info = json.loads(text)
         assert info["version"] == executor.versions[executor.canonicalize(step)]
         assert text == json.dumps(info, indent=2)
@@ -163,7 +163,7 @@ def test_executor_info_text_is_what_marins_write_infos_prints(case: dict[str, An
     _, executor = _computed(case)
     expected = _marin_step_info_texts(executor)
     for step, text in zip(executor.steps, expected, strict=True):
-        assert executor._step_info_text(step) + "\n" == text, step.name
+        assert executor.info_text(step) + "\n" == text, step.name
 
 
 def _a_step_function(config: Any) -> None:
@@ -184,4 +184,4 @@ def test_executor_info_text_differs_from_marins_only_in_fn_name() -> None:
     ours = json.dumps(f"{__name__}._a_step_function")
     for step, text in zip(executor.steps, expected, strict=True):
         assert f'"fn_name": {marin_name},' in text
-        assert executor._step_info_text(step) + "\n" == text.replace(marin_name, ours, 1)
+        assert executor.info_text(step) + "\n" == text.replace(marin_name, ours, 1)

@@ -173,7 +173,7 @@ def test_a_marin_script_names_the_traceback_file_in_its_error(ws, tmp_path):
     out = only("tb/script_step-*", prefix)
     assert (out / TRACEBACK_FILE).read_text().rstrip().endswith("KeyError: 'missing_key'")
     last = done.stderr.rstrip().splitlines()[-1]
-    assert last.startswith("marinbuild.executor.StepFailedError: 1 step(s) failed: tb/script_step")
+    assert last.startswith("marinbuild.engine.errors.StepFailedError: 1 step(s) failed: tb/script_step")
     assert f"traceback: {out / TRACEBACK_FILE}" in last
     assert "in inner_of_script" in done.stderr  # the chained cause: the step's own frames
 

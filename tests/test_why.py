@@ -102,7 +102,7 @@ class Ws:
 
     def build(self, *patterns: str) -> Session:
         s = self.session(*patterns)
-        s.executor.run(s.requested_steps())
+        s.engine.run(s.requested_steps())
         return s
 
 
@@ -137,8 +137,8 @@ def test_built_target_is_up_to_date_and_dependencies_are_not_listed(ws):
 def test_changed_versioned_value_in_build_file(ws):
     before = ws.build()
     (b_step,) = before.steps_of(before.labels[0])
-    old_b_path = before.executor.output_paths[b_step]
-    old_a_path = before.executor.output_paths[before.executor.dependencies[b_step][0]]
+    old_b_path = before.engine.output_paths[b_step]
+    old_a_path = before.engine.output_paths[before.engine.dependencies[b_step][0]]
     ws.write(n=2)
     after = ws.session()
     out = by_step(why(after, "//pkg:b"))
@@ -184,7 +184,7 @@ def test_failed_before(ws):
     assert out["pkg/b"].reason == NEVER_BUILT
     traceback = f"{out['pkg/a'].output_path}/.marinbuild_traceback.txt"  # the failure's traceback, kept
     assert (
-        explain_step(s, s.executor.dependencies[s.steps_of(s.labels[0])[0]][0])
+        explain_step(s, s.engine.dependencies[s.steps_of(s.labels[0])[0]][0])
         == f"failed before (status FAILED; traceback: {traceback})"
     )
 
@@ -203,8 +203,8 @@ def test_a_folder_holding_only_its_executor_info_is_never_built(ws):
     before a step runs: a folder with nothing else is a step not built yet, not a deleted output."""
     s = ws.session()
     (b_step,) = s.steps_of(s.labels[0])
-    s.executor.run([b_step], run_only=["pkg/a$"])
-    assert sorted(os.listdir(s.executor.output_paths[b_step])) == [".executor_info"]
+    s.engine.run([b_step], run_only=["pkg/a$"])
+    assert sorted(os.listdir(s.engine.output_paths[b_step])) == [".executor_info"]
     out = by_step(why(ws.session(), "//pkg:b"))
     assert out["pkg/b"].reason == NEVER_BUILT
 

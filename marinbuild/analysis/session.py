@@ -2,7 +2,8 @@
 
 Everything the CLI's commands share: find the workspace, decide the prefix, load the
 BUILD files a set of patterns needs, analyse the targets into steps, compute versions,
-and hand an ``Executor`` the steps to build. Nothing here prints.
+and hand the engine (``marinbuild.engine.Engine``) the steps to build. Nothing here prints; nothing
+here imports the Marin facade (``marinbuild.executor``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from marinbuild.executor import DEFAULT_LOCAL_PREFIX, Executor
+from marinbuild.core.prefix import DEFAULT_LOCAL_PREFIX
+from marinbuild.engine import Engine
 from marinbuild.load.workspace import Workspace, find_workspace
 from marinbuild.run.backends import BACKEND_NAMES, LOCAL, RAY, BackendOptions, make_backend
 
@@ -117,7 +119,7 @@ class Session:
     loaded: LoadedWorkspace | None = None
     labels: list[Label] = field(default_factory=list)
     analysis: Analysis | None = None
-    executor: Executor | None = None
+    engine: Engine | None = None
 
     @classmethod
     def open(cls, start: str | os.PathLike[str] = ".", **settings: Any) -> Session:
@@ -149,17 +151,15 @@ class Session:
         cache = StatCache(self.workspace.stat_cache_path)
         self.analysis = analyze(self.loaded, roots, self.workspace, cache)
         cache.save()
-        self.executor = self.make_executor()
-        self.executor.compute_versions([step for label in roots for step in self.analysis.steps_of[label]])
+        self.engine = self.make_engine()
+        self.engine.add_all([step for label in roots for step in self.analysis.steps_of[label]])
         return self.analysis
 
-    def make_executor(self, listeners: list[Any] | None = None) -> Executor:
+    def make_engine(self, listeners: list[Any] | None = None) -> Engine:
         s = self.settings
-        return Executor(
-            prefix=s.prefix,
-            executor_info_base_path=os.path.join(s.prefix, "experiments")
-            if "://" not in s.prefix
-            else s.prefix + "/experiments",
+        return Engine(
+            s.prefix,
+            os.path.join(s.prefix, "experiments") if "://" not in s.prefix else s.prefix + "/experiments",
             heartbeat_interval=s.heartbeat_interval,
             stale_after=s.stale_after,
             listeners=listeners if listeners is not None else [],
@@ -176,10 +176,10 @@ class Session:
         return default_path(self.workspace.cache_dir)
 
     def make_backend(self) -> Any:
-        """The backend the settings name (``"local"``: the executor's threads, whatever ``$MARINBUILD_BACKEND`` says
+        """The backend the settings name (``"local"``: the engine's threads, whatever ``$MARINBUILD_BACKEND`` says
         to scripts); Ray is not started here."""
         s = self.settings
-        if s.backend == LOCAL:  # the executor constructs it, with the run's --jobs
+        if s.backend == LOCAL:  # the engine constructs it, with the run's --jobs
             return s.backend
         options = BackendOptions(
             ray_address=s.ray_address,
@@ -190,12 +190,12 @@ class Session:
         return make_backend(s.backend, options)
 
     def steps_of(self, label: Label) -> list[ExecutorStep]:
-        assert self.analysis is not None and self.executor is not None
-        return [self.executor.canonicalize(s) for s in self.analysis.steps_of[label]]
+        assert self.analysis is not None and self.engine is not None
+        return [self.engine.canonicalize(s) for s in self.analysis.steps_of[label]]
 
     def output_paths_of(self, label: Label) -> list[str]:
-        assert self.executor is not None
-        return [self.executor.output_paths[s] for s in self.steps_of(label)]
+        assert self.engine is not None
+        return [self.engine.output_paths[s] for s in self.steps_of(label)]
 
     def requested_steps(self) -> list[ExecutorStep]:
         assert self.analysis is not None

@@ -74,7 +74,7 @@ def cache_status(session: Any, labels: Iterable[str | Label]) -> list[CacheRow]:
     prefix = session.settings.prefix
     stale_after = pb.stale_after_of(session)
     resolved = pb.resolve_targets(session, labels)
-    output_paths = session.executor.output_paths
+    output_paths = session.engine.output_paths
     steps_by_label = {label: list(dict.fromkeys(session.steps_of(label))) for label in resolved}
     all_steps = list(dict.fromkeys(s for steps in steps_by_label.values() for s in steps))
     probes = pb.probe_outputs([output_paths[s] for s in all_steps], stale_after)
@@ -407,13 +407,13 @@ def _gc_blocker(output_path: str, normalized: str, keep: set[str], stale_after: 
 def needed_output_paths(session: Any, labels: Iterable[str | Label]) -> set[str]:
     """Output paths of every step of ``labels``' analysis closure and of every step those depend on."""
     roots = pb.resolve_targets(session, labels)
-    executor = session.executor
-    table = executor._table
+    engine = session.engine
+    table = engine.table
     todo = []
     for label in session.loaded.closure(roots):
         for step in session.analysis.steps_of.get(label, []):
-            executor.compute_version(step)
-            todo.append(executor.canonicalize(step))
+            engine.add(step)
+            todo.append(engine.canonicalize(step))
     seen: set[Any] = set()
     while todo:
         step = todo.pop()
@@ -422,7 +422,7 @@ def needed_output_paths(session: Any, labels: Iterable[str | Label]) -> set[str]
         seen.add(step)
         todo.extend(table.dependencies[step])
         todo.extend(table.pseudo_dependencies[step])
-    return {executor.output_paths[s] for s in seen}
+    return {engine.output_paths[s] for s in seen}
 
 
 def format_gc(result: GcResult) -> str:

@@ -210,7 +210,7 @@ def resolve_targets(session: Any, targets: Iterable[str | Label]) -> list[Label]
     """
     targets = list(targets)
     labels: list[Label] | None = None
-    if session.analysis is not None and session.executor is not None:
+    if session.analysis is not None and session.engine is not None:
         try:
             labels = [t if isinstance(t, Label) else parse_label(t, session.current_package()) for t in targets]
         except LabelError:
@@ -222,5 +222,5 @@ def resolve_targets(session: Any, targets: Iterable[str | Label]) -> list[Label]
         session.analyse(labels)
     for label in labels:
         for step in session.analysis.steps_of[label]:
-            session.executor.compute_version(step)
+            session.engine.add(step)
     return labels

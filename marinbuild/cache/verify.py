@@ -383,8 +383,8 @@ def verify_cache(
     from marinbuild.core.graph import StepGraph
 
     labels = pb.resolve_targets(session, targets)
-    output_paths = session.executor.output_paths
-    graph = StepGraph(session.executor._table) if deps else None
+    output_paths = session.engine.output_paths
+    graph = StepGraph(session.engine.table) if deps else None
     entries: dict[str, tuple[str, str]] = {}
     for label in labels:
         own = session.steps_of(label)

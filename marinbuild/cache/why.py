@@ -112,8 +112,8 @@ def why(session: Any, label: str | Label) -> list[StepExplanation]:
 
 
 def _in_step_order(session: Any, by_path: dict[str, StepExplanation]) -> list[StepExplanation]:
-    """The explanations (keyed by output path) in the executor's step order (dependencies first)."""
-    paths = (session.executor.output_paths[s] for s in session.executor.steps)
+    """The explanations (keyed by output path) in the engine's step order (dependencies first)."""
+    paths = (session.engine.output_paths[s] for s in session.engine.steps)
     return [by_path[p] for p in paths if p in by_path]
 
 
@@ -124,8 +124,8 @@ def why_targets(session: Any, patterns: list[str | Label]) -> list[TargetExplana
     would run. A step shared by several targets is read and explained once.
     """
     labels = pb.resolve_targets(session, patterns)
-    executor = session.executor
-    table = executor._table
+    engine = session.engine
+    table = engine.table
     stale_after = pb.stale_after_of(session)
     probes: dict[ExecutorStep, pb.Probe] = {}
     explained: dict[tuple[ExecutorStep, bool], StepExplanation] = {}
@@ -136,13 +136,13 @@ def why_targets(session: Any, patterns: list[str | Label]) -> list[TargetExplana
         reached: set[ExecutorStep] = set()
         frontier = requested
         while frontier:
-            unread = [executor.output_paths[s] for s in frontier if s not in probes]
+            unread = [engine.output_paths[s] for s in frontier if s not in probes]
             found = pb.probe_outputs(unread, stale_after) if unread else {}
             following: dict[ExecutorStep, None] = {}
             for step in frontier:
                 reached.add(step)
                 if step not in probes:
-                    probes[step] = found[executor.output_paths[step]]
+                    probes[step] = found[engine.output_paths[step]]
                 if probes[step].state != pb.BUILT:
                     following.update((dep, None) for dep in table.dependencies[step] if dep not in reached)
             frontier = [s for s in following if s not in reached]
@@ -163,8 +163,8 @@ def why_targets(session: Any, patterns: list[str | Label]) -> list[TargetExplana
 
 def explain_step(session: Any, step: ExecutorStep) -> str:
     """One line saying why ``step`` would run (for ``build --explain``); its version must be computed."""
-    step = session.executor.canonicalize(step)
-    probe = pb.probe_output(session.executor.output_paths[step], pb.stale_after_of(session))
+    step = session.engine.canonicalize(step)
+    probe = pb.probe_output(session.engine.output_paths[step], pb.stale_after_of(session))
     return one_line(_explain(session, step, probe, requested=True))
 
 
@@ -223,7 +223,7 @@ def _indent(text: str) -> str:
 def why_targets_as_dict(patterns: list[str], groups: list[TargetExplanation], step_paths: list[str]) -> dict[str, Any]:
     """The JSON form of a pattern: ``{"patterns", "targets": [one target's form, ...], "to_run": [names]}``.
 
-    ``to_run`` names each step that would run once, in the order of ``step_paths`` (the executor's
+    ``to_run`` names each step that would run once, in the order of ``step_paths`` (the engine's
     output paths in its step order: dependencies first)."""
     running = {e.output_path: e.step for group in groups for e in group.steps if e.will_run}
     return {
@@ -237,7 +237,7 @@ def why_targets_as_dict(patterns: list[str], groups: list[TargetExplanation], st
 
 
 def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bool) -> StepExplanation:
-    executor = session.executor
+    engine = session.engine
     e = StepExplanation(
         step=step.name, output_path=probe.output_path, reason=BUILT, requested=requested, status=probe.status
     )
@@ -289,7 +289,7 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
     e.previous_output_path = other.output_path
     # Compare like with like: the stored version is JSON, so encode the current one the same way
     # (dataclass, Path and enum values become what the info file holds).
-    current = json.loads(dumps_sorted(executor.versions[step]))
+    current = json.loads(dumps_sorted(engine.versions[step]))
     e.changes = version_changes(other.info["version"], current)
     if not e.changes:
         e.changes = ["(no difference in the recorded versions; the output path was chosen differently)"]
@@ -306,10 +306,10 @@ def _work(session: Any, step: ExecutorStep) -> list[str]:
     from marinbuild.load.builtins import Struct
     from marinbuild.ml.tokenize import payload_of, shard_status
 
-    executor = session.executor
-    output_path = executor.output_paths[step]
+    engine = session.engine
+    output_path = engine.output_paths[step]
     try:
-        resolved = instantiate_config(config, output_path, executor.output_paths, session.settings.prefix)
+        resolved = instantiate_config(config, output_path, engine.output_paths, session.settings.prefix)
         attrs = Struct(**{k: _resolve(v) for k, v in resolved.attrs.items()})
         package, _, name = resolved.label.lstrip("/").partition(":")
         return shard_status(payload_of(attrs, output_path, name, package))

@@ -233,7 +233,7 @@ class VersionTable:
 
     def compute_version(self, step: ExecutorStep, is_pseudo_dep: bool = False) -> None:
         """Compute versions and paths of ``step`` and everything it depends on (post-order, no recursion)."""
-        if not gc.isenabled():  # inside Executor.run's pause: no context manager per step
+        if not gc.isenabled():  # inside Engine.run's pause: no context manager per step
             self._compute(step, is_pseudo_dep)
             return
         with gc_paused():

@@ -1,6 +1,6 @@
 """The backends a build can name: the one list of their names and how each is constructed.
 
-The CLI's ``--backend`` choices, a session's ``backend`` setting and an ``Executor``'s
+The CLI's ``--backend`` choices, a session's ``backend`` setting and an ``Engine``'s (an ``Executor``'s)
 ``backend="..."`` (or ``$MARINBUILD_BACKEND``) all read ``BACKEND_NAMES`` and construct through
 ``make_backend``. ``BackendOptions`` carries every knob a backend takes; each constructor reads its
 own fields and leaves the rest, None meaning the backend's default.

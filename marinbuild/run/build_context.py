@@ -1,8 +1,8 @@
 """The state one build owns, handed down to what needs it instead of kept in module globals.
 
-As ninja's ``State``, a ``BuildContext`` is made for one build by whoever starts it (the Marin facade's
-``Executor.run``; a CLI build goes through it too), passed to the planner's status reads and to every
-``StepJob``, and closed when the build ends:
+As ninja's ``State``, a ``BuildContext`` is made for one build by whoever starts it (``Engine.run``, which
+the CLI and the Marin facade both call), passed to the planner's status reads and to every ``StepJob``, and
+closed when the build ends:
 
 - ``lease_keeper``: the thread renewing the leases this build holds (``marinbuild.run.leases``); closing
   the build ends it, so a process that runs many builds keeps no idle keeper thread;

@@ -17,7 +17,7 @@ from marinbuild.run.backend import Backend
 from marinbuild.run.outcome import Outcome
 from marinbuild.run.step_job import RAN, JobOutcome, StepJob
 
-K = TypeVar("K", bound=Hashable)  # what names a step: an ExecutorStep for the executor
+K = TypeVar("K", bound=Hashable)  # what names a step: an ExecutorStep for the engine
 
 
 class _Run(Generic[K]):

@@ -1,6 +1,6 @@
 """A step's call: its function, its resolved config, and what it asks the backend for.
 
-The executor gives every ``StepJob`` one of these as ``call``. Calling it runs the step in
+The engine gives every ``StepJob`` one of these as ``call``. Calling it runs the step in
 this process (the local backend); the Ray backend reads ``target``, ``config`` and
 ``request()`` to run the same function as a Ray task. Wrappers are looked through:
 

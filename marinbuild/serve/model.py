@@ -87,24 +87,24 @@ class ViewModel:
         self.check_prefix()
         with self._lock:
             session = self._session()
-            executor = session.executor
+            engine = session.engine
             analysis = session.analysis
             label_of: dict[Any, str] = {}
             for label, steps in analysis.steps_of.items():
                 for step in steps:
-                    label_of.setdefault(executor.canonicalize(step), str(label))
+                    label_of.setdefault(engine.canonicalize(step), str(label))
             rows = cache_status(session, list(analysis.steps_of))
             states = {s.output_path: s for row in rows for s in row.steps}
-            table = executor._table
-            steps = list(dict.fromkeys(executor.canonicalize(s) for s in executor.steps))
+            table = engine.table
+            steps = list(dict.fromkeys(engine.canonicalize(s) for s in engine.steps))
             durations = history.durations(self.cache_dir, self.prefix)
             nodes: list[dict[str, Any]] = []
             edges: list[list[str]] = []
             shown: dict[str, str] = {}
             for step in steps:  # dependencies first
-                path = executor.output_paths[step]
+                path = engine.output_paths[step]
                 state = states.get(path)
-                deps = [executor.output_paths[executor.canonicalize(d)] for d in table.dependencies.get(step, ())]
+                deps = [engine.output_paths[engine.canonicalize(d)] for d in table.dependencies.get(step, ())]
                 shown[path] = shown_state(state.state, state.status) if state else "missing"
                 if shown[path] in (pb.MISSING, "stale") and any(
                     shown.get(d) in (pb.FAILED, "dep_failed") for d in deps
@@ -141,16 +141,16 @@ class ViewModel:
         self.check_prefix()
         with self._lock:
             session = self._session()
-            executor = session.executor
-            step = next((s for s in executor.steps if executor.output_paths[s] == output_path), None)
+            engine = session.engine
+            step = next((s for s in engine.steps if engine.output_paths[s] == output_path), None)
             label, rule, current = None, None, None
             if step is not None:
                 for lab, steps in session.analysis.steps_of.items():
-                    if any(executor.canonicalize(s) == step for s in steps):
+                    if any(engine.canonicalize(s) == step for s in steps):
                         label = str(lab)
                         rule = getattr(session.loaded.targets[lab].rule, "name", None)
                         break
-                current = json.loads(executor._step_info_text(step))  # what .executor_info holds once built
+                current = json.loads(engine.info_text(step))  # what .executor_info holds once built
             shown = cache_show(self.prefix, output_path)["outputs"][0]
             why_text = None
             if label is not None:

@@ -50,6 +50,7 @@ from typing import Any
 
 import fsspec
 
+from marinbuild.core.prefix import DEFAULT_LOCAL_PREFIX
 from marinbuild.store import fs
 
 logger = logging.getLogger("marinbuild")
@@ -57,7 +58,6 @@ logger = logging.getLogger("marinbuild")
 MARIN_MIRROR_BUDGET_GB = "MARIN_MIRROR_BUDGET_GB"
 MARIN_MIRROR_PREFIXES = "MARIN_MIRROR_PREFIXES"
 DEFAULT_BUDGET_GB = 10.0
-DEFAULT_LOCAL_PREFIX = "/tmp/marin"
 REGIONAL_BUCKETS = (
     "marin-us-central1",
     "marin-us-central2",

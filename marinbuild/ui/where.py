@@ -1,8 +1,8 @@
 """Where to look after a build, as Marin's ``executor_main`` prints it: the experiment page, W&B runs,
 TensorBoard logs.
 
-Contract: ``where_to_look(executor, ran)`` returns the lines (without a trailing newline) to print on
-stderr after a build whose run ``ran`` these steps: the experiment page (``get_experiment_url()``)
+Contract: ``where_to_look(engine, ran)`` returns the lines (without a trailing newline) to print on
+stderr after a build whose run ``ran`` these steps: the experiment page (``Engine.experiment_url()``)
 when the build wrote its run info, and for each step of a target with ``tracker = "wandb"`` its
 Weights & Biases run (``https://wandb.ai/$WANDB_ENTITY/$WANDB_PROJECT/runs/<run id>``; the run id is
 the output folder's name, as ``train_lm`` names the run), and for each step of a target with
@@ -14,7 +14,10 @@ writes them under ``<output>/tensorboard/``). Nothing for a dry run or a no-op b
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marinbuild.engine import Engine
 
 __all__ = ["failure_pages", "where_to_look"]
 
@@ -27,20 +30,20 @@ def _tracker(step: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def where_to_look(executor: Any, ran: list[Any]) -> list[str]:
+def where_to_look(engine: Engine, ran: list[Any]) -> list[str]:
     lines = []
-    if executor.executor_info_path is not None:
-        lines.append(f"experiment page: {executor.get_experiment_url()}")
+    if engine.executor_info_path is not None:
+        lines.append(f"experiment page: {engine.experiment_url()}")
     project = os.environ.get("WANDB_PROJECT", "marin")
     entity = os.environ.get("WANDB_ENTITY")
     for step in ran:
         tracker = _tracker(step)
         if tracker == "tensorboard":
-            logdir = os.path.join(executor.output_paths[step].rstrip("/"), "tensorboard")
+            logdir = os.path.join(engine.output_paths[step].rstrip("/"), "tensorboard")
             lines.append(f"TensorBoard of {step.name}: tensorboard --logdir {logdir}")
         if tracker != "wandb":
             continue
-        run_id = os.path.basename(executor.output_paths[step].rstrip("/"))
+        run_id = os.path.basename(engine.output_paths[step].rstrip("/"))
         if entity:
             lines.append(f"W&B run of {step.name}: https://wandb.ai/{entity}/{project}/runs/{run_id}")
         else:

@@ -118,7 +118,7 @@ def test_verify_cache_resolves_targets_through_a_session(tmp_path, monkeypatch):
     session = Session.open(".", prefix=str(tmp_path / "out"))
     session.load(["//pipe:b"])
     session.analyse()
-    session.executor.run(session.requested_steps())
+    session.engine.run(session.requested_steps())
     report = verify_cache(Session.open(".", prefix=str(tmp_path / "out")), ["//pipe/..."])
     states = {(s.label, s.state) for s in report.steps}
     assert states == {("//pipe:a", OK), ("//pipe:b", OK), ("//pipe:other", NOT_BUILT)}

@@ -1,0 +1,33 @@
+"""What a step's job calls: the step's function with its instantiated config (``run/step_call.py``).
+
+A ``StepSpec``'s step is called with its output path (``step_spec.step_function_of``). The step's
+``mirror://`` copies are charged to its largest ``mirrored(..., budget_gb=)``, Marin's rule, under the
+engine's prefix.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marinbuild.core.placeholders import ExecutorStep
+    from marinbuild.run.step_call import StepCall
+
+
+def call_for(step: ExecutorStep, config: Any, prefix: str) -> StepCall:
+    """The call of ``step`` with ``config`` (its instantiated config); ``ValueError`` for a step without a function."""
+    from marinbuild.core.walk import max_mirror_budget
+    from marinbuild.run.step_call import StepCall
+    from marinbuild.step_spec import step_function_of
+
+    fn = step_function_of(step)
+    if fn is None:
+        raise ValueError(f"step {step.name} has no fn to run")
+    return StepCall(
+        fn,
+        config,
+        step.resources,
+        step.pip_dependency_groups,
+        mirror_budget_gb=max_mirror_budget(step.config),
+        mirror_prefix=prefix,
+    )

@@ -1,0 +1,324 @@
+"""The engine: versioned steps -> a plan -> a run -> the records around it. Both faces call it.
+
+The CLI session (``analysis/session.py``) builds an ``Engine`` from the analysed targets' steps; a Marin
+script reaches it through ``marinbuild.executor.Executor``, which is an ``Engine`` with Marin's constructor
+and method names. One ``Engine`` holds one version table (``table``: ``core/versions.py``) and runs
+builds on it; each ``run`` is one build with its own ``BuildContext`` (lease keeper, runner registry,
+metadata cache), closed when it returns.
+
+Contract:
+- ``add``/``add_all`` version steps (and what they depend on); ``steps``, ``configs``, ``dependencies``,
+  ``versions``, ``version_strs``, ``hashed_versions``, ``output_paths``, ``is_pseudo_dep`` are the table's own
+  dicts, with Marin's meanings; ``canonicalize`` names the step that stands for equal versions;
+  ``action_digest`` is the action cache's key; ``info_text`` is a step's ``.executor_info`` text.
+- ``run`` versions the given steps, plans (``planning.py``), and, unless the run is dry or has nothing to run,
+  runs them (``execute.py``); it returns ``output_paths``. ``plan``, ``outcome`` and ``dry_run_problems``
+  describe the last run.
+- ``record_infos``/``write_infos``/``experiment_url``: the run's records in Marin's schema (``infos.py``,
+  ``commit.py``); ``step_infos``, ``executor_info`` and ``executor_info_path`` hold them.
+
+Kept light to import: storage and execution load when ``run`` needs them, and only what it needs (a no-op
+loads no backend, scheduler, resource or runtime-env module), under the complexity rule on
+``bench/run.py``'s no-op and script-alone rows (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from marinbuild.core.gc_control import gc_paused
+from marinbuild.core.placeholders import ExecutorStep, InputName
+from marinbuild.core.versions import VersionTable
+from marinbuild.engine import commit
+from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, run_info, step_info_text
+
+if TYPE_CHECKING:
+    from marinbuild.run.backend import Backend
+    from marinbuild.run.build_context import BuildContext
+    from marinbuild.run.events import Listener
+    from marinbuild.run.outcome import Outcome
+    from marinbuild.run.plan import Plan
+    from marinbuild.store.run_info import BackgroundWrite
+
+
+def _worker_id() -> str:
+    from marinbuild.store.holders import new_worker_id
+
+    return new_worker_id()
+
+
+class Engine:
+    """Versions, plans and runs ``ExecutorStep``s under ``prefix``; see the module's contract.
+
+    ``executor_info_base_path``: where run infos go (default ``<prefix>/experiments``). ``backend``: a backend
+    object (the caller owns it), a name (``"local"``/``"ray"``, constructed per run), or None
+    (``backend_choice.default_backend``). ``listeners`` receive the run's events (None: log them).
+    ``metadata_cache_path``: each run's cache of verified remote steps (``store/metadata_cache.py``);
+    ``"default"``: ``$MARINBUILD_METADATA_CACHE`` or the user's cache folder; None: no cache.
+    """
+
+    def __init__(
+        self,
+        prefix: str,
+        executor_info_base_path: str | None = None,
+        description: str | None = None,
+        *,
+        heartbeat_interval: float | None = None,
+        stale_after: float | None = None,
+        listeners: list[Listener] | None = None,
+        backend: Backend | str | None = None,
+        keep_going: bool = True,
+        metadata_cache_path: str | None | Literal["default"] = "default",
+    ):
+        self.prefix = prefix
+        if executor_info_base_path is None:
+            executor_info_base_path = prefix.rstrip("/") + "/experiments"
+        self.executor_info_base_path = executor_info_base_path
+        self.description = description
+        self._versions = table = VersionTable(prefix)
+        self.steps = table.steps
+        self.configs = table.configs
+        self.dependencies = table.dependencies
+        self.versions = table.versions
+        self.version_strs = table.version_strs
+        self.version_bytes = table.version_bytes
+        """``version_strs`` as the ASCII bytes that are hashed (no decoding)."""
+        self.version_str_to_step = table.version_str_to_step
+        self.hashed_versions = table.hashed_versions
+        self.output_paths = table.output_paths
+        self.is_pseudo_dep = table.is_pseudo_dep
+        self.heartbeat_interval = heartbeat_interval
+        self.stale_after = stale_after
+        self.listeners = listeners
+        self.backend = backend
+        self.keep_going = keep_going
+        self.metadata_cache_path = metadata_cache_path
+        self.worker_id = _worker_id()
+        self.step_infos: list[ExecutorStepInfo] = []
+        self.executor_info: ExecutorInfo | None = None
+        self.executor_info_path: str | None = None
+        self.plan: Plan | None = None
+        """The plan of the last ``run`` (``run/plan.py``): every needed step's state."""
+        self.outcome: Outcome[ExecutorStep] | None = None
+        """What the last ``run`` ran (``run/outcome.py``); None after a dry or refused run."""
+        self.dry_run_problems: list[str] = []
+        """After a dry run on the local backend: the steps to run that it could not run (``resource_problems``)."""
+
+    # -- versions -------------------------------------------------------------------------
+    @property
+    def table(self) -> VersionTable:
+        """The version table: every versioned step's version, path and dependencies (``core/versions.py``)."""
+        return self._versions
+
+    def add(self, step: ExecutorStep, is_pseudo_dep: bool = False) -> None:
+        """Version ``step`` and everything it depends on (nothing is read or written)."""
+        self._versions.compute_version(step, is_pseudo_dep)
+
+    def add_all(self, steps: Iterable[ExecutorStep], is_pseudo_dep: bool = False) -> None:
+        """``add`` each step with the cyclic garbage collector paused for the whole batch (between separate calls
+        it would rescan the growing tables)."""
+        with gc_paused():
+            for step in steps:
+                self.add(step, is_pseudo_dep)
+
+    def canonicalize(self, step: ExecutorStep) -> ExecutorStep:
+        """Multiple ``ExecutorStep``s can have the same version; this is the one that stands for them."""
+        return self._versions.canonicalize(step)
+
+    def action_digest(self, step: ExecutorStep) -> str:
+        """The sha256 of ``step``'s version string: the action cache's key."""
+        return self._versions.action_digest(step)
+
+    def info_text(self, step: ExecutorStep) -> str:
+        """The ``.executor_info`` text of ``step`` (a canonical step), as Marin writes it (without the newline)."""
+        return step_info_text(self._versions, step)
+
+    # -- records --------------------------------------------------------------------------
+    def record_infos(self) -> None:
+        """Compute ``step_infos`` and ``executor_info`` for the steps versioned so far (Marin's ``get_infos``)."""
+        self.step_infos, self.executor_info = run_info(
+            self._versions, worker_id=self.worker_id, prefix=self.prefix, description=self.description
+        )
+
+    def write_infos(self) -> None:
+        """Write every step's ``.executor_info`` and the run's info JSON (Marin's ``write_infos``)."""
+        if self.executor_info is None:
+            self.record_infos()
+        assert self.executor_info is not None
+        commit.write_step_infos(self._versions)
+        self.executor_info_path = commit.write_run_info(
+            self._versions, self.executor_info, self.executor_info_base_path, only_if_new=False
+        )
+
+    def experiment_url(self) -> str:
+        """Where this run is shown: ``marinbuild serve``'s run page when a base URL is configured
+        (``$MARINBUILD_SERVE_URL``, which the CLI sets from ``[tool.marinbuild] serve_url`` or a running
+        ``marinbuild serve``; ``marinbuild.serve.url``), else Marin's data browser."""
+        if self.executor_info_path is None:
+            if self.executor_info is None:
+                self.record_infos()
+            assert self.executor_info is not None
+            self.executor_info_path = commit.run_info_path(
+                self._versions, self.executor_info, self.executor_info_base_path
+            )
+        from marinbuild.serve.url import experiment_url, serve_url
+
+        base = serve_url()
+        if base is not None:
+            return experiment_url(base, self.executor_info_path)
+        host = "https://marin.community/data-browser" if self.prefix.startswith("gs://") else "http://localhost:5000"
+        import urllib.parse
+
+        return host + "/experiment?path=" + urllib.parse.quote(self.executor_info_path)
+
+    # -- running --------------------------------------------------------------------------
+    def run(
+        self,
+        steps: Sequence[ExecutorStep | InputName],
+        *,
+        dry_run: bool = False,
+        run_only: list[str] | None = None,
+        force_run_failed: bool = True,
+        max_concurrent: int | None = None,
+        rebuild: list[ExecutorStep] | None = None,
+    ) -> dict[ExecutorStep, str]:
+        """Build ``steps`` (and what they need); return every known step's output path.
+
+        ``run_only`` regexes select steps by name (plus what they need). Steps already
+        built are skipped, and so are dependencies only they needed. A failed step stops
+        its dependents (DEP_FAILED) while independent steps go on; then ``StepFailedError``
+        names every failure. ``dry_run`` reads statuses and writes nothing. ``rebuild`` steps run
+        again even when built (their status is removed just before the run).
+        """
+        if max_concurrent is not None and max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be a positive integer, got {max_concurrent}")
+        from marinbuild.run.build_context import BuildContext
+        from marinbuild.store.metadata_cache import default_path
+
+        path = default_path() if self.metadata_cache_path == "default" else self.metadata_cache_path
+        with BuildContext(path) as context:
+            self._run(
+                steps,
+                context,
+                dry_run=dry_run,
+                run_only=run_only,
+                force_run_failed=force_run_failed,
+                max_concurrent=max_concurrent,
+                rebuild=rebuild or [],
+            )
+        return self.output_paths
+
+    def _run(
+        self,
+        steps: Sequence[ExecutorStep | InputName],
+        context: BuildContext,
+        *,
+        dry_run: bool,
+        run_only: list[str] | None,
+        force_run_failed: bool,
+        max_concurrent: int | None,
+        rebuild: list[ExecutorStep],
+    ) -> None:
+        from marinbuild.engine import planning
+        from marinbuild.run import events as ev
+        from marinbuild.run.plan import REBUILD
+        from marinbuild.store.lease import STALE_AFTER
+
+        with gc_paused():  # versions and plan: many objects, no cyclic garbage (the steps' own code runs with gc on)
+            requested: list[ExecutorStep] = []
+            for given in steps:
+                step = given.step if isinstance(given, InputName) else given
+                if step is not None:
+                    self.add(step, is_pseudo_dep=False)
+                    requested.append(step)
+            bus = ev.EventBus(self.listeners if self.listeners is not None else [ev.log_listener])
+            graph, plan = planning.plan_run(
+                self._versions,
+                requested,
+                run_only=run_only,
+                rebuild=rebuild,
+                worker_id=self.worker_id,
+                stale_after=self.stale_after if self.stale_after is not None else STALE_AFTER,
+                metadata_cache=context.metadata_cache,
+            )
+            self.plan = plan
+        if dry_run:  # the names cache status and query give: stale when another version of the step is there
+            planning.mark_stale(plan, self.prefix, self.output_paths)
+        for step, step_plan in plan.steps.items():
+            bus.emit(
+                ev.PLANNED,
+                step=step.name,
+                output_path=self.output_paths[step],
+                detail=step_plan.state,
+                data={"dry_run": dry_run, "status": step_plan.status},
+            )
+        if not force_run_failed:
+            planning.refuse_failed_before(plan, self.output_paths)
+        if dry_run:
+            self.dry_run_problems = self._local_problems(plan)
+            return
+        if rebuild:
+            from marinbuild.store import fs
+            from marinbuild.store.status import status_path
+
+            for step in plan.by_state(REBUILD):
+                fs.remove(status_path(self.output_paths[step]))
+        selected = run_only is not None
+        if not plan.to_run:  # everything is built: nothing to start, check or record
+            from marinbuild.run.outcome import Outcome
+
+            commit.write_infos_not_run(self._versions, graph, plan, selected)
+            bus.emit(ev.BUILD_STARTED, data={"steps": 0})
+            bus.emit(ev.BUILD_FINISHED, data={"ran": 0, "failed": 0})
+            self.outcome = Outcome()
+            return
+        from marinbuild.engine.execute import RunSettings, execute
+
+        settings = RunSettings(
+            prefix=self.prefix,
+            worker_id=self.worker_id,
+            backend=self.backend,
+            keep_going=self.keep_going,
+            heartbeat_interval=self.heartbeat_interval,
+            stale_after=self.stale_after,
+        )
+        self.outcome = execute(
+            self._versions,
+            graph,
+            plan,
+            bus,
+            settings,
+            max_concurrent=max_concurrent,
+            selected=selected,
+            context=context,
+            start_run_info=self._start_run_info,
+        )
+
+    def _start_run_info(self) -> BackgroundWrite:
+        """The run info of a run that runs steps, written on a thread while they run. The infos are made here, before
+        any step starts (the steps' own ``.executor_info`` texts instantiate configs too, on the backend's threads)."""
+        self.record_infos()
+        info = self.executor_info
+        assert info is not None
+
+        def write() -> str:
+            self.executor_info_path = commit.write_run_info(
+                self._versions, info, self.executor_info_base_path, only_if_new=True
+            )
+            return self.executor_info_path
+
+        from marinbuild.store import run_info as run_info_file
+
+        return run_info_file.BackgroundWrite(write)
+
+    def _local_problems(self, plan: Plan) -> list[str]:
+        """For a dry run on the local backend: the steps to run it could not run (a TPU step, ...)."""
+        from marinbuild.engine import backend_choice
+        from marinbuild.engine.calls import call_for
+
+        if not backend_choice.is_local(self.backend):
+            return []
+        return backend_choice.local_problems(
+            {step: call_for(step, self.configs[step], self.prefix) for step in plan.to_run}
+        )

@@ -1,0 +1,39 @@
+"""The errors a run raises: Marin's names and base classes, so code that catches Marin's keeps working.
+
+``StepFailedError`` is raised after the schedule ends with failures (every failure kept in ``failures``);
+``PreviousTaskFailedError`` before anything runs, when a needed step failed in an earlier run and the run
+was told not to retry it (``force_run_failed=False``).
+"""
+
+from __future__ import annotations
+
+
+class StepFailedError(RuntimeError):
+    """One or more steps failed; ``failures`` maps each failed step's name to its exception. The message names
+    each failed step's ``.marinbuild_traceback.txt`` (its whole traceback, kept beside its status)."""
+
+    def __init__(self, failures: dict[str, BaseException], dep_failed: list[str]):
+        from marinbuild.run.failure import traceback_file_of
+
+        def named(name: str, error: BaseException) -> str:
+            path = traceback_file_of(error)
+            return f"{name} (traceback: {path})" if path else name
+
+        names = ", ".join(named(name, error) for name, error in failures.items())
+        message = f"{len(failures)} step(s) failed: {names}"
+        if dep_failed:
+            message += f"; {len(dep_failed)} step(s) not run because a dependency failed (DEP_FAILED): "
+            message += ", ".join(dep_failed)
+        super().__init__(message)
+        self.failures = failures
+        self.dep_failed = dep_failed
+
+
+class PreviousTaskFailedError(Exception):
+    """A needed step failed in an earlier run and ``force_run_failed`` is False. Marin's name and base class (a plain
+    ``Exception``, ``marin.execution.executor_step_status.PreviousTaskFailedError``), so code that catches Marin's
+    keeps working when it imports this one instead."""
+
+
+PreviousStepFailedError = PreviousTaskFailedError
+"""marinbuild's earlier name of ``PreviousTaskFailedError``."""

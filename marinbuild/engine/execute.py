@@ -1,0 +1,123 @@
+"""Running a plan's steps: a job per step, the backend, the resource check, the schedule, the failures.
+
+``execute`` is called with a plan that has steps to run (a no-op never loads this module, nor the
+scheduler, the step jobs or any backend). In order: make each step's ``StepJob`` (``run/step_job.py``:
+lease, status, outputs, commit); construct the backend the engine names (or take the one it was given);
+refuse the run if the backend cannot give some step what it asks for, before anything is written; write
+the ``.executor_info`` of steps not run and start the run info on its own thread (``commit.py``); schedule
+the jobs (``run/scheduler.py``); then turn the failures into ``StepFailedError``, the first step's own
+exception chained. A backend constructed here is shut down here.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from marinbuild.engine import backend_choice, commit
+from marinbuild.engine.calls import call_for
+from marinbuild.engine.errors import StepFailedError
+from marinbuild.engine.infos import step_info_text
+from marinbuild.run import events as ev
+from marinbuild.run.scheduler import schedule
+from marinbuild.run.step_job import LeaseSettings, StepJob
+from marinbuild.store.action_cache import ActionKey
+
+if TYPE_CHECKING:
+    from marinbuild.core.graph import StepGraph
+    from marinbuild.core.placeholders import ExecutorStep
+    from marinbuild.core.versions import VersionTable
+    from marinbuild.run.backend import Backend
+    from marinbuild.run.build_context import BuildContext
+    from marinbuild.run.outcome import Outcome
+    from marinbuild.run.plan import Plan
+    from marinbuild.store.run_info import BackgroundWrite
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How the engine runs steps (its constructor's knobs); None: the default."""
+
+    prefix: str
+    worker_id: str
+    backend: Backend | str | None
+    keep_going: bool
+    heartbeat_interval: float | None
+    stale_after: float | None
+
+
+def execute(
+    table: VersionTable,
+    graph: StepGraph,
+    plan: Plan,
+    bus: ev.EventBus,
+    settings: RunSettings,
+    *,
+    max_concurrent: int | None,
+    selected: bool,
+    context: BuildContext,
+    start_run_info: Callable[[], BackgroundWrite],
+) -> Outcome[ExecutorStep]:
+    """Run ``plan.to_run`` (not empty); ``start_run_info`` starts the run info's writer once nothing can refuse
+    the run any more. ``selected``: the run was narrowed by ``run_only``."""
+    lease_settings = LeaseSettings()
+    if settings.heartbeat_interval is not None:
+        lease_settings.heartbeat_interval = settings.heartbeat_interval
+    if settings.stale_after is not None:
+        lease_settings.stale_after = settings.stale_after
+    cancel = threading.Event()
+    output_paths = table.output_paths
+    jobs = {
+        step: StepJob(
+            name=step.name,
+            output_path=output_paths[step],
+            call=call_for(step, table.configs[step], settings.prefix),
+            info_text=functools.partial(step_info_text, table, step),
+            worker_id=settings.worker_id,
+            bus=bus,
+            settings=lease_settings,
+            cancel=cancel,
+            action=ActionKey(table.action_digest(step), step.name, step.override_output_path is not None),
+            context=context,
+        )
+        for step in plan.to_run
+    }
+    backend: Backend
+    if settings.backend is None or isinstance(settings.backend, str):  # a backend of this run's own
+        name = settings.backend or backend_choice.default_backend()
+        backend, owned = backend_choice.backend_named(name, max_concurrent), True
+    else:
+        backend, owned = settings.backend, False
+    try:
+        backend_choice.check_resources(backend, {step: job.call for step, job in jobs.items()})  # nothing written yet
+        commit.write_infos_not_run(table, graph, plan, selected)
+        writing = start_run_info()
+        try:
+            bus.emit(ev.BUILD_STARTED, data={"steps": len(jobs)})
+            outcome = schedule(
+                plan.to_run,
+                table.dependencies,
+                jobs,
+                backend,
+                bus,
+                max_concurrent=max_concurrent,
+                keep_going=settings.keep_going,
+                cancel=cancel,
+            )
+        except BaseException:
+            writing.join()  # the build's own error (or an interrupt) is the one to raise
+            raise
+        writing.result()
+    finally:
+        if owned:
+            backend.shutdown()
+    bus.emit(ev.BUILD_FINISHED, data={"ran": len(outcome.ran), "failed": len(outcome.failed)})
+    if outcome.failed:
+        failures = {step.name: exc for step, exc in outcome.failed.items()}
+        error = StepFailedError(failures, [s.name for s in outcome.dep_failed])
+        first = next(iter(outcome.failed.values()))
+        raise error from (first.__cause__ or first)
+    return outcome

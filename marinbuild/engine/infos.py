@@ -1,0 +1,198 @@
+"""What is recorded about a step and a run, in Marin's schema: ``.executor_info`` and the run info's head.
+
+``ExecutorStepInfo``/``ExecutorInfo`` are Marin's dataclasses. ``step_info_text`` is the exact
+``.executor_info`` text Marin writes (``json.dumps(info, indent=2)``), composed field by field around the
+version table's memoized indented version, so a step deep in a wide graph does not re-serialise its
+ancestors' versions. ``run_head`` gathers the run's facts (worker, git commit, caller script, date, user)
+as Marin's ``get_infos`` does; the git commit is read from files, not a subprocess.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from marinbuild.core.jsonenc import dumps_indented
+
+if TYPE_CHECKING:
+    from marinbuild.core.placeholders import ExecutorFunction, ExecutorStep
+    from marinbuild.core.versions import VersionTable
+
+
+@dataclass(frozen=True)
+class ExecutorStepInfo:
+    """What is recorded about a step in ``.executor_info`` (Marin's schema)."""
+
+    name: str
+    fn_name: str
+    config: Any
+    description: str | None
+    override_output_path: str | None
+    version: dict[str, Any]
+    dependencies: list[str]
+    output_path: str
+
+
+@dataclass(frozen=True)
+class ExecutorInfo:
+    """What is recorded about a run in ``<executor_info_base_path>/<script>-<hash>.json``."""
+
+    worker_id: str
+    git_commit: str | None
+    caller_path: str
+    created_date: str
+    user: str | None
+    prefix: str
+    description: str | None
+    steps: list[ExecutorStepInfo]
+
+
+_FN_NAMES: dict[Any, str] = {}
+"""Memo of ``_fn_name``: a function's name is a fact about the function object, the same in every build."""
+_FUNCTION = type(lambda: None)
+
+
+def get_fn_name(fn: ExecutorFunction, short: bool = False) -> str:
+    """A name for ``fn`` that is the same in every run: ``module.qualname`` (Marin printed a memory address)."""
+    if short or type(fn) is not _FUNCTION:  # partials, wrappers and lambdas made per step are not kept here
+        return _fn_name(fn, short)
+    name = _FN_NAMES.get(fn)
+    if name is None:
+        name = _FN_NAMES[fn] = _fn_name(fn)
+    return name
+
+
+def _fn_name(fn: ExecutorFunction, short: bool = False) -> str:
+    if fn is None:
+        return "None"
+    inner = getattr(fn, "fn", None)  # Marin's RemoteCallable and similar wrappers
+    if inner is not None and callable(inner) and not hasattr(fn, "__qualname__"):
+        fn = inner
+    target = fn.func if hasattr(fn, "func") and hasattr(fn, "args") else fn  # functools.partial
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    if short:
+        return qualname.rsplit(".", 1)[-1]
+    module = getattr(target, "__module__", None) or type(target).__module__
+    return f"{module}.{qualname}"
+
+
+def now_iso() -> str:
+    """Local time now, as Marin records it: ``datetime.now().isoformat()``."""
+    return datetime.datetime.now().isoformat()
+
+
+def git_commit() -> str | None:
+    """HEAD's commit of the current directory's repository (what Marin's ``git rev-parse HEAD`` gives when ``.git``
+    is there), read from the files (no subprocess). ``.git`` may be a file pointing elsewhere (a worktree)."""
+    git = os.path.join(os.getcwd(), ".git")
+    try:
+        if os.path.isfile(git):
+            with open(git) as f:
+                pointer = f.read().strip()
+            if not pointer.startswith("gitdir: "):
+                return None
+            git = os.path.join(os.getcwd(), pointer[len("gitdir: ") :])
+        common = git
+        if os.path.exists(os.path.join(git, "commondir")):  # a worktree's refs live in the main repository
+            with open(os.path.join(git, "commondir")) as f:
+                common = os.path.join(git, f.read().strip())
+        with open(os.path.join(git, "HEAD")) as f:
+            head = f.read().strip()
+        if not head.startswith("ref: "):
+            return head
+        ref = head[5:]
+        for folder in (git, common):
+            ref_file = os.path.join(folder, ref)
+            if os.path.exists(ref_file):
+                with open(ref_file) as f:
+                    return f.read().strip()
+        with open(os.path.join(common, "packed-refs")) as f:
+            for line in f:
+                if line.strip().endswith(" " + ref):
+                    return line.split()[0]
+    except OSError:
+        return None
+    return None
+
+
+def caller_path() -> str:
+    """The outermost real file on the stack: the experiment script (as Marin records it)."""
+    frame: Any = sys._getframe()
+    outermost = sys.argv[0] if sys.argv and sys.argv[0] else "<unknown>"
+    while frame is not None:
+        if not frame.f_code.co_filename.startswith("<"):
+            outermost = frame.f_code.co_filename
+        frame = frame.f_back
+    return outermost
+
+
+def user() -> str | None:
+    try:
+        import getpass
+
+        return getpass.getuser()
+    except Exception:
+        return None
+
+
+def step_info(table: VersionTable, step: ExecutorStep) -> ExecutorStepInfo:
+    """``step``'s record (a step the table has versioned)."""
+    output_paths = table.output_paths
+    return ExecutorStepInfo(
+        name=step.name,
+        fn_name=get_fn_name(step.fn),
+        config=table.configs[step],
+        description=step.description,
+        override_output_path=step.override_output_path,
+        version=table.versions[step],
+        dependencies=[output_paths[dep] for dep in table.dependencies[step]],
+        output_path=output_paths[step],
+    )
+
+
+def step_info_text(table: VersionTable, step: ExecutorStep) -> str:
+    """The ``.executor_info`` content Marin writes: ``json.dumps(info, indent=2)`` of the step info's fields in
+    their order (description left out), composed field by field around the memoized text of the nested
+    version (``indented_version``). Not kept: it is written once per step, and a step deep in a wide graph
+    nests its ancestors' versions."""
+    info = step_info(table, step)
+    return "".join(
+        (
+            '{\n  "name": ',
+            dumps_indented(info.name, 1),
+            ',\n  "fn_name": ',
+            dumps_indented(info.fn_name, 1),
+            ',\n  "config": ',
+            dumps_indented(info.config, 1),
+            ',\n  "override_output_path": ',
+            dumps_indented(info.override_output_path, 1),
+            ',\n  "version": ',
+            table.indented_version(step).replace("\n", "\n  "),
+            ',\n  "dependencies": ',
+            dumps_indented(info.dependencies, 1),
+            ',\n  "output_path": ',
+            dumps_indented(info.output_path, 1),
+            "\n}",
+        )
+    )
+
+
+def run_info(
+    table: VersionTable, *, worker_id: str, prefix: str, description: str | None
+) -> tuple[list[ExecutorStepInfo], ExecutorInfo]:
+    """Every versioned step's record and the run's record (Marin's ``get_infos``)."""
+    step_infos = [step_info(table, step) for step in table.steps]
+    info = ExecutorInfo(
+        worker_id=worker_id,
+        git_commit=git_commit(),
+        caller_path=caller_path(),
+        created_date=now_iso(),
+        user=user(),
+        prefix=prefix,
+        description=description,
+        steps=step_infos,
+    )
+    return step_infos, info

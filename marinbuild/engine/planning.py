@@ -1,0 +1,85 @@
+"""From versioned steps to the run's plan: the targets, each needed step's state, and what refuses the run.
+
+``plan_run`` picks the targets (the requested steps, or the ``run_only`` selection, plus the ``rebuild``
+steps) and asks ``run/plan.py`` for the state of every needed step, reading statuses through the build's
+metadata cache. For a dry run, ``mark_stale`` names the missing steps of which another version is under the
+prefix (what ``cache status`` and ``query`` say). ``refuse_failed_before`` raises Marin's
+``PreviousTaskFailedError`` when a needed step failed in an earlier run and the run must not retry it.
+Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from marinbuild.core.graph import StepGraph
+from marinbuild.engine.errors import PreviousTaskFailedError
+from marinbuild.run import plan as planning
+
+if TYPE_CHECKING:
+    from marinbuild.core.placeholders import ExecutorStep
+    from marinbuild.core.versions import VersionTable
+    from marinbuild.store.metadata_cache import MetadataCache
+
+logger = logging.getLogger("marinbuild")
+
+
+def plan_run(
+    table: VersionTable,
+    requested: Iterable[ExecutorStep],
+    *,
+    run_only: list[str] | None,
+    rebuild: Iterable[ExecutorStep],
+    worker_id: str,
+    stale_after: float,
+    metadata_cache: MetadataCache | None,
+) -> tuple[StepGraph, planning.Plan]:
+    """The graph of ``table`` and the plan of the run's targets (every step here is versioned in ``table``)."""
+    graph = StepGraph(table)
+    if run_only is not None:
+        targets, unused = graph.select(run_only)
+        if unused:
+            logger.warning("run_only patterns matched no step: %s", ", ".join(unused))
+    else:
+        targets = [table.canonicalize(s) for s in requested]
+    rebuild = list(rebuild)
+    targets = list(dict.fromkeys([*targets, *(table.canonicalize(s) for s in rebuild)]))
+    plan = planning.make_plan(
+        graph,
+        targets,
+        worker_id=worker_id,
+        stale_after=stale_after,
+        rebuild=rebuild,
+        status_reader=lambda paths: planning.read_statuses(paths, cache=metadata_cache),
+    )
+    return graph, plan
+
+
+def mark_stale(plan: planning.Plan, prefix: str, output_paths: dict[ExecutorStep, str]) -> None:
+    """A missing step of which another version is under ``prefix`` becomes ``STALE`` (dry runs say so)."""
+    from marinbuild.cache.probe import with_other_versions
+
+    missing = plan.by_state(planning.MISSING)
+    if not missing:
+        return
+    stale = with_other_versions(prefix, {s.name: output_paths[s] for s in missing})
+    for step in missing:
+        if step.name in stale:
+            plan.steps[step].state = planning.STALE
+
+
+def refuse_failed_before(plan: planning.Plan, output_paths: dict[ExecutorStep, str]) -> None:
+    """``PreviousTaskFailedError`` naming each needed step that failed before (and its traceback file), if any."""
+    failed_before = plan.by_state(planning.FAILED)
+    if not failed_before:
+        return
+    from marinbuild.store.traceback_file import existing_traceback
+
+    def named(s: ExecutorStep) -> str:
+        traceback = existing_traceback(output_paths[s])
+        return f"{s.name} ({plan.steps[s].status}" + (f"; traceback: {traceback})" if traceback else ")")
+
+    names = ", ".join(named(s) for s in failed_before)
+    raise PreviousTaskFailedError(f"step(s) failed previously: {names}; rerun with force_run_failed=True")

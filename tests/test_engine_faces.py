@@ -1,0 +1,94 @@
+"""One engine, two faces: the CLI reaches the engine without the Marin facade, and a no-op stays light.
+
+Each check runs in a fresh interpreter, so what it reports is what a user's process loads.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+STEPS_PY = """
+import os
+
+
+def write(config):
+    os.makedirs(config["output_path"], exist_ok=True)
+    with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
+        f.write(config["text"])
+"""
+
+BUILD = """
+load("@marinbuild//rules:python.py", "python_step")
+
+python_step(name = "a", fn = "steps:write", config = {"text": "A"})
+python_step(name = "b", fn = "steps:write", config = {"text": "B"}, deps = [":a"])
+"""
+
+RUN_MODULES = (
+    "marinbuild.engine.execute",
+    "marinbuild.run.scheduler",
+    "marinbuild.run.step_job",
+    "marinbuild.run.local",
+    "marinbuild.run.resources",
+    "marinbuild.run.runtime_env",
+)
+"""What a run loads only when it has steps to start (backends, scheduler, resources, runtime environments)."""
+
+
+def python(code: str, cwd: Path, **env: str) -> list[str]:
+    """Run ``code`` in a fresh interpreter with this checkout first on the path; its stdout's lines."""
+    environ = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
+    environ.pop("MARIN_PREFIX", None)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=environ, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_the_cli_builds_through_the_engine_without_the_marin_facade(tmp_path: Path) -> None:
+    """Importing the package, the session, the engine and the CLI, a build and a dry run: no
+    ``marinbuild.executor``. The build really ran (its output is there)."""
+    root = tmp_path / "ws"
+    (root / "pipe").mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "out"\n')
+    (root / "steps.py").write_text(STEPS_PY)
+    (root / "pipe" / "BUILD.marin").write_text(BUILD)
+    lines = python(
+        """
+        import sys
+        import marinbuild, marinbuild.engine, marinbuild.analysis.session, marinbuild.cli
+        print("after import:", "marinbuild.executor" in sys.modules)
+        from marinbuild.cli import main
+        assert main(["build", "//pipe:b"]) == 0
+        assert main(["build", "--dry_run", "//pipe:b"]) == 0
+        print("after build:", "marinbuild.executor" in sys.modules)
+        """,
+        root,
+    )
+    assert lines[0] == "after import: False" and lines[-1] == "after build: False"
+    assert sorted(p.name.rsplit("-", 1)[0] for p in (root / "out" / "pipe").iterdir()) == ["a", "b"]
+
+
+def test_a_marin_no_op_loads_no_backend_scheduler_or_resource_code(tmp_path: Path) -> None:
+    """The facade's rerun of a built graph plans, finds everything built, and starts nothing: the modules that
+    start steps stay unloaded. The first run (which runs the steps) does load them, so the check can tell."""
+    run = f"""
+        import sys
+        import pipelines as pl
+        from marinbuild.executor import Executor
+        b = pl.step("light/b", inputs=[pl.step("light/a")])
+        Executor({str(tmp_path)!r}, {str(tmp_path / "experiments")!r}, listeners=[]).run([b])
+        print(sorted(m for m in {RUN_MODULES!r} if m in sys.modules))
+        """
+    first = python(run, tmp_path)
+    again = python(run, tmp_path)
+    assert first[-1] != "[]"
+    assert again[-1] == "[]"
