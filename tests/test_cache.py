@@ -36,14 +36,13 @@ from marinbuild.store import status as st
 from marinbuild.store.lease import LeaseRecord, encode_lease, lease_path
 
 STEPS = """
-import os
+import fsspec
 
 
 def write(config):
     if config.get("fail"):
         raise RuntimeError("boom")
-    os.makedirs(config["output_path"], exist_ok=True)
-    with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
+    with fsspec.open(config["output_path"] + "/out.txt", "w", auto_mkdir=True) as f:  # a folder or a gs:// prefix
         f.write("x" * int(config.get("size", 10)))
     return {"n": config.get("n")}
 """
