@@ -68,11 +68,14 @@ class Build:
 
 class CliWorkspace:
     """A workspace at ``root`` in which ``build`` runs ``marinbuild`` in a child process; ``$MARIN_PREFIX`` is
-    unset for it (the workspace's ``pyproject.toml`` names the prefix) and ``env`` is added to its environment."""
+    unset for it (the workspace's ``pyproject.toml`` names the prefix) and ``env`` is added to its environment.
+    The build-event files go to ``events_dir`` (default: ``root``; a test of no-op snapshots puts them outside the
+    workspace, whose folder they would change)."""
 
-    def __init__(self, root: Path, env: dict[str, str] | None = None):
+    def __init__(self, root: Path, env: dict[str, str] | None = None, events_dir: Path | None = None):
         self.root = root
         self.extra_env = dict(env or {})
+        self.events_dir = events_dir or root
         self.builds = 0
 
     def command(self, *args: str, events: Path | None = None) -> list[str]:
@@ -85,9 +88,9 @@ class CliWorkspace:
         return env
 
     def build(self, *args: str, timeout: float = 600) -> Build:
-        """``marinbuild ARGS``, its events written to ``events-<n>.jsonl`` in the workspace (n: 1, 2, ...)."""
+        """``marinbuild ARGS``, its events written to ``events_dir/events-<n>.jsonl`` (n: 1, 2, ...)."""
         self.builds += 1
-        events = self.root / f"events-{self.builds}.jsonl"
+        events = self.events_dir / f"events-{self.builds}.jsonl"
         started = time.monotonic()
         proc = subprocess.run(
             self.command(*args, events=events),
