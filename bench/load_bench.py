@@ -8,7 +8,8 @@ source files) is loaded:
   ``Loader(workspace).load_all()`` (read, check, parse and evaluate every file with Starlark,
   import the rules module, validate attributes, resolve labels, stat source files); the bar:
   at least 10,000 targets per second at 10,000 targets;
-- the whole ``marinbuild query //...`` process (interpreter start, imports, load, printing);
+- the whole ``marinbuild query //...`` process (interpreter start, imports, load, printing), with
+  the package cache as the runs before left it: unchanged packages are restored, not evaluated;
 - again in the same process (the rules module already imported).
 
 With ``--noop``, it also builds bench/workloads.py's layered workspace of N ``python_step``

@@ -1,5 +1,11 @@
 """The ``marinbuild`` command line (click): parses, calls the library, formats. Nothing more.
 
+Each command turns its flags into a call and its answer into text. What a command does lives
+elsewhere: a build's flow (the no-op from the snapshot, load, analyse, run, record the code) in
+``marinbuild.analysis.build``, what a build shows in ``marinbuild.ui.build_report``, ``why`` and
+the ``cache`` commands in ``marinbuild.cache``, ``query`` in ``marinbuild.query``, ``submit`` and
+``jobs`` in ``marinbuild.submit`` and ``marinbuild.jobs``. This module owns the exit codes.
+
 Exit codes: 0 success, 1 a step failed (or ``--check_up_to_date`` found work to do), 2 bad usage or
 a bad BUILD file (one line on stderr saying what to fix, no traceback, nothing run or written), 37 an
 internal error (a bug in marinbuild: the traceback and a request for a bug report). Results go to
@@ -8,12 +14,9 @@ stdout; progress and logs to stderr.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -198,336 +201,34 @@ def build_command(
     --run_only '["regex", ...]'."""
     if verbose:
         os.environ["MARINBUILD_VERBOSE"] = "1"  # the Ray backend, and the ML steps' helper processes, read it
-    dry_run = dry_run or check_up_to_date
-    settings = {
-        "prefix": prefix,
-        "backend": backend,
-        "jobs": jobs,
-        "keep_going": keep_going,
-        "force_run_failed": force_run_failed,
-        "ray_address": ray_address,
-    }
-    report = _Report(dry_run, explain, output, build_event_json_file, profile)
-    if run_only is None and not rebuild and _noop_from_snapshot(patterns, settings, report):
-        return
-    from marinbuild.analysis import snapshot
-    from marinbuild.engine import PreviousTaskFailedError, StepFailedError
-    from marinbuild.run.resources import UnsatisfiableResourcesError
+    from marinbuild.analysis.build import BuildRequest, run_build
+    from marinbuild.ui.build_report import BuildReport
 
-    environment = snapshot.analysis_environment()  # as the lookup saw it, before this build exports its own
-    session = _open_session(**settings)
-    report.event_log = (session.workspace.cache_dir, list(patterns), session.settings.prefix)
-    _export_serve_url(session.workspace, session.settings.prefix)
-    key = _snapshot_key(session.workspace, session.settings, patterns)
-    recorder = (
-        snapshot.Recorder(excluded=(str(session.workspace.cache_dir), session.settings.prefix), env=environment)
-        if key is not None
-        else None
+    dry_run = dry_run or check_up_to_date
+    request = BuildRequest(
+        patterns=patterns,
+        prefix=prefix,
+        backend=backend,
+        jobs=jobs,
+        keep_going=keep_going,
+        force_run_failed=force_run_failed,
+        ray_address=ray_address,
+        dry_run=dry_run,
+        run_only=run_only,
+        rebuild=rebuild,
     )
-    with recorder if recorder is not None else contextlib.nullcontext():
-        labels = session.load(patterns)
-        if not labels:
-            raise UsageProblem(f"no targets match {' '.join(patterns)}")
-        session.analyse()
-    requested = [(str(label), path) for label in labels for path in session.output_paths_of(label)]
-    if key is not None and recorder is not None:
-        _write_snapshot(session, key, recorder, requested)
-    engine = session.engine
-    rebuilt = _rebuild_steps(session, rebuild)
-    succeeded: list[str] = []
-    engine.listeners = [*report.open(), lambda e: succeeded.append(e.output_path) if e.kind == "succeeded" else None]
-    failed: BaseException | None = None
-    try:
-        engine.run(
-            session.requested_steps(),
-            dry_run=dry_run,
-            force_run_failed=session.settings.force_run_failed,
-            max_concurrent=session.settings.jobs,
-            run_only=run_only,
-            rebuild=rebuilt,
-        )
-    except (StepFailedError, PreviousTaskFailedError) as exc:
-        failed = exc
-    except UnsatisfiableResourcesError as exc:  # nothing ran: the backend cannot give a step what it needs
-        raise UsageProblem(str(exc)) from exc
-    finally:
-        report.close()
-        _record_code(session, succeeded)
-    if engine.dry_run_problems:
+    report = BuildReport(dry_run, explain, output, build_event_json_file, profile)
+    result = run_build(request, report)
+    report.print_result(result)
+    if result.failure is not None:
+        click.echo(f"marinbuild: {result.failure}", err=True)
+        raise SystemExit(EXIT_FAILED)
+    if check_up_to_date and result.would_run:
         click.echo(
-            f"marinbuild: warning: the local backend could not run {len(engine.dry_run_problems)} of the "
-            f"steps below: {'; '.join(engine.dry_run_problems)}",
+            f"marinbuild: not up to date: {len(result.would_run)} step(s) would run: {', '.join(result.would_run)}",
             err=True,
         )
-    plan = None
-    if engine.plan is not None:
-        plan = [(s, p.state, engine.output_paths[s], p.lease, p.will_run) for s, p in engine.plan.steps.items()]
-    report.finish(requested, plan, session)
-    if plan is not None:
-        warned = _warn_code_changed(session, [step for step, state, _path, _lease, _run in plan if state == "built"])
-        if warned and key is not None:  # no no-op from the snapshot while there is something to warn about
-            key.path(session.workspace.cache_dir).unlink(missing_ok=True)
-    if not dry_run and succeeded:
-        from marinbuild.ui.where import where_to_look
-
-        by_path = {path: step for step, path in engine.output_paths.items()}
-        for line in where_to_look(engine, [by_path[p] for p in succeeded if p in by_path]):
-            click.echo(f"marinbuild: {line}", err=True)
-    if failed is not None:
-        from marinbuild.ui.where import failure_pages
-
-        for line in failure_pages(session.settings.prefix, report.summary.failures):
-            click.echo(f"marinbuild: {line}", err=True)
-        click.echo(f"marinbuild: {failed}", err=True)
         raise SystemExit(EXIT_FAILED)
-    if check_up_to_date and plan is not None:
-        would_run = [step.name for step, _state, _path, _lease, will_run in plan if will_run]
-        if would_run:
-            click.echo(
-                f"marinbuild: not up to date: {len(would_run)} step(s) would run: {', '.join(would_run)}", err=True
-            )
-            raise SystemExit(EXIT_FAILED)
-
-
-def _record_code(session: Any, output_paths: list[str]) -> None:
-    """Record the code each step that succeeded ran (``marinbuild.code_digest``)."""
-    if not output_paths:
-        return
-    from marinbuild.code_digest import for_session, record
-
-    by_path = {path: step for step, path in session.engine.output_paths.items()}
-    changes = for_session(session)
-    for path in output_paths:
-        if path in by_path:
-            record(path, changes.code_of(by_path[path]))
-
-
-def _warn_code_changed(session: Any, built: list[Any]) -> bool:
-    """One warning naming the code that changed since built outputs of this build were made; True if warned."""
-    from marinbuild.code_digest import for_session
-
-    changed = {step: files for step, files in for_session(session).check(built).items() if files}
-    if not changed:
-        return False
-    files = sorted({f for fs in changed.values() for f in fs})
-    click.echo(
-        f"marinbuild: warning: code changed since {len(changed)} output(s) were built, not part of their key, "
-        f"so they were not rebuilt: {', '.join(files)} (marinbuild why TARGET says which; --rebuild TARGET "
-        "rebuilds one)",
-        err=True,
-    )
-    return True
-
-
-def _export_serve_url(workspace: Any, prefix: str) -> None:
-    """``$MARINBUILD_SERVE_URL`` for this build (and the scripts it runs): the web view its pages are on, if any."""
-    from marinbuild.serve.url import ENV, serve_url
-
-    url = serve_url(workspace.cache_dir, workspace.config, prefix)
-    if url is not None:
-        os.environ[ENV] = url
-
-
-def _rebuild_steps(session: Any, patterns: tuple[str, ...]) -> list[Any]:
-    """The steps of the targets ``--rebuild`` names; each must be among the targets this build analysed."""
-    if not patterns:
-        return []
-    steps = []
-    for pattern in patterns:
-        for label in session.loaded.expand([pattern], session.current_package()):
-            if label not in session.analysis.steps_of:
-                raise UsageProblem(f"--rebuild {pattern}: {label} is not built by this command; add it to the targets")
-            steps.extend(session.steps_of(label))
-    return steps
-
-
-class _Report:
-    """The listeners of a build (summary, progress, event file, trace) and what is printed after it."""
-
-    def __init__(self, dry_run: bool, explain: bool, output: str, event_file: str | None, profile: str | None):
-        self.dry_run, self.explain, self.output = dry_run, explain, output
-        self.event_file, self.profile = event_file, profile
-        self.summary: Any = None
-        self.closers: list[Any] = []
-        self.event_log: tuple[Any, list[str], str] | None = None
-        """(the workspace's .marinbuild folder, the patterns, the prefix): where this build's event log goes."""
-
-    def open(self) -> list[Any]:
-        from marinbuild.ui.bep import BuildEventJsonWriter
-        from marinbuild.ui.progress import ProgressDisplay
-        from marinbuild.ui.summary import BuildSummary
-
-        self.summary = BuildSummary()
-        listeners: list[Any] = [self.summary]
-        if not self.dry_run:
-            progress = ProgressDisplay(console_file=sys.stderr)
-            listeners.append(progress)
-            self.closers.append(progress)
-        if self.event_log is not None and not self.dry_run:
-            from marinbuild.ui.event_log import open_event_log
-
-            log = open_event_log(*self.event_log)
-            if log is not None:
-                listeners.append(log)
-                self.closers.append(log)
-        if self.event_file:
-            bep = BuildEventJsonWriter(self.event_file)
-            listeners.append(bep)
-            self.closers.append(bep)
-        if self.profile:
-            from marinbuild.ui.trace import ChromeTraceWriter
-
-            trace = ChromeTraceWriter(self.profile)
-            listeners.append(trace)
-            self.closers.append(trace)
-        return listeners
-
-    def close(self) -> None:
-        for closer in self.closers:
-            closer.close()
-
-    def finish(
-        self,
-        requested: list[tuple[str, str]],
-        plan: Sequence[tuple[Any, str, str, Any, bool]] | None,
-        session: Any = None,
-    ) -> None:
-        """Print the plan (dry runs, ``--explain``) and the summary or the JSON result.
-
-        ``plan`` rows are (step, state, output path, lease, will run); ``session`` is needed only
-        to explain steps that will run."""
-        if (self.dry_run or self.explain) and self.output == "text" and plan is not None:
-            for step, state, path, lease, will_run in plan:
-                line = f"{state:<10} {step.name}  {path}"
-                if lease is not None:
-                    line += f"  (lease {lease.worker_id}, {lease.age():.0f}s old)"
-                click.echo(line)
-                hardware = _hardware(step)
-                if hardware is not None:
-                    click.echo(f"           resources: {hardware}")
-                if self.explain and will_run:
-                    from marinbuild.cache.why import explain_step
-
-                    click.echo(f"           why: {explain_step(session, step)}")
-        if self.output == "json":
-            result = self.summary.as_dict()
-            result["targets"] = [{"label": label, "output_path": path} for label, path in requested]
-            result["dry_run"] = self.dry_run
-            if plan is not None:
-                result["plan"] = [
-                    {"step": step.name, "state": state, "output_path": path} for step, state, path, _lease, _run in plan
-                ]
-            click.echo(json.dumps(result, indent=2))
-        else:
-            click.echo(self.summary.render(requested))
-
-
-def _hardware(step: Any) -> str | None:
-    """The TPU slice (type, slices, hosts, chips) or GPUs a step asks for, as ``-n`` shows it."""
-    resources = getattr(step, "resources", None)
-    if resources is None:
-        return None
-    from marinbuild.run.resources import hardware_of
-
-    return hardware_of(resources)
-
-
-@dataclass(frozen=True)
-class _RecordedStep:
-    """A step of the analysis snapshot, where the plan's rows want a step (only its name is used)."""
-
-    name: str
-
-
-def _snapshot_key(workspace: Any, settings: Any, patterns: tuple[str, ...]) -> Any:
-    """The analysis snapshot's key for this command line, or None where snapshots are not used."""
-    from marinbuild.analysis import snapshot
-    from marinbuild.analysis.session import current_package
-
-    if not snapshot.eligible(settings.prefix, settings.backend):
-        return None
-    return snapshot.SnapshotKey(
-        str(workspace.root), current_package(workspace.root), tuple(patterns), settings.prefix, settings.backend
-    )
-
-
-def _write_snapshot(session: Any, key: Any, recorder: Any, requested: list[tuple[str, str]]) -> None:
-    """Record what this analysis read and produced, for the next no-op build of the same command line."""
-    from marinbuild.analysis import snapshot
-
-    workspace, engine = session.workspace, session.engine
-    inputs = [str(workspace.root / "pyproject.toml"), *map(str, session.loader.files_read())]
-    folders: set[str] = set(session.loader.folders_listed())
-    for package in session.loaded.packages:
-        folders.add(str(workspace.package_dir(package)))
-    for target in session.loaded.targets.values():
-        package_dir = workspace.package_dir(target.label.package)
-        for path in target.source_paths:
-            inputs.append(str(path))
-            folders.update(str(parent) for parent in path.parents if parent.is_relative_to(package_dir))
-    from marinbuild.code_digest import for_session
-
-    code = for_session(session)
-    steps = []
-    code_files: set[str] = set()  # an edit re-checks the code; most steps share their few code files
-    for step in dict.fromkeys(engine.canonicalize(s) for s in session.requested_steps()):
-        code_files.update(code.code_of(step))
-        overridden = step.override_output_path is not None
-        digest = engine.action_digest(step)
-        steps.append((step.name, engine.output_paths[step], digest, overridden))
-    inputs.extend(str(workspace.root / path) for path in code_files)
-    snapshot.write(key, workspace.cache_dir, recorder, inputs, folders, snapshot.Snapshot(requested, steps))
-
-
-def _noop_from_snapshot(patterns: tuple[str, ...], settings: dict[str, Any], report: _Report) -> bool:
-    """A no-op build answered from the analysis snapshot (``marinbuild.analysis.snapshot``): True if it was.
-
-    Only when the snapshot matches and every recorded step's status is SUCCESS; then the same
-    events reach the same listeners as in a full build, and the same result is printed."""
-    from marinbuild.analysis import snapshot
-    from marinbuild.analysis.session import Settings
-    from marinbuild.load.workspace import find_workspace
-
-    workspace = find_workspace(".")
-    key = _snapshot_key(workspace, Settings.resolve(workspace, **settings), patterns)
-    found = snapshot.lookup(key, workspace.cache_dir) if key is not None else None
-    if found is None:
-        return False
-    from marinbuild.run import events as ev
-    from marinbuild.run.plan import BUILT, read_statuses
-    from marinbuild.store.action_cache import ActionKey, check_built
-    from marinbuild.store.status import STATUS_SUCCESS
-
-    paths = [path for _name, path, _digest, _overridden in found.steps]
-    try:
-        statuses = read_statuses(paths)
-        if any(statuses.get(path) != STATUS_SUCCESS for path in paths):
-            return False
-        check_built(
-            [(path, ActionKey(digest, name, overridden)) for name, path, digest, overridden in found.steps],
-            getattr(statuses, "actions", {}),
-        )
-    except Exception:  # a damaged status, a path-hash collision...: the full path says what is wrong
-        return False
-    report.event_log = (workspace.cache_dir, list(patterns), key.prefix)
-    bus = ev.EventBus(report.open())
-    try:
-        for name, path, _digest, _overridden in found.steps:
-            bus.emit(
-                ev.PLANNED,
-                step=name,
-                output_path=path,
-                detail=BUILT,
-                data={"dry_run": report.dry_run, "status": statuses[path]},
-            )
-        if not report.dry_run:
-            bus.emit(ev.BUILD_STARTED, data={"steps": 0})
-            bus.emit(ev.BUILD_FINISHED, data={"ran": 0, "failed": 0})
-    finally:
-        report.close()
-    plan = [(_RecordedStep(name), BUILT, path, None, False) for name, path, _digest, _overridden in found.steps]
-    report.finish(found.requested, plan)
-    return True
 
 
 @cli.command("query")
@@ -557,7 +258,14 @@ def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> N
     """Say exactly why each target PATTERN... names would (re)run: never built, output deleted, failed before, or
     what changed. One label gives that target's steps; a pattern (//pkg:all, //pkg/..., -PATTERN subtracts) a
     section per matched target."""
-    from marinbuild.cache.why import format_why, format_why_targets, why_as_dict, why_targets, why_targets_as_dict
+    from marinbuild.cache.why import (
+        format_why,
+        format_why_targets,
+        step_paths,
+        why_as_dict,
+        why_targets,
+        why_targets_as_dict,
+    )
 
     session = _open_session(prefix=prefix)
     groups = why_targets(session, list(patterns))
@@ -571,8 +279,7 @@ def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> N
             else format_why(group.steps)
         )
     elif output == "json":
-        paths = [session.engine.output_paths[step] for step in session.engine.steps]
-        text = json.dumps(why_targets_as_dict(list(patterns), groups, paths), indent=2)
+        text = json.dumps(why_targets_as_dict(list(patterns), groups, step_paths(session)), indent=2)
     else:
         text = format_why_targets(groups)
     click.echo(text)
@@ -699,7 +406,7 @@ def info_command(key: str | None, prefix: str | None, backend: str | None, ray_a
 
 @cli.command("clean")
 def clean_command() -> None:
-    """Remove the workspace's .marinbuild/ folder (source digests, analysis snapshots). Never outputs."""
+    """Remove the workspace's .marinbuild/ folder (source digests, analysis snapshots, package cache). Never outputs."""
     from marinbuild.cache import clean, format_clean
     from marinbuild.load import find_workspace
 
@@ -929,6 +636,7 @@ def jobs_stop_command(job: str, address: str | None, cluster: str | None) -> Non
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix (exit 2). Imported only when something was raised."""
+    from marinbuild.analysis.build import BuildRequestError
     from marinbuild.analysis.session import SettingsError
     from marinbuild.cluster_config import ClusterConfigError
     from marinbuild.core.labels import LabelError
@@ -938,6 +646,7 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from marinbuild.ray_auth import RayAuthError
 
     return (
+        BuildRequestError,
         LabelError,
         WorkspaceError,
         QueryError,

@@ -11,7 +11,7 @@ Paths are relative to the workspace root when inside it, else absolute.
 
 Contract:
 - ``record(output_path, code)`` writes ``<output_path>/.marinbuild_code.json`` (``{"files": {path: digest}}``);
-  the CLI calls it for each step a build ran successfully.
+  the build flow (``marinbuild.analysis.build``) calls it for each step a build ran successfully.
 - ``changed(output_path, code)`` lists the files whose digest differs from the record (a file gone
   counts as changed); no record (built before code was recorded, or by Marin) means nothing to say.
 - ``CodeChanges`` answers, for many steps at once, the sentence ``why``, ``cache status``, query's

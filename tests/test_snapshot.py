@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild import cli
 from marinbuild.analysis import snapshot
 from marinbuild.cli import main
 
@@ -53,6 +53,8 @@ load("@marinbuild//rules:python.py", "python_step")
 load("//rules:flavor.py", "flavored")
 load("//lib:consts.star", "TEXT")
 
+print("the BUILD file of //pipe was evaluated")
+
 python_step(name = "a", fn = "steps:write", config = {"text": TEXT}, srcs = glob(["data/*.txt"]))
 python_step(name = "b", fn = "steps:write", config = {"text": "B"}, deps = [":a"])
 flavored(name = "f")
@@ -81,31 +83,36 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+PROBE = "the BUILD file of //pipe was evaluated"
+"""What the workspace's BUILD file ``print()``s (marinbuild's ``marinbuild.build`` logger) each time it is evaluated."""
+
+
 class Runs:
-    """Runs the CLI in-process, counting full-path builds (those that open a session and load)."""
+    """Runs the CLI in-process and tells whether the snapshot answered: then the build succeeded, no BUILD file
+    was evaluated (the BUILD file's ``print()`` logged nothing) and no snapshot was written (a full path that
+    succeeds writes one)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-        self.capsys = capsys
-        self.full = 0
-        real = cli._open_session
+    def __init__(self, root: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+        self.snapshots = root / ".marinbuild" / "snapshots"
+        self.caplog, self.capsys = caplog, capsys
+        caplog.set_level(logging.INFO, logger="marinbuild.build")
 
-        def counting(**settings: object) -> object:
-            self.full += 1
-            return real(**settings)
-
-        monkeypatch.setattr(cli, "_open_session", counting)
+    def written(self) -> dict[str, tuple[int, int]]:
+        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in self.snapshots.glob("*.bin")}
 
     def __call__(self, *args: str) -> tuple[int, str, str, bool]:
         """Exit code, stdout, stderr, and whether the snapshot answered."""
-        before = self.full
+        before = self.written()
+        self.caplog.clear()
         code = main(list(args))
         out, err = self.capsys.readouterr()
-        return code, out, err, self.full == before
+        evaluated = any(PROBE in record.getMessage() for record in self.caplog.records)
+        return code, out, err, code == 0 and not evaluated and self.written() == before
 
 
 @pytest.fixture
-def runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Runs:
-    return Runs(monkeypatch, capsys)
+def runs(ws: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> Runs:
+    return Runs(ws, caplog, capsys)
 
 
 def calls() -> list[str]:
@@ -298,6 +305,45 @@ def test_a_new_terminal_keeps_the_snapshot_but_a_real_variable_does_not(tmp_path
     assert written.stat().st_mtime_ns == before  # answered from the snapshot
     build({"SHLVL": "3", "MB_UNRELATED": "1"})
     assert written.stat().st_mtime_ns != before  # a real variable changed: the full path wrote a new snapshot
+
+
+def test_a_hit_evaluates_no_build_file(ws: Path) -> None:
+    """Through the real CLI in new processes: once a no-op has written the snapshot, the BUILD file is replaced by
+    a broken one with the signature the snapshot recorded (same size, inode and mtime). The next build is answered
+    from the snapshot (exit 0, the same result); loading the workspace would have failed on the broken file, as
+    the build after its mtime changes does."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "MARINBUILD_SERVE_URL")}
+    old = time.time() - 60
+    for path in [ws, *ws.rglob("*")]:
+        os.utime(path, (old, old))
+    script = (
+        "import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+    )
+    command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:all']))"]
+
+    def build() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(command, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+
+    assert build().returncode == 0  # runs the steps
+    noop = build()  # a no-op through the full path: writes the snapshot
+    assert noop.returncode == 0, noop.stderr
+    calls()
+    build_file = ws / "pipe" / "BUILD.marin"
+    recorded = build_file.stat()
+    broken = b'fail("the BUILD file was evaluated")\n'
+    size = len(build_file.read_bytes())
+    with open(build_file, "r+b") as f:  # in place: the same inode
+        f.write(broken + b"#" * (size - len(broken) - 1) + b"\n")
+    os.utime(build_file, ns=(recorded.st_atime_ns, recorded.st_mtime_ns))
+    assert snapshot.signature(str(build_file)) == (recorded.st_mtime_ns, recorded.st_size, recorded.st_ino)
+
+    hit = build()
+    assert hit.returncode == 0, hit.stderr
+    assert hit.stdout == noop.stdout and calls() == []
+
+    os.utime(build_file, (old + 1, old + 1))  # now the snapshot no longer answers: the full path loads the file
+    loaded = build()
+    assert loaded.returncode == 2 and "the BUILD file was evaluated" in loaded.stderr, loaded.stderr
 
 
 def test_recently_changed_inputs_write_no_snapshot(ws: Path, runs: Runs, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -126,7 +126,7 @@ class Session:
         from marinbuild.load import Loader
 
         workspace = find_workspace(start)
-        return cls(workspace, Settings.resolve(workspace, **settings), Loader(workspace))
+        return cls(workspace, Settings.resolve(workspace, **settings), Loader(workspace, package_cache=True))
 
     def current_package(self) -> str:
         """The package of the working directory, for relative patterns (``:name``)."""

@@ -22,18 +22,25 @@ stores in ``<workspace>/.marinbuild/snapshots/`` a snapshot:
   path, action-cache key) in the order the planner visits them.
 
 ``lookup`` gives the snapshot back only if the key matches and every signature and variable
-is unchanged. The CLI then reads the statuses of the recorded steps (``read_statuses``, the
-planner's own reader, and the planner's action-cache collision check); if every one is
-SUCCESS, nothing needs to run and it reports the no-op exactly as a full build would. Any
-other answer (a changed input, a missing or failed output, a remote prefix, the Ray backend,
-a snapshot that cannot be read) takes the full path. Inputs changed within the last two
-seconds (or during the analysis) are not trusted: no snapshot is written then.
+is unchanged. ``statuses_if_built`` then reads the statuses of the recorded steps
+(``read_statuses``, the planner's own reader, and the planner's action-cache collision check); if
+every one is SUCCESS, nothing needs to run and the build flow (``marinbuild.analysis.build``)
+reports the no-op exactly as a full build would. Any other answer (a changed input, a missing
+or failed output, a remote prefix, the Ray backend, a snapshot that cannot be read) takes the
+full path. Inputs changed within the last two seconds (or during the analysis) are not
+trusted: no snapshot is written then.
 
 What it cannot see: values analysis takes from the clock, the network, or from a file that a
 rules module or an experiment script opens by itself (a data file read at import time): the
 loader does not know of it. BUILD files cannot do any of these; a Python rules module or script
 that does should not rely on no-op builds being detected (``marinbuild clean`` drops every
 snapshot, ``--rebuild`` and ``--run_only`` bypass them).
+
+This module owns the snapshot: its key for a command line (``key_for``), its file (``write``,
+``lookup``), what it records of an analysis (``record_session``) and the check that its steps are
+still built (``statuses_if_built``). When to look one up, write or drop it is the build flow's
+decision (``marinbuild.analysis.build``). Only ``record_session`` reads a loaded and analysed
+``Session``; answering a no-op needs ``key_for``, ``lookup`` and ``statuses_if_built``.
 """
 
 from __future__ import annotations
@@ -43,17 +50,34 @@ import marshal
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["FORMAT", "Recorder", "Snapshot", "SnapshotKey", "eligible", "lookup", "write"]
+if TYPE_CHECKING:
+    from marinbuild.analysis.session import Session, Settings
+    from marinbuild.load.workspace import Workspace
+
+__all__ = [
+    "FORMAT",
+    "Recorder",
+    "Snapshot",
+    "SnapshotKey",
+    "eligible",
+    "key_for",
+    "lookup",
+    "record_session",
+    "statuses_if_built",
+    "write",
+]
 
 FORMAT = 2
 """Bump when what a snapshot holds or means changes: older ones are then ignored."""
 RACY_NS = 2_000_000_000
 """An input changed this recently (or during analysis) could change again unseen within one clock tick."""
 KEEP = 16
+"""Snapshots kept per workspace (one per distinct command line); the oldest beyond are removed."""
 
 # Variables a shell or terminal sets per session or per command, which no analysis should depend on:
 # left out of the recorded environment, so opening a new terminal does not cost the next no-op its snapshot.
@@ -84,7 +108,6 @@ def analysis_environment() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name not in SHELL_BOOKKEEPING}
 
 
-"""Snapshots kept per workspace (one per distinct command line); the oldest beyond are removed."""
 _FOLDER = "snapshots"
 
 Signature = tuple[int, int, int] | None
@@ -128,6 +151,18 @@ class SnapshotKey:
 def eligible(prefix: str, backend: str) -> bool:
     """Snapshots are used for local prefixes and the local backend only (any doubt: the full path)."""
     return backend == "local" and ("://" not in prefix or prefix.startswith("file://"))
+
+
+def key_for(workspace: Workspace, settings: Settings, patterns: tuple[str, ...]) -> SnapshotKey | None:
+    """The key of the snapshot answering ``patterns`` in the working directory, or None where snapshots are
+    not used (``eligible``)."""
+    from marinbuild.analysis.session import current_package
+
+    if not eligible(settings.prefix, settings.backend):
+        return None
+    return SnapshotKey(
+        str(workspace.root), current_package(workspace.root), tuple(patterns), settings.prefix, settings.backend
+    )
 
 
 @dataclass
@@ -234,6 +269,50 @@ def write(
     return True
 
 
+def record_session(session: Session, key: SnapshotKey, recorder: Recorder, requested: list[tuple[str, str]]) -> bool:
+    """Write the snapshot of ``session``'s analysis (loaded and analysed inside ``recorder``) for ``key``: the
+    files and folders the loader read, the requested targets' ``requested`` (label, output path) pairs and
+    the requested steps with their action digests and code files. False if not written (see ``write``)."""
+    workspace, engine = session.workspace, session.engine
+    assert session.loaded is not None and engine is not None, "analyse first"
+    inputs = [str(workspace.root / "pyproject.toml"), *map(str, session.loader.files_read())]
+    folders: set[str] = set(session.loader.folders_listed())
+    for package in session.loaded.packages:
+        folders.add(str(workspace.package_dir(package)))
+    for target in session.loaded.targets.values():
+        package_dir = workspace.package_dir(target.label.package)
+        for path in target.source_paths:
+            inputs.append(str(path))
+            folders.update(str(parent) for parent in path.parents if parent.is_relative_to(package_dir))
+    if _changed_recently(recorder, (*inputs, *folders)):
+        return False  # ``write`` would refuse it: spare the per-step work below (an edit just before a build)
+    from marinbuild.code_digest import for_session
+
+    code = for_session(session)
+    steps = []
+    code_files: set[str] = set()  # an edit re-checks the code; most steps share their few code files
+    for step in dict.fromkeys(engine.canonicalize(s) for s in session.requested_steps()):
+        code_files.update(code.code_of(step))
+        overridden = step.override_output_path is not None
+        digest = engine.action_digest(step)
+        steps.append((step.name, engine.output_paths[step], digest, overridden))
+    inputs.extend(str(workspace.root / path) for path in code_files)
+    return write(key, workspace.cache_dir, recorder, inputs, folders, Snapshot(requested, steps))
+
+
+def _changed_recently(recorder: Recorder, paths: Iterable[str]) -> bool:
+    """Whether one of ``paths`` changed too recently to trust (``write``'s own rule), or cannot be looked at."""
+    limit = recorder.start_ns - RACY_NS
+    try:
+        for path in paths:
+            sig = signature(path)
+            if sig is not None and sig[0] > limit:
+                return True
+    except OSError:
+        return True
+    return False
+
+
 def _prune(folder: Path) -> None:
     try:
         entries = sorted(folder.glob("*.bin"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
@@ -262,3 +341,27 @@ def lookup(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Snapshot | No
     except OSError:
         return None
     return Snapshot([tuple(r) for r in requested], [tuple(s) for s in steps])
+
+
+def statuses_if_built(found: Snapshot) -> Mapping[str, str | None] | None:
+    """The statuses of ``found``'s steps if every one is SUCCESS and holds the recorded action, else None.
+
+    Read as the planner reads them (``read_statuses``, ``check_built``), so a no-op from the snapshot
+    agrees with what a full build would plan. A damaged status or a path holding another action means
+    None: the full path then says what is wrong."""
+    from marinbuild.run.plan import read_statuses
+    from marinbuild.store.action_cache import ActionKey, check_built
+    from marinbuild.store.status import STATUS_SUCCESS
+
+    paths = [path for _name, path, _digest, _overridden in found.steps]
+    try:
+        statuses = read_statuses(paths)
+        if any(statuses.get(path) != STATUS_SUCCESS for path in paths):
+            return None
+        check_built(
+            [(path, ActionKey(digest, name, overridden)) for name, path, digest, overridden in found.steps],
+            getattr(statuses, "actions", {}),
+        )
+    except Exception:  # a damaged status, a path-hash collision...: the full path says what is wrong
+        return None
+    return statuses

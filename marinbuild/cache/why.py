@@ -113,8 +113,12 @@ def why(session: Any, label: str | Label) -> list[StepExplanation]:
 
 def _in_step_order(session: Any, by_path: dict[str, StepExplanation]) -> list[StepExplanation]:
     """The explanations (keyed by output path) in the engine's step order (dependencies first)."""
-    paths = (session.engine.output_paths[s] for s in session.engine.steps)
-    return [by_path[p] for p in paths if p in by_path]
+    return [by_path[p] for p in step_paths(session) if p in by_path]
+
+
+def step_paths(session: Any) -> list[str]:
+    """The output paths of the analysed steps in the engine's step order (dependencies first)."""
+    return [session.engine.output_paths[s] for s in session.engine.steps]
 
 
 def why_targets(session: Any, patterns: list[str | Label]) -> list[TargetExplanation]:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.labels import Label, PatternError, TargetPattern, expand_patterns, parse_label, parse_pattern
@@ -30,6 +30,9 @@ from marinbuild.load.locate import keyword_location
 from marinbuild.load.stack import on_big_stack
 from marinbuild.load.target import Target
 from marinbuild.load.workspace import BUILD_FILE, Workspace, find_workspace
+
+if TYPE_CHECKING:
+    from marinbuild.load.package_cache import PackageCache
 
 __all__ = ["LoadedWorkspace", "Loader", "find_cycle", "load_packages", "load_patterns", "load_workspace"]
 
@@ -112,12 +115,22 @@ class LoadedWorkspace:
 class Loader:
     """A loading session over ``workspace``.
 
-    ``repo_dirs`` overrides repository folders (``{"marinbuild": <rules folder>}``).
+    ``repo_dirs`` overrides repository folders (``{"marinbuild": <rules folder>}``). ``package_cache``: restore
+    the packages whose inputs did not change since an earlier load from the workspace's package cache, and
+    write the ones evaluated (``marinbuild.load.package_cache``; the CLI's sessions do).
     """
 
-    def __init__(self, workspace: Workspace, *, repo_dirs: RepoDirs = None) -> None:
+    def __init__(self, workspace: Workspace, *, repo_dirs: RepoDirs = None, package_cache: bool = False) -> None:
         self.workspace = workspace
         self.evaluator = Evaluator(workspace, {k: Path(v) for k, v in (repo_dirs or {}).items()})
+        self.cache: PackageCache | None = None
+        """With ``package_cache``: packages whose inputs did not change since a previous load are restored, not
+        evaluated (``marinbuild.load.package_cache``)."""
+        if package_cache:
+            from marinbuild.load.package_cache import PackageCache
+
+            self.cache = PackageCache(workspace, self.evaluator.repo_dirs)
+        self._saved: set[str] = set()  # packages whose cache entry this loader has written or restored
         self._packages: dict[str, dict[str, Target]] = {}
         self._failed: dict[str, BuildFileError] = {}
         self._is_package: dict[str, bool] = {}
@@ -127,13 +140,18 @@ class Loader:
         self._listed: list[str] = []  # folders listed to find packages (``//...``)
 
     def files_read(self) -> list[Path]:
-        """The BUILD files this loader evaluated and the files they ``load()``ed (rules modules too)."""
-        return [self.workspace.build_file(p) for p in (*self._packages, *self._failed)] + self.evaluator.loaded_files()
+        """The BUILD files this loader evaluated or restored from the package cache, and the files they ``load()``ed
+        (rules modules too)."""
+        files = [self.workspace.build_file(p) for p in (*self._packages, *self._failed)] + self.evaluator.loaded_files()
+        if self.cache is not None:
+            files.extend(Path(p) for p in dict.fromkeys(self.cache.reused_files()))
+        return files
 
     def folders_listed(self) -> list[str]:
         """The folders this loader listed: to find packages (``//...``) and for ``glob()``. A file added to one
         can change what loads, so the analysis snapshot signs them."""
-        return [*self._listed, *self.evaluator.folders_listed]
+        reused = self.cache.reused_folders() if self.cache is not None else []
+        return [*self._listed, *self.evaluator.folders_listed, *reused]
 
     def is_package(self, package: str) -> bool:
         known = self._is_package.get(package)
@@ -202,6 +220,8 @@ class Loader:
                     if other not in seen and not label.repo and self.is_package(other):
                         seen.add(other)
                         queue.append(other)
+        if self.cache is not None:
+            self._save_to_cache()
         errors = list(self._failed.values())
         errors.extend(self._resolve())
         result = self._result()
@@ -218,11 +238,23 @@ class Loader:
             raise first_error
         return result
 
+    def _save_to_cache(self) -> None:
+        assert self.cache is not None
+        new = {p: t for p, t in self._packages.items() if p not in self._saved}
+        if new:
+            self.cache.save(new, self.evaluator.package_inputs)
+            self._saved.update(new)
+
     def _evaluate(self, package: str) -> dict[str, Target] | None:
         if package in self._packages:
             return self._packages[package]
         if package in self._failed:
             return None
+        if self.cache is not None:
+            restored = self.cache.restore(package)
+            if restored is not None:
+                self._packages[package] = restored
+                return restored
         try:
             targets = self.evaluator.eval_build_file(package)
         except BuildFileError as exc:

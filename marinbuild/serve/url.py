@@ -4,8 +4,8 @@
 hosted view), else the URL of a ``marinbuild serve`` running on this machine for the same workspace (each
 records itself in ``.marinbuild/serve/<pid>.json`` while it runs; the newest live one showing the build's
 prefix wins), else None.
-The CLI exports the answer as ``$MARINBUILD_SERVE_URL`` before a build, so the executor (and a Marin
-script it runs) sees it.
+A CLI build exports the answer as ``$MARINBUILD_SERVE_URL`` (``marinbuild.analysis.build``), so the executor
+(and a Marin script it runs) sees it.
 
 Pages by URL: a step is ``<base>/step/<output path relative to the prefix>`` (stable: the output path is
 the step's identity), a run's info JSON is ``<base>/experiment?path=<its path>`` (Marin's data browser's form).

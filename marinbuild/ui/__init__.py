@@ -4,6 +4,7 @@
 - ``summary.BuildSummary``: counts and failures, rendered after the build (text or a dict for JSON).
 - ``bep.BuildEventJsonWriter``: every event as one JSON line (like Bazel's ``--build_event_json_file``).
 - ``trace.ChromeTraceWriter``: a Chrome / Perfetto trace of the build, one lane per concurrent slot.
+- ``build_report.BuildReport``: the listeners ``marinbuild build`` opens, and what it prints from the result.
 
 Submodules are imported on use; importing this package imports nothing else.
 """

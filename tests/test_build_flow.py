@@ -1,0 +1,125 @@
+"""``marinbuild.analysis.build``: one build's flow returns its result as data and prints nothing; the requests it
+refuses are one line and exit 2 through the CLI."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from workspaces import write_workspace
+
+from marinbuild.analysis import snapshot
+from marinbuild.analysis.build import BuildRequest, BuildResult, EventLogPlace, RecordedStep, run_build
+from marinbuild.cli import main
+from marinbuild.run.events import Event, Listener
+
+# python_step imports a step's module once per process: these modules have names no other test uses.
+STEPS_PY = """
+import os
+
+
+def write(config):
+    os.makedirs(config["output_path"], exist_ok=True)
+    with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
+        f.write(config["text"])
+"""
+
+BUILD = """
+load("@marinbuild//rules:python.py", "python_step")
+
+python_step(name = "a", fn = "flow_steps:write", config = {"text": "A"})
+python_step(name = "b", fn = "flow_steps:write", config = {"text": "B"}, deps = [":a"])
+"""
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = write_workspace(tmp_path / "ws", {"flow_steps.py": STEPS_PY, "pipe/BUILD.marin": BUILD})
+    old = time.time() - 60  # older than the snapshot's racy window
+    for path in [root, *root.rglob("*")]:
+        os.utime(path, (old, old))
+    monkeypatch.delenv("MARIN_PREFIX", raising=False)
+    monkeypatch.chdir(root)
+    monkeypatch.setattr(snapshot, "RACY_NS", 0)  # marinbuild's own sources may have been edited seconds ago
+    return root
+
+
+class Recording:
+    """``BuildListeners`` that keep every event."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.opened: list[EventLogPlace] = []
+        self.closed = 0
+
+    def open(self, event_log: EventLogPlace) -> list[Listener]:
+        self.opened.append(event_log)
+        return [self.events.append]
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def build(*patterns: str) -> tuple[BuildResult, Recording]:
+    listeners = Recording()
+    return run_build(BuildRequest(patterns=patterns), listeners), listeners
+
+
+def test_a_build_returns_its_result_and_prints_nothing(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ran, heard = build("//pipe:all")
+    assert capsys.readouterr() == ("", "")
+    assert ran.failure is None and ran.session is not None
+    assert [label for label, _path in ran.requested] == ["//pipe:a", "//pipe:b"]
+    assert ran.plan is not None and [row.step.name for row in ran.plan] == ["pipe/a", "pipe/b"]
+    assert ran.would_run == ["pipe/a", "pipe/b"]
+    assert sorted(step.name for step in ran.succeeded) == ["pipe/a", "pipe/b"]
+    assert heard.opened == [EventLogPlace(ws / ".marinbuild", ["//pipe:all"], str(ws / "out"))] and heard.closed == 1
+
+    full, full_heard = build("//pipe:all")  # a no-op through the full path: it writes the snapshot
+    assert full.session is not None and full.would_run == [] and full.succeeded == []
+    answered, answered_heard = build("//pipe:all")
+    assert capsys.readouterr() == ("", "")
+    assert answered.session is None  # from the snapshot: nothing loaded
+    assert answered.plan is not None and all(isinstance(row.step, RecordedStep) for row in answered.plan)
+    assert full.plan is not None
+    assert [(r.step.name, r.state, r.output_path, r.will_run) for r in answered.plan] == [
+        (r.step.name, r.state, r.output_path, r.will_run) for r in full.plan
+    ]
+    assert answered.requested == full.requested
+    assert [(e.kind, e.step, e.detail) for e in answered_heard.events] == [
+        (e.kind, e.step, e.detail) for e in full_heard.events
+    ]
+    assert answered_heard.opened == full_heard.opened and answered_heard.closed == 1
+
+
+def test_a_failed_step_is_in_the_result(ws: Path) -> None:
+    (ws / "flow_boom.py").write_text("def boom(config):\n    raise RuntimeError('boom')\n")
+    with open(ws / "pipe" / "BUILD.marin", "a") as f:
+        f.write('python_step(name = "bad", fn = "flow_boom:boom", config = {"text": "X"})\n')
+    result, heard = build("//pipe:bad")
+    assert result.failure is not None and "pipe/bad" in str(result.failure)
+    assert result.succeeded == [] and heard.closed == 1
+    assert [(e.step, str(e.error)) for e in heard.events if e.kind == "failed"] == [
+        ("pipe/bad", "pipe/bad: RuntimeError: boom")
+    ]
+
+
+def test_no_matching_target_is_one_line_and_exit_2(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["//pipe:all", "-//pipe:all"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "marinbuild: error: no targets match //pipe:all -//pipe:all\n"
+    assert not (ws / "out").exists()
+
+
+def test_rebuilding_a_target_the_build_does_not_analyse_is_one_line_and_exit_2(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["//pipe:a", "--rebuild", "//pipe:b"])  # b needs a; a does not need b == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        "marinbuild: error: --rebuild //pipe:b: //pipe:b is not built by this command; add it to the targets\n"
+    )
+    assert not (ws / "out").exists()
