@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from marinbuild.core.prefix import DEFAULT_LOCAL_PREFIX
-from marinbuild.engine import Engine
 from marinbuild.load.workspace import Workspace, find_workspace
 from marinbuild.run.backends import BACKEND_NAMES, LOCAL, RAY, BackendOptions, make_backend
 
@@ -23,6 +22,7 @@ if TYPE_CHECKING:  # imported when used: a no-op build from the analysis snapsho
     from marinbuild.analysis.analyze import Analysis
     from marinbuild.core.labels import Label
     from marinbuild.core.placeholders import ExecutorStep
+    from marinbuild.engine import Engine
     from marinbuild.load import LoadedWorkspace, Loader
 
 
@@ -156,6 +156,8 @@ class Session:
         return self.analysis
 
     def make_engine(self, listeners: list[Any] | None = None) -> Engine:
+        from marinbuild.engine import Engine
+
         s = self.settings
         return Engine(
             s.prefix,
