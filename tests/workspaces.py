@@ -25,6 +25,28 @@ def write_workspace(root: Path, files: dict[str, str], prefix: str = "out") -> P
     return root
 
 
+def two_step_workspace(root: Path, module: str) -> Path:
+    """A workspace of two ``python_step`` targets, ``//pipe:a`` and ``//pipe:b`` (which depends on ``a``), each
+    writing its ``text`` to ``out.txt`` with ``<module>:write``. ``python_step`` imports a step's module once per
+    process, so each test file names its own ``module``."""
+    steps = """
+        import os
+
+
+        def write(config):
+            os.makedirs(config["output_path"], exist_ok=True)
+            with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
+                f.write(config["text"])
+        """
+    build = f"""
+        load("@marinbuild//rules:python.py", "python_step")
+
+        python_step(name = "a", fn = "{module}:write", config = {{"text": "A"}})
+        python_step(name = "b", fn = "{module}:write", config = {{"text": "B"}}, deps = [":a"])
+        """
+    return write_workspace(root, {f"{module}.py": steps, "pipe/BUILD.marin": build})
+
+
 def assert_one_line_load_error(root: Path, label: str, where: str, message: str) -> None:
     """``marinbuild build label`` in a child process exits 2 with one stderr line that starts at ``where``
     (``path:line:col``) and says ``message``, and writes nothing under the prefix ``out``."""
