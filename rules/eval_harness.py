@@ -46,6 +46,8 @@ from typing import Any
 from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
 
+from . import slices
+
 TASK_KEYS = {"task", "num_fewshot", "task_alias"}
 
 
@@ -78,7 +80,7 @@ def task_specs(tasks: list[Any], label: str) -> list[dict[str, Any]]:
 
 def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
     from marinbuild.ml.eval_harness import trained_tokenizer
-    from marinbuild.ml.process import run_child
+    from marinbuild.ml.slice_run import EVAL_HARNESS
     from marinbuild.run.resources import normalize
 
     specs = task_specs(list(ctx.attr.tasks), ctx.label)
@@ -99,30 +101,7 @@ def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
     # Registry tasks fetch their data from the Hub; local tasks with a local tokenizer never need it.
     local_only = bool(task_files) and all(_is_local_task(spec["task"], task_files) for spec in specs)
     offline = local_only and ("://" in tokenizer or os.path.isdir(tokenizer))
-    if request is not None and request.multi_host:
-        from marinbuild.ml.slice_run import EVAL_HARNESS, SlicePolicy, run_on_tpu_slice
-        from marinbuild.run.resources import tpu_slice
-
-        policy = SlicePolicy(
-            slice_wait=ctx.attr.slice_wait,
-            preemption_retries=ctx.attr.preemption_retries,
-            failure_retries=ctx.attr.failure_retries,
-        )
-        return run_on_tpu_slice(
-            EVAL_HARNESS,
-            payload,
-            tpu_slice(request.tpu),
-            policy=policy,
-            label=f"eval_harness {ctx.label}",
-            offline=offline,
-        )
-    return run_child(
-        "marinbuild.ml.eval_harness",
-        payload,
-        log_dir=os.path.join(ctx.output_path, "logs"),
-        name="eval_harness",
-        offline=offline,
-    )
+    return slices.run_job(ctx, EVAL_HARNESS, payload, log_name="eval_harness", offline=offline)
 
 
 def _is_local_task(name: str, task_files: dict[str, str]) -> bool:
@@ -143,16 +122,7 @@ eval_harness = rule(
         "task_files": attr.source_files(doc="lm-eval task YAMLs of this package and their data; content-hashed"),
         "max_examples": attr.int(default=0, doc="evaluate at most this many documents per task (0: all)"),
         "batch_size": attr.int(default=8, doc="sequences per evaluation batch"),
-        "resources": attr.dict(versioned=False, doc='what the step asks the backend for: tpu("v4-8"), {"cpu": 2}'),
-        "slice_wait": attr.float(
-            default=1800.0, versioned=False, doc="multi-host slice: seconds to wait for a free slice before failing"
-        ),
-        "preemption_retries": attr.int(
-            default=100, versioned=False, doc="multi-host slice: restarts after a host or its process is lost"
-        ),
-        "failure_retries": attr.int(
-            default=2, versioned=False, doc="multi-host slice: restarts after the evaluation code fails"
-        ),
+        **slices.job_attrs("the evaluation code"),
     },
     doc="Scores of a trained model's latest checkpoint on lm-eval-harness tasks (levanter's lm-eval integration).",
 )

@@ -48,6 +48,8 @@ from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
 from marinbuild.ml.configs import LmModel, Optimizer, Trainer, config_attr, from_dict
 
+from . import slices
+
 
 def _components(paths: list[str], what: str, split: str) -> dict[str, tuple[str, dict[str, Any]]]:
     from marinbuild.ml.tokenize import read_metadata
@@ -67,8 +69,8 @@ def _components(paths: list[str], what: str, split: str) -> dict[str, tuple[str,
 
 def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
     from marinbuild.ml.configs import as_dict
-    from marinbuild.ml.process import run_child
-    from marinbuild.run.resources import normalize, tpu_slice
+    from marinbuild.ml.slice_run import TRAIN
+    from marinbuild.run.resources import normalize
 
     model: LmModel = from_dict(LmModel, ctx.attr.model)
     trainer: Trainer = from_dict(Trainer, ctx.attr.trainer)
@@ -108,20 +110,7 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         "distributed": False,  # one host; on a multi-host slice each host's process gets its own
     }
     offline = "://" in tokenizer or os.path.isdir(tokenizer)
-    if request is not None and request.multi_host:
-        from marinbuild.ml.slice_run import TRAIN, SlicePolicy, run_on_tpu_slice
-
-        policy = SlicePolicy(
-            slice_wait=ctx.attr.slice_wait,
-            preemption_retries=ctx.attr.preemption_retries,
-            failure_retries=ctx.attr.failure_retries,
-        )
-        return run_on_tpu_slice(
-            TRAIN, payload, tpu_slice(request.tpu), policy=policy, label=f"train_lm {ctx.label}", offline=offline
-        )
-    return run_child(
-        "marinbuild.ml.train", payload, log_dir=os.path.join(ctx.output_path, "logs"), name="train", offline=offline
-    )
+    return slices.run_job(ctx, TRAIN, payload, log_name="train", offline=offline)
 
 
 train_lm = rule(
@@ -135,7 +124,6 @@ train_lm = rule(
         "optimizer": config_attr(Optimizer, default={}, doc="optimizer and schedule (configs.Optimizer)"),
         "trainer": config_attr(Trainer, mandatory=True, doc="batch size, steps, checkpoints (configs.Trainer)"),
         "seed": attr.int(default=0, doc="random seed of initialisation and data order"),
-        "resources": attr.dict(versioned=False, doc='what the step asks the backend for: tpu("v4-8"), {"cpu": 2}'),
         "tracker": attr.string(
             default="json",
             values=["json", "wandb", "tensorboard"],
@@ -143,15 +131,7 @@ train_lm = rule(
             doc="json: metrics.jsonl only; wandb: Weights & Biases as well; "
             "tensorboard: TensorBoard event files under tensorboard/ as well",
         ),
-        "slice_wait": attr.float(
-            default=1800.0, versioned=False, doc="multi-host slice: seconds to wait for a free slice before failing"
-        ),
-        "preemption_retries": attr.int(
-            default=100, versioned=False, doc="multi-host slice: restarts after a host or its process is lost"
-        ),
-        "failure_retries": attr.int(
-            default=2, versioned=False, doc="multi-host slice: restarts after the training code fails"
-        ),
+        **slices.job_attrs("the training code"),
     },
     doc="A language model trained with levanter on a weighted mixture of tokenized data.",
 )

@@ -20,17 +20,14 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
-import os
 import subprocess
-import sys
 import threading
 import urllib.parse
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from workspaces import write_workspace
+from workspaces import CliWorkspace, write_workspace
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
@@ -168,34 +165,14 @@ class HubServer:
         self.httpd.server_close()
 
 
-@dataclass
-class Build:
-    code: int
-    stdout: str
-    stderr: str
-    events: list[dict[str, Any]]
-
-
-class DownloadWorkspace:
+class DownloadWorkspace(CliWorkspace):
     """A workspace (prefix ``out``) whose ``pipe/BUILD.marin`` is ``build_file``; short leases, so a rerun after
     a kill takes the step over soon."""
 
     def __init__(self, root: Path, build_file: str, env: dict[str, str] | None = None):
-        self.root = write_workspace(root, {"pipe/BUILD.marin": build_file})
+        super().__init__(write_workspace(root, {"pipe/BUILD.marin": build_file}), env)
         with (root / "pyproject.toml").open("a") as f:
             f.write("heartbeat_interval = 1\nstale_after = 4\n")
-        self.extra_env = env or {}
-        self._n = 0
-
-    def command(self, *args: str, events: Path | None = None) -> list[str]:
-        extra = ["--build_event_json_file", str(events)] if events is not None else []
-        return [sys.executable, "-m", "marinbuild", *args, *extra]
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.pop("MARIN_PREFIX", None)
-        env.update(self.extra_env)
-        return env
 
     def popen(self, target: str) -> subprocess.Popen:
         return subprocess.Popen(
@@ -206,20 +183,6 @@ class DownloadWorkspace:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-
-    def build(self, *args: str, timeout: float = 600) -> Build:
-        self._n += 1
-        events = self.root / f"events-{self._n}.jsonl"
-        proc = subprocess.run(
-            self.command(*args, events=events),
-            cwd=self.root,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        records = [json.loads(line) for line in events.read_text().splitlines()] if events.exists() else []
-        return Build(proc.returncode, proc.stdout, proc.stderr, records)
 
     def output(self, name: str) -> Path:
         built = sorted((self.root / "out" / "pipe").glob(f"{name}-*"))

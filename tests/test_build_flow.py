@@ -8,35 +8,17 @@ import time
 from pathlib import Path
 
 import pytest
-from workspaces import write_workspace
+from workspaces import two_step_workspace
 
 from marinbuild.analysis import snapshot
 from marinbuild.analysis.build import BuildRequest, BuildResult, EventLogPlace, RecordedStep, run_build
 from marinbuild.cli import main
 from marinbuild.run.events import Event, Listener
 
-# python_step imports a step's module once per process: these modules have names no other test uses.
-STEPS_PY = """
-import os
-
-
-def write(config):
-    os.makedirs(config["output_path"], exist_ok=True)
-    with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
-        f.write(config["text"])
-"""
-
-BUILD = """
-load("@marinbuild//rules:python.py", "python_step")
-
-python_step(name = "a", fn = "flow_steps:write", config = {"text": "A"})
-python_step(name = "b", fn = "flow_steps:write", config = {"text": "B"}, deps = [":a"])
-"""
-
 
 @pytest.fixture
 def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = write_workspace(tmp_path / "ws", {"flow_steps.py": STEPS_PY, "pipe/BUILD.marin": BUILD})
+    root = two_step_workspace(tmp_path / "ws", "flow_steps")
     old = time.time() - 60  # older than the snapshot's racy window
     for path in [root, *root.rglob("*")]:
         os.utime(path, (old, old))

@@ -11,25 +11,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+from workspaces import two_step_workspace
+
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
-STEPS_PY = """
-import os
-
-
-def write(config):
-    os.makedirs(config["output_path"], exist_ok=True)
-    with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
-        f.write(config["text"])
-"""
-
-BUILD = """
-load("@marinbuild//rules:python.py", "python_step")
-
-python_step(name = "a", fn = "steps:write", config = {"text": "A"})
-python_step(name = "b", fn = "steps:write", config = {"text": "B"}, deps = [":a"])
-"""
 
 RUN_MODULES = (
     "marinbuild.engine.execute",
@@ -56,11 +42,7 @@ def python(code: str, cwd: Path, **env: str) -> list[str]:
 def test_the_cli_builds_through_the_engine_without_the_marin_facade(tmp_path: Path) -> None:
     """Importing the package, the session, the engine and the CLI, a build and a dry run: no
     ``marinbuild.executor``. The build really ran (its output is there)."""
-    root = tmp_path / "ws"
-    (root / "pipe").mkdir(parents=True)
-    (root / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "out"\n')
-    (root / "steps.py").write_text(STEPS_PY)
-    (root / "pipe" / "BUILD.marin").write_text(BUILD)
+    root = two_step_workspace(tmp_path / "ws", "steps")
     lines = python(
         """
         import sys

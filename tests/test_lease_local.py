@@ -51,24 +51,27 @@ def test_a_replaced_lease_file_is_read_by_path_and_left_alone(tmp_path):
     assert lease_for(out, "x").holder().worker_id == "runner-c"
 
 
-def test_past_the_limit_leases_are_reopened_by_path(tmp_path, monkeypatch):
-    monkeypatch.setattr(lease_local, "KEPT_OPEN_LIMIT", 1)
+def test_past_the_limit_leases_are_reopened_by_path(tmp_path):
+    limit = lease_local.KEPT_OPEN_LIMIT
     before = _open_fds()
-    first = lease_for(str(tmp_path / "s-a"), "runner-a")
-    second = lease_for(str(tmp_path / "s-b"), "runner-a")
-    assert first.try_acquire() and second.try_acquire()
-    assert _open_fds() == before + 1  # only the first is kept open
-    second.check()
-    first.check()
-    second.release()
-    first.release()
+    kept = [lease_for(str(tmp_path / f"s-{i}"), "runner-a") for i in range(limit)]
+    assert all(lease.try_acquire() for lease in kept)
+    assert _open_fds() == before + limit  # each kept open, up to the limit
+    past = lease_for(str(tmp_path / "s-past"), "runner-a")
+    assert past.try_acquire()
+    assert _open_fds() == before + limit  # past the limit: not kept open
+    past.check()
+    kept[0].check()
+    past.release()
+    kept[0].release()
+    assert _open_fds() == before + limit - 1
+    again = lease_for(str(tmp_path / "s-again"), "runner-a")
+    assert again.try_acquire()
+    assert _open_fds() == before + limit  # a released lease gave its place back: the next is kept open again
+    for lease in [again, *kept[1:]]:
+        lease.release()
     assert _open_fds() == before
-    third = lease_for(str(tmp_path / "s-c"), "runner-a")
-    assert third.try_acquire()
-    assert _open_fds() == before + 1  # released leases gave their place back: the next is kept open again
-    third.release()
-    assert not os.path.exists(lease_path(str(tmp_path / "s-a")))
-    assert not os.path.exists(lease_path(str(tmp_path / "s-b")))
+    assert not any(os.path.exists(lease_path(str(tmp_path / name))) for name in ("s-0", "s-past", "s-again"))
 
 
 def test_lease_race_between_threads_has_one_winner(tmp_path):

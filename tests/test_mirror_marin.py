@@ -47,8 +47,12 @@ def test_marins_mirror_budget_bounds_our_copies(regions) -> None:
         with pytest.raises(mirror.TransferBudgetExceeded, match=r"rigging\.filesystem\.mirror_budget"):
             fsspec.open("mirror://documents/big.bin", "rb").open()
     assert not (local / "documents" / "big.bin").exists()
-    with rigging_fs.mirror_budget(0.01):  # ~10 MiB
+    (region / "documents" / "more.bin").write_bytes(b"\1" * (2 * MB))
+    with rigging_fs.mirror_budget(3 / 1024):  # 3 MiB
         with fsspec.open("mirror://documents/big.bin", "rb") as f:
             assert len(f.read()) == 2 * MB
-        assert rigging_fs._mirror_budget_ctx.get().bytes_used == 2 * MB  # charged to Marin's budget
+        # the first copy was charged to Marin's budget: 2 MiB more would go over it
+        with pytest.raises(mirror.TransferBudgetExceeded, match=r"rigging\.filesystem\.mirror_budget"):
+            fsspec.open("mirror://documents/more.bin", "rb").open()
     assert (local / "documents" / "big.bin").stat().st_size == 2 * MB
+    assert not (local / "documents" / "more.bin").exists()

@@ -219,22 +219,33 @@ def test_flags_and_environment_are_part_of_the_key(ws: Path, runs: Runs, monkeyp
     assert not runs(":all")[3]
 
 
-def test_environment_variables_read_by_analysis_invalidate(tmp_path: Path, ws: Path) -> None:
-    """As separate processes, as a user runs it (in-process, rules modules stay imported)."""
-    env = {**os.environ, "MB_FLAVOR": "sweet"}
-    env.pop("MARIN_PREFIX", None)
+def age_workspace(ws: Path) -> float:
+    """Set every file and folder of ``ws`` a minute into the past (outside the snapshot's racy window); return when."""
     old = time.time() - 60
     for path in [ws, *ws.rglob("*")]:
         os.utime(path, (old, old))
-    # RACY_NS = 0: marinbuild's own sources may have been edited seconds ago (they are inputs too).
-    script = (
+    return old
+
+
+def build_in_new_process(ws: Path, target: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``marinbuild target`` in a new process in ``ws``, as a user runs it (in-process, rules modules stay imported),
+    with ``env`` added to this one's but for the prefix and view URL; ``RACY_NS = 0`` there, since marinbuild's own
+    sources may have been edited seconds ago (they are inputs too)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "MARINBUILD_SERVE_URL")}
+    code = (
         "import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+        f"sys.exit(main([{target!r}]))"
     )
-    command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:f']))"]
+    command = [sys.executable, "-c", code]
+    return subprocess.run(command, cwd=ws, env={**base, **env}, capture_output=True, text=True, timeout=120)
+
+
+def test_environment_variables_read_by_analysis_invalidate(tmp_path: Path, ws: Path) -> None:
+    """As separate processes, as a user runs it (in-process, rules modules stay imported)."""
+    age_workspace(ws)
 
     def build(flavor: str) -> str:
-        env["MB_FLAVOR"] = flavor
-        done = subprocess.run(command, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+        done = build_in_new_process(ws, "//pipe:f", MB_FLAVOR=flavor)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -258,19 +269,10 @@ def test_a_build_exporting_the_serve_url_is_still_answered_from_its_snapshot(tmp
     so the next build (a new process, without that variable yet) is answered from it."""
     with open(ws / "pyproject.toml", "a") as f:
         f.write('serve_url = "http://view.example"\n')
-    env = {**os.environ}
-    for name in ("MARIN_PREFIX", "MARINBUILD_SERVE_URL"):
-        env.pop(name, None)
-    old = time.time() - 60
-    for path in [ws, *ws.rglob("*")]:
-        os.utime(path, (old, old))
-    script = (
-        "import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
-    )
-    command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:all']))"]
+    age_workspace(ws)
 
     def build() -> None:
-        done = subprocess.run(command, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+        done = build_in_new_process(ws, "//pipe:all")
         assert done.returncode == 0, done.stderr
 
     build()
@@ -284,17 +286,10 @@ def test_a_build_exporting_the_serve_url_is_still_answered_from_its_snapshot(tmp
 def test_a_new_terminal_keeps_the_snapshot_but_a_real_variable_does_not(tmp_path: Path, ws: Path) -> None:
     """The shell's own bookkeeping (``OLDPWD``, ``SHLVL``, ``_``, SSH session names) differs between two terminals
     and is not part of the recorded environment; any other variable is."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "MARINBUILD_SERVE_URL")}
-    old = time.time() - 60
-    for path in [ws, *ws.rglob("*")]:
-        os.utime(path, (old, old))
-    script = (
-        "import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
-    )
-    command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:all']))"]
+    age_workspace(ws)
 
     def build(extra: dict[str, str]) -> None:
-        done = subprocess.run(command, cwd=ws, env={**env, **extra}, capture_output=True, text=True, timeout=120)
+        done = build_in_new_process(ws, "//pipe:all", **extra)
         assert done.returncode == 0, done.stderr
 
     build({"SHLVL": "1", "OLDPWD": "/"})  # runs the steps
@@ -312,17 +307,10 @@ def test_a_hit_evaluates_no_build_file(ws: Path) -> None:
     a broken one with the signature the snapshot recorded (same size, inode and mtime). The next build is answered
     from the snapshot (exit 0, the same result); loading the workspace would have failed on the broken file, as
     the build after its mtime changes does."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "MARINBUILD_SERVE_URL")}
-    old = time.time() - 60
-    for path in [ws, *ws.rglob("*")]:
-        os.utime(path, (old, old))
-    script = (
-        "import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
-    )
-    command = [sys.executable, "-c", script + "sys.exit(main(['//pipe:all']))"]
+    old = age_workspace(ws)
 
     def build() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(command, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+        return build_in_new_process(ws, "//pipe:all")
 
     assert build().returncode == 0  # runs the steps
     noop = build()  # a no-op through the full path: writes the snapshot

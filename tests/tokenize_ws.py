@@ -13,12 +13,10 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from workspaces import Build, CliWorkspace
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART_DATA = REPO / "experiments" / "quickstart" / "data"
@@ -67,15 +65,7 @@ tokenize(
 """
 
 
-@dataclass
-class Build:
-    code: int
-    stdout: str
-    stderr: str
-    events: list[dict[str, Any]]
-
-
-class TokenizeWorkspace:
+class TokenizeWorkspace(CliWorkspace):
     """``pipe:docs`` (every ``pipe/data/*.jsonl.gz`` and ``*.jsonl``) tokenized by ``pipe:tok``, toy tokenizer.
 
     ``shard_bytes``: the target's (0 by default: a shard per file). ``in_place``: ``pipe:docs``
@@ -91,7 +81,7 @@ class TokenizeWorkspace:
         in_place: bool = False,
         shard_bytes: int = 0,
     ):
-        self.root = root
+        super().__init__(root, {"HF_HUB_OFFLINE": "1"})
         self.data = root / "pipe" / "data"
         self.data.mkdir(parents=True, exist_ok=True)
         (root / "pyproject.toml").write_text('[project]\nname = "tok-test"\n\n[tool.marinbuild]\nprefix = "out"\n')
@@ -99,7 +89,6 @@ class TokenizeWorkspace:
         self.in_place = in_place
         self.shard_bytes = shard_bytes
         self.set_build(workers, skip_bad_records)
-        self._n = 0
 
     def set_build(self, workers: int = 2, skip_bad_records: bool = False) -> None:
         docs = (
@@ -115,29 +104,9 @@ class TokenizeWorkspace:
             )
         )
 
-    def command(self, *args: str, events: Path | None = None) -> list[str]:
-        extra = ["--build_event_json_file", str(events)] if events is not None else []
-        return [sys.executable, "-m", "marinbuild", *args, *extra]
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.pop("MARIN_PREFIX", None)
-        env["HF_HUB_OFFLINE"] = "1"
-        return env
-
     def build(self, *args: str, timeout: float = 600) -> Build:
-        self._n += 1
-        events = self.root / f"events-{self._n}.jsonl"
-        proc = subprocess.run(
-            self.command("//pipe:tok", *args, events=events),
-            cwd=self.root,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        records = [json.loads(line) for line in events.read_text().splitlines()] if events.exists() else []
-        return Build(proc.returncode, proc.stdout, proc.stderr, records)
+        """``marinbuild //pipe:tok ARGS``."""
+        return super().build("//pipe:tok", *args, timeout=timeout)
 
     def output(self) -> Path:
         """The newest built output of ``pipe:tok``."""

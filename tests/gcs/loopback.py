@@ -3,9 +3,11 @@
 Run as a process (``python loopback.py UPSTREAM_URL [--latency S] [--fail-rate P]``); it prints
 its port on the first line of stdout. Control and stats over HTTP on the same port:
 ``GET /__proxy/stats`` -> ``{"requests": n, "failed": n, "bytes_out": n}``; ``POST /__proxy/config`` with JSON
-``{"latency": s, "fail_rate": p, "faults": [kinds], "fail_next": n, "seed": n, "hang": bool}`` (``fail_next``
-fails exactly the next n requests, cycling through ``faults``; ``hang`` makes it read every request and never
-answer, as a server that stopped answering does); ``POST /__proxy/reset`` zeroes the counters.
+``{"latency": s, "fail_rate": p, "faults": [kinds], "fail_next": n, "seed": n, "hang": bool, "forbid": text}``
+(``fail_next`` fails exactly the next n requests, cycling through ``faults``; ``hang`` makes it read every request
+and never answer, as a server that stopped answering does; ``forbid`` answers 403 to every request whose target
+contains ``text``, as a bucket policy that denies one object does, until set to ``""``); ``POST /__proxy/reset``
+zeroes the counters.
 
 A failed request is one of: a 503 answered without forwarding; the connection reset without
 forwarding; the request forwarded and applied, then the connection reset (the client never
@@ -48,6 +50,7 @@ class Proxy:
         self.faults: list[str] = list(FAULTS)
         self.fail_next = 0
         self.hang = False
+        self.forbid = ""
         self.requests = 0
         self.failed = 0
         self.bytes_out = 0
@@ -82,6 +85,7 @@ class Proxy:
                 self.faults = [f for f in config["faults"] if f in FAULTS] or list(FAULTS)
             self.fail_next = int(config.get("fail_next", self.fail_next))
             self.hang = bool(config.get("hang", self.hang))
+            self.forbid = str(config.get("forbid", self.forbid))
         elif target.startswith("/__proxy/reset"):
             self.requests = self.failed = self.bytes_out = 0
         payload = json.dumps(
@@ -104,6 +108,10 @@ class Proxy:
             await asyncio.sleep(0.05)
         if self.latency:
             await asyncio.sleep(self.latency)
+        if self.forbid and self.forbid in target:
+            self.failed += 1
+            await _write_error(writer, 403, "Forbidden", "injected: access denied")
+            return True
         if self.fail_next > 0:
             self.fail_next -= 1
             fault: str | None = self.faults[self.fail_next % len(self.faults)]
@@ -112,13 +120,7 @@ class Proxy:
         if fault is not None:
             self.failed += 1
         if fault == "503":
-            await _write_response(
-                writer,
-                503,
-                "Service Unavailable",
-                [("Content-Type", "application/json")],
-                b'{"error": {"code": 503, "message": "injected backend error"}}',
-            )
+            await _write_error(writer, 503, "Service Unavailable", "injected backend error")
             return True
         if fault == "reset":
             _reset(writer)
@@ -135,13 +137,7 @@ class Proxy:
             _reset(writer)
             return False
         if fault == "503-after":
-            await _write_response(
-                writer,
-                503,
-                "Service Unavailable",
-                [("Content-Type", "application/json")],
-                b'{"error": {"code": 503, "message": "injected backend error"}}',
-            )
+            await _write_error(writer, 503, "Service Unavailable", "injected backend error")
             return True
         self.bytes_out += len(content)
         await _write_response(writer, status, reason, out_headers, content)
@@ -189,6 +185,12 @@ async def _write_response(
     lines = [f"HTTP/1.1 {status} {reason}"] + [f"{k}: {v}" for k, v in headers] + [f"Content-Length: {len(body)}"]
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
     await writer.drain()
+
+
+async def _write_error(writer: asyncio.StreamWriter, status: int, reason: str, message: str) -> None:
+    """An error answered as GCS answers one: a JSON ``{"error": {"code", "message"}}`` body."""
+    body = json.dumps({"error": {"code": status, "message": message}}).encode()
+    await _write_response(writer, status, reason, [("Content-Type", "application/json")], body)
 
 
 async def serve(upstream: str, port: int, latency: float, fail_rate: float, seed: int | None) -> None:

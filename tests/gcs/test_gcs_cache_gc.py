@@ -1,9 +1,14 @@
-"""``marinbuild cache gc`` on a gs:// prefix (fake-gcs-server), through the real CLI."""
+"""``marinbuild cache gc`` (through the real CLI) and ``cache status`` on a gs:// prefix (fake-gcs-server)."""
 
 from __future__ import annotations
 
-from test_cache import check_gc_offers_old_outputs_under_experiments  # tests/ (its conftest puts it on sys.path)
+from test_cache import (  # tests/ (its conftest puts it on sys.path)
+    Ws,
+    check_gc_offers_old_outputs_under_experiments,
+    states,
+)
 
+from marinbuild.cache import cache_status
 from marinbuild.store import gcs
 
 
@@ -30,3 +35,16 @@ def test_store_names_a_folders_entries_on_gcs(gs_prefix):
     gcs.filesystem().invalidate_cache()
     assert store.names(folder) == [".executor_info", "part"]
     assert store.names(gs_prefix + "/pkg/missing-000000") is None
+
+
+def test_status_sends_two_requests_per_built_step(gs_prefix, tmp_path):
+    """For each built step (4: a, b and the two of ``both``) one GET of its status and one of its recorded code
+    (for a "code changed" note); no lease, nothing read twice."""
+    ws = Ws(tmp_path / "ws", gs_prefix)
+    ws.build("//pkg:a", "//pkg:b", "//pkg:both")
+    session = ws.session("//pkg:a", "//pkg:b", "//pkg:both")
+    requests = gcs.filesystem().requests
+    requests.reset()
+    rows = cache_status(session, ["//pkg:a", "//pkg:b", "//pkg:both"])
+    assert requests.reset() == 2 * 4
+    assert states(rows) == {"//pkg:a": "built", "//pkg:b": "built", "//pkg:both": "built"}

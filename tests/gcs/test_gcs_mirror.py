@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -60,17 +63,29 @@ def test_a_copy_over_the_budget_raises_and_copies_nothing(buckets):
     assert str(pickle.loads(pickle.dumps(err))) == str(err)
 
 
-def test_the_environment_sets_the_default_budget(buckets, monkeypatch):
+def test_the_environment_sets_the_default_budget(buckets):
+    """``$MARIN_MIRROR_BUDGET_GB`` (read once per process, on first use) bounds what a fresh process copies outside
+    any scope; each run is its own process, as a build's is."""
     local, region = buckets
     _put(f"{region}/documents/y.bin", b"\1" * MB)
-    monkeypatch.setenv(mirror.MARIN_MIRROR_BUDGET_GB, str(0.5 / 1024))
-    monkeypatch.setattr(mirror, "_process_budget", [])
-    with pytest.raises(TransferBudgetExceeded):
-        fsspec.filesystem("mirror").cat_file("documents/y.bin")
-    monkeypatch.setenv(mirror.MARIN_MIRROR_BUDGET_GB, "1")
-    monkeypatch.setattr(mirror, "_process_budget", [])
-    assert fsspec.filesystem("mirror").cat_file("documents/y.bin") == b"\1" * MB
-    assert mirror.default_budget().bytes_used == MB
+    read = (
+        "import fsspec, marinbuild.store.mirror as m\n"
+        "try:\n"
+        "    print(len(fsspec.filesystem('mirror').cat_file('documents/y.bin')), m.default_budget().bytes_used)\n"
+        "except m.TransferBudgetExceeded as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+
+    def run(budget_gb: str) -> str:
+        env = {**os.environ, "MARIN_PREFIX": local, mirror.MARIN_MIRROR_PREFIXES: region}
+        env[mirror.MARIN_MIRROR_BUDGET_GB] = budget_gb
+        done = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert run(str(0.5 / 1024)).startswith("refused: ")
+    assert "$MARIN_MIRROR_BUDGET_GB" in run(str(0.5 / 1024))
+    assert run("1") == f"{MB} {MB}"
 
 
 def test_concurrent_readers_copy_once(buckets):
@@ -188,21 +203,31 @@ def _causes(exc: BaseException | None) -> list[BaseException]:
     return out
 
 
+class ProcessBudget:
+    """The process-wide budget (``$MARIN_MIRROR_BUDGET_GB``, 10 GB by default: every copy of these tests fits) and
+    what was charged to it since the test began."""
+
+    def __init__(self) -> None:
+        self.budget = mirror.default_budget()
+        self.before = self.budget.bytes_used
+
+    @property
+    def charged(self) -> int:
+        return self.budget.bytes_used - self.before
+
+
 @pytest.fixture
-def env_budget_of_1_gb(monkeypatch):
-    """A process-wide budget ($MARIN_MIRROR_BUDGET_GB) that allows every copy of these tests."""
-    monkeypatch.setenv(mirror.MARIN_MIRROR_BUDGET_GB, "1")
-    monkeypatch.setattr(mirror, "_process_budget", [])
-    return mirror.default_budget()
+def process_budget() -> ProcessBudget:
+    return ProcessBudget()
 
 
-def test_each_step_is_charged_to_the_largest_budget_of_its_own_config(buckets, env_budget_of_1_gb):
+def test_each_step_is_charged_to_the_largest_budget_of_its_own_config(buckets, process_budget):
     local, region = buckets
     _put(f"{region}/documents/a.bin", b"a" * MB)
     _put(f"{region}/documents/b.bin", b"b" * MB)
     # its largest budget is 2 MiB (that of the value it reads alone would refuse the copy): succeeds
     roomy = _mirror_step("mirror/roomy", ("documents/a.bin", 0.1 / 1024), unread=("documents/unused", 2 / 1024))
-    # its own budget is 0.5 MiB: fails, though $MARIN_MIRROR_BUDGET_GB (1 GB) would have allowed the copy
+    # its own budget is 0.5 MiB: fails, though the process-wide budget would have allowed the copy
     tight = _mirror_step("mirror/tight", ("documents/b.bin", 0.5 / 1024))
     ex = gp.executor(local)
     with pytest.raises(StepFailedError) as info:
@@ -220,10 +245,10 @@ def test_each_step_is_charged_to_the_largest_budget_of_its_own_config(buckets, e
     assert st.read_status(ex.output_paths[tight]) == st.STATUS_FAILED
     assert gcs.filesystem().exists(f"{local}/documents/a.bin")  # copied home, under the build's prefix
     assert not gcs.filesystem().exists(f"{local}/documents/b.bin")  # refused before copying anything
-    assert env_budget_of_1_gb.bytes_used == 0  # neither step was charged to the process-wide budget
+    assert process_budget.charged == 0  # neither step was charged to the process-wide budget
 
 
-def test_steps_running_at_once_keep_separate_budgets(buckets, env_budget_of_1_gb):
+def test_steps_running_at_once_keep_separate_budgets(buckets, process_budget):
     local, region = buckets
     for name in "cd":
         _put(f"{region}/documents/{name}.bin", name.encode() * MB)
@@ -249,11 +274,11 @@ def test_steps_running_at_once_keep_separate_budgets(buckets, env_budget_of_1_gb
         "limit": int(1.75 / 1024 * mirror.GB),
         "local": local,
     }
-    assert env_budget_of_1_gb.bytes_used == 0
-    assert mirror.active_budget() is env_budget_of_1_gb  # the scopes ended with their steps
+    assert process_budget.charged == 0
+    assert mirror.active_budget() is process_budget.budget  # the scopes ended with their steps
 
 
-def test_a_step_without_mirrored_values_is_charged_to_the_process_wide_budget(buckets, env_budget_of_1_gb):
+def test_a_step_without_mirrored_values_is_charged_to_the_process_wide_budget(buckets, process_budget):
     local, region = buckets
     _put(f"{region}/documents/e.bin", b"e" * MB)
     plain = ExecutorStep(
@@ -264,11 +289,11 @@ def test_a_step_without_mirrored_values_is_charged_to_the_process_wide_budget(bu
     ex = gp.executor(local)
     ex.run([plain])
     seen = records.read_artifact(ex.output_paths[plain])
-    assert seen == {"sizes": [MB], "used": MB, "limit": mirror.GB, "local": local}
-    assert env_budget_of_1_gb.bytes_used == MB
+    assert seen == {"sizes": [MB], "used": MB, "limit": process_budget.budget.limit_bytes, "local": local}
+    assert process_budget.charged == MB
 
 
-def test_a_ray_task_runs_its_step_in_the_steps_scope(buckets, env_budget_of_1_gb):
+def test_a_ray_task_runs_its_step_in_the_steps_scope(buckets, process_budget):
     """The worker side of the Ray backend (``run_step``, called here without Ray) opens the step's scope."""
     from marinbuild.run.ray_task import run_step
     from marinbuild.run.step_call import MirrorScope
@@ -280,29 +305,26 @@ def test_a_ray_task_runs_its_step_in_the_steps_scope(buckets, env_budget_of_1_gb
         run_step(read_mirrored, config, None, MirrorScope(0.5 / 1024, local))
     seen = run_step(read_mirrored, config, None, MirrorScope(1.25 / 1024, local))
     assert seen == {"sizes": [MB], "used": MB, "limit": int(1.25 / 1024 * mirror.GB), "local": local}
-    assert env_budget_of_1_gb.bytes_used == 0
+    assert process_budget.charged == 0
 
 
-def test_a_failed_copy_gives_back_the_bytes_it_did_not_copy(buckets, monkeypatch):
+def test_a_failed_copy_gives_back_the_bytes_it_did_not_copy(buckets, proxy):
+    """The bucket refuses the third file of a folder copy (a real 403 from the proxy in front of the server):
+    the copy fails, keeps the two files it copied, and charges only them; the retry copies only the third."""
     local, region = buckets
     for i in range(3):
         _put(f"{region}/documents/parts/p{i}", bytes([i]) * MB)
-    real_copy = mirror._copy_file
-    copied: list[str] = []
-
-    def copy_two_then_fail(src: str, dst: str) -> None:
-        if len(copied) == 2:
-            raise ConnectionError("lost the connection")
-        real_copy(src, dst)
-        copied.append(src)
-
-    monkeypatch.setattr(mirror, "_copy_file", copy_two_then_fail)
+    proxy.activate()
+    proxy.configure(forbid="parts%2Fp2")  # every request naming documents/parts/p2 (its copy) is refused
     with mirror_budget(1) as budget:
-        with pytest.raises(ConnectionError):
-            fsspec.filesystem("mirror").info("documents/parts")  # the folder: copied file by file
+        with pytest.raises(OSError, match="Forbidden"):
+            fsspec.filesystem("mirror").info("documents/parts")  # the folder: copied file by file, in order
         assert budget.bytes_used == 2 * MB  # the third file was charged, then given back
-        monkeypatch.setattr(mirror, "_copy_file", real_copy)
+        assert sorted(gcs.filesystem().ls(f"{local}/documents/parts", detail=False)) == [
+            f"{local}/documents/parts/p0".removeprefix("gs://"),
+            f"{local}/documents/parts/p1".removeprefix("gs://"),
+        ]
+        proxy.configure(forbid="")
         assert fsspec.filesystem("mirror").info("documents/parts")["type"] == "directory"
         assert budget.bytes_used == 3 * MB  # the retry copied (and charged) only the missing file
-        assert copied == [f"{region}/documents/parts/p0", f"{region}/documents/parts/p1"]
     assert gcs.filesystem().cat_file(f"{local}/documents/parts/p2") == bytes([2]) * MB

@@ -10,16 +10,12 @@ Tests that need levanter are skipped with a reason when the ``ml`` extra is not 
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import shutil
 import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from workspaces import Build, CliWorkspace
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "experiments" / "quickstart"
@@ -27,6 +23,21 @@ HAVE_LEVANTER = importlib.util.find_spec("levanter") is not None
 needs_levanter = pytest.mark.skipif(
     not HAVE_LEVANTER, reason="levanter is not installed (the ml extra: pip install -e '.[ml]')"
 )
+
+STEPS = frozenset(
+    f"experiments/quickstart/{name}"
+    for name in (
+        "stories_train",
+        "stories_validation",
+        "tokenizer",
+        "stories_tokenized",
+        "lm",
+        "eval",
+        "story_tasks",
+        "report",
+    )
+)
+"""Every step of the quickstart (``package/name``, as build events name them)."""
 
 # The quickstart, shortened for the test suite: (text in BUILD.marin, replacement).
 SHORTER = [
@@ -36,54 +47,23 @@ SHORTER = [
 ]
 
 
-@dataclass
-class Build:
-    code: int
-    stdout: str
-    stderr: str
-    events: list[dict]
-    seconds: float
-
-    @property
-    def ran(self) -> set[str]:
-        """Names (``package/name``) of the steps this build ran."""
-        return {e["step"] for e in self.events if e["kind"] == "started"}
-
-    @property
-    def already_built(self) -> set[str]:
-        """Steps the plan found built (so not run)."""
-        return {e["step"] for e in self.events if e["kind"] == "planned" and e["detail"] == "built"}
-
-
-class Workspace:
-    """A workspace holding a copy of the quickstart package; ``build`` runs marinbuild in it."""
+class Workspace(CliWorkspace):
+    """A workspace holding a copy of the quickstart package; ``build`` runs marinbuild in it (nothing may reach
+    for the Hub)."""
 
     def __init__(self, root: Path):
-        self.root = root
+        super().__init__(root, {"HF_HUB_OFFLINE": "1"})
         self.package = root / "experiments" / "quickstart"
         self.prefix = root / "out"
-        self._n = 0
 
     def marinbuild(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "marinbuild", *args],
-            cwd=self.root,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=_env(),
+            self.command(*args), cwd=self.root, capture_output=True, text=True, timeout=timeout, env=self.env()
         )
 
     def build(self, *targets: str, timeout: float = 900) -> Build:
-        self._n += 1
-        events = self.root / f"events-{self._n}.jsonl"
-        started = time.monotonic()
-        proc = self.marinbuild(
-            *(targets or ("//experiments/quickstart:all",)), "--build_event_json_file", str(events), timeout=timeout
-        )
-        seconds = time.monotonic() - started
-        records = [json.loads(line) for line in events.read_text().splitlines()] if events.exists() else []
-        return Build(proc.returncode, proc.stdout, proc.stderr, records, seconds)
+        """``marinbuild TARGETS`` (default: the whole quickstart)."""
+        return super().build(*(targets or ("//experiments/quickstart:all",)), timeout=timeout)
 
     def output(self, name: str) -> Path:
         """The newest successful output folder of step ``experiments/quickstart/<name>``."""
@@ -100,13 +80,6 @@ class Workspace:
         text = path.read_text()
         assert old in text, f"{old!r} not in BUILD.marin"
         path.write_text(text.replace(old, new, 1))
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("MARIN_PREFIX", None)
-    env["HF_HUB_OFFLINE"] = "1"  # nothing in these tests may reach for the Hub
-    return env
 
 
 def make_workspace(root: Path) -> Workspace:

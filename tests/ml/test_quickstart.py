@@ -11,28 +11,14 @@ import json
 import math
 
 import pytest
-from qs_workspace import needs_levanter
+from qs_workspace import STEPS, needs_levanter
 
 pytestmark = [needs_levanter, pytest.mark.timeout(1200)]
-
-ALL = {
-    f"experiments/quickstart/{n}"
-    for n in (
-        "stories_train",
-        "stories_validation",
-        "tokenizer",
-        "stories_tokenized",
-        "lm",
-        "eval",
-        "story_tasks",
-        "report",
-    )
-}
 
 
 def test_full_build_trains_and_reports(built_quickstart):
     ws, build = built_quickstart
-    assert build.ran == ALL
+    assert build.ran == STEPS
     # the tokenizer: a directory levanter can load, with the special tokens
     tok = ws.output("tokenizer")
     config = json.loads((tok / "tokenizer_config.json").read_text())
@@ -78,7 +64,7 @@ def test_identical_rebuild_is_a_noop(built_quickstart):
     build = ws.build()
     assert build.code == 0, build.stderr
     assert build.ran == set()
-    assert build.already_built == ALL
+    assert build.already_built == STEPS
     assert build.seconds < 10  # a second or so, plus Python start-up on a busy machine
 
 
@@ -128,7 +114,7 @@ def test_data_file_change_reruns_what_reads_it_and_nothing_else(built_quickstart
     dry = ws.marinbuild("-n", "//experiments/quickstart:all", "--output", "json")
     assert dry.returncode == 0, dry.stderr
     plan = {p["step"]: p["state"] for p in json.loads(dry.stdout)["plan"]}
-    assert {s for s, state in plan.items() if state != "built"} == ALL - {"experiments/quickstart/stories_validation"}
+    assert {s for s, state in plan.items() if state != "built"} == STEPS - {"experiments/quickstart/stories_validation"}
     shard.write_bytes(original)
     # The validation file feeds validation, tokenize, train, the evaluations and report, but not the tokenizer.
     validation = ws.package / "data" / "validation.jsonl"
@@ -136,6 +122,6 @@ def test_data_file_change_reruns_what_reads_it_and_nothing_else(built_quickstart
     validation.write_text("".join(lines[:-1]))  # drop one held-out story
     build = ws.build()
     assert build.code == 0, build.stderr[-5000:]
-    assert build.ran == ALL - {"experiments/quickstart/stories_train", "experiments/quickstart/tokenizer"}
+    assert build.ran == STEPS - {"experiments/quickstart/stories_train", "experiments/quickstart/tokenizer"}
     meta = json.loads((ws.output("stories_tokenized") / "tokenized.json").read_text())
     assert meta["splits"]["validation"]["documents"] == 199

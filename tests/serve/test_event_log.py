@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from marinbuild.run import events as ev
@@ -67,14 +69,33 @@ def test_follow_yields_what_builds_against_the_prefix_append(tmp_path: Path) -> 
     ]
 
 
+FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+from marinbuild.run import events as ev
+from marinbuild.ui import event_log
+
+log = event_log.open_event_log(Path(sys.argv[1]), ["//x:y"], "/prefix")
+header = log.path.stat().st_size
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full disk
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (header, hard))
+log(ev.Event(ev.STARTED, step="x/y", output_path="/prefix/x/y-123456"))  # fails: the log stops
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+log(ev.Event(ev.SUCCEEDED, step="x/y", output_path="/prefix/x/y-123456"))  # the disk has room again: still stopped
+log.close()
+print(log.path)
+"""
+
+
 def test_a_log_that_cannot_be_written_never_fails_the_build(tmp_path: Path) -> None:
     blocked = tmp_path / "cache"
     blocked.write_text("a file where the .marinbuild folder would be")
     assert event_log.open_event_log(blocked, ["//x:y"], "/prefix") is None
-    log = event_log.open_event_log(tmp_path / "ok", ["//x:y"], "/prefix")
-    assert log is not None
-    with open("/dev/full", "w") as full:  # every write fails with ENOSPC
-        log._file.close()
-        log._file = full
-        log(ev.Event(ev.STARTED, step="x/y", output_path="/prefix/x/y-123456"))  # no exception
-        assert full.closed
+    # a disk that fills up after the log opened: a real write failure, in a process of its own (a file size limit)
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(tmp_path / "ok")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr  # no exception
+    read = event_log.read_log(done.stdout.strip())
+    assert read is not None and read.prefix == "/prefix" and read.events == []  # the header only: the log stopped

@@ -1,0 +1,55 @@
+"""What the rules whose levanter job may span a multi-host TPU slice share (``train_lm``, ``eval_harness``).
+
+``job_attrs`` are their attributes about where the job runs: ``resources`` and, for a multi-host slice,
+``slice_wait`` and the two retry budgets (none versioned: where a job runs never changes its output).
+``run_job`` runs the job where ``resources`` says: on every host of a multi-host slice
+(``marinbuild.ml.slice_run``, with the rule's slice attributes as its ``SlicePolicy``), else in one child
+process on this machine (``marinbuild.ml.process``). This module exports no rule; the rules modules import it
+(``from . import slices``) and the no-op snapshot records it as it records them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from marinbuild.analysis.analyze import RuleContext
+from marinbuild.load import attr
+
+if TYPE_CHECKING:
+    from marinbuild.ml.slice_run import SliceJob
+
+
+def job_attrs(code: str) -> dict[str, Any]:
+    """``resources``, ``slice_wait``, ``preemption_retries``, ``failure_retries``; ``code`` names the job's code in
+    the docs of ``failure_retries`` ("the training code")."""
+    return {
+        "resources": attr.dict(versioned=False, doc='what the step asks the backend for: tpu("v4-8"), {"cpu": 2}'),
+        "slice_wait": attr.float(
+            default=1800.0, versioned=False, doc="multi-host slice: seconds to wait for a free slice before failing"
+        ),
+        "preemption_retries": attr.int(
+            default=100, versioned=False, doc="multi-host slice: restarts after a host or its process is lost"
+        ),
+        "failure_retries": attr.int(default=2, versioned=False, doc=f"multi-host slice: restarts after {code} fails"),
+    }
+
+
+def run_job(ctx: RuleContext, job: SliceJob, payload: dict[str, Any], *, log_name: str, offline: bool) -> Any:
+    """Run ``job`` (``marinbuild.ml.slice_run.TRAIN``, ``EVAL_HARNESS``) with ``payload`` where
+    ``ctx.attr.resources`` says; on one machine its log is ``logs/<log_name>.log``."""
+    from marinbuild.ml import slice_run
+    from marinbuild.ml.process import run_child
+    from marinbuild.run.resources import normalize, tpu_slice
+
+    request = normalize(ctx.attr.resources or None)
+    if request is not None and request.multi_host:
+        policy = slice_run.SlicePolicy(
+            slice_wait=ctx.attr.slice_wait,
+            preemption_retries=ctx.attr.preemption_retries,
+            failure_retries=ctx.attr.failure_retries,
+        )
+        return slice_run.run_on_tpu_slice(
+            job, payload, tpu_slice(request.tpu), policy=policy, label=f"{job.rule} {ctx.label}", offline=offline
+        )
+    return run_child(job.module, payload, log_dir=os.path.join(ctx.output_path, "logs"), name=log_name, offline=offline)

@@ -1,0 +1,66 @@
+"""A rules module that imports a sibling helper module (``from . import common``), through the real CLI."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from workspaces import CliWorkspace, write_workspace
+
+GREET = """
+import os
+
+from marinbuild.load import attr, rule
+
+from . import common
+
+
+def _impl(ctx):
+    os.makedirs(ctx.output_path, exist_ok=True)
+    with open(os.path.join(ctx.output_path, "out.txt"), "w") as f:
+        f.write(ctx.attr.text)
+    return {"text": ctx.attr.text}
+
+
+greet = rule(implementation=_impl, attrs={"text": attr.string(default=common.GREETING)})
+"""
+
+
+def _age(root: Path) -> None:
+    """``root`` and everything under it a minute old: recently changed inputs would keep the no-op snapshot from being
+    written."""
+    old = time.time() - 60
+    for path in [root, *root.rglob("*")]:
+        os.utime(path, (old, old))
+
+
+def test_a_change_to_a_helper_module_is_seen_by_the_next_build(tmp_path: Path) -> None:
+    """The helper is loaded as part of the rules folder's package, and the next build sees an edit to it (the
+    no-op snapshot records it as it records the rules module that imports it)."""
+    root = write_workspace(
+        tmp_path / "ws",
+        {
+            "rules/common.py": 'GREETING = "hi"\n',
+            "rules/greet.py": GREET,
+            "pkg/BUILD.marin": 'load("//rules:greet.py", "greet")\ngreet(name = "g")\n',
+        },
+    )
+    _age(root)
+    ws = CliWorkspace(root, events_dir=tmp_path)
+    first = ws.build("//pkg:g")
+    assert first.code == 0, first.stderr
+    assert first.ran == {"pkg/g"}
+    _age(root)  # (the first build made the workspace's .marinbuild and out folders and the rules' __pycache__)
+    again = ws.build("//pkg:g")
+    assert again.code == 0 and again.ran == set(), again.stderr
+    (snapshot,) = (root / ".marinbuild" / "snapshots").glob("*.bin")
+    written = snapshot.stat().st_mtime_ns
+    assert ws.build("//pkg:g").ran == set()
+    assert snapshot.stat().st_mtime_ns == written  # answered from the snapshot
+    (root / "rules" / "common.py").write_text('GREETING = "hello"\n')
+    edited = ws.build("//pkg:g")
+    assert edited.code == 0, edited.stderr
+    assert edited.ran == {"pkg/g"}  # the default it gives the attribute changed: a new version
+    outputs = sorted((root / "out" / "pkg").glob("g-*/out.txt"))
+    assert sorted(p.read_text() for p in outputs) == ["hello", "hi"]
