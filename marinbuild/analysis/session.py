@@ -146,9 +146,9 @@ class Session:
 
         ``drop_declarations``: once the steps are made, drop every loaded target's attributes and call site
         (``Target.drop_declaration``) before versions are computed, so their memory is reused; for a caller
-        that reads neither afterwards (the build flow). Labels, dependencies, source files and packages stay; the
-        loader keeps the same target objects, so a later ``load`` in this session gives them dropped too. Answers
-        ``bench/run.py``'s layered 100,000 ``incremental`` row's peak memory (``marinbuild-cli``)."""
+        that reads neither afterwards (the build flow). Labels, dependencies, source files and packages stay;
+        the loader keeps the same target objects, so a later ``load`` of the same ``Session`` gives them dropped
+        too. Answers ``bench/run.py``'s layered 100,000 ``incremental`` row's peak memory (``marinbuild-cli``)."""
         from marinbuild.analysis.analyze import analyze
         from marinbuild.load import StatCache
 
