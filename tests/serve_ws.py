@@ -25,6 +25,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from interrupt import default_sigint
 from workspaces import write_workspace
 
 STEPS = """
@@ -189,6 +190,7 @@ class Server:
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,
+            preexec_fn=default_sigint,  # a test stops it with Ctrl-C
         )
         self.lines: list[str] = []
         try:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import ray_steps as rs
+from interrupt import default_sigint
 from raycluster import HERE, node_env
 
 from marinbuild.executor import Executor, ExecutorStep, StepFailedError, output_path_of, remote
@@ -281,6 +282,7 @@ def test_ctrl_c_cancels_the_task_and_releases_the_lease(ray_cluster, prefix):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     try:
         assert proc.stdout is not None
