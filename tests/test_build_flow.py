@@ -3,12 +3,10 @@ refuses are one line and exit 2 through the CLI."""
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 import pytest
-from workspaces import two_step_workspace
+from workspaces import age_workspace, two_step_workspace
 
 from marinbuild.analysis import snapshot
 from marinbuild.analysis.build import BuildRequest, BuildResult, EventLogPlace, RecordedStep, run_build
@@ -19,9 +17,7 @@ from marinbuild.run.events import Event, Listener
 @pytest.fixture
 def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = two_step_workspace(tmp_path / "ws", "flow_steps")
-    old = time.time() - 60  # older than the snapshot's racy window
-    for path in [root, *root.rglob("*")]:
-        os.utime(path, (old, old))
+    age_workspace(root)
     monkeypatch.delenv("MARIN_PREFIX", raising=False)
     monkeypatch.chdir(root)
     monkeypatch.setattr(snapshot, "RACY_NS", 0)  # marinbuild's own sources may have been edited seconds ago

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
-from workspaces import CliWorkspace, write_workspace
+from workspaces import CliWorkspace, age_workspace, write_workspace
 
 GREET = """
 import os
@@ -27,14 +25,6 @@ greet = rule(implementation=_impl, attrs={"text": attr.string(default=common.GRE
 """
 
 
-def _age(root: Path) -> None:
-    """``root`` and everything under it a minute old: recently changed inputs would keep the no-op snapshot from being
-    written."""
-    old = time.time() - 60
-    for path in [root, *root.rglob("*")]:
-        os.utime(path, (old, old))
-
-
 def test_a_change_to_a_helper_module_is_seen_by_the_next_build(tmp_path: Path) -> None:
     """The helper is loaded as part of the rules folder's package, and the next build sees an edit to it (the
     no-op snapshot records it as it records the rules module that imports it)."""
@@ -46,12 +36,12 @@ def test_a_change_to_a_helper_module_is_seen_by_the_next_build(tmp_path: Path) -
             "pkg/BUILD.marin": 'load("//rules:greet.py", "greet")\ngreet(name = "g")\n',
         },
     )
-    _age(root)
+    age_workspace(root)
     ws = CliWorkspace(root, events_dir=tmp_path)
     first = ws.build("//pkg:g")
     assert first.code == 0, first.stderr
     assert first.ran == {"pkg/g"}
-    _age(root)  # (the first build made the workspace's .marinbuild and out folders and the rules' __pycache__)
+    age_workspace(root)  # (the first build made the workspace's .marinbuild and out folders and the rules' __pycache__)
     again = ws.build("//pkg:g")
     assert again.code == 0 and again.ran == set(), again.stderr
     (snapshot,) = (root / ".marinbuild" / "snapshots").glob("*.bin")

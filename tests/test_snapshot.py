@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from workspaces import age_workspace
 
 from marinbuild.analysis import snapshot
 from marinbuild.cli import main
@@ -217,14 +218,6 @@ def test_flags_and_environment_are_part_of_the_key(ws: Path, runs: Runs, monkeyp
     assert runs("//pipe:all", "-j", "2", "-k")[3]  # flags that do not change analysis share it
     monkeypatch.chdir(ws / "pipe")
     assert not runs(":all")[3]
-
-
-def age_workspace(ws: Path) -> float:
-    """Set every file and folder of ``ws`` a minute into the past (outside the snapshot's racy window); return when."""
-    old = time.time() - 60
-    for path in [ws, *ws.rglob("*")]:
-        os.utime(path, (old, old))
-    return old
 
 
 def build_in_new_process(ws: Path, target: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -25,6 +25,15 @@ def write_workspace(root: Path, files: dict[str, str], prefix: str = "out") -> P
     return root
 
 
+def age_workspace(root: Path) -> float:
+    """Set ``root`` and everything under it a minute into the past, outside the racy window in which the no-op
+    snapshot and the package cache distrust a recently changed input; return that time."""
+    old = time.time() - 60
+    for path in [root, *root.rglob("*")]:
+        os.utime(path, (old, old))
+    return old
+
+
 def two_step_workspace(root: Path, module: str) -> Path:
     """A workspace of two ``python_step`` targets, ``//pipe:a`` and ``//pipe:b`` (which depends on ``a``), each
     writing its ``text`` to ``out.txt`` with ``<module>:write``. ``python_step`` imports a step's module once per
