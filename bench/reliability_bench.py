@@ -35,7 +35,7 @@ def sweep(workdir: str) -> dict:
     longest = 0.0
     for n, name in enumerate(points, 1):
         prefix = os.path.join(workdir, f"kill-{n}")
-        h.kill_at(prefix, n, "--fail")
+        h.kill_at(prefix, points, n, "--fail")
         again = h.run(prefix, "--fail")
         longest = max([longest, *again.result.get("waits", [])])
         if again.code != 1 or h.outputs(prefix) != golden or again.result.get("waits"):

@@ -2,7 +2,9 @@
 
 ``point(name)`` costs one global read unless ``MARINBUILD_KILL_AT_POINT`` is set in the environment when this
 module is imported. With ``MARINBUILD_KILL_AT_POINT=N`` the process sends itself SIGKILL at the N-th point it passes
-(counted from 1, across threads), or SIGSTOP with ``MARINBUILD_FAULT_SIGNAL=STOP`` (a pause another process can look
+(counted from 1, across threads); with ``MARINBUILD_KILL_AT_POINT=N:NAME``, at the N-th pass of the point named exactly
+NAME, which stays the same point however the threads of a build interleave (steps running side by side, the
+background run-info write); or SIGSTOP with ``MARINBUILD_FAULT_SIGNAL=STOP`` (a pause another process can look
 into, then resume with SIGCONT); with ``MARINBUILD_FAULT_POINT_LOG=FILE`` it appends each point's name to FILE (one
 line per point, in order), so a test learns how many points a build passes and kills it at each in turn.
 These are the moments a real crash (OOM kill, preemption, Ctrl-\\) can hit; nothing else reads them.
@@ -14,13 +16,15 @@ import os
 import signal
 import threading
 
-_KILL_AT = int(os.environ.get("MARINBUILD_KILL_AT_POINT", "0") or 0)
+_KILL_COUNT, _, _KILL_NAME = (os.environ.get("MARINBUILD_KILL_AT_POINT") or "0").partition(":")
+_KILL_AT = int(_KILL_COUNT or 0)
 _LOG = os.environ.get("MARINBUILD_FAULT_POINT_LOG") or None
 _SIGNAL = signal.SIGSTOP if os.environ.get("MARINBUILD_FAULT_SIGNAL") == "STOP" else signal.SIGKILL
 ACTIVE = bool(_KILL_AT or _LOG)
 """Any fault point is watched in this process."""
 
 _count = 0
+_passes: dict[str, int] = {}
 _lock = threading.Lock()
 
 
@@ -34,6 +38,10 @@ def point(name: str) -> None:
         if _LOG:
             with open(_LOG, "a") as f:
                 f.write(name + "\n")
-        stop = _count == _KILL_AT
+        if _KILL_NAME:
+            _passes[name] = _passes.get(name, 0) + 1
+            stop = name == _KILL_NAME and _passes[name] == _KILL_AT
+        else:
+            stop = _count == _KILL_AT
     if stop:
         os.kill(os.getpid(), _SIGNAL)

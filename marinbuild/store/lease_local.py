@@ -115,7 +115,7 @@ class LocalFileLease(Lease):
         size = os.fstat(fd).st_size
         if size > len(data):
             data += b" " * (size - len(data))
-        faults.point("lease-rewrite")
+        faults.point("lease-rewrite " + _step_name(self.path))
         os.pwrite(fd, data, 0)
 
     def _make_folder(self) -> None:
@@ -143,7 +143,7 @@ class LocalFileLease(Lease):
                 os.link(tmp, self.path)
             except FileExistsError:
                 return False
-            faults.point("lease-created")
+            faults.point("lease-created " + _step_name(self.path))
             keep = _keep_one()
             if keep:
                 self._fd = fd  # closed by release() from here on
@@ -250,3 +250,8 @@ class LocalFileLease(Lease):
             if f is None:
                 return None
             return parse_lease(self.path, self._read(f))
+
+
+def _step_name(lease_file: str) -> str:
+    """The step folder's name: how a fault point names the lease it is at."""
+    return os.path.basename(os.path.dirname(lease_file))

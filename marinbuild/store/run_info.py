@@ -119,7 +119,7 @@ def write(base: str, script: str, head: dict[str, Any], steps: Iterable[Pieces],
         if only_if_new and fs.exists(path):
             return path
         spool.seek(0)
-        faults.point("before-upload " + os.path.basename(path))
+        faults.point("before-upload run info " + script)
         with fs.filesystem_for(path).open(path, "wb") as remote:
             while chunk := spool.read(1 << 22):
                 remote.write(chunk)
@@ -136,7 +136,7 @@ def _write_local(base: str, script: str, head: dict[str, Any], steps: Iterable[P
         if only_if_new and os.path.exists(path):
             os.unlink(tmp)
             return path
-        faults.point("before-replace " + os.path.basename(path))
+        faults.point("before-replace run info " + script)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -45,20 +45,27 @@ def fault_points(prefix: str, *flags: str) -> list[str]:
         return [line for line in f.read().splitlines() if line]
 
 
-def kill_at(prefix: str, n: int, *flags: str) -> Run:
-    """Run the build and SIGKILL it at its ``n``-th fault point."""
-    got = run(prefix, *flags, env={"MARINBUILD_KILL_AT_POINT": str(n)})
-    assert got.code == -signal.SIGKILL, f"not killed at point {n}: {got}"
+def at_point(points: list[str], n: int) -> str:
+    """``MARINBUILD_KILL_AT_POINT`` for the ``n``-th (from 1) of the listed ``points``: that point by name and by how
+    many times the name was passed, so the same point is hit however the build's threads interleave."""
+    name = points[n - 1]
+    return f"{points[:n].count(name)}:{name}"
+
+
+def kill_at(prefix: str, points: list[str], n: int, *flags: str) -> Run:
+    """Run the build and SIGKILL it at the ``n``-th of its listed fault ``points``."""
+    got = run(prefix, *flags, env={"MARINBUILD_KILL_AT_POINT": at_point(points, n)})
+    assert got.code == -signal.SIGKILL, f"not killed at point {n} ({points[n - 1]}): {got}"
     return got
 
 
-def stop_at(prefix: str, n: int, *flags: str) -> subprocess.Popen:
-    """Start the build and wait until it stops itself (SIGSTOP) at its ``n``-th fault point."""
+def stop_at(prefix: str, points: list[str], n: int, *flags: str) -> subprocess.Popen:
+    """Start the build and wait until it stops itself (SIGSTOP) at the ``n``-th of its listed fault ``points``."""
     proc = subprocess.Popen(
         [sys.executable, SCRIPT, prefix, *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "MARINBUILD_KILL_AT_POINT": str(n), "MARINBUILD_FAULT_SIGNAL": "STOP"},
+        env={**os.environ, "MARINBUILD_KILL_AT_POINT": at_point(points, n), "MARINBUILD_FAULT_SIGNAL": "STOP"},
     )
     while _state(proc.pid) != "T":
         assert proc.poll() is None, "the build ended without reaching the fault point"

@@ -27,7 +27,7 @@ def test_a_kill_while_writing_failed_leaves_a_status_every_run_reads(tmp_path):
     """Torn status: FAILED written over RUNNING, killed in the middle. Every later run, --dry_run too, must read it."""
     points = h.fault_points(str(tmp_path / "list"), "--fail")
     prefix = str(tmp_path / "p")
-    h.kill_at(prefix, _last(points, "f-", ".executor_status"), "--fail")
+    h.kill_at(prefix, points, _last(points, "f-", ".executor_status"), "--fail")
     folder = h.step_folder(prefix, "f")
     assert st.read_status(folder) in (st.STATUS_RUNNING, st.STATUS_FAILED)
     dry = h.run(prefix, "--fail", "--dry_run")
@@ -56,7 +56,7 @@ def test_a_kill_while_taking_over_a_stale_lease_leaves_a_lease_that_parses(tmp_p
     points = h.fault_points(str(tmp_path / "list"))  # the same build, listing its writes
     prefix = str(tmp_path / "p")
     folder = _stale_lease_of_a_long_named_runner(prefix)
-    h.kill_at(prefix, _first(points, "lease-rewrite"))
+    h.kill_at(prefix, points, _first(points, "lease-rewrite"))
     record = lease_for(folder, "reader").holder()  # parses: the old record or the new one, never a mix
     assert record is not None
     again = h.run(prefix)
@@ -80,7 +80,7 @@ def test_marin_never_takes_a_lease_marinbuild_is_creating(tmp_path):
     """Interop window: marinbuild paused right after creating step a's lease file; Marin's lease code looks in."""
     points = h.fault_points(str(tmp_path / "list"))
     prefix = str(tmp_path / "p")
-    proc = h.stop_at(prefix, _first(points, "lease-created"))
+    proc = h.stop_at(prefix, points, _first(points, "lease-created a-"))
     try:
         folder = h.step_folder(prefix, "a")
         took = marin_lease.try_acquire(lease_path(folder), "marin-host-1234")
@@ -108,7 +108,7 @@ def test_a_rerun_after_a_kill_takes_the_dead_runners_leases_at_once(tmp_path):
     """Needless waits: the killed runner's leases (this host, process gone) are taken over without waiting."""
     points = h.fault_points(str(tmp_path / "list"))
     prefix = str(tmp_path / "p")
-    h.kill_at(prefix, _first(points, "a-", ".executor_info"))
+    h.kill_at(prefix, points, _first(points, "a-", ".executor_info"))
     assert lease_for(h.step_folder(prefix, "a"), "reader").holder() is not None  # left by the dead runner
     again = h.run(prefix)
     assert again.code == 0 and again.result["waits"] == [] and "a" in again.result["ran"], again

@@ -17,7 +17,7 @@ def test_a_kill_at_any_metadata_write_leaves_a_build_the_next_run_completes(tmp_
     assert len(points) >= 30, points
     for n, name in enumerate(points, 1):
         prefix = str(tmp_path / f"kill-{n}")
-        h.kill_at(prefix, n, "--fail")
+        h.kill_at(prefix, points, n, "--fail")
         again = h.run(prefix, "--fail")
         where = f"killed at point {n} ({name})"
         assert again.code == 1 and again.result["error"].startswith("StepFailedError: 1 step(s) failed: f"), where
