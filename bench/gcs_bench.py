@@ -39,12 +39,13 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOOPBACK = os.path.join(REPO, "tests", "gcs", "loopback.py")
 sys.path.insert(0, os.path.join(REPO, "tests"))
-from fakegcs import free_port, running_server, wait_ready  # noqa: E402  (the tests' fake-gcs-server)
+from fakegcs import running_server  # noqa: E402  (the tests' fake-gcs-server: one way to start it)
 
 BUCKET = "bench-bucket"
 PREFIX = f"gs://{BUCKET}/prefix"
@@ -53,9 +54,8 @@ BAR_100K_S = 5.0
 GROUPS = 10
 FOLDER_STEPS = 400
 """Steps per folder in the ``folders`` layout: ``marinbuild.store.batch.CHUNK_STEPS``, one listing per folder."""
-FAKE_GCS_MAX = 10000
-"""Largest N seeded into fake-gcs-server by default (``--server auto``); larger ones go to gcp-storage-emulator."""
-SERVERS = ("fake-gcs-server", "gcp-storage-emulator")
+SHARD_OBJECTS = 20000
+"""Most objects one fake-gcs-server holds (bar a bigger folder); more are spread over several (see the docstring)."""
 
 
 # -- the steps (the child process defines the same ones) ---------------------------------------------
@@ -129,53 +129,21 @@ def seed_folder(root: str, objects: Iterable[tuple[str, bytes]]) -> None:
             f.write(content)
 
 
-def seed_emulator(root: str, objects: Iterable[tuple[str, bytes]], url: str) -> None:
-    """Write objects into gcp-storage-emulator's on-disk store under ``root`` (its ``--data-dir``).
-
-    Through the emulator's own ``Storage`` and object-resource code, so the metadata is what an upload
-    would have made; but its index (one JSON file of every object) is written once at the end, not after
-    each object as an upload does, which would make seeding quadratic again."""
-    from gcp_storage_emulator.handlers.buckets import create_bucket
-    from gcp_storage_emulator.handlers.objects import _checksums, _make_object_resource
-    from gcp_storage_emulator.storage import Storage
-
-    storage = Storage(data_dir=root)
-    create_bucket(BUCKET, storage)
-    index = storage.objects.setdefault(BUCKET, {})
+def shards(objects: Iterable[tuple[str, bytes]], most: int) -> list[dict[str, list[tuple[str, bytes]]]]:
+    """Objects by step folder (the folder holding step folders: one listing's ``prefix``), the folders packed
+    into shards of at most ``most`` objects each (a folder holding more gets a shard of its own)."""
+    by_folder: dict[str, list[tuple[str, bytes]]] = {}
     for name, content in objects:
-        storage._store.write_bytes(storage._object_path(BUCKET, name), content)
-        index[name] = _checksums(
-            content, _make_object_resource(url, BUCKET, name, "application/octet-stream", len(content))
-        )
-    storage._write_config_to_file()
-
-
-@contextlib.contextmanager
-def running_emulator(root: str, port: int, ready_timeout: float) -> Iterator[str]:
-    """gcp-storage-emulator serving the store under ``root``; yields its URL."""
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gcp_storage_emulator",
-            "-d",
-            root,
-            "start",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--quiet",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_ready(url, proc, ready_timeout)
-        yield url
-    finally:
-        _stop(proc)
+        by_folder.setdefault(name.rsplit("/", 2)[0] + "/", []).append((name, content))
+    packed: list[dict[str, list[tuple[str, bytes]]]] = [{}]
+    count = 0
+    for folder in sorted(by_folder):
+        if packed[-1] and count + len(by_folder[folder]) > most:
+            packed.append({})
+            count = 0
+        packed[-1][folder] = by_folder[folder]
+        count += len(by_folder[folder])
+    return packed
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -183,9 +151,11 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
-def start_proxy(upstream: str, latency: float) -> tuple[subprocess.Popen, str]:
+def start_proxy(upstream: str, latency: float, routes: str | None) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [sys.executable, LOOPBACK, upstream, "--latency", str(latency)], stdout=subprocess.PIPE, text=True
+        [sys.executable, LOOPBACK, upstream, "--latency", str(latency), *(["--routes", routes] if routes else [])],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     return proc, f"http://127.0.0.1:{int(proc.stdout.readline())}"
@@ -225,14 +195,13 @@ def one(n: int, layout: str) -> dict[str, Any]:
     }
 
 
-def server_cpu(pid: int) -> float:
+def server_cpu(pids: list[int]) -> float:
     import psutil
 
-    times = psutil.Process(pid).cpu_times()
-    return times.user + times.system
+    return sum(t.user + t.system for t in (psutil.Process(pid).cpu_times() for pid in pids))
 
 
-def measure(n: int, layout: str, proxy_url: str, cache: str, server_pid: int) -> dict[str, Any]:
+def measure(n: int, layout: str, proxy_url: str, cache: str, server_pids: list[int]) -> dict[str, Any]:
     proxy_stats(proxy_url, reset=True)
     env = dict(
         os.environ,
@@ -241,7 +210,7 @@ def measure(n: int, layout: str, proxy_url: str, cache: str, server_pid: int) ->
         GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
         NO_GCE_CHECK="true",
     )
-    cpu = server_cpu(server_pid)
+    cpu = server_cpu(server_pids)
     start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, __file__, "--one", str(n), layout],
@@ -256,7 +225,7 @@ def measure(n: int, layout: str, proxy_url: str, cache: str, server_pid: int) ->
         raise RuntimeError(proc.stderr[-3000:])
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["process_seconds"] = process
-    result["server_cpu_seconds"] = server_cpu(server_pid) - cpu
+    result["server_cpu_seconds"] = server_cpu(server_pids) - cpu
     stats = proxy_stats(proxy_url)
     result["requests"], result["response_mb"] = stats["requests"], stats["bytes_out"] / 1e6
     return result
@@ -264,54 +233,57 @@ def measure(n: int, layout: str, proxy_url: str, cache: str, server_pid: int) ->
 
 def table(rows: list[dict[str, Any]], latency: float) -> str:
     lines = [
-        "| steps | layout | server | metadata cache | run (s) | process (s) | process CPU (s) | server CPU (s) "
+        "| steps | layout | servers | metadata cache | run (s) | process (s) | process CPU (s) | server CPU (s) "
         "| requests | responses (MB) | a request per step, in sequence |",
         "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         sequential = r["steps"] * latency
         lines.append(
-            f"| {r['steps']:,} | {r['layout']} | {r['server']} | {r['cache']} | {r['seconds']:.2f} | "
+            f"| {r['steps']:,} | {r['layout']} | {r['servers']} | {r['cache']} | {r['seconds']:.2f} | "
             f"{r['process_seconds']:.2f} | {r['cpu_seconds']:.2f} | {r['server_cpu_seconds']:.2f} | "
             f"{r['requests']} | {r['response_mb']:.1f} | {sequential:.0f} s |"
         )
     return "\n".join(lines)
 
 
-def pick_server(choice: str, n: int) -> str:
-    if choice != "auto":
-        return choice
-    return SERVERS[0] if n <= FAKE_GCS_MAX else SERVERS[1]
-
-
-def skip_reason(n: int, layout: str, server: str, scattered_max: int) -> str | None:
+def skip_reason(n: int, layout: str, scattered_max: int) -> str | None:
     """Why a configuration is not measured (None: it is)."""
     if layout == "scattered" and n > scattered_max:
         return f"scattered above --scattered_max {scattered_max}"
-    if layout != "folders" and server == "gcp-storage-emulator" and n > FOLDER_STEPS:
-        # it ignores startOffset/endOffset: every chunk listing of a big folder would return the whole folder
-        return f"{layout} on gcp-storage-emulator (it ignores startOffset/endOffset)"
     return None
 
 
 @contextlib.contextmanager
-def seeded_server(server: str, tmp: str, n: int, layout: str, full: bool) -> Iterator[tuple[str, int]]:
-    """The server holding N built steps; yields its URL and process id."""
+def seeded_servers(tmp: str, n: int, layout: str, full: bool, most: int) -> Iterator[tuple[str, str | None, list[int]]]:
+    """fake-gcs-servers holding N built steps, started at once; yields the first one's URL, the proxy's routes
+    file (None for one server) and their process ids."""
     import psutil
 
-    objects = built_objects(n, layout, full)
-    if server == "fake-gcs-server":
-        seed_folder(os.path.join(tmp, "data"), objects)
-        with running_server(os.path.join(tmp, "data"), ready_timeout=1800) as url:  # quadratic load
-            port = url.rsplit(":", 1)[1]
-            (pid,) = (c.pid for c in psutil.Process().children() if port in c.cmdline())
-            yield url, pid
-    else:
-        port = free_port()
-        seed_emulator(os.path.join(tmp, "store"), objects, f"http://127.0.0.1:{port}")
-        with running_emulator(os.path.join(tmp, "store"), port, ready_timeout=600) as url:
-            (pid,) = (c.pid for c in psutil.Process().children() if str(port) in c.cmdline())
-            yield url, pid
+    packed = shards(built_objects(n, layout, full), most)
+    routes: dict[str, str] = {}
+    cms = []
+    for i, shard in enumerate(packed):
+        root = os.path.join(tmp, f"data{i}")
+        seed_folder(root, (o for objects in shard.values() for o in objects))
+        cms.append(running_server(root, ready_timeout=3600))  # each loads in time quadratic in its objects
+    with contextlib.ExitStack() as stack:
+        with ThreadPoolExecutor(len(cms)) as pool:
+            futures = [pool.submit(cm.__enter__) for cm in cms]
+            for cm in cms:
+                stack.push(cm.__exit__)
+            urls = [f.result() for f in futures]
+        for shard, url in zip(packed, urls, strict=True):
+            routes.update(dict.fromkeys(shard, url))
+        routes_file = None
+        if len(urls) > 1:
+            routes_file = os.path.join(tmp, "routes.json")
+            with open(routes_file, "w") as f:
+                json.dump(routes, f)
+        ports = {url.rsplit(":", 1)[1] for url in urls}
+        pids = [c.pid for c in psutil.Process().children() if ports & set(c.cmdline())]
+        assert len(pids) == len(urls), (pids, urls)
+        yield urls[0], routes_file, pids
 
 
 def write_doc(path: str, text: str) -> None:
@@ -334,10 +306,10 @@ def main() -> None:
     )
     parser.add_argument("--scattered_max", type=int, default=1000, help="largest N for the scattered layout")
     parser.add_argument(
-        "--server",
-        choices=["auto", *SERVERS],
-        default="auto",
-        help=f"GCS server to seed (auto: fake-gcs-server up to {FAKE_GCS_MAX:,} steps, gcp-storage-emulator above)",
+        "--shard_objects",
+        type=int,
+        default=SHARD_OBJECTS,
+        help="most objects one fake-gcs-server holds; more are spread over several behind the proxy",
     )
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument(
@@ -359,35 +331,37 @@ def main() -> None:
     rows = []
     for layout in args.layouts:
         for n in args.sizes:
-            server = pick_server(args.server, n)
-            reason = skip_reason(n, layout, server, args.scattered_max)
+            reason = skip_reason(n, layout, args.scattered_max)
             if reason:
                 print(f"  {n:>6} {layout:<9} skipped: {reason}", file=sys.stderr, flush=True)
                 continue
             with tempfile.TemporaryDirectory(prefix="mb-gcs-bench-") as tmp, contextlib.ExitStack() as stack:
                 t = time.perf_counter()
-                upstream, server_pid = stack.enter_context(seeded_server(server, tmp, n, layout, args.full))
-                proxy, proxy_url = start_proxy(upstream, args.latency)
+                upstream, routes, server_pids = stack.enter_context(
+                    seeded_servers(tmp, n, layout, args.full, args.shard_objects)
+                )
+                proxy, proxy_url = start_proxy(upstream, args.latency, routes)
                 stack.callback(_stop, proxy)
                 setup = time.perf_counter() - t
                 cache = os.path.join(tmp, "metadata.sqlite")
                 for phase in ("cold cache", "warm cache"):
-                    r = measure(n, layout, proxy_url, cache, server_pid)
+                    r = measure(n, layout, proxy_url, cache, server_pids)
                     assert r["built"] == n and r["ran"] == 0, r
                     rows.append(
                         {
                             "steps": n,
                             "layout": layout,
-                            "server": server,
+                            "servers": len(server_pids),
                             "cache": phase,
                             **r,
                             "setup_s": round(setup, 1),
                         }
                     )
                     print(
-                        f"  {n:>6} {layout:<9} {server:<20} {phase:<10} run {r['seconds']:6.2f} s  process "
-                        f"{r['process_seconds']:6.2f} s  cpu {r['cpu_seconds']:5.2f} s  server cpu "
-                        f"{r['server_cpu_seconds']:5.2f} s  {r['requests']:>5} requests  (setup {setup:.0f} s)",
+                        f"  {n:>6} {layout:<9} {len(server_pids):>2} servers {phase:<10} "
+                        f"run {r['seconds']:6.2f} s  process {r['process_seconds']:6.2f} s  "
+                        f"cpu {r['cpu_seconds']:5.2f} s  server cpu {r['server_cpu_seconds']:5.2f} s  "
+                        f"{r['requests']:>5} requests  (setup {setup:.0f} s)",
                         file=sys.stderr,
                         flush=True,
                     )
