@@ -284,9 +284,10 @@ def seeded_servers(tmp: str, n: int, layout: str, full: bool, most: int) -> Iter
     with contextlib.ExitStack() as stack:
         with ThreadPoolExecutor(len(cms)) as pool:
             futures = [pool.submit(cm.__enter__) for cm in cms]
-            for cm in cms:
-                stack.push(cm.__exit__)
-            urls = [f.result() for f in futures]
+        for cm, future in zip(cms, futures, strict=True):
+            if future.exception() is None:
+                stack.push(cm.__exit__)  # stop only the servers that started
+        urls = [f.result() for f in futures]  # the first failure, if any, once the others are stopped
         for shard, url in zip(packed, urls, strict=True):
             routes.update(dict.fromkeys(shard, url))
         routes_file = None
