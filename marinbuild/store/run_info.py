@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, BinaryIO
@@ -89,22 +90,93 @@ def _opening(head: dict[str, Any]) -> bytes:
     return (json.dumps(ordered, indent=2)[:-2] + ',\n  "steps": [\n').encode()
 
 
-def _stream(out: BinaryIO, head: dict[str, Any], steps: Iterable[Pieces]) -> str:
-    """Write the whole text to ``out``; return the md5 hex digest of the steps' list (the name's hash)."""
-    digest = hashlib.md5(b"[")
-    out.write(_opening(head))
-    for i, pieces in enumerate(steps):
-        if i:
-            digest.update(b", ")
-            out.write(b",\n    ")
-        else:
-            out.write(b"    ")
-        for piece in pieces:
-            digest.update(piece)
-        out.writelines(pieces)
-    digest.update(b"]")
-    out.write(b"\n  ]\n}\n")
-    return digest.hexdigest()
+BATCH_BYTES = 4 << 20
+"""How much text the composing thread joins before handing it to the sink (hash and write): big enough that
+hashing and writing run without the GIL and with few calls, small enough to keep memory flat."""
+
+
+class _Sink:
+    """A thread that hashes and writes the joined batches the composing thread hands it, in order.
+
+    The file separates steps with ``",\n    "``, the hashed list with ``", "``: each batch comes with the spans of
+    its steps' texts, hashed one by one from the written buffer (no second copy). An error of the sink is kept
+    and re-raised to the composer at its next hand-over and by ``finish``; the sink drains what it is still
+    handed, so the composer never blocks on a dead thread."""
+
+    def __init__(self, out: BinaryIO):
+        self._out = out
+        self._digest = hashlib.md5(b"[")
+        self._first = True
+        self._error: BaseException | None = None
+        self._queue: queue.Queue[tuple[bytes, list[tuple[int, int]]] | None] = queue.Queue(maxsize=2)
+        self._thread = threading.Thread(target=self._run, name="marinbuild-run-info-sink", daemon=True)
+        self._thread.start()
+
+    def put(self, buffer: bytes, spans: list[tuple[int, int]]) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put((buffer, spans))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is not None:
+                continue
+            try:
+                buffer, spans = item
+                view = memoryview(buffer)
+                update = self._digest.update
+                for start, end in spans:
+                    if self._first:
+                        self._first = False
+                    else:
+                        update(b", ")
+                    update(view[start:end])
+                self._out.write(buffer)
+            except BaseException as exc:  # handed to the composer
+                self._error = exc
+
+    def finish(self) -> str:
+        """Wait for every batch; return the md5 hex digest of the steps' list (the name's hash)."""
+        self.stop()
+        if self._error is not None:
+            raise self._error
+        self._digest.update(b"]")
+        return self._digest.hexdigest()
+
+    def stop(self) -> None:
+        """Let the thread end once it has drained what it was handed."""
+        self._queue.put(None)
+        self._thread.join()
+
+
+def _stream(out: BinaryIO, head: dict[str, Any], steps: Iterable[Pieces], batch_bytes: int = BATCH_BYTES) -> str:
+    """Write the whole text to ``out``; return the md5 hex digest of the steps' list (the name's hash).
+
+    This thread composes (it runs ``steps``, which holds the GIL) and joins batches of ``batch_bytes``; a sink
+    thread hashes and writes each batch meanwhile (both release the GIL on big buffers)."""
+    sink = _Sink(out)
+    try:
+        parts: list[bytes] = [_opening(head)]
+        spans: list[tuple[int, int]] = []
+        size = len(parts[0])
+        separator = b"    "
+        for pieces in steps:
+            parts.append(separator)
+            size += len(separator)
+            separator = b",\n    "
+            start = size
+            parts.extend(pieces)
+            size += sum(map(len, pieces))
+            spans.append((start, size))
+            if size >= batch_bytes:
+                sink.put(b"".join(parts), spans)
+                parts, spans, size = [], [], 0
+        parts.append(b"\n  ]\n}\n")
+        sink.put(b"".join(parts), spans)
+    except BaseException:
+        sink.stop()
+        raise
+    return sink.finish()
 
 
 def write(base: str, script: str, head: dict[str, Any], steps: Iterable[Pieces], only_if_new: bool) -> str:
