@@ -33,7 +33,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, BinaryIO
+from typing import Any
 
 from marinbuild.core.jsonenc import dumps_sorted, json_str
 from marinbuild.store import faults, fs
@@ -91,55 +91,75 @@ def _opening(head: dict[str, Any]) -> bytes:
 
 
 BATCH_BYTES = 4 << 20
-"""How much text the composing thread joins before handing it to the sink (hash and write): big enough that
-hashing and writing run without the GIL and with few calls, small enough to keep memory flat."""
+"""How much hashed text the composing thread joins before handing it to the sink: big enough that hashing and
+writing run without the GIL in few calls, small enough to keep memory flat."""
+
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
+
+
+def _write_all(fd: int, buffers: list[Any]) -> None:
+    """``os.writev`` of ``buffers`` in calls of at most ``_IOV_MAX`` buffers, resuming after short writes."""
+    while buffers:
+        chunk = buffers[:_IOV_MAX]
+        written = os.writev(fd, chunk)
+        done = 0
+        while done < len(chunk) and written >= len(chunk[done]):
+            written -= len(chunk[done])
+            done += 1
+        buffers = buffers[done:]
+        if written:
+            buffers[0] = memoryview(buffers[0])[written:]
 
 
 class _Sink:
-    """A thread that hashes and writes the joined batches the composing thread hands it, in order.
+    """A thread that hashes and writes, in order, the batches the composing thread hands it.
 
-    The file separates steps with ``",\n    "``, the hashed list with ``", "``: each batch comes with the spans of
-    its steps' texts, hashed one by one from the written buffer (no second copy). An error of the sink is kept
-    and re-raised to the composer at its next hand-over and by ``finish``; the sink drains what it is still
-    handed, so the composer never blocks on a dead thread."""
+    A batch is the hashed text of some steps (``", "`` between steps, as in Marin's ``json.dumps`` of the list)
+    with each step's span in it: it is hashed in one call, and written with one ``writev`` of the spans with the
+    file's own separators between them (``",\n    "``: one step a line), so neither text is copied twice and the
+    GIL is released twice per batch (many short releases would each wait for the GIL to come back). An error of
+    the sink is kept and raised to the composer at its next hand-over and by ``finish``; the sink drains what it
+    is still handed, so the composer never waits on a dead thread."""
 
-    def __init__(self, out: BinaryIO):
-        self._out = out
+    def __init__(self, fd: int, opening: bytes):
+        self._fd = fd
+        self._pending: list[Any] = [opening]
         self._digest = hashlib.md5(b"[")
-        self._first = True
+        self._separator = b"    "
         self._error: BaseException | None = None
         self._queue: queue.Queue[tuple[bytes, list[tuple[int, int]]] | None] = queue.Queue(maxsize=2)
         self._thread = threading.Thread(target=self._run, name="marinbuild-run-info-sink", daemon=True)
         self._thread.start()
 
-    def put(self, buffer: bytes, spans: list[tuple[int, int]]) -> None:
+    def put(self, batch: bytes, spans: list[tuple[int, int]]) -> None:
         if self._error is not None:
             raise self._error
-        self._queue.put((buffer, spans))
+        self._queue.put((batch, spans))
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
             if self._error is not None:
                 continue
             try:
-                buffer, spans = item
-                view = memoryview(buffer)
-                update = self._digest.update
+                batch, spans = item
+                self._digest.update(batch)
+                view = memoryview(batch)
+                buffers = self._pending
                 for start, end in spans:
-                    if self._first:
-                        self._first = False
-                    else:
-                        update(b", ")
-                    update(view[start:end])
-                self._out.write(buffer)
+                    buffers.append(self._separator)
+                    buffers.append(view[start:end])
+                    self._separator = b",\n    "
+                _write_all(self._fd, buffers)
+                self._pending = []
             except BaseException as exc:  # handed to the composer
                 self._error = exc
 
-    def finish(self) -> str:
-        """Wait for every batch; return the md5 hex digest of the steps' list (the name's hash)."""
+    def finish(self, closing: bytes) -> str:
+        """Wait for every batch, write ``closing``; return the md5 hex digest of the steps' list (the name's hash)."""
         self.stop()
         if self._error is not None:
             raise self._error
+        _write_all(self._fd, [*self._pending, closing])
         self._digest.update(b"]")
         return self._digest.hexdigest()
 
@@ -149,21 +169,23 @@ class _Sink:
         self._thread.join()
 
 
-def _stream(out: BinaryIO, head: dict[str, Any], steps: Iterable[Pieces], batch_bytes: int = BATCH_BYTES) -> str:
-    """Write the whole text to ``out``; return the md5 hex digest of the steps' list (the name's hash).
+def _stream(fd: int, head: dict[str, Any], steps: Iterable[Pieces], batch_bytes: int = BATCH_BYTES) -> str:
+    """Write the whole text to the file ``fd``; return the md5 hex digest of the steps' list (the name's hash).
 
-    This thread composes (it runs ``steps``, which holds the GIL) and joins batches of ``batch_bytes``; a sink
-    thread hashes and writes each batch meanwhile (both release the GIL on big buffers)."""
-    sink = _Sink(out)
+    This thread composes (it runs ``steps``, which holds the GIL) and joins batches of about ``batch_bytes``;
+    a sink thread hashes and writes each batch meanwhile."""
+    sink = _Sink(fd, _opening(head))
     try:
-        parts: list[bytes] = [_opening(head)]
+        parts: list[bytes] = []
         spans: list[tuple[int, int]] = []
-        size = len(parts[0])
-        separator = b"    "
+        size = 0
+        first = True
         for pieces in steps:
-            parts.append(separator)
-            size += len(separator)
-            separator = b",\n    "
+            if first:
+                first = False
+            else:
+                parts.append(b", ")
+                size += 2
             start = size
             parts.extend(pieces)
             size += sum(map(len, pieces))
@@ -171,12 +193,12 @@ def _stream(out: BinaryIO, head: dict[str, Any], steps: Iterable[Pieces], batch_
             if size >= batch_bytes:
                 sink.put(b"".join(parts), spans)
                 parts, spans, size = [], [], 0
-        parts.append(b"\n  ]\n}\n")
-        sink.put(b"".join(parts), spans)
+        if spans:
+            sink.put(b"".join(parts), spans)
     except BaseException:
         sink.stop()
         raise
-    return sink.finish()
+    return sink.finish(b"\n  ]\n}\n")
 
 
 def write(base: str, script: str, head: dict[str, Any], steps: Iterable[Pieces], only_if_new: bool) -> str:
@@ -186,7 +208,7 @@ def write(base: str, script: str, head: dict[str, Any], steps: Iterable[Pieces],
     import tempfile
 
     with tempfile.TemporaryFile() as spool:
-        md5 = _stream(spool, head, steps)
+        md5 = _stream(spool.fileno(), head, steps)
         path = fs.join(base, f"{script}-{md5[:6]}.json")
         if only_if_new and fs.exists(path):
             return path
@@ -202,8 +224,10 @@ def _write_local(base: str, script: str, head: dict[str, Any], steps: Iterable[P
     os.makedirs(base, exist_ok=True)
     fd, tmp = fs.create_temporary(base, script + ".json")
     try:
-        with os.fdopen(fd, "wb") as out:
-            md5 = _stream(out, head, steps)
+        try:
+            md5 = _stream(fd, head, steps)
+        finally:
+            os.close(fd)
         path = os.path.join(base, f"{script}-{md5[:6]}.json")
         if only_if_new and os.path.exists(path):
             os.unlink(tmp)
