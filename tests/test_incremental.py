@@ -182,3 +182,19 @@ def test_a_run_info_that_cannot_be_written_fails_the_run_its_steps_still_commit(
     with pytest.raises(OSError):
         executor.run([a])
     assert status.read_status(executor.output_paths[a]) == status.STATUS_SUCCESS
+
+
+def test_a_cli_build_whose_run_info_cannot_be_written_fails_after_committing_its_steps(tmp_path: Path) -> None:
+    """The CLI waits for the run info at its very end (after its own closing work): its error still fails the
+    command, and every step is committed."""
+    ws = write_workspace(tmp_path / "ws", {"steps.py": STEPS_PY, "g/BUILD.marin": _build_file(1)}, prefix="../out")
+    prefix = tmp_path / "out"
+    prefix.mkdir()
+    (prefix / "experiments").write_text("a file where the run infos' folder should be\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "//..."], cwd=ws, env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    assert "experiments" in done.stderr
+    statuses = [status.read_status(str(path.parent)) for path in prefix.glob("g/*/.executor_status")]
+    assert statuses == [status.STATUS_SUCCESS] * 9
