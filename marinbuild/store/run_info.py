@@ -10,7 +10,9 @@ Contract:
   is passed through as it is, never decoded, copied or re-encoded.
 - ``write(base, script, head, steps, only_if_new)`` streams the file in ONE pass over ``steps`` (an iterable of
   each step's pieces), hashing what it writes, and returns the path. Nothing is held whole in memory: a graph of
-  100,000 steps has a run info of over a gigabyte.
+  100,000 steps has a run info of over a gigabyte. The calling thread composes (it runs ``steps``) and joins
+  the hashed text into batches of ``BATCH_BYTES``; a sink thread hashes each batch in one call and writes it
+  with one ``writev`` (``_Sink``), while the next batch is composed.
 - A crash (a kill at any moment) never loses or tears an existing run info: the text goes to a temporary file
   (``.tmp-<script>.json.<random>`` beside the final one; a killed writer leaves it behind), then one
   ``os.replace`` names it, once its hash is known. With ``only_if_new`` an existing file of the same name (the
@@ -18,11 +20,15 @@ Contract:
   a local temporary file and uploaded as one object, which appears whole.
 - ``name(script, steps)`` is the path's file name without writing anything (a second pass when needed).
 - ``BackgroundWrite`` writes it on a thread of its own, so a build does not wait for it before starting its
-  steps: hashing and writing release the GIL; ``result()`` joins and re-raises what the writer raised, ``join()``
-  only waits (when the build has an error of its own to raise).
+  steps; ``result()`` joins and re-raises what the writer raised, ``join()`` only waits (when the build has an
+  error of its own to raise).
 
-Why streamed and on a thread: every run that runs a step has a new graph, so a new file; its size follows the
-whole graph (each step's version nests its dependencies' up to four levels deep), not the steps that ran.
+Why streamed and on threads: every run that runs a step has a new graph, so a new file; its size follows the
+whole graph (each step's version nests its dependencies' up to four levels deep), not the steps that ran. The
+name's md5 runs from the first byte, so no run can hash only what changed (docs/design.md says what was
+weighed). Why batches: writing and hashing each step's pieces one by one cost more in calls than the hashing
+itself, and a thread that releases the GIL for each small piece waits for it to come back each time while the
+build's main thread holds it.
 """
 
 from __future__ import annotations
