@@ -198,3 +198,19 @@ def test_a_cli_build_whose_run_info_cannot_be_written_fails_after_committing_its
     assert "experiments" in done.stderr
     statuses = [status.read_status(str(path.parent)) for path in prefix.glob("g/*/.executor_status")]
     assert statuses == [status.STATUS_SUCCESS] * 9
+
+
+def test_the_run_info_holds_a_built_steps_current_unversioned_config(tmp_path: Path) -> None:
+    """A step not run (built, its version unchanged) still has its config of this run in the run info, unversioned
+    fields too: nothing of an earlier run's text may stand in for it."""
+    prefix = tmp_path / "prefix"
+    base = str(prefix / "experiments")
+    first = Executor(prefix=str(prefix), executor_info_base_path=base, listeners=[])
+    first.run([pl.step("demo/a", "a", note="first"), pl.step("demo/b", "b1")])
+    second = Executor(prefix=str(prefix), executor_info_base_path=base, listeners=[])
+    a, b = pl.step("demo/a", "a", note="second"), pl.step("demo/b", "b2")
+    second.run([a, b])
+    assert second.output_paths[a] == first.output_paths[next(s for s in first.steps if s.name == "demo/a")]
+    assert second.executor_info_path is not None and second.executor_info_path != first.executor_info_path
+    steps = {s["name"]: s for s in json.loads(Path(second.executor_info_path).read_text())["steps"]}
+    assert steps["demo/a"]["config"]["note"] == "second"
