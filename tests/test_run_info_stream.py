@@ -1,20 +1,26 @@
-"""The run info's streamed text, byte for byte, whatever the batches the writer cuts it into.
+"""The run info's streamed text, byte for byte, however its steps come in pieces; a short write is never silent.
 
-``store/run_info.py`` composes on one thread and hashes and writes batches on another, with different separators
-in the hashed list (Marin's ``json.dumps`` of the steps) and in the file (one step a line): the file and its name
-are checked here against a plain composition with the standard library's ``json`` and ``hashlib``.
+``store/run_info.py`` hashes the steps' pieces with one separator (Marin's ``json.dumps`` of the list) and writes
+them with another (one step a line) through ``writev``, many pieces a call: the file and its name are checked here
+against a plain composition with the standard library's ``json`` and ``hashlib``.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from marinbuild.store import run_info
+
+REPO = Path(__file__).resolve().parent.parent
 
 HEAD = {
     "worker_id": "w-1",
@@ -48,15 +54,14 @@ def _expected(steps: list[dict[str, object]]) -> tuple[bytes, str]:
     return text, name
 
 
-@pytest.mark.parametrize(
-    ("count", "batch_bytes", "cut"), [(0, 64, 7), (1, 64, 7), (300, 64, 7), (300, 5000, 1000), (300, 1 << 22, 13)]
-)
-def test_the_streamed_run_info_is_the_plain_composition(tmp_path: Path, count: int, batch_bytes: int, cut: int) -> None:
+@pytest.mark.parametrize(("count", "cut"), [(0, 7), (1, 7), (300, 7), (300, 1000), (3000, 13)])
+def test_the_streamed_run_info_is_the_plain_composition(tmp_path: Path, count: int, cut: int) -> None:
+    """Small cuts make steps of hundreds of pieces and thousands of pieces in all: many ``writev`` calls."""
     steps = _steps(count)
     path = tmp_path / "info.json"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT)
     try:
-        md5 = run_info._stream(fd, HEAD, (_pieces(step, cut) for step in steps), batch_bytes=batch_bytes)
+        md5 = run_info._stream(fd, HEAD, (_pieces(step, cut) for step in steps))
     finally:
         os.close(fd)
     text, name = _expected(steps)
@@ -74,17 +79,27 @@ def test_write_names_the_file_as_marin_does_and_leaves_no_temporary(tmp_path: Pa
     assert os.listdir(tmp_path) == [name]
 
 
-def test_a_writer_that_cannot_write_raises_and_leaves_no_thread(tmp_path: Path) -> None:
-    """The sink fails on its first batch (a read-only descriptor) while the composer still has batches to hand it:
-    the composer gets the error instead of waiting on a dead thread."""
-    import threading
+SHORT_WRITE = textwrap.dedent("""
+    import resource, signal, sys
+    from marinbuild.store import run_info
 
-    path = tmp_path / "info.json"
-    path.write_bytes(b"")
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        with pytest.raises(OSError):
-            run_info._stream(fd, HEAD, (_pieces(step, 64) for step in _steps(2000)), batch_bytes=256)
-    finally:
-        os.close(fd)
-    assert not [t for t in threading.enumerate() if t.name == "marinbuild-run-info-sink"]
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit: a short write, then EFBIG (no signal death)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+    with open(sys.argv[1], "wb") as f:
+        try:
+            run_info._write_all(f.fileno(), [b"a" * 600, b"b" * 600, b"c" * 600])
+        except OSError as exc:
+            print(exc.errno)
+""")
+
+
+def test_a_short_write_goes_on_and_fails_rather_than_dropping_text(tmp_path: Path) -> None:
+    """A file size limit cuts ``writev`` short at 1,000 bytes: the writer resumes there and gets the error."""
+    path = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", SHORT_WRITE, str(path)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(errno.EFBIG)
+    assert path.read_bytes() == b"a" * 600 + b"b" * 400

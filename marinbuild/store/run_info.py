@@ -10,9 +10,8 @@ Contract:
   is passed through as it is, never decoded, copied or re-encoded.
 - ``write(base, script, head, steps, only_if_new)`` streams the file in ONE pass over ``steps`` (an iterable of
   each step's pieces), hashing what it writes, and returns the path. Nothing is held whole in memory: a graph of
-  100,000 steps has a run info of over a gigabyte. The calling thread composes (it runs ``steps``) and joins
-  the hashed text into batches of ``BATCH_BYTES``; a sink thread hashes each batch in one call and writes it
-  with one ``writev`` (``_Sink``), while the next batch is composed.
+  100,000 steps has a run info of over a gigabyte; the pieces are hashed one by one and written by ``writev``
+  many at a time, never joined.
 - A crash (a kill at any moment) never loses or tears an existing run info: the text goes to a temporary file
   (``.tmp-<script>.json.<random>`` beside the final one; a killed writer leaves it behind), then one
   ``os.replace`` names it, once its hash is known. With ``only_if_new`` an existing file of the same name (the
@@ -23,12 +22,11 @@ Contract:
   steps; ``result()`` joins and re-raises what the writer raised, ``join()`` only waits (when the build has an
   error of its own to raise).
 
-Why streamed and on threads: every run that runs a step has a new graph, so a new file; its size follows the
+Why streamed and on a thread: every run that runs a step has a new graph, so a new file; its size follows the
 whole graph (each step's version nests its dependencies' up to four levels deep), not the steps that ran. The
 name's md5 runs from the first byte, so no run can hash only what changed (docs/design.md says what was
-weighed). Why batches: writing and hashing each step's pieces one by one cost more in calls than the hashing
-itself, and a thread that releases the GIL for each small piece waits for it to come back each time while the
-build's main thread holds it.
+weighed). Why ``writev``: a buffered file's ``writelines`` makes a call per piece (about 20 a step), which cost
+more than the write itself.
 """
 
 from __future__ import annotations
@@ -36,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -96,15 +93,13 @@ def _opening(head: dict[str, Any]) -> bytes:
     return (json.dumps(ordered, indent=2)[:-2] + ',\n  "steps": [\n').encode()
 
 
-BATCH_BYTES = 4 << 20
-"""How much hashed text the composing thread joins before handing it to the sink: big enough that hashing and
-writing run without the GIL in few calls, small enough to keep memory flat."""
-
-_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
+_IOV_MAX = 1024
+"""Buffers per ``writev`` call (Linux's and macOS's ``IOV_MAX``)."""
 
 
 def _write_all(fd: int, buffers: list[Any]) -> None:
-    """``os.writev`` of ``buffers`` in calls of at most ``_IOV_MAX`` buffers, resuming after short writes."""
+    """``os.writev`` of ``buffers`` in calls of at most ``_IOV_MAX`` buffers, going on after a short write (a
+    write cut short is resumed where it stopped; the next call raises what stopped it)."""
     while buffers:
         chunk = buffers[:_IOV_MAX]
         written = os.writev(fd, chunk)
@@ -117,94 +112,32 @@ def _write_all(fd: int, buffers: list[Any]) -> None:
             buffers[0] = memoryview(buffers[0])[written:]
 
 
-class _Sink:
-    """A thread that hashes and writes, in order, the batches the composing thread hands it.
-
-    A batch is the hashed text of some steps (``", "`` between steps, as in Marin's ``json.dumps`` of the list)
-    with each step's span in it: it is hashed in one call, and written with one ``writev`` of the spans with the
-    file's own separators between them (``",\n    "``: one step a line), so neither text is copied twice and the
-    GIL is released twice per batch (many short releases would each wait for the GIL to come back). An error of
-    the sink is kept and raised to the composer at its next hand-over and by ``finish``; the sink drains what it
-    is still handed, so the composer never waits on a dead thread."""
-
-    def __init__(self, fd: int, opening: bytes):
-        self._fd = fd
-        self._pending: list[Any] = [opening]
-        self._digest = hashlib.md5(b"[")
-        self._separator = b"    "
-        self._error: BaseException | None = None
-        self._queue: queue.Queue[tuple[bytes, list[tuple[int, int]]] | None] = queue.Queue(maxsize=2)
-        self._thread = threading.Thread(target=self._run, name="marinbuild-run-info-sink", daemon=True)
-        self._thread.start()
-
-    def put(self, batch: bytes, spans: list[tuple[int, int]]) -> None:
-        if self._error is not None:
-            raise self._error
-        self._queue.put((batch, spans))
-
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            if self._error is not None:
-                continue
-            try:
-                batch, spans = item
-                self._digest.update(batch)
-                view = memoryview(batch)
-                buffers = self._pending
-                for start, end in spans:
-                    buffers.append(self._separator)
-                    buffers.append(view[start:end])
-                    self._separator = b",\n    "
-                _write_all(self._fd, buffers)
-                self._pending = []
-            except BaseException as exc:  # handed to the composer
-                self._error = exc
-
-    def finish(self, closing: bytes) -> str:
-        """Wait for every batch, write ``closing``; return the md5 hex digest of the steps' list (the name's hash)."""
-        self.stop()
-        if self._error is not None:
-            raise self._error
-        _write_all(self._fd, [*self._pending, closing])
-        self._digest.update(b"]")
-        return self._digest.hexdigest()
-
-    def stop(self) -> None:
-        """Let the thread end once it has drained what it was handed."""
-        self._queue.put(None)
-        self._thread.join()
-
-
-def _stream(fd: int, head: dict[str, Any], steps: Iterable[Pieces], batch_bytes: int = BATCH_BYTES) -> str:
+def _stream(fd: int, head: dict[str, Any], steps: Iterable[Pieces]) -> str:
     """Write the whole text to the file ``fd``; return the md5 hex digest of the steps' list (the name's hash).
 
-    This thread composes (it runs ``steps``, which holds the GIL) and joins batches of about ``batch_bytes``;
-    a sink thread hashes and writes each batch meanwhile."""
-    sink = _Sink(fd, _opening(head))
-    try:
-        parts: list[bytes] = []
-        spans: list[tuple[int, int]] = []
-        size = 0
-        first = True
-        for pieces in steps:
-            if first:
-                first = False
-            else:
-                parts.append(b", ")
-                size += 2
-            start = size
-            parts.extend(pieces)
-            size += sum(map(len, pieces))
-            spans.append((start, size))
-            if size >= batch_bytes:
-                sink.put(b"".join(parts), spans)
-                parts, spans, size = [], [], 0
-        if spans:
-            sink.put(b"".join(parts), spans)
-    except BaseException:
-        sink.stop()
-        raise
-    return sink.finish(b"\n  ]\n}\n")
+    Each piece is hashed as it comes and written with the others by ``writev``, up to ``_IOV_MAX`` at a time: the
+    pieces are not joined (no copy of the text) and there is no call per piece into a buffered file."""
+    digest = hashlib.md5(b"[")
+    update = digest.update
+    buffers: list[Any] = [_opening(head)]
+    first = True
+    for pieces in steps:
+        if first:
+            buffers.append(b"    ")
+            first = False
+        else:
+            update(b", ")
+            buffers.append(b",\n    ")
+        for piece in pieces:
+            update(piece)
+        if len(buffers) + len(pieces) >= _IOV_MAX:
+            _write_all(fd, buffers)
+            buffers = []
+        buffers.extend(pieces)
+    buffers.append(b"\n  ]\n}\n")
+    _write_all(fd, buffers)
+    update(b"]")
+    return digest.hexdigest()
 
 
 def write(base: str, script: str, head: dict[str, Any], steps: Iterable[Pieces], only_if_new: bool) -> str:
