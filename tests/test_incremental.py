@@ -185,8 +185,7 @@ def test_a_run_info_that_cannot_be_written_fails_the_run_its_steps_still_commit(
 
 
 def test_a_cli_build_whose_run_info_cannot_be_written_fails_after_committing_its_steps(tmp_path: Path) -> None:
-    """The CLI waits for the run info at its very end (after its own closing work): its error still fails the
-    command, and every step is committed."""
+    """The run info is written beside the steps: its error fails the command once they are all committed."""
     ws = write_workspace(tmp_path / "ws", {"steps.py": STEPS_PY, "g/BUILD.marin": _build_file(1)}, prefix="../out")
     prefix = tmp_path / "out"
     prefix.mkdir()

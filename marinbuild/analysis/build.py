@@ -226,39 +226,33 @@ def _full_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult
         lambda e: succeeded.append(e.output_path) if e.kind == "succeeded" else None,
     ]
     result = BuildResult(requested, None, session)
-    try:  # the run info is written on a thread meanwhile: the closing work below overlaps it
-        try:
-            engine.run(
-                session.requested_steps(),
-                dry_run=request.dry_run,
-                force_run_failed=session.settings.force_run_failed,
-                max_concurrent=session.settings.jobs,
-                run_only=request.run_only,
-                rebuild=rebuilt,
-                wait_for_run_info=False,
-            )
-        except (StepFailedError, PreviousTaskFailedError) as exc:
-            result.failure = exc
-        except UnsatisfiableResourcesError as exc:  # nothing ran: the backend cannot give a step what it needs
-            raise BuildRequestError(str(exc)) from exc
-        finally:
-            listeners.close()
-            by_path = {path: step for step, path in engine.output_paths.items()}
-            result.succeeded = [by_path[path] for path in succeeded if path in by_path]
-            _record_code(session, result.succeeded)
-        result.dry_run_problems = list(engine.dry_run_problems)
-        if engine.plan is not None:
-            result.plan = [
-                PlanRow(step, p.state, engine.output_paths[step], p.lease, p.will_run)
-                for step, p in engine.plan.steps.items()
-            ]
-            result.code_changed = _code_changed(session, [row.step for row in result.plan if row.state == "built"])
-            if result.code_changed and key is not None:  # no no-op from the snapshot while there is something to warn
-                key.path(session.workspace.cache_dir).unlink(missing_ok=True)
-    except BaseException:
-        engine.finish_run_info(raise_error=False)  # in place before the command ends; this error is the one raised
-        raise
-    engine.finish_run_info()
+    try:
+        engine.run(
+            session.requested_steps(),
+            dry_run=request.dry_run,
+            force_run_failed=session.settings.force_run_failed,
+            max_concurrent=session.settings.jobs,
+            run_only=request.run_only,
+            rebuild=rebuilt,
+        )
+    except (StepFailedError, PreviousTaskFailedError) as exc:
+        result.failure = exc
+    except UnsatisfiableResourcesError as exc:  # nothing ran: the backend cannot give a step what it needs
+        raise BuildRequestError(str(exc)) from exc
+    finally:
+        listeners.close()
+        by_path = {path: step for step, path in engine.output_paths.items()}
+        result.succeeded = [by_path[path] for path in succeeded if path in by_path]
+        _record_code(session, result.succeeded)
+    result.dry_run_problems = list(engine.dry_run_problems)
+    if engine.plan is not None:
+        result.plan = [
+            PlanRow(step, p.state, engine.output_paths[step], p.lease, p.will_run)
+            for step, p in engine.plan.steps.items()
+        ]
+        result.code_changed = _code_changed(session, [row.step for row in result.plan if row.state == "built"])
+        if result.code_changed and key is not None:  # no no-op from the snapshot while there is something to warn
+            key.path(session.workspace.cache_dir).unlink(missing_ok=True)
     return result
 
 

@@ -15,9 +15,7 @@ Contract:
   runs them (``execute.py``); it returns ``output_paths``. ``plan``, ``outcome`` and ``dry_run_problems``
   describe the last run.
 - ``record_infos``/``write_infos``/``experiment_url``: the run's records in Marin's schema (``infos.py``,
-  ``commit.py``); ``step_infos``, ``executor_info`` and ``executor_info_path`` hold them. A run that runs steps
-  writes its run info on a thread while they run; ``run`` waits for it, unless told not to
-  (``wait_for_run_info=False``), when ``finish_run_info`` does.
+  ``commit.py``); ``step_infos``, ``executor_info`` and ``executor_info_path`` hold them.
 
 Kept light to import: storage and execution load when ``run`` needs them, and only what it needs (a no-op
 loads no backend, scheduler, resource or runtime-env module), under the complexity rule on
@@ -100,8 +98,6 @@ class Engine:
         self.step_infos: list[ExecutorStepInfo] = []
         self.executor_info: ExecutorInfo | None = None
         self.executor_info_path: str | None = None
-        self._run_info_writer: BackgroundWrite | None = None
-        """The run info being written, after a ``run(wait_for_run_info=False)`` (``finish_run_info``)."""
         self.plan: Plan | None = None
         """The plan of the last ``run`` (``run/plan.py``): every needed step's state."""
         self.outcome: Outcome[ExecutorStep] | None = None
@@ -186,7 +182,6 @@ class Engine:
         force_run_failed: bool = True,
         max_concurrent: int | None = None,
         rebuild: list[ExecutorStep] | None = None,
-        wait_for_run_info: bool = True,
     ) -> dict[ExecutorStep, str]:
         """Build ``steps`` (and what they need); return every known step's output path.
 
@@ -195,45 +190,24 @@ class Engine:
         its dependents (DEP_FAILED) while independent steps go on; then ``StepFailedError``
         names every failure. ``dry_run`` reads statuses and writes nothing. ``rebuild`` steps run
         again even when built (their status is removed just before the run).
-        ``wait_for_run_info=False``: return (or raise the steps' failures) as soon as the steps are done, while
-        the run info may still be being written; the caller then calls ``finish_run_info`` before it is done
-        (the CLI does its own closing work meanwhile). ``executor_info_path`` is set once it has.
         """
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be a positive integer, got {max_concurrent}")
         from marinbuild.run.build_context import BuildContext
         from marinbuild.store.metadata_cache import default_path
 
-        self.finish_run_info()  # an earlier run's, if its caller has not waited for it
         path = default_path() if self.metadata_cache_path == "default" else self.metadata_cache_path
-        try:
-            with BuildContext(path) as context:
-                self._run(
-                    steps,
-                    context,
-                    dry_run=dry_run,
-                    run_only=run_only,
-                    force_run_failed=force_run_failed,
-                    max_concurrent=max_concurrent,
-                    rebuild=rebuild or [],
-                    wait_for_run_info=wait_for_run_info,
-                )
-        finally:
-            if wait_for_run_info:  # the run waited for its writer (and raised its error)
-                self._run_info_writer = None
+        with BuildContext(path) as context:
+            self._run(
+                steps,
+                context,
+                dry_run=dry_run,
+                run_only=run_only,
+                force_run_failed=force_run_failed,
+                max_concurrent=max_concurrent,
+                rebuild=rebuild or [],
+            )
         return self.output_paths
-
-    def finish_run_info(self, raise_error: bool = True) -> None:
-        """Wait for the run info of a ``run(wait_for_run_info=False)`` to be in place (nothing if none is being
-        written); raise what its writer raised, unless ``raise_error`` is False (an error of the caller's own is
-        being raised)."""
-        writer, self._run_info_writer = self._run_info_writer, None
-        if writer is None:
-            return
-        if raise_error:
-            writer.result()
-        else:
-            writer.join()
 
     def _run(
         self,
@@ -245,7 +219,6 @@ class Engine:
         force_run_failed: bool,
         max_concurrent: int | None,
         rebuild: list[ExecutorStep],
-        wait_for_run_info: bool,
     ) -> None:
         from marinbuild.engine import planning
         from marinbuild.run import events as ev
@@ -320,7 +293,6 @@ class Engine:
             selected=selected,
             context=context,
             start_run_info=self._start_run_info,
-            wait_for_run_info=wait_for_run_info,
         )
 
     def _start_run_info(self) -> BackgroundWrite:
@@ -338,8 +310,7 @@ class Engine:
 
         from marinbuild.store import run_info as run_info_file
 
-        self._run_info_writer = run_info_file.BackgroundWrite(write)
-        return self._run_info_writer
+        return run_info_file.BackgroundWrite(write)
 
     def _local_problems(self, plan: Plan) -> list[str]:
         """For a dry run on the local backend: the steps to run it could not run (a TPU step, ...)."""

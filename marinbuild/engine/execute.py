@@ -6,8 +6,7 @@ lease, status, outputs, commit); construct the backend the engine names (or take
 refuse the run if the backend cannot give some step what it asks for, before anything is written; write
 the ``.executor_info`` of steps not run and start the run info on its own thread (``commit.py``); schedule
 the jobs (``run/scheduler.py``); then turn the failures into ``StepFailedError``, the first step's own
-exception chained. A backend constructed here is shut down here. The run info's writer is waited for
-here unless the engine's caller waits for it later (``Engine.finish_run_info``).
+exception chained. A backend constructed here is shut down here.
 """
 
 from __future__ import annotations
@@ -61,12 +60,9 @@ def execute(
     selected: bool,
     context: BuildContext,
     start_run_info: Callable[[], BackgroundWrite],
-    wait_for_run_info: bool = True,
 ) -> Outcome[ExecutorStep]:
     """Run ``plan.to_run`` (not empty); ``start_run_info`` starts the run info's writer once nothing can refuse
-    the run any more. ``selected``: the run was narrowed by ``run_only``. ``wait_for_run_info``: return (or raise
-    the steps' failures) only once the run info is written; without it the caller waits for the writer it got
-    from ``start_run_info``. An interrupt or an error of the run itself always waits for the writer first."""
+    the run any more. ``selected``: the run was narrowed by ``run_only``."""
     lease_settings = LeaseSettings()
     if settings.heartbeat_interval is not None:
         lease_settings.heartbeat_interval = settings.heartbeat_interval
@@ -114,8 +110,7 @@ def execute(
         except BaseException:
             writing.join()  # the build's own error (or an interrupt) is the one to raise
             raise
-        if wait_for_run_info:
-            writing.result()
+        writing.result()
     finally:
         if owned:
             backend.shutdown()
