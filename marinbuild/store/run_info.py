@@ -10,8 +10,7 @@ Contract:
   is passed through as it is, never decoded, copied or re-encoded.
 - ``write(base, script, head, steps, only_if_new)`` streams the file in ONE pass over ``steps`` (an iterable of
   each step's pieces), hashing what it writes, and returns the path. Nothing is held whole in memory: a graph of
-  100,000 steps has a run info of over a gigabyte; the pieces are hashed one by one and written by ``writev``
-  many at a time, never joined.
+  100,000 steps has a run info of over a gigabyte.
 - A crash (a kill at any moment) never loses or tears an existing run info: the text goes to a temporary file
   (``.tmp-<script>.json.<random>`` beside the final one; a killed writer leaves it behind), then one
   ``os.replace`` names it, once its hash is known. With ``only_if_new`` an existing file of the same name (the
@@ -19,14 +18,11 @@ Contract:
   a local temporary file and uploaded as one object, which appears whole.
 - ``name(script, steps)`` is the path's file name without writing anything (a second pass when needed).
 - ``BackgroundWrite`` writes it on a thread of its own, so a build does not wait for it before starting its
-  steps; ``result()`` joins and re-raises what the writer raised, ``join()`` only waits (when the build has an
-  error of its own to raise).
+  steps: hashing and writing release the GIL; ``result()`` joins and re-raises what the writer raised, ``join()``
+  only waits (when the build has an error of its own to raise).
 
 Why streamed and on a thread: every run that runs a step has a new graph, so a new file; its size follows the
-whole graph (each step's version nests its dependencies' up to four levels deep), not the steps that ran. The
-name's md5 runs from the first byte, so no run can hash only what changed (docs/design.md says what was
-weighed). Why ``writev``: a buffered file's ``writelines`` makes a call per piece (about 20 a step), which cost
-more than the write itself.
+whole graph (each step's version nests its dependencies' up to four levels deep), not the steps that ran.
 """
 
 from __future__ import annotations
@@ -36,7 +32,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 from marinbuild.core.jsonenc import dumps_sorted, json_str
 from marinbuild.store import faults, fs
@@ -93,50 +89,21 @@ def _opening(head: dict[str, Any]) -> bytes:
     return (json.dumps(ordered, indent=2)[:-2] + ',\n  "steps": [\n').encode()
 
 
-_IOV_MAX = 1024
-"""Buffers per ``writev`` call (Linux's and macOS's ``IOV_MAX``)."""
-
-
-def _write_all(fd: int, buffers: list[Any]) -> None:
-    """``os.writev`` of ``buffers`` in calls of at most ``_IOV_MAX`` buffers, going on after a short write (a
-    write cut short is resumed where it stopped; the next call raises what stopped it)."""
-    while buffers:
-        chunk = buffers[:_IOV_MAX]
-        written = os.writev(fd, chunk)
-        done = 0
-        while done < len(chunk) and written >= len(chunk[done]):
-            written -= len(chunk[done])
-            done += 1
-        buffers = buffers[done:]
-        if written:
-            buffers[0] = memoryview(buffers[0])[written:]
-
-
-def _stream(fd: int, head: dict[str, Any], steps: Iterable[Pieces]) -> str:
-    """Write the whole text to the file ``fd``; return the md5 hex digest of the steps' list (the name's hash).
-
-    Each piece is hashed as it comes and written with the others by ``writev``, up to ``_IOV_MAX`` at a time: the
-    pieces are not joined (no copy of the text) and there is no call per piece into a buffered file."""
+def _stream(out: BinaryIO, head: dict[str, Any], steps: Iterable[Pieces]) -> str:
+    """Write the whole text to ``out``; return the md5 hex digest of the steps' list (the name's hash)."""
     digest = hashlib.md5(b"[")
-    update = digest.update
-    buffers: list[Any] = [_opening(head)]
-    first = True
-    for pieces in steps:
-        if first:
-            buffers.append(b"    ")
-            first = False
+    out.write(_opening(head))
+    for i, pieces in enumerate(steps):
+        if i:
+            digest.update(b", ")
+            out.write(b",\n    ")
         else:
-            update(b", ")
-            buffers.append(b",\n    ")
+            out.write(b"    ")
         for piece in pieces:
-            update(piece)
-        if len(buffers) + len(pieces) >= _IOV_MAX:
-            _write_all(fd, buffers)
-            buffers = []
-        buffers.extend(pieces)
-    buffers.append(b"\n  ]\n}\n")
-    _write_all(fd, buffers)
-    update(b"]")
+            digest.update(piece)
+        out.writelines(pieces)
+    digest.update(b"]")
+    out.write(b"\n  ]\n}\n")
     return digest.hexdigest()
 
 
@@ -147,7 +114,7 @@ def write(base: str, script: str, head: dict[str, Any], steps: Iterable[Pieces],
     import tempfile
 
     with tempfile.TemporaryFile() as spool:
-        md5 = _stream(spool.fileno(), head, steps)
+        md5 = _stream(spool, head, steps)
         path = fs.join(base, f"{script}-{md5[:6]}.json")
         if only_if_new and fs.exists(path):
             return path
@@ -163,10 +130,8 @@ def _write_local(base: str, script: str, head: dict[str, Any], steps: Iterable[P
     os.makedirs(base, exist_ok=True)
     fd, tmp = fs.create_temporary(base, script + ".json")
     try:
-        try:
-            md5 = _stream(fd, head, steps)
-        finally:
-            os.close(fd)
+        with os.fdopen(fd, "wb") as out:
+            md5 = _stream(out, head, steps)
         path = os.path.join(base, f"{script}-{md5[:6]}.json")
         if only_if_new and os.path.exists(path):
             os.unlink(tmp)
