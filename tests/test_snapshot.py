@@ -373,8 +373,10 @@ def test_a_new_folder_under_a_recursive_pattern_takes_the_full_path(ws: Path, ru
     assert not runs("//...")[3]
 
 
-def test_remote_prefixes_and_ray_do_not_use_snapshots() -> None:
+def test_remote_prefixes_but_gcs_and_ray_do_not_use_snapshots() -> None:
     assert snapshot.eligible("/tmp/x", "local")
     assert snapshot.eligible("file:///tmp/x", "local")
-    assert not snapshot.eligible("gs://bucket/x", "local")
+    assert snapshot.eligible("gs://bucket/x", "local")  # tests/gcs/test_gcs_snapshot.py
+    assert not snapshot.eligible("s3://bucket/x", "local")
+    assert not snapshot.eligible("gs://bucket/x", "ray")
     assert not snapshot.eligible("/tmp/x", "ray")

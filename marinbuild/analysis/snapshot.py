@@ -26,8 +26,8 @@ is unchanged. ``statuses_if_built`` then reads the statuses of the recorded step
 (``read_statuses``, the planner's own reader, and the planner's action-cache collision check); if
 every one is SUCCESS, nothing needs to run and the build flow (``marinbuild.analysis.build``)
 reports the no-op exactly as a full build would. Any other answer (a changed input, a missing
-or failed output, a remote prefix, the Ray backend, a snapshot that cannot be read) takes the
-full path. Inputs changed within the last two seconds (or during the analysis) are not
+or failed output, a remote prefix other than ``gs://``, the Ray backend, a snapshot that cannot be
+read) takes the full path. Inputs changed within the last two seconds (or during the analysis) are not
 trusted: no snapshot is written then.
 
 What it cannot see: values analysis takes from the clock, the network, or from a file that a
@@ -149,8 +149,11 @@ class SnapshotKey:
 
 
 def eligible(prefix: str, backend: str) -> bool:
-    """Snapshots are used for local prefixes and the local backend only (any doubt: the full path)."""
-    return backend == "local" and ("://" not in prefix or prefix.startswith("file://"))
+    """Snapshots are used with the local backend, on local and ``gs://`` prefixes (any doubt: the full path).
+
+    On ``gs://`` the statuses are read by the planner's batched listings (``store/batch.py``), so a no-op costs a
+    few requests; other fsspec protocols read a status per step and are left to the full path."""
+    return backend == "local" and ("://" not in prefix or prefix.startswith(("file://", "gs://")))
 
 
 def key_for(workspace: Workspace, settings: Settings, patterns: tuple[str, ...]) -> SnapshotKey | None:
