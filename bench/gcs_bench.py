@@ -47,9 +47,12 @@ import contextlib
 import json
 import os
 import resource
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterable, Iterator
@@ -269,12 +272,15 @@ def skip_reason(n: int, layout: str, scattered_max: int) -> str | None:
 
 
 @contextlib.contextmanager
-def seeded_servers(tmp: str, n: int, layout: str, full: bool, most: int) -> Iterator[tuple[str, str | None, list[int]]]:
-    """fake-gcs-servers holding N built steps, started at once; yields the first one's URL, the proxy's routes
-    file (None for one server) and their process ids."""
+def seeded_servers(
+    tmp: str, objects: Iterable[tuple[str, bytes]], most: int, extra_routes: tuple[str, ...] = ()
+) -> Iterator[tuple[str, str | None, list[int]]]:
+    """fake-gcs-servers holding ``objects``, started at once; yields the first one's URL, the proxy's routes
+    file (None for one server) and their process ids. ``extra_routes`` (folders holding no seeded object, such as
+    the run info's) go to the first server."""
     import psutil
 
-    packed = shards(built_objects(n, layout, full), most)
+    packed = shards(objects, most)
     routes: dict[str, str] = {}
     cms = []
     for i, shard in enumerate(packed):
@@ -290,6 +296,7 @@ def seeded_servers(tmp: str, n: int, layout: str, full: bool, most: int) -> Iter
         urls = [f.result() for f in futures]  # the first failure, if any, once the others are stopped
         for shard, url in zip(packed, urls, strict=True):
             routes.update(dict.fromkeys(shard, url))
+        routes.update(dict.fromkeys(extra_routes, urls[0]))
         routes_file = None
         if len(urls) > 1:
             routes_file = os.path.join(tmp, "routes.json")
@@ -301,16 +308,215 @@ def seeded_servers(tmp: str, n: int, layout: str, full: bool, most: int) -> Iter
         yield urls[0], routes_file, pids
 
 
-def write_doc(path: str, text: str) -> None:
-    """Put ``text`` between ``<!-- gcs_bench -->`` and ``<!-- /gcs_bench -->`` in ``path``."""
+# -- the CLI's no-op (``--cli``) ------------------------------------------------------------------------
+
+CLI_STEP_FILES = (".executor_status", ".marinbuild_code.json")
+"""What the CLI's no-op may read of a built step besides its action records: its status (both paths) and, on the
+full path, the record of the code it ran (``marinbuild.code_digest.CODE_RECORD``). Outputs and Marin's info files
+are not read."""
+
+
+def cli_objects(local_prefix: str) -> Iterator[tuple[str, bytes]]:
+    """The objects of a workspace built on ``local_prefix``, named as on ``PREFIX``: each step's status, action
+    records (their ``output_path`` rewritten to the gs:// one) and code record. An output path is
+    ``<prefix>/<name>-<hash>`` whatever the prefix, so these are what a build on ``PREFIX`` would have written."""
+    from marinbuild.store import action_cache
+
+    bucket_prefix = PREFIX[len(f"gs://{BUCKET}/") :]
+    for package in sorted(os.listdir(local_prefix)):
+        if package == "experiments":
+            continue
+        for step in sorted(os.listdir(os.path.join(local_prefix, package))):
+            folder = os.path.join(local_prefix, package, step)
+            for fname in os.listdir(folder):
+                if fname not in CLI_STEP_FILES and action_cache.digest_of_name(fname) is None:
+                    continue
+                with open(os.path.join(folder, fname), "rb") as f:
+                    content = f.read()
+                if fname not in CLI_STEP_FILES:
+                    record = json.loads(content)
+                    record["output_path"] = f"{PREFIX}/{package}/{step}"
+                    content = json.dumps(record).encode()
+                yield f"{bucket_prefix}/{package}/{step}/{fname}", content
+
+
+def run_process(cmd: list[str], cwd: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """Run ``cmd``; its wall time, CPU time and peak RSS (``wait4``: the largest process of its tree), exit code and
+    stderr. Killed (its own process group) after ``timeout`` seconds."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                start_new_session=True)  # fmt: skip
+        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        seconds = time.perf_counter() - start
+        err.seek(0)
+        return {
+            "process_seconds": seconds,
+            "cpu_seconds": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mb": usage.ru_maxrss / 1024,
+            "returncode": os.waitstatus_to_exitcode(status),
+            "stderr": err.read().decode(errors="replace"),
+        }
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "PYTHONDONTWRITEBYTECODE", "RAY_ADDRESS")}
+    env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")])
+    return {**env, **extra}
+
+
+def cli_command(prefix: str) -> list[str]:
+    return [sys.executable, "-m", "marinbuild", "//...", "--prefix", prefix]
+
+
+def built_workspace(workdir: str, n: int) -> tuple[str, str]:
+    """The layered workspace of ``n`` targets (``bench/run.py``'s marinbuild-cli peer), built by the CLI on a local
+    prefix under ``workdir``; reused if ``workdir`` already holds it built. Returns (workspace, local prefix)."""
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    from workloads import write_workload
+
+    ws, local = os.path.join(workdir, "ws"), os.path.join(workdir, "local-prefix")
+    done = os.path.join(workdir, "built")
+    if os.path.exists(done):
+        return ws, local
+    write_workload(workdir, "layered", n, ["ws"])
+    t = time.perf_counter()
+    r = run_process(cli_command(local), ws, cli_env(), timeout=6 * 3600)
+    if r["returncode"] != 0:
+        raise RuntimeError(f"the local build of {n} steps failed:\n{r['stderr'][-3000:]}")
+    print(f"  {n:>6} cli: built locally in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+    with open(done, "w") as f:
+        f.write(str(n))
+    return ws, local
+
+
+def measure_cli(ws: str, n: int, proxy_url: str, server_pids: list[int], phase: str, timeout: float) -> dict[str, Any]:
+    """One ``marinbuild //...`` no-op on ``PREFIX`` in a new process; ``full path`` first empties
+    ``<workspace>/.marinbuild`` (snapshots, package cache, metadata cache: what another machine would not have). The
+    folder itself stays: a build creating it changes the workspace folder, an input, during analysis, and the
+    snapshot is then not trusted (not written)."""
+    if phase == "full path":
+        cache_dir = os.path.join(ws, ".marinbuild")
+        for entry in os.listdir(cache_dir) if os.path.isdir(cache_dir) else []:
+            path = os.path.join(cache_dir, entry)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    snapshots = os.path.join(ws, ".marinbuild", "snapshots")
+
+    def written() -> dict[str, tuple[int, int]]:
+        if not os.path.isdir(snapshots):
+            return {}
+        return {e.name: (e.inode(), e.stat().st_mtime_ns) for e in os.scandir(snapshots)}
+
+    before = written()
+    proxy_stats(proxy_url, reset=True)
+    env = cli_env(STORAGE_EMULATOR_HOST=proxy_url, GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false", NO_GCE_CHECK="true")
+    cpu = server_cpu(server_pids)
+    r = run_process(cli_command(PREFIX), ws, env, timeout)
+    r["server_cpu_seconds"] = server_cpu(server_pids) - cpu
+    stats = proxy_stats(proxy_url)
+    r["requests"], r["response_mb"] = stats["requests"], stats["bytes_out"] / 1e6
+    summary = f"building: 0 steps to run, {n} already built"
+    if r["returncode"] != 0 or summary not in r["stderr"]:
+        raise RuntimeError(f"{phase}: not a no-op of {n} steps (exit {r['returncode']}):\n{r['stderr'][-3000:]}")
+    answered = bool(before) and written() == before  # a full path that succeeds writes its snapshot anew
+    if answered != (phase == "snapshot"):
+        raise RuntimeError(f"{phase}: the snapshot {'answered' if answered else 'did not answer'}")
+    del r["stderr"], r["returncode"]
+    return r
+
+
+def cli_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| steps | no-op | servers | process (s) | process CPU (s) | peak RSS (MB) | server CPU (s) | requests "
+        "| responses (MB) |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['steps']:,} | {r['phase']} | {r['servers']} | {r['process_seconds']:.2f} | {r['cpu_seconds']:.2f} "
+            f"| {r['peak_rss_mb']:.0f} | {r['server_cpu_seconds']:.2f} | {r['requests']} | {r['response_mb']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def cli_rows(n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The CLI's gs:// no-op of ``n`` steps: the full path once (a new machine), then ``--runs`` snapshot answers."""
+    rows = []
+    with contextlib.ExitStack() as stack:
+        workdir = args.cli_workdir and os.path.join(args.cli_workdir, f"layered-{n}")
+        if workdir:
+            os.makedirs(workdir, exist_ok=True)
+        else:
+            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="mb-gcs-cli-"))
+        ws, local = built_workspace(workdir, n)
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="mb-gcs-bench-"))
+        t = time.perf_counter()
+        run_info = PREFIX[len(f"gs://{BUCKET}/") :] + "/experiments/"
+        upstream, routes, server_pids = stack.enter_context(
+            seeded_servers(tmp, cli_objects(local), args.shard_objects, extra_routes=(run_info,))
+        )
+        proxy, proxy_url = start_proxy(upstream, args.latency, routes)
+        stack.callback(_stop, proxy)
+        setup = time.perf_counter() - t
+        for phase in ["full path"] + ["snapshot"] * args.runs:
+            r = measure_cli(ws, n, proxy_url, server_pids, phase, args.cli_timeout)
+            rows.append({"steps": n, "phase": phase, "servers": len(server_pids), **r, "setup_s": round(setup, 1)})
+            print(
+                f"  {n:>6} cli {phase:<9} process {r['process_seconds']:6.2f} s  cpu {r['cpu_seconds']:5.2f} s  "
+                f"rss {r['peak_rss_mb']:4.0f} MB  server cpu {r['server_cpu_seconds']:5.2f} s  "
+                f"{r['requests']:>6} requests  (setup {setup:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    return rows
+
+
+def write_doc(path: str, text: str, section: str = "gcs_bench") -> None:
+    """Put ``text`` between ``<!-- SECTION -->`` and ``<!-- /SECTION -->`` in ``path`` (``gcs_bench``: the
+    Executor rows; ``gcs_bench_cli``: the CLI's, so either is rewritten alone)."""
     with open(path) as f:
         doc = f.read()
-    start, end = "<!-- gcs_bench -->", "<!-- /gcs_bench -->"
+    start, end = f"<!-- {section} -->", f"<!-- /{section} -->"
     if start not in doc or end not in doc:
         raise SystemExit(f"{path}: no {start} ... {end} markers to write the table between")
     before, rest = doc.split(start, 1)
     with open(path, "w") as f:
         f.write(f"{before}{start}\n{text}{end}{rest.split(end, 1)[1]}")
+
+
+def measured_flags() -> str:
+    """This command line but where its results went (not part of what was measured)."""
+    argv, flags = sys.argv[1:], []
+    for i, arg in enumerate(argv):
+        if arg not in ("--doc", "--json", "--cli_workdir") and (
+            i == 0 or argv[i - 1] not in ("--doc", "--json", "--cli_workdir")
+        ):
+            flags.append(arg)
+    return " ".join(flags)
+
+
+def cli_main(args: argparse.Namespace) -> None:
+    rows = [r for n in args.sizes for r in cli_rows(n, args)]
+    print(f"\nThe CLI's no-op on gs:// through a loopback proxy adding {args.latency * 1000:.0f} ms per request\n")
+    text = cli_table(rows)
+    print(text)
+    print(f"\nLoad average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs.")
+    if args.doc:
+        write_doc(args.doc, f"`.venv/bin/python bench/gcs_bench.py {measured_flags()}`:\n\n{text}\n", "gcs_bench_cli")
+    for n, bar in ((10000, BAR_10K_S), (100000, BAR_100K_S)):
+        measured = [r for r in rows if r["steps"] == n and r["phase"] == "snapshot"]
+        if measured:
+            worst = max(r["process_seconds"] for r in measured)
+            print(f"\nBar: the CLI's no-op of {n:,} steps under {bar:.0f} s: {'PASS' if worst < bar else 'FAIL'} "
+                  f"({worst:.2f} s)")  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 def main() -> None:
@@ -337,10 +543,23 @@ def main() -> None:
         "--doc",
         help="also write the table into this markdown file (docs/performance.md), between <!-- gcs_bench --> markers",
     )
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="measure the CLI's no-op (marinbuild //... on the layered workspace) instead of Executor.run",
+    )
+    parser.add_argument("--runs", type=int, default=2, help="--cli: snapshot no-ops after the full path's")
+    parser.add_argument(
+        "--cli_workdir", help="--cli: keep each size's workspace and local build here, and reuse them next time"
+    )
+    parser.add_argument("--cli_timeout", type=float, default=3600, help="--cli: seconds one no-op may take")
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one(int(args.one[0]), args.one[1])))
+        return
+    if args.cli:
+        cli_main(args)
         return
 
     rows = []
@@ -353,7 +572,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="mb-gcs-bench-") as tmp, contextlib.ExitStack() as stack:
                 t = time.perf_counter()
                 upstream, routes, server_pids = stack.enter_context(
-                    seeded_servers(tmp, n, layout, args.full, args.shard_objects)
+                    seeded_servers(tmp, built_objects(n, layout, args.full), args.shard_objects)
                 )
                 proxy, proxy_url = start_proxy(upstream, args.latency, routes)
                 stack.callback(_stop, proxy)
@@ -389,11 +608,7 @@ def main() -> None:
     print(text)
     print(f"\nLoad average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs.")
     if args.doc:
-        argv, flags = sys.argv[1:], []
-        for i, arg in enumerate(argv):  # where the results went is not part of what was measured
-            if arg not in ("--doc", "--json") and (i == 0 or argv[i - 1] not in ("--doc", "--json")):
-                flags.append(arg)
-        write_doc(args.doc, f"`.venv/bin/python bench/gcs_bench.py {' '.join(flags)}`:\n\n{text}\n")
+        write_doc(args.doc, f"`.venv/bin/python bench/gcs_bench.py {measured_flags()}`:\n\n{text}\n")
     for n, bar in ((10000, BAR_10K_S), (100000, BAR_100K_S)):
         measured = [r for r in rows if r["steps"] == n and r["layout"] != "scattered"]
         if measured:
