@@ -26,7 +26,6 @@ import inspect
 import json
 import os
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -109,18 +108,28 @@ def _recorded(output_path: str) -> dict[str, str] | None:
 
     try:
         data = fs.read_bytes(fs.join(output_path, CODE_RECORD))
+    except OSError:
+        return None
+    return _parse(data)
+
+
+def _parse(data: bytes | None) -> dict[str, str] | None:
+    try:
         files = json.loads(data)["files"] if data is not None else None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
     return files if isinstance(files, dict) else None
 
 
-def changed(output_path: str, code: dict[str, str]) -> list[str]:
-    """The recorded files whose digest is not ``code``'s now (sorted); [] without a record."""
-    was = _recorded(output_path)
+def _differ(was: dict[str, str] | None, code: dict[str, str]) -> list[str]:
     if not was:
         return []
     return sorted(path for path, digest in was.items() if code.get(path) != digest)
+
+
+def changed(output_path: str, code: dict[str, str]) -> list[str]:
+    """The recorded files whose digest is not ``code``'s now (sorted); [] without a record."""
+    return _differ(_recorded(output_path), code)
 
 
 class CodeChanges:
@@ -144,15 +153,10 @@ class CodeChanges:
             self.found[s] = []
         if with_code:
             from marinbuild.store import fs
+            from marinbuild.store.batch import read_many
 
-            def one(s: Any) -> list[str]:
-                return changed(engine.output_paths[s], codes[s])
-
-            if all(fs.is_local(engine.output_paths[s]) for s in with_code):  # a thread per read costs more here
-                self.found.update((s, one(s)) for s in with_code)
-            else:
-                with ThreadPoolExecutor(max_workers=min(16, len(with_code))) as pool:
-                    self.found.update(zip(with_code, pool.map(one, with_code), strict=True))
+            records = read_many([fs.join(engine.output_paths[s], CODE_RECORD) for s in with_code])
+            self.found.update((s, _differ(_parse(data), codes[s])) for s, data in zip(with_code, records, strict=True))
         return {s: self.found[s] for s in dict.fromkeys(steps)}
 
     def code_of(self, step: Any) -> dict[str, str]:

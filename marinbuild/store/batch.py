@@ -25,6 +25,10 @@ all in one round trip. The cyclic garbage collector is paused while the listings
 100,000 steps the collector's passes over them and over the caller's own tables (a no-op answered from the
 analysis snapshot reads statuses outside the engine's own pause) cost as much as the parsing itself.
 Local paths are read directly, other fsspec protocols concurrently in threads.
+
+``read_many`` reads the contents of many small objects the same way (``gs://`` ones with ``CONCURRENCY`` requests
+in flight on gcsfs's event loop, not a thread each): the full path's check of each built step's code record
+(``marinbuild.code_digest``) is one request per step.
 """
 
 from __future__ import annotations
@@ -225,4 +229,45 @@ def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
                         seen_success[p] = CachedStep(got[1], result.actions[p])
     if seen_success:
         cache.record(seen_success)
+    return result
+
+
+def read_many(paths: list[str], workers: int = 16) -> list[bytes | None]:
+    """The contents of ``paths`` in order; None for one that does not exist or cannot be read (``OSError``).
+    ``gs://`` paths are read concurrently on gcsfs's event loop, other remote ones in ``workers`` threads."""
+    from marinbuild.store import fs
+
+    def one(path: str) -> bytes | None:
+        try:
+            return fs.read_bytes(path)
+        except OSError:
+            return None
+
+    result: list[bytes | None] = [None] * len(paths)
+    gcs_at = [i for i, p in enumerate(paths) if _is_gcs(p)]
+    other_at = [i for i, p in enumerate(paths) if not _is_gcs(p)]
+    if gcs_at:
+        from marinbuild.store import gcs
+
+        filesystem = gcs.filesystem()
+
+        async def read(path: str) -> bytes | None:
+            try:
+                got = await gcs._read_with_generation(filesystem, path)
+            except OSError:
+                return None
+            return None if got is None else got[0]
+
+        async def read_all() -> list[bytes | None]:
+            return await gcs.gather_limited([read(paths[i]) for i in gcs_at], limit=CONCURRENCY)
+
+        for i, data in zip(gcs_at, gcs.run(read_all, fs=filesystem), strict=True):
+            result[i] = data
+    if len(other_at) > 1 and any("://" in paths[i] and not paths[i].startswith("file://") for i in other_at):
+        with ThreadPoolExecutor(min(workers, len(other_at))) as pool:
+            for i, data in zip(other_at, pool.map(one, [paths[i] for i in other_at]), strict=True):
+                result[i] = data
+    else:
+        for i in other_at:
+            result[i] = one(paths[i])
     return result
