@@ -35,9 +35,20 @@ Layouts: ``grouped`` puts the steps under 10 step-name folders (as ``tokenized/.
 each folder (one listing per folder); ``scattered`` gives every step a folder of its own: one
 small listing per step, all concurrent.
 
+``--cli`` measures what a user runs instead: ``marinbuild //... --prefix gs://...`` on the layered workspace of
+``bench/run.py``'s CLI peer (``bench/workloads.py``), all N steps built. The bucket is seeded without building on
+GCS: the CLI builds the workspace once on a local prefix (an output path is ``<prefix>/<name>-<hash>`` whatever
+the prefix; ``--cli_workdir`` keeps that build for the next run), and each step's status, action record and code
+record go to the servers under the same names. Then, each a new process: one no-op through the full path with
+the workspace's ``.marinbuild`` emptied (a machine without its caches: load, analysis, versions, the listings and
+a read of each step's code record; it records the analysis snapshot), and ``--runs`` no-ops answered from the
+snapshot (the listings only). Whole process wall and CPU time and peak RSS (``wait4``), requests counted by the
+proxy; rows go to their own ``<!-- gcs_bench_cli -->`` section of ``--doc``.
+
 Run: ``.venv/bin/python bench/gcs_bench.py [--sizes 1000 10000 100000] [--latency 0.05]
 [--json out.json] [--doc docs/performance.md]`` (100,000 steps: ten servers loading 20,000 objects
-each first, several minutes of CPU).
+each first, several minutes of CPU); ``.venv/bin/python bench/gcs_bench.py --cli --sizes 10000 100000
+[--cli_workdir DIR] [--doc docs/performance.md]`` (the local build of 100,000 steps first: minutes).
 """
 
 from __future__ import annotations
