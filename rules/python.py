@@ -98,13 +98,14 @@ def _defines(module_file: Path, name: str) -> bool:
 
 
 def _python_step_analyze(actx: AnalysisContext) -> Any:
-    attrs = actx.attr  # each read of actx.attr thaws every attribute again
-    spec = attrs.fn
+    spec = actx.attr_value("fn")
     module_name, sep, function_name = spec.partition(":")
     if not sep or not module_name or not function_name:
         raise actx.error(f"python_step: fn must look like 'package.module:function', got {spec!r} ({_FN_RESOLUTION})")
     root = actx.workspace.root
-    module_file = _module_file(module_name, root)
+    module_file, defined, in_workspace = actx.once(
+        ("python_step fn", module_name, function_name), lambda: _find_fn(actx, module_name, function_name)
+    )
     if module_file is None:
         hint = ""
         package = actx.target.label.package
@@ -115,13 +116,23 @@ def _python_step_analyze(actx: AnalysisContext) -> Any:
             f"python_step: fn {spec!r}: no module {module_name!r} importable from the workspace root "
             f"{root} ({_FN_RESOLUTION}){hint}"
         )
-    if module_file.is_file() and not _defines(module_file, function_name):
+    if not defined:
         raise actx.error(f"python_step: fn {spec!r}: {module_file} defines no top-level {function_name!r}")
-    code = {}
-    resolve = actx.stat_cache.resolve if actx.stat_cache is not None else Path.resolve
-    if module_file.is_file() and resolve(module_file).is_relative_to(resolve(root)):
-        code["fn"] = (module_file, attrs.code_in_key)
+    code = {"fn": (module_file, actx.attr_value("code_in_key"))} if in_workspace else {}
     return actx.target_step(code)
+
+
+def _find_fn(actx: AnalysisContext, module_name: str, function_name: str) -> tuple[Path | None, bool, bool]:
+    """Where ``fn`` is, as the analysis of every target naming it sees it (once per analysis): the module's file
+    (None: not found), whether it defines the function, whether it is a file inside the workspace."""
+    root = actx.workspace.root
+    module_file = _module_file(module_name, root)
+    if module_file is None:
+        return None, False, False
+    if not module_file.is_file():
+        return module_file, True, False
+    resolve = actx.stat_cache.resolve if actx.stat_cache is not None else Path.resolve
+    return module_file, _defines(module_file, function_name), resolve(module_file).is_relative_to(resolve(root))
 
 
 def _import_function(spec: str, workspace: Path) -> Any:
