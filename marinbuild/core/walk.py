@@ -145,25 +145,19 @@ def _collect(
     if isinstance(value, VersionedValue):
         version[intern(prefix)] = value.value
         return
-    # A member of an exact ``_LEAVES`` type is skipped here rather than in a call of its own (the call would return
-    # at once): most members of a config are plain strings and numbers.
     new_prefix = prefix + "." if prefix else ""
     names = None if isinstance(value, type) else field_names(value)
     if names is not None:
         for name in names:
-            v = getattr(value, name)
-            if type(v) not in _LEAVES:
-                _collect(v, new_prefix + name, version, blocking, pseudo)
+            _collect(getattr(value, name), new_prefix + name, version, blocking, pseudo)
     elif isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
                 raise ValueError(f"dict keys must be strs, but got {k} (type: {type(k)})")
-            if type(v) not in _LEAVES:
-                _collect(v, new_prefix + k, version, blocking, pseudo)
+            _collect(v, new_prefix + k, version, blocking, pseudo)
     elif isinstance(value, list | tuple | set | frozenset):
         for i, item in enumerate(value):
-            if type(item) not in _LEAVES:
-                _collect(item, f"{new_prefix}[{i}]", version, blocking, pseudo)
+            _collect(item, f"{new_prefix}[{i}]", version, blocking, pseudo)
 
 
 def collect_dependencies_and_version(obj: Any) -> Dependencies:
@@ -222,28 +216,24 @@ def _instantiate(obj: Any, output_path: str | None, output_paths: dict[ExecutorS
         return _join(output_path, obj.name)
     if isinstance(obj, VersionedValue):
         return obj.value
-    # A member of an exact ``_PLAIN`` type is taken as it is here rather than in a call of its own (the call would
-    # return it at once): most members of a config are plain strings and numbers.
     shape = None if isinstance(obj, type) else init_shape(obj)
     if shape is not None:
         names, plain = shape
-        members = {
-            name: v if type(v := getattr(obj, name)) in _PLAIN else _instantiate(v, output_path, output_paths, prefix)
-            for name in names
-        }
         if plain:  # what dataclasses.replace does with every init field, without its per-call field scan
-            return type(obj)(**members)
-        return replace(obj, **members)
+            return type(obj)(
+                **{name: _instantiate(getattr(obj, name), output_path, output_paths, prefix) for name in names}
+            )
+        return replace(
+            obj, **{name: _instantiate(getattr(obj, name), output_path, output_paths, prefix) for name in names}
+        )
     if isinstance(obj, list):
-        return [x if type(x) in _PLAIN else _instantiate(x, output_path, output_paths, prefix) for x in obj]
+        return [_instantiate(x, output_path, output_paths, prefix) for x in obj]
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(x if type(x) in _PLAIN else _instantiate(x, output_path, output_paths, prefix) for x in obj))
+        return type(obj)(*(_instantiate(x, output_path, output_paths, prefix) for x in obj))
     if isinstance(obj, tuple):
-        return tuple(x if type(x) in _PLAIN else _instantiate(x, output_path, output_paths, prefix) for x in obj)
+        return tuple(_instantiate(x, output_path, output_paths, prefix) for x in obj)
     if isinstance(obj, dict):
-        return {
-            k: v if type(v) in _PLAIN else _instantiate(v, output_path, output_paths, prefix) for k, v in obj.items()
-        }
+        return {k: _instantiate(v, output_path, output_paths, prefix) for k, v in obj.items()}
     return obj
 
 
