@@ -17,14 +17,16 @@ is proportional to the steps that ran. Remote outputs (``gs://``) are not in the
 request there, as the read does.
 
 The ledger is a cache: a missing, damaged or unwritable file only costs the reads (``marinbuild clean``
-drops it with the rest of ``.marinbuild/``). Entries are kept for the outputs the latest check saw, plus
-those of earlier checks (another command line's targets), up to ``KEEP`` entries.
+drops it with the rest of ``.marinbuild/``). It holds the outputs the latest check saw (another command
+line's outputs are read again once), each as its path and 32 packed bytes: the file is read whole at every
+check, so it is kept small.
 """
 
 from __future__ import annotations
 
 import marshal
 import os
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -32,12 +34,12 @@ from typing import Any
 __all__ = ["FILE", "Ledger"]
 
 FILE = "code_records.bin"
-FORMAT = 1
+FORMAT = 2
 """Bump when what the file holds or means changes: an older one is then ignored."""
 RACY_NS = 2_000_000_000
 """A record changed this recently could be rewritten again within one clock tick without a new signature."""
-KEEP = 1_000_000
-"""Entries kept at most (one per output path); beyond it, those the latest check did not see are dropped."""
+_ENTRY = struct.Struct("<qqqq")
+"""An entry's value: the record's mtime_ns, size, inode, and the index of what it held in ``contents``."""
 
 Signature = tuple[int, int, int]
 
@@ -48,8 +50,8 @@ class Ledger:
 
     def __init__(self, cache_dir: str | os.PathLike[str]):
         self.path = Path(cache_dir, FILE)
-        self.entries: dict[str, tuple[int, int, int, int]] = {}
-        """record path -> (mtime_ns, size, inode, index in ``contents``)."""
+        self.entries: dict[str, bytes] = {}
+        """record path -> ``_ENTRY`` of (mtime_ns, size, inode, index in ``contents``)."""
         self.contents: list[dict[str, str] | None] = []
         self._index: dict[tuple[tuple[str, str], ...] | None, int] = {}
         self._seen: set[str] = set()
@@ -87,8 +89,10 @@ class Ledger:
                 self.dirty = True
             return True, None
         known = self.entries.get(record_path)
-        if known is not None and known[:3] == sig:
-            return True, self.contents[known[3]]
+        if known is not None and len(known) == _ENTRY.size:
+            mtime_ns, size, inode, index = _ENTRY.unpack(known)
+            if (mtime_ns, size, inode) == sig and 0 <= index < len(self.contents):
+                return True, self.contents[index]
         return False, None
 
     def remember(self, record_path: str, files: dict[str, str] | None) -> None:
@@ -105,7 +109,7 @@ class Ledger:
         if index is None:
             index = self._index[key] = len(self.contents)
             self.contents.append(dict(files) if files is not None else None)
-        self.entries[record_path] = (*sig, index)
+        self.entries[record_path] = _ENTRY.pack(*sig, index)
         self.dirty = True
 
     def save(self) -> None:
@@ -114,14 +118,12 @@ class Ledger:
             return
         from marinbuild.core.private_file import write_private_file
 
-        entries = self.entries
-        if len(entries) > KEEP:
-            entries = {p: e for p, e in entries.items() if p in self._seen}
-        used = sorted({e[3] for e in entries.values()})
+        seen = {p: _ENTRY.unpack(e) for p, e in self.entries.items() if p in self._seen and len(e) == _ENTRY.size}
+        used = sorted({e[3] for e in seen.values()})
         renumber = {old: new for new, old in enumerate(used)}
         body = (
             FORMAT,
-            {p: (*e[:3], renumber[e[3]]) for p, e in entries.items()},
+            {p: _ENTRY.pack(*e[:3], renumber[e[3]]) for p, e in seen.items()},
             [self.contents[i] for i in used],
         )
         write_private_file(self.path, marshal.dumps(body))
