@@ -72,10 +72,10 @@ def test_a_recorded_digest_is_used_not_recomputed(tmp_path: Path) -> None:
     cache = DigestCache(tmp_path / "digests.bin")
     steps = graph(0)
     table = versioned_table(steps, cache)
+    key = table._digest_key[steps[0]]  # the key its action digest will be recorded under
     for s in steps:
         table.action_digest(s)
     cache.save()
-    key = table._digest_key[steps[0]]
     fmt, entries = marshal.loads((tmp_path / "digests.bin").read_bytes())
     entries[key] = bytes(16) + entries[key][16:]
     (tmp_path / "digests.bin").write_bytes(marshal.dumps((fmt, entries)))
@@ -224,3 +224,15 @@ def test_an_edit_adds_the_digests_of_the_changed_steps_only(ws: Path) -> None:
     edit(ws / "high" / "BUILD.marin", '"text": "5"', '"text": "five"')
     mb(ws, "//...")
     assert len(set(entries(ws)) - set(known)) == 3
+
+
+def test_an_action_digest_not_hashed_before_is_hashed_and_kept(tmp_path: Path) -> None:
+    cache = DigestCache(tmp_path / "digests.bin")
+    versioned_table(graph(0), cache)  # md5s only: no action digest asked for
+    cache.save()
+    assert {len(v) for v in DigestCache(tmp_path / "digests.bin").old.values()} == {16}
+    again = DigestCache(tmp_path / "digests.bin")
+    steps = graph(0)
+    assert results(versioned_table(steps, again), steps) == results(versioned_table(steps, None), steps)
+    again.save()
+    assert {len(v) for v in DigestCache(tmp_path / "digests.bin").old.values()} == {48}

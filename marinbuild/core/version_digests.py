@@ -15,9 +15,10 @@ digests recorded under a key are the digests of the string; a key costs the hash
 not of the nested text.
 
 ``DigestCache`` maps key -> (md5, sha256 or None) in ``<workspace>/.marinbuild/version_digests.bin``. It is a
-cache: a missing or damaged file only costs the hashing (``marinbuild clean`` drops it). What it saves holds
-the entries this build used, plus earlier ones while the file stays under ``KEEP`` entries (other command
-lines' steps). Nothing in it depends on the prefix, the clock or a file's signature: only on content.
+cache: a missing or damaged file only costs the hashing (``marinbuild clean`` drops it). A build that hashed
+anything saves the earlier entries and its new ones, or, past ``KEEP`` entries, its new ones only (the next
+build hashes the rest again). Nothing in it depends on the prefix, the clock or a file's signature: only on
+content.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ FILE = "version_digests.bin"
 FORMAT = 1
 """Bump when what a key stands for changes (how version strings or keys are composed): older files are ignored."""
 KEEP = 400_000
-"""Entries kept at most; beyond, only those this build used."""
+"""Entries kept at most; beyond, only those this build hashed."""
 
 
 class DigestCache:
@@ -42,7 +43,7 @@ class DigestCache:
     def __init__(self, path: str | os.PathLike[str] | None):
         self.path = Path(path) if path is not None else None
         self.old: dict[bytes, bytes] = {}
-        self.used: dict[bytes, bytes] = {}
+        self.new: dict[bytes, bytes] = {}
         self.dirty = False
         if self.path is not None:
             try:
@@ -57,18 +58,15 @@ class DigestCache:
         return cls(Path(cache_dir, FILE))
 
     def get(self, key: bytes) -> tuple[bytes, bytes | None] | None:
-        value = self.used.get(key)
-        if value is None:
-            value = self.old.get(key)
-            if value is None or len(value) not in (16, 48):
-                return None
-            self.used[key] = value
+        value = self.new.get(key) or self.old.get(key)
+        if value is None or len(value) not in (16, 48):
+            return None
         return value[:16], value[16:] or None
 
     def put(self, key: bytes, md5: bytes, sha256: bytes | None) -> None:
         value = md5 + (sha256 or b"")
-        if self.used.get(key) != value:
-            self.used[key] = value
+        if (self.new.get(key) or self.old.get(key)) != value:
+            self.new[key] = value
             self.dirty = True
 
     def save(self) -> None:
@@ -77,8 +75,8 @@ class DigestCache:
             return
         from marinbuild.core.private_file import write_private_file
 
-        entries = self.used
-        if len(self.old) + len(self.used) <= KEEP:
-            entries = {**self.old, **self.used}
+        entries = self.new
+        if len(self.old) + len(self.new) <= KEEP:
+            entries = {**self.old, **self.new}
         write_private_file(self.path, marshal.dumps((FORMAT, entries)))
         self.dirty = False

@@ -328,7 +328,7 @@ class VersionTable:
             for piece in self.version_pieces[step]:
                 sha.update(piece)
             digest = self._action_digests[step] = sha.hexdigest()
-            key = self._digest_key.get(step)
+            key = self._digest_key.pop(step, None)
             if key is not None and self.digests is not None:
                 self.digests.put(key, self._md5[step], sha.digest())
         return digest
@@ -436,8 +436,8 @@ class VersionTable:
         if key is not None and self.digests is not None:
             key.append(b"}")
             key_digest = hashlib.sha256(b"".join(key)).digest()
-            self._digest_key[step] = key_digest
             found = self.digests.get(key_digest)
+        sha = None
         if found is not None:  # the same string as a step of an earlier build: not hashed again
             md5_raw, sha = found
             if sha is not None:
@@ -450,7 +450,11 @@ class VersionTable:
             if key is not None and self.digests is not None:
                 self.digests.put(key_digest, md5_raw, None)
         if key is not None:
-            self._md5[step] = md5_raw
+            if step_depth <= MAX_INLINE_DEPTH:  # only a step consumers inline names its md5 in their keys
+                self._md5[step] = md5_raw
+            if sha is None:  # its action digest is still to be hashed, then recorded under this key
+                self._digest_key[step] = key_digest
+                self._md5[step] = md5_raw
         md5 = md5_raw.hex()
         hashed = md5[:6]
         output_path = self._under_prefix(step.name + "-" + hashed)
