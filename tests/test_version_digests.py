@@ -236,3 +236,12 @@ def test_an_action_digest_not_hashed_before_is_hashed_and_kept(tmp_path: Path) -
     assert results(versioned_table(steps, again), steps) == results(versioned_table(steps, None), steps)
     again.save()
     assert {len(v) for v in DigestCache(tmp_path / "digests.bin").old.values()} == {48}
+
+
+def test_old_versions_do_not_pile_up(tmp_path: Path) -> None:
+    """Each edit of the bottom step makes 8 new versions; the file keeps at most twice what a build uses."""
+    for bottom in range(6):
+        cache = DigestCache(tmp_path / "digests.bin")
+        versioned_table(graph(bottom), cache)
+        cache.save()
+        assert len(DigestCache(tmp_path / "digests.bin").old) <= 2 * 8 + 8

@@ -170,7 +170,7 @@ class Session:
     @property
     def version_digests(self) -> DigestCache:
         """The workspace's digests of version strings (``marinbuild.core.version_digests``), read once per session;
-        ``save_caches`` writes what this session's builds added."""
+        ``save_caches`` writes what the builds of the ``Session`` added."""
         if self._digests is None:
             from marinbuild.core.version_digests import DigestCache
 
@@ -178,7 +178,7 @@ class Session:
         return self._digests
 
     def save_caches(self) -> None:
-        """Write the workspace caches this session added to (a failure only costs time next build)."""
+        """Write the workspace caches the builds of the ``Session`` added to (a failure only costs time next build)."""
         if self._digests is not None:
             self._digests.save()
 

@@ -16,9 +16,10 @@ not of the nested text.
 
 ``DigestCache`` maps key -> (md5, sha256 or None) in ``<workspace>/.marinbuild/version_digests.bin``. It is a
 cache: a missing or damaged file only costs the hashing (``marinbuild clean`` drops it). A build that hashed
-anything saves the earlier entries and its new ones, or, past ``KEEP`` entries, its new ones only (the next
-build hashes the rest again). Nothing in it depends on the prefix, the clock or a file's signature: only on
-content.
+anything saves the entries it used (found or new), and the others too while the file held at most twice as
+many entries as the build used: an edit's old versions do not pile up beyond about two graphs' worth, and a
+command line building part of the graph does not drop the rest at once. Nothing in it depends on the prefix,
+the clock or a file's signature: only on content.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ __all__ = ["FILE", "DigestCache"]
 FILE = "version_digests.bin"
 FORMAT = 1
 """Bump when what a key stands for changes (how version strings or keys are composed): older files are ignored."""
-KEEP = 400_000
-"""Entries kept at most; beyond, only those this build hashed."""
 
 
 class DigestCache:
@@ -43,7 +42,8 @@ class DigestCache:
     def __init__(self, path: str | os.PathLike[str] | None):
         self.path = Path(path) if path is not None else None
         self.old: dict[bytes, bytes] = {}
-        self.new: dict[bytes, bytes] = {}
+        self.used: dict[bytes, bytes] = {}
+        """The entries this build found or made (a reference to each found value, not a copy)."""
         self.dirty = False
         if self.path is not None:
             try:
@@ -58,15 +58,18 @@ class DigestCache:
         return cls(Path(cache_dir, FILE))
 
     def get(self, key: bytes) -> tuple[bytes, bytes | None] | None:
-        value = self.new.get(key) or self.old.get(key)
-        if value is None or len(value) not in (16, 48):
-            return None
+        value = self.used.get(key)
+        if value is None:
+            value = self.old.get(key)
+            if value is None or len(value) not in (16, 48):
+                return None
+            self.used[key] = value
         return value[:16], value[16:] or None
 
     def put(self, key: bytes, md5: bytes, sha256: bytes | None) -> None:
         value = md5 + (sha256 or b"")
-        if (self.new.get(key) or self.old.get(key)) != value:
-            self.new[key] = value
+        if self.used.get(key) != value:
+            self.used[key] = value
             self.dirty = True
 
     def save(self) -> None:
@@ -75,8 +78,8 @@ class DigestCache:
             return
         from marinbuild.core.private_file import write_private_file
 
-        entries = self.new
-        if len(self.old) + len(self.new) <= KEEP:
-            entries = {**self.old, **self.new}
+        entries = self.used
+        if len(self.old) <= 2 * len(self.used):  # not piling up: keep the unused ones too
+            entries = {**self.old, **self.used}
         write_private_file(self.path, marshal.dumps((FORMAT, entries)))
         self.dirty = False
