@@ -118,14 +118,17 @@ class Ledger:
             return
         from marinbuild.core.private_file import write_private_file
 
-        seen = {p: _ENTRY.unpack(e) for p, e in self.entries.items() if p in self._seen and len(e) == _ENTRY.size}
-        used = sorted({e[3] for e in seen.values()})
-        renumber = {old: new for new, old in enumerate(used)}
-        body = (
-            FORMAT,
-            {p: _ENTRY.pack(*e[:3], renumber[e[3]]) for p, e in seen.items()},
-            [self.contents[i] for i in used],
-        )
+        # Saved at the end of a build, while the build's memory is still held: no copy of the entries' values.
+        seen = {p: e for p, e in self.entries.items() if p in self._seen and len(e) == _ENTRY.size}
+        used = sorted({_ENTRY.unpack(e)[3] for e in seen.values()})
+        if used == list(range(len(self.contents))):
+            body: tuple[Any, ...] = (FORMAT, seen, self.contents)
+        else:  # records of code that no output holds any more: renumber what is left
+            renumber = {old: new for new, old in enumerate(used)}
+            for p, e in seen.items():
+                mtime_ns, size, inode, index = _ENTRY.unpack(e)
+                seen[p] = _ENTRY.pack(mtime_ns, size, inode, renumber[index])
+            body = (FORMAT, seen, [self.contents[i] for i in used])
         write_private_file(self.path, marshal.dumps(body))
         self.dirty = False
 

@@ -16,8 +16,8 @@ not of the nested text.
 
 ``DigestCache`` maps key -> (md5, sha256 or None) in ``<workspace>/.marinbuild/version_digests.bin``. It is a
 cache: a missing or damaged file only costs the hashing (``marinbuild clean`` drops it). A build that hashed
-anything saves the entries it used (found or new), and the others too while the file held at most twice as
-many entries as the build used: an edit's old versions do not pile up beyond about two graphs' worth, and a
+anything saves the entries it used (found or new), and the others too while all of them are at most ``SLACK``
+times those it used: an edit's old versions do not pile up (the file is read whole by every build), and a
 command line building part of the graph does not drop the rest at once. Nothing in it depends on the prefix,
 the clock or a file's signature: only on content.
 """
@@ -33,6 +33,11 @@ __all__ = ["FILE", "DigestCache"]
 FILE = "version_digests.bin"
 FORMAT = 1
 """Bump when what a key stands for changes (how version strings or keys are composed): older files are ignored."""
+
+
+SLACK = 1.25
+"""How many more entries than a build used its save may keep (the others are an edit's old versions, or other
+command lines' steps)."""
 
 
 class DigestCache:
@@ -79,7 +84,7 @@ class DigestCache:
         from marinbuild.core.private_file import write_private_file
 
         entries = self.used
-        if len(self.old) <= 2 * len(self.used):  # not piling up: keep the unused ones too
+        if len(self.old) + len(self.used) <= SLACK * len(self.used):  # not piling up: keep the unused ones too
             entries = {**self.old, **self.used}
         write_private_file(self.path, marshal.dumps((FORMAT, entries)))
         self.dirty = False
