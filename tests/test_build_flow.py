@@ -3,6 +3,7 @@ refuses are one line and exit 2 through the CLI."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,27 @@ def test_rebuilding_a_target_the_build_does_not_analyse_is_one_line_and_exit_2(
         "marinbuild: error: --rebuild //pipe:b: //pipe:b is not built by this command; add it to the targets\n"
     )
     assert not (ws / "out").exists()
+
+
+def test_a_built_path_holding_another_versions_outputs_is_one_line_and_exit_2(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 6-hex path collision found at planning (the path is built, by another version string): one line naming
+    the path and what to do, exit 2, and nothing runs or is recorded over the other version's outputs."""
+    from pipelines import pretend_another_version_built
+
+    first, _heard = build("//pipe:a")
+    assert first.session is not None and first.session.engine is not None
+    engine = first.session.engine
+    (step,) = first.session.requested_steps()
+    path = engine.output_paths[step]
+    pretend_another_version_built(path, engine.version_strs[step], "e" * 64)
+    shutil.rmtree(ws / ".marinbuild")  # no no-op from the snapshot: the build plans
+    capsys.readouterr()
+    assert main(["//pipe:a"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"marinbuild: error: output path collision at {path}: step pipe/a ") and (
+        "rename the step or set override_output_path" in err
+    )
+    assert (Path(path) / "out.txt").read_text() == "A"

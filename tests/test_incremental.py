@@ -182,3 +182,34 @@ def test_a_run_info_that_cannot_be_written_fails_the_run_its_steps_still_commit(
     with pytest.raises(OSError):
         executor.run([a])
     assert status.read_status(executor.output_paths[a]) == status.STATUS_SUCCESS
+
+
+def test_a_cli_build_whose_run_info_cannot_be_written_fails_after_committing_its_steps(tmp_path: Path) -> None:
+    """The run info is written beside the steps: its error fails the command once they are all committed."""
+    ws = write_workspace(tmp_path / "ws", {"steps.py": STEPS_PY, "g/BUILD.marin": _build_file(1)}, prefix="../out")
+    prefix = tmp_path / "out"
+    prefix.mkdir()
+    (prefix / "experiments").write_text("a file where the run infos' folder should be\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "//..."], cwd=ws, env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    assert "experiments" in done.stderr
+    statuses = [status.read_status(str(path.parent)) for path in prefix.glob("g/*/.executor_status")]
+    assert statuses == [status.STATUS_SUCCESS] * 9
+
+
+def test_the_run_info_holds_a_built_steps_current_unversioned_config(tmp_path: Path) -> None:
+    """A step not run (built, its version unchanged) still has its config of this run in the run info, unversioned
+    fields too: nothing of an earlier run's text may stand in for it."""
+    prefix = tmp_path / "prefix"
+    base = str(prefix / "experiments")
+    first = Executor(prefix=str(prefix), executor_info_base_path=base, listeners=[])
+    first.run([pl.step("demo/a", "a", note="first"), pl.step("demo/b", "b1")])
+    second = Executor(prefix=str(prefix), executor_info_base_path=base, listeners=[])
+    a, b = pl.step("demo/a", "a", note="second"), pl.step("demo/b", "b2")
+    second.run([a, b])
+    assert second.output_paths[a] == first.output_paths[next(s for s in first.steps if s.name == "demo/a")]
+    assert second.executor_info_path is not None and second.executor_info_path != first.executor_info_path
+    steps = {s["name"]: s for s in json.loads(Path(second.executor_info_path).read_text())["steps"]}
+    assert steps["demo/a"]["config"]["note"] == "second"

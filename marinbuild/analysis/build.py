@@ -18,8 +18,8 @@ decides what happens and in which order; ``snapshot`` owns the snapshot's key, f
 
 A step that failed is part of the result (``failure``), not an exception: the build ran and its
 listeners saw it. A request the build cannot honour (no target matches, ``--rebuild`` of a target
-this build does not analyse, a step asking for resources the backend cannot give) raises
-``BuildRequestError`` before any step runs.
+this build does not analyse, a step asking for resources the backend cannot give, a built output path that
+holds another version's outputs) raises ``BuildRequestError`` before any step runs.
 """
 
 from __future__ import annotations
@@ -198,6 +198,7 @@ def _full_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult
     from marinbuild.analysis.session import Session
     from marinbuild.engine import PreviousTaskFailedError, StepFailedError
     from marinbuild.run.resources import UnsatisfiableResourcesError
+    from marinbuild.store.action_cache import ActionCacheCollisionError
 
     environment = snapshot.analysis_environment()  # as the lookup saw it, before this build exports its own
     session = Session.open(".", **request.settings())
@@ -238,6 +239,8 @@ def _full_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult
     except (StepFailedError, PreviousTaskFailedError) as exc:
         result.failure = exc
     except UnsatisfiableResourcesError as exc:  # nothing ran: the backend cannot give a step what it needs
+        raise BuildRequestError(str(exc)) from exc
+    except ActionCacheCollisionError as exc:  # found at planning, nothing ran: the message says what to rename
         raise BuildRequestError(str(exc)) from exc
     finally:
         listeners.close()

@@ -9,6 +9,12 @@ and never answer, as a server that stopped answering does; ``forbid`` answers 40
 contains ``text``, as a bucket policy that denies one object does, until set to ``""``); ``POST /__proxy/reset``
 zeroes the counters.
 
+``--routes FILE`` (JSON ``{"name/prefix/": "http://upstream", ...}``) spreads one bucket over several servers: a
+request goes to the upstream of the longest route that is a folder prefix of the object it names (an object's
+name, or a listing's ``prefix``); a request no route covers is answered 501, so a listing spanning servers fails
+instead of returning part of the bucket. It lets a bench hold more objects than one emulator loads in reasonable
+time (fake-gcs-server stores a bucket's objects in one list and scans it on every insert).
+
 A failed request is one of: a 503 answered without forwarding; the connection reset without
 forwarding; the request forwarded and applied, then the connection reset (the client never
 learns it succeeded); the request forwarded and applied, then a 503. The last two are the
@@ -21,9 +27,11 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import socket
 import struct
 import sys
+import urllib.parse
 
 import aiohttp
 
@@ -39,11 +47,16 @@ HOP_BY_HOP = {
     "trailer",
 }
 FAULTS = ("503", "reset", "reset-after", "503-after")
+_OBJECT_PATH = re.compile(r"^(?:/download|/upload)?/storage/v1/b/[^/]+/o(?:/([^?]*))?$")
+"""An object request's path: a listing (no name), or one object (its quoted name)."""
 
 
 class Proxy:
-    def __init__(self, upstream: str, latency: float, fail_rate: float, seed: int | None):
+    def __init__(
+        self, upstream: str, latency: float, fail_rate: float, seed: int | None, routes: dict[str, str] | None = None
+    ):
         self.upstream = upstream.rstrip("/")
+        self.routes = {k: v.rstrip("/") for k, v in (routes or {}).items()}
         self.latency = latency
         self.fail_rate = fail_rate
         self.rng = random.Random(seed)
@@ -126,9 +139,14 @@ class Proxy:
             _reset(writer)
             return False
         assert self.session is not None
+        upstream = self._upstream_for(target)
+        if upstream is None:
+            self.failed += 1
+            await _write_error(writer, 501, "Not Implemented", f"no route covers {target}")
+            return True
         forward_headers = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP]
         async with self.session.request(
-            method, self.upstream + target, headers=forward_headers, data=body, allow_redirects=False
+            method, upstream + target, headers=forward_headers, data=body, allow_redirects=False
         ) as response:
             content = await response.read()
             out_headers = [(k, v) for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP]
@@ -142,6 +160,23 @@ class Proxy:
         self.bytes_out += len(content)
         await _write_response(writer, status, reason, out_headers, content)
         return True
+
+    def _upstream_for(self, target: str) -> str | None:
+        """The server holding what ``target`` names (see the module docstring); None if no route covers it."""
+        if not self.routes:
+            return self.upstream
+        path, _, query = target.partition("?")
+        match = _OBJECT_PATH.match(path)
+        if match is None:
+            return None
+        params = urllib.parse.parse_qs(query)
+        name = urllib.parse.unquote(match.group(1) or "") or (params.get("prefix") or params.get("name") or [""])[0]
+        folder = name if name.endswith("/") else name.rpartition("/")[0] + "/"
+        while folder != "/":
+            if folder in self.routes:
+                return self.routes[folder]
+            folder = folder[:-1].rpartition("/")[0] + "/"
+        return None
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
@@ -193,8 +228,10 @@ async def _write_error(writer: asyncio.StreamWriter, status: int, reason: str, m
     await _write_response(writer, status, reason, [("Content-Type", "application/json")], body)
 
 
-async def serve(upstream: str, port: int, latency: float, fail_rate: float, seed: int | None) -> None:
-    proxy = Proxy(upstream, latency, fail_rate, seed)
+async def serve(
+    upstream: str, port: int, latency: float, fail_rate: float, seed: int | None, routes: dict[str, str] | None = None
+) -> None:
+    proxy = Proxy(upstream, latency, fail_rate, seed, routes)
     proxy.session = aiohttp.ClientSession(auto_decompress=False, connector=aiohttp.TCPConnector(limit=256))
     server = await asyncio.start_server(proxy.handle, "127.0.0.1", port, backlog=1024)
     print(server.sockets[0].getsockname()[1], flush=True)
@@ -209,9 +246,14 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--fail-rate", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--routes", help="JSON file: folder prefix -> upstream URL (see the module docstring)")
     args = parser.parse_args()
+    routes = None
+    if args.routes:
+        with open(args.routes) as f:
+            routes = json.load(f)
     try:
-        asyncio.run(serve(args.upstream, args.port, args.latency, args.fail_rate, args.seed))
+        asyncio.run(serve(args.upstream, args.port, args.latency, args.fail_rate, args.seed, routes))
     except KeyboardInterrupt:
         sys.exit(0)
 
