@@ -15,7 +15,9 @@ Contract:
 - ``changed(output_path, code)`` lists the files whose digest differs from the record (a file gone
   counts as changed); no record (built before code was recorded, or by Marin) means nothing to say.
 - ``CodeChanges`` answers, for many steps at once, the sentence ``why``, ``cache status``, query's
-  ``stale()`` and the build summary print: "code changed since this output was built: <file>".
+  ``stale()`` and the build summary print: "code changed since this output was built: <file>". For local
+  outputs it reads each record through the workspace's ledger (``marinbuild.code_digest_ledger``): a record
+  unchanged since the last check is not read again.
 A file whose digest is part of the step's key (``python_step``'s ``fn`` module, by default) cannot
 differ for a built output, whose path holds that key; only the other files can.
 """
@@ -127,9 +129,22 @@ def _differ(was: dict[str, str] | None, code: dict[str, str]) -> list[str]:
     return sorted(path for path, digest in was.items() if code.get(path) != digest)
 
 
-def changed(output_path: str, code: dict[str, str]) -> list[str]:
-    """The recorded files whose digest is not ``code``'s now (sorted); [] without a record."""
-    return _differ(_recorded(output_path), code)
+def changed(output_path: str, code: dict[str, str], ledger: Any = None) -> list[str]:
+    """The recorded files whose digest is not ``code``'s now (sorted); [] without a record. With a ``ledger``
+    (``marinbuild.code_digest_ledger.Ledger``; local outputs only), a record unchanged since it was last read is
+    not read again."""
+    return _differ(_recorded_through(ledger, output_path) if ledger is not None else _recorded(output_path), code)
+
+
+def _recorded_through(ledger: Any, output_path: str) -> dict[str, str] | None:
+    from marinbuild.store import fs
+
+    record_path = fs.local_path(fs.join(output_path, CODE_RECORD))
+    known, files = ledger.lookup(record_path)
+    if not known:
+        files = _recorded(output_path)
+        ledger.remember(record_path, files)
+    return files
 
 
 class CodeChanges:
@@ -155,8 +170,16 @@ class CodeChanges:
             from marinbuild.store import fs
             from marinbuild.store.batch import read_many
 
-            records = read_many([fs.join(engine.output_paths[s], CODE_RECORD) for s in with_code])
-            self.found.update((s, _differ(_parse(data), codes[s])) for s, data in zip(with_code, records, strict=True))
+            if all(fs.is_local(engine.output_paths[s]) for s in with_code):  # a thread per read costs more here
+                from marinbuild.code_digest_ledger import Ledger
+
+                ledger = Ledger(self.session.workspace.cache_dir)
+                self.found.update((s, changed(engine.output_paths[s], codes[s], ledger)) for s in with_code)
+                ledger.save()
+            else:
+                records = read_many([fs.join(engine.output_paths[s], CODE_RECORD) for s in with_code])
+                found = (_differ(_parse(data), codes[s]) for s, data in zip(with_code, records, strict=True))
+                self.found.update(zip(with_code, found, strict=True))
         return {s: self.found[s] for s in dict.fromkeys(steps)}
 
     def code_of(self, step: Any) -> dict[str, str]:

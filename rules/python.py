@@ -37,16 +37,19 @@ _FN_RESOLUTION = (
 )
 
 
-def _module_file(module_name: str, workspace: Path) -> Path | None:
+def _module_file(module_name: str, workspace: Path, workspace_only: bool = False) -> Path | None:
     """The file of ``module_name`` as ``fn`` resolves it: below the workspace root (``pipe.steps`` is
-    ``pipe/steps.py`` or ``pipe/steps/__init__.py``), else an installed module; None if neither exists.
-    Nothing is imported (a module imported from another workspace in this process is not taken for it)."""
+    ``pipe/steps.py`` or ``pipe/steps/__init__.py``), else (unless ``workspace_only``) an installed module; None
+    if neither exists. Nothing is imported (a module imported from another workspace in this process is not
+    taken for it)."""
     import importlib.util
 
     base = workspace.joinpath(*module_name.split("."))
     for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
         if candidate.is_file():
             return candidate
+    if workspace_only:
+        return None
     if (workspace / module_name.split(".")[0]).exists():
         return None  # the top package is in the workspace, so the module would be too
     try:
@@ -98,13 +101,17 @@ def _defines(module_file: Path, name: str) -> bool:
 
 
 def _python_step_analyze(actx: AnalysisContext) -> Any:
-    attrs = actx.attr  # each read of actx.attr thaws every attribute again
-    spec = attrs.fn
+    spec = actx.attr_value("fn")
     module_name, sep, function_name = spec.partition(":")
     if not sep or not module_name or not function_name:
         raise actx.error(f"python_step: fn must look like 'package.module:function', got {spec!r} ({_FN_RESOLUTION})")
     root = actx.workspace.root
-    module_file = _module_file(module_name, root)
+    found = actx.once(
+        ("python_step fn", module_name, function_name), lambda: _find_fn(actx, module_name, function_name, True)
+    )
+    if found is None:  # not a file of the workspace: found per target, as the import system answers now
+        found = _find_fn(actx, module_name, function_name, False)
+    module_file, defined, in_workspace = found
     if module_file is None:
         hint = ""
         package = actx.target.label.package
@@ -115,13 +122,27 @@ def _python_step_analyze(actx: AnalysisContext) -> Any:
             f"python_step: fn {spec!r}: no module {module_name!r} importable from the workspace root "
             f"{root} ({_FN_RESOLUTION}){hint}"
         )
-    if module_file.is_file() and not _defines(module_file, function_name):
+    if not defined:
         raise actx.error(f"python_step: fn {spec!r}: {module_file} defines no top-level {function_name!r}")
-    code = {}
-    resolve = actx.stat_cache.resolve if actx.stat_cache is not None else Path.resolve
-    if module_file.is_file() and resolve(module_file).is_relative_to(resolve(root)):
-        code["fn"] = (module_file, attrs.code_in_key)
+    code = {"fn": (module_file, actx.attr_value("code_in_key"))} if in_workspace else {}
     return actx.target_step(code)
+
+
+def _find_fn(
+    actx: AnalysisContext, module_name: str, function_name: str, workspace_only: bool
+) -> tuple[Path | None, bool, bool] | None:
+    """Where ``fn`` is: the module's file (None: not found), whether it defines the function, whether it is a file
+    inside the workspace. ``workspace_only``: None unless the module is a file below the workspace root, an answer
+    that holds for the whole analysis (kept by ``AnalysisContext.once``); an installed module is found through the
+    import system, whose answer may change as scripts are imported, so it is looked up per target."""
+    root = actx.workspace.root
+    module_file = _module_file(module_name, root, workspace_only)
+    if module_file is None:
+        return None if workspace_only else (None, False, False)
+    if not module_file.is_file():
+        return module_file, True, False
+    resolve = actx.stat_cache.resolve if actx.stat_cache is not None else Path.resolve
+    return module_file, _defines(module_file, function_name), resolve(module_file).is_relative_to(resolve(root))
 
 
 def _import_function(spec: str, workspace: Path) -> Any:

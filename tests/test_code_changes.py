@@ -166,3 +166,32 @@ def test_a_wrong_fn_is_an_analysis_error(ws: Path) -> None:
     wrong_name = mb(ws, "//pipe:y")
     assert wrong_name.returncode == 2 and "defines no top-level 'make'" in wrong_name.stderr
     assert calls(ws) == [] and not (ws / "out").exists()
+
+
+def test_each_fn_of_one_module_is_checked(ws: Path) -> None:
+    """Targets naming the same module share its lookup in one analysis, not the check of their own function."""
+    (ws / "pipe" / "BUILD.marin").write_text(
+        textwrap.dedent("""
+        load("@marinbuild//rules:python.py", "python_step")
+        python_step(name = "a", fn = "steps:write", config = {"name": "a"})
+        python_step(name = "b", fn = "steps:missing", config = {"name": "b"})
+    """)
+    )
+    wrong = mb(ws, "//pipe:a", "//pipe:b")
+    assert wrong.returncode == 2 and "fn 'steps:missing'" in wrong.stderr and "defines no top-level" in wrong.stderr
+    assert mb(ws, "//pipe:a").returncode == 0 and calls(ws) == ["a"]
+
+
+def test_an_installed_module_fn_is_found_outside_the_workspace(ws: Path) -> None:
+    (ws / "pipe" / "BUILD.marin").write_text(
+        textwrap.dedent("""
+        load("@marinbuild//rules:python.py", "python_step")
+        python_step(name = "a", fn = "json:dumps", config = {"name": "a"})
+        python_step(name = "b", fn = "json:dumps", config = {"name": "b"})
+        python_step(name = "c", fn = "json:nothing_here", config = {"name": "c"})
+    """)
+    )
+    dry = mb(ws, "-n", "//pipe:a", "//pipe:b")
+    assert dry.returncode == 0, dry.stderr
+    wrong = mb(ws, "-n", "//pipe:c")
+    assert wrong.returncode == 2 and "defines no top-level 'nothing_here'" in wrong.stderr

@@ -56,8 +56,8 @@ load("//lib:consts.star", "TEXT")
 
 print("the BUILD file of //pipe was evaluated")
 
-python_step(name = "a", fn = "steps:write", config = {"text": TEXT}, srcs = glob(["data/*.txt"]))
-python_step(name = "b", fn = "steps:write", config = {"text": "B"}, deps = [":a"])
+python_step(name = "a", fn = "snapshot_steps:write", config = {"text": TEXT}, srcs = glob(["data/*.txt"]))
+python_step(name = "b", fn = "snapshot_steps:write", config = {"text": "B"}, deps = [":a"])
 flavored(name = "f")
 """
 
@@ -68,7 +68,7 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for folder in ("pipe/data", "rules", "lib"):
         (root / folder).mkdir(parents=True)
     (root / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "../out"\n')
-    (root / "steps.py").write_text(STEPS_PY)
+    (root / "snapshot_steps.py").write_text(STEPS_PY)
     (root / "rules" / "flavor.py").write_text(RULES_PY)
     (root / "lib" / "consts.star").write_text('TEXT = "A"\n')
     (root / "pipe" / "BUILD.marin").write_text(textwrap.dedent(BUILD))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,6 +151,8 @@ class Analysis:
     code_entries: dict[tuple[Any, ...], dict[str, Any] | None] = field(default_factory=dict)
     """``_code_of``'s answers of this analysis: thousands of targets of one rule share their few code files, each
     found, resolved and hashed once."""
+    shared: dict[Any, Any] = field(default_factory=dict)
+    """``AnalysisContext.once``'s answers of this analysis, by key."""
 
     def requested_steps(self, labels: Iterable[Label]) -> list[ExecutorStep]:
         out: list[ExecutorStep] = []
@@ -185,6 +187,21 @@ class AnalysisContext:
     @property
     def attr(self) -> Struct:
         return Struct(**{k: thaw(v) for k, v in self.target.attrs.items()})
+
+    def attr_value(self, name: str) -> Any:
+        """One attribute's value as ``attr`` gives it, without thawing the others (a hook reading two attributes of
+        each of thousands of targets)."""
+        return thaw(self.target.attrs[name])
+
+    def once(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``, called once per analysis for each ``key`` (hashable, naming what is computed and from
+        what): for answers thousands of targets share, such as where a module's file is. Files do not change
+        during one analysis as far as its results go (the snapshot distrusts any input changed meanwhile), so
+        an answer holds for the analysis; none is kept beyond it."""
+        shared = self._analysis.shared
+        if key not in shared:
+            shared[key] = compute()
+        return shared[key]
 
     @property
     def package_dir(self) -> Path:

@@ -247,6 +247,7 @@ def _full_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult
         by_path = {path: step for step, path in engine.output_paths.items()}
         result.succeeded = [by_path[path] for path in succeeded if path in by_path]
         _record_code(session, result.succeeded)
+        session.save_caches()
     result.dry_run_problems = list(engine.dry_run_problems)
     if engine.plan is not None:
         result.plan = [

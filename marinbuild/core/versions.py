@@ -33,6 +33,7 @@ from typing import Any
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.jsonenc import dumps_indented, dumps_sorted, json_str
 from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.core.version_digests import DigestCache
 from marinbuild.core.walk import collect_dependencies_and_version, instantiate_config, make_prefix_absolute_path
 
 MAX_INLINE_DEPTH = 4
@@ -214,6 +215,10 @@ class VersionTable:
         """Each version string as ASCII bytes (joined on read for deep steps)."""
         self.version_strs: dict[ExecutorStep, str] = VersionStrs(self.version_bytes)
         self._action_digests: dict[ExecutorStep, str] = {}
+        self.digests: DigestCache | None = None
+        """Digests of version strings kept between builds (``marinbuild.core.version_digests``); None: hash all."""
+        self._md5: dict[ExecutorStep, bytes] = {}
+        self._digest_key: dict[ExecutorStep, bytes] = {}
         self.version_str_to_step: dict[str, ExecutorStep] = VersionStrIndex(self)
         self._canonical_by_md5: dict[str, ExecutorStep] = {}
         self._canonical: dict[ExecutorStep, ExecutorStep] = {}
@@ -226,6 +231,13 @@ class VersionTable:
         self._step_by_version_id: dict[int, ExecutorStep] = {}
         self.override_mismatches: list[tuple[ExecutorStep, str, str]] = []
         self._prefix_slash = (prefix if prefix.endswith("/") else prefix + "/") if prefix else None
+
+    def use_digests(self, digests: DigestCache) -> None:
+        """Take version digests from ``digests`` (and record new ones there) from now on; before any step is
+        versioned, as a consumer's key names its dependencies' md5s."""
+        if self.versions:
+            raise ValueError("use_digests before any step is versioned")
+        self.digests = digests
 
     def canonicalize(self, step: ExecutorStep) -> ExecutorStep:
         """The step that stands for every step with the same version."""
@@ -316,6 +328,9 @@ class VersionTable:
             for piece in self.version_pieces[step]:
                 sha.update(piece)
             digest = self._action_digests[step] = sha.hexdigest()
+            key = self._digest_key.pop(step, None)
+            if key is not None and self.digests is not None:
+                self.digests.put(key, self._md5[step], sha.digest())
         return digest
 
     def indented_version(self, step: ExecutorStep) -> str:
@@ -368,21 +383,28 @@ class VersionTable:
             short = self._short[dep] = (text, json_str(text).encode())
         return short
 
-    def _dep_versions(self, deps: list[ExecutorStep], parts: list[bytes]) -> list[Any]:
+    def _dep_versions(self, deps: list[ExecutorStep], parts: list[bytes], key: list[bytes] | None) -> list[Any]:
         """The dependencies as a consumer's version lists them (inlined, or ``"name-hash"`` when deeper than
-        ``MAX_INLINE_DEPTH``); their JSON texts, comma-separated, are appended to ``parts``."""
+        ``MAX_INLINE_DEPTH``); their JSON texts, comma-separated, are appended to ``parts``, and to ``key`` (when
+        given) the same with each inlined text as ``\0`` and its md5 (``marinbuild.core.version_digests``)."""
         depth, versions, pieces = self.depth, self.versions, self.version_pieces
         listed: list[Any] = []
         for i, dep in enumerate(deps):
             if i:
                 parts.append(b", ")
+                if key is not None:
+                    key.append(b", ")
             if depth[dep] <= MAX_INLINE_DEPTH:
                 listed.append(versions[dep])
                 parts.extend(pieces[dep])  # references to its pieces: nothing is copied
+                if key is not None:
+                    key.append(b"\0" + self._md5[dep])
             else:
                 text, encoded = self._short_form(dep)
                 listed.append(text)
                 parts.append(encoded)
+                if key is not None:
+                    key.append(encoded)
         return listed
 
     def _record(self, step: ExecutorStep, pseudo: bool, collected: Any) -> None:
@@ -392,24 +414,48 @@ class VersionTable:
         step_depth = 1 + max([depth[d] for d in blocking]) if blocking else 0
         # The version string, as the one list of byte pieces it is joined from (one copy of the big pieces).
         parts = [b'{"config": ', dumps_sorted(collected.version).encode(), b', "dependencies": [']
-        dep_versions = self._dep_versions(collected.dependencies, parts)
-        parts.append(b'], "name": ')
-        parts.append(json_str(step.name).encode())
+        key: list[bytes] | None = None if self.digests is None else list(parts)
+        dep_versions = self._dep_versions(collected.dependencies, parts, key)
+        tail = [b'], "name": ', json_str(step.name).encode()]
+        parts.extend(tail)
         version: dict[str, Any] = {"name": step.name, "config": collected.version, "dependencies": dep_versions}
+        if key is not None:
+            key.extend(tail)
         if collected.pseudo_dependencies:
             parts.append(b', "pseudo_dependencies": [')
-            version["pseudo_dependencies"] = self._dep_versions(collected.pseudo_dependencies, parts)
+            if key is not None:
+                key.append(b', "pseudo_dependencies": [')
+            version["pseudo_dependencies"] = self._dep_versions(collected.pseudo_dependencies, parts, key)
             parts.append(b"]")
+            if key is not None:
+                key.append(b"]")
         parts.append(b"}")
-        if len(parts) <= 2 or sum(map(len, parts)) <= JOIN_UNDER:  # short: one piece
-            kept: tuple[bytes, ...] = (b"".join(parts),)
-            md5 = hashlib.md5(kept[0]).hexdigest()
-        else:  # long: its pieces, hashed without joining them
-            kept = tuple(parts)
+        joined = len(parts) <= 2 or sum(map(len, parts)) <= JOIN_UNDER
+        kept: tuple[bytes, ...] = (b"".join(parts),) if joined else tuple(parts)  # long: its pieces, not joined
+        found = None
+        if key is not None and self.digests is not None:
+            key.append(b"}")
+            key_digest = hashlib.sha256(b"".join(key)).digest()
+            found = self.digests.get(key_digest)
+        sha = None
+        if found is not None:  # the same string as a step of an earlier build: not hashed again
+            md5_raw, sha = found
+            if sha is not None:
+                self._action_digests[step] = sha.hex()
+        else:
             digest = hashlib.md5()
             for piece in kept:
                 digest.update(piece)
-            md5 = digest.hexdigest()
+            md5_raw = digest.digest()
+            if key is not None and self.digests is not None:
+                self.digests.put(key_digest, md5_raw, None)
+        if key is not None:
+            if step_depth <= MAX_INLINE_DEPTH:  # only a step consumers inline names its md5 in their keys
+                self._md5[step] = md5_raw
+            if sha is None:  # its action digest is still to be hashed, then recorded under this key
+                self._digest_key[step] = key_digest
+                self._md5[step] = md5_raw
+        md5 = md5_raw.hex()
         hashed = md5[:6]
         output_path = self._under_prefix(step.name + "-" + hashed)
         if step.override_output_path is not None:
