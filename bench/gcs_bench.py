@@ -421,7 +421,7 @@ def measure_cli(ws: str, n: int, proxy_url: str, server_pids: list[int], phase: 
     def written() -> dict[str, tuple[int, int]]:
         if not os.path.isdir(snapshots):
             return {}
-        return {e.name: (e.inode(), e.stat().st_mtime_ns) for e in os.scandir(snapshots)}
+        return {e.name: (e.inode(), e.stat().st_mtime_ns) for e in os.scandir(snapshots) if e.name.endswith(".bin")}
 
     before = written()
     proxy_stats(proxy_url, reset=True)
@@ -436,7 +436,10 @@ def measure_cli(ws: str, n: int, proxy_url: str, server_pids: list[int], phase: 
         raise RuntimeError(f"{phase}: not a no-op of {n} steps (exit {r['returncode']}):\n{r['stderr'][-3000:]}")
     answered = bool(before) and written() == before  # a full path that succeeds writes its snapshot anew
     if answered != (phase == "snapshot"):
-        raise RuntimeError(f"{phase}: the snapshot {'answered' if answered else 'did not answer'}")
+        raise RuntimeError(
+            f"{phase}: the snapshot {'answered' if answered else 'did not answer'} (a build warning of changed code "
+            "writes none: a --cli_workdir built before marinbuild's rules changed must be removed)"
+        )
     del r["stderr"], r["returncode"]
     return r
 
