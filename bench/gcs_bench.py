@@ -59,11 +59,9 @@ import json
 import os
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Iterable, Iterator
@@ -352,27 +350,24 @@ def cli_objects(local_prefix: str) -> Iterator[tuple[str, bytes]]:
 
 
 def run_process(cmd: list[str], cwd: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
-    """Run ``cmd``; its wall time, CPU time and peak RSS (``wait4``: the largest process of its tree), exit code and
-    stderr. Killed (its own process group) after ``timeout`` seconds."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                start_new_session=True)  # fmt: skip
-        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        seconds = time.perf_counter() - start
-        err.seek(0)
-        return {
-            "process_seconds": seconds,
-            "cpu_seconds": usage.ru_utime + usage.ru_stime,
-            "peak_rss_mb": usage.ru_maxrss / 1024,
-            "returncode": os.waitstatus_to_exitcode(status),
-            "stderr": err.read().decode(errors="replace"),
-        }
+    """Run ``cmd`` as bench/run.py measures a process (``run_timed``: wall time, CPU time and peak RSS from
+    ``wait4``, its process group killed after ``timeout`` seconds); its output, stdout and stderr together, is
+    returned as ``stderr``."""
+    from pathlib import Path
+
+    from run import run_timed  # bench/run.py (bench/ is not a package; imported here: run.py runs this script)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp, "process.log")
+        sample = run_timed(cmd, Path(cwd), env, log, timeout)
+        output = log.read_text(errors="replace")
+    return {
+        "process_seconds": sample.seconds,
+        "cpu_seconds": sample.cpu_seconds,
+        "peak_rss_mb": sample.peak_rss_mb,
+        "returncode": sample.exit_code,
+        "stderr": output,
+    }
 
 
 def cli_env(**extra: str) -> dict[str, str]:
