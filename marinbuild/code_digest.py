@@ -29,7 +29,10 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marinbuild.code_digest_ledger import Ledger
 
 __all__ = [
     "CODE_RECORD",
@@ -129,14 +132,14 @@ def _differ(was: dict[str, str] | None, code: dict[str, str]) -> list[str]:
     return sorted(path for path, digest in was.items() if code.get(path) != digest)
 
 
-def changed(output_path: str, code: dict[str, str], ledger: Any = None) -> list[str]:
+def changed(output_path: str, code: dict[str, str], ledger: Ledger | None = None) -> list[str]:
     """The recorded files whose digest is not ``code``'s now (sorted); [] without a record. With a ``ledger``
     (``marinbuild.code_digest_ledger.Ledger``; local outputs only), a record unchanged since it was last read is
     not read again."""
     return _differ(_recorded_through(ledger, output_path) if ledger is not None else _recorded(output_path), code)
 
 
-def _recorded_through(ledger: Any, output_path: str) -> dict[str, str] | None:
+def _recorded_through(ledger: Ledger, output_path: str) -> dict[str, str] | None:
     from marinbuild.store import fs
 
     record_path = fs.local_path(fs.join(output_path, CODE_RECORD))

@@ -73,6 +73,11 @@ def _is_gcs(path: str) -> bool:
     return path.startswith(("gs://", "gcs://"))
 
 
+def _is_other_remote(path: str) -> bool:
+    """A remote path on another fsspec protocol than GCS (read a file at a time, in threads)."""
+    return "://" in path and not path.startswith("file://") and not _is_gcs(path)
+
+
 def read_statuses(output_paths: list[str], cache: MetadataCache | None = None, workers: int = 16) -> StatusMap:
     """Statuses of many steps; ``gs://`` ones by batched listings (see the module docstring)."""
     result = StatusMap()
@@ -81,7 +86,7 @@ def read_statuses(output_paths: list[str], cache: MetadataCache | None = None, w
     for path in output_paths:
         if _is_gcs(path):
             gcs_paths.append(path)
-        elif "://" in path and not path.startswith("file://"):
+        elif _is_other_remote(path):
             remote_other.append(path)
         else:
             result[path] = st.read_status(path)
@@ -263,7 +268,7 @@ def read_many(paths: list[str], workers: int = 16) -> list[bytes | None]:
 
         for i, data in zip(gcs_at, gcs.run(read_all, fs=filesystem), strict=True):
             result[i] = data
-    if len(other_at) > 1 and any("://" in paths[i] and not paths[i].startswith("file://") for i in other_at):
+    if len(other_at) > 1 and any(_is_other_remote(paths[i]) for i in other_at):
         with ThreadPoolExecutor(min(workers, len(other_at))) as pool:
             for i, data in zip(other_at, pool.map(one, [paths[i] for i in other_at]), strict=True):
                 result[i] = data
