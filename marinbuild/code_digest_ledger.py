@@ -16,14 +16,20 @@ snapshot's. A record this build wrote (its step just ran) is therefore read agai
 is proportional to the steps that ran. Remote outputs (``gs://``) are not in the ledger: a signature costs a
 request there, as the read does.
 
-The ledger is a cache: a missing, damaged or unwritable file only costs the reads (``marinbuild clean``
-drops it with the rest of ``.marinbuild/``). It holds the outputs the latest check saw (another command
-line's outputs are read again once), each as its path and 32 packed bytes: the file is read whole at every
-check, so it is kept small.
+The ledger is a cache: a missing, damaged (cut short, a bad crc32) or unwritable file only costs the reads
+(``marinbuild clean`` drops it with the rest of ``.marinbuild/``). It holds the outputs the latest check saw
+(another command line's outputs are read again once), as a sorted table of 48-byte records looked up in place
+(``core/packed_table.py``): the key is the blake2b-128 digest of the record's path, the value its signature and
+the index of what it held in a short list of distinct contents (most steps of a graph run the same code), kept
+after the records. A table rather than a dict of paths: at 100,000 outputs a dict of the paths and their
+signatures was tens of MB held at the end of a build, beside everything the build holds. Two paths with the
+same digest cannot mix up records: an entry is trusted only if the file's inode, mtime and size match too, and
+two files existing at once do not share an inode.
 """
 
 from __future__ import annotations
 
+import hashlib
 import marshal
 import os
 import struct
@@ -31,17 +37,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+from marinbuild.core.packed_table import PackedTable
+
 __all__ = ["FILE", "Ledger"]
 
 FILE = "code_records.bin"
-FORMAT = 2
+MAGIC = b"MBCR"
+FORMAT = 3
 """Bump when what the file holds or means changes: an older one is then ignored."""
 RACY_NS = 2_000_000_000
 """A record changed this recently could be rewritten again within one clock tick without a new signature."""
+KEY_SIZE = 16
 _ENTRY = struct.Struct("<qqqq")
 """An entry's value: the record's mtime_ns, size, inode, and the index of what it held in ``contents``."""
+COMPACT_OVER = 16
+"""Contents no entry names any more are dropped (the entries renumbered) once there are more than this many."""
 
 Signature = tuple[int, int, int]
+
+
+def _key(record_path: str) -> bytes:
+    return hashlib.blake2b(os.fsencode(record_path), digest_size=KEY_SIZE).digest()
 
 
 class Ledger:
@@ -50,30 +66,35 @@ class Ledger:
 
     def __init__(self, cache_dir: str | os.PathLike[str]):
         self.path = Path(cache_dir, FILE)
-        self.entries: dict[str, bytes] = {}
-        """record path -> ``_ENTRY`` of (mtime_ns, size, inode, index in ``contents``)."""
-        self.contents: list[dict[str, str] | None] = []
+        self.table = PackedTable(MAGIC, FORMAT, KEY_SIZE, _ENTRY.size)
+        """The entries of the last check; those this check confirmed are marked used."""
+        self.contents: list[Any] = []
+        """What records held: a dict of files, or None (nothing usable)."""
+        self.new: dict[bytes, bytes] = {}
+        """Entries this check remembered (read records)."""
         self._index: dict[tuple[tuple[str, str], ...] | None, int] = {}
-        self._seen: set[str] = set()
+        self._named: set[int] = set()
+        """The indexes in ``contents`` that the entries this check confirmed name."""
         self._signatures: dict[str, Signature | None] = {}
+        """Signatures of the records ``lookup`` said to read, for ``remember``."""
         self.dirty = False
         self.limit = time.time_ns() - RACY_NS
         self._read()
 
     def _read(self) -> None:
+        table, extra = PackedTable.read(self.path, MAGIC, FORMAT, KEY_SIZE, _ENTRY.size)
         try:
-            fmt, entries, contents = marshal.loads(self.path.read_bytes())
-        except (OSError, ValueError, EOFError, TypeError):
+            contents = marshal.loads(extra) if len(table) else []
+        except (ValueError, EOFError, TypeError):
             return
-        if fmt != FORMAT or not isinstance(entries, dict) or not isinstance(contents, list):
+        if not isinstance(contents, list):
             return
-        self.entries, self.contents = entries, contents
-        self._index = {_content_key(c): i for i, c in enumerate(contents)}
+        self.table, self.contents = table, contents
+        self._index = {_content_key(c): i for i, c in enumerate(contents) if c is None or isinstance(c, dict)}
 
     def lookup(self, record_path: str) -> tuple[bool, dict[str, str] | None]:
         """``(True, files)`` when the ledger knows the record at its current signature (``files`` None: the record
         held nothing usable); ``(False, None)`` when the record must be read."""
-        self._seen.add(record_path)
         try:
             st = os.stat(record_path)
             sig: Signature | None = (st.st_mtime_ns, st.st_size, st.st_ino)
@@ -81,56 +102,69 @@ class Ledger:
             sig = None
         except OSError:
             self._signatures[record_path] = None
+            self.dirty = True  # its entry, if any, is dropped
             return False, None
-        self._signatures[record_path] = sig
+        key = _key(record_path)
+        i = self.table.index(key)
         if sig is None:  # no record: nothing to say, nothing to remember
-            if record_path in self.entries:
-                del self.entries[record_path]
-                self.dirty = True
+            if i >= 0 or self.new.pop(key, None) is not None:
+                self.dirty = True  # its entry is not used, so it is dropped
             return True, None
-        known = self.entries.get(record_path)
-        if known is not None and len(known) == _ENTRY.size:
-            mtime_ns, size, inode, index = _ENTRY.unpack(known)
+        value = self.new.get(key)
+        if value is None and i >= 0:
+            value = self.table.value(i)
+        if value is not None:
+            mtime_ns, size, inode, index = _ENTRY.unpack(value)
             if (mtime_ns, size, inode) == sig and 0 <= index < len(self.contents):
-                return True, self.contents[index]
+                content = self.contents[index]
+                if content is None or isinstance(content, dict):
+                    if i >= 0 and key not in self.new:
+                        self.table.use(i)
+                        self._named.add(index)
+                    return True, content
+        self._signatures[record_path] = sig
+        self.dirty = True
         return False, None
 
     def remember(self, record_path: str, files: dict[str, str] | None) -> None:
         """What the record held when just read (after ``lookup`` said to read it); kept if its signature is old
         enough to trust."""
-        sig = self._signatures.get(record_path)
+        sig = self._signatures.pop(record_path, None)
         plain = files is None or all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+        key = _key(record_path)
         if sig is None or sig[0] > self.limit or not plain:
-            if self.entries.pop(record_path, None) is not None:
-                self.dirty = True
+            self.new.pop(key, None)
             return
-        key = _content_key(files)
-        index = self._index.get(key)
+        content = _content_key(files)
+        index = self._index.get(content)
         if index is None:
-            index = self._index[key] = len(self.contents)
+            index = self._index[content] = len(self.contents)
             self.contents.append(dict(files) if files is not None else None)
-        self.entries[record_path] = _ENTRY.pack(*sig, index)
+        self.new[key] = _ENTRY.pack(*sig, index)
         self.dirty = True
 
     def save(self) -> None:
-        """Write the ledger if a check changed it (atomically; a failure only costs reads next time)."""
+        """Write the ledger if a check changed it (atomically; a failure only costs reads next time): the entries
+        this check confirmed or remembered, nothing else."""
         if not self.dirty:
             return
-        from marinbuild.core.private_file import write_private_file
-
-        # Saved at the end of a build, while the build's memory is still held: no copy of the entries' values.
-        seen = {p: e for p, e in self.entries.items() if p in self._seen and len(e) == _ENTRY.size}
-        used = sorted({_ENTRY.unpack(e)[3] for e in seen.values()})
-        if used == list(range(len(self.contents))):
-            body: tuple[Any, ...] = (FORMAT, seen, self.contents)
-        else:  # records of code that no output holds any more: renumber what is left
-            renumber = {old: new for new, old in enumerate(used)}
-            for p, e in seen.items():
-                mtime_ns, size, inode, index = _ENTRY.unpack(e)
-                seen[p] = _ENTRY.pack(mtime_ns, size, inode, renumber[index])
-            body = (FORMAT, seen, [self.contents[i] for i in used])
-        write_private_file(self.path, marshal.dumps(body))
         self.dirty = False
+        contents, table, new = self.contents, self.table, self.new
+        named = self._named | {_ENTRY.unpack(v)[3] for v in new.values()}
+        if len(contents) - len(named) > COMPACT_OVER:  # rare (many edits of the code): renumber what is still named
+            renumber = {old: n for n, old in enumerate(sorted(named))}
+            kept = {
+                table.key(i): _renumbered(table.value(i), renumber) for i in range(len(table)) if table.used[i] == 1
+            }
+            kept.update((k, _renumbered(v, renumber)) for k, v in new.items())
+            contents = [contents[i] for i in sorted(named)]
+            table, new = PackedTable(MAGIC, FORMAT, KEY_SIZE, _ENTRY.size), kept
+        table.write(self.path, new, keep_unused=False, extra=marshal.dumps(contents))
+
+
+def _renumbered(value: bytes, renumber: dict[int, int]) -> bytes:
+    mtime_ns, size, inode, index = _ENTRY.unpack(value)
+    return _ENTRY.pack(mtime_ns, size, inode, renumber[index])
 
 
 def _content_key(files: Any) -> tuple[tuple[str, str], ...] | None:
