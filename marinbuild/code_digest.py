@@ -151,7 +151,13 @@ def _recorded_through(ledger: Ledger, output_path: str) -> dict[str, str] | None
 
 
 class CodeChanges:
-    """Changed code of many built outputs, read in parallel: ``of(step)`` after ``check(steps)``."""
+    """Changed code of many built outputs: ``check(steps)`` answers the steps whose code changed, ``of(step)`` one.
+
+    ``check`` goes through the steps one at a time and keeps only a set of the steps checked and the changes
+    found: a build's check covers every built output of the graph, and a table of every step's code and answer
+    (as it was) held 100,000 small dicts and lists at the end of a 100,000-step build, its peak. Local records
+    are read through the ledger, one after the other (a thread per read costs more than the read); records on
+    an object store are read together (``read_many``)."""
 
     def __init__(self, session: Any):
         from marinbuild.load import StatCache
@@ -160,37 +166,56 @@ class CodeChanges:
         self.root = session.workspace.root
         self.stat_cache = StatCache(session.workspace.stat_cache_path)
         self.found: dict[Any, list[str]] = {}
+        """The steps checked whose code changed, with the files."""
+        self.checked: set[Any] = set()
 
     def check(self, steps: Iterable[Any]) -> dict[Any, list[str]]:
-        """``{step: changed files}`` for ``steps`` (built ones: the caller knows which)."""
-        engine = self.session.engine
-        todo = [s for s in dict.fromkeys(steps) if s not in self.found]
-        codes = {s: step_code(s, self.root, self.stat_cache) for s in todo}
-        with_code = [s for s in todo if codes[s]]
-        for s in todo:
-            self.found[s] = []
-        if with_code:
-            from marinbuild.store import fs
-            from marinbuild.store.batch import read_many
+        """``{step: changed files}`` of those of ``steps`` (built ones: the caller knows which) whose code changed
+        since their output was built; a step not in the answer has nothing to report."""
+        from marinbuild.store import fs
 
-            if all(fs.is_local(engine.output_paths[s]) for s in with_code):  # a thread per read costs more here
+        output_paths = self.session.engine.output_paths
+        answer: dict[Any, list[str]] = {}
+        remote: list[tuple[Any, dict[str, str]]] = []
+        ledger: Ledger | None = None
+        for s in steps:
+            if s in self.checked:
+                if s in self.found:
+                    answer[s] = self.found[s]
+                continue
+            self.checked.add(s)
+            code = step_code(s, self.root, self.stat_cache)
+            if not code:
+                continue
+            path = output_paths[s]
+            if not fs.is_local(path):
+                remote.append((s, code))
+                continue
+            if ledger is None:
                 from marinbuild.code_digest_ledger import Ledger
 
                 ledger = Ledger(self.session.workspace.cache_dir)
-                self.found.update((s, changed(engine.output_paths[s], codes[s], ledger)) for s in with_code)
-                ledger.save()
-            else:
-                records = read_many([fs.join(engine.output_paths[s], CODE_RECORD) for s in with_code])
-                found = (_differ(_parse(data), codes[s]) for s, data in zip(with_code, records, strict=True))
-                self.found.update(zip(with_code, found, strict=True))
-        return {s: self.found[s] for s in dict.fromkeys(steps)}
+            files = changed(path, code, ledger)
+            if files:
+                self.found[s] = answer[s] = files
+        if ledger is not None:
+            ledger.save()
+        if remote:
+            from marinbuild.store.batch import read_many
+
+            records = read_many([fs.join(output_paths[s], CODE_RECORD) for s, _ in remote])
+            for (s, code), data in zip(remote, records, strict=True):
+                files = _differ(_parse(data), code)
+                if files:
+                    self.found[s] = answer[s] = files
+        return answer
 
     def code_of(self, step: Any) -> dict[str, str]:
         """``step_code`` of ``step`` now."""
         return step_code(step, self.root, self.stat_cache)
 
     def of(self, step: Any) -> list[str]:
-        return self.found.get(step) or self.check([step])[step]
+        return self.check([step]).get(step, [])
 
 
 def for_session(session: Any) -> CodeChanges:

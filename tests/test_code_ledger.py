@@ -95,3 +95,28 @@ def test_a_rebuilt_output_is_read_again(ws: Path) -> None:
     assert SENTENCE not in status(ws)
     age_workspace(ws)
     assert SENTENCE not in status(ws)
+
+
+@pytest.mark.parametrize("damage", ["cut short", "a flipped byte"])
+def test_a_damaged_ledger_is_read_as_empty(ws: Path, damage: str) -> None:
+    """A record rewritten in place with its signature kept, which an intact ledger would answer from memory: with
+    the ledger file damaged, the record is read again and its content reported."""
+    assert mb(ws, "//pipe:loose").returncode == 0
+    age_workspace(ws)
+    assert SENTENCE not in status(ws)  # fills the ledger
+    record = record_of(ws)
+    st = record.stat()
+    files = json.loads(record.read_text())["files"]
+    digest = files["ledger_steps.py"]
+    files["ledger_steps.py"] = ("0" if digest[0] != "0" else "1") + digest[1:]
+    with open(record, "r+") as f:
+        f.write(json.dumps({"files": files}, sort_keys=True))
+    os.utime(record, ns=(st.st_atime_ns, st.st_mtime_ns))
+    ledger = ws / ".marinbuild" / "code_records.bin"
+    data = bytearray(ledger.read_bytes())
+    if damage == "cut short":
+        del data[-3:]
+    else:
+        data[len(data) // 2] ^= 0x01
+    ledger.write_bytes(bytes(data))
+    assert SENTENCE + "ledger_steps.py" in status(ws)
