@@ -1,11 +1,11 @@
 """The package cache: each BUILD file's evaluated targets, kept between builds, so an edit re-evaluates one package.
 
-Evaluating BUILD files is most of loading (about 93% of ``Loader.load_all`` on the 10,000-target
-layered workspace), and an incremental build used to evaluate every package again after a one-line
-edit of one of them. With this cache the ``Loader`` evaluates only the packages whose inputs
-changed and restores the others' targets (bench row: ``bench/run.py``'s layered 10,000
-``incremental`` phase of the ``marinbuild-cli`` peer; measured with and without it in
-``bench/README.md``, "The package cache").
+Evaluating BUILD files is most of loading, and without this cache an incremental build evaluates
+every package again after a one-line edit of one of them. With it the ``Loader`` evaluates only the
+packages whose inputs changed and restores the others' targets. Kept under the complexity rule on
+``bench/run.py``'s layered ``incremental`` rows (``marinbuild-cli``) and ``bench/package_cache_ab.py``,
+which runs that build with and without the cache (docs/performance.md, "What was kept and why: the
+complexity rule").
 
 What a package's targets depend on, and so what an entry is keyed on, exactly as the analysis
 snapshot (``marinbuild.analysis.snapshot``) judges its inputs:
@@ -33,9 +33,8 @@ is ignored. ``marinbuild clean`` removes them with the rest of ``.marinbuild/``.
 Entries are pickles (labels, frozen dicts, structs) in the workspace's own private folder (files of
 mode 0600); whoever can write there can edit the BUILD files too. A restored label is one object per
 label for the whole loading session (``_LabelUnpickler``), as a label written in many packages would
-otherwise be one object per mention: a target of the layered workspace names three dependencies, and
-these copies were about a tenth of the peak memory of ``bench/run.py``'s layered 100,000 ``incremental``
-row (``marinbuild-cli``). What is not replayed for a
+otherwise be one object per mention, a copy for every dependency edge: they weigh on the peak memory of
+``bench/run.py``'s layered 100,000 ``incremental`` row (``marinbuild-cli``). What is not replayed for a
 restored package: ``print()`` output of its BUILD file, which is logged when a package is evaluated.
 """
 
