@@ -1,4 +1,12 @@
-"""A declared target: what a rule call in a BUILD file records."""
+"""A declared target: what a rule call in a BUILD file records.
+
+A ``Target`` holds its label, rule type, validated attributes and call site as the evaluator made them;
+the loader fills in ``deps``, ``srcs`` and ``source_paths`` once every package they name is loaded. The
+call site is kept cheap (``Site``: the call stack's text) and turned into a ``Location`` only when an error
+or ``query --output location`` asks for it. After analysis a build may ``drop_declaration`` (attributes
+and call site, which nothing reads again); a later read raises ``DroppedDeclaration`` rather than passing
+for a target without attributes.
+"""
 
 from __future__ import annotations
 
