@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -91,10 +91,11 @@ class LoadedWorkspace:
             for label in expand_patterns(patterns, self.labels_by_package(), current_package)
         ]
 
-    def closure(self, roots: Iterable[Label | str]) -> list[Label]:
-        """``roots`` and everything they depend on, dependencies before dependents (deterministic)."""
+    def closure(self, roots: Iterable[Label | str], stop: Collection[Label] = ()) -> list[Label]:
+        """``roots`` and everything they depend on, dependencies before dependents (deterministic); a label of
+        ``stop`` is neither listed nor looked into."""
         order: list[Label] = []
-        done: set[Label] = set()
+        done: set[Label] = set(stop)
         for root in roots:
             start = parse_label(root) if isinstance(root, str) else root
             if start not in self.targets:
@@ -152,6 +153,11 @@ class Loader:
         if self.cache is not None:
             files.extend(Path(p) for p in dict.fromkeys(self.cache.reused_files()))
         return files
+
+    def evaluated_packages(self) -> list[str]:
+        """The packages this loader evaluated, not restored from the package cache: their BUILD files (or what they
+        load or glob) changed since the cache recorded them, or the cache had none."""
+        return list(self.evaluator.package_inputs)
 
     def folders_listed(self) -> list[str]:
         """The folders this loader listed: to find packages (``//...``) and for ``glob()``. A file added to one
