@@ -325,8 +325,11 @@ def _run_prepared(
             out, digest = table.output_paths[item], table.action_digest(item)
             new_rows.append((item.name, out, digest, overridden, md5s[item], table.depth[item], start, length))
     sig = snapshot.signature(path)
+    assert session.loaded is not None
+    targets = session.loaded.targets
+    labels = {name: (*recorded_rows.labels[name][:2], targets[label].digest) for label, name in prepared.names.items()}
     if sig is not None:
-        now = rows.Rows(build_id, path, sig, recorded_rows.requested, new_rows, recorded_rows.labels)
+        now = rows.Rows(build_id, path, sig, recorded_rows.requested, new_rows, labels)
         rows.write(key, cache_dir, now)
     return result
 

@@ -10,8 +10,9 @@ from the rows the previous build recorded (``marinbuild.analysis.rows``):
 1. The loader has loaded the patterns (restoring unchanged packages from the package cache). The requested
    labels, the analysed targets and each one's dependencies (in order) must be the recorded ones: the same
    graph, so Marin's step order is the recorded one.
-2. **Edited** targets: those of the packages the loader evaluated (the others were restored unchanged) and
-   those naming a changed source file. **Affected**: the edited ones and every target depending on them.
+2. **Edited** targets: those whose declaration (rule and attribute values: ``Target.digest``, which the package
+   cache keeps for restored packages) differs from the recorded one, and those naming a changed source file.
+   **Affected**: the edited ones and every target depending on them.
 3. Every other step must still be built (SUCCESS and holding its recorded action, read as the planner reads
    them); the affected targets are analysed with their unaffected dependencies given as stand-in steps, each
    taken into the version table from its own ``.executor_info`` (checked against the recorded md5 of its
@@ -70,6 +71,8 @@ class Prepared:
     order: list[ExecutorStep | int]
     run: list[ExecutorStep]
     clean: list[int]
+    names: dict[Label, str]
+    """Every analysed target's label, with its text (the rows' key)."""
     analysed: int
     """How many targets were analysed (the affected ones)."""
     statuses: dict[str, str | None] = field(default_factory=dict)
@@ -110,7 +113,7 @@ def prepare(session: Session, found: Snapshot, changed: list[str], rows: Rows) -
         if recorded is None or tuple(str(d) for d in targets[label].deps) != recorded[1]:
             return None
         names[label] = name
-    edited = _edited(session, closure, set(changed))
+    edited = _edited(closure, targets, names, rows, set(changed))
     affected = _with_dependents(closure, edited, targets)
     if len(affected) > MOST * len(closure):
         return None
@@ -136,7 +139,7 @@ def prepare(session: Session, found: Snapshot, changed: list[str], rows: Rows) -
     table.use_digests(session.version_digests)
     try:
         for label, step in stand_ins.items():
-            (index,), _deps = rows.labels[names[label]]
+            (index,) = rows.labels[names[label]][0]
             _n, path, digest, _o, md5, depth, _s, _l = rows.rows[index]
             table.add_recorded(
                 step, _recorded_version(path), md5=md5, depth=depth, output_path=path, action_digest=digest
@@ -165,18 +168,18 @@ def prepare(session: Session, found: Snapshot, changed: list[str], rows: Rows) -
         return None
     session.analysis = analysis
     session.engine = engine
-    return Prepared(rows, order, list(placed.values()), clean, len(roots), statuses)
+    return Prepared(rows, order, list(placed.values()), clean, names, len(roots), statuses)
 
 
-def _edited(session: Session, closure: list[Label], changed: set[str]) -> set[Label]:
-    """Targets of the packages the loader evaluated, and targets naming a changed source file."""
-    assert session.loaded is not None
-    evaluated = set(session.loader.evaluated_packages())
-    targets = session.loaded.targets
+def _edited(
+    closure: list[Label], targets: Mapping[Label, Target], names: dict[Label, str], rows: Rows, changed: set[str]
+) -> set[Label]:
+    """Targets whose declaration is not the recorded one (or unknown), and targets naming a changed source file."""
     edited = set()
     for label in closure:
         target = targets[label]
-        if label.package in evaluated or any(str(p) in changed for p in target.source_paths):
+        recorded = rows.labels[names[label]][2]
+        if not target.digest or target.digest != recorded or any(str(p) in changed for p in target.source_paths):
             edited.add(label)
     return edited
 
@@ -219,7 +222,7 @@ def _stand_ins(
         for dep in targets[label].deps:
             if dep in affected or dep in out:
                 continue
-            indices, _deps = rows.labels[names[dep]]
+            indices = rows.labels[names[dep]][0]
             if len(indices) != 1:
                 return None
             name, path, _digest, overridden, *_ = rows.rows[indices[0]]

@@ -9,7 +9,8 @@ snapshot (``marinbuild.analysis.snapshot``), in ``<snapshot>.rows``:
 - one **row** per step of the run info, in its order (Marin's: dependencies before consumers): the step's name,
   output path, action digest, whether its output path is overridden, the full md5 of its version string, its depth
   (how many levels of dependencies it has), and where its entry lies in the run-info file (offset, length);
-- per analysed target: the rows of its steps and the labels of its dependencies, in order;
+- per analysed target: the rows of its steps, the labels of its dependencies (in order) and the digest of its
+  declaration (``Target.digest``: its rule and attribute values);
 - the requested labels, the run-info file and its signature ``(mtime_ns, size, inode)``, and the ``build_id`` of
   the snapshot written by the same build (rows belong to that snapshot only).
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMAT", "Row", "Rows", "load", "path_for", "record", "write"]
 
-FORMAT = 1
+FORMAT = 2
 """Bump when what the rows hold or mean changes: older files are then ignored."""
 
 Row = tuple[str, str, str, bool, str, int, int, int]
@@ -48,8 +49,9 @@ class Rows:
     run_info_signature: Signature
     requested: list[str]
     rows: list[Row]
-    labels: dict[str, tuple[tuple[int, ...], tuple[str, ...]]]
-    """label -> (its steps' row indices, in ``steps_of`` order; its dependencies' labels, in order)."""
+    labels: dict[str, tuple[tuple[int, ...], tuple[str, ...], str]]
+    """label -> (its steps' row indices, in ``steps_of`` order; its dependencies' labels, in order; the digest of
+    its declaration, empty if unknown)."""
 
 
 def path_for(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Path:
@@ -106,12 +108,13 @@ def record(session: Session, key: SnapshotKey, build_id: str, run_info: str, spa
         return False
     index = {step: i for i, step in enumerate(steps)}
     md5s = table.full_md5s()
-    labels: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {}
+    labels: dict[str, tuple[tuple[int, ...], tuple[str, ...], str]] = {}
     covered: set[int] = set()
     for label, label_steps in analysis.steps_of.items():
         indices = tuple(index[table.canonicalize(s)] for s in label_steps)
         covered.update(indices)
-        labels[str(label)] = (indices, tuple(str(d) for d in loaded.targets[label].deps))
+        target = loaded.targets[label]
+        labels[str(label)] = (indices, tuple(str(d) for d in target.deps), target.digest)
     if len(covered) != len(steps):  # a step no target stands for: rows would not know whose it is
         drop(key, session.workspace.cache_dir)
         return False

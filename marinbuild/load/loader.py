@@ -28,7 +28,7 @@ from marinbuild.load.errors import BuildFileError
 from marinbuild.load.evaluator import Evaluator
 from marinbuild.load.locate import keyword_location
 from marinbuild.load.stack import on_big_stack
-from marinbuild.load.target import Target
+from marinbuild.load.target import Target, declaration_digest
 from marinbuild.load.workspace import BUILD_FILE, Workspace, find_workspace
 
 if TYPE_CHECKING:
@@ -154,11 +154,6 @@ class Loader:
             files.extend(Path(p) for p in dict.fromkeys(self.cache.reused_files()))
         return files
 
-    def evaluated_packages(self) -> list[str]:
-        """The packages this loader evaluated, not restored from the package cache: their BUILD files (or what they
-        load or glob) changed since the cache recorded them, or the cache had none."""
-        return list(self.evaluator.package_inputs)
-
     def folders_listed(self) -> list[str]:
         """The folders this loader listed: to find packages (``//...``) and for ``glob()``. A file added to one
         can change what loads, so the analysis snapshot signs them."""
@@ -272,6 +267,8 @@ class Loader:
         except BuildFileError as exc:
             self._failed[package] = exc
             return None
+        for target in targets.values():
+            target.digest = declaration_digest(target)
         self._packages[package] = targets
         return targets
 
