@@ -57,7 +57,7 @@ from marinbuild.load.workspace import Workspace
 
 __all__ = ["FOLDER", "FORMAT", "PackageCache"]
 
-FORMAT = 1
+FORMAT = 2
 """Bump when what an entry holds or means changes: older ones are then ignored."""
 FOLDER = "packages"
 _HEADER = "header.bin"
@@ -103,12 +103,12 @@ class PackageCache:
         except OSError:
             return None
         targets: dict[str, Target] = {}
-        for target_name, rule_key, attrs, site in rows:
+        for target_name, rule_key, attrs, site, digest in rows:
             rule = self._rule(rule_key)
             if rule is None:
                 return None
             label = _interned(self._labels, package, target_name, "")
-            targets[target_name] = Target(label, rule, attrs, site, (), (), (), next_order())
+            targets[target_name] = Target(label, rule, attrs, site, (), (), (), next_order(), digest)
         self.reused[package] = (loads, globs)
         return targets
 
@@ -190,7 +190,7 @@ class PackageCache:
                     rule = target.rule
                     if rule.defined_in is None or rule.name is None:
                         raise _Untrusted
-                    rows.append((name, f"{rule.defined_in}%{rule.name}", target.attrs, target.site))
+                    rows.append((name, f"{rule.defined_in}%{rule.name}", target.attrs, target.site, target.digest))
                 data = pickle.dumps(
                     (FORMAT, header_id, package, signed, [str(p) for p in loads], list(globs), rows), protocol=5
                 )
