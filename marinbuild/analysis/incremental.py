@@ -135,8 +135,7 @@ def prepare(session: Session, found: Snapshot, changed: list[str], rows: Rows) -
         return None
     cache.save()
     engine = session.make_engine()
-    table = engine.table
-    table.use_digests(session.version_digests)
+    table = engine.table  # no version-digest cache: reading it costs more than hashing the affected steps' versions
     try:
         for label, step in stand_ins.items():
             (index,) = rows.labels[names[label]][0]
