@@ -144,6 +144,24 @@ def test_an_edit_is_analysed_alone_and_writes_what_a_full_analysis_writes(tmp_pa
             assert (Path(path) / ".executor_info").read_text() == info + "\n", path
 
 
+def test_an_edit_saved_by_renaming_a_new_file_is_analysed_alone(tmp_path: Path) -> None:
+    """An editor that writes a new file and renames it over the BUILD file changes the package's folder too: the
+    build then loads every package, and still analyses only what the edit affects."""
+    ws = _workspace(tmp_path / "ws")
+    _marinbuild(ws)
+    build = ws / "p4" / "BUILD.marin"
+    new = ws / "p4" / ".BUILD.marin.swp"
+    new.write_text(_package(4, 1))
+    os.replace(new, build)
+    _age(build)
+    _age(build.parent)
+    done = _marinbuild(ws)
+    assert _analysed(done) == (1 + 3 * (LAYERS - 5), 3 * LAYERS), done.stderr
+    steps_text, name, _infos = _full_analysis(ws, tmp_path / "out")
+    text = _run_info(done).read_bytes()
+    assert _run_info(done).name.rsplit("-", 1)[1] == name and text[text.index(b'"steps": [') :] == steps_text
+
+
 def test_a_dry_run_from_rows_plans_every_step(tmp_path: Path) -> None:
     ws = _workspace(tmp_path / "ws")
     _marinbuild(ws)

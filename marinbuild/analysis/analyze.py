@@ -271,7 +271,7 @@ def _target_step(
     sources = dict(zip(target.srcs, target.source_paths, strict=True))
 
     def label_value(label: Label, attr_name: str) -> Any:
-        if label in loaded.targets:
+        if label in loaded.targets or label in analysis.known:
             step = analysis.step_of.get(label)
             if step is None:
                 raise BuildFileError.at(

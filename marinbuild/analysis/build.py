@@ -33,8 +33,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:  # imported when used: a no-op from the snapshot needs neither the loader nor the engine
     from marinbuild.analysis.incremental import Prepared
+    from marinbuild.analysis.rows import Rows
     from marinbuild.analysis.session import Session
     from marinbuild.analysis.snapshot import Recorder, Snapshot, SnapshotKey
+    from marinbuild.core.labels import Label
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.load.workspace import Workspace
     from marinbuild.run.events import Listener
@@ -228,11 +230,20 @@ def _full_build(request: BuildRequest, listeners: BuildListeners, previous: Prev
     )
     prepared = None
     with recorder if recorder is not None else contextlib.nullcontext():
-        labels = session.load(request.patterns)
-        if not labels:
-            raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
-        if previous is not None and key is not None:
-            prepared = _prepare_from_rows(session, key, previous)
+        found_rows = _rows_of(session, key, previous)
+        if found_rows is not None and previous is not None:  # an edit of BUILD files: load what it affects only
+            from marinbuild.analysis import incremental
+
+            prepared = incremental.prepare_partial(session, previous.snapshot, previous.changed, found_rows)
+        labels: list[Label] = []
+        if prepared is None:
+            labels = session.load(request.patterns)
+            if not labels:
+                raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
+            if found_rows is not None and previous is not None:
+                from marinbuild.analysis import incremental
+
+                prepared = incremental.prepare(session, previous.snapshot, previous.changed, found_rows)
         if prepared is None:
             session.analyse(drop_declarations=True)  # nothing below reads a target's attributes or call site
         else:
@@ -283,20 +294,18 @@ def _run_prepared(
             return name, path, digest, overridden
         return item.name, table.output_paths[item], table.action_digest(item), item.override_output_path is not None
 
-    positions = {label: recorded_rows.labels[str(label)][0] for label in session.labels}
-    requested = [(str(label), row_now(i)[1]) for label in session.labels for i in positions[label]]
-    planning_order = dict.fromkeys(i for label in session.labels for i in positions[label])
+    positions = {name: recorded_rows.labels[name][0] for name in recorded_rows.requested}
+    requested = [(name, row_now(i)[1]) for name in recorded_rows.requested for i in positions[name]]
+    planning_order = dict.fromkeys(i for name in recorded_rows.requested for i in positions[name])
     code = for_session(session)
     code_files = set(previous.snapshot.code_files)
     for step in prepared.run:
         code_files.update(code.code_of(step))
+    read = snapshot.session_inputs(session)  # what this build loaded, and what the previous one read besides
+    read.folders.update(path for path, _signature in previous.snapshot.signed)
+    read.local.update(previous.snapshot.local)
     build_id = snapshot.write_with_code(
-        key,
-        session,
-        recorder,
-        snapshot.session_inputs(session),
-        snapshot.Snapshot(requested, [row_now(i) for i in planning_order]),
-        code_files,
+        key, session, recorder, read, snapshot.Snapshot(requested, [row_now(i) for i in planning_order]), code_files
     )
     engine.recorded_entries = prepared.entries
     announced = [
@@ -325,22 +334,23 @@ def _run_prepared(
             out, digest = table.output_paths[item], table.action_digest(item)
             new_rows.append((item.name, out, digest, overridden, md5s[item], table.depth[item], start, length))
     sig = snapshot.signature(path)
-    assert session.loaded is not None
-    targets = session.loaded.targets
-    labels = {name: (*recorded_rows.labels[name][:2], targets[label].digest) for label, name in prepared.names.items()}
+    labels = {
+        name: (indices, deps, prepared.digests.get(name, digest))
+        for name, (indices, deps, digest) in recorded_rows.labels.items()
+    }
     if sig is not None:
         now = rows.Rows(build_id, path, sig, recorded_rows.requested, new_rows, labels)
         rows.write(key, cache_dir, now)
     return result
 
 
-def _prepare_from_rows(session: Session, key: SnapshotKey, previous: Previous) -> Prepared | None:
-    from marinbuild.analysis import incremental, rows
-
-    found = rows.load(key, session.workspace.cache_dir, previous.snapshot.build_id)
-    if found is None:
+def _rows_of(session: Session, key: SnapshotKey | None, previous: Previous | None) -> Rows | None:
+    """The rows recorded with the previous snapshot of this command line, if any (``marinbuild.analysis.rows``)."""
+    if previous is None or key is None:
         return None
-    return incremental.prepare(session, previous.snapshot, previous.changed, found)
+    from marinbuild.analysis import rows
+
+    return rows.load(key, session.workspace.cache_dir, previous.snapshot.build_id)
 
 
 def _run(

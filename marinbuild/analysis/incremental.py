@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from marinbuild.analysis.session import Session
     from marinbuild.analysis.snapshot import Snapshot
     from marinbuild.core.labels import Label
+    from marinbuild.load.loader import LoadedWorkspace
     from marinbuild.load.target import Target
     from marinbuild.store.run_info import Pieces
 
@@ -71,8 +72,8 @@ class Prepared:
     order: list[ExecutorStep | int]
     run: list[ExecutorStep]
     clean: list[int]
-    names: dict[Label, str]
-    """Every analysed target's label, with its text (the rows' key)."""
+    digests: dict[str, str]
+    """The declaration digest of each affected target now (the rows record the others' as they were)."""
     analysed: int
     """How many targets were analysed (the affected ones)."""
     statuses: dict[str, str | None] = field(default_factory=dict)
@@ -117,6 +118,87 @@ def prepare(session: Session, found: Snapshot, changed: list[str], rows: Rows) -
     affected = _with_dependents(closure, edited, targets)
     if len(affected) > MOST * len(closure):
         return None
+    return _finish(
+        session, loaded, rows, affected, names, closure_order=[label for label in closure if label in affected]
+    )
+
+
+def prepare_partial(session: Session, found: Snapshot, changed: list[str], rows: Rows) -> Prepared | None:
+    """``prepare`` for an edit of BUILD files only, loading only the packages the edit affects: the edited packages
+    (evaluated) and those holding a target that depends on an edited target (mostly restored from the package
+    cache); the others are as the rows record them, since none of their inputs changed. None: ``prepare`` decides
+    after a load of every package. Call it on a session that has loaded nothing."""
+    workspace = session.workspace
+    packages: dict[str, list[str]] = {}
+    for name in rows.labels:
+        packages.setdefault(name[2 : name.index(":")], []).append(name)
+    by_build_file = {str(workspace.build_file(package)): package for package in packages}
+    edited_packages = set()
+    for path in changed:
+        package = by_build_file.get(path)
+        if package is None:  # a folder, a source file...: what it changes is found by loading everything
+            return None
+        edited_packages.add(package)
+    loaded = session.loader.load_packages(sorted(edited_packages), transitive=False)
+    targets = loaded.targets
+    names: dict[Label, str] = {}
+    edited: set[str] = set()
+    for package in edited_packages:
+        here = list(loaded.packages.get(package, ()))
+        if sorted(str(label) for label in here) != sorted(packages[package]):
+            return None  # a target added, removed or renamed: another graph
+        for label in here:
+            name = names[label] = str(label)
+            _indices, deps, digest = rows.labels[name]
+            target = targets[label]
+            if tuple(str(d) for d in target.deps) != deps:
+                return None
+            if not target.digest or target.digest != digest:
+                edited.add(name)
+    dependents: dict[str, list[str]] = {}
+    for name, (_indices, deps, _digest) in rows.labels.items():
+        for dep in deps:
+            dependents.setdefault(dep, []).append(name)
+    affected_names = set(edited)
+    todo = list(edited)
+    while todo:
+        for name in dependents.get(todo.pop(), ()):
+            if name not in affected_names:
+                affected_names.add(name)
+                todo.append(name)
+    if len(affected_names) > MOST * len(rows.labels):
+        return None
+    needed = {name[2 : name.index(":")] for name in affected_names} - edited_packages
+    loaded = session.loader.load_packages(sorted(needed), transitive=False)
+    targets = loaded.targets
+    by_name = {str(label): label for package in needed | edited_packages for label in loaded.packages.get(package, [])}
+    if any(name not in by_name for name in affected_names):
+        return None
+    affected = {by_name[name] for name in affected_names}
+    for label in affected:
+        names[label] = str(label)
+    for label in affected:
+        for dependency in targets[label].deps:
+            names.setdefault(dependency, str(dependency))
+    stop = [label for label in names if label not in affected]
+    order = loaded.closure(sorted(affected, key=str), stop=stop)
+    session.labels = []
+    return _finish(session, loaded, rows, affected, names, closure_order=order)
+
+
+def _finish(
+    session: Session,
+    loaded: LoadedWorkspace,
+    rows: Rows,
+    affected: set[Label],
+    names: dict[Label, str],
+    closure_order: list[Label],
+) -> Prepared | None:
+    """From the affected targets on: the other steps still built, the affected ones analysed and versioned on
+    top of their stand-in dependencies, each in its recorded place (steps 3 and 4 of the module docstring).
+    ``names``: the text of each affected target's label and of its dependencies'; ``closure_order``: the affected
+    targets, dependencies first."""
+    targets = loaded.targets
     affected_rows = {i for label in affected for i in rows.labels[names[label]][0]}
     clean = [i for i in range(len(rows.rows)) if i not in affected_rows]
     statuses = _built(rows, clean)
@@ -128,7 +210,7 @@ def prepare(session: Session, found: Snapshot, changed: list[str], rows: Rows) -
     from marinbuild.load import StatCache
 
     cache = StatCache(session.workspace.stat_cache_path)
-    roots = [label for label in closure if label in affected]
+    roots = closure_order
     try:
         analysis = analyze(loaded, roots, session.workspace, cache, known=stand_ins)
     except NeedsFullAnalysis:
@@ -165,9 +247,11 @@ def prepare(session: Session, found: Snapshot, changed: list[str], rows: Rows) -
         order[index] = step
     if len(table.steps) != len(placed) + len(stand_ins):  # a new step no row stands for
         return None
+    session.loaded = loaded
     session.analysis = analysis
     session.engine = engine
-    return Prepared(rows, order, list(placed.values()), clean, names, len(roots), statuses)
+    digests = {names[label]: targets[label].digest for label in affected}
+    return Prepared(rows, order, list(placed.values()), clean, digests, len(roots), statuses)
 
 
 def _edited(
