@@ -129,12 +129,15 @@ def test_an_edit_is_analysed_alone_and_writes_what_a_full_analysis_writes(tmp_pa
     ws = _workspace(tmp_path / "ws")
     prefix = tmp_path / "out"
     assert _analysed(_marinbuild(ws)) is None  # the first build analyses everything
-    for salt in (1, 2):  # twice: the second build's rows are the first incremental build's own
-        _edit(ws, 4, salt)  # its dependencies in p3 are inlined into its version, p0's are named
+    # p4/t1's dependencies (p3) are inlined into its version; p6/t1's (p5) are deeper, so named. The second build's
+    # rows are the first incremental build's own.
+    for layer, salt in ((4, 1), (4, 2), (6, 1)):
+        _edit(ws, layer, salt)
         done = _marinbuild(ws)
-        assert _analysed(done) == (1 + 3 * (LAYERS - 5), 3 * LAYERS), done.stderr  # p4's t1 and its dependents
+        affected = 1 + 3 * (LAYERS - 1 - layer)  # the edited target and its dependents
+        assert _analysed(done) == (affected, 3 * LAYERS), done.stderr
         ran = _ran(done)
-        assert "p4/t1" in ran and "p4/t0" not in ran and len(ran) == 1 + 3 * (LAYERS - 5)
+        assert f"p{layer}/t1" in ran and f"p{layer}/t0" not in ran and len(ran) == affected
         steps_text, name, infos = _full_analysis(ws, prefix)
         run_info = _run_info(done)
         text = run_info.read_bytes()

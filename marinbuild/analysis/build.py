@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -281,6 +281,7 @@ def _run_prepared(
     from marinbuild.analysis import rows, snapshot
     from marinbuild.code_digest import for_session
     from marinbuild.run.plan import BUILT
+    from marinbuild.store.status import STATUS_SUCCESS
 
     engine = session.engine
     assert engine is not None
@@ -307,15 +308,20 @@ def _run_prepared(
     build_id = snapshot.write_with_code(
         key, session, recorder, read, snapshot.Snapshot(requested, [row_now(i) for i in planning_order]), code_files
     )
+    del read, planning_order
+    previous.snapshot.release()  # the new snapshot is written: the old one's lists are not read again
     engine.recorded_entries = prepared.entries
-    announced = [
-        (recorded_rows.rows[i][0], recorded_rows.rows[i][1], prepared.statuses.get(recorded_rows.rows[i][1]))
-        for i in prepared.clean
-    ]
+
+    def clean_rows() -> Iterator[tuple[str, str]]:
+        for i in prepared.clean:
+            name, path, *_ = recorded_rows.rows[i]
+            yield name, path
+
+    announced = ((name, path, STATUS_SUCCESS) for name, path in clean_rows())  # each one checked by ``prepare``
     result = BuildResult(requested, None, session, analysed=(prepared.analysed, len(recorded_rows.labels)))
     _run(request, listeners, session, event_log, result, prepared.run, [], announced)
     if result.plan is not None:
-        result.plan[:0] = [PlanRow(RecordedStep(name), BUILT, path, None, False) for name, path, _s in announced]
+        result.plan[:0] = [PlanRow(RecordedStep(name), BUILT, path, None, False) for name, path in clean_rows()]
     cache_dir = session.workspace.cache_dir
     if result.code_changed:  # no no-op from the snapshot while there is something to warn
         key.path(cache_dir).unlink(missing_ok=True)
@@ -339,7 +345,14 @@ def _run_prepared(
         for name, (indices, deps, digest) in recorded_rows.labels.items()
     }
     if sig is not None:
-        now = rows.Rows(build_id, path, sig, recorded_rows.requested, new_rows, labels)
+        now = rows.Rows(
+            build_id,
+            path,
+            sig,
+            recorded_rows.requested,
+            rows.RowTable(engine.prefix, new_rows),
+            rows.LabelTable(labels),
+        )
         rows.write(key, cache_dir, now)
     return result
 
@@ -361,7 +374,7 @@ def _run(
     result: BuildResult,
     steps: list[ExecutorStep],
     rebuilt: list[ExecutorStep],
-    recorded: Sequence[tuple[str, str, str | None]] = (),
+    recorded: Iterable[tuple[str, str, str | None]] = (),
 ) -> None:
     """Run ``steps`` on the session's engine into ``result``: listeners, failures, code records, caches, plan rows
     and changed code. ``recorded``: (name, output path, status) of built steps the engine does not hold (a build

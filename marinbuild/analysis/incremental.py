@@ -35,11 +35,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from marinbuild.analysis.analyze import NeedsFullAnalysis, analyze, run_target
 from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.core.versions import MAX_INLINE_DEPTH
 
 if TYPE_CHECKING:
     from marinbuild.analysis.rows import Row, Rows
@@ -76,7 +77,6 @@ class Prepared:
     """The declaration digest of each affected target now (the rows record the others' as they were)."""
     analysed: int
     """How many targets were analysed (the affected ones)."""
-    statuses: dict[str, str | None] = field(default_factory=dict)
 
     def entries(self, entry_of: Callable[[ExecutorStep], Pieces]) -> Iterator[Pieces]:
         """Every run-info entry in order: recorded ones read from the previous file, new ones from ``entry_of``."""
@@ -201,8 +201,7 @@ def _finish(
     targets = loaded.targets
     affected_rows = {i for label in affected for i in rows.labels[names[label]][0]}
     clean = [i for i in range(len(rows.rows)) if i not in affected_rows]
-    statuses = _built(rows, clean)
-    if statuses is None:
+    if not _built(rows, clean):
         return None
     stand_ins = _stand_ins(rows, names, affected, targets)
     if stand_ins is None:
@@ -222,9 +221,9 @@ def _finish(
         for label, step in stand_ins.items():
             (index,) = rows.labels[names[label]][0]
             _n, path, digest, _o, md5, depth, _s, _l = rows.rows[index]
-            table.add_recorded(
-                step, _recorded_version(path), md5=md5, depth=depth, output_path=path, action_digest=digest
-            )
+            inlined = depth <= MAX_INLINE_DEPTH  # consumers inline its version; a deeper one they name
+            version = _recorded_version(path) if inlined else None
+            table.add_recorded(step, version, md5=md5, depth=depth, output_path=path, action_digest=digest)
     except (OSError, ValueError, KeyError, TypeError):  # no readable record, or not the recorded version
         return None
     new_steps = [step for label in roots for step in analysis.steps_of[label]]
@@ -251,7 +250,7 @@ def _finish(
     session.analysis = analysis
     session.engine = engine
     digests = {names[label]: targets[label].digest for label in affected}
-    return Prepared(rows, order, list(placed.values()), clean, digests, len(roots), statuses)
+    return Prepared(rows, order, list(placed.values()), clean, digests, len(roots))
 
 
 def _edited(
@@ -277,8 +276,8 @@ def _with_dependents(closure: list[Label], edited: set[Label], targets: Mapping[
     return affected
 
 
-def _built(rows: Rows, clean: list[int]) -> dict[str, str | None] | None:
-    """The statuses of the clean rows if every one is SUCCESS and holds its recorded action, else None."""
+def _built(rows: Rows, clean: list[int]) -> bool:
+    """Whether every clean row is SUCCESS and holds its recorded action."""
     from marinbuild.run.plan import read_statuses
     from marinbuild.store.action_cache import ActionKey, check_built
     from marinbuild.store.status import STATUS_SUCCESS
@@ -288,11 +287,11 @@ def _built(rows: Rows, clean: list[int]) -> dict[str, str | None] | None:
     try:
         statuses = read_statuses(paths)
         if any(statuses.get(path) != STATUS_SUCCESS for path in paths):
-            return None
+            return False
         check_built([(row[1], ActionKey(row[2], row[0], row[3])) for row in recorded], getattr(statuses, "actions", {}))
     except Exception:  # a damaged status, another version at a path...: the full path says what is wrong
-        return None
-    return dict(statuses)
+        return False
+    return True
 
 
 def _stand_ins(

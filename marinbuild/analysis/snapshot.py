@@ -185,6 +185,10 @@ class Snapshot:
     build_id: str = ""
     signed: tuple[tuple[str, Signature], ...] = ()
 
+    def release(self) -> None:
+        """Drop the lists (a build that wrote a new snapshot reads this one's no more, and holds it while it runs)."""
+        self.requested, self.steps, self.signed = [], [], ()
+
 
 # -- recording ---------------------------------------------------------------------------------
 
