@@ -291,11 +291,11 @@ def _run_prepared(
     def row_now(position: int) -> tuple[str, str, str, bool]:
         item = prepared.order[position]
         if isinstance(item, int):
-            name, path, digest, overridden, *_ = recorded_rows.rows[item]
-            return name, path, digest, overridden
+            table_then = recorded_rows.rows
+            return table_then.names[item], table_then.path(item), table_then.digest(item), bool(table_then.flags[item])
         return item.name, table.output_paths[item], table.action_digest(item), item.override_output_path is not None
 
-    positions = {name: recorded_rows.labels[name][0] for name in recorded_rows.requested}
+    positions = {name: recorded_rows.labels.rows_of(name) for name in recorded_rows.requested}
     requested = [(name, row_now(i)[1]) for name in recorded_rows.requested for i in positions[name]]
     planning_order = dict.fromkeys(i for name in recorded_rows.requested for i in positions[name])
     code = for_session(session)
@@ -314,8 +314,7 @@ def _run_prepared(
 
     def clean_rows() -> Iterator[tuple[str, str]]:
         for i in prepared.clean:
-            name, path, *_ = recorded_rows.rows[i]
-            yield name, path
+            yield recorded_rows.rows.names[i], recorded_rows.rows.path(i)
 
     announced = ((name, path, STATUS_SUCCESS) for name, path in clean_rows())  # each one checked by ``prepare``
     result = BuildResult(requested, None, session, analysed=(prepared.analysed, len(recorded_rows.labels)))
@@ -330,28 +329,21 @@ def _run_prepared(
     if build_id is None or path is None or len(spans) != len(prepared.order) or result.failure is not None:
         return result
     md5s = table.full_md5s()
-    new_rows: list[rows.Row] = []
-    for item, (start, length) in zip(prepared.order, spans, strict=True):
-        if isinstance(item, int):
-            name, out, digest, overridden, md5, depth, *_ = recorded_rows.rows[item]
-            new_rows.append((name, out, digest, overridden, md5, depth, start, length))
-        else:
+    new_rows: dict[int, rows.Row] = {}
+    for position, item in enumerate(prepared.order):
+        if not isinstance(item, int):
             overridden = item.override_output_path is not None
             out, digest = table.output_paths[item], table.action_digest(item)
-            new_rows.append((item.name, out, digest, overridden, md5s[item], table.depth[item], start, length))
+            new_rows[position] = (item.name, out, digest, overridden, md5s[item], table.depth[item], 0, 0)
     sig = snapshot.signature(path)
-    labels = {
-        name: (indices, deps, prepared.digests.get(name, digest))
-        for name, (indices, deps, digest) in recorded_rows.labels.items()
-    }
     if sig is not None:
         now = rows.Rows(
             build_id,
             path,
             sig,
             recorded_rows.requested,
-            rows.RowTable(engine.prefix, new_rows),
-            rows.LabelTable(labels),
+            recorded_rows.rows.replaced(new_rows, spans),
+            recorded_rows.labels.with_digests(prepared.digests),
         )
         rows.write(key, cache_dir, now)
     return result

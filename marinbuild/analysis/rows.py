@@ -25,7 +25,7 @@ from __future__ import annotations
 import marshal
 import os
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,6 +79,40 @@ class RowTable(Sequence[Row]):
         path = self.paths.get(i) or self.prefix_slash + name + "-" + md5[:6]
         digest = self.digests[32 * i : 32 * i + 32].hex()
         return name, path, digest, bool(self.flags[i]), md5, self.depths[i], self.spans[2 * i], self.spans[2 * i + 1]
+
+    def name(self, i: int) -> str:
+        return self.names[i]
+
+    def path(self, i: int) -> str:
+        return self.paths.get(i) or self.prefix_slash + self.names[i] + "-" + self.md5s[16 * i : 16 * i + 3].hex()
+
+    def digest(self, i: int) -> str:
+        return self.digests[32 * i : 32 * i + 32].hex()
+
+    def md5_raw(self, i: int) -> bytes:
+        return self.md5s[16 * i : 16 * i + 16]
+
+    def replaced(self, new: Mapping[int, Row], spans: Sequence[tuple[int, int]]) -> RowTable:
+        """These rows with ``new`` rows at their indices and every entry at ``spans`` (a new run-info file)."""
+        table = RowTable.__new__(RowTable)
+        table.prefix_slash = self.prefix_slash
+        table.names, table.paths = list(self.names), dict(self.paths)
+        digests, md5s, flags = bytearray(self.digests), bytearray(self.md5s), bytearray(self.flags)
+        table.depths = array("q", self.depths)
+        for i, (name, path, digest, overridden, md5, depth, _start, _length) in new.items():
+            table.names[i] = name
+            table.paths.pop(i, None)
+            if path != self.prefix_slash + name + "-" + md5[:6]:
+                table.paths[i] = path
+            digests[32 * i : 32 * i + 32] = bytes.fromhex(digest)
+            md5s[16 * i : 16 * i + 16] = bytes.fromhex(md5)
+            flags[i] = overridden
+            table.depths[i] = depth
+        table.digests, table.md5s, table.flags = bytes(digests), bytes(md5s), bytes(flags)
+        table.spans = array("q", (x for span in spans for x in span))
+        if len(table.spans) != 2 * len(table.names):
+            raise ValueError("a span per row")
+        return table
 
     def dump(self) -> tuple[object, ...]:
         return (
@@ -144,6 +178,46 @@ class LabelTable(Mapping[str, LabelRow]):
         deps = tuple(keys[d] for d in self.deps[self.dep_ends[i - 1] if i else 0 : self.dep_ends[i]])
         raw = self.digests[20 * i : 20 * i + 20]
         return rows, deps, raw.hex() if any(raw) else ""
+
+    def rows_of(self, name: str) -> tuple[int, ...]:
+        """The row indices of the steps of target ``name``."""
+        i = self.position[name]
+        return tuple(self.rows[self.row_ends[i - 1] if i else 0 : self.row_ends[i]])
+
+    def digest_of(self, name: str) -> str:
+        i = self.position[name]
+        raw = self.digests[20 * i : 20 * i + 20]
+        return raw.hex() if any(raw) else ""
+
+    def dependents(self, names: Iterable[str]) -> set[str]:
+        """``names`` and every target depending on one of them, directly or not."""
+        position, keys, deps, ends = self.position, self.keys_, self.deps, self.dep_ends
+        users: list[list[int]] = [[] for _ in keys]
+        start = 0
+        for i, end in enumerate(ends):
+            for d in deps[start:end]:
+                users[d].append(i)
+            start = end
+        seen = {position[name] for name in names}
+        todo = list(seen)
+        while todo:
+            for user in users[todo.pop()]:
+                if user not in seen:
+                    seen.add(user)
+                    todo.append(user)
+        return {keys[i] for i in seen}
+
+    def with_digests(self, digests: Mapping[str, str]) -> LabelTable:
+        """These labels with the declaration digests ``digests`` (label -> digest) in place of theirs."""
+        table = LabelTable.__new__(LabelTable)
+        table.keys_, table.position = self.keys_, self.position
+        table.rows, table.row_ends, table.deps, table.dep_ends = self.rows, self.row_ends, self.deps, self.dep_ends
+        raw = bytearray(self.digests)
+        for name, digest in digests.items():
+            i = self.position[name]
+            raw[20 * i : 20 * i + 20] = bytes.fromhex(digest) if digest else bytes(20)
+        table.digests = bytes(raw)
+        return table
 
     def dump(self) -> tuple[object, ...]:
         parts = (self.rows, self.row_ends, self.deps, self.dep_ends)
