@@ -168,6 +168,8 @@ class CodeChanges:
         self.found: dict[Any, list[str]] = {}
         """The steps checked whose code changed, with the files."""
         self.checked: set[Any] = set()
+        self._ledger: Ledger | None = None
+        """One per session: read once, and each save keeps every output the session's checks saw."""
 
     def check(self, steps: Iterable[Any]) -> dict[Any, list[str]]:
         """``{step: changed files}`` of those of ``steps`` (built ones: the caller knows which) whose code changed
@@ -194,7 +196,9 @@ class CodeChanges:
             if ledger is None:
                 from marinbuild.code_digest_ledger import Ledger
 
-                ledger = Ledger(self.session.workspace.cache_dir)
+                if self._ledger is None:
+                    self._ledger = Ledger(self.session.workspace.cache_dir)
+                ledger = self._ledger
             files = changed(path, code, ledger)
             if files:
                 self.found[s] = answer[s] = files
@@ -215,6 +219,7 @@ class CodeChanges:
         return step_code(step, self.root, self.stat_cache)
 
     def of(self, step: Any) -> list[str]:
+        """The changed files of ``step`` ([] for none); each step is checked once per session."""
         return self.check([step]).get(step, [])
 
 
