@@ -138,3 +138,19 @@ def test_versions_leave_no_cyclic_garbage() -> None:
     steps, left = map(int, done.stdout.split())
     assert steps == 200
     assert left == 0
+
+
+def test_an_inlined_steps_text_is_dropped_once_its_consumers_have_theirs() -> None:
+    """The ``.executor_info`` texts of a cold build: a step's memoized indented version is kept only until every
+    consumer that inlines it has composed its own; asked for again afterwards, every text is the same."""
+    import json
+
+    from test_version_digests import graph, versioned_table
+
+    steps = graph(0)
+    table = versioned_table(steps, None)
+    expected = {s: json.dumps(table.versions[s], indent=2) for s in steps}
+    assert {s: table.indented_version(s) for s in steps} == expected  # in the order a cold build runs them
+    consumed = {d for s in steps for d in table.dependencies[s] if table.depth[d] <= 4}
+    assert consumed and not consumed & set(table._indented)  # every consumer composed: their texts are gone
+    assert {s: table.indented_version(s) for s in reversed(steps)} == expected
