@@ -11,7 +11,8 @@ nearly never repeats; a repeated prefix is handled (the records with it are comp
 The file::
 
     header   magic (4 bytes), format (u32), count (u64), key size (u16), value size (u16), crc32 (u32), extra size (u64)
-    prefixes count x u64, little-endian: each key's first 8 bytes read big-endian (so numeric order is key order)
+    prefixes count x u64 in the machine's byte order: each key's first 8 bytes read big-endian (numeric order is
+             key order)
     records  count x (key, value), sorted by key
     extra    bytes the owner keeps beside the records (the ledger's list of code records)
 
@@ -37,6 +38,7 @@ import bisect
 import os
 import re
 import struct
+import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,8 +51,9 @@ _USED_RUN = re.compile(rb"\x01+")
 
 
 def _prefix(key: bytes) -> bytes:
-    """The prefix column's entry of ``key``: its first 8 bytes reversed (a little-endian u64 of their value)."""
-    return key[7::-1]
+    """The prefix column's entry of ``key``: its first 8 bytes as a u64 of this machine's byte order (what the
+    ``memoryview`` cast reads). A file from a machine of the other order only misses: keys are compared whole."""
+    return key[7::-1] if sys.byteorder == "little" else key[:8]
 
 
 class PackedTable:
