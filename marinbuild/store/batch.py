@@ -17,11 +17,15 @@ Deciding what is built must not cost one sequential round trip per step. For ``g
   JSON-lines form, garbage) is downloaded, in one concurrent round, unless the local metadata
   cache already saw that very generation as SUCCESS;
 - the same listings name the action-cache records (``.marinbuild_action.<sha256>.json``) beside
-  each status, so collision checks cost no extra request.
+  each status, so collision checks cost no extra request;
+- each listing page is folded into the result as it arrives (``_Fold``, on gcsfs's event loop, while other
+  listings are in flight), decoded into the four fields it needs (``gcs.Listed``): no page is held, so memory
+  follows the steps, not the bytes listed (fake-gcs-server ignores ``fields`` and ``matchGlob`` and sends
+  several times what GCS would). A listing that fails on any page fails the whole read: never a partial answer.
 
 So a no-op plan of N built steps in one folder costs about N/200 requests (N/400 on the emulator),
-all in one round trip. The cyclic garbage collector is paused while the listings are parsed and read
-(``core/gc_control.py``): they make two objects or more per listed object and no cyclic garbage, and at
+all in one round trip. The cyclic garbage collector is paused while the listings are read
+(``core/gc_control.py``): they make an object or more per listed object and no cyclic garbage, and at
 100,000 steps the collector's passes over them and over the caller's own tables (a no-op answered from the
 analysis snapshot reads statuses outside the engine's own pause) cost as much as the parsing itself.
 Local paths are read directly, other fsspec protocols concurrently in threads.

@@ -19,7 +19,11 @@ A retried *conditional* write is ambiguous: the first attempt may have landed be
 response was lost, so the retry fails its precondition against our own write.
 ``write_if_generation`` and ``delete_if_generation`` resolve that by re-reading the object.
 
-``gcsfs`` is imported here only: ``import marinbuild`` and the CLI start never load it. Against
+Listings (``list_pages``) ask GCS for four fields of each object and decode each page with msgspec into
+``Listed`` (those fields only): a server that sends more (fake-gcs-server ignores ``fields``) costs no dict per
+object, and a page is handed to the caller as it arrives.
+
+``gcsfs`` and ``msgspec`` are imported here only: ``import marinbuild`` and the CLI start never load them. Against
 an emulator (``STORAGE_EMULATOR_HOST``), requests are anonymous. The filesystem subclasses
 ``gcsfs.core.GCSFileSystem``, the plain HTTP client, by name: ``gcsfs.GCSFileSystem`` becomes the
 experimental zonal-bucket class when ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` is true, whose bucket-type
