@@ -401,15 +401,22 @@ async def list_pages(
         except StoreUnreachableError:
             raise  # names the listing already
         except Exception as exc:
-            raise _named(exc, f"listing gs://{bucket}/{prefix} from {start or 'its start'}, page {pages + 1}") from exc
+            raise _named(exc, _listing(bucket, prefix, start, pages)) from exc
+        try:
+            page = _decode_page(content)
+        except msgspec.DecodeError as exc:  # not a listing (a proxy's error page...)
+            raise _named(exc, _listing(bucket, prefix, start, pages)) from exc
         pages += 1
-        page = _decode_page(content)
         if glob is not None and "matchGlob" in params and any(not glob[1](i.name) for i in page.items):
             fs.match_glob = False  # it ignored the glob: don't send what it won't apply
         yield page.items
         token = page.nextPageToken
         if not token:
             return
+
+
+def _listing(bucket: str, prefix: str, start: str | None, pages: int) -> str:
+    return f"listing gs://{bucket}/{prefix} from {start or 'its start'}, page {pages + 1}"
 
 
 def _named(exc: Exception, what: str) -> Exception:
