@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/download_bench.py                       # 32 files of 8 MiB, 8 threads
     .venv/bin/python bench/download_bench.py --files 64 --mib 4 --workers 4
+    .venv/bin/python bench/download_bench.py --doc docs/performance.md   # its table there
 
 Peers, in one process, each run ``--runs`` times into a fresh folder (best time kept):
 
@@ -22,14 +23,22 @@ import argparse
 import concurrent.futures as cf
 import http.server
 import os
+import shlex
 import shutil
+import sys
 import tempfile
 import threading
 import time
 from functools import partial
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from doc_section import write_section  # noqa: E402  (bench/ is not a package)
+
 CHUNK = 8 * 1024 * 1024
+DEFAULTS = {"files": 32, "mib": 8, "workers": 8, "runs": 3}
+"""The flags' defaults: ``--doc`` names only the flags given otherwise."""
 
 
 def _serve(root: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
@@ -77,13 +86,12 @@ def _download(url: str, dest: Path, workers: int) -> dict:
     return download(payload)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--files", type=int, default=32)
-    parser.add_argument("--mib", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    for name, default in DEFAULTS.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--doc", help="write the table into this file (docs/performance.md), between markers")
+    args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="download-bench-"))
     try:
         src = work / "src"
@@ -108,12 +116,25 @@ def main() -> None:
         httpd.shutdown()
         total_mib = args.files * args.mib
         base = rows["fsspec copy"]
-        print(f"{args.files} files x {args.mib} MiB ({total_mib} MiB), {args.workers} threads, best of {args.runs}")
-        print("| peer | seconds | MiB/s | vs fsspec copy |")
-        print("| --- | --- | --- | --- |")
+        lines = [
+            f"{args.files} files x {args.mib} MiB ({total_mib} MiB), {args.workers} threads, best of {args.runs}, "
+            f"{os.cpu_count()} CPUs:",
+            "",
+            "| peer | seconds | MiB/s | vs fsspec copy |",
+            "| --- | ---: | ---: | ---: |",
+        ]
         for label, seconds in rows.items():
             rate = f"{total_mib / seconds:,.0f}" if label != "download, all done" else "-"
-            print(f"| {label} | {seconds:.3f} | {rate} | {seconds / base:.2f}x |")
+            lines.append(f"| {label} | {seconds:.3f} | {rate} | {seconds / base:.2f}x |")
+        print("\n".join(lines))
+        if args.doc:
+            flags = [
+                f"--{name}={getattr(args, name)}"
+                for name, default in DEFAULTS.items()
+                if getattr(args, name) != default
+            ]
+            command = shlex.join([".venv/bin/python", "bench/download_bench.py", *flags])
+            write_section(args.doc, "download_bench", f"`{command}`: " + "\n".join(lines) + "\n")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -26,6 +26,7 @@ Run (from the repository root; all shapes at 1k and 10k steps take a few minutes
 
     .venv/bin/python bench/engine_bench.py
     .venv/bin/python bench/engine_bench.py --sizes 1000 --shapes chain layered --json /tmp/bench.json
+    .venv/bin/python bench/engine_bench.py --sizes 1000 10000 --doc docs/performance.md   # its table there
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from doc_section import write_section  # noqa: E402  (bench/ is not a package)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = ("chain", "fanout", "layered")
@@ -243,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
     parser.add_argument("--json", metavar="FILE", help="also write the raw numbers to FILE")
     parser.add_argument("--keep", action="store_true", help="keep the temporary prefixes of the runs")
+    parser.add_argument(
+        "--doc", metavar="FILE", help="write the table into FILE (docs/performance.md), between markers"
+    )
     parser.add_argument("--one", nargs=4, metavar=("SHAPE", "SIZE", "PHASE", "PREFIX"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -331,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for r in raw["rows"]
     ]
-    print(markdown_table(header, rows))
+    table = markdown_table(header, rows)
+    print(table)
 
     def find(shape: str, n: int, phase: str, key: str) -> float | None:
         for r in raw["rows"]:
@@ -372,6 +381,15 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(raw, f, indent=2)
         print(f"\nraw numbers written to {args.json}")
+    if args.doc:
+        if problems:
+            print(f"\n{args.doc} left as it is: the run had problems", file=sys.stderr)
+            return 1
+        flags = ["--sizes", *map(str, args.sizes)]
+        if list(args.shapes) != list(SHAPES):
+            flags += ["--shapes", *args.shapes]
+        command = shlex.join([".venv/bin/python", "bench/engine_bench.py", *flags])
+        write_section(args.doc, "engine_bench", f"`{command}`:\n\n{table}\n")
     return 0
 
 

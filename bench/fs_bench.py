@@ -6,6 +6,7 @@ shared folder. This loop does the same file-system work with no Python engine ar
 the README can say how much of a cold run is the disk, and how much that varies by folder.
 
     python bench/fs_bench.py [--dirs DIR ...] [--steps 1000] [--files 6] [--after-delete [--settle 30]]
+                             [--doc docs/performance.md]
 
 Prints, per folder, wall and kernel (system) time per step, for one shared folder (ninja's
 layout) and a folder per step (Marin's), then removes what it wrote.
@@ -22,9 +23,15 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shlex
 import shutil
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from doc_section import write_section  # noqa: E402  (bench/ is not a package)
 
 DATA = b"x" * 200
 
@@ -50,28 +57,30 @@ def one_layout(root: str, steps: int, files: int, per_step_folder: bool) -> tupl
     return wall / steps, (after.ru_stime - before.ru_stime) / steps
 
 
-def after_delete(base: str, steps: int, files: int, settle: float) -> None:
-    """The folder-per-step layout: fresh, right after deleting a copy of it, and ``settle`` seconds later."""
+def after_delete(base: str, steps: int, files: int, settle: float) -> list[str]:
+    """Table rows for the folder-per-step layout: fresh, right after deleting a copy of it, and ``settle``
+    seconds later (each printed as soon as it is measured)."""
     label = f"a folder per step, {files} files (Marin)"
     roots = [tempfile.mkdtemp(prefix="marinbuild-fs-bench-", dir=base) for _ in range(3)]
+    rows: list[str] = []
+
+    def row(when: str, wall: float, kernel: float) -> None:
+        rows.append(f"| {base} | {label} | {when} | {wall * 1e3:.3f} ms | {kernel * 1e3:.3f} ms |")
+        print(rows[-1], flush=True)
+
     try:
-        wall, kernel = one_layout(roots[0], steps, files, True)
-        print(f"| {base} | {label} | fresh | {wall * 1e3:.3f} ms | {kernel * 1e3:.3f} ms |")
+        row("fresh", *one_layout(roots[0], steps, files, True))
         shutil.rmtree(roots[0])
-        wall, kernel = one_layout(roots[1], steps, files, True)
-        print(
-            f"| {base} | {label} | right after deleting {steps * (files + 1)} entries | {wall * 1e3:.3f} ms "
-            f"| {kernel * 1e3:.3f} ms |"
-        )
+        row(f"right after deleting {steps * (files + 1)} entries", *one_layout(roots[1], steps, files, True))
         time.sleep(settle)  # the point of this row: what the file system is like once the delete has settled
-        wall, kernel = one_layout(roots[2], steps, files, True)
-        print(f"| {base} | {label} | {settle:g} s after that | {wall * 1e3:.3f} ms | {kernel * 1e3:.3f} ms |")
+        row(f"{settle:g} s after that", *one_layout(roots[2], steps, files, True))
     finally:
         for root in roots:
             shutil.rmtree(root, ignore_errors=True)
+    return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--dirs", nargs="+", default=[tempfile.gettempdir()], help="folders to measure under (default: the temp dir)"
@@ -84,28 +93,40 @@ def main() -> None:
         help="measure file creation fresh, right after a delete, and once the delete settled",
     )
     parser.add_argument("--settle", type=float, default=30.0, help="seconds to let a delete settle (--after-delete)")
-    args = parser.parse_args()
+    parser.add_argument("--doc", help="write the table into this file (docs/performance.md), between markers")
+    args = parser.parse_args(argv)
 
     print(f"{args.steps} steps; load average {os.getloadavg()[0]:.2f}\n")
     if args.after_delete:
-        print("| under | layout | when | wall per step | kernel per step |")
-        print("| --- | --- | --- | ---: | ---: |")
+        lines = ["| under | layout | when | wall per step | kernel per step |", "| --- | --- | --- | ---: | ---: |"]
+        print("\n".join(lines), flush=True)
         for base in args.dirs:
-            after_delete(base, args.steps, args.files, args.settle)
-        return
-    print("| under | layout | wall per step | kernel per step |")
-    print("| --- | --- | ---: | ---: |")
-    for base in args.dirs:
-        root = tempfile.mkdtemp(prefix="marinbuild-fs-bench-", dir=base)
-        try:
-            for per_step, label in (
-                (False, "one shared folder, 1 file per step (ninja)"),
-                (True, f"a folder per step, {args.files} files (Marin)"),
-            ):
-                wall, kernel = one_layout(root, args.steps, 1 if not per_step else args.files, per_step)
-                print(f"| {base} | {label} | {wall * 1e3:.3f} ms | {kernel * 1e3:.3f} ms |")
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+            lines += after_delete(base, args.steps, args.files, args.settle)
+    else:
+        lines = ["| under | layout | wall per step | kernel per step |", "| --- | --- | ---: | ---: |"]
+        print("\n".join(lines), flush=True)
+        for base in args.dirs:
+            root = tempfile.mkdtemp(prefix="marinbuild-fs-bench-", dir=base)
+            try:
+                for per_step, label in (
+                    (False, "one shared folder, 1 file per step (ninja)"),
+                    (True, f"a folder per step, {args.files} files (Marin)"),
+                ):
+                    wall, kernel = one_layout(root, args.steps, 1 if not per_step else args.files, per_step)
+                    lines.append(f"| {base} | {label} | {wall * 1e3:.3f} ms | {kernel * 1e3:.3f} ms |")
+                    print(lines[-1], flush=True)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+    if args.doc:
+        flags = ["--dirs", *args.dirs]
+        if args.steps != 1000:
+            flags += ["--steps", str(args.steps)]
+        if args.files != 6:
+            flags += ["--files", str(args.files)]
+        if args.after_delete:
+            flags += ["--after-delete", "--settle", f"{args.settle:g}"]
+        command = shlex.join([".venv/bin/python", "bench/fs_bench.py", *flags])
+        write_section(args.doc, "fs_bench", f"`{command}`:\n\n" + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

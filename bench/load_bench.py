@@ -35,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from doc_section import write_section  # noqa: E402  (bench/ is not a package)
+
 from marinbuild.load import Loader, Workspace  # noqa: E402
 
 RULES = """
@@ -212,17 +214,6 @@ def table(rows: list[Row], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_doc(path: Path, text: str) -> None:
-    """Replace what lies between ``<!-- load_bench -->`` and ``<!-- /load_bench -->`` in ``path`` by ``text``."""
-    doc = path.read_text()
-    start, end = "<!-- load_bench -->", "<!-- /load_bench -->"
-    if start not in doc or end not in doc:
-        raise SystemExit(f"{path}: no {start} ... {end} markers to write the table between")
-    before, rest = doc.split(start, 1)
-    _old, after = rest.split(end, 1)
-    path.write_text(f"{before}{start}\n{text}{end}{after}")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
@@ -250,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
     text = table(rows, header)
     print(text)
     if args.doc is not None:
-        write_doc(args.doc, text)
+        write_section(args.doc, "load_bench", text)
 
 
 if __name__ == "__main__":

@@ -31,13 +31,14 @@ project's VM a file created on its ext4 ``/tmp`` costs 0.1-1 ms of kernel time, 
 ``/dev/shm`` (tmpfs) a few microseconds: a step writes five files (lease, status, info,
 action record, artifact) besides its output, a plain task only its output.
 
-The bar (from DESIGN.md): marinbuild within 1.5x of plain Ray. Per-step overhead is
+The bar (``BAR``): marinbuild within 1.5x of plain Ray. Per-step overhead is
 (marinbuild - plain ray) / N; with one task per step it is marinbuild's own cost per step on
 top of Ray's.
 
     .venv/bin/python bench/ray_bench.py                 # N=1000, 3 rounds
     .venv/bin/python bench/ray_bench.py --steps 200 --rounds 1 --json /tmp/ray_bench.json
     .venv/bin/python bench/ray_bench.py --dir /dev/shm  # the same without the disk's cost of a file
+    .venv/bin/python bench/ray_bench.py --rounds 5 --doc docs/performance.md   # its table there
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import shutil
 import statistics
 import sys
@@ -56,12 +58,17 @@ from typing import Any
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
+sys.path.insert(0, os.path.join(REPO_ROOT, "bench"))
+
+from doc_section import write_section  # noqa: E402  (bench/ is not a package)
 
 from marinbuild.executor import Executor, ExecutorStep, output_path_of, this_output_path, versioned  # noqa: E402
 from marinbuild.run import events as ev  # noqa: E402
 from marinbuild.run.ray_backend import RayBackend  # noqa: E402
 
 BAR = 1.5
+DEFAULTS = {"steps": 1000, "rounds": 3, "dir": None}
+"""The flags' defaults: ``--doc`` names only the flags given otherwise."""
 PAYLOAD = b"0123456789abcdef"
 
 
@@ -162,10 +169,11 @@ def ray_cpu_since(before: dict[int, float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=DEFAULTS["steps"])
+    parser.add_argument("--rounds", type=int, default=DEFAULTS["rounds"])
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--dir", help="where the steps write (default: the system's temporary folder)")
+    parser.add_argument("--doc", help="write the table into this file (docs/performance.md), between markers")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -232,18 +240,26 @@ def main(argv: list[str] | None = None) -> int:
         f"{load:.1f}"
     )
     print()
-    print(
+    table = [
         f"| {'what':<52} | {'seconds':>8} | {'ratio':>7} | {'overhead/step':>14} | {'CPU/step':>9} "
-        f"| {'Ray CPU/step':>12} |"
-    )
-    print(f"| {'-' * 52} | {'-' * 7}: | {'-' * 6}: | {'-' * 13}: | {'-' * 8}: | {'-' * 11}: |")
+        f"| {'Ray CPU/step':>12} |",
+        f"| {'-' * 52} | {'-' * 7}: | {'-' * 6}: | {'-' * 13}: | {'-' * 8}: | {'-' * 11}: |",
+    ]
     for name, seconds, cpu_s, ray_s, ray_row in rows:
         overhead = f"{(seconds - p) / n * 1000:.2f} ms" if ray_row and seconds is not p else "-"
         cpu_text = f"{cpu_s / n * 1000:.2f} ms" if cpu_s is not None else "-"
         ray_text = f"{ray_s / n * 1000:.2f} ms" if ray_s else "-"
-        print(
+        table.append(
             f"| {name:<52} | {seconds:>8.3f} | {seconds / p:>6.2f}x | {overhead:>14} | {cpu_text:>9} | {ray_text:>12} |"
         )
+    print("\n".join(table))
+    if args.doc:
+        flags = [
+            f"--{name}={getattr(args, name)}" for name, default in DEFAULTS.items() if getattr(args, name) != default
+        ]
+        command = shlex.join([".venv/bin/python", "bench/ray_bench.py", *flags])
+        text = f"`{command}`: {n} trivial steps, {args.rounds} round(s), medians, {cpus} CPUs:\n\n" + "\n".join(table)
+        write_section(args.doc, "ray_bench", text + "\n")
     verdict = "PASS" if t / p <= BAR else "FAIL"
     print()
     print(f"Bar: whole run within {BAR}x of plain Ray tasks: {verdict} ({t / p:.2f}x).")

@@ -54,6 +54,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "ray"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from doc_section import write_section  # noqa: E402  (bench/ is not a package)
 
 BUILD = """load("@marinbuild//rules:data.py", "raw_data")
 load("@marinbuild//rules:tokenize.py", "tokenize")
@@ -291,22 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.doc is not None:
         command = " ".join(["python bench/tokenize_bench.py", *(argv if argv is not None else sys.argv[1:])])
-        write_doc(args.doc, f"`{command}`\n\n{text}\n")
+        write_section(args.doc, "tokenize_bench", f"`{command}`\n\n{text}\n")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
     shutil.rmtree(root, ignore_errors=True)
     return 0
-
-
-def write_doc(path: Path, text: str) -> None:
-    """Replace what lies between ``<!-- tokenize_bench -->`` and ``<!-- /tokenize_bench -->`` in ``path``."""
-    doc = path.read_text()
-    start, end = "<!-- tokenize_bench -->", "<!-- /tokenize_bench -->"
-    if start not in doc or end not in doc:
-        raise SystemExit(f"{path}: no {start} ... {end} markers to write the table between")
-    before, rest = doc.split(start, 1)
-    after = rest.split(end, 1)[1]
-    path.write_text(f"{before}{start}\n{text}{end}{after}")
 
 
 def render(r: dict[str, Any], args: argparse.Namespace) -> str:

@@ -26,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from engine_bench import build_steps  # noqa: E402  (bench/ is not a package)
+from doc_section import write_section  # noqa: E402  (bench/ is not a package)
+from engine_bench import build_steps  # noqa: E402
 
 MARKER = "versions_bench"
 
@@ -92,16 +93,6 @@ def table(rows: list[list[str]], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_doc(path: Path, text: str) -> None:
-    """Put ``text`` between ``<!-- versions_bench -->`` and ``<!-- /versions_bench -->`` in ``path``."""
-    doc = path.read_text()
-    start, end = f"<!-- {MARKER} -->", f"<!-- /{MARKER} -->"
-    if start not in doc or end not in doc:
-        raise SystemExit(f"{path}: no {start} ... {end} markers to write the table between")
-    before, rest = doc.split(start, 1)
-    path.write_text(f"{before}{start}\n{text}{end}{rest.split(end, 1)[1]}")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10000])
@@ -112,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     text = table(rows, f".venv/bin/python bench/versions_bench.py {flags}")
     print(text)
     if args.doc is not None:
-        write_doc(args.doc, text)
+        write_section(args.doc, MARKER, text)
 
 
 if __name__ == "__main__":

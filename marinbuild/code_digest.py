@@ -160,6 +160,7 @@ class CodeChanges:
         self.root = session.workspace.root
         self.stat_cache = StatCache(session.workspace.stat_cache_path)
         self.found: dict[Any, list[str]] = {}
+        self._ledger: Ledger | None = None
 
     def check(self, steps: Iterable[Any]) -> dict[Any, list[str]]:
         """``{step: changed files}`` for ``steps`` (built ones: the caller knows which)."""
@@ -176,7 +177,9 @@ class CodeChanges:
             if all(fs.is_local(engine.output_paths[s]) for s in with_code):  # a thread per read costs more here
                 from marinbuild.code_digest_ledger import Ledger
 
-                ledger = Ledger(self.session.workspace.cache_dir)
+                if self._ledger is None:  # one per session: read once, and a save keeps every output it saw
+                    self._ledger = Ledger(self.session.workspace.cache_dir)
+                ledger = self._ledger
                 self.found.update((s, changed(engine.output_paths[s], codes[s], ledger)) for s in with_code)
                 ledger.save()
             else:
@@ -190,7 +193,9 @@ class CodeChanges:
         return step_code(step, self.root, self.stat_cache)
 
     def of(self, step: Any) -> list[str]:
-        return self.found.get(step) or self.check([step])[step]
+        """The changed files of ``step``, from the last ``check`` that saw it (an empty list too), else checked now."""
+        found = self.found.get(step)
+        return found if found is not None else self.check([step])[step]
 
 
 def for_session(session: Any) -> CodeChanges:

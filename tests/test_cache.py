@@ -30,7 +30,7 @@ from marinbuild.cache import (
     ls_as_dict,
     status_as_dict,
 )
-from marinbuild.cache.commands import StepState, _row
+from marinbuild.cache.commands import StepState, target_row
 from marinbuild.executor import StepFailedError
 from marinbuild.store import status as st
 from marinbuild.store.lease import LeaseRecord, encode_lease, lease_path
@@ -209,13 +209,13 @@ def test_row_aggregation_order():
     def mk(*names):
         return [StepState(f"s{i}", f"/p/s{i}", n) for i, n in enumerate(names)]
 
-    assert _row("t", mk("built", "stale")).state == "stale"
-    assert _row("t", mk("built", "missing")).state == "missing"
-    assert _row("t", mk("stale", "missing")).state == "stale"
-    assert _row("t", mk("built", "built")).state == "built"
-    assert _row("t", mk("running", "failed")).state == "failed"
-    assert _row("t", mk("running", "built")).state == "running"
-    assert _row("t", mk("failed", "damaged: x")).state == "damaged: x"
+    assert target_row("t", mk("built", "stale")).state == "stale"
+    assert target_row("t", mk("built", "missing")).state == "missing"
+    assert target_row("t", mk("stale", "missing")).state == "stale"
+    assert target_row("t", mk("built", "built")).state == "built"
+    assert target_row("t", mk("running", "failed")).state == "failed"
+    assert target_row("t", mk("running", "built")).state == "running"
+    assert target_row("t", mk("failed", "damaged: x")).state == "damaged: x"
 
 
 # -- show --------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,6 +140,10 @@ def _import_rule(key: str, workspace: Path) -> RuleType:
     return rule
 
 
+class NeedsFullAnalysis(Exception):
+    """Analysis with ``known`` steps cannot answer a rule's question: the build analyses every target instead."""
+
+
 @dataclass
 class Analysis:
     """The steps of the analysed targets."""
@@ -153,6 +157,8 @@ class Analysis:
     found, resolved and hashed once."""
     shared: dict[Any, Any] = field(default_factory=dict)
     """``AnalysisContext.once``'s answers of this analysis, by key."""
+    known: set[Label] = field(default_factory=set)
+    """Targets whose step was given, not analysed (``analyze``'s ``known``)."""
 
     def requested_steps(self, labels: Iterable[Label]) -> list[ExecutorStep]:
         out: list[ExecutorStep] = []
@@ -208,6 +214,8 @@ class AnalysisContext:
         return self.workspace.package_dir(self.target.label.package)
 
     def step_of(self, label: Label) -> ExecutorStep:
+        if label in self._analysis.known:  # a step an earlier build recorded: only its output path is known here
+            raise NeedsFullAnalysis(f"{self.target.label}'s analyze hook reads the step of {label}")
         return self._analysis.step_of[label]
 
     def error(self, message: str) -> BuildFileError:
@@ -215,11 +223,24 @@ class AnalysisContext:
 
 
 def analyze(
-    loaded: LoadedWorkspace, roots: Iterable[Label], workspace: Workspace, stat_cache: StatCache | None = None
+    loaded: LoadedWorkspace,
+    roots: Iterable[Label],
+    workspace: Workspace,
+    stat_cache: StatCache | None = None,
+    known: Mapping[Label, ExecutorStep] | None = None,
 ) -> Analysis:
-    """Steps for ``roots`` and every target they depend on (dependencies first, no recursion)."""
+    """Steps for ``roots`` and every target they depend on (dependencies first, no recursion).
+
+    ``known``: targets whose one step is given (an earlier build's, ``marinbuild.analysis.incremental``): they and
+    what they depend on are not analysed, and a dependent's attribute naming one gets that step's output path.
+    An ``analyze`` hook asking for a known step itself (``AnalysisContext.step_of``) raises ``NeedsFullAnalysis``."""
     analysis = Analysis()
-    for label in loaded.closure(list(roots)):
+    if known:
+        analysis.known = set(known)
+        for label, step in known.items():
+            analysis.step_of[label] = step
+            analysis.steps_of[label] = [step]
+    for label in loaded.closure(list(roots), stop=known or ()):
         target = loaded.targets[label]
         rule = target.rule
         if rule.analyze is not None:
@@ -250,7 +271,7 @@ def _target_step(
     sources = dict(zip(target.srcs, target.source_paths, strict=True))
 
     def label_value(label: Label, attr_name: str) -> Any:
-        if label in loaded.targets:
+        if label in loaded.targets or label in analysis.known:
             step = analysis.step_of.get(label)
             if step is None:
                 raise BuildFileError.at(

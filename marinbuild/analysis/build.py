@@ -26,12 +26,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:  # imported when used: a no-op from the snapshot needs neither the loader nor the engine
+    from marinbuild.analysis.incremental import Prepared
+    from marinbuild.analysis.rows import Rows
     from marinbuild.analysis.session import Session
+    from marinbuild.analysis.snapshot import Recorder, Snapshot, SnapshotKey
+    from marinbuild.core.labels import Label
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.load.workspace import Workspace
     from marinbuild.run.events import Listener
@@ -140,6 +145,9 @@ class BuildResult:
     dry_run_problems: list[str] = field(default_factory=list)
     code_changed: dict[ExecutorStep, list[str]] = field(default_factory=dict)
     succeeded: list[ExecutorStep] = field(default_factory=list)
+    analysed: tuple[int, int] | None = None
+    """(targets analysed, targets in the graph) of a build that took the others from the previous build's rows
+    (``marinbuild.analysis.incremental``); None when every target was analysed or none was."""
 
     @property
     def would_run(self) -> list[str]:
@@ -149,15 +157,24 @@ class BuildResult:
 
 def run_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult:
     """Build what ``request`` asks for in the workspace of the working directory (see the module docstring)."""
+    previous: Previous | None = None
     if request.run_only is None and not request.rebuild:
         answered = _from_snapshot(request, listeners)
-        if answered is not None:
+        if isinstance(answered, BuildResult):
             return answered
-    return _full_build(request, listeners)
+        previous = answered
+    return _full_build(request, listeners, previous)
 
 
-def _from_snapshot(request: BuildRequest, listeners: BuildListeners) -> BuildResult | None:
-    """The no-op answered from the analysis snapshot, or None if it cannot be (the full path decides).
+class Previous(NamedTuple):
+    """The snapshot of this command line that no longer holds as it is, and the inputs that changed since."""
+
+    snapshot: Snapshot
+    changed: list[str]
+
+
+def _from_snapshot(request: BuildRequest, listeners: BuildListeners) -> BuildResult | Previous | None:
+    """The no-op answered from the analysis snapshot; else the snapshot and what changed, if there is one.
 
     The same events reach the same listeners as in a full build's no-op, so the same result is printed."""
     from marinbuild.analysis import snapshot
@@ -166,10 +183,13 @@ def _from_snapshot(request: BuildRequest, listeners: BuildListeners) -> BuildRes
 
     workspace = find_workspace(".")
     key = snapshot.key_for(workspace, Settings.resolve(workspace, **request.settings()), request.patterns)
-    found = snapshot.lookup(key, workspace.cache_dir) if key is not None else None
-    statuses = snapshot.statuses_if_built(found) if found is not None else None
-    if key is None or found is None or statuses is None:
+    found = snapshot.read(key, workspace.cache_dir) if key is not None else None
+    changed = snapshot.changed(found) if found is not None else None
+    if key is None or found is None or changed is None:
         return None
+    statuses = snapshot.statuses_if_built(found) if not changed else None
+    if statuses is None:
+        return Previous(found, changed)
     from marinbuild.run import events as ev
     from marinbuild.run.plan import BUILT
 
@@ -192,13 +212,11 @@ def _from_snapshot(request: BuildRequest, listeners: BuildListeners) -> BuildRes
     return BuildResult(found.requested, plan)
 
 
-def _full_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult:
-    """Load, analyse, write the snapshot, run, record the code that ran and check built outputs' code."""
+def _full_build(request: BuildRequest, listeners: BuildListeners, previous: Previous | None = None) -> BuildResult:
+    """Load, analyse (only what an edit affects, when ``previous`` allows: ``marinbuild.analysis.incremental``),
+    write the snapshot, run, record the code that ran and check built outputs' code."""
     from marinbuild.analysis import snapshot
     from marinbuild.analysis.session import Session
-    from marinbuild.engine import PreviousTaskFailedError, StepFailedError
-    from marinbuild.run.resources import UnsatisfiableResourcesError
-    from marinbuild.store.action_cache import ActionCacheCollisionError
 
     environment = snapshot.analysis_environment()  # as the lookup saw it, before this build exports its own
     session = Session.open(".", **request.settings())
@@ -210,26 +228,166 @@ def _full_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult
         if key is not None
         else None
     )
+    prepared = None
     with recorder if recorder is not None else contextlib.nullcontext():
-        labels = session.load(request.patterns)
-        if not labels:
-            raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
-        session.analyse(drop_declarations=True)  # nothing below reads a target's attributes or call site
+        found_rows = _rows_of(session, key, previous)
+        if found_rows is not None and previous is not None:  # an edit of BUILD files: load what it affects only
+            from marinbuild.analysis import incremental
+
+            prepared = incremental.prepare_partial(session, previous.snapshot, previous.changed, found_rows)
+        labels: list[Label] = []
+        if prepared is None:
+            labels = session.load(request.patterns)
+            if not labels:
+                raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
+            if found_rows is not None and previous is not None:
+                from marinbuild.analysis import incremental
+
+                prepared = incremental.prepare(session, previous.snapshot, previous.changed, found_rows)
+        if prepared is None:
+            session.analyse(drop_declarations=True)  # nothing below reads a target's attributes or call site
+        else:
+            assert session.loaded is not None
+            for target in session.loaded.targets.values():
+                target.drop_declaration()
+    if prepared is not None:
+        assert key is not None and recorder is not None
+        assert previous is not None
+        return _run_prepared(request, listeners, session, key, recorder, prepared, previous, event_log)
     requested = [(str(label), path) for label in labels for path in session.output_paths_of(label)]
-    if key is not None and recorder is not None:
-        snapshot.record_session(session, key, recorder, requested)
+    build_id = snapshot.record_session(session, key, recorder, requested) if key is not None and recorder else None
     engine = session.engine
     assert engine is not None
     rebuilt = _rebuild_steps(session, request.rebuild)
+    result = BuildResult(requested, None, session)
+    _run(request, listeners, session, event_log, result, session.requested_steps(), rebuilt)
+    if key is not None:
+        _record_rows(session, key, build_id, result)
+    return result
+
+
+def _run_prepared(
+    request: BuildRequest,
+    listeners: BuildListeners,
+    session: Session,
+    key: SnapshotKey,
+    recorder: Recorder,
+    prepared: Prepared,
+    previous: Previous,
+    event_log: EventLogPlace,
+) -> BuildResult:
+    """The build from recorded rows (``marinbuild.analysis.incremental``): the snapshot and rows of the graph now,
+    the run of the affected steps, the run info from recorded and new entries."""
+    from marinbuild.analysis import rows, snapshot
+    from marinbuild.code_digest import for_session
+    from marinbuild.run.plan import BUILT
+
+    engine = session.engine
+    assert engine is not None
+    table = engine.table
+    recorded_rows = prepared.rows
+
+    def row_now(position: int) -> tuple[str, str, str, bool]:
+        item = prepared.order[position]
+        if isinstance(item, int):
+            name, path, digest, overridden, *_ = recorded_rows.rows[item]
+            return name, path, digest, overridden
+        return item.name, table.output_paths[item], table.action_digest(item), item.override_output_path is not None
+
+    positions = {name: recorded_rows.labels[name][0] for name in recorded_rows.requested}
+    requested = [(name, row_now(i)[1]) for name in recorded_rows.requested for i in positions[name]]
+    planning_order = dict.fromkeys(i for name in recorded_rows.requested for i in positions[name])
+    code = for_session(session)
+    code_files = set(previous.snapshot.code_files)
+    for step in prepared.run:
+        code_files.update(code.code_of(step))
+    read = snapshot.session_inputs(session)  # what this build loaded, and what the previous one read besides
+    read.folders.update(path for path, _signature in previous.snapshot.signed)
+    read.local.update(previous.snapshot.local)
+    build_id = snapshot.write_with_code(
+        key, session, recorder, read, snapshot.Snapshot(requested, [row_now(i) for i in planning_order]), code_files
+    )
+    engine.recorded_entries = prepared.entries
+    announced = [
+        (recorded_rows.rows[i][0], recorded_rows.rows[i][1], prepared.statuses.get(recorded_rows.rows[i][1]))
+        for i in prepared.clean
+    ]
+    result = BuildResult(requested, None, session, analysed=(prepared.analysed, len(recorded_rows.labels)))
+    _run(request, listeners, session, event_log, result, prepared.run, [], announced)
+    if result.plan is not None:
+        result.plan[:0] = [PlanRow(RecordedStep(name), BUILT, path, None, False) for name, path, _s in announced]
+    cache_dir = session.workspace.cache_dir
+    if result.code_changed:  # no no-op from the snapshot while there is something to warn
+        key.path(cache_dir).unlink(missing_ok=True)
+        return result
+    path, spans = engine.executor_info_path, engine.run_info_spans
+    if build_id is None or path is None or len(spans) != len(prepared.order) or result.failure is not None:
+        return result
+    md5s = table.full_md5s()
+    new_rows: list[rows.Row] = []
+    for item, (start, length) in zip(prepared.order, spans, strict=True):
+        if isinstance(item, int):
+            name, out, digest, overridden, md5, depth, *_ = recorded_rows.rows[item]
+            new_rows.append((name, out, digest, overridden, md5, depth, start, length))
+        else:
+            overridden = item.override_output_path is not None
+            out, digest = table.output_paths[item], table.action_digest(item)
+            new_rows.append((item.name, out, digest, overridden, md5s[item], table.depth[item], start, length))
+    sig = snapshot.signature(path)
+    labels = {
+        name: (indices, deps, prepared.digests.get(name, digest))
+        for name, (indices, deps, digest) in recorded_rows.labels.items()
+    }
+    if sig is not None:
+        now = rows.Rows(build_id, path, sig, recorded_rows.requested, new_rows, labels)
+        rows.write(key, cache_dir, now)
+    return result
+
+
+def _rows_of(session: Session, key: SnapshotKey | None, previous: Previous | None) -> Rows | None:
+    """The rows recorded with the previous snapshot of this command line, if any (``marinbuild.analysis.rows``)."""
+    if previous is None or key is None:
+        return None
+    from marinbuild.analysis import rows
+
+    return rows.load(key, session.workspace.cache_dir, previous.snapshot.build_id)
+
+
+def _run(
+    request: BuildRequest,
+    listeners: BuildListeners,
+    session: Session,
+    event_log: EventLogPlace,
+    result: BuildResult,
+    steps: list[ExecutorStep],
+    rebuilt: list[ExecutorStep],
+    recorded: Sequence[tuple[str, str, str | None]] = (),
+) -> None:
+    """Run ``steps`` on the session's engine into ``result``: listeners, failures, code records, caches, plan rows
+    and changed code. ``recorded``: (name, output path, status) of built steps the engine does not hold (a build
+    from rows), announced as planned and built before the engine plans."""
+    from marinbuild.engine import PreviousTaskFailedError, StepFailedError
+    from marinbuild.run.resources import UnsatisfiableResourcesError
+    from marinbuild.store.action_cache import ActionCacheCollisionError
+
+    engine = session.engine
+    assert engine is not None
     succeeded: list[str | None] = []
     engine.listeners = [
         *listeners.open(event_log),
         lambda e: succeeded.append(e.output_path) if e.kind == "succeeded" else None,
     ]
-    result = BuildResult(requested, None, session)
     try:
+        if recorded:
+            from marinbuild.run import events as ev
+            from marinbuild.run.plan import BUILT
+
+            bus = ev.EventBus(engine.listeners)
+            for name, path, status in recorded:
+                data = {"dry_run": request.dry_run, "status": status}
+                bus.emit(ev.PLANNED, step=name, output_path=path, detail=BUILT, data=data)
         engine.run(
-            session.requested_steps(),
+            steps,
             dry_run=request.dry_run,
             force_run_failed=session.settings.force_run_failed,
             max_concurrent=session.settings.jobs,
@@ -253,11 +411,29 @@ def _full_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult
         result.plan = [
             PlanRow(step, p.state, engine.output_paths[step], p.lease, p.will_run)
             for step, p in engine.plan.steps.items()
+            if step not in engine.table.recorded
         ]
-        result.code_changed = _code_changed(session, [row.step for row in result.plan if row.state == "built"])
-        if result.code_changed and key is not None:  # no no-op from the snapshot while there is something to warn
-            key.path(session.workspace.cache_dir).unlink(missing_ok=True)
-    return result
+        result.code_changed = _code_changed(
+            session, [row.step for row in result.plan if row.state == "built" and row.step not in engine.table.recorded]
+        )
+
+
+def _record_rows(session: Session, key: SnapshotKey, build_id: str | None, result: BuildResult) -> None:
+    """Keep the rows of this build for the next one (``marinbuild.analysis.rows``), or drop stale ones."""
+    from marinbuild.analysis import rows
+
+    cache_dir = session.workspace.cache_dir
+    engine = session.engine
+    assert engine is not None
+    if result.code_changed:  # no no-op from the snapshot while there is something to warn
+        key.path(cache_dir).unlink(missing_ok=True)
+        rows.drop(key, cache_dir)
+        return
+    path = engine.executor_info_path
+    # Rows belong to the snapshot of their build_id: without new ones, the next build finds none for its snapshot.
+    if build_id is None or path is None or not engine.run_info_spans or "://" in path or result.failure is not None:
+        return
+    rows.record(session, key, build_id, path, engine.run_info_spans)
 
 
 def _export_serve_url(workspace: Workspace, prefix: str) -> None:

@@ -72,7 +72,7 @@ __all__ = [
     "write",
 ]
 
-FORMAT = 2
+FORMAT = 3
 """Bump when what a snapshot holds or means changes: older ones are then ignored."""
 RACY_NS = 2_000_000_000
 """An input changed this recently (or during analysis) could change again unseen within one clock tick."""
@@ -171,10 +171,19 @@ def key_for(workspace: Workspace, settings: Settings, patterns: tuple[str, ...])
 @dataclass
 class Snapshot:
     """What a no-op build needs: ``requested`` (label, output path) pairs and ``steps``
-    (name, output path, action digest, output path overridden) in planning order."""
+    (name, output path, action digest, output path overridden) in planning order.
+
+    What an incremental build from the recorded rows (``marinbuild.analysis.rows``) needs besides: ``local``, the
+    signed inputs an edit may change without a full analysis (BUILD files, their packages' folders, source files
+    targets name: the loader and the source digests see those per target); ``code_files``, the code of the
+    requested steps; ``build_id``, which names the build that wrote it (its rows carry the same)."""
 
     requested: list[tuple[str, str]]
     steps: list[tuple[str, str, str, bool]]
+    local: frozenset[str] = frozenset()
+    code_files: tuple[str, ...] = ()
+    build_id: str = ""
+    signed: tuple[tuple[str, Signature], ...] = ()
 
 
 # -- recording ---------------------------------------------------------------------------------
@@ -235,8 +244,9 @@ def write(
     inputs: Iterable[str],
     folders: Iterable[str],
     snapshot: Snapshot,
-) -> bool:
-    """Store ``snapshot`` for ``key`` with the signatures of everything analysis read; False if not written.
+) -> str | None:
+    """Store ``snapshot`` for ``key`` with the signatures of everything analysis read; its new ``build_id``, or
+    None if not written.
 
     ``inputs`` and ``folders`` are what the loader knows it read (BUILD files, loaded files,
     source files and the folders above them) besides what ``recorder`` saw.
@@ -251,10 +261,11 @@ def write(
         for path in sorted(files | dirs):
             sig = signature(path)
             if sig is not None and sig[0] > limit:
-                return False  # changed too recently to trust its signature
+                return None  # changed too recently to trust its signature
             signed.append((path, sig))
     except OSError:  # e.g. a folder we may not look into: no snapshot
-        return False
+        return None
+    build_id = os.urandom(8).hex()
     body = (
         FORMAT,
         key.text(),
@@ -262,33 +273,61 @@ def write(
         recorder.env if recorder.env is not None else analysis_environment(),
         snapshot.requested,
         snapshot.steps,
+        sorted(snapshot.local),
+        list(snapshot.code_files),
+        build_id,
     )
     from marinbuild.core.private_file import write_private_file  # not at the top: a no-op from the snapshot writes none
 
     target = key.path(cache_dir)
     if not write_private_file(target, marshal.dumps(body)):
-        return False
+        return None
     _prune(target.parent)
-    return True
+    return build_id
 
 
-def record_session(session: Session, key: SnapshotKey, recorder: Recorder, requested: list[tuple[str, str]]) -> bool:
-    """Write the snapshot of ``session``'s analysis (loaded and analysed inside ``recorder``) for ``key``: the
-    files and folders the loader read, the requested targets' ``requested`` (label, output path) pairs and
-    the requested steps with their action digests and code files. False if not written (see ``write``)."""
-    workspace, engine = session.workspace, session.engine
-    assert session.loaded is not None and engine is not None, "analyse first"
+@dataclass
+class Inputs:
+    """What the loader read for a session: ``files`` and ``folders`` to sign, and which of them are ``local``."""
+
+    files: list[str]
+    folders: set[str]
+    local: set[str]
+
+
+def session_inputs(session: Session) -> Inputs:
+    """The files and folders ``session``'s loader read (``pyproject.toml``, BUILD and loaded files, source files
+    and the folders above them up to their package, listed folders), and the local ones among them."""
+    workspace = session.workspace
+    assert session.loaded is not None, "load first"
+    build_files = [str(workspace.build_file(p)) for p in session.loaded.packages]
     inputs = [str(workspace.root / "pyproject.toml"), *map(str, session.loader.files_read())]
     folders: set[str] = set(session.loader.folders_listed())
+    local: set[str] = set(build_files)
     for package in session.loaded.packages:
         folders.add(str(workspace.package_dir(package)))
     for target in session.loaded.targets.values():
         package_dir = workspace.package_dir(target.label.package)
         for path in target.source_paths:
             inputs.append(str(path))
+            local.add(str(path))
             folders.update(str(parent) for parent in path.parents if parent.is_relative_to(package_dir))
-    if _changed_recently(recorder, (*inputs, *folders)):
-        return False  # ``write`` would refuse it: spare the per-step work below (an edit just before a build)
+    local.update(folders)
+    return Inputs(inputs, folders, local)
+
+
+def record_session(
+    session: Session, key: SnapshotKey, recorder: Recorder, requested: list[tuple[str, str]]
+) -> str | None:
+    """Write the snapshot of ``session``'s analysis (loaded and analysed inside ``recorder``) for ``key``: the
+    files and folders the loader read, the requested targets' ``requested`` (label, output path) pairs and
+    the requested steps with their action digests and code files. Its ``build_id``, or None if not written
+    (see ``write``)."""
+    engine = session.engine
+    assert engine is not None, "analyse first"
+    read = session_inputs(session)
+    if _changed_recently(recorder, (*read.files, *read.folders)):
+        return None  # ``write`` would refuse it: spare the per-step work below (an edit just before a build)
     from marinbuild.code_digest import for_session
 
     code = for_session(session)
@@ -299,8 +338,18 @@ def record_session(session: Session, key: SnapshotKey, recorder: Recorder, reque
         overridden = step.override_output_path is not None
         digest = engine.action_digest(step)
         steps.append((step.name, engine.output_paths[step], digest, overridden))
-    inputs.extend(str(workspace.root / path) for path in code_files)
-    return write(key, workspace.cache_dir, recorder, inputs, folders, Snapshot(requested, steps))
+    return write_with_code(key, session, recorder, read, Snapshot(requested, steps), code_files)
+
+
+def write_with_code(
+    key: SnapshotKey, session: Session, recorder: Recorder, read: Inputs, snapshot: Snapshot, code_files: set[str]
+) -> str | None:
+    """``write`` ``snapshot`` signed by ``read`` and the ``code_files`` (relative to the workspace root)."""
+    root = session.workspace.root
+    inputs = [*read.files, *(str(root / path) for path in code_files)]
+    snapshot.local = frozenset(read.local)
+    snapshot.code_files = tuple(sorted(code_files))
+    return write(key, session.workspace.cache_dir, recorder, inputs, read.folders, snapshot)
 
 
 def _changed_recently(recorder: Recorder, paths: Iterable[str]) -> bool:
@@ -328,22 +377,41 @@ def _prune(folder: Path) -> None:
 # -- looking up --------------------------------------------------------------------------------
 
 
-def lookup(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Snapshot | None:
-    """The snapshot for ``key`` if every input it recorded is unchanged, else None."""
+def read(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Snapshot | None:
+    """The snapshot for ``key`` if the environment is unchanged (its inputs are not checked here: ``changed``)."""
     try:
         data = key.path(cache_dir).read_bytes()
-        fmt, text, signed, env, requested, steps = marshal.loads(data)
+        fmt, text, signed, env, requested, steps, local, code_files, build_id = marshal.loads(data)
     except (OSError, ValueError, EOFError, TypeError):
         return None
     if fmt != FORMAT or text != key.text() or analysis_environment() != env:
         return None
+    return Snapshot(
+        [tuple(r) for r in requested],
+        [tuple(s) for s in steps],
+        frozenset(local),
+        tuple(code_files),
+        build_id,
+        tuple(tuple(s) for s in signed),
+    )
+
+
+def changed(found: Snapshot) -> list[str] | None:
+    """The recorded inputs whose signature differs now (empty: none), or None if one cannot be looked at."""
+    out = []
     try:
-        for path, sig in signed:
+        for path, sig in found.signed:
             if signature(path) != sig:
-                return None
+                out.append(path)
     except OSError:
         return None
-    return Snapshot([tuple(r) for r in requested], [tuple(s) for s in steps])
+    return out
+
+
+def lookup(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Snapshot | None:
+    """The snapshot for ``key`` if every input it recorded is unchanged, else None."""
+    found = read(key, cache_dir)
+    return found if found is not None and changed(found) == [] else None
 
 
 def statuses_if_built(found: Snapshot) -> Mapping[str, str | None] | None:

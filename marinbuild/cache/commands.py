@@ -80,7 +80,7 @@ def cache_status(session: Any, labels: Iterable[str | Label]) -> list[CacheRow]:
     probes = pb.probe_outputs([output_paths[s] for s in all_steps], stale_after)
     state_of = {s: _step_state(s.name, probes[output_paths[s]], prefix) for s in all_steps}
     _note_code_changes(session, state_of)
-    return [_row(str(label), [state_of[s] for s in steps]) for label, steps in steps_by_label.items()]
+    return [target_row(str(label), [state_of[s] for s in steps]) for label, steps in steps_by_label.items()]
 
 
 def _step_state(name: str, probe: pb.Probe, prefix: str) -> StepState:
@@ -106,7 +106,9 @@ def _note_code_changes(session: Any, state_of: dict[Any, StepState]) -> None:
             state_of[step].detail = sentence(changed)
 
 
-def _row(label: str, states: list[StepState]) -> CacheRow:
+def target_row(label: str, states: list[StepState]) -> CacheRow:
+    """A target's row from its steps' states: damaged, failed or running if any step is (in that order), built
+    only if all are, else stale if any is, else missing. A running row names the first running step's holder."""
     row = CacheRow(label, pb.MISSING, [s.output_path for s in states], states)
     damaged = [s for s in states if s.state.startswith("damaged")]
     running = [s for s in states if s.state == pb.RUNNING]

@@ -1,9 +1,9 @@
 """The digests of version strings, kept between builds so an unchanged step's version text is not hashed again.
 
 Marin's version string of a step inlines the whole version string of every dependency up to depth 4, so the
-version texts of a graph add up to far more than the graph: ~136 MB for ``bench/run.py``'s layered 10,000
-steps. Every build hashed all of it twice: md5 for the output path (``VersionTable._record``) and sha256 for the
-action digest (``VersionTable.action_digest``), whatever changed.
+version texts of a graph add up to far more than the graph (docs/performance.md gives their size for
+``bench/run.py``'s layered 10,000 steps). Every build hashed all of it twice: md5 for the output path
+(``VersionTable._record``) and sha256 for the action digest (``VersionTable.action_digest``), whatever changed.
 
 A version string is determined by its own fragments (the config's versioned values as JSON, the name, the
 separators) and by the strings of the dependencies it inlines; each of those is determined by its md5 (the

@@ -230,6 +230,8 @@ class VersionTable:
         self._indented: dict[ExecutorStep, str] = {}
         self._step_by_version_id: dict[int, ExecutorStep] = {}
         self.override_mismatches: list[tuple[ExecutorStep, str, str]] = []
+        self.recorded: set[ExecutorStep] = set()
+        """Steps taken as an earlier build recorded them (``add_recorded``): built, their configs not walked."""
         self._prefix_slash = (prefix if prefix.endswith("/") else prefix + "/") if prefix else None
 
     def use_digests(self, digests: DigestCache) -> None:
@@ -238,6 +240,43 @@ class VersionTable:
         if self.versions:
             raise ValueError("use_digests before any step is versioned")
         self.digests = digests
+
+    def add_recorded(
+        self, step: ExecutorStep, version: dict[str, Any], *, md5: str, depth: int, output_path: str, action_digest: str
+    ) -> None:
+        """Take ``step`` as versioned by an earlier build (``marinbuild.analysis.rows``): its ``version`` (as its
+        ``.executor_info`` holds it, keys in Marin's order), the full ``md5`` hex of its version string, its depth,
+        output path and action digest. Consumers versioned afterwards inline it as they would have the step
+        itself; its own config is never walked (it has no dependencies here: it is built).
+
+        Raises ``ValueError`` if ``version`` is not the string whose md5 was recorded, or another step of this
+        table has that version (the caller then versions the graph in full)."""
+        text = dumps_sorted(version).encode()
+        if hashlib.md5(text).hexdigest() != md5:
+            raise ValueError(f"{step.name}: the recorded version does not hash to {md5}")
+        if step in self.versions or md5 in self._canonical_by_md5:
+            raise ValueError(f"{step.name}: version {md5} is already in the table")
+        self._canonical_by_md5[md5] = step
+        self._canonical[step] = step
+        self.recorded.add(step)
+        self.steps.append(step)
+        self.versions[step] = version
+        self._step_by_version_id[id(version)] = step
+        self.version_pieces[step] = (text,)
+        self._md5[step] = bytes.fromhex(md5)
+        self._action_digests[step] = action_digest
+        self.hashed_versions[step] = md5[:6]
+        self.output_paths[step] = output_path
+        self.dependencies[step] = []
+        self.pseudo_dependencies[step] = []
+        self.is_pseudo_dep[step] = False
+        self.depth[step] = depth
+        if depth <= MAX_INLINE_DEPTH:
+            self._indented[step] = dumps_indented(version)
+
+    def full_md5s(self) -> dict[ExecutorStep, str]:
+        """Each canonical step's full md5 hex of its version string (its output path names the first 6)."""
+        return {step: md5 for md5, step in self._canonical_by_md5.items()}
 
     def canonicalize(self, step: ExecutorStep) -> ExecutorStep:
         """The step that stands for every step with the same version."""

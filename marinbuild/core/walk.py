@@ -9,9 +9,9 @@ config, never the depth of the step graph.
 The walks that run for every step (``collect_dependencies_and_version``, ``instantiate_config``) are
 module-level functions, not closures: a closure that calls itself is a reference cycle (function -> its
 cell -> function), so each call would leave its function, cells and what they hold (lists of dependencies)
-to the cyclic collector, and versions are computed with the collector paused (``core/gc_control.py``). As
-closures, computing the versions of 100,000 steps left ~1.4 million such objects behind until the pause
-ended, at the peak of ``bench/run.py``'s layered 100,000 ``incremental`` row (``marinbuild-cli``).
+to the cyclic collector, and versions are computed with the collector paused (``core/gc_control.py``): as
+closures, they would pile up, several per step, until the pause ended, at the peak memory of
+``bench/run.py``'s layered 100,000 ``incremental`` row (``marinbuild-cli``).
 """
 
 from __future__ import annotations

@@ -15,13 +15,14 @@ A step the run runs writes its own ``.executor_info`` when it starts (``run/step
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from marinbuild.engine.infos import ExecutorInfo, step_info_text
+from marinbuild.engine.infos import ExecutorInfo, step_info, step_info_text
 
 if TYPE_CHECKING:
     from marinbuild.core.graph import StepGraph
+    from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.core.versions import VersionTable
     from marinbuild.run.plan import Plan
     from marinbuild.store.run_info import Pieces
@@ -32,8 +33,8 @@ def _run_info_steps(table: VersionTable, info: ExecutorInfo) -> Iterator[Pieces]
     from marinbuild.store import run_info
 
     pieces = table.version_pieces
-    for step_info, step in zip(info.steps, table.steps, strict=True):
-        yield run_info.step_pieces(step_info, pieces[step])
+    for entry, step in zip(info.steps, table.steps, strict=True):
+        yield run_info.step_pieces(entry, pieces[step])
 
 
 def run_info_path(table: VersionTable, info: ExecutorInfo, base: str) -> str:
@@ -44,14 +45,48 @@ def run_info_path(table: VersionTable, info: ExecutorInfo, base: str) -> str:
     return fs.join(base, run_info.name(script, _run_info_steps(table, info)))
 
 
-def write_run_info(table: VersionTable, info: ExecutorInfo, base: str, *, only_if_new: bool) -> str:
+def write_run_info(
+    table: VersionTable,
+    info: ExecutorInfo,
+    base: str,
+    *,
+    only_if_new: bool,
+    spans: list[tuple[int, int]] | None = None,
+) -> str:
     """Write the run info JSON (Marin's content, one step per line, streamed in one pass, replaced atomically);
-    return its path. ``only_if_new``: keep a file of the same name (the same graph, an earlier run)."""
+    return its path. ``only_if_new``: keep a file of the same name (the same graph, an earlier run). ``spans``
+    gets each entry's (offset, length) in a file written (``store.run_info.write``)."""
     from marinbuild.store import run_info
 
     head = {key: getattr(info, key) for key in run_info.HEAD_KEYS}
     script = run_info.script_name(info.caller_path)
-    return run_info.write(base, script, head, _run_info_steps(table, info), only_if_new)
+    return run_info.write(base, script, head, _run_info_steps(table, info), only_if_new, spans)
+
+
+if TYPE_CHECKING:
+    RecordedEntries = Callable[[Callable[[ExecutorStep], Pieces]], Iterable[Pieces]]
+    """Every run-info entry in order, given the function making the entry of a step the engine versioned."""
+
+
+def write_recorded_run_info(
+    table: VersionTable,
+    info: ExecutorInfo,
+    base: str,
+    entries: RecordedEntries,
+    *,
+    spans: list[tuple[int, int]] | None = None,
+) -> str:
+    """``write_run_info`` whose entries come from ``entries`` (recorded ones, and the versioned steps' own)."""
+    from marinbuild.store import run_info
+
+    head = {key: getattr(info, key) for key in run_info.HEAD_KEYS}
+    script = run_info.script_name(info.caller_path)
+    versioned = table.version_pieces
+
+    def entry_of(step: ExecutorStep) -> Pieces:
+        return run_info.step_pieces(step_info(table, step), versioned[step])
+
+    return run_info.write(base, script, head, entries(entry_of), True, spans)
 
 
 def write_step_infos(table: VersionTable) -> None:

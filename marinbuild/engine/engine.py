@@ -34,6 +34,7 @@ from marinbuild.engine import commit
 from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, run_info, step_info_text
 
 if TYPE_CHECKING:
+    from marinbuild.engine.commit import RecordedEntries
     from marinbuild.run.backend import Backend
     from marinbuild.run.build_context import BuildContext
     from marinbuild.run.events import Listener
@@ -104,6 +105,13 @@ class Engine:
         """What the last ``run`` ran (``run/outcome.py``); None after a dry or refused run."""
         self.dry_run_problems: list[str] = []
         """After a dry run on the local backend: the steps to run that it could not run (``resource_problems``)."""
+        self.run_info_spans: list[tuple[int, int]] = []
+        """After a run that wrote a new run info: each entry's (offset, length) in it, in the order it lists them."""
+        self.recorded_entries: RecordedEntries | None = None
+        """Set by a build that takes unchanged steps from an earlier build's records (``marinbuild.analysis.rows``):
+        given the function making the run-info entry of a step this engine versioned, it yields every entry of
+        the run info in Marin's order, recorded ones included. The engine's own ``step_infos`` and
+        ``executor_info.steps`` then hold the steps it versioned only."""
 
     # -- versions -------------------------------------------------------------------------
     @property
@@ -245,7 +253,10 @@ class Engine:
             self.plan = plan
         if dry_run:  # the names cache status and query give: stale when another version of the step is there
             planning.mark_stale(plan, self.prefix, self.output_paths)
+        recorded = self._versions.recorded  # announced by whoever took them from an earlier build's records
         for step, step_plan in plan.steps.items():
+            if step in recorded:
+                continue
             bus.emit(
                 ev.PLANNED,
                 step=step.name,
@@ -298,15 +309,34 @@ class Engine:
     def _start_run_info(self) -> BackgroundWrite:
         """The run info of a run that runs steps, written on a thread while they run. The infos are made here, before
         any step starts (the steps' own ``.executor_info`` texts instantiate configs too, on the backend's threads)."""
-        self.record_infos()
+        recorded = self.recorded_entries
+        if recorded is not None:  # infos of the steps this engine versioned, entries of the others as recorded
+            table = self._versions
+            self.step_infos, self.executor_info = run_info(
+                table,
+                worker_id=self.worker_id,
+                prefix=self.prefix,
+                description=self.description,
+                steps=[step for step in table.steps if step not in table.recorded],
+            )
+        else:
+            self.record_infos()
         info = self.executor_info
         assert info is not None
+        spans: list[tuple[int, int]] = []
+        self.run_info_spans = spans
 
         def write() -> str:
-            self.executor_info_path = commit.write_run_info(
-                self._versions, info, self.executor_info_base_path, only_if_new=True
-            )
-            return self.executor_info_path
+            if recorded is None:
+                path = commit.write_run_info(
+                    self._versions, info, self.executor_info_base_path, only_if_new=True, spans=spans
+                )
+            else:
+                path = commit.write_recorded_run_info(
+                    self._versions, info, self.executor_info_base_path, recorded, spans=spans
+                )
+            self.executor_info_path = path
+            return path
 
         from marinbuild.store import run_info as run_info_file
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -181,10 +182,15 @@ def step_info_text(table: VersionTable, step: ExecutorStep) -> str:
 
 
 def run_info(
-    table: VersionTable, *, worker_id: str, prefix: str, description: str | None
+    table: VersionTable,
+    *,
+    worker_id: str,
+    prefix: str,
+    description: str | None,
+    steps: Iterable[ExecutorStep] | None = None,
 ) -> tuple[list[ExecutorStepInfo], ExecutorInfo]:
-    """Every versioned step's record and the run's record (Marin's ``get_infos``)."""
-    step_infos = [step_info(table, step) for step in table.steps]
+    """Every versioned step's record (or those of ``steps``) and the run's record (Marin's ``get_infos``)."""
+    step_infos = [step_info(table, step) for step in (table.steps if steps is None else steps)]
     info = ExecutorInfo(
         worker_id=worker_id,
         git_commit=git_commit(),

@@ -1,4 +1,13 @@
-"""Load errors: every problem found while loading BUILD files is a located ``BuildFileError``."""
+"""Load errors: every problem found while loading BUILD files is a located ``BuildFileError``.
+
+Contract: a ``BuildFileError``'s text is one ``path:line:col: message`` line (the path workspace-relative
+when inside it, ``display_path``), which the CLI prints as it is and answers with exit 2. A load that finds
+several errors raises one carrying the rest (``more_errors``), so a user fixes them in one pass. Errors
+pickle with their location (e.g. across processes). ``LocatedLater`` is raised by
+Python code Starlark called, which does not know where it was called from: the evaluator turns it into a
+``BuildFileError`` at the call. ``WorkspaceError`` is the one problem without a line: no workspace, or a bad
+``[tool.marinbuild]`` table.
+"""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -28,7 +28,7 @@ from marinbuild.load.errors import BuildFileError
 from marinbuild.load.evaluator import Evaluator
 from marinbuild.load.locate import keyword_location
 from marinbuild.load.stack import on_big_stack
-from marinbuild.load.target import Target
+from marinbuild.load.target import Target, declaration_digest
 from marinbuild.load.workspace import BUILD_FILE, Workspace, find_workspace
 
 if TYPE_CHECKING:
@@ -91,10 +91,11 @@ class LoadedWorkspace:
             for label in expand_patterns(patterns, self.labels_by_package(), current_package)
         ]
 
-    def closure(self, roots: Iterable[Label | str]) -> list[Label]:
-        """``roots`` and everything they depend on, dependencies before dependents (deterministic)."""
+    def closure(self, roots: Iterable[Label | str], stop: Collection[Label] = ()) -> list[Label]:
+        """``roots`` and everything they depend on, dependencies before dependents (deterministic); a label of
+        ``stop`` is neither listed nor looked into."""
         order: list[Label] = []
-        done: set[Label] = set()
+        done: set[Label] = set(stop)
         for root in roots:
             start = parse_label(root) if isinstance(root, str) else root
             if start not in self.targets:
@@ -266,6 +267,8 @@ class Loader:
         except BuildFileError as exc:
             self._failed[package] = exc
             return None
+        for target in targets.values():
+            target.digest = declaration_digest(target)
         self._packages[package] = targets
         return targets
 

@@ -1,11 +1,11 @@
 """The package cache: each BUILD file's evaluated targets, kept between builds, so an edit re-evaluates one package.
 
-Evaluating BUILD files is most of loading (about 93% of ``Loader.load_all`` on the 10,000-target
-layered workspace), and an incremental build used to evaluate every package again after a one-line
-edit of one of them. With this cache the ``Loader`` evaluates only the packages whose inputs
-changed and restores the others' targets (bench row: ``bench/run.py``'s layered 10,000
-``incremental`` phase of the ``marinbuild-cli`` peer; measured with and without it in
-``bench/README.md``, "The package cache").
+Evaluating BUILD files is most of loading, and without this cache an incremental build evaluates
+every package again after a one-line edit of one of them. With it the ``Loader`` evaluates only the
+packages whose inputs changed and restores the others' targets. Kept under the complexity rule on
+``bench/run.py``'s layered ``incremental`` rows (``marinbuild-cli``) and ``bench/package_cache_ab.py``,
+which runs that build with and without the cache (docs/performance.md, "What was kept and why: the
+complexity rule").
 
 What a package's targets depend on, and so what an entry is keyed on, exactly as the analysis
 snapshot (``marinbuild.analysis.snapshot``) judges its inputs:
@@ -33,9 +33,8 @@ is ignored. ``marinbuild clean`` removes them with the rest of ``.marinbuild/``.
 Entries are pickles (labels, frozen dicts, structs) in the workspace's own private folder (files of
 mode 0600); whoever can write there can edit the BUILD files too. A restored label is one object per
 label for the whole loading session (``_LabelUnpickler``), as a label written in many packages would
-otherwise be one object per mention: a target of the layered workspace names three dependencies, and
-these copies were about a tenth of the peak memory of ``bench/run.py``'s layered 100,000 ``incremental``
-row (``marinbuild-cli``). What is not replayed for a
+otherwise be one object per mention, a copy for every dependency edge: they weigh on the peak memory of
+``bench/run.py``'s layered 100,000 ``incremental`` row (``marinbuild-cli``). What is not replayed for a
 restored package: ``print()`` output of its BUILD file, which is logged when a package is evaluated.
 """
 
@@ -58,7 +57,7 @@ from marinbuild.load.workspace import Workspace
 
 __all__ = ["FOLDER", "FORMAT", "PackageCache"]
 
-FORMAT = 1
+FORMAT = 2
 """Bump when what an entry holds or means changes: older ones are then ignored."""
 FOLDER = "packages"
 _HEADER = "header.bin"
@@ -104,12 +103,12 @@ class PackageCache:
         except OSError:
             return None
         targets: dict[str, Target] = {}
-        for target_name, rule_key, attrs, site in rows:
+        for target_name, rule_key, attrs, site, digest in rows:
             rule = self._rule(rule_key)
             if rule is None:
                 return None
             label = _interned(self._labels, package, target_name, "")
-            targets[target_name] = Target(label, rule, attrs, site, (), (), (), next_order())
+            targets[target_name] = Target(label, rule, attrs, site, (), (), (), next_order(), digest)
         self.reused[package] = (loads, globs)
         return targets
 
@@ -191,7 +190,7 @@ class PackageCache:
                     rule = target.rule
                     if rule.defined_in is None or rule.name is None:
                         raise _Untrusted
-                    rows.append((name, f"{rule.defined_in}%{rule.name}", target.attrs, target.site))
+                    rows.append((name, f"{rule.defined_in}%{rule.name}", target.attrs, target.site, target.digest))
                 data = pickle.dumps(
                     (FORMAT, header_id, package, signed, [str(p) for p in loads], list(globs), rows), protocol=5
                 )

@@ -1,4 +1,12 @@
-"""A declared target: what a rule call in a BUILD file records."""
+"""A declared target: what a rule call in a BUILD file records.
+
+A ``Target`` holds its label, rule type, validated attributes and call site as the evaluator made them;
+the loader fills in ``deps``, ``srcs`` and ``source_paths`` once every package they name is loaded. The
+call site is kept cheap (``Site``: the call stack's text) and turned into a ``Location`` only when an error
+or ``query --output location`` asks for it. After analysis a build may ``drop_declaration`` (attributes
+and call site, which nothing reads again); a later read raises ``DroppedDeclaration`` rather than passing
+for a target without attributes.
+"""
 
 from __future__ import annotations
 
@@ -77,6 +85,10 @@ class Target:
     order: int = field(default=0, repr=False)
     """When the target was declared (a process-wide sequence number): the loader skips looking for
     dependency cycles when every dependency was declared before the target depending on it."""
+    digest: str = field(default="", repr=False)
+    """What the declaration says, as a digest of its rule and attribute values (``declaration_digest``), set by the
+    loader when it evaluates the package and kept by the package cache: a build after an edit tells the targets
+    the edit changed by it (``marinbuild.analysis.incremental``). Empty: unknown."""
 
     def drop_declaration(self) -> None:
         """Drop the attributes and call site, which only loading and analysis read: a build whose targets are
@@ -133,3 +145,16 @@ class Target:
 
     def __repr__(self) -> str:
         return f"<Target {self.label} ({self.kind})>"
+
+
+def declaration_digest(target: Target) -> str:
+    """The digest of ``target``'s rule (where it is defined, its name) and attribute values, in declared order.
+
+    Attribute values are plain data once validated (strings, numbers, booleans, labels, lists and frozen dicts of
+    them), whose ``repr`` is the same in every process; a value whose ``repr`` were not would only make its
+    target look edited."""
+    import hashlib
+
+    rule = target.rule
+    text = repr((rule.defined_in, rule.name, list(target.attrs.items())))
+    return hashlib.sha1(text.encode()).hexdigest()

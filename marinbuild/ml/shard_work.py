@@ -89,7 +89,7 @@ def build_shard(job: dict[str, Any]) -> dict[str, Any]:
     cache_path = f"{shard.dir}/{cache_name}"
     written = write_levanter_cache(rows(), cache_path, metadata=processor.metadata)
     if written["count"] == 0:
-        _empty_cache(cache_path, processor)
+        write_empty_cache(cache_path, processor.output_exemplar, processor.metadata)
     tokens = _token_count(cache_path, processor)
     skipped_by_file: dict[str, int] = {}
     for piece, piece_counts in zip(shard.pieces, counts, strict=True):
@@ -125,19 +125,21 @@ def node_name() -> str:
     return socket.gethostname()
 
 
-def _empty_cache(cache_path: str, processor: Any) -> None:
-    """A shard with no records still gets a (finished, empty) cache, as levanter's own builder makes one."""
+def write_empty_cache(cache_path: str, exemplar: Any, metadata: dict[str, Any]) -> None:
+    """A finished, empty levanter cache at ``cache_path`` with ``exemplar``'s fields and the processor's
+    ``metadata``, as levanter's own builder makes for no records (``write_levanter_cache`` of no rows writes
+    nothing): a shard with no records still gets a cache that consolidation reads."""
     from levanter.store.cache import CacheLedger, CacheMetadata
     from levanter.store.tree_store import TreeStore
 
-    TreeStore.open(processor.output_exemplar, cache_path, mode="w", cache_metadata=True)
+    TreeStore.open(exemplar, cache_path, mode="w", cache_metadata=True)
     CacheLedger(
         total_num_rows=0,
         shard_rows={},
         is_finished=True,
         finished_shards=[],
         field_counts={},
-        metadata=CacheMetadata(processor.metadata),
+        metadata=CacheMetadata(metadata),
     )._serialize_and_commit(cache_path)
 
 

@@ -1,4 +1,13 @@
-"""The backend interface: somewhere to run step jobs, reporting each completion as an event."""
+"""The backend interface: somewhere to run step jobs, reporting each completion as an event.
+
+Contract for a backend (``run/backends.py`` lists them): ``submit`` returns at once and runs the job
+later, here or elsewhere; ``done`` is called exactly once per submitted job, from any thread, with the
+job's outcome or the error that ended it (the scheduler serialises what it does with them).
+``check_resources`` is asked before anything runs, so a build that cannot be satisfied refuses at once
+with the backend's reason. ``resources`` is ``Any`` because a step's request comes in the shapes users
+write (a dict, Marin's ``ResourceConfig``, a ``Resources``): each backend reads it through
+``run.resources.normalize``.
+"""
 
 from __future__ import annotations
 

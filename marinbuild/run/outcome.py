@@ -1,4 +1,10 @@
-"""What a build did: which steps ran, were found built, failed, were stopped by a failed dependency, or skipped."""
+"""What a build did: which steps ran, were found built, failed, were stopped by a failed dependency, or skipped.
+
+The scheduler fills one ``Outcome`` per run as completions arrive (``K`` is how the caller names steps: the
+engine's ``ExecutorStep``). A step is in at most one of ``ran``, ``cached``, ``failed``, ``dep_failed`` and
+``skipped``; ``interrupted`` says the run was stopped before it ended (Ctrl-C), so some needed steps may be in
+none.
+"""
 
 from __future__ import annotations
 

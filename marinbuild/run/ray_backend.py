@@ -360,16 +360,16 @@ class RayBackend:
             self._cv.notify()
 
     # -- taking the lease and planning the launch ---------------------------------------------------
-    def _prepare_here(self, job: StepJob, done: Completion, key: Hashable) -> _Launch | Literal[False] | None:
-        """One attempt at ``job``'s lease, on the loop's thread: its launch, None if it ended here, or False if
-        another runner holds the lease (a lease thread waits for it)."""
+    def _prepare_here(self, job: StepJob, done: Completion, key: Hashable) -> _Launch | Literal[Attempt.BUSY] | None:
+        """One attempt at ``job``'s lease, on the loop's thread: its launch, None if it ended here, or
+        ``Attempt.BUSY`` if another runner holds the lease (a lease thread waits for it)."""
         try:
             got = job.try_acquire(start=False)  # the task writes RUNNING and .executor_info
         except BaseException as exc:
             self._complete(done, job, None, exc)
             return None
         if got is Attempt.BUSY:
-            return False
+            return got
         if got is Attempt.BUILT:
             self._complete(done, job, CACHED, None)
             return None
@@ -820,7 +820,7 @@ class _DriverLoop:
             backend._to_lease_threads(functools.partial(backend._prepare_waiting, job, done, shape_key))
             return None
         item = backend._prepare_here(job, done, shape_key)
-        if item is False:  # another runner holds it: wait on a lease thread
+        if item is Attempt.BUSY:  # another runner holds it: wait on a lease thread
             backend._to_lease_threads(functools.partial(backend._prepare_waiting, job, done, shape_key))
             return None
         if item is None:

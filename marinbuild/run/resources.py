@@ -356,8 +356,12 @@ def local_gpus() -> int:
     return len(glob.glob("/dev/nvidia[0-9]*"))
 
 
-def check_local(value: Any) -> str | None:
-    """Why a step with this request cannot run on this machine's local backend (None if it can)."""
+def check_local(value: Any, *, tpu_chips: int | None = None, gpus: int | None = None) -> str | None:
+    """Why a step with this request cannot run on this machine's local backend (None if it can).
+
+    ``tpu_chips`` and ``gpus`` are the machine's accelerators; None counts this machine's
+    (``local_tpu_chips``, ``local_gpus``). Passing them asks about another machine (a TPU VM).
+    """
     res = normalize(value)
     if res is None:
         return None
@@ -370,13 +374,13 @@ def check_local(value: Any) -> str | None:
         if s.multi_host:
             return f"needs {res.describe()}, which no single machine has; {cluster_hint}"
     if res.wants_tpu:
-        have = local_tpu_chips()
+        have = local_tpu_chips() if tpu_chips is None else tpu_chips
         need = max(res.tpu_chips, 1)
         if have < need:
             what = f"{have} TPU chip{'s' if have != 1 else ''}" if have else "no TPU"
             return f"needs {res.describe()} but this machine has {what}; {cluster_hint}"
     if res.gpu:
-        have = local_gpus()
+        have = local_gpus() if gpus is None else gpus
         if have < res.gpu:
             what = f"{have} GPU{'s' if have != 1 else ''}" if have else "no GPU"
             return f"needs {res.describe()} but this machine has {what}; {cluster_hint}"

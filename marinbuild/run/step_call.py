@@ -67,6 +67,14 @@ class MirrorScope:
 
 @dataclass(frozen=True)
 class StepCall:
+    """One step's call, as a backend receives it (see the module docstring).
+
+    ``fn`` and ``config`` are ``Any`` on purpose: ``fn`` is whatever a script or rule passed (a function,
+    a ``RemoteCallable`` of ours or Marin's, a ``@ray.remote`` function), told apart by ``wrapped`` and
+    ``target``; ``config`` is the step's own resolved config, of the user's type. ``resources`` likewise
+    takes every shape ``run.resources.normalize`` reads.
+    """
+
     fn: Any
     config: Any
     resources: Any = None

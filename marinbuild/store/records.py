@@ -1,4 +1,12 @@
-"""The other per-step files Marin reads: ``.executor_info`` and ``.artifact.json``; and the run info JSON."""
+"""The other per-step files Marin reads: ``.executor_info`` and ``.artifact.json`` (the run info JSON is
+``run_info.py``'s).
+
+Contract: both are written atomically (``fs.write_atomic``: whole or absent), in Marin's forms (the info
+text as the engine encoded it, Marin's indented JSON; the artifact as Marin encodes a step's return value,
+``encode_artifact``). Readers give None for an absent file and raise ``DamagedFileError`` naming the file
+for one that is not JSON (the cache commands report it, never count it as built). ``read_artifact`` also
+finds Marin's legacy artifact names. ``write_missing_infos`` never overwrites an existing info file.
+"""
 
 from __future__ import annotations
 

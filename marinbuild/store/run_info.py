@@ -89,34 +89,55 @@ def _opening(head: dict[str, Any]) -> bytes:
     return (json.dumps(ordered, indent=2)[:-2] + ',\n  "steps": [\n').encode()
 
 
-def _stream(out: BinaryIO, head: dict[str, Any], steps: Iterable[Pieces]) -> str:
-    """Write the whole text to ``out``; return the md5 hex digest of the steps' list (the name's hash)."""
+def _stream(out: BinaryIO, head: dict[str, Any], steps: Iterable[Pieces], spans: list[tuple[int, int]] | None) -> str:
+    """Write the whole text to ``out``; return the md5 hex digest of the steps' list (the name's hash). ``spans``
+    (when given) gets each step's entry as (offset, length) in the text."""
     digest = hashlib.md5(b"[")
-    out.write(_opening(head))
+    opening = _opening(head)
+    out.write(opening)
+    at = len(opening)
     for i, pieces in enumerate(steps):
         if i:
             digest.update(b", ")
             out.write(b",\n    ")
+            at += 6
         else:
             out.write(b"    ")
+            at += 4
+        size = 0
         for piece in pieces:
             digest.update(piece)
+            size += len(piece)
         out.writelines(pieces)
+        if spans is not None:
+            spans.append((at, size))
+        at += size
     digest.update(b"]")
     out.write(b"\n  ]\n}\n")
     return digest.hexdigest()
 
 
-def write(base: str, script: str, head: dict[str, Any], steps: Iterable[Pieces], only_if_new: bool) -> str:
-    """Write the run info under ``base`` (a local folder or an fsspec URL) in one pass; return its path."""
+def write(
+    base: str,
+    script: str,
+    head: dict[str, Any],
+    steps: Iterable[Pieces],
+    only_if_new: bool,
+    spans: list[tuple[int, int]] | None = None,
+) -> str:
+    """Write the run info under ``base`` (a local folder or an fsspec URL) in one pass; return its path. ``spans``
+    gets each step's entry as (offset, length) in the file (an existing file kept by ``only_if_new`` has the same
+    text but for its head: its spans are not given, and ``spans`` is left empty)."""
     if fs.is_local(base):
-        return _write_local(fs.local_path(base), script, head, steps, only_if_new)
+        return _write_local(fs.local_path(base), script, head, steps, only_if_new, spans)
     import tempfile
 
     with tempfile.TemporaryFile() as spool:
-        md5 = _stream(spool, head, steps)
+        md5 = _stream(spool, head, steps, spans)
         path = fs.join(base, f"{script}-{md5[:6]}.json")
         if only_if_new and fs.exists(path):
+            if spans is not None:
+                spans.clear()
             return path
         spool.seek(0)
         faults.point("before-upload run info " + script)
@@ -126,15 +147,24 @@ def write(base: str, script: str, head: dict[str, Any], steps: Iterable[Pieces],
     return path
 
 
-def _write_local(base: str, script: str, head: dict[str, Any], steps: Iterable[Pieces], only_if_new: bool) -> str:
+def _write_local(
+    base: str,
+    script: str,
+    head: dict[str, Any],
+    steps: Iterable[Pieces],
+    only_if_new: bool,
+    spans: list[tuple[int, int]] | None,
+) -> str:
     os.makedirs(base, exist_ok=True)
     fd, tmp = fs.create_temporary(base, script + ".json")
     try:
         with os.fdopen(fd, "wb") as out:
-            md5 = _stream(out, head, steps)
+            md5 = _stream(out, head, steps, spans)
         path = os.path.join(base, f"{script}-{md5[:6]}.json")
         if only_if_new and os.path.exists(path):
             os.unlink(tmp)
+            if spans is not None:
+                spans.clear()  # the kept file's head may differ in length: its offsets are not these
             return path
         faults.point("before-replace run info " + script)
         os.replace(tmp, path)

@@ -223,17 +223,19 @@ def test_expand_patterns_on_empty_workspace() -> None:
 )  # fmt: skip
 def test_attribute_labels_parse_exactly_as_parse_label(text: str) -> None:
     from marinbuild.core.labels import parse_label
-    from marinbuild.load.attrs import AttrValueError, _to_label
+    from marinbuild.load.attrs import AttrValueError, attr
+
+    label_attr = attr.label()  # what a rule's label attribute converts a value with
 
     try:
         expected = parse_label(text, "pkg")
     except LabelError as exc:
         with pytest.raises(AttrValueError) as info:
-            _to_label(text, "pkg")
+            label_attr.convert(text, "pkg")
         assert str(info.value) == str(exc)
         return
     if expected.repo:
         with pytest.raises(AttrValueError):
-            _to_label(text, "pkg")
+            label_attr.convert(text, "pkg")
         return
-    assert _to_label(text, "pkg") == expected
+    assert label_attr.convert(text, "pkg") == expected

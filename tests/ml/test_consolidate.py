@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from tokenize_ws import token_rows
@@ -24,7 +23,7 @@ def test_consolidated_cache_equals_levanters_consolidation(tmp_path):
     from levanter.store.cache import CacheMetadata, consolidate_shard_caches, write_levanter_cache
 
     from marinbuild.ml.consolidate import consolidate_caches
-    from marinbuild.ml.shard_work import _empty_cache
+    from marinbuild.ml.shard_work import write_empty_cache
 
     exemplar = {"input_ids": np.zeros((0,), dtype=np.int32)}
     rng = np.random.default_rng(7)
@@ -32,7 +31,7 @@ def test_consolidated_cache_equals_levanters_consolidation(tmp_path):
     for i in range(12):
         path = tmp_path / "shards" / f"cache-{i:02d}"
         if i == 5:
-            _empty_cache(str(path), SimpleNamespace(output_exemplar=exemplar, metadata={"m": 1}))
+            write_empty_cache(str(path), exemplar, {"m": 1})
         else:
             rows = [
                 {"input_ids": rng.integers(0, 1000, size=int(rng.integers(1, 3000))).astype(np.int32)}

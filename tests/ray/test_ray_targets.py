@@ -25,7 +25,7 @@ from raycluster import node_env
 from marinbuild.executor import Executor, ExecutorStep, StepFailedError, this_output_path
 from marinbuild.run.ray_backend import RayBackend, RemoteTraceback, StepImportError
 from marinbuild.store import status as st
-from marinbuild.ui._text import describe_error
+from marinbuild.ui.summary import BuildSummary
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -291,16 +291,17 @@ def test_a_step_whose_function_no_worker_can_import_says_why_in_its_first_line(r
     sys.modules[name] = module  # importable here, by a name no worker knows
     spec.loader.exec_module(module)
     step = ExecutorStep(name="nowhere", fn=module.step, config={"output_path": this_output_path()})
+    summary = BuildSummary()  # the listener whose text the console prints after a build
     executor = Executor(
         prefix=prefix,
         executor_info_base_path=os.path.join(prefix, "experiments"),
-        listeners=[],
+        listeners=[summary],
         backend=RayBackend(ray_cluster.address),
     )
     with pytest.raises(StepFailedError) as info:
         executor.run([step])
-    error = info.value.failures["nowhere"]
-    line = describe_error("nowhere", error)  # the console's one line
+    (failure,) = summary.failures
+    line = failure.message  # the one line the summary prints after "FAILED nowhere:"
     assert f"No module named '{name}'" in line and "Ray worker" in line, line
     original = info.value.__cause__
     assert isinstance(original, StepImportError) and isinstance(original.__cause__, RemoteTraceback)

@@ -18,6 +18,7 @@ from marinbuild.run.resources import (
     Resources,
     UnsatisfiableResourcesError,
     check_local,
+    local_tpu_chips,
     normalize,
     parse_memory,
     tpu,
@@ -83,18 +84,19 @@ def test_every_form_of_a_request_normalizes():
     assert parse_memory("512Mi") == 512 * 2**20 and parse_memory(1024) == 1024 and parse_memory("2g") == 2 * 2**30
 
 
-def test_check_local_refuses_accelerators_this_machine_lacks(monkeypatch):
-    import marinbuild.run.resources as res
-
-    monkeypatch.setattr(res, "local_tpu_chips", lambda: 0)
-    monkeypatch.setattr(res, "local_gpus", lambda: 0)
-    assert check_local(None) is None and check_local({"cpu": 64, "memory": "1t"}) is None
-    message = check_local(tpu("v4-8"))
+def test_check_local_refuses_accelerators_a_machine_lacks():
+    bare = {"tpu_chips": 0, "gpus": 0}  # a machine without accelerators
+    assert check_local(None, **bare) is None and check_local({"cpu": 64, "memory": "1t"}, **bare) is None
+    message = check_local(tpu("v4-8"), **bare)
     assert message and "v4-8" in message and "no TPU" in message and "--backend ray" in message
-    assert "GPU" in (check_local({"gpu": 1}) or "")
-    monkeypatch.setattr(res, "local_tpu_chips", lambda: 4)
-    assert check_local(tpu("v4-8")) is None  # on a v4-8 VM the local backend can run it
-    assert "single machine" in (check_local(tpu("v4-32")) or "")
+    assert "no GPU" in (check_local({"gpu": 1}, **bare) or "")
+    assert "1 GPU" in (check_local({"gpu": 2}, tpu_chips=0, gpus=1) or "")
+    assert check_local(tpu("v4-8"), tpu_chips=4, gpus=0) is None  # on a v4-8 VM the local backend can run it
+    assert "single machine" in (check_local(tpu("v4-32"), tpu_chips=4, gpus=0) or "")
+
+
+NO_TPU_HERE = pytest.mark.skipif(local_tpu_chips() > 0, reason="this machine has TPU chips: the local backend runs")
+"""The tests that build through the local backend on a machine without TPU chips (every CI machine)."""
 
 
 def _tpu_step(name: str = "train", **kwargs: Any) -> ExecutorStep:
@@ -106,10 +108,8 @@ def _tpu_step(name: str = "train", **kwargs: Any) -> ExecutorStep:
     )
 
 
-def test_the_local_backend_refuses_a_tpu_step_before_running_anything(prefix, monkeypatch):
-    import marinbuild.run.resources as res
-
-    monkeypatch.setattr(res, "local_tpu_chips", lambda: 0)
+@NO_TPU_HERE
+def test_the_local_backend_refuses_a_tpu_step_before_running_anything(prefix):
     data = pl.step("data", "d")
     train = ExecutorStep(
         name="train",
@@ -132,11 +132,9 @@ def test_the_local_backend_refuses_a_tpu_step_before_running_anything(prefix, mo
     assert not any(p.name.startswith(("data-", "train-", "eval-")) for p in Path(prefix).iterdir())
 
 
-def test_a_ray_remote_function_as_fn_runs_locally_and_its_resources_count(prefix, monkeypatch):
+@NO_TPU_HERE
+def test_a_ray_remote_function_as_fn_runs_locally_and_its_resources_count(prefix):
     ray = pytest.importorskip("ray")
-    import marinbuild.run.resources as res
-
-    monkeypatch.setattr(res, "local_tpu_chips", lambda: 0)
     plain = ExecutorStep(
         name="plain",
         fn=ray.remote(pl.write_text),
@@ -154,11 +152,10 @@ def test_a_ray_remote_function_as_fn_runs_locally_and_its_resources_count(prefix
         executor.run([on_tpu])
 
 
+@NO_TPU_HERE
 def test_the_cli_refuses_a_tpu_target_on_the_local_backend(tmp_path, monkeypatch, capsys):
-    import marinbuild.run.resources as res
     from marinbuild.cli import main
 
-    monkeypatch.setattr(res, "local_tpu_chips", lambda: 0)
     root = tmp_path / "ws"
     (root / "pipe").mkdir(parents=True)
     (root / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "out"\n')

@@ -1,0 +1,327 @@
+"""An incremental build from the recorded rows: analyse, version and plan only the edited targets and their
+consumers; take every other step as the previous build recorded it.
+
+When the analysis snapshot (``marinbuild.analysis.snapshot``) of a command line no longer holds only because
+of **local** inputs (a BUILD file, a package's folder, a source file a target names), a full build would
+analyse, version and plan every target again and compose every entry of Marin's run-info file, though only the
+edited targets and their consumers can differ. ``prepare`` does the part that can differ and takes the rest
+from the rows the previous build recorded (``marinbuild.analysis.rows``):
+
+1. The loader has loaded the patterns (restoring unchanged packages from the package cache). The requested
+   labels, the analysed targets and each one's dependencies (in order) must be the recorded ones: the same
+   graph, so Marin's step order is the recorded one.
+2. **Edited** targets: those whose declaration (rule and attribute values: ``Target.digest``, which the package
+   cache keeps for restored packages) differs from the recorded one, and those naming a changed source file.
+   **Affected**: the edited ones and every target depending on them.
+3. Every other step must still be built (SUCCESS and holding its recorded action, read as the planner reads
+   them); the affected targets are analysed with their unaffected dependencies given as stand-in steps, each
+   taken into the version table from its own ``.executor_info`` (checked against the recorded md5 of its
+   version string), so consumers' versions, paths and ``.executor_info`` texts are composed exactly as a full
+   build composes them.
+4. The affected steps must take the recorded steps' places one for one, with versions no other step has.
+
+The run then plans and runs the affected steps (the engine reads their dependencies' statuses as usual), and
+the run info is streamed from the recorded entries of the previous file and the new entries, in the recorded
+order: the same bytes a full build writes.
+
+``prepare`` answers None whenever any of this does not hold (and the build takes the full path, with the
+session already loaded): another graph, a step no longer built, a stand-in whose record does not match, a rule
+whose ``analyze`` hook reads a dependency's step (``NeedsFullAnalysis``), a changed input that is not local
+(``pyproject.toml``, a module, a loaded ``.star`` file, the code of a step), or most of the graph affected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from marinbuild.analysis.analyze import NeedsFullAnalysis, analyze, run_target
+from marinbuild.core.placeholders import ExecutorStep
+
+if TYPE_CHECKING:
+    from marinbuild.analysis.rows import Row, Rows
+    from marinbuild.analysis.session import Session
+    from marinbuild.analysis.snapshot import Snapshot
+    from marinbuild.core.labels import Label
+    from marinbuild.load.loader import LoadedWorkspace
+    from marinbuild.load.target import Target
+    from marinbuild.store.run_info import Pieces
+
+__all__ = ["MOST", "Prepared", "RecordedConfig", "prepare"]
+
+MOST = 0.5
+"""Above this share of the graph affected, the full path is taken: it does the same work with fewer checks."""
+
+
+@dataclass(frozen=True)
+class RecordedConfig:
+    """The config of a stand-in step: the previous build's record of a built target (never run or walked)."""
+
+    label: str
+
+
+@dataclass
+class Prepared:
+    """What ``prepare`` found: ``order`` is each row's step now (a new step for an affected row, else the row's
+    index), ``run`` the affected steps to plan and run, ``clean`` the rows taken as recorded."""
+
+    rows: Rows
+    order: list[ExecutorStep | int]
+    run: list[ExecutorStep]
+    clean: list[int]
+    digests: dict[str, str]
+    """The declaration digest of each affected target now (the rows record the others' as they were)."""
+    analysed: int
+    """How many targets were analysed (the affected ones)."""
+    statuses: dict[str, str | None] = field(default_factory=dict)
+
+    def entries(self, entry_of: Callable[[ExecutorStep], Pieces]) -> Iterator[Pieces]:
+        """Every run-info entry in order: recorded ones read from the previous file, new ones from ``entry_of``."""
+        with open(self.rows.run_info, "rb") as previous:
+            for item in self.order:
+                if isinstance(item, int):
+                    _n, _p, _d, _o, _md5, _depth, start, length = self.rows.rows[item]
+                    previous.seek(start)
+                    entry = previous.read(length)
+                    if len(entry) != length:
+                        raise OSError(f"{self.rows.run_info} is shorter than when it was written")
+                    yield (entry,)
+                else:
+                    yield entry_of(item)
+
+
+def prepare(session: Session, found: Snapshot, changed: list[str], rows: Rows) -> Prepared | None:
+    """Analyse and version the affected targets of ``session`` (loaded) on top of ``rows``; None: take the full
+    path (see the module docstring). On success ``session.analysis`` and ``session.engine`` hold the affected
+    targets' analysis and an engine with their steps and stand-ins versioned, ready to run ``Prepared.run``."""
+    loaded = session.loaded
+    assert loaded is not None, "load first"
+    if any(path not in found.local for path in changed):
+        return None
+    if [str(label) for label in session.labels] != rows.requested:
+        return None
+    closure = loaded.closure(session.labels)
+    if len(closure) != len(rows.labels):
+        return None
+    targets = loaded.targets
+    names: dict[Label, str] = {}
+    for label in closure:
+        name = str(label)
+        recorded = rows.labels.get(name)
+        if recorded is None or tuple(str(d) for d in targets[label].deps) != recorded[1]:
+            return None
+        names[label] = name
+    edited = _edited(closure, targets, names, rows, set(changed))
+    affected = _with_dependents(closure, edited, targets)
+    if len(affected) > MOST * len(closure):
+        return None
+    return _finish(
+        session, loaded, rows, affected, names, closure_order=[label for label in closure if label in affected]
+    )
+
+
+def prepare_partial(session: Session, found: Snapshot, changed: list[str], rows: Rows) -> Prepared | None:
+    """``prepare`` for an edit of BUILD files only, loading only the packages the edit affects: the edited packages
+    (evaluated) and those holding a target that depends on an edited target (mostly restored from the package
+    cache); the others are as the rows record them, since none of their inputs changed. None: ``prepare`` decides
+    after a load of every package. Call it on a session that has loaded nothing."""
+    workspace = session.workspace
+    packages: dict[str, list[str]] = {}
+    for name in rows.labels:
+        packages.setdefault(name[2 : name.index(":")], []).append(name)
+    by_build_file = {str(workspace.build_file(package)): package for package in packages}
+    edited_packages = set()
+    for path in changed:
+        package = by_build_file.get(path)
+        if package is None:  # a folder, a source file...: what it changes is found by loading everything
+            return None
+        edited_packages.add(package)
+    loaded = session.loader.load_packages(sorted(edited_packages), transitive=False)
+    targets = loaded.targets
+    names: dict[Label, str] = {}
+    edited: set[str] = set()
+    for package in edited_packages:
+        here = list(loaded.packages.get(package, ()))
+        if sorted(str(label) for label in here) != sorted(packages[package]):
+            return None  # a target added, removed or renamed: another graph
+        for label in here:
+            name = names[label] = str(label)
+            _indices, deps, digest = rows.labels[name]
+            target = targets[label]
+            if tuple(str(d) for d in target.deps) != deps:
+                return None
+            if not target.digest or target.digest != digest:
+                edited.add(name)
+    dependents: dict[str, list[str]] = {}
+    for name, (_indices, deps, _digest) in rows.labels.items():
+        for dep in deps:
+            dependents.setdefault(dep, []).append(name)
+    affected_names = set(edited)
+    todo = list(edited)
+    while todo:
+        for name in dependents.get(todo.pop(), ()):
+            if name not in affected_names:
+                affected_names.add(name)
+                todo.append(name)
+    if len(affected_names) > MOST * len(rows.labels):
+        return None
+    needed = {name[2 : name.index(":")] for name in affected_names} - edited_packages
+    loaded = session.loader.load_packages(sorted(needed), transitive=False)
+    targets = loaded.targets
+    by_name = {str(label): label for package in needed | edited_packages for label in loaded.packages.get(package, [])}
+    if any(name not in by_name for name in affected_names):
+        return None
+    affected = {by_name[name] for name in affected_names}
+    for label in affected:
+        names[label] = str(label)
+    for label in affected:
+        for dependency in targets[label].deps:
+            names.setdefault(dependency, str(dependency))
+    stop = [label for label in names if label not in affected]
+    order = loaded.closure(sorted(affected, key=str), stop=stop)
+    session.labels = []
+    return _finish(session, loaded, rows, affected, names, closure_order=order)
+
+
+def _finish(
+    session: Session,
+    loaded: LoadedWorkspace,
+    rows: Rows,
+    affected: set[Label],
+    names: dict[Label, str],
+    closure_order: list[Label],
+) -> Prepared | None:
+    """From the affected targets on: the other steps still built, the affected ones analysed and versioned on
+    top of their stand-in dependencies, each in its recorded place (steps 3 and 4 of the module docstring).
+    ``names``: the text of each affected target's label and of its dependencies'; ``closure_order``: the affected
+    targets, dependencies first."""
+    targets = loaded.targets
+    affected_rows = {i for label in affected for i in rows.labels[names[label]][0]}
+    clean = [i for i in range(len(rows.rows)) if i not in affected_rows]
+    statuses = _built(rows, clean)
+    if statuses is None:
+        return None
+    stand_ins = _stand_ins(rows, names, affected, targets)
+    if stand_ins is None:
+        return None
+    from marinbuild.load import StatCache
+
+    cache = StatCache(session.workspace.stat_cache_path)
+    roots = closure_order
+    try:
+        analysis = analyze(loaded, roots, session.workspace, cache, known=stand_ins)
+    except NeedsFullAnalysis:
+        return None
+    cache.save()
+    engine = session.make_engine()
+    table = engine.table  # no version-digest cache: reading it costs more than hashing the affected steps' versions
+    try:
+        for label, step in stand_ins.items():
+            (index,) = rows.labels[names[label]][0]
+            _n, path, digest, _o, md5, depth, _s, _l = rows.rows[index]
+            table.add_recorded(
+                step, _recorded_version(path), md5=md5, depth=depth, output_path=path, action_digest=digest
+            )
+    except (OSError, ValueError, KeyError, TypeError):  # no readable record, or not the recorded version
+        return None
+    new_steps = [step for label in roots for step in analysis.steps_of[label]]
+    engine.add_all(new_steps)
+    order: list[ExecutorStep | int] = list(range(len(rows.rows)))
+    placed: dict[int, ExecutorStep] = {}
+    for label in roots:
+        indices = rows.labels[names[label]][0]
+        steps = [table.canonicalize(s) for s in analysis.steps_of[label]]
+        if len(steps) != len(indices):
+            return None
+        for index, step in zip(indices, steps, strict=True):
+            if placed.setdefault(index, step) is not step or step in table.recorded:
+                return None
+    md5s = table.full_md5s()
+    clean_md5 = {rows.rows[i][4] for i in clean}
+    if len(set(placed.values())) != len(placed) or any(md5s[s] in clean_md5 for s in placed.values()):
+        return None  # two rows now one version, or a new version equal to a recorded one: Marin's list changes
+    for index, step in placed.items():
+        order[index] = step
+    if len(table.steps) != len(placed) + len(stand_ins):  # a new step no row stands for
+        return None
+    session.loaded = loaded
+    session.analysis = analysis
+    session.engine = engine
+    digests = {names[label]: targets[label].digest for label in affected}
+    return Prepared(rows, order, list(placed.values()), clean, digests, len(roots), statuses)
+
+
+def _edited(
+    closure: list[Label], targets: Mapping[Label, Target], names: dict[Label, str], rows: Rows, changed: set[str]
+) -> set[Label]:
+    """Targets whose declaration is not the recorded one (or unknown), and targets naming a changed source file."""
+    edited = set()
+    for label in closure:
+        target = targets[label]
+        recorded = rows.labels[names[label]][2]
+        if not target.digest or target.digest != recorded or any(str(p) in changed for p in target.source_paths):
+            edited.add(label)
+    return edited
+
+
+def _with_dependents(closure: list[Label], edited: set[Label], targets: Mapping[Label, Target]) -> set[Label]:
+    """``edited`` and every target of ``closure`` that depends on one, directly or not (closure order is
+    dependencies first, so one pass suffices)."""
+    affected = set(edited)
+    for label in closure:
+        if label not in affected and any(d in affected for d in targets[label].deps):
+            affected.add(label)
+    return affected
+
+
+def _built(rows: Rows, clean: list[int]) -> dict[str, str | None] | None:
+    """The statuses of the clean rows if every one is SUCCESS and holds its recorded action, else None."""
+    from marinbuild.run.plan import read_statuses
+    from marinbuild.store.action_cache import ActionKey, check_built
+    from marinbuild.store.status import STATUS_SUCCESS
+
+    recorded: list[Row] = [rows.rows[i] for i in clean]
+    paths = [row[1] for row in recorded]
+    try:
+        statuses = read_statuses(paths)
+        if any(statuses.get(path) != STATUS_SUCCESS for path in paths):
+            return None
+        check_built([(row[1], ActionKey(row[2], row[0], row[3])) for row in recorded], getattr(statuses, "actions", {}))
+    except Exception:  # a damaged status, another version at a path...: the full path says what is wrong
+        return None
+    return dict(statuses)
+
+
+def _stand_ins(
+    rows: Rows, names: dict[Label, str], affected: set[Label], targets: Mapping[Label, Target]
+) -> dict[Label, ExecutorStep] | None:
+    """A stand-in step for each unaffected dependency of an affected target (one step each, as a dependency must
+    be), named and placed as recorded."""
+    out: dict[Label, ExecutorStep] = {}
+    for label in affected:
+        for dep in targets[label].deps:
+            if dep in affected or dep in out:
+                continue
+            indices = rows.labels[names[dep]][0]
+            if len(indices) != 1:
+                return None
+            name, path, _digest, overridden, *_ = rows.rows[indices[0]]
+            out[dep] = ExecutorStep(
+                name=name,
+                fn=run_target,
+                config=RecordedConfig(names[dep]),
+                override_output_path=path if overridden else None,
+            )
+    return out
+
+
+def _recorded_version(output_path: str) -> dict[str, object]:
+    """The version a built step's ``.executor_info`` records (keys in the order they were written)."""
+    with open(os.path.join(output_path, ".executor_info"), "rb") as f:
+        version = json.loads(f.read())["version"]
+    if not isinstance(version, dict):
+        raise ValueError(f"{output_path}/.executor_info: no version")
+    return version

@@ -1,0 +1,203 @@
+"""An edit rebuilt from the previous build's rows (``marinbuild.analysis.incremental``): only the affected targets
+are analysed, and the outputs, ``.executor_info`` texts and run-info file are the bytes a full analysis makes.
+Anything the rows cannot vouch for takes the full path.
+
+Through the real CLI in child processes; the full analysis to compare with runs in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from workspaces import age_workspace, write_workspace
+
+REPO = Path(__file__).resolve().parent.parent
+LAYERS = 7  # deeper than MAX_INLINE_DEPTH: consumers inline some dependencies' versions and name others
+ANALYSED = re.compile(r"analysed (\d+) of (\d+) targets")
+
+STEPS_PY = """
+import os
+
+
+def write(config):
+    os.makedirs(config["output_path"], exist_ok=True)
+    with open(os.path.join(config["output_path"], "out.txt"), "w") as f:
+        f.write(str(config["salt"]))
+"""
+
+
+def _package(layer: int, salt: int) -> str:
+    """Layer ``layer``: three targets, each depending on every target of the layer below (in ``p<layer-1>``)."""
+    lines = ['load("@marinbuild//rules:python.py", "python_step")']
+    for i in range(3):
+        deps = [f"//p{layer - 1}:t{j}" for j in range(3)] if layer else []
+        value = salt if i == 1 else 0
+        lines.append(
+            f'python_step(name = "t{i}", fn = "rowsteps:write", config = {{"salt": {value}, "layer": {layer}}}, '
+            f"deps = {deps!r})".replace("'", '"')
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _workspace(root: Path) -> Path:
+    files = {"rowsteps.py": STEPS_PY, **{f"p{layer}/BUILD.marin": _package(layer, 0) for layer in range(LAYERS)}}
+    ws = write_workspace(root, files, prefix="../out")
+    (ws / ".marinbuild").mkdir()  # made by the first build otherwise: its folder would be too new to sign
+    age_workspace(root)
+    return ws
+
+
+def _edit(ws: Path, layer: int, salt: int) -> None:
+    _age((ws / f"p{layer}" / "BUILD.marin"), _package(layer, salt))
+
+
+def _age(path: Path, text: str | None = None) -> None:
+    """Write ``text`` to ``path`` (if given) and set its time a minute back: outside the window in which a just
+    changed input is not trusted, and still different from the time it had (aged before)."""
+    if text is not None:
+        path.write_text(text)
+    old = time.time() - 60
+    os.utime(path, (old, old))
+
+
+def _marinbuild(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("MARIN_PREFIX", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "//...", "--explain", *args],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _analysed(done: subprocess.CompletedProcess[str]) -> tuple[int, int] | None:
+    found = ANALYSED.search(done.stderr)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def _run_info(done: subprocess.CompletedProcess[str]) -> Path:
+    found = re.search(r"experiment\?path=(\S+\.json)", done.stderr)
+    assert found is not None, done.stderr
+    return Path(found.group(1))
+
+
+def _ran(done: subprocess.CompletedProcess[str]) -> set[str]:
+    return set(re.findall(r"^started (\S+) ", done.stdout + done.stderr, re.MULTILINE))
+
+
+def _full_analysis(ws: Path, prefix: Path) -> tuple[bytes, str, dict[str, str]]:
+    """What a full analysis of ``ws`` writes: the run info's steps text and name, and each step's info text."""
+    from marinbuild.analysis.session import Session, Settings
+    from marinbuild.engine import commit
+    from marinbuild.load import Loader
+    from marinbuild.load.workspace import find_workspace
+
+    cwd = os.getcwd()
+    os.chdir(ws)
+    try:
+        workspace = find_workspace(".")  # no package cache: this process's entries would not be the CLI's
+        session = Session(workspace, Settings.resolve(workspace, prefix=str(prefix)), Loader(workspace))
+        session.load(["//..."])
+        session.analyse()
+        engine = session.engine
+        assert engine is not None
+        engine.record_infos()
+        assert engine.executor_info is not None
+        folder = tempfile.mkdtemp()
+        path = commit.write_run_info(engine.table, engine.executor_info, folder, only_if_new=False)
+        text = Path(path).read_bytes()
+        infos = {engine.output_paths[s]: engine.info_text(s) for s in engine.steps}
+        shutil.rmtree(folder)
+    finally:
+        os.chdir(cwd)
+    return text[text.index(b'"steps": [') :], Path(path).name.rsplit("-", 1)[1], infos
+
+
+def test_an_edit_is_analysed_alone_and_writes_what_a_full_analysis_writes(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "ws")
+    prefix = tmp_path / "out"
+    assert _analysed(_marinbuild(ws)) is None  # the first build analyses everything
+    for salt in (1, 2):  # twice: the second build's rows are the first incremental build's own
+        _edit(ws, 4, salt)  # its dependencies in p3 are inlined into its version, p0's are named
+        done = _marinbuild(ws)
+        assert _analysed(done) == (1 + 3 * (LAYERS - 5), 3 * LAYERS), done.stderr  # p4's t1 and its dependents
+        ran = _ran(done)
+        assert "p4/t1" in ran and "p4/t0" not in ran and len(ran) == 1 + 3 * (LAYERS - 5)
+        steps_text, name, infos = _full_analysis(ws, prefix)
+        run_info = _run_info(done)
+        text = run_info.read_bytes()
+        assert run_info.name.rsplit("-", 1)[1] == name
+        assert text[text.index(b'"steps": [') :] == steps_text
+        for path, info in infos.items():
+            assert (Path(path) / ".executor_info").read_text() == info + "\n", path
+
+
+def test_an_edit_saved_by_renaming_a_new_file_is_analysed_alone(tmp_path: Path) -> None:
+    """An editor that writes a new file and renames it over the BUILD file changes the package's folder too: the
+    build then loads every package, and still analyses only what the edit affects."""
+    ws = _workspace(tmp_path / "ws")
+    _marinbuild(ws)
+    build = ws / "p4" / "BUILD.marin"
+    new = ws / "p4" / ".BUILD.marin.swp"
+    new.write_text(_package(4, 1))
+    os.replace(new, build)
+    _age(build)
+    _age(build.parent)
+    done = _marinbuild(ws)
+    assert _analysed(done) == (1 + 3 * (LAYERS - 5), 3 * LAYERS), done.stderr
+    steps_text, name, _infos = _full_analysis(ws, tmp_path / "out")
+    text = _run_info(done).read_bytes()
+    assert _run_info(done).name.rsplit("-", 1)[1] == name and text[text.index(b'"steps": [') :] == steps_text
+
+
+def test_a_dry_run_from_rows_plans_every_step(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "ws")
+    _marinbuild(ws)
+    _edit(ws, 5, 1)
+    done = _marinbuild(ws, "-n")
+    assert _analysed(done) == (4, 3 * LAYERS)
+    rows = re.findall(r"^(\w+) +(p\d/t\d)  ", done.stdout, re.MULTILINE)
+    assert len(rows) == 3 * LAYERS, done.stdout
+    assert sorted(name for state, name in rows if state != "built") == ["p5/t1", "p6/t0", "p6/t1", "p6/t2"]
+
+
+def test_an_edit_affecting_most_of_the_graph_takes_the_full_path(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "ws")
+    _marinbuild(ws)
+    _edit(ws, 1, 1)
+    assert _analysed(_marinbuild(ws)) is None
+
+
+def test_a_step_deleted_since_takes_the_full_path_and_is_rebuilt(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "ws")
+    prefix = tmp_path / "out"
+    _marinbuild(ws)
+    shutil.rmtree(next(prefix.glob("p0/t2-*")))
+    _edit(ws, 4, 1)
+    done = _marinbuild(ws)
+    assert _analysed(done) is None
+    assert "p0/t2" in _ran(done) and "p4/t1" in _ran(done)
+
+
+def test_a_run_info_changed_since_or_a_changed_pyproject_takes_the_full_path(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "ws")
+    done = _marinbuild(ws)
+    with _run_info(done).open("ab") as f:
+        f.write(b" ")
+    _edit(ws, 4, 1)
+    assert _analysed(_marinbuild(ws)) is None
+    _edit(ws, 4, 2)  # the last build wrote rows again
+    _age(ws / "pyproject.toml", (ws / "pyproject.toml").read_text() + "# an edit outside any package\n")
+    assert _analysed(_marinbuild(ws)) is None
