@@ -194,7 +194,7 @@ class _Fold:
                 folder, _, base = name.rpartition("/")
                 paths = paths_by_key.get((bucket, folder))
                 digest = action_cache.digest_of_name(base) if paths is not None else None
-                if digest is not None:
+                if paths is not None and digest is not None:
                     for p in paths:
                         if digest not in actions[p]:
                             actions[p] = actions[p] | {digest}
