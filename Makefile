@@ -10,7 +10,7 @@ EXTRAS ?=
 LINTED := marinbuild tests bench experiments rules
 # Without the suites that start a Ray cluster, fake-gcs-server or levanter (markers set in tests/conftest.py);
 # their three folders are wholly marked, so they are not even imported.
-FAST := -m "not ray and not gcs and not ml" --ignore=tests/ray --ignore=tests/gcs --ignore=tests/ml
+FAST := -m "not ray and not gcs and not ml and not soak" --ignore=tests/ray --ignore=tests/gcs --ignore=tests/ml
 
 .PHONY: venv run check lint format test test-fast bench clean
 
@@ -47,7 +47,7 @@ format: $(BIN)/.installed-dev  ## rewrite the code in ruff format's style and ap
 test: $(BIN)/.installed-dev  ## the whole test suite (what CI runs)
 	$(BIN)/python -m pytest -q
 
-test-fast: $(BIN)/.installed-dev  ## the inner loop: without the Ray, GCS-emulator and training tests
+test-fast: $(BIN)/.installed-dev  ## the inner loop: without the Ray, GCS-emulator, training and kill-soak tests
 	$(BIN)/python -m pytest -q $(FAST)
 
 bench: $(BIN)/.installed-run-$(EXTRAS)

@@ -129,12 +129,15 @@ def test_an_edit_is_analysed_alone_and_writes_what_a_full_analysis_writes(tmp_pa
     ws = _workspace(tmp_path / "ws")
     prefix = tmp_path / "out"
     assert _analysed(_marinbuild(ws)) is None  # the first build analyses everything
-    for salt in (1, 2):  # twice: the second build's rows are the first incremental build's own
-        _edit(ws, 4, salt)  # its dependencies in p3 are inlined into its version, p0's are named
+    # p4/t1's dependencies (p3) are inlined into its version; p6/t1's (p5) are deeper, so named. The second build's
+    # rows are the first incremental build's own.
+    for layer, salt in ((4, 1), (4, 2), (6, 1)):
+        _edit(ws, layer, salt)
         done = _marinbuild(ws)
-        assert _analysed(done) == (1 + 3 * (LAYERS - 5), 3 * LAYERS), done.stderr  # p4's t1 and its dependents
+        affected = 1 + 3 * (LAYERS - 1 - layer)  # the edited target and its dependents
+        assert _analysed(done) == (affected, 3 * LAYERS), done.stderr
         ran = _ran(done)
-        assert "p4/t1" in ran and "p4/t0" not in ran and len(ran) == 1 + 3 * (LAYERS - 5)
+        assert f"p{layer}/t1" in ran and f"p{layer}/t0" not in ran and len(ran) == affected
         steps_text, name, infos = _full_analysis(ws, prefix)
         run_info = _run_info(done)
         text = run_info.read_bytes()
@@ -201,3 +204,52 @@ def test_a_run_info_changed_since_or_a_changed_pyproject_takes_the_full_path(tmp
     _edit(ws, 4, 2)  # the last build wrote rows again
     _age(ws / "pyproject.toml", (ws / "pyproject.toml").read_text() + "# an edit outside any package\n")
     assert _analysed(_marinbuild(ws)) is None
+
+
+def _files(prefix: Path) -> dict[str, tuple[int, int, int]]:
+    """Every file under ``prefix`` but the run infos: ``relative path -> (inode, mtime_ns, size)``."""
+    found = {}
+    for path in prefix.rglob("*"):
+        if path.is_file() and "experiments" not in path.relative_to(prefix).parts:
+            st = path.stat()
+            found[str(path.relative_to(prefix))] = (st.st_ino, st.st_mtime_ns, st.st_size)
+    return found
+
+
+def test_a_build_from_rows_rewrites_no_file_of_a_step_it_did_not_run(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "ws")
+    prefix = tmp_path / "out"
+    _marinbuild(ws)
+    before = _files(prefix)
+    _edit(ws, 6, 1)
+    done = _marinbuild(ws)
+    assert _analysed(done) == (1, 3 * LAYERS)
+    after = _files(prefix)
+    assert _ran(done) == {"p6/t1"}
+    assert {path: after.get(path) for path in before} == before  # the old p6/t1 output included: a new path ran
+    (new_folder,) = {"/".join(Path(path).parts[:2]) for path in set(after) - set(before)}
+    assert new_folder.startswith("p6/t1-") and not any(path.startswith(new_folder + "/") for path in before)
+
+
+def test_a_build_from_rows_killed_before_its_run_info_is_named_leaves_the_previous_one(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "ws")
+    prefix = tmp_path / "out"
+    first = _run_info(_marinbuild(ws))
+    text = first.read_bytes()
+    _edit(ws, 6, 1)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("MARIN_PREFIX", None)
+    env["MARINBUILD_KILL_AT_POINT"] = "1:before-replace run info __main__"
+    killed = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "//...", "--explain"], cwd=ws, env=env, capture_output=True, text=True
+    )
+    assert killed.returncode == -9, killed.stderr
+    # The same edit and environment as test_a_build_from_rows_rewrites_no_file_of_a_step_it_did_not_run, whose build
+    # reports the path from rows (fault-injection variables are not part of the recorded environment).
+    assert "building: 1 step to run, 20 already built" in killed.stderr
+    assert sorted(p.name for p in (prefix / "experiments").glob("*.json")) == [first.name]
+    assert first.read_bytes() == text
+    done = _marinbuild(ws)  # the next build completes: its snapshot has no rows, so it takes the full path
+    assert _analysed(done) is None and _run_info(done).name != first.name
+    steps_text, name, _infos = _full_analysis(ws, prefix)
+    assert _run_info(done).name.rsplit("-", 1)[1] == name

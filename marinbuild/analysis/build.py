@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -281,6 +281,7 @@ def _run_prepared(
     from marinbuild.analysis import rows, snapshot
     from marinbuild.code_digest import for_session
     from marinbuild.run.plan import BUILT
+    from marinbuild.store.status import STATUS_SUCCESS
 
     engine = session.engine
     assert engine is not None
@@ -290,11 +291,11 @@ def _run_prepared(
     def row_now(position: int) -> tuple[str, str, str, bool]:
         item = prepared.order[position]
         if isinstance(item, int):
-            name, path, digest, overridden, *_ = recorded_rows.rows[item]
-            return name, path, digest, overridden
+            table_then = recorded_rows.rows
+            return table_then.names[item], table_then.path(item), table_then.digest(item), bool(table_then.flags[item])
         return item.name, table.output_paths[item], table.action_digest(item), item.override_output_path is not None
 
-    positions = {name: recorded_rows.labels[name][0] for name in recorded_rows.requested}
+    positions = {name: recorded_rows.labels.rows_of(name) for name in recorded_rows.requested}
     requested = [(name, row_now(i)[1]) for name in recorded_rows.requested for i in positions[name]]
     planning_order = dict.fromkeys(i for name in recorded_rows.requested for i in positions[name])
     code = for_session(session)
@@ -307,15 +308,19 @@ def _run_prepared(
     build_id = snapshot.write_with_code(
         key, session, recorder, read, snapshot.Snapshot(requested, [row_now(i) for i in planning_order]), code_files
     )
+    del read, planning_order
+    previous.snapshot.release()  # the new snapshot is written: the old one's lists are not read again
     engine.recorded_entries = prepared.entries
-    announced = [
-        (recorded_rows.rows[i][0], recorded_rows.rows[i][1], prepared.statuses.get(recorded_rows.rows[i][1]))
-        for i in prepared.clean
-    ]
+
+    def clean_rows() -> Iterator[tuple[str, str]]:
+        for i in prepared.clean:
+            yield recorded_rows.rows.names[i], recorded_rows.rows.path(i)
+
+    announced = ((name, path, STATUS_SUCCESS) for name, path in clean_rows())  # each one checked by ``prepare``
     result = BuildResult(requested, None, session, analysed=(prepared.analysed, len(recorded_rows.labels)))
     _run(request, listeners, session, event_log, result, prepared.run, [], announced)
     if result.plan is not None:
-        result.plan[:0] = [PlanRow(RecordedStep(name), BUILT, path, None, False) for name, path, _s in announced]
+        result.plan[:0] = [PlanRow(RecordedStep(name), BUILT, path, None, False) for name, path in clean_rows()]
     cache_dir = session.workspace.cache_dir
     if result.code_changed:  # no no-op from the snapshot while there is something to warn
         key.path(cache_dir).unlink(missing_ok=True)
@@ -324,22 +329,22 @@ def _run_prepared(
     if build_id is None or path is None or len(spans) != len(prepared.order) or result.failure is not None:
         return result
     md5s = table.full_md5s()
-    new_rows: list[rows.Row] = []
-    for item, (start, length) in zip(prepared.order, spans, strict=True):
-        if isinstance(item, int):
-            name, out, digest, overridden, md5, depth, *_ = recorded_rows.rows[item]
-            new_rows.append((name, out, digest, overridden, md5, depth, start, length))
-        else:
+    new_rows: dict[int, rows.Row] = {}
+    for position, item in enumerate(prepared.order):
+        if not isinstance(item, int):
             overridden = item.override_output_path is not None
             out, digest = table.output_paths[item], table.action_digest(item)
-            new_rows.append((item.name, out, digest, overridden, md5s[item], table.depth[item], start, length))
+            new_rows[position] = (item.name, out, digest, overridden, md5s[item], table.depth[item], 0, 0)
     sig = snapshot.signature(path)
-    labels = {
-        name: (indices, deps, prepared.digests.get(name, digest))
-        for name, (indices, deps, digest) in recorded_rows.labels.items()
-    }
     if sig is not None:
-        now = rows.Rows(build_id, path, sig, recorded_rows.requested, new_rows, labels)
+        now = rows.Rows(
+            build_id,
+            path,
+            sig,
+            recorded_rows.requested,
+            recorded_rows.rows.replaced(new_rows, spans),
+            recorded_rows.labels.with_digests(prepared.digests),
+        )
         rows.write(key, cache_dir, now)
     return result
 
@@ -361,7 +366,7 @@ def _run(
     result: BuildResult,
     steps: list[ExecutorStep],
     rebuilt: list[ExecutorStep],
-    recorded: Sequence[tuple[str, str, str | None]] = (),
+    recorded: Iterable[tuple[str, str, str | None]] = (),
 ) -> None:
     """Run ``steps`` on the session's engine into ``result``: listeners, failures, code records, caches, plan rows
     and changed code. ``recorded``: (name, output path, status) of built steps the engine does not hold (a build

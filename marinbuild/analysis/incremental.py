@@ -35,14 +35,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from marinbuild.analysis.analyze import NeedsFullAnalysis, analyze, run_target
 from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.core.versions import MAX_INLINE_DEPTH
 
 if TYPE_CHECKING:
-    from marinbuild.analysis.rows import Row, Rows
+    from marinbuild.analysis.rows import Rows
     from marinbuild.analysis.session import Session
     from marinbuild.analysis.snapshot import Snapshot
     from marinbuild.core.labels import Label
@@ -76,14 +77,14 @@ class Prepared:
     """The declaration digest of each affected target now (the rows record the others' as they were)."""
     analysed: int
     """How many targets were analysed (the affected ones)."""
-    statuses: dict[str, str | None] = field(default_factory=dict)
 
     def entries(self, entry_of: Callable[[ExecutorStep], Pieces]) -> Iterator[Pieces]:
         """Every run-info entry in order: recorded ones read from the previous file, new ones from ``entry_of``."""
         with open(self.rows.run_info, "rb") as previous:
             for item in self.order:
                 if isinstance(item, int):
-                    _n, _p, _d, _o, _md5, _depth, start, length = self.rows.rows[item]
+                    spans = self.rows.rows.spans
+                    start, length = spans[2 * item], spans[2 * item + 1]
                     previous.seek(start)
                     entry = previous.read(length)
                     if len(entry) != length:
@@ -149,23 +150,13 @@ def prepare_partial(session: Session, found: Snapshot, changed: list[str], rows:
             return None  # a target added, removed or renamed: another graph
         for label in here:
             name = names[label] = str(label)
-            _indices, deps, digest = rows.labels[name]
+            _indices, deps, digest = rows.labels[name]  # a few: the edited packages' targets
             target = targets[label]
             if tuple(str(d) for d in target.deps) != deps:
                 return None
             if not target.digest or target.digest != digest:
                 edited.add(name)
-    dependents: dict[str, list[str]] = {}
-    for name, (_indices, deps, _digest) in rows.labels.items():
-        for dep in deps:
-            dependents.setdefault(dep, []).append(name)
-    affected_names = set(edited)
-    todo = list(edited)
-    while todo:
-        for name in dependents.get(todo.pop(), ()):
-            if name not in affected_names:
-                affected_names.add(name)
-                todo.append(name)
+    affected_names = rows.labels.dependents(edited)
     if len(affected_names) > MOST * len(rows.labels):
         return None
     needed = {name[2 : name.index(":")] for name in affected_names} - edited_packages
@@ -199,10 +190,9 @@ def _finish(
     ``names``: the text of each affected target's label and of its dependencies'; ``closure_order``: the affected
     targets, dependencies first."""
     targets = loaded.targets
-    affected_rows = {i for label in affected for i in rows.labels[names[label]][0]}
+    affected_rows = {i for label in affected for i in rows.labels.rows_of(names[label])}
     clean = [i for i in range(len(rows.rows)) if i not in affected_rows]
-    statuses = _built(rows, clean)
-    if statuses is None:
+    if not _built(rows, clean):
         return None
     stand_ins = _stand_ins(rows, names, affected, targets)
     if stand_ins is None:
@@ -220,11 +210,11 @@ def _finish(
     table = engine.table  # no version-digest cache: reading it costs more than hashing the affected steps' versions
     try:
         for label, step in stand_ins.items():
-            (index,) = rows.labels[names[label]][0]
+            (index,) = rows.labels.rows_of(names[label])
             _n, path, digest, _o, md5, depth, _s, _l = rows.rows[index]
-            table.add_recorded(
-                step, _recorded_version(path), md5=md5, depth=depth, output_path=path, action_digest=digest
-            )
+            inlined = depth <= MAX_INLINE_DEPTH  # consumers inline its version; a deeper one they name
+            version = _recorded_version(path) if inlined else None
+            table.add_recorded(step, version, md5=md5, depth=depth, output_path=path, action_digest=digest)
     except (OSError, ValueError, KeyError, TypeError):  # no readable record, or not the recorded version
         return None
     new_steps = [step for label in roots for step in analysis.steps_of[label]]
@@ -232,7 +222,7 @@ def _finish(
     order: list[ExecutorStep | int] = list(range(len(rows.rows)))
     placed: dict[int, ExecutorStep] = {}
     for label in roots:
-        indices = rows.labels[names[label]][0]
+        indices = rows.labels.rows_of(names[label])
         steps = [table.canonicalize(s) for s in analysis.steps_of[label]]
         if len(steps) != len(indices):
             return None
@@ -240,8 +230,8 @@ def _finish(
             if placed.setdefault(index, step) is not step or step in table.recorded:
                 return None
     md5s = table.full_md5s()
-    clean_md5 = {rows.rows[i][4] for i in clean}
-    if len(set(placed.values())) != len(placed) or any(md5s[s] in clean_md5 for s in placed.values()):
+    clean_md5 = {rows.rows.md5_raw(i) for i in clean}
+    if len(set(placed.values())) != len(placed) or any(bytes.fromhex(md5s[s]) in clean_md5 for s in placed.values()):
         return None  # two rows now one version, or a new version equal to a recorded one: Marin's list changes
     for index, step in placed.items():
         order[index] = step
@@ -251,7 +241,7 @@ def _finish(
     session.analysis = analysis
     session.engine = engine
     digests = {names[label]: targets[label].digest for label in affected}
-    return Prepared(rows, order, list(placed.values()), clean, digests, len(roots), statuses)
+    return Prepared(rows, order, list(placed.values()), clean, digests, len(roots))
 
 
 def _edited(
@@ -261,7 +251,7 @@ def _edited(
     edited = set()
     for label in closure:
         target = targets[label]
-        recorded = rows.labels[names[label]][2]
+        recorded = rows.labels.digest_of(names[label])
         if not target.digest or target.digest != recorded or any(str(p) in changed for p in target.source_paths):
             edited.add(label)
     return edited
@@ -277,22 +267,23 @@ def _with_dependents(closure: list[Label], edited: set[Label], targets: Mapping[
     return affected
 
 
-def _built(rows: Rows, clean: list[int]) -> dict[str, str | None] | None:
-    """The statuses of the clean rows if every one is SUCCESS and holds its recorded action, else None."""
+def _built(rows: Rows, clean: list[int]) -> bool:
+    """Whether every clean row is SUCCESS and holds its recorded action."""
     from marinbuild.run.plan import read_statuses
     from marinbuild.store.action_cache import ActionKey, check_built
     from marinbuild.store.status import STATUS_SUCCESS
 
-    recorded: list[Row] = [rows.rows[i] for i in clean]
-    paths = [row[1] for row in recorded]
+    table = rows.rows
+    paths = [table.path(i) for i in clean]
     try:
         statuses = read_statuses(paths)
         if any(statuses.get(path) != STATUS_SUCCESS for path in paths):
-            return None
-        check_built([(row[1], ActionKey(row[2], row[0], row[3])) for row in recorded], getattr(statuses, "actions", {}))
+            return False
+        keys = [ActionKey(table.digest(i), table.names[i], bool(table.flags[i])) for i in clean]
+        check_built(zip(paths, keys, strict=True), getattr(statuses, "actions", {}))
     except Exception:  # a damaged status, another version at a path...: the full path says what is wrong
-        return None
-    return dict(statuses)
+        return False
+    return True
 
 
 def _stand_ins(
@@ -305,7 +296,7 @@ def _stand_ins(
         for dep in targets[label].deps:
             if dep in affected or dep in out:
                 continue
-            indices = rows.labels[names[dep]][0]
+            indices = rows.labels.rows_of(names[dep])
             if len(indices) != 1:
                 return None
             name, path, _digest, overridden, *_ = rows.rows[indices[0]]

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import marshal
 import os
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,13 +35,210 @@ from marinbuild.analysis.snapshot import Signature, SnapshotKey, signature
 if TYPE_CHECKING:
     from marinbuild.analysis.session import Session
 
-__all__ = ["FORMAT", "Row", "Rows", "load", "path_for", "record", "write"]
+__all__ = ["FORMAT", "LabelTable", "Row", "RowTable", "Rows", "load", "path_for", "record", "write"]
 
-FORMAT = 2
+FORMAT = 3
 """Bump when what the rows hold or mean changes: older files are then ignored."""
 
 Row = tuple[str, str, str, bool, str, int, int, int]
 """(name, output path, action digest, output path overridden, version md5 hex, depth, entry offset, entry length)."""
+
+LabelRow = tuple[tuple[int, ...], tuple[str, ...], str]
+"""(its steps' row indices, in ``steps_of`` order; its dependencies' labels, in order; its declaration digest, empty
+if unknown)."""
+
+
+class RowTable(Sequence[Row]):
+    """The rows, kept compact (one build reads all of them and holds them while its steps run: digests as raw
+    bytes, output paths only where they are not ``<prefix>/<name>-<md5[:6]>``); ``table[i]`` is a ``Row``."""
+
+    def __init__(self, prefix: str, rows: Sequence[Row] = ()):
+        self.prefix_slash = prefix if prefix.endswith("/") else prefix + "/"
+        self.names: list[str] = []
+        self.paths: dict[int, str] = {}
+        digests, md5s, flags = bytearray(), bytearray(), bytearray()
+        depths, spans = array("q"), array("q")
+        for i, (name, path, digest, overridden, md5, depth, start, length) in enumerate(rows):
+            self.names.append(name)
+            if path != self.prefix_slash + name + "-" + md5[:6]:
+                self.paths[i] = path
+            digests += bytes.fromhex(digest)
+            md5s += bytes.fromhex(md5)
+            flags.append(overridden)
+            depths.append(depth)
+            spans.extend((start, length))
+        self.digests, self.md5s, self.flags = bytes(digests), bytes(md5s), bytes(flags)
+        self.depths, self.spans = depths, spans
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: int) -> Row:  # type: ignore[override]
+        name = self.names[i]
+        md5 = self.md5s[16 * i : 16 * i + 16].hex()
+        path = self.paths.get(i) or self.prefix_slash + name + "-" + md5[:6]
+        digest = self.digests[32 * i : 32 * i + 32].hex()
+        return name, path, digest, bool(self.flags[i]), md5, self.depths[i], self.spans[2 * i], self.spans[2 * i + 1]
+
+    def name(self, i: int) -> str:
+        return self.names[i]
+
+    def path(self, i: int) -> str:
+        return self.paths.get(i) or self.prefix_slash + self.names[i] + "-" + self.md5s[16 * i : 16 * i + 3].hex()
+
+    def digest(self, i: int) -> str:
+        return self.digests[32 * i : 32 * i + 32].hex()
+
+    def md5_raw(self, i: int) -> bytes:
+        return self.md5s[16 * i : 16 * i + 16]
+
+    def replaced(self, new: Mapping[int, Row], spans: Sequence[tuple[int, int]]) -> RowTable:
+        """These rows with ``new`` rows at their indices and every entry at ``spans`` (a new run-info file)."""
+        table = RowTable.__new__(RowTable)
+        table.prefix_slash = self.prefix_slash
+        table.names, table.paths = list(self.names), dict(self.paths)
+        digests, md5s, flags = bytearray(self.digests), bytearray(self.md5s), bytearray(self.flags)
+        table.depths = array("q", self.depths)
+        for i, (name, path, digest, overridden, md5, depth, _start, _length) in new.items():
+            table.names[i] = name
+            table.paths.pop(i, None)
+            if path != self.prefix_slash + name + "-" + md5[:6]:
+                table.paths[i] = path
+            digests[32 * i : 32 * i + 32] = bytes.fromhex(digest)
+            md5s[16 * i : 16 * i + 16] = bytes.fromhex(md5)
+            flags[i] = overridden
+            table.depths[i] = depth
+        table.digests, table.md5s, table.flags = bytes(digests), bytes(md5s), bytes(flags)
+        table.spans = array("q", (x for span in spans for x in span))
+        if len(table.spans) != 2 * len(table.names):
+            raise ValueError("a span per row")
+        return table
+
+    def dump(self) -> tuple[object, ...]:
+        return (
+            self.prefix_slash,
+            self.names,
+            self.paths,
+            self.digests,
+            self.md5s,
+            self.flags,
+            self.depths.tobytes(),
+            self.spans.tobytes(),
+        )
+
+    @classmethod
+    def undump(cls, data: tuple[object, ...]) -> RowTable:
+        prefix_slash, names, paths, digests, md5s, flags, depths, spans = data
+        table = cls.__new__(cls)
+        table.prefix_slash = str(prefix_slash)
+        table.names, table.paths = list(names), dict(paths)  # type: ignore[call-overload]
+        table.digests, table.md5s, table.flags = bytes(digests), bytes(md5s), bytes(flags)  # type: ignore[call-overload]
+        table.depths, table.spans = array("q"), array("q")
+        table.depths.frombytes(depths)  # type: ignore[arg-type]
+        table.spans.frombytes(spans)  # type: ignore[arg-type]
+        n = len(table.names)
+        if len(table.digests) != 32 * n or len(table.md5s) != 16 * n or len(table.flags) != n:
+            raise ValueError("rows of different lengths")
+        if len(table.depths) != n or len(table.spans) != 2 * n:
+            raise ValueError("rows of different lengths")
+        return table
+
+
+class LabelTable(Mapping[str, LabelRow]):
+    """label -> ``LabelRow``, kept compact: dependencies as positions among the labels, digests as raw bytes."""
+
+    def __init__(self, labels: Mapping[str, LabelRow] | None = None):
+        self.keys_: list[str] = list(labels or ())
+        self.position = {name: i for i, name in enumerate(self.keys_)}
+        self.rows, self.row_ends = array("q"), array("q")
+        self.deps, self.dep_ends = array("q"), array("q")
+        digests = bytearray()
+        for name in self.keys_:
+            indices, deps, digest = (labels or {})[name]
+            self.rows.extend(indices)
+            self.row_ends.append(len(self.rows))
+            self.deps.extend(self.position[d] for d in deps)
+            self.dep_ends.append(len(self.deps))
+            digests += bytes.fromhex(digest) if digest else bytes(20)
+        self.digests = bytes(digests)
+
+    def __len__(self) -> int:
+        return len(self.keys_)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys_)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.position
+
+    def __getitem__(self, name: str) -> LabelRow:
+        i = self.position[name]
+        rows = tuple(self.rows[self.row_ends[i - 1] if i else 0 : self.row_ends[i]])
+        keys = self.keys_
+        deps = tuple(keys[d] for d in self.deps[self.dep_ends[i - 1] if i else 0 : self.dep_ends[i]])
+        raw = self.digests[20 * i : 20 * i + 20]
+        return rows, deps, raw.hex() if any(raw) else ""
+
+    def rows_of(self, name: str) -> tuple[int, ...]:
+        """The row indices of the steps of target ``name``."""
+        i = self.position[name]
+        return tuple(self.rows[self.row_ends[i - 1] if i else 0 : self.row_ends[i]])
+
+    def digest_of(self, name: str) -> str:
+        i = self.position[name]
+        raw = self.digests[20 * i : 20 * i + 20]
+        return raw.hex() if any(raw) else ""
+
+    def dependents(self, names: Iterable[str]) -> set[str]:
+        """``names`` and every target depending on one of them, directly or not."""
+        position, keys, deps, ends = self.position, self.keys_, self.deps, self.dep_ends
+        users: list[list[int]] = [[] for _ in keys]
+        start = 0
+        for i, end in enumerate(ends):
+            for d in deps[start:end]:
+                users[d].append(i)
+            start = end
+        seen = {position[name] for name in names}
+        todo = list(seen)
+        while todo:
+            for user in users[todo.pop()]:
+                if user not in seen:
+                    seen.add(user)
+                    todo.append(user)
+        return {keys[i] for i in seen}
+
+    def with_digests(self, digests: Mapping[str, str]) -> LabelTable:
+        """These labels with the declaration digests ``digests`` (label -> digest) in place of theirs."""
+        table = LabelTable.__new__(LabelTable)
+        table.keys_, table.position = self.keys_, self.position
+        table.rows, table.row_ends, table.deps, table.dep_ends = self.rows, self.row_ends, self.deps, self.dep_ends
+        raw = bytearray(self.digests)
+        for name, digest in digests.items():
+            i = self.position[name]
+            raw[20 * i : 20 * i + 20] = bytes.fromhex(digest) if digest else bytes(20)
+        table.digests = bytes(raw)
+        return table
+
+    def dump(self) -> tuple[object, ...]:
+        parts = (self.rows, self.row_ends, self.deps, self.dep_ends)
+        return (self.keys_, *(a.tobytes() for a in parts), self.digests)
+
+    @classmethod
+    def undump(cls, data: tuple[object, ...]) -> LabelTable:
+        keys, rows, row_ends, deps, dep_ends, digests = data
+        table = cls.__new__(cls)
+        table.keys_ = list(keys)  # type: ignore[call-overload]
+        table.position = {name: i for i, name in enumerate(table.keys_)}
+        table.rows, table.row_ends, table.deps, table.dep_ends = (array("q") for _ in range(4))
+        for target, raw in zip(
+            (table.rows, table.row_ends, table.deps, table.dep_ends), (rows, row_ends, deps, dep_ends), strict=True
+        ):
+            target.frombytes(raw)  # type: ignore[arg-type]
+        table.digests = bytes(digests)  # type: ignore[call-overload]
+        n = len(table.keys_)
+        if len(table.row_ends) != n or len(table.dep_ends) != n or len(table.digests) != 20 * n:
+            raise ValueError("labels of different lengths")
+        return table
 
 
 @dataclass
@@ -48,10 +247,8 @@ class Rows:
     run_info: str
     run_info_signature: Signature
     requested: list[str]
-    rows: list[Row]
-    labels: dict[str, tuple[tuple[int, ...], tuple[str, ...], str]]
-    """label -> (its steps' row indices, in ``steps_of`` order; its dependencies' labels, in order; the digest of
-    its declaration, empty if unknown)."""
+    rows: RowTable
+    labels: LabelTable
 
 
 def path_for(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Path:
@@ -61,16 +258,17 @@ def path_for(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Path:
 def write(key: SnapshotKey, cache_dir: str | os.PathLike[str], rows: Rows) -> bool:
     from marinbuild.core.private_file import write_private_file
 
+    requested = array("q", (rows.labels.position[name] for name in rows.requested)).tobytes()
     body = (
         FORMAT,
         rows.build_id,
         rows.run_info,
         rows.run_info_signature,
-        rows.requested,
-        rows.rows,
-        rows.labels,
+        requested,
+        rows.rows.dump(),
+        rows.labels.dump(),
     )
-    return write_private_file(path_for(key, cache_dir), marshal.dumps(body))
+    return write_private_file(path_for(key, cache_dir), marshal.dumps(body))  # type: ignore[arg-type]
 
 
 def load(key: SnapshotKey, cache_dir: str | os.PathLike[str], build_id: str) -> Rows | None:
@@ -79,16 +277,17 @@ def load(key: SnapshotKey, cache_dir: str | os.PathLike[str], build_id: str) -> 
         fmt, found_id, run_info, run_info_sig, requested, rows, labels = marshal.loads(
             path_for(key, cache_dir).read_bytes()
         )
-    except (OSError, ValueError, EOFError, TypeError):
-        return None
-    if fmt != FORMAT or found_id != build_id or not build_id:
-        return None
-    try:
+        if fmt != FORMAT or found_id != build_id or not build_id:
+            return None
         if signature(run_info) != tuple(run_info_sig):
             return None
-    except (OSError, TypeError):
+        label_table = LabelTable.undump(labels)
+        positions = array("q")
+        positions.frombytes(requested)
+        names = [label_table.keys_[i] for i in positions]
+        return Rows(build_id, run_info, tuple(run_info_sig), names, RowTable.undump(rows), label_table)
+    except (OSError, ValueError, EOFError, TypeError, IndexError):
         return None
-    return Rows(build_id, run_info, tuple(run_info_sig), list(requested), [tuple(r) for r in rows], dict(labels))
 
 
 def drop(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> None:
@@ -108,7 +307,7 @@ def record(session: Session, key: SnapshotKey, build_id: str, run_info: str, spa
         return False
     index = {step: i for i, step in enumerate(steps)}
     md5s = table.full_md5s()
-    labels: dict[str, tuple[tuple[int, ...], tuple[str, ...], str]] = {}
+    labels: dict[str, LabelRow] = {}
     covered: set[int] = set()
     for label, label_steps in analysis.steps_of.items():
         indices = tuple(index[table.canonicalize(s)] for s in label_steps)
@@ -134,5 +333,10 @@ def record(session: Session, key: SnapshotKey, build_id: str, run_info: str, spa
     sig = signature(run_info)
     if sig is None:
         return False
-    found = Rows(build_id, run_info, sig, [str(label) for label in session.labels], rows, labels)
+    requested = [str(label) for label in session.labels]
+    try:
+        found = Rows(build_id, run_info, sig, requested, RowTable(table.prefix, rows), LabelTable(labels))
+    except KeyError:  # a dependency that is not an analysed target: the rows would not describe the graph
+        drop(key, session.workspace.cache_dir)
+        return False
     return write(key, session.workspace.cache_dir, found)

@@ -16,8 +16,9 @@ stores in ``<workspace>/.marinbuild/snapshots/`` a snapshot:
   matching a glob changes its folder), and the folder of each of these files;
 - the whole **environment** but the shell's own bookkeeping (``SHELL_BOOKKEEPING``: ``OLDPWD``,
   ``SHLVL``, ``_``, terminal and SSH session names, which differ between two terminals but mean
-  nothing to a build): rules modules and experiment scripts are Python and may read any
-  variable, so the snapshot holds only while every other variable is unchanged;
+  nothing to a build) and the fault-injection variables (``FAULT_INJECTION``): rules modules and
+  experiment scripts are Python and may read any variable, so the snapshot holds only while every
+  other variable is unchanged;
 - the **result**: each requested target's output paths, and the requested steps (name, output
   path, action-cache key) in the order the planner visits them.
 
@@ -103,9 +104,18 @@ SHELL_BOOKKEEPING = frozenset(
 )
 
 
+FAULT_INJECTION = frozenset({"MARINBUILD_KILL_AT_POINT", "MARINBUILD_FAULT_SIGNAL", "MARINBUILD_FAULT_POINT_LOG"})
+"""Where a test asks marinbuild's own writes to stop (``marinbuild.store.faults``): read by nothing else, so left out
+of the recorded environment too, and a killed build can be one that a snapshot or its rows would answer."""
+
+
 def analysis_environment() -> dict[str, str]:
-    """The environment as a snapshot records it: every variable but ``SHELL_BOOKKEEPING``."""
-    return {name: value for name, value in os.environ.items() if name not in SHELL_BOOKKEEPING}
+    """The environment as a snapshot records it: every variable but ``SHELL_BOOKKEEPING`` and ``FAULT_INJECTION``."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name not in SHELL_BOOKKEEPING and name not in FAULT_INJECTION
+    }
 
 
 _FOLDER = "snapshots"
@@ -184,6 +194,10 @@ class Snapshot:
     code_files: tuple[str, ...] = ()
     build_id: str = ""
     signed: tuple[tuple[str, Signature], ...] = ()
+
+    def release(self) -> None:
+        """Drop the lists (a build that wrote a new snapshot reads this one's no more, and holds it while it runs)."""
+        self.requested, self.steps, self.signed = [], [], ()
 
 
 # -- recording ---------------------------------------------------------------------------------

@@ -242,27 +242,43 @@ class VersionTable:
         self.digests = digests
 
     def add_recorded(
-        self, step: ExecutorStep, version: dict[str, Any], *, md5: str, depth: int, output_path: str, action_digest: str
+        self,
+        step: ExecutorStep,
+        version: dict[str, Any] | None,
+        *,
+        md5: str,
+        depth: int,
+        output_path: str,
+        action_digest: str,
     ) -> None:
         """Take ``step`` as versioned by an earlier build (``marinbuild.analysis.rows``): its ``version`` (as its
         ``.executor_info`` holds it, keys in Marin's order), the full ``md5`` hex of its version string, its depth,
-        output path and action digest. Consumers versioned afterwards inline it as they would have the step
-        itself; its own config is never walked (it has no dependencies here: it is built).
+        output path and action digest. Consumers versioned afterwards inline it, or name it, as they would have
+        the step itself; its own config is never walked (it has no dependencies here: it is built).
+
+        ``version`` may be None for a step deeper than ``MAX_INLINE_DEPTH``: consumers only name it
+        (``name-hash``), and ``versions`` then holds that name in place of the version.
 
         Raises ``ValueError`` if ``version`` is not the string whose md5 was recorded, or another step of this
         table has that version (the caller then versions the graph in full)."""
-        text = dumps_sorted(version).encode()
-        if hashlib.md5(text).hexdigest() != md5:
-            raise ValueError(f"{step.name}: the recorded version does not hash to {md5}")
+        text = b""
+        if version is None:
+            if depth <= MAX_INLINE_DEPTH:
+                raise ValueError(f"{step.name}: a step consumers inline needs its version")
+        else:
+            text = dumps_sorted(version).encode()
+            if hashlib.md5(text).hexdigest() != md5:
+                raise ValueError(f"{step.name}: the recorded version does not hash to {md5}")
         if step in self.versions or md5 in self._canonical_by_md5:
             raise ValueError(f"{step.name}: version {md5} is already in the table")
         self._canonical_by_md5[md5] = step
         self._canonical[step] = step
         self.recorded.add(step)
         self.steps.append(step)
-        self.versions[step] = version
-        self._step_by_version_id[id(version)] = step
-        self.version_pieces[step] = (text,)
+        self.versions[step] = version if version is not None else f"{step.name}-{md5[:6]}"  # type: ignore[assignment]
+        if version is not None:  # a deeper step's text is never read: consumers name it
+            self._step_by_version_id[id(version)] = step
+            self.version_pieces[step] = (text,)
         self._md5[step] = bytes.fromhex(md5)
         self._action_digests[step] = action_digest
         self.hashed_versions[step] = md5[:6]
@@ -271,7 +287,7 @@ class VersionTable:
         self.pseudo_dependencies[step] = []
         self.is_pseudo_dep[step] = False
         self.depth[step] = depth
-        if depth <= MAX_INLINE_DEPTH:
+        if version is not None:
             self._indented[step] = dumps_indented(version)
 
     def full_md5s(self) -> dict[ExecutorStep, str]:

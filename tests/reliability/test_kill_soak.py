@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import harness as h
+import pytest
 import soak
 
 from marinbuild.store import status as st
+
+pytestmark = pytest.mark.soak  # many builds, each killed at a point: `make test` runs them, `make test-fast` does not
 
 
 def test_a_kill_at_any_metadata_write_leaves_a_build_the_next_run_completes(tmp_path):
