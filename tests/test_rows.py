@@ -253,3 +253,23 @@ def test_a_build_from_rows_killed_before_its_run_info_is_named_leaves_the_previo
     assert _analysed(done) is None and _run_info(done).name != first.name
     steps_text, name, _infos = _full_analysis(ws, prefix)
     assert _run_info(done).name.rsplit("-", 1)[1] == name
+
+
+def test_a_full_no_op_finds_the_run_info_of_its_graph_and_records_rows(tmp_path: Path) -> None:
+    """A first build whose snapshot was not kept (here: dropped; in a new workspace: its inputs too new to trust)
+    leaves the next build, a no-op, to analyse in full: it finds the run info the first wrote for the same graph,
+    so the build after an edit analyses only what it affects."""
+    ws = _workspace(tmp_path / "ws")
+    first = _run_info(_marinbuild(ws))
+    shutil.rmtree(ws / ".marinbuild" / "snapshots")
+    noop = _marinbuild(ws)
+    assert "experiment?path=" not in noop.stderr and not _ran(noop)  # nothing ran, no run info written
+    (rows_file,) = (ws / ".marinbuild" / "snapshots").glob("*.rows")
+    assert rows_file.is_file()
+    _edit(ws, 6, 1)
+    done = _marinbuild(ws)
+    assert _analysed(done) == (1, 3 * LAYERS), done.stderr
+    steps_text, name, _infos = _full_analysis(ws, tmp_path / "out")
+    text = _run_info(done).read_bytes()
+    assert _run_info(done).name.rsplit("-", 1)[1] == name and text[text.index(b'"steps": [') :] == steps_text
+    assert first.is_file()

@@ -434,11 +434,21 @@ def _record_rows(session: Session, key: SnapshotKey, build_id: str | None, resul
         key.path(cache_dir).unlink(missing_ok=True)
         rows.drop(key, cache_dir)
         return
-    path = engine.executor_info_path
     # Rows belong to the snapshot of their build_id: without new ones, the next build finds none for its snapshot.
-    if build_id is None or path is None or not engine.run_info_spans or "://" in path or result.failure is not None:
+    if build_id is None or result.failure is not None:
         return
-    rows.record(session, key, build_id, path, engine.run_info_spans)
+    path, spans = engine.executor_info_path, engine.run_info_spans
+    if path is None and result.plan is not None and not any(row.will_run for row in result.plan):
+        # Nothing ran, so no run info was written: the rows point into the one an earlier run of this very graph
+        # wrote, if it is there (found by its name, which costs hashing every entry: the full path only).
+        from marinbuild.engine import commit
+
+        found = commit.existing_run_info(engine.table, engine.executor_info_base_path, engine.worker_id, engine.prefix)
+        if found is not None:
+            path, spans = found
+    if path is None or not spans or "://" in path:
+        return
+    rows.record(session, key, build_id, path, spans)
 
 
 def _export_serve_url(workspace: Workspace, prefix: str) -> None:

@@ -89,6 +89,21 @@ def write_recorded_run_info(
     return run_info.write(base, script, head, entries(entry_of), True, spans)
 
 
+def existing_run_info(
+    table: VersionTable, base: str, worker_id: str, prefix: str
+) -> tuple[str, list[tuple[int, int]]] | None:
+    """The local run info an earlier run of exactly the table's steps wrote under ``base``, with each entry's (offset,
+    length) in it (``store.run_info.find_local``); None if there is none. Composes and hashes every entry."""
+    from marinbuild.engine.infos import run_info as records
+    from marinbuild.store import fs, run_info
+
+    if not fs.is_local(base):
+        return None
+    _steps, info = records(table, worker_id=worker_id, prefix=prefix, description=None)
+    script = run_info.script_name(info.caller_path)
+    return run_info.find_local(fs.local_path(base), script, _run_info_steps(table, info))
+
+
 def write_step_infos(table: VersionTable) -> None:
     """Every versioned step's ``.executor_info``, replacing what is there (Marin's ``write_infos``)."""
     from marinbuild.store import records

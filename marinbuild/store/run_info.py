@@ -16,7 +16,9 @@ Contract:
   ``os.replace`` names it, once its hash is known. With ``only_if_new`` an existing file of the same name (the
   same graph, an earlier run) is kept and the temporary file dropped. On an object store the text is spooled to
   a local temporary file and uploaded as one object, which appears whole.
-- ``name(script, steps)`` is the path's file name without writing anything (a second pass when needed).
+- ``name(script, steps)`` is the path's file name without writing anything (a second pass when needed);
+  ``find_local(base, script, steps)`` finds the file an earlier run of the same steps wrote, and where each entry
+  lies in it.
 - ``BackgroundWrite`` writes it on a thread of its own, so a build does not wait for it before starting its
   steps: hashing and writing release the GIL; ``result()`` joins and re-raises what the writer raised, ``join()``
   only waits (when the build has an error of its own to raise).
@@ -175,6 +177,50 @@ def _write_local(
             pass
         raise
     return path
+
+
+def find_local(base: str, script: str, steps: Iterable[Pieces]) -> tuple[str, list[tuple[int, int]]] | None:
+    """The run info ``write`` would name for ``steps`` in local folder ``base``, if an earlier run wrote it, with each
+    entry's (offset, length) there; None if there is none, or it does not hold these entries (checked by the full
+    md5 of its entries, not only the six hex digits of its name)."""
+    digest = hashlib.md5(b"[")
+    lengths: list[int] = []
+    for i, pieces in enumerate(steps):
+        if i:
+            digest.update(b", ")
+        size = 0
+        for piece in pieces:
+            digest.update(piece)
+            size += len(piece)
+        lengths.append(size)
+    digest.update(b"]")
+    expected = digest.hexdigest()
+    path = os.path.join(base, f"{script}-{expected[:6]}.json")
+    marker = b'"steps": [\n'
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+            at = head.find(marker)
+            if at < 0:
+                return None
+            at += len(marker)
+            spans: list[tuple[int, int]] = []
+            found = hashlib.md5(b"[")
+            for i, size in enumerate(lengths):
+                at += 6 if i else 4
+                f.seek(at)
+                entry = f.read(size)
+                if i:
+                    found.update(b", ")
+                found.update(entry)
+                spans.append((at, size))
+                at += size
+            found.update(b"]")
+            if found.hexdigest() != expected or at + 7 != os.fstat(f.fileno()).st_size:
+                return None
+    except OSError:
+        return None
+    return path, spans
 
 
 class BackgroundWrite:
