@@ -115,7 +115,7 @@ def digests_at(output_path: str) -> frozenset[str]:
             return frozenset()
         bucket, key = gcs.split(output_path)
         items = gcs.run(gcs.list_objects, gcs.filesystem(), bucket, f"{key}/{RECORD_PREFIX}")
-        names = (item["name"].rsplit("/", 1)[-1] for item in items)
+        names = (item.name.rsplit("/", 1)[-1] for item in items)
     return digests_named(names)
 
 

@@ -17,11 +17,15 @@ Deciding what is built must not cost one sequential round trip per step. For ``g
   JSON-lines form, garbage) is downloaded, in one concurrent round, unless the local metadata
   cache already saw that very generation as SUCCESS;
 - the same listings name the action-cache records (``.marinbuild_action.<sha256>.json``) beside
-  each status, so collision checks cost no extra request.
+  each status, so collision checks cost no extra request;
+- each listing page is folded into the result as it arrives (``_Fold``, on gcsfs's event loop, while other
+  listings are in flight), decoded into the four fields it needs (``gcs.Listed``): no page is held, so memory
+  follows the steps, not the bytes listed (fake-gcs-server ignores ``fields`` and ``matchGlob`` and sends
+  several times what GCS would). A listing that fails on any page fails the whole read: never a partial answer.
 
 So a no-op plan of N built steps in one folder costs about N/200 requests (N/400 on the emulator),
-all in one round trip. The cyclic garbage collector is paused while the listings are parsed and read
-(``core/gc_control.py``): they make two objects or more per listed object and no cyclic garbage, and at
+all in one round trip. The cyclic garbage collector is paused while the listings are read
+(``core/gc_control.py``): they make an object or more per listed object and no cyclic garbage, and at
 100,000 steps the collector's passes over them and over the caller's own tables (a no-op answered from the
 analysis snapshot reads statuses outside the engine's own pause) cost as much as the parsing itself.
 Local paths are read directly, other fsspec protocols concurrently in threads.
@@ -37,17 +41,22 @@ import base64
 import hashlib
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.store import action_cache
 from marinbuild.store import status as st
 from marinbuild.store.metadata_cache import CachedStep, MetadataCache
 
+if TYPE_CHECKING:
+    from marinbuild.store import gcs as gcs_types
+
 GROUP_MIN = 4
 CHUNK_STEPS = 400
 CONCURRENCY = 100
 """Listings in flight at once (aiohttp's default connection pool of a gcsfs session is 100)."""
+PAGE_SIZE = 1000
+"""Objects per listing page (``maxResults``; GCS sends at most 1,000)."""
 _KNOWN = {base64.b64encode(hashlib.md5(s.encode()).digest()).decode(): s for s in st.STATUSES}
 _STATUS_NAME = st.STATUS_FILE
 _GLOB_SPECIAL = set("*?[]{}\\")
@@ -99,7 +108,10 @@ def read_statuses(output_paths: list[str], cache: MetadataCache | None = None, w
 
             cache = MetadataCache(metadata_cache.default_path())
         with gc_paused():  # parsing the listings: many objects, no cyclic garbage (see the module docstring)
-            result.merge(_read_gcs(gcs_paths, cache))
+            read = _read_gcs(gcs_paths, cache)
+        if not result:
+            return read
+        result.merge(read)
     return result
 
 
@@ -143,65 +155,82 @@ def _is_record(name: str) -> bool:
     return action_cache.digest_of_name(name.rpartition("/")[2]) is not None
 
 
+class _Fold:
+    """The statuses and action records of the wanted step folders, folded into the result a listing page at a time
+    as pages arrive (on gcsfs's event loop, while other listings are in flight): a page's objects are dropped once
+    read, so memory follows the steps, not the bytes listed (a server that ignores ``matchGlob`` lists every object
+    of each range), and the result is ready when the last page is."""
+
+    STATUS_SUFFIX = "/" + _STATUS_NAME
+    RECORD_MARK = "/" + action_cache.RECORD_PREFIX
+
+    def __init__(self, paths_by_key: dict[tuple[str, str], list[str]], paths: list[str]) -> None:
+        self.paths_by_key = paths_by_key
+        self.result = StatusMap()
+        """Every wanted path: None (no status listed) until its status object is seen; no action record until
+        one is seen."""
+        self.result.update(dict.fromkeys(paths))
+        self.result.actions.update(dict.fromkeys(paths, frozenset()))
+        self.unknown: dict[tuple[str, str], int] = {}
+        """(bucket, step folder) -> the generation of a status whose md5 is not a known status word."""
+
+    def page(self, bucket: str, items: list[gcs_types.Listed]) -> None:
+        status_suffix, record_mark = self.STATUS_SUFFIX, self.RECORD_MARK
+        paths_by_key, result, actions = self.paths_by_key, self.result, self.result.actions
+        for obj in items:
+            name = obj.name
+            if name.endswith(status_suffix):
+                bk = (bucket, name[: -len(status_suffix)])
+                paths = paths_by_key.get(bk)
+                if paths is None:
+                    continue
+                status = _KNOWN.get(obj.md5Hash) if obj.size > 0 else None
+                if status is None and obj.size > 0:
+                    self.unknown[bk] = obj.generation
+                for p in paths:
+                    result[p] = status
+                    result.generations[p] = obj.generation
+            elif record_mark in name:
+                folder, _, base = name.rpartition("/")
+                paths = paths_by_key.get((bucket, folder))
+                digest = action_cache.digest_of_name(base) if paths is not None else None
+                if paths is not None and digest is not None:
+                    for p in paths:
+                        if digest not in actions[p]:
+                            actions[p] = actions[p] | {digest}
+
+
 def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
     from marinbuild.store import gcs
 
     filesystem = gcs.filesystem()
-    key_of: dict[str, tuple[str, str]] = {p: gcs.split(p) for p in output_paths}
     paths_by_key: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for path, bk in key_of.items():
-        paths_by_key[bk].append(path)
+    for path in output_paths:
+        paths_by_key[gcs.split(path)].append(path)
     keys_by_bucket: dict[str, list[str]] = defaultdict(list)
     for bucket, key in paths_by_key:
         keys_by_bucket[bucket].append(key)
     requests = [r for bucket, keys in keys_by_bucket.items() for r in _chunks(bucket, keys, filesystem.match_glob)]
+    fold = _Fold(dict(paths_by_key), output_paths)
 
-    async def listings() -> list[tuple[str, list[dict[str, Any]]]]:
-        async def one(r: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
-            items = await gcs.list_objects(
-                filesystem, r["bucket"], r["prefix"], start=r["start"], end=r["end"], glob=r.get("glob")
-            )
-            return r["bucket"], items
+    async def listings() -> None:
+        async def one(r: dict[str, Any]) -> None:
+            async for page in gcs.list_pages(
+                filesystem,
+                r["bucket"],
+                r["prefix"],
+                start=r["start"],
+                end=r["end"],
+                glob=r.get("glob"),
+                page_size=PAGE_SIZE,
+            ):
+                fold.page(r["bucket"], page)
 
-        return await gcs.gather_limited([one(r) for r in requests], limit=CONCURRENCY)
+        await gcs.gather_limited([one(r) for r in requests], limit=CONCURRENCY)
 
-    status_suffix = "/" + _STATUS_NAME
-    record_mark = "/" + action_cache.RECORD_PREFIX
-    status_items: dict[tuple[str, str], dict[str, Any]] = {}
-    records: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for bucket, items in gcs.run(listings, fs=filesystem):
-        for obj in items:
-            name = obj["name"]
-            if name.endswith(status_suffix):
-                bk = (bucket, name[: -len(status_suffix)])
-                if bk in paths_by_key:
-                    status_items[bk] = obj
-            elif record_mark in name:
-                folder, _, base = name.rpartition("/")
-                digest = action_cache.digest_of_name(base)
-                if digest is not None:
-                    records[(bucket, folder)].add(digest)
-
-    result = StatusMap()
+    gcs.run(listings, fs=filesystem)
+    result, unknown = fold.result, fold.unknown
     to_fetch: list[tuple[str, str]] = []
-    unknown: dict[tuple[str, str], int] = {}
-    empty: frozenset[str] = frozenset()
-    for bk, paths in paths_by_key.items():
-        item = status_items.get(bk)
-        found = records.get(bk)
-        digests = frozenset(found) if found else empty
-        status: str | None = None
-        if item is not None:
-            generation = int(item.get("generation") or 0)
-            if int(item.get("size") or 0) > 0:
-                status = _KNOWN.get(item.get("md5Hash", ""))
-                if status is None:
-                    unknown[bk] = generation
-            for p in paths:
-                result.generations[p] = generation
-        for p in paths:
-            result[p] = status
-            result.actions[p] = digests
     if unknown:
         # Content we cannot tell from its md5 (Marin's legacy JSON lines): SUCCESS seen before at this
         # very generation stays SUCCESS; anything else is downloaded.

@@ -19,7 +19,11 @@ A retried *conditional* write is ambiguous: the first attempt may have landed be
 response was lost, so the retry fails its precondition against our own write.
 ``write_if_generation`` and ``delete_if_generation`` resolve that by re-reading the object.
 
-``gcsfs`` is imported here only: ``import marinbuild`` and the CLI start never load it. Against
+Listings (``list_pages``) ask GCS for four fields of each object and decode each page with msgspec into
+``Listed`` (those fields only): a server that sends more (fake-gcs-server ignores ``fields``) costs no dict per
+object, and a page is handed to the caller as it arrives.
+
+``gcsfs`` and ``msgspec`` are imported here only: ``import marinbuild`` and the CLI start never load them. Against
 an emulator (``STORAGE_EMULATOR_HOST``), requests are anonymous. The filesystem subclasses
 ``gcsfs.core.GCSFileSystem``, the plain HTTP client, by name: ``gcsfs.GCSFileSystem`` becomes the
 experimental zonal-bucket class when ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` is true, whose bucket-type
@@ -35,10 +39,11 @@ import os
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import gcsfs.retry
+import msgspec
 from fsspec.asyn import sync
 from gcsfs.core import GCSFileSystem
 
@@ -334,10 +339,31 @@ def delete_if_generation(path: str, generation: int) -> bool:
 
 # -- listings -----------------------------------------------------------------------------------
 
-LIST_FIELDS = "items(name,size,generation,md5Hash,crc32c),nextPageToken"
+LIST_FIELDS = "items(name,size,generation,md5Hash),nextPageToken"
+"""What a listing asks GCS for: the fields ``Listed`` holds, so a real bucket sends little more than the names."""
 
 
-async def list_objects(
+class Listed(msgspec.Struct):
+    """One object of a listing, as much of it as marinbuild reads."""
+
+    name: str
+    size: int = 0
+    generation: int = 0
+    md5Hash: str = ""  # noqa: N815 (GCS's field name)
+
+
+class _Page(msgspec.Struct):
+    items: list[Listed] = []
+    nextPageToken: str | None = None  # noqa: N815
+
+
+_decode_page = msgspec.json.Decoder(_Page, strict=False).decode
+"""A listing page, decoding only ``Listed``'s fields: a server that ignores ``fields`` (fake-gcs-server) sends every
+object's whole metadata, which is skipped unparsed instead of becoming a dict of strings per object. ``strict=False``:
+the JSON API sends ``size`` and ``generation`` as strings."""
+
+
+async def list_pages(
     fs: RetryingGCSFileSystem,
     bucket: str,
     prefix: str,
@@ -346,14 +372,15 @@ async def list_objects(
     end: str | None = None,
     glob: tuple[str, Callable[[str], bool]] | None = None,
     page_size: int = 1000,
-) -> list[dict[str, Any]]:
-    """Every object under ``prefix`` (in ``[start, end)`` when given), following pages.
+) -> AsyncIterator[list[Listed]]:
+    """The objects under ``prefix`` (in ``[start, end)`` when given), a page at a time as each arrives.
 
     ``glob`` is a GCS ``matchGlob`` pattern with a predicate that tells the names it matches. It is
-    sent only to servers that apply it (``fs.match_glob``); results are filtered here either way.
+    sent only to servers that apply it (``fs.match_glob``); a caller filters the names either way.
+    A page that cannot be read raises (after the retries ``_request`` makes): a listing is complete or fails.
     """
-    items: list[dict[str, Any]] = []
     token: str | None = None
+    pages = 0
     while True:
         params: dict[str, Any] = {"prefix": prefix, "maxResults": page_size, "fields": LIST_FIELDS}
         if start:
@@ -365,15 +392,50 @@ async def list_objects(
         if token:
             params["pageToken"] = token
         try:
-            page = await fs._call("GET", "b/{}/o", bucket, json_out=True, **params)
+            _, _, _, content = await fs._request("GET", "b/{}/o", bucket, **params)
         except (ValueError, gcsfs.retry.HttpError) as exc:
             if "matchGlob" not in params or getattr(exc, "code", 400) != 400:
                 raise
             fs.match_glob = False  # a server that rejects matchGlob: filter here instead
             continue
-        if glob is not None and "matchGlob" in params and any(not glob[1](i["name"]) for i in page.get("items", ())):
+        except StoreUnreachableError:
+            raise  # names the listing already
+        except Exception as exc:
+            raise _named(exc, _listing(bucket, prefix, start, pages)) from exc
+        try:
+            page = _decode_page(content)
+        except msgspec.DecodeError as exc:  # not a listing (a proxy's error page...)
+            raise _named(exc, _listing(bucket, prefix, start, pages)) from exc
+        pages += 1
+        if glob is not None and "matchGlob" in params and any(not glob[1](i.name) for i in page.items):
             fs.match_glob = False  # it ignored the glob: don't send what it won't apply
-        items.extend(page.get("items", []))
-        token = page.get("nextPageToken")
+        yield page.items
+        token = page.nextPageToken
         if not token:
-            return items
+            return
+
+
+def _listing(bucket: str, prefix: str, start: str | None, pages: int) -> str:
+    return f"listing gs://{bucket}/{prefix} from {start or 'its start'}, page {pages + 1}"
+
+
+def _named(exc: Exception, what: str) -> Exception:
+    """``exc`` with ``what`` in front of its message, of the same type when that type is made from a message
+    (``PermissionError``, ``FileNotFoundError``...): callers that tell errors apart by type still can."""
+    try:
+        return type(exc)(f"{what}: {exc}")
+    except Exception:
+        return exc
+
+
+async def list_objects(
+    fs: RetryingGCSFileSystem,
+    bucket: str,
+    prefix: str,
+    *,
+    start: str | None = None,
+    end: str | None = None,
+    glob: tuple[str, Callable[[str], bool]] | None = None,
+) -> list[Listed]:
+    """Every object of ``list_pages``, in one list."""
+    return [obj async for page in list_pages(fs, bucket, prefix, start=start, end=end, glob=glob) for obj in page]

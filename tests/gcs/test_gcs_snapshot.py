@@ -20,15 +20,16 @@ HERE = Path(__file__).parent
 REPO = HERE.parent.parent
 
 
-def _build(ws: Path, prefix: str, calls: Path) -> subprocess.CompletedProcess[str]:
+def _build(ws: Path, prefix: str, calls: Path, page_size: int = 1000) -> subprocess.CompletedProcess[str]:
     """``marinbuild //pipe:b --prefix PREFIX`` in a new process (``RACY_NS = 0``: marinbuild's own sources are inputs
-    too, and may have been edited seconds ago)."""
+    too, and may have been edited seconds ago; ``page_size``: objects per listing page)."""
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "MARINBUILD_SERVE_URL")}
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent), str(REPO), env.get("PYTHONPATH", "")])
     env["MB_CALLS"] = str(calls)
     env["MARINBUILD_METADATA_CACHE"] = str(ws / ".marinbuild" / "metadata.sqlite")
     code = (
         "import sys; from marinbuild.analysis import snapshot; snapshot.RACY_NS = 0; from marinbuild.cli import main; "
+        f"from marinbuild.store import batch; batch.PAGE_SIZE = {page_size}; "
         f"sys.exit(main(['//pipe:b', '--prefix', {prefix!r}]))"
     )
     return subprocess.run([sys.executable, "-c", code], cwd=ws, env=env, capture_output=True, text=True, timeout=120)
@@ -62,3 +63,22 @@ def test_a_gcs_noop_is_answered_from_the_snapshot_until_a_status_changes(gs_pref
     assert rerun.returncode == 0, rerun.stderr
     assert [Path(p).name.rsplit("-", 1)[0] for p in calls.read_text().split()] == ["b"]
     assert _snapshots(ws) != written
+
+
+def test_a_listing_that_fails_partway_is_no_noop(gs_prefix: str, tmp_path: Path, proxy) -> None:
+    """The CLI reading statuses a page at a time (one object per page): when every continuation page is refused,
+    neither the snapshot nor the full path answers with the statuses of the first pages; the build fails, naming
+    the listing."""
+    ws = gp.workspace(tmp_path / "ws")
+    age_workspace(ws)
+    calls = tmp_path / "calls.log"
+    calls.touch()
+    assert _build(ws, gs_prefix, calls).returncode == 0
+    assert _build(ws, gs_prefix, calls).returncode == 0  # the no-op that writes the snapshot
+    proxy.activate()
+    assert _build(ws, gs_prefix, calls, page_size=1).returncode == 0  # through the proxy, one object a page
+    proxy.configure(forbid="pageToken=")
+    failed = _build(ws, gs_prefix, calls, page_size=1)
+    assert failed.returncode != 0, failed.stdout
+    assert "already built" not in failed.stdout + failed.stderr
+    assert f"listing {gs_prefix}/pipe/" in failed.stderr, failed.stderr

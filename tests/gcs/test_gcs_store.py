@@ -205,3 +205,66 @@ def test_batched_read_runs_with_the_collector_paused(gs_prefix):
         gc.callbacks.remove(count)
     assert set(statuses.values()) == {st.STATUS_SUCCESS}
     assert during <= 2, collections  # the pause's own edges may see one
+
+
+def _mixed_folder(gs_prefix: str) -> tuple[list[str], dict[str, str | None]]:
+    """Twelve step folders in one parent, with outputs between their status objects: built, failed, running, empty,
+    Marin's legacy JSON lines, no status at all. Returns their paths and each one's status read alone."""
+    ex = gp.executor(gs_prefix)
+    steps = [gp.step(f"mixed/s{i:02d}", str(i)) for i in range(12)]
+    gp.seed_built(ex, steps, minimal=False)  # out.txt beside each: a plain listing returns it too
+    paths = [ex.output_paths[s] for s in steps]
+    client = gcs.filesystem()
+    client.pipe_file(paths[2] + "/.executor_status", b"FAILED")
+    client.pipe_file(paths[5] + "/.executor_status", b"RUNNING")
+    client.pipe_file(paths[6] + "/.executor_status", b"")
+    client.pipe_file(paths[8] + "/.executor_status", b'{"date": "2024-01-01", "status": "SUCCESS"}\n')
+    client.rm(paths[10] + "/.executor_status")
+    return paths, {p: st.read_status(p) for p in paths}
+
+
+def test_listing_pages_that_split_step_folders_give_every_status(gs_prefix, monkeypatch):
+    """Each listing page is folded in as it arrives; a page boundary inside a step folder (its status on one page,
+    its action record on the next) loses nothing: a read with three objects per page gives what reading each status
+    alone gives, and the records a whole-page read finds."""
+    paths, alone = _mixed_folder(gs_prefix)
+    assert set(alone.values()) == {st.STATUS_SUCCESS, "FAILED", "RUNNING", None}
+    whole = batch.read_statuses(paths, cache=MetadataCache(None))
+    client = gcs.filesystem()
+    monkeypatch.setattr(batch, "PAGE_SIZE", 3)
+    client.requests.reset()
+    paged = batch.read_statuses(paths, cache=MetadataCache(None))
+    assert client.requests.reset() >= 3 * 12 // 3  # three objects or more per folder: a dozen pages or more
+    assert dict(paged) == dict(whole) == alone
+    assert paged.actions == whole.actions
+    assert {p: len(d) for p, d in paged.actions.items()} == dict.fromkeys(paths, 1)
+    assert paged.generations == whole.generations and set(paged.generations) == set(paths) - {paths[10]}
+
+
+def test_a_status_changed_between_reads_is_read_anew(gs_prefix):
+    """Nothing answers from an earlier listing: a status rewritten between two reads (a one-word status, and Marin's
+    legacy form whose SUCCESS the metadata cache remembers by generation) is read as it now is."""
+    paths, _ = _mixed_folder(gs_prefix)
+    cache = MetadataCache(None)
+    first = batch.read_statuses(paths, cache=cache)
+    assert first[paths[0]] == first[paths[8]] == st.STATUS_SUCCESS
+    client = gcs.filesystem()
+    client.pipe_file(paths[0] + "/.executor_status", b"FAILED")
+    client.pipe_file(paths[8] + "/.executor_status", b'{"date": "2024-01-02", "status": "RUNNING"}\n')
+    client.pipe_file(paths[10] + "/.executor_status", b"SUCCESS")
+    second = batch.read_statuses(paths, cache=cache)
+    assert (second[paths[0]], second[paths[8]], second[paths[10]]) == ("FAILED", "RUNNING", st.STATUS_SUCCESS)
+    assert second.generations[paths[0]] != first.generations[paths[0]]
+
+
+def test_a_listing_that_fails_partway_raises_instead_of_answering_in_part(gs_prefix, proxy, monkeypatch):
+    """A listing whose later page cannot be read (403 on every continuation) fails the read, naming the listing:
+    the statuses of its first page are never returned as if they were all."""
+    paths, _ = _mixed_folder(gs_prefix)
+    monkeypatch.setattr(batch, "PAGE_SIZE", 3)
+    proxy.activate()
+    proxy.configure(forbid="pageToken=")
+    with pytest.raises(OSError, match=r"listing gs://.*/prefix/mixed/ from .*, page 2: Forbidden"):
+        batch.read_statuses(paths, cache=MetadataCache(None))
+    proxy.configure(forbid="")
+    assert batch.read_statuses(paths, cache=MetadataCache(None))[paths[0]] == st.STATUS_SUCCESS
