@@ -4,20 +4,25 @@ consumers; take every other step as the previous build recorded it.
 When the analysis snapshot (``marinbuild.analysis.snapshot``) of a command line no longer holds only because
 of **local** inputs (a BUILD file, a package's folder, a source file a target names), a full build would
 analyse, version and plan every target again and compose every entry of Marin's run-info file, though only the
-edited targets and their consumers can differ. ``prepare`` does the part that can differ and takes the rest
-from the rows the previous build recorded (``marinbuild.analysis.rows``):
+edited targets and their consumers can differ. ``prepare_partial`` and ``prepare`` do the part that can differ
+and take the rest from the rows the previous build recorded (``marinbuild.analysis.rows``):
 
-1. The loader has loaded the patterns (restoring unchanged packages from the package cache). The requested
-   labels, the analysed targets and each one's dependencies (in order) must be the recorded ones: the same
-   graph, so Marin's step order is the recorded one.
+1. ``prepare_partial``, when only BUILD files changed: the loader evaluates those packages alone. A target
+   added, removed or given other dependencies there is another graph. The other packages' inputs did not change,
+   so their targets are the recorded ones. ``prepare``, otherwise: the loader has loaded the patterns (unchanged
+   packages restored from the package cache), and the requested labels, the analysed targets and each one's
+   dependencies (in order) must be the recorded ones. Either way the graph is the same, so Marin's step order is
+   the recorded one.
 2. **Edited** targets: those whose declaration (rule and attribute values: ``Target.digest``, which the package
    cache keeps for restored packages) differs from the recorded one, and those naming a changed source file.
-   **Affected**: the edited ones and every target depending on them.
+   **Affected**: the edited ones and every target depending on them (``prepare_partial`` then loads only the
+   packages holding affected targets).
 3. Every other step must still be built (SUCCESS and holding its recorded action, read as the planner reads
-   them); the affected targets are analysed with their unaffected dependencies given as stand-in steps, each
-   taken into the version table from its own ``.executor_info`` (checked against the recorded md5 of its
-   version string), so consumers' versions, paths and ``.executor_info`` texts are composed exactly as a full
-   build composes them.
+   them). The affected targets are analysed with their unaffected dependencies given as stand-in steps, each
+   taken into the version table as recorded: one that consumers inline with its version from its own
+   ``.executor_info`` (checked against the recorded md5 of its version string), a deeper one, which consumers
+   name ``name-hash``, with its recorded md5. Consumers' versions, paths and ``.executor_info`` texts are then
+   composed exactly as a full build composes them.
 4. The affected steps must take the recorded steps' places one for one, with versions no other step has.
 
 The run then plans and runs the affected steps (the engine reads their dependencies' statuses as usual), and
@@ -51,7 +56,7 @@ if TYPE_CHECKING:
     from marinbuild.load.target import Target
     from marinbuild.store.run_info import Pieces
 
-__all__ = ["MOST", "Prepared", "RecordedConfig", "prepare"]
+__all__ = ["MOST", "Prepared", "RecordedConfig", "prepare", "prepare_partial"]
 
 MOST = 0.5
 """Above this share of the graph affected, the full path is taken: it does the same work with fewer checks."""
@@ -132,6 +137,8 @@ def prepare_partial(session: Session, found: Snapshot, changed: list[str], rows:
     workspace = session.workspace
     packages: dict[str, list[str]] = {}
     for name in rows.labels:
+        if not name.startswith("//"):  # a target of another repository: ``prepare`` looks at it
+            return None
         packages.setdefault(name[2 : name.index(":")], []).append(name)
     by_build_file = {str(workspace.build_file(package)): package for package in packages}
     edited_packages = set()
