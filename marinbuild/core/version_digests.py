@@ -16,8 +16,8 @@ not of the nested text.
 
 ``DigestCache`` maps key -> (md5, sha256 or None) in ``<workspace>/.marinbuild/version_digests.bin``, a sorted
 table of 80-byte records (key, md5, sha256 or 32 zero bytes for none yet) looked up in place
-(``core/packed_table.py``): at 100,000 steps the file is 8.8 MB of bytes, where a dict of the same entries was
-tens of MB of small objects held to the end of the build, and a third of it again while written back. It is a
+(``core/packed_table.py``): 80 bytes per entry, where a dict of the same entries is many small objects held to
+the end of the build, and copied again while written back (``bench/run.py``'s 100,000 incremental row). It is a
 cache: a missing or damaged file (cut short, a bad crc32) only costs the hashing (``marinbuild clean`` drops
 it). A build that hashed anything saves the entries it used (found or new), and the others too while all of
 them are at most ``SLACK`` times those it used: an edit's old versions do not pile up (the file is read whole

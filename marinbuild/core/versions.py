@@ -230,7 +230,7 @@ class VersionTable:
         self._indented: dict[ExecutorStep, str] = {}
         self._readers: dict[ExecutorStep, int] = {}
         """How many consumers inline each step's version and have not composed their text yet: a step's memoized
-        text is dropped once the last one has (a cold build of the layered 10,000 steps held 90 MB of them)."""
+        text is dropped once the last one has (``bench/run.py``'s layered cold row: what a cold build holds)."""
         self._step_by_version_id: dict[int, ExecutorStep] = {}
         self.override_mismatches: list[tuple[ExecutorStep, str, str]] = []
         self.recorded: set[ExecutorStep] = set()
