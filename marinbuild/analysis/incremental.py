@@ -121,7 +121,8 @@ def prepare(session: Session, found: Snapshot, changed: list[str], rows: Rows) -
             return None
         names[label] = name
     edited = _edited(closure, targets, names, rows, set(changed))
-    affected = _with_dependents(closure, edited, targets)
+    by_name = {name: label for label, name in names.items()}
+    affected = {by_name[name] for name in rows.labels.dependents(names[label] for label in edited)}
     if len(affected) > MOST * len(closure):
         return None
     return _finish(
@@ -262,16 +263,6 @@ def _edited(
         if not target.digest or target.digest != recorded or any(str(p) in changed for p in target.source_paths):
             edited.add(label)
     return edited
-
-
-def _with_dependents(closure: list[Label], edited: set[Label], targets: Mapping[Label, Target]) -> set[Label]:
-    """``edited`` and every target of ``closure`` that depends on one, directly or not (closure order is
-    dependencies first, so one pass suffices)."""
-    affected = set(edited)
-    for label in closure:
-        if label not in affected and any(d in affected for d in targets[label].deps):
-            affected.add(label)
-    return affected
 
 
 def _built(rows: Rows, clean: list[int]) -> bool:

@@ -22,8 +22,8 @@ stores in ``<workspace>/.marinbuild/snapshots/`` a snapshot:
 - the **result**: each requested target's output paths, and the requested steps (name, output
   path, action-cache key) in the order the planner visits them.
 
-``lookup`` gives the snapshot back only if the key matches and every signature and variable
-is unchanged. ``statuses_if_built`` then reads the statuses of the recorded steps
+``read`` gives the snapshot back only if the key and every variable match, and ``changed`` names the inputs whose
+signature differs; a no-op needs none. ``statuses_if_built`` then reads the statuses of the recorded steps
 (``read_statuses``, the planner's own reader, and the planner's action-cache collision check); if
 every one is SUCCESS, nothing needs to run and the build flow (``marinbuild.analysis.build``)
 reports the no-op exactly as a full build would. Any other answer (a changed input, a missing
@@ -38,10 +38,10 @@ that does should not rely on no-op builds being detected (``marinbuild clean`` d
 snapshot, ``--rebuild`` and ``--run_only`` bypass them).
 
 This module owns the snapshot: its key for a command line (``key_for``), its file (``write``,
-``lookup``), what it records of an analysis (``record_session``) and the check that its steps are
+``read``), what it records of an analysis (``record_session``) and the check that its steps are
 still built (``statuses_if_built``). When to look one up, write or drop it is the build flow's
 decision (``marinbuild.analysis.build``). Only ``record_session`` reads a loaded and analysed
-``Session``; answering a no-op needs ``key_for``, ``lookup`` and ``statuses_if_built``.
+``Session``; answering a no-op needs ``key_for``, ``read``, ``changed`` and ``statuses_if_built``.
 """
 
 from __future__ import annotations
@@ -66,8 +66,9 @@ __all__ = [
     "Snapshot",
     "SnapshotKey",
     "eligible",
+    "changed",
     "key_for",
-    "lookup",
+    "read",
     "record_session",
     "statuses_if_built",
     "write",
@@ -212,7 +213,7 @@ class Recorder:
     The environment is recorded whole: rules modules and experiment scripts are Python, which may
     read any variable, so only an unchanged environment proves an unchanged analysis.
     Paths under ``excluded`` (the workspace's own cache folder, the prefix) are not inputs.
-    ``env`` is the environment as ``lookup`` saw it, before the build exported anything of its own
+    ``env`` is the environment as ``read`` saw it, before the build exported anything of its own
     (``$MARINBUILD_SERVE_URL``); when not given, the environment as recording starts.
     """
 
@@ -420,12 +421,6 @@ def changed(found: Snapshot) -> list[str] | None:
     except OSError:
         return None
     return out
-
-
-def lookup(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Snapshot | None:
-    """The snapshot for ``key`` if every input it recorded is unchanged, else None."""
-    found = read(key, cache_dir)
-    return found if found is not None and changed(found) == [] else None
 
 
 def statuses_if_built(found: Snapshot) -> Mapping[str, str | None] | None:
