@@ -11,6 +11,10 @@ LINTED := marinbuild tests bench experiments rules
 # Without the suites that start a Ray cluster, fake-gcs-server or levanter (markers set in tests/conftest.py);
 # their three folders are wholly marked, so they are not even imported.
 FAST := -m "not ray and not gcs and not ml and not soak" --ignore=tests/ray --ignore=tests/gcs --ignore=tests/ml
+# test-fast runs in JOBS processes (pytest-xdist; auto: one a core); `make test-fast JOBS=0` runs it in this
+# process, for a debugger, `-x` or reading output in order. `make test` stays serial: the Ray and GCS suites
+# share one cluster and one fake-gcs-server a session.
+JOBS ?= auto
 
 .PHONY: venv run check lint format test test-fast bench clean
 
@@ -48,7 +52,7 @@ test: $(BIN)/.installed-dev  ## the whole test suite (what CI runs)
 	$(BIN)/python -m pytest -q
 
 test-fast: $(BIN)/.installed-dev  ## the inner loop: without the Ray, GCS-emulator, training and kill-soak tests
-	$(BIN)/python -m pytest -q $(FAST)
+	$(BIN)/python -m pytest -q -n $(JOBS) $(FAST)
 
 bench: $(BIN)/.installed-run-$(EXTRAS)
 	$(BIN)/python bench/engine_bench.py

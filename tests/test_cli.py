@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from workspaces import repository_workspace
 
 from marinbuild.cli import main
 
@@ -240,7 +241,7 @@ def test_query_outputs(ws, capsys):
 
 
 def test_subprocess_hello_world_from_this_repository(tmp_path):
-    repo = Path(__file__).resolve().parents[1]
+    repo = repository_workspace(tmp_path / "repo")
     env = dict(os.environ, MARIN_PREFIX=str(tmp_path / "p"))
     cmd = [sys.executable, "-m", "marinbuild", "//experiments/tutorials:hello_world"]
     first = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=120)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from workspaces import write_workspace
+from workspaces import repository_workspace, write_workspace
 
 STEPS = """
 import os
@@ -252,7 +252,7 @@ def test_where_to_look_after_a_build(ws: Path) -> None:
 
 def test_dry_run_on_the_local_backend_warns_of_a_tpu_step(tmp_path: Path) -> None:
     """``-n //experiments:tootsie_8b``: before the 8 steps, that the local backend cannot run the TPU one."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = repository_workspace(tmp_path / "repo")
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS", "MARINBUILD_BACKEND")}
     done = subprocess.run(
         [

@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from workspaces import repository_workspace
 
 from marinbuild.run.resources import Resources, normalize, tpu, tpu_slice
-
-REPO = Path(__file__).resolve().parents[1]
 
 BUILD = """load("@marinbuild//rules:train.py", "train_lm")
 
@@ -64,13 +63,15 @@ def test_hardware_names_slice_type_slices_hosts_and_chips():
 
 def test_dry_run_and_why_show_the_slice_tootsie_8b_gets(tmp_path):
     shown = "resources: TPU v4-2048: 1 slice x 256 hosts x 4 chips (1024 chips)"
-    dry = marinbuild("-n", "//experiments:tootsie_8b", "--prefix", str(tmp_path), cwd=REPO)
+    repo, prefix = repository_workspace(tmp_path / "repo"), tmp_path / "prefix"
+    prefix.mkdir()
+    dry = marinbuild("-n", "//experiments:tootsie_8b", "--prefix", str(prefix), cwd=repo)
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
     row = next(i for i, line in enumerate(lines) if line.startswith("missing    experiments/tootsie_8b "))
     assert lines[row + 1].strip() == shown
     assert sum(shown in line for line in lines) == 1  # the data steps ask for no TPU
-    why = marinbuild("why", "//experiments:tootsie_8b", "--prefix", str(tmp_path), cwd=REPO)
+    why = marinbuild("why", "//experiments:tootsie_8b", "--prefix", str(prefix), cwd=repo)
     assert why.returncode == 0, why.stderr
     assert f"  {shown}" in why.stdout.splitlines()
-    assert list(tmp_path.iterdir()) == []
+    assert list(prefix.iterdir()) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,6 +23,22 @@ def write_workspace(root: Path, files: dict[str, str], prefix: str = "out") -> P
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
+    return root
+
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def repository_workspace(root: Path) -> Path:
+    """A copy of this repository's own workspace (``pyproject.toml``, ``experiments/``, ``rules/``) at ``root``.
+
+    A CLI test of the repository's targets runs in the copy, not in the checkout: a build writes
+    ``.marinbuild/`` (stat cache, package cache, snapshots) into its workspace, and tests running side by side
+    (pytest-xdist), or a developer's own builds, would otherwise share and leave that state."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(REPOSITORY / "pyproject.toml", root / "pyproject.toml")
+    for folder in ("experiments", "rules"):
+        shutil.copytree(REPOSITORY / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__", ".marinbuild"))
     return root
 
 
