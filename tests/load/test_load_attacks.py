@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ PY_RULES = 'load("@marinbuild//rules:python.py", "python_step", "executor_script
 @dataclass
 class Attack:
     id: str
-    files: dict[str, str]
+    files: dict[str, str | Callable[[], str]]  # a callable: a text too big to make for every case, made when used
     where: str | None  # expected "path:line" prefix of the error; None: the load must succeed
     words: list[str] = field(default_factory=list)
     config: str = ""  # extra [tool.marinbuild] lines
@@ -191,7 +192,7 @@ def attacks(sentinel: str) -> list[Attack]:
         ),
         Attack(
             "huge-file",
-            {"a/BUILD.marin": "# " + "x" * (100 * 1024 * 1024) + "\n"},
+            {"a/BUILD.marin": lambda: "# " + "x" * (100 * 1024 * 1024) + "\n"},
             "a/BUILD.marin:1:1",
             ["file too large"],
         ),
@@ -284,7 +285,7 @@ def _workspace(root: Path, attack: Attack) -> Path:
     for rel, text in attack.files.items():
         path = ws / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(text.encode("utf-8", "surrogateescape"))
+        path.write_bytes((text() if callable(text) else text).encode("utf-8", "surrogateescape"))
     return ws
 
 
