@@ -70,6 +70,7 @@ def _age(path: Path, text: str | None = None) -> None:
 def _marinbuild(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("MARIN_PREFIX", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # a ``__pycache__`` made in the workspace would make the next build racy
     done = subprocess.run(
         [sys.executable, "-m", "marinbuild", "//...", "--explain", *args],
         cwd=ws,

@@ -234,7 +234,9 @@ def _full_build(request: BuildRequest, listeners: BuildListeners, previous: Prev
         if found_rows is not None and previous is not None:  # an edit of BUILD files: load what it affects only
             from marinbuild.analysis import incremental
 
-            prepared = incremental.prepare_partial(session, previous.snapshot, previous.changed, found_rows)
+            prepared = incremental.prepare_partial(
+                session, previous.snapshot, previous.changed, found_rows, splice=not request.dry_run
+            )
         labels: list[Label] = []
         if prepared is None:
             labels = session.load(request.patterns)
@@ -243,7 +245,9 @@ def _full_build(request: BuildRequest, listeners: BuildListeners, previous: Prev
             if found_rows is not None and previous is not None:
                 from marinbuild.analysis import incremental
 
-                prepared = incremental.prepare(session, previous.snapshot, previous.changed, found_rows)
+                prepared = incremental.prepare(
+                    session, previous.snapshot, previous.changed, found_rows, splice=not request.dry_run
+                )
         if prepared is None:
             session.analyse(drop_declarations=True)  # nothing below reads a target's attributes or call site
         else:
@@ -310,7 +314,6 @@ def _run_prepared(
     )
     del read, planning_order
     previous.snapshot.release()  # the new snapshot is written: the old one's lists are not read again
-    engine.recorded_entries = prepared.entries
 
     def clean_rows() -> Iterator[tuple[str, str]]:
         for i in prepared.clean:
@@ -318,7 +321,10 @@ def _run_prepared(
 
     announced = ((name, path, STATUS_SUCCESS) for name, path in clean_rows())  # each one checked by ``prepare``
     result = BuildResult(requested, None, session, analysed=(prepared.analysed, len(recorded_rows.labels)))
-    _run(request, listeners, session, event_log, result, prepared.run, [], announced)
+    try:
+        _run(request, listeners, session, event_log, result, prepared.run, [], announced)
+    finally:
+        engine.abandon_splice()  # the run named it, or wrote none: nothing is left to name
     if result.plan is not None:
         result.plan[:0] = [PlanRow(RecordedStep(name), BUILT, path, None, False) for name, path in clean_rows()]
     cache_dir = session.workspace.cache_dir
