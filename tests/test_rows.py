@@ -195,6 +195,20 @@ def test_a_step_deleted_since_takes_the_full_path_and_is_rebuilt(tmp_path: Path)
     assert "p0/t2" in _ran(done) and "p4/t1" in _ran(done)
 
 
+def test_a_status_rewritten_in_place_since_takes_the_full_path_and_is_rebuilt(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "ws")
+    prefix = tmp_path / "out"
+    _marinbuild(ws)
+    _edit(ws, 4, 1)
+    assert _analysed(_marinbuild(ws)) is not None  # its rows sign every status: checked with one stat next time
+    with open(next(prefix.glob("p0/t2-*")) / ".executor_status", "r+b") as status:
+        status.write(b"FAILED\n")  # Marin's in-place form: the same file and size
+    _edit(ws, 4, 2)
+    done = _marinbuild(ws)
+    assert _analysed(done) is None
+    assert "p0/t2" in _ran(done) and "p4/t1" in _ran(done)
+
+
 def test_a_run_info_changed_since_or_a_changed_pyproject_takes_the_full_path(tmp_path: Path) -> None:
     ws = _workspace(tmp_path / "ws")
     done = _marinbuild(ws)

@@ -343,12 +343,14 @@ def _run_prepared(
             new_rows[position] = (item.name, out, digest, overridden, md5s[item], table.depth[item], 0, 0)
     sig = snapshot.signature(path)
     if sig is not None:
+        row_table = recorded_rows.rows.replaced(new_rows, spans)
+        rows.sign_statuses(row_table, (i for i in range(len(row_table)) if row_table.status_signature(i) is None))
         now = rows.Rows(
             build_id,
             path,
             sig,
             recorded_rows.requested,
-            recorded_rows.rows.replaced(new_rows, spans),
+            row_table,
             recorded_rows.labels.with_digests(prepared.digests),
         )
         rows.write(key, cache_dir, now)

@@ -278,12 +278,27 @@ def _edited(
 
 
 def _built(rows: Rows, clean: list[int]) -> bool:
-    """Whether every clean row is SUCCESS and holds its recorded action."""
+    """Whether every clean row is SUCCESS and holds its recorded action: one ``stat`` for a row whose status file
+    has its recorded signature (it still says SUCCESS, and nothing built there since), else as the planner reads
+    it (the status, then the action record)."""
     from marinbuild.run.plan import read_statuses
+    from marinbuild.store import fs
     from marinbuild.store.action_cache import ActionKey, check_built
-    from marinbuild.store.status import STATUS_SUCCESS
+    from marinbuild.store.status import STATUS_FILE, STATUS_SUCCESS
 
     table = rows.rows
+    unsigned = []
+    for i in clean:
+        recorded = table.status_signature(i)
+        if recorded is not None:
+            try:
+                st = os.stat(fs.local_path(table.path(i)) + "/" + STATUS_FILE)
+            except OSError:
+                return False
+            if (st.st_mtime_ns, st.st_ino, st.st_size) == recorded:
+                continue
+        unsigned.append(i)
+    clean = unsigned
     paths = [table.path(i) for i in clean]
     try:
         statuses = read_statuses(paths)
