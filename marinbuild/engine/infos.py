@@ -171,7 +171,7 @@ def step_info_text(table: VersionTable, step: ExecutorStep) -> str:
             ',\n  "override_output_path": ',
             dumps_indented(info.override_output_path, 1),
             ',\n  "version": ',
-            table.indented_version(step).replace("\n", "\n  "),
+            table.indented_version(step, "  "),
             ',\n  "dependencies": ',
             dumps_indented(info.dependencies, 1),
             ',\n  "output_path": ',
