@@ -292,11 +292,13 @@ def _run_prepared(
     table = engine.table
     recorded_rows = prepared.rows
 
+    paths_then = recorded_rows.rows.all_paths()
+
     def row_now(position: int) -> tuple[str, str, str, bool]:
         item = prepared.order[position]
         if isinstance(item, int):
             table_then = recorded_rows.rows
-            return table_then.names[item], table_then.path(item), table_then.digest(item), bool(table_then.flags[item])
+            return table_then.names[item], paths_then[item], table_then.digest(item), bool(table_then.flags[item])
         return item.name, table.output_paths[item], table.action_digest(item), item.override_output_path is not None
 
     positions = {name: recorded_rows.labels.rows_of(name) for name in recorded_rows.requested}
@@ -317,7 +319,7 @@ def _run_prepared(
 
     def clean_rows() -> Iterator[tuple[str, str]]:
         for i in prepared.clean:
-            yield recorded_rows.rows.names[i], recorded_rows.rows.path(i)
+            yield recorded_rows.rows.names[i], paths_then[i]
 
     announced = ((name, path, STATUS_SUCCESS) for name, path in clean_rows())  # each one checked by ``prepare``
     result = BuildResult(requested, None, session, analysed=(prepared.analysed, len(recorded_rows.labels)))

@@ -287,19 +287,20 @@ def _built(rows: Rows, clean: list[int]) -> bool:
     from marinbuild.store.status import STATUS_FILE, STATUS_SUCCESS
 
     table = rows.rows
+    all_paths = table.all_paths()
     unsigned = []
     for i in clean:
         recorded = table.status_signature(i)
         if recorded is not None:
             try:
-                st = os.stat(fs.local_path(table.path(i)) + "/" + STATUS_FILE)
+                st = os.stat(fs.local_path(all_paths[i]) + "/" + STATUS_FILE)
             except OSError:
                 return False
             if (st.st_mtime_ns, st.st_ino, st.st_size) == recorded:
                 continue
         unsigned.append(i)
     clean = unsigned
-    paths = [table.path(i) for i in clean]
+    paths = [all_paths[i] for i in clean]
     try:
         statuses = read_statuses(paths)
         if any(statuses.get(path) != STATUS_SUCCESS for path in paths):

@@ -73,6 +73,7 @@ class RowTable(Sequence[Row]):
         self.digests, self.md5s, self.flags = bytes(digests), bytes(md5s), bytes(flags)
         self.depths, self.spans = depths, spans
         self.statuses = array("q", bytes(24 * len(self.names)))
+        self._all_paths: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -89,6 +90,13 @@ class RowTable(Sequence[Row]):
 
     def path(self, i: int) -> str:
         return self.paths.get(i) or self.prefix_slash + self.names[i] + "-" + self.md5s[16 * i : 16 * i + 3].hex()
+
+    def all_paths(self) -> list[str]:
+        """Every row's output path, in order (made once: a build from rows reads each several times)."""
+        made = self._all_paths
+        if made is None:
+            made = self._all_paths = [self.path(i) for i in range(len(self.names))]
+        return made
 
     def digest(self, i: int) -> str:
         return self.digests[32 * i : 32 * i + 32].hex()
@@ -112,6 +120,7 @@ class RowTable(Sequence[Row]):
         digests, md5s, flags = bytearray(self.digests), bytearray(self.md5s), bytearray(self.flags)
         table.depths = array("q", self.depths)
         table.statuses = array("q", self.statuses)
+        table._all_paths = None
         for i, (name, path, digest, overridden, md5, depth, _start, _length) in new.items():
             table.names[i] = name
             table.paths.pop(i, None)
@@ -153,6 +162,7 @@ class RowTable(Sequence[Row]):
         table.spans.frombytes(spans)  # type: ignore[arg-type]
         table.statuses = array("q")
         table.statuses.frombytes(statuses)  # type: ignore[arg-type]
+        table._all_paths = None
         n = len(table.names)
         if len(table.digests) != 32 * n or len(table.md5s) != 16 * n or len(table.flags) != n:
             raise ValueError("rows of different lengths")
