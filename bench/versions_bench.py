@@ -5,7 +5,7 @@ Each row computes the same result both ways, in one process, on the versions of 
 ``bench/engine_bench.py`` (10 layers, each step depending on 3 of the layer below):
 
 - ``.executor_info`` texts: every step's indented version as a cold build writes it (``indented_version``,
-  which slots each dependency's already-indented text into its consumers') against ``json.dumps(version,
+  which refers to each dependency's already-indented text at its indentation) against ``json.dumps(version,
   indent=2)`` of each nested version (marinbuild's equivalent ``dumps_indented``). The two texts are compared.
 - ``version_strs``: decoded on read (a no-op build reads none) against every version string decoded: the
   memory the decoded strings take.

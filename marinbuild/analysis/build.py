@@ -234,7 +234,9 @@ def _full_build(request: BuildRequest, listeners: BuildListeners, previous: Prev
         if found_rows is not None and previous is not None:  # an edit of BUILD files: load what it affects only
             from marinbuild.analysis import incremental
 
-            prepared = incremental.prepare_partial(session, previous.snapshot, previous.changed, found_rows)
+            prepared = incremental.prepare_partial(
+                session, previous.snapshot, previous.changed, found_rows, splice=not request.dry_run
+            )
         labels: list[Label] = []
         if prepared is None:
             labels = session.load(request.patterns)
@@ -243,7 +245,9 @@ def _full_build(request: BuildRequest, listeners: BuildListeners, previous: Prev
             if found_rows is not None and previous is not None:
                 from marinbuild.analysis import incremental
 
-                prepared = incremental.prepare(session, previous.snapshot, previous.changed, found_rows)
+                prepared = incremental.prepare(
+                    session, previous.snapshot, previous.changed, found_rows, splice=not request.dry_run
+                )
         if prepared is None:
             session.analyse(drop_declarations=True)  # nothing below reads a target's attributes or call site
         else:
@@ -288,11 +292,13 @@ def _run_prepared(
     table = engine.table
     recorded_rows = prepared.rows
 
+    paths_then = recorded_rows.rows.all_paths()
+
     def row_now(position: int) -> tuple[str, str, str, bool]:
         item = prepared.order[position]
         if isinstance(item, int):
             table_then = recorded_rows.rows
-            return table_then.names[item], table_then.path(item), table_then.digest(item), bool(table_then.flags[item])
+            return table_then.names[item], paths_then[item], table_then.digest(item), bool(table_then.flags[item])
         return item.name, table.output_paths[item], table.action_digest(item), item.override_output_path is not None
 
     positions = {name: recorded_rows.labels.rows_of(name) for name in recorded_rows.requested}
@@ -310,15 +316,17 @@ def _run_prepared(
     )
     del read, planning_order
     previous.snapshot.release()  # the new snapshot is written: the old one's lists are not read again
-    engine.recorded_entries = prepared.entries
 
     def clean_rows() -> Iterator[tuple[str, str]]:
         for i in prepared.clean:
-            yield recorded_rows.rows.names[i], recorded_rows.rows.path(i)
+            yield recorded_rows.rows.names[i], paths_then[i]
 
     announced = ((name, path, STATUS_SUCCESS) for name, path in clean_rows())  # each one checked by ``prepare``
     result = BuildResult(requested, None, session, analysed=(prepared.analysed, len(recorded_rows.labels)))
-    _run(request, listeners, session, event_log, result, prepared.run, [], announced)
+    try:
+        _run(request, listeners, session, event_log, result, prepared.run, [], announced)
+    finally:
+        engine.abandon_splice()  # the run named it, or wrote none: nothing is left to name
     if result.plan is not None:
         result.plan[:0] = [PlanRow(RecordedStep(name), BUILT, path, None, False) for name, path in clean_rows()]
     cache_dir = session.workspace.cache_dir
@@ -337,12 +345,14 @@ def _run_prepared(
             new_rows[position] = (item.name, out, digest, overridden, md5s[item], table.depth[item], 0, 0)
     sig = snapshot.signature(path)
     if sig is not None:
+        row_table = recorded_rows.rows.replaced(new_rows, spans)
+        rows.sign_statuses(row_table, (i for i in range(len(row_table)) if row_table.status_signature(i) is None))
         now = rows.Rows(
             build_id,
             path,
             sig,
             recorded_rows.requested,
-            recorded_rows.rows.replaced(new_rows, spans),
+            row_table,
             recorded_rows.labels.with_digests(prepared.digests),
         )
         rows.write(key, cache_dir, now)

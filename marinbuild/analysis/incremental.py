@@ -25,9 +25,10 @@ and take the rest from the rows the previous build recorded (``marinbuild.analys
    composed exactly as a full build composes them.
 4. The affected steps must take the recorded steps' places one for one, with versions no other step has.
 
-The run then plans and runs the affected steps (the engine reads their dependencies' statuses as usual), and
-the run info is streamed from the recorded entries of the previous file and the new entries, in the recorded
-order: the same bytes a full build writes.
+The run then plans and runs the affected steps (the engine reads their dependencies' statuses as usual). The run
+info is the previous file's entries with the new entries in their places, in the recorded order: the same bytes a
+full build writes. A child process starts copying and hashing the kept entries as soon as step 2 knows them
+(``marinbuild.store.run_info_splice``), while steps 3 and 4 and the run go on; the run sends the new entries.
 
 ``prepare`` answers None whenever any of this does not hold (and the build takes the full path, with the
 session already loaded): another graph, a step no longer built, a stand-in whose record does not match, a rule
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -52,9 +53,9 @@ if TYPE_CHECKING:
     from marinbuild.analysis.session import Session
     from marinbuild.analysis.snapshot import Snapshot
     from marinbuild.core.labels import Label
+    from marinbuild.engine import Engine
     from marinbuild.load.loader import LoadedWorkspace
     from marinbuild.load.target import Target
-    from marinbuild.store.run_info import Pieces
 
 __all__ = ["MOST", "Prepared", "RecordedConfig", "prepare", "prepare_partial"]
 
@@ -83,23 +84,8 @@ class Prepared:
     analysed: int
     """How many targets were analysed (the affected ones)."""
 
-    def entries(self, entry_of: Callable[[ExecutorStep], Pieces]) -> Iterator[Pieces]:
-        """Every run-info entry in order: recorded ones read from the previous file, new ones from ``entry_of``."""
-        with open(self.rows.run_info, "rb") as previous:
-            for item in self.order:
-                if isinstance(item, int):
-                    spans = self.rows.rows.spans
-                    start, length = spans[2 * item], spans[2 * item + 1]
-                    previous.seek(start)
-                    entry = previous.read(length)
-                    if len(entry) != length:
-                        raise OSError(f"{self.rows.run_info} is shorter than when it was written")
-                    yield (entry,)
-                else:
-                    yield entry_of(item)
 
-
-def prepare(session: Session, found: Snapshot, changed: list[str], rows: Rows) -> Prepared | None:
+def prepare(session: Session, found: Snapshot, changed: list[str], rows: Rows, splice: bool) -> Prepared | None:
     """Analyse and version the affected targets of ``session`` (loaded) on top of ``rows``; None: take the full
     path (see the module docstring). On success ``session.analysis`` and ``session.engine`` hold the affected
     targets' analysis and an engine with their steps and stand-ins versioned, ready to run ``Prepared.run``."""
@@ -125,12 +111,10 @@ def prepare(session: Session, found: Snapshot, changed: list[str], rows: Rows) -
     affected = {by_name[name] for name in rows.labels.dependents(names[label] for label in edited)}
     if len(affected) > MOST * len(closure):
         return None
-    return _finish(
-        session, loaded, rows, affected, names, closure_order=[label for label in closure if label in affected]
-    )
+    return _finish(session, loaded, rows, affected, names, [label for label in closure if label in affected], splice)
 
 
-def prepare_partial(session: Session, found: Snapshot, changed: list[str], rows: Rows) -> Prepared | None:
+def prepare_partial(session: Session, found: Snapshot, changed: list[str], rows: Rows, splice: bool) -> Prepared | None:
     """``prepare`` for an edit of BUILD files only, loading only the packages the edit affects: the edited packages
     (evaluated) and those holding a target that depends on an edited target (mostly restored from the package
     cache); the others are as the rows record them, since none of their inputs changed. None: ``prepare`` decides
@@ -182,7 +166,7 @@ def prepare_partial(session: Session, found: Snapshot, changed: list[str], rows:
     stop = [label for label in names if label not in affected]
     order = loaded.closure(sorted(affected, key=str), stop=stop)
     session.labels = []
-    return _finish(session, loaded, rows, affected, names, closure_order=order)
+    return _finish(session, loaded, rows, affected, names, order, splice)
 
 
 def _finish(
@@ -192,14 +176,42 @@ def _finish(
     affected: set[Label],
     names: dict[Label, str],
     closure_order: list[Label],
+    splice: bool,
 ) -> Prepared | None:
     """From the affected targets on: the other steps still built, the affected ones analysed and versioned on
     top of their stand-in dependencies, each in its recorded place (steps 3 and 4 of the module docstring).
     ``names``: the text of each affected target's label and of its dependencies'; ``closure_order``: the affected
-    targets, dependencies first."""
-    targets = loaded.targets
+    targets, dependencies first; ``splice``: start the run info's write from the kept entries now
+    (``Engine.splice_run_info``; not for a dry run, which writes none)."""
     affected_rows = {i for label in affected for i in rows.labels.rows_of(names[label])}
     clean = [i for i in range(len(rows.rows)) if i not in affected_rows]
+    engine = session.make_engine()
+    if splice:  # the kept entries are copied and hashed while the rest of the build goes on
+        spans = rows.rows.spans
+        slots = [None if i in affected_rows else (spans[2 * i], spans[2 * i + 1]) for i in range(len(rows.rows))]
+        if engine.splice_run_info(rows.run_info, slots) is None:
+            return None
+    prepared = None
+    try:
+        prepared = _analyse(session, engine, loaded, rows, affected, names, closure_order, clean)
+    finally:
+        if prepared is None:
+            engine.abandon_splice()
+    return prepared
+
+
+def _analyse(
+    session: Session,
+    engine: Engine,
+    loaded: LoadedWorkspace,
+    rows: Rows,
+    affected: set[Label],
+    names: dict[Label, str],
+    closure_order: list[Label],
+    clean: list[int],
+) -> Prepared | None:
+    """``_finish`` from the check of the clean rows on, with the engine made."""
+    targets = loaded.targets
     if not _built(rows, clean):
         return None
     stand_ins = _stand_ins(rows, names, affected, targets)
@@ -214,7 +226,6 @@ def _finish(
     except NeedsFullAnalysis:
         return None
     cache.save()
-    engine = session.make_engine()
     table = engine.table  # no version-digest cache: reading it costs more than hashing the affected steps' versions
     try:
         for label, step in stand_ins.items():
@@ -248,6 +259,7 @@ def _finish(
     session.loaded = loaded
     session.analysis = analysis
     session.engine = engine
+    engine.spliced_steps = [placed[i] for i in sorted(placed)]
     digests = {names[label]: targets[label].digest for label in affected}
     return Prepared(rows, order, list(placed.values()), clean, digests, len(roots))
 
@@ -266,13 +278,29 @@ def _edited(
 
 
 def _built(rows: Rows, clean: list[int]) -> bool:
-    """Whether every clean row is SUCCESS and holds its recorded action."""
+    """Whether every clean row is SUCCESS and holds its recorded action: one ``stat`` for a row whose status file
+    has its recorded signature (it still says SUCCESS, and nothing built there since), else as the planner reads
+    it (the status, then the action record)."""
     from marinbuild.run.plan import read_statuses
+    from marinbuild.store import fs
     from marinbuild.store.action_cache import ActionKey, check_built
-    from marinbuild.store.status import STATUS_SUCCESS
+    from marinbuild.store.status import STATUS_FILE, STATUS_SUCCESS
 
     table = rows.rows
-    paths = [table.path(i) for i in clean]
+    all_paths = table.all_paths()
+    unsigned = []
+    for i in clean:
+        recorded = table.status_signature(i)
+        if recorded is not None:
+            try:
+                st = os.stat(fs.local_path(all_paths[i]) + "/" + STATUS_FILE)
+            except OSError:
+                return False
+            if (st.st_mtime_ns, st.st_ino, st.st_size) == recorded:
+                continue
+        unsigned.append(i)
+    clean = unsigned
+    paths = [all_paths[i] for i in clean]
     try:
         statuses = read_statuses(paths)
         if any(statuses.get(path) != STATUS_SUCCESS for path in paths):

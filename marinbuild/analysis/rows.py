@@ -8,7 +8,9 @@ snapshot (``marinbuild.analysis.snapshot``), in ``<snapshot>.rows``:
 
 - one **row** per step of the run info, in its order (Marin's: dependencies before consumers): the step's name,
   output path, action digest, whether its output path is overridden, the full md5 of its version string, its depth
-  (how many levels of dependencies it has), and where its entry lies in the run-info file (offset, length);
+  (how many levels of dependencies it has), where its entry lies in the run-info file (offset, length), and the
+  signature of its status file when it said SUCCESS (``store.status.success_signature``: the next build checks
+  the step with one ``stat``; none when unknown, and the status is read);
 - per analysed target: the rows of its steps, the labels of its dependencies (in order) and the digest of its
   declaration (``Target.digest``: its rule and attribute values);
 - the requested labels, the run-info file and its signature ``(mtime_ns, size, inode)``, and the ``build_id`` of
@@ -34,10 +36,11 @@ from marinbuild.analysis.snapshot import Signature, SnapshotKey, signature
 
 if TYPE_CHECKING:
     from marinbuild.analysis.session import Session
+    from marinbuild.store.status import StatusSignature
 
-__all__ = ["FORMAT", "LabelTable", "Row", "RowTable", "Rows", "load", "path_for", "record", "write"]
+__all__ = ["FORMAT", "LabelTable", "Row", "RowTable", "Rows", "load", "path_for", "record", "sign_statuses", "write"]
 
-FORMAT = 3
+FORMAT = 4
 """Bump when what the rows hold or mean changes: older files are then ignored."""
 
 Row = tuple[str, str, str, bool, str, int, int, int]
@@ -69,6 +72,8 @@ class RowTable(Sequence[Row]):
             spans.extend((start, length))
         self.digests, self.md5s, self.flags = bytes(digests), bytes(md5s), bytes(flags)
         self.depths, self.spans = depths, spans
+        self.statuses = array("q", bytes(24 * len(self.names)))
+        self._all_paths: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -86,11 +91,26 @@ class RowTable(Sequence[Row]):
     def path(self, i: int) -> str:
         return self.paths.get(i) or self.prefix_slash + self.names[i] + "-" + self.md5s[16 * i : 16 * i + 3].hex()
 
+    def all_paths(self) -> list[str]:
+        """Every row's output path, in order (made once: a build from rows reads each several times)."""
+        made = self._all_paths
+        if made is None:
+            made = self._all_paths = [self.path(i) for i in range(len(self.names))]
+        return made
+
     def digest(self, i: int) -> str:
         return self.digests[32 * i : 32 * i + 32].hex()
 
     def md5_raw(self, i: int) -> bytes:
         return self.md5s[16 * i : 16 * i + 16]
+
+    def status_signature(self, i: int) -> StatusSignature | None:
+        """The signature of row ``i``'s status file when it said SUCCESS, if recorded."""
+        mtime, inode, size = self.statuses[3 * i : 3 * i + 3]
+        return (mtime, inode, size) if mtime else None
+
+    def set_status_signature(self, i: int, signature: StatusSignature | None) -> None:
+        self.statuses[3 * i : 3 * i + 3] = array("q", signature or (0, 0, 0))
 
     def replaced(self, new: Mapping[int, Row], spans: Sequence[tuple[int, int]]) -> RowTable:
         """These rows with ``new`` rows at their indices and every entry at ``spans`` (a new run-info file)."""
@@ -99,6 +119,8 @@ class RowTable(Sequence[Row]):
         table.names, table.paths = list(self.names), dict(self.paths)
         digests, md5s, flags = bytearray(self.digests), bytearray(self.md5s), bytearray(self.flags)
         table.depths = array("q", self.depths)
+        table.statuses = array("q", self.statuses)
+        table._all_paths = None
         for i, (name, path, digest, overridden, md5, depth, _start, _length) in new.items():
             table.names[i] = name
             table.paths.pop(i, None)
@@ -108,6 +130,7 @@ class RowTable(Sequence[Row]):
             md5s[16 * i : 16 * i + 16] = bytes.fromhex(md5)
             flags[i] = overridden
             table.depths[i] = depth
+            table.statuses[3 * i : 3 * i + 3] = array("q", (0, 0, 0))
         table.digests, table.md5s, table.flags = bytes(digests), bytes(md5s), bytes(flags)
         table.spans = array("q", (x for span in spans for x in span))
         if len(table.spans) != 2 * len(table.names):
@@ -124,11 +147,12 @@ class RowTable(Sequence[Row]):
             self.flags,
             self.depths.tobytes(),
             self.spans.tobytes(),
+            self.statuses.tobytes(),
         )
 
     @classmethod
     def undump(cls, data: tuple[object, ...]) -> RowTable:
-        prefix_slash, names, paths, digests, md5s, flags, depths, spans = data
+        prefix_slash, names, paths, digests, md5s, flags, depths, spans, statuses = data
         table = cls.__new__(cls)
         table.prefix_slash = str(prefix_slash)
         table.names, table.paths = list(names), dict(paths)  # type: ignore[call-overload]
@@ -136,10 +160,13 @@ class RowTable(Sequence[Row]):
         table.depths, table.spans = array("q"), array("q")
         table.depths.frombytes(depths)  # type: ignore[arg-type]
         table.spans.frombytes(spans)  # type: ignore[arg-type]
+        table.statuses = array("q")
+        table.statuses.frombytes(statuses)  # type: ignore[arg-type]
+        table._all_paths = None
         n = len(table.names)
         if len(table.digests) != 32 * n or len(table.md5s) != 16 * n or len(table.flags) != n:
             raise ValueError("rows of different lengths")
-        if len(table.depths) != n or len(table.spans) != 2 * n:
+        if len(table.depths) != n or len(table.spans) != 2 * n or len(table.statuses) != 3 * n:
             raise ValueError("rows of different lengths")
         return table
 
@@ -294,6 +321,18 @@ def drop(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> None:
     path_for(key, cache_dir).unlink(missing_ok=True)
 
 
+def sign_statuses(table: RowTable, indices: Iterable[int]) -> None:
+    """Record the status signature of each row in ``indices`` whose status says SUCCESS now (and not too recently:
+    ``store.status.success_signature``)."""
+    import time
+
+    from marinbuild.store.status import success_signature
+
+    now = time.time_ns()
+    for i in indices:
+        table.set_status_signature(i, success_signature(table.path(i), now))
+
+
 def record(session: Session, key: SnapshotKey, build_id: str, run_info: str, spans: list[tuple[int, int]]) -> bool:
     """Write the rows of ``session``'s full analysis and run: ``run_info`` is the run-info file the run wrote (a
     local path) and ``spans`` each entry's (offset, length) there, in the version table's step order. False
@@ -334,8 +373,10 @@ def record(session: Session, key: SnapshotKey, build_id: str, run_info: str, spa
     if sig is None:
         return False
     requested = [str(label) for label in session.labels]
+    row_table = RowTable(table.prefix, rows)
+    sign_statuses(row_table, range(len(row_table)))
     try:
-        found = Rows(build_id, run_info, sig, requested, RowTable(table.prefix, rows), LabelTable(labels))
+        found = Rows(build_id, run_info, sig, requested, row_table, LabelTable(labels))
     except KeyError:  # a dependency that is not an analysed target: the rows would not describe the graph
         drop(key, session.workspace.cache_dir)
         return False

@@ -13,8 +13,8 @@ What differs from Marin, none of it visible in the results (``tests/test_compat_
 - a long version string is kept as those pieces, unjoined, with references to its
   dependencies' pieces (``VersionBytes``); ``version_strs`` decodes a string when it is read
   (``VersionStrs``);
-- an ``.executor_info`` text slots each dependency's already-indented version into its
-  consumers' (``dumps_indented_with``).
+- an ``.executor_info`` text refers to each dependency's already-indented version at its line's
+  indentation (``IndentedText``, ``dumps_indented_with``), and is joined only when written.
 The last two earn their complexity on ``bench/versions_bench.py``'s rows (peak memory, and
 the time a cold build spends on info texts); configs are instantiated as versions are
 recorded, as Marin does, since deferring them saved little.
@@ -48,17 +48,51 @@ _SLOT_RE = re.compile(r'^( *)((?:"(?:[^"\\\n]|\\.)*": )?)"\\u0000marinbuild-slot
 """A slot string on its line: the line's indentation, the dict key before it if any, the slot's number."""
 
 
-def dumps_indented_with(obj: Any, slots: list[str]) -> str:
+class IndentedText:
+    """``json.dumps(version, indent=2)`` kept as the version's own text with references to the texts of the
+    versions it inlines, each to go in at its line's indentation: ``parts`` are strings, and (indentation, text)
+    pairs, the text an ``IndentedText`` or a string. Joined, a consumer's text would copy each inlined
+    dependency's text (itself nesting its own, up to ``MAX_INLINE_DEPTH`` levels), and a cold build holds the
+    texts of the steps whose consumers have not run yet (``bench/run.py``'s layered cold row, peak memory)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list[str | tuple[str, IndentedText | str]]):
+        self.parts = parts
+
+    def render(self, pad: str = "") -> str:
+        """The text, with ``pad`` after every newline (as when it goes in at that indentation)."""
+        out: list[str] = []
+        _render_into(self, pad, out)
+        return "".join(out)
+
+
+def _render_into(text: IndentedText | str, pad: str, out: list[str]) -> None:
+    if isinstance(text, str):
+        out.append(text.replace("\n", "\n" + pad) if pad else text)
+        return
+    for part in text.parts:
+        if isinstance(part, str):
+            out.append(part.replace("\n", "\n" + pad) if pad else part)
+        else:
+            inner_pad, inner = part
+            _render_into(inner, pad + inner_pad, out)
+
+
+def dumps_indented_with(obj: Any, slots: list[IndentedText | str]) -> IndentedText:
     """``json.dumps(obj, indent=2)`` where each string ``slot(i)`` in ``obj`` stands for the
-    already-indented JSON text ``slots[i]``: big shared sub-documents are encoded once. A slot's text
-    goes in at its line's indentation, whether it is a list item or a dict value."""
+    already-indented JSON text ``slots[i]``: big shared sub-documents are encoded once, and referred to,
+    not copied. A slot's text goes in at its line's indentation, whether it is a list item or a dict value."""
     text = dumps_indented(obj)
-
-    def fill(match: re.Match[str]) -> str:
+    parts: list[str | tuple[str, IndentedText | str]] = []
+    last = 0
+    for match in _SLOT_RE.finditer(text):
         pad = match.group(1)
-        return pad + match.group(2) + slots[int(match.group(3))].replace("\n", "\n" + pad)
-
-    return _SLOT_RE.sub(fill, text)
+        parts.append(text[last : match.start()] + pad + match.group(2))
+        parts.append((pad, slots[int(match.group(3))]))
+        last = match.end()
+    parts.append(text[last:])
+    return IndentedText(parts)
 
 
 def slot(i: int) -> str:
@@ -227,7 +261,7 @@ class VersionTable:
         self.is_pseudo_dep: dict[ExecutorStep, bool] = {}
         self.depth: dict[ExecutorStep, int] = {}
         self.duplicate_names: set[str] = set()
-        self._indented: dict[ExecutorStep, str] = {}
+        self._indented: dict[ExecutorStep, IndentedText | str] = {}
         self._readers: dict[ExecutorStep, int] = {}
         """How many consumers inline each step's version and have not composed their text yet: a step's memoized
         text is dropped once the last one has (``bench/run.py``'s layered cold row: what a cold build holds)."""
@@ -391,14 +425,22 @@ class VersionTable:
                 self.digests.put(key, self._md5[step], sha.digest())
         return digest
 
-    def indented_version(self, step: ExecutorStep) -> str:
-        """``json.dumps(self.versions[step], indent=2)``, composed from the dependencies' texts; kept only for a step
-        consumers inline (a deeper one is written once, into its own ``.executor_info``)."""
+    def indented_version(self, step: ExecutorStep, pad: str = "") -> str:
+        """``json.dumps(self.versions[step], indent=2)`` (with ``pad`` after every newline), composed from the
+        dependencies' texts (``indented_text``)."""
+        text = self.indented_text(step)
+        if isinstance(text, str):
+            return text.replace("\n", "\n" + pad) if pad else text
+        return text.render(pad)
+
+    def indented_text(self, step: ExecutorStep) -> IndentedText | str:
+        """The step's ``IndentedText``; kept only for a step consumers inline (a deeper one is written once, into
+        its own ``.executor_info``), until the last of them has composed its own."""
         text = self._indented.get(step)
         if text is not None:
             return text
         version = self.versions[step]
-        slots: list[str] = []
+        slots: list[IndentedText | str] = []
         shell: dict[str, Any] = {}
         inlined: list[ExecutorStep] = []
         for key, value in version.items():
@@ -407,7 +449,7 @@ class VersionTable:
                 for dep_version in value:
                     if isinstance(dep_version, dict):
                         dep = self._step_by_version_id[id(dep_version)]
-                        slots.append(self.indented_version(dep))
+                        slots.append(self.indented_text(dep))
                         items.append(slot(len(slots) - 1))
                         inlined.append(dep)
                     else:

@@ -15,14 +15,13 @@ A step the run runs writes its own ``.executor_info`` when it starts (``run/step
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from marinbuild.engine.infos import ExecutorInfo, step_info, step_info_text
+from marinbuild.engine.infos import ExecutorInfo, step_info_text
 
 if TYPE_CHECKING:
     from marinbuild.core.graph import StepGraph
-    from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.core.versions import VersionTable
     from marinbuild.run.plan import Plan
     from marinbuild.store.run_info import Pieces
@@ -61,32 +60,6 @@ def write_run_info(
     head = {key: getattr(info, key) for key in run_info.HEAD_KEYS}
     script = run_info.script_name(info.caller_path)
     return run_info.write(base, script, head, _run_info_steps(table, info), only_if_new, spans)
-
-
-if TYPE_CHECKING:
-    RecordedEntries = Callable[[Callable[[ExecutorStep], Pieces]], Iterable[Pieces]]
-    """Every run-info entry in order, given the function making the entry of a step the engine versioned."""
-
-
-def write_recorded_run_info(
-    table: VersionTable,
-    info: ExecutorInfo,
-    base: str,
-    entries: RecordedEntries,
-    *,
-    spans: list[tuple[int, int]] | None = None,
-) -> str:
-    """``write_run_info`` whose entries come from ``entries`` (recorded ones, and the versioned steps' own)."""
-    from marinbuild.store import run_info
-
-    head = {key: getattr(info, key) for key in run_info.HEAD_KEYS}
-    script = run_info.script_name(info.caller_path)
-    versioned = table.version_pieces
-
-    def entry_of(step: ExecutorStep) -> Pieces:
-        return run_info.step_pieces(step_info(table, step), versioned[step])
-
-    return run_info.write(base, script, head, entries(entry_of), True, spans)
 
 
 def existing_run_info(

@@ -31,16 +31,16 @@ from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.placeholders import ExecutorStep, InputName
 from marinbuild.core.versions import VersionTable
 from marinbuild.engine import commit
-from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, run_info, step_info_text
+from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, run_head, run_info, step_info, step_info_text
 
 if TYPE_CHECKING:
-    from marinbuild.engine.commit import RecordedEntries
     from marinbuild.run.backend import Backend
     from marinbuild.run.build_context import BuildContext
     from marinbuild.run.events import Listener
     from marinbuild.run.outcome import Outcome
     from marinbuild.run.plan import Plan
     from marinbuild.store.run_info import BackgroundWrite
+    from marinbuild.store.run_info_splice import SplicedRunInfo
 
 
 def _worker_id() -> str:
@@ -107,11 +107,14 @@ class Engine:
         """After a dry run on the local backend: the steps to run that it could not run (``resource_problems``)."""
         self.run_info_spans: list[tuple[int, int]] = []
         """After a run that wrote a new run info: each entry's (offset, length) in it, in the order it lists them."""
-        self.recorded_entries: RecordedEntries | None = None
-        """Set by a build that takes unchanged steps from an earlier build's records (``marinbuild.analysis.rows``):
-        given the function making the run-info entry of a step this engine versioned, it yields every entry of
-        the run info in Marin's order, recorded ones included. The engine's own ``step_infos`` and
+        self.spliced_run_info: SplicedRunInfo | None = None
+        """Set by ``splice_run_info`` (a build that takes unchanged steps from an earlier build's records,
+        ``marinbuild.analysis.incremental``): the run info being written from the earlier file's entries, which
+        the run completes with ``spliced_steps``' entries. The engine's own ``step_infos`` and
         ``executor_info.steps`` then hold the steps it versioned only."""
+        self.spliced_steps: list[ExecutorStep] = []
+        """The steps whose entries fill the spliced run info's new slots, in their order."""
+        self._head: dict[str, object] | None = None
 
     # -- versions -------------------------------------------------------------------------
     @property
@@ -306,11 +309,37 @@ class Engine:
             start_run_info=self._start_run_info,
         )
 
+    def splice_run_info(self, source: str, slots: Sequence[tuple[int, int] | None]) -> SplicedRunInfo | None:
+        """Start writing the run info from the local run-info file ``source`` (``marinbuild.store.run_info_splice``):
+        ``slots`` lists each entry in order, as its (offset, length) in ``source`` when kept, None when it is one
+        of ``spliced_steps`` (set before the run). None if run infos go to an object store. ``abandon_splice``
+        drops it when the run writes none."""
+        from marinbuild.store import fs
+        from marinbuild.store import run_info as run_info_file
+        from marinbuild.store.run_info_splice import SplicedRunInfo
+
+        if not fs.is_local(self.executor_info_base_path):
+            return None
+        self._head = head = run_head(self.worker_id, self.prefix)
+        script = run_info_file.script_name(str(head["caller_path"]))
+        directory = fs.local_path(self.executor_info_base_path)
+        self.spliced_run_info = SplicedRunInfo(directory, script, run_info_file.opening(head), source, slots)
+        return self.spliced_run_info
+
+    def abandon_splice(self) -> None:
+        """The spliced run info will not be completed (nothing ran, or the build stopped): name nothing."""
+        if self.spliced_run_info is not None:
+            self.spliced_run_info.abandon()
+
     def _start_run_info(self) -> BackgroundWrite:
         """The run info of a run that runs steps, written on a thread while they run. The infos are made here, before
         any step starts (the steps' own ``.executor_info`` texts instantiate configs too, on the backend's threads)."""
-        recorded = self.recorded_entries
-        if recorded is not None:  # infos of the steps this engine versioned, entries of the others as recorded
+        from marinbuild.store import run_info as run_info_file
+
+        spans: list[tuple[int, int]] = []
+        self.run_info_spans = spans
+        splice = self.spliced_run_info
+        if splice is not None:  # infos of the steps this engine versioned; the child has the others' entries
             table = self._versions
             self.step_infos, self.executor_info = run_info(
                 table,
@@ -318,27 +347,28 @@ class Engine:
                 prefix=self.prefix,
                 description=self.description,
                 steps=[step for step in table.steps if step not in table.recorded],
+                head=self._head,
             )
-        else:
-            self.record_infos()
+            versioned, new_steps = table.version_pieces, self.spliced_steps
+
+            def complete() -> str:
+                splice.finish(run_info_file.step_pieces(step_info(table, s), versioned[s]) for s in new_steps)
+                path = splice.result()
+                spans.extend(splice.spans)
+                self.executor_info_path = path
+                return path
+
+            return run_info_file.BackgroundWrite(complete)
+        self.record_infos()
         info = self.executor_info
         assert info is not None
-        spans: list[tuple[int, int]] = []
-        self.run_info_spans = spans
 
         def write() -> str:
-            if recorded is None:
-                path = commit.write_run_info(
-                    self._versions, info, self.executor_info_base_path, only_if_new=True, spans=spans
-                )
-            else:
-                path = commit.write_recorded_run_info(
-                    self._versions, info, self.executor_info_base_path, recorded, spans=spans
-                )
+            path = commit.write_run_info(
+                self._versions, info, self.executor_info_base_path, only_if_new=True, spans=spans
+            )
             self.executor_info_path = path
             return path
-
-        from marinbuild.store import run_info as run_info_file
 
         return run_info_file.BackgroundWrite(write)
 

@@ -171,7 +171,7 @@ def step_info_text(table: VersionTable, step: ExecutorStep) -> str:
             ',\n  "override_output_path": ',
             dumps_indented(info.override_output_path, 1),
             ',\n  "version": ',
-            table.indented_version(step).replace("\n", "\n  "),
+            table.indented_version(step, "  "),
             ',\n  "dependencies": ',
             dumps_indented(info.dependencies, 1),
             ',\n  "output_path": ',
@@ -188,17 +188,21 @@ def run_info(
     prefix: str,
     description: str | None,
     steps: Iterable[ExecutorStep] | None = None,
+    head: dict[str, Any] | None = None,
 ) -> tuple[list[ExecutorStepInfo], ExecutorInfo]:
-    """Every versioned step's record (or those of ``steps``) and the run's record (Marin's ``get_infos``)."""
+    """Every versioned step's record (or those of ``steps``) and the run's record (Marin's ``get_infos``); ``head``:
+    the run's ``run_head`` when it was taken earlier."""
     step_infos = [step_info(table, step) for step in (table.steps if steps is None else steps)]
-    info = ExecutorInfo(
-        worker_id=worker_id,
-        git_commit=git_commit(),
-        caller_path=caller_path(),
-        created_date=now_iso(),
-        user=user(),
-        prefix=prefix,
-        description=description,
-        steps=step_infos,
-    )
-    return step_infos, info
+    return step_infos, ExecutorInfo(**(head or run_head(worker_id, prefix)), description=description, steps=step_infos)
+
+
+def run_head(worker_id: str, prefix: str) -> dict[str, Any]:
+    """The run's record but its description and steps: the head of its run-info file, taken now."""
+    return {
+        "worker_id": worker_id,
+        "git_commit": git_commit(),
+        "caller_path": caller_path(),
+        "created_date": now_iso(),
+        "user": user(),
+        "prefix": prefix,
+    }

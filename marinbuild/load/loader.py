@@ -249,7 +249,7 @@ class Loader:
         assert self.cache is not None
         new = {p: t for p, t in self._packages.items() if p not in self._saved}
         if new:
-            self.cache.save(new, self.evaluator.package_inputs)
+            self.cache.save(new, self.evaluator.package_inputs, self._packages)
             self._saved.update(new)
 
     def _evaluate(self, package: str) -> dict[str, Target] | None:

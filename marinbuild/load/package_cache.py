@@ -157,11 +157,16 @@ class PackageCache:
     # -- writing -----------------------------------------------------------------------------------
 
     def save(
-        self, packages: Mapping[str, dict[str, Target]], evaluated: Mapping[str, tuple[list[Path], list[str]]]
+        self,
+        packages: Mapping[str, dict[str, Target]],
+        evaluated: Mapping[str, tuple[list[Path], list[str]]],
+        loaded: Mapping[str, dict[str, Target]] | None = None,
     ) -> int:
         """Write an entry for each package of ``packages`` that was evaluated (``evaluated``: its inputs, from
         ``Evaluator.package_inputs``) and whose inputs are old enough to trust; also for the restored ones when
-        the header changed (their entries name the old one). Returns how many entries were written."""
+        the header changed (their entries name the old one; ``loaded``: every package loaded so far, restored
+        ones included, which an earlier save of the same load may have taken). Returns how many entries were
+        written."""
         from marinbuild.analysis.snapshot import RACY_NS, signature
 
         limit = self.start_ns - RACY_NS
@@ -176,7 +181,9 @@ class PackageCache:
             todo.update((p, ([Path(f) for f in loads], globs)) for p, (loads, globs) in self.reused.items())
         written = 0
         for package, (loads, globs) in todo.items():
-            targets = packages[package]
+            targets = packages.get(package) or (loaded or {}).get(package)
+            if targets is None:  # restored, and no longer at hand: its entry is left to a later load
+                continue
             files = [self.workspace.build_file(package), *loads]
             signed: list[tuple[str, Signature]] = []
             rows = []

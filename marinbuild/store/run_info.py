@@ -85,7 +85,7 @@ def name(script: str, steps: Iterable[Pieces]) -> str:
     return f"{script}-{digest.hexdigest()[:6]}.json"
 
 
-def _opening(head: dict[str, Any]) -> bytes:
+def opening(head: dict[str, Any]) -> bytes:
     """The text before the first step: Marin's ``indent=2`` top level, up to ``"steps": [``."""
     ordered = {key: head.get(key) for key in HEAD_KEYS}
     return (json.dumps(ordered, indent=2)[:-2] + ',\n  "steps": [\n').encode()
@@ -95,9 +95,9 @@ def _stream(out: BinaryIO, head: dict[str, Any], steps: Iterable[Pieces], spans:
     """Write the whole text to ``out``; return the md5 hex digest of the steps' list (the name's hash). ``spans``
     (when given) gets each step's entry as (offset, length) in the text."""
     digest = hashlib.md5(b"[")
-    opening = _opening(head)
-    out.write(opening)
-    at = len(opening)
+    opening_text = opening(head)
+    out.write(opening_text)
+    at = len(opening_text)
     for i, pieces in enumerate(steps):
         if i:
             digest.update(b", ")

@@ -1,0 +1,403 @@
+"""Marin's run info spliced from an earlier file's entries and a few new ones, copied and hashed by a child process.
+
+A build from recorded rows (``marinbuild.analysis.incremental``) writes a run info whose entries are those of the
+previous file, in the same order, but for the few steps it versioned. The file is still exactly Marin's
+(``marinbuild.store.run_info``: the same bytes, the name's md5 over every entry); what changes is who does the work
+and when:
+
+- ``SplicedRunInfo`` starts the child (``python -S`` on this file: the standard library only, no marinbuild
+  import) as soon as the build knows which entries it keeps, before it checks, analyses or runs anything. The
+  child copies each run of kept entries from the previous file with ``copy_file_range`` (in the kernel, falling
+  back to ``write``) and hashes them, while the build goes on; at a new entry it waits for the parent to send it.
+- ``finish(entries)`` sends the new entries (the engine calls it when its steps start, as it starts the thread
+  writer of a full build) and then ``NAME``; the child names the file with one ``os.replace`` (keeping an
+  existing file of the same name, as ``run_info.write(..., only_if_new=True)`` does) and answers the md5.
+  ``result()`` waits for that answer. The parent computes each entry's span itself.
+- ``abandon()``: the build ended without a run info (nothing to run, an error): the child names nothing.
+
+Contract: the same bytes and name as ``run_info.write`` of the same entries. A crash or kill of either side never
+loses or tears the previous file and never names a torn one: the child writes ``.tmp-<script>.json.<random>``
+(``cache gc`` removes a left one, as the thread writer's) and names it only on the parent's ``NAME``; at the end
+of its input without it (the parent died, or abandoned the write) it removes the temporary file and exits.
+
+Why a process, not a thread: hashing and copying a file of about 15 KB per step (over a gigabyte at 100,000
+steps) on a thread competes with the build for the GIL: every hash call gives the GIL up and then waits to take
+it back while the build's own Python runs. A process has a core of its own (docs/performance.md, the
+incremental rows of the 10k and 100k tables).
+
+Why the kept entries can be copied as runs: the file separates entries by ``",\\n    "`` and the hashed text
+by ``", "``; entries are compact JSON, which holds no raw newline. The child checks every separator it copies.
+
+Wire format (parent to child): a JSON header line (``source``, ``directory``, ``script``, ``opening`` length),
+the opening bytes, then records: ``K`` + start (u64) + count (u32) + count lengths (u32): a run of kept entries
+of the source; ``N`` + length (u32) + bytes: a new entry; ``E``: name the file. The child answers one line:
+``<md5> new`` or ``<md5> kept``; on an error, a message on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import sys
+import threading
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import subprocess
+
+__all__ = ["SplicedRunInfo"]
+
+FILE_SEPARATOR = b",\n    "
+HASH_SEPARATOR = b", "
+CLOSING = b"\n  ]\n}\n"
+CHUNK = 4 << 20
+"""Bytes of kept entries read, hashed and copied at a time (the child's buffer)."""
+
+
+# ---------------------------------------------------------------------------------------------------- the parent
+
+
+class SplicedRunInfo:
+    """The parent's side: one child writing one run info (see the module docstring).
+
+    ``slots``: each entry of the run info in order: (offset, length) of a kept entry in ``source``, or None for a
+    new one. ``opening``: the text before the first entry (``run_info.opening``)."""
+
+    def __init__(
+        self, directory: str, script: str, opening: bytes, source: str, slots: Sequence[tuple[int, int] | None]
+    ):
+        import subprocess
+
+        self.script = script
+        self._directory = directory
+        self._opening_length = len(opening)
+        self._slots = slots
+        self._records: list[bytes] = []
+        self._lock = threading.Condition()
+        self._closed = False
+        self._done = False
+        self._path: str | None = None
+        self._error: BaseException | None = None
+        self.spans: list[tuple[int, int]] = []
+        """After ``result()``: each entry's (offset, length) in the file written (empty if an existing one was
+        kept: its head may differ in length)."""
+        os.makedirs(directory, exist_ok=True)
+        self._process: subprocess.Popen[bytes] = subprocess.Popen(
+            [sys.executable, "-S", os.path.abspath(__file__)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        header = {"source": source, "directory": directory, "script": script, "opening": len(opening)}
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps(header).encode() + b"\n" + opening)  # far less than a pipe holds
+        self._process.stdin.flush()
+        self._feeder = threading.Thread(target=self._feed, name="marinbuild-run-info-feed", daemon=True)
+        self._feeder.start()
+        first_new = next((i for i, slot in enumerate(slots) if slot is None), len(slots))
+        self._send_kept(0, first_new)
+        self._sent = first_new
+
+    @property
+    def pid(self) -> int:
+        """The child's process id."""
+        return self._process.pid
+
+    def finish(self, new_entries: Iterable[Sequence[bytes]]) -> SplicedRunInfo:
+        """Send the new entries (one per None slot, in order) and the rest, then name the file; ``result()`` waits
+        for the child. Returns self (the engine's run-info writer)."""
+        from marinbuild.store import faults
+
+        entries = iter(new_entries)
+        lengths: list[int] = []
+        i = self._sent
+        while i < len(self._slots):
+            if self._slots[i] is None:
+                entry = b"".join(next(entries))
+                lengths.append(len(entry))
+                self._send(b"N" + struct.pack("<I", len(entry)) + entry)
+                i += 1
+            else:
+                end = next((j for j in range(i, len(self._slots)) if self._slots[j] is None), len(self._slots))
+                self._send_kept(i, end)
+                i = end
+        if next(entries, None) is not None:
+            raise ValueError("more new run-info entries than new slots")
+        self._sent = i
+        self._spans_with(lengths)
+        faults.point("before-replace run info " + self.script)
+        self._send(b"E")
+        self._close()
+        return self
+
+    def result(self) -> str:
+        """The path named; raises what went wrong (the child's message)."""
+        self.join()
+        if self._error is not None:
+            raise self._error
+        assert self._path is not None
+        return self._path
+
+    def join(self) -> None:
+        """Wait for the child's answer, whatever it is."""
+        if self._done:
+            return
+        self._close()
+        self._feeder.join()
+        out = self._process.stdout.read() if self._process.stdout else b""
+        err = self._process.stderr.read() if self._process.stderr else b""
+        status = self._process.wait()
+        self._done = True
+        answer = out.decode(errors="replace").split()
+        if status != 0 or len(answer) != 2 or self._error is not None:
+            message = err.decode(errors="replace").strip() or f"exit status {status}"
+            self._error = self._error or OSError(f"writing the run info {self.script} in {self._directory}: {message}")
+            return
+        md5, how = answer
+        self._path = os.path.join(self._directory, f"{self.script}-{md5[:6]}.json")
+        if how == "kept":
+            self.spans = []
+
+    def abandon(self) -> None:
+        """No run info after all: the child removes its temporary file and names nothing."""
+        if self._done:
+            return
+        self._close()
+        self._feeder.join()
+        self._process.wait()
+        for stream in (self._process.stdout, self._process.stderr):
+            if stream is not None:
+                stream.close()
+        self._done = True
+        self._error = self._error or RuntimeError("the run info was abandoned")
+
+    def _spans_with(self, new_lengths: list[int]) -> None:
+        at, spans, new = self._opening_length, self.spans, iter(new_lengths)
+        for i, slot in enumerate(self._slots):
+            at += 6 if i else 4
+            length = next(new) if slot is None else slot[1]
+            spans.append((at, length))
+            at += length
+
+    def _send_kept(self, start: int, end: int) -> None:
+        """Records for the kept entries ``start:end`` (all kept): one per run laid out as the file lays entries."""
+        slots = self._slots
+        i = start
+        while i < end:
+            first = slots[i]
+            assert first is not None
+            lengths = array("I", [first[1]])
+            at = first[0] + first[1]
+            j = i + 1
+            while j < end:
+                slot = slots[j]
+                assert slot is not None
+                if slot[0] != at + len(FILE_SEPARATOR):
+                    break
+                lengths.append(slot[1])
+                at = slot[0] + slot[1]
+                j += 1
+            self._send(b"K" + struct.pack("<QI", first[0], len(lengths)) + lengths.tobytes())
+            i = j
+
+    def _send(self, record: bytes) -> None:
+        with self._lock:
+            self._records.append(record)
+            self._lock.notify()
+
+    def _close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify()
+
+    def _feed(self) -> None:
+        """The feeder thread: writes queued records to the child in order (a write to a full pipe blocks here,
+        never the build), then closes the child's input."""
+        stdin = self._process.stdin
+        assert stdin is not None
+        try:
+            while True:
+                with self._lock:
+                    while not self._records and not self._closed:
+                        self._lock.wait()
+                    records, self._records = self._records, []
+                    closed = self._closed
+                if records:
+                    stdin.write(b"".join(records))
+                    stdin.flush()
+                if closed and not records:
+                    break
+        except BrokenPipeError:  # the child is gone: its exit status and message say why
+            pass
+        except OSError as exc:
+            self._error = self._error or exc
+        finally:
+            try:
+                stdin.close()
+            except OSError:
+                pass
+
+
+# ---------------------------------------------------------------------------------------------------- the child
+
+
+def _exactly(stream: IO[bytes], n: int) -> bytes:
+    data = stream.read(n)
+    if len(data) != n:
+        raise EOFError
+    return data
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class _Child:
+    """Streams the file from the parent's records into a temporary file (see the module docstring)."""
+
+    def __init__(self, source: int, out: int):
+        self.source, self.out = source, out
+        self.digest = hashlib.md5(b"[")
+        self.entries = 0
+        self.buffer = bytearray(CHUNK)
+        self.copy_in_kernel = hasattr(os, "copy_file_range")
+
+    def separator(self) -> None:
+        if self.entries:
+            self.digest.update(HASH_SEPARATOR)
+            _write_all(self.out, FILE_SEPARATOR)
+        else:
+            _write_all(self.out, b"    ")
+
+    def new(self, entry: bytes) -> None:
+        self.separator()
+        self.digest.update(entry)
+        _write_all(self.out, entry)
+        self.entries += 1
+
+    def kept(self, start: int, lengths: array[int]) -> None:
+        """Entries ``start``... of the source, one after the other with the file's separator between them."""
+        self.separator()
+        position, i, count = start, 0, len(lengths)
+        while i < count:
+            j, size = i + 1, lengths[i]
+            while j < count and size + len(FILE_SEPARATOR) + lengths[j] <= CHUNK:
+                size += len(FILE_SEPARATOR) + lengths[j]
+                j += 1
+            span = size + (len(FILE_SEPARATOR) if j < count else 0)  # the separator after the chunk goes with it
+            view = self._read(position, span)
+            pieces, at = [], 0
+            for k in range(i, j):
+                end = at + lengths[k]
+                pieces.append(view[at:end])
+                if k + 1 < count and view[end : end + len(FILE_SEPARATOR)] != FILE_SEPARATOR:
+                    raise ValueError(f"the earlier run info has no entry separator at byte {position + end}")
+                at = end + len(FILE_SEPARATOR)
+            if i:
+                self.digest.update(HASH_SEPARATOR)
+            self.digest.update(HASH_SEPARATOR.join(pieces))
+            self._copy(position, view)
+            position += span
+            i = j
+        self.entries += count
+
+    def _read(self, position: int, size: int) -> memoryview:
+        if size > len(self.buffer):
+            self.buffer = bytearray(size)
+        view = memoryview(self.buffer)[:size]
+        got = 0
+        while got < size:
+            n = os.preadv(self.source, [view[got:]], position + got)
+            if n == 0:
+                raise ValueError("the earlier run info is shorter than its recorded entries")
+            got += n
+        return view
+
+    def _copy(self, position: int, view: memoryview) -> None:
+        """The bytes just read, into the output: in the kernel when it can, else written from ``view``."""
+        done = 0
+        if self.copy_in_kernel:
+            try:
+                while done < len(view):
+                    n = os.copy_file_range(self.source, self.out, len(view) - done, position + done)
+                    if n == 0:
+                        break
+                    done += n
+            except OSError:  # another file system, an old kernel...: the plain write below
+                self.copy_in_kernel = False
+        _write_all(self.out, view[done:])
+
+
+def _temporary(directory: str, name: str) -> tuple[int, str]:
+    """A new file ``.tmp-<name>.<random>`` (``marinbuild.store.fs.create_temporary``'s name, which ``cache gc``
+    knows), created exclusively."""
+    while True:
+        tmp = os.path.join(directory, f".tmp-{name}.{os.urandom(6).hex()}")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), tmp
+        except FileExistsError:
+            continue
+
+
+def _child(stdin: IO[bytes], stdout: IO[bytes]) -> int:
+    header = json.loads(stdin.readline())
+    opening = _exactly(stdin, header["opening"])
+    directory, script = header["directory"], header["script"]
+    source = os.open(header["source"], os.O_RDONLY)
+    out, tmp = _temporary(directory, f"{script}.json")
+    named = False
+    try:
+        _write_all(out, opening)
+        child = _Child(source, out)
+        while True:
+            kind = stdin.read(1)
+            if kind == b"K":
+                start, count = struct.unpack("<QI", _exactly(stdin, 12))
+                lengths = array("I")
+                lengths.frombytes(_exactly(stdin, 4 * count))
+                child.kept(start, lengths)
+            elif kind == b"N":
+                (size,) = struct.unpack("<I", _exactly(stdin, 4))
+                child.new(_exactly(stdin, size))
+            elif kind == b"E":
+                break
+            else:  # the end of the input without ``E``: the parent abandoned the write, or died
+                return 1
+        _write_all(out, CLOSING)
+        os.close(out)
+        out = -1
+        child.digest.update(b"]")
+        md5 = child.digest.hexdigest()
+        path = os.path.join(directory, f"{script}-{md5[:6]}.json")
+        if os.path.exists(path):  # the same steps, an earlier run: its file is kept (``only_if_new``)
+            how = "kept"
+        else:
+            os.replace(tmp, path)
+            named, how = True, "new"
+        stdout.write(f"{md5} {how}\n".encode())
+        stdout.flush()
+        return 0
+    except EOFError:
+        return 1
+    finally:
+        if out >= 0:
+            os.close(out)
+        if not named:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(_child(sys.stdin.buffer, sys.stdout.buffer))
+    except (OSError, ValueError) as error:
+        print(error, file=sys.stderr)
+        sys.exit(1)

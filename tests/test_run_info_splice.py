@@ -1,0 +1,140 @@
+"""A run info spliced from an earlier file by the child process (``store/run_info_splice.py``): byte for byte the
+file a full write makes, and nothing named when the write is abandoned, refused, or its build is killed.
+
+The earlier file is written by ``store/run_info.write`` (checked against the standard library in
+``test_run_info_stream.py``); the spliced one must equal what ``run_info.write`` makes of the final entries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from marinbuild.store import run_info
+from marinbuild.store.run_info_splice import CHUNK, SplicedRunInfo
+
+HEAD = {
+    "worker_id": "w-1",
+    "git_commit": None,
+    "caller_path": "/x/exp.py",
+    "created_date": "2026-01-02T03:04:05.000006",
+    "user": "u",
+    "prefix": "/p",
+}
+
+
+def _entries(count: int, salt: str = "") -> list[bytes]:
+    """Compact sorted JSON entries of very different sizes; together several of the child's chunks."""
+    size = 3 * CHUNK // count
+    return [
+        json.dumps({"name": f"s{i}", "version": {"blob": "v" * (i * 7919 % size), "salt": salt, "i": i}}).encode()
+        for i in range(count)
+    ]
+
+
+def _written(folder: Path, entries: list[bytes], head: dict[str, object] = HEAD) -> tuple[Path, list[tuple[int, int]]]:
+    spans: list[tuple[int, int]] = []
+    path = run_info.write(str(folder), "exp", head, [(e,) for e in entries], False, spans)
+    return Path(path), spans
+
+
+def _splice(folder: Path, source: Path, spans: list[tuple[int, int]], new: dict[int, bytes]) -> SplicedRunInfo:
+    slots = [None if i in new else span for i, span in enumerate(spans)]
+    return SplicedRunInfo(str(folder), "exp", run_info.opening(HEAD), str(source), slots)
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(os.listdir(folder))
+
+
+@pytest.mark.parametrize("changed", [[0], [5, 6, 200], [399], list(range(0, 400, 3))])
+def test_a_spliced_run_info_is_what_a_full_write_of_its_entries_makes(tmp_path: Path, changed: list[int]) -> None:
+    before, after = tmp_path / "before", tmp_path / "after"
+    entries = _entries(400)
+    source, spans = _written(before, entries)
+    now = list(entries)
+    new = {i: _entries(400, salt="edited")[i] for i in changed}
+    for i, entry in new.items():
+        now[i] = entry
+    expected, expected_spans = _written(after, now)
+    splice = _splice(before, source, spans, new)
+    splice.finish((new[i],) for i in sorted(new))
+    path = Path(splice.result())
+    assert path.name == expected.name
+    assert path.read_bytes() == expected.read_bytes()
+    assert splice.spans == expected_spans
+    assert _files(before) == sorted([source.name, path.name])  # no temporary file left
+
+
+def test_a_spliced_run_info_keeps_an_existing_file_of_its_name(tmp_path: Path) -> None:
+    entries = _entries(50)
+    source, spans = _written(tmp_path, entries)
+    text = source.read_bytes()
+    splice = _splice(tmp_path, source, spans, {7: entries[7]})  # the same entries: the same name
+    splice.finish([(entries[7],)])
+    assert splice.result() == str(source)
+    assert source.read_bytes() == text
+    assert splice.spans == []  # the kept file's head is its own
+    assert _files(tmp_path) == [source.name]
+
+
+def test_an_abandoned_splice_names_nothing(tmp_path: Path) -> None:
+    source, spans = _written(tmp_path, _entries(50))
+    splice = _splice(tmp_path, source, spans, {3: b'{"name": "x"}'})
+    splice.abandon()
+    assert _files(tmp_path) == [source.name]
+    with pytest.raises(RuntimeError, match="abandoned"):
+        splice.result()
+
+
+def test_an_earlier_file_not_laid_out_as_recorded_fails_the_write_and_names_nothing(tmp_path: Path) -> None:
+    entries = _entries(50)
+    source, spans = _written(tmp_path, entries)
+    text = bytearray(source.read_bytes())
+    at = spans[10][0] + spans[10][1]
+    text[at : at + 6] = b";     "  # no separator between entries 10 and 11
+    source.write_bytes(bytes(text))
+    splice = _splice(tmp_path, source, spans, {30: entries[30]})
+    splice.finish([(entries[30],)])
+    with pytest.raises(OSError, match="no entry separator"):
+        splice.result()
+    assert _files(tmp_path) == [source.name]
+
+
+def test_a_build_killed_while_its_run_info_is_spliced_leaves_the_earlier_file_and_no_temporary(tmp_path: Path) -> None:
+    entries = _entries(400)
+    source, spans = _written(tmp_path, entries)
+    text = source.read_bytes()
+    script = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        from marinbuild.store import run_info
+        from marinbuild.store.run_info_splice import SplicedRunInfo
+        slots = [None if i == 200 else tuple(s) for i, s in enumerate({spans!r})]
+        splice = SplicedRunInfo({str(tmp_path)!r}, "exp", run_info.opening({HEAD!r}), {str(source)!r}, slots)
+        print(splice.pid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # a build killed before its steps start
+        """
+    )
+    build = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert build.returncode == -signal.SIGKILL, build.stderr
+    writer = int(build.stdout.split()[0])
+    try:
+        pidfd = os.pidfd_open(writer)
+    except ProcessLookupError:
+        pidfd = None  # it has already exited
+    if pidfd is not None:
+        try:
+            assert select.select([pidfd], [], [], 60)[0], "the writer did not exit when its build died"
+        finally:
+            os.close(pidfd)
+    assert _files(tmp_path) == [source.name]
+    assert source.read_bytes() == text
