@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # imported when used: a no-op from the snapshot needs neither
     from marinbuild.core.labels import Label
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.load.workspace import Workspace
-    from marinbuild.run.events import Listener
+    from marinbuild.run.events import Event, Listener
     from marinbuild.store.lease import LeaseRecord
 
 __all__ = [
@@ -195,14 +195,14 @@ def _from_snapshot(request: BuildRequest, listeners: BuildListeners) -> BuildRes
 
     bus = ev.EventBus(listeners.open(EventLogPlace(workspace.cache_dir, list(request.patterns), key.prefix)))
     try:
+        run: list[tuple[str, str]] = []  # consecutive steps of one status, announced together
         for name, path, _digest, _overridden in found.steps:
-            bus.emit(
-                ev.PLANNED,
-                step=name,
-                output_path=path,
-                detail=BUILT,
-                data={"dry_run": request.dry_run, "status": statuses[path]},
-            )
+            if run and statuses[path] != statuses[run[0][1]]:
+                bus.emit_planned(run, BUILT, {"dry_run": request.dry_run, "status": statuses[run[0][1]]})
+                run = []
+            run.append((name, path))
+        if run:
+            bus.emit_planned(run, BUILT, {"dry_run": request.dry_run, "status": statuses[run[0][1]]})
         if not request.dry_run:
             bus.emit(ev.BUILD_STARTED, data={"steps": 0})
             bus.emit(ev.BUILD_FINISHED, data={"ran": 0, "failed": 0})
@@ -285,7 +285,6 @@ def _run_prepared(
     from marinbuild.analysis import rows, snapshot
     from marinbuild.code_digest import for_session
     from marinbuild.run.plan import BUILT
-    from marinbuild.store.status import STATUS_SUCCESS
 
     engine = session.engine
     assert engine is not None
@@ -321,7 +320,7 @@ def _run_prepared(
         for i in prepared.clean:
             yield recorded_rows.rows.names[i], paths_then[i]
 
-    announced = ((name, path, STATUS_SUCCESS) for name, path in clean_rows())  # each one checked by ``prepare``
+    announced = list(clean_rows())  # each one checked by ``prepare``
     result = BuildResult(requested, None, session, analysed=(prepared.analysed, len(recorded_rows.labels)))
     try:
         _run(request, listeners, session, event_log, result, prepared.run, [], announced)
@@ -359,6 +358,20 @@ def _run_prepared(
     return result
 
 
+class _Succeeded:
+    """The listener collecting the output paths of the steps that succeeded, in the order they did."""
+
+    def __init__(self) -> None:
+        self.paths: list[str | None] = []
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "succeeded":
+            self.paths.append(event.output_path)
+
+    def planned_many(self, steps: Sequence[tuple[str, str]], state: str, data: dict[str, Any]) -> None:
+        """Planned steps are not what it collects (``EventBus.emit_planned``)."""
+
+
 def _rows_of(session: Session, key: SnapshotKey | None, previous: Previous | None) -> Rows | None:
     """The rows recorded with the previous snapshot of this command line, if any (``marinbuild.analysis.rows``)."""
     if previous is None or key is None:
@@ -376,31 +389,28 @@ def _run(
     result: BuildResult,
     steps: list[ExecutorStep],
     rebuilt: list[ExecutorStep],
-    recorded: Iterable[tuple[str, str, str | None]] = (),
+    recorded: Sequence[tuple[str, str]] = (),
 ) -> None:
     """Run ``steps`` on the session's engine into ``result``: listeners, failures, code records, caches, plan rows
-    and changed code. ``recorded``: (name, output path, status) of built steps the engine does not hold (a build
-    from rows), announced as planned and built before the engine plans."""
+    and changed code. ``recorded``: (name, output path) of built steps the engine does not hold (a build from rows,
+    each one's status SUCCESS), announced as planned and built before the engine plans."""
     from marinbuild.engine import PreviousTaskFailedError, StepFailedError
     from marinbuild.run.resources import UnsatisfiableResourcesError
     from marinbuild.store.action_cache import ActionCacheCollisionError
 
     engine = session.engine
     assert engine is not None
-    succeeded: list[str | None] = []
-    engine.listeners = [
-        *listeners.open(event_log),
-        lambda e: succeeded.append(e.output_path) if e.kind == "succeeded" else None,
-    ]
+    succeeded = _Succeeded()
+    engine.listeners = [*listeners.open(event_log), succeeded]
     try:
         if recorded:
             from marinbuild.run import events as ev
             from marinbuild.run.plan import BUILT
+            from marinbuild.store.status import STATUS_SUCCESS
 
-            bus = ev.EventBus(engine.listeners)
-            for name, path, status in recorded:
-                data = {"dry_run": request.dry_run, "status": status}
-                bus.emit(ev.PLANNED, step=name, output_path=path, detail=BUILT, data=data)
+            ev.EventBus(engine.listeners).emit_planned(
+                recorded, BUILT, {"dry_run": request.dry_run, "status": STATUS_SUCCESS}
+            )
         engine.run(
             steps,
             dry_run=request.dry_run,
@@ -418,7 +428,7 @@ def _run(
     finally:
         listeners.close()
         by_path = {path: step for step, path in engine.output_paths.items()}
-        result.succeeded = [by_path[path] for path in succeeded if path in by_path]
+        result.succeeded = [by_path[path] for path in succeeded.paths if path in by_path]
         _record_code(session, result.succeeded)
         session.save_caches()
     result.dry_run_problems = list(engine.dry_run_problems)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from marinbuild.run.failure import traceback_file_of
 
@@ -87,6 +87,14 @@ _thread_id = threading.get_ident
 Listener = Callable[[Event], None]
 
 
+class ManyListener(Protocol):
+    """A listener that also takes many steps planned alike in one call (``EventBus.emit_planned``)."""
+
+    def __call__(self, event: Event) -> None: ...
+
+    def planned_many(self, steps: Sequence[tuple[str, str]], state: str, data: dict[str, Any]) -> None: ...
+
+
 class EventBus:
     """Fans events out to listeners; safe to emit from any thread."""
 
@@ -103,6 +111,23 @@ class EventBus:
             for listener in self._listeners:
                 listener(event)
         return event
+
+    def emit_planned(self, steps: Sequence[tuple[str, str]], state: str, data: dict[str, Any]) -> None:
+        """A PLANNED event of ``state`` for each (name, output path) of ``steps``, each with ``data``. A listener
+        with a ``planned_many(steps, state, data)`` method (a ``ManyListener``) takes them in one call; the others
+        get one event each. A build from a snapshot or from recorded rows plans every step of the graph as built:
+        one call instead of one event per step (``bench/run.py``'s no-op and incremental rows)."""
+        with self._lock:
+            events: list[Event] | None = None
+            for listener in self._listeners:
+                many = getattr(listener, "planned_many", None)
+                if many is not None:
+                    many(steps, state, data)
+                    continue
+                if events is None:
+                    events = [Event(PLANNED, name, path, state, data=data) for name, path in steps]
+                for event in events:
+                    listener(event)
 
 
 def _log(level: int, msg: str, *args: Any) -> None:

@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,9 @@ class EventLog:
     def __call__(self, event: ev.Event) -> None:
         if event.kind not in LEFT_OUT:
             self._write(self._record(event))
+
+    def planned_many(self, steps: Sequence[tuple[str, str]], state: str, data: dict[str, Any]) -> None:
+        """PLANNED events are not written (``LEFT_OUT``)."""
 
     def close(self) -> None:
         with self._lock:
