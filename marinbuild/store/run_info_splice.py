@@ -8,7 +8,8 @@ and when:
 - ``SplicedRunInfo`` starts the child (``python -S`` on this file: the standard library only, no marinbuild
   import) as soon as the build knows which entries it keeps, before it checks, analyses or runs anything. The
   child copies each run of kept entries from the previous file with ``copy_file_range`` (in the kernel, falling
-  back to ``write``) and hashes them, while the build goes on; at a new entry it waits for the parent to send it.
+  back to ``pwrite``) on a thread of its own and hashes them from a mapping of the file, while the build goes on;
+  at a new entry it waits for the parent to send it.
 - ``finish(entries)`` sends the new entries (the engine calls it when its steps start, as it starts the thread
   writer of a full build) and then ``NAME``; the child names the file with one ``os.replace`` (keeping an
   existing file of the same name, as ``run_info.write(..., only_if_new=True)`` does) and answers the md5.
@@ -38,7 +39,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
+import queue
 import struct
 import sys
 import threading
@@ -55,7 +58,7 @@ FILE_SEPARATOR = b",\n    "
 HASH_SEPARATOR = b", "
 CLOSING = b"\n  ]\n}\n"
 CHUNK = 4 << 20
-"""Bytes of kept entries read, hashed and copied at a time (the child's buffer)."""
+"""Bytes of the mapped earlier file hashed before their pages are given back (the child's resident memory)."""
 
 
 # ---------------------------------------------------------------------------------------------------- the parent
@@ -252,86 +255,107 @@ def _exactly(stream: IO[bytes], n: int) -> bytes:
     return data
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 class _Child:
-    """Streams the file from the parent's records into a temporary file (see the module docstring)."""
+    """Writes the file from the parent's records into a temporary file (see the module docstring).
+
+    Every write is positional, so that the kept runs can be copied on a thread of their own (``copy_file_range``
+    in the kernel, or ``pwrite`` from the mapped source) while this thread hashes them from the mapping; the
+    mapping's pages are given back as the hashing passes them."""
 
     def __init__(self, source: int, out: int):
-        self.source, self.out = source, out
+        self.out, self.at = out, 0
         self.digest = hashlib.md5(b"[")
         self.entries = 0
-        self.buffer = bytearray(CHUNK)
-        self.copy_in_kernel = hasattr(os, "copy_file_range")
+        size = os.fstat(source).st_size
+        self.mapped = mmap.mmap(source, size, prot=mmap.PROT_READ) if size else None
+        self.view = memoryview(self.mapped) if self.mapped is not None else memoryview(b"")
+        self.copies: queue.SimpleQueue[tuple[int, int, int] | None] = queue.SimpleQueue()
+        self.copy_error: BaseException | None = None
+        self.copier = threading.Thread(target=self._copy_runs, args=(source,), daemon=True)
+        self.copier.start()
 
     def separator(self) -> None:
         if self.entries:
             self.digest.update(HASH_SEPARATOR)
-            _write_all(self.out, FILE_SEPARATOR)
+            self.write(FILE_SEPARATOR)
         else:
-            _write_all(self.out, b"    ")
+            self.write(b"    ")
 
     def new(self, entry: bytes) -> None:
         self.separator()
         self.digest.update(entry)
-        _write_all(self.out, entry)
+        self.write(entry)
         self.entries += 1
 
     def kept(self, start: int, lengths: array[int]) -> None:
         """Entries ``start``... of the source, one after the other with the file's separator between them."""
         self.separator()
-        position, i, count = start, 0, len(lengths)
-        while i < count:
-            j, size = i + 1, lengths[i]
-            while j < count and size + len(FILE_SEPARATOR) + lengths[j] <= CHUNK:
-                size += len(FILE_SEPARATOR) + lengths[j]
-                j += 1
-            span = size + (len(FILE_SEPARATOR) if j < count else 0)  # the separator after the chunk goes with it
-            view = self._read(position, span)
-            pieces, at = [], 0
-            for k in range(i, j):
-                end = at + lengths[k]
-                pieces.append(view[at:end])
-                if k + 1 < count and view[end : end + len(FILE_SEPARATOR)] != FILE_SEPARATOR:
-                    raise ValueError(f"the earlier run info has no entry separator at byte {position + end}")
-                at = end + len(FILE_SEPARATOR)
-            if i:
-                self.digest.update(HASH_SEPARATOR)
-            self.digest.update(HASH_SEPARATOR.join(pieces))
-            self._copy(position, view)
-            position += span
-            i = j
+        count = len(lengths)
+        size = sum(lengths) + len(FILE_SEPARATOR) * (count - 1)
+        if start + size > len(self.view):
+            raise ValueError("the earlier run info is shorter than its recorded entries")
+        self.copies.put((start, size, self.at))
+        self.at += size
+        view, digest, given_back = self.view, self.digest, start - start % mmap.PAGESIZE
+        position = start
+        for k in range(count):
+            end = position + lengths[k]
+            if k:
+                digest.update(HASH_SEPARATOR)
+            digest.update(view[position:end])
+            if k + 1 < count and view[end : end + len(FILE_SEPARATOR)] != FILE_SEPARATOR:
+                raise ValueError(f"the earlier run info has no entry separator at byte {end}")
+            position = end + len(FILE_SEPARATOR)
+            if position - given_back >= CHUNK:  # hashed: the pages go back (the copy reads the file, not these)
+                upto = position - position % mmap.PAGESIZE
+                assert self.mapped is not None
+                self.mapped.madvise(mmap.MADV_DONTNEED, given_back, upto - given_back)
+                given_back = upto
         self.entries += count
 
-    def _read(self, position: int, size: int) -> memoryview:
-        if size > len(self.buffer):
-            self.buffer = bytearray(size)
-        view = memoryview(self.buffer)[:size]
-        got = 0
-        while got < size:
-            n = os.preadv(self.source, [view[got:]], position + got)
-            if n == 0:
-                raise ValueError("the earlier run info is shorter than its recorded entries")
-            got += n
-        return view
+    def finish(self) -> None:
+        """Wait for the copies; raise what they raised."""
+        self.copies.put(None)
+        self.copier.join()
+        self.view.release()
+        if self.mapped is not None:
+            self.mapped.close()
+        if self.copy_error is not None:
+            raise self.copy_error
 
-    def _copy(self, position: int, view: memoryview) -> None:
-        """The bytes just read, into the output: in the kernel when it can, else written from ``view``."""
-        done = 0
-        if self.copy_in_kernel:
+    def write(self, data: bytes) -> None:
+        """``data`` at the end of what is written or being copied."""
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(self.out, view, self.at)
+            view, self.at = view[n:], self.at + n
+
+    def _copy_runs(self, source: int) -> None:
+        in_kernel = hasattr(os, "copy_file_range")
+        while (job := self.copies.get()) is not None:
+            if self.copy_error is not None:
+                continue
+            start, size, at = job
             try:
-                while done < len(view):
-                    n = os.copy_file_range(self.source, self.out, len(view) - done, position + done)
-                    if n == 0:
-                        break
-                    done += n
-            except OSError:  # another file system, an old kernel...: the plain write below
-                self.copy_in_kernel = False
-        _write_all(self.out, view[done:])
+                done = 0
+                if in_kernel:
+                    try:
+                        while done < size:
+                            n = os.copy_file_range(source, self.out, size - done, start + done, at + done)
+                            if n == 0:
+                                break
+                            done += n
+                    except OSError:  # another file system, an old kernel...: the plain writes below
+                        in_kernel = False
+                while done < size:
+                    chunk = os.pread(source, min(CHUNK, size - done), start + done)
+                    if not chunk:
+                        raise ValueError("the earlier run info is shorter than its recorded entries")
+                    while chunk:
+                        n = os.pwrite(self.out, chunk, at + done)
+                        chunk, done = chunk[n:], done + n
+            except (OSError, ValueError) as exc:
+                self.copy_error = exc
 
 
 def _temporary(directory: str, name: str) -> tuple[int, str]:
@@ -353,8 +377,8 @@ def _child(stdin: IO[bytes], stdout: IO[bytes]) -> int:
     out, tmp = _temporary(directory, f"{script}.json")
     named = False
     try:
-        _write_all(out, opening)
         child = _Child(source, out)
+        child.write(opening)
         while True:
             kind = stdin.read(1)
             if kind == b"K":
@@ -369,7 +393,8 @@ def _child(stdin: IO[bytes], stdout: IO[bytes]) -> int:
                 break
             else:  # the end of the input without ``E``: the parent abandoned the write, or died
                 return 1
-        _write_all(out, CLOSING)
+        child.write(CLOSING)
+        child.finish()
         os.close(out)
         out = -1
         child.digest.update(b"]")
