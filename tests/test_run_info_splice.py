@@ -17,18 +17,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_run_info_stream import HEAD
 
 from marinbuild.store import run_info
 from marinbuild.store.run_info_splice import CHUNK, SplicedRunInfo
-
-HEAD = {
-    "worker_id": "w-1",
-    "git_commit": None,
-    "caller_path": "/x/exp.py",
-    "created_date": "2026-01-02T03:04:05.000006",
-    "user": "u",
-    "prefix": "/p",
-}
 
 
 def _entries(count: int, salt: str = "") -> list[bytes]:

@@ -88,7 +88,8 @@ class Prepared:
 def prepare(session: Session, found: Snapshot, changed: list[str], rows: Rows, splice: bool) -> Prepared | None:
     """Analyse and version the affected targets of ``session`` (loaded) on top of ``rows``; None: take the full
     path (see the module docstring). On success ``session.analysis`` and ``session.engine`` hold the affected
-    targets' analysis and an engine with their steps and stand-ins versioned, ready to run ``Prepared.run``."""
+    targets' analysis and an engine with their steps and stand-ins versioned, ready to run ``Prepared.run``.
+    ``splice``: start writing the run info from the kept entries as soon as they are known (not for a dry run)."""
     loaded = session.loaded
     assert loaded is not None, "load first"
     if any(path not in found.local for path in changed):
