@@ -195,14 +195,8 @@ def _from_snapshot(request: BuildRequest, listeners: BuildListeners) -> BuildRes
 
     bus = ev.EventBus(listeners.open(EventLogPlace(workspace.cache_dir, list(request.patterns), key.prefix)))
     try:
-        run: list[tuple[str, str]] = []  # consecutive steps of one status, announced together
-        for name, path, _digest, _overridden in found.steps:
-            if run and statuses[path] != statuses[run[0][1]]:
-                bus.emit_planned(run, BUILT, {"dry_run": request.dry_run, "status": statuses[run[0][1]]})
-                run = []
-            run.append((name, path))
-        if run:
-            bus.emit_planned(run, BUILT, {"dry_run": request.dry_run, "status": statuses[run[0][1]]})
+        planned = ((name, path, BUILT, statuses[path]) for name, path, _digest, _overridden in found.steps)
+        ev.emit_plan(bus, planned, request.dry_run)
         if not request.dry_run:
             bus.emit(ev.BUILD_STARTED, data={"steps": 0})
             bus.emit(ev.BUILD_FINISHED, data={"ran": 0, "failed": 0})

@@ -257,18 +257,12 @@ class Engine:
         if dry_run:  # the names cache status and query give: stale when another version of the step is there
             planning.mark_stale(plan, self.prefix, self.output_paths)
         recorded = self._versions.recorded  # announced by whoever took them from an earlier build's records
-        run: list[tuple[str, str]] = []  # consecutive steps of one state and status, announced together
-        kind: tuple[str, str | None] | None = None
-        for step, step_plan in plan.steps.items():
-            if step in recorded:
-                continue
-            if (step_plan.state, step_plan.status) != kind:
-                if run and kind is not None:
-                    bus.emit_planned(run, kind[0], {"dry_run": dry_run, "status": kind[1]})
-                run, kind = [], (step_plan.state, step_plan.status)
-            run.append((step.name, self.output_paths[step]))
-        if run and kind is not None:
-            bus.emit_planned(run, kind[0], {"dry_run": dry_run, "status": kind[1]})
+        planned = (
+            (step.name, self.output_paths[step], step_plan.state, step_plan.status)
+            for step, step_plan in plan.steps.items()
+            if step not in recorded
+        )
+        ev.emit_plan(bus, planned, dry_run)
         if not force_run_failed:
             planning.refuse_failed_before(plan, self.output_paths)
         if dry_run:

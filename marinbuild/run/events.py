@@ -5,10 +5,11 @@ The engine never prints. It calls ``EventBus.emit``; listeners decide what to sh
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -128,6 +129,14 @@ class EventBus:
                     events = [Event(PLANNED, name, path, state, data=data) for name, path in steps]
                 for event in events:
                     listener(event)
+
+
+def emit_plan(bus: EventBus, steps: Iterable[tuple[str, str, str, str | None]], dry_run: bool) -> None:
+    """A PLANNED event for each (name, output path, state, status) of ``steps``, in order: consecutive steps of one
+    state and status go out together (``EventBus.emit_planned``), with ``{"dry_run", "status"}`` as their data."""
+    for (state, status), run in itertools.groupby(steps, key=lambda step: (step[2], step[3])):
+        named = [(name, path) for name, path, _state, _status in run]
+        bus.emit_planned(named, state, {"dry_run": dry_run, "status": status})
 
 
 def _log(level: int, msg: str, *args: Any) -> None:
