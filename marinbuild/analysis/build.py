@@ -243,6 +243,11 @@ def _full_build(request: BuildRequest, listeners: BuildListeners, previous: Prev
                     session, previous.snapshot, previous.changed, found_rows, splice=not request.dry_run
                 )
         if prepared is None:
+            # The full path reads neither the previous build's rows nor its snapshot's lists again: not held
+            # while every target is analysed and its steps run.
+            found_rows = None
+            if previous is not None:
+                previous.snapshot.release()
             session.analyse(drop_declarations=True)  # nothing below reads a target's attributes or call site
         else:
             assert session.loaded is not None

@@ -3,6 +3,11 @@
 These are the objects users put into step configs. They are plain frozen dataclasses with
 the same fields and semantics as Marin's (``marin.execution.types``), so scripts written
 for Marin build the same graphs here.
+
+``InputName``, ``OutputName`` and ``VersionedValue`` have ``__slots__`` (no per-object ``__dict__``): a
+build that analyses every target holds several of them per step until its steps have run, and a
+``__dict__`` tripled each one's size. ``ExecutorStep`` keeps its ``__dict__``: ``step_spec`` adds an
+attribute to steps it makes, and scripts written for Marin may do the same.
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ class ExecutorStep(Generic[ConfigT_co]):
         return InputName(step=self, name=None)
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True, init=False, slots=True)
 class InputName:
     """A previous ``step``'s output path joined with ``name`` (or a path under the prefix if ``step`` is None)."""
 
@@ -98,7 +103,9 @@ class InputName:
     """False makes this a pseudo-dependency: part of the version, but not waited for or run."""
 
     def __init__(self, step: ExecutorStep | None, name: str | None, block_on_step: bool = True):
-        _set_fields(self, {"step": step, "name": name, "block_on_step": block_on_step})
+        _set_input_step(self, step)
+        _set_input_name(self, name)
+        _set_input_blocking(self, block_on_step)
 
     def cd(self, name: str) -> InputName:
         # As in Marin, the result is blocking even if ``self`` was not: hashes must match Marin's.
@@ -117,7 +124,7 @@ class InputName:
         return dataclasses.replace(self, block_on_step=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OutputName:
     """This step's own output path joined with ``name``."""
 
@@ -131,14 +138,22 @@ def this_output_path(name: str | None = None) -> OutputName:
 THIS_OUTPUT_PATH = OutputName(None)
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True, init=False, slots=True)
 class VersionedValue(Generic[T_co]):
     """A config value that is part of the step's version."""
 
     value: T_co
 
     def __init__(self, value: T_co):
-        _set_fields(self, {"value": value})
+        _set_versioned_value(self, value)
+
+
+# The slots' own setters: a frozen dataclass's ``__setattr__`` refuses, and these are cheaper than
+# ``object.__setattr__`` by name.
+_set_input_step = InputName.step.__set__  # type: ignore[attr-defined]
+_set_input_name = InputName.name.__set__  # type: ignore[attr-defined]
+_set_input_blocking = InputName.block_on_step.__set__  # type: ignore[attr-defined]
+_set_versioned_value = VersionedValue.value.__set__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
