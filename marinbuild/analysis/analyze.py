@@ -60,9 +60,10 @@ class SourceFile:
     path: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TargetConfig:
-    """The config of a step made from a BUILD target."""
+    """The config of a step made from a BUILD target (``__slots__``: a build holds one, and its instantiated copy,
+    per step until its steps have run)."""
 
     label: str
     rule: Any
@@ -157,6 +158,9 @@ class Analysis:
     found, resolved and hashed once."""
     shared: dict[Any, Any] = field(default_factory=dict)
     """``AnalysisContext.once``'s answers of this analysis, by key."""
+    common: dict[tuple[str, str], Any] = field(default_factory=dict)
+    """One object for a value every target's config holds alike (the workspace root, a rule's versioned name),
+    instead of a copy per step."""
     known: set[Label] = field(default_factory=set)
     """Targets whose step was given, not analysed (``analyze``'s ``known``)."""
 
@@ -309,9 +313,9 @@ def _target_step(
         fn=run_target,
         config=TargetConfig(
             label=str(target.label),
-            rule=versioned(rule.name),
+            rule=_common(analysis, "rule", rule.name, versioned),
             rule_key=rule_key(rule),
-            workspace=str(workspace.root),
+            workspace=_common(analysis, "workspace", workspace.root, str),
             attrs=attrs,
             code=_code_of(rule, workspace, stat_cache, code or {}, analysis.code_entries),
         ),
@@ -319,6 +323,15 @@ def _target_step(
         resources=_resources(target),
         override_output_path=_override_output_path(target),
     )
+
+
+def _common(analysis: Analysis, kind: str, value: Any, make: Callable[[Any], Any]) -> Any:
+    """``make(value)``, made once per analysis (``Analysis.common``)."""
+    key = (kind, str(value))
+    made = analysis.common.get(key)
+    if made is None:
+        made = analysis.common[key] = make(value)
+    return made
 
 
 def _code_of(

@@ -25,11 +25,6 @@ T = TypeVar("T")
 ExecutorFunction = Callable[..., Any] | None
 
 
-def _set_fields(obj: Any, values: dict[str, Any]) -> None:
-    """Initialise a frozen dataclass instance in one store of its ``__dict__``."""
-    object.__setattr__(obj, "__dict__", values)
-
-
 @dataclass(frozen=True, init=False)
 class ExecutorStep(Generic[ConfigT_co]):
     """One step of a pipeline: ``fn(config)`` writes its outputs under its output path.
@@ -59,20 +54,16 @@ class ExecutorStep(Generic[ConfigT_co]):
         resources: Any = None,
         pip_dependency_groups: list[str] | None = None,
     ):
-        # One store of the whole __dict__ instead of a frozen-dataclass setattr per field: scripts make
-        # thousands of these (and of the placeholders below) on every run.
-        _set_fields(
-            self,
-            {
-                "name": name,
-                "fn": fn,
-                "config": config,
-                "description": description,
-                "override_output_path": override_output_path,
-                "resources": resources,
-                "pip_dependency_groups": pip_dependency_groups,
-            },
-        )
+        # A frozen dataclass refuses ``setattr``; ``object.__setattr__`` field by field keeps the values in the
+        # instance's compact attribute array (a ``__dict__`` stored whole would be a dict of its own per step).
+        set_field = object.__setattr__
+        set_field(self, "name", name)
+        set_field(self, "fn", fn)
+        set_field(self, "config", config)
+        set_field(self, "description", description)
+        set_field(self, "override_output_path", override_output_path)
+        set_field(self, "resources", resources)
+        set_field(self, "pip_dependency_groups", pip_dependency_groups)
 
     def cd(self, name: str) -> InputName:
         """Refer to ``name`` under this step's output path."""

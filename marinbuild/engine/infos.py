@@ -23,9 +23,10 @@ if TYPE_CHECKING:
     from marinbuild.core.versions import VersionTable
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExecutorStepInfo:
-    """What is recorded about a step in ``.executor_info`` (Marin's schema)."""
+    """What is recorded about a step in ``.executor_info`` (Marin's schema); ``__slots__``: an engine holds one per
+    step (``Engine.step_infos``) for the whole run."""
 
     name: str
     fn_name: str
