@@ -176,3 +176,76 @@ def test_a_held_indented_text_refers_to_its_dependencies_texts_and_does_not_copy
     rendered = [table.indented_version(s) for s in steps]
     assert rendered == [json.dumps(table.versions[s], indent=2) for s in steps]
     assert held and held_bytes < sum(map(len, rendered)) / 3
+
+
+HELD_STEPS_PY = """
+import gc
+import json
+import os
+
+from marinbuild.analysis.snapshot import Snapshot
+
+
+def write(config):
+    # What the build holds while its steps run: snapshots that still have their lists.
+    held = [len(o.steps) for o in gc.get_objects() if isinstance(o, Snapshot) and o.steps]
+    with open(os.environ["HELD_LOG"], "a") as f:
+        f.write(json.dumps(held) + "\\n")
+"""
+
+
+def test_a_full_build_holds_no_previous_snapshot_while_its_steps_run(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold build after an earlier build of the same command line (its outputs removed, as ``bench/run.py``'s
+    cold phase does) finds the previous snapshot, cannot use it, and takes the full path: it drops the snapshot's
+    lists before analysing every target, so they are not held while the steps run."""
+    import json
+    import shutil
+
+    from test_build_flow import Recording
+
+    from marinbuild.analysis.build import BuildRequest, run_build
+
+    (ws / "memory_steps.py").write_text(HELD_STEPS_PY)
+    age_workspace(ws)  # a snapshot is written only of inputs older than the build
+    log = tmp_path / "held.log"
+    monkeypatch.setenv("HELD_LOG", str(log))
+    request = BuildRequest(patterns=("//...",), prefix=str(tmp_path / "prefix"))  # outside the workspace
+    first = run_build(request, Recording())
+    assert first.failure is None and len(first.succeeded) == 4
+    run_build(request, Recording())  # the first wrote the steps module's bytecode beside it: this one's snapshot holds
+    assert list(ws.joinpath(".marinbuild", "snapshots").glob("*.bin"))
+    shutil.rmtree(tmp_path / "prefix")
+    log.unlink()
+    again = run_build(request, Recording())
+    assert again.failure is None and len(again.succeeded) == 4 and again.analysed is None  # the full path
+    seen = [json.loads(line) for line in log.read_text().splitlines()]
+    assert seen == [[]] * 4
+
+
+def test_placeholders_have_no_per_object_dict_and_behave_as_before() -> None:
+    """``InputName``, ``OutputName`` and ``VersionedValue`` are slotted: equal and hashed by their fields, frozen,
+    copied by ``dataclasses.replace`` and pickled as before; an ``ExecutorStep`` still takes extra attributes."""
+    import dataclasses
+    import pickle
+
+    from marinbuild.core.placeholders import ExecutorStep, InputName, OutputName, VersionedValue
+
+    step = ExecutorStep("s", None, {"x": VersionedValue(1)})
+    values = [
+        InputName(step, "a"),
+        InputName(None, "raw/path", block_on_step=False),
+        OutputName("o"),
+        VersionedValue(3),
+    ]
+    for value in values:
+        assert not hasattr(value, "__dict__")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, dataclasses.fields(value)[0].name, "other")
+    assert InputName(step, "a") == values[0] and hash(InputName(step, "a")) == hash(values[0])
+    assert values[0].nonblocking() == InputName(step, "a", block_on_step=False)
+    assert [pickle.loads(pickle.dumps(v)) for v in values[1:]] == values[1:]
+    object.__setattr__(step, "_original_step_spec", "kept")  # as ``step_spec`` does
+    assert step._original_step_spec == "kept"  # type: ignore[attr-defined]
+    assert step.with_output_path("elsewhere").override_output_path == "elsewhere"
