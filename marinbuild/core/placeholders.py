@@ -145,10 +145,10 @@ class VersionedValue(Generic[T_co]):
 
 # The slots' own setters: a frozen dataclass's ``__setattr__`` refuses, and these are cheaper than
 # ``object.__setattr__`` by name.
-_set_input_step = InputName.step.__set__  # type: ignore[attr-defined]
-_set_input_name = InputName.name.__set__  # type: ignore[attr-defined]
-_set_input_blocking = InputName.block_on_step.__set__  # type: ignore[attr-defined]
-_set_versioned_value = VersionedValue.value.__set__  # type: ignore[attr-defined]
+_set_input_step = InputName.__dict__["step"].__set__
+_set_input_name = InputName.__dict__["name"].__set__
+_set_input_blocking = InputName.__dict__["block_on_step"].__set__
+_set_versioned_value = VersionedValue.__dict__["value"].__set__
 
 
 @dataclass(frozen=True)
