@@ -167,9 +167,6 @@ class _Fold:
     names to match against would hold some 300 bytes a step while every listing is read). Paths wanted under another
     spelling (``gcs://``, a trailing slash) are ``aliases`` of their canonical path."""
 
-    STATUS_SUFFIX = "/" + _STATUS_NAME
-    RECORD_MARK = "/" + action_cache.RECORD_PREFIX
-
     def __init__(self, paths: list[str], aliases: dict[str, list[str]]) -> None:
         self.aliases = aliases
         """Canonical path -> the other wanted paths naming its folder."""
@@ -189,38 +186,36 @@ class _Fold:
         return [canonical, *extra] if canonical in self.result else extra
 
     def page(self, bucket: str, items: list[gcs_types.Listed]) -> None:
-        status_suffix, record_mark = self.STATUS_SUFFIX, self.RECORD_MARK
         result, actions, generations = self.result, self.result.actions, self.result.generations
         aliases, unknown = self.aliases, self.unknown
         root = f"gs://{bucket}/"
+        record_prefix, record_suffix = action_cache.RECORD_PREFIX, action_cache.RECORD_SUFFIX
+        record_length = len(record_prefix) + 64 + len(record_suffix)  # ``action_cache.digest_of_name``, inlined
+        digest_start, digest_end = len(record_prefix), -len(record_suffix)
         for obj in items:
-            name = obj.name
-            if name.endswith(status_suffix):
-                canonical = root + name[: -len(status_suffix)]
-                if aliases:
-                    targets = self.targets(canonical)
-                elif canonical in result:
-                    targets = (canonical,)
-                else:
-                    continue
+            folder, _, base = obj.name.rpartition("/")
+            if base == _STATUS_NAME:
+                is_status = True
+            elif len(base) == record_length and base.startswith(record_prefix) and base.endswith(record_suffix):
+                is_status = False
+            else:
+                continue  # outputs, code records, Marin's info files: a server that ignores ``matchGlob`` sends them
+            canonical = root + folder
+            if aliases:
+                targets = self.targets(canonical)
+            elif canonical in result:
+                targets = (canonical,)
+            else:
+                continue
+            if is_status:
                 status = _KNOWN.get(obj.md5Hash) if obj.size > 0 else None
                 if status is None and obj.size > 0:
                     unknown[canonical] = obj.generation
                 for p in targets:
                     result[p] = status
                     generations[p] = obj.generation
-            elif record_mark in name:
-                folder, _, base = name.rpartition("/")
-                canonical = root + folder
-                if aliases:
-                    targets = self.targets(canonical)
-                elif canonical in result:
-                    targets = (canonical,)
-                else:
-                    continue
-                digest = action_cache.digest_of_name(base)
-                if digest is None:
-                    continue
+            else:
+                digest = base[digest_start:digest_end]
                 for p in targets:
                     have = actions[p]
                     if digest not in have:
