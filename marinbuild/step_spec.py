@@ -21,11 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from marinbuild.core.placeholders import THIS_OUTPUT_PATH, ExecutorStep, VersionedValue
-
-ORIGINAL_STEP_SPEC = "_original_step_spec"
-"""The attribute (Marin's name) by which an ``ExecutorStep`` made by ``StepSpec.as_executor_step`` keeps its
-``StepSpec``."""
+from marinbuild.core.placeholders import ORIGINAL_STEP_SPEC, THIS_OUTPUT_PATH, ExecutorStep, VersionedValue
 
 
 def _is_relative_path(url_or_path: str) -> bool:

@@ -841,6 +841,11 @@ def test_git_commit_is_heads_commit_also_in_a_worktree(tmp_path, monkeypatch):
         assert get_git_commit() == expected.strip()
     monkeypatch.chdir(tmp_path)
     assert get_git_commit() is None
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()  # a build started from a folder removed meanwhile: no commit, not an internal error
+    assert get_git_commit() is None
 
 
 def test_each_run_ends_its_lease_keeper(prefix):

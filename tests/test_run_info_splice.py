@@ -58,7 +58,8 @@ def test_a_spliced_run_info_is_what_a_full_write_of_its_entries_makes(tmp_path: 
         now[i] = entry
     expected, expected_spans = _written(after, now)
     splice = _splice(before, source, spans, new)
-    splice.finish((new[i],) for i in sorted(new))
+    splice.add((new[i],) for i in sorted(new))
+    splice.finish()
     path = Path(splice.result())
     assert path.name == expected.name
     assert path.read_bytes() == expected.read_bytes()
@@ -71,20 +72,37 @@ def test_a_spliced_run_info_keeps_an_existing_file_of_its_name(tmp_path: Path) -
     source, spans = _written(tmp_path, entries)
     text = source.read_bytes()
     splice = _splice(tmp_path, source, spans, {7: entries[7]})  # the same entries: the same name
-    splice.finish([(entries[7],)])
+    splice.add([(entries[7],)])
+    splice.finish()
     assert splice.result() == str(source)
     assert source.read_bytes() == text
     assert splice.spans == []  # the kept file's head is its own
     assert _files(tmp_path) == [source.name]
 
 
-def test_an_abandoned_splice_names_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("added", [False, True], ids=["before-its-entries", "with-its-entries"])
+def test_an_abandoned_splice_names_nothing(tmp_path: Path, added: bool) -> None:
+    """A build abandons its run info before or after it sends the new entries (nothing to run, an error)."""
     source, spans = _written(tmp_path, _entries(50))
     splice = _splice(tmp_path, source, spans, {3: b'{"name": "x"}'})
+    if added:
+        splice.add([(b'{"name": "x"}',)])
     splice.abandon()
     assert _files(tmp_path) == [source.name]
     with pytest.raises(RuntimeError, match="abandoned"):
         splice.result()
+
+
+def test_a_splice_is_named_only_with_all_its_new_entries(tmp_path: Path) -> None:
+    entries = _entries(50)
+    source, spans = _written(tmp_path, entries)
+    splice = _splice(tmp_path, source, spans, {3: entries[3], 40: entries[40]})
+    with pytest.raises(ValueError, match="not all added"):
+        splice.finish()
+    with pytest.raises(ValueError, match="more new run-info entries"):
+        splice.add([(entries[3],), (entries[40],), (entries[41],)])
+    splice.abandon()
+    assert _files(tmp_path) == [source.name]
 
 
 def test_an_earlier_file_not_laid_out_as_recorded_fails_the_write_and_names_nothing(tmp_path: Path) -> None:
@@ -95,7 +113,8 @@ def test_an_earlier_file_not_laid_out_as_recorded_fails_the_write_and_names_noth
     text[at : at + 6] = b";     "  # no separator between entries 10 and 11
     source.write_bytes(bytes(text))
     splice = _splice(tmp_path, source, spans, {30: entries[30]})
-    splice.finish([(entries[30],)])
+    splice.add([(entries[30],)])
+    splice.finish()
     with pytest.raises(OSError, match="no entry separator"):
         splice.result()
     assert _files(tmp_path) == [source.name]

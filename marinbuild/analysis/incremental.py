@@ -28,7 +28,8 @@ and take the rest from the rows the previous build recorded (``marinbuild.analys
 The run then plans and runs the affected steps (the engine reads their dependencies' statuses as usual). The run
 info is the previous file's entries with the new entries in their places, in the recorded order: the same bytes a
 full build writes. A child process starts copying and hashing the kept entries as soon as step 2 knows them
-(``marinbuild.store.run_info_splice``), while steps 3 and 4 and the run go on; the run sends the new entries.
+(``marinbuild.store.run_info_splice``), while steps 3 and 4 go on; step 4 sends it the new entries, so that it
+hashes the rest of the file while the run plans and runs.
 
 ``prepare`` answers None whenever any of this does not hold (and the build takes the full path, with the
 session already loaded): another graph, a step no longer built, a stand-in whose record does not match, a rule
@@ -260,7 +261,8 @@ def _analyse(
     session.loaded = loaded
     session.analysis = analysis
     session.engine = engine
-    engine.spliced_steps = [placed[i] for i in sorted(placed)]
+    if engine.spliced_run_info is not None:
+        engine.splice_steps([placed[i] for i in sorted(placed)])
     digests = {names[label]: targets[label].digest for label in affected}
     return Prepared(rows, order, list(placed.values()), clean, digests, len(roots))
 

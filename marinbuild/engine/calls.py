@@ -16,11 +16,16 @@ if TYPE_CHECKING:
 
 def call_for(step: ExecutorStep, config: Any, prefix: str) -> StepCall:
     """The call of ``step`` with ``config`` (its instantiated config); ``ValueError`` for a step without a function."""
+    from marinbuild.core.placeholders import ORIGINAL_STEP_SPEC
     from marinbuild.core.walk import max_mirror_budget
     from marinbuild.run.step_call import StepCall
-    from marinbuild.step_spec import step_function_of
 
-    fn = step_function_of(step)
+    if getattr(step, ORIGINAL_STEP_SPEC, None) is None:  # most steps: no need to import step_spec
+        fn = step.fn
+    else:
+        from marinbuild.step_spec import step_function_of
+
+        fn = step_function_of(step)
     if fn is None:
         raise ValueError(f"step {step.name} has no fn to run")
     return StepCall(

@@ -109,11 +109,9 @@ class Engine:
         """After a run that wrote a new run info: each entry's (offset, length) in it, in the order it lists them."""
         self.spliced_run_info: SplicedRunInfo | None = None
         """Set by ``splice_run_info`` (a build that takes unchanged steps from an earlier build's records,
-        ``marinbuild.analysis.incremental``): the run info being written from the earlier file's entries, which
-        the run completes with ``spliced_steps``' entries. The engine's own ``step_infos`` and
-        ``executor_info.steps`` then hold the steps it versioned only."""
-        self.spliced_steps: list[ExecutorStep] = []
-        """The steps whose entries fill the spliced run info's new slots, in their order."""
+        ``marinbuild.analysis.incremental``): the run info being written from the earlier file's entries and
+        ``splice_steps``' entries. The engine's own ``step_infos`` and ``executor_info.steps`` then hold the
+        steps it versioned only."""
         self._head: dict[str, object] | None = None
 
     # -- versions -------------------------------------------------------------------------
@@ -308,7 +306,7 @@ class Engine:
     def splice_run_info(self, source: str, slots: Sequence[tuple[int, int] | None]) -> SplicedRunInfo | None:
         """Start writing the run info from the local run-info file ``source`` (``marinbuild.store.run_info_splice``):
         ``slots`` lists each entry in order, as its (offset, length) in ``source`` when kept, None when it is one
-        of ``spliced_steps`` (set before the run). None if run infos go to an object store. ``abandon_splice``
+        of the steps ``splice_steps`` then gives. None if run infos go to an object store. ``abandon_splice``
         drops it when the run writes none."""
         from marinbuild.store import fs
         from marinbuild.store import run_info as run_info_file
@@ -321,6 +319,18 @@ class Engine:
         directory = fs.local_path(self.executor_info_base_path)
         self.spliced_run_info = SplicedRunInfo(directory, script, run_info_file.opening(head), source, slots)
         return self.spliced_run_info
+
+    def splice_steps(self, steps: Sequence[ExecutorStep]) -> None:
+        """The versioned steps whose entries fill the spliced run info's new slots, in their order: their entries
+        go to the writer now, before the run plans, so that it hashes the whole file while the run plans and
+        runs; the run names the file when its steps start."""
+        from marinbuild.store import run_info as run_info_file
+
+        splice = self.spliced_run_info
+        assert splice is not None
+        table = self._versions
+        versioned = table.version_pieces
+        splice.add(run_info_file.step_pieces(step_info(table, s), versioned[s]) for s in steps)
 
     def abandon_splice(self) -> None:
         """The spliced run info will not be completed (nothing ran, or the build stopped): name nothing."""
@@ -345,11 +355,9 @@ class Engine:
                 steps=[step for step in table.steps if step not in table.recorded],
                 head=self._head,
             )
-            versioned, new_steps = table.version_pieces, self.spliced_steps
 
             def complete() -> str:
-                splice.finish(run_info_file.step_pieces(step_info(table, s), versioned[s]) for s in new_steps)
-                path = splice.result()
+                path = splice.finish().result()
                 spans.extend(splice.spans)
                 self.executor_info_path = path
                 return path

@@ -88,8 +88,8 @@ def now_iso() -> str:
 def git_commit() -> str | None:
     """HEAD's commit of the current directory's repository (what Marin's ``git rev-parse HEAD`` gives when ``.git``
     is there), read from the files (no subprocess). ``.git`` may be a file pointing elsewhere (a worktree)."""
-    git = os.path.join(os.getcwd(), ".git")
     try:
+        git = os.path.join(os.getcwd(), ".git")  # (a current directory removed meanwhile: no commit)
         if os.path.isfile(git):
             with open(git) as f:
                 pointer = f.read().strip()

@@ -88,8 +88,11 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
         return
     target = local_path(path)
     directory = os.path.dirname(target)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = create_temporary(directory, os.path.basename(target))
+    try:
+        fd, tmp = create_temporary(directory, os.path.basename(target))
+    except FileNotFoundError:  # the folder's first file (most writes go to a step's folder, made when it started)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = create_temporary(directory, os.path.basename(target))
     try:
         with os.fdopen(fd, "wb") as f:
             f.writelines(pieces)

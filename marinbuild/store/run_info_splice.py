@@ -10,10 +10,11 @@ and when:
   child copies each run of kept entries from the previous file with ``copy_file_range`` (in the kernel, falling
   back to ``pwrite``) on a thread of its own and hashes them from a mapping of the file, while the build goes on;
   at a new entry it waits for the parent to send it.
-- ``finish(entries)`` sends the new entries (the engine calls it when its steps start, as it starts the thread
-  writer of a full build) and then ``NAME``; the child names the file with one ``os.replace`` (keeping an
-  existing file of the same name, as ``run_info.write(..., only_if_new=True)`` does) and answers the md5.
-  ``result()`` waits for that answer. The parent computes each entry's span itself.
+- ``add(entries)`` sends the new entries as soon as the build has versioned them (before it plans), so that the
+  child hashes the rest of the file while the build plans and runs; ``finish()`` (when the steps start, as the
+  thread writer of a full build starts) sends ``NAME``: the child names the file with one ``os.replace``
+  (keeping an existing file of the same name, as ``run_info.write(..., only_if_new=True)`` does) and answers the
+  md5. ``result()`` waits for that answer. The parent computes each entry's span itself.
 - ``abandon()``: the build ended without a run info (nothing to run, an error): the child names nothing.
 
 Contract: the same bytes and name as ``run_info.write`` of the same entries. A crash or kill of either side never
@@ -110,11 +111,9 @@ class SplicedRunInfo:
         """The child's process id."""
         return self._process.pid
 
-    def finish(self, new_entries: Iterable[Sequence[bytes]]) -> SplicedRunInfo:
-        """Send the new entries (one per None slot, in order) and the rest, then name the file; ``result()`` waits
-        for the child. Returns self (the engine's run-info writer)."""
-        from marinbuild.store import faults
-
+    def add(self, new_entries: Iterable[Sequence[bytes]]) -> None:
+        """Send the new entries (one per None slot, in order) and the kept entries after them: the child can hash
+        the whole file before the run starts. ``finish()`` then names it."""
         entries = iter(new_entries)
         lengths: list[int] = []
         i = self._sent
@@ -132,6 +131,14 @@ class SplicedRunInfo:
             raise ValueError("more new run-info entries than new slots")
         self._sent = i
         self._spans_with(lengths)
+
+    def finish(self) -> SplicedRunInfo:
+        """Name the file once the child has written it (``add`` first); ``result()`` waits for the child. Returns
+        self (the engine's run-info writer)."""
+        from marinbuild.store import faults
+
+        if self._sent != len(self._slots):
+            raise ValueError("the run info's new entries were not all added")
         faults.point("before-replace run info " + self.script)
         self._send(b"E")
         self._close()

@@ -9,6 +9,14 @@ and never answer, as a server that stopped answering does; ``forbid`` answers 40
 contains ``text``, as a bucket policy that denies one object does, until set to ``""``); ``POST /__proxy/reset``
 zeroes the counters.
 
+Two settings make a read look as GCS answers it, for benches (``POST /__proxy/config``, or ``--replay`` and
+``--fields``): ``fields`` applies a request's ``fields`` parameter (GCS's partial responses, e.g.
+``items(name,size),nextPageToken``) to its JSON answer, which fake-gcs-server ignores, sending every object's whole
+metadata; ``replay`` answers a GET it has already forwarded, since the last request that was not a GET, with the
+same answer from memory, without the upstream: the bucket has not changed, and the upstream's CPU (real GCS's runs
+on its own machines) stays out of what a bench on one machine measures. ``forwarded`` in the stats counts the
+requests that reached an upstream.
+
 ``--routes FILE`` (JSON ``{"name/prefix/": "http://upstream", ...}``) spreads one bucket over several servers: a
 request goes to the upstream of the longest route that is a folder prefix of the object it names (an object's
 name, or a listing's ``prefix``); a request no route covers is answered 501, so a listing spanning servers fails
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import random
 import re
@@ -64,7 +73,12 @@ class Proxy:
         self.fail_next = 0
         self.hang = False
         self.forbid = ""
+        self.replay = False
+        self.fields = False
+        self._answers: dict[str, tuple[int, str, list[tuple[str, str]], bytes]] = {}
+        """``replay``'s memory: each GET target's answer since the last request that was not a GET."""
         self.requests = 0
+        self.forwarded = 0
         self.failed = 0
         self.bytes_out = 0
         self.session: aiohttp.ClientSession | None = None
@@ -99,11 +113,16 @@ class Proxy:
             self.fail_next = int(config.get("fail_next", self.fail_next))
             self.hang = bool(config.get("hang", self.hang))
             self.forbid = str(config.get("forbid", self.forbid))
+            self.fields = bool(config.get("fields", self.fields))
+            self.replay = bool(config.get("replay", self.replay))
+            if not self.replay:
+                self._answers.clear()
         elif target.startswith("/__proxy/reset"):
-            self.requests = self.failed = self.bytes_out = 0
+            self.requests = self.forwarded = self.failed = self.bytes_out = 0
         payload = json.dumps(
             {
                 "requests": self.requests,
+                "forwarded": self.forwarded,
                 "failed": self.failed,
                 "bytes_out": self.bytes_out,
                 "latency": self.latency,
@@ -139,18 +158,14 @@ class Proxy:
             _reset(writer)
             return False
         assert self.session is not None
-        upstream = self._upstream_for(target)
-        if upstream is None:
-            self.failed += 1
-            await _write_error(writer, 501, "Not Implemented", f"no route covers {target}")
-            return True
-        forward_headers = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP]
-        async with self.session.request(
-            method, upstream + target, headers=forward_headers, data=body, allow_redirects=False
-        ) as response:
-            content = await response.read()
-            out_headers = [(k, v) for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP]
-            status, reason = response.status, response.reason or ""
+        answer = self._answers.get(target) if method == "GET" else None
+        if answer is None:
+            answer = await self._ask_upstream(method, target, headers, body)
+            if answer is None:
+                self.failed += 1
+                await _write_error(writer, 501, "Not Implemented", f"no route covers {target}")
+                return True
+        status, reason, out_headers, content = answer
         if fault == "reset-after":
             _reset(writer)
             return False
@@ -160,6 +175,35 @@ class Proxy:
         self.bytes_out += len(content)
         await _write_response(writer, status, reason, out_headers, content)
         return True
+
+    async def _ask_upstream(
+        self, method: str, target: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[int, str, list[tuple[str, str]], bytes] | None:
+        """The upstream's answer (with ``fields`` applied when set), kept for ``replay``; None if no route covers
+        ``target``."""
+        assert self.session is not None
+        upstream = self._upstream_for(target)
+        if upstream is None:
+            return None
+        if method != "GET":
+            self._answers.clear()  # the bucket may change: no earlier answer holds
+        self.forwarded += 1
+        forward_headers = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP]
+        async with self.session.request(
+            method, upstream + target, headers=forward_headers, data=body, allow_redirects=False
+        ) as response:
+            content = await response.read()
+            out_headers = [(k, v) for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP]
+            status, reason = response.status, response.reason or ""
+        if self.fields and method == "GET" and status == 200:
+            query = urllib.parse.parse_qs(target.partition("?")[2])
+            selector = query.get("fields")
+            if selector and query.get("alt") != ["media"]:  # metadata, not an object's content
+                content, out_headers = _partial_response(content, out_headers, selector[0])
+        answer = (status, reason, out_headers, content)
+        if self.replay and method == "GET" and status == 200:
+            self._answers[target] = answer
+        return answer
 
     def _upstream_for(self, target: str) -> str | None:
         """The server holding what ``target`` names (see the module docstring); None if no route covers it."""
@@ -177,6 +221,60 @@ class Proxy:
                 return self.routes[folder]
             folder = folder[:-1].rpartition("/")[0] + "/"
         return None
+
+
+def _partial_response(
+    content: bytes, headers: list[tuple[str, str]], selector: str
+) -> tuple[bytes, list[tuple[str, str]]]:
+    """A JSON answer cut to GCS's ``fields`` selector, uncompressed (the answer and its headers)."""
+    encoding = {k.lower(): v for k, v in headers}.get("content-encoding", "").lower()
+    if encoding == "gzip":
+        content = gzip.decompress(content)
+    elif encoding not in ("", "identity"):
+        return content, headers
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return content, headers
+    kept = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
+    return json.dumps(_select(value, _parse_fields(selector)), separators=(",", ":")).encode(), kept
+
+
+def _parse_fields(selector: str) -> dict[str, dict | None]:
+    """GCS's ``fields`` syntax (``a,b/c,d(e,f)``) as a tree: each name to what of it to keep (None: all of it)."""
+    at = 0
+
+    def selection() -> dict[str, dict | None]:
+        nonlocal at
+        tree: dict[str, dict | None] = {}
+        while at < len(selector) and selector[at] != ")":
+            end = at
+            while end < len(selector) and selector[end] not in ",()":
+                end += 1
+            path, at = selector[at:end].strip().split("/"), end
+            sub: dict[str, dict | None] | None = None
+            if at < len(selector) and selector[at] == "(":
+                at += 1
+                sub = selection()
+                at += 1  # the ")"
+            for name in reversed(path[1:]):
+                sub = {name: sub}
+            tree[path[0]] = sub
+            if at < len(selector) and selector[at] == ",":
+                at += 1
+        return tree
+
+    return selection()
+
+
+def _select(value: object, tree: dict[str, dict | None] | None) -> object:
+    if tree is None or "*" in tree:
+        return value
+    if isinstance(value, list):
+        return [_select(item, tree) for item in value]
+    if isinstance(value, dict):
+        return {name: _select(value[name], sub) for name, sub in tree.items() if name in value}
+    return value
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
@@ -229,9 +327,17 @@ async def _write_error(writer: asyncio.StreamWriter, status: int, reason: str, m
 
 
 async def serve(
-    upstream: str, port: int, latency: float, fail_rate: float, seed: int | None, routes: dict[str, str] | None = None
+    upstream: str,
+    port: int,
+    latency: float,
+    fail_rate: float,
+    seed: int | None,
+    routes: dict[str, str] | None = None,
+    settings: dict[str, bool] | None = None,
 ) -> None:
     proxy = Proxy(upstream, latency, fail_rate, seed, routes)
+    proxy.fields = bool((settings or {}).get("fields"))
+    proxy.replay = bool((settings or {}).get("replay"))
     proxy.session = aiohttp.ClientSession(auto_decompress=False, connector=aiohttp.TCPConnector(limit=256))
     server = await asyncio.start_server(proxy.handle, "127.0.0.1", port, backlog=1024)
     print(server.sockets[0].getsockname()[1], flush=True)
@@ -247,13 +353,16 @@ def main() -> None:
     parser.add_argument("--fail-rate", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--routes", help="JSON file: folder prefix -> upstream URL (see the module docstring)")
+    parser.add_argument("--fields", action="store_true", help="apply a read's `fields` to its answer, as GCS does")
+    parser.add_argument("--replay", action="store_true", help="answer a repeated read from memory (see above)")
     args = parser.parse_args()
     routes = None
     if args.routes:
         with open(args.routes) as f:
             routes = json.load(f)
+    settings = {"fields": args.fields, "replay": args.replay}
     try:
-        asyncio.run(serve(args.upstream, args.port, args.latency, args.fail_rate, args.seed, routes))
+        asyncio.run(serve(args.upstream, args.port, args.latency, args.fail_rate, args.seed, routes, settings))
     except KeyboardInterrupt:
         sys.exit(0)
 
