@@ -40,6 +40,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections import defaultdict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -159,59 +160,85 @@ class _Fold:
     """The statuses and action records of the wanted step folders, folded into the result a listing page at a time
     as pages arrive (on gcsfs's event loop, while other listings are in flight): a page's objects are dropped once
     read, so memory follows the steps, not the bytes listed (a server that ignores ``matchGlob`` lists every object
-    of each range), and the result is ready when the last page is."""
+    of each range), and the result is ready when the last page is.
 
-    STATUS_SUFFIX = "/" + _STATUS_NAME
-    RECORD_MARK = "/" + action_cache.RECORD_PREFIX
+    A listed object's folder is looked up by its canonical path (``gs://<bucket>/<folder>``) in the result itself,
+    which holds every wanted path from the start: nothing is kept per step besides the result (a table of folder
+    names to match against would hold some 300 bytes a step while every listing is read). Paths wanted under another
+    spelling (``gcs://``, a trailing slash) are ``aliases`` of their canonical path."""
 
-    def __init__(self, paths_by_key: dict[tuple[str, str], list[str]], paths: list[str]) -> None:
-        self.paths_by_key = paths_by_key
+    def __init__(self, paths: list[str], aliases: dict[str, list[str]]) -> None:
+        self.aliases = aliases
+        """Canonical path -> the other wanted paths naming its folder."""
         self.result = StatusMap()
         """Every wanted path: None (no status listed) until its status object is seen; no action record until
         one is seen."""
         self.result.update(dict.fromkeys(paths))
         self.result.actions.update(dict.fromkeys(paths, frozenset()))
-        self.unknown: dict[tuple[str, str], int] = {}
-        """(bucket, step folder) -> the generation of a status whose md5 is not a known status word."""
+        self.unknown: dict[str, int] = {}
+        """Canonical path -> the generation of a status whose md5 is not a known status word."""
+
+    def targets(self, canonical: str) -> Sequence[str]:
+        """The wanted paths naming the folder of ``canonical`` (none: it is not wanted)."""
+        extra = self.aliases.get(canonical)
+        if extra is None:
+            return [canonical] if canonical in self.result else []
+        return [canonical, *extra] if canonical in self.result else extra
 
     def page(self, bucket: str, items: list[gcs_types.Listed]) -> None:
-        status_suffix, record_mark = self.STATUS_SUFFIX, self.RECORD_MARK
-        paths_by_key, result, actions = self.paths_by_key, self.result, self.result.actions
+        result, actions, generations = self.result, self.result.actions, self.result.generations
+        aliases, unknown = self.aliases, self.unknown
+        root = f"gs://{bucket}/"
+        record_prefix, record_suffix = action_cache.RECORD_PREFIX, action_cache.RECORD_SUFFIX
+        record_length = len(record_prefix) + 64 + len(record_suffix)  # ``action_cache.digest_of_name``, inlined
+        digest_start, digest_end = len(record_prefix), -len(record_suffix)
         for obj in items:
-            name = obj.name
-            if name.endswith(status_suffix):
-                bk = (bucket, name[: -len(status_suffix)])
-                paths = paths_by_key.get(bk)
-                if paths is None:
-                    continue
+            folder, _, base = obj.name.rpartition("/")
+            if base == _STATUS_NAME:
+                is_status = True
+            elif len(base) == record_length and base.startswith(record_prefix) and base.endswith(record_suffix):
+                is_status = False
+            else:
+                continue  # outputs, code records, Marin's info files: a server that ignores ``matchGlob`` sends them
+            canonical = root + folder
+            if aliases:
+                targets = self.targets(canonical)
+            elif canonical in result:
+                targets = (canonical,)
+            else:
+                continue
+            if is_status:
                 status = _KNOWN.get(obj.md5Hash) if obj.size > 0 else None
                 if status is None and obj.size > 0:
-                    self.unknown[bk] = obj.generation
-                for p in paths:
+                    unknown[canonical] = obj.generation
+                for p in targets:
                     result[p] = status
-                    result.generations[p] = obj.generation
-            elif record_mark in name:
-                folder, _, base = name.rpartition("/")
-                paths = paths_by_key.get((bucket, folder))
-                digest = action_cache.digest_of_name(base) if paths is not None else None
-                if paths is not None and digest is not None:
-                    for p in paths:
-                        if digest not in actions[p]:
-                            actions[p] = actions[p] | {digest}
+                    generations[p] = obj.generation
+            else:
+                digest = base[digest_start:digest_end]
+                for p in targets:
+                    have = actions[p]
+                    if digest not in have:
+                        actions[p] = have | {digest} if have else frozenset((digest,))
 
 
 def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
     from marinbuild.store import gcs
 
     filesystem = gcs.filesystem()
-    paths_by_key: dict[tuple[str, str], list[str]] = defaultdict(list)
+    aliases: dict[str, list[str]] = defaultdict(list)
+    keys_by_bucket: dict[str, set[str]] = defaultdict(set)
     for path in output_paths:
-        paths_by_key[gcs.split(path)].append(path)
-    keys_by_bucket: dict[str, list[str]] = defaultdict(list)
-    for bucket, key in paths_by_key:
-        keys_by_bucket[bucket].append(key)
-    requests = [r for bucket, keys in keys_by_bucket.items() for r in _chunks(bucket, keys, filesystem.match_glob)]
-    fold = _Fold(dict(paths_by_key), output_paths)
+        bucket, key = gcs.split(path)
+        keys_by_bucket[bucket].add(key)
+        canonical = f"gs://{bucket}/{key}"
+        if canonical != path:  # ``gcs://``, a trailing slash: rare
+            aliases[canonical].append(path)
+    requests = [
+        r for bucket, keys in keys_by_bucket.items() for r in _chunks(bucket, list(keys), filesystem.match_glob)
+    ]
+    del keys_by_bucket  # the folder names: not held while the listings are read
+    fold = _Fold(output_paths, dict(aliases))
 
     async def listings() -> None:
         async def one(r: dict[str, Any]) -> None:
@@ -230,32 +257,33 @@ def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
 
     gcs.run(listings, fs=filesystem)
     result, unknown = fold.result, fold.unknown
-    to_fetch: list[tuple[str, str]] = []
+    to_fetch: list[str] = []
     if unknown:
         # Content we cannot tell from its md5 (Marin's legacy JSON lines): SUCCESS seen before at this
         # very generation stays SUCCESS; anything else is downloaded.
-        cached = cache.lookup(paths_by_key[bk][0] for bk in unknown)
-        for bk, generation in unknown.items():
-            entry = cached.get(paths_by_key[bk][0])
+        firsts = {canonical: fold.targets(canonical)[0] for canonical in unknown}
+        cached = cache.lookup(firsts.values())
+        for canonical, generation in unknown.items():
+            entry = cached.get(firsts[canonical])
             if entry is not None and entry.status_generation == generation:
-                for p in paths_by_key[bk]:
+                for p in fold.targets(canonical):
                     result[p] = st.STATUS_SUCCESS
             else:
-                to_fetch.append(bk)
+                to_fetch.append(canonical)
     seen_success: dict[str, CachedStep] = {}
 
     if to_fetch:
 
         async def fetch_all() -> list[tuple[bytes, int] | None]:
             return await gcs.gather_limited(
-                [gcs._read_with_generation(filesystem, f"gs://{b}/{k}/{_STATUS_NAME}") for b, k in to_fetch],
+                [gcs._read_with_generation(filesystem, f"{canonical}/{_STATUS_NAME}") for canonical in to_fetch],
                 limit=CONCURRENCY,
             )
 
-        for (bucket, key), got in zip(to_fetch, gcs.run(fetch_all, fs=filesystem), strict=True):
-            path = f"gs://{bucket}/{key}/{_STATUS_NAME}"
+        for canonical, got in zip(to_fetch, gcs.run(fetch_all, fs=filesystem), strict=True):
+            path = f"{canonical}/{_STATUS_NAME}"
             status = None if got is None else st.parse_status(path, got[0])
-            for p in paths_by_key[(bucket, key)]:
+            for p in fold.targets(canonical):
                 result[p] = status
                 if got is not None:
                     result.generations[p] = got[1]

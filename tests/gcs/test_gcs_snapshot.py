@@ -82,3 +82,24 @@ def test_a_listing_that_fails_partway_is_no_noop(gs_prefix: str, tmp_path: Path,
     assert failed.returncode != 0, failed.stdout
     assert "already built" not in failed.stdout + failed.stderr
     assert f"listing {gs_prefix}/pipe/" in failed.stderr, failed.stderr
+
+
+def test_a_snapshot_step_whose_path_holds_another_action_is_no_noop(gs_prefix: str) -> None:
+    """``statuses_if_built`` answers only when every recorded step's folder holds its own action record (or none):
+    a folder whose listed record is another action's is a collision, for the full path to report; one built with
+    ``override_output_path`` holding another action is used as built."""
+    from marinbuild.analysis import snapshot
+    from marinbuild.store import batch
+    from marinbuild.store.metadata_cache import MetadataCache
+
+    ex = gp.executor(gs_prefix)
+    steps = [gp.step(f"snap/s{i}", str(i)) for i in range(6)]
+    gp.seed_built(ex, steps)
+    paths = [ex.output_paths[s] for s in steps]
+    listed = batch.read_statuses(paths, cache=MetadataCache(None)).actions
+    own = [(s.name, p, next(iter(listed[p])), False) for s, p in zip(steps, paths, strict=True)]
+    assert snapshot.statuses_if_built(snapshot.Snapshot([], own)) is not None
+    other = "0" * 64
+    assert snapshot.statuses_if_built(snapshot.Snapshot([], [*own[:3], (*own[3][:2], other, False), *own[4:]])) is None
+    overridden = [*own[:3], (*own[3][:2], other, True), *own[4:]]
+    assert snapshot.statuses_if_built(snapshot.Snapshot([], overridden)) is not None

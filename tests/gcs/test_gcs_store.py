@@ -241,6 +241,22 @@ def test_listing_pages_that_split_step_folders_give_every_status(gs_prefix, monk
     assert paged.generations == whole.generations and set(paged.generations) == set(paths) - {paths[10]}
 
 
+def test_a_folder_named_under_several_spellings_gives_each_its_status(gs_prefix):
+    """A step folder may be asked for as ``gs://``, ``gcs://`` and with a trailing slash, in one read: each spelling
+    gets the folder's status and action records (the listings are matched by the canonical ``gs://`` path), a
+    legacy status read by content included."""
+    paths, alone = _mixed_folder(gs_prefix)
+    whole = batch.read_statuses(paths, cache=MetadataCache(None))
+    others = [p.replace("gs://", "gcs://", 1) for p in paths[::2]] + [p + "/" for p in paths[1::2]]
+    mixed = batch.read_statuses(paths[:6] + others, cache=MetadataCache(None))
+    for other in others:
+        canonical = "gs://" + other.split("://", 1)[1].rstrip("/")
+        assert mixed[other] == alone[canonical], other
+        assert mixed.actions[other] == whole.actions[canonical], other
+    assert {p: mixed[p] for p in paths[:6]} == {p: alone[p] for p in paths[:6]}
+    assert mixed[paths[8].replace("gs://", "gcs://", 1)] == st.STATUS_SUCCESS  # the legacy form, downloaded
+
+
 def test_a_status_changed_between_reads_is_read_anew(gs_prefix):
     """Nothing answers from an earlier listing: a status rewritten between two reads (a one-word status, and Marin's
     legacy form whose SUCCESS the metadata cache remembers by generation) is read as it now is."""
