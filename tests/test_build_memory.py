@@ -249,3 +249,32 @@ def test_placeholders_have_no_per_object_dict_and_behave_as_before() -> None:
     object.__setattr__(step, "_original_step_spec", "kept")  # as ``step_spec`` does
     assert step._original_step_spec == "kept"  # type: ignore[attr-defined]
     assert step.with_output_path("elsewhere").override_output_path == "elsewhere"
+
+
+LIVE_JOBS: list[int] = []
+
+
+def _count_live_jobs(config: dict) -> None:
+    import gc
+
+    from marinbuild.run.step_job import StepJob
+
+    gc.collect()
+    LIVE_JOBS.append(sum(1 for o in gc.get_objects() if isinstance(o, StepJob)))
+
+
+def test_a_run_holds_the_jobs_of_the_steps_in_flight_only(tmp_path: Path) -> None:
+    """A step's job (its lease, call and records) is made when it starts and dropped when it is done: a run of many
+    steps holds a few jobs at a time, not one per step of the plan (at 100,000 steps, hundreds of megabytes)."""
+    from marinbuild.core.placeholders import ExecutorStep
+    from marinbuild.executor import Executor
+
+    prefix = str(tmp_path / "prefix")
+    steps: list[ExecutorStep] = []
+    for i in range(12):  # a chain: one step runs at a time
+        steps.append(ExecutorStep(name=f"chain/s{i}", fn=_count_live_jobs, config={"i": i, "after": steps[-1:]}))
+    LIVE_JOBS.clear()
+    executor = Executor(prefix=prefix, executor_info_base_path=str(tmp_path / "experiments"), listeners=[])
+    executor.run(steps, max_concurrent=1)
+    assert len(LIVE_JOBS) == 12
+    assert max(LIVE_JOBS) <= 3, LIVE_JOBS  # the one running, and at most the one before it, not yet let go

@@ -11,7 +11,7 @@ The backend modules load here only when a run has steps to start (a no-op loads 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def is_local(backend: Backend | str | None) -> bool:
     return backend == LOCAL or (backend is None and default_backend() == LOCAL)
 
 
-def resource_problems(backend: Backend, calls: Mapping[ExecutorStep, Callable[[], Any]]) -> list[str]:
+def resource_problems(backend: Backend, calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> list[str]:
     """``"<step> <why>"`` for each step (with its call) the backend cannot give what it asks for."""
     from marinbuild.run.step_call import StepCall
 
@@ -60,7 +60,7 @@ def resource_problems(backend: Backend, calls: Mapping[ExecutorStep, Callable[[]
     if check is None:
         return []
     problems = []
-    for step, call in calls.items():
+    for step, call in calls:
         try:
             request = call.request()[0] if isinstance(call, StepCall) else step.resources
         except (TypeError, ValueError) as exc:
@@ -72,7 +72,7 @@ def resource_problems(backend: Backend, calls: Mapping[ExecutorStep, Callable[[]
     return problems
 
 
-def local_problems(calls: Mapping[ExecutorStep, Callable[[], Any]]) -> list[str]:
+def local_problems(calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> list[str]:
     """``resource_problems`` on a local backend of one thread, shut down after."""
     from marinbuild.run.local import LocalBackend
 
@@ -83,7 +83,7 @@ def local_problems(calls: Mapping[ExecutorStep, Callable[[], Any]]) -> list[str]
         backend.shutdown()
 
 
-def check_resources(backend: Backend, calls: Mapping[ExecutorStep, Callable[[], Any]]) -> None:
+def check_resources(backend: Backend, calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> None:
     """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
     from marinbuild.run.resources import UnsatisfiableResourcesError
 

@@ -383,6 +383,5 @@ class Engine:
 
         if not backend_choice.is_local(self.backend):
             return []
-        return backend_choice.local_problems(
-            {step: call_for(step, self.configs[step], self.prefix) for step in plan.to_run}
-        )
+        calls = ((step, call_for(step, self.configs[step], self.prefix)) for step in plan.to_run)
+        return backend_choice.local_problems(calls)

@@ -70,8 +70,11 @@ def execute(
         lease_settings.stale_after = settings.stale_after
     cancel = threading.Event()
     output_paths = table.output_paths
-    jobs = {
-        step: StepJob(
+
+    def job_for(step: ExecutorStep) -> StepJob:
+        """The step's job, made when the scheduler starts it and dropped when it is done: a build of many steps
+        holds the jobs (leases, calls, info texts) of the steps in flight only."""
+        return StepJob(
             name=step.name,
             output_path=output_paths[step],
             call=call_for(step, table.configs[step], settings.prefix),
@@ -83,8 +86,10 @@ def execute(
             action=ActionKey(table.action_digest(step), step.name, step.override_output_path is not None),
             context=context,
         )
-        for step in plan.to_run
-    }
+
+    def describe(step: ExecutorStep) -> tuple[str, str]:
+        return step.name, output_paths[step]
+
     backend: Backend
     if settings.backend is None or isinstance(settings.backend, str):  # a backend of this run's own
         name = settings.backend or backend_choice.default_backend()
@@ -92,15 +97,17 @@ def execute(
     else:
         backend, owned = settings.backend, False
     try:
-        backend_choice.check_resources(backend, {step: job.call for step, job in jobs.items()})  # nothing written yet
+        calls = ((step, call_for(step, table.configs[step], settings.prefix)) for step in plan.to_run)
+        backend_choice.check_resources(backend, calls)  # nothing written yet; each call is made again with its job
         commit.write_infos_not_run(table, graph, plan, selected)
         writing = start_run_info()
         try:
-            bus.emit(ev.BUILD_STARTED, data={"steps": len(jobs)})
+            bus.emit(ev.BUILD_STARTED, data={"steps": len(plan.to_run)})
             outcome = schedule(
                 plan.to_run,
                 table.dependencies,
-                jobs,
+                job_for,
+                describe,
                 backend,
                 bus,
                 max_concurrent=max_concurrent,

@@ -25,6 +25,10 @@ RENEWERS = 16
 """Threads renewing remote leases at once (a renewal is one small request)."""
 
 
+def _forget(exc: BaseException) -> None:
+    """``on_lost`` of a lease no longer held: its step is done, nothing to tell."""
+
+
 class _Held:
     """One held lease in the keeper's heap; ``dropped`` once removed (the heap forgets it lazily)."""
 
@@ -107,6 +111,7 @@ class LeaseKeeper:
         if held is None or held.dropped:
             return
         held.dropped = True
+        held.on_lost = _forget  # a dropped entry may wait in the heap: it must not keep its step's job alive
         del self._held[id(held.lease)]
         self._dropped += 1
         if self._dropped > 64 and self._dropped > len(self._held):  # amortized O(1) per removal
@@ -163,12 +168,13 @@ class LeaseKeeper:
             return self._pool
 
     def _renew(self, held: _Held) -> None:
+        on_lost = held.on_lost
         try:
             held.lease.refresh()
         except LeaseLostError as exc:
             with self._cond:
                 self._drop(held)
-            held.on_lost(exc)
+            on_lost(exc)
         except Exception:  # a store error (each request is bounded): try again at the next beat
             pass
         finally:

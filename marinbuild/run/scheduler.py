@@ -3,13 +3,16 @@
 No polling: backends report completions through a callback, handled on the reporting thread. A failed
 step's consumers are marked dependency-failed at once; independent steps go on unless
 ``keep_going`` is False, in which case nothing new starts after the first failure.
+
+A step's job (``StepJob``: its lease, call and records) is made when the step starts and dropped when it is
+done, so a run of many steps holds the jobs of the steps in flight, not one per step of the plan.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from marinbuild.run import events as ev
@@ -27,22 +30,28 @@ class _Run(Generic[K]):
         self,
         order: list[K],
         deps: dict[K, list[K]],
-        jobs: dict[K, StepJob],
+        job_for: Callable[[K], StepJob],
+        describe: Callable[[K], tuple[str, str]],
         backend: Backend,
         bus: ev.EventBus,
         max_concurrent: int | None,
         keep_going: bool,
     ):
-        self.order, self.jobs, self.backend, self.bus = order, jobs, backend, bus
+        self.order, self.job_for, self.describe, self.backend, self.bus = order, job_for, describe, backend, bus
         self.max_concurrent, self.keep_going = max_concurrent, keep_going
         self.outcome: Outcome[K] = Outcome()
-        self.waiting_on = {k: {d for d in deps[k] if d in jobs} for k in order}
+        keys = set(order)
+        self.waiting: dict[K, int] = {}
+        """How many of its dependencies each step still waits for (a count, not a set: one per step of the run)."""
         self.consumers: dict[K, list[K]] = {k: [] for k in order}
         for k in order:
-            for d in self.waiting_on[k]:
+            needed = {d for d in deps[k] if d in keys}
+            self.waiting[k] = len(needed)
+            for d in needed:
                 self.consumers[d].append(k)
-        self.ready = deque(k for k in order if not self.waiting_on[k])
-        self.key_of = {id(jobs[k]): k for k in order}
+        self.ready = deque(k for k in order if not self.waiting[k])
+        self.key_of: dict[int, K] = {}
+        """The key of each job in flight, by the job's id."""
         self.in_flight: dict[K, StepJob] = {}
         self.finished: set[K] = set()
         self.stopping = False
@@ -60,14 +69,16 @@ class _Run(Generic[K]):
             and (self.max_concurrent is None or len(self.in_flight) < self.max_concurrent)
         ):
             key = self.ready.popleft()
-            self.in_flight[key] = self.jobs[key]
-            started.append(self.jobs[key])
+            job = self.job_for(key)
+            self.in_flight[key] = job
+            self.key_of[id(job)] = key
+            started.append(job)
         if not self.in_flight:
             self.all_done.set()
         return started
 
     def complete_locked(self, job: StepJob, result: JobOutcome | None, error: BaseException | None) -> None:
-        key = self.key_of[id(job)]
+        key = self.key_of.pop(id(job))
         self.in_flight.pop(key, None)
         self.finished.add(key)
         if error is None:
@@ -78,8 +89,8 @@ class _Run(Generic[K]):
                 self.outcome.cached.append(key)
                 self.bus.emit(ev.CACHED, step=job.name, output_path=job.output_path, detail="built by another runner")
             for consumer in self.consumers[key]:
-                self.waiting_on[consumer].discard(key)
-                if not self.waiting_on[consumer] and consumer not in self.outcome.dep_failed:
+                self.waiting[consumer] -= 1
+                if not self.waiting[consumer] and consumer not in self.outcome.dep_failed:
                     self.ready.append(consumer)
             return
         if isinstance(error, KeyboardInterrupt):
@@ -89,7 +100,7 @@ class _Run(Generic[K]):
             return
         self.outcome.failed[key] = error
         self.bus.emit(ev.FAILED, step=job.name, output_path=job.output_path, error=error)
-        _mark_dep_failed(key, self.consumers, self.jobs, self.outcome, self.bus)
+        _mark_dep_failed(key, self.consumers, self.describe, self.outcome, self.bus)
         if not self.keep_going:
             self.stopping = True
 
@@ -113,7 +124,8 @@ class _Run(Generic[K]):
 def schedule(
     order: list[K],
     deps: dict[K, list[K]],
-    jobs: dict[K, StepJob],
+    job_for: Callable[[K], StepJob],
+    describe: Callable[[K], tuple[str, str]],
     backend: Backend,
     bus: ev.EventBus,
     *,
@@ -121,14 +133,16 @@ def schedule(
     keep_going: bool,
     cancel: threading.Event,
 ) -> Outcome[K]:
-    """Run ``jobs`` (keys in dependency ``order``), each after its ``deps`` among them succeeded.
+    """Run the steps ``order`` lists (in dependency order), each after its ``deps`` among them succeeded:
+    ``job_for(key)`` makes a step's job as it starts; ``describe(key)`` is its (name, output path) for the
+    events of a step that never starts.
 
     Completions are handled on the thread that reports them: the next ready step is chosen and
     submitted right there (a worker thread of the local backend then runs it itself), so a chain
     of short steps does not wake the calling thread once per step. The calling thread only waits
     for the end (or Ctrl-C).
     """
-    run = _Run(order, deps, jobs, backend, bus, max_concurrent, keep_going)
+    run = _Run(order, deps, job_for, describe, backend, bus, max_concurrent, keep_going)
     try:
         with run.lock:
             started = run.take_ready_locked()
@@ -150,28 +164,27 @@ def schedule(
     for key in order:
         if key not in run.finished and key not in outcome.dep_failed:
             outcome.skipped.append(key)
+            name, output_path = describe(key)
             bus.emit(
-                ev.SKIPPED,
-                step=jobs[key].name,
-                output_path=jobs[key].output_path,
-                detail="not started: the build stopped after a failure",
+                ev.SKIPPED, step=name, output_path=output_path, detail="not started: the build stopped after a failure"
             )
     return outcome
 
 
 def _mark_dep_failed(
-    failed: K, consumers: dict[K, list[K]], jobs: dict[K, StepJob], outcome: Outcome[K], bus: ev.EventBus
+    failed: K,
+    consumers: dict[K, list[K]],
+    describe: Callable[[K], tuple[str, str]],
+    outcome: Outcome[K],
+    bus: ev.EventBus,
 ) -> None:
     stack = list(consumers[failed])
+    failed_name = describe(failed)[0]
     while stack:
         key = stack.pop()
         if key in outcome.dep_failed:
             continue
         outcome.dep_failed[key] = failed
-        bus.emit(
-            ev.DEP_FAILED,
-            step=jobs[key].name,
-            output_path=jobs[key].output_path,
-            detail=f"dependency {jobs[failed].name} failed",
-        )
+        name, output_path = describe(key)
+        bus.emit(ev.DEP_FAILED, step=name, output_path=output_path, detail=f"dependency {failed_name} failed")
         stack.extend(consumers[key])
