@@ -1,12 +1,13 @@
 """Running a plan's steps: a job per step, the backend, the resource check, the schedule, the failures.
 
 ``execute`` is called with a plan that has steps to run (a no-op never loads this module, nor the
-scheduler, the step jobs or any backend). In order: make each step's ``StepJob`` (``run/step_job.py``:
-lease, status, outputs, commit); construct the backend the engine names (or take the one it was given);
-refuse the run if the backend cannot give some step what it asks for, before anything is written; write
-the ``.executor_info`` of steps not run and start the run info on its own thread (``commit.py``); schedule
-the jobs (``run/scheduler.py``); then turn the failures into ``StepFailedError``, the first step's own
-exception chained. A backend constructed here is shut down here.
+scheduler, the step jobs or any backend). In order: construct the backend the engine names (or take the one
+it was given); refuse the run if the backend cannot give some step what it asks for, before anything is
+written; write the ``.executor_info`` of steps not run and start the run info on its own thread
+(``commit.py``); schedule the steps (``run/scheduler.py``), which makes each step's ``StepJob``
+(``run/step_job.py``: lease, status, outputs, commit) when it starts and lets it go when it is done, so a
+run of many steps holds the jobs of the steps in flight only; then turn the failures into
+``StepFailedError``, the first step's own exception chained. A backend constructed here is shut down here.
 """
 
 from __future__ import annotations
