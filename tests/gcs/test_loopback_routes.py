@@ -12,18 +12,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from fakegcs import running_server
+from fakegcs import running_server, seed_folder
 
 HERE = Path(__file__).parent
 BUCKET = "routes-bucket"
 
 
 def seed(root: Path, names: list[str]) -> str:
-    for name in names:
-        path = root / BUCKET / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"SUCCESS")
-    return str(root)
+    return seed_folder(root, BUCKET, names)
 
 
 def listing(url: str, prefix: str) -> list[str]:
