@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # imported when used: a no-op from the snapshot needs neither
     from marinbuild.analysis.snapshot import Recorder, Snapshot, SnapshotKey
     from marinbuild.core.labels import Label
     from marinbuild.core.placeholders import ExecutorStep
+    from marinbuild.core.versions import VersionTable
     from marinbuild.load.workspace import Workspace
     from marinbuild.run.events import Event, Listener
     from marinbuild.store.lease import LeaseRecord
@@ -291,16 +292,9 @@ def _run_prepared(
     recorded_rows = prepared.rows
 
     paths_then = recorded_rows.rows.all_paths()
-
-    def row_now(position: int) -> tuple[str, str, str, bool]:
-        item = prepared.order[position]
-        if isinstance(item, int):
-            table_then = recorded_rows.rows
-            return table_then.names[item], paths_then[item], table_then.digest(item), bool(table_then.flags[item])
-        return item.name, table.output_paths[item], table.action_digest(item), item.override_output_path is not None
-
+    rows_now = _snapshot_rows(prepared, table)
     positions = {name: recorded_rows.labels.rows_of(name) for name in recorded_rows.requested}
-    requested = [(name, row_now(i)[1]) for name in recorded_rows.requested for i in positions[name]]
+    requested = [(name, rows_now[i][1]) for name in recorded_rows.requested for i in positions[name]]
     planning_order = dict.fromkeys(i for name in recorded_rows.requested for i in positions[name])
     code = for_session(session)
     code_files = set(previous.snapshot.code_files)
@@ -310,9 +304,9 @@ def _run_prepared(
     read.folders.update(path for path, _signature in previous.snapshot.signed)
     read.local.update(previous.snapshot.local)
     build_id = snapshot.write_with_code(
-        key, session, recorder, read, snapshot.Snapshot(requested, [row_now(i) for i in planning_order]), code_files
+        key, session, recorder, read, snapshot.Snapshot(requested, [rows_now[i] for i in planning_order]), code_files
     )
-    del read, planning_order
+    del read, planning_order, rows_now
     previous.snapshot.release()  # the new snapshot is written: the old one's lists are not read again
 
     def clean_rows() -> Iterator[tuple[str, str]]:
@@ -355,6 +349,20 @@ def _run_prepared(
         )
         rows.write(key, cache_dir, now)
     return result
+
+
+def _snapshot_rows(prepared: Prepared, table: VersionTable) -> list[tuple[str, str, str, bool]]:
+    """Each row's (name, output path, action digest, overridden) now, in row order, as the snapshot lists steps:
+    the recorded columns as they are, the affected rows from the version table."""
+    then = prepared.rows.rows
+    hexed = then.digests.hex()
+    digests = [hexed[64 * i : 64 * i + 64] for i in range(len(then))]
+    now = list(zip(then.names, then.all_paths(), digests, map(bool, then.flags), strict=True))
+    for position, item in enumerate(prepared.order):
+        if not isinstance(item, int):
+            overridden = item.override_output_path is not None
+            now[position] = (item.name, table.output_paths[item], table.action_digest(item), overridden)
+    return now
 
 
 class _Succeeded:

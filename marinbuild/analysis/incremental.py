@@ -285,24 +285,15 @@ def _built(rows: Rows, clean: list[int]) -> bool:
     has its recorded signature (it still says SUCCESS, and nothing built there since), else as the planner reads
     it (the status, then the action record)."""
     from marinbuild.run.plan import read_statuses
-    from marinbuild.store import fs
     from marinbuild.store.action_cache import ActionKey, check_built
     from marinbuild.store.status import STATUS_FILE, STATUS_SUCCESS
 
     table = rows.rows
-    all_paths = table.all_paths()
-    unsigned = []
-    for i in clean:
-        recorded = table.status_signature(i)
-        if recorded is not None:
-            try:
-                st = os.stat(fs.local_path(all_paths[i]) + "/" + STATUS_FILE)
-            except OSError:
-                return False
-            if (st.st_mtime_ns, st.st_ino, st.st_size) == recorded:
-                continue
-        unsigned.append(i)
+    unsigned = table.unsigned(clean, STATUS_FILE)
+    if unsigned is None:
+        return False
     clean = unsigned
+    all_paths = table.all_paths()
     paths = [all_paths[i] for i in clean]
     try:
         statuses = read_statuses(paths)

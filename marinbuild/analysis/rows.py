@@ -109,6 +109,25 @@ class RowTable(Sequence[Row]):
         mtime, inode, size = self.statuses[3 * i : 3 * i + 3]
         return (mtime, inode, size) if mtime else None
 
+    def unsigned(self, indices: Iterable[int], status_file: str) -> list[int] | None:
+        """The rows of ``indices`` whose status file has no recorded signature, or no longer the recorded one (one
+        ``stat`` of ``<output path>/<status_file>`` per signed row); None if a signed row's status file is gone."""
+        statuses, paths, stat = self.statuses, self.all_paths(), os.stat
+        suffix = "/" + status_file
+        out = []
+        for i in indices:
+            mtime = statuses[3 * i]
+            if mtime:
+                path = paths[i]
+                try:
+                    st = stat((path[7:] if path.startswith("file://") else path) + suffix)
+                except OSError:
+                    return None
+                if st.st_mtime_ns == mtime and st.st_ino == statuses[3 * i + 1] and st.st_size == statuses[3 * i + 2]:
+                    continue
+            out.append(i)
+        return out
+
     def set_status_signature(self, i: int, signature: StatusSignature | None) -> None:
         self.statuses[3 * i : 3 * i + 3] = array("q", signature or (0, 0, 0))
 

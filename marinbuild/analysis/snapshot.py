@@ -322,6 +322,8 @@ def session_inputs(session: Session) -> Inputs:
     for package in session.loaded.packages:
         folders.add(str(workspace.package_dir(package)))
     for target in session.loaded.targets.values():
+        if not target.source_paths:
+            continue
         package_dir = workspace.package_dir(target.label.package)
         for path in target.source_paths:
             inputs.append(str(path))

@@ -8,7 +8,6 @@ A package is any folder under the root holding a ``BUILD.marin`` file. Hidden fo
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +108,8 @@ class Workspace:
 
 
 def _read_config(pyproject: Path) -> dict[str, Any] | None:
+    import tomllib  # only for a workspace that has a pyproject.toml
+
     try:
         with pyproject.open("rb") as fh:
             data = tomllib.load(fh)

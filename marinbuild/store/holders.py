@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 from functools import lru_cache
 
 
 @lru_cache(maxsize=1)
 def host() -> str:
-    return os.uname().nodename if hasattr(os, "uname") else socket.gethostname()
+    if hasattr(os, "uname"):
+        return os.uname().nodename
+    import socket  # where there is no ``uname``: not imported by every build for a name ``uname`` gives
+
+    return socket.gethostname()
 
 
 @lru_cache(maxsize=1)
