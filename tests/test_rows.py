@@ -287,3 +287,23 @@ def test_a_full_no_op_finds_the_run_info_of_its_graph_and_records_rows(tmp_path:
     text = _run_info(done).read_bytes()
     assert _run_info(done).name.rsplit("-", 1)[1] == name and text[text.index(b'"steps": [') :] == steps_text
     assert first.is_file()
+
+
+def test_rows_keep_the_saved_md5_states_of_their_run_info(tmp_path: Path) -> None:
+    """The states a splice saved (``store/run_info_splice.py``) come back with the rows, for the next splice."""
+    from marinbuild.analysis import rows
+    from marinbuild.analysis.snapshot import SnapshotKey, signature
+
+    run_info = tmp_path / "exp-abcdef.json"
+    run_info.write_text("{}")
+    key = SnapshotKey(str(tmp_path), "", ("//...",), str(tmp_path / "out"), "local")
+    table = rows.RowTable(
+        str(tmp_path / "out"), [("a", str(tmp_path / "out/a-000000"), "0" * 64, False, "0" * 32, 0, 4, 9)]
+    )
+    labels = rows.LabelTable({"//:a": ((0,), (), "")})
+    states = [(1, bytes(range(92)))]
+    written = rows.Rows("b1", str(run_info), signature(str(run_info)), ["//:a"], table, labels, states)
+    assert rows.write(key, tmp_path, written)
+    loaded = rows.load(key, tmp_path, "b1")
+    assert loaded is not None and loaded.checkpoints == states
+    assert rows.load(key, tmp_path, "another build") is None

@@ -339,6 +339,7 @@ def _run_prepared(
     if sig is not None:
         row_table = recorded_rows.rows.replaced(new_rows, spans)
         rows.sign_statuses(row_table, (i for i in range(len(row_table)) if row_table.status_signature(i) is None))
+        splice = engine.spliced_run_info
         now = rows.Rows(
             build_id,
             path,
@@ -346,6 +347,7 @@ def _run_prepared(
             recorded_rows.requested,
             row_table,
             recorded_rows.labels.with_digests(prepared.digests),
+            splice.checkpoints if splice is not None else [],
         )
         rows.write(key, cache_dir, now)
     return result

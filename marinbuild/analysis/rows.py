@@ -14,7 +14,9 @@ snapshot (``marinbuild.analysis.snapshot``), in ``<snapshot>.rows``:
 - per analysed target: the rows of its steps, the labels of its dependencies (in order) and the digest of its
   declaration (``Target.digest``: its rule and attribute values);
 - the requested labels, the run-info file and its signature ``(mtime_ns, size, inode)``, and the ``build_id`` of
-  the snapshot written by the same build (rows belong to that snapshot only).
+  the snapshot written by the same build (rows belong to that snapshot only);
+- the md5 states the splice of the run-info file saved (``store.run_info_splice``), where the next splice
+  resumes hashing.
 
 What the next build does with them is ``marinbuild.analysis.incremental``'s. Rows are only recorded for graphs
 they describe exactly: every step belongs to a target (no step that only a config refers to) and none is a
@@ -28,7 +30,7 @@ import marshal
 import os
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMAT", "LabelTable", "Row", "RowTable", "Rows", "load", "path_for", "record", "sign_statuses", "write"]
 
-FORMAT = 4
+FORMAT = 5
 """Bump when what the rows hold or mean changes: older files are then ignored."""
 
 Row = tuple[str, str, str, bool, str, int, int, int]
@@ -295,6 +297,9 @@ class Rows:
     requested: list[str]
     rows: RowTable
     labels: LabelTable
+    checkpoints: list[tuple[int, bytes]] = field(default_factory=list)
+    """Saved md5 states of the run-info file, (entries hashed, state) (``store.run_info_splice``): none when the
+    file was written whole."""
 
 
 def path_for(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Path:
@@ -313,6 +318,7 @@ def write(key: SnapshotKey, cache_dir: str | os.PathLike[str], rows: Rows) -> bo
         requested,
         rows.rows.dump(),
         rows.labels.dump(),
+        rows.checkpoints,
     )
     return write_private_file(path_for(key, cache_dir), marshal.dumps(body))  # type: ignore[arg-type]
 
@@ -320,7 +326,7 @@ def write(key: SnapshotKey, cache_dir: str | os.PathLike[str], rows: Rows) -> bo
 def load(key: SnapshotKey, cache_dir: str | os.PathLike[str], build_id: str) -> Rows | None:
     """The rows written with the snapshot ``build_id``, if their run-info file is unchanged; else None."""
     try:
-        fmt, found_id, run_info, run_info_sig, requested, rows, labels = marshal.loads(
+        fmt, found_id, run_info, run_info_sig, requested, rows, labels, checkpoints = marshal.loads(
             path_for(key, cache_dir).read_bytes()
         )
         if fmt != FORMAT or found_id != build_id or not build_id:
@@ -331,7 +337,8 @@ def load(key: SnapshotKey, cache_dir: str | os.PathLike[str], build_id: str) -> 
         positions = array("q")
         positions.frombytes(requested)
         names = [label_table.keys_[i] for i in positions]
-        return Rows(build_id, run_info, tuple(run_info_sig), names, RowTable.undump(rows), label_table)
+        saved = [(int(index), bytes(state)) for index, state in checkpoints]
+        return Rows(build_id, run_info, tuple(run_info_sig), names, RowTable.undump(rows), label_table, saved)
     except (OSError, ValueError, EOFError, TypeError, IndexError):
         return None
 

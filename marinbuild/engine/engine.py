@@ -303,11 +303,13 @@ class Engine:
             start_run_info=self._start_run_info,
         )
 
-    def splice_run_info(self, source: str, slots: Sequence[tuple[int, int] | None]) -> SplicedRunInfo | None:
+    def splice_run_info(
+        self, source: str, slots: Sequence[tuple[int, int] | None], checkpoints: Sequence[tuple[int, bytes]] = ()
+    ) -> SplicedRunInfo | None:
         """Start writing the run info from the local run-info file ``source`` (``marinbuild.store.run_info_splice``):
         ``slots`` lists each entry in order, as its (offset, length) in ``source`` when kept, None when it is one
-        of the steps ``splice_steps`` then gives. None if run infos go to an object store. ``abandon_splice``
-        drops it when the run writes none."""
+        of the steps ``splice_steps`` then gives; ``checkpoints``: the saved md5 states of ``source``. None if run
+        infos go to an object store. ``abandon_splice`` drops it when the run writes none."""
         from marinbuild.store import fs
         from marinbuild.store import run_info as run_info_file
         from marinbuild.store.run_info_splice import SplicedRunInfo
@@ -317,7 +319,9 @@ class Engine:
         self._head = head = run_head(self.worker_id, self.prefix)
         script = run_info_file.script_name(str(head["caller_path"]))
         directory = fs.local_path(self.executor_info_base_path)
-        self.spliced_run_info = SplicedRunInfo(directory, script, run_info_file.opening(head), source, slots)
+        self.spliced_run_info = SplicedRunInfo(
+            directory, script, run_info_file.opening(head), source, slots, checkpoints
+        )
         return self.spliced_run_info
 
     def splice_steps(self, steps: Sequence[ExecutorStep]) -> None:

@@ -16,6 +16,11 @@ and when:
   (keeping an existing file of the same name, as ``run_info.write(..., only_if_new=True)`` does) and answers the
   md5. ``result()`` waits for that answer. The parent computes each entry's span itself.
 - ``abandon()``: the build ended without a run info (nothing to run, an error): the child names nothing.
+- Resuming the md5: the child saves the md5's state (``MD5_CTX``) after the entry that ends every
+  ``CHECKPOINT_EVERY`` bytes hashed, and answers them; ``checkpoints`` holds them after ``result()`` (with the
+  earlier file's states before the first new entry, which hold for this file too), and the rows keep them. A
+  splice given the earlier file's states resumes from the last one before its first new entry (``resumed_from``):
+  the entries before it are the earlier file's, byte for byte, so the child copies them without hashing them.
 
 Contract: the same bytes and name as ``run_info.write`` of the same entries. A crash or kill of either side never
 loses or tears the previous file and never names a torn one: the child writes ``.tmp-<script>.json.<random>``
@@ -27,13 +32,20 @@ steps) on a thread competes with the build for the GIL: every hash call gives th
 it back while the build's own Python runs. A process has a core of its own (docs/performance.md, the
 incremental rows of the 10k and 100k tables).
 
+Why ``ctypes``: ``hashlib`` cannot save or restore an md5 state, and no maintained package does it at OpenSSL's
+speed. The child calls OpenSSL's ``MD5_*`` functions from the libcrypto ``hashlib`` loaded, on a context of the
+public header's layout (``MD5_STATE`` bytes), after checking that a saved and restored state gives ``hashlib``'s
+digest; where the functions are missing or disagree it hashes everything with ``hashlib`` and saves no state.
+
 Why the kept entries can be copied as runs: the file separates entries by ``",\\n    "`` and the hashed text
 by ``", "``; entries are compact JSON, which holds no raw newline. The child checks every separator it copies.
 
-Wire format (parent to child): a JSON header line (``source``, ``directory``, ``script``, ``opening`` length),
-the opening bytes, then records: ``K`` + start (u64) + count (u32) + count lengths (u32): a run of kept entries
-of the source; ``N`` + length (u32) + bytes: a new entry; ``E``: name the file. The child answers one line:
-``<md5> new`` or ``<md5> kept``; on an error, a message on stderr and exit status 1.
+Wire format (parent to child): a JSON header line (``source``, ``directory``, ``script``, ``opening`` length,
+``every``: the bytes between saved states, ``resume``: [entries, state hex] or null), the opening bytes, then
+records: ``K`` + start (u64) + count (u32) + count lengths (u32): a run of kept entries of the source; ``N`` +
+length (u32) + bytes: a new entry; ``E``: name the file. The child answers two lines: ``<md5> new`` or ``<md5>
+kept``, then its saved states as ``<entries>:<state hex>`` separated by spaces; on an error, a message on stderr
+and exit status 1.
 """
 
 from __future__ import annotations
@@ -48,7 +60,7 @@ import sys
 import threading
 from array import array
 from collections.abc import Iterable, Sequence
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import subprocess
@@ -60,6 +72,10 @@ HASH_SEPARATOR = b", "
 CLOSING = b"\n  ]\n}\n"
 CHUNK = 4 << 20
 """Bytes of the mapped earlier file hashed before their pages are given back (the child's resident memory)."""
+CHECKPOINT_EVERY = 4 << 20
+"""Bytes hashed between two saved md5 states (``checkpoints``): where a later splice of the file may resume."""
+MD5_STATE = 92
+"""``sizeof(MD5_CTX)`` (OpenSSL's ``openssl/md5.h``: A, B, C, D, Nl, Nh, 16 data words, num)."""
 
 
 # ---------------------------------------------------------------------------------------------------- the parent
@@ -69,10 +85,18 @@ class SplicedRunInfo:
     """The parent's side: one child writing one run info (see the module docstring).
 
     ``slots``: each entry of the run info in order: (offset, length) of a kept entry in ``source``, or None for a
-    new one. ``opening``: the text before the first entry (``run_info.opening``)."""
+    new one. ``opening``: the text before the first entry (``run_info.opening``). ``checkpoints``: the saved md5
+    states of ``source`` (``checkpoints`` of the splice that wrote it): the child resumes from the last one before
+    the first new entry instead of hashing the entries before it again."""
 
     def __init__(
-        self, directory: str, script: str, opening: bytes, source: str, slots: Sequence[tuple[int, int] | None]
+        self,
+        directory: str,
+        script: str,
+        opening: bytes,
+        source: str,
+        slots: Sequence[tuple[int, int] | None],
+        checkpoints: Sequence[tuple[int, bytes]] = (),
     ):
         import subprocess
 
@@ -89,6 +113,10 @@ class SplicedRunInfo:
         self.spans: list[tuple[int, int]] = []
         """After ``result()``: each entry's (offset, length) in the file written (empty if an existing one was
         kept: its head may differ in length)."""
+        first_new = next((i for i, slot in enumerate(slots) if slot is None), len(slots))
+        self.checkpoints = [(index, state) for index, state in checkpoints if 0 < index <= first_new]
+        """The md5 states of the file written (after ``result()``): those of ``source`` before the first new entry
+        (its entries there are the same), then the child's."""
         os.makedirs(directory, exist_ok=True)
         self._process: subprocess.Popen[bytes] = subprocess.Popen(
             [sys.executable, "-S", os.path.abspath(__file__)],
@@ -96,13 +124,22 @@ class SplicedRunInfo:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        header = {"source": source, "directory": directory, "script": script, "opening": len(opening)}
+        resume = max(self.checkpoints, default=None)
+        self.resumed_from = resume[0] if resume else 0
+        """How many leading entries the child does not hash again (the saved state it resumes from covers them)."""
+        header = {
+            "source": source,
+            "directory": directory,
+            "script": script,
+            "opening": len(opening),
+            "every": CHECKPOINT_EVERY,
+            "resume": [resume[0], resume[1].hex()] if resume else None,
+        }
         assert self._process.stdin is not None
         self._process.stdin.write(json.dumps(header).encode() + b"\n" + opening)  # far less than a pipe holds
         self._process.stdin.flush()
         self._feeder = threading.Thread(target=self._feed, name="marinbuild-run-info-feed", daemon=True)
         self._feeder.start()
-        first_new = next((i for i, slot in enumerate(slots) if slot is None), len(slots))
         self._send_kept(0, first_new)
         self._sent = first_new
 
@@ -162,13 +199,17 @@ class SplicedRunInfo:
         err = self._process.stderr.read() if self._process.stderr else b""
         status = self._process.wait()
         self._done = True
-        answer = out.decode(errors="replace").split()
+        head, _, saved = out.decode(errors="replace").partition("\n")
+        answer = head.split()
         if status != 0 or len(answer) != 2 or self._error is not None:
             message = err.decode(errors="replace").strip() or f"exit status {status}"
             self._error = self._error or OSError(f"writing the run info {self.script} in {self._directory}: {message}")
             return
         md5, how = answer
         self._path = os.path.join(self._directory, f"{self.script}-{md5[:6]}.json")
+        for item in saved.split():
+            index, _, state = item.partition(":")
+            self.checkpoints.append((int(index), bytes.fromhex(state)))
         if how == "kept":
             self.spans = []
 
@@ -255,6 +296,60 @@ class SplicedRunInfo:
 # ---------------------------------------------------------------------------------------------------- the child
 
 
+class _StateMd5:
+    """md5 whose state can be saved and restored: OpenSSL's ``MD5_*`` functions (from the libcrypto ``hashlib``
+    loaded) through ``ctypes``, which ``hashlib`` does not offer. ``load()`` is None where they are missing or do
+    not give ``hashlib``'s digest from a saved and restored state."""
+
+    def __init__(self, lib: Any, state: bytes | None):
+        import ctypes
+
+        self._ctypes, self._lib = ctypes, lib
+        self._ctx = ctypes.create_string_buffer(2 * MD5_STATE)
+        if state is None:
+            lib.MD5_Init(self._ctx)
+        else:
+            ctypes.memmove(self._ctx, state, MD5_STATE)
+
+    @staticmethod
+    def load() -> Any | None:
+        try:
+            import _hashlib  # noqa: F401  (loads libcrypto)
+            import ctypes
+
+            with open("/proc/self/maps") as maps:
+                path = next(line.split()[-1] for line in maps if "/libcrypto" in line)
+            lib = ctypes.CDLL(path)
+            lib.MD5_Init.argtypes = [ctypes.c_void_p]
+            lib.MD5_Update.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+            lib.MD5_Final.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        except (ImportError, OSError, StopIteration, AttributeError):
+            return None
+        first = _StateMd5(lib, None)
+        first.update(b"[a saved ")
+        second = _StateMd5(lib, first.state())
+        second.update(b"and restored md5 state]")
+        if second.hexdigest() != hashlib.md5(b"[a saved and restored md5 state]").hexdigest():
+            return None
+        return lib
+
+    def update(self, data: bytes) -> None:
+        self._lib.MD5_Update(self._ctx, data, len(data))
+
+    def update_at(self, address: int, size: int) -> None:
+        self._lib.MD5_Update(self._ctx, address, size)
+
+    def state(self) -> bytes:
+        return self._ctx.raw[:MD5_STATE]
+
+    def hexdigest(self) -> str:
+        final = self._ctypes.create_string_buffer(2 * MD5_STATE)
+        self._ctypes.memmove(final, self._ctx, MD5_STATE)
+        out = self._ctypes.create_string_buffer(16)
+        self._lib.MD5_Final(out, final)
+        return out.raw.hex()
+
+
 def _exactly(stream: IO[bytes], n: int) -> bytes:
     data = stream.read(n)
     if len(data) != n:
@@ -269,12 +364,36 @@ class _Child:
     in the kernel, or ``pwrite`` from the mapped source) while this thread hashes them from the mapping; the
     mapping's pages are given back as the hashing passes them."""
 
-    def __init__(self, source: int, out: int):
+    def __init__(self, source: int, out: int, every: int = 0, resume: tuple[int, bytes] | None = None):
         self.out, self.at = out, 0
-        self.digest = hashlib.md5(b"[")
         self.entries = 0
         size = os.fstat(source).st_size
-        self.mapped = mmap.mmap(source, size, prot=mmap.PROT_READ) if size else None
+        lib = _StateMd5.load() if every or resume else None
+        self.digest: _StateMd5 | hashlib._Hash
+        self.skip, self.every, self.since = 0, 0, 0
+        self.checkpoints: list[tuple[int, bytes]] = []
+        """(entries hashed, md5 state then), every ``every`` bytes hashed."""
+        self.base: int | None = None
+        self._anchor: object = None
+        if lib is None:  # hashlib: no state to save or restore
+            self.digest = hashlib.md5(b"[")
+            self.mapped = mmap.mmap(source, size, prot=mmap.PROT_READ) if size else None
+        else:
+            import ctypes
+
+            self.every = every
+            if resume is not None:  # the state after the first ``skip`` entries, which are the source's
+                self.skip = resume[0]
+                self.digest = _StateMd5(lib, resume[1])
+            else:
+                self.digest = _StateMd5(lib, None)
+                self.digest.update(b"[")
+            # A private mapping is writable (never written): ctypes takes the address of a writable buffer only.
+            self.mapped = None
+            if size:
+                self.mapped = mmap.mmap(source, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+                anchor = ctypes.c_char.from_buffer(self.mapped)
+                self._anchor, self.base = anchor, ctypes.addressof(anchor)
         self.view = memoryview(self.mapped) if self.mapped is not None else memoryview(b"")
         self.copies: queue.SimpleQueue[tuple[int, int, int] | None] = queue.SimpleQueue()
         self.copy_error: BaseException | None = None
@@ -282,15 +401,37 @@ class _Child:
         self.copier.start()
 
     def separator(self) -> None:
-        if self.entries:
-            self.digest.update(HASH_SEPARATOR)
-            self.write(FILE_SEPARATOR)
+        self.write(FILE_SEPARATOR if self.entries else b"    ")
+
+    def hash_entry(self, index: int, entry: bytes | None, position: int = 0, end: int = 0) -> None:
+        """Entry ``index`` (``entry``, or bytes ``position:end`` of the mapped source) into the md5, after the
+        hashed separator; not below ``skip`` (the restored state holds those); a saved state every ``every``
+        bytes hashed."""
+        if index < self.skip:
+            return
+        digest = self.digest
+        if index:
+            digest.update(HASH_SEPARATOR)
+        if entry is not None:
+            digest.update(entry)
+            size = len(entry)
         else:
-            self.write(b"    ")
+            if isinstance(digest, _StateMd5):
+                assert self.base is not None
+                digest.update_at(self.base + position, end - position)
+            else:
+                digest.update(self.view[position:end])
+            size = end - position
+        if self.every:
+            self.since += size + len(HASH_SEPARATOR)
+            if self.since >= self.every:
+                assert isinstance(digest, _StateMd5)
+                self.checkpoints.append((index + 1, digest.state()))
+                self.since = 0
 
     def new(self, entry: bytes) -> None:
         self.separator()
-        self.digest.update(entry)
+        self.hash_entry(self.entries, entry)
         self.write(entry)
         self.entries += 1
 
@@ -303,13 +444,11 @@ class _Child:
             raise ValueError("the earlier run info is shorter than its recorded entries")
         self.copies.put((start, size, self.at))
         self.at += size
-        view, digest, given_back = self.view, self.digest, start - start % mmap.PAGESIZE
+        view, given_back, first = self.view, start - start % mmap.PAGESIZE, self.entries
         position = start
         for k in range(count):
             end = position + lengths[k]
-            if k:
-                digest.update(HASH_SEPARATOR)
-            digest.update(view[position:end])
+            self.hash_entry(first + k, None, position, end)
             if k + 1 < count and view[end : end + len(FILE_SEPARATOR)] != FILE_SEPARATOR:
                 raise ValueError(f"the earlier run info has no entry separator at byte {end}")
             position = end + len(FILE_SEPARATOR)
@@ -325,6 +464,7 @@ class _Child:
         self.copies.put(None)
         self.copier.join()
         self.view.release()
+        self._anchor = None  # the mapping closes only once no buffer of it is exported
         if self.mapped is not None:
             self.mapped.close()
         if self.copy_error is not None:
@@ -384,7 +524,8 @@ def _child(stdin: IO[bytes], stdout: IO[bytes]) -> int:
     out, tmp = _temporary(directory, f"{script}.json")
     named = False
     try:
-        child = _Child(source, out)
+        resume = header.get("resume")
+        child = _Child(source, out, header.get("every", 0), (resume[0], bytes.fromhex(resume[1])) if resume else None)
         child.write(opening)
         while True:
             kind = stdin.read(1)
@@ -412,7 +553,8 @@ def _child(stdin: IO[bytes], stdout: IO[bytes]) -> int:
         else:
             os.replace(tmp, path)
             named, how = True, "new"
-        stdout.write(f"{md5} {how}\n".encode())
+        saved = " ".join(f"{index}:{state.hex()}" for index, state in child.checkpoints)
+        stdout.write(f"{md5} {how}\n{saved}\n".encode())
         stdout.flush()
         return 0
     except EOFError:
