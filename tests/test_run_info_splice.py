@@ -212,3 +212,23 @@ def test_a_kept_file_of_the_same_name_keeps_the_saved_states(tmp_path: Path, mon
     again = _spliced(tmp_path, source, spans, entries, {80: entries[80]}, first.checkpoints)
     assert again.result() == str(source) and again.resumed_from > 0
     assert again.checkpoints == first.checkpoints
+
+
+def test_a_splice_resumes_from_the_states_a_whole_write_or_a_lookup_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread writer of a full build and ``find_local`` (a no-op finding its graph's file) save the states too."""
+    monkeypatch.setattr(run_info_splice, "CHECKPOINT_EVERY", 256 << 10)
+    entries = _entries(400)
+    states: list[tuple[int, bytes]] = []
+    spans: list[tuple[int, int]] = []
+    source = Path(run_info.write(str(tmp_path / "a"), "exp", HEAD, [(e,) for e in entries], False, spans, states))
+    found = run_info.find_local(str(tmp_path / "a"), "exp", [(e,) for e in entries])
+    assert found is not None and found[0] == str(source) and found[1] == spans
+    assert found[2] == states and len(states) >= 15
+    now = [b'{"name": "x"}' if i == 333 else entry for i, entry in enumerate(entries)]
+    expected, _spans = _written(tmp_path / "full", now)
+    splice = _spliced(tmp_path / "a", source, spans, now, {333: now[333]}, states)
+    assert splice.resumed_from == max(i for i, _state in states if i <= 333)
+    assert Path(splice.result()).name == expected.name
+    assert Path(splice.result()).read_bytes() == expected.read_bytes()

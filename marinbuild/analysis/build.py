@@ -339,7 +339,6 @@ def _run_prepared(
     if sig is not None:
         row_table = recorded_rows.rows.replaced(new_rows, spans)
         rows.sign_statuses(row_table, (i for i in range(len(row_table)) if row_table.status_signature(i) is None))
-        splice = engine.spliced_run_info
         now = rows.Rows(
             build_id,
             path,
@@ -347,7 +346,7 @@ def _run_prepared(
             recorded_rows.requested,
             row_table,
             recorded_rows.labels.with_digests(prepared.digests),
-            splice.checkpoints if splice is not None else [],
+            engine.run_info_states,
         )
         rows.write(key, cache_dir, now)
     return result
@@ -466,7 +465,7 @@ def _record_rows(session: Session, key: SnapshotKey, build_id: str | None, resul
     # Rows belong to the snapshot of their build_id: without new ones, the next build finds none for its snapshot.
     if build_id is None or result.failure is not None:
         return
-    path, spans = engine.executor_info_path, engine.run_info_spans
+    path, spans, states = engine.executor_info_path, engine.run_info_spans, engine.run_info_states
     if path is None and result.plan is not None and not any(row.will_run for row in result.plan):
         # Nothing ran, so no run info was written: the rows point into the one an earlier run of this very graph
         # wrote, if it is there (found by its name, which costs hashing every entry: the full path only).
@@ -474,10 +473,10 @@ def _record_rows(session: Session, key: SnapshotKey, build_id: str | None, resul
 
         found = commit.existing_run_info(engine.table, engine.executor_info_base_path, engine.worker_id, engine.prefix)
         if found is not None:
-            path, spans = found
+            path, spans, states = found
     if path is None or not spans or "://" in path:
         return
-    rows.record(session, key, build_id, path, spans)
+    rows.record(session, key, build_id, path, spans, states)
 
 
 def _export_serve_url(workspace: Workspace, prefix: str) -> None:

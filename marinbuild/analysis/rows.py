@@ -359,10 +359,18 @@ def sign_statuses(table: RowTable, indices: Iterable[int]) -> None:
         table.set_status_signature(i, success_signature(table.path(i), now))
 
 
-def record(session: Session, key: SnapshotKey, build_id: str, run_info: str, spans: list[tuple[int, int]]) -> bool:
+def record(
+    session: Session,
+    key: SnapshotKey,
+    build_id: str,
+    run_info: str,
+    spans: list[tuple[int, int]],
+    states: list[tuple[int, bytes]] | None = None,
+) -> bool:
     """Write the rows of ``session``'s full analysis and run: ``run_info`` is the run-info file the run wrote (a
-    local path) and ``spans`` each entry's (offset, length) there, in the version table's step order. False
-    (and no file) when the graph is one rows cannot describe (see the module docstring)."""
+    local path), ``spans`` each entry's (offset, length) there, in the version table's step order, and ``states``
+    the md5 states a splice of it resumes from. False (and no file) when the graph is one rows cannot describe
+    (see the module docstring)."""
     engine, analysis, loaded = session.engine, session.analysis, session.loaded
     assert engine is not None and analysis is not None and loaded is not None
     table = engine.table
@@ -402,7 +410,7 @@ def record(session: Session, key: SnapshotKey, build_id: str, run_info: str, spa
     row_table = RowTable(table.prefix, rows)
     sign_statuses(row_table, range(len(row_table)))
     try:
-        found = Rows(build_id, run_info, sig, requested, row_table, LabelTable(labels))
+        found = Rows(build_id, run_info, sig, requested, row_table, LabelTable(labels), list(states or ()))
     except KeyError:  # a dependency that is not an analysed target: the rows would not describe the graph
         drop(key, session.workspace.cache_dir)
         return False

@@ -51,22 +51,25 @@ def write_run_info(
     *,
     only_if_new: bool,
     spans: list[tuple[int, int]] | None = None,
+    states: list[tuple[int, bytes]] | None = None,
 ) -> str:
     """Write the run info JSON (Marin's content, one step per line, streamed in one pass, replaced atomically);
     return its path. ``only_if_new``: keep a file of the same name (the same graph, an earlier run). ``spans``
-    gets each entry's (offset, length) in a file written (``store.run_info.write``)."""
+    gets each entry's (offset, length) in a file written, ``states`` the md5 states a later splice resumes from
+    (``store.run_info.write``)."""
     from marinbuild.store import run_info
 
     head = {key: getattr(info, key) for key in run_info.HEAD_KEYS}
     script = run_info.script_name(info.caller_path)
-    return run_info.write(base, script, head, _run_info_steps(table, info), only_if_new, spans)
+    return run_info.write(base, script, head, _run_info_steps(table, info), only_if_new, spans, states)
 
 
 def existing_run_info(
     table: VersionTable, base: str, worker_id: str, prefix: str
-) -> tuple[str, list[tuple[int, int]]] | None:
+) -> tuple[str, list[tuple[int, int]], list[tuple[int, bytes]]] | None:
     """The local run info an earlier run of exactly the table's steps wrote under ``base``, with each entry's (offset,
-    length) in it (``store.run_info.find_local``); None if there is none. Composes and hashes every entry."""
+    length) in it and the md5 states a splice resumes from (``store.run_info.find_local``); None if there is none.
+    Composes and hashes every entry."""
     from marinbuild.engine.infos import run_info as records
     from marinbuild.store import fs, run_info
 

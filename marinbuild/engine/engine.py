@@ -107,6 +107,9 @@ class Engine:
         """After a dry run on the local backend: the steps to run that it could not run (``resource_problems``)."""
         self.run_info_spans: list[tuple[int, int]] = []
         """After a run that wrote a new run info: each entry's (offset, length) in it, in the order it lists them."""
+        self.run_info_states: list[tuple[int, bytes]] = []
+        """After a run that wrote a new local run info: the md5 states a later splice of it resumes from
+        (``store.run_info_splice``)."""
         self.spliced_run_info: SplicedRunInfo | None = None
         """Set by ``splice_run_info`` (a build that takes unchanged steps from an earlier build's records,
         ``marinbuild.analysis.incremental``): the run info being written from the earlier file's entries and
@@ -347,7 +350,8 @@ class Engine:
         from marinbuild.store import run_info as run_info_file
 
         spans: list[tuple[int, int]] = []
-        self.run_info_spans = spans
+        states: list[tuple[int, bytes]] = []
+        self.run_info_spans, self.run_info_states = spans, states
         splice = self.spliced_run_info
         if splice is not None:  # infos of the steps this engine versioned; the child has the others' entries
             table = self._versions
@@ -363,6 +367,7 @@ class Engine:
             def complete() -> str:
                 path = splice.finish().result()
                 spans.extend(splice.spans)
+                states.extend(splice.checkpoints)
                 self.executor_info_path = path
                 return path
 
@@ -373,7 +378,7 @@ class Engine:
 
         def write() -> str:
             path = commit.write_run_info(
-                self._versions, info, self.executor_info_base_path, only_if_new=True, spans=spans
+                self._versions, info, self.executor_info_base_path, only_if_new=True, spans=spans, states=states
             )
             self.executor_info_path = path
             return path

@@ -91,32 +91,39 @@ def opening(head: dict[str, Any]) -> bytes:
     return (json.dumps(ordered, indent=2)[:-2] + ',\n  "steps": [\n').encode()
 
 
-def _stream(out: BinaryIO, head: dict[str, Any], steps: Iterable[Pieces], spans: list[tuple[int, int]] | None) -> str:
+def _stream(
+    out: BinaryIO,
+    head: dict[str, Any],
+    steps: Iterable[Pieces],
+    spans: list[tuple[int, int]] | None,
+    states: list[tuple[int, bytes]] | None = None,
+) -> str:
     """Write the whole text to ``out``; return the md5 hex digest of the steps' list (the name's hash). ``spans``
-    (when given) gets each step's entry as (offset, length) in the text."""
-    digest = hashlib.md5(b"[")
+    (when given) gets each step's entry as (offset, length) in the text; ``states`` (when given) the md5 states a
+    later splice of the file resumes from (``run_info_splice.EntryHasher``)."""
+    from marinbuild.store.run_info_splice import CHECKPOINT_EVERY, EntryHasher
+
+    hasher = EntryHasher(CHECKPOINT_EVERY if states is not None else 0)
     opening_text = opening(head)
     out.write(opening_text)
     at = len(opening_text)
     for i, pieces in enumerate(steps):
         if i:
-            digest.update(b", ")
             out.write(b",\n    ")
             at += 6
         else:
             out.write(b"    ")
             at += 4
-        size = 0
-        for piece in pieces:
-            digest.update(piece)
-            size += len(piece)
+        hasher.add_pieces(i, pieces)
+        size = sum(len(piece) for piece in pieces)
         out.writelines(pieces)
         if spans is not None:
             spans.append((at, size))
         at += size
-    digest.update(b"]")
     out.write(b"\n  ]\n}\n")
-    return digest.hexdigest()
+    if states is not None:
+        states.extend(hasher.states)
+    return hasher.hexdigest()
 
 
 def write(
@@ -126,12 +133,14 @@ def write(
     steps: Iterable[Pieces],
     only_if_new: bool,
     spans: list[tuple[int, int]] | None = None,
+    states: list[tuple[int, bytes]] | None = None,
 ) -> str:
     """Write the run info under ``base`` (a local folder or an fsspec URL) in one pass; return its path. ``spans``
     gets each step's entry as (offset, length) in the file (an existing file kept by ``only_if_new`` has the same
-    text but for its head: its spans are not given, and ``spans`` is left empty)."""
+    text but for its head: its spans are not given, and ``spans`` is left empty); ``states``, for a local file,
+    the md5 states a later splice resumes from (``run_info_splice``)."""
     if fs.is_local(base):
-        return _write_local(fs.local_path(base), script, head, steps, only_if_new, spans)
+        return _write_local(fs.local_path(base), script, head, steps, only_if_new, spans, states)
     import tempfile
 
     with tempfile.TemporaryFile() as spool:
@@ -156,12 +165,13 @@ def _write_local(
     steps: Iterable[Pieces],
     only_if_new: bool,
     spans: list[tuple[int, int]] | None,
+    states: list[tuple[int, bytes]] | None,
 ) -> str:
     os.makedirs(base, exist_ok=True)
     fd, tmp = fs.create_temporary(base, script + ".json")
     try:
         with os.fdopen(fd, "wb") as out:
-            md5 = _stream(out, head, steps, spans)
+            md5 = _stream(out, head, steps, spans, states)
         path = os.path.join(base, f"{script}-{md5[:6]}.json")
         if only_if_new and os.path.exists(path):
             os.unlink(tmp)
@@ -179,10 +189,15 @@ def _write_local(
     return path
 
 
-def find_local(base: str, script: str, steps: Iterable[Pieces]) -> tuple[str, list[tuple[int, int]]] | None:
+def find_local(
+    base: str, script: str, steps: Iterable[Pieces]
+) -> tuple[str, list[tuple[int, int]], list[tuple[int, bytes]]] | None:
     """The run info ``write`` would name for ``steps`` in local folder ``base``, if an earlier run wrote it, with each
-    entry's (offset, length) there; None if there is none, or it does not hold these entries (checked by the full
-    md5 of its entries, not only the six hex digits of its name)."""
+    entry's (offset, length) there and the md5 states a later splice resumes from (``run_info_splice``); None if
+    there is none, or it does not hold these entries (checked by the full md5 of its entries, not only the six hex
+    digits of its name)."""
+    from marinbuild.store.run_info_splice import CHECKPOINT_EVERY, EntryHasher
+
     digest = hashlib.md5(b"[")
     lengths: list[int] = []
     for i, pieces in enumerate(steps):
@@ -205,22 +220,18 @@ def find_local(base: str, script: str, steps: Iterable[Pieces]) -> tuple[str, li
                 return None
             at += len(marker)
             spans: list[tuple[int, int]] = []
-            found = hashlib.md5(b"[")
+            found = EntryHasher(CHECKPOINT_EVERY)
             for i, size in enumerate(lengths):
                 at += 6 if i else 4
                 f.seek(at)
-                entry = f.read(size)
-                if i:
-                    found.update(b", ")
-                found.update(entry)
+                found.add(i, f.read(size))
                 spans.append((at, size))
                 at += size
-            found.update(b"]")
             if found.hexdigest() != expected or at + 7 != os.fstat(f.fileno()).st_size:
                 return None
     except OSError:
         return None
-    return path, spans
+    return path, spans, found.states
 
 
 class BackgroundWrite:

@@ -333,7 +333,9 @@ class _StateMd5:
             return None
         return lib
 
-    def update(self, data: bytes) -> None:
+    def update(self, data: bytes | memoryview) -> None:
+        if isinstance(data, memoryview):  # ctypes passes bytes by address, not views
+            data = data.tobytes()
         self._lib.MD5_Update(self._ctx, data, len(data))
 
     def update_at(self, address: int, size: int) -> None:
@@ -348,6 +350,72 @@ class _StateMd5:
         out = self._ctypes.create_string_buffer(16)
         self._lib.MD5_Final(out, final)
         return out.raw.hex()
+
+
+class EntryHasher:
+    """The md5 of Marin's list of entries (``[`` + the entries joined by ``", "`` + ``]``: the run-info name's hash),
+    fed entry by entry in order (``add``, or ``add_at`` for bytes at an address), saving the md5's state after the
+    entry that ends every ``every`` bytes hashed (``states``: (entries hashed, state)). ``resume``: (entries,
+    state) saved earlier over the same leading entries: those are skipped. Without OpenSSL's ``MD5_*``
+    (``_StateMd5.load``), or with ``every`` 0 and nothing to resume, plain ``hashlib`` hashes and saves no state;
+    ``stateful`` tells which."""
+
+    def __init__(self, every: int, resume: tuple[int, bytes] | None = None):
+        lib = _StateMd5.load() if every or resume else None
+        self.stateful = lib is not None
+        self.every, self.skip, self._since = (every, 0, 0) if lib is not None else (0, 0, 0)
+        self.states: list[tuple[int, bytes]] = []
+        self._digest: _StateMd5 | hashlib._Hash
+        if lib is None:
+            self._digest = hashlib.md5(b"[")
+        elif resume is not None:
+            self.skip = resume[0]
+            self._digest = _StateMd5(lib, resume[1])
+        else:
+            self._digest = _StateMd5(lib, None)
+            self._digest.update(b"[")
+
+    def add(self, index: int, entry: bytes | memoryview) -> None:
+        """Entry ``index`` (after the hashed separator)."""
+        if index >= self.skip:
+            if index:
+                self._digest.update(HASH_SEPARATOR)
+            self._digest.update(entry)
+            self._saved(index, len(entry))
+
+    def add_pieces(self, index: int, pieces: Sequence[bytes]) -> None:
+        """Entry ``index`` given as pieces (hashed one by one, or joined first when a state may be saved)."""
+        if not self.stateful:
+            if index:
+                self._digest.update(HASH_SEPARATOR)
+            for piece in pieces:
+                self._digest.update(piece)
+        else:
+            self.add(index, b"".join(pieces))
+
+    def add_at(self, index: int, address: int, size: int) -> None:
+        """Entry ``index``, ``size`` bytes at ``address`` (``stateful`` only)."""
+        if index >= self.skip:
+            digest = self._digest
+            assert isinstance(digest, _StateMd5)
+            if index:
+                digest.update(HASH_SEPARATOR)
+            digest.update_at(address, size)
+            self._saved(index, size)
+
+    def _saved(self, index: int, size: int) -> None:
+        if self.every:
+            self._since += size + len(HASH_SEPARATOR)
+            if self._since >= self.every:
+                digest = self._digest
+                assert isinstance(digest, _StateMd5)
+                self.states.append((index + 1, digest.state()))
+                self._since = 0
+
+    def hexdigest(self) -> str:
+        """The md5 of the whole list (call once, after the last entry)."""
+        self._digest.update(b"]")
+        return self._digest.hexdigest()
 
 
 def _exactly(stream: IO[bytes], n: int) -> bytes:
@@ -368,27 +436,14 @@ class _Child:
         self.out, self.at = out, 0
         self.entries = 0
         size = os.fstat(source).st_size
-        lib = _StateMd5.load() if every or resume else None
-        self.digest: _StateMd5 | hashlib._Hash
-        self.skip, self.every, self.since = 0, 0, 0
-        self.checkpoints: list[tuple[int, bytes]] = []
-        """(entries hashed, md5 state then), every ``every`` bytes hashed."""
+        self.hasher = EntryHasher(every, resume)
         self.base: int | None = None
         self._anchor: object = None
-        if lib is None:  # hashlib: no state to save or restore
-            self.digest = hashlib.md5(b"[")
+        if not self.hasher.stateful:
             self.mapped = mmap.mmap(source, size, prot=mmap.PROT_READ) if size else None
-        else:
+        else:  # a private mapping is writable (never written): ctypes takes the address of a writable buffer only
             import ctypes
 
-            self.every = every
-            if resume is not None:  # the state after the first ``skip`` entries, which are the source's
-                self.skip = resume[0]
-                self.digest = _StateMd5(lib, resume[1])
-            else:
-                self.digest = _StateMd5(lib, None)
-                self.digest.update(b"[")
-            # A private mapping is writable (never written): ctypes takes the address of a writable buffer only.
             self.mapped = None
             if size:
                 self.mapped = mmap.mmap(source, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
@@ -403,35 +458,9 @@ class _Child:
     def separator(self) -> None:
         self.write(FILE_SEPARATOR if self.entries else b"    ")
 
-    def hash_entry(self, index: int, entry: bytes | None, position: int = 0, end: int = 0) -> None:
-        """Entry ``index`` (``entry``, or bytes ``position:end`` of the mapped source) into the md5, after the
-        hashed separator; not below ``skip`` (the restored state holds those); a saved state every ``every``
-        bytes hashed."""
-        if index < self.skip:
-            return
-        digest = self.digest
-        if index:
-            digest.update(HASH_SEPARATOR)
-        if entry is not None:
-            digest.update(entry)
-            size = len(entry)
-        else:
-            if isinstance(digest, _StateMd5):
-                assert self.base is not None
-                digest.update_at(self.base + position, end - position)
-            else:
-                digest.update(self.view[position:end])
-            size = end - position
-        if self.every:
-            self.since += size + len(HASH_SEPARATOR)
-            if self.since >= self.every:
-                assert isinstance(digest, _StateMd5)
-                self.checkpoints.append((index + 1, digest.state()))
-                self.since = 0
-
     def new(self, entry: bytes) -> None:
         self.separator()
-        self.hash_entry(self.entries, entry)
+        self.hasher.add(self.entries, entry)
         self.write(entry)
         self.entries += 1
 
@@ -448,7 +477,10 @@ class _Child:
         position = start
         for k in range(count):
             end = position + lengths[k]
-            self.hash_entry(first + k, None, position, end)
+            if self.base is not None:
+                self.hasher.add_at(first + k, self.base + position, end - position)
+            else:
+                self.hasher.add(first + k, view[position:end])
             if k + 1 < count and view[end : end + len(FILE_SEPARATOR)] != FILE_SEPARATOR:
                 raise ValueError(f"the earlier run info has no entry separator at byte {end}")
             position = end + len(FILE_SEPARATOR)
@@ -545,15 +577,14 @@ def _child(stdin: IO[bytes], stdout: IO[bytes]) -> int:
         child.finish()
         os.close(out)
         out = -1
-        child.digest.update(b"]")
-        md5 = child.digest.hexdigest()
+        md5 = child.hasher.hexdigest()
         path = os.path.join(directory, f"{script}-{md5[:6]}.json")
         if os.path.exists(path):  # the same steps, an earlier run: its file is kept (``only_if_new``)
             how = "kept"
         else:
             os.replace(tmp, path)
             named, how = True, "new"
-        saved = " ".join(f"{index}:{state.hex()}" for index, state in child.checkpoints)
+        saved = " ".join(f"{index}:{state.hex()}" for index, state in child.hasher.states)
         stdout.write(f"{md5} {how}\n{saved}\n".encode())
         stdout.flush()
         return 0
