@@ -50,6 +50,7 @@ and exit status 1.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import mmap
@@ -298,8 +299,8 @@ class SplicedRunInfo:
 
 class _StateMd5:
     """md5 whose state can be saved and restored: OpenSSL's ``MD5_*`` functions (from the libcrypto ``hashlib``
-    loaded) through ``ctypes``, which ``hashlib`` does not offer. ``load()`` is None where they are missing or do
-    not give ``hashlib``'s digest from a saved and restored state."""
+    loaded) through ``ctypes``, which ``hashlib`` does not offer. ``load()`` (once per process) is None where they
+    are missing or do not give ``hashlib``'s digest from a saved and restored state."""
 
     def __init__(self, lib: Any, state: bytes | None):
         import ctypes
@@ -312,6 +313,7 @@ class _StateMd5:
             ctypes.memmove(self._ctx, state, MD5_STATE)
 
     @staticmethod
+    @functools.cache
     def load() -> Any | None:
         try:
             import _hashlib  # noqa: F401  (loads libcrypto)
