@@ -15,8 +15,8 @@ snapshot (``marinbuild.analysis.snapshot``), in ``<snapshot>.rows``:
   declaration (``Target.digest``: its rule and attribute values);
 - the requested labels, the run-info file and its signature ``(mtime_ns, size, inode)``, and the ``build_id`` of
   the snapshot written by the same build (rows belong to that snapshot only);
-- the md5 states the splice of the run-info file saved (``store.run_info_splice``), where the next splice
-  resumes hashing.
+- the md5 states saved while the run-info file was hashed (``store.run_info_splice.EntryHasher``), where the
+  next splice of it resumes hashing.
 
 What the next build does with them is ``marinbuild.analysis.incremental``'s. Rows are only recorded for graphs
 they describe exactly: every step belongs to a target (no step that only a config refers to) and none is a
@@ -121,7 +121,7 @@ class RowTable(Sequence[Row]):
             mtime = statuses[3 * i]
             if mtime:
                 path = paths[i]
-                try:
+                try:  # ``fs.local_path`` inlined: one call fewer per row
                     st = stat((path[7:] if path.startswith("file://") else path) + suffix)
                 except OSError:
                     return None
@@ -298,8 +298,8 @@ class Rows:
     rows: RowTable
     labels: LabelTable
     checkpoints: list[tuple[int, bytes]] = field(default_factory=list)
-    """Saved md5 states of the run-info file, (entries hashed, state) (``store.run_info_splice``): none when the
-    file was written whole."""
+    """Saved md5 states of the run-info file, (entries hashed, state) (``store.run_info_splice.EntryHasher``): none
+    where OpenSSL's MD5 functions are not at hand."""
 
 
 def path_for(key: SnapshotKey, cache_dir: str | os.PathLike[str]) -> Path:
