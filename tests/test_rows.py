@@ -305,5 +305,5 @@ def test_rows_keep_the_saved_md5_states_of_their_run_info(tmp_path: Path) -> Non
     written = rows.Rows("b1", str(run_info), signature(str(run_info)), ["//:a"], table, labels, states)
     assert rows.write(key, tmp_path, written)
     loaded = rows.load(key, tmp_path, "b1")
-    assert loaded is not None and loaded.checkpoints == states
+    assert loaded is not None and loaded.md5_states == states
     assert rows.load(key, tmp_path, "another build") is None

@@ -152,9 +152,9 @@ def test_a_build_killed_while_its_run_info_is_spliced_leaves_the_earlier_file_an
 
 
 def _spliced(folder: Path, source: Path, spans: list[tuple[int, int]], now: list[bytes], new: dict[int, bytes],
-             checkpoints: list[tuple[int, bytes]]) -> SplicedRunInfo:  # fmt: skip
+             md5_states: list[tuple[int, bytes]]) -> SplicedRunInfo:  # fmt: skip
     slots = [None if i in new else span for i, span in enumerate(spans)]
-    splice = SplicedRunInfo(str(folder), "exp", run_info.opening(HEAD), str(source), slots, checkpoints)
+    splice = SplicedRunInfo(str(folder), "exp", run_info.opening(HEAD), str(source), slots, md5_states)
     splice.add((now[i],) for i in sorted(new))
     splice.finish()
     splice.result()
@@ -167,31 +167,31 @@ def test_a_splice_resumed_from_saved_md5_states_is_what_a_full_write_makes(
 ) -> None:
     """Each splice saves md5 states as it hashes; the next one resumes from the last state before its first new
     entry (the entries before it are the earlier file's) and still names and writes the file a full write makes."""
-    monkeypatch.setattr(run_info_splice, "CHECKPOINT_EVERY", 256 << 10)
+    monkeypatch.setattr(run_info_splice, "STATE_EVERY", 256 << 10)
     entries = _entries(400)
     source, spans = _written(tmp_path / "splices", entries)
-    checkpoints: list[tuple[int, bytes]] = []
+    md5_states: list[tuple[int, bytes]] = []
     now = list(entries)
     for round_, changed in enumerate(edits):
         new = {i: _entries(400, salt=f"edit {round_}")[i] for i in changed}
         now = [new.get(i, entry) for i, entry in enumerate(now)]
         expected, expected_spans = _written(tmp_path / f"full-{round_}", now)
-        splice = _spliced(tmp_path / "splices", source, spans, now, new, checkpoints)
+        splice = _spliced(tmp_path / "splices", source, spans, now, new, md5_states)
         path = Path(splice.result())
         assert path.name == expected.name
         assert path.read_bytes() == expected.read_bytes()
         assert splice.spans == expected_spans
         if round_:  # the first splice starts from a file written whole: no saved state
-            assert splice.resumed_from == max((i for i, _state in checkpoints if i <= min(changed)), default=0)
-        assert len(splice.checkpoints) >= 15  # about 6 MB of entries, a state every 256 KB
-        source, spans, checkpoints = path, splice.spans, splice.checkpoints
+            assert splice.resumed_from == max((i for i, _state in md5_states if i <= min(changed)), default=0)
+        assert len(splice.md5_states) >= 15  # about 6 MB of entries, a state every 256 KB
+        source, spans, md5_states = path, splice.spans, splice.md5_states
     assert edits[-1][0] == 0 or splice.resumed_from > 0
 
 
 def test_without_saved_states_a_splice_hashes_with_hashlib_and_saves_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(run_info_splice, "CHECKPOINT_EVERY", 0)
+    monkeypatch.setattr(run_info_splice, "STATE_EVERY", 0)
     entries = _entries(100)
     source, spans = _written(tmp_path / "before", entries)
     now = [b'{"name": "x"}' if i == 50 else entry for i, entry in enumerate(entries)]
@@ -199,26 +199,26 @@ def test_without_saved_states_a_splice_hashes_with_hashlib_and_saves_none(
     splice = _spliced(tmp_path / "before", source, spans, now, {50: now[50]}, [])
     assert Path(splice.result()).read_bytes() == expected.read_bytes()
     assert Path(splice.result()).name == expected.name
-    assert splice.checkpoints == [] and splice.resumed_from == 0
+    assert splice.md5_states == [] and splice.resumed_from == 0
 
 
 def test_a_kept_file_of_the_same_name_keeps_the_saved_states(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The entries of an existing file of the same name are the same, and so are the md5 states over them."""
-    monkeypatch.setattr(run_info_splice, "CHECKPOINT_EVERY", 64 << 10)
+    monkeypatch.setattr(run_info_splice, "STATE_EVERY", 64 << 10)
     entries = _entries(100)
     source, spans = _written(tmp_path, entries)
     first = _spliced(tmp_path, source, spans, entries, {60: entries[60]}, [])
     assert first.result() == str(source)
-    again = _spliced(tmp_path, source, spans, entries, {80: entries[80]}, first.checkpoints)
+    again = _spliced(tmp_path, source, spans, entries, {80: entries[80]}, first.md5_states)
     assert again.result() == str(source) and again.resumed_from > 0
-    assert again.checkpoints == first.checkpoints
+    assert again.md5_states == first.md5_states
 
 
 def test_a_splice_resumes_from_the_states_a_whole_write_or_a_lookup_saved(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The thread writer of a full build and ``find_local`` (a no-op finding its graph's file) save the states too."""
-    monkeypatch.setattr(run_info_splice, "CHECKPOINT_EVERY", 256 << 10)
+    monkeypatch.setattr(run_info_splice, "STATE_EVERY", 256 << 10)
     entries = _entries(400)
     states: list[tuple[int, bytes]] = []
     spans: list[tuple[int, int]] = []

@@ -191,7 +191,7 @@ def _finish(
     if splice:  # the kept entries are copied and hashed while the rest of the build goes on
         spans = rows.rows.spans
         slots = [None if i in affected_rows else (spans[2 * i], spans[2 * i + 1]) for i in range(len(rows.rows))]
-        if engine.splice_run_info(rows.run_info, slots, rows.checkpoints) is None:
+        if engine.splice_run_info(rows.run_info, slots, rows.md5_states) is None:
             return None
     prepared = None
     try:

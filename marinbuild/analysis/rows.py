@@ -297,7 +297,7 @@ class Rows:
     requested: list[str]
     rows: RowTable
     labels: LabelTable
-    checkpoints: list[tuple[int, bytes]] = field(default_factory=list)
+    md5_states: list[tuple[int, bytes]] = field(default_factory=list)
     """Saved md5 states of the run-info file, (entries hashed, state) (``store.run_info_splice.EntryHasher``): none
     where OpenSSL's MD5 functions are not at hand."""
 
@@ -318,7 +318,7 @@ def write(key: SnapshotKey, cache_dir: str | os.PathLike[str], rows: Rows) -> bo
         requested,
         rows.rows.dump(),
         rows.labels.dump(),
-        rows.checkpoints,
+        rows.md5_states,
     )
     return write_private_file(path_for(key, cache_dir), marshal.dumps(body))  # type: ignore[arg-type]
 
@@ -326,7 +326,7 @@ def write(key: SnapshotKey, cache_dir: str | os.PathLike[str], rows: Rows) -> bo
 def load(key: SnapshotKey, cache_dir: str | os.PathLike[str], build_id: str) -> Rows | None:
     """The rows written with the snapshot ``build_id``, if their run-info file is unchanged; else None."""
     try:
-        fmt, found_id, run_info, run_info_sig, requested, rows, labels, checkpoints = marshal.loads(
+        fmt, found_id, run_info, run_info_sig, requested, rows, labels, md5_states = marshal.loads(
             path_for(key, cache_dir).read_bytes()
         )
         if fmt != FORMAT or found_id != build_id or not build_id:
@@ -337,7 +337,7 @@ def load(key: SnapshotKey, cache_dir: str | os.PathLike[str], build_id: str) -> 
         positions = array("q")
         positions.frombytes(requested)
         names = [label_table.keys_[i] for i in positions]
-        saved = [(int(index), bytes(state)) for index, state in checkpoints]
+        saved = [(int(index), bytes(state)) for index, state in md5_states]
         return Rows(build_id, run_info, tuple(run_info_sig), names, RowTable.undump(rows), label_table, saved)
     except (OSError, ValueError, EOFError, TypeError, IndexError):
         return None

@@ -307,11 +307,11 @@ class Engine:
         )
 
     def splice_run_info(
-        self, source: str, slots: Sequence[tuple[int, int] | None], checkpoints: Sequence[tuple[int, bytes]] = ()
+        self, source: str, slots: Sequence[tuple[int, int] | None], md5_states: Sequence[tuple[int, bytes]] = ()
     ) -> SplicedRunInfo | None:
         """Start writing the run info from the local run-info file ``source`` (``marinbuild.store.run_info_splice``):
         ``slots`` lists each entry in order, as its (offset, length) in ``source`` when kept, None when it is one
-        of the steps ``splice_steps`` then gives; ``checkpoints``: the saved md5 states of ``source``. None if run
+        of the steps ``splice_steps`` then gives; ``md5_states``: the saved md5 states of ``source``. None if run
         infos go to an object store. ``abandon_splice`` drops it when the run writes none."""
         from marinbuild.store import fs
         from marinbuild.store import run_info as run_info_file
@@ -323,7 +323,7 @@ class Engine:
         script = run_info_file.script_name(str(head["caller_path"]))
         directory = fs.local_path(self.executor_info_base_path)
         self.spliced_run_info = SplicedRunInfo(
-            directory, script, run_info_file.opening(head), source, slots, checkpoints
+            directory, script, run_info_file.opening(head), source, slots, md5_states
         )
         return self.spliced_run_info
 
@@ -367,7 +367,7 @@ class Engine:
             def complete() -> str:
                 path = splice.finish().result()
                 spans.extend(splice.spans)
-                states.extend(splice.checkpoints)
+                states.extend(splice.md5_states)
                 self.executor_info_path = path
                 return path
 

@@ -101,9 +101,9 @@ def _stream(
     """Write the whole text to ``out``; return the md5 hex digest of the steps' list (the name's hash). ``spans``
     (when given) gets each step's entry as (offset, length) in the text; ``states`` (when given) the md5 states a
     later splice of the file resumes from (``run_info_splice.EntryHasher``)."""
-    from marinbuild.store.run_info_splice import CHECKPOINT_EVERY, EntryHasher
+    from marinbuild.store.run_info_splice import STATE_EVERY, EntryHasher
 
-    hasher = EntryHasher(CHECKPOINT_EVERY if states is not None else 0)
+    hasher = EntryHasher(STATE_EVERY if states is not None else 0)
     opening_text = opening(head)
     out.write(opening_text)
     at = len(opening_text)
@@ -196,7 +196,7 @@ def find_local(
     entry's (offset, length) there and the md5 states a later splice resumes from (``run_info_splice``); None if
     there is none, or it does not hold these entries (checked by the full md5 of its entries, not only the six hex
     digits of its name)."""
-    from marinbuild.store.run_info_splice import CHECKPOINT_EVERY, EntryHasher
+    from marinbuild.store.run_info_splice import STATE_EVERY, EntryHasher
 
     digest = hashlib.md5(b"[")
     lengths: list[int] = []
@@ -220,7 +220,7 @@ def find_local(
                 return None
             at += len(marker)
             spans: list[tuple[int, int]] = []
-            found = EntryHasher(CHECKPOINT_EVERY)
+            found = EntryHasher(STATE_EVERY)
             for i, size in enumerate(lengths):
                 at += 6 if i else 4
                 f.seek(at)

@@ -17,7 +17,7 @@ and when:
   md5. ``result()`` waits for that answer. The parent computes each entry's span itself.
 - ``abandon()``: the build ended without a run info (nothing to run, an error): the child names nothing.
 - Resuming the md5: the child saves the md5's state (``MD5_CTX``) after the entry that ends every
-  ``CHECKPOINT_EVERY`` bytes hashed, and answers them; ``checkpoints`` holds them after ``result()`` (with the
+  ``STATE_EVERY`` bytes hashed, and answers them; ``md5_states`` holds them after ``result()`` (with the
   earlier file's states before the first new entry, which hold for this file too), and the rows keep them. A
   splice given the earlier file's states resumes from the last one before its first new entry (``resumed_from``):
   the entries before it are the earlier file's, byte for byte, so the child copies them without hashing them.
@@ -73,8 +73,8 @@ HASH_SEPARATOR = b", "
 CLOSING = b"\n  ]\n}\n"
 CHUNK = 4 << 20
 """Bytes of the mapped earlier file hashed before their pages are given back (the child's resident memory)."""
-CHECKPOINT_EVERY = 4 << 20
-"""Bytes hashed between two saved md5 states (``checkpoints``): where a later splice of the file may resume."""
+STATE_EVERY = 4 << 20
+"""Bytes hashed between two saved md5 states (``md5_states``): where a later splice of the file may resume."""
 MD5_STATE = 92
 """``sizeof(MD5_CTX)`` (OpenSSL's ``openssl/md5.h``: A, B, C, D, Nl, Nh, 16 data words, num)."""
 
@@ -86,8 +86,8 @@ class SplicedRunInfo:
     """The parent's side: one child writing one run info (see the module docstring).
 
     ``slots``: each entry of the run info in order: (offset, length) of a kept entry in ``source``, or None for a
-    new one. ``opening``: the text before the first entry (``run_info.opening``). ``checkpoints``: the saved md5
-    states of ``source`` (``checkpoints`` of the splice that wrote it): the child resumes from the last one before
+    new one. ``opening``: the text before the first entry (``run_info.opening``). ``md5_states``: the saved md5
+    states of ``source`` (``md5_states`` of the splice that wrote it): the child resumes from the last one before
     the first new entry instead of hashing the entries before it again."""
 
     def __init__(
@@ -97,7 +97,7 @@ class SplicedRunInfo:
         opening: bytes,
         source: str,
         slots: Sequence[tuple[int, int] | None],
-        checkpoints: Sequence[tuple[int, bytes]] = (),
+        md5_states: Sequence[tuple[int, bytes]] = (),
     ):
         import subprocess
 
@@ -115,7 +115,7 @@ class SplicedRunInfo:
         """After ``result()``: each entry's (offset, length) in the file written (empty if an existing one was
         kept: its head may differ in length)."""
         first_new = next((i for i, slot in enumerate(slots) if slot is None), len(slots))
-        self.checkpoints = [(index, state) for index, state in checkpoints if 0 < index <= first_new]
+        self.md5_states = [(index, state) for index, state in md5_states if 0 < index <= first_new]
         """The md5 states of the file written (after ``result()``): those of ``source`` before the first new entry
         (its entries there are the same), then the child's."""
         os.makedirs(directory, exist_ok=True)
@@ -125,7 +125,7 @@ class SplicedRunInfo:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        resume = max(self.checkpoints, default=None)
+        resume = max(self.md5_states, default=None)
         self.resumed_from = resume[0] if resume else 0
         """How many leading entries the child does not hash again (the saved state it resumes from covers them)."""
         header = {
@@ -133,7 +133,7 @@ class SplicedRunInfo:
             "directory": directory,
             "script": script,
             "opening": len(opening),
-            "every": CHECKPOINT_EVERY,
+            "every": STATE_EVERY,
             "resume": [resume[0], resume[1].hex()] if resume else None,
         }
         assert self._process.stdin is not None
@@ -210,7 +210,7 @@ class SplicedRunInfo:
         self._path = os.path.join(self._directory, f"{self.script}-{md5[:6]}.json")
         for item in saved.split():
             index, _, state = item.partition(":")
-            self.checkpoints.append((int(index), bytes.fromhex(state)))
+            self.md5_states.append((int(index), bytes.fromhex(state)))
         if how == "kept":
             self.spans = []
 
