@@ -1,4 +1,4 @@
-"""Versions and output paths must equal those Marin's own executor computed (shared/compat)."""
+"""Versions and output paths must equal those Marin's own executor computed (tests/compat: where they came from)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,7 @@ from marinbuild.executor import (
     versioned,
 )
 
-VECTORS = pathlib.Path(__file__).resolve().parents[2] / "shared" / "compat" / "marin_vectors.json"
-if not VECTORS.exists():  # CI lays shared/ beside the clone
-    VECTORS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "compat" / "marin_vectors.json"
+VECTORS = pathlib.Path(__file__).resolve().parent / "compat" / "marin_vectors.json"
 
 
 def _cases() -> list[dict[str, Any]]:

@@ -151,6 +151,9 @@ def hub():
     server.close()
 
 
+# The hub stand-in is reached over loopback: a user's HF_HUB_OFFLINE=1 (common on offline machines) is overridden.
+_ONLINE = {"HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1"}
+
 _HUB_BUILD = """
     load("@marinbuild//rules:download.py", "download")
     download(name = "dl", hf_dataset = "org/tiny", revision = "abc1234",
@@ -161,7 +164,7 @@ _HUB_BUILD = """
 
 def test_a_hub_dataset_at_a_revision_is_copied_and_verified(tmp_path, hub):
     ws = DownloadWorkspace(
-        tmp_path / "ws", _HUB_BUILD.format(extra=""), env={"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1"}
+        tmp_path / "ws", _HUB_BUILD.format(extra=""), env={"HF_ENDPOINT": hub.url, **_ONLINE}
     )
     result = ws.build("//pipe:dl")
     assert result.code == 0, result.stderr[-3000:]
@@ -186,7 +189,7 @@ def test_a_hub_dataset_at_a_revision_is_copied_and_verified(tmp_path, hub):
 
 def test_a_hub_file_whose_bytes_do_not_match_its_lfs_sha256_fails_by_name(tmp_path, hub):
     hub.lie_about("data/train/b.jsonl")
-    ws = DownloadWorkspace(tmp_path / "ws", _HUB_BUILD.format(extra=f', endpoint = "{hub.url}"'))
+    ws = DownloadWorkspace(tmp_path / "ws", _HUB_BUILD.format(extra=f', endpoint = "{hub.url}"'), env=_ONLINE)
     result = ws.build("//pipe:dl")
     assert result.code != 0
     out = ws.output("dl")
