@@ -271,7 +271,7 @@ def test_settings_choose_the_ray_backend(tmp_path, monkeypatch):
 
 
 def test_submit_maps_job_status_to_an_exit_code(monkeypatch):
-    from marinbuild import submit as jobs
+    from marinbuild.cluster import submit as jobs
 
     assert jobs.exit_code("SUCCEEDED") == 0 and jobs.exit_code("FAILED", 3) == 3
     assert jobs.exit_code("FAILED", None) == 1 and jobs.exit_code("STOPPED") == 1
@@ -287,7 +287,7 @@ def test_importing_marinbuild_never_imports_ray():
 
     code = (
         "import sys, marinbuild, marinbuild.executor, marinbuild.cli, marinbuild.run.resources, marinbuild.remote, "
-        "marinbuild.submit, marinbuild.run.ray_backend; print('ray' in sys.modules)"
+        "marinbuild.cluster.submit, marinbuild.run.ray_backend; print('ray' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
