@@ -639,8 +639,8 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from marinbuild.analysis.build import BuildRequestError
     from marinbuild.analysis.session import SettingsError
     from marinbuild.cluster.config import ClusterConfigError
-    from marinbuild.core.labels import LabelError
     from marinbuild.cluster.jobs import JobsError
+    from marinbuild.core.labels import LabelError
     from marinbuild.load import WorkspaceError
     from marinbuild.query import QueryError
     from marinbuild.run.ray_auth import RayAuthError

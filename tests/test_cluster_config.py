@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from marinbuild.cluster.config import ClusterConfigError, dashboard_port, find_config, load_config, resolve_cluster
-from marinbuild.run.ray_auth import RayAuthError, check_token, token_path
 from marinbuild.cluster.submit import driver_resources
+from marinbuild.run.ray_auth import RayAuthError, check_token, token_path
 
 REPO = Path(__file__).resolve().parent.parent
 CENTRAL2 = REPO / "infra" / "marinbuild-us-central2.yaml"

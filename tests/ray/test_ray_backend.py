@@ -389,8 +389,8 @@ def test_submit_runs_a_build_as_a_job_and_returns_its_status(ray_cluster, ws, tm
 
 
 def test_submit_no_wait_prints_the_job_id(ray_cluster, ws, capsys):
-    from marinbuild.cluster import submit as jobs
     from marinbuild.cli import main
+    from marinbuild.cluster import submit as jobs
 
     code = main(["submit", "--address", ray_cluster.dashboard_url, "--no_wait", "--", "python", "-c", "print(1)"])
     out, _ = capsys.readouterr()
