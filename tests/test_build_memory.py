@@ -140,44 +140,6 @@ def test_versions_leave_no_cyclic_garbage() -> None:
     assert left == 0
 
 
-def test_an_inlined_steps_text_is_dropped_once_its_consumers_have_theirs() -> None:
-    """The ``.executor_info`` texts of a cold build: a step's memoized indented version is kept only until every
-    consumer that inlines it has composed its own; asked for again afterwards, every text is the same."""
-    import json
-
-    from test_version_digests import graph, versioned_table
-
-    steps = graph(0)
-    table = versioned_table(steps, None)
-    expected = {s: json.dumps(table.versions[s], indent=2) for s in steps}
-    assert {s: table.indented_version(s) for s in steps} == expected  # in the order a cold build runs them
-    consumed = {d for s in steps for d in table.dependencies[s] if table.depth[d] <= 4}
-    assert consumed and not consumed & set(table._indented)  # every consumer composed: their texts are gone
-    assert {s: table.indented_version(s) for s in reversed(steps)} == expected
-
-
-def test_a_held_indented_text_refers_to_its_dependencies_texts_and_does_not_copy_them() -> None:
-    """While a cold build waits for consumers, each inlined step's indented version is held: its own text and
-    references to its dependencies' (``IndentedText``), not one joined string nesting theirs four levels deep."""
-    import json
-    import tracemalloc
-
-    from test_version_digests import graph, versioned_table
-
-    steps = graph(0)
-    table = versioned_table(steps, None)
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        held = [table.indented_text(s) for s in steps]  # composed and kept, as before their consumers run
-        held_bytes = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    rendered = [table.indented_version(s) for s in steps]
-    assert rendered == [json.dumps(table.versions[s], indent=2) for s in steps]
-    assert held and held_bytes < sum(map(len, rendered)) / 3
-
-
 HELD_STEPS_PY = """
 import gc
 import json

@@ -91,7 +91,7 @@ def test_a_damaged_digest_cache_costs_hashing_never_a_wrong_path(tmp_path: Path)
     assert results(table, steps) == fresh
     cache.save()
     data = bytearray(path.read_bytes())
-    at = data.index(hashlib.md5(table.version_bytes[steps[3]]).digest())  # recorded as it is
+    at = data.index(hashlib.md5(table.version_strs[steps[3]].encode()).digest())  # recorded as it is
 
     data[at] ^= 0xFF
     path.write_bytes(bytes(data))

@@ -49,7 +49,7 @@ def versioned_table(steps: list[ExecutorStep], digests: DigestCache | None) -> V
 
 
 def results(table: VersionTable, steps: list[ExecutorStep]) -> list[tuple[str, str, bytes]]:
-    return [(table.output_paths[s], table.action_digest(s), table.version_bytes[s]) for s in steps]
+    return [(table.output_paths[s], table.action_digest(s), table.version_strs[s].encode()) for s in steps]
 
 
 def test_digests_from_an_earlier_table_give_the_same_paths_and_actions(tmp_path: Path) -> None:

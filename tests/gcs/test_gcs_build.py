@@ -257,7 +257,7 @@ def test_two_workspaces_share_one_gs_prefix(gs_prefix, tmp_path):
 
 
 def test_run_info_is_uploaded_whole_and_named_by_its_steps(gs_prefix):
-    """The run info on an object store: spooled locally while hashed, uploaded as one object under Marin's name."""
+    """The run info on an object store: one object, named by its steps' output paths."""
     a = gp.step("demo/a", "hello")
     b = gp.step("demo/b", "world", inputs=[a])
     ex = gp.executor(gs_prefix)
