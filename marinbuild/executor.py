@@ -27,7 +27,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from marinbuild.core.gc_control import skip_final_collection
 from marinbuild.core.placeholders import (
@@ -157,7 +157,7 @@ class Executor(Engine):
     The attributes ``steps``, ``configs``, ``dependencies``, ``versions``, ``version_strs``,
     ``hashed_versions``, ``output_paths``, ``is_pseudo_dep``, ``step_infos``, ``executor_info`` and
     ``executor_info_path`` have Marin's meanings. Extra keyword arguments tune what Marin hard-codes:
-    lease timing, the event listeners, the backend, the metadata cache (``marinbuild.engine.Engine``).
+    lease timing, the event listeners, the backend (``marinbuild.engine.Engine``).
     """
 
     def __init__(
@@ -171,7 +171,6 @@ class Executor(Engine):
         listeners: list[Listener] | None = None,
         backend: Backend | str | None = None,
         keep_going: bool = True,
-        metadata_cache_path: str | None | Literal["default"] = "default",
     ):
         super().__init__(
             prefix,
@@ -182,7 +181,6 @@ class Executor(Engine):
             listeners=listeners,
             backend=backend,
             keep_going=keep_going,
-            metadata_cache_path=metadata_cache_path,
         )
         self._warned = 0
 

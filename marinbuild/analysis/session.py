@@ -194,15 +194,7 @@ class Session:
             listeners=listeners if listeners is not None else [],
             keep_going=s.keep_going,
             backend=self.make_backend(),
-            metadata_cache_path=self.metadata_cache_path,
         )
-
-    @property
-    def metadata_cache_path(self) -> str | None:
-        """The workspace's cache of verified remote steps (``$MARINBUILD_METADATA_CACHE`` overrides it)."""
-        from marinbuild.store.metadata_cache import default_path
-
-        return default_path(self.workspace.cache_dir)
 
     def make_backend(self) -> Any:
         """The backend the settings name (``"local"``: the engine's threads, whatever ``$MARINBUILD_BACKEND`` says
