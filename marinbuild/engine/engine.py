@@ -3,8 +3,8 @@
 The CLI session (``analysis/session.py``) builds an ``Engine`` from the analysed targets' steps; a Marin
 script reaches it through ``marinbuild.executor.Executor``, which is an ``Engine`` with Marin's constructor
 and method names. One ``Engine`` holds one version table (``table``: ``core/versions.py``) and runs
-builds on it; each ``run`` is one build with its own ``BuildContext`` (lease keeper, runner registry,
-metadata cache), closed when it returns.
+builds on it; each ``run`` is one build with its own ``BuildContext`` (lease keeper, runner registry),
+closed when it returns.
 
 Contract:
 - ``add``/``add_all`` version steps (and what they depend on); ``steps``, ``configs``, ``dependencies``,
@@ -25,7 +25,7 @@ loads no backend, scheduler, resource or runtime-env module), under the complexi
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.placeholders import ExecutorStep, InputName
@@ -53,8 +53,6 @@ class Engine:
     ``executor_info_base_path``: where run infos go (default ``<prefix>/experiments``). ``backend``: a backend
     object (the caller owns it), a name (``"local"``/``"ray"``, constructed per run), or None
     (``backend_choice.default_backend``). ``listeners`` receive the run's events (None: log them).
-    ``metadata_cache_path``: each run's cache of verified remote steps (``store/metadata_cache.py``);
-    ``"default"``: ``$MARINBUILD_METADATA_CACHE`` or the user's cache folder; None: no cache.
     """
 
     def __init__(
@@ -68,7 +66,6 @@ class Engine:
         listeners: list[Listener] | None = None,
         backend: Backend | str | None = None,
         keep_going: bool = True,
-        metadata_cache_path: str | None | Literal["default"] = "default",
     ):
         self.prefix = prefix
         if executor_info_base_path is None:
@@ -90,7 +87,6 @@ class Engine:
         self.listeners = listeners
         self.backend = backend
         self.keep_going = keep_going
-        self.metadata_cache_path = metadata_cache_path
         self.worker_id = _worker_id()
         self.step_infos: list[ExecutorStepInfo] = []
         self.executor_info: ExecutorInfo | None = None
@@ -189,10 +185,8 @@ class Engine:
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be a positive integer, got {max_concurrent}")
         from marinbuild.run.build_context import BuildContext
-        from marinbuild.store.metadata_cache import default_path
 
-        path = default_path() if self.metadata_cache_path == "default" else self.metadata_cache_path
-        with BuildContext(path) as context:
+        with BuildContext() as context:
             self._run(
                 steps,
                 context,
@@ -235,7 +229,6 @@ class Engine:
                 rebuild=rebuild,
                 worker_id=self.worker_id,
                 stale_after=self.stale_after if self.stale_after is not None else STALE_AFTER,
-                metadata_cache=context.metadata_cache,
             )
             self.plan = plan
         if dry_run:  # the names cache status and query give: stale when another version of the step is there
