@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,23 @@ def gc(ws: Path, *args: str) -> dict[str, Any]:
     return result
 
 
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "caching.md"
+SIZE = re.compile(r"\d+(\.\d+)? [KMG]?i?B\b")
+
+
+def assert_the_example_of_the_docs(ws: Path) -> None:
+    """docs/caching.md's example of ``cache gc`` is what it prints in this state (sizes aside: the metadata holds
+    the test's own paths), with the workspace's prefix for ``/data/out``."""
+    text = DOCS.read_text()
+    example = text[text.index("```\n$ marinbuild cache gc") + 4 :]
+    example = example[: example.index("```")]
+    printed = ""
+    for command in re.findall(r"^\$ marinbuild (.*)$", example, flags=re.M):
+        printed += f"$ marinbuild {command}\n" + marinbuild(ws, *command.split()).rstrip("\n") + "\n\n"
+    expected = example.replace("/data/out", str(ws / "out"))
+    assert SIZE.sub("SIZE", printed.rstrip("\n")) == SIZE.sub("SIZE", expected.rstrip("\n"))
+
+
 def outputs(ws: Path, pkg: str) -> list[str]:
     return sorted(str(p) for p in (ws / "out" / pkg).iterdir())
 
@@ -65,6 +83,8 @@ def test_gc_of_one_package_keeps_the_other_packages_outputs(tmp_path: Path) -> N
     (gone,) = (p for p in outputs(ws, "b") if "/gone-" in p)
     (y,) = (p for p in outputs(ws, "b") if "/y-" in p)
     (ws / "b/BUILD.marin").write_text(package({"y": 1}))  # //b:gone is no target any more
+
+    assert_the_example_of_the_docs(ws)
 
     listed = gc(ws, "//a:all")
     assert [c["output_path"] for c in listed["candidates"]] == [old_x]
@@ -100,3 +120,16 @@ def test_gc_of_one_package_keeps_the_other_packages_outputs(tmp_path: Path) -> N
     assert outputs(ws, "b") == sorted([gone, y])  # listed, not deleted
     assert sorted(gc(ws, "//a:all", "--keep_only_used_by_patterns", "--yes")["deleted"]) == sorted([gone, y])
     assert outputs(ws, "a") == [new_x] and outputs(ws, "b") == []
+
+
+def test_the_readme_and_the_docs_say_what_gc_keeps_in_the_same_words() -> None:
+    def words(text: str) -> str:
+        return " ".join(text.split())
+
+    root = DOCS.parents[1]
+    readme = (root / "README.md").read_text().splitlines()
+    (row,) = (line for line in readme if line.startswith("| `marinbuild cache gc"))
+    scope = words(row.split(" | ")[1].split(" ([caching.md]")[0])
+    assert "never deletes another package's work" in scope
+    assert scope in words(DOCS.read_text())
+    assert scope in words((root / "docs" / "cli.md").read_text())

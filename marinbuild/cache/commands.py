@@ -350,8 +350,8 @@ def clean(workspace: Any, outputs_of: Iterable[str] | None = None, yes: bool = F
     """
     if outputs_of is not None and list(outputs_of):
         raise ValueError(
-            "clean never removes build outputs; use `marinbuild cache gc TARGETS --yes` "
-            "to delete the outputs the given targets do not use"
+            "clean never removes build outputs; use `marinbuild cache gc PATTERN... --yes` "
+            "to delete the outputs no current target uses"
         )
     root = Path(getattr(workspace, "root", workspace))
     folder = root / ".marinbuild"

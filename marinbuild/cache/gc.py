@@ -91,11 +91,11 @@ def cache_gc(
     """List (and with ``yes`` delete) the outputs under the prefix that no current target uses and that belong to
     ``patterns``, as the module docstring says; every package of the workspace is loaded and analysed in
     ``session``. A candidate under a live (or unreadable) lease is reported as skipped, never deleted."""
-    patterns = [str(p) for p in patterns]
-    shown = " ".join(patterns)
+    texts = [str(p) for p in patterns]
+    shown = " ".join(texts)
     prefix = session.settings.prefix
     stale_after = pb.stale_after_of(session)
-    roots = session.load(patterns)
+    roots = session.load(texts)
     every = session.load([WORKSPACE])
     session.analyse(list(dict.fromkeys([*every, *roots])))
     paths = session.engine.output_paths
@@ -117,7 +117,7 @@ def cache_gc(
     names_of_patterns = {pb.step_name_of(paths[s], prefix) for s in used_by_patterns}
     whole_workspace = set(every) <= set(roots)
 
-    result = GcResult(prefix, patterns, PATTERNS_SCOPE if narrow else WORKSPACE_SCOPE, dry_run=not yes)
+    result = GcResult(prefix, texts, PATTERNS_SCOPE if narrow else WORKSPACE_SCOPE, dry_run=not yes)
     run_info = normalize(fs.join(prefix, RUN_INFO_FOLDER))
     store = Store(prefix)
     for entry in cache_ls(prefix):
