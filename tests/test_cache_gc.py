@@ -84,13 +84,12 @@ def test_gc_of_one_package_keeps_the_other_packages_outputs(tmp_path: Path) -> N
     (y,) = (p for p in outputs(ws, "b") if "/y-" in p)
     (ws / "b/BUILD.marin").write_text(package({"y": 1}))  # //b:gone is no target any more
 
-    assert_the_example_of_the_docs(ws)
-
     listed = gc(ws, "//a:all")
     assert [c["output_path"] for c in listed["candidates"]] == [old_x]
     assert listed["reasons"] == {old_x: "an old version of a/x (//a:x)"}
     assert listed["scope"] == "workspace" and listed["kept"] == 2  # the new //a:x and //b:y
     assert listed["left"] == 1  # //b:gone's output is outside //a:all: not offered
+    assert_the_example_of_the_docs(ws)
     text = marinbuild(ws, "cache", "gc", "//a:all")
     assert "kept 2 output(s) that current targets of the workspace (//...) use" in text
     assert "left alone 1 unused output(s) outside //a:all (cache gc //... lists them)" in text
