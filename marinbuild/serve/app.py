@@ -177,12 +177,14 @@ async def _computed(compute: Callable[[], Any], stopping: threading.Event) -> An
             pass
 
     threading.Thread(target=run, name="marinbuild-serve-request", daemon=True).start()
-    while not stopping.is_set():
-        finished, _ = await asyncio.wait({done}, timeout=live.STOP_CHECK)
-        if finished:
-            return done.result()
-    done.cancel()
-    raise _Stopping
+    try:
+        while not stopping.is_set():
+            finished, _ = await asyncio.wait({done}, timeout=live.STOP_CHECK)
+            if finished:
+                return done.result()
+        raise _Stopping
+    finally:
+        done.cancel()  # nothing once settled; else (stopping, or the request cancelled) a late answer is dropped
 
 
 def _error(status: int, message: str) -> JSONResponse:
