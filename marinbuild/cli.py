@@ -339,15 +339,24 @@ def cache_ls_command(prefix: str | None, output: str) -> None:
 @cache_group.command("gc")
 @click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
 @click.option("--prefix")
+@click.option(
+    "--keep_only_used_by_patterns",
+    is_flag=True,
+    help="Keep only what PATTERN... uses: every other output under the prefix is listed, the current outputs of "
+    "the workspace's other targets too.",
+)
 @click.option("--yes", is_flag=True, help="Really delete (without it, only list what would go).")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
-def cache_gc_command(patterns: tuple[str, ...], prefix: str | None, yes: bool, output: str) -> None:
-    """Delete outputs under the prefix that no target in PATTERN... uses (lists first; deletes with --yes)."""
+def cache_gc_command(
+    patterns: tuple[str, ...], prefix: str | None, keep_only_used_by_patterns: bool, yes: bool, output: str
+) -> None:
+    """Delete the outputs under the prefix that no current target of the workspace (//...) uses: old versions of
+    the steps PATTERN... uses, and with //... outputs no target makes any more. Lists them first, each with why it
+    may go; deletes with --yes."""
     from marinbuild.cache import cache_gc, format_gc
 
     session = _open_session(prefix=prefix)
-    labels = session.load(patterns)
-    result = cache_gc(session, labels, yes=yes)
+    result = cache_gc(session, patterns, yes=yes, keep_only_used_by_patterns=keep_only_used_by_patterns)
     click.echo(json.dumps(result.to_dict(), indent=2) if output == "json" else format_gc(result))
 
 

@@ -26,6 +26,9 @@ from marinbuild.ui.event_log import parse_lines
 
 INTERVAL = 0.5
 KEEPALIVE = 15.0
+STOP_CHECK = 0.1
+"""How often a waiting stream (and a request of ``marinbuild.serve.app`` waiting on its answer) looks whether the
+server is stopping: it ends within this many seconds of the stop."""
 
 
 class _Tail:
@@ -89,7 +92,7 @@ async def follow(
     stop: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[dict[str, Any] | None]:
     """Event records appended to the logs under ``folder`` by builds against ``prefix`` (see the module docstring);
-    it ends once ``stop()`` is true (the server is shutting down)."""
+    it ends within ``STOP_CHECK`` seconds once ``stop()`` is true (the server is shutting down)."""
     tail = _Tail(Path(folder), prefix)
     quiet = 0.0
     while not stop():
@@ -103,4 +106,15 @@ async def follow(
             if quiet >= keepalive:
                 quiet = 0.0
                 yield None
-        await asyncio.sleep(interval)
+        await _pause(interval, stop)
+
+
+async def _pause(seconds: float, stop: Callable[[], bool]) -> None:
+    """Sleep ``seconds``, or less: until ``STOP_CHECK`` seconds after ``stop()`` becomes true."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while not stop():
+        left = end - loop.time()
+        if left <= 0:
+            return
+        await asyncio.sleep(min(left, STOP_CHECK))

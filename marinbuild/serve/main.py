@@ -102,7 +102,9 @@ def serve(root: str, patterns: list[str], prefix: str | None, host: str, port: i
         )
         stopping = threading.Event()
         app = create_app(model, loopback_only=is_loopback(host), stopping=stopping)
-        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, lifespan="off")
+        # Every response of the app ends within live.STOP_CHECK of a stop, so the process exits well within a
+        # second of SIGTERM or Ctrl-C; the timeout only bounds a response stuck on a client that stopped reading.
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1, lifespan="off")
         _server_class()(config, stopping).run(sockets=[sock])
     finally:
         record.unlink(missing_ok=True)
