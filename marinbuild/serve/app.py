@@ -12,8 +12,8 @@ Content-Security-Policy allowing scripts and styles from this server only (no in
 ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``. The file view
 (``/file/<relative path>``) answers ``text/plain`` only, after ``marinbuild.serve.files``' checks.
 
-Stopping: once the server is told to stop (``stopping`` is set), every response ends within
-``live.STOP_CHECK`` seconds: an event stream ends, and a request still computing its answer gets a 503. Each
+Stopping: once the server is told to stop (``stopping``, ``marinbuild.serve.stopping``), every response ends at
+once: an event stream ends, and a request still computing its answer gets a 503. Each
 answer is computed in a daemon thread of its own rather than in Starlette's thread pool, whose threads the
 process waits for when it exits: a stopped server does not wait for an analysis of a large workspace or a
 listing of a bucket whose result nobody will read.
@@ -40,6 +40,7 @@ from starlette.staticfiles import StaticFiles
 from marinbuild.serve import live
 from marinbuild.serve.files import Refused, read_text
 from marinbuild.serve.model import PrefixUnreadable, ViewModel
+from marinbuild.serve.stopping import Stopping
 
 STATIC = package_files("marinbuild.serve") / "static"
 HEADERS = {
@@ -59,12 +60,12 @@ def _shell(page: str) -> str:
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 
 
-def create_app(model: ViewModel, loopback_only: bool = True, stopping: threading.Event | None = None) -> Starlette:
+def create_app(model: ViewModel, loopback_only: bool = True, stopping: Stopping | None = None) -> Starlette:
     """The application over ``model``'s workspace and prefix. ``loopback_only``: answer only requests whose Host
     header names this machine's loopback, so a web page from elsewhere cannot read the view through DNS rebinding
     (a name of its own resolving to 127.0.0.1). ``stopping``: set when the server shuts down; the event streams end
     then, so the shutdown does not wait on open pages."""
-    stopping = stopping or threading.Event()
+    stopping = stopping or Stopping()
 
     def page(name: str) -> Any:
         async def endpoint(request: Request) -> Response:
@@ -108,7 +109,7 @@ def create_app(model: ViewModel, loopback_only: bool = True, stopping: threading
     async def events(request: Request) -> Response:
         async def stream() -> Any:
             yield ": connected\n\n"
-            async for record in live.follow(live_folder(), model.prefix, stop=stopping.is_set):
+            async for record in live.follow(live_folder(), model.prefix, stopping=stopping):
                 if await request.is_disconnected():
                     return
                 yield ": keepalive\n\n" if record is None else f"data: {json.dumps(record, default=str)}\n\n"
@@ -150,7 +151,7 @@ class _Stopping(Exception):
     """The server was told to stop before a request's answer was computed."""
 
 
-async def _computed(compute: Callable[[], Any], stopping: threading.Event) -> Any:
+async def _computed(compute: Callable[[], Any], stopping: Stopping) -> Any:
     """``compute()``, run in a daemon thread and awaited until it returns (or raises) or the server stops: then
     ``_Stopping``, and the thread is left to finish on its own (it holds no process open; see the module
     docstring)."""
@@ -177,13 +178,14 @@ async def _computed(compute: Callable[[], Any], stopping: threading.Event) -> An
             pass
 
     threading.Thread(target=run, name="marinbuild-serve-request", daemon=True).start()
+    stop = asyncio.ensure_future(stopping.wait())
     try:
-        while not stopping.is_set():
-            finished, _ = await asyncio.wait({done}, timeout=live.STOP_CHECK)
-            if finished:
-                return done.result()
+        await asyncio.wait({done, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if done.done():
+            return done.result()
         raise _Stopping
     finally:
+        stop.cancel()
         done.cancel()  # nothing once settled; else (stopping, or the request cancelled) a late answer is dropped
 
 

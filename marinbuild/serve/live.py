@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from marinbuild.serve.stopping import Stopping
 from marinbuild.ui.event_log import parse_lines
 
 INTERVAL = 0.5
 KEEPALIVE = 15.0
-STOP_CHECK = 0.1
-"""How often a waiting stream (and a request of ``marinbuild.serve.app`` waiting on its answer) looks whether the
-server is stopping: it ends within this many seconds of the stop."""
 
 
 class _Tail:
@@ -89,13 +87,14 @@ async def follow(
     prefix: str,
     interval: float = INTERVAL,
     keepalive: float = KEEPALIVE,
-    stop: Callable[[], bool] = lambda: False,
+    stopping: Stopping | None = None,
 ) -> AsyncIterator[dict[str, Any] | None]:
     """Event records appended to the logs under ``folder`` by builds against ``prefix`` (see the module docstring);
-    it ends within ``STOP_CHECK`` seconds once ``stop()`` is true (the server is shutting down)."""
+    it ends as soon as ``stopping`` is set (the server is shutting down)."""
+    stopping = stopping or Stopping()
     tail = _Tail(Path(folder), prefix)
     quiet = 0.0
-    while not stop():
+    while not stopping.is_set():
         records = await asyncio.to_thread(tail.read_new)
         for record in records:
             yield record
@@ -106,15 +105,5 @@ async def follow(
             if quiet >= keepalive:
                 quiet = 0.0
                 yield None
-        await _pause(interval, stop)
-
-
-async def _pause(seconds: float, stop: Callable[[], bool]) -> None:
-    """Sleep ``seconds``, or less: until ``STOP_CHECK`` seconds after ``stop()`` becomes true."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + seconds
-    while not stop():
-        left = end - loop.time()
-        if left <= 0:
+        if await stopping.within(interval):
             return
-        await asyncio.sleep(min(left, STOP_CHECK))
