@@ -42,11 +42,13 @@ offered: trackio needs ``huggingface_hub`` 1.x, which the ``transformers`` levan
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
 from marinbuild.ml.configs import LmModel, Optimizer, Trainer, config_attr, from_dict
+from marinbuild.ml.mixture import MixtureWeightAttr, mixture_weights
 
 from . import slices
 
@@ -78,10 +80,10 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         raise ValueError(
             f"train_lm {ctx.label}: trainer.seq_len {trainer.seq_len} exceeds model.seq_len {model.seq_len}"
         )
-    mixture: dict[str, float] = dict(ctx.attr.data)
-    if not mixture or not any(w > 0 for w in mixture.values()):
-        raise ValueError(f"train_lm {ctx.label}: data needs at least one tokenized target with a positive weight")
+    mixture: dict[str, Any] = dict(ctx.attr.data)
+    weights = mixture_weights(mixture, list(ctx.attr.data_steps or ()))
     train = _components(list(mixture), f"train_lm {ctx.label} data", "train")
+    names = {path: name for name, (path, _) in train.items()}
     validation = _components(list(ctx.attr.validation), f"train_lm {ctx.label} validation", "validation")
     # the mixture's own validation splits are evaluated already; other names must not clash with its names
     validation = {f"{k}_validation" if k in train else k: v for k, v in validation.items() if v[0] not in mixture}
@@ -97,7 +99,11 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         "output_path": ctx.output_path,
         "run_id": os.path.basename(ctx.output_path.rstrip("/")),
         "components": {name: path for name, (path, _) in train.items()},
-        "weights": {name: mixture[path] for name, (path, _) in train.items()},
+        "weights": (
+            {names[path]: w for path, w in weights.items()}
+            if isinstance(weights, dict)
+            else [[step, {names[path]: w for path, w in stage.items()}] for step, stage in weights]
+        ),
         "validation": {name: path for name, (path, _) in validation.items()},
         "text_keys": {name: meta.get("text_key", "text") for name, (_, meta) in [*train.items(), *validation.items()]},
         "tokenizer": tokenizer,
@@ -113,11 +119,22 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
     return slices.run_job(ctx, TRAIN, payload, log_name="train", offline=offline)
 
 
+def _check(values: Mapping[str, Any]) -> None:
+    """The mixture's weights and steps, as a load error at the attribute."""
+    mixture_weights(values["data"], list(values.get("data_steps") or ()))
+
+
 train_lm = rule(
     implementation=_train_lm_impl,
+    check=_check,  # the mixture's weights and steps: a load error at the attribute
     attrs={
         "data": attr.label_keyed_dict(
-            value=float, mandatory=True, doc="the training mixture: tokenize targets -> weights"
+            value=MixtureWeightAttr(),
+            mandatory=True,
+            doc="the training mixture: tokenize targets -> weights (with data_steps: a list, one per step)",
+        ),
+        "data_steps": attr.list(
+            of=int, doc="steps at which the mixture's weights change, from 0: each weight in data holds from its step"
         ),
         "validation": attr.label_list(doc="more tokenize targets whose validation splits are evaluated in training"),
         "model": config_attr(LmModel, mandatory=True, doc="the model (marinbuild.ml.configs.LmModel)"),

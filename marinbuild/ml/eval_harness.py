@@ -203,13 +203,8 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
 
     from marinbuild.ml.configs import LmModel, from_dict, to_levanter_model
     from marinbuild.ml.tokenize import resolve_tokenizer
-    from marinbuild.ml.train import (
-        MODEL_INFO,
-        _cpu_collectives_unless_tpu,
-        _distributed_config,
-        compilation_cache_dir,
-        latest_checkpoint,
-    )
+    from marinbuild.ml.train import MODEL_INFO, _cpu_collectives_unless_tpu, _distributed_config, latest_checkpoint
+    from marinbuild.ml.train_config import compilation_cache_dir
 
     out = payload["output_path"]
     train_out = payload["model_path"]
