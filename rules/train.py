@@ -47,10 +47,12 @@ from typing import Any
 
 from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
+from marinbuild.load.attrs import AttrValueError
 from marinbuild.ml.configs import LmModel, Optimizer, Trainer, config_attr, from_dict
 from marinbuild.ml.mixture import MixtureWeightAttr, mixture_weights
 
 from . import slices
+from .eval_harness import is_local_task, task_specs
 
 
 def _components(paths: list[str], what: str, split: str) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -93,6 +95,10 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
             f"train_lm {ctx.label}: the data were tokenized with different tokenizers: {sorted(tokenizers)}"
         )
     tokenizer = tokenizers.pop()
+    tasks = list(ctx.attr.task_evals or ())
+    specs = task_specs(tasks, f"train_lm {ctx.label} task_evals") if tasks else []
+    package_dir = ctx.workspace / ctx.package if ctx.package else ctx.workspace
+    task_files = {os.path.relpath(path, package_dir): path for path in ctx.attr.task_files or ()}
     request = normalize(ctx.attr.resources or None)
     accelerated = request is not None and (request.wants_tpu or bool(request.gpu))
     payload = {
@@ -112,16 +118,26 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         "trainer": as_dict(trainer),
         "seed": ctx.attr.seed,
         "tracker": ctx.attr.tracker,
+        "task_evals": specs,
+        "task_files": task_files,
         "require_accelerator": accelerated,
         "distributed": False,  # one host; on a multi-host slice each host's process gets its own
     }
-    offline = "://" in tokenizer or os.path.isdir(tokenizer)
+    # Registry tasks fetch their data from the Hub; local tasks with a local tokenizer never need it.
+    local_tasks = all(is_local_task(spec["task"], task_files) for spec in specs)
+    offline = local_tasks and ("://" in tokenizer or os.path.isdir(tokenizer))
     return slices.run_job(ctx, TRAIN, payload, log_name="train", offline=offline)
 
 
 def _check(values: Mapping[str, Any]) -> None:
-    """The mixture's weights and steps, as a load error at the attribute."""
+    """The mixture's weights and steps and the task evaluations, as a load error at the attribute."""
     mixture_weights(values["data"], list(values.get("data_steps") or ()))
+    tasks = list(values.get("task_evals") or ())
+    if tasks:
+        try:
+            task_specs(tasks, "task_evals")
+        except ValueError as exc:
+            raise AttrValueError(str(exc), attr="task_evals") from None
 
 
 train_lm = rule(
@@ -148,6 +164,11 @@ train_lm = rule(
             doc="json: metrics.jsonl only; wandb: Weights & Biases as well; "
             "tensorboard: TensorBoard event files under tensorboard/ as well",
         ),
+        "task_evals": attr.list(
+            doc="lm-eval tasks evaluated every trainer.steps_per_task_eval steps while training (levanter's "
+            "eval-harness callback): names or {task, num_fewshot, task_alias} dicts, as eval_harness takes them"
+        ),
+        "task_files": attr.source_files(doc="lm-eval task YAMLs of this package and their data; content-hashed"),
         **slices.job_attrs("the training code"),
     },
     doc="A language model trained with levanter on a weighted mixture of tokenized data.",

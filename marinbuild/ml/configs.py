@@ -186,6 +186,8 @@ class Trainer:
     per_device_parallelism: int = -1
     per_device_eval_parallelism: int = -1
     data_seed: int | None = None
+    steps_per_task_eval: int | None = None
+    """evaluate the target's task_evals (lm-eval) every this many steps; None: every 10000, as Marin does"""
     steps_per_hf_export: int | None = None
     """export the model in Hugging Face form every this many steps, into ``hf/step-N/`` of the output
     (levanter's HF checkpoint converter); None: no exports"""
@@ -199,7 +201,7 @@ class Trainer:
             raise ValueError(f"num_train_steps must be positive, got {self.num_train_steps!r}")
         if self.checkpoint_every <= 0:
             raise ValueError(f"checkpoint_every must be positive, got {self.checkpoint_every!r}")
-        for name in ("steps_per_eval", "steps_per_hf_export"):
+        for name in ("steps_per_eval", "steps_per_task_eval", "steps_per_hf_export"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive, got {value!r}")

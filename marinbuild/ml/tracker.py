@@ -4,8 +4,9 @@ Registered with levanter as tracker type ``marinbuild_jsonl`` when this module i
 (inside the training process only). Local files are appended line by line; other fsspec
 paths are rewritten whole at most every ``flush_seconds`` and at the end. A resumed run
 keeps the records of steps before its start step and replaces the rest, so the file reads
-as one run. Only scalar metrics under ``train/``, ``eval/``, ``optim/``, ``mixture/`` and
-a few throughput ones are kept: enough for reports and plots, small for long runs.
+as one run. Only scalar metrics under ``train/``, ``eval/``, ``optim/``, ``mixture/``,
+``lm_eval/`` (lm-eval tasks evaluated while training) and a few throughput ones are kept: enough
+for reports and plots, small for long runs.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from levanter.tracker.tracker import Tracker, TrackerConfig
 
 from marinbuild.ml.jsonl import read_records
 
-KEPT_PREFIXES = ("train/", "eval/", "optim/", "mixture/")
+KEPT_PREFIXES = ("train/", "eval/", "optim/", "mixture/", "lm_eval/")
 KEPT_KEYS = {
     "throughput/examples_per_second",
     "throughput/tokens_per_second",

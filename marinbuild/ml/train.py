@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -96,15 +98,35 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
                 indent=2,
             )
 
-    config = train_lm_config(payload, tokenizer=tokenizer, start_step=start_step, lead=lead)
-    started = time.time()
-    train_lm.main(config)
+    work = tempfile.mkdtemp(prefix="marinbuild-train-")
+    try:
+        task_path = _task_files(payload, work)
+        config = train_lm_config(payload, tokenizer=tokenizer, start_step=start_step, lead=lead, task_path=task_path)
+        started = time.time()
+        train_lm.main(config)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     summary = summarize(out, start_step=start_step, seconds=time.time() - started)
     if lead:
         with fsspec.open(os.path.join(out, SUMMARY), "w") as f:
             json.dump(summary, f, indent=2)
     say(f"trained to step {summary['last_step']}: train loss {summary.get('final_train_loss')}")
     return summary
+
+
+def _task_files(payload: dict[str, Any], work: str) -> str | None:
+    """The target's lm-eval task files copied under ``work`` (their folder, or None), every task name checked.
+
+    An unknown task fails here, at once, not at the first evaluation after hours of training.
+    """
+    specs = payload.get("task_evals") or []
+    if not specs:
+        return None
+    from marinbuild.ml.eval_harness import check_task_names, copy_task_files
+
+    task_path = copy_task_files(payload.get("task_files") or {}, os.path.join(work, "package"))
+    check_task_names(sorted({spec["task"] for spec in specs}), task_path)
+    return task_path
 
 
 def start_distributed(distributed: Any) -> bool:
@@ -115,7 +137,8 @@ def start_distributed(distributed: Any) -> bool:
     all start through levanter's ``DistributedConfig.initialize`` here, before training (the
     trainer is then told not to start it again), and the lead is ``jax.process_index() == 0``.
     Hosts without TPU chips run their collectives on CPU (gloo). With several processes the
-    evaluation tag arrays stay on the host (``_host_side_eval_tags``).
+    evaluation tag arrays and the lm-eval requests stay on the host (``_host_side_eval_tags``,
+    ``eval_harness.host_side_packing``).
     """
     from levanter.distributed import DistributedConfig
 
@@ -125,7 +148,10 @@ def start_distributed(distributed: Any) -> bool:
     import jax
 
     if jax.process_count() > 1:
+        from marinbuild.ml.eval_harness import host_side_packing
+
         _host_side_eval_tags()
+        host_side_packing()
     return int(jax.process_index()) == 0
 
 

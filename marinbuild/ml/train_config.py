@@ -4,8 +4,9 @@
 nothing else: ``TrainerConfig`` (batch size or batch schedule, checkpoints, EMA,
 ``allow_partial_checkpoint``), ``OptimizerConfig`` with its learning-rate schedule
 (``configs.to_levanter_optimizer``), ``LmDataConfig`` with a mixture whose weights are fixed or
-change at given steps (``data_config``), the z-loss weight and, when asked for, HF exports by
-levanter's HF checkpoint converter into ``hf/step-N/`` of the output folder. It starts nothing,
+change at given steps (``data_config``), the z-loss weight, lm-eval tasks evaluated while training
+(levanter's eval-harness callback) and, when asked for, HF exports by levanter's HF checkpoint
+converter into ``hf/step-N/`` of the output folder. It starts nothing,
 so tests check the settings without training. Imports levanter: call it only in the training
 process (or a test).
 """
@@ -23,6 +24,8 @@ METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"
 HF_EXPORTS = "hf"
 """The sub-folder of a training output where HF exports go, one ``step-N/`` folder each."""
+TASK_EVAL_STEPS = 10_000
+"""How often task evaluations run when ``steps_per_task_eval`` is not given (Marin's default)."""
 MIXTURE_BLOCK_SIZE = 2048
 """levanter's mixture block (sequences): a mixture's weights can change only at a multiple of it."""
 
@@ -93,8 +96,13 @@ def check_mixture_steps(weights: Weights, batch_size: Any) -> None:
             )
 
 
-def train_lm_config(payload: dict[str, Any], *, tokenizer: str, start_step: int, lead: bool) -> Any:
-    """levanter's ``TrainLmConfig`` for ``payload``; ``lead``: this process keeps the metrics (process 0)."""
+def train_lm_config(
+    payload: dict[str, Any], *, tokenizer: str, start_step: int, lead: bool, task_path: str | None = None
+) -> Any:
+    """levanter's ``TrainLmConfig`` for ``payload``; ``lead``: this process keeps the metrics (process 0).
+
+    ``task_path``: the folder holding the target's lm-eval task files (``eval_harness.copy_task_files``).
+    """
     import jmp
     from levanter.checkpoint import CheckpointerConfig
     from levanter.distributed import DistributedConfig
@@ -156,8 +164,23 @@ def train_lm_config(payload: dict[str, Any], *, tokenizer: str, start_step: int,
         train_seq_len=trainer.seq_len,
         z_loss_weight=trainer.z_loss_weight,
         data_seed=trainer.data_seed,
+        eval_harness=task_evals(payload.get("task_evals") or [], task_path),
+        eval_harness_steps=trainer.steps_per_task_eval or TASK_EVAL_STEPS,
         **hf_exports(out, trainer.steps_per_hf_export),
     )
+
+
+def task_evals(specs: list[dict[str, Any]], task_path: str | None) -> Any:
+    """levanter's ``LmEvalHarnessConfig`` of the tasks evaluated while training (None: no tasks).
+
+    Its callback logs each task's metrics to the trackers as ``lm_eval/<task>/<metric>``, so they
+    land in ``metrics.jsonl`` at the step they were computed.
+    """
+    if not specs:
+        return None
+    from marinbuild.ml.eval_harness import harness_config
+
+    return harness_config(specs, task_path, None)
 
 
 def hf_exports(out: str, every: int | None) -> dict[str, Any]:
