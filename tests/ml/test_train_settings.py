@@ -24,7 +24,7 @@ pytestmark = needs_levanter
 MODEL = {"seq_len": 64, "hidden_dim": 32, "intermediate_dim": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2}
 
 
-def payload(tmp_path: Path, *, optimizer=None, trainer=None, weights=None, distributed=False) -> dict:
+def payload(tmp_path: Path, *, optimizer=None, trainer=None, weights=None, distributed=False, task_evals=()) -> dict:
     return {
         "output_path": str(tmp_path / "lm"),
         "run_id": "lm",
@@ -38,6 +38,8 @@ def payload(tmp_path: Path, *, optimizer=None, trainer=None, weights=None, distr
         "trainer": {"batch_size": 8, "num_train_steps": 100, **(trainer or {})},
         "seed": 0,
         "tracker": "json",
+        "task_evals": list(task_evals),
+        "task_files": {},
         "require_accelerator": False,
         "distributed": distributed,
     }
@@ -117,6 +119,28 @@ def test_z_loss_partial_checkpoint_and_hf_exports_reach_levanter(tmp_path):
     plain = levanter_config(tmp_path)
     assert (plain.z_loss_weight, plain.trainer.allow_partial_checkpoint, plain.hf_save_path) == (0.0, False, None)
     assert plain.trainer.distributed.initialize_jax_distributed is False  # train.start_distributed starts it
+
+
+def test_task_evals_reach_levanters_eval_harness_callback(tmp_path):
+    tasks = [{"task": "hellaswag", "num_fewshot": 10, "task_alias": "hellaswag_10shot"}, {"task": "piqa"}]
+    config = levanter_config(tmp_path, trainer={"steps_per_task_eval": 500}, task_evals=tasks)
+    assert config.eval_harness_steps == 500
+    assert [(t.task, t.num_fewshot, t.task_alias) for t in config.eval_harness.task_spec] == [
+        ("hellaswag", 10, "hellaswag_10shot"),
+        ("piqa", None, None),
+    ]
+    assert levanter_config(tmp_path, task_evals=tasks).eval_harness_steps == 10_000  # Marin's default
+    assert levanter_config(tmp_path).eval_harness is None
+
+
+def test_a_metric_logged_without_a_step_belongs_to_the_last_step(tmp_path):
+    from marinbuild.ml.tracker import JsonlTracker
+
+    tracker = JsonlTracker(str(tmp_path / "metrics.jsonl"))
+    tracker.log({"train/loss": 2.0}, step=15)
+    tracker.log({"lm_eval": {"story": {"acc": 0.4}}}, step=None)  # as levanter's eval-harness callback logs
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert records == [{"step": 15, "train/loss": 2.0}, {"step": 15, "lm_eval/story/acc": 0.4}]
 
 
 def test_batch_schedule_with_three_steps(tmp_path):
@@ -217,7 +241,7 @@ def test_only_process_0_of_real_hosts_writes_the_run_files(tmp_path, monkeypatch
     from levanter.distributed import DistributedConfig
     from levanter.main import train_lm
 
-    from marinbuild.ml import train
+    from marinbuild.ml import eval_harness, train
 
     started: list[DistributedConfig] = []
     trained: list[object] = []
@@ -227,13 +251,14 @@ def test_only_process_0_of_real_hosts_writes_the_run_files(tmp_path, monkeypatch
     monkeypatch.setattr(jax, "process_count", lambda: 4)
     monkeypatch.setattr(train, "_cpu_collectives_unless_tpu", lambda: None)
     monkeypatch.setattr(train, "_host_side_eval_tags", lambda: tags.append(True))
+    monkeypatch.setattr(eval_harness, "host_side_packing", lambda: tags.append(True))
     monkeypatch.setattr(train_lm, "main", lambda config: trained.append(config))
 
     summary = train.run(payload(tmp_path, distributed=True))
     (config,) = trained
     assert [c.initialize_jax_distributed for c in started] == [True]  # levanter's own start, once, before training
     assert config.trainer.distributed.initialize_jax_distributed is False
-    assert tags == [True]  # several processes: the same levanter fix as on simulated hosts
+    assert tags == [True, True]  # several processes: the same levanter fixes as on simulated hosts
     out = tmp_path / "lm"
     written = {name: (out / name).exists() for name in ("runs.jsonl", "model.json", "summary.json")}
     assert written == dict.fromkeys(written, writes)
