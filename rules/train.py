@@ -14,7 +14,14 @@
     )
 
 ``model``, ``optimizer`` and ``trainer`` are dataclasses (``marinbuild.ml.configs``:
-``LmModel``, ``Optimizer``, ``Trainer``) written as dicts; unknown fields are load errors.
+``LmModel``, ``Optimizer``, ``Trainer``) written as dicts; unknown fields and fields of the wrong
+type are load errors. They take Marin's training settings under Marin's names (WSD-S
+``cycle_length``, ``rewarmup``, ``decay``, ``min_lr_ratio``, ``lr_schedule``, ``z_loss_weight``,
+batch-size schedules, ``allow_partial_checkpoint``, ``steps_per_task_eval``,
+``steps_per_hf_export``): docs/ml-rules.md lists them. A mixture whose weights change at given
+steps is ``data = {":a": [0.7, 0.3], ":b": [0.3, 0.7]}`` with ``data_steps = [0, N]``
+(``marinbuild.ml.mixture``); ``task_evals`` (and ``task_files``) are lm-eval tasks evaluated
+while training, written as ``eval_harness`` takes them.
 They, the mixture (its targets' versions and weights) and ``seed`` are the version:
 changing the learning rate retrains, changing ``resources`` or ``tracker`` does not.
 

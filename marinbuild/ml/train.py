@@ -1,26 +1,30 @@
 """Train a language model with levanter (the child process of the ``train_lm`` rule).
 
 The payload names the tokenized components and their weights, the model, optimizer and
-trainer settings (``marinbuild.ml.configs``), the seed and the output folder; this module
-builds levanter's ``TrainLmConfig`` from them and runs ``levanter.main.train_lm.main``.
+trainer settings (``marinbuild.ml.configs``), the seed, the lm-eval tasks to evaluate while
+training and the output folder; this module builds levanter's ``TrainLmConfig`` from them
+(``marinbuild.ml.train_config``) and runs ``levanter.main.train_lm.main``.
 Under the output folder:
 
     checkpoints/step-N/   levanter checkpoints (kept every ``checkpoint_every`` steps, plus
                           temporary ones every ``checkpoint_minutes``, plus the last step)
-    metrics.jsonl         one JSON line per logged step (train loss, eval losses, learning rate)
+    metrics.jsonl         one JSON line per logged step (train loss, eval losses, learning rate,
+                          lm-eval task scores)
     runs.jsonl            one line per start: {"start_step", "checkpoint", "time"} (a checkpoint
                           step-N holds the state after step N, so a resumed run starts at N + 1)
     model.json            what eval_lm needs to rebuild the model (model, tokenizer, seq_len)
     summary.json          written at the end: steps, final losses, parameter count
     logs/                 levanter's log and the child's output
     tensorboard/RUN/      TensorBoard event files, with ``tracker = "tensorboard"``
+    hf/step-N/            HF exports, with ``trainer.steps_per_hf_export``
 
 On a multi-host TPU slice (``marinbuild.ml.slice_run``) this module runs once per host, all
 together: the payload's ``distributed`` says how JAX distributed starts (``True``: JAX finds
 the coordinator itself, as on real TPU VMs; a dict: ``coordinator_address``,
 ``num_processes`` and ``process_id`` given explicitly, with JAX's CPU collectives (gloo)
-where there is no TPU). Only process 0 writes ``runs.jsonl``, ``model.json``, the metrics
-and ``summary.json``; every process writes its share of each checkpoint.
+where there is no TPU); ``start_distributed`` starts both the same way. Only JAX process 0
+writes ``runs.jsonl``, ``model.json``, the metrics and ``summary.json``; every process writes
+its share of each checkpoint.
 
 A rerun in the same output folder (after a crash, a SIGKILL or a preemption) finds the
 latest complete checkpoint and resumes from its step, data loader included, instead of
