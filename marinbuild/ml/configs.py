@@ -122,7 +122,7 @@ class Optimizer:
             raise ValueError(f"min_lr_ratio must be between 0 and 1, got {self.min_lr_ratio!r}")
         for name in ("warmup", "decay", "rewarmup"):
             _check_fraction_or_steps(name, getattr(self, name))
-        if isinstance(self.cycle_length, list):
+        if isinstance(self.cycle_length, list | tuple):
             if not self.cycle_length or any(n <= 0 for n in self.cycle_length):
                 raise ValueError(f"cycle_length must list positive step counts, got {self.cycle_length!r}")
         elif self.cycle_length is not None:
@@ -321,6 +321,8 @@ def to_levanter_optimizer(opt: Optimizer) -> Any:
     from levanter.optim import OptimizerConfig
 
     fields = {k: v for k, v in as_dict(opt).items() if k not in ("type", "options")}
+    if isinstance(opt.cycle_length, tuple):  # levanter tells a list of cycle lengths by isinstance(list)
+        fields["cycle_length"] = list(opt.cycle_length)
     fields.update(opt.options)
     return draccus.decode(OptimizerConfig, {"type": opt.type, **fields})
 

@@ -86,6 +86,12 @@ def test_cycle_lengths_as_a_list():
     opt = {"learning_rate": 1e-3, "warmup": 0, "cycle_length": [30, 70], "decay": 10, "lr_schedule": "linear"}
     values = lr_at(opt, [19, 25, 29, 30, 89, 95])
     assert values == pytest.approx([1e-3, 5.5e-4, 1.9e-4, 1e-3, 1e-3, 5.5e-4], rel=1e-5)
+    # as a BUILD file's attribute holds it (lists become tuples), and as the training process gets it
+    from marinbuild.ml.configs import from_dict
+
+    held = config_attr(Optimizer).convert({**opt, "cycle_length": (30, 70)}, "pipe")
+    assert held["cycle_length"] == (30, 70)
+    assert lr_at(dict(from_dict(Optimizer, held).__dict__), [25, 30]) == pytest.approx([values[1], values[3]], rel=1e-5)
 
 
 def test_inv_schedule_and_min_lr_ratio():
