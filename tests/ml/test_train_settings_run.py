@@ -5,7 +5,8 @@ The quickstart's ``lm`` (30 steps here) trains with two linear-decay cycles of 1
 task every 15 steps and an HF export every 15 steps. The learning rates it logged are levanter's
 schedule for those settings, the task's scores are in ``metrics.jsonl`` at steps 15 and 29 (the
 last), and the exports are in ``hf/step-15/`` and ``hf/step-29/`` of the output, loadable with
-``transformers``.
+``transformers``. Its mixture is given in stages (``data_steps``), so that form goes through the
+rule and levanter too; the weights of each stage are checked in ``test_train_settings.py``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ OPTIMIZER = {
     "lr_schedule": "linear",
 }
 EDITS = [
+    # a mixture given by stages (its one component's weight is the same in both; the change at step 128,
+    # sequence 2048, lies past this short run): the rule and levanter take the list form
+    (
+        '    data = {":stories_tokenized": 1.0},\n',
+        '    data = {":stories_tokenized": [1.0, 1.0]},\n    data_steps = [0, 128],\n',
+    ),
     (
         '"warmup": 0.1,\n        "lr_schedule": "cosine",',
         '"warmup": 3,\n        "lr_schedule": "linear",\n        "cycle_length": 15,\n        "decay": 5,\n'
