@@ -51,28 +51,24 @@ from . import slices
 TASK_KEYS = {"task", "num_fewshot", "task_alias"}
 
 
-def task_specs(tasks: list[Any], label: str) -> list[dict[str, Any]]:
-    """The ``tasks`` attribute as dicts with a ``task`` name; a ValueError naming a malformed entry."""
+def task_specs(tasks: list[Any], where: str) -> list[dict[str, Any]]:
+    """The ``tasks`` attribute as dicts with a ``task`` name; a ValueError naming a malformed entry after ``where``."""
     if not tasks:
-        raise ValueError(f"eval_harness {label}: tasks is empty: name at least one lm-eval task")
+        raise ValueError(f"{where}: tasks is empty: name at least one lm-eval task")
     specs: list[dict[str, Any]] = []
     for i, task in enumerate(tasks):
         spec = {"task": task} if isinstance(task, str) else dict(task) if isinstance(task, dict) else None
         if spec is None or not isinstance(spec.get("task"), str) or not spec["task"]:
-            raise ValueError(
-                f"eval_harness {label}: tasks[{i}] must be a task name or a dict with 'task'; got {task!r}"
-            )
+            raise ValueError(f"{where}: tasks[{i}] must be a task name or a dict with 'task'; got {task!r}")
         extra = set(spec) - TASK_KEYS
         if extra:
             raise ValueError(
-                f"eval_harness {label}: tasks[{i}] ({spec['task']}): unknown keys {sorted(extra)}; "
-                f"allowed: {sorted(TASK_KEYS)}"
+                f"{where}: tasks[{i}] ({spec['task']}): unknown keys {sorted(extra)}; allowed: {sorted(TASK_KEYS)}"
             )
         fewshot = spec.get("num_fewshot")
         if fewshot is not None and (not isinstance(fewshot, int) or isinstance(fewshot, bool) or fewshot < 0):
             raise ValueError(
-                f"eval_harness {label}: tasks[{i}] ({spec['task']}): num_fewshot must be an integer "
-                f">= 0; got {fewshot!r}"
+                f"{where}: tasks[{i}] ({spec['task']}): num_fewshot must be an integer >= 0; got {fewshot!r}"
             )
         specs.append(spec)
     return specs
@@ -83,7 +79,7 @@ def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
     from marinbuild.ml.slice_run import EVAL_HARNESS
     from marinbuild.run.resources import normalize
 
-    specs = task_specs(list(ctx.attr.tasks), ctx.label)
+    specs = task_specs(list(ctx.attr.tasks), f"eval_harness {ctx.label}")
     request = normalize(ctx.attr.resources or None)
     package_dir = ctx.workspace / ctx.package if ctx.package else ctx.workspace
     task_files = {os.path.relpath(path, package_dir): path for path in ctx.attr.task_files}
@@ -99,12 +95,12 @@ def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
         "distributed": False,  # one host; on a multi-host slice each host's process gets its own
     }
     # Registry tasks fetch their data from the Hub; local tasks with a local tokenizer never need it.
-    local_only = bool(task_files) and all(_is_local_task(spec["task"], task_files) for spec in specs)
+    local_only = bool(task_files) and all(is_local_task(spec["task"], task_files) for spec in specs)
     offline = local_only and ("://" in tokenizer or os.path.isdir(tokenizer))
     return slices.run_job(ctx, EVAL_HARNESS, payload, log_name="eval_harness", offline=offline)
 
 
-def _is_local_task(name: str, task_files: dict[str, str]) -> bool:
+def is_local_task(name: str, task_files: dict[str, str]) -> bool:
     """Whether one of the task YAMLs declares ``task: name`` (a plain text check; lm-eval parses them for real)."""
     for path in task_files.values():
         if path.endswith((".yaml", ".yml")):

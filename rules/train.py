@@ -14,7 +14,14 @@
     )
 
 ``model``, ``optimizer`` and ``trainer`` are dataclasses (``marinbuild.ml.configs``:
-``LmModel``, ``Optimizer``, ``Trainer``) written as dicts; unknown fields are load errors.
+``LmModel``, ``Optimizer``, ``Trainer``) written as dicts; unknown fields and fields of the wrong
+type are load errors. They take Marin's training settings under Marin's names (WSD-S
+``cycle_length``, ``rewarmup``, ``decay``, ``min_lr_ratio``, ``lr_schedule``, ``z_loss_weight``,
+batch-size schedules, ``allow_partial_checkpoint``, ``steps_per_task_eval``,
+``steps_per_hf_export``): docs/ml-rules.md lists them. A mixture whose weights change at given
+steps is ``data = {":a": [0.7, 0.3], ":b": [0.3, 0.7]}`` with ``data_steps = [0, N]``
+(``marinbuild.ml.mixture``); ``task_evals`` (and ``task_files``) are lm-eval tasks evaluated
+while training, written as ``eval_harness`` takes them.
 They, the mixture (its targets' versions and weights) and ``seed`` are the version:
 changing the learning rate retrains, changing ``resources`` or ``tracker`` does not.
 
@@ -42,13 +49,17 @@ offered: trackio needs ``huggingface_hub`` 1.x, which the ``transformers`` levan
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
+from marinbuild.load.attrs import AttrValueError
 from marinbuild.ml.configs import LmModel, Optimizer, Trainer, config_attr, from_dict
+from marinbuild.ml.mixture import MixtureWeightAttr, mixture_weights
 
 from . import slices
+from .eval_harness import is_local_task, task_specs
 
 
 def _components(paths: list[str], what: str, split: str) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -78,10 +89,10 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         raise ValueError(
             f"train_lm {ctx.label}: trainer.seq_len {trainer.seq_len} exceeds model.seq_len {model.seq_len}"
         )
-    mixture: dict[str, float] = dict(ctx.attr.data)
-    if not mixture or not any(w > 0 for w in mixture.values()):
-        raise ValueError(f"train_lm {ctx.label}: data needs at least one tokenized target with a positive weight")
+    mixture: dict[str, Any] = dict(ctx.attr.data)
+    weights = mixture_weights(mixture, list(ctx.attr.data_steps or ()))
     train = _components(list(mixture), f"train_lm {ctx.label} data", "train")
+    names = {path: name for name, (path, _) in train.items()}
     validation = _components(list(ctx.attr.validation), f"train_lm {ctx.label} validation", "validation")
     # the mixture's own validation splits are evaluated already; other names must not clash with its names
     validation = {f"{k}_validation" if k in train else k: v for k, v in validation.items() if v[0] not in mixture}
@@ -91,13 +102,21 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
             f"train_lm {ctx.label}: the data were tokenized with different tokenizers: {sorted(tokenizers)}"
         )
     tokenizer = tokenizers.pop()
+    tasks = list(ctx.attr.task_evals or ())
+    specs = task_specs(tasks, f"train_lm {ctx.label} task_evals") if tasks else []
+    package_dir = ctx.workspace / ctx.package if ctx.package else ctx.workspace
+    task_files = {os.path.relpath(path, package_dir): path for path in ctx.attr.task_files or ()}
     request = normalize(ctx.attr.resources or None)
     accelerated = request is not None and (request.wants_tpu or bool(request.gpu))
     payload = {
         "output_path": ctx.output_path,
         "run_id": os.path.basename(ctx.output_path.rstrip("/")),
         "components": {name: path for name, (path, _) in train.items()},
-        "weights": {name: mixture[path] for name, (path, _) in train.items()},
+        "weights": (
+            {names[path]: w for path, w in weights.items()}
+            if isinstance(weights, dict)
+            else [[step, {names[path]: w for path, w in stage.items()}] for step, stage in weights]
+        ),
         "validation": {name: path for name, (path, _) in validation.items()},
         "text_keys": {name: meta.get("text_key", "text") for name, (_, meta) in [*train.items(), *validation.items()]},
         "tokenizer": tokenizer,
@@ -106,18 +125,39 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         "trainer": as_dict(trainer),
         "seed": ctx.attr.seed,
         "tracker": ctx.attr.tracker,
+        "task_evals": specs,
+        "task_files": task_files,
         "require_accelerator": accelerated,
         "distributed": False,  # one host; on a multi-host slice each host's process gets its own
     }
-    offline = "://" in tokenizer or os.path.isdir(tokenizer)
+    # Registry tasks fetch their data from the Hub; local tasks with a local tokenizer never need it.
+    local_tasks = all(is_local_task(spec["task"], task_files) for spec in specs)
+    offline = local_tasks and ("://" in tokenizer or os.path.isdir(tokenizer))
     return slices.run_job(ctx, TRAIN, payload, log_name="train", offline=offline)
+
+
+def _check(values: Mapping[str, Any]) -> None:
+    """The mixture's weights and steps and the task evaluations, as a load error at the attribute."""
+    mixture_weights(values["data"], list(values.get("data_steps") or ()))
+    tasks = list(values.get("task_evals") or ())
+    if tasks:
+        try:
+            task_specs(tasks, "task_evals")
+        except ValueError as exc:
+            raise AttrValueError(str(exc), attr="task_evals") from None
 
 
 train_lm = rule(
     implementation=_train_lm_impl,
+    check=_check,  # the mixture's weights and steps: a load error at the attribute
     attrs={
         "data": attr.label_keyed_dict(
-            value=float, mandatory=True, doc="the training mixture: tokenize targets -> weights"
+            value=MixtureWeightAttr(),
+            mandatory=True,
+            doc="the training mixture: tokenize targets -> weights (with data_steps: a list, one per step)",
+        ),
+        "data_steps": attr.list(
+            of=int, doc="steps at which the mixture's weights change, from 0: each weight in data holds from its step"
         ),
         "validation": attr.label_list(doc="more tokenize targets whose validation splits are evaluated in training"),
         "model": config_attr(LmModel, mandatory=True, doc="the model (marinbuild.ml.configs.LmModel)"),
@@ -131,6 +171,11 @@ train_lm = rule(
             doc="json: metrics.jsonl only; wandb: Weights & Biases as well; "
             "tensorboard: TensorBoard event files under tensorboard/ as well",
         ),
+        "task_evals": attr.list(
+            doc="lm-eval tasks evaluated every trainer.steps_per_task_eval steps while training (levanter's "
+            "eval-harness callback): names or {task, num_fewshot, task_alias} dicts, as eval_harness takes them"
+        ),
+        "task_files": attr.source_files(doc="lm-eval task YAMLs of this package and their data; content-hashed"),
         **slices.job_attrs("the training code"),
     },
     doc="A language model trained with levanter on a weighted mixture of tokenized data.",

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from marinbuild.load.attrs import AttrValueError, ConfigAttr, _json_like
+from marinbuild.ml.config_types import check_field_types
 
 # levanter model families and the module that registers each (imported on demand).
 _MODEL_MODULES = {
@@ -57,6 +59,7 @@ class LmModel:
     """any other field of the levanter config class"""
 
     def __post_init__(self) -> None:
+        check_field_types(LmModel, _fields(self))
         if self.type not in _MODEL_MODULES:
             raise ValueError(f"unknown model type {self.type!r} (one of {', '.join(sorted(_MODEL_MODULES))})")
         for name in ("seq_len", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads"):
@@ -80,7 +83,14 @@ class LmModel:
 
 @dataclass(frozen=True)
 class Optimizer:
-    """levanter's ``OptimizerConfig`` of kind ``type`` (AdamW by default), with its learning-rate schedule."""
+    """levanter's ``OptimizerConfig`` of kind ``type`` (AdamW by default), with its learning-rate schedule.
+
+    The schedule fields mean what they mean in levanter (and in Marin's ``SimpleTrainConfig``): a run
+    is one cycle, or several (WSD-S) with ``cycle_length``; each cycle warms up (``warmup`` in the
+    first, ``rewarmup`` in the others), holds the learning rate, then decays over its last ``decay``
+    steps by ``lr_schedule`` down to ``learning_rate * min_lr_ratio``. ``warmup``, ``rewarmup``,
+    ``decay`` and an int ``cycle_length`` are a fraction (0 to 1) or a whole number of steps.
+    """
 
     type: str = "adam"
     learning_rate: float = 6e-4
@@ -90,18 +100,65 @@ class Optimizer:
     epsilon: float = 1e-8
     max_grad_norm: float | None = 1.0
     warmup: float = 0.01
-    """steps of linear warmup, or a fraction of the run when below 1"""
+    """linear warmup of the first cycle: a fraction of it, or steps"""
     decay: float | None = None
-    """steps (or fraction) of the final decay; None: the whole run after warmup (WSD needs a value)"""
+    """the decay at the end of each cycle: a fraction of the cycle, or steps; None: all of it after warmup"""
+    rewarmup: float = 0.0
+    """linear warmup at the start of each cycle after the first (WSD-S): a fraction of the cycle, or steps"""
     min_lr_ratio: float = 0.1
-    lr_schedule: str = "cosine"
-    """constant, cosine, linear, inv_sqrt, ..."""
-    cycle_length: int | None = None
+    """the learning rate at the end of a decay, as a fraction of ``learning_rate``"""
+    lr_schedule: str | dict[str, Any] = "cosine"
+    """the decay's shape: one of LR_SCHEDULES, or a dict ``{"type": ..., <its fields>}`` of levanter's
+    ``LrSchedule`` choices (e.g. ``{"type": "polynomial", "power": 2.0}``)"""
+    cycle_length: float | list[int] | None = None
+    """WSD-S cycles: the length of each (steps, or a fraction of the run), or the list of their lengths"""
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        check_field_types(Optimizer, _fields(self))
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate!r}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"min_lr_ratio must be between 0 and 1, got {self.min_lr_ratio!r}")
+        for name in ("warmup", "decay", "rewarmup"):
+            _check_fraction_or_steps(name, getattr(self, name))
+        if isinstance(self.cycle_length, list | tuple):
+            if not self.cycle_length or any(n <= 0 for n in self.cycle_length):
+                raise ValueError(f"cycle_length must list positive step counts, got {self.cycle_length!r}")
+        elif self.cycle_length is not None:
+            _check_fraction_or_steps("cycle_length", self.cycle_length)
+            if self.cycle_length == 0:
+                raise ValueError("cycle_length must be positive, got 0")
+        _check_lr_schedule(self.lr_schedule)
+
+
+LR_SCHEDULES = ("constant", "cosine", "linear", "inv_sqrt", "inv")
+"""The decay shapes levanter takes by name (``OptimizerConfig.lr_scheduler``)."""
+LR_SCHEDULE_TYPES = (*LR_SCHEDULES, "polynomial", "inv_sqrt_decay", "power")
+"""levanter's ``LrSchedule`` choices, given as ``{"type": ..., ...}`` with their own fields."""
+
+
+def _check_lr_schedule(value: str | dict[str, Any]) -> None:
+    if isinstance(value, str):
+        if value not in LR_SCHEDULES:
+            raise ValueError(
+                f"lr_schedule: unknown schedule {value!r} (one of {', '.join(LR_SCHEDULES)}; "
+                f'or a dict {{"type": ...}} of {", ".join(LR_SCHEDULE_TYPES)})'
+            )
+    elif value.get("type") not in LR_SCHEDULE_TYPES:
+        raise ValueError(
+            f'lr_schedule: a dict needs a "type", one of {", ".join(LR_SCHEDULE_TYPES)}; got {dict(value)!r}'
+        )
+
+
+def _check_fraction_or_steps(name: str, value: float | None) -> None:
+    """levanter's reading of a length: a fraction from 0 to 1, or a whole number of steps above 1."""
+    if value is not None and (value < 0 or (value > 1 and value % 1 != 0)):
+        raise ValueError(f"{name} must be a fraction from 0 to 1 or a whole number of steps, got {value!r}")
+
+
+def _fields(instance: Any) -> dict[str, Any]:
+    return {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance)}
 
 
 @dataclass(frozen=True)
@@ -109,7 +166,8 @@ class Trainer:
     """Batch size, length, checkpoints and evaluation of a training run (levanter's ``TrainerConfig``)."""
 
     batch_size: int | list[Any] = 512
-    """sequences per step; or a schedule [[start_step, batch_size], ...] as in levanter's ScheduleStep"""
+    """sequences per step; or a schedule [(start_step, batch_size), ...] (levanter's ``ScheduleStep`` list):
+    ``[(0, 1024), (160000, 3072)]`` trains on 1024 sequences a step up to step 159999, then 3072"""
     num_train_steps: int = 1000
     seq_len: int | None = None
     """training sequence length (default: the model's seq_len)"""
@@ -122,17 +180,31 @@ class Trainer:
     ema_beta: float | None = None
     """exponential moving average of the weights (e.g. 0.995), as in Marin's tootsie runs"""
     z_loss_weight: float = 0.0
+    """weight of the z-loss, ``logsumexp(logits)**2`` added to the loss (e.g. 1e-4); 0: none"""
     mp: str = "p=f32"
     """jmp precision policy, e.g. "p=f32,c=bfloat16" on TPUs"""
     per_device_parallelism: int = -1
     per_device_eval_parallelism: int = -1
     data_seed: int | None = None
+    steps_per_task_eval: int | None = None
+    """evaluate the target's task_evals (lm-eval) every this many steps; None: every 10000, as Marin does"""
+    steps_per_hf_export: int | None = None
+    """export the model in Hugging Face form every this many steps, into ``hf/step-N/`` of the output
+    (levanter's HF checkpoint converter); None: no exports"""
+    allow_partial_checkpoint: bool = False
+    """resume from (or start from) a checkpoint that lacks parts of the state, e.g. one saved before
+    ``ema_beta`` was set: what is missing is initialised (levanter's ``allow_partial_checkpoint``)"""
 
     def __post_init__(self) -> None:
+        check_field_types(Trainer, _fields(self))
         if self.num_train_steps <= 0:
             raise ValueError(f"num_train_steps must be positive, got {self.num_train_steps!r}")
         if self.checkpoint_every <= 0:
             raise ValueError(f"checkpoint_every must be positive, got {self.checkpoint_every!r}")
+        for name in ("steps_per_eval", "steps_per_task_eval", "steps_per_hf_export"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive, got {value!r}")
         schedule = batch_schedule(self.batch_size)
         if any(size <= 0 for _, size in schedule):
             raise ValueError(f"batch sizes must be positive, got {self.batch_size!r}")
@@ -178,6 +250,8 @@ class DataclassAttr(ConfigAttr):
     """
 
     def convert(self, value: Any, package: str) -> Any:
+        if isinstance(value, Mapping):  # a wrong type is named with its field before the dataclass sees it
+            check_field_types(self.cls, value)
         instance = super().convert(value, package)
         try:
             return _json_like(dataclasses.asdict(instance), self.cls.__name__)
@@ -247,6 +321,8 @@ def to_levanter_optimizer(opt: Optimizer) -> Any:
     from levanter.optim import OptimizerConfig
 
     fields = {k: v for k, v in as_dict(opt).items() if k not in ("type", "options")}
+    if isinstance(opt.cycle_length, tuple):  # levanter tells a list of cycle lengths by isinstance(list)
+        fields["cycle_length"] = list(opt.cycle_length)
     fields.update(opt.options)
     return draccus.decode(OptimizerConfig, {"type": opt.type, **fields})
 

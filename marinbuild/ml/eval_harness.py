@@ -103,18 +103,20 @@ def harness_config(specs: list[dict[str, Any]], include_path: str | None, max_ex
 
             manager = tasks.TaskManager(include_path=self.include_path)
             loaded: dict = {}
-            for spec in self.to_task_spec():
-                name = spec["task"]
-                ours = str(spec.get("task_alias") or name).replace(" ", "_")
-                with warnings.catch_warnings():  # deprecated in lm-eval 0.4.13, but its format is levanter's
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    task_dict = tasks.get_task_dict([name], manager)
-                if spec.get("num_fewshot") is not None:
-                    set_fewshot(task_dict, int(spec["num_fewshot"]))
-                for key, value in self._rename_tasks_for_eval_harness(task_dict, name, ours).items():
-                    if key in loaded:
-                        raise ValueError(f"task {key} is listed twice: give each a task_alias")
-                    loaded[key] = value
+            # a local task's data files are named relative to its package: lm-eval reads them from there
+            with contextlib.chdir(self.include_path or os.getcwd()):
+                for spec in self.to_task_spec():
+                    name = spec["task"]
+                    ours = str(spec.get("task_alias") or name).replace(" ", "_")
+                    with warnings.catch_warnings():  # deprecated in lm-eval 0.4.13, but its format is levanter's
+                        warnings.simplefilter("ignore", DeprecationWarning)
+                        task_dict = tasks.get_task_dict([name], manager)
+                    if spec.get("num_fewshot") is not None:
+                        set_fewshot(task_dict, int(spec["num_fewshot"]))
+                    for key, value in self._rename_tasks_for_eval_harness(task_dict, name, ours).items():
+                        if key in loaded:
+                            raise ValueError(f"task {key} is listed twice: give each a task_alias")
+                        loaded[key] = value
             return loaded
 
     return LocalTasksHarnessConfig(
@@ -167,7 +169,7 @@ def summarize(outputs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _host_side_packing() -> None:
+def host_side_packing() -> None:
     """Pack lm-eval's requests into host-side arrays, as levanter's batching of them expects.
 
     levanter's ``_pack_requests`` builds each packed example with ``hax.named`` (``jnp.asarray``)
@@ -176,7 +178,8 @@ def _host_side_packing() -> None:
     it ("Received incompatible devices for jitted computation"), so every multi-process
     evaluation failed. Packing under ``local_cpu_mesh`` keeps the examples on this host; process 0
     then broadcasts each batch itself. Applied where the processes get their coordinator
-    explicitly (no TPU), as training's ``_host_side_eval_tags`` is.
+    explicitly (no TPU) here, and in training (lm-eval tasks evaluated while training) whenever
+    there are several processes (``train.start_distributed``).
     """
     import levanter.eval_harness as harness
     from levanter.utils.jax_utils import local_cpu_mesh
@@ -203,13 +206,8 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
 
     from marinbuild.ml.configs import LmModel, from_dict, to_levanter_model
     from marinbuild.ml.tokenizer import resolve_tokenizer
-    from marinbuild.ml.train import (
-        MODEL_INFO,
-        _cpu_collectives_unless_tpu,
-        _distributed_config,
-        compilation_cache_dir,
-        latest_checkpoint,
-    )
+    from marinbuild.ml.train import MODEL_INFO, _cpu_collectives_unless_tpu, _distributed_config, latest_checkpoint
+    from marinbuild.ml.train_config import compilation_cache_dir
 
     out = payload["output_path"]
     train_out = payload["model_path"]
@@ -219,7 +217,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     distributed = payload.get("distributed")
     if isinstance(distributed, dict):  # a host of a slice without TPU chips: its collectives run on CPU
         _cpu_collectives_unless_tpu()
-        _host_side_packing()
+        host_side_packing()
     work = tempfile.mkdtemp(prefix="marinbuild-lm-eval-")
     try:
         include_path = copy_task_files(payload.get("task_files") or {}, os.path.join(work, "package"))

@@ -4,8 +4,10 @@ Registered with levanter as tracker type ``marinbuild_jsonl`` when this module i
 (inside the training process only). Local files are appended line by line; other fsspec
 paths are rewritten whole at most every ``flush_seconds`` and at the end. A resumed run
 keeps the records of steps before its start step and replaces the rest, so the file reads
-as one run. Only scalar metrics under ``train/``, ``eval/``, ``optim/``, ``mixture/`` and
-a few throughput ones are kept: enough for reports and plots, small for long runs.
+as one run. Only scalar metrics under ``train/``, ``eval/``, ``optim/``, ``mixture/``,
+``lm_eval/`` (lm-eval tasks evaluated while training) and a few throughput ones are kept: enough
+for reports and plots, small for long runs. A record logged without a step (levanter's task
+evaluations log so) belongs to the last step logged, as with W&B.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from levanter.tracker.tracker import Tracker, TrackerConfig
 
 from marinbuild.ml.jsonl import read_records
 
-KEPT_PREFIXES = ("train/", "eval/", "optim/", "mixture/")
+KEPT_PREFIXES = ("train/", "eval/", "optim/", "mixture/", "lm_eval/")
 KEPT_KEYS = {
     "throughput/examples_per_second",
     "throughput/tokens_per_second",
@@ -76,6 +78,7 @@ class JsonlTracker(Tracker):
         fs.makedirs(os.path.dirname(self._fs_path), exist_ok=True)
         self._rewrite()
         self.summary: dict[str, Any] = {}
+        self._step: int | None = None  # the last step logged: what a record logged without one belongs to
 
     def _keep(self, key: str) -> bool:
         return self.keep_all or key.startswith(KEPT_PREFIXES) or key in KEPT_KEYS
@@ -90,9 +93,11 @@ class JsonlTracker(Tracker):
                 scalar = _scalar(value)
                 if scalar is not None:
                     record[key] = scalar
+        if step is not None:
+            self._step = int(step)
         if not record:
             return
-        self._write({"step": int(step) if step is not None else None, **record})
+        self._write({"step": self._step, **record})
 
     def _write(self, record: dict[str, Any]) -> None:
         self._records.append(record)

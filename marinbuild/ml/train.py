@@ -1,26 +1,30 @@
 """Train a language model with levanter (the child process of the ``train_lm`` rule).
 
 The payload names the tokenized components and their weights, the model, optimizer and
-trainer settings (``marinbuild.ml.configs``), the seed and the output folder; this module
-builds levanter's ``TrainLmConfig`` from them and runs ``levanter.main.train_lm.main``.
+trainer settings (``marinbuild.ml.configs``), the seed, the lm-eval tasks to evaluate while
+training and the output folder; this module builds levanter's ``TrainLmConfig`` from them
+(``marinbuild.ml.train_config``) and runs ``levanter.main.train_lm.main``.
 Under the output folder:
 
     checkpoints/step-N/   levanter checkpoints (kept every ``checkpoint_every`` steps, plus
                           temporary ones every ``checkpoint_minutes``, plus the last step)
-    metrics.jsonl         one JSON line per logged step (train loss, eval losses, learning rate)
+    metrics.jsonl         one JSON line per logged step (train loss, eval losses, learning rate,
+                          lm-eval task scores)
     runs.jsonl            one line per start: {"start_step", "checkpoint", "time"} (a checkpoint
                           step-N holds the state after step N, so a resumed run starts at N + 1)
     model.json            what eval_lm needs to rebuild the model (model, tokenizer, seq_len)
     summary.json          written at the end: steps, final losses, parameter count
     logs/                 levanter's log and the child's output
     tensorboard/RUN/      TensorBoard event files, with ``tracker = "tensorboard"``
+    hf/step-N/            HF exports, with ``trainer.steps_per_hf_export``
 
 On a multi-host TPU slice (``marinbuild.ml.slice_run``) this module runs once per host, all
 together: the payload's ``distributed`` says how JAX distributed starts (``True``: JAX finds
 the coordinator itself, as on real TPU VMs; a dict: ``coordinator_address``,
 ``num_processes`` and ``process_id`` given explicitly, with JAX's CPU collectives (gloo)
-where there is no TPU). Only process 0 writes ``runs.jsonl``, ``model.json``, the metrics
-and ``summary.json``; every process writes its share of each checkpoint.
+where there is no TPU); ``start_distributed`` starts both the same way. Only JAX process 0
+writes ``runs.jsonl``, ``model.json``, the metrics and ``summary.json``; every process writes
+its share of each checkpoint.
 
 A rerun in the same output folder (after a crash, a SIGKILL or a preemption) finds the
 latest complete checkpoint and resumes from its step, data loader included, instead of
@@ -33,57 +37,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
-from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import fsspec
 
-from marinbuild.ml.configs import LmModel, Optimizer, Trainer, as_dict, from_dict
+from marinbuild.ml.configs import LmModel, Trainer, as_dict, from_dict
 from marinbuild.ml.jsonl import append_record, read_records
 from marinbuild.ml.process import child_main, say
+from marinbuild.ml.train_config import METRICS
 
 MODEL_INFO = "model.json"
 SUMMARY = "summary.json"
-METRICS = "metrics.jsonl"
-TENSORBOARD = "tensorboard"
-
-
-def compilation_cache_dir() -> str | None:
-    """Where jax keeps compiled programs between runs: ``$MARINBUILD_JAX_CACHE`` (empty: none), else ~/.cache."""
-    value = os.environ.get("MARINBUILD_JAX_CACHE")
-    if value is not None:
-        return value or None
-    return os.path.join(os.path.expanduser("~"), ".cache", "marinbuild", "jax")
-
-
-def data_config(
-    tokenizer: str,
-    components: dict[str, str],
-    weights: dict[str, float],
-    text_keys: dict[str, str],
-    validation: dict[str, str] | None = None,
-) -> Any:
-    """levanter's ``LmDataConfig`` over existing caches: ``components`` maps a name to a tokenize output folder."""
-    from levanter.data.text import DatasetComponent, LmDataConfig, TextLmDatasetFormat, UrlDatasetSourceConfig
-
-    # An empty URL source: levanter loads the caches that exist and skips a missing validation split.
-    all_components = {**components, **(validation or {})}
-    return LmDataConfig(
-        tokenizer=tokenizer,
-        cache_dir=None,
-        components={
-            name: DatasetComponent(
-                source=UrlDatasetSourceConfig(),
-                cache_dir=path,
-                format=TextLmDatasetFormat(text_key=text_keys.get(name, "text")),
-            )
-            for name, path in all_components.items()
-        },
-        train_weights={name: float(weights.get(name, 0.0)) for name in components},
-        auto_build_caches=False,
-    )
 
 
 def latest_checkpoint(checkpoint_dir: str) -> tuple[str | None, int]:
@@ -100,28 +67,17 @@ def latest_checkpoint(checkpoint_dir: str) -> tuple[str | None, int]:
 
 
 def run(payload: dict[str, Any]) -> dict[str, Any]:
-    import jmp
-    from levanter.checkpoint import CheckpointerConfig
-    from levanter.distributed import DistributedConfig
     from levanter.main import train_lm
-    from levanter.optim.model_averaging import EmaModelAveragingConfig
-    from levanter.trainer import TrainerConfig
 
-    from marinbuild.ml.configs import levanter_batch_size, to_levanter_model, to_levanter_optimizer
     from marinbuild.ml.tokenizer import resolve_tokenizer
-    from marinbuild.ml.tracker import JsonlTrackerConfig
+    from marinbuild.ml.train_config import train_lm_config
 
     out = payload["output_path"]
     model = from_dict(LmModel, payload["model"])
-    optimizer = from_dict(Optimizer, payload["optimizer"])
     trainer = from_dict(Trainer, payload["trainer"])
     tokenizer = resolve_tokenizer(payload["tokenizer"])
     checkpoint_dir = os.path.join(out, "checkpoints")
-    distributed = payload.get("distributed")
-    lead = not isinstance(distributed, dict) or distributed["process_id"] == 0
-    if isinstance(distributed, dict):
-        _cpu_collectives_unless_tpu()
-        _host_side_eval_tags()
+    lead = start_distributed(payload.get("distributed"))
 
     # A checkpoint named step-N holds the state after step N: training goes on at step N + 1.
     checkpoint, checkpoint_step = latest_checkpoint(checkpoint_dir)
@@ -146,53 +102,14 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
                 indent=2,
             )
 
-    trackers: list[Any] = [JsonlTrackerConfig(path=os.path.join(out, METRICS), start_step=start_step)]
-    if not lead:  # the other hosts of a slice: process 0 keeps the metrics
-        from levanter.tracker import NoopConfig
-
-        trackers = [NoopConfig()]
-    else:
-        trackers += extra_trackers(payload.get("tracker") or "json", out, payload["run_id"])
-    trainer_config = TrainerConfig(
-        seed=payload["seed"],
-        mp=jmp.get_policy(trainer.mp),
-        id=payload["run_id"],
-        log_dir=Path(os.path.join(out, "logs") if "://" not in out else "logs"),
-        tracker=tuple(trackers),
-        train_batch_size=levanter_batch_size(trainer),
-        per_device_parallelism=trainer.per_device_parallelism,
-        per_device_eval_parallelism=trainer.per_device_eval_parallelism,
-        num_train_steps=trainer.num_train_steps,
-        steps_per_eval=trainer.steps_per_eval,
-        max_eval_batches=trainer.max_eval_batches,
-        model_averaging=EmaModelAveragingConfig(beta=trainer.ema_beta) if trainer.ema_beta else None,
-        checkpointer=CheckpointerConfig(
-            base_path=checkpoint_dir,
-            append_run_id_to_base_path=False,
-            save_interval=timedelta(minutes=trainer.checkpoint_minutes) if trainer.checkpoint_minutes else None,
-            keep=[{"every": trainer.checkpoint_every}],
-        ),
-        require_accelerator=bool(payload.get("require_accelerator")),
-        distributed=_distributed_config(DistributedConfig, distributed),
-        jax_compilation_cache_dir=compilation_cache_dir(),
-        allow_nondivisible_batch_size=True,
-        log_jaxprs=False,
-        log_xla_hlo=False,
-    )
-    config = train_lm.TrainLmConfig(
-        data=data_config(
-            tokenizer, payload["components"], payload["weights"], payload["text_keys"], payload.get("validation")
-        ),
-        trainer=trainer_config,
-        model=to_levanter_model(model, tokenizer),
-        optimizer=to_levanter_optimizer(optimizer),
-        train_seq_len=trainer.seq_len,
-        z_loss_weight=trainer.z_loss_weight,
-        data_seed=trainer.data_seed,
-        hf_save_steps=10**9,
-    )
-    started = time.time()
-    train_lm.main(config)
+    work = tempfile.mkdtemp(prefix="marinbuild-train-")
+    try:
+        task_path = _task_files(payload, work)
+        config = train_lm_config(payload, tokenizer=tokenizer, start_step=start_step, lead=lead, task_path=task_path)
+        started = time.time()
+        train_lm.main(config)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     summary = summarize(out, start_step=start_step, seconds=time.time() - started)
     if lead:
         with fsspec.open(os.path.join(out, SUMMARY), "w") as f:
@@ -201,25 +118,45 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def extra_trackers(tracker: str, out: str, run_id: str) -> list[Any]:
-    """levanter's own tracker configs for the target's ``tracker`` besides the JSON lines file.
+def _task_files(payload: dict[str, Any], work: str) -> str | None:
+    """The target's lm-eval task files copied under ``work`` (their folder, or None), every task name checked.
 
-    ``wandb``: a W&B run named after the output folder (project ``$WANDB_PROJECT``, default
-    ``marin``); ``tensorboard``: tensorboardX event files under ``<out>/tensorboard/<run_id>/``.
+    An unknown task fails here, at once, not at the first evaluation after hours of training.
     """
-    if tracker == "wandb":
-        from levanter.tracker.wandb import WandbConfig
+    specs = payload.get("task_evals") or []
+    if not specs:
+        return None
+    from marinbuild.ml.eval_harness import check_task_names, copy_task_files
 
-        return [
-            WandbConfig(
-                project=os.environ.get("WANDB_PROJECT", "marin"), name=run_id, resume="allow", replicate_path=out
-            )
-        ]
-    if tracker == "tensorboard":
-        from levanter.tracker.tensorboard import TensorboardConfig
+    task_path = copy_task_files(payload.get("task_files") or {}, os.path.join(work, "package"))
+    check_task_names(sorted({spec["task"] for spec in specs}), task_path)
+    return task_path
 
-        return [TensorboardConfig(logdir=os.path.join(out, TENSORBOARD))]
-    return []
+
+def start_distributed(distributed: Any) -> bool:
+    """Start JAX distributed as the payload's ``distributed`` says; whether this process is the lead (process 0).
+
+    One path for every host: a real TPU host (``True``: JAX finds the coordinator itself), a
+    simulated one (a dict naming its coordinator and process id) and a lone process (``False``)
+    all start through levanter's ``DistributedConfig.initialize`` here, before training (the
+    trainer is then told not to start it again), and the lead is ``jax.process_index() == 0``.
+    Hosts without TPU chips run their collectives on CPU (gloo). With several processes the
+    evaluation tag arrays and the lm-eval requests stay on the host (``_host_side_eval_tags``,
+    ``eval_harness.host_side_packing``).
+    """
+    from levanter.distributed import DistributedConfig
+
+    if distributed:
+        _cpu_collectives_unless_tpu()
+    _distributed_config(DistributedConfig, distributed).initialize()
+    import jax
+
+    if jax.process_count() > 1:
+        from marinbuild.ml.eval_harness import host_side_packing
+
+        _host_side_eval_tags()
+        host_side_packing()
+    return int(jax.process_index()) == 0
 
 
 def _distributed_config(cls: Any, distributed: Any) -> Any:
@@ -239,7 +176,8 @@ def _host_side_eval_tags() -> None:
     ``DomainTaggedDataset`` builds them with ``jnp.asarray`` under the trainer's global mesh: with
     several CPU processes each array then spans every process's device, and the loader's host-side
     batching (``local_cpu_mesh``) rejects it ("Received incompatible devices for jitted computation"),
-    so every evaluation failed. Applied where the processes get their coordinator explicitly (no TPU).
+    so every evaluation failed. Applied whenever a job has several processes, on TPU hosts as on
+    simulated ones, so that both run the same levanter code.
     """
     import numpy as np
     from levanter.eval import DomainTaggedDataset

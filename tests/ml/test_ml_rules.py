@@ -58,6 +58,11 @@ train_lm(
         ('{"hidden_dim": 64, "num_heads": 5}', "{}", "hidden_dim 64 is not divisible by num_heads 5"),
         ('{"type": "llama9"}', "{}", "unknown model type 'llama9'"),
         ("{}", 'tpu("v9-8")', "unknown TPU type 'v9-8'"),
+        (
+            '{"hidden_dim": "wide"}',
+            "{}",
+            "attribute 'model' of train_lm(name='lm'): hidden_dim: expected an int, got str",
+        ),
     ],
 )
 def test_bad_train_lm_attributes_are_located_load_errors(tmp_path, model, resources, message):
