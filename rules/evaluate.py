@@ -62,7 +62,7 @@ def _trained_tokenizer(model_path: str) -> str:
 
     import fsspec
 
-    from marinbuild.ml.train import MODEL_INFO
+    from marinbuild.ml.train_config import MODEL_INFO
 
     try:
         with fsspec.open(os.path.join(model_path, MODEL_INFO), "r") as f:

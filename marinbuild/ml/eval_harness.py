@@ -62,7 +62,7 @@ class UnknownTaskError(ValueError):
 
 def trained_tokenizer(model_path: str) -> str:
     """The tokenizer a ``train_lm`` output was trained with (its ``model.json``)."""
-    from marinbuild.ml.train import MODEL_INFO
+    from marinbuild.ml.train_config import MODEL_INFO
 
     try:
         with fsspec.open(os.path.join(model_path, MODEL_INFO), "r") as f:
@@ -169,33 +169,6 @@ def summarize(outputs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def host_side_packing() -> None:
-    """Pack lm-eval's requests into host-side arrays, as levanter's batching of them expects.
-
-    levanter's ``_pack_requests`` builds each packed example with ``hax.named`` (``jnp.asarray``)
-    while the trainer's global mesh is active: with several CPU processes each array then spans
-    every process's device, and ``stack_batches`` (which stacks under ``local_cpu_mesh``) rejects
-    it ("Received incompatible devices for jitted computation"), so every multi-process
-    evaluation failed. Packing under ``local_cpu_mesh`` keeps the examples on this host; process 0
-    then broadcasts each batch itself. Applied where the processes get their coordinator
-    explicitly (no TPU) here, and in training (lm-eval tasks evaluated while training) whenever
-    there are several processes (``train.start_distributed``).
-    """
-    import levanter.eval_harness as harness
-    from levanter.utils.jax_utils import local_cpu_mesh
-
-    pack = harness._pack_requests
-    if getattr(pack, "host_side", False):
-        return
-
-    def pack_requests(*args: Any, **kwargs: Any) -> Any:
-        with local_cpu_mesh():
-            return pack(*args, **kwargs)
-
-    pack_requests.host_side = True  # type: ignore[attr-defined]
-    harness._pack_requests = pack_requests
-
-
 def run(payload: dict[str, Any]) -> dict[str, Any]:
     import jmp
     from levanter.distributed import DistributedConfig
@@ -205,9 +178,9 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     from levanter.utils.py_utils import FailSafeJSONEncoder
 
     from marinbuild.ml.configs import LmModel, from_dict, to_levanter_model
+    from marinbuild.ml.distributed import cpu_collectives_unless_tpu, distributed_config, host_side_packing
     from marinbuild.ml.tokenizer import resolve_tokenizer
-    from marinbuild.ml.train import MODEL_INFO, _cpu_collectives_unless_tpu, _distributed_config, latest_checkpoint
-    from marinbuild.ml.train_config import compilation_cache_dir
+    from marinbuild.ml.train_config import MODEL_INFO, compilation_cache_dir, latest_checkpoint
 
     out = payload["output_path"]
     train_out = payload["model_path"]
@@ -216,7 +189,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     specs: list[dict[str, Any]] = payload["tasks"]
     distributed = payload.get("distributed")
     if isinstance(distributed, dict):  # a host of a slice without TPU chips: its collectives run on CPU
-        _cpu_collectives_unless_tpu()
+        cpu_collectives_unless_tpu()
         host_side_packing()
     work = tempfile.mkdtemp(prefix="marinbuild-lm-eval-")
     try:
@@ -244,7 +217,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
                 train_batch_size=batch,
                 per_device_eval_parallelism=-1,
                 require_accelerator=bool(payload.get("require_accelerator")),
-                distributed=_distributed_config(DistributedConfig, distributed),
+                distributed=distributed_config(DistributedConfig, distributed),
                 jax_compilation_cache_dir=compilation_cache_dir(),
                 log_jaxprs=False,
                 log_xla_hlo=False,

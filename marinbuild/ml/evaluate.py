@@ -37,8 +37,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     from marinbuild.ml.jsonl import read_records
     from marinbuild.ml.tokenizer import resolve_tokenizer
     from marinbuild.ml.tracker import JsonlTrackerConfig
-    from marinbuild.ml.train import MODEL_INFO, latest_checkpoint
-    from marinbuild.ml.train_config import compilation_cache_dir, data_config
+    from marinbuild.ml.train_config import MODEL_INFO, compilation_cache_dir, data_config, latest_checkpoint
 
     out = payload["output_path"]
     train_out = payload["model_path"]

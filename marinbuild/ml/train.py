@@ -22,7 +22,7 @@ On a multi-host TPU slice (``marinbuild.ml.slice_run``) this module runs once pe
 together: the payload's ``distributed`` says how JAX distributed starts (``True``: JAX finds
 the coordinator itself, as on real TPU VMs; a dict: ``coordinator_address``,
 ``num_processes`` and ``process_id`` given explicitly, with JAX's CPU collectives (gloo)
-where there is no TPU); ``start_distributed`` starts both the same way. Only JAX process 0
+where there is no TPU); ``marinbuild.ml.distributed.start_distributed`` starts both the same way. Only JAX process 0
 writes ``runs.jsonl``, ``model.json``, the metrics and ``summary.json``; every process writes
 its share of each checkpoint.
 
@@ -45,25 +45,10 @@ from typing import Any
 import fsspec
 
 from marinbuild.ml.configs import LmModel, Trainer, as_dict, from_dict
+from marinbuild.ml.distributed import start_distributed
 from marinbuild.ml.jsonl import append_record, read_records
 from marinbuild.ml.process import child_main, say
-from marinbuild.ml.train_config import METRICS
-
-MODEL_INFO = "model.json"
-SUMMARY = "summary.json"
-
-
-def latest_checkpoint(checkpoint_dir: str) -> tuple[str | None, int]:
-    """(path, step) of the latest complete checkpoint under ``checkpoint_dir``, or (None, 0)."""
-    from levanter.checkpoint import discover_checkpoint_candidates
-
-    try:
-        candidates = discover_checkpoint_candidates(checkpoint_dir)
-    except FileNotFoundError:
-        return None, 0
-    if not candidates:
-        return None, 0
-    return candidates[-1].path, int(candidates[-1].step)
+from marinbuild.ml.train_config import METRICS, MODEL_INFO, SUMMARY, latest_checkpoint
 
 
 def run(payload: dict[str, Any]) -> dict[str, Any]:
@@ -131,76 +116,6 @@ def _task_files(payload: dict[str, Any], work: str) -> str | None:
     task_path = copy_task_files(payload.get("task_files") or {}, os.path.join(work, "package"))
     check_task_names(sorted({spec["task"] for spec in specs}), task_path)
     return task_path
-
-
-def start_distributed(distributed: Any) -> bool:
-    """Start JAX distributed as the payload's ``distributed`` says; whether this process is the lead (process 0).
-
-    One path for every host: a real TPU host (``True``: JAX finds the coordinator itself), a
-    simulated one (a dict naming its coordinator and process id) and a lone process (``False``)
-    all start through levanter's ``DistributedConfig.initialize`` here, before training (the
-    trainer is then told not to start it again), and the lead is ``jax.process_index() == 0``.
-    Hosts without TPU chips run their collectives on CPU (gloo). With several processes the
-    evaluation tag arrays and the lm-eval requests stay on the host (``_host_side_eval_tags``,
-    ``eval_harness.host_side_packing``).
-    """
-    from levanter.distributed import DistributedConfig
-
-    if distributed:
-        _cpu_collectives_unless_tpu()
-    _distributed_config(DistributedConfig, distributed).initialize()
-    import jax
-
-    if jax.process_count() > 1:
-        from marinbuild.ml.eval_harness import host_side_packing
-
-        _host_side_eval_tags()
-        host_side_packing()
-    return int(jax.process_index()) == 0
-
-
-def _distributed_config(cls: Any, distributed: Any) -> Any:
-    """levanter's ``DistributedConfig``: off (one host), found by JAX (``True``), or explicit (a dict)."""
-    if isinstance(distributed, dict):
-        return cls(
-            coordinator_address=distributed["coordinator_address"],
-            num_processes=int(distributed["num_processes"]),
-            process_id=int(distributed["process_id"]),
-        )
-    return cls(initialize_jax_distributed=bool(distributed))
-
-
-def _host_side_eval_tags() -> None:
-    """Keep the tag arrays of levanter's evaluation datasets on the host (numpy), as its loader expects.
-
-    ``DomainTaggedDataset`` builds them with ``jnp.asarray`` under the trainer's global mesh: with
-    several CPU processes each array then spans every process's device, and the loader's host-side
-    batching (``local_cpu_mesh``) rejects it ("Received incompatible devices for jitted computation"),
-    so every evaluation failed. Applied whenever a job has several processes, on TPU hosts as on
-    simulated ones, so that both run the same levanter code.
-    """
-    import numpy as np
-    from levanter.eval import DomainTaggedDataset
-
-    def compute_tag_arrays(self: Any) -> list[Any]:
-        arrays = []
-        for _dataset, tags in self.datasets:
-            array = np.zeros(self.num_tags, dtype=np.int32)
-            array[[self.tag_to_index[tag] for tag in tags]] = 1
-            arrays.append(array)
-        return arrays
-
-    DomainTaggedDataset._compute_tag_arrays = compute_tag_arrays
-
-
-def _cpu_collectives_unless_tpu() -> None:
-    """Collectives across the processes of a slice run on CPU through gloo when this host has no TPU."""
-    from marinbuild.run.resources import local_tpu_chips
-
-    if local_tpu_chips() == 0:
-        import jax
-
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
 
 def summarize(out: str, *, start_step: int, seconds: float) -> dict[str, Any]:

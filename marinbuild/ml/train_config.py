@@ -20,6 +20,8 @@ from typing import Any
 
 from marinbuild.ml.configs import LmModel, Optimizer, Trainer, from_dict
 
+MODEL_INFO = "model.json"
+SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"
 HF_EXPORTS = "hf"
@@ -213,3 +215,16 @@ def extra_trackers(tracker: str, out: str, run_id: str) -> list[Any]:
 
         return [TensorboardConfig(logdir=os.path.join(out, TENSORBOARD))]
     return []
+
+
+def latest_checkpoint(checkpoint_dir: str) -> tuple[str | None, int]:
+    """(path, step) of the latest complete checkpoint under ``checkpoint_dir``, or (None, 0)."""
+    from levanter.checkpoint import discover_checkpoint_candidates
+
+    try:
+        candidates = discover_checkpoint_candidates(checkpoint_dir)
+    except FileNotFoundError:
+        return None, 0
+    if not candidates:
+        return None, 0
+    return candidates[-1].path, int(candidates[-1].step)

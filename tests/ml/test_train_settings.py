@@ -124,7 +124,7 @@ def test_z_loss_partial_checkpoint_and_hf_exports_reach_levanter(tmp_path):
     assert (config.hf_save_path, config.hf_save_steps) == (str(tmp_path / "lm" / "hf"), 20)
     plain = levanter_config(tmp_path)
     assert (plain.z_loss_weight, plain.trainer.allow_partial_checkpoint, plain.hf_save_path) == (0.0, False, None)
-    assert plain.trainer.distributed.initialize_jax_distributed is False  # train.start_distributed starts it
+    assert plain.trainer.distributed.initialize_jax_distributed is False  # distributed.start_distributed starts it
 
 
 def test_task_evals_reach_levanters_eval_harness_callback(tmp_path):
@@ -247,7 +247,7 @@ def test_only_process_0_of_real_hosts_writes_the_run_files(tmp_path, monkeypatch
     from levanter.distributed import DistributedConfig
     from levanter.main import train_lm
 
-    from marinbuild.ml import eval_harness, train
+    from marinbuild.ml import distributed, train
 
     started: list[DistributedConfig] = []
     trained: list[object] = []
@@ -255,9 +255,9 @@ def test_only_process_0_of_real_hosts_writes_the_run_files(tmp_path, monkeypatch
     monkeypatch.setattr(DistributedConfig, "initialize", lambda self: started.append(self))
     monkeypatch.setattr(jax, "process_index", lambda: process_index)
     monkeypatch.setattr(jax, "process_count", lambda: 4)
-    monkeypatch.setattr(train, "_cpu_collectives_unless_tpu", lambda: None)
-    monkeypatch.setattr(train, "_host_side_eval_tags", lambda: tags.append(True))
-    monkeypatch.setattr(eval_harness, "host_side_packing", lambda: tags.append(True))
+    monkeypatch.setattr(distributed, "cpu_collectives_unless_tpu", lambda: None)
+    monkeypatch.setattr(distributed, "host_side_eval_tags", lambda: tags.append(True))
+    monkeypatch.setattr(distributed, "host_side_packing", lambda: tags.append(True))
     monkeypatch.setattr(train_lm, "main", lambda config: trained.append(config))
 
     summary = train.run(payload(tmp_path, distributed=True))
