@@ -1,10 +1,9 @@
-"""What a build keeps in memory: the mechanisms behind the peak of ``bench/run.py``'s layered 100,000
-``incremental`` row (``marinbuild-cli``) change nothing a reader of the build sees.
+"""What a build keeps in memory: the mechanisms behind the peak of ``bench/run.py``'s layered 100,000 rows
+(``marinbuild-cli``) change nothing a reader of the build sees.
 
 - ``Session.analyse(drop_declarations=True)`` (the build flow's) drops each target's attributes and call site
   once its step is made: every step, version, output path and config is what the analysis without the drop
   gives, and a read of what was dropped raises instead of passing for an empty target;
-- the package cache restores one object per label, however many packages mention it;
 - computing versions leaves no cyclic garbage behind (it runs with the cyclic collector paused).
 """
 
@@ -12,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,9 +19,9 @@ from workspaces import age_workspace, write_workspace
 
 from marinbuild.analysis import snapshot
 from marinbuild.analysis.session import Session
-from marinbuild.load import Loader
+from marinbuild.core.placeholders import ExecutorStep, output_path_of, this_output_path, versioned
+from marinbuild.core.versions import VersionTable
 from marinbuild.load.target import DroppedDeclaration
-from marinbuild.load.workspace import find_workspace
 
 STEPS_PY = """
 def write(config):
@@ -96,20 +96,6 @@ def test_dropped_declarations_change_no_step(ws: Path, tmp_path: Path) -> None:
     assert dropped.loaded.expand(["//b/..."]) == kept.loaded.expand(["//b/..."])
 
 
-def test_restored_packages_share_label_objects(ws: Path) -> None:
-    workspace = find_workspace(ws)
-    Loader(workspace, package_cache=True).load_all()  # evaluates and writes the cache
-    loader = Loader(workspace, package_cache=True)
-    restored = loader.load_all()
-    assert loader.cache is not None and set(loader.cache.reused) == {"a", "b"}  # both packages were restored
-    targets = {str(label): target for label, target in restored.targets.items()}
-    a, b = targets["//a:a"].label, targets["//a:b"].label
-    assert targets["//a:b"].deps[0] is a
-    assert targets["//b:c"].deps[0] is a and targets["//b:c"].deps[1] is b
-    assert targets["//b:d"].deps[0] is b
-    assert targets["//b:d"].attrs["deps"][0] is b
-
-
 NO_CYCLIC_GARBAGE = """
 import gc
 from marinbuild.core.placeholders import ExecutorStep, output_path_of, this_output_path, versioned
@@ -140,15 +126,36 @@ def test_versions_leave_no_cyclic_garbage() -> None:
     assert left == 0
 
 
+@dataclass(frozen=True)
+class Config:
+    output_path: str
+    value: object
+    inputs: list[object]
+
+
+def graph() -> list[ExecutorStep]:
+    """A chain of 8 (deeper than the inlining depth) with a fan of 3 on each link."""
+    steps: list[ExecutorStep] = []
+    for i in range(8):
+        inputs = [output_path_of(s) for s in steps[-3:]]
+        steps.append(ExecutorStep(name=f"s{i}", fn=print, config=Config(this_output_path(), versioned(i), inputs)))
+    return steps
+
+
+def versioned_table(steps: list[ExecutorStep]) -> VersionTable:
+    table = VersionTable("/prefix")
+    for step in steps:
+        table.compute_version(step)
+    return table
+
+
 def test_an_inlined_steps_text_is_dropped_once_its_consumers_have_theirs() -> None:
     """The ``.executor_info`` texts of a cold build: a step's memoized indented version is kept only until every
     consumer that inlines it has composed its own; asked for again afterwards, every text is the same."""
     import json
 
-    from test_version_digests import graph, versioned_table
-
-    steps = graph(0)
-    table = versioned_table(steps, None)
+    steps = graph()
+    table = versioned_table(steps)
     expected = {s: json.dumps(table.versions[s], indent=2) for s in steps}
     assert {s: table.indented_version(s) for s in steps} == expected  # in the order a cold build runs them
     consumed = {d for s in steps for d in table.dependencies[s] if table.depth[d] <= 4}
@@ -162,10 +169,8 @@ def test_a_held_indented_text_refers_to_its_dependencies_texts_and_does_not_copy
     import json
     import tracemalloc
 
-    from test_version_digests import graph, versioned_table
-
-    steps = graph(0)
-    table = versioned_table(steps, None)
+    steps = graph()
+    table = versioned_table(steps)
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
@@ -219,7 +224,7 @@ def test_a_full_build_holds_no_previous_snapshot_while_its_steps_run(
     shutil.rmtree(tmp_path / "prefix")
     log.unlink()
     again = run_build(request, Recording())
-    assert again.failure is None and len(again.succeeded) == 4 and again.analysed is None  # the full path
+    assert again.failure is None and len(again.succeeded) == 4  # the full path
     seen = [json.loads(line) for line in log.read_text().splitlines()]
     assert seen == [[]] * 4
 

@@ -163,9 +163,7 @@ _HUB_BUILD = """
 
 
 def test_a_hub_dataset_at_a_revision_is_copied_and_verified(tmp_path, hub):
-    ws = DownloadWorkspace(
-        tmp_path / "ws", _HUB_BUILD.format(extra=""), env={"HF_ENDPOINT": hub.url, **_ONLINE}
-    )
+    ws = DownloadWorkspace(tmp_path / "ws", _HUB_BUILD.format(extra=""), env={"HF_ENDPOINT": hub.url, **_ONLINE})
     result = ws.build("//pipe:dl")
     assert result.code == 0, result.stderr[-3000:]
     out = ws.output("dl")

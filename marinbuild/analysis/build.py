@@ -26,19 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:  # imported when used: a no-op from the snapshot needs neither the loader nor the engine
-    from marinbuild.analysis.incremental import Prepared
-    from marinbuild.analysis.rows import Rows
     from marinbuild.analysis.session import Session
-    from marinbuild.analysis.snapshot import Recorder, Snapshot, SnapshotKey
-    from marinbuild.core.labels import Label
     from marinbuild.core.placeholders import ExecutorStep
-    from marinbuild.core.versions import VersionTable
     from marinbuild.load.workspace import Workspace
     from marinbuild.run.events import Event, Listener
     from marinbuild.store.lease import LeaseRecord
@@ -146,9 +141,6 @@ class BuildResult:
     dry_run_problems: list[str] = field(default_factory=list)
     code_changed: dict[ExecutorStep, list[str]] = field(default_factory=dict)
     succeeded: list[ExecutorStep] = field(default_factory=list)
-    analysed: tuple[int, int] | None = None
-    """(targets analysed, targets in the graph) of a build that took the others from the previous build's rows
-    (``marinbuild.analysis.incremental``); None when every target was analysed or none was."""
 
     @property
     def would_run(self) -> list[str]:
@@ -158,24 +150,15 @@ class BuildResult:
 
 def run_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult:
     """Build what ``request`` asks for in the workspace of the working directory (see the module docstring)."""
-    previous: Previous | None = None
     if request.run_only is None and not request.rebuild:
         answered = _from_snapshot(request, listeners)
-        if isinstance(answered, BuildResult):
+        if answered is not None:
             return answered
-        previous = answered
-    return _full_build(request, listeners, previous)
+    return _full_build(request, listeners)
 
 
-class Previous(NamedTuple):
-    """The snapshot of this command line that no longer holds as it is, and the inputs that changed since."""
-
-    snapshot: Snapshot
-    changed: list[str]
-
-
-def _from_snapshot(request: BuildRequest, listeners: BuildListeners) -> BuildResult | Previous | None:
-    """The no-op answered from the analysis snapshot; else the snapshot and what changed, if there is one.
+def _from_snapshot(request: BuildRequest, listeners: BuildListeners) -> BuildResult | None:
+    """The no-op answered from the analysis snapshot, if it holds and every step it recorded is built.
 
     The same events reach the same listeners as in a full build's no-op, so the same result is printed."""
     from marinbuild.analysis import snapshot
@@ -185,12 +168,11 @@ def _from_snapshot(request: BuildRequest, listeners: BuildListeners) -> BuildRes
     workspace = find_workspace(".")
     key = snapshot.key_for(workspace, Settings.resolve(workspace, **request.settings()), request.patterns)
     found = snapshot.read(key, workspace.cache_dir) if key is not None else None
-    changed = snapshot.changed(found) if found is not None else None
-    if key is None or found is None or changed is None:
+    if key is None or found is None or snapshot.changed(found) != []:
         return None
-    statuses = snapshot.statuses_if_built(found) if not changed else None
+    statuses = snapshot.statuses_if_built(found)
     if statuses is None:
-        return Previous(found, changed)
+        return None
     from marinbuild.run import events as ev
     from marinbuild.run.plan import BUILT
 
@@ -207,9 +189,8 @@ def _from_snapshot(request: BuildRequest, listeners: BuildListeners) -> BuildRes
     return BuildResult(found.requested, plan)
 
 
-def _full_build(request: BuildRequest, listeners: BuildListeners, previous: Previous | None = None) -> BuildResult:
-    """Load, analyse (only what an edit affects, when ``previous`` allows: ``marinbuild.analysis.incremental``),
-    write the snapshot, run, record the code that ran and check built outputs' code."""
+def _full_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult:
+    """Load, analyse, write the snapshot, run, record the code that ran and check built outputs' code."""
     from marinbuild.analysis import snapshot
     from marinbuild.analysis.session import Session
 
@@ -223,147 +204,20 @@ def _full_build(request: BuildRequest, listeners: BuildListeners, previous: Prev
         if key is not None
         else None
     )
-    prepared = None
     with recorder if recorder is not None else contextlib.nullcontext():
-        found_rows = _rows_of(session, key, previous)
-        if found_rows is not None and previous is not None:  # an edit of BUILD files: load what it affects only
-            from marinbuild.analysis import incremental
-
-            prepared = incremental.prepare_partial(
-                session, previous.snapshot, previous.changed, found_rows, splice=not request.dry_run
-            )
-        labels: list[Label] = []
-        if prepared is None:
-            labels = session.load(request.patterns)
-            if not labels:
-                raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
-            if found_rows is not None and previous is not None:
-                from marinbuild.analysis import incremental
-
-                prepared = incremental.prepare(
-                    session, previous.snapshot, previous.changed, found_rows, splice=not request.dry_run
-                )
-        if prepared is None:
-            # The full path reads neither the previous build's rows nor its snapshot's lists again: not held
-            # while every target is analysed and its steps run.
-            found_rows = None
-            if previous is not None:
-                previous.snapshot.release()
-            session.analyse(drop_declarations=True)  # nothing below reads a target's attributes or call site
-        else:
-            assert session.loaded is not None
-            for target in session.loaded.targets.values():
-                target.drop_declaration()
-    if prepared is not None:
-        assert key is not None and recorder is not None
-        assert previous is not None
-        return _run_prepared(request, listeners, session, key, recorder, prepared, previous, event_log)
+        labels = session.load(request.patterns)
+        if not labels:
+            raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
+        session.analyse(drop_declarations=True)  # nothing below reads a target's attributes or call site
     requested = [(str(label), path) for label in labels for path in session.output_paths_of(label)]
-    build_id = snapshot.record_session(session, key, recorder, requested) if key is not None and recorder else None
-    engine = session.engine
-    assert engine is not None
+    if key is not None and recorder is not None:
+        snapshot.record_session(session, key, recorder, requested)
     rebuilt = _rebuild_steps(session, request.rebuild)
     result = BuildResult(requested, None, session)
     _run(request, listeners, session, event_log, result, session.requested_steps(), rebuilt)
-    if key is not None:
-        _record_rows(session, key, build_id, result)
+    if key is not None and result.code_changed:  # no no-op from the snapshot while there is something to warn
+        key.path(session.workspace.cache_dir).unlink(missing_ok=True)
     return result
-
-
-def _run_prepared(
-    request: BuildRequest,
-    listeners: BuildListeners,
-    session: Session,
-    key: SnapshotKey,
-    recorder: Recorder,
-    prepared: Prepared,
-    previous: Previous,
-    event_log: EventLogPlace,
-) -> BuildResult:
-    """The build from recorded rows (``marinbuild.analysis.incremental``): the snapshot and rows of the graph now,
-    the run of the affected steps, the run info from recorded and new entries."""
-    from marinbuild.analysis import rows, snapshot
-    from marinbuild.code_digest import for_session
-    from marinbuild.run.plan import BUILT
-
-    engine = session.engine
-    assert engine is not None
-    table = engine.table
-    recorded_rows = prepared.rows
-
-    paths_then = recorded_rows.rows.all_paths()
-    rows_now = _snapshot_rows(prepared, table)
-    positions = {name: recorded_rows.labels.rows_of(name) for name in recorded_rows.requested}
-    requested = [(name, rows_now[i][1]) for name in recorded_rows.requested for i in positions[name]]
-    planning_order = dict.fromkeys(i for name in recorded_rows.requested for i in positions[name])
-    code = for_session(session)
-    code_files = set(previous.snapshot.code_files)
-    for step in prepared.run:
-        code_files.update(code.code_of(step))
-    read = snapshot.session_inputs(session)  # what this build loaded, and what the previous one read besides
-    read.folders.update(path for path, _signature in previous.snapshot.signed)
-    read.local.update(previous.snapshot.local)
-    build_id = snapshot.write_with_code(
-        key, session, recorder, read, snapshot.Snapshot(requested, [rows_now[i] for i in planning_order]), code_files
-    )
-    del read, planning_order, rows_now
-    previous.snapshot.release()  # the new snapshot is written: the old one's lists are not read again
-
-    def clean_rows() -> Iterator[tuple[str, str]]:
-        for i in prepared.clean:
-            yield recorded_rows.rows.names[i], paths_then[i]
-
-    announced = list(clean_rows())  # each one checked by ``prepare``
-    result = BuildResult(requested, None, session, analysed=(prepared.analysed, len(recorded_rows.labels)))
-    try:
-        _run(request, listeners, session, event_log, result, prepared.run, [], announced)
-    finally:
-        engine.abandon_splice()  # the run named it, or wrote none: nothing is left to name
-    if result.plan is not None:
-        result.plan[:0] = [PlanRow(RecordedStep(name), BUILT, path, None, False) for name, path in clean_rows()]
-    cache_dir = session.workspace.cache_dir
-    if result.code_changed:  # no no-op from the snapshot while there is something to warn
-        key.path(cache_dir).unlink(missing_ok=True)
-        return result
-    path, spans = engine.executor_info_path, engine.run_info_spans
-    if build_id is None or path is None or len(spans) != len(prepared.order) or result.failure is not None:
-        return result
-    md5s = table.full_md5s()
-    new_rows: dict[int, rows.Row] = {}
-    for position, item in enumerate(prepared.order):
-        if not isinstance(item, int):
-            overridden = item.override_output_path is not None
-            out, digest = table.output_paths[item], table.action_digest(item)
-            new_rows[position] = (item.name, out, digest, overridden, md5s[item], table.depth[item], 0, 0)
-    sig = snapshot.signature(path)
-    if sig is not None:
-        row_table = recorded_rows.rows.replaced(new_rows, spans)
-        rows.sign_statuses(row_table, (i for i in range(len(row_table)) if row_table.status_signature(i) is None))
-        now = rows.Rows(
-            build_id,
-            path,
-            sig,
-            recorded_rows.requested,
-            row_table,
-            recorded_rows.labels.with_digests(prepared.digests),
-            engine.run_info_states,
-        )
-        rows.write(key, cache_dir, now)
-    return result
-
-
-def _snapshot_rows(prepared: Prepared, table: VersionTable) -> list[tuple[str, str, str, bool]]:
-    """Each row's (name, output path, action digest, overridden) now, in row order, as the snapshot lists steps:
-    the recorded columns as they are, the affected rows from the version table."""
-    then = prepared.rows.rows
-    hexed = then.digests.hex()
-    digests = [hexed[64 * i : 64 * i + 64] for i in range(len(then))]
-    now = list(zip(then.names, then.all_paths(), digests, map(bool, then.flags), strict=True))
-    for position, item in enumerate(prepared.order):
-        if not isinstance(item, int):
-            overridden = item.override_output_path is not None
-            now[position] = (item.name, table.output_paths[item], table.action_digest(item), overridden)
-    return now
 
 
 class _Succeeded:
@@ -380,15 +234,6 @@ class _Succeeded:
         """Planned steps are not what it collects (``EventBus.emit_planned``)."""
 
 
-def _rows_of(session: Session, key: SnapshotKey | None, previous: Previous | None) -> Rows | None:
-    """The rows recorded with the previous snapshot of this command line, if any (``marinbuild.analysis.rows``)."""
-    if previous is None or key is None:
-        return None
-    from marinbuild.analysis import rows
-
-    return rows.load(key, session.workspace.cache_dir, previous.snapshot.build_id)
-
-
 def _run(
     request: BuildRequest,
     listeners: BuildListeners,
@@ -397,11 +242,9 @@ def _run(
     result: BuildResult,
     steps: list[ExecutorStep],
     rebuilt: list[ExecutorStep],
-    recorded: Sequence[tuple[str, str]] = (),
 ) -> None:
-    """Run ``steps`` on the session's engine into ``result``: listeners, failures, code records, caches, plan rows
-    and changed code. ``recorded``: (name, output path) of built steps the engine does not hold (a build from rows,
-    each one's status SUCCESS), announced as planned and built before the engine plans."""
+    """Run ``steps`` on the session's engine into ``result``: listeners, failures, code records, plan rows and
+    changed code."""
     from marinbuild.engine import PreviousTaskFailedError, StepFailedError
     from marinbuild.run.resources import UnsatisfiableResourcesError
     from marinbuild.store.action_cache import ActionCacheCollisionError
@@ -411,14 +254,6 @@ def _run(
     succeeded = _Succeeded()
     engine.listeners = [*listeners.open(event_log), succeeded]
     try:
-        if recorded:
-            from marinbuild.run import events as ev
-            from marinbuild.run.plan import BUILT
-            from marinbuild.store.status import STATUS_SUCCESS
-
-            ev.EventBus(engine.listeners).emit_planned(
-                recorded, BUILT, {"dry_run": request.dry_run, "status": STATUS_SUCCESS}
-            )
         engine.run(
             steps,
             dry_run=request.dry_run,
@@ -438,45 +273,13 @@ def _run(
         by_path = {path: step for step, path in engine.output_paths.items()}
         result.succeeded = [by_path[path] for path in succeeded.paths if path in by_path]
         _record_code(session, result.succeeded)
-        session.save_caches()
     result.dry_run_problems = list(engine.dry_run_problems)
     if engine.plan is not None:
         result.plan = [
             PlanRow(step, p.state, engine.output_paths[step], p.lease, p.will_run)
             for step, p in engine.plan.steps.items()
-            if step not in engine.table.recorded
         ]
-        result.code_changed = _code_changed(
-            session, [row.step for row in result.plan if row.state == "built" and row.step not in engine.table.recorded]
-        )
-
-
-def _record_rows(session: Session, key: SnapshotKey, build_id: str | None, result: BuildResult) -> None:
-    """Keep the rows of this build for the next one (``marinbuild.analysis.rows``), or drop stale ones."""
-    from marinbuild.analysis import rows
-
-    cache_dir = session.workspace.cache_dir
-    engine = session.engine
-    assert engine is not None
-    if result.code_changed:  # no no-op from the snapshot while there is something to warn
-        key.path(cache_dir).unlink(missing_ok=True)
-        rows.drop(key, cache_dir)
-        return
-    # Rows belong to the snapshot of their build_id: without new ones, the next build finds none for its snapshot.
-    if build_id is None or result.failure is not None:
-        return
-    path, spans, states = engine.executor_info_path, engine.run_info_spans, engine.run_info_states
-    if path is None and result.plan is not None and not any(row.will_run for row in result.plan):
-        # Nothing ran, so no run info was written: the rows point into the one an earlier run of this very graph
-        # wrote, if it is there (found by its name, which costs hashing every entry: the full path only).
-        from marinbuild.engine import commit
-
-        found = commit.existing_run_info(engine.table, engine.executor_info_base_path, engine.worker_id, engine.prefix)
-        if found is not None:
-            path, spans, states = found
-    if path is None or not spans or "://" in path:
-        return
-    rows.record(session, key, build_id, path, spans, states)
+        result.code_changed = _code_changed(session, [row.step for row in result.plan if row.state == "built"])
 
 
 def _export_serve_url(workspace: Workspace, prefix: str) -> None:

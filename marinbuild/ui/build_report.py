@@ -106,13 +106,6 @@ class BuildReport:
         from marinbuild.analysis.build import RecordedStep
 
         assert self.summary is not None, "the build opened no listeners"
-        if self.explain and result.analysed is not None:
-            analysed, total = result.analysed
-            click.echo(
-                f"marinbuild: analysed {analysed:,} of {total:,} targets: the ones an edit affects; the others as "
-                "the previous build recorded them",
-                err=True,
-            )
         if (self.dry_run or self.explain) and self.output == "text" and result.plan is not None:
             for step, state, path, lease, will_run in result.plan:
                 line = f"{state:<10} {step.name}  {path}"
