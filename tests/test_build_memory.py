@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from workspaces import age_workspace, write_workspace
 
-from marinbuild.analysis import snapshot
 from marinbuild.analysis.session import Session
 from marinbuild.core.placeholders import ExecutorStep, output_path_of, this_output_path, versioned
 from marinbuild.core.versions import VersionTable
@@ -52,7 +51,6 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     age_workspace(root)
     monkeypatch.delenv("MARIN_PREFIX", raising=False)
     monkeypatch.chdir(root)
-    monkeypatch.setattr(snapshot, "RACY_NS", 0)  # marinbuild's own sources may have been edited seconds ago
     return root
 
 
@@ -181,52 +179,6 @@ def test_a_held_indented_text_refers_to_its_dependencies_texts_and_does_not_copy
     rendered = [table.indented_version(s) for s in steps]
     assert rendered == [json.dumps(table.versions[s], indent=2) for s in steps]
     assert held and held_bytes < sum(map(len, rendered)) / 3
-
-
-HELD_STEPS_PY = """
-import gc
-import json
-import os
-
-from marinbuild.analysis.snapshot import Snapshot
-
-
-def write(config):
-    # What the build holds while its steps run: snapshots that still have their lists.
-    held = [len(o.steps) for o in gc.get_objects() if isinstance(o, Snapshot) and o.steps]
-    with open(os.environ["HELD_LOG"], "a") as f:
-        f.write(json.dumps(held) + "\\n")
-"""
-
-
-def test_a_full_build_holds_no_previous_snapshot_while_its_steps_run(
-    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A cold build after an earlier build of the same command line (its outputs removed, as ``bench/run.py``'s
-    cold phase does) finds the previous snapshot, cannot use it, and takes the full path: it drops the snapshot's
-    lists before analysing every target, so they are not held while the steps run."""
-    import json
-    import shutil
-
-    from test_build_flow import Recording
-
-    from marinbuild.analysis.build import BuildRequest, run_build
-
-    (ws / "memory_steps.py").write_text(HELD_STEPS_PY)
-    age_workspace(ws)  # a snapshot is written only of inputs older than the build
-    log = tmp_path / "held.log"
-    monkeypatch.setenv("HELD_LOG", str(log))
-    request = BuildRequest(patterns=("//...",), prefix=str(tmp_path / "prefix"))  # outside the workspace
-    first = run_build(request, Recording())
-    assert first.failure is None and len(first.succeeded) == 4
-    run_build(request, Recording())  # the first wrote the steps module's bytecode beside it: this one's snapshot holds
-    assert list(ws.joinpath(".marinbuild", "snapshots").glob("*.bin"))
-    shutil.rmtree(tmp_path / "prefix")
-    log.unlink()
-    again = run_build(request, Recording())
-    assert again.failure is None and len(again.succeeded) == 4  # the full path
-    seen = [json.loads(line) for line in log.read_text().splitlines()]
-    assert seen == [[]] * 4
 
 
 def test_placeholders_have_no_per_object_dict_and_behave_as_before() -> None:

@@ -200,8 +200,7 @@ class AnalysisContext:
     def once(self, key: Any, compute: Callable[[], Any]) -> Any:
         """``compute()``, called once per analysis for each ``key`` (hashable, naming what is computed and from
         what): for answers thousands of targets share, such as where a module's file is. Files do not change
-        during one analysis as far as its results go (the snapshot distrusts any input changed meanwhile), so
-        an answer holds for the analysis; none is kept beyond it."""
+        during one analysis as far as its results go, so an answer holds for the analysis; none is kept beyond it."""
         shared = self._analysis.shared
         if key not in shared:
             shared[key] = compute()

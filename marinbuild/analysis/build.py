@@ -2,19 +2,14 @@
 
 ``run_build(request, listeners)`` is the flow; it prints nothing and chooses no exit code:
 
-1. A no-op answered from the analysis snapshot (``marinbuild.analysis.snapshot``) when the
-   snapshot of this command line matches and every step it recorded is built: the listeners get
-   the events a full build's no-op sends (each step planned as built, the build started and
-   finished), and no BUILD file is loaded. ``--run_only`` and ``--rebuild`` skip this.
-2. Otherwise the full path: open a ``Session``, export ``$MARINBUILD_SERVE_URL`` for the steps,
-   load and analyse inside a snapshot ``Recorder``, write the snapshot, run the requested steps
-   with the listeners, record the code each step that succeeded ran (``marinbuild.code_digest``),
-   and check the built outputs for changed code. A build that finds changed code drops its
-   snapshot, so the next build finds it (and warns) again.
+open a ``Session``, export ``$MARINBUILD_SERVE_URL`` for the steps, load and analyse, run the
+requested steps with the listeners (a step already built is not run: a no-op plans every step as
+built), record the code each step that succeeded ran (``marinbuild.code_digest``), and check the
+built outputs for changed code.
 
 Who owns what: ``cli.py`` turns flags into a ``BuildRequest``, hands over the listeners
 (``marinbuild.ui.build_report``), prints the ``BuildResult`` and picks the exit code; this module
-decides what happens and in which order; ``snapshot`` owns the snapshot's key, file and content.
+decides what happens and in which order.
 
 A step that failed is part of the result (``failure``), not an exception: the build ran and its
 listeners saw it. A request the build cannot honour (no target matches, ``--rebuild`` of a target
@@ -24,14 +19,13 @@ holds another version's outputs) raises ``BuildRequestError`` before any step ru
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-if TYPE_CHECKING:  # imported when used: a no-op from the snapshot needs neither the loader nor the engine
+if TYPE_CHECKING:
     from marinbuild.analysis.session import Session
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.load.workspace import Workspace
@@ -45,7 +39,6 @@ __all__ = [
     "BuildResult",
     "EventLogPlace",
     "PlanRow",
-    "RecordedStep",
     "run_build",
 ]
 
@@ -105,18 +98,11 @@ class BuildListeners(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class RecordedStep:
-    """A step as the analysis snapshot recorded it, where a plan row wants a step: its name only."""
-
-    name: str
-
-
 class PlanRow(NamedTuple):
     """One step of the plan: its state (``built``, ``missing``, ...), output path, the lease another
     worker holds on it (or None), and whether this build runs it (or would, in a dry run)."""
 
-    step: ExecutorStep | RecordedStep
+    step: ExecutorStep
     state: str
     output_path: str
     lease: LeaseRecord | None
@@ -128,15 +114,15 @@ class BuildResult:
     """What a build did, for the command line to print.
 
     ``requested``: (label, output path) of each requested target's outputs; ``plan``: None if the
-    run ended before planning; ``session``: None when the snapshot answered (nothing was loaded);
-    ``failure``: the step failure that ended the run; ``dry_run_problems``: why the local backend
-    could not run some steps of a dry run; ``code_changed``: built outputs whose code changed since
-    they were built (not part of their key, so not rebuilt), with the changed files;
-    ``succeeded``: the steps this build ran successfully, in the order they finished."""
+    run ended before planning; ``session``: the loaded and analysed session; ``failure``: the step
+    failure that ended the run; ``dry_run_problems``: why the local backend could not run some steps
+    of a dry run; ``code_changed``: built outputs whose code changed since they were built (not part
+    of their key, so not rebuilt), with the changed files; ``succeeded``: the steps this build ran
+    successfully, in the order they finished."""
 
     requested: list[tuple[str, str]]
     plan: list[PlanRow] | None
-    session: Session | None = None
+    session: Session
     failure: Exception | None = None
     dry_run_problems: list[str] = field(default_factory=list)
     code_changed: dict[ExecutorStep, list[str]] = field(default_factory=dict)
@@ -150,73 +136,19 @@ class BuildResult:
 
 def run_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult:
     """Build what ``request`` asks for in the workspace of the working directory (see the module docstring)."""
-    if request.run_only is None and not request.rebuild:
-        answered = _from_snapshot(request, listeners)
-        if answered is not None:
-            return answered
-    return _full_build(request, listeners)
-
-
-def _from_snapshot(request: BuildRequest, listeners: BuildListeners) -> BuildResult | None:
-    """The no-op answered from the analysis snapshot, if it holds and every step it recorded is built.
-
-    The same events reach the same listeners as in a full build's no-op, so the same result is printed."""
-    from marinbuild.analysis import snapshot
-    from marinbuild.analysis.session import Settings
-    from marinbuild.load.workspace import find_workspace
-
-    workspace = find_workspace(".")
-    key = snapshot.key_for(workspace, Settings.resolve(workspace, **request.settings()), request.patterns)
-    found = snapshot.read(key, workspace.cache_dir) if key is not None else None
-    if key is None or found is None or snapshot.changed(found) != []:
-        return None
-    statuses = snapshot.statuses_if_built(found)
-    if statuses is None:
-        return None
-    from marinbuild.run import events as ev
-    from marinbuild.run.plan import BUILT
-
-    bus = ev.EventBus(listeners.open(EventLogPlace(workspace.cache_dir, list(request.patterns), key.prefix)))
-    try:
-        planned = ((name, path, BUILT, statuses[path]) for name, path, _digest, _overridden in found.steps)
-        ev.emit_plan(bus, planned, request.dry_run)
-        if not request.dry_run:
-            bus.emit(ev.BUILD_STARTED, data={"steps": 0})
-            bus.emit(ev.BUILD_FINISHED, data={"ran": 0, "failed": 0})
-    finally:
-        listeners.close()
-    plan = [PlanRow(RecordedStep(name), BUILT, path, None, False) for name, path, _digest, _overridden in found.steps]
-    return BuildResult(found.requested, plan)
-
-
-def _full_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult:
-    """Load, analyse, write the snapshot, run, record the code that ran and check built outputs' code."""
-    from marinbuild.analysis import snapshot
     from marinbuild.analysis.session import Session
 
-    environment = snapshot.analysis_environment()  # as the lookup saw it, before this build exports its own
     session = Session.open(".", **request.settings())
     event_log = EventLogPlace(session.workspace.cache_dir, list(request.patterns), session.settings.prefix)
     _export_serve_url(session.workspace, session.settings.prefix)
-    key = snapshot.key_for(session.workspace, session.settings, request.patterns)
-    recorder = (
-        snapshot.Recorder(excluded=(str(session.workspace.cache_dir), session.settings.prefix), env=environment)
-        if key is not None
-        else None
-    )
-    with recorder if recorder is not None else contextlib.nullcontext():
-        labels = session.load(request.patterns)
-        if not labels:
-            raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
-        session.analyse(drop_declarations=True)  # nothing below reads a target's attributes or call site
+    labels = session.load(request.patterns)
+    if not labels:
+        raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
+    session.analyse(drop_declarations=True)  # nothing below reads a target's attributes or call site
     requested = [(str(label), path) for label in labels for path in session.output_paths_of(label)]
-    if key is not None and recorder is not None:
-        snapshot.record_session(session, key, recorder, requested)
     rebuilt = _rebuild_steps(session, request.rebuild)
     result = BuildResult(requested, None, session)
     _run(request, listeners, session, event_log, result, session.requested_steps(), rebuilt)
-    if key is not None and result.code_changed:  # no no-op from the snapshot while there is something to warn
-        key.path(session.workspace.cache_dir).unlink(missing_ok=True)
     return result
 
 

@@ -18,7 +18,7 @@ from marinbuild.core.prefix import DEFAULT_LOCAL_PREFIX
 from marinbuild.load.workspace import Workspace, find_workspace
 from marinbuild.run.backends import BACKEND_NAMES, LOCAL, RAY, BackendOptions, make_backend
 
-if TYPE_CHECKING:  # imported when used: a no-op build from the analysis snapshot needs none of them
+if TYPE_CHECKING:
     from marinbuild.analysis.analyze import Analysis
     from marinbuild.core.labels import Label
     from marinbuild.core.placeholders import ExecutorStep

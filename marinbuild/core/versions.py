@@ -348,7 +348,7 @@ class VersionTable:
 
     def action_digest(self, step: ExecutorStep) -> str:
         """The sha256 of the step's version string (``marinbuild.store.action_cache.version_digest``), hashed from
-        its pieces once per build: the plan, the runner and the no-op snapshot all key actions by it."""
+        its pieces once per build: the plan and the runner key actions by it."""
         digest = self._action_digests.get(step)
         if digest is None:
             sha = hashlib.sha256()

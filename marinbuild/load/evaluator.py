@@ -62,8 +62,6 @@ class Evaluator:
         self._root = str(workspace.root)
         self._loading: list[tuple[Path, str]] = []
         self._deadline = 0.0
-        self.folders_listed: list[str] = []
-        """Every folder ``glob()`` listed (absolute paths): inputs of the analysis snapshot."""
 
     def build_file_paths(self, package: str) -> tuple[str, str]:
         """``package``'s BUILD file: its path and its path in messages."""
@@ -71,21 +69,14 @@ class Evaluator:
             return os.path.join(self._root, package, BUILD_FILE), f"{package}/{BUILD_FILE}"
         return os.path.join(self._root, BUILD_FILE), BUILD_FILE
 
-    def loaded_files(self) -> list[Path]:
-        """The files ``load()``ed so far (``.star`` files and rules modules)."""
-        return list(self._modules)
-
     def eval_build_file(self, package: str) -> dict[str, Target]:
         """Evaluate ``package``'s BUILD.marin; its targets by name, in declaration order."""
         path, display = self.build_file_paths(package)
         source = _read(path, display)
         ctx = PackageContext(package, self.workspace.package_dir(package), path, display)
         self._deadline = time.monotonic() + self.budget
-        try:
-            with package_scope(ctx):
-                self._run(display, source, package)
-        finally:
-            self.folders_listed.extend(ctx.glob_folders)
+        with package_scope(ctx):
+            self._run(display, source, package)
         return ctx.targets
 
     def _cancelled(self) -> bool:

@@ -130,16 +130,6 @@ class Loader:
         self._files: dict[tuple[str, str], tuple[Path | None, str | None]] = {}
         self._package_dirs: dict[str, str] = {}
         self._unordered = False  # whether a dependency was declared after a target depending on it
-        self._listed: list[str] = []  # folders listed to find packages (``//...``)
-
-    def files_read(self) -> list[Path]:
-        """The BUILD files this loader evaluated, and the files they ``load()``ed (rules modules too)."""
-        return [self.workspace.build_file(p) for p in (*self._packages, *self._failed)] + self.evaluator.loaded_files()
-
-    def folders_listed(self) -> list[str]:
-        """The folders this loader listed: to find packages (``//...``) and for ``glob()``. A file added to one
-        can change what loads, so the analysis snapshot signs them."""
-        return [*self._listed, *self.evaluator.folders_listed]
 
     def is_package(self, package: str) -> bool:
         known = self._is_package.get(package)
@@ -149,7 +139,7 @@ class Loader:
 
     def load_all(self) -> LoadedWorkspace:
         """Every package of the workspace (``//...``)."""
-        return self.load_packages(self.workspace.packages(listed=self._listed))
+        return self.load_packages(self.workspace.packages())
 
     def load_patterns(
         self, patterns: Iterable[str | TargetPattern], current_package: str = ""
@@ -160,7 +150,7 @@ class Loader:
         for pattern in parsed:
             if pattern.kind == "recursive":
                 if not pattern.negative:
-                    needed.extend(self.workspace.packages(pattern.package, self._listed))
+                    needed.extend(self.workspace.packages(pattern.package))
             elif self.is_package(pattern.package):
                 needed.append(pattern.package)
             else:
