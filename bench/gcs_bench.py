@@ -28,7 +28,7 @@ Measured: a NEW process (as a second ``marinbuild`` invocation would be) defines
 computes their versions and runs ``Executor.run(steps)``, which plans, finds everything built
 and runs nothing. ``run`` is that call (versions, plan, all requests); ``process`` is the whole
 child process (interpreter start and imports too, gcsfs among them). Requests are counted by the
-proxy. Each configuration runs with a cold metadata cache and again with a warm one.
+proxy.
 
 Layouts: ``grouped`` puts the steps under 10 step-name folders (as ``tokenized/...``,
 ``documents/...`` do): one listing per 400 steps, all concurrent; ``folders`` puts 400 steps in
@@ -251,12 +251,11 @@ def server_cpu(pids: list[int]) -> float:
     return sum(t.user + t.system for t in (psutil.Process(pid).cpu_times() for pid in pids))
 
 
-def measure(n: int, layout: str, proxy_url: str, cache: str, server_pids: list[int]) -> dict[str, Any]:
+def measure(n: int, layout: str, proxy_url: str, server_pids: list[int]) -> dict[str, Any]:
     proxy_stats(proxy_url, reset=True)
     env = dict(
         os.environ,
         STORAGE_EMULATOR_HOST=proxy_url,
-        MARINBUILD_METADATA_CACHE=cache,
         GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
         NO_GCE_CHECK="true",
     )
@@ -283,14 +282,14 @@ def measure(n: int, layout: str, proxy_url: str, cache: str, server_pids: list[i
 
 def table(rows: list[dict[str, Any]], latency: float) -> str:
     lines = [
-        "| steps | layout | servers | metadata cache | run (s) | process (s) | process CPU (s) | server CPU (s) "
+        "| steps | layout | servers | run (s) | process (s) | process CPU (s) | server CPU (s) "
         "| requests | responses (MB) | a request per step, in sequence |",
-        "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         sequential = r["steps"] * latency
         lines.append(
-            f"| {r['steps']:,} | {r['layout']} | {r['servers']} | {r['cache']} | {r['seconds']:.2f} | "
+            f"| {r['steps']:,} | {r['layout']} | {r['servers']} | {r['seconds']:.2f} | "
             f"{r['process_seconds']:.2f} | {r['cpu_seconds']:.2f} | {r['server_cpu_seconds']:.2f} | "
             f"{r['requests']} | {r['response_mb']:.1f} | {sequential:.0f} s |"
         )
@@ -608,28 +607,19 @@ def main() -> None:
                 proxy, proxy_url = start_proxy(upstream, args.latency, routes)
                 stack.callback(_stop, proxy)
                 setup = time.perf_counter() - t
-                cache = os.path.join(tmp, "metadata.sqlite")
-                for phase in ("cold cache", "warm cache"):
-                    r = measure(n, layout, proxy_url, cache, server_pids)
-                    assert r["built"] == n and r["ran"] == 0, r
-                    rows.append(
-                        {
-                            "steps": n,
-                            "layout": layout,
-                            "servers": len(server_pids),
-                            "cache": phase,
-                            **r,
-                            "setup_s": round(setup, 1),
-                        }
-                    )
-                    print(
-                        f"  {n:>6} {layout:<9} {len(server_pids):>2} servers {phase:<10} "
-                        f"run {r['seconds']:6.2f} s  process {r['process_seconds']:6.2f} s  "
-                        f"cpu {r['cpu_seconds']:5.2f} s  server cpu {r['server_cpu_seconds']:5.2f} s  "
-                        f"{r['requests']:>5} requests  (setup {setup:.0f} s)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                r = measure(n, layout, proxy_url, server_pids)
+                assert r["built"] == n and r["ran"] == 0, r
+                rows.append(
+                    {"steps": n, "layout": layout, "servers": len(server_pids), **r, "setup_s": round(setup, 1)}
+                )
+                print(
+                    f"  {n:>6} {layout:<9} {len(server_pids):>2} servers "
+                    f"run {r['seconds']:6.2f} s  process {r['process_seconds']:6.2f} s  "
+                    f"cpu {r['cpu_seconds']:5.2f} s  server cpu {r['server_cpu_seconds']:5.2f} s  "
+                    f"{r['requests']:>5} requests  (setup {setup:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     print(
         f"\nNo-op build on gs:// through a loopback proxy adding {args.latency * 1000:.0f} ms per request "

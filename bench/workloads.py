@@ -25,9 +25,16 @@ Shapes (fixed seed, so every run and every tool sees the same graph):
 - ``fanout``: node 0 is the root; every other node depends on it;
 - ``layered``: 10 layers of N/10 nodes; each node depends on 3 nodes of the layer before
   (``random.Random(0).sample``).
+- ``sweep`` (Marin-shaped, realistic at 1,000): N/10 downloads, N/10 tokenizes (one per download),
+  4N/10 trainings each on a mixture of 5 tokenized datasets (``random.Random(0).sample``), and an
+  eval per training for the rest.
+- ``roll`` (the tootsie roll's shape, realistic at 100): N/5 downloads, N/5 tokenizes, N/10 training
+  phases in a chain (each from the one before, on a mixture of up to 8 tokenized datasets), an HF
+  export per phase, and evals of the phases for the rest.
 
 The *mid node* is the node an incremental rebuild changes: N/2 for ``chain`` and ``fanout``
-(for ``fanout`` a leaf), the first node of layer 5 for ``layered``. An incremental rebuild
+(for ``fanout`` a leaf), the first node of layer 5 for ``layered``, the first tokenize for ``sweep``,
+the middle phase for ``roll``. An incremental rebuild
 must run exactly that node and its reverse dependencies: ``Graph.expected_incremental``.
 
 Usage: ``python bench/workloads.py DIR --shape layered --size 1000`` writes all four.
@@ -45,7 +52,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-SHAPES = ("chain", "fanout", "layered")
+SHAPES = ("chain", "fanout", "layered", "sweep", "roll")
 KINDS = ("script", "ws", "ninja", "make")
 LAYERS = 10
 LAYER_FANIN = 3
@@ -120,10 +127,44 @@ def make_graph(shape: str, n: int) -> Graph:
             for _ in layer:
                 deps.append(tuple(rng.sample(previous, min(LAYER_FANIN, len(previous)))) if previous else ())
             previous = layer
+    elif shape == "sweep":
+        deps, mid = _sweep(n)
+    elif shape == "roll":
+        deps, mid = _roll(n)
     else:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     assert len(deps) == n and 0 <= mid < n
     return Graph(shape, tuple(deps), mid)
+
+
+def _sweep(n: int) -> tuple[list[tuple[int, ...]], int]:
+    """Downloads, a tokenize of each, trainings on mixtures of 5 tokenized sets, an eval of each training."""
+    if n < 20:
+        raise ValueError("a sweep needs at least 20 nodes")
+    rng = random.Random(SEED)
+    sets = n // 10
+    downloads = [() for _ in range(sets)]
+    tokenizes = [(i,) for i in range(sets)]
+    first_training = 2 * sets
+    trainings = [tuple(sorted(rng.sample(range(sets, 2 * sets), 5))) for _ in range(4 * n // 10)]
+    evals = [(first_training + k % len(trainings),) for k in range(n - 2 * sets - len(trainings))]
+    return [*downloads, *tokenizes, *trainings, *evals], sets
+
+
+def _roll(n: int) -> tuple[list[tuple[int, ...]], int]:
+    """Downloads, their tokenizes, a chain of phases on mixtures, an export of each phase, evals of the phases."""
+    if n < 20:
+        raise ValueError("a roll needs at least 20 nodes")
+    rng = random.Random(SEED)
+    sets, phases = n // 5, n // 10
+    deps: list[tuple[int, ...]] = [() for _ in range(sets)] + [(i,) for i in range(sets)]
+    first_phase = len(deps)
+    for k in range(phases):
+        mixture = tuple(sorted(rng.sample(range(sets, 2 * sets), min(8, sets))))
+        deps.append(((first_phase + k - 1,) if k else ()) + mixture)
+    deps += [(first_phase + k,) for k in range(phases)]  # an HF export of each phase
+    deps += [(first_phase + k % phases,) for k in range(n - len(deps))]  # evals
+    return deps, first_phase + phases // 2
 
 
 # -- (a) the ExecutorStep script -------------------------------------------------------------------

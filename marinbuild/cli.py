@@ -4,7 +4,7 @@ Each command turns its flags into a call and its answer into text. What a comman
 elsewhere: a build's flow (load, analyse, run, record the code) in
 ``marinbuild.analysis.build``, what a build shows in ``marinbuild.ui.build_report``, ``why`` and
 the ``cache`` commands in ``marinbuild.cache``, ``query`` in ``marinbuild.query``, ``submit`` and
-``jobs`` in ``marinbuild.submit`` and ``marinbuild.jobs``. This module owns the exit codes.
+``jobs`` in ``marinbuild.cluster.submit`` and ``marinbuild.cluster.jobs``. This module owns the exit codes.
 
 Exit codes: 0 success, 1 a step failed (or ``--check_up_to_date`` found work to do), 2 bad usage or
 a bad BUILD file (one line on stderr saying what to fix, no traceback, nothing run or written), 37 an
@@ -339,15 +339,24 @@ def cache_ls_command(prefix: str | None, output: str) -> None:
 @cache_group.command("gc")
 @click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
 @click.option("--prefix")
+@click.option(
+    "--keep_only_used_by_patterns",
+    is_flag=True,
+    help="Keep only what PATTERN... uses: every other output under the prefix is listed, the current outputs of "
+    "the workspace's other targets too.",
+)
 @click.option("--yes", is_flag=True, help="Really delete (without it, only list what would go).")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
-def cache_gc_command(patterns: tuple[str, ...], prefix: str | None, yes: bool, output: str) -> None:
-    """Delete outputs under the prefix that no target in PATTERN... uses (lists first; deletes with --yes)."""
+def cache_gc_command(
+    patterns: tuple[str, ...], prefix: str | None, keep_only_used_by_patterns: bool, yes: bool, output: str
+) -> None:
+    """Delete the outputs under the prefix that no current target of the workspace (//...) uses: old versions of
+    the steps PATTERN... uses, and with //... outputs no target makes any more. Lists them first, each with why it
+    may go; deletes with --yes."""
     from marinbuild.cache import cache_gc, format_gc
 
     session = _open_session(prefix=prefix)
-    labels = session.load(patterns)
-    result = cache_gc(session, labels, yes=yes)
+    result = cache_gc(session, patterns, yes=yes, keep_only_used_by_patterns=keep_only_used_by_patterns)
     click.echo(json.dumps(result.to_dict(), indent=2) if output == "json" else format_gc(result))
 
 
@@ -511,7 +520,7 @@ def submit_command(
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND on a Ray cluster as a job, with this workspace as its working_dir: submit ... -- COMMAND..."""
-    from marinbuild import submit as jobs
+    from marinbuild.cluster import submit as jobs
 
     for key, _ in env:
         if "=" in key or not key:
@@ -561,8 +570,8 @@ def jobs_group() -> None:
 
 
 def _job_client(address: str | None, cluster: str | None) -> tuple[Any, str]:
-    from marinbuild import jobs
-    from marinbuild.submit import resolve_address
+    from marinbuild.cluster import jobs
+    from marinbuild.cluster.submit import resolve_address
 
     resolved = resolve_address(address, cluster)
     try:
@@ -576,7 +585,7 @@ def _job_client(address: str | None, cluster: str | None) -> tuple[Any, str]:
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def jobs_list_command(address: str | None, cluster: str | None, output: str) -> None:
     """Every job the cluster knows, oldest first."""
-    from marinbuild import jobs
+    from marinbuild.cluster import jobs
     from marinbuild.ui.jobs_view import jobs_json, print_jobs
 
     client, resolved = _job_client(address, cluster)
@@ -593,7 +602,7 @@ def jobs_list_command(address: str | None, cluster: str | None, output: str) -> 
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def jobs_status_command(job: str, address: str | None, cluster: str | None, output: str) -> None:
     """JOB's status, entrypoint, times and exit code."""
-    from marinbuild import jobs
+    from marinbuild.cluster import jobs
     from marinbuild.ui.jobs_view import jobs_json, print_job
 
     client, resolved = _job_client(address, cluster)
@@ -610,7 +619,7 @@ def jobs_status_command(job: str, address: str | None, cluster: str | None, outp
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
 def jobs_logs_command(job: str, address: str | None, cluster: str | None, follow: bool) -> None:
     """JOB's logs (its driver's output)."""
-    from marinbuild import jobs
+    from marinbuild.cluster import jobs
 
     client, resolved = _job_client(address, cluster)
     if follow:
@@ -627,7 +636,7 @@ def jobs_logs_command(job: str, address: str | None, cluster: str | None, follow
 @_cluster_options
 def jobs_stop_command(job: str, address: str | None, cluster: str | None) -> None:
     """Stop JOB (its driver and the tasks it started)."""
-    from marinbuild import jobs
+    from marinbuild.cluster import jobs
 
     client, resolved = _job_client(address, cluster)
     stopped = jobs.stop_job(client, resolved, job)
@@ -638,12 +647,12 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix (exit 2). Imported only when something was raised."""
     from marinbuild.analysis.build import BuildRequestError
     from marinbuild.analysis.session import SettingsError
-    from marinbuild.cluster_config import ClusterConfigError
+    from marinbuild.cluster.config import ClusterConfigError
+    from marinbuild.cluster.jobs import JobsError
     from marinbuild.core.labels import LabelError
-    from marinbuild.jobs import JobsError
     from marinbuild.load import WorkspaceError
     from marinbuild.query import QueryError
-    from marinbuild.ray_auth import RayAuthError
+    from marinbuild.run.ray_auth import RayAuthError
 
     return (
         BuildRequestError,

@@ -21,13 +21,11 @@ Light to import, as the engine: a no-op loads no backend, no resource or runtime
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from marinbuild.core.gc_control import skip_final_collection
 from marinbuild.core.placeholders import (
@@ -157,7 +155,7 @@ class Executor(Engine):
     The attributes ``steps``, ``configs``, ``dependencies``, ``versions``, ``version_strs``,
     ``hashed_versions``, ``output_paths``, ``is_pseudo_dep``, ``step_infos``, ``executor_info`` and
     ``executor_info_path`` have Marin's meanings. Extra keyword arguments tune what Marin hard-codes:
-    lease timing, the event listeners, the backend, the metadata cache (``marinbuild.engine.Engine``).
+    lease timing, the event listeners, the backend (``marinbuild.engine.Engine``).
     """
 
     def __init__(
@@ -171,7 +169,6 @@ class Executor(Engine):
         listeners: list[Listener] | None = None,
         backend: Backend | str | None = None,
         keep_going: bool = True,
-        metadata_cache_path: str | None | Literal["default"] = "default",
     ):
         super().__init__(
             prefix,
@@ -182,7 +179,6 @@ class Executor(Engine):
             listeners=listeners,
             backend=backend,
             keep_going=keep_going,
-            metadata_cache_path=metadata_cache_path,
         )
         self._warned = 0
 
@@ -291,12 +287,9 @@ def executor_main(
     if steps is None:
         raise TypeError("executor_main needs steps=[...]")
     if config is None:
-        argv = sys.argv[1:] if args is None else args
-        config = parse_main_args_simply(argv)
-        if config is None:
-            import draccus
+        import draccus
 
-            config = draccus.parse(ExecutorMainConfig, args=argv)
+        config = draccus.parse(ExecutorMainConfig, args=sys.argv[1:] if args is None else args)
     return _executor_main(config, steps, description, max_concurrent)
 
 
@@ -313,68 +306,6 @@ def _configure_logging() -> None:
         handler = logging.StreamHandler()
         handler.setFormatter(LogFormatter("%(asctime)s %(levelname)s %(message)s"))
         logging.basicConfig(level=logging.INFO, handlers=[handler])
-
-
-_PLAIN_STRING = re.compile(r"[A-Za-z/._][A-Za-z0-9_./:@+=,-]*")
-"""A value YAML reads as this very string: no quotes, spaces, flow or comment characters, not starting with a digit
-(numbers, dates) or a sign."""
-_YAML_WORDS = frozenset({"null", "~", "true", "false", "yes", "no", "on", "off", "y", "n", ".inf", ".nan"})
-
-
-def parse_main_args_simply(argv: list[str]) -> ExecutorMainConfig | None:
-    """``ExecutorMainConfig`` from the flags scripts pass (``--prefix DIR``, ``--dry_run true``, ``--run_only
-    '["a"]'``, ...), as draccus would parse them, without importing draccus (kept under the complexity rule:
-    ``bench/run.py``'s no-op rows, docs/performance.md). None for anything else (``--help``, ``--config_path``,
-    YAML beyond plain words): then draccus parses it."""
-    values: dict[str, Any] = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if not arg.startswith("--"):
-            return None
-        if "=" in arg:
-            name, raw = arg[2:].split("=", 1)
-            i += 1
-        elif i + 1 < len(argv):
-            name, raw = arg[2:], argv[i + 1]
-            i += 2
-        else:
-            return None
-        if name in values:
-            return None
-        value = _simple_value(name, raw)
-        if value is _UNPARSED:
-            return None
-        values[name] = value
-    return ExecutorMainConfig(**values)
-
-
-_UNPARSED = object()
-
-
-def _simple_value(name: str, raw: str) -> Any:
-    if name in ("prefix", "executor_info_base_path"):
-        if raw == "null":
-            return None
-        plain = _PLAIN_STRING.fullmatch(raw) and raw.lower() not in _YAML_WORDS
-        return raw if plain else _UNPARSED
-    if name in ("dry_run", "force_run_failed"):
-        return {"true": True, "false": False}.get(raw.lower(), _UNPARSED)
-    if name == "max_concurrent":
-        if raw == "null":
-            return None
-        return int(raw) if raw.isascii() and raw.isdigit() else _UNPARSED
-    if name == "run_only":
-        if raw == "null":
-            return None
-        try:
-            value = json.loads(raw) if raw.startswith("[") else None
-        except ValueError:
-            return _UNPARSED
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return value
-        return _UNPARSED
-    return _UNPARSED
 
 
 def compute_output_path(

@@ -30,7 +30,8 @@ from marinbuild.load import attr, rule
 def _raw_data_impl(ctx: RuleContext) -> dict[str, Any]:
     import fsspec
 
-    from marinbuild.ml.corpus import count_documents, document_format, download_documents, write_manifest
+    from marinbuild.ml.corpus import count_documents, download_documents, write_manifest
+    from marinbuild.ml.documents import document_format
 
     if not ctx.attr.srcs and not ctx.attr.urls and not ctx.attr.downloads:
         raise ValueError(f"raw_data {ctx.label}: give srcs (workspace files), urls or downloads")

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from workspaces import age_workspace, write_workspace
 
 from marinbuild.analysis.session import Session
-from marinbuild.core.placeholders import ExecutorStep, output_path_of, this_output_path, versioned
-from marinbuild.core.versions import VersionTable
+from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.load.target import DroppedDeclaration
 
 STEPS_PY = """
@@ -122,63 +120,6 @@ def test_versions_leave_no_cyclic_garbage() -> None:
     steps, left = map(int, done.stdout.split())
     assert steps == 200
     assert left == 0
-
-
-@dataclass(frozen=True)
-class Config:
-    output_path: str
-    value: object
-    inputs: list[object]
-
-
-def graph() -> list[ExecutorStep]:
-    """A chain of 8 (deeper than the inlining depth) with a fan of 3 on each link."""
-    steps: list[ExecutorStep] = []
-    for i in range(8):
-        inputs = [output_path_of(s) for s in steps[-3:]]
-        steps.append(ExecutorStep(name=f"s{i}", fn=print, config=Config(this_output_path(), versioned(i), inputs)))
-    return steps
-
-
-def versioned_table(steps: list[ExecutorStep]) -> VersionTable:
-    table = VersionTable("/prefix")
-    for step in steps:
-        table.compute_version(step)
-    return table
-
-
-def test_an_inlined_steps_text_is_dropped_once_its_consumers_have_theirs() -> None:
-    """The ``.executor_info`` texts of a cold build: a step's memoized indented version is kept only until every
-    consumer that inlines it has composed its own; asked for again afterwards, every text is the same."""
-    import json
-
-    steps = graph()
-    table = versioned_table(steps)
-    expected = {s: json.dumps(table.versions[s], indent=2) for s in steps}
-    assert {s: table.indented_version(s) for s in steps} == expected  # in the order a cold build runs them
-    consumed = {d for s in steps for d in table.dependencies[s] if table.depth[d] <= 4}
-    assert consumed and not consumed & set(table._indented)  # every consumer composed: their texts are gone
-    assert {s: table.indented_version(s) for s in reversed(steps)} == expected
-
-
-def test_a_held_indented_text_refers_to_its_dependencies_texts_and_does_not_copy_them() -> None:
-    """While a cold build waits for consumers, each inlined step's indented version is held: its own text and
-    references to its dependencies' (``IndentedText``), not one joined string nesting theirs four levels deep."""
-    import json
-    import tracemalloc
-
-    steps = graph()
-    table = versioned_table(steps)
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        held = [table.indented_text(s) for s in steps]  # composed and kept, as before their consumers run
-        held_bytes = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    rendered = [table.indented_version(s) for s in steps]
-    assert rendered == [json.dumps(table.versions[s], indent=2) for s in steps]
-    assert held and held_bytes < sum(map(len, rendered)) / 3
 
 
 def test_placeholders_have_no_per_object_dict_and_behave_as_before() -> None:

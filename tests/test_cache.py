@@ -343,11 +343,23 @@ def test_gc_lists_then_deletes_only_with_yes(ws):
     assert "deleted 2 of 2" in format_gc(done)
 
 
-def test_gc_keeps_dependencies_of_the_kept_targets(ws):
+def test_gc_keeps_the_current_outputs_of_every_target_of_the_workspace(ws):
     ws.build("//pkg:b", "//pkg:both")
     result = cache_gc(ws.session(), ["//pkg:b"], yes=True)
+    assert result.candidates == [] and result.kept == 4  # pkg/a, pkg/b and the two steps of //pkg:both
+    assert {e.name for e in cache_ls(str(ws.prefix))} == {"pkg/a", "pkg/b", "script/left", "script/right"}
+    assert format_gc(result).startswith("kept 4 output(s) that current targets of the workspace (//...) use\n")
+
+
+def test_gc_narrowed_to_the_patterns_keeps_their_dependencies(ws):
+    ws.build("//pkg:b", "//pkg:both")
+    result = cache_gc(ws.session(), ["//pkg:b"], yes=True, keep_only_used_by_patterns=True)
     names = sorted(Path(p).name.rsplit("-", 1)[0] for p in result.deleted)
     assert names == ["left", "right"]  # pkg/a stays: pkg/b needs it
+    assert sorted(result.reasons.values()) == [
+        "the current output of script/left (//pkg:both), which //pkg:b does not use",
+        "the current output of script/right (//pkg:both), which //pkg:b does not use",
+    ]
     assert {e.name for e in cache_ls(str(ws.prefix))} == {"pkg/a", "pkg/b"}
 
 
@@ -467,6 +479,8 @@ def test_gc_never_deletes_a_step_folder_holding_the_run_infos(ws):
     holder = ws.prefix / "experiments"  # a step whose output folder is <prefix>/experiments itself
     st.write_status(str(holder), st.STATUS_SUCCESS)
     result = cache_gc(s, ["//pkg:a"], yes=True)
+    assert result.candidates == [] and result.left == 1  # no target makes it: only gc //... offers it
+    result = cache_gc(s, ["//..."], yes=True)
     assert [e.output_path for e in result.candidates] == [str(holder)]
     assert result.deleted == [] and "holds the run info JSONs" in result.skipped[0]["reason"]
     assert any(name.endswith(".json") for name in os.listdir(holder))

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.cluster_config import ClusterConfigError, dashboard_port, find_config, load_config, resolve_cluster
-from marinbuild.ray_auth import RayAuthError, check_token, token_path
-from marinbuild.submit import driver_resources
+from marinbuild.cluster.config import ClusterConfigError, dashboard_port, find_config, load_config, resolve_cluster
+from marinbuild.cluster.submit import driver_resources
+from marinbuild.run.ray_auth import RayAuthError, check_token, token_path
 
 REPO = Path(__file__).resolve().parent.parent
 CENTRAL2 = REPO / "infra" / "marinbuild-us-central2.yaml"

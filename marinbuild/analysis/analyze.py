@@ -77,12 +77,6 @@ class TargetConfig:
     the digest is part of the key (``python_step``'s ``fn`` module, by default), plain (no effect on the
     version) for the rule's own module."""
 
-    @property
-    def step_kind(self) -> str:
-        """Targets of one rule are alike in how long they run (``StepCall.kind``): every target's function is
-        ``run_target``."""
-        return self.rule_key
-
 
 @dataclass(frozen=True)
 class RuleContext:

@@ -45,8 +45,6 @@ class Settings:
     """The Ray cluster of ``--backend ray``: flag, else ``RAY_ADDRESS``, else ``ray_address``; None: a local Ray."""
     ray_max_retries: int | None = None
     """Times a step's Ray task is rerun after its worker or node died (``[tool.marinbuild] ray_max_retries``)."""
-    ray_bundle_seconds: float | None = None
-    """How long a task of several tiny steps may last (``[tool.marinbuild] ray_bundle_seconds``; 0: a task each)."""
 
     @classmethod
     def resolve(
@@ -81,13 +79,8 @@ class Settings:
         ray_max_retries = config.get("ray_max_retries")
         if ray_max_retries is not None and (not isinstance(ray_max_retries, int) or ray_max_retries < 0):
             raise SettingsError("[tool.marinbuild] ray_max_retries must be a non-negative integer")
-        ray_bundle_seconds = config.get("ray_bundle_seconds")
-        if ray_bundle_seconds is not None and (
-            isinstance(ray_bundle_seconds, bool)
-            or not isinstance(ray_bundle_seconds, int | float)
-            or ray_bundle_seconds < 0
-        ):
-            raise SettingsError("[tool.marinbuild] ray_bundle_seconds must be a non-negative number of seconds")
+        if "ray_bundle_seconds" in config:
+            raise SettingsError("[tool.marinbuild] ray_bundle_seconds is not a setting: each Ray step is a task")
         return cls(
             prefix=chosen.rstrip("/") if chosen != "/" else chosen,
             backend=backend,
@@ -98,7 +91,6 @@ class Settings:
             stale_after=config.get("stale_after"),
             ray_address=ray_address,
             ray_max_retries=ray_max_retries,
-            ray_bundle_seconds=ray_bundle_seconds,
         )
 
 
@@ -176,15 +168,7 @@ class Session:
             listeners=listeners if listeners is not None else [],
             keep_going=s.keep_going,
             backend=self.make_backend(),
-            metadata_cache_path=self.metadata_cache_path,
         )
-
-    @property
-    def metadata_cache_path(self) -> str | None:
-        """The workspace's cache of verified remote steps (``$MARINBUILD_METADATA_CACHE`` overrides it)."""
-        from marinbuild.store.metadata_cache import default_path
-
-        return default_path(self.workspace.cache_dir)
 
     def make_backend(self) -> Any:
         """The backend the settings name (``"local"``: the engine's threads, whatever ``$MARINBUILD_BACKEND`` says
@@ -195,7 +179,6 @@ class Session:
         options = BackendOptions(
             ray_address=s.ray_address,
             ray_max_retries=s.ray_max_retries,
-            ray_bundle_seconds=s.ray_bundle_seconds,
             working_dir=self.workspace.root,
         )
         return make_backend(s.backend, options)

@@ -10,22 +10,19 @@ from marinbuild.cache.commands import (
     CacheRow,
     CleanResult,
     Entry,
-    GcResult,
     StepState,
-    cache_gc,
     cache_ls,
     cache_show,
     cache_status,
     clean,
     format_clean,
-    format_gc,
     format_ls,
     format_show,
     format_table,
     ls_as_dict,
-    needed_output_paths,
     status_as_dict,
 )
+from marinbuild.cache.gc import GcResult, cache_gc, format_gc, needed_output_paths
 from marinbuild.cache.text import format_age, format_size
 
 __all__ = [

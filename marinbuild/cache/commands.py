@@ -1,4 +1,5 @@
-"""The ``cache`` commands as library functions: status, show, ls, gc; and ``clean``.
+"""The ``cache`` commands as library functions: status, show, ls; and ``clean`` (``cache gc`` is
+``marinbuild.cache.gc``).
 
 Each returns data (dataclasses with ``to_dict``) and has a ``format_*`` text formatter.
 Nothing prints. A damaged status, info or lease file is reported as
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.cache import probe as pb
-from marinbuild.cache.store import Store, normalize
+from marinbuild.cache.store import Store
 from marinbuild.cache.text import format_age, format_size, short_json
 from marinbuild.core.labels import Label
 from marinbuild.store import fs
@@ -29,8 +30,9 @@ from marinbuild.store.traceback_file import existing_traceback
 STALE = "stale"
 INCOMPLETE = "incomplete"
 RUN_INFO_FOLDER = "experiments"
-"""``<prefix>/experiments`` holds Marin's run info JSONs (``<script>-<hash>.json``, files directly in it); gc never
-deletes them. The step folders below it (every ``//experiments/...`` target's outputs) are outputs like any other."""
+"""``<prefix>/experiments`` holds Marin's run info JSONs (``<script>-<hash>.json``, files directly in it); gc
+(``marinbuild.cache.gc``) never deletes them. The step folders below it (every ``//experiments/...`` target's
+outputs) are outputs like any other."""
 
 
 # -- cache status ------------------------------------------------------------------------------
@@ -321,141 +323,6 @@ def ls_as_dict(entries: list[Entry]) -> list[dict[str, Any]]:
     return [e.to_dict() for e in entries]
 
 
-# -- cache gc ----------------------------------------------------------------------------------
-
-
-@dataclass
-class GcResult:
-    """What ``cache gc`` found and did. Nothing is deleted unless ``deleted`` lists it."""
-
-    prefix: str
-    kept: int
-    """How many outputs under the prefix the targets use."""
-    candidates: list[Entry] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    """``{"output_path", "reason"}`` for candidates left alone (live lease, damaged lease, ...)."""
-    deleted: list[str] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
-    dry_run: bool = True
-
-    @property
-    def candidate_bytes(self) -> int:
-        return sum(e.size for e in self.candidates)
-
-    @property
-    def freed_bytes(self) -> int:
-        gone = set(self.deleted)
-        return sum(e.size for e in self.candidates if e.output_path in gone)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["candidate_bytes"] = self.candidate_bytes
-        data["freed_bytes"] = self.freed_bytes
-        return data
-
-
-def cache_gc(session: Any, keep_labels: Iterable[str | Label], yes: bool = False) -> GcResult:
-    """Outputs under the prefix that no step of ``keep_labels`` (nor any step they depend on) uses.
-
-    Targets are loaded and analysed in ``session``; every step of every target in their closure,
-    and every step those depend on (pseudo-dependencies too), is kept. The run info JSONs in
-    ``<prefix>/experiments`` are never deleted (they are files, not step folders; a step folder
-    holding them is skipped); step folders below it are candidates like any other. With ``yes``
-    False only lists the candidates; with ``yes`` True deletes them, except a folder whose lease
-    is live (or unreadable), which is reported as skipped.
-    """
-    prefix = session.settings.prefix
-    stale_after = pb.stale_after_of(session)
-    keep = {normalize(p) for p in needed_output_paths(session, keep_labels)}
-    run_info = normalize(fs.join(prefix, RUN_INFO_FOLDER))
-    entries = cache_ls(prefix)
-    result = GcResult(prefix=prefix, kept=0, dry_run=not yes)
-    store = Store(prefix)
-    for entry in entries:
-        path = normalize(entry.output_path)
-        if path in keep:
-            result.kept += 1
-            continue
-        result.candidates.append(entry)
-        reason = _gc_blocker(entry.output_path, path, keep, stale_after, run_info)
-        if reason is not None:
-            result.skipped.append({"output_path": entry.output_path, "reason": reason})
-            continue
-        if yes:
-            try:
-                store.rmtree(entry.output_path)
-            except OSError as exc:
-                result.errors.append({"output_path": entry.output_path, "error": f"{type(exc).__name__}: {exc}"})
-            else:
-                result.deleted.append(entry.output_path)
-    return result
-
-
-def _gc_blocker(output_path: str, normalized: str, keep: set[str], stale_after: float, run_info: str) -> str | None:
-    """Why a candidate must not be deleted, or None."""
-    if run_info == normalized or run_info.startswith(normalized + "/"):
-        return f"holds the run info JSONs ({run_info})"
-    try:
-        record = pb.read_lease(output_path, stale_after)
-    except DamagedFileError as exc:
-        return f"damaged: {exc}"
-    if record is not None and not record.is_stale(stale_after):
-        return f"live lease held by {record.worker_id} (last heartbeat {format_age(record.age())} ago)"
-    if any(k.startswith(normalized + "/") for k in keep):
-        return "contains an output the targets use"
-    return None
-
-
-def needed_output_paths(session: Any, labels: Iterable[str | Label]) -> set[str]:
-    """Output paths of every step of ``labels``' analysis closure and of every step those depend on."""
-    roots = pb.resolve_targets(session, labels)
-    engine = session.engine
-    table = engine.table
-    todo = []
-    for label in session.loaded.closure(roots):
-        for step in session.analysis.steps_of.get(label, []):
-            engine.add(step)
-            todo.append(engine.canonicalize(step))
-    seen: set[Any] = set()
-    while todo:
-        step = todo.pop()
-        if step in seen:
-            continue
-        seen.add(step)
-        todo.extend(table.dependencies[step])
-        todo.extend(table.pseudo_dependencies[step])
-    return {engine.output_paths[s] for s in seen}
-
-
-def format_gc(result: GcResult) -> str:
-    lines: list[str] = []
-    skipped = {s["output_path"]: s["reason"] for s in result.skipped}
-    deleted = set(result.deleted)
-    errors = {e["output_path"]: e["error"] for e in result.errors}
-    for e in result.candidates:
-        if e.output_path in skipped:
-            mark = f"skipped ({skipped[e.output_path]})"
-        elif e.output_path in errors:
-            mark = f"error: {errors[e.output_path]}"
-        elif e.output_path in deleted:
-            mark = "deleted"
-        else:
-            mark = "would delete"
-        lines.append(f"{format_size(e.size):>10}  {e.output_path}  {mark}")
-    n = len(result.candidates)
-    if result.dry_run:
-        lines.append(
-            f"{n} unused output(s), {format_size(result.candidate_bytes)}; {result.kept} kept. "
-            f"Nothing deleted (confirm with --yes)."
-        )
-    else:
-        lines.append(
-            f"deleted {len(result.deleted)} of {n} unused output(s), freed {format_size(result.freed_bytes)}; "
-            f"{result.kept} kept, {len(result.skipped)} skipped."
-        )
-    return "\n".join(lines) + "\n"
-
-
 # -- clean -------------------------------------------------------------------------------------
 
 
@@ -483,8 +350,8 @@ def clean(workspace: Any, outputs_of: Iterable[str] | None = None, yes: bool = F
     """
     if outputs_of is not None and list(outputs_of):
         raise ValueError(
-            "clean never removes build outputs; use `marinbuild cache gc TARGETS --yes` "
-            "to delete the outputs the given targets do not use"
+            "clean never removes build outputs; use `marinbuild cache gc PATTERN... --yes` "
+            "to delete the outputs no current target uses"
         )
     root = Path(getattr(workspace, "root", workspace))
     folder = root / ".marinbuild"

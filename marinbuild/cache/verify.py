@@ -38,7 +38,6 @@ from typing import Any
 from marinbuild.store import fs, manifest, records
 from marinbuild.store import status as st
 from marinbuild.store.lease import STALE_AFTER, lease_for
-from marinbuild.store.metadata_cache import MetadataCache
 from marinbuild.store.status import DamagedFileError
 
 
@@ -165,12 +164,11 @@ def _compare(output_path: str, expected: manifest.Manifest) -> list[FileProblem]
     return sorted(problems, key=lambda p: (p.kind == ADDED, p.path))
 
 
-def _invalidate(output_path: str, cache: MetadataCache | None) -> bool:
-    """Remove the SUCCESS status so the step counts as not built (and forget it in ``cache``, the metadata cache
-    of verified remote steps; None: the one the settings name); False if it changed meanwhile."""
+def _invalidate(output_path: str) -> bool:
+    """Remove the SUCCESS status so the step counts as not built; False if it changed meanwhile."""
     path = st.status_path(output_path)
     if output_path.startswith(("gs://", "gcs://")):
-        from marinbuild.store import gcs, metadata_cache
+        from marinbuild.store import gcs
 
         got = gcs.read_with_generation(path)
         if got is None:
@@ -180,9 +178,7 @@ def _invalidate(output_path: str, cache: MetadataCache | None) -> bool:
                 return False  # a runner is rebuilding it right now
         except DamagedFileError:
             pass
-        removed = gcs.delete_if_generation(path, got[1])
-        (cache or metadata_cache.MetadataCache(metadata_cache.default_path())).forget([output_path])
-        return removed
+        return gcs.delete_if_generation(path, got[1])
     try:
         if st.read_status(output_path) == st.STATUS_RUNNING:
             return False
@@ -200,7 +196,6 @@ def verify_output(
     label: str | None = None,
     repair_metadata: bool = False,
     stale_after: float = STALE_AFTER,
-    metadata_cache: MetadataCache | None = None,
 ) -> StepVerification:
     """Verify one step's metadata and outputs against its manifest (and invalidate it if damaged and ``repair``;
     remove unparsable metadata and leftover leases if ``repair_metadata``)."""
@@ -231,7 +226,7 @@ def verify_output(
         result.damage or any(LEASE_FILE not in message for message in result.metadata)
     )
     if outputs_damaged and repair:
-        result.invalidated = _invalidate(output_path, metadata_cache)
+        result.invalidated = _invalidate(output_path)
         if result.invalidated:
             _leave_report(result)
     if repair_metadata:
@@ -344,7 +339,6 @@ def verify_outputs(
     workers: int = 8,
     repair_metadata: bool = False,
     stale_after: float = STALE_AFTER,
-    metadata_cache: MetadataCache | None = None,
 ) -> VerifyReport:
     """Verify many output folders (a mapping gives each path's step name), concurrently."""
     names: Mapping[str, str] = output_paths if isinstance(output_paths, Mapping) else {}
@@ -361,7 +355,6 @@ def verify_outputs(
                     name=names.get(p),
                     repair_metadata=repair_metadata,
                     stale_after=stale_after,
-                    metadata_cache=metadata_cache,
                 ),
                 paths,
             )
@@ -395,7 +388,6 @@ def verify_cache(
         repair=repair,
         repair_metadata=repair_metadata,
         stale_after=pb.stale_after_of(session),
-        metadata_cache=MetadataCache(session.metadata_cache_path),
     )
     for step in report.steps:
         step.label = entries[step.output_path][1]

@@ -3,8 +3,8 @@
 The CLI session (``analysis/session.py``) builds an ``Engine`` from the analysed targets' steps; a Marin
 script reaches it through ``marinbuild.executor.Executor``, which is an ``Engine`` with Marin's constructor
 and method names. One ``Engine`` holds one version table (``table``: ``core/versions.py``) and runs
-builds on it; each ``run`` is one build with its own ``BuildContext`` (lease keeper, runner registry,
-metadata cache), closed when it returns.
+builds on it; each ``run`` is one build with its own ``BuildContext`` (lease keeper, runner registry),
+closed when it returns.
 
 Contract:
 - ``add``/``add_all`` version steps (and what they depend on); ``steps``, ``configs``, ``dependencies``,
@@ -25,13 +25,13 @@ loads no backend, scheduler, resource or runtime-env module), under the complexi
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.placeholders import ExecutorStep, InputName
 from marinbuild.core.versions import VersionTable
 from marinbuild.engine import commit
-from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, run_head, run_info, step_info, step_info_text
+from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, run_info, step_info_text
 
 if TYPE_CHECKING:
     from marinbuild.run.backend import Backend
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     from marinbuild.run.events import Listener
     from marinbuild.run.outcome import Outcome
     from marinbuild.run.plan import Plan
-    from marinbuild.store.run_info import BackgroundWrite
-    from marinbuild.store.run_info_splice import SplicedRunInfo
 
 
 def _worker_id() -> str:
@@ -55,8 +53,6 @@ class Engine:
     ``executor_info_base_path``: where run infos go (default ``<prefix>/experiments``). ``backend``: a backend
     object (the caller owns it), a name (``"local"``/``"ray"``, constructed per run), or None
     (``backend_choice.default_backend``). ``listeners`` receive the run's events (None: log them).
-    ``metadata_cache_path``: each run's cache of verified remote steps (``store/metadata_cache.py``);
-    ``"default"``: ``$MARINBUILD_METADATA_CACHE`` or the user's cache folder; None: no cache.
     """
 
     def __init__(
@@ -70,7 +66,6 @@ class Engine:
         listeners: list[Listener] | None = None,
         backend: Backend | str | None = None,
         keep_going: bool = True,
-        metadata_cache_path: str | None | Literal["default"] = "default",
     ):
         self.prefix = prefix
         if executor_info_base_path is None:
@@ -83,8 +78,6 @@ class Engine:
         self.dependencies = table.dependencies
         self.versions = table.versions
         self.version_strs = table.version_strs
-        self.version_bytes = table.version_bytes
-        """``version_strs`` as the ASCII bytes that are hashed (no decoding)."""
         self.version_str_to_step = table.version_str_to_step
         self.hashed_versions = table.hashed_versions
         self.output_paths = table.output_paths
@@ -94,7 +87,6 @@ class Engine:
         self.listeners = listeners
         self.backend = backend
         self.keep_going = keep_going
-        self.metadata_cache_path = metadata_cache_path
         self.worker_id = _worker_id()
         self.step_infos: list[ExecutorStepInfo] = []
         self.executor_info: ExecutorInfo | None = None
@@ -105,17 +97,6 @@ class Engine:
         """What the last ``run`` ran (``run/outcome.py``); None after a dry or refused run."""
         self.dry_run_problems: list[str] = []
         """After a dry run on the local backend: the steps to run that it could not run (``resource_problems``)."""
-        self.run_info_spans: list[tuple[int, int]] = []
-        """After a run that wrote a new run info: each entry's (offset, length) in it, in the order it lists them."""
-        self.run_info_states: list[tuple[int, bytes]] = []
-        """After a run that wrote a new local run info: the md5 states a later splice of it resumes from
-        (``store.run_info_splice``)."""
-        self.spliced_run_info: SplicedRunInfo | None = None
-        """Set by ``splice_run_info`` (a build that takes unchanged steps from an earlier build's records,
-        ``marinbuild.analysis.incremental``): the run info being written from the earlier file's entries and
-        ``splice_steps``' entries. The engine's own ``step_infos`` and ``executor_info.steps`` then hold the
-        steps it versioned only."""
-        self._head: dict[str, object] | None = None
 
     # -- versions -------------------------------------------------------------------------
     @property
@@ -160,7 +141,7 @@ class Engine:
         assert self.executor_info is not None
         commit.write_step_infos(self._versions)
         self.executor_info_path = commit.write_run_info(
-            self._versions, self.executor_info, self.executor_info_base_path, only_if_new=False
+            self._versions, self.executor_info, self.executor_info_base_path
         )
 
     def experiment_url(self) -> str:
@@ -171,9 +152,7 @@ class Engine:
             if self.executor_info is None:
                 self.record_infos()
             assert self.executor_info is not None
-            self.executor_info_path = commit.run_info_path(
-                self._versions, self.executor_info, self.executor_info_base_path
-            )
+            self.executor_info_path = commit.run_info_path(self.executor_info, self.executor_info_base_path)
         from marinbuild.serve.url import experiment_url, serve_url
 
         base = serve_url()
@@ -206,10 +185,8 @@ class Engine:
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be a positive integer, got {max_concurrent}")
         from marinbuild.run.build_context import BuildContext
-        from marinbuild.store.metadata_cache import default_path
 
-        path = default_path() if self.metadata_cache_path == "default" else self.metadata_cache_path
-        with BuildContext(path) as context:
+        with BuildContext() as context:
             self._run(
                 steps,
                 context,
@@ -252,7 +229,6 @@ class Engine:
                 rebuild=rebuild,
                 worker_id=self.worker_id,
                 stale_after=self.stale_after if self.stale_after is not None else STALE_AFTER,
-                metadata_cache=context.metadata_cache,
             )
             self.plan = plan
         if dry_run:  # the names cache status and query give: stale when another version of the step is there
@@ -301,87 +277,17 @@ class Engine:
             max_concurrent=max_concurrent,
             selected=selected,
             context=context,
-            start_run_info=self._start_run_info,
+            write_run_info=self._write_run_info,
         )
 
-    def splice_run_info(
-        self, source: str, slots: Sequence[tuple[int, int] | None], md5_states: Sequence[tuple[int, bytes]] = ()
-    ) -> SplicedRunInfo | None:
-        """Start writing the run info from the local run-info file ``source`` (``marinbuild.store.run_info_splice``):
-        ``slots`` lists each entry in order, as its (offset, length) in ``source`` when kept, None when it is one
-        of the steps ``splice_steps`` then gives; ``md5_states``: the saved md5 states of ``source``. None if run
-        infos go to an object store. ``abandon_splice`` drops it when the run writes none."""
-        from marinbuild.store import fs
-        from marinbuild.store import run_info as run_info_file
-        from marinbuild.store.run_info_splice import SplicedRunInfo
-
-        if not fs.is_local(self.executor_info_base_path):
-            return None
-        self._head = head = run_head(self.worker_id, self.prefix)
-        script = run_info_file.script_name(str(head["caller_path"]))
-        directory = fs.local_path(self.executor_info_base_path)
-        self.spliced_run_info = SplicedRunInfo(
-            directory, script, run_info_file.opening(head), source, slots, md5_states
-        )
-        return self.spliced_run_info
-
-    def splice_steps(self, steps: Sequence[ExecutorStep]) -> None:
-        """The versioned steps whose entries fill the spliced run info's new slots, in their order: their entries
-        go to the writer now, before the run plans, so that it hashes the whole file while the run plans and
-        runs; the run names the file when its steps start."""
-        from marinbuild.store import run_info as run_info_file
-
-        splice = self.spliced_run_info
-        assert splice is not None
-        table = self._versions
-        versioned = table.version_pieces
-        splice.add(run_info_file.step_pieces(step_info(table, s), versioned[s]) for s in steps)
-
-    def abandon_splice(self) -> None:
-        """The spliced run info will not be completed (nothing ran, or the build stopped): name nothing."""
-        if self.spliced_run_info is not None:
-            self.spliced_run_info.abandon()
-
-    def _start_run_info(self) -> BackgroundWrite:
-        """The run info of a run that runs steps, written on a thread while they run. The infos are made here, before
-        any step starts (the steps' own ``.executor_info`` texts instantiate configs too, on the backend's threads)."""
-        from marinbuild.store import run_info as run_info_file
-
-        spans: list[tuple[int, int]] = []
-        states: list[tuple[int, bytes]] = []
-        self.run_info_spans, self.run_info_states = spans, states
-        splice = self.spliced_run_info
-        if splice is not None:  # infos of the steps this engine versioned; the child has the others' entries
-            table = self._versions
-            self.step_infos, self.executor_info = run_info(
-                table,
-                worker_id=self.worker_id,
-                prefix=self.prefix,
-                description=self.description,
-                steps=[step for step in table.steps if step not in table.recorded],
-                head=self._head,
-            )
-
-            def complete() -> str:
-                path = splice.finish().result()
-                spans.extend(splice.spans)
-                states.extend(splice.md5_states)
-                self.executor_info_path = path
-                return path
-
-            return run_info_file.BackgroundWrite(complete)
+    def _write_run_info(self) -> None:
+        """The run info of a run that runs steps, written before any step starts (as Marin's ``run`` does). The infos
+        are made here, before the steps' own ``.executor_info`` texts instantiate configs on the backend's threads."""
         self.record_infos()
-        info = self.executor_info
-        assert info is not None
-
-        def write() -> str:
-            path = commit.write_run_info(
-                self._versions, info, self.executor_info_base_path, only_if_new=True, spans=spans, states=states
-            )
-            self.executor_info_path = path
-            return path
-
-        return run_info_file.BackgroundWrite(write)
+        assert self.executor_info is not None
+        self.executor_info_path = commit.write_run_info(
+            self._versions, self.executor_info, self.executor_info_base_path
+        )
 
     def _local_problems(self, plan: Plan) -> list[str]:
         """For a dry run on the local backend: the steps to run it could not run (a TPU step, ...)."""

@@ -3,11 +3,11 @@
 ``execute`` is called with a plan that has steps to run (a no-op never loads this module, nor the
 scheduler, the step jobs or any backend). In order: construct the backend the engine names (or take the one
 it was given); refuse the run if the backend cannot give some step what it asks for, before anything is
-written; write the ``.executor_info`` of steps not run and start the run info on its own thread
-(``commit.py``); schedule the steps (``run/scheduler.py``), which makes each step's ``StepJob``
-(``run/step_job.py``: lease, status, outputs, commit) when it starts and lets it go when it is done, so a
-run of many steps holds the jobs of the steps in flight only; then turn the failures into
-``StepFailedError``, the first step's own exception chained. A backend constructed here is shut down here.
+written; write the ``.executor_info`` of steps not run and the run info (``commit.py``); schedule the
+steps (``run/scheduler.py``), which makes each step's ``StepJob`` (``run/step_job.py``: lease, status,
+outputs, commit) when it starts and lets it go when it is done, so a run of many steps holds the jobs of
+the steps in flight only; then turn the failures into ``StepFailedError``, the first step's own exception
+chained. A backend constructed here is shut down here.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from marinbuild.run.build_context import BuildContext
     from marinbuild.run.outcome import Outcome
     from marinbuild.run.plan import Plan
-    from marinbuild.store.run_info import BackgroundWrite
 
 
 @dataclass(frozen=True)
@@ -60,10 +59,10 @@ def execute(
     max_concurrent: int | None,
     selected: bool,
     context: BuildContext,
-    start_run_info: Callable[[], BackgroundWrite],
+    write_run_info: Callable[[], None],
 ) -> Outcome[ExecutorStep]:
-    """Run ``plan.to_run`` (not empty); ``start_run_info`` starts the run info's writer once nothing can refuse
-    the run any more. ``selected``: the run was narrowed by ``run_only``."""
+    """Run ``plan.to_run`` (not empty); ``write_run_info`` writes the run info once nothing can refuse the run any
+    more, before any step starts. ``selected``: the run was narrowed by ``run_only``."""
     lease_settings = LeaseSettings()
     if settings.heartbeat_interval is not None:
         lease_settings.heartbeat_interval = settings.heartbeat_interval
@@ -101,24 +100,19 @@ def execute(
         calls = ((step, call_for(step, table.configs[step], settings.prefix)) for step in plan.to_run)
         backend_choice.check_resources(backend, calls)  # nothing written yet; each call is made again with its job
         commit.write_infos_not_run(table, graph, plan, selected)
-        writing = start_run_info()
-        try:
-            bus.emit(ev.BUILD_STARTED, data={"steps": len(plan.to_run)})
-            outcome = schedule(
-                plan.to_run,
-                table.dependencies,
-                job_for,
-                describe,
-                backend,
-                bus,
-                max_concurrent=max_concurrent,
-                keep_going=settings.keep_going,
-                cancel=cancel,
-            )
-        except BaseException:
-            writing.join()  # the build's own error (or an interrupt) is the one to raise
-            raise
-        writing.result()
+        write_run_info()
+        bus.emit(ev.BUILD_STARTED, data={"steps": len(plan.to_run)})
+        outcome = schedule(
+            plan.to_run,
+            table.dependencies,
+            job_for,
+            describe,
+            backend,
+            bus,
+            max_concurrent=max_concurrent,
+            keep_going=settings.keep_going,
+            cancel=cancel,
+        )
     finally:
         if owned:
             backend.shutdown()

@@ -1,10 +1,9 @@
 """What is recorded about a step and a run, in Marin's schema: ``.executor_info`` and the run info's head.
 
 ``ExecutorStepInfo``/``ExecutorInfo`` are Marin's dataclasses. ``step_info_text`` is the exact
-``.executor_info`` text Marin writes (``json.dumps(info, indent=2)``), composed field by field around the
-version table's memoized indented version, so a step deep in a wide graph does not re-serialise its
-ancestors' versions. ``run_head`` gathers the run's facts (worker, git commit, caller script, date, user)
-as Marin's ``get_infos`` does; the git commit is read from files, not a subprocess.
+``.executor_info`` text Marin writes (``json.dumps(info, indent=2)``). ``run_head`` gathers the run's facts
+(worker, git commit, caller script, date, user) as Marin's ``get_infos`` does; the git commit is read from
+files, not a subprocess.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -157,8 +155,7 @@ def step_info(table: VersionTable, step: ExecutorStep) -> ExecutorStepInfo:
 
 def step_info_text(table: VersionTable, step: ExecutorStep) -> str:
     """The ``.executor_info`` content Marin writes: ``json.dumps(info, indent=2)`` of the step info's fields in
-    their order (description left out), composed field by field around the memoized text of the nested
-    version (``indented_version``). Not kept: it is written once per step, and a step deep in a wide graph
+    their order (description left out). Not kept: it is written once per step, and a step deep in a wide graph
     nests its ancestors' versions."""
     info = step_info(table, step)
     return "".join(
@@ -172,7 +169,7 @@ def step_info_text(table: VersionTable, step: ExecutorStep) -> str:
             ',\n  "override_output_path": ',
             dumps_indented(info.override_output_path, 1),
             ',\n  "version": ',
-            table.indented_version(step, "  "),
+            table.indented_version(step, 1),
             ',\n  "dependencies": ',
             dumps_indented(info.dependencies, 1),
             ',\n  "output_path": ',
@@ -188,13 +185,10 @@ def run_info(
     worker_id: str,
     prefix: str,
     description: str | None,
-    steps: Iterable[ExecutorStep] | None = None,
-    head: dict[str, Any] | None = None,
 ) -> tuple[list[ExecutorStepInfo], ExecutorInfo]:
-    """Every versioned step's record (or those of ``steps``) and the run's record (Marin's ``get_infos``); ``head``:
-    the run's ``run_head`` when it was taken earlier."""
-    step_infos = [step_info(table, step) for step in (table.steps if steps is None else steps)]
-    return step_infos, ExecutorInfo(**(head or run_head(worker_id, prefix)), description=description, steps=step_infos)
+    """Every versioned step's record and the run's record (Marin's ``get_infos``)."""
+    step_infos = [step_info(table, step) for step in table.steps]
+    return step_infos, ExecutorInfo(**run_head(worker_id, prefix), description=description, steps=step_infos)
 
 
 def run_head(worker_id: str, prefix: str) -> dict[str, Any]:

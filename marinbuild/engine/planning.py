@@ -1,11 +1,10 @@
 """From versioned steps to the run's plan: the targets, each needed step's state, and what refuses the run.
 
 ``plan_run`` picks the targets (the requested steps, or the ``run_only`` selection, plus the ``rebuild``
-steps) and asks ``run/plan.py`` for the state of every needed step, reading statuses through the build's
-metadata cache. For a dry run, ``mark_stale`` names the missing steps of which another version is under the
-prefix (what ``cache status`` and ``query`` say). ``refuse_failed_before`` raises Marin's
-``PreviousTaskFailedError`` when a needed step failed in an earlier run and the run must not retry it.
-Nothing here writes.
+steps) and asks ``run/plan.py`` for the state of every needed step. For a dry run, ``mark_stale`` names the
+missing steps of which another version is under the prefix (what ``cache status`` and ``query`` say).
+``refuse_failed_before`` raises Marin's ``PreviousTaskFailedError`` when a needed step failed in an earlier run
+and the run must not retry it. Nothing here writes.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from marinbuild.run import plan as planning
 if TYPE_CHECKING:
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.core.versions import VersionTable
-    from marinbuild.store.metadata_cache import MetadataCache
 
 logger = logging.getLogger("marinbuild")
 
@@ -34,7 +32,6 @@ def plan_run(
     rebuild: Iterable[ExecutorStep],
     worker_id: str,
     stale_after: float,
-    metadata_cache: MetadataCache | None,
 ) -> tuple[StepGraph, planning.Plan]:
     """The graph of ``table`` and the plan of the run's targets (every step here is versioned in ``table``)."""
     graph = StepGraph(table)
@@ -52,7 +49,6 @@ def plan_run(
         worker_id=worker_id,
         stale_after=stale_after,
         rebuild=rebuild,
-        status_reader=lambda paths: planning.read_statuses(paths, cache=metadata_cache),
     )
     return graph, plan
 

@@ -21,20 +21,9 @@ from typing import Any
 
 import fsspec
 
+from marinbuild.ml.documents import document_format, is_document
+
 MANIFEST = "manifest.json"
-DOC_SUFFIXES = (".jsonl", ".json", ".parquet")
-COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
-
-
-def document_format(path: str) -> tuple[str, str | None]:
-    """(format suffix, compression) of a document file, e.g. ``(".jsonl", "gzip")``."""
-    base, ext = os.path.splitext(path)
-    compression = COMPRESSIONS.get(ext)
-    if compression is not None:
-        base, ext = os.path.splitext(base)
-    if ext not in DOC_SUFFIXES:
-        raise ValueError(f"{path}: unsupported document file (expected .jsonl[.gz|.zst], .json or .parquet)")
-    return ext, compression
 
 
 def write_manifest(output_path: str, files: list[str], urls: list[str], documents: int | None) -> dict[str, Any]:
@@ -69,14 +58,6 @@ def expand(patterns: Iterable[str]) -> list[str]:
         protocol = pattern.split("://", 1)[0] + "://" if "://" in pattern else ""
         out.extend(m if "://" in m or not protocol else protocol + m for m in matches)
     return out
-
-
-def is_document(path: str) -> bool:
-    try:
-        document_format(path)
-    except ValueError:
-        return False
-    return True
 
 
 def document_paths(raw_outputs: Iterable[str]) -> list[str]:

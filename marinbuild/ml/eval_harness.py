@@ -202,7 +202,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     from levanter.utils.py_utils import FailSafeJSONEncoder
 
     from marinbuild.ml.configs import LmModel, from_dict, to_levanter_model
-    from marinbuild.ml.tokenize import resolve_tokenizer
+    from marinbuild.ml.tokenizer import resolve_tokenizer
     from marinbuild.ml.train import (
         MODEL_INFO,
         _cpu_collectives_unless_tpu,

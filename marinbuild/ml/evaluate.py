@@ -35,7 +35,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
 
     from marinbuild.ml.configs import LmModel, from_dict, to_levanter_model
     from marinbuild.ml.jsonl import read_records
-    from marinbuild.ml.tokenize import resolve_tokenizer
+    from marinbuild.ml.tokenizer import resolve_tokenizer
     from marinbuild.ml.tracker import JsonlTrackerConfig
     from marinbuild.ml.train import MODEL_INFO, compilation_cache_dir, data_config, latest_checkpoint
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import fsspec
 
-from marinbuild.ml.corpus import document_format
+from marinbuild.ml.documents import document_format
 
 _STREAM_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, UnicodeDecodeError)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import sys
 import time
 import uuid
 from typing import Any
@@ -46,3 +48,11 @@ def read_log(path: str) -> list[dict[str, Any]]:
     if not fs.exists(p):
         return []
     return [json.loads(line) for line in fs.cat_file(p).decode().splitlines() if line.strip()]
+
+
+def node_name() -> str:
+    """Where a work item runs, for its log line: the Ray node id in a Ray task, else the host name."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return str(ray.get_runtime_context().get_node_id())
+    return socket.gethostname()

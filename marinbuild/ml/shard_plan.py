@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import fsspec
 
-from marinbuild.ml.corpus import document_format
+from marinbuild.ml.documents import document_format
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,13 @@ levanter, jax and tokenizers are imported here, in the worker, never in the buil
 from __future__ import annotations
 
 import os
-import socket
 import time
 import uuid
 from typing import Any
 
 from marinbuild.ml import shards as sh
 from marinbuild.ml.records import ReadCounts, read_texts
+from marinbuild.ml.run_log import node_name
 
 _PROCESSORS: dict[tuple[str, str], Any] = {}
 """Tokenizing processors by (format, tokenizer), kept for the worker process's life: loading a tokenizer is
@@ -51,7 +51,7 @@ def _processor(tokenizer: str, text_key: str) -> Any:
 
 
 def tokenizer_dir(spec: str) -> str:
-    from marinbuild.ml.tokenize import resolve_tokenizer
+    from marinbuild.ml.tokenizer import resolve_tokenizer
 
     return resolve_tokenizer(spec)
 
@@ -113,16 +113,6 @@ def build_shard(job: dict[str, Any]) -> dict[str, Any]:
     )
     sh.commit(shard, result)
     return {**result.to_json(), "state": "built"}
-
-
-def node_name() -> str:
-    """The Ray node id where this runs in a Ray task, else the host name."""
-    import sys
-
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        return str(ray.get_runtime_context().get_node_id())
-    return socket.gethostname()
 
 
 def write_empty_cache(cache_path: str, exemplar: Any, metadata: dict[str, Any]) -> None:

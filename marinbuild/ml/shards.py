@@ -42,7 +42,7 @@ from typing import Any
 
 import fsspec
 
-from marinbuild.ml.corpus import document_format
+from marinbuild.ml.documents import document_format
 from marinbuild.ml.shard_plan import Piece, file_pieces, group
 from marinbuild.store import action_cache
 

@@ -38,6 +38,7 @@ import fsspec
 from marinbuild.ml import shards as sh
 from marinbuild.ml.process import is_local
 from marinbuild.ml.run_log import RunLog
+from marinbuild.ml.tokenizer import is_local_tokenizer, resolve_tokenizer
 
 METADATA = "tokenized.json"
 SHARD_LOG = "shards.jsonl"
@@ -58,21 +59,6 @@ def read_metadata(tokenized_output: str) -> dict[str, Any]:
 
 def has_split(tokenized_output: str, split: str) -> bool:
     return split in read_metadata(tokenized_output).get("splits", {})
-
-
-def is_local_tokenizer(spec: str) -> bool:
-    return "://" in spec or os.path.isdir(spec)
-
-
-def resolve_tokenizer(spec: str) -> str:
-    """What levanter's loader takes: a local directory (copied here if remote) or a Hub name."""
-    from marinbuild.ml.tokenizer import is_tokenizer_dir, local_tokenizer_dir
-
-    if is_local_tokenizer(spec):
-        if not is_tokenizer_dir(spec):
-            raise FileNotFoundError(f"tokenizer {spec}: no tokenizer.json there")
-        return local_tokenizer_dir(spec)
-    return spec  # a Hub name such as meta-llama/Meta-Llama-3.1-8B (needs the network)
 
 
 def shard_options(skip_bad_records: bool) -> dict[str, Any]:

@@ -126,3 +126,16 @@ def describe(path: str) -> dict[str, Any]:
     with open(os.path.join(local, "tokenizer_config.json")) as f:
         config = json.load(f)
     return {"vocab_size": tok.get_vocab_size(), **{k: config.get(k) for k in ("bos_token", "eos_token", "pad_token")}}
+
+
+def is_local_tokenizer(spec: str) -> bool:
+    return "://" in spec or os.path.isdir(spec)
+
+
+def resolve_tokenizer(spec: str) -> str:
+    """What levanter's loader takes: a local directory (copied here if remote) or a Hub name."""
+    if is_local_tokenizer(spec):
+        if not is_tokenizer_dir(spec):
+            raise FileNotFoundError(f"tokenizer {spec}: no tokenizer.json there")
+        return local_tokenizer_dir(spec)
+    return spec  # a Hub name such as meta-llama/Meta-Llama-3.1-8B (needs the network)

@@ -108,7 +108,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     from levanter.trainer import TrainerConfig
 
     from marinbuild.ml.configs import levanter_batch_size, to_levanter_model, to_levanter_optimizer
-    from marinbuild.ml.tokenize import resolve_tokenizer
+    from marinbuild.ml.tokenizer import resolve_tokenizer
     from marinbuild.ml.tracker import JsonlTrackerConfig
 
     out = payload["output_path"]

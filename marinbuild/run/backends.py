@@ -35,8 +35,6 @@ class BackendOptions:
     """Ray: the cluster (None: ``RAY_ADDRESS``, else a private local instance)."""
     ray_max_retries: int | None = None
     """Ray: retries of a task whose worker died."""
-    ray_bundle_seconds: float | None = None
-    """Ray: how long a task running several short steps of one function lasts (0: one step per task)."""
     working_dir: str | os.PathLike[str] | None = None
     """Ray: the workspace shipped to a cluster (None: the project around the current folder)."""
 
@@ -49,16 +47,12 @@ def _local(options: BackendOptions) -> Backend:
 
 def _ray(options: BackendOptions) -> Backend:
     from marinbuild.run.ray_backend import DEFAULT_MAX_RETRIES, RayBackend
-    from marinbuild.run.ray_bundles import DEFAULT_BUNDLE_SECONDS
     from marinbuild.run.runtime_env import project_root
 
     return RayBackend(
         address=options.ray_address,
         max_retries=options.ray_max_retries if options.ray_max_retries is not None else DEFAULT_MAX_RETRIES,
         working_dir=options.working_dir if options.working_dir is not None else project_root(),
-        bundle_seconds=(
-            options.ray_bundle_seconds if options.ray_bundle_seconds is not None else DEFAULT_BUNDLE_SECONDS
-        ),
     )
 
 

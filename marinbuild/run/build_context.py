@@ -8,9 +8,7 @@ closed when the build ends:
   the build ends it, so a process that runs many builds keeps no idle keeper thread;
 - ``local_runners``: the runners of this build, so that one finding a step's lease held by another runner
   of the build waits on its event instead of polling the store (a runner of another build, in this process
-  or another, is waited for by polling);
-- ``metadata_cache``: the local cache of verified remote steps (``marinbuild.store.metadata_cache``) at the
-  path the caller chose (a workspace's ``.marinbuild/metadata.sqlite`` for a CLI build).
+  or another, is waited for by polling).
 
 What stays process-wide, on purpose: the GCS client (``marinbuild.store.gcs.filesystem``: a connection
 pool and an event-loop thread per endpoint, with its request count and what it learnt of the server),
@@ -21,7 +19,6 @@ process-wide mirror budget (``$MARIN_MIRROR_BUDGET_GB``, as Marin keeps it).
 from __future__ import annotations
 
 from marinbuild.run.leases import LeaseKeeper, LocalRunners
-from marinbuild.store.metadata_cache import MetadataCache
 
 __all__ = ["BuildContext"]
 
@@ -29,15 +26,13 @@ __all__ = ["BuildContext"]
 class BuildContext:
     """What one build owns (see the module docstring); a context manager that closes it."""
 
-    def __init__(self, metadata_cache_path: str | None) -> None:
+    def __init__(self) -> None:
         self.lease_keeper = LeaseKeeper()
         self.local_runners = LocalRunners()
-        self.metadata_cache = MetadataCache(metadata_cache_path)
 
     def close(self) -> None:
-        """End the build: stop renewing leases, close the metadata cache."""
+        """End the build: stop renewing leases."""
         self.lease_keeper.close()
-        self.metadata_cache.close()
 
     def __enter__(self) -> BuildContext:
         return self

@@ -10,19 +10,15 @@ record is a path-hash collision: ``ActionCacheCollisionError``, never silently u
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from marinbuild.core.graph import StepGraph
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.store import status as st
 from marinbuild.store.action_cache import ActionKey, check_built
 from marinbuild.store.lease import LeaseRecord, lease_for
-
-if TYPE_CHECKING:
-    from marinbuild.store.metadata_cache import MetadataCache
 
 
 class StepState(StrEnum):
@@ -71,17 +67,14 @@ class Plan:
         return [s for s, p in self.steps.items() if p.state == state]
 
 
-def read_statuses(
-    output_paths: list[str], workers: int = 16, cache: MetadataCache | None = None
-) -> dict[str, str | None]:
+def read_statuses(output_paths: list[str], workers: int = 16) -> dict[str, str | None]:
     """Statuses of many steps: local files directly; remote prefixes batched (``marinbuild.store.batch``:
-    listings on GCS, threads elsewhere, ``cache``: the build's metadata cache). The result may carry
-    ``actions`` (path -> action digests seen)."""
+    listings on GCS, threads elsewhere). The result may carry ``actions`` (path -> action digests seen)."""
     if all("://" not in p or p.startswith("file://") for p in output_paths):
         return st.read_local_statuses(output_paths)
     from marinbuild.store import batch
 
-    return batch.read_statuses(output_paths, cache=cache, workers=workers)
+    return batch.read_statuses(output_paths, workers=workers)
 
 
 def _is_remote(path: str) -> bool:
@@ -94,7 +87,6 @@ def make_plan(
     *,
     worker_id: str,
     stale_after: float,
-    status_reader: Callable[[list[str]], dict[str, str | None]] = read_statuses,
     rebuild: Iterable[ExecutorStep] = (),
 ) -> Plan:
     """Each needed step's state; ``rebuild``: steps planned to run again even when built (``REBUILD``)."""
@@ -107,7 +99,7 @@ def make_plan(
     actions: dict[str, frozenset[str]] = {}
 
     def read(paths: list[str]) -> None:
-        got = status_reader(paths)
+        got = read_statuses(paths)
         statuses.update(got)
         actions.update(getattr(got, "actions", {}))
 

@@ -12,7 +12,7 @@ Who does what:
   shape has room in its launch window (which bounds what ``ray.wait`` looks at), waits for a task to
   end, and finishes it. Lease threads take the lease work that waits: a lease another runner holds,
   and every lease on an object store (a request per operation).
-- Bundles (``marinbuild.run.ray_bundles``): short steps of one function go several to a task.
+- One Ray task per step: its function, its resources, its payload (``marinbuild.run.ray_task``).
 - Failures: Ray retries a task whose worker or node died (``max_retries``), never one whose code
   raised; Ctrl-C cancels every launched task and gives every lease up.
 - Where: ``marinbuild.run.ray_connect``; ``ray`` is imported when the first step is submitted, so a
@@ -36,21 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from marinbuild.run import ray_bundles, shipped_code
+from marinbuild.run import shipped_code
 from marinbuild.run.backend import Completion
 from marinbuild.run.failure import RemoteTraceback
 from marinbuild.run.ray_connect import connect_ray
 from marinbuild.run.ray_progress import ProgressRelay
-from marinbuild.run.ray_task import (
-    UNRUN,
-    EngineError,
-    Relocation,
-    StepRaised,
-    bundle_task_for,
-    pickle_payload,
-    run_call,
-    task_for,
-)
+from marinbuild.run.ray_task import EngineError, Relocation, pickle_payload, run_call, task_for
 from marinbuild.run.step_call import StepCall, is_ray_remote_function
 from marinbuild.run.step_job import CACHED, RAN, Attempt, JobOutcome, StepJob
 from marinbuild.store import status as st
@@ -83,7 +74,7 @@ class StepImportError(RuntimeError):
 
 @dataclass(eq=False)
 class _Shape:
-    """The tasks of one step function, resources and extras: what they ask for, and their remotes."""
+    """The tasks of one step function, resources and extras: what they ask for, and their remote."""
 
     fn: Any
     resources: Any
@@ -91,27 +82,7 @@ class _Shape:
     key: Hashable
     """What the launch window counts tasks by: what they ask of the cluster."""
     remote: Any
-    """The remote of a task of one step (options applied)."""
-    wrapped: Any
-    """The step's function (its ``@ray.remote`` function, if it is one), and the options of its remote: a bundle's
-    remote is made from them when first needed."""
-    declared: dict[str, Any]
-    options: dict[str, Any]
-    demand: dict[str, float]
-    """What one task takes from a node (``ray_bundles.demands``)."""
-    bundles: bool
-    """Whether its steps may share a task (not when each needs a fresh worker)."""
-    budget: float
-    """What ``StepTimes`` calls a long step (the backend's ``bundle_seconds``)."""
-    times: dict[Hashable, ray_bundles.StepTimes] = field(default_factory=dict)
-    """Per kind of step (``StepCall.kind``): how long one takes in its task."""
-    bundle_remote: Any = None
-
-    def times_of(self, kind: Hashable) -> ray_bundles.StepTimes:
-        times = self.times.get(kind)
-        if times is None:
-            times = self.times[kind] = ray_bundles.StepTimes(self.budget)
-        return times
+    """The remote of a step's task (options applied)."""
 
 
 @dataclass
@@ -123,22 +94,17 @@ class _Launch:
     key: Hashable
     """Its shape's window key."""
     shape: _Shape | None
-    """None: a job whose call is not a ``StepCall`` (``run_call``, never bundled)."""
-    kind: Hashable
-    """What steps it is timed with, and may share a task with (``StepCall.kind``)."""
+    """None: a job whose call is not a ``StepCall`` (``run_call``)."""
     payload: bytes
-    alone: bool = False
-    """Launch it in a task of its own (a step of a lost bundle that had not started)."""
 
 
 @dataclass
 class _Task:
-    """A launched Ray task: one step, or a bundle of several of one shape."""
+    """A launched Ray task: one step."""
 
-    members: list[_Launch]
+    item: _Launch
     ref: Any
     key: Hashable
-    bundled: bool
 
 
 @dataclass(frozen=True)
@@ -147,8 +113,8 @@ class _Verdict:
 
     kind: str
     """``ran``, ``engine`` (marinbuild's own error in the task: ``error`` as it is), ``raised`` (the step's code:
-    FAILED), ``lost`` (its task died: SUCCESS means it ran, else FAILED), ``cancelled``, ``failed`` (any other
-    error: FAILED), or ``unrun`` (a bundle did not start it, or ended without saying: launched again)."""
+    FAILED), ``lost`` (its task died: SUCCESS means it ran, else FAILED), ``cancelled``, or ``failed`` (any other
+    error: FAILED)."""
     error: BaseException | None = None
 
 
@@ -178,23 +144,18 @@ class RayBackend:
     """Threads for lease work that waits (another runner's lease; leases on GCS, a request each)."""
     launch_window: int | None = None
     """Tasks of one resource shape launched and not yet ended, or being prepared, at most (each holding the lease of
-    its step, or of each step of its bundle); more steps wait in the driver, without a lease, until one ends. It
-    bounds what each ``ray.wait`` looks at. None: 4 per CPU of the cluster, at least 64."""
-    bundle_seconds: float = ray_bundles.DEFAULT_BUNDLE_SECONDS
-    """Steps of one function that take well under this, with more of them waiting than the cluster can run, go
-    several to a task lasting about this long (``marinbuild.run.ray_bundles``); 0: one task per step always."""
+    its step); more steps wait in the driver, without a lease, until one ends. It bounds what each ``ray.wait``
+    looks at. None: 4 per CPU of the cluster, at least 64."""
     name: str = "ray"
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
-        if self.bundle_seconds < 0:
-            raise ValueError(f"bundle_seconds must be >= 0, got {self.bundle_seconds}")
         self._lock = threading.Lock()
         self._connect_lock = threading.Lock()
         self._connected = False
-        self._remotes: dict[tuple[Any, bool, bool], Any] = {}
-        """Per step function (whether it needs a fresh worker, whether for bundles): its Ray remote function."""
+        self._remotes: dict[tuple[Any, bool], Any] = {}
+        """Per step function (and whether it needs a fresh worker): its Ray remote function."""
         self._shapes: dict[tuple[int, int, tuple[str, ...]], _Shape] = {}
         """Per (function, resources, extras) of a ``StepCall``: its resource shape and remote with options."""
         self._shapes_lock = threading.Lock()
@@ -223,8 +184,6 @@ class RayBackend:
         self._totals_read = -WINDOW_REFRESH
         self._closed = False
         self._cancelled = False
-        self.tasks_launched = 0
-        """Ray tasks launched so far for steps (a bundle is one)."""
 
     # -- connecting ---------------------------------------------------------------------------
     def connect(self) -> None:
@@ -437,33 +396,20 @@ class RayBackend:
                 logger.debug("could not read the cluster's resources", exc_info=True)
         return self._totals
 
-    def _bundle_size(self, shape: _Shape | None, kind: Hashable, waiting: int) -> int:
-        """Steps of ``shape`` to put in its next task, ``waiting`` of them being ready (``ray_bundles``)."""
-        estimate = shape.times_of(kind).estimate if shape is not None else None
-        if shape is None or not shape.bundles or self.bundle_seconds <= 0 or estimate is None:
-            return 1
-        at_once = ray_bundles.capacity(shape.demand, self._cluster_totals())
-        return ray_bundles.bundle_size(waiting, at_once, estimate, self.bundle_seconds)
-
-    def _start(self, items: list[_Launch]) -> _Task | None:
-        """Launch one task for ``items`` (None if it ended here: launching failed, or the build was cancelled)."""
+    def _start(self, item: _Launch) -> _Task | None:
+        """Launch ``item``'s task (None if it ended here: launching failed, or the build was cancelled)."""
         try:
             if self._cancelled:
                 raise KeyboardInterrupt
-            if len(items) == 1:
-                ref = self._single_remote(items[0]).remote(items[0].payload)
-            else:
-                assert items[0].shape is not None
-                ref = self._bundle_remote(items[0].shape).remote([i.payload for i in items], self.bundle_seconds)
+            remote = item.shape.remote if item.shape is not None else self._call_remote
+            ref = remote.remote(item.payload)
         except BaseException as exc:
-            for item in items:
-                self._end_unlaunched(item.job, item.done, exc)
+            self._end_unlaunched(item.job, item.done, exc)
             return None
-        task = _Task(items, ref, items[0].key, len(items) > 1)
+        task = _Task(item, ref, item.key)
         with self._cv:
             cancelled = self._cancelled
             self._running[id(task)] = task
-            self.tasks_launched += 1
         if cancelled:  # Ctrl-C came while launching: its ref ends as cancelled, and finishing says so
             self._cancel_ref(ref)
         return task
@@ -471,14 +417,10 @@ class RayBackend:
     def _task_options(self) -> dict[str, Any]:
         return {"max_retries": self.max_retries, "retry_exceptions": False}
 
-    def _job_shape(self, job: StepJob) -> _Shape | None:
-        call = job.call
-        return self._shape_of(call) if isinstance(call, StepCall) else None
-
     def _shape_key(self, job: StepJob) -> Hashable:
         """What ``job``'s task asks of the cluster: the launch window counts tasks by it."""
-        shape = self._job_shape(job)
-        return shape.key if shape is not None else "call"
+        call = job.call
+        return self._shape_of(call).key if isinstance(call, StepCall) else "call"
 
     def _launch_of(self, job: StepJob, done: Completion, key: Hashable) -> _Launch:
         """``job``'s launch, its task's argument pickled here, in one piece (``pickle_payload``): Ray serializes one
@@ -488,9 +430,9 @@ class RayBackend:
         self._progress_relay(run.holder).watch(job.output_path, job.bus)
         if not isinstance(call, StepCall):
             shipped_code.register_with_ray()
-            return _Launch(job, done, key, None, None, pickle_payload((call, run), self._shipped))
-        shape = self._shape_of(call)
-        return _Launch(job, done, key, shape, call.kind, pickle_payload((call.config, call.mirror, run), self._shipped))
+            return _Launch(job, done, key, None, pickle_payload((call, run), self._shipped))
+        payload = pickle_payload((call.config, call.mirror, run), self._shipped)
+        return _Launch(job, done, key, self._shape_of(call), payload)
 
     def _progress_relay(self, holder: str) -> ProgressRelay:
         """The relay of steps' progress reports to their events (``marinbuild.run.ray_progress``), made once."""
@@ -501,9 +443,6 @@ class RayBackend:
                     self._relay = ProgressRelay(holder)
                 relay = self._relay
         return relay
-
-    def _single_remote(self, item: _Launch) -> Any:
-        return item.shape.remote if item.shape is not None else self._call_remote
 
     def _shape_of(self, call: StepCall) -> _Shape:
         """The shape and remote of ``call``'s task, worked out once per function, resources and extras."""
@@ -533,38 +472,20 @@ class RayBackend:
         if runtime_env is not None:
             options["runtime_env"] = runtime_env
         fn = call.wrapped
-        declared = _declared_options(fn, fresh)
-        remote = self._remote_for(fn, declared, bundle=False).options(**options)  # each launch passes none
-        return _Shape(
-            call.fn,
-            call.resources,
-            (id(fn) if is_ray_remote_function(fn) else None, asks),
-            remote,
-            fn,
-            declared,
-            options,
-            ray_bundles.demands({**declared, **options}),
-            declared.get("max_calls") != 1,
-            self.bundle_seconds or 1.0,
-        )
+        remote = self._remote_for(fn, _declared_options(fn, fresh)).options(**options)  # each launch passes none
+        return _Shape(call.fn, call.resources, (id(fn) if is_ray_remote_function(fn) else None, asks), remote)
 
-    def _bundle_remote(self, shape: _Shape) -> Any:
-        """The remote of a bundle of ``shape``'s steps: the same function and options, in ``bundle_task_for``."""
-        if shape.bundle_remote is None:
-            shape.bundle_remote = self._remote_for(shape.wrapped, shape.declared, bundle=True).options(**shape.options)
-        return shape.bundle_remote
-
-    def _remote_for(self, fn: Any, declared: dict[str, Any], bundle: bool) -> Any:
-        """One Ray remote function per step function (and kind of task): Ray ships it once, then each task only
-        its payload. A ``@ray.remote`` function's plain function runs in a task of ours, which also commits, with
-        the options it was declared with."""
-        key = (fn, declared.get("max_calls") == 1, bundle)
+    def _remote_for(self, fn: Any, declared: dict[str, Any]) -> Any:
+        """One Ray remote function per step function: Ray ships it once, then each task only its payload. A
+        ``@ray.remote`` function's plain function runs in a task of ours, which also commits, with the options it
+        was declared with."""
+        key = (fn, declared.get("max_calls") == 1)
         remote = self._remotes.get(key)
         if remote is None:
             import ray
 
             plain = fn._function if is_ray_remote_function(fn) else fn
-            task = (bundle_task_for if bundle else task_for)(plain, self._relocation)
+            task = task_for(plain, self._relocation)
             remote = ray.remote(**declared)(task) if declared else ray.remote(task)
             self._remotes[key] = remote
         return remote
@@ -579,46 +500,40 @@ class RayBackend:
             logger.debug("could not cancel a task", exc_info=True)
 
     # -- finishing: release, or record the failure ---------------------------------------------
-    def _finish(self, task: _Task) -> list[_Launch]:
-        """``task`` ended: finish each of its steps as its verdict says; the steps to launch again (a bundle's unrun).
+    def _finish(self, task: _Task) -> None:
+        """``task`` ended: finish its step as its verdict says.
 
-        The verdicts are read here, in the loop; a step whose lease needs a request per operation is finished on
+        The verdict is read here, in the loop; a step whose lease needs a request per operation is finished on
         a lease thread.
         """
         with self._cv:
             self._running.pop(id(task), None)
         try:
-            verdicts = self._verdicts(task)
-        except BaseException as exc:  # e.g. a result that does not match the bundle: each step's outcome
-            verdicts = [_Verdict("failed", exc)] * len(task.members)
-        unrun: list[_Launch] = []
-        for item, verdict in zip(task.members, verdicts, strict=True):
-            if verdict.kind == "unrun":
-                unrun.append(item)
-            elif item.job.lease.round_trips:
-                self._to_lease_threads(functools.partial(self._settle, item, verdict))
-            else:
-                self._settle(item, verdict)
-        return unrun
+            verdict = self._verdict(task)
+        except BaseException as exc:  # any error reading the result is the step's outcome
+            verdict = _Verdict("failed", exc)
+        if task.item.job.lease.round_trips:
+            self._to_lease_threads(functools.partial(self._settle, task.item, verdict))
+        else:
+            self._settle(task.item, verdict)
 
-    def _verdicts(self, task: _Task) -> list[_Verdict]:
-        """How ``task`` ended, for each of its steps (read from its result, or from its error and the statuses)."""
+    def _verdict(self, task: _Task) -> _Verdict:
+        """How ``task`` ended (read from its result, or from its error and, if its task died, the step's status)."""
         import ray
         from ray import exceptions as rex
 
         try:
-            result = ray.get(task.ref)
+            ray.get(task.ref)
         except BaseException as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(exc, rex.TaskCancelledError | KeyboardInterrupt) or self._cancelled:
-                return [_Verdict("cancelled")] * len(task.members)
-            if isinstance(exc, rex.RayTaskError) and isinstance(cause, EngineError):  # (a task of one step)
+                return _Verdict("cancelled")
+            if isinstance(exc, rex.RayTaskError) and isinstance(cause, EngineError):
                 error = cause.error  # e.g. the lease was taken over: the task wrote no SUCCESS
                 error.__cause__ = RemoteTraceback(_ANSI.sub("", str(exc)).rstrip())
-                return [_Verdict("engine", error)]
-            if isinstance(exc, rex.RayTaskError):  # the step's code raised: a task of one step committed nothing
-                error = _user_error(exc)
-                return self._by_status(task, "raised", error) if task.bundled else [_Verdict("raised", error)]
+                return _Verdict("engine", error)
+            if isinstance(exc, rex.RayTaskError):  # the step's code raised: its task committed nothing
+                return _Verdict("raised", _user_error(exc))
             if isinstance(
                 exc,
                 rex.WorkerCrashedError
@@ -632,55 +547,18 @@ class RayBackend:
                     f"(max_retries={self.max_retries}): {type(exc).__name__}: {exc}"
                 )
                 lost.__cause__ = exc
-                return self._by_status(task, "lost", lost)
-            return [_Verdict("failed", exc)] * len(task.members)  # e.g. the runtime env could not be set up
-        if not task.bundled:
-            if isinstance(result, float) and task.members[0].shape is not None:
-                task.members[0].shape.times_of(task.members[0].kind).add(result)
-            return [_Verdict("ran")]
-        verdicts = []
-        for item, (outcome, seconds) in zip(task.members, result, strict=True):
-            if outcome == UNRUN:
-                verdicts.append(_Verdict("unrun"))
-                continue
-            assert item.shape is not None
-            item.shape.times_of(item.kind).add(seconds)
-            if outcome is None:
-                verdicts.append(_Verdict("ran"))
-            elif isinstance(outcome, EngineError):
-                error = outcome.error
-                error.__cause__ = RemoteTraceback(outcome.text)
-                verdicts.append(_Verdict("engine", error))
-            elif isinstance(outcome, StepRaised):
-                outcome.error.__cause__ = RemoteTraceback(outcome.traceback)
-                verdicts.append(_Verdict("raised", outcome.error))
-            else:
-                verdicts.append(_Verdict("failed", TypeError(f"a bundle's task returned {outcome!r}")))
-        return verdicts
+                return self._lost(task, lost)
+            return _Verdict("failed", exc)  # e.g. the runtime env could not be set up
+        return _Verdict("ran")
 
-    def _by_status(self, task: _Task, kind: str, error: BaseException) -> list[_Verdict]:
-        """Verdicts for a task that ended with ``error`` before it could say how each step went.
-
-        A step whose status says it was committed (SUCCESS) ran. Otherwise: the step of a task of one step gets
-        ``kind``; those of a bundle are launched again, one per task, so that each step's own task says how it
-        goes (a step that kills its worker is then the only one lost; a RUNNING status alone would not tell it
-        apart from a step an earlier, crashed build left RUNNING).
-        """
-        verdicts = []
-        for item in task.members:
-            try:
-                status = st.read_status(item.job.output_path)
-            except Exception:  # the store is unreadable: the step's task failed as far as this driver can tell
-                logger.debug("could not read the status of %s", item.job.name, exc_info=True)
-                status = None
-            if status == st.STATUS_SUCCESS:
-                verdicts.append(_Verdict("ran"))
-            elif not task.bundled:
-                verdicts.append(_Verdict(kind, error))
-            else:
-                item.alone = True
-                verdicts.append(_Verdict("unrun"))
-        return verdicts
+    def _lost(self, task: _Task, error: BaseException) -> _Verdict:
+        """The verdict of a step whose task died: it ran if its status says it was committed (SUCCESS), else lost."""
+        try:
+            status = st.read_status(task.item.job.output_path)
+        except Exception:  # the store is unreadable: the step's task failed as far as this driver can tell
+            logger.debug("could not read the status of %s", task.item.job.name, exc_info=True)
+            status = None
+        return _Verdict("ran") if status == st.STATUS_SUCCESS else _Verdict("lost", error)
 
     def _settle(self, item: _Launch, verdict: _Verdict) -> None:
         """Finish one step as ``verdict`` says: release its lease, or write FAILED; then report it."""
@@ -777,7 +655,6 @@ class _DriverLoop:
     def _launch_prepared(self, prepared: list[tuple[Hashable, _Launch | None]]) -> set[Hashable]:
         """Launch the jobs a lease thread prepared (None: the job ended there); the shapes touched."""
         touched: set[Hashable] = set()
-        ready: dict[Hashable, list[_Launch]] = {}
         for shape_key, item in prepared:
             touched.add(shape_key)
             if item is None:
@@ -786,9 +663,7 @@ class _DriverLoop:
                 self.active[shape_key] -= 1
                 self.backend._end_unlaunched(item.job, item.done, KeyboardInterrupt())
             else:
-                ready.setdefault(shape_key, []).append(item)
-        for shape_key, items in ready.items():
-            self._launch(shape_key, items, len(self.pending.get(shape_key, ())))
+                self._launch(shape_key, item)
         return touched
 
     def _fill(self, shape_key: Hashable) -> None:
@@ -799,17 +674,11 @@ class _DriverLoop:
             job, done = queued.popleft()
             backend._complete(done, job, None, KeyboardInterrupt())
         while queued and self.active[shape_key] < backend._window(self.active[shape_key]):
-            call = queued[0][0].call
-            kind = call.kind if isinstance(call, StepCall) else None
-            size = backend._bundle_size(backend._job_shape(queued[0][0]), kind, len(queued))
-            items: list[_Launch] = []
-            while queued and len(items) < size:
-                job, done = queued.popleft()
-                self.active[shape_key] += 1
-                item = self._take_lease(job, done, shape_key)
-                if item is not None:
-                    items.append(item)
-            self._launch(shape_key, items, len(queued))
+            job, done = queued.popleft()
+            self.active[shape_key] += 1
+            item = self._take_lease(job, done, shape_key)
+            if item is not None:
+                self._launch(shape_key, item)
         if not queued:
             self.pending.pop(shape_key, None)
 
@@ -828,28 +697,13 @@ class _DriverLoop:
             return None
         return item
 
-    def _launch(self, shape_key: Hashable, items: list[_Launch], waiting: int) -> None:
-        """Launch ``items`` (prepared, each counted in ``active``): steps of one shape and kind are bundled where
-        ``ray_bundles`` says so, in the order they came."""
-        alike: dict[tuple[int, Hashable, bool], list[_Launch]] = {}
-        for item in items:
-            alike.setdefault((id(item.shape), item.kind, item.alone), []).append(item)
-        for members in alike.values():
-            first, start = members[0], 0
-            while start < len(members):
-                size = (
-                    1
-                    if first.alone
-                    else self.backend._bundle_size(first.shape, first.kind, waiting + len(members) - start)
-                )
-                group = members[start : start + size]
-                start += len(group)
-                self.active[shape_key] -= len(group) - 1  # one task
-                task = self.backend._start(group)
-                if task is None:
-                    self.active[shape_key] -= 1
-                else:
-                    self.in_flight[task.ref] = task
+    def _launch(self, shape_key: Hashable, item: _Launch) -> None:
+        """Launch ``item`` (prepared, counted in ``active``) in a task of its own."""
+        task = self.backend._start(item)
+        if task is None:
+            self.active[shape_key] -= 1
+        else:
+            self.in_flight[task.ref] = task
 
     def _wait(self) -> list[Any]:
         """The references of launched tasks that ended (none if ``WAKE_SECONDS`` passed first)."""
@@ -863,15 +717,12 @@ class _DriverLoop:
         return ready
 
     def _task_ended(self, ref: Any) -> None:
-        """Finish the task of ``ref``; launch again the steps of a bundle it did not run, then fill its window."""
+        """Finish the task of ``ref``, then fill its window."""
         task = self.in_flight.pop(ref, None)
         if task is None:
             return
         self.active[task.key] -= 1
-        unrun = self.backend._finish(task)
-        if unrun:
-            self.active[task.key] += len(unrun)
-            self._launch(task.key, unrun, len(self.pending.get(task.key, ())))
+        self.backend._finish(task)
         self._fill(task.key)
 
 

@@ -7,7 +7,7 @@ no token file, no usage report and warnings only, whose workers import what this
 workspace, ``working_dir``, as a cluster's workers import it from their working directory).
 Either way what the tasks print goes to this process's stderr (stdout carries the build's results), and
 Ray's own messages to a log file, on the console only when verbose (``marinbuild.run.ray_log``).
-With ``RAY_AUTH_MODE=token`` Ray sends the token itself (``marinbuild.ray_auth``); a missing token
+With ``RAY_AUTH_MODE=token`` Ray sends the token itself (``marinbuild.run.ray_auth``); a missing token
 file, a refused token or a cluster that cannot be reached is a one-line ``RayAuthError``.
 """
 
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from marinbuild.ray_auth import auth_error, check_token, connect_error, is_auth_failure
+from marinbuild.run.ray_auth import auth_error, check_token, connect_error, is_auth_failure
 from marinbuild.run.ray_log import RayLog, default_log_path, verbose_from_env
 from marinbuild.run.ray_task import Relocation
 

@@ -1,16 +1,12 @@
 """What runs inside a step's Ray task (imported by Ray workers): the task bodies and what they send back.
 
 - ``task_for(fn)``: the task of one step of ``fn``: RUNNING and ``.executor_info``, the step, its
-  commit (``RemoteRun``); it returns the seconds all that took (the driver sizes bundles with them).
-- ``bundle_task_for(fn)``: the task of several steps of ``fn`` (``marinbuild.run.ray_bundles`` says
-  when): each step in turn exactly as ``task_for`` runs it, each with its own outcome; once its time
-  budget is spent it starts no more and hands the rest back unrun (``UNRUN``).
+  commit (``RemoteRun``).
 - ``run_call``: the task of a job whose call is any picklable callable.
 - The payload of a task, one ``bytes`` per step (``pickle_payload``), with each class of the
   driver's ``__main__`` pickled once; ``relocate_paths`` moves workspace paths in a config when the
   workspace was shipped to the cluster.
-- ``EngineError`` carries an error of marinbuild's own work in the task (not the step's code);
-  ``StepRaised`` carries a step's own exception and its traceback out of a bundle.
+- ``EngineError`` carries an error of marinbuild's own work in the task (not the step's code).
 - A step's progress reports (``marinbuild.run.step_progress``) go to the driver's relay
   (``marinbuild.run.ray_progress``), which emits them as ``progress`` events.
 - A step's own exception gets a note naming the worker's log files (``note_worker_log``): it prints
@@ -20,26 +16,20 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import io
 import os
 import pickle
-import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from marinbuild.run import step_progress
-from marinbuild.run.failure import WORKER_LOG_NOTE, worker_log_of
+from marinbuild.run.failure import WORKER_LOG_NOTE
 from marinbuild.run.ray_progress import task_reporter
 from marinbuild.run.shipped_code import is_shipped
 from marinbuild.run.step_call import MirrorScope
 from marinbuild.run.step_job import RemoteRun
-
-UNRUN = "unrun"
-"""A bundle's result for a step it did not start (its time budget was spent): the driver launches it again."""
 
 
 @dataclass
@@ -51,27 +41,23 @@ class Relocation:
 
 class EngineError(Exception):
     """Raised by a step's task when marinbuild's own work there failed (RUNNING and ``.executor_info``, or
-    the commit), not the step's code: the driver reports ``error`` as it is, and writes no FAILED. In a
-    bundle it is returned, with its traceback as ``text``."""
+    the commit), not the step's code: the driver reports ``error`` as it is, and writes no FAILED."""
 
-    def __init__(self, error: BaseException, text: str = ""):
+    def __init__(self, error: BaseException):
         super().__init__(f"{type(error).__name__}: {error}")
         self.error = error
-        self.text = text
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt without calling the error's __init__, whose signature need not match its args.
         error = self.error
-        return _rebuild_engine_error, (type(error), error.args, dict(getattr(error, "__dict__", {})), self.text)
+        return _rebuild_engine_error, (type(error), error.args, dict(getattr(error, "__dict__", {})))
 
 
-def _rebuild_engine_error(
-    cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any], text: str = ""
-) -> EngineError:
+def _rebuild_engine_error(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> EngineError:
     error = cls.__new__(cls)
     error.args = args
     error.__dict__.update(state)
-    return EngineError(error, text)
+    return EngineError(error)
 
 
 def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> None:
@@ -186,86 +172,18 @@ def unpickle_payload(data: bytes) -> Any:
     return _PayloadUnpickler(io.BytesIO(data)).load()
 
 
-def task_for(fn: Callable[[Any], Any], relocation: Relocation | None) -> Callable[[bytes], float]:
+def task_for(fn: Callable[[Any], Any], relocation: Relocation | None) -> Callable[[bytes], None]:
     """The Ray task of one step whose function is ``fn`` (both shipped once, with the task's definition).
 
-    Its argument is the ``(config, mirror scope, RemoteRun)`` of the step (``pickle_payload``); it returns
-    the seconds the step took in the task, commit included.
+    Its argument is the ``(config, mirror scope, RemoteRun)`` of the step (``pickle_payload``).
     """
 
-    def step(payload: bytes) -> float:
-        began = time.perf_counter()
+    def step(payload: bytes) -> None:
         config, mirror, run = unpickle_payload(payload)
         run_under_lease(run, lambda: run_step(fn, config, relocation, mirror))
-        return time.perf_counter() - began
 
     step.__name__ = getattr(fn, "__name__", "step")  # (its qualname stays "...<locals>...": pickled by value)
     return step
-
-
-@dataclass
-class StepRaised:
-    """A bundle's result for a step whose own code raised: the exception, and its traceback as text."""
-
-    error: BaseException
-    traceback: str
-
-
-def bundle_task_for(
-    fn: Callable[[Any], Any], relocation: Relocation | None
-) -> Callable[[list[bytes], float], list[tuple[Any, float]]]:
-    """The Ray task of several steps of ``fn``: each payload in turn, as ``task_for``'s task runs one.
-
-    It returns, for each step in order, its outcome and seconds: None (committed, or found committed by
-    an earlier attempt), ``EngineError``, ``StepRaised``, or ``UNRUN`` for the steps it did not start
-    because ``budget`` seconds had passed (the first step always starts). An exception that is not an
-    ``Exception`` (``SystemExit``, ``KeyboardInterrupt``) ends the whole task, as it ends a task of one step.
-    """
-
-    def steps(payloads: list[bytes], budget: float) -> list[tuple[Any, float]]:
-        results: list[tuple[Any, float]] = []
-        began = time.perf_counter()
-        for i, payload in enumerate(payloads):
-            now = time.perf_counter()
-            if i and now - began >= budget:
-                results.extend((UNRUN, 0.0) for _ in payloads[i:])
-                break
-            outcome: Any = None
-            try:
-                config, mirror, run = unpickle_payload(payload)
-                run_under_lease(run, functools.partial(run_step, fn, config, relocation, mirror))
-            except EngineError as exc:
-                exc.text = _traceback_text(exc.error, steps.__name__, i, len(payloads))
-                outcome = exc
-            except Exception as exc:  # the step's own code (or its config's unpickling): that step's failure
-                if worker_log_of(exc) is None:
-                    note_worker_log(exc)
-                outcome = _step_raised(exc, steps.__name__, i, len(payloads))
-            results.append((outcome, time.perf_counter() - now))
-        return results
-
-    steps.__name__ = getattr(fn, "__name__", "step")
-    return steps
-
-
-def _traceback_text(exc: BaseException, name: str, index: int, count: int) -> str:
-    """Where ``exc`` was raised, as Ray words a task's error, and its traceback."""
-    return (
-        f"ray::{name}() (pid={os.getpid()}; step {index + 1} of {count} in one task)\n"
-        + "".join(traceback.format_exception(exc)).rstrip()
-    )
-
-
-def _step_raised(exc: Exception, name: str, index: int, count: int) -> StepRaised:
-    """``exc`` and its traceback, ready to travel back to the driver (a stand-in if ``exc`` does not pickle back)."""
-    text = _traceback_text(exc, name, index, count)
-    try:
-        from ray import cloudpickle
-
-        cloudpickle.loads(cloudpickle.dumps(exc))
-    except Exception:
-        exc = RuntimeError(f"{type(exc).__name__}: {exc} (the exception could not be pickled)")
-    return StepRaised(exc, text)
 
 
 def run_call(payload: bytes) -> None:

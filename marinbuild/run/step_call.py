@@ -100,18 +100,6 @@ class StepCall:
         return fn
 
     @property
-    def kind(self) -> Any:
-        """What makes steps alike in how long they run (the Ray backend times them together, and bundles only
-        steps of one kind): the config's ``step_kind`` if it has one (a BUILD target's rule), else None (the
-        function alone)."""
-        kind = getattr(self.config, "step_kind", None)
-        try:
-            hash(kind)
-        except TypeError:
-            return repr(kind)
-        return kind
-
-    @property
     def target(self) -> Any:
         """The plain Python function to call."""
         fn = self.wrapped

@@ -11,13 +11,21 @@ cannot reach the view by rebinding its own name to 127.0.0.1. Every response car
 Content-Security-Policy allowing scripts and styles from this server only (no inline script),
 ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``. The file view
 (``/file/<relative path>``) answers ``text/plain`` only, after ``marinbuild.serve.files``' checks.
+
+Stopping: once the server is told to stop (``stopping``, ``marinbuild.serve.stopping``), every response ends at
+once: an event stream ends, and a request still computing its answer gets a 503. Each
+answer is computed in a daemon thread of its own rather than in Starlette's thread pool, whose threads the
+process waits for when it exits: a stopped server does not wait for an analysis of a large workspace or a
+listing of a bucket whose result nobody will read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 import threading
+from collections.abc import Callable
 from importlib.resources import files as package_files
 from typing import Any
 
@@ -32,6 +40,7 @@ from starlette.staticfiles import StaticFiles
 from marinbuild.serve import live
 from marinbuild.serve.files import Refused, read_text
 from marinbuild.serve.model import PrefixUnreadable, ViewModel
+from marinbuild.serve.stopping import Stopping
 
 STATIC = package_files("marinbuild.serve") / "static"
 HEADERS = {
@@ -51,17 +60,19 @@ def _shell(page: str) -> str:
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 
 
-def create_app(model: ViewModel, loopback_only: bool = True, stopping: threading.Event | None = None) -> Starlette:
+def create_app(model: ViewModel, loopback_only: bool = True, stopping: Stopping | None = None) -> Starlette:
     """The application over ``model``'s workspace and prefix. ``loopback_only``: answer only requests whose Host
     header names this machine's loopback, so a web page from elsewhere cannot read the view through DNS rebinding
     (a name of its own resolving to 127.0.0.1). ``stopping``: set when the server shuts down; the event streams end
     then, so the shutdown does not wait on open pages."""
-    stopping = stopping or threading.Event()
+    stopping = stopping or Stopping()
 
     def page(name: str) -> Any:
         async def endpoint(request: Request) -> Response:
             try:
-                model.check_prefix()
+                await _computed(model.check_prefix, stopping)
+            except _Stopping:
+                return _error(503, STOPPING)
             except PrefixUnreadable as exc:
                 return HTMLResponse(_error_page(str(exc)), status_code=503, headers=HEADERS)
             return HTMLResponse(_shell(name), headers=HEADERS)
@@ -69,9 +80,11 @@ def create_app(model: ViewModel, loopback_only: bool = True, stopping: threading
         return endpoint
 
     def api(compute: Any) -> Any:
-        def endpoint(request: Request) -> Response:
+        async def endpoint(request: Request) -> Response:
             try:
-                result = compute(request)
+                result = await _computed(lambda: compute(request), stopping)
+            except _Stopping:
+                return _error(503, STOPPING)
             except Refused as exc:
                 return _error(exc.status, exc.message)
             except PrefixUnreadable as exc:
@@ -84,9 +97,11 @@ def create_app(model: ViewModel, loopback_only: bool = True, stopping: threading
 
         return endpoint
 
-    def file_view(request: Request) -> Response:
+    async def file_view(request: Request) -> Response:
         try:
-            text = read_text(model.prefix, request.path_params["path"])
+            text = await _computed(lambda: read_text(model.prefix, request.path_params["path"]), stopping)
+        except _Stopping:
+            return PlainTextResponse(f"503: {STOPPING}\n", status_code=503, headers=HEADERS)
         except Refused as exc:
             return PlainTextResponse(f"{exc.status}: {exc.message}\n", status_code=exc.status, headers=HEADERS)
         return PlainTextResponse(text, headers=HEADERS)
@@ -94,7 +109,7 @@ def create_app(model: ViewModel, loopback_only: bool = True, stopping: threading
     async def events(request: Request) -> Response:
         async def stream() -> Any:
             yield ": connected\n\n"
-            async for record in live.follow(live_folder(), model.prefix, stop=stopping.is_set):
+            async for record in live.follow(live_folder(), model.prefix, stopping=stopping):
                 if await request.is_disconnected():
                     return
                 yield ": keepalive\n\n" if record is None else f"data: {json.dumps(record, default=str)}\n\n"
@@ -127,6 +142,51 @@ def create_app(model: ViewModel, loopback_only: bool = True, stopping: threading
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_NAMES)] if loopback_only else []
     return Starlette(routes=routes, middleware=middleware)
+
+
+STOPPING = "the server is stopping"
+
+
+class _Stopping(Exception):
+    """The server was told to stop before a request's answer was computed."""
+
+
+async def _computed(compute: Callable[[], Any], stopping: Stopping) -> Any:
+    """``compute()``, run in a daemon thread and awaited until it returns (or raises) or the server stops: then
+    ``_Stopping``, and the thread is left to finish on its own (it holds no process open; see the module
+    docstring)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if done.done():  # abandoned: the server is stopping
+            return
+        if error is None:
+            done.set_result(result)
+        else:
+            done.set_exception(error)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = compute()
+        except BaseException as exc:
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop is closed: the server stopped meanwhile
+            pass
+
+    threading.Thread(target=run, name="marinbuild-serve-request", daemon=True).start()
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait({done, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if done.done():
+            return done.result()
+        raise _Stopping
+    finally:
+        stop.cancel()
+        done.cancel()  # nothing once settled; else (stopping, or the request cancelled) a late answer is dropped
 
 
 def _error(status: int, message: str) -> JSONResponse:

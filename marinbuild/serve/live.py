@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from marinbuild.serve.stopping import Stopping
 from marinbuild.ui.event_log import parse_lines
 
 INTERVAL = 0.5
@@ -86,13 +87,14 @@ async def follow(
     prefix: str,
     interval: float = INTERVAL,
     keepalive: float = KEEPALIVE,
-    stop: Callable[[], bool] = lambda: False,
+    stopping: Stopping | None = None,
 ) -> AsyncIterator[dict[str, Any] | None]:
     """Event records appended to the logs under ``folder`` by builds against ``prefix`` (see the module docstring);
-    it ends once ``stop()`` is true (the server is shutting down)."""
+    it ends as soon as ``stopping`` is set (the server is shutting down)."""
+    stopping = stopping or Stopping()
     tail = _Tail(Path(folder), prefix)
     quiet = 0.0
-    while not stop():
+    while not stopping.is_set():
         records = await asyncio.to_thread(tail.read_new)
         for record in records:
             yield record
@@ -103,4 +105,5 @@ async def follow(
             if quiet >= keepalive:
                 quiet = 0.0
                 yield None
-        await asyncio.sleep(interval)
+        if await stopping.within(interval):
+            return

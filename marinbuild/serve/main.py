@@ -14,9 +14,9 @@ import os
 import signal
 import socket
 import sys
-import threading
 from typing import Any
 
+from marinbuild.serve.stopping import Stopping
 from marinbuild.serve.url import record_path
 
 
@@ -59,7 +59,7 @@ def _server_class() -> type:
     class StoppingServer(uvicorn.Server):
         """uvicorn's server, also telling the app's event streams to end when a signal asks it to stop."""
 
-        def __init__(self, config: Any, stopping: threading.Event):
+        def __init__(self, config: Any, stopping: Stopping):
             super().__init__(config)
             self.stopping = stopping
 
@@ -100,9 +100,11 @@ def serve(root: str, patterns: list[str], prefix: str | None, host: str, port: i
             file=sys.stderr,
             flush=True,
         )
-        stopping = threading.Event()
+        stopping = Stopping()
         app = create_app(model, loopback_only=is_loopback(host), stopping=stopping)
-        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, lifespan="off")
+        # Every response of the app ends as soon as it is told to stop, so the process exits well within a second
+        # of SIGTERM or Ctrl-C; the timeout only bounds a response stuck on a client that stopped reading.
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1, lifespan="off")
         _server_class()(config, stopping).run(sockets=[sock])
     finally:
         record.unlink(missing_ok=True)

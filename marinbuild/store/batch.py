@@ -12,14 +12,13 @@ Deciding what is built must not cost one sequential round trip per step. For ``g
   run concurrently on gcsfs's event loop;
 - a step alone in its folder gets its own listing, bounded to the names between its
   ``.executor_status`` and its action records (concurrently with everything else);
-- a listing returns each status object's md5 and generation. The md5 of every one-word status
+- a listing returns each status object's md5. The md5 of every one-word status
   (SUCCESS, RUNNING, ...) is known, so those are never downloaded. Other content (Marin's legacy
-  JSON-lines form, garbage) is downloaded, in one concurrent round, unless the local metadata
-  cache already saw that very generation as SUCCESS;
+  JSON-lines form, garbage) is downloaded, in one concurrent round;
 - the same listings name the action-cache records (``.marinbuild_action.<sha256>.json``) beside
   each status, so collision checks cost no extra request;
 - each listing page is folded into the result as it arrives (``_Fold``, on gcsfs's event loop, while other
-  listings are in flight), decoded into the four fields it needs (``gcs.Listed``): no page is held, so memory
+  listings are in flight), decoded into the three fields it needs (``gcs.Listed``): no page is held, so memory
   follows the steps, not the bytes listed (fake-gcs-server ignores ``fields`` and ``matchGlob`` and sends
   several times what GCS would). A listing that fails on any page fails the whole read: never a partial answer.
 
@@ -47,7 +46,6 @@ from typing import TYPE_CHECKING, Any
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.store import action_cache
 from marinbuild.store import status as st
-from marinbuild.store.metadata_cache import CachedStep, MetadataCache
 
 if TYPE_CHECKING:
     from marinbuild.store import gcs as gcs_types
@@ -70,13 +68,10 @@ class StatusMap(dict[str, str | None]):
         super().__init__()
         self.actions: dict[str, frozenset[str]] = {}
         """Output path -> the action-record digests found beside its status (paths that were listed)."""
-        self.generations: dict[str, int] = {}
-        """Output path -> its status object's generation (GCS)."""
 
     def merge(self, other: StatusMap) -> None:
         self.update(other)
         self.actions.update(other.actions)
-        self.generations.update(other.generations)
 
 
 def _is_gcs(path: str) -> bool:
@@ -88,7 +83,7 @@ def _is_other_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://") and not _is_gcs(path)
 
 
-def read_statuses(output_paths: list[str], cache: MetadataCache | None = None, workers: int = 16) -> StatusMap:
+def read_statuses(output_paths: list[str], workers: int = 16) -> StatusMap:
     """Statuses of many steps; ``gs://`` ones by batched listings (see the module docstring)."""
     result = StatusMap()
     gcs_paths: list[str] = []
@@ -104,12 +99,8 @@ def read_statuses(output_paths: list[str], cache: MetadataCache | None = None, w
         with ThreadPoolExecutor(workers) as pool:
             result.update(zip(remote_other, pool.map(st.read_status, remote_other), strict=True))
     if gcs_paths:
-        if cache is None:  # a read outside a build: the cache its settings name
-            from marinbuild.store import metadata_cache
-
-            cache = MetadataCache(metadata_cache.default_path())
         with gc_paused():  # parsing the listings: many objects, no cyclic garbage (see the module docstring)
-            read = _read_gcs(gcs_paths, cache)
+            read = _read_gcs(gcs_paths)
         if not result:
             return read
         result.merge(read)
@@ -175,8 +166,8 @@ class _Fold:
         one is seen."""
         self.result.update(dict.fromkeys(paths))
         self.result.actions.update(dict.fromkeys(paths, frozenset()))
-        self.unknown: dict[str, int] = {}
-        """Canonical path -> the generation of a status whose md5 is not a known status word."""
+        self.unknown: list[str] = []
+        """Canonical paths of statuses whose md5 is not a known status word."""
 
     def targets(self, canonical: str) -> Sequence[str]:
         """The wanted paths naming the folder of ``canonical`` (none: it is not wanted)."""
@@ -186,7 +177,7 @@ class _Fold:
         return [canonical, *extra] if canonical in self.result else extra
 
     def page(self, bucket: str, items: list[gcs_types.Listed]) -> None:
-        result, actions, generations = self.result, self.result.actions, self.result.generations
+        result, actions = self.result, self.result.actions
         aliases, unknown = self.aliases, self.unknown
         root = f"gs://{bucket}/"
         record_prefix, record_suffix = action_cache.RECORD_PREFIX, action_cache.RECORD_SUFFIX
@@ -210,10 +201,9 @@ class _Fold:
             if is_status:
                 status = _KNOWN.get(obj.md5Hash) if obj.size > 0 else None
                 if status is None and obj.size > 0:
-                    unknown[canonical] = obj.generation
+                    unknown.append(canonical)
                 for p in targets:
                     result[p] = status
-                    generations[p] = obj.generation
             else:
                 digest = base[digest_start:digest_end]
                 for p in targets:
@@ -222,7 +212,7 @@ class _Fold:
                         actions[p] = have | {digest} if have else frozenset((digest,))
 
 
-def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
+def _read_gcs(output_paths: list[str]) -> StatusMap:
     from marinbuild.store import gcs
 
     filesystem = gcs.filesystem()
@@ -256,22 +246,9 @@ def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
         await gcs.gather_limited([one(r) for r in requests], limit=CONCURRENCY)
 
     gcs.run(listings, fs=filesystem)
-    result, unknown = fold.result, fold.unknown
-    to_fetch: list[str] = []
-    if unknown:
-        # Content we cannot tell from its md5 (Marin's legacy JSON lines): SUCCESS seen before at this
-        # very generation stays SUCCESS; anything else is downloaded.
-        firsts = {canonical: fold.targets(canonical)[0] for canonical in unknown}
-        cached = cache.lookup(firsts.values())
-        for canonical, generation in unknown.items():
-            entry = cached.get(firsts[canonical])
-            if entry is not None and entry.status_generation == generation:
-                for p in fold.targets(canonical):
-                    result[p] = st.STATUS_SUCCESS
-            else:
-                to_fetch.append(canonical)
-    seen_success: dict[str, CachedStep] = {}
-
+    result = fold.result
+    # Content we cannot tell from its md5 (Marin's legacy JSON lines): downloaded, in one concurrent round.
+    to_fetch = fold.unknown
     if to_fetch:
 
         async def fetch_all() -> list[tuple[bytes, int] | None]:
@@ -281,16 +258,9 @@ def _read_gcs(output_paths: list[str], cache: MetadataCache) -> StatusMap:
             )
 
         for canonical, got in zip(to_fetch, gcs.run(fetch_all, fs=filesystem), strict=True):
-            path = f"{canonical}/{_STATUS_NAME}"
-            status = None if got is None else st.parse_status(path, got[0])
+            status = None if got is None else st.parse_status(f"{canonical}/{_STATUS_NAME}", got[0])
             for p in fold.targets(canonical):
                 result[p] = status
-                if got is not None:
-                    result.generations[p] = got[1]
-                    if status == st.STATUS_SUCCESS:
-                        seen_success[p] = CachedStep(got[1], result.actions[p])
-    if seen_success:
-        cache.record(seen_success)
     return result
 
 

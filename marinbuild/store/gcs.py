@@ -19,7 +19,7 @@ A retried *conditional* write is ambiguous: the first attempt may have landed be
 response was lost, so the retry fails its precondition against our own write.
 ``write_if_generation`` and ``delete_if_generation`` resolve that by re-reading the object.
 
-Listings (``list_pages``) ask GCS for four fields of each object and decode each page with msgspec into
+Listings (``list_pages``) ask GCS for three fields of each object and decode each page with msgspec into
 ``Listed`` (those fields only): a server that sends more (fake-gcs-server ignores ``fields``) costs no dict per
 object, and a page is handed to the caller as it arrives.
 
@@ -339,7 +339,7 @@ def delete_if_generation(path: str, generation: int) -> bool:
 
 # -- listings -----------------------------------------------------------------------------------
 
-LIST_FIELDS = "items(name,size,generation,md5Hash),nextPageToken"
+LIST_FIELDS = "items(name,size,md5Hash),nextPageToken"
 """What a listing asks GCS for: the fields ``Listed`` holds, so a real bucket sends little more than the names."""
 
 
@@ -348,7 +348,6 @@ class Listed(msgspec.Struct):
 
     name: str
     size: int = 0
-    generation: int = 0
     md5Hash: str = ""  # noqa: N815 (GCS's field name)
 
 
@@ -360,7 +359,7 @@ class _Page(msgspec.Struct):
 _decode_page = msgspec.json.Decoder(_Page, strict=False).decode
 """A listing page, decoding only ``Listed``'s fields: a server that ignores ``fields`` (fake-gcs-server) sends every
 object's whole metadata, which is skipped unparsed instead of becoming a dict of strings per object. ``strict=False``:
-the JSON API sends ``size`` and ``generation`` as strings."""
+the JSON API sends ``size`` as a string."""
 
 
 async def list_pages(

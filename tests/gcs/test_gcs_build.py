@@ -221,14 +221,13 @@ def test_marin_built_steps_without_records_are_used(gs_prefix):
 
 
 def test_two_workspaces_share_one_gs_prefix(gs_prefix, tmp_path):
-    """Two machines (separate workspaces, separate metadata caches): the second builds nothing the first built."""
+    """Two machines (separate workspaces): the second builds nothing the first built."""
     calls = tmp_path / "calls.log"
 
     def build(ws: Path, target: str) -> list[str]:
         calls.write_text("")
         env = _env(tmp_path / "unused.log")
         env["MB_CALLS"] = str(calls)
-        env["MARINBUILD_METADATA_CACHE"] = str(ws / ".marinbuild" / "metadata.sqlite")
         proc = subprocess.run(
             [
                 sys.executable,
@@ -257,7 +256,7 @@ def test_two_workspaces_share_one_gs_prefix(gs_prefix, tmp_path):
 
 
 def test_run_info_is_uploaded_whole_and_named_by_its_steps(gs_prefix):
-    """The run info on an object store: spooled locally while hashed, uploaded as one object under Marin's name."""
+    """The run info on an object store: one object, named by its steps' output paths."""
     a = gp.step("demo/a", "hello")
     b = gp.step("demo/b", "world", inputs=[a])
     ex = gp.executor(gs_prefix)
@@ -268,40 +267,3 @@ def test_run_info_is_uploaded_whole_and_named_by_its_steps(gs_prefix):
     assert [s["name"] for s in written["steps"]] == ["demo/a", "demo/b"]
     assert written["prefix"] == gs_prefix
     assert fs.filesystem_for(path).ls(gs_prefix + "/experiments", detail=False) == [path.split("://", 1)[1]]
-
-
-def test_a_cli_build_keeps_its_metadata_cache_in_the_workspace(gs_prefix, tmp_path):
-    """The session hands its workspace's ``.marinbuild/metadata.sqlite`` to the build (no module-wide default):
-    a status only the metadata cache can remember (Marin's JSON lines) is recorded there, not in the user's cache."""
-    ws = gp.workspace(tmp_path / "ws")
-    env = _env(tmp_path / "calls.log")
-    env["MB_CALLS"] = str(tmp_path / "mb_calls.log")
-    env.pop("MARINBUILD_METADATA_CACHE", None)  # as a user's build has it
-    env["XDG_CACHE_HOME"] = str(tmp_path / "user-cache")
-
-    def build() -> None:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from marinbuild.cli import main; sys.exit(main())",
-                "//pipe:a",
-                "--prefix",
-                gs_prefix,
-            ],
-            cwd=ws,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert proc.returncode == 0, proc.stderr
-
-    build()
-    (status,) = gcs.filesystem().glob(gs_prefix + "/pipe/a-*/.executor_status")
-    fs.write_atomic(
-        "gs://" + status, b'{"date": "2024-01-01", "status": "RUNNING"}\n{"date": "2024-01-02", "status": "SUCCESS"}\n'
-    )
-    build()
-    assert (ws / ".marinbuild" / "metadata.sqlite").is_file()
-    assert not (tmp_path / "user-cache").exists()

@@ -40,7 +40,6 @@ def _mb(ws: Path, prefix: str, calls: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "MARINBUILD_SERVE_URL")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     env["MB_CALLS"] = str(calls)
-    env["MARINBUILD_METADATA_CACHE"] = str(ws / ".marinbuild" / "metadata.sqlite")
     command = [sys.executable, "-m", "marinbuild", "//...", "--prefix", prefix]
     return subprocess.run(command, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
 

@@ -10,7 +10,6 @@ import pytest
 
 from marinbuild.store import batch, fs, gcs
 from marinbuild.store import status as st
-from marinbuild.store.metadata_cache import MetadataCache
 
 
 def test_transient_failures_are_retried_and_preconditions_are_not(gs_prefix, proxy):
@@ -76,12 +75,12 @@ def test_a_server_that_ignores_matchglob_is_detected(gs_prefix, monkeypatch):
     monkeypatch.setattr(client, "match_glob", True)  # as for real GCS
     paths = [ex.output_paths[s] for s in steps]
     client.requests.reset()
-    statuses = batch.read_statuses(paths, cache=MetadataCache(None))
+    statuses = batch.read_statuses(paths)
     globbed = client.requests.reset()
     assert set(statuses.values()) == {st.STATUS_SUCCESS}
     assert all(len(statuses.actions[p]) == 1 for p in paths)
     assert client.match_glob is False  # fake-gcs-server returned names outside the glob
-    again = batch.read_statuses(paths, cache=MetadataCache(None))
+    again = batch.read_statuses(paths)
     assert again == statuses and again.actions == statuses.actions
     assert (globbed, client.requests.reset()) == (2, 1)
 
@@ -94,7 +93,7 @@ def test_scattered_steps_are_read_concurrently(gs_prefix, proxy):
     proxy.configure(latency=latency)
     proxy.reset()
     start = time.monotonic()
-    statuses = batch.read_statuses([ex.output_paths[s] for s in steps], cache=MetadataCache(None))
+    statuses = batch.read_statuses([ex.output_paths[s] for s in steps])
     elapsed = time.monotonic() - start
     assert set(statuses.values()) == {st.STATUS_SUCCESS}
     assert proxy.stats()["requests"] == n
@@ -115,7 +114,8 @@ def test_plan_reads_everything_below_a_missing_step_in_one_batch(gs_prefix, prox
     assert time.monotonic() - start < 1.5
 
 
-def test_legacy_status_is_read_once_then_cached(gs_prefix):
+def test_legacy_status_is_read_by_content(gs_prefix):
+    """Marin's legacy JSON-lines status cannot be told by its md5 in the listing: it is downloaded, each read."""
     ex = gp.executor(gs_prefix)
     s = gp.step("legacy/a")
     ex.compute_version(s)
@@ -127,26 +127,9 @@ def test_legacy_status_is_read_once_then_cached(gs_prefix):
     gcs.filesystem().requests.reset()
     assert batch.read_statuses([out])[out] == st.STATUS_SUCCESS
     first = gcs.filesystem().requests.reset()
+    assert first == 2  # the step's listing, then its status
     assert batch.read_statuses([out])[out] == st.STATUS_SUCCESS
-    assert gcs.filesystem().requests.reset() == first - 1  # the metadata cache knew that generation: no download
-
-
-def test_metadata_cache_round_trip_and_a_damaged_file_is_set_aside(tmp_path, caplog):
-    from marinbuild.store.metadata_cache import CachedStep
-
-    path = tmp_path / "metadata.sqlite"
-    cache = MetadataCache(str(path))
-    entry = CachedStep(7, frozenset({"d" * 64}))
-    cache.record({"gs://b/x-1": entry})
-    assert MetadataCache(str(path)).lookup(["gs://b/x-1", "gs://b/y"]) == {"gs://b/x-1": entry}
-    cache.forget(["gs://b/x-1"])
-    assert cache.lookup(["gs://b/x-1"]) == {}
-
-    damaged = tmp_path / "damaged.sqlite"
-    damaged.write_bytes(b"not a database" * 100)
-    assert MetadataCache(str(damaged)).lookup(["gs://b/x"]) == {}
-    assert f"metadata cache {damaged} is damaged" in caplog.text
-    assert list(tmp_path.glob("damaged.sqlite.damaged-*"))
+    assert gcs.filesystem().requests.reset() == first
 
 
 _IMPORT_AND_ROUND_TRIP = """
@@ -198,7 +181,7 @@ def test_batched_read_runs_with_the_collector_paused(gs_prefix):
     gc.callbacks.append(count)
     gc.set_threshold(10)  # a young pass every 10 allocations: hundreds while parsing 400 listed objects
     try:
-        statuses = batch.read_statuses(paths, cache=MetadataCache(None))
+        statuses = batch.read_statuses(paths)
         during = len(collections)
     finally:
         gc.set_threshold(*threshold)
@@ -229,16 +212,15 @@ def test_listing_pages_that_split_step_folders_give_every_status(gs_prefix, monk
     alone gives, and the records a whole-page read finds."""
     paths, alone = _mixed_folder(gs_prefix)
     assert set(alone.values()) == {st.STATUS_SUCCESS, "FAILED", "RUNNING", None}
-    whole = batch.read_statuses(paths, cache=MetadataCache(None))
+    whole = batch.read_statuses(paths)
     client = gcs.filesystem()
     monkeypatch.setattr(batch, "PAGE_SIZE", 3)
     client.requests.reset()
-    paged = batch.read_statuses(paths, cache=MetadataCache(None))
+    paged = batch.read_statuses(paths)
     assert client.requests.reset() >= 3 * 12 // 3  # three objects or more per folder: a dozen pages or more
     assert dict(paged) == dict(whole) == alone
     assert paged.actions == whole.actions
     assert {p: len(d) for p, d in paged.actions.items()} == dict.fromkeys(paths, 1)
-    assert paged.generations == whole.generations and set(paged.generations) == set(paths) - {paths[10]}
 
 
 def test_a_folder_named_under_several_spellings_gives_each_its_status(gs_prefix):
@@ -246,9 +228,9 @@ def test_a_folder_named_under_several_spellings_gives_each_its_status(gs_prefix)
     gets the folder's status and action records (the listings are matched by the canonical ``gs://`` path), a
     legacy status read by content included."""
     paths, alone = _mixed_folder(gs_prefix)
-    whole = batch.read_statuses(paths, cache=MetadataCache(None))
+    whole = batch.read_statuses(paths)
     others = [p.replace("gs://", "gcs://", 1) for p in paths[::2]] + [p + "/" for p in paths[1::2]]
-    mixed = batch.read_statuses(paths[:6] + others, cache=MetadataCache(None))
+    mixed = batch.read_statuses(paths[:6] + others)
     for other in others:
         canonical = "gs://" + other.split("://", 1)[1].rstrip("/")
         assert mixed[other] == alone[canonical], other
@@ -259,18 +241,16 @@ def test_a_folder_named_under_several_spellings_gives_each_its_status(gs_prefix)
 
 def test_a_status_changed_between_reads_is_read_anew(gs_prefix):
     """Nothing answers from an earlier listing: a status rewritten between two reads (a one-word status, and Marin's
-    legacy form whose SUCCESS the metadata cache remembers by generation) is read as it now is."""
+    legacy form) is read as it now is."""
     paths, _ = _mixed_folder(gs_prefix)
-    cache = MetadataCache(None)
-    first = batch.read_statuses(paths, cache=cache)
+    first = batch.read_statuses(paths)
     assert first[paths[0]] == first[paths[8]] == st.STATUS_SUCCESS
     client = gcs.filesystem()
     client.pipe_file(paths[0] + "/.executor_status", b"FAILED")
     client.pipe_file(paths[8] + "/.executor_status", b'{"date": "2024-01-02", "status": "RUNNING"}\n')
     client.pipe_file(paths[10] + "/.executor_status", b"SUCCESS")
-    second = batch.read_statuses(paths, cache=cache)
+    second = batch.read_statuses(paths)
     assert (second[paths[0]], second[paths[8]], second[paths[10]]) == ("FAILED", "RUNNING", st.STATUS_SUCCESS)
-    assert second.generations[paths[0]] != first.generations[paths[0]]
 
 
 def test_a_listing_that_fails_partway_raises_instead_of_answering_in_part(gs_prefix, proxy, monkeypatch):
@@ -281,6 +261,6 @@ def test_a_listing_that_fails_partway_raises_instead_of_answering_in_part(gs_pre
     proxy.activate()
     proxy.configure(forbid="pageToken=")
     with pytest.raises(OSError, match=r"listing gs://.*/prefix/mixed/ from .*, page 2: Forbidden"):
-        batch.read_statuses(paths, cache=MetadataCache(None))
+        batch.read_statuses(paths)
     proxy.configure(forbid="")
-    assert batch.read_statuses(paths, cache=MetadataCache(None))[paths[0]] == st.STATUS_SUCCESS
+    assert batch.read_statuses(paths)[paths[0]] == st.STATUS_SUCCESS

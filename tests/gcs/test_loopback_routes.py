@@ -63,13 +63,12 @@ def test_a_listing_no_route_covers_fails(routed):
     assert err.value.code == 501
 
 
-def test_batched_status_reads_through_the_routes(routed, monkeypatch, tmp_path):
+def test_batched_status_reads_through_the_routes(routed, monkeypatch):
     """What the bench measures: marinbuild's batched listings (gcsfs) through the proxy see both servers."""
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", routed)
     monkeypatch.setenv("NO_GCE_CHECK", "true")
     from marinbuild.store import batch
-    from marinbuild.store.metadata_cache import MetadataCache
 
     paths = [f"gs://{BUCKET}/p/a/x", f"gs://{BUCKET}/p/a/y", f"gs://{BUCKET}/p/b/z", f"gs://{BUCKET}/p/b/w"]
-    statuses = batch.read_statuses(paths, cache=MetadataCache(str(tmp_path / "metadata.sqlite")))
+    statuses = batch.read_statuses(paths)
     assert dict(statuses) == {paths[0]: "SUCCESS", paths[1]: "SUCCESS", paths[2]: "SUCCESS", paths[3]: None}

@@ -51,11 +51,10 @@ def gcs_env(gcs_server) -> dict[str, str]:
 
 
 @pytest.fixture
-def gs_prefix(gcs_env, monkeypatch, tmp_path) -> str:
+def gs_prefix(gcs_env, monkeypatch) -> str:
     """A fresh bucket on ``gcs_server``, as ``gs://<bucket>/prefix``; this process uses that server."""
     for key, value in gcs_env.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setenv("MARINBUILD_METADATA_CACHE", str(tmp_path / "metadata.sqlite"))
     from marinbuild.store import gcs
 
     bucket = f"mb-{uuid.uuid4().hex[:12]}"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marinbuild.executor import ExecutorStep, output_path_of, this_output_path, versioned
+from marinbuild.executor import ExecutorStep, this_output_path, versioned
 from marinbuild.store import fs
 
 THIEF = "another-runner"
@@ -85,6 +85,12 @@ def where_after(config: ProbeConfig) -> dict:
     return where(ProbeConfig(output_path=config.output_path))
 
 
+def die(config: ProbeConfig) -> None:
+    """Kill its own worker process, on every attempt."""
+    _record(config, "die")
+    os._exit(1)
+
+
 def raise_value_error(config: ProbeConfig) -> None:
     _record(config, "raise")
     raise ValueError(f"boom {config.text}")
@@ -141,79 +147,6 @@ def write_gs(config: ProbeConfig) -> dict:
     """Write ``out.txt`` (``text``) to a gs:// output; return the node it ran on."""
     fs.write_atomic(fs.join(config.output_path, "out.txt"), str(config.text).encode())
     return {"text": config.text, "node_id": _node_id()}
-
-
-@dataclass(frozen=True)
-class BundledConfig:
-    """A step of the bundle tests: ``after`` is its parent's output (a fan-out), ``act`` what it does."""
-
-    output_path: Any = field(default_factory=this_output_path)
-    after: Any = None
-    tag: Any = "x"
-    act: Any = "write"
-    """``write``; ``sleep:S`` (sleep S seconds, then write); ``raise``; ``die`` (kill its own worker process on
-    each attempt); ``die-once`` (on the first attempt only)."""
-    log_dir: Any = None
-    step_kind: Any = None
-    """Steps of one function and kind are timed together and may share a task (``StepCall.kind``)."""
-
-
-def in_task(config: BundledConfig) -> dict:
-    """Note the attempt, act, then write the Ray task id, pid and tag (``task.json``)."""
-    os.makedirs(config.log_dir, exist_ok=True)
-    mine = [f for f in os.listdir(config.log_dir) if f.startswith(f"{config.tag}-")]
-    task_id = _task_id()
-    Path(config.log_dir, f"{config.tag}-{len(mine)}").write_text(task_id)
-    if config.act.startswith("sleep:"):
-        time.sleep(float(config.act.split(":")[1]))
-    elif config.act == "raise":
-        raise ValueError(f"boom {config.tag}")
-    elif config.act == "die" or (config.act == "die-once" and not mine):
-        os._exit(1)
-    facts = {"task_id": task_id, "pid": os.getpid(), "tag": config.tag}
-    fs.write_atomic(fs.join(config.output_path, "task.json"), json.dumps(facts).encode())  # (a gs:// one too)
-    return facts
-
-
-def _task_id() -> str:
-    import ray
-
-    return ray.get_runtime_context().get_task_id()
-
-
-def fan_out(
-    prefix: str,
-    log_dir: str,
-    acts: dict[int, str],
-    n: int,
-    resources: Any,
-    fn: Any = in_task,
-    kinds: tuple[Any, ...] = (None,),
-) -> list[ExecutorStep]:
-    """A root and ``n`` children of it (``acts[i]``: what child i does), all of one function and resources; child
-    i is of kind ``kinds[i % len(kinds)]``, the root of ``kinds[0]``."""
-    root = ExecutorStep(
-        name=f"{prefix}/root",
-        fn=fn,
-        resources=resources,
-        config=BundledConfig(tag=versioned("root"), log_dir=log_dir, step_kind=kinds[0]),
-    )
-    children = [
-        ExecutorStep(
-            name=f"{prefix}/c{i}",
-            fn=fn,
-            resources=resources,
-            config=BundledConfig(
-                after=output_path_of(root),
-                tag=versioned(f"c{i}"),
-                act=versioned(acts.get(i, "write")),
-                log_dir=log_dir,
-                step_kind=kinds[i % len(kinds)],
-            ),
-        )
-        for i in range(n)
-    ]
-    return [root, *children]
 
 
 def hang(config: ProbeConfig) -> None:

@@ -19,7 +19,7 @@ from interrupt import default_sigint
 from raycluster import HERE, node_env
 
 from marinbuild.executor import Executor, ExecutorStep, StepFailedError, output_path_of, remote
-from marinbuild.run.ray_backend import RayBackend, RemoteTraceback
+from marinbuild.run.ray_backend import RayBackend, RemoteTraceback, StepLostError
 from marinbuild.run.resources import tpu
 from marinbuild.store import action_cache
 from marinbuild.store import status as st
@@ -116,6 +116,22 @@ def test_an_exception_in_the_step_is_its_failure_with_the_traceback(ray_cluster,
     assert "raise_value_error" in printed  # the remote frames show when the error is printed
     assert len(list(attempts.iterdir())) == 1  # the step's own error is not retried
     assert st.read_status(executor.output_paths[bad]) == "FAILED"
+    assert st.read_status(executor.output_paths[good]) == "SUCCESS"
+
+
+def test_a_task_lost_beyond_its_retries_fails_its_step_alone(ray_cluster, prefix, tmp_path):
+    """A step whose worker dies on every attempt is retried ``max_retries`` times, then FAILED with
+    ``StepLostError``; a step beside it commits."""
+    attempts = tmp_path / "attempts"
+    lost = rs.probe("lost", fn=rs.die, log_dir=str(attempts))
+    good = rs.probe("beside", text="fine")
+    executor = make_executor(prefix, RayBackend(ray_cluster.address, max_retries=1), keep_going=True)
+    with pytest.raises(StepFailedError) as info:
+        executor.run([lost, good])
+    assert list(info.value.failures) == ["lost"]
+    assert isinstance(info.value.failures["lost"].__cause__, StepLostError)
+    assert len(list(attempts.iterdir())) == 2  # the first attempt and one retry
+    assert st.read_status(executor.output_paths[lost]) == "FAILED"
     assert st.read_status(executor.output_paths[good]) == "SUCCESS"
 
 
@@ -389,8 +405,8 @@ def test_submit_runs_a_build_as_a_job_and_returns_its_status(ray_cluster, ws, tm
 
 
 def test_submit_no_wait_prints_the_job_id(ray_cluster, ws, capsys):
-    from marinbuild import submit as jobs
     from marinbuild.cli import main
+    from marinbuild.cluster import submit as jobs
 
     code = main(["submit", "--address", ray_cluster.dashboard_url, "--no_wait", "--", "python", "-c", "print(1)"])
     out, _ = capsys.readouterr()

@@ -38,7 +38,7 @@ def run(prefix: str, address: str, step, listeners: list) -> Executor:
         prefix=prefix,
         executor_info_base_path=os.path.join(prefix, "experiments"),
         listeners=listeners,
-        backend=RayBackend(address, bundle_seconds=0),
+        backend=RayBackend(address),
     )
     executor.run([step])
     return executor

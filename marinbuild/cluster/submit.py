@@ -18,10 +18,10 @@ The driver (the command) runs where ``entrypoint_num_cpus`` / ``entrypoint_resou
 as Ray's job API does; ``tpu="v4-8"`` adds what one host of that TPU type advertises
 (``{"TPU-v4-8-head": 1, "TPU": 4}``), as Marin's ``--tpu`` does. ``submission_id`` names the job.
 
-The address is ``--address``, else the head of ``--cluster`` (``marinbuild.cluster_config``), else
+The address is ``--address``, else the head of ``--cluster`` (``marinbuild.cluster.config``), else
 ``RAY_API_SERVER_ADDRESS``, else ``RAY_ADDRESS``, else ``http://127.0.0.1:8265`` (a dashboard URL,
 or any address ``ray.init`` takes). With ``RAY_AUTH_MODE=token``, Ray's job client sends the token
-(``marinbuild.ray_auth``); connection and token failures are ``JobsError`` / ``RayAuthError``.
+(``marinbuild.run.ray_auth``); connection and token failures are ``JobsError`` / ``RayAuthError``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from marinbuild.jobs import TERMINAL, follow_logs, job_client, ray_errors, status_name
+from marinbuild.cluster.jobs import TERMINAL, follow_logs, job_client, ray_errors, status_name
 from marinbuild.run.runtime_env import (
     RUNTIME_ENV_VARS_FROM_DRIVER,
     pip_requirements,
@@ -51,7 +51,7 @@ def resolve_address(address: str | None = None, cluster: str | None = None) -> s
     if address:
         return address
     if cluster:
-        from marinbuild.cluster_config import resolve_cluster
+        from marinbuild.cluster.config import resolve_cluster
 
         cwd = Path.cwd()
         return resolve_cluster(cluster, [cwd, project_root(cwd) or cwd]).dashboard_url

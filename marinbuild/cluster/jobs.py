@@ -1,7 +1,7 @@
 """``marinbuild jobs list | status JOB | logs JOB [-f] | stop JOB``: Ray jobs on a cluster, through Ray's SDK.
 
 Every call goes through ``ray.job_submission.JobSubmissionClient`` (which also sends the Ray auth
-token itself, see ``marinbuild.ray_auth``). ``job_client(address)`` connects; ``ray_errors(address)``
+token itself, see ``marinbuild.run.ray_auth``). ``job_client(address)`` connects; ``ray_errors(address)``
 turns what Ray raises into ``JobsError`` / ``RayAuthError``, one line each (the CLI exits 2):
 a cluster that cannot be reached, a token that is missing or refused, a job id the cluster does
 not know. The functions return plain values (``JobRow``, text); the CLI formats them.
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
-from marinbuild.ray_auth import RayAuthError, auth_error, check_token, is_auth_failure
+from marinbuild.run.ray_auth import RayAuthError, auth_error, check_token, is_auth_failure
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 

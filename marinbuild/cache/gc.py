@@ -1,0 +1,230 @@
+"""``cache gc``: the outputs under the prefix that no current target uses, listed with the reason each may go, and
+deleted only when asked (``yes``).
+
+What is kept, by default: every output that a current target of the workspace uses. gc loads every package
+(``//...``) and analyses every target with the BUILD files as they are now; the output paths of their steps, and
+of every step those depend on (pseudo-dependencies too), are kept. So gc of one package never deletes the work of
+another package of the workspace. PATTERN says which unused outputs are offered:
+
+- an *old version* of a step that PATTERN's targets use (the same step name under another hash: a config
+  changed since it was built);
+- when PATTERN matches every target of the workspace (``//...``), also an output of a step name no current target
+  makes (a target removed or renamed).
+
+Every other unused output is left alone, and counted (``left``).
+
+``keep_only_used_by_patterns`` narrows what is kept to what PATTERN's targets use: every other output under the
+prefix is offered, the current outputs of the workspace's other targets too (their reason says so). The flag's
+name says it, since this is the one way gc deletes current work.
+
+Never deleted, whatever the scope: a folder under a live lease (or a lease that cannot be read), the run info
+JSONs in ``<prefix>/experiments`` (files, not step folders; a step folder holding them is skipped), and a folder
+holding a kept output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from marinbuild.cache import probe as pb
+from marinbuild.cache.commands import RUN_INFO_FOLDER, Entry, cache_ls
+from marinbuild.cache.store import Store, normalize
+from marinbuild.cache.text import format_age, format_size
+from marinbuild.core.labels import Label
+from marinbuild.store import fs
+from marinbuild.store.status import DamagedFileError
+
+WORKSPACE = "//..."
+WORKSPACE_SCOPE = "workspace"
+"""Kept: what any current target of the workspace uses (the default)."""
+PATTERNS_SCOPE = "patterns"
+"""Kept: only what PATTERN's targets use (``keep_only_used_by_patterns``)."""
+NARROWING_FLAG = "--keep_only_used_by_patterns"
+
+
+@dataclass
+class GcResult:
+    """What ``cache gc`` found and did. Nothing is deleted unless ``deleted`` lists it."""
+
+    prefix: str
+    patterns: list[str]
+    scope: str
+    """``WORKSPACE_SCOPE`` or ``PATTERNS_SCOPE``: what ``kept`` counts (see the module docstring)."""
+    kept: int = 0
+    """How many outputs under the prefix are kept because a target uses them."""
+    left: int = 0
+    """How many unused outputs are left alone because they are not PATTERN's (workspace scope only)."""
+    candidates: list[Entry] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
+    """Each candidate's output path -> why it may go (an old version of which step, or which target no longer
+    makes it, or whose current output it is)."""
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    """``{"output_path", "reason"}`` for candidates left alone (live lease, damaged lease, ...)."""
+    deleted: list[str] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    dry_run: bool = True
+
+    @property
+    def candidate_bytes(self) -> int:
+        return sum(e.size for e in self.candidates)
+
+    @property
+    def freed_bytes(self) -> int:
+        gone = set(self.deleted)
+        return sum(e.size for e in self.candidates if e.output_path in gone)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["candidate_bytes"] = self.candidate_bytes
+        data["freed_bytes"] = self.freed_bytes
+        return data
+
+
+def cache_gc(
+    session: Any,
+    patterns: Iterable[str | Label],
+    yes: bool = False,
+    keep_only_used_by_patterns: bool = False,
+) -> GcResult:
+    """List (and with ``yes`` delete) the outputs under the prefix that no current target uses and that belong to
+    ``patterns``, as the module docstring says; every package of the workspace is loaded and analysed in
+    ``session``. A candidate under a live (or unreadable) lease is reported as skipped, never deleted."""
+    texts = [str(p) for p in patterns]
+    shown = " ".join(texts)
+    prefix = session.settings.prefix
+    stale_after = pb.stale_after_of(session)
+    roots = session.load(texts)
+    every = session.load([WORKSPACE])
+    session.analyse(list(dict.fromkeys([*every, *roots])))
+    paths = session.engine.output_paths
+    used_by_workspace = used_steps(session, every)
+    used_by_patterns = used_steps(session, roots)
+    narrow = keep_only_used_by_patterns
+    keep = {normalize(paths[s]) for s in (used_by_patterns if narrow else used_by_workspace)}
+
+    label_of: dict[Any, str] = {}
+    for label in every:
+        for step in session.steps_of(label):
+            label_of.setdefault(step, str(label))
+    maker_of_path: dict[str, str] = {}  # a current output path -> "step name (//its:target)"
+    maker_of_name: dict[str, str] = {}  # the step name a current output path has -> the same
+    for step in used_by_workspace:
+        maker = f"{step.name} ({label_of[step]})" if step in label_of else step.name
+        maker_of_path.setdefault(normalize(paths[step]), maker)
+        maker_of_name.setdefault(pb.step_name_of(paths[step], prefix), maker)
+    names_of_patterns = {pb.step_name_of(paths[s], prefix) for s in used_by_patterns}
+    whole_workspace = set(every) <= set(roots)
+
+    result = GcResult(prefix, texts, PATTERNS_SCOPE if narrow else WORKSPACE_SCOPE, dry_run=not yes)
+    run_info = normalize(fs.join(prefix, RUN_INFO_FOLDER))
+    store = Store(prefix)
+    for entry in cache_ls(prefix):
+        path = normalize(entry.output_path)
+        if path in keep:
+            result.kept += 1
+            continue
+        if path in maker_of_path:  # only when narrowed: the current output of a target PATTERN does not use
+            reason = f"the current output of {maker_of_path[path]}, which {shown} does not use"
+        elif entry.name in maker_of_name:
+            if not narrow and entry.name not in names_of_patterns:
+                result.left += 1
+                continue
+            reason = f"an old version of {maker_of_name[entry.name]}"
+        else:
+            if not narrow and not whole_workspace:
+                result.left += 1
+                continue
+            reason = f"no current target of the workspace makes a step named {entry.name}"
+        result.candidates.append(entry)
+        result.reasons[entry.output_path] = reason
+        blocker = _blocker(entry.output_path, path, keep, stale_after, run_info)
+        if blocker is not None:
+            result.skipped.append({"output_path": entry.output_path, "reason": blocker})
+            continue
+        if yes:
+            try:
+                store.rmtree(entry.output_path)
+            except OSError as exc:
+                result.errors.append({"output_path": entry.output_path, "error": f"{type(exc).__name__}: {exc}"})
+            else:
+                result.deleted.append(entry.output_path)
+    return result
+
+
+def _blocker(output_path: str, normalized: str, keep: set[str], stale_after: float, run_info: str) -> str | None:
+    """Why a candidate must not be deleted, or None."""
+    if run_info == normalized or run_info.startswith(normalized + "/"):
+        return f"holds the run info JSONs ({run_info})"
+    try:
+        record = pb.read_lease(output_path, stale_after)
+    except DamagedFileError as exc:
+        return f"damaged: {exc}"
+    if record is not None and not record.is_stale(stale_after):
+        return f"live lease held by {record.worker_id} (last heartbeat {format_age(record.age())} ago)"
+    if any(k.startswith(normalized + "/") for k in keep):
+        return "contains a kept output"
+    return None
+
+
+def used_steps(session: Any, labels: Iterable[Label]) -> set[Any]:
+    """Every step of ``labels``' analysis closure and every step those depend on (pseudo-dependencies too),
+    canonical; ``labels`` must be analysed in ``session``."""
+    engine = session.engine
+    table = engine.table
+    todo = []
+    for label in session.loaded.closure(list(labels)):
+        for step in session.analysis.steps_of.get(label, []):
+            engine.add(step)
+            todo.append(engine.canonicalize(step))
+    seen: set[Any] = set()
+    while todo:
+        step = todo.pop()
+        if step in seen:
+            continue
+        seen.add(step)
+        todo.extend(table.dependencies[step])
+        todo.extend(table.pseudo_dependencies[step])
+    return seen
+
+
+def needed_output_paths(session: Any, labels: Iterable[str | Label]) -> set[str]:
+    """Output paths of every step of ``labels``' analysis closure and of every step those depend on."""
+    roots = pb.resolve_targets(session, labels)
+    return {session.engine.output_paths[s] for s in used_steps(session, roots)}
+
+
+def format_gc(result: GcResult) -> str:
+    """What is kept and why, each candidate with what happened to it and why it may go, then the totals."""
+    shown = " ".join(result.patterns)
+    if result.scope == WORKSPACE_SCOPE:
+        lines = [f"kept {result.kept} output(s) that current targets of the workspace ({WORKSPACE}) use"]
+        if result.left:
+            lines.append(f"left alone {result.left} unused output(s) outside {shown} (cache gc {WORKSPACE} lists them)")
+    else:
+        narrowed = f"{NARROWING_FLAG}: other targets' outputs are not kept"
+        lines = [f"kept {result.kept} output(s) that {shown} uses ({narrowed})"]
+    skipped = {s["output_path"]: s["reason"] for s in result.skipped}
+    deleted = set(result.deleted)
+    errors = {e["output_path"]: e["error"] for e in result.errors}
+    for e in result.candidates:
+        if e.output_path in skipped:
+            mark = f"skipped ({skipped[e.output_path]})"
+        elif e.output_path in errors:
+            mark = f"not deleted ({errors[e.output_path]})"
+        elif e.output_path in deleted:
+            mark = "deleted"
+        else:
+            mark = "would delete"
+        lines.append(f"{format_size(e.size):>10}  {e.output_path}  {mark}: {result.reasons[e.output_path]}")
+    n = len(result.candidates)
+    offered = "unused output(s)" if result.scope == WORKSPACE_SCOPE else f"output(s) {shown} does not use"
+    if result.dry_run:
+        lines.append(f"{n} {offered}, {format_size(result.candidate_bytes)}. Nothing deleted (confirm with --yes).")
+    else:
+        lines.append(
+            f"deleted {len(result.deleted)} of {n} {offered}, freed {format_size(result.freed_bytes)}; "
+            f"{len(result.skipped)} skipped."
+        )
+    return "\n".join(lines) + "\n"
