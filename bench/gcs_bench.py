@@ -39,22 +39,19 @@ small listing per step, all concurrent.
 ``bench/run.py``'s CLI peer (``bench/workloads.py``), all N steps built. The bucket is seeded without building on
 GCS: the CLI builds the workspace once on a local prefix (an output path is ``<prefix>/<name>-<hash>`` whatever
 the prefix; ``--cli_workdir`` keeps that build for the next run), and each step's status, action record and code
-record go to the servers under the same names. Then, each a new process: one no-op through the full path with
-the workspace's ``.marinbuild`` emptied (a machine without its caches: load, analysis, versions, the listings and
-a read of each step's code record; it records the analysis snapshot), and ``--runs`` no-ops answered from the
-snapshot (the listings only). Whole process wall and CPU time and peak RSS (``wait4``), requests counted by the
-proxy; rows go to their own ``<!-- gcs_bench_cli -->`` section of ``--doc``. ``--gcs_answers`` adds ``--runs``
-snapshot no-ops with the proxy answering as GCS would: each answer cut to the request's ``fields`` (fake-gcs-server
-sends every object's whole metadata) and a read it has answered before replayed from its memory after a warm-up
-run, so that the servers, which share the client's cores here and run on Google's machines on GCS, spend no CPU
-during the run; ``to the servers`` counts the requests that still reached them.
+record go to the servers under the same names. Then, each a new process (load, analysis, versions, the listings
+and a read of each step's code record): one no-op with the workspace's ``.marinbuild`` emptied (a machine without
+its stat cache), and ``--runs`` no-ops with it kept. Whole process wall and CPU time and peak RSS (``wait4``),
+requests counted by the proxy; rows go to their own ``<!-- gcs_bench_cli -->`` section of ``--doc``.
+``--gcs_answers`` adds ``--runs`` no-ops with the proxy answering as GCS would: each answer cut to the request's
+``fields`` (fake-gcs-server sends every object's whole metadata) and a read it has answered before replayed from its
+memory after a warm-up run, so that the servers, which share the client's cores here and run on Google's machines
+on GCS, spend no CPU during the run; ``to the servers`` counts the requests that still reached them.
 
 Run: ``.venv/bin/python bench/gcs_bench.py [--sizes 1000 10000 100000] [--latency 0.05]
 [--json out.json] [--doc docs/performance.md]`` (100,000 steps: ten servers loading 20,000 objects
 each first, several minutes of CPU); ``.venv/bin/python bench/gcs_bench.py --cli --sizes 10000 100000
-[--cli_workdir DIR] [--gcs_answers] [--doc docs/performance.md]`` (the local build of 100,000 steps first: minutes;
-``--skip_full_path`` with the ``--cli_workdir`` of an earlier run measures only the snapshot no-ops: the kept workspace
-keeps its snapshot and its proxy port, part of the environment a snapshot records).
+[--cli_workdir DIR] [--gcs_answers] [--doc docs/performance.md]`` (the local build of 100,000 steps first: minutes).
 """
 
 from __future__ import annotations
@@ -81,7 +78,10 @@ from fakegcs import running_server  # noqa: E402  (the tests' fake-gcs-server: o
 
 BUCKET = "bench-bucket"
 PREFIX = f"gs://{BUCKET}/prefix"
-GCS_ANSWERS = "snapshot, as GCS answers"
+NEW_MACHINE = "no stat cache"
+"""The first ``--cli`` row: the workspace's ``.marinbuild`` emptied, as on a machine that never built it."""
+NOOP = "no-op"
+GCS_ANSWERS = "no-op, as GCS answers"
 """``--gcs_answers``'s rows: the proxy cuts each answer to the request's ``fields`` and replays the reads it has
 answered before (``tests/gcs/loopback.py``), so the client reads what GCS would send and the servers' CPU is out of
 the run."""
@@ -188,7 +188,7 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
-def start_proxy(upstream: str, latency: float, routes: str | None, port: int = 0) -> tuple[subprocess.Popen, str]:
+def start_proxy(upstream: str, latency: float, routes: str | None) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -196,8 +196,6 @@ def start_proxy(upstream: str, latency: float, routes: str | None, port: int = 0
             upstream,
             "--latency",
             str(latency),
-            "--port",
-            str(port),
             *(["--routes", routes] if routes else []),
         ],
         stdout=subprocess.PIPE,
@@ -345,9 +343,8 @@ def seeded_servers(
 # -- the CLI's no-op (``--cli``) ------------------------------------------------------------------------
 
 CLI_STEP_FILES = (".executor_status", ".marinbuild_code.json")
-"""What the CLI's no-op may read of a built step besides its action records: its status (both paths) and, on the
-full path, the record of the code it ran (``marinbuild.code_digest.CODE_RECORD``). Outputs and Marin's info files
-are not read."""
+"""What the CLI's no-op may read of a built step besides its action records: its status and the record of the code
+it ran (``marinbuild.code_digest.CODE_RECORD``). Outputs and Marin's info files are not read."""
 
 
 def cli_objects(local_prefix: str) -> Iterator[tuple[str, bytes]]:
@@ -427,23 +424,13 @@ def built_workspace(workdir: str, n: int) -> tuple[str, str]:
 
 
 def measure_cli(ws: str, n: int, proxy_url: str, server_pids: list[int], phase: str, timeout: float) -> dict[str, Any]:
-    """One ``marinbuild //...`` no-op on ``PREFIX`` in a new process; ``full path`` first empties
-    ``<workspace>/.marinbuild`` (snapshots, package cache: what another machine would not have). The
-    folder itself stays: a build creating it changes the workspace folder, an input, during analysis, and the
-    snapshot is then not trusted (not written)."""
-    if phase == "full path":
+    """One ``marinbuild //...`` no-op on ``PREFIX`` in a new process; ``NEW_MACHINE`` first empties
+    ``<workspace>/.marinbuild`` (what another machine would not have)."""
+    if phase == NEW_MACHINE:
         cache_dir = os.path.join(ws, ".marinbuild")
         for entry in os.listdir(cache_dir) if os.path.isdir(cache_dir) else []:
             path = os.path.join(cache_dir, entry)
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    snapshots = os.path.join(ws, ".marinbuild", "snapshots")
-
-    def written() -> dict[str, tuple[int, int]]:
-        if not os.path.isdir(snapshots):
-            return {}
-        return {e.name: (e.inode(), e.stat().st_mtime_ns) for e in os.scandir(snapshots) if e.name.endswith(".bin")}
-
-    before = written()
     proxy_stats(proxy_url, reset=True)
     env = cli_env(STORAGE_EMULATOR_HOST=proxy_url, GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false", NO_GCE_CHECK="true")
     cpu = server_cpu(server_pids)
@@ -455,12 +442,6 @@ def measure_cli(ws: str, n: int, proxy_url: str, server_pids: list[int], phase: 
     summary = f"building: 0 steps to run, {n} already built"
     if r["returncode"] != 0 or summary not in r["stderr"]:
         raise RuntimeError(f"{phase}: not a no-op of {n} steps (exit {r['returncode']}):\n{r['stderr'][-3000:]}")
-    answered = bool(before) and written() == before  # a full path that succeeds writes its snapshot anew
-    if answered != (phase != "full path"):
-        raise RuntimeError(
-            f"{phase}: the snapshot {'answered' if answered else 'did not answer'} (a build warning of changed code "
-            "writes none: a --cli_workdir built before marinbuild's rules changed must be removed)"
-        )
     del r["stderr"], r["returncode"]
     return r
 
@@ -481,7 +462,7 @@ def cli_table(rows: list[dict[str, Any]]) -> str:
 
 
 def cli_rows(n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The CLI's gs:// no-op of ``n`` steps: the full path once (a new machine), then ``--runs`` snapshot answers."""
+    """The CLI's gs:// no-op of ``n`` steps: once on a new machine, then ``--runs`` times with its stat cache."""
     rows = []
     with contextlib.ExitStack() as stack:
         workdir = args.cli_workdir and os.path.join(args.cli_workdir, f"layered-{n}")
@@ -496,16 +477,10 @@ def cli_rows(n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
         upstream, routes, server_pids = stack.enter_context(
             seeded_servers(tmp, cli_objects(local), args.shard_objects, extra_routes=(run_info,))
         )
-        # The proxy's address is part of the environment a snapshot records: a kept workspace keeps its port, so
-        # that a later run's snapshot no-ops can answer (--skip_full_path).
-        port_file = os.path.join(workdir, "proxy_port")
-        port = int(open(port_file).read()) if os.path.exists(port_file) else 0
-        proxy, proxy_url = start_proxy(upstream, args.latency, routes, port)
+        proxy, proxy_url = start_proxy(upstream, args.latency, routes)
         stack.callback(_stop, proxy)
-        with open(port_file, "w") as f:
-            f.write(proxy_url.rsplit(":", 1)[1])
         setup = time.perf_counter() - t
-        phases = ([] if args.skip_full_path else ["full path"]) + ["snapshot"] * args.runs
+        phases = [NEW_MACHINE] + [NOOP] * args.runs
         if args.gcs_answers:  # a warm-up fills the proxy's memory of the reads, then the measured runs
             phases += [GCS_ANSWERS_WARMUP] + [GCS_ANSWERS] * args.runs
         for phase in phases:
@@ -558,7 +533,7 @@ def cli_main(args: argparse.Namespace) -> None:
     if args.doc:
         write_doc(args.doc, f"`.venv/bin/python bench/gcs_bench.py {measured_flags()}`:\n\n{text}\n", "gcs_bench_cli")
     for n, bar in ((10000, BAR_10K_S), (100000, BAR_100K_S)):
-        for phase in ("snapshot", GCS_ANSWERS):
+        for phase in (NOOP, GCS_ANSWERS):
             measured = [r for r in rows if r["steps"] == n and r["phase"] == phase]
             if measured:
                 worst = max(r["process_seconds"] for r in measured)
@@ -598,16 +573,11 @@ def main() -> None:
         action="store_true",
         help="measure the CLI's no-op (marinbuild //... on the layered workspace) instead of Executor.run",
     )
-    parser.add_argument("--runs", type=int, default=2, help="--cli: snapshot no-ops after the full path's")
+    parser.add_argument("--runs", type=int, default=2, help="--cli: no-ops after the one without a stat cache")
     parser.add_argument(
         "--cli_workdir", help="--cli: keep each size's workspace and local build here, and reuse them next time"
     )
     parser.add_argument("--cli_timeout", type=float, default=3600, help="--cli: seconds one no-op may take")
-    parser.add_argument(
-        "--skip_full_path",
-        action="store_true",
-        help="--cli: no full-path no-op; the snapshot a previous run left in --cli_workdir's workspace answers",
-    )
     parser.add_argument(
         "--gcs_answers",
         action="store_true",
@@ -619,8 +589,6 @@ def main() -> None:
         print(json.dumps(one(int(args.one[0]), args.one[1])))
         return
     if args.cli:
-        if args.skip_full_path and not args.cli_workdir:
-            parser.error("--skip_full_path needs --cli_workdir (the workspace whose snapshot answers)")
         cli_main(args)
         return
 

@@ -8,8 +8,7 @@ source files) is loaded:
   ``Loader(workspace).load_all()`` (read, check, parse and evaluate every file with Starlark,
   import the rules module, validate attributes, resolve labels, stat source files); the bar:
   at least 10,000 targets per second at 10,000 targets;
-- the whole ``marinbuild query //...`` process (interpreter start, imports, load, printing), with
-  the package cache as the runs before left it: unchanged packages are restored, not evaluated;
+- the whole ``marinbuild query //...`` process (interpreter start, imports, load, printing);
 - again in the same process (the rules module already imported).
 
 With ``--noop``, it also builds bench/workloads.py's layered workspace of N ``python_step``
@@ -183,19 +182,15 @@ def noop_build(root: Path, n: int, repeat: int) -> Row:
     from workloads import make_graph, write_workspace
 
     ws = write_workspace(root / "noop", make_graph("layered", n))
-    old = time.time() - 60  # a snapshot is not written while the files it depends on are brand new
-    for path in [ws, *ws.rglob("*")]:
-        os.utime(path, (old, old))
     env = _env()
     env["MARIN_PREFIX"] = str(ws / "prefix")
     cmd = [sys.executable, "-m", "marinbuild", "//..."]
     subprocess.run(cmd, cwd=ws, env=env, check=True, capture_output=True)
     times = []
-    for k in range(repeat + 2):  # two warm-ups: the first writes the analysis snapshot
+    for _ in range(repeat):
         start = time.perf_counter()
         subprocess.run(cmd, cwd=ws, env=env, check=True, capture_output=True)
-        if k > 1:
-            times.append(time.perf_counter() - start)
+        times.append(time.perf_counter() - start)
     return (f"no-op `marinbuild //...` on {n:,} built targets (median)", statistics.median(times), None, n)
 
 

@@ -403,15 +403,11 @@ def ran_between(peer: Peer, before: dict[str, int], after: dict[str, int]) -> tu
     return len(changed), {peer.node_of(p) for p in changed}
 
 
-def measure_phase(
-    peer: Peer, phase: str, expected: set[int], opts: Options, before_each: Callable[[int], None]
-) -> dict[str, Any]:
+def measure_phase(peer: Peer, expected: set[int], opts: Options, before_each: Callable[[int], None]) -> dict[str, Any]:
     """Warm-up plus ``opts.runs`` timed runs of one phase; every run's actions are counted and checked."""
     samples: list[dict[str, Any]] = []
     problems: list[str] = []
-    total = 1 + opts.runs
-    k = 0
-    while k < total:
+    for k in range(1 + opts.runs):
         before_each(k)
         before = peer.outputs()
         cmd, cwd, env = peer.command()
@@ -446,10 +442,7 @@ def measure_phase(
             }
         )
         if k == 0 and sample.seconds > opts.slow:
-            if phase != "noop":
-                break  # too slow to repeat: the warm-up is the one sample
-            total = 2  # a no-op's first run after a cold build records what the next one reads (the snapshot)
-        k += 1
+            break  # too slow to repeat: the warm-up is the one sample
     timed = [s for s in samples if not s["warmup"]] or samples
     return {
         "seconds": statistics.median(s["seconds"] for s in timed),
@@ -479,7 +472,7 @@ def measure_peer(peer: Peer, opts: Options) -> dict[str, Any]:
     ]
     for phase, expected, before_each in phases:
         log(f"  {peer.name} {graph.shape} x {graph.n}: {phase} ...")
-        measured = measure_phase(peer, phase, expected, opts, before_each)
+        measured = measure_phase(peer, expected, opts, before_each)
         result[phase] = measured
         if "error" in measured:
             log(f"  {peer.name} {graph.shape} x {graph.n}: {phase} FAILED: {measured['error']}")

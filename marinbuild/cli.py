@@ -1,7 +1,7 @@
 """The ``marinbuild`` command line (click): parses, calls the library, formats. Nothing more.
 
 Each command turns its flags into a call and its answer into text. What a command does lives
-elsewhere: a build's flow (the no-op from the snapshot, load, analyse, run, record the code) in
+elsewhere: a build's flow (load, analyse, run, record the code) in
 ``marinbuild.analysis.build``, what a build shows in ``marinbuild.ui.build_report``, ``why`` and
 the ``cache`` commands in ``marinbuild.cache``, ``query`` in ``marinbuild.query``, ``submit`` and
 ``jobs`` in ``marinbuild.cluster.submit`` and ``marinbuild.cluster.jobs``. This module owns the exit codes.
@@ -415,7 +415,7 @@ def info_command(key: str | None, prefix: str | None, backend: str | None, ray_a
 
 @cli.command("clean")
 def clean_command() -> None:
-    """Remove the workspace's .marinbuild/ folder (source digests, analysis snapshots, package cache). Never outputs."""
+    """Remove the workspace's .marinbuild/ folder (source file digests, build event logs). Never outputs."""
     from marinbuild.cache import clean, format_clean
     from marinbuild.load import find_workspace
 

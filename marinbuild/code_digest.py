@@ -15,9 +15,8 @@ Contract:
 - ``changed(output_path, code)`` lists the files whose digest differs from the record (a file gone
   counts as changed); no record (built before code was recorded, or by Marin) means nothing to say.
 - ``CodeChanges`` answers, for many steps at once, the sentence ``why``, ``cache status``, query's
-  ``stale()`` and the build summary print: "code changed since this output was built: <file>". For local
-  outputs it reads each record through the workspace's ledger (``marinbuild.code_digest_ledger``): a record
-  unchanged since the last check is not read again.
+  ``stale()`` and the build summary print: "code changed since this output was built: <file>". It reads
+  local records one after the other, and records on an object store together (``read_many``).
 A file whose digest is part of the step's key (``python_step``'s ``fn`` module, by default) cannot
 differ for a built output, whose path holds that key; only the other files can.
 """
@@ -29,10 +28,7 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from marinbuild.code_digest_ledger import Ledger
+from typing import Any
 
 __all__ = [
     "CODE_RECORD",
@@ -132,22 +128,9 @@ def _differ(was: dict[str, str] | None, code: dict[str, str]) -> list[str]:
     return sorted(path for path, digest in was.items() if code.get(path) != digest)
 
 
-def changed(output_path: str, code: dict[str, str], ledger: Ledger | None = None) -> list[str]:
-    """The recorded files whose digest is not ``code``'s now (sorted); [] without a record. With a ``ledger``
-    (``marinbuild.code_digest_ledger.Ledger``; local outputs only), a record unchanged since it was last read is
-    not read again."""
-    return _differ(_recorded_through(ledger, output_path) if ledger is not None else _recorded(output_path), code)
-
-
-def _recorded_through(ledger: Ledger, output_path: str) -> dict[str, str] | None:
-    from marinbuild.store import fs
-
-    record_path = fs.local_path(fs.join(output_path, CODE_RECORD))
-    known, files = ledger.lookup(record_path)
-    if not known:
-        files = _recorded(output_path)
-        ledger.remember(record_path, files)
-    return files
+def changed(output_path: str, code: dict[str, str]) -> list[str]:
+    """The recorded files whose digest is not ``code``'s now (sorted); [] without a record."""
+    return _differ(_recorded(output_path), code)
 
 
 class CodeChanges:
@@ -156,8 +139,8 @@ class CodeChanges:
     ``check`` goes through the steps one at a time and keeps only a set of the steps checked and the changes
     found: a build's check covers every built output of the graph, and a table of every step's code and answer
     (as it was) held 100,000 small dicts and lists at the end of a 100,000-step build, its peak. Local records
-    are read through the ledger, one after the other (a thread per read costs more than the read); records on
-    an object store are read together (``read_many``)."""
+    are read one after the other (a thread per read costs more than the read); records on an object store are
+    read together (``read_many``)."""
 
     def __init__(self, session: Any):
         from marinbuild.load import StatCache
@@ -168,8 +151,6 @@ class CodeChanges:
         self.found: dict[Any, list[str]] = {}
         """The steps checked whose code changed, with the files."""
         self.checked: set[Any] = set()
-        self._ledger: Ledger | None = None
-        """One per session: read once, and each save keeps every output the session's checks saw."""
 
     def check(self, steps: Iterable[Any]) -> dict[Any, list[str]]:
         """``{step: changed files}`` of those of ``steps`` (built ones: the caller knows which) whose code changed
@@ -179,7 +160,6 @@ class CodeChanges:
         output_paths = self.session.engine.output_paths
         answer: dict[Any, list[str]] = {}
         remote: list[tuple[Any, dict[str, str]]] = []
-        ledger: Ledger | None = None
         for s in steps:
             if s in self.checked:
                 if s in self.found:
@@ -193,17 +173,9 @@ class CodeChanges:
             if not fs.is_local(path):
                 remote.append((s, code))
                 continue
-            if ledger is None:
-                from marinbuild.code_digest_ledger import Ledger
-
-                if self._ledger is None:
-                    self._ledger = Ledger(self.session.workspace.cache_dir)
-                ledger = self._ledger
-            files = changed(path, code, ledger)
+            files = changed(path, code)
             if files:
                 self.found[s] = answer[s] = files
-        if ledger is not None:
-            ledger.save()
         if remote:
             from marinbuild.store.batch import read_many
 

@@ -3,8 +3,7 @@
 Contract: ``workspace_info(workspace, settings, prefix_flag)`` returns an ordered mapping of key to
 value (strings), computed without loading BUILD files, starting Ray or touching the prefix. Keys:
 ``workspace``, ``prefix``, ``prefix_source``, ``backend``, ``ray_address``, ``output_base`` (the
-workspace's ``.marinbuild`` folder), ``package_cache``, ``stat_cache``, ``ray_log``, ``experiments``,
-``version``, ``python``.
+workspace's ``.marinbuild`` folder), ``stat_cache``, ``ray_log``, ``experiments``, ``version``, ``python``.
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ def workspace_info(workspace: Any, settings: Any, prefix_flag: str | None = None
         "ray_address": settings.ray_address
         or ("none (a local Ray on 127.0.0.1)" if settings.backend == "ray" else "none"),
         "output_base": str(cache),
-        "package_cache": str(cache / "packages"),
         "stat_cache": str(workspace.stat_cache_path),
         "ray_log": str(cache / "logs" / "ray.log"),
         "experiments": prefix + "/experiments",

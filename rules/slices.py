@@ -5,7 +5,7 @@
 ``run_job`` runs the job where ``resources`` says: on every host of a multi-host slice
 (``marinbuild.ml.slice_run``, with the rule's slice attributes as its ``SlicePolicy``), else in one child
 process on this machine (``marinbuild.ml.process``). This module exports no rule; the rules modules import it
-(``from . import slices``) and the no-op snapshot records it as it records them.
+(``from . import slices``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""What a build keeps in memory: the mechanisms behind the peak of ``bench/run.py``'s layered 100,000
-``incremental`` row (``marinbuild-cli``) change nothing a reader of the build sees.
+"""What a build keeps in memory: the mechanisms behind the peak of ``bench/run.py``'s layered 100,000 rows
+(``marinbuild-cli``) change nothing a reader of the build sees.
 
 - ``Session.analyse(drop_declarations=True)`` (the build flow's) drops each target's attributes and call site
   once its step is made: every step, version, output path and config is what the analysis without the drop
   gives, and a read of what was dropped raises instead of passing for an empty target;
-- the package cache restores one object per label, however many packages mention it;
 - computing versions leaves no cyclic garbage behind (it runs with the cyclic collector paused).
 """
 
@@ -17,11 +16,9 @@ from pathlib import Path
 import pytest
 from workspaces import age_workspace, write_workspace
 
-from marinbuild.analysis import snapshot
 from marinbuild.analysis.session import Session
-from marinbuild.load import Loader
+from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.load.target import DroppedDeclaration
-from marinbuild.load.workspace import find_workspace
 
 STEPS_PY = """
 def write(config):
@@ -52,7 +49,6 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     age_workspace(root)
     monkeypatch.delenv("MARIN_PREFIX", raising=False)
     monkeypatch.chdir(root)
-    monkeypatch.setattr(snapshot, "RACY_NS", 0)  # marinbuild's own sources may have been edited seconds ago
     return root
 
 
@@ -96,20 +92,6 @@ def test_dropped_declarations_change_no_step(ws: Path, tmp_path: Path) -> None:
     assert dropped.loaded.expand(["//b/..."]) == kept.loaded.expand(["//b/..."])
 
 
-def test_restored_packages_share_label_objects(ws: Path) -> None:
-    workspace = find_workspace(ws)
-    Loader(workspace, package_cache=True).load_all()  # evaluates and writes the cache
-    loader = Loader(workspace, package_cache=True)
-    restored = loader.load_all()
-    assert loader.cache is not None and set(loader.cache.reused) == {"a", "b"}  # both packages were restored
-    targets = {str(label): target for label, target in restored.targets.items()}
-    a, b = targets["//a:a"].label, targets["//a:b"].label
-    assert targets["//a:b"].deps[0] is a
-    assert targets["//b:c"].deps[0] is a and targets["//b:c"].deps[1] is b
-    assert targets["//b:d"].deps[0] is b
-    assert targets["//b:d"].attrs["deps"][0] is b
-
-
 NO_CYCLIC_GARBAGE = """
 import gc
 from marinbuild.core.placeholders import ExecutorStep, output_path_of, this_output_path, versioned
@@ -138,52 +120,6 @@ def test_versions_leave_no_cyclic_garbage() -> None:
     steps, left = map(int, done.stdout.split())
     assert steps == 200
     assert left == 0
-
-
-HELD_STEPS_PY = """
-import gc
-import json
-import os
-
-from marinbuild.analysis.snapshot import Snapshot
-
-
-def write(config):
-    # What the build holds while its steps run: snapshots that still have their lists.
-    held = [len(o.steps) for o in gc.get_objects() if isinstance(o, Snapshot) and o.steps]
-    with open(os.environ["HELD_LOG"], "a") as f:
-        f.write(json.dumps(held) + "\\n")
-"""
-
-
-def test_a_full_build_holds_no_previous_snapshot_while_its_steps_run(
-    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A cold build after an earlier build of the same command line (its outputs removed, as ``bench/run.py``'s
-    cold phase does) finds the previous snapshot, cannot use it, and takes the full path: it drops the snapshot's
-    lists before analysing every target, so they are not held while the steps run."""
-    import json
-    import shutil
-
-    from test_build_flow import Recording
-
-    from marinbuild.analysis.build import BuildRequest, run_build
-
-    (ws / "memory_steps.py").write_text(HELD_STEPS_PY)
-    age_workspace(ws)  # a snapshot is written only of inputs older than the build
-    log = tmp_path / "held.log"
-    monkeypatch.setenv("HELD_LOG", str(log))
-    request = BuildRequest(patterns=("//...",), prefix=str(tmp_path / "prefix"))  # outside the workspace
-    first = run_build(request, Recording())
-    assert first.failure is None and len(first.succeeded) == 4
-    run_build(request, Recording())  # the first wrote the steps module's bytecode beside it: this one's snapshot holds
-    assert list(ws.joinpath(".marinbuild", "snapshots").glob("*.bin"))
-    shutil.rmtree(tmp_path / "prefix")
-    log.unlink()
-    again = run_build(request, Recording())
-    assert again.failure is None and len(again.succeeded) == 4 and again.analysed is None  # the full path
-    seen = [json.loads(line) for line in log.read_text().splitlines()]
-    assert seen == [[]] * 4
 
 
 def test_placeholders_have_no_per_object_dict_and_behave_as_before() -> None:

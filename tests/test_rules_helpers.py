@@ -26,8 +26,7 @@ greet = rule(implementation=_impl, attrs={"text": attr.string(default=common.GRE
 
 
 def test_a_change_to_a_helper_module_is_seen_by_the_next_build(tmp_path: Path) -> None:
-    """The helper is loaded as part of the rules folder's package, and the next build sees an edit to it (the
-    no-op snapshot records it as it records the rules module that imports it)."""
+    """The helper is loaded as part of the rules folder's package, and the next build sees an edit to it."""
     root = write_workspace(
         tmp_path / "ws",
         {
@@ -37,17 +36,12 @@ def test_a_change_to_a_helper_module_is_seen_by_the_next_build(tmp_path: Path) -
         },
     )
     age_workspace(root)
-    ws = CliWorkspace(root, events_dir=tmp_path)
+    ws = CliWorkspace(root)
     first = ws.build("//pkg:g")
     assert first.code == 0, first.stderr
     assert first.ran == {"pkg/g"}
-    age_workspace(root)  # (the first build made the workspace's .marinbuild and out folders and the rules' __pycache__)
     again = ws.build("//pkg:g")
     assert again.code == 0 and again.ran == set(), again.stderr
-    (snapshot,) = (root / ".marinbuild" / "snapshots").glob("*.bin")
-    written = snapshot.stat().st_mtime_ns
-    assert ws.build("//pkg:g").ran == set()
-    assert snapshot.stat().st_mtime_ns == written  # answered from the snapshot
     (root / "rules" / "common.py").write_text('GREETING = "hello"\n')
     edited = ws.build("//pkg:g")
     assert edited.code == 0, edited.stderr

@@ -287,7 +287,7 @@ def test_summary_dry_run_and_interrupted():
 
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_steps_planned_in_one_call_are_what_one_event_each_would_report(dry_run: bool) -> None:
-    """``EventBus.emit_planned`` (a no-op or a build from rows plans every step as built): the summary and the
+    """``EventBus.emit_planned`` (a no-op plans every step as built): the summary and the
     progress display take them in one call, other listeners get one event each; what they show is the same."""
 
     def build(planned: Any) -> tuple[str, str, list[tuple[str, str | None, str | None]]]:

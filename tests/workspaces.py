@@ -33,7 +33,7 @@ def repository_workspace(root: Path) -> Path:
     """A copy of this repository's own workspace (``pyproject.toml``, ``experiments/``, ``rules/``) at ``root``.
 
     A CLI test of the repository's targets runs in the copy, not in the checkout: a build writes
-    ``.marinbuild/`` (stat cache, package cache, snapshots) into its workspace, and tests running side by side
+    ``.marinbuild/`` (stat cache, event logs) into its workspace, and tests running side by side
     (pytest-xdist), or a developer's own builds, would otherwise share and leave that state."""
     root.mkdir(parents=True, exist_ok=True)
     shutil.copy2(REPOSITORY / "pyproject.toml", root / "pyproject.toml")
@@ -43,8 +43,8 @@ def repository_workspace(root: Path) -> Path:
 
 
 def age_workspace(root: Path) -> float:
-    """Set ``root`` and everything under it a minute into the past, outside the racy window in which the no-op
-    snapshot and the package cache distrust a recently changed input; return that time."""
+    """Set ``root`` and everything under it a minute into the past, outside the racy window in which the stat cache
+    distrusts a recently changed input; return that time."""
     old = time.time() - 60
     for path in [root, *root.rglob("*")]:
         os.utime(path, (old, old))
@@ -117,8 +117,7 @@ class Build:
 class CliWorkspace:
     """A workspace at ``root`` in which ``build`` runs ``marinbuild`` in a child process; ``$MARIN_PREFIX`` is
     unset for it (the workspace's ``pyproject.toml`` names the prefix) and ``env`` is added to its environment.
-    The build-event files go to ``events_dir`` (default: ``root``; a test of no-op snapshots puts them outside the
-    workspace, whose folder they would change)."""
+    The build-event files go to ``events_dir`` (default: ``root``)."""
 
     def __init__(self, root: Path, env: dict[str, str] | None = None, events_dir: Path | None = None):
         self.root = root

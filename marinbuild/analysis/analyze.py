@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,10 +135,6 @@ def _import_rule(key: str, workspace: Path) -> RuleType:
     return rule
 
 
-class NeedsFullAnalysis(Exception):
-    """Analysis with ``known`` steps cannot answer a rule's question: the build analyses every target instead."""
-
-
 @dataclass
 class Analysis:
     """The steps of the analysed targets."""
@@ -155,8 +151,6 @@ class Analysis:
     common: dict[tuple[str, str], Any] = field(default_factory=dict)
     """One object for a value every target's config holds alike (the workspace root, a rule's versioned name),
     instead of a copy per step."""
-    known: set[Label] = field(default_factory=set)
-    """Targets whose step was given, not analysed (``analyze``'s ``known``)."""
 
     def requested_steps(self, labels: Iterable[Label]) -> list[ExecutorStep]:
         out: list[ExecutorStep] = []
@@ -200,8 +194,7 @@ class AnalysisContext:
     def once(self, key: Any, compute: Callable[[], Any]) -> Any:
         """``compute()``, called once per analysis for each ``key`` (hashable, naming what is computed and from
         what): for answers thousands of targets share, such as where a module's file is. Files do not change
-        during one analysis as far as its results go (the snapshot distrusts any input changed meanwhile), so
-        an answer holds for the analysis; none is kept beyond it."""
+        during one analysis as far as its results go, so an answer holds for the analysis; none is kept beyond it."""
         shared = self._analysis.shared
         if key not in shared:
             shared[key] = compute()
@@ -212,8 +205,6 @@ class AnalysisContext:
         return self.workspace.package_dir(self.target.label.package)
 
     def step_of(self, label: Label) -> ExecutorStep:
-        if label in self._analysis.known:  # a step an earlier build recorded: only its output path is known here
-            raise NeedsFullAnalysis(f"{self.target.label}'s analyze hook reads the step of {label}")
         return self._analysis.step_of[label]
 
     def error(self, message: str) -> BuildFileError:
@@ -225,20 +216,10 @@ def analyze(
     roots: Iterable[Label],
     workspace: Workspace,
     stat_cache: StatCache | None = None,
-    known: Mapping[Label, ExecutorStep] | None = None,
 ) -> Analysis:
-    """Steps for ``roots`` and every target they depend on (dependencies first, no recursion).
-
-    ``known``: targets whose one step is given (an earlier build's, ``marinbuild.analysis.incremental``): they and
-    what they depend on are not analysed, and a dependent's attribute naming one gets that step's output path.
-    An ``analyze`` hook asking for a known step itself (``AnalysisContext.step_of``) raises ``NeedsFullAnalysis``."""
+    """Steps for ``roots`` and every target they depend on (dependencies first, no recursion)."""
     analysis = Analysis()
-    if known:
-        analysis.known = set(known)
-        for label, step in known.items():
-            analysis.step_of[label] = step
-            analysis.steps_of[label] = [step]
-    for label in loaded.closure(list(roots), stop=known or ()):
+    for label in loaded.closure(list(roots)):
         target = loaded.targets[label]
         rule = target.rule
         if rule.analyze is not None:
@@ -269,7 +250,7 @@ def _target_step(
     sources = dict(zip(target.srcs, target.source_paths, strict=True))
 
     def label_value(label: Label, attr_name: str) -> Any:
-        if label in loaded.targets or label in analysis.known:
+        if label in loaded.targets:
             step = analysis.step_of.get(label)
             if step is None:
                 raise BuildFileError.at(

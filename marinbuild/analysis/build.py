@@ -2,19 +2,14 @@
 
 ``run_build(request, listeners)`` is the flow; it prints nothing and chooses no exit code:
 
-1. A no-op answered from the analysis snapshot (``marinbuild.analysis.snapshot``) when the
-   snapshot of this command line matches and every step it recorded is built: the listeners get
-   the events a full build's no-op sends (each step planned as built, the build started and
-   finished), and no BUILD file is loaded. ``--run_only`` and ``--rebuild`` skip this.
-2. Otherwise the full path: open a ``Session``, export ``$MARINBUILD_SERVE_URL`` for the steps,
-   load and analyse inside a snapshot ``Recorder``, write the snapshot, run the requested steps
-   with the listeners, record the code each step that succeeded ran (``marinbuild.code_digest``),
-   and check the built outputs for changed code. A build that finds changed code drops its
-   snapshot, so the next build finds it (and warns) again.
+open a ``Session``, export ``$MARINBUILD_SERVE_URL`` for the steps, load and analyse, run the
+requested steps with the listeners (a step already built is not run: a no-op plans every step as
+built), record the code each step that succeeded ran (``marinbuild.code_digest``), and check the
+built outputs for changed code.
 
 Who owns what: ``cli.py`` turns flags into a ``BuildRequest``, hands over the listeners
 (``marinbuild.ui.build_report``), prints the ``BuildResult`` and picks the exit code; this module
-decides what happens and in which order; ``snapshot`` owns the snapshot's key, file and content.
+decides what happens and in which order.
 
 A step that failed is part of the result (``failure``), not an exception: the build ran and its
 listeners saw it. A request the build cannot honour (no target matches, ``--rebuild`` of a target
@@ -24,21 +19,15 @@ holds another version's outputs) raises ``BuildRequestError`` before any step ru
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-if TYPE_CHECKING:  # imported when used: a no-op from the snapshot needs neither the loader nor the engine
-    from marinbuild.analysis.incremental import Prepared
-    from marinbuild.analysis.rows import Rows
+if TYPE_CHECKING:
     from marinbuild.analysis.session import Session
-    from marinbuild.analysis.snapshot import Recorder, Snapshot, SnapshotKey
-    from marinbuild.core.labels import Label
     from marinbuild.core.placeholders import ExecutorStep
-    from marinbuild.core.versions import VersionTable
     from marinbuild.load.workspace import Workspace
     from marinbuild.run.events import Event, Listener
     from marinbuild.store.lease import LeaseRecord
@@ -50,7 +39,6 @@ __all__ = [
     "BuildResult",
     "EventLogPlace",
     "PlanRow",
-    "RecordedStep",
     "run_build",
 ]
 
@@ -110,18 +98,11 @@ class BuildListeners(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class RecordedStep:
-    """A step as the analysis snapshot recorded it, where a plan row wants a step: its name only."""
-
-    name: str
-
-
 class PlanRow(NamedTuple):
     """One step of the plan: its state (``built``, ``missing``, ...), output path, the lease another
     worker holds on it (or None), and whether this build runs it (or would, in a dry run)."""
 
-    step: ExecutorStep | RecordedStep
+    step: ExecutorStep
     state: str
     output_path: str
     lease: LeaseRecord | None
@@ -133,22 +114,19 @@ class BuildResult:
     """What a build did, for the command line to print.
 
     ``requested``: (label, output path) of each requested target's outputs; ``plan``: None if the
-    run ended before planning; ``session``: None when the snapshot answered (nothing was loaded);
-    ``failure``: the step failure that ended the run; ``dry_run_problems``: why the local backend
-    could not run some steps of a dry run; ``code_changed``: built outputs whose code changed since
-    they were built (not part of their key, so not rebuilt), with the changed files;
-    ``succeeded``: the steps this build ran successfully, in the order they finished."""
+    run ended before planning; ``session``: the loaded and analysed session; ``failure``: the step
+    failure that ended the run; ``dry_run_problems``: why the local backend could not run some steps
+    of a dry run; ``code_changed``: built outputs whose code changed since they were built (not part
+    of their key, so not rebuilt), with the changed files; ``succeeded``: the steps this build ran
+    successfully, in the order they finished."""
 
     requested: list[tuple[str, str]]
     plan: list[PlanRow] | None
-    session: Session | None = None
+    session: Session
     failure: Exception | None = None
     dry_run_problems: list[str] = field(default_factory=list)
     code_changed: dict[ExecutorStep, list[str]] = field(default_factory=dict)
     succeeded: list[ExecutorStep] = field(default_factory=list)
-    analysed: tuple[int, int] | None = None
-    """(targets analysed, targets in the graph) of a build that took the others from the previous build's rows
-    (``marinbuild.analysis.incremental``); None when every target was analysed or none was."""
 
     @property
     def would_run(self) -> list[str]:
@@ -158,212 +136,20 @@ class BuildResult:
 
 def run_build(request: BuildRequest, listeners: BuildListeners) -> BuildResult:
     """Build what ``request`` asks for in the workspace of the working directory (see the module docstring)."""
-    previous: Previous | None = None
-    if request.run_only is None and not request.rebuild:
-        answered = _from_snapshot(request, listeners)
-        if isinstance(answered, BuildResult):
-            return answered
-        previous = answered
-    return _full_build(request, listeners, previous)
-
-
-class Previous(NamedTuple):
-    """The snapshot of this command line that no longer holds as it is, and the inputs that changed since."""
-
-    snapshot: Snapshot
-    changed: list[str]
-
-
-def _from_snapshot(request: BuildRequest, listeners: BuildListeners) -> BuildResult | Previous | None:
-    """The no-op answered from the analysis snapshot; else the snapshot and what changed, if there is one.
-
-    The same events reach the same listeners as in a full build's no-op, so the same result is printed."""
-    from marinbuild.analysis import snapshot
-    from marinbuild.analysis.session import Settings
-    from marinbuild.load.workspace import find_workspace
-
-    workspace = find_workspace(".")
-    key = snapshot.key_for(workspace, Settings.resolve(workspace, **request.settings()), request.patterns)
-    found = snapshot.read(key, workspace.cache_dir) if key is not None else None
-    changed = snapshot.changed(found) if found is not None else None
-    if key is None or found is None or changed is None:
-        return None
-    statuses = snapshot.statuses_if_built(found) if not changed else None
-    if statuses is None:
-        return Previous(found, changed)
-    from marinbuild.run import events as ev
-    from marinbuild.run.plan import BUILT
-
-    bus = ev.EventBus(listeners.open(EventLogPlace(workspace.cache_dir, list(request.patterns), key.prefix)))
-    try:
-        planned = ((name, path, BUILT, statuses[path]) for name, path, _digest, _overridden in found.steps)
-        ev.emit_plan(bus, planned, request.dry_run)
-        if not request.dry_run:
-            bus.emit(ev.BUILD_STARTED, data={"steps": 0})
-            bus.emit(ev.BUILD_FINISHED, data={"ran": 0, "failed": 0})
-    finally:
-        listeners.close()
-    plan = [PlanRow(RecordedStep(name), BUILT, path, None, False) for name, path, _digest, _overridden in found.steps]
-    return BuildResult(found.requested, plan)
-
-
-def _full_build(request: BuildRequest, listeners: BuildListeners, previous: Previous | None = None) -> BuildResult:
-    """Load, analyse (only what an edit affects, when ``previous`` allows: ``marinbuild.analysis.incremental``),
-    write the snapshot, run, record the code that ran and check built outputs' code."""
-    from marinbuild.analysis import snapshot
     from marinbuild.analysis.session import Session
 
-    environment = snapshot.analysis_environment()  # as the lookup saw it, before this build exports its own
     session = Session.open(".", **request.settings())
     event_log = EventLogPlace(session.workspace.cache_dir, list(request.patterns), session.settings.prefix)
     _export_serve_url(session.workspace, session.settings.prefix)
-    key = snapshot.key_for(session.workspace, session.settings, request.patterns)
-    recorder = (
-        snapshot.Recorder(excluded=(str(session.workspace.cache_dir), session.settings.prefix), env=environment)
-        if key is not None
-        else None
-    )
-    prepared = None
-    with recorder if recorder is not None else contextlib.nullcontext():
-        found_rows = _rows_of(session, key, previous)
-        if found_rows is not None and previous is not None:  # an edit of BUILD files: load what it affects only
-            from marinbuild.analysis import incremental
-
-            prepared = incremental.prepare_partial(
-                session, previous.snapshot, previous.changed, found_rows, splice=not request.dry_run
-            )
-        labels: list[Label] = []
-        if prepared is None:
-            labels = session.load(request.patterns)
-            if not labels:
-                raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
-            if found_rows is not None and previous is not None:
-                from marinbuild.analysis import incremental
-
-                prepared = incremental.prepare(
-                    session, previous.snapshot, previous.changed, found_rows, splice=not request.dry_run
-                )
-        if prepared is None:
-            # The full path reads neither the previous build's rows nor its snapshot's lists again: not held
-            # while every target is analysed and its steps run.
-            found_rows = None
-            if previous is not None:
-                previous.snapshot.release()
-            session.analyse(drop_declarations=True)  # nothing below reads a target's attributes or call site
-        else:
-            assert session.loaded is not None
-            for target in session.loaded.targets.values():
-                target.drop_declaration()
-    if prepared is not None:
-        assert key is not None and recorder is not None
-        assert previous is not None
-        return _run_prepared(request, listeners, session, key, recorder, prepared, previous, event_log)
+    labels = session.load(request.patterns)
+    if not labels:
+        raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
+    session.analyse(drop_declarations=True)  # nothing below reads a target's attributes or call site
     requested = [(str(label), path) for label in labels for path in session.output_paths_of(label)]
-    build_id = snapshot.record_session(session, key, recorder, requested) if key is not None and recorder else None
-    engine = session.engine
-    assert engine is not None
     rebuilt = _rebuild_steps(session, request.rebuild)
     result = BuildResult(requested, None, session)
     _run(request, listeners, session, event_log, result, session.requested_steps(), rebuilt)
-    if key is not None:
-        _record_rows(session, key, build_id, result)
     return result
-
-
-def _run_prepared(
-    request: BuildRequest,
-    listeners: BuildListeners,
-    session: Session,
-    key: SnapshotKey,
-    recorder: Recorder,
-    prepared: Prepared,
-    previous: Previous,
-    event_log: EventLogPlace,
-) -> BuildResult:
-    """The build from recorded rows (``marinbuild.analysis.incremental``): the snapshot and rows of the graph now,
-    the run of the affected steps, the run info from recorded and new entries."""
-    from marinbuild.analysis import rows, snapshot
-    from marinbuild.code_digest import for_session
-    from marinbuild.run.plan import BUILT
-
-    engine = session.engine
-    assert engine is not None
-    table = engine.table
-    recorded_rows = prepared.rows
-
-    paths_then = recorded_rows.rows.all_paths()
-    rows_now = _snapshot_rows(prepared, table)
-    positions = {name: recorded_rows.labels.rows_of(name) for name in recorded_rows.requested}
-    requested = [(name, rows_now[i][1]) for name in recorded_rows.requested for i in positions[name]]
-    planning_order = dict.fromkeys(i for name in recorded_rows.requested for i in positions[name])
-    code = for_session(session)
-    code_files = set(previous.snapshot.code_files)
-    for step in prepared.run:
-        code_files.update(code.code_of(step))
-    read = snapshot.session_inputs(session)  # what this build loaded, and what the previous one read besides
-    read.folders.update(path for path, _signature in previous.snapshot.signed)
-    read.local.update(previous.snapshot.local)
-    build_id = snapshot.write_with_code(
-        key, session, recorder, read, snapshot.Snapshot(requested, [rows_now[i] for i in planning_order]), code_files
-    )
-    del read, planning_order, rows_now
-    previous.snapshot.release()  # the new snapshot is written: the old one's lists are not read again
-
-    def clean_rows() -> Iterator[tuple[str, str]]:
-        for i in prepared.clean:
-            yield recorded_rows.rows.names[i], paths_then[i]
-
-    announced = list(clean_rows())  # each one checked by ``prepare``
-    result = BuildResult(requested, None, session, analysed=(prepared.analysed, len(recorded_rows.labels)))
-    try:
-        _run(request, listeners, session, event_log, result, prepared.run, [], announced)
-    finally:
-        engine.abandon_splice()  # the run named it, or wrote none: nothing is left to name
-    if result.plan is not None:
-        result.plan[:0] = [PlanRow(RecordedStep(name), BUILT, path, None, False) for name, path in clean_rows()]
-    cache_dir = session.workspace.cache_dir
-    if result.code_changed:  # no no-op from the snapshot while there is something to warn
-        key.path(cache_dir).unlink(missing_ok=True)
-        return result
-    path, spans = engine.executor_info_path, engine.run_info_spans
-    if build_id is None or path is None or len(spans) != len(prepared.order) or result.failure is not None:
-        return result
-    md5s = table.full_md5s()
-    new_rows: dict[int, rows.Row] = {}
-    for position, item in enumerate(prepared.order):
-        if not isinstance(item, int):
-            overridden = item.override_output_path is not None
-            out, digest = table.output_paths[item], table.action_digest(item)
-            new_rows[position] = (item.name, out, digest, overridden, md5s[item], table.depth[item], 0, 0)
-    sig = snapshot.signature(path)
-    if sig is not None:
-        row_table = recorded_rows.rows.replaced(new_rows, spans)
-        rows.sign_statuses(row_table, (i for i in range(len(row_table)) if row_table.status_signature(i) is None))
-        now = rows.Rows(
-            build_id,
-            path,
-            sig,
-            recorded_rows.requested,
-            row_table,
-            recorded_rows.labels.with_digests(prepared.digests),
-            engine.run_info_states,
-        )
-        rows.write(key, cache_dir, now)
-    return result
-
-
-def _snapshot_rows(prepared: Prepared, table: VersionTable) -> list[tuple[str, str, str, bool]]:
-    """Each row's (name, output path, action digest, overridden) now, in row order, as the snapshot lists steps:
-    the recorded columns as they are, the affected rows from the version table."""
-    then = prepared.rows.rows
-    hexed = then.digests.hex()
-    digests = [hexed[64 * i : 64 * i + 64] for i in range(len(then))]
-    now = list(zip(then.names, then.all_paths(), digests, map(bool, then.flags), strict=True))
-    for position, item in enumerate(prepared.order):
-        if not isinstance(item, int):
-            overridden = item.override_output_path is not None
-            now[position] = (item.name, table.output_paths[item], table.action_digest(item), overridden)
-    return now
 
 
 class _Succeeded:
@@ -380,15 +166,6 @@ class _Succeeded:
         """Planned steps are not what it collects (``EventBus.emit_planned``)."""
 
 
-def _rows_of(session: Session, key: SnapshotKey | None, previous: Previous | None) -> Rows | None:
-    """The rows recorded with the previous snapshot of this command line, if any (``marinbuild.analysis.rows``)."""
-    if previous is None or key is None:
-        return None
-    from marinbuild.analysis import rows
-
-    return rows.load(key, session.workspace.cache_dir, previous.snapshot.build_id)
-
-
 def _run(
     request: BuildRequest,
     listeners: BuildListeners,
@@ -397,11 +174,9 @@ def _run(
     result: BuildResult,
     steps: list[ExecutorStep],
     rebuilt: list[ExecutorStep],
-    recorded: Sequence[tuple[str, str]] = (),
 ) -> None:
-    """Run ``steps`` on the session's engine into ``result``: listeners, failures, code records, caches, plan rows
-    and changed code. ``recorded``: (name, output path) of built steps the engine does not hold (a build from rows,
-    each one's status SUCCESS), announced as planned and built before the engine plans."""
+    """Run ``steps`` on the session's engine into ``result``: listeners, failures, code records, plan rows and
+    changed code."""
     from marinbuild.engine import PreviousTaskFailedError, StepFailedError
     from marinbuild.run.resources import UnsatisfiableResourcesError
     from marinbuild.store.action_cache import ActionCacheCollisionError
@@ -411,14 +186,6 @@ def _run(
     succeeded = _Succeeded()
     engine.listeners = [*listeners.open(event_log), succeeded]
     try:
-        if recorded:
-            from marinbuild.run import events as ev
-            from marinbuild.run.plan import BUILT
-            from marinbuild.store.status import STATUS_SUCCESS
-
-            ev.EventBus(engine.listeners).emit_planned(
-                recorded, BUILT, {"dry_run": request.dry_run, "status": STATUS_SUCCESS}
-            )
         engine.run(
             steps,
             dry_run=request.dry_run,
@@ -438,45 +205,13 @@ def _run(
         by_path = {path: step for step, path in engine.output_paths.items()}
         result.succeeded = [by_path[path] for path in succeeded.paths if path in by_path]
         _record_code(session, result.succeeded)
-        session.save_caches()
     result.dry_run_problems = list(engine.dry_run_problems)
     if engine.plan is not None:
         result.plan = [
             PlanRow(step, p.state, engine.output_paths[step], p.lease, p.will_run)
             for step, p in engine.plan.steps.items()
-            if step not in engine.table.recorded
         ]
-        result.code_changed = _code_changed(
-            session, [row.step for row in result.plan if row.state == "built" and row.step not in engine.table.recorded]
-        )
-
-
-def _record_rows(session: Session, key: SnapshotKey, build_id: str | None, result: BuildResult) -> None:
-    """Keep the rows of this build for the next one (``marinbuild.analysis.rows``), or drop stale ones."""
-    from marinbuild.analysis import rows
-
-    cache_dir = session.workspace.cache_dir
-    engine = session.engine
-    assert engine is not None
-    if result.code_changed:  # no no-op from the snapshot while there is something to warn
-        key.path(cache_dir).unlink(missing_ok=True)
-        rows.drop(key, cache_dir)
-        return
-    # Rows belong to the snapshot of their build_id: without new ones, the next build finds none for its snapshot.
-    if build_id is None or result.failure is not None:
-        return
-    path, spans, states = engine.executor_info_path, engine.run_info_spans, engine.run_info_states
-    if path is None and result.plan is not None and not any(row.will_run for row in result.plan):
-        # Nothing ran, so no run info was written: the rows point into the one an earlier run of this very graph
-        # wrote, if it is there (found by its name, which costs hashing every entry: the full path only).
-        from marinbuild.engine import commit
-
-        found = commit.existing_run_info(engine.table, engine.executor_info_base_path, engine.worker_id, engine.prefix)
-        if found is not None:
-            path, spans, states = found
-    if path is None or not spans or "://" in path:
-        return
-    rows.record(session, key, build_id, path, spans, states)
+        result.code_changed = _code_changed(session, [row.step for row in result.plan if row.state == "built"])
 
 
 def _export_serve_url(workspace: Workspace, prefix: str) -> None:

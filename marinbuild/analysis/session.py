@@ -18,11 +18,10 @@ from marinbuild.core.prefix import DEFAULT_LOCAL_PREFIX
 from marinbuild.load.workspace import Workspace, find_workspace
 from marinbuild.run.backends import BACKEND_NAMES, LOCAL, RAY, BackendOptions, make_backend
 
-if TYPE_CHECKING:  # imported when used: a no-op build from the analysis snapshot needs none of them
+if TYPE_CHECKING:
     from marinbuild.analysis.analyze import Analysis
     from marinbuild.core.labels import Label
     from marinbuild.core.placeholders import ExecutorStep
-    from marinbuild.core.version_digests import DigestCache
     from marinbuild.engine import Engine
     from marinbuild.load import LoadedWorkspace, Loader
 
@@ -113,14 +112,13 @@ class Session:
     labels: list[Label] = field(default_factory=list)
     analysis: Analysis | None = None
     engine: Engine | None = None
-    _digests: DigestCache | None = field(default=None, repr=False)
 
     @classmethod
     def open(cls, start: str | os.PathLike[str] = ".", **settings: Any) -> Session:
         from marinbuild.load import Loader
 
         workspace = find_workspace(start)
-        return cls(workspace, Settings.resolve(workspace, **settings), Loader(workspace, package_cache=True))
+        return cls(workspace, Settings.resolve(workspace, **settings), Loader(workspace))
 
     def current_package(self) -> str:
         """The package of the working directory, for relative patterns (``:name``)."""
@@ -155,24 +153,8 @@ class Session:
             for target in self.loaded.targets.values():
                 target.drop_declaration()
         self.engine = self.make_engine()
-        self.engine.table.use_digests(self.version_digests)
         self.engine.add_all([step for label in roots for step in self.analysis.steps_of[label]])
         return self.analysis
-
-    @property
-    def version_digests(self) -> DigestCache:
-        """The workspace's digests of version strings (``marinbuild.core.version_digests``), read once per session;
-        ``save_caches`` writes what the builds of the ``Session`` added."""
-        if self._digests is None:
-            from marinbuild.core.version_digests import DigestCache
-
-            self._digests = DigestCache.in_workspace(self.workspace.cache_dir)
-        return self._digests
-
-    def save_caches(self) -> None:
-        """Write the workspace caches the builds of the ``Session`` added to (a failure only costs time next build)."""
-        if self._digests is not None:
-            self._digests.save()
 
     def make_engine(self, listeners: list[Any] | None = None) -> Engine:
         from marinbuild.engine import Engine

@@ -341,7 +341,7 @@ def clean(workspace: Any, outputs_of: Iterable[str] | None = None, yes: bool = F
     """Remove the workspace's ``.marinbuild/`` folder, and nothing else.
 
     That folder (``<workspace root>/.marinbuild``) holds only caches marinbuild can recompute:
-    ``stat_cache.json`` (source file digests by stat), the analysis snapshots and the package cache.
+    ``stat_cache.json`` (source file digests by stat) and the build event logs.
     Build outputs under the prefix, leases, statuses and run infos are never touched: to
     delete outputs use ``cache_gc``. ``workspace`` is a ``Workspace`` (or its root folder).
     ``outputs_of`` must be None: asking ``clean`` to remove outputs raises ``ValueError``

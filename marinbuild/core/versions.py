@@ -24,7 +24,6 @@ from typing import Any
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.jsonenc import dumps_indented, dumps_sorted, json_str
 from marinbuild.core.placeholders import ExecutorStep
-from marinbuild.core.version_digests import DigestCache
 from marinbuild.core.walk import collect_dependencies_and_version, instantiate_config, make_prefix_absolute_path
 
 MAX_INLINE_DEPTH = 4
@@ -52,10 +51,6 @@ class VersionTable:
         self.versions: dict[ExecutorStep, dict[str, Any]] = {}
         self.version_strs: dict[ExecutorStep, str] = {}
         self._action_digests: dict[ExecutorStep, str] = {}
-        self.digests: DigestCache | None = None
-        """Digests of version strings kept between builds (``marinbuild.core.version_digests``); None: hash all."""
-        self._md5: dict[ExecutorStep, bytes] = {}
-        self._digest_key: dict[ExecutorStep, bytes] = {}
         self.version_str_to_step: dict[str, ExecutorStep] = {}
         self._canonical_by_md5: dict[str, ExecutorStep] = {}
         self._canonical: dict[ExecutorStep, ExecutorStep] = {}
@@ -65,67 +60,7 @@ class VersionTable:
         self.depth: dict[ExecutorStep, int] = {}
         self.duplicate_names: set[str] = set()
         self.override_mismatches: list[tuple[ExecutorStep, str, str]] = []
-        self.recorded: set[ExecutorStep] = set()
-        """Steps taken as an earlier build recorded them (``add_recorded``): built, their configs not walked."""
         self._prefix_slash = (prefix if prefix.endswith("/") else prefix + "/") if prefix else None
-
-    def use_digests(self, digests: DigestCache) -> None:
-        """Take version digests from ``digests`` (and record new ones there) from now on; before any step is
-        versioned, as a consumer's key names its dependencies' md5s."""
-        if self.versions:
-            raise ValueError("use_digests before any step is versioned")
-        self.digests = digests
-
-    def add_recorded(
-        self,
-        step: ExecutorStep,
-        version: dict[str, Any] | None,
-        *,
-        md5: str,
-        depth: int,
-        output_path: str,
-        action_digest: str,
-    ) -> None:
-        """Take ``step`` as versioned by an earlier build (``marinbuild.analysis.rows``): its ``version`` (as its
-        ``.executor_info`` holds it, keys in Marin's order), the full ``md5`` hex of its version string, its depth,
-        output path and action digest. Consumers versioned afterwards inline it, or name it, as they would have
-        the step itself; its own config is never walked (it has no dependencies here: it is built).
-
-        ``version`` may be None for a step deeper than ``MAX_INLINE_DEPTH``: consumers only name it
-        (``name-hash``), and ``versions`` then holds that name in place of the version.
-
-        Raises ``ValueError`` if ``version`` is not the string whose md5 was recorded, or another step of this
-        table has that version (the caller then versions the graph in full)."""
-        text = b""
-        if version is None:
-            if depth <= MAX_INLINE_DEPTH:
-                raise ValueError(f"{step.name}: a step consumers inline needs its version")
-        else:
-            text = dumps_sorted(version).encode()
-            if hashlib.md5(text).hexdigest() != md5:
-                raise ValueError(f"{step.name}: the recorded version does not hash to {md5}")
-        if step in self.versions or md5 in self._canonical_by_md5:
-            raise ValueError(f"{step.name}: version {md5} is already in the table")
-        self._canonical_by_md5[md5] = step
-        self._canonical[step] = step
-        self.recorded.add(step)
-        self.steps.append(step)
-        self.versions[step] = version if version is not None else f"{step.name}-{md5[:6]}"  # type: ignore[assignment]
-        if version is not None:  # a deeper step's text is never read: consumers name it
-            self.version_strs[step] = text.decode()
-            self.version_str_to_step[self.version_strs[step]] = step
-        self._md5[step] = bytes.fromhex(md5)
-        self._action_digests[step] = action_digest
-        self.hashed_versions[step] = md5[:6]
-        self.output_paths[step] = output_path
-        self.dependencies[step] = []
-        self.pseudo_dependencies[step] = []
-        self.is_pseudo_dep[step] = False
-        self.depth[step] = depth
-
-    def full_md5s(self) -> dict[ExecutorStep, str]:
-        """Each canonical step's full md5 hex of its version string (its output path names the first 6)."""
-        return {step: md5 for md5, step in self._canonical_by_md5.items()}
 
     def canonicalize(self, step: ExecutorStep) -> ExecutorStep:
         """The step that stands for every step with the same version."""
@@ -209,14 +144,11 @@ class VersionTable:
 
     def action_digest(self, step: ExecutorStep) -> str:
         """The sha256 of the step's version string (``marinbuild.store.action_cache.version_digest``), hashed once
-        per build: the plan, the runner and the no-op snapshot all key actions by it."""
+        per build: the plan and the runner key actions by it."""
         digest = self._action_digests.get(step)
         if digest is None:
             sha = hashlib.sha256(self.version_strs[step].encode())
             digest = self._action_digests[step] = sha.hexdigest()
-            key = self._digest_key.pop(step, None)
-            if key is not None and self.digests is not None:
-                self.digests.put(key, self._md5[step], sha.digest())
         return digest
 
     def indented_version(self, step: ExecutorStep, depth: int = 0) -> str:
@@ -246,28 +178,21 @@ class VersionTable:
             short = self._short[dep] = (text, json_str(text))
         return short
 
-    def _dep_versions(self, deps: list[ExecutorStep], parts: list[str], key: list[str] | None) -> list[Any]:
+    def _dep_versions(self, deps: list[ExecutorStep], parts: list[str]) -> list[Any]:
         """The dependencies as a consumer's version lists them (inlined, or ``"name-hash"`` when deeper than
-        ``MAX_INLINE_DEPTH``); their JSON texts, comma-separated, are appended to ``parts``, and to ``key`` (when
-        given) the same with each inlined text as ``\0`` and its md5 (``marinbuild.core.version_digests``)."""
+        ``MAX_INLINE_DEPTH``); their JSON texts, comma-separated, are appended to ``parts``."""
         depth, versions, strs = self.depth, self.versions, self.version_strs
         listed: list[Any] = []
         for i, dep in enumerate(deps):
             if i:
                 parts.append(", ")
-                if key is not None:
-                    key.append(", ")
             if depth[dep] <= MAX_INLINE_DEPTH:
                 listed.append(versions[dep])
                 parts.append(strs[dep])
-                if key is not None:
-                    key.append("\0" + self._md5[dep].hex())
             else:
                 text, encoded = self._short_form(dep)
                 listed.append(text)
                 parts.append(encoded)
-                if key is not None:
-                    key.append(encoded)
         return listed
 
     def _record(self, step: ExecutorStep, pseudo: bool, collected: Any) -> None:
@@ -277,44 +202,16 @@ class VersionTable:
         step_depth = 1 + max([depth[d] for d in blocking]) if blocking else 0
         # The version string, composed from the dependencies' strings.
         parts = ['{"config": ', dumps_sorted(collected.version), ', "dependencies": [']
-        key: list[str] | None = None if self.digests is None else list(parts)
-        dep_versions = self._dep_versions(collected.dependencies, parts, key)
-        tail = ['], "name": ', json_str(step.name)]
-        parts.extend(tail)
+        dep_versions = self._dep_versions(collected.dependencies, parts)
+        parts.extend(['], "name": ', json_str(step.name)])
         version: dict[str, Any] = {"name": step.name, "config": collected.version, "dependencies": dep_versions}
-        if key is not None:
-            key.extend(tail)
         if collected.pseudo_dependencies:
             parts.append(', "pseudo_dependencies": [')
-            if key is not None:
-                key.append(', "pseudo_dependencies": [')
-            version["pseudo_dependencies"] = self._dep_versions(collected.pseudo_dependencies, parts, key)
+            version["pseudo_dependencies"] = self._dep_versions(collected.pseudo_dependencies, parts)
             parts.append("]")
-            if key is not None:
-                key.append("]")
         parts.append("}")
         version_str = "".join(parts)
-        found = None
-        if key is not None and self.digests is not None:
-            key.append("}")
-            key_digest = hashlib.sha256("".join(key).encode()).digest()
-            found = self.digests.get(key_digest)
-        sha = None
-        if found is not None:  # the same string as a step of an earlier build: not hashed again
-            md5_raw, sha = found
-            if sha is not None:
-                self._action_digests[step] = sha.hex()
-        else:
-            md5_raw = hashlib.md5(version_str.encode()).digest()
-            if key is not None and self.digests is not None:
-                self.digests.put(key_digest, md5_raw, None)
-        if key is not None:
-            if step_depth <= MAX_INLINE_DEPTH:  # only a step consumers inline names its md5 in their keys
-                self._md5[step] = md5_raw
-            if sha is None:  # its action digest is still to be hashed, then recorded under this key
-                self._digest_key[step] = key_digest
-                self._md5[step] = md5_raw
-        md5 = md5_raw.hex()
+        md5 = hashlib.md5(version_str.encode()).hexdigest()
         hashed = md5[:6]
         output_path = self._under_prefix(step.name + "-" + hashed)
         if step.override_output_path is not None:

@@ -233,11 +233,9 @@ class Engine:
             self.plan = plan
         if dry_run:  # the names cache status and query give: stale when another version of the step is there
             planning.mark_stale(plan, self.prefix, self.output_paths)
-        recorded = self._versions.recorded  # announced by whoever took them from an earlier build's records
         planned = (
             (step.name, self.output_paths[step], step_plan.state, step_plan.status)
             for step, step_plan in plan.steps.items()
-            if step not in recorded
         )
         ev.emit_plan(bus, planned, dry_run)
         if not force_run_failed:

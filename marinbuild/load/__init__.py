@@ -30,8 +30,8 @@ _HOME = {
     "StatCache": "sources", "hash_source_file": "sources", "Target": "target", "BUILD_FILE": "workspace",
     "Workspace": "workspace", "find_workspace": "workspace",
 }  # fmt: skip
-"""Where each public name lives: imported on first use, so that ``marinbuild.load.workspace`` alone
-(what a no-op build from the analysis snapshot needs) does not pull in the whole loader."""
+"""Where each public name lives: imported on first use, so that ``marinbuild.load.workspace`` alone does not
+pull in the whole loader."""
 
 
 def __getattr__(name: str) -> Any:

@@ -54,7 +54,7 @@ def glob(include: Any, exclude: Any = (), allow_empty: bool = False) -> list[str
         if not isinstance(patterns, list | tuple) or not all(isinstance(p, str) for p in patterns):
             raise BuiltinError(f"glob(): {what} must be a list of pattern strings, got {patterns!r}")
     if ctx.glob_files is None:
-        ctx.glob_files = list_package_files(ctx.package_dir, ctx.glob_folders)
+        ctx.glob_files = list_package_files(ctx.package_dir)
     try:
         found = glob_files(ctx.glob_files, include, exclude)
     except GlobPatternError as exc:

@@ -30,7 +30,6 @@ class PackageContext:
     display: str  # the BUILD file's path in messages (the name Starlark knows it by)
     targets: dict[str, Target] = field(default_factory=dict)
     glob_files: list[str] | None = None  # the package's files (lazily listed by glob())
-    glob_folders: list[str] = field(default_factory=list)  # the folders glob() listed for them
 
 
 class OutsideBuildFileError(LocatedLater):

@@ -62,13 +62,6 @@ class Evaluator:
         self._root = str(workspace.root)
         self._loading: list[tuple[Path, str]] = []
         self._deadline = 0.0
-        self.folders_listed: list[str] = []
-        """Every folder ``glob()`` listed (absolute paths): inputs of the analysis snapshot."""
-        self.package_inputs: dict[str, tuple[list[Path], list[str]]] = {}
-        """Per BUILD file evaluated: the files its evaluation ``load()``ed, directly or through other loaded
-        files, and the folders its ``glob()`` calls listed (what ``package_cache`` signs for the package)."""
-        self._loads_of: dict[Path, frozenset[Path]] = {}  # a loaded .star file's own loads, transitively
-        self._collecting: list[set[Path]] = []  # the loads of the files being evaluated, innermost last
 
     def build_file_paths(self, package: str) -> tuple[str, str]:
         """``package``'s BUILD file: its path and its path in messages."""
@@ -76,24 +69,14 @@ class Evaluator:
             return os.path.join(self._root, package, BUILD_FILE), f"{package}/{BUILD_FILE}"
         return os.path.join(self._root, BUILD_FILE), BUILD_FILE
 
-    def loaded_files(self) -> list[Path]:
-        """The files ``load()``ed so far (``.star`` files and rules modules)."""
-        return list(self._modules)
-
     def eval_build_file(self, package: str) -> dict[str, Target]:
         """Evaluate ``package``'s BUILD.marin; its targets by name, in declaration order."""
         path, display = self.build_file_paths(package)
         source = _read(path, display)
         ctx = PackageContext(package, self.workspace.package_dir(package), path, display)
         self._deadline = time.monotonic() + self.budget
-        self._collecting.append(set())
-        try:
-            with package_scope(ctx):
-                self._run(display, source, package)
-        finally:
-            loads = self._collecting.pop()
-            self.folders_listed.extend(ctx.glob_folders)
-        self.package_inputs[package] = (sorted(loads), list(dict.fromkeys(ctx.glob_folders)))
+        with package_scope(ctx):
+            self._run(display, source, package)
         return ctx.targets
 
     def _cancelled(self) -> bool:
@@ -186,7 +169,6 @@ class Evaluator:
         if isinstance(cached, BuildFileError):
             raise cached
         if cached is not None:
-            self._note_load(path)
             return cached
         for i, (loading, _name) in enumerate(self._loading):
             if loading == path:
@@ -205,7 +187,6 @@ class Evaluator:
                 loaded = _Loaded(exposed.frozen, exposed.names, exposed.hidden)
             else:
                 display = self.workspace.display(path)
-                self._collecting.append(set())
                 try:
                     source = _read(str(path), display)
                     with package_scope(None):
@@ -214,20 +195,10 @@ class Evaluator:
                 except BuildFileError as exc:
                     self._modules[path] = exc
                     raise
-                finally:
-                    self._loads_of[path] = frozenset(self._collecting.pop())
         finally:
             self._loading.pop()
         self._modules[path] = loaded
-        self._note_load(path)
         return loaded
-
-    def _note_load(self, path: Path) -> None:
-        """Count ``path`` (and what it loaded) among the loads of the file being evaluated."""
-        if self._collecting:
-            loads = self._collecting[-1]
-            loads.add(path)
-            loads.update(self._loads_of.get(path, ()))
 
 
 def _at_end_if_unplaced(error: BuildFileError, source: str) -> BuildFileError:

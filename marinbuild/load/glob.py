@@ -76,16 +76,11 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(parts) + r"\Z")
 
 
-def list_package_files(package_dir: Path, listed: list[str] | None = None) -> list[str]:
-    """Package-relative paths of the package's files (not its BUILD.marin, nor sub-packages' files), sorted.
-
-    ``listed``, when given, receives the absolute path of every folder listed (the analysis snapshot signs
-    them: a file added to one changes what a glob matches)."""
+def list_package_files(package_dir: Path) -> list[str]:
+    """Package-relative paths of the package's files (not its BUILD.marin, nor sub-packages' files), sorted."""
     files: list[str] = []
     root = str(package_dir)
     for dirpath, dirnames, filenames in os.walk(root):
-        if listed is not None:
-            listed.append(dirpath)
         if dirpath != root and BUILD_FILE in filenames:
             dirnames[:] = []
             continue

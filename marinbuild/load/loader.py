@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.labels import Label, PatternError, TargetPattern, expand_patterns, parse_label, parse_pattern
@@ -28,11 +28,8 @@ from marinbuild.load.errors import BuildFileError
 from marinbuild.load.evaluator import Evaluator
 from marinbuild.load.locate import keyword_location
 from marinbuild.load.stack import on_big_stack
-from marinbuild.load.target import Target, declaration_digest
+from marinbuild.load.target import Target
 from marinbuild.load.workspace import BUILD_FILE, Workspace, find_workspace
-
-if TYPE_CHECKING:
-    from marinbuild.load.package_cache import PackageCache
 
 __all__ = ["LoadedWorkspace", "Loader", "find_cycle", "load_packages", "load_patterns", "load_workspace"]
 
@@ -91,11 +88,10 @@ class LoadedWorkspace:
             for label in expand_patterns(patterns, self.labels_by_package(), current_package)
         ]
 
-    def closure(self, roots: Iterable[Label | str], stop: Collection[Label] = ()) -> list[Label]:
-        """``roots`` and everything they depend on, dependencies before dependents (deterministic); a label of
-        ``stop`` is neither listed nor looked into."""
+    def closure(self, roots: Iterable[Label | str]) -> list[Label]:
+        """``roots`` and everything they depend on, dependencies before dependents (deterministic)."""
         order: list[Label] = []
-        done: set[Label] = set(stop)
+        done: set[Label] = set()
         for root in roots:
             start = parse_label(root) if isinstance(root, str) else root
             if start not in self.targets:
@@ -122,43 +118,18 @@ class LoadedWorkspace:
 class Loader:
     """A loading session over ``workspace``.
 
-    ``repo_dirs`` overrides repository folders (``{"marinbuild": <rules folder>}``). ``package_cache``: restore
-    the packages whose inputs did not change since an earlier load from the workspace's package cache, and
-    write the ones evaluated (``marinbuild.load.package_cache``; the CLI's sessions do).
+    ``repo_dirs`` overrides repository folders (``{"marinbuild": <rules folder>}``).
     """
 
-    def __init__(self, workspace: Workspace, *, repo_dirs: RepoDirs = None, package_cache: bool = False) -> None:
+    def __init__(self, workspace: Workspace, *, repo_dirs: RepoDirs = None) -> None:
         self.workspace = workspace
         self.evaluator = Evaluator(workspace, {k: Path(v) for k, v in (repo_dirs or {}).items()})
-        self.cache: PackageCache | None = None
-        """With ``package_cache``: packages whose inputs did not change since a previous load are restored, not
-        evaluated (``marinbuild.load.package_cache``)."""
-        if package_cache:
-            from marinbuild.load.package_cache import PackageCache
-
-            self.cache = PackageCache(workspace, self.evaluator.repo_dirs)
-        self._saved: set[str] = set()  # packages whose cache entry this loader has written or restored
         self._packages: dict[str, dict[str, Target]] = {}
         self._failed: dict[str, BuildFileError] = {}
         self._is_package: dict[str, bool] = {}
         self._files: dict[tuple[str, str], tuple[Path | None, str | None]] = {}
         self._package_dirs: dict[str, str] = {}
         self._unordered = False  # whether a dependency was declared after a target depending on it
-        self._listed: list[str] = []  # folders listed to find packages (``//...``)
-
-    def files_read(self) -> list[Path]:
-        """The BUILD files this loader evaluated or restored from the package cache, and the files they ``load()``ed
-        (rules modules too)."""
-        files = [self.workspace.build_file(p) for p in (*self._packages, *self._failed)] + self.evaluator.loaded_files()
-        if self.cache is not None:
-            files.extend(Path(p) for p in dict.fromkeys(self.cache.reused_files()))
-        return files
-
-    def folders_listed(self) -> list[str]:
-        """The folders this loader listed: to find packages (``//...``) and for ``glob()``. A file added to one
-        can change what loads, so the analysis snapshot signs them."""
-        reused = self.cache.reused_folders() if self.cache is not None else []
-        return [*self._listed, *self.evaluator.folders_listed, *reused]
 
     def is_package(self, package: str) -> bool:
         known = self._is_package.get(package)
@@ -168,7 +139,7 @@ class Loader:
 
     def load_all(self) -> LoadedWorkspace:
         """Every package of the workspace (``//...``)."""
-        return self.load_packages(self.workspace.packages(listed=self._listed))
+        return self.load_packages(self.workspace.packages())
 
     def load_patterns(
         self, patterns: Iterable[str | TargetPattern], current_package: str = ""
@@ -179,7 +150,7 @@ class Loader:
         for pattern in parsed:
             if pattern.kind == "recursive":
                 if not pattern.negative:
-                    needed.extend(self.workspace.packages(pattern.package, self._listed))
+                    needed.extend(self.workspace.packages(pattern.package))
             elif self.is_package(pattern.package):
                 needed.append(pattern.package)
             else:
@@ -227,8 +198,6 @@ class Loader:
                     if other not in seen and not label.repo and self.is_package(other):
                         seen.add(other)
                         queue.append(other)
-        if self.cache is not None:
-            self._save_to_cache()
         errors = list(self._failed.values())
         errors.extend(self._resolve())
         result = self._result()
@@ -245,30 +214,16 @@ class Loader:
             raise first_error
         return result
 
-    def _save_to_cache(self) -> None:
-        assert self.cache is not None
-        new = {p: t for p, t in self._packages.items() if p not in self._saved}
-        if new:
-            self.cache.save(new, self.evaluator.package_inputs, self._packages)
-            self._saved.update(new)
-
     def _evaluate(self, package: str) -> dict[str, Target] | None:
         if package in self._packages:
             return self._packages[package]
         if package in self._failed:
             return None
-        if self.cache is not None:
-            restored = self.cache.restore(package)
-            if restored is not None:
-                self._packages[package] = restored
-                return restored
         try:
             targets = self.evaluator.eval_build_file(package)
         except BuildFileError as exc:
             self._failed[package] = exc
             return None
-        for target in targets.values():
-            target.digest = declaration_digest(target)
         self._packages[package] = targets
         return targets
 

@@ -46,12 +46,6 @@ _RESERVED_ATTRS = frozenset({"name"})
 _ORDER = itertools.count(1)
 
 
-def next_order() -> int:
-    """The next declaration sequence number (``Target.order``), for targets made outside a rule call (a package
-    restored by ``package_cache``, numbered as its evaluation would number them)."""
-    return next(_ORDER)
-
-
 class RuleType:
     """A rule type made by ``rule()``; calling it in a BUILD file declares a target and returns its label."""
 

@@ -85,15 +85,11 @@ class Target:
     order: int = field(default=0, repr=False)
     """When the target was declared (a process-wide sequence number): the loader skips looking for
     dependency cycles when every dependency was declared before the target depending on it."""
-    digest: str = field(default="", repr=False)
-    """What the declaration says, as a digest of its rule and attribute values (``declaration_digest``), set by the
-    loader when it evaluates the package and kept by the package cache: a build after an edit tells the targets
-    the edit changed by it (``marinbuild.analysis.incremental``). Empty: unknown."""
 
     def drop_declaration(self) -> None:
         """Drop the attributes and call site, which only loading and analysis read: a build whose targets are
         analysed reads neither again, and for a large graph they are a sizeable part of what it holds while the
-        steps run (``bench/run.py``'s layered 100,000 ``incremental`` row, ``marinbuild-cli``). Label, rule,
+        steps run (``bench/run.py``'s layered 100,000 rows, ``marinbuild-cli``). Label, rule,
         dependencies and source files stay. Reading ``attrs`` or ``location`` afterwards raises
         ``DroppedDeclaration``."""
         self.attrs = _DROPPED_ATTRS
@@ -145,16 +141,3 @@ class Target:
 
     def __repr__(self) -> str:
         return f"<Target {self.label} ({self.kind})>"
-
-
-def declaration_digest(target: Target) -> str:
-    """The digest of ``target``'s rule (where it is defined, its name) and attribute values, in declared order.
-
-    Attribute values are plain data once validated (strings, numbers, booleans, labels, lists and frozen dicts of
-    them), whose ``repr`` is the same in every process; a value whose ``repr`` were not would only make its
-    target look edited."""
-    import hashlib
-
-    rule = target.rule
-    text = repr((rule.defined_in, rule.name, list(target.attrs.items())))
-    return hashlib.sha1(text.encode()).hexdigest()

@@ -68,12 +68,11 @@ class Workspace:
     def stat_cache_path(self) -> Path:
         return self.cache_dir / "stat_cache.json"
 
-    def packages(self, under: str = "", listed: list[str] | None = None) -> list[str]:
+    def packages(self, under: str = "") -> list[str]:
         """All packages at or beneath ``under`` (sorted), e.g. ``["", "experiments/tutorials"]``.
 
         Folders are listed as ``os.walk`` lists them (symbolic links to folders are not
-        entered; hidden, tool and ``ignore_dirs`` folders are skipped), with ``os.scandir``;
-        ``listed``, when given, receives each folder listed.
+        entered; hidden, tool and ``ignore_dirs`` folders are skipped), with ``os.scandir``.
         """
         start = self.package_dir(under)
         if not start.is_dir():
@@ -83,8 +82,6 @@ class Workspace:
         stack = [(str(start), under)]
         while stack:  # os.walk's walk (symbolic links to folders listed, not entered) without its lstat per folder
             folder, rel = stack.pop()
-            if listed is not None:
-                listed.append(folder)
             try:
                 with os.scandir(folder) as entries:
                     for entry in entries:

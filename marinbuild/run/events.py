@@ -116,8 +116,8 @@ class EventBus:
     def emit_planned(self, steps: Sequence[tuple[str, str]], state: str, data: dict[str, Any]) -> None:
         """A PLANNED event of ``state`` for each (name, output path) of ``steps``, each with ``data``. A listener
         with a ``planned_many(steps, state, data)`` method (a ``ManyListener``) takes them in one call; the others
-        get one event each. A build from a snapshot or from recorded rows plans every step of the graph as built:
-        one call instead of one event per step (``bench/run.py``'s no-op and incremental rows)."""
+        get one event each. A no-op plans every step of the graph as built: one call instead of one event per step
+        (``bench/run.py``'s no-op rows)."""
         with self._lock:
             events: list[Event] | None = None
             for listener in self._listeners:

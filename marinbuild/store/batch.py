@@ -25,8 +25,8 @@ Deciding what is built must not cost one sequential round trip per step. For ``g
 So a no-op plan of N built steps in one folder costs about N/200 requests (N/400 on the emulator),
 all in one round trip. The cyclic garbage collector is paused while the listings are read
 (``core/gc_control.py``): they make an object or more per listed object and no cyclic garbage, and at
-100,000 steps the collector's passes over them and over the caller's own tables (a no-op answered from the
-analysis snapshot reads statuses outside the engine's own pause) cost as much as the parsing itself.
+100,000 steps the collector's passes over them and over the caller's own tables cost as much as the parsing
+itself.
 Local paths are read directly, other fsspec protocols concurrently in threads.
 
 ``read_many`` reads the contents of many small objects the same way (``gs://`` ones with ``CONCURRENCY`` requests

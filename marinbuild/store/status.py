@@ -96,34 +96,6 @@ def read_local_statuses(output_paths: list[str]) -> dict[str, str | None]:
     return found
 
 
-StatusSignature = tuple[int, int, int]
-"""``(mtime_ns, inode, size)`` of a local status file."""
-
-SETTLED_NS = 50_000_000
-"""A status written this recently (or later) gets no signature: a file system stamps times at its clock's tick,
-so a rewrite within the same tick could keep the signature (``success_signature``)."""
-
-
-def success_signature(output_path: str, now_ns: int) -> StatusSignature | None:
-    """The signature of a local step's status file if it says SUCCESS and was written at least ``SETTLED_NS``
-    before ``now_ns`` (``time.time_ns()`` taken before the call); else None. While the signature holds (``os.stat``
-    gives the same), the file says SUCCESS: a status is replaced by a new file (another inode), and Marin's
-    in-place rewrite changes the time or the size, unless it came within the tick of the recorded write, which
-    was before the content read here."""
-    try:
-        fd = os.open(fs.local_path(output_path) + "/" + STATUS_FILE, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        data = os.read(fd, 16)
-    finally:
-        os.close(fd)
-    if _WORDS.get(data) != STATUS_SUCCESS or st.st_mtime_ns > now_ns - SETTLED_NS:
-        return None
-    return st.st_mtime_ns, st.st_ino, st.st_size
-
-
 def write_status(output_path: str, status: str) -> None:
     """Replace the status atomically: a reader (Marin's too) sees the old word or the new one, never a mix."""
     if status not in STATUSES:

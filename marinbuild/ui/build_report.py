@@ -9,9 +9,6 @@ build, ``print_result`` prints, in this order: on stderr the steps the local bac
 outputs whose code changed, where to look (experiment page, W&B, TensorBoard) and the web view's
 page of each failed step. What the command's exit code is, and the lines that go with it, stay
 with the command line.
-
-The same listeners and the same printing serve a no-op answered from the snapshot and a full
-build, so both print the same.
 """
 
 from __future__ import annotations
@@ -89,13 +86,13 @@ class BuildReport:
                 "--rebuild TARGET rebuilds one)",
                 err=True,
             )
-        engine = result.session.engine if result.session is not None else None
+        engine = result.session.engine
         if not self.dry_run and result.succeeded and engine is not None:
             from marinbuild.ui.where import where_to_look
 
             for line in where_to_look(engine, result.succeeded):
                 click.echo(f"marinbuild: {line}", err=True)
-        if result.failure is not None and result.session is not None and self.summary is not None:
+        if result.failure is not None and self.summary is not None:
             from marinbuild.ui.where import failure_pages
 
             for line in failure_pages(result.session.settings.prefix, self.summary.failures):
@@ -103,16 +100,7 @@ class BuildReport:
 
     def _print_plan_and_summary(self, result: BuildResult) -> None:
         """The plan (dry runs, ``--explain``), then the summary or the JSON result, on stdout."""
-        from marinbuild.analysis.build import RecordedStep
-
         assert self.summary is not None, "the build opened no listeners"
-        if self.explain and result.analysed is not None:
-            analysed, total = result.analysed
-            click.echo(
-                f"marinbuild: analysed {analysed:,} of {total:,} targets: the ones an edit affects; the others as "
-                "the previous build recorded them",
-                err=True,
-            )
         if (self.dry_run or self.explain) and self.output == "text" and result.plan is not None:
             for step, state, path, lease, will_run in result.plan:
                 line = f"{state:<10} {step.name}  {path}"
@@ -122,7 +110,7 @@ class BuildReport:
                 hardware = _hardware(step)
                 if hardware is not None:
                     click.echo(f"           resources: {hardware}")
-                if self.explain and will_run and not isinstance(step, RecordedStep):  # a recorded step is built
+                if self.explain and will_run:
                     from marinbuild.cache.why import explain_step
 
                     click.echo(f"           why: {explain_step(result.session, step)}")

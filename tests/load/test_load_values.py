@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from marinbuild.core.private_file import write_private_file
 from marinbuild.load import (
     BuildFileError,
     FrozenDict,
@@ -236,23 +235,6 @@ def test_workspace_packages_walk_as_os_walk_does(tmp_path: Path) -> None:
     assert ws.packages("a") == ["a", "a/deep/er"]
     assert ws.is_package("linked/in")  # reachable by a label, though //... does not list it
     assert not ws.is_package("c")  # a broken link is no BUILD file
-
-
-# --- private files ----------------------------------------------------------------------------
-
-
-def test_private_files_are_written_whole_or_not_at_all(tmp_path: Path) -> None:
-    folder = tmp_path / "cache"
-    target = folder / "x.bin"
-    assert write_private_file(target, b"abc") and target.read_bytes() == b"abc"
-    assert (folder / ".gitignore").read_text() == "*\n"
-    assert write_private_file(target, b"d" * 300_000) and target.read_bytes() == b"d" * 300_000
-    (folder / "taken.bin").mkdir()
-    assert not write_private_file(folder / "taken.bin", b"abc")  # cannot replace a folder
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    assert not write_private_file(blocker / "x.bin", b"abc")  # cannot make the folder
-    assert sorted(p.name for p in folder.iterdir()) == [".gitignore", "taken.bin", "x.bin"]  # no temporary left
 
 
 def _age(path: Path) -> None:

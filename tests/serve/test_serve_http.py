@@ -391,7 +391,7 @@ def test_the_event_log_of_a_no_op_build_is_three_lines(ws: Path) -> None:
     assert mb(ws, "//pipe:a").returncode == 0
     before = set(list_logs(events_dir(ws / ".marinbuild")))
     started = time.time()
-    assert mb(ws, "//pipe:a").returncode == 0  # a no-op (from the analysis snapshot)
+    assert mb(ws, "//pipe:a").returncode == 0  # a no-op
     (new,) = set(list_logs(events_dir(ws / ".marinbuild"))) - before
     log = read_log(new)
     assert log is not None and log.header["patterns"] == ["//pipe:a"] and log.header["time"] >= started - 1
