@@ -344,7 +344,7 @@ def seeded_servers(
 
 CLI_STEP_FILES = (".executor_status", ".marinbuild_code.json")
 """What the CLI's no-op may read of a built step besides its action records: its status and the record of the code
-it ran (``marinbuild.code_digest.CODE_RECORD``). Outputs and Marin's info files are not read."""
+it ran (``marinbuild.engine.code_records.CODE_RECORD``). Outputs and Marin's info files are not read."""
 
 
 def cli_objects(local_prefix: str) -> Iterator[tuple[str, bytes]]:

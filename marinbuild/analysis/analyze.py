@@ -73,7 +73,7 @@ class TargetConfig:
     attrs: dict[str, Any]
     output_path: Any = field(default_factory=this_output_path)
     code: dict[str, Any] | None = None
-    """The code the step runs: name -> ``{"path", "xxh3"}`` (``marinbuild.code_digest``); ``versioned`` where
+    """The code the step runs: name -> ``{"path", "xxh3"}`` (``marinbuild.engine.code_records``); ``versioned`` where
     the digest is part of the key (``python_step``'s ``fn`` module, by default), plain (no effect on the
     version) for the rule's own module."""
 
@@ -331,7 +331,7 @@ def _find_code(
 ) -> dict[str, Any] | None:
     import inspect
 
-    from marinbuild.code_digest import display_path, file_digest
+    from marinbuild.engine.code_records import display_path, file_digest
 
     files: dict[str, tuple[Path, bool]] = {}
     try:

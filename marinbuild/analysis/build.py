@@ -4,7 +4,7 @@
 
 open a ``Session``, export ``$MARINBUILD_SERVE_URL`` for the steps, load and analyse, run the
 requested steps with the listeners (a step already built is not run: a no-op plans every step as
-built), record the code each step that succeeded ran (``marinbuild.code_digest``), and check the
+built), record the code each step that succeeded ran (``marinbuild.engine.code_records``), and check the
 built outputs for changed code.
 
 Who owns what: ``cli.py`` turns flags into a ``BuildRequest``, hands over the listeners
@@ -240,10 +240,10 @@ def _rebuild_steps(session: Session, patterns: tuple[str, ...]) -> list[Executor
 
 
 def _record_code(session: Session, steps: list[ExecutorStep]) -> None:
-    """Record the code each step that succeeded ran, beside its output (``marinbuild.code_digest``)."""
+    """Record the code each step that succeeded ran, beside its output (``marinbuild.engine.code_records``)."""
     if not steps:
         return
-    from marinbuild.code_digest import for_session, record
+    from marinbuild.engine.code_records import for_session, record
 
     assert session.engine is not None
     changes = for_session(session)
@@ -253,6 +253,6 @@ def _record_code(session: Session, steps: list[ExecutorStep]) -> None:
 
 def _code_changed(session: Session, built: list[Any]) -> dict[ExecutorStep, list[str]]:
     """The built steps whose recorded code differs from their code now, with the files that differ."""
-    from marinbuild.code_digest import for_session
+    from marinbuild.engine.code_records import for_session
 
     return {step: files for step, files in for_session(session).check(built).items() if files}

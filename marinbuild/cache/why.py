@@ -252,7 +252,7 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
     if probe.lease is not None:
         e.lease_holder, e.lease_age = probe.lease.worker_id, round(probe.lease_age or 0.0, 1)
     if probe.state == pb.BUILT:
-        from marinbuild.code_digest import for_session, sentence
+        from marinbuild.engine.code_records import for_session, sentence
 
         changed = for_session(session).of(step)
         if changed:

@@ -31,7 +31,7 @@ Local paths are read directly, other fsspec protocols concurrently in threads.
 
 ``read_many`` reads the contents of many small objects the same way (``gs://`` ones with ``CONCURRENCY`` requests
 in flight on gcsfs's event loop, not a thread each): the full path's check of each built step's code record
-(``marinbuild.code_digest``) is one request per step.
+(``marinbuild.engine.code_records``) is one request per step.
 """
 
 from __future__ import annotations
