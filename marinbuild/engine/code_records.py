@@ -26,7 +26,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -142,12 +142,12 @@ class CodeChanges:
     are read one after the other (a thread per read costs more than the read); records on an object store are
     read together (``read_many``)."""
 
-    def __init__(self, session: Any):
-        from marinbuild.load import StatCache
-
-        self.session = session
-        self.root = session.workspace.root
-        self.stat_cache = StatCache(session.workspace.stat_cache_path)
+    def __init__(self, root: Path, output_paths: Mapping[Any, str], stat_cache: Any = None):
+        """``root``: the workspace root (paths inside it are recorded relative to it); ``output_paths``: each step's
+        output path (the engine's); ``stat_cache``: the build's ``marinbuild.load.StatCache``, if it has one."""
+        self.root = root
+        self.output_paths = output_paths
+        self.stat_cache = stat_cache
         self.found: dict[Any, list[str]] = {}
         """The steps checked whose code changed, with the files."""
         self.checked: set[Any] = set()
@@ -157,7 +157,7 @@ class CodeChanges:
         since their output was built; a step not in the answer has nothing to report."""
         from marinbuild.store import fs
 
-        output_paths = self.session.engine.output_paths
+        output_paths = self.output_paths
         answer: dict[Any, list[str]] = {}
         remote: list[tuple[Any, dict[str, str]]] = []
         for s in steps:
@@ -199,7 +199,11 @@ def for_session(session: Any) -> CodeChanges:
     """The session's ``CodeChanges`` (one per session, so each output's record is read once)."""
     found = getattr(session, "_code_changes", None)
     if found is None:
-        found = CodeChanges(session)
+        from marinbuild.load import StatCache
+
+        found = CodeChanges(
+            session.workspace.root, session.engine.output_paths, StatCache(session.workspace.stat_cache_path)
+        )
         session._code_changes = found
     return found
 
