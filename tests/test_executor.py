@@ -726,7 +726,7 @@ def _write_config(config: _Cfg) -> str:
 
 def test_resolve_executor_step_gives_marins_step_spec(prefix):
     from marinbuild.executor import remote, resolve_executor_step
-    from marinbuild.step_spec import StepSpec
+    from marinbuild.executor.step_spec import StepSpec
 
     step = ExecutorStep(name="rs/a", fn=_write_config, config=_Cfg(output_path=this_output_path(), text=versioned("t")))
     ex = make_executor(prefix)
@@ -748,7 +748,7 @@ def test_resolve_executor_step_gives_marins_step_spec(prefix):
 def test_step_spec_hash_and_paths_are_marins(prefix, monkeypatch):
     import hashlib
 
-    from marinbuild.step_spec import StepSpec
+    from marinbuild.executor.step_spec import StepSpec
 
     monkeypatch.setenv("MARIN_PREFIX", prefix)
     dep = StepSpec(name="ss/dep", hash_attrs={"n": 1})
@@ -769,7 +769,7 @@ def _spec_fn(output_path: str) -> str:
 
 def test_a_step_spec_runs_in_an_executor_graph_and_resolves_back(prefix):
     from marinbuild.executor import resolve_executor_step
-    from marinbuild.step_spec import StepSpec
+    from marinbuild.executor.step_spec import StepSpec
 
     spec = StepSpec(name="sg/spec", output_path_prefix=prefix, hash_attrs={"k": 1}, fn=_spec_fn)
     as_step = spec.as_executor_step()

@@ -130,7 +130,7 @@ THIS_OUTPUT_PATH = OutputName(None)
 
 ORIGINAL_STEP_SPEC = "_original_step_spec"
 """The attribute (Marin's name) by which an ``ExecutorStep`` made by ``StepSpec.as_executor_step``
-(``marinbuild.step_spec``) keeps its ``StepSpec``."""
+(``marinbuild.executor.step_spec``) keeps its ``StepSpec``."""
 
 
 @dataclass(frozen=True, init=False, slots=True)

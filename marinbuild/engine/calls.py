@@ -1,8 +1,9 @@
 """What a step's job calls: the step's function with its instantiated config (``run/step_call.py``).
 
-A ``StepSpec``'s step is called with its output path (``step_spec.step_function_of``). The step's
-``mirror://`` copies are charged to its largest ``mirrored(..., budget_gb=)``, Marin's rule, under the
-engine's prefix.
+A step made from Marin's ``StepSpec`` is called with its output path: the ``StepSpec`` it came from (kept on
+the step, ``ORIGINAL_STEP_SPEC``) says how (``executor_function``), so the engine needs no import of Marin's
+face. The step's ``mirror://`` copies are charged to its largest ``mirrored(..., budget_gb=)``, Marin's rule,
+under the engine's prefix.
 """
 
 from __future__ import annotations
@@ -20,12 +21,8 @@ def call_for(step: ExecutorStep, config: Any, prefix: str) -> StepCall:
     from marinbuild.core.walk import max_mirror_budget
     from marinbuild.run.step_call import StepCall
 
-    if getattr(step, ORIGINAL_STEP_SPEC, None) is None:  # most steps: no need to import step_spec
-        fn = step.fn
-    else:
-        from marinbuild.step_spec import step_function_of
-
-        fn = step_function_of(step)
+    original = getattr(step, ORIGINAL_STEP_SPEC, None)
+    fn = step.fn if original is None else original.executor_function()
     if fn is None:
         raise ValueError(f"step {step.name} has no fn to run")
     return StepCall(

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from marinbuild.executor import Executor, ExecutorStep, output_path_of, resolve_executor_step, this_output_path
+from marinbuild.executor.step_spec import StepSpec
 from marinbuild.run.ray_backend import RayBackend
-from marinbuild.step_spec import StepSpec
 from marinbuild.store import status as st
 
 pytestmark = pytest.mark.timeout(240)

@@ -98,6 +98,11 @@ class StepSpec:
         object.__setattr__(step, ORIGINAL_STEP_SPEC, self)
         return step
 
+    def executor_function(self) -> Any:
+        """What the executor calls with the config of ``as_executor_step``'s step: ``fn(output_path)`` adapted (inside
+        the same ``remote(...)`` wrapper, if ``fn`` has one); None without ``fn``."""
+        return None if self.fn is None else _rewrap(self.fn, OutputPathCall)
+
 
 @dataclass(frozen=True)
 class ConfigCall:
@@ -130,15 +135,6 @@ def _rewrap(fn: Any, make: Callable[[Any], Any]) -> Any:
     if dataclasses.is_dataclass(fn) and not isinstance(fn, type) and callable(inner) and hasattr(fn, "resources"):
         return dataclasses.replace(fn, fn=make(inner))
     return make(fn)
-
-
-def step_function_of(step: ExecutorStep) -> Any:
-    """What the executor calls with the step's config: ``step.fn``, or for a step made by
-    ``StepSpec.as_executor_step`` its ``fn(output_path)`` adapted."""
-    original = getattr(step, ORIGINAL_STEP_SPEC, None)
-    if original is None or original.fn is None:
-        return step.fn
-    return _rewrap(original.fn, OutputPathCall)
 
 
 def resolve_executor_step(

@@ -65,7 +65,7 @@ from marinbuild.engine.infos import (
     git_commit,
     user,
 )
-from marinbuild.remote import remote
+from marinbuild.executor.remote import remote
 from marinbuild.store.status import STATUS_DEP_FAILED, STATUS_FAILED, STATUS_RUNNING, STATUS_SUCCESS
 
 if TYPE_CHECKING:
@@ -196,14 +196,9 @@ class Executor(Engine):
         self.add_all(steps, is_pseudo_dep)
 
     def _warn_new(self) -> None:
-        """Marin's warning for a step placed by ``override_output_path``; not for a BUILD target, whose
-        ``override_output_path`` attribute says the same thing in the declaration itself."""
-        mismatches = self.table.override_mismatches[self._warned :]
-        if mismatches:
-            from marinbuild.analysis.analyze import TargetConfig  # only when a step was placed by hand
-        for step, computed, _override in mismatches:
-            if isinstance(step.config, TargetConfig):
-                continue
+        """Marin's warning for a step placed by ``override_output_path`` (the CLI's engine, which builds BUILD
+        targets, does not warn: a target's ``override_output_path`` attribute says the same in its declaration)."""
+        for step, computed, _override in self.table.override_mismatches[self._warned :]:
             logger.warning(
                 "Output path %s doesn't match given override %s, using the latter.", computed, step.override_output_path
             )
@@ -228,8 +223,8 @@ def resolve_executor_step(
     mirror_budget_gb: float | None = None,
 ) -> Any:
     """``step`` (its config instantiated) as Marin's ``StepSpec``, a function of its output path: see
-    ``marinbuild.step_spec.resolve_executor_step`` (loaded on first use)."""
-    from marinbuild.step_spec import resolve_executor_step as resolve
+    ``marinbuild.executor.step_spec.resolve_executor_step`` (loaded on first use)."""
+    from marinbuild.executor.step_spec import resolve_executor_step as resolve
 
     return resolve(step, config, output_path, deps, dag_tpu_regions, forced_region, mirror_budget_gb)
 
