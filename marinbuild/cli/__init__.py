@@ -40,7 +40,7 @@ class DefaultBuildGroup(click.Group):
     """``marinbuild PATTERN...`` means ``marinbuild build PATTERN...``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        from marinbuild.cli_args import rewrite, unknown_command
+        from marinbuild.cli.args import rewrite, unknown_command
 
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             meant = unknown_command(args[0], list(self.commands))
@@ -396,7 +396,7 @@ def cache_verify_command(
 def info_command(key: str | None, prefix: str | None, backend: str | None, ray_address: str | None) -> None:
     """Workspace, prefix and where it came from, backend, Ray address, cache folders, version (KEY: one value)."""
     from marinbuild.analysis.session import Settings
-    from marinbuild.info import workspace_info
+    from marinbuild.cli.info import workspace_info
     from marinbuild.load.workspace import find_workspace
 
     workspace = find_workspace(".")
