@@ -216,7 +216,7 @@ def _run(
 
 def _export_serve_url(workspace: Workspace, prefix: str) -> None:
     """``$MARINBUILD_SERVE_URL`` for this build (and the scripts it runs): the web view its pages are on, if any."""
-    from marinbuild.serve.url import ENV, serve_url
+    from marinbuild.engine.serve_url import ENV, serve_url
 
     url = serve_url(workspace.cache_dir, workspace.config, prefix)
     if url is not None:

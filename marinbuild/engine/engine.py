@@ -147,13 +147,13 @@ class Engine:
     def experiment_url(self) -> str:
         """Where this run is shown: ``marinbuild serve``'s run page when a base URL is configured
         (``$MARINBUILD_SERVE_URL``, which the CLI sets from ``[tool.marinbuild] serve_url`` or a running
-        ``marinbuild serve``; ``marinbuild.serve.url``), else Marin's data browser."""
+        ``marinbuild serve``; ``marinbuild.engine.serve_url``), else Marin's data browser."""
         if self.executor_info_path is None:
             if self.executor_info is None:
                 self.record_infos()
             assert self.executor_info is not None
             self.executor_info_path = commit.run_info_path(self.executor_info, self.executor_info_base_path)
-        from marinbuild.serve.url import experiment_url, serve_url
+        from marinbuild.engine.serve_url import experiment_url, serve_url
 
         base = serve_url()
         if base is not None:

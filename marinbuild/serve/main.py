@@ -3,7 +3,7 @@
 ``serve(root, patterns, prefix, host, port)`` binds the socket itself first, so a busy port is one
 ``CannotListen`` (the CLI prints one line, exit 2) rather than uvicorn's log and exit; port 0 picks a free
 one. While it runs, ``<workspace>/.marinbuild/serve/<pid>.json`` holds its URL, so builds of the
-workspace print links to it (``marinbuild.serve.url``); it is removed on the way out.
+workspace print links to it (``marinbuild.engine.serve_url``); it is removed on the way out.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import socket
 import sys
 from typing import Any
 
+from marinbuild.engine.serve_url import record_path
 from marinbuild.serve.stopping import Stopping
-from marinbuild.serve.url import record_path
 
 
 class CannotListen(Exception):

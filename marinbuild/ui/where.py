@@ -53,8 +53,8 @@ def where_to_look(engine: Engine, ran: list[Any]) -> list[str]:
 
 def failure_pages(prefix: str, failures: list[Any]) -> list[str]:
     """The ``marinbuild serve`` page of each failed step (at most ``MAX_FAILURE_PAGES``) when a view's base URL is
-    set (``$MARINBUILD_SERVE_URL``, which a CLI build sets: ``marinbuild.serve.url``); nothing otherwise."""
-    from marinbuild.serve.url import ENV, step_url
+    set (``$MARINBUILD_SERVE_URL``, which a CLI build sets: ``marinbuild.engine.serve_url``); nothing otherwise."""
+    from marinbuild.engine.serve_url import ENV, step_url
 
     base = os.environ.get(ENV)
     if not base:

@@ -367,11 +367,11 @@ def test_get_experiment_url_uses_the_configured_base(tmp_path: Path) -> None:
 
 
 def test_serve_url_from_the_workspace_config(tmp_path: Path) -> None:
-    from marinbuild.serve.url import serve_url, step_url
+    from marinbuild.engine.serve_url import serve_url, step_url
 
     assert serve_url(tmp_path, {"serve_url": "https://team.example/"}) == "https://team.example"
     assert serve_url(tmp_path, {}) is None
-    from marinbuild.serve.url import record_path
+    from marinbuild.engine.serve_url import record_path
 
     record_path(tmp_path, 2**22 + 12345).parent.mkdir()
     record_path(tmp_path, 2**22 + 12345).write_text(json.dumps({"pid": 2**22 + 12345, "url": "http://127.0.0.1:1"}))
