@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.cache import probe as pb
-from marinbuild.cache.store import Store
 from marinbuild.cache.text import format_age, format_size, short_json
 from marinbuild.core.labels import Label
-from marinbuild.store import fs
+from marinbuild.store import fs, other_versions
 from marinbuild.store import status as st
 from marinbuild.store.lease import STALE_AFTER
+from marinbuild.store.prefix_walk import Store
 from marinbuild.store.records import read_artifact, read_info
 from marinbuild.store.status import DamagedFileError
 from marinbuild.store.traceback_file import existing_traceback
@@ -94,7 +94,7 @@ def _step_state(name: str, probe: pb.Probe, prefix: str) -> StepState:
     elif probe.state in (pb.MISSING, pb.ABANDONED):
         if probe.state == pb.ABANDONED:
             state.detail = "abandoned run (status RUNNING, lease stale or gone)"
-        state.state = STALE if pb.has_other_version(prefix, name, exclude=probe.output_path) else pb.MISSING
+        state.state = STALE if other_versions.has_other_version(prefix, name, exclude=probe.output_path) else pb.MISSING
     return state
 
 

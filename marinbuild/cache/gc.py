@@ -30,10 +30,10 @@ from typing import Any
 
 from marinbuild.cache import probe as pb
 from marinbuild.cache.commands import RUN_INFO_FOLDER, Entry, cache_ls
-from marinbuild.cache.store import Store, normalize
 from marinbuild.cache.text import format_age, format_size
 from marinbuild.core.labels import Label
 from marinbuild.store import fs
+from marinbuild.store.prefix_walk import Store, normalize
 from marinbuild.store.status import DamagedFileError
 
 WORKSPACE = "//..."

@@ -21,11 +21,12 @@ from enum import StrEnum
 from typing import Any
 
 from marinbuild.cache import probe as pb
-from marinbuild.cache.store import Store
 from marinbuild.cache.text import format_age, short_json
 from marinbuild.core.jsonenc import dumps_sorted
 from marinbuild.core.labels import Label
 from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.store import other_versions
+from marinbuild.store.prefix_walk import Store
 from marinbuild.store.records import INFO_FILE
 from marinbuild.store.traceback_file import existing_traceback
 
@@ -285,7 +286,7 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
         e.reason = INCOMPLETE
         e.detail = "the output folder exists but has no status" if probe.status is None else None
         return e
-    other = pb.latest_other_version(session.settings.prefix, step.name, exclude=probe.output_path)
+    other = other_versions.latest_other_version(session.settings.prefix, step.name, exclude=probe.output_path)
     if other is None:
         e.reason = NEVER_BUILT
         return e

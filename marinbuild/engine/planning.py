@@ -55,7 +55,7 @@ def plan_run(
 
 def mark_stale(plan: planning.Plan, prefix: str, output_paths: dict[ExecutorStep, str]) -> None:
     """A missing step of which another version is under ``prefix`` becomes ``STALE`` (dry runs say so)."""
-    from marinbuild.cache.probe import with_other_versions
+    from marinbuild.store.other_versions import with_other_versions
 
     missing = plan.by_state(planning.MISSING)
     if not missing:

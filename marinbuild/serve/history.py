@@ -82,7 +82,7 @@ def run(cache_dir: str | os.PathLike[str], prefix: str, run_id: str) -> dict[str
 def run_infos(prefix: str) -> list[dict[str, Any]]:
     """The run info JSONs under ``<prefix>/experiments/`` (newest first): name, creation time, script, steps."""
     from marinbuild.cache.commands import RUN_INFO_FOLDER
-    from marinbuild.cache.store import Store
+    from marinbuild.store.prefix_walk import Store
 
     folder = fs.join(prefix, RUN_INFO_FOLDER)
     out = []

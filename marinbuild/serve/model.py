@@ -71,7 +71,7 @@ class ViewModel:
                         raise PrefixUnreadable(f"the prefix {self.prefix} is not a folder")
                     os.listdir(self.prefix)
             else:
-                from marinbuild.cache.store import Store
+                from marinbuild.store.prefix_walk import Store
 
                 Store(self.prefix).names(self.prefix)
         except PrefixUnreadable:

@@ -24,8 +24,8 @@ def test_gc_offers_old_outputs_under_experiments_on_gcs(gs_prefix, tmp_path):
 
 def test_store_names_a_folders_entries_on_gcs(gs_prefix):
     """What ``why`` reads to tell a folder holding only ``.executor_info`` (not built yet) from a deleted output."""
-    from marinbuild.cache.store import Store
     from marinbuild.store import fs
+    from marinbuild.store.prefix_walk import Store
 
     folder = gs_prefix + "/pkg/step-abc123"
     fs.write_atomic(folder + "/.executor_info", b"{}")
