@@ -1,9 +1,8 @@
-"""What is on disk for one output path: its state, lease, and other versions of the same step.
+"""What is on disk for one output path: its state and lease, for the cache commands.
 
 ``probe_output`` reads one status file, and the lease only when the status is RUNNING; it
 never raises for a damaged file but reports ``state == "damaged"`` with the message
-(which names the file). ``find_versions`` lists the sibling folders
-``<prefix>/<name>-<hash>`` that are other versions of a step.
+(which names the file). Other versions of a step are ``marinbuild.store.other_versions``'.
 """
 
 from __future__ import annotations
