@@ -1,5 +1,5 @@
-"""``marinbuild.analysis.build``: one build's flow returns its result as data and prints nothing; the requests it
-refuses are one line and exit 2 through the CLI."""
+"""``marinbuild.analysis.build`` over the engine's ``build``: a build returns its result as data and prints nothing;
+the requests it refuses are one line and exit 2 through the CLI."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from workspaces import age_workspace, two_step_workspace
 
-from marinbuild.analysis.build import BuildRequest, BuildResult, EventLogPlace, run_build
+from marinbuild.analysis.build import BuildRequest, EventLogPlace, run_build
 from marinbuild.cli import main
+from marinbuild.engine.build import BuildResult
 from marinbuild.run.events import Event, Listener
 
 
@@ -40,13 +41,14 @@ class Recording:
 
 def build(*patterns: str) -> tuple[BuildResult, Recording]:
     listeners = Recording()
-    return run_build(BuildRequest(patterns=patterns), listeners), listeners
+    _session, result = run_build(BuildRequest(patterns=patterns), listeners)
+    return result, listeners
 
 
 def test_a_build_returns_its_result_and_prints_nothing(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ran, heard = build("//pipe:all")
     assert capsys.readouterr() == ("", "")
-    assert ran.failure is None and ran.session is not None
+    assert ran.failure is None
     assert [label for label, _path in ran.requested] == ["//pipe:a", "//pipe:b"]
     assert ran.plan is not None and [row.step.name for row in ran.plan] == ["pipe/a", "pipe/b"]
     assert ran.would_run == ["pipe/a", "pipe/b"]
@@ -106,9 +108,8 @@ def test_a_built_path_holding_another_versions_outputs_is_one_line_and_exit_2(
     from pipelines import pretend_another_version_built
 
     first, _heard = build("//pipe:a")
-    assert first.session is not None and first.session.engine is not None
-    engine = first.session.engine
-    (step,) = first.session.requested_steps()
+    engine = first.engine
+    (step,) = first.succeeded
     path = engine.output_paths[step]
     pretend_another_version_built(path, engine.version_strs[step], "e" * 64)
     capsys.readouterr()

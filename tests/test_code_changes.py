@@ -195,3 +195,30 @@ def test_an_installed_module_fn_is_found_outside_the_workspace(ws: Path) -> None
     assert dry.returncode == 0, dry.stderr
     wrong = mb(ws, "-n", "//pipe:c")
     assert wrong.returncode == 2 and "defines no top-level 'nothing_here'" in wrong.stderr
+
+
+def test_executor_main_and_the_cli_write_the_same_code_record_for_the_same_step(ws: Path) -> None:
+    """The script's step built by ``python pipe/script.py`` (Marin's face) and by the CLI (its ``executor_script``
+    target), each into a prefix of its own: the same output folder name and the same record of its code."""
+    script = ws / "pipe" / "script.py"
+    script.write_text(script.read_text() + "\nif __name__ == '__main__':\n    executor_main(steps=[only])\n")
+    script.write_text(script.read_text().replace("import ExecutorStep,", "import ExecutorStep, executor_main,"))
+    env = {k: v for k, v in os.environ.items() if k != "MARIN_PREFIX"}
+    env["MB_CALLS"] = str(ws.parent / "calls.log")
+    marin = subprocess.run(
+        [sys.executable, "pipe/script.py", "--prefix", str(ws / "marin")],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert marin.returncode == 0, marin.stderr
+    assert mb(ws, "--prefix", str(ws / "cli"), "//pipe:script").returncode == 0
+
+    def record(prefix: str) -> tuple[str, dict[str, str]]:
+        (path,) = (ws / prefix).rglob(".marinbuild_code.json")
+        return path.parent.name, json.loads(path.read_text())
+
+    assert record("marin") == record("cli")
+    assert set(record("marin")[1]["files"]) == {"pipe/script.py"}

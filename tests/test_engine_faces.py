@@ -1,4 +1,4 @@
-"""One engine, two faces: the CLI reaches the engine without the Marin facade, and a no-op stays light.
+"""One engine, two faces: the CLI reaches the engine without the Marin facade.
 
 Each check runs in a fresh interpreter, so what it reports is what a user's process loads.
 """
@@ -15,17 +15,6 @@ from workspaces import two_step_workspace
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-
-
-RUN_MODULES = (
-    "marinbuild.engine.execute",
-    "marinbuild.run.scheduler",
-    "marinbuild.run.step_job",
-    "marinbuild.run.local",
-    "marinbuild.run.resources",
-    "marinbuild.run.runtime_env",
-)
-"""What a run loads only when it has steps to start (backends, scheduler, resources, runtime environments)."""
 
 
 def python(code: str, cwd: Path, **env: str) -> list[str]:
@@ -57,20 +46,3 @@ def test_the_cli_builds_through_the_engine_without_the_marin_facade(tmp_path: Pa
     )
     assert lines[0] == "after import: False" and lines[-1] == "after build: False"
     assert sorted(p.name.rsplit("-", 1)[0] for p in (root / "out" / "pipe").iterdir()) == ["a", "b"]
-
-
-def test_a_marin_no_op_loads_no_backend_scheduler_or_resource_code(tmp_path: Path) -> None:
-    """The facade's rerun of a built graph plans, finds everything built, and starts nothing: the modules that
-    start steps stay unloaded. The first run (which runs the steps) does load them, so the check can tell."""
-    run = f"""
-        import sys
-        import pipelines as pl
-        from marinbuild.executor import Executor
-        b = pl.step("light/b", inputs=[pl.step("light/a")])
-        Executor({str(tmp_path)!r}, {str(tmp_path / "experiments")!r}, listeners=[]).run([b])
-        print(sorted(m for m in {RUN_MODULES!r} if m in sys.modules))
-        """
-    first = python(run, tmp_path)
-    again = python(run, tmp_path)
-    assert first[-1] != "[]"
-    assert again[-1] == "[]"

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from marinbuild.core.prefix import DEFAULT_LOCAL_PREFIX
+from marinbuild.engine.settings import Settings
 from marinbuild.load.workspace import Workspace, find_workspace
-from marinbuild.run.backends import BACKEND_NAMES, LOCAL, RAY, BackendOptions, make_backend
 
 if TYPE_CHECKING:
     from marinbuild.analysis.analyze import Analysis
@@ -24,74 +23,6 @@ if TYPE_CHECKING:
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.engine import Engine
     from marinbuild.load import LoadedWorkspace, Loader
-
-
-class SettingsError(ValueError):
-    """A bad value in ``[tool.marinbuild]`` or on the command line (exit 2)."""
-
-
-@dataclass
-class Settings:
-    """Where outputs go and how steps run; from flags, else the environment, else ``[tool.marinbuild]``."""
-
-    prefix: str
-    backend: str = LOCAL
-    jobs: int | None = None
-    keep_going: bool = False
-    force_run_failed: bool = True
-    heartbeat_interval: float | None = None
-    stale_after: float | None = None
-    ray_address: str | None = None
-    """The Ray cluster of ``--backend ray``: flag, else ``RAY_ADDRESS``, else ``ray_address``; None: a local Ray."""
-    ray_max_retries: int | None = None
-    """Times a step's Ray task is rerun after its worker or node died (``[tool.marinbuild] ray_max_retries``)."""
-
-    @classmethod
-    def resolve(
-        cls,
-        workspace: Workspace,
-        *,
-        prefix: str | None = None,
-        backend: str | None = None,
-        jobs: int | None = None,
-        keep_going: bool = False,
-        force_run_failed: bool | None = None,
-        ray_address: str | None = None,
-    ) -> Settings:
-        config = workspace.config
-        chosen = prefix or os.environ.get("MARIN_PREFIX") or config.get("prefix") or DEFAULT_LOCAL_PREFIX
-        if not isinstance(chosen, str):
-            raise SettingsError("[tool.marinbuild] prefix must be a string")
-        if "://" not in chosen and not os.path.isabs(chosen):
-            base = Path.cwd() if prefix else workspace.root
-            chosen = str((base / chosen).resolve())
-        # --ray_address alone means the Ray backend (RAY_ADDRESS alone does not: it is set inside every Ray job).
-        backend = backend or (RAY if ray_address else None) or config.get("backend", LOCAL)
-        if backend not in BACKEND_NAMES:
-            raise SettingsError(f"unknown backend {backend!r}; this build has: {', '.join(BACKEND_NAMES)}")
-        if jobs is not None and jobs < 1:
-            raise SettingsError(f"--jobs must be at least 1, got {jobs}")
-        if force_run_failed is None:
-            force_run_failed = bool(config.get("force_run_failed", True))
-        ray_address = ray_address or os.environ.get("RAY_ADDRESS") or config.get("ray_address") or None
-        if ray_address is not None and not isinstance(ray_address, str):
-            raise SettingsError("[tool.marinbuild] ray_address must be a string")
-        ray_max_retries = config.get("ray_max_retries")
-        if ray_max_retries is not None and (not isinstance(ray_max_retries, int) or ray_max_retries < 0):
-            raise SettingsError("[tool.marinbuild] ray_max_retries must be a non-negative integer")
-        if "ray_bundle_seconds" in config:
-            raise SettingsError("[tool.marinbuild] ray_bundle_seconds is not a setting: each Ray step is a task")
-        return cls(
-            prefix=chosen.rstrip("/") if chosen != "/" else chosen,
-            backend=backend,
-            jobs=jobs if jobs is not None else config.get("jobs"),
-            keep_going=keep_going,
-            force_run_failed=force_run_failed,
-            heartbeat_interval=config.get("heartbeat_interval"),
-            stale_after=config.get("stale_after"),
-            ray_address=ray_address,
-            ray_max_retries=ray_max_retries,
-        )
 
 
 def current_package(root: Path) -> str:
@@ -115,6 +46,7 @@ class Session:
 
     @classmethod
     def open(cls, start: str | os.PathLike[str] = ".", **settings: Any) -> Session:
+        """The session of the workspace around ``start``; ``settings``: ``Settings.resolve``'s keywords."""
         from marinbuild.load import Loader
 
         workspace = find_workspace(start)
@@ -159,29 +91,7 @@ class Session:
     def make_engine(self, listeners: list[Any] | None = None) -> Engine:
         from marinbuild.engine import Engine
 
-        s = self.settings
-        return Engine(
-            s.prefix,
-            os.path.join(s.prefix, "experiments") if "://" not in s.prefix else s.prefix + "/experiments",
-            heartbeat_interval=s.heartbeat_interval,
-            stale_after=s.stale_after,
-            listeners=listeners if listeners is not None else [],
-            keep_going=s.keep_going,
-            backend=self.make_backend(),
-        )
-
-    def make_backend(self) -> Any:
-        """The backend the settings name (``"local"``: the engine's threads, whatever ``$MARINBUILD_BACKEND`` says
-        to scripts); Ray is not started here."""
-        s = self.settings
-        if s.backend == LOCAL:  # the engine constructs it, with the run's --jobs
-            return s.backend
-        options = BackendOptions(
-            ray_address=s.ray_address,
-            ray_max_retries=s.ray_max_retries,
-            working_dir=self.workspace.root,
-        )
-        return make_backend(s.backend, options)
+        return Engine(self.settings, listeners=listeners if listeners is not None else [])
 
     def steps_of(self, label: Label) -> list[ExecutorStep]:
         assert self.analysis is not None and self.engine is not None

@@ -98,6 +98,19 @@ def cli() -> None:
     """
 
 
+class _Prefix(click.ParamType):
+    """A ``--prefix``: a ``gs://`` URL as given, a local folder made absolute (relative to the current folder)."""
+
+    name = "prefix"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        text = str(value)
+        return text if "://" in text else os.path.abspath(text)
+
+
+PREFIX = _Prefix()
+
+
 def _open_session(**settings: Any) -> Any:
     from marinbuild.analysis.session import Session
 
@@ -129,7 +142,9 @@ def _run_only(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 @cli.command("build")
 @click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
-@click.option("--prefix", help="Where outputs go (a folder or gs://...); default $MARIN_PREFIX or [tool.marinbuild].")
+@click.option(
+    "--prefix", type=PREFIX, help="Where outputs go (a folder or gs://...); default $MARIN_PREFIX or [tool.marinbuild]."
+)
 @click.option("-n", "--dry_run", is_flag=True, help="Say what would run (reads statuses), run and write nothing.")
 @click.option("--check_up_to_date", is_flag=True, help="Run nothing; exit 1 if any step would run (for CI).")
 @click.option(
@@ -218,8 +233,8 @@ def build_command(
         rebuild=rebuild,
     )
     report = BuildReport(dry_run, explain, output, build_event_json_file, profile)
-    result = run_build(request, report)
-    report.print_result(result)
+    session, result = run_build(request, report)
+    report.print_result(result, session)
     if result.failure is not None:
         click.echo(f"marinbuild: {result.failure}", err=True)
         raise SystemExit(EXIT_FAILED)
@@ -239,7 +254,7 @@ def build_command(
     default="label",
     help="label, label_kind, location (file:line:col), json, or graph (DOT, coloured by cache state).",
 )
-@click.option("--prefix", help="The prefix cache-aware functions (built, stale, ...) look at.")
+@click.option("--prefix", type=PREFIX, help="The prefix cache-aware functions (built, stale, ...) look at.")
 def query_command(expression: str, output: str, prefix: str | None) -> None:
     """Query the target graph: deps, rdeps, somepath, allpaths, kind, attr, filter, built, stale, ..."""
     from marinbuild.query import run_query
@@ -252,7 +267,7 @@ def query_command(expression: str, output: str, prefix: str | None) -> None:
 
 @cli.command("why")
 @click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
-@click.option("--prefix", help="The prefix to compare with (default as for builds).")
+@click.option("--prefix", type=PREFIX, help="The prefix to compare with (default as for builds).")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> None:
     """Say exactly why each target PATTERN... names would (re)run: never built, output deleted, failed before, or
@@ -299,7 +314,7 @@ def cache_group() -> None:
 
 @cache_group.command("status")
 @click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
-@click.option("--prefix")
+@click.option("--prefix", type=PREFIX)
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def cache_status_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> None:
     """Each target's state: built, stale, missing, failed, running (lease holder and age); its output path."""
@@ -313,7 +328,7 @@ def cache_status_command(patterns: tuple[str, ...], prefix: str | None, output: 
 
 @cache_group.command("show")
 @click.argument("target_or_path", shell_complete=_complete_labels)
-@click.option("--prefix")
+@click.option("--prefix", type=PREFIX)
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def cache_show_command(target_or_path: str, prefix: str | None, output: str) -> None:
     """Info, status, lease, artifact and size of a target's outputs (or of an output path)."""
@@ -325,7 +340,7 @@ def cache_show_command(target_or_path: str, prefix: str | None, output: str) -> 
 
 
 @cache_group.command("ls")
-@click.option("--prefix")
+@click.option("--prefix", type=PREFIX)
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def cache_ls_command(prefix: str | None, output: str) -> None:
     """Every step output under the prefix, with status, size and age."""
@@ -338,7 +353,7 @@ def cache_ls_command(prefix: str | None, output: str) -> None:
 
 @cache_group.command("gc")
 @click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
-@click.option("--prefix")
+@click.option("--prefix", type=PREFIX)
 @click.option(
     "--keep_only_used_by_patterns",
     is_flag=True,
@@ -362,7 +377,7 @@ def cache_gc_command(
 
 @cache_group.command("verify")
 @click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
-@click.option("--prefix")
+@click.option("--prefix", type=PREFIX)
 @click.option("-n", "--dry_run", is_flag=True, help="Report only; leave damaged steps marked built.")
 @click.option(
     "--repair",
@@ -390,13 +405,13 @@ def cache_verify_command(
 
 @cli.command("info")
 @click.argument("key", required=False)
-@click.option("--prefix", help="The prefix to report (default as for builds).")
+@click.option("--prefix", type=PREFIX, help="The prefix to report (default as for builds).")
 @click.option("--backend", type=click.Choice(BACKEND_NAMES))
 @click.option("--ray_address")
 def info_command(key: str | None, prefix: str | None, backend: str | None, ray_address: str | None) -> None:
     """Workspace, prefix and where it came from, backend, Ray address, cache folders, version (KEY: one value)."""
-    from marinbuild.analysis.session import Settings
     from marinbuild.cli.info import workspace_info
+    from marinbuild.engine.settings import Settings
     from marinbuild.load.workspace import find_workspace
 
     workspace = find_workspace(".")
@@ -424,7 +439,7 @@ def clean_command() -> None:
 
 @cli.command("serve")
 @click.argument("patterns", nargs=-1, shell_complete=_complete_labels)
-@click.option("--prefix", help="The prefix whose outputs are shown (default as for builds).")
+@click.option("--prefix", type=PREFIX, help="The prefix whose outputs are shown (default as for builds).")
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),
@@ -646,10 +661,10 @@ def jobs_stop_command(job: str, address: str | None, cluster: str | None) -> Non
 def _user_error_types() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix (exit 2). Imported only when something was raised."""
     from marinbuild.analysis.build import BuildRequestError
-    from marinbuild.analysis.session import SettingsError
     from marinbuild.cluster.config import ClusterConfigError
     from marinbuild.cluster.jobs import JobsError
     from marinbuild.core.labels import LabelError
+    from marinbuild.engine.settings import SettingsError
     from marinbuild.load import WorkspaceError
     from marinbuild.query import QueryError
     from marinbuild.run.ray_auth import RayAuthError

@@ -1,10 +1,10 @@
 """The engine: versioned steps -> a plan -> a run -> the records around it. Both faces call it.
 
-The CLI session (``analysis/session.py``) builds an ``Engine`` from the analysed targets' steps; a Marin
-script reaches it through ``marinbuild.executor.Executor``, which is an ``Engine`` with Marin's constructor
-and method names. One ``Engine`` holds one version table (``table``: ``core/versions.py``) and runs
-builds on it; each ``run`` is one build with its own ``BuildContext`` (lease keeper, runner registry),
-closed when it returns.
+The command line (``marinbuild.analysis.build``) gives it the analysed targets' steps; a Marin script reaches
+it through ``marinbuild.executor.Executor``, which is an ``Engine`` with Marin's constructor and method names.
+Both resolve their ``Settings`` the same way (``engine/settings.py``) and build through ``engine/build.py``.
+One ``Engine`` holds one version table (``table``: ``core/versions.py``) and runs builds on it; each ``run`` is
+one build with its own ``BuildContext`` (lease keeper, runner registry), closed when it returns.
 
 Contract:
 - ``add``/``add_all`` version steps (and what they depend on); ``steps``, ``configs``, ``dependencies``,
@@ -12,31 +12,34 @@ Contract:
   dicts, with Marin's meanings; ``canonicalize`` names the step that stands for equal versions;
   ``action_digest`` is the action cache's key; ``info_text`` is a step's ``.executor_info`` text.
 - ``run`` versions the given steps, plans (``planning.py``), and, unless the run is dry or has nothing to run,
-  runs them (``execute.py``); it returns ``output_paths``. ``plan``, ``outcome`` and ``dry_run_problems``
-  describe the last run.
+  runs them (``execute.py``); it records the code each step that succeeded ran beside its output, and checks
+  the built steps' code (``code_records.py``); it returns ``output_paths``. ``plan``, ``outcome``,
+  ``succeeded``, ``code_changed`` and ``dry_run_problems`` describe the last run.
 - ``record_infos``/``write_infos``/``experiment_url``: the run's records in Marin's schema (``infos.py``,
   ``commit.py``); ``step_infos``, ``executor_info`` and ``executor_info_path`` hold them.
 
-Kept light to import: storage and execution load when ``run`` needs them, and only what it needs (a no-op
-loads no backend, scheduler, resource or runtime-env module), under the complexity rule on
-``bench/run.py``'s no-op and script-alone rows (docs/performance.md).
+Storage and execution modules load when ``run`` needs them: importing the engine stays light for the
+command line's start.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.placeholders import ExecutorStep, InputName
 from marinbuild.core.versions import VersionTable
 from marinbuild.engine import commit
 from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, run_info, step_info_text
+from marinbuild.engine.settings import Settings
 
 if TYPE_CHECKING:
+    from marinbuild.engine.code_records import CodeChanges
     from marinbuild.run.backend import Backend
     from marinbuild.run.build_context import BuildContext
-    from marinbuild.run.events import Listener
+    from marinbuild.run.events import Event, Listener
     from marinbuild.run.outcome import Outcome
     from marinbuild.run.plan import Plan
 
@@ -48,31 +51,25 @@ def _worker_id() -> str:
 
 
 class Engine:
-    """Versions, plans and runs ``ExecutorStep``s under ``prefix``; see the module's contract.
+    """Versions, plans and runs ``ExecutorStep``s as ``settings`` say; see the module's contract.
 
-    ``executor_info_base_path``: where run infos go (default ``<prefix>/experiments``). ``backend``: a backend
-    object (the caller owns it), a name (``"local"``/``"ray"``, constructed per run), or None
-    (``backend_choice.default_backend``). ``listeners`` receive the run's events (None: log them).
+    ``listeners`` receive the run's events (None: log them). ``backend``: a backend object the caller owns; None:
+    each run constructs the one ``settings.backend`` names and shuts it down when it ends.
     """
 
     def __init__(
         self,
-        prefix: str,
-        executor_info_base_path: str | None = None,
+        settings: Settings,
         description: str | None = None,
         *,
-        heartbeat_interval: float | None = None,
-        stale_after: float | None = None,
         listeners: list[Listener] | None = None,
-        backend: Backend | str | None = None,
-        keep_going: bool = True,
+        backend: Backend | None = None,
     ):
-        self.prefix = prefix
-        if executor_info_base_path is None:
-            executor_info_base_path = prefix.rstrip("/") + "/experiments"
-        self.executor_info_base_path = executor_info_base_path
+        self.settings = settings
+        self.prefix = settings.prefix
+        self.executor_info_base_path = settings.executor_info_base_path
         self.description = description
-        self._versions = table = VersionTable(prefix)
+        self._versions = table = VersionTable(settings.prefix)
         self.steps = table.steps
         self.configs = table.configs
         self.dependencies = table.dependencies
@@ -82,11 +79,8 @@ class Engine:
         self.hashed_versions = table.hashed_versions
         self.output_paths = table.output_paths
         self.is_pseudo_dep = table.is_pseudo_dep
-        self.heartbeat_interval = heartbeat_interval
-        self.stale_after = stale_after
         self.listeners = listeners
         self.backend = backend
-        self.keep_going = keep_going
         self.worker_id = _worker_id()
         self.step_infos: list[ExecutorStepInfo] = []
         self.executor_info: ExecutorInfo | None = None
@@ -95,8 +89,14 @@ class Engine:
         """The plan of the last ``run`` (``run/plan.py``): every needed step's state."""
         self.outcome: Outcome[ExecutorStep] | None = None
         """What the last ``run`` ran (``run/outcome.py``); None after a dry or refused run."""
+        self.succeeded: list[ExecutorStep] = []
+        """The steps the last ``run`` ran successfully, in the order they finished (also when it failed after)."""
+        self.code_changed: dict[ExecutorStep, list[str]] = {}
+        """The steps the last ``run`` found built whose code changed since (not part of their key, so not rebuilt),
+        with the files that changed."""
         self.dry_run_problems: list[str] = []
         """After a dry run on the local backend: the steps to run that it could not run (``resource_problems``)."""
+        self._code: CodeChanges | None = None
 
     # -- versions -------------------------------------------------------------------------
     @property
@@ -186,22 +186,29 @@ class Engine:
             raise ValueError(f"max_concurrent must be a positive integer, got {max_concurrent}")
         from marinbuild.run.build_context import BuildContext
 
-        with BuildContext() as context:
-            self._run(
-                steps,
-                context,
-                dry_run=dry_run,
-                run_only=run_only,
-                force_run_failed=force_run_failed,
-                max_concurrent=max_concurrent,
-                rebuild=rebuild or [],
-            )
+        self.plan, self.outcome, self.succeeded, self.code_changed, self.dry_run_problems = None, None, [], {}, []
+        succeeded: list[str] = []
+        try:
+            with BuildContext() as context:
+                self._run(
+                    steps,
+                    context,
+                    _Succeeded(succeeded),
+                    dry_run=dry_run,
+                    run_only=run_only,
+                    force_run_failed=force_run_failed,
+                    max_concurrent=max_concurrent,
+                    rebuild=rebuild or [],
+                )
+        finally:
+            self._record_code(succeeded)
         return self.output_paths
 
     def _run(
         self,
         steps: Sequence[ExecutorStep | InputName],
         context: BuildContext,
+        succeeded: Listener,
         *,
         dry_run: bool,
         run_only: list[str] | None,
@@ -211,9 +218,10 @@ class Engine:
     ) -> None:
         from marinbuild.engine import planning
         from marinbuild.run import events as ev
-        from marinbuild.run.plan import REBUILD
+        from marinbuild.run.plan import BUILT, REBUILD
         from marinbuild.store.lease import STALE_AFTER
 
+        stale_after = self.settings.stale_after
         with gc_paused():  # versions and plan: many objects, no cyclic garbage (the steps' own code runs with gc on)
             requested: list[ExecutorStep] = []
             for given in steps:
@@ -221,14 +229,15 @@ class Engine:
                 if step is not None:
                     self.add(step, is_pseudo_dep=False)
                     requested.append(step)
-            bus = ev.EventBus(self.listeners if self.listeners is not None else [ev.log_listener])
+            listeners = self.listeners if self.listeners is not None else [ev.log_listener]
+            bus = ev.EventBus([*listeners, succeeded])
             graph, plan = planning.plan_run(
                 self._versions,
                 requested,
                 run_only=run_only,
                 rebuild=rebuild,
                 worker_id=self.worker_id,
-                stale_after=self.stale_after if self.stale_after is not None else STALE_AFTER,
+                stale_after=stale_after if stale_after is not None else STALE_AFTER,
             )
             self.plan = plan
         if dry_run:  # the names cache status and query give: stale when another version of the step is there
@@ -238,6 +247,7 @@ class Engine:
             for step, step_plan in plan.steps.items()
         )
         ev.emit_plan(bus, planned, dry_run)
+        self.code_changed = self.code_changes().check(plan.by_state(BUILT))
         if not force_run_failed:
             planning.refuse_failed_before(plan, self.output_paths)
         if dry_run:
@@ -258,27 +268,45 @@ class Engine:
             bus.emit(ev.BUILD_FINISHED, data={"ran": 0, "failed": 0})
             self.outcome = Outcome()
             return
-        from marinbuild.engine.execute import RunSettings, execute
+        from marinbuild.engine.execute import execute
 
-        settings = RunSettings(
-            prefix=self.prefix,
-            worker_id=self.worker_id,
-            backend=self.backend,
-            keep_going=self.keep_going,
-            heartbeat_interval=self.heartbeat_interval,
-            stale_after=self.stale_after,
-        )
         self.outcome = execute(
             self._versions,
             graph,
             plan,
             bus,
-            settings,
+            self.settings,
+            self.worker_id,
+            self.backend,
             max_concurrent=max_concurrent,
             selected=selected,
             context=context,
             write_run_info=self._write_run_info,
         )
+
+    def code_changes(self) -> CodeChanges:
+        """What tells the code each step runs, and whether a built output's code changed (``code_records.py``);
+        one per engine, so each output's record is read once."""
+        if self._code is None:
+            from marinbuild.engine.code_records import CodeChanges
+            from marinbuild.load.sources import StatCache
+
+            cache_dir = self.settings.cache_dir
+            stat_cache = StatCache(cache_dir / "stat_cache.json" if cache_dir is not None else None)
+            self._code = CodeChanges(self.settings.root or Path.cwd(), self.output_paths, stat_cache)
+        return self._code
+
+    def _record_code(self, succeeded_paths: list[str]) -> None:
+        """Record the code each step that succeeded ran, beside its output (``code_records.py``)."""
+        by_path = {path: step for step, path in self.output_paths.items()}
+        self.succeeded = [by_path[path] for path in succeeded_paths if path in by_path]
+        if not self.succeeded:
+            return
+        from marinbuild.engine.code_records import record
+
+        code = self.code_changes()
+        for step in self.succeeded:
+            record(self.output_paths[step], code.code_of(step))
 
     def _write_run_info(self) -> None:
         """The run info of a run that runs steps, written before any step starts (as Marin's ``run`` does). The infos
@@ -291,10 +319,25 @@ class Engine:
 
     def _local_problems(self, plan: Plan) -> list[str]:
         """For a dry run on the local backend: the steps to run it could not run (a TPU step, ...)."""
-        from marinbuild.engine import backend_choice
+        from marinbuild.engine import resource_check
         from marinbuild.engine.calls import call_for
+        from marinbuild.run.backends import LOCAL
 
-        if not backend_choice.is_local(self.backend):
+        if self.backend is not None or self.settings.backend != LOCAL:
             return []
         calls = ((step, call_for(step, self.configs[step], self.prefix)) for step in plan.to_run)
-        return backend_choice.local_problems(calls)
+        return resource_check.local_problems(calls)
+
+
+class _Succeeded:
+    """The listener collecting the output paths of the steps that succeeded, in the order they did."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "succeeded" and event.output_path is not None:
+            self.paths.append(event.output_path)
+
+    def planned_many(self, steps: Sequence[tuple[str, str]], state: str, data: dict[str, Any]) -> None:
+        """Planned steps are not what it collects (``EventBus.emit_planned``)."""

@@ -15,14 +15,15 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from marinbuild.engine import backend_choice, commit
+from marinbuild.engine import commit, resource_check
 from marinbuild.engine.calls import call_for
 from marinbuild.engine.errors import StepFailedError
 from marinbuild.engine.infos import step_info_text
+from marinbuild.engine.settings import Settings
 from marinbuild.run import events as ev
+from marinbuild.run.backends import make_backend
 from marinbuild.run.scheduler import schedule
 from marinbuild.run.step_job import LeaseSettings, StepJob
 from marinbuild.store.action_cache import ActionKey
@@ -37,32 +38,23 @@ if TYPE_CHECKING:
     from marinbuild.run.plan import Plan
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    """How the engine runs steps (its constructor's knobs); None: the default."""
-
-    prefix: str
-    worker_id: str
-    backend: Backend | str | None
-    keep_going: bool
-    heartbeat_interval: float | None
-    stale_after: float | None
-
-
 def execute(
     table: VersionTable,
     graph: StepGraph,
     plan: Plan,
     bus: ev.EventBus,
-    settings: RunSettings,
+    settings: Settings,
+    worker_id: str,
+    given_backend: Backend | None,
     *,
     max_concurrent: int | None,
     selected: bool,
     context: BuildContext,
     write_run_info: Callable[[], None],
 ) -> Outcome[ExecutorStep]:
-    """Run ``plan.to_run`` (not empty); ``write_run_info`` writes the run info once nothing can refuse the run any
-    more, before any step starts. ``selected``: the run was narrowed by ``run_only``."""
+    """Run ``plan.to_run`` (not empty) on ``given_backend``, or on one of ``settings.backend`` made for this run;
+    ``write_run_info`` writes the run info once nothing can refuse the run any more, before any step starts.
+    ``selected``: the run was narrowed by ``run_only``."""
     lease_settings = LeaseSettings()
     if settings.heartbeat_interval is not None:
         lease_settings.heartbeat_interval = settings.heartbeat_interval
@@ -79,7 +71,7 @@ def execute(
             output_path=output_paths[step],
             call=call_for(step, table.configs[step], settings.prefix),
             info_text=functools.partial(step_info_text, table, step),
-            worker_id=settings.worker_id,
+            worker_id=worker_id,
             bus=bus,
             settings=lease_settings,
             cancel=cancel,
@@ -91,14 +83,13 @@ def execute(
         return step.name, output_paths[step]
 
     backend: Backend
-    if settings.backend is None or isinstance(settings.backend, str):  # a backend of this run's own
-        name = settings.backend or backend_choice.default_backend()
-        backend, owned = backend_choice.backend_named(name, max_concurrent), True
+    if given_backend is None:  # a backend of this run's own
+        backend, owned = make_backend(settings.backend, settings.backend_options(max_concurrent)), True
     else:
-        backend, owned = settings.backend, False
+        backend, owned = given_backend, False
     try:
         calls = ((step, call_for(step, table.configs[step], settings.prefix)) for step in plan.to_run)
-        backend_choice.check_resources(backend, calls)  # nothing written yet; each call is made again with its job
+        resource_check.check_resources(backend, calls)  # nothing written yet; each call is made again with its job
         commit.write_infos_not_run(table, graph, plan, selected)
         write_run_info()
         bus.emit(ev.BUILD_STARTED, data={"steps": len(plan.to_run)})

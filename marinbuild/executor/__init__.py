@@ -22,7 +22,6 @@ Light to import, as the engine: a no-op loads no backend, no resource or runtime
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -65,10 +64,12 @@ from marinbuild.engine.infos import (
     git_commit,
     user,
 )
+from marinbuild.engine.settings import Settings
 from marinbuild.executor.remote import remote
 from marinbuild.store.status import STATUS_DEP_FAILED, STATUS_FAILED, STATUS_RUNNING, STATUS_SUCCESS
 
 if TYPE_CHECKING:
+    from marinbuild.load.workspace import Workspace
     from marinbuild.run.backend import Backend
     from marinbuild.run.events import Listener
 
@@ -170,15 +171,17 @@ class Executor(Engine):
         backend: Backend | str | None = None,
         keep_going: bool = True,
     ):
-        super().__init__(
-            prefix,
-            executor_info_base_path,
-            description,
+        settings = Settings.resolve(
+            _workspace(),
+            prefix=prefix,
+            executor_info_base_path=executor_info_base_path,
+            backend=backend if isinstance(backend, str) else None,
+            keep_going=keep_going,
             heartbeat_interval=heartbeat_interval,
             stale_after=stale_after,
-            listeners=listeners,
-            backend=backend,
-            keep_going=keep_going,
+        )
+        super().__init__(
+            settings, description, listeners=listeners, backend=None if isinstance(backend, str) else backend
         )
         self._warned = 0
 
@@ -253,22 +256,54 @@ def _executor_main(
     max_concurrent: int | None = None,
 ) -> Executor:
     """``executor_main`` with its config given: Marin's undecorated ``executor_main`` (``executor_main.__wrapped__``),
-    same parameters; ``max_concurrent`` wins over ``config.max_concurrent``. Returns the executor (Marin's: None)."""
+    same parameters; ``max_concurrent`` wins over ``config.max_concurrent``. Returns the executor (Marin's: None).
+
+    The prefix and the rest are resolved as the command line resolves them (``marinbuild.engine.settings``), and
+    the steps are built by the engine's one ``build``, which records the code each step ran."""
+    from marinbuild.engine.build import build
+    from marinbuild.engine.code_records import sentence
+
     skip_final_collection()
     _configure_logging()
-    prefix = config.prefix or default_prefix()
-    base = config.executor_info_base_path or os.path.join(prefix, "experiments")
-    executor = Executor(prefix=prefix, executor_info_base_path=base, description=description)
-    executor.run(
-        steps=steps,
+    executor = _executor(config.prefix, config.executor_info_base_path, description)
+    result = build(
+        executor,
+        steps,
         dry_run=config.dry_run,
         run_only=config.run_only,
         force_run_failed=config.force_run_failed,
         max_concurrent=max_concurrent if max_concurrent is not None else config.max_concurrent,
     )
-    if not config.dry_run and executor.executor_info_path is not None:  # a no-op run writes no run info
+    for step, files in result.code_changed.items():
+        logger.warning("%s: %s (not part of its key, so not rebuilt)", step.name, sentence(files))
+    if result.failure is not None:
+        raise result.failure
+    if not config.dry_run and executor.executor_info_path is not None:
         logger.info("Executor info written to %s", executor.executor_info_path)
+    elif not config.dry_run:  # a no-op writes no run info: say so in one line, as the command line does
+        logger.info("Nothing to do: all %d step(s) are built", len(result.plan or ()))
     return executor
+
+
+def _executor(
+    prefix: str | None, executor_info_base_path: str | None = None, description: str | None = None
+) -> Executor:
+    """An ``Executor`` whose prefix and run-info folder, when not given, are resolved as the command line's
+    (``marinbuild.engine.settings``): ``$MARIN_PREFIX``, else the workspace's, else Marin's default."""
+    settings = Settings.resolve(_workspace(), prefix=prefix, executor_info_base_path=executor_info_base_path)
+    return Executor(settings.prefix, settings.executor_info_base_path, description)
+
+
+def _workspace() -> Workspace | None:
+    """The marinbuild workspace around the current folder, or None: its ``[tool.marinbuild]`` settings apply to a
+    Marin script run there as to the command line."""
+    from marinbuild.load.errors import WorkspaceError
+    from marinbuild.load.workspace import find_workspace
+
+    try:
+        return find_workspace(".")
+    except WorkspaceError:
+        return None
 
 
 def executor_main(
@@ -307,8 +342,7 @@ def compute_output_path(
     name: str, config: Any, *, override_output_path: str | None = None, prefix: str | None = None
 ) -> str:
     """The output path a step with this name and config gets (no I/O)."""
-    resolved = prefix if prefix is not None else default_prefix()
-    executor = Executor(prefix=resolved, executor_info_base_path=os.path.join(resolved, "experiments"))
+    executor = _executor(prefix)
     step = ExecutorStep(name=name, fn=None, config=config, override_output_path=override_output_path)
     executor.compute_version(step)
     return executor.output_paths[step]
@@ -316,11 +350,10 @@ def compute_output_path(
 
 def materialize(config: ConfigT, *, prefix: str | None = None, output_path: str | None = None) -> ConfigT:
     """Build the steps embedded in ``config``, then return it with every placeholder resolved."""
-    resolved = prefix if prefix is not None else default_prefix()
+    executor = _executor(prefix)
     steps = upstream_steps(config)
     output_paths: dict[ExecutorStep, str] = {}
     if steps:
-        executor = Executor(prefix=resolved, executor_info_base_path=os.path.join(resolved, "experiments"))
         output_paths = executor.run(steps=steps)
     current = output_path if output_path is not None else getattr(config, "output_path", None)
     if isinstance(current, OutputName):
@@ -328,4 +361,4 @@ def materialize(config: ConfigT, *, prefix: str | None = None, output_path: str 
             "materialize(config): config.output_path is still an OutputName placeholder; "
             "pass output_path= or resolve it first"
         )
-    return instantiate_config(config, current, output_paths, resolved)
+    return instantiate_config(config, current, output_paths, executor.prefix)

@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from marinbuild.analysis.build import BuildResult, EventLogPlace
+    from marinbuild.analysis.build import EventLogPlace
+    from marinbuild.analysis.session import Session
+    from marinbuild.engine.build import BuildResult
     from marinbuild.run.events import Listener
     from marinbuild.ui.summary import BuildSummary
 
@@ -69,15 +71,15 @@ class BuildReport:
         for closer in self.closers:
             closer.close()
 
-    def print_result(self, result: BuildResult) -> None:
-        """Print what the build did (the order is the module docstring's)."""
+    def print_result(self, result: BuildResult, session: Session) -> None:
+        """Print what the build of ``session``'s targets did (the order is the module docstring's)."""
         if result.dry_run_problems:
             click.echo(
                 f"marinbuild: warning: the local backend could not run {len(result.dry_run_problems)} of the "
                 f"steps below: {'; '.join(result.dry_run_problems)}",
                 err=True,
             )
-        self._print_plan_and_summary(result)
+        self._print_plan_and_summary(result, session)
         if result.code_changed:
             files = sorted({f for fs in result.code_changed.values() for f in fs})
             click.echo(
@@ -86,19 +88,18 @@ class BuildReport:
                 "--rebuild TARGET rebuilds one)",
                 err=True,
             )
-        engine = result.session.engine
-        if not self.dry_run and result.succeeded and engine is not None:
+        if not self.dry_run and result.succeeded:
             from marinbuild.ui.where import where_to_look
 
-            for line in where_to_look(engine, result.succeeded):
+            for line in where_to_look(result.engine, result.succeeded):
                 click.echo(f"marinbuild: {line}", err=True)
         if result.failure is not None and self.summary is not None:
             from marinbuild.ui.where import failure_pages
 
-            for line in failure_pages(result.session.settings.prefix, self.summary.failures):
+            for line in failure_pages(result.engine.prefix, self.summary.failures):
                 click.echo(f"marinbuild: {line}", err=True)
 
-    def _print_plan_and_summary(self, result: BuildResult) -> None:
+    def _print_plan_and_summary(self, result: BuildResult, session: Session) -> None:
         """The plan (dry runs, ``--explain``), then the summary or the JSON result, on stdout."""
         assert self.summary is not None, "the build opened no listeners"
         if (self.dry_run or self.explain) and self.output == "text" and result.plan is not None:
@@ -113,7 +114,7 @@ class BuildReport:
                 if self.explain and will_run:
                     from marinbuild.cache.why import explain_step
 
-                    click.echo(f"           why: {explain_step(result.session, step)}")
+                    click.echo(f"           why: {explain_step(session, step)}")
         if self.output == "json":
             data = self.summary.as_dict()
             data["targets"] = [{"label": label, "output_path": path} for label, path in result.requested]

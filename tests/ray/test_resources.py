@@ -245,8 +245,9 @@ def test_paths_move_with_a_shipped_workspace():
 
 
 def test_settings_choose_the_ray_backend(tmp_path, monkeypatch):
-    from marinbuild.analysis.session import Session, SettingsError
-    from marinbuild.run.backends import BACKEND_NAMES
+    from marinbuild.analysis.session import Session
+    from marinbuild.engine.settings import SettingsError
+    from marinbuild.run.backends import BACKEND_NAMES, make_backend
     from marinbuild.run.ray_backend import RayBackend
 
     assert "ray" in BACKEND_NAMES
@@ -254,15 +255,16 @@ def test_settings_choose_the_ray_backend(tmp_path, monkeypatch):
         '[tool.marinbuild]\nprefix = "out"\nray_address = "10.0.0.1:6379"\nray_max_retries = 5\n'
     )
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    session = Session.open(tmp_path, backend="ray")
-    backend = session.make_backend()
+    settings = Session.open(tmp_path, backend="ray").settings
+    backend = make_backend(settings.backend, settings.backend_options())
     assert isinstance(backend, RayBackend)
     assert (backend.address, backend.max_retries, backend.working_dir) == ("10.0.0.1:6379", 5, tmp_path.resolve())
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")
     assert Session.open(tmp_path, backend="ray").settings.ray_address == "10.0.0.2:6379"
     assert Session.open(tmp_path, backend="ray", ray_address="x:1").settings.ray_address == "x:1"
     assert Session.open(tmp_path, ray_address="x:1").settings.backend == "ray"  # the flag implies the backend
-    assert Session.open(tmp_path).make_backend() == "local"  # the executor's threads, whatever MARINBUILD_BACKEND says
+    monkeypatch.delenv("MARINBUILD_BACKEND", raising=False)
+    assert Session.open(tmp_path).settings.backend == "local"
     (tmp_path / "pyproject.toml").write_text('[tool.marinbuild]\nprefix = "out"\nray_bundle_seconds = 0\n')
     with pytest.raises(SettingsError, match="ray_bundle_seconds is not a setting"):
         Session.open(tmp_path, backend="ray")

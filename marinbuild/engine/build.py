@@ -1,0 +1,100 @@
+"""One build, whichever face asked for it: ``build(engine, steps, ...)`` runs the steps and returns what happened.
+
+The command line (``marinbuild.analysis.build``) calls it with the analysed targets' steps and prints the
+result; ``executor_main`` (``marinbuild.executor``) calls it with a Marin script's steps and raises the
+failure, as Marin does. Both engines were made from ``Settings.resolve`` (``engine/settings.py``), so the two
+faces resolve the prefix, the backend and the run-info folder the same way, and both record and check the code
+of their steps (``Engine.run``).
+
+A step that failed is part of the result (``failure``), not an exception: the build ran and its listeners saw
+it. What refuses a build before any step runs (a step asking for resources the backend cannot give, a built
+output path holding another version's outputs) is raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from marinbuild.core.placeholders import ExecutorStep
+    from marinbuild.engine.engine import Engine
+    from marinbuild.store.lease import LeaseRecord
+
+
+class PlanRow(NamedTuple):
+    """One step of the plan: its state (``built``, ``missing``, ...), output path, the lease another
+    worker holds on it (or None), and whether this build runs it (or would, in a dry run)."""
+
+    step: ExecutorStep
+    state: str
+    output_path: str
+    lease: LeaseRecord | None
+    will_run: bool
+
+
+@dataclass
+class BuildResult:
+    """What a build did.
+
+    ``requested``: (name, output path) of what was asked for (a target's label, or a step's name);
+    ``plan``: None if the run ended before planning; ``failure``: the step failure that ended the run;
+    ``dry_run_problems``: why the local backend could not run some steps of a dry run; ``code_changed``:
+    built outputs whose code changed since they were built (not part of their key, so not rebuilt), with the
+    changed files; ``succeeded``: the steps this build ran successfully, in the order they finished."""
+
+    engine: Engine
+    requested: list[tuple[str, str]]
+    plan: list[PlanRow] | None = None
+    failure: Exception | None = None
+    dry_run_problems: list[str] = field(default_factory=list)
+    code_changed: dict[ExecutorStep, list[str]] = field(default_factory=dict)
+    succeeded: list[ExecutorStep] = field(default_factory=list)
+
+    @property
+    def would_run(self) -> list[str]:
+        """Names of the planned steps that run (or would, in a dry run)."""
+        return [row.step.name for row in self.plan or () if row.will_run]
+
+
+def build(
+    engine: Engine,
+    steps: Sequence[ExecutorStep],
+    *,
+    requested: list[tuple[str, str]] | None = None,
+    dry_run: bool = False,
+    run_only: list[str] | None = None,
+    force_run_failed: bool = True,
+    max_concurrent: int | None = None,
+    rebuild: Sequence[ExecutorStep] = (),
+) -> BuildResult:
+    """Run ``steps`` on ``engine`` (``Engine.run``'s arguments) into a ``BuildResult``. ``requested``: how the
+    caller names what it asked for (default: each step's name and output path)."""
+    from marinbuild.engine.errors import PreviousTaskFailedError, StepFailedError
+
+    result = BuildResult(engine, [])
+    try:
+        engine.run(
+            steps,
+            dry_run=dry_run,
+            run_only=run_only,
+            force_run_failed=force_run_failed,
+            max_concurrent=max_concurrent,
+            rebuild=list(rebuild),
+        )
+    except (StepFailedError, PreviousTaskFailedError) as exc:
+        result.failure = exc
+    finally:
+        result.succeeded = list(engine.succeeded)
+    result.requested = (
+        requested if requested is not None else [(s.name, engine.output_paths[engine.canonicalize(s)]) for s in steps]
+    )
+    result.dry_run_problems = list(engine.dry_run_problems)
+    result.code_changed = dict(engine.code_changed)
+    if engine.plan is not None:
+        result.plan = [
+            PlanRow(step, p.state, engine.output_paths[step], p.lease, p.will_run)
+            for step, p in engine.plan.steps.items()
+        ]
+    return result
