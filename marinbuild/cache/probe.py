@@ -19,7 +19,8 @@ from marinbuild.cache.store import Store, normalize
 from marinbuild.core.labels import Label, LabelError, parse_label
 from marinbuild.store import fs
 from marinbuild.store import status as st
-from marinbuild.store.lease import STALE_AFTER, LeaseRecord, lease_for, lease_path, parse_lease
+from marinbuild.store.lease import STALE_AFTER, LeaseRecord, lease_path, parse_lease
+from marinbuild.store.lease_factory import lease_for
 from marinbuild.store.records import INFO_FILE, read_info
 from marinbuild.store.status import DamagedFileError
 

@@ -243,7 +243,7 @@ def test_steps_beyond_the_launch_window_wait_their_turn_without_a_lease(ray_clus
 
 def test_a_step_whose_lease_another_runner_holds_waits_off_the_loop(ray_cluster, prefix):
     """The loop goes on launching while a lease thread waits; the other runner's result is then used."""
-    from marinbuild.store.lease import lease_for
+    from marinbuild.store.lease_factory import lease_for
 
     held, free = rs.probe("contended/held", text="h"), rs.probe("contended/free", text="f")
     executor = make_executor(prefix, RayBackend(ray_cluster.address))
