@@ -18,9 +18,9 @@ import ray_steps as rs
 from interrupt import default_sigint
 from raycluster import HERE, node_env
 
+from marinbuild.core.resources import tpu
 from marinbuild.executor import Executor, ExecutorStep, StepFailedError, output_path_of, remote
 from marinbuild.run.ray_backend import RayBackend, RemoteTraceback, StepLostError
-from marinbuild.run.resources import tpu
 from marinbuild.store import action_cache
 from marinbuild.store import status as st
 from marinbuild.store.lease import LeaseLostError
