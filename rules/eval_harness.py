@@ -75,9 +75,9 @@ def task_specs(tasks: list[Any], where: str) -> list[dict[str, Any]]:
 
 
 def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
+    from marinbuild.core.resources import normalize
     from marinbuild.ml.eval_harness import trained_tokenizer
     from marinbuild.ml.slice_run import EVAL_HARNESS
-    from marinbuild.run.resources import normalize
 
     specs = task_specs(list(ctx.attr.tasks), f"eval_harness {ctx.label}")
     request = normalize(ctx.attr.resources or None)

@@ -21,9 +21,9 @@ from marinbuild.load import attr, rule
 
 
 def _eval_lm_impl(ctx: RuleContext) -> dict[str, Any]:
+    from marinbuild.core.resources import normalize
     from marinbuild.ml.process import run_child
     from marinbuild.ml.tokenize import read_metadata
-    from marinbuild.run.resources import normalize
 
     datasets: dict[str, str] = {}
     text_keys: dict[str, str] = {}

@@ -25,7 +25,7 @@ while training, written as ``eval_harness`` takes them.
 They, the mixture (its targets' versions and weights) and ``seed`` are the version:
 changing the learning rate retrains, changing ``resources`` or ``tracker`` does not.
 
-``resources`` is what the step asks its backend for, in ``marinbuild.run.resources`` terms:
+``resources`` is what the step asks its backend for, in ``marinbuild.core.resources`` terms:
 ``tpu("v4-2048")`` (a builtin of BUILD files: a whole slice), ``{"cpu": 2}``, ``{"gpu": 1}``. The local
 backend refuses, before anything runs, a step whose TPUs or GPUs this machine lacks, and says to
 use ``--backend ray`` on a cluster with that slice. A multi-host slice (``tpu("v4-16")`` and
@@ -79,9 +79,9 @@ def _components(paths: list[str], what: str, split: str) -> dict[str, tuple[str,
 
 
 def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
+    from marinbuild.core.resources import normalize
     from marinbuild.ml.configs import as_dict
     from marinbuild.ml.slice_run import TRAIN
-    from marinbuild.run.resources import normalize
 
     model: LmModel = from_dict(LmModel, ctx.attr.model)
     trainer: Trainer = from_dict(Trainer, ctx.attr.trainer)

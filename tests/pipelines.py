@@ -114,7 +114,7 @@ if __name__ == "__main__":
 def race_for_lease(output_path: str, contenders: int = 8) -> tuple[list[int], list[Any]]:
     """``contenders`` runners try to take one step's lease at the same moment, each on a thread of its own;
     the numbers of those that got it, and every runner's lease."""
-    from marinbuild.store.lease import lease_for
+    from marinbuild.store.lease_factory import lease_for
 
     leases = [lease_for(output_path, f"r{i}", stale_after=30) for i in range(contenders)]
     winners: list[int] = []
@@ -150,7 +150,8 @@ def check_lease_protocol(output_path: str, implementation: str, stale_after: flo
     import pytest
 
     from marinbuild.store import fs
-    from marinbuild.store.lease import LeaseLostError, lease_for, lease_path
+    from marinbuild.store.lease import LeaseLostError, lease_path
+    from marinbuild.store.lease_factory import lease_for
 
     a = lease_for(output_path, "runner-a", stale_after=stale_after)
     b = lease_for(output_path, "runner-b", stale_after=stale_after)

@@ -9,7 +9,8 @@ import pipelines as pl
 import pytest
 
 from marinbuild.store import lease_local
-from marinbuild.store.lease import LeaseLostError, LeaseRecord, encode_lease, lease_for, lease_path
+from marinbuild.store.lease import LeaseLostError, LeaseRecord, encode_lease, lease_path
+from marinbuild.store.lease_factory import lease_for
 
 
 def _open_fds() -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from workspaces import repository_workspace
 
-from marinbuild.run.resources import Resources, normalize, tpu, tpu_slice
+from marinbuild.core.resources import Resources, normalize, tpu, tpu_slice
 
 BUILD = """load("@marinbuild//rules:train.py", "train_lm")
 

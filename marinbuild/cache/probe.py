@@ -17,7 +17,8 @@ from typing import Any
 from marinbuild.core.labels import Label, LabelError, parse_label
 from marinbuild.store import fs
 from marinbuild.store import status as st
-from marinbuild.store.lease import STALE_AFTER, LeaseRecord, lease_for, lease_path, parse_lease
+from marinbuild.store.lease import STALE_AFTER, LeaseRecord, lease_path, parse_lease
+from marinbuild.store.lease_factory import lease_for
 from marinbuild.store.prefix_walk import normalize
 from marinbuild.store.status import DamagedFileError
 

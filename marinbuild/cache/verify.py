@@ -37,7 +37,8 @@ from typing import Any
 
 from marinbuild.store import fs, manifest, records
 from marinbuild.store import status as st
-from marinbuild.store.lease import STALE_AFTER, lease_for
+from marinbuild.store.lease import STALE_AFTER
+from marinbuild.store.lease_factory import lease_for
 from marinbuild.store.status import DamagedFileError
 
 

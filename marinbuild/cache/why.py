@@ -247,7 +247,7 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
         step=step.name, output_path=probe.output_path, reason=BUILT, requested=requested, status=probe.status
     )
     if step.resources is not None:
-        from marinbuild.run.resources import hardware_of
+        from marinbuild.core.resources import hardware_of
 
         e.resources = hardware_of(step.resources)
     if probe.lease is not None:

@@ -62,7 +62,7 @@ def driver_resources(resources: dict[str, float] | None, tpu: str | None) -> dic
     """Custom resources the driver needs: ``resources`` plus one host of the TPU type ``tpu`` (Marin's ``--tpu``)."""
     if tpu is None:
         return dict(resources) if resources else None
-    from marinbuild.run.resources import Resources, tpu_slice
+    from marinbuild.core.resources import Resources, tpu_slice
 
     if tpu_slice(tpu).multi_host:
         raise ValueError(f"--tpu {tpu} spans several hosts; the driver runs on one (e.g. v4-8, v5litepod-4, v6e-8)")

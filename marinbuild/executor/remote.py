@@ -1,7 +1,7 @@
 """Marin's ``remote`` wrapper: a step function plus where and how it should run.
 
     from marinbuild.executor import remote
-    from marinbuild.run.resources import tpu
+    from marinbuild.core.resources import tpu
 
     @remote(resources=tpu("v4-8"), pip_dependency_groups=["tpu"], env_vars={"WANDB_MODE": "offline"})
     def train(config): ...
@@ -11,7 +11,7 @@
 The result is a ``RemoteCallable``: calling it runs the function right here (so the local
 backend, tests and ``materialize`` just work); the Ray backend reads its ``resources``,
 ``pip_dependency_groups`` and ``env_vars`` and runs the function as a Ray task with them.
-``resources`` takes every form ``marinbuild.run.resources.normalize`` does, Marin's
+``resources`` takes every form ``marinbuild.core.resources.normalize`` does, Marin's
 ``ResourceConfig`` included. ``ExecutorStep.resources``, when given, wins over the wrapper's.
 """
 
@@ -76,7 +76,7 @@ def remote(
 ) -> RemoteCallable[P, R] | Callable[[Callable[P, R]], RemoteCallable[P, R]]:
     """Mark ``fn`` to run with ``resources`` (and extras, env vars): ``remote(fn, ...)`` or ``@remote(...)``."""
     if resources is not None:
-        from marinbuild.run.resources import normalize
+        from marinbuild.core.resources import normalize
 
         normalize(resources)  # a bad request is an error here, not when the step runs
 

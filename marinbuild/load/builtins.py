@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from marinbuild.core.resources import check_slices, tpu_slice
 from marinbuild.load.context import _state, current_package
 from marinbuild.load.errors import LocatedLater
 from marinbuild.load.glob import GlobPatternError, glob_files, list_package_files
@@ -69,8 +70,6 @@ def glob(include: Any, exclude: Any = (), allow_empty: bool = False) -> list[str
 
 def tpu(tpu_type: str, cpu: float | None = None, memory: str | None = None, slices: int = 1) -> dict[str, Any]:
     """The ``resources`` of a step that needs a whole TPU slice, e.g. ``tpu("v4-2048")``, ``tpu("v5litepod-256")``."""
-    from marinbuild.run.resources import check_slices, tpu_slice
-
     if not isinstance(tpu_type, str):
         raise BuiltinError(f"tpu(): the TPU type must be a string such as 'v4-8', got {tpu_type!r}")
     try:

@@ -10,12 +10,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from marinbuild.load.errors import LocatedLater
-
-if TYPE_CHECKING:
-    from marinbuild.load.target import Target
+from marinbuild.load.target import Target
 
 __all__ = ["OutsideBuildFileError", "PackageContext", "current_package", "package_scope"]
 

@@ -29,6 +29,7 @@ import starlark as sl
 
 from marinbuild.load.builtins import BUILTINS
 from marinbuild.load.context import current_package
+from marinbuild.load.declare import declare_target
 from marinbuild.load.located import remember
 from marinbuild.load.rules import RuleType
 
@@ -152,7 +153,7 @@ def _declarer(rule: RuleType) -> Callable[[str], str]:
     def declare(call: str) -> str:
         ctx = current_package(f"rule {rule.display_name}()")
         stack, args, kwargs = loads(call)
-        return str(rule.declare(ctx, stack, args, kwargs))
+        return str(declare_target(rule, ctx, stack, args, kwargs))
 
     return declare
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from marinbuild.core.labels import Label
 from marinbuild.load.errors import Location
 from marinbuild.load.locate import call_location
-
-if TYPE_CHECKING:
-    from marinbuild.load.rules import RuleType
+from marinbuild.load.located import stack_frames
+from marinbuild.load.rules import RuleType
 
 __all__ = ["DroppedDeclaration", "Site", "Target", "site_location"]
 
@@ -32,8 +31,6 @@ def site_location(site: Site) -> Location:
     """The ``Location`` of a ``Site``: the innermost frame of the BUILD file in the call stack."""
     if isinstance(site, Location):
         return site
-    from marinbuild.load.located import stack_frames
-
     display, path, stack = site
     for frame_path, line in reversed(stack_frames(stack)):
         if frame_path == display:

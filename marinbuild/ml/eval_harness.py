@@ -12,17 +12,6 @@ few-shot count, alias). Under the output folder:
     lm_eval_output.json lm-eval's whole output as levanter returns it (configs, versions, samples counts)
     logs/               levanter's log and the child's output
 
-Local tasks: the payload's ``task_files`` (the target's YAML task definitions and their data
-files, package-relative path -> absolute path) are copied into a fresh folder with the same
-layout, lm-eval's ``TaskManager`` gets it as ``include_path``, and the process runs there, so a
-YAML's ``dataset_kwargs: {data_files: ...}`` names its data relative to the package. levanter's
-``LmEvalHarnessConfig.to_task_dict`` builds its ``TaskManager()`` without an include path and
-hands lm-eval each task as a dict of overrides, which lm-eval 0.4.13 reads as a whole inline task
-definition (a registered task's dataset and prompts are lost). ``LocalTasksHarnessConfig`` below
-therefore loads each task by name from a ``TaskManager`` with the include path, sets its few-shot
-count the way lm-eval's own ``simple_evaluate`` does (``Task.set_config``), and renames it to its
-alias with levanter's own renaming.
-
 On a multi-host slice (``marinbuild.ml.slice_run``) this module runs once per host, one JAX
 distributed job as training is (the payload's ``distributed``, read as ``marinbuild.ml.train``
 reads it). levanter's ``run_eval_harness_main`` runs lm-eval on process 0 alone, which sends
@@ -31,33 +20,27 @@ it together, and returns the outputs on process 0 only (None elsewhere). So proc
 writes ``results.json`` and ``lm_eval_output.json``; another host's process returns a summary
 naming its process and writes nothing.
 
-Every task name is checked against lm-eval's registry (plus the local tasks) before the model
-is loaded: levanter retries a failing task load with backoff for minutes (meant for Hub rate
-limits), so an unknown name would otherwise fail late; here it fails at once, naming the task.
+The tasks (names checked before the model is loaded, the target's own task files, levanter's harness
+config) are ``marinbuild.ml.lm_eval_tasks``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
 import fsspec
 
+from marinbuild.ml.lm_eval_tasks import check_task_names, copy_task_files, harness_config
 from marinbuild.ml.process import child_main, say
 
 RESULTS = "results.json"
 LM_EVAL_OUTPUT = "lm_eval_output.json"
-
-
-class UnknownTaskError(ValueError):
-    """A task name that neither lm-eval's registry nor the target's task files define."""
 
 
 def trained_tokenizer(model_path: str) -> str:
@@ -69,83 +52,6 @@ def trained_tokenizer(model_path: str) -> str:
             return json.load(f)["tokenizer"]
     except FileNotFoundError:
         raise FileNotFoundError(f"{model_path} has no {MODEL_INFO}: is it the output of a train_lm target?") from None
-
-
-def check_task_names(names: list[str], include_path: str | None) -> None:
-    """Raise ``UnknownTaskError`` naming every task lm-eval cannot find (with close names, when any)."""
-    import difflib
-
-    from lm_eval.tasks import TaskManager
-
-    manager = TaskManager(include_path=include_path)
-    known = set(manager.all_tasks)
-    unknown = [name for name in names if name not in known]
-    if not unknown:
-        return
-    parts = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, sorted(known), n=3)
-        parts.append(f"{name!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-    where = "lm-eval's task registry" + (" or the target's task_files" if include_path else "")
-    raise UnknownTaskError(f"unknown lm-eval task {', '.join(parts)}: not in {where}")
-
-
-def harness_config(specs: list[dict[str, Any]], include_path: str | None, max_examples: int | None) -> Any:
-    """levanter's ``LmEvalHarnessConfig`` for ``specs``, loading tasks with ``include_path`` as well."""
-    from levanter.eval_harness import LmEvalHarnessConfig, TaskConfig
-
-    @dataclasses.dataclass(frozen=True)
-    class LocalTasksHarnessConfig(LmEvalHarnessConfig):
-        include_path: str | None = None
-
-        def to_task_dict(self) -> dict:
-            import lm_eval.tasks as tasks
-
-            manager = tasks.TaskManager(include_path=self.include_path)
-            loaded: dict = {}
-            # a local task's data files are named relative to its package: lm-eval reads them from there
-            with contextlib.chdir(self.include_path or os.getcwd()):
-                for spec in self.to_task_spec():
-                    name = spec["task"]
-                    ours = str(spec.get("task_alias") or name).replace(" ", "_")
-                    with warnings.catch_warnings():  # deprecated in lm-eval 0.4.13, but its format is levanter's
-                        warnings.simplefilter("ignore", DeprecationWarning)
-                        task_dict = tasks.get_task_dict([name], manager)
-                    if spec.get("num_fewshot") is not None:
-                        set_fewshot(task_dict, int(spec["num_fewshot"]))
-                    for key, value in self._rename_tasks_for_eval_harness(task_dict, name, ours).items():
-                        if key in loaded:
-                            raise ValueError(f"task {key} is listed twice: give each a task_alias")
-                        loaded[key] = value
-            return loaded
-
-    return LocalTasksHarnessConfig(
-        task_spec=[TaskConfig(**spec) for spec in specs],
-        max_examples=max_examples,
-        include_path=include_path,
-    )
-
-
-def set_fewshot(task_dict: dict, num_fewshot: int) -> None:
-    """Set the few-shot count of every task in an lm-eval task dict (groups included), as lm-eval's
-    ``simple_evaluate`` does (``Task.set_config``)."""
-    for value in task_dict.values():
-        if isinstance(value, dict):
-            set_fewshot(value, num_fewshot)
-        elif hasattr(value, "set_config"):
-            value.set_config(key="num_fewshot", value=num_fewshot)
-
-
-def copy_task_files(task_files: dict[str, str], root: str) -> str | None:
-    """Copy ``{package-relative path: path}`` under ``root``; the folder to include (None: no files)."""
-    if not task_files:
-        return None
-    for relative, source in sorted(task_files.items()):
-        dest = os.path.join(root, relative)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        with fsspec.open(source, "rb") as src, open(dest, "wb") as out:
-            shutil.copyfileobj(src, out)
-    return root
 
 
 def summarize(outputs: dict[str, Any]) -> dict[str, Any]:

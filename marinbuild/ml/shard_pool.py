@@ -146,7 +146,7 @@ class RayPool:
     def __init__(self, resources: dict[str, Any], window: int = 0):
         import ray
 
-        from marinbuild.run.resources import normalize
+        from marinbuild.core.resources import normalize
 
         self._ray = ray
         spec = normalize(resources)

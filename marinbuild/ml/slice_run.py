@@ -4,7 +4,7 @@ The job is a ``SliceJob``: the child module every host runs (``TRAIN``: ``marinb
 for ``train_lm``; ``EVAL_HARNESS``: ``marinbuild.ml.eval_harness`` for ``eval_harness``). Both
 are JAX programs that run as one JAX distributed job across the slice's hosts, so they are
 started the same way. ``run_on_tpu_slice`` runs in the step's own Ray task, which is the slice's
-coordinator (it holds no TPU itself; ``marinbuild.run.resources`` asks nothing of the slice for
+coordinator (it holds no TPU itself; ``marinbuild.core.resources`` asks nothing of the slice for
 it). Each attempt:
 
 1. reserves one whole slice with Ray's ``ray.util.tpu.slice_placement_group``: a placement
@@ -55,8 +55,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from marinbuild.core.resources import TpuSlice
 from marinbuild.ml.process import MlProcessError, is_local, say
-from marinbuild.run.resources import TpuSlice
 
 LOSS_GRACE = 20.0
 """Seconds the other hosts of a slice get to end on their own after one host's process ended with an error."""

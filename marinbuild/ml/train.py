@@ -111,7 +111,7 @@ def _task_files(payload: dict[str, Any], work: str) -> str | None:
     specs = payload.get("task_evals") or []
     if not specs:
         return None
-    from marinbuild.ml.eval_harness import check_task_names, copy_task_files
+    from marinbuild.ml.lm_eval_tasks import check_task_names, copy_task_files
 
     task_path = copy_task_files(payload.get("task_files") or {}, os.path.join(work, "package"))
     check_task_names(sorted({spec["task"] for spec in specs}), task_path)

@@ -103,7 +103,7 @@ def train_lm_config(
 ) -> Any:
     """levanter's ``TrainLmConfig`` for ``payload``; ``lead``: this process keeps the metrics (process 0).
 
-    ``task_path``: the folder holding the target's lm-eval task files (``eval_harness.copy_task_files``).
+    ``task_path``: the folder holding the target's lm-eval task files (``lm_eval_tasks.copy_task_files``).
     """
     import jmp
     from levanter.checkpoint import CheckpointerConfig
@@ -180,7 +180,7 @@ def task_evals(specs: list[dict[str, Any]], task_path: str | None) -> Any:
     """
     if not specs:
         return None
-    from marinbuild.ml.eval_harness import harness_config
+    from marinbuild.ml.lm_eval_tasks import harness_config
 
     return harness_config(specs, task_path, None)
 

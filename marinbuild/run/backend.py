@@ -6,7 +6,7 @@ job's outcome or the error that ended it (the scheduler serialises what it does 
 ``check_resources`` is asked before anything runs, so a build that cannot be satisfied refuses at once
 with the backend's reason. ``resources`` is ``Any`` because a step's request comes in the shapes users
 write (a dict, Marin's ``ResourceConfig``, a ``Resources``): each backend reads it through
-``run.resources.normalize``.
+``core.resources.normalize``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from marinbuild.core.graph import StepGraph
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.store import status as st
 from marinbuild.store.action_cache import ActionKey, check_built
-from marinbuild.store.lease import LeaseRecord, lease_for
+from marinbuild.store.lease import LeaseRecord
+from marinbuild.store.lease_factory import lease_for
 
 
 class StepState(StrEnum):

@@ -257,7 +257,7 @@ class RayBackend:
 
     def check_resources(self, resources: Any) -> str | None:
         """A cluster may gain any resource (an autoscaler adds nodes): only a malformed request is refused."""
-        from marinbuild.run.resources import normalize
+        from marinbuild.core.resources import normalize
 
         try:
             normalize(resources)

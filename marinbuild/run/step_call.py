@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from marinbuild.run.resources import Resources
+    from marinbuild.core.resources import Resources
 
 
 def is_ray_remote_function(fn: Any) -> bool:
@@ -72,7 +72,7 @@ class StepCall:
     ``fn`` and ``config`` are ``Any`` on purpose: ``fn`` is whatever a script or rule passed (a function,
     a ``RemoteCallable`` of ours or Marin's, a ``@ray.remote`` function), told apart by ``wrapped`` and
     ``target``; ``config`` is the step's own resolved config, of the user's type. ``resources`` likewise
-    takes every shape ``run.resources.normalize`` reads.
+    takes every shape ``core.resources.normalize`` reads.
     """
 
     fn: Any
@@ -124,7 +124,7 @@ class StepCall:
             resources = _ray_default_options(fn)
         if resources is None:
             return None, groups, env
-        from marinbuild.run.resources import normalize  # only steps that ask for resources need it
+        from marinbuild.core.resources import normalize  # only steps that ask for resources need it
 
         return normalize(resources), groups, env
 
@@ -135,7 +135,7 @@ def _ray_default_options(fn: Any) -> Resources | None:
     custom = dict(options.get("resources") or {})
     if not custom and options.get("num_gpus") is None and options.get("num_cpus") is None:
         return None
-    from marinbuild.run.resources import Resources
+    from marinbuild.core.resources import Resources
 
     return Resources(
         cpu=options.get("num_cpus"), gpu=options.get("num_gpus"), memory=options.get("memory"), custom=custom

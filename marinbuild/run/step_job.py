@@ -38,7 +38,8 @@ from marinbuild.run.failure import FailureRecord, traceback_text
 from marinbuild.store import action_cache, faults, fs, records, traceback_file
 from marinbuild.store import status as st
 from marinbuild.store.action_cache import ActionKey
-from marinbuild.store.lease import HEARTBEAT_INTERVAL, STALE_AFTER, LeaseLostError, lease_for
+from marinbuild.store.lease import HEARTBEAT_INTERVAL, STALE_AFTER, LeaseLostError
+from marinbuild.store.lease_factory import lease_for
 
 if TYPE_CHECKING:
     from marinbuild.run.build_context import BuildContext

@@ -4,8 +4,8 @@ A lease is the ``.executor_status.lock`` file beside a step's outputs, JSON
 ``{"worker_id", "timestamp"}`` as Marin writes it. Its holder refreshes the timestamp
 (heartbeat); a lease not refreshed for ``stale_after`` seconds may be taken over, and so may a lease whose
 holder is provably gone (a process of this host that no longer exists, see ``holders``).
-``Lease`` is the interface; ``lease_for`` picks the implementation for a path (local files:
-``lease_local``; ``gs://``: ``lease_gcs``, by object generation preconditions).
+``Lease`` is the interface; ``lease_factory.lease_for`` picks the implementation for a path (local
+files: ``lease_local``; ``gs://``: ``lease_gcs``, by object generation preconditions).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import json
 import time
 from dataclasses import dataclass
 
-from marinbuild.store import fs
 from marinbuild.store.holders import provably_gone
 from marinbuild.store.status import DamagedFileError, status_path
 
@@ -114,20 +113,3 @@ class Lease(abc.ABC):
         if record is None or record.worker_id == self.worker_id or record.is_over(self.stale_after):
             return None
         return record
-
-
-def lease_for(output_path: str, worker_id: str, stale_after: float = STALE_AFTER) -> Lease:
-    """The lease implementation for the filesystem ``output_path`` lives on."""
-    if fs.is_local(output_path):
-        from marinbuild.store.lease_local import LocalFileLease
-
-        return LocalFileLease(fs.local_path(output_path), worker_id, stale_after)
-    protocol = output_path.split("://", 1)[0]
-    if protocol in ("gs", "gcs"):
-        from marinbuild.store.lease_gcs import GCSLease
-
-        return GCSLease(output_path, worker_id, stale_after)
-    raise ValueError(
-        f"no lease implementation for {protocol}:// prefixes; use a local folder or a gs:// prefix "
-        f"(leases need an atomic create-if-absent, which {protocol}:// does not offer here)"
-    )

@@ -336,7 +336,8 @@ def _is_complete(local: str, path: str) -> bool:
 
 
 def _copy_home(remote_url: str, local: str, path: str, wait_timeout: float) -> None:
-    from marinbuild.store.lease import STALE_AFTER, lease_for
+    from marinbuild.store.lease import STALE_AFTER
+    from marinbuild.store.lease_factory import lease_for
 
     worker = f"mirror-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:6]}"
     lease = lease_for(_lock_root(local, path), worker, STALE_AFTER)

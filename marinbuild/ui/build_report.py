@@ -133,6 +133,6 @@ def _hardware(step: Any) -> str | None:
     resources = getattr(step, "resources", None)
     if resources is None:
         return None
-    from marinbuild.run.resources import hardware_of
+    from marinbuild.core.resources import hardware_of
 
     return hardware_of(resources)

@@ -118,7 +118,8 @@ def _state(pid: int) -> str:
 
 def test_an_unparsable_lease_is_taken_over_once_it_is_older_than_the_stale_time(gs_prefix):
     from marinbuild.store import fs
-    from marinbuild.store.lease import lease_for, lease_path
+    from marinbuild.store.lease import lease_path
+    from marinbuild.store.lease_factory import lease_for
 
     out = gs_prefix + "/torn-000000"
     fs.write_atomic(lease_path(out), b'{"worker_id": "w", "timestamp": 1}}')

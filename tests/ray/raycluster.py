@@ -170,7 +170,7 @@ class RayCluster:
         Each node looks to Ray as a host of a real slice does: ``TPU`` chips, ``TPU-<type>-head`` on worker 0,
         the labels ``ray.util.tpu`` reads (slice name, worker id, topology, pod type) and the environment Ray's
         TPU support reads on GKE (``TPU_NAME``, ``TPU_WORKER_ID``, ``TPU_ACCELERATOR_TYPE``)."""
-        from marinbuild.run.resources import tpu_slice
+        from marinbuild.core.resources import tpu_slice
 
         s = tpu_slice(tpu_type)
         nodes = []

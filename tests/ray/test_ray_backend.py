@@ -18,9 +18,9 @@ import ray_steps as rs
 from interrupt import default_sigint
 from raycluster import HERE, node_env
 
+from marinbuild.core.resources import tpu
 from marinbuild.executor import Executor, ExecutorStep, StepFailedError, output_path_of, remote
 from marinbuild.run.ray_backend import RayBackend, RemoteTraceback, StepLostError
-from marinbuild.run.resources import tpu
 from marinbuild.store import action_cache
 from marinbuild.store import status as st
 from marinbuild.store.lease import LeaseLostError
@@ -243,7 +243,7 @@ def test_steps_beyond_the_launch_window_wait_their_turn_without_a_lease(ray_clus
 
 def test_a_step_whose_lease_another_runner_holds_waits_off_the_loop(ray_cluster, prefix):
     """The loop goes on launching while a lease thread waits; the other runner's result is then used."""
-    from marinbuild.store.lease import lease_for
+    from marinbuild.store.lease_factory import lease_for
 
     held, free = rs.probe("contended/held", text="h"), rs.probe("contended/free", text="f")
     executor = make_executor(prefix, RayBackend(ray_cluster.address))

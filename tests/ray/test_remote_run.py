@@ -12,7 +12,8 @@ from marinbuild.run.step_job import OutputFolderMissingError, RemoteRun
 from marinbuild.store import action_cache, fs, records
 from marinbuild.store import status as st
 from marinbuild.store.action_cache import ActionKey
-from marinbuild.store.lease import LeaseLostError, lease_for
+from marinbuild.store.lease import LeaseLostError
+from marinbuild.store.lease_factory import lease_for
 
 INFO = json.dumps({"name": "demo/s", "output_path": "x"}, indent=2)
 

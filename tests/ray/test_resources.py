@@ -12,18 +12,10 @@ from typing import Any
 import pipelines as pl
 import pytest
 
+from marinbuild.core.resources import Resources, normalize, parse_memory, tpu, tpu_slice
 from marinbuild.executor import Executor, ExecutorStep, remote, this_output_path, versioned
 from marinbuild.run.ray_task import relocate_paths
-from marinbuild.run.resources import (
-    Resources,
-    UnsatisfiableResourcesError,
-    check_local,
-    local_tpu_chips,
-    normalize,
-    parse_memory,
-    tpu,
-    tpu_slice,
-)
+from marinbuild.run.resources import UnsatisfiableResourcesError, check_local, local_tpu_chips
 from marinbuild.run.runtime_env import WORKING_DIR_EXCLUDES, pip_requirements, step_runtime_env, workspace_runtime_env
 from marinbuild.run.step_call import StepCall
 
@@ -286,8 +278,9 @@ def test_importing_marinbuild_never_imports_ray():
     import subprocess
 
     code = (
-        "import sys, marinbuild, marinbuild.executor, marinbuild.cli, marinbuild.run.resources, marinbuild.remote, "
-        "marinbuild.cluster.submit, marinbuild.run.ray_backend; print('ray' in sys.modules)"
+        "import sys, marinbuild, marinbuild.executor, marinbuild.cli, marinbuild.core.resources, "
+        "marinbuild.run.resources, marinbuild.remote, marinbuild.cluster.submit, marinbuild.run.ray_backend; "
+        "print('ray' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

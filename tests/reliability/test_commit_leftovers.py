@@ -12,7 +12,7 @@ import harness as h
 import pytest
 
 from marinbuild.store import status as st
-from marinbuild.store.lease import lease_for
+from marinbuild.store.lease_factory import lease_for
 
 ONE_STEP = textwrap.dedent("""
     import os, signal, sys

@@ -11,7 +11,8 @@ import harness as h
 import marin_lease
 
 from marinbuild.store import status as st
-from marinbuild.store.lease import LeaseRecord, encode_lease, lease_for, lease_path
+from marinbuild.store.lease import LeaseRecord, encode_lease, lease_path
+from marinbuild.store.lease_factory import lease_for
 
 
 def _last(points: list[str], *words: str) -> int:

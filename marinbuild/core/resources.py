@@ -1,0 +1,338 @@
+"""What a step asks a backend for: CPUs, memory, GPUs, TPU slices and custom Ray resources.
+
+A step's request can be written several ways; ``normalize`` turns each into ``Resources``:
+
+- ``Resources(cpu=4, memory="16g", gpu=1, custom={"spot": 1})`` or ``tpu("v4-8")``;
+- a dict, as a BUILD rule's ``resources`` attribute holds it:
+  ``{"cpu": 4, "memory": "16g", "gpu": 1, "tpu": "v4-8", "custom": {"spot": 1}}``
+  (any other key with a number is a custom resource, e.g. ``{"TPU": 4}``);
+- Marin's ``ResourceConfig`` (fray): ``cpu``, ``ram`` and a ``device`` of kind cpu/gpu/tpu;
+- ``None``: the backend's default (one CPU on Ray).
+
+On Ray a TPU slice is a set of custom resources, as Ray's TPU support advertises them on
+each TPU VM: ``TPU`` (the chips of that VM) and ``TPU-<type>-head`` (on worker 0 of a
+slice only). A single-host slice (v4-8, v5litepod-8, ...) asks for both, so the step
+holds every chip of one slice, in a fresh worker process (``max_calls=1``), since libtpu
+belongs to one process at a time. A multi-host slice (v4-16, ..., v4-2048) asks the step's
+own task for nothing of the slice: that task is the slice's coordinator, which reserves a
+whole slice with ``ray.util.tpu`` (``marinbuild.ml.slice_run``) and runs one process per
+host on it; holding the head resource itself would keep ``ray.util.tpu`` from reserving it.
+``TpuSlice.topology`` is the slice's chip topology as ``ray.util.tpu`` wants it (``2x2x2``).
+
+``slices`` is the number of slices (multislice). Only 1 is accepted: ``Resources`` refuses
+more with one line (``MULTISLICE_REFUSAL``), so a BUILD file asking for it fails to load
+and nothing runs.
+
+Pure data: parsing and describing a request touches no device, file or cluster (what this machine
+has, and the local backend's refusal, are ``marinbuild.run.resources``), so the loader's ``tpu()``
+builtin and the analysis use it without knowing anything of execution.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# (chips on the slice, VMs in the slice) by TPU type; Ray nodes are VMs. From fray's topology table.
+_TPU_TABLE: dict[str, tuple[int, int]] = {
+    **{f"v4-{2 * c}": (c, max(1, c // 4)) for c in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)},
+    **{f"v5p-{2 * c}": (c, max(1, c // 4)) for c in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6144)},
+    "v5litepod-1": (1, 1),
+    "v5litepod-2": (2, 1),
+    "v5litepod-4": (4, 1),
+    "v5litepod-8": (8, 1),
+    **{f"v5litepod-{c}": (c, c // 4) for c in (16, 32, 64, 128, 256)},
+    "v6e-1": (1, 1),
+    "v6e-4": (4, 1),
+    "v6e-8": (8, 1),
+    **{f"v6e-{c}": (c, c // 4) for c in (16, 32, 64, 128, 256)},
+    # v2/v3: the count is TensorCores, 8 per VM (4 chips).
+    **{f"v{g}-{8 * h}": (4 * h, h) for g in (2, 3) for h in (1, 2, 4, 8, 16, 32, 64, 128, 256)},
+}
+_TPU_ALIASES = {"v5e": "v5litepod", "v5lite": "v5litepod"}
+# Chip topology by chips in the slice: v4 and v5p slices are 3D tori, v5e and v6e 2D (Google's TPU docs).
+_TOPOLOGY_3D = {
+    4: "2x2x1",
+    8: "2x2x2",
+    16: "2x2x4",
+    32: "2x4x4",
+    64: "4x4x4",
+    128: "4x4x8",
+    256: "4x8x8",
+    512: "8x8x8",
+    1024: "8x8x16",
+    2048: "8x16x16",
+    3072: "12x16x16",
+    4096: "16x16x16",
+    6144: "16x16x24",
+}
+_TOPOLOGY_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
+MULTISLICE_REFUSAL = (
+    "multislice training (slices={slices}) is not supported: marinbuild runs a step on one "
+    'TPU slice; ask for one larger slice instead (e.g. tpu("{bigger}"))'
+)
+
+
+@dataclass(frozen=True)
+class TpuSlice:
+    """A TPU slice type and its shape."""
+
+    type: str
+    chips: int
+    vms: int
+
+    @property
+    def chips_per_vm(self) -> int:
+        return self.chips // self.vms
+
+    @property
+    def multi_host(self) -> bool:
+        return self.vms > 1
+
+    @property
+    def head_resource(self) -> str:
+        return f"TPU-{self.type}-head"
+
+    @property
+    def generation(self) -> str:
+        """The accelerator version ``ray.util.tpu`` wants: ``v4``, ``v5p``, ``v5litepod``, ``v6e``."""
+        return self.type.split("-")[0]
+
+    @property
+    def topology(self) -> str | None:
+        """The chip topology (``2x2x2`` for v4-16), None for v2/v3 (which ``ray.util.tpu`` does not reserve)."""
+        if self.generation == "v5p" or (self.generation == "v4" and self.chips <= 1024):
+            return _TOPOLOGY_3D.get(self.chips)
+        if self.generation in ("v5litepod", "v6e"):
+            return _TOPOLOGY_2D.get(self.chips)
+        return None
+
+    def shape(self, slices: int = 1) -> str:
+        """What a step gets, in one phrase: ``TPU v4-2048: 1 slice x 256 hosts x 4 chips (1024 chips)``."""
+        total = self.chips * slices
+        return (
+            f"TPU {self.type}: {slices} slice{'s' if slices != 1 else ''} x {self.vms} "
+            f"host{'s' if self.vms != 1 else ''} x {self.chips_per_vm} chip{'s' if self.chips_per_vm != 1 else ''}"
+            f" ({total} chip{'s' if total != 1 else ''})"
+        )
+
+
+def tpu_slice(tpu_type: str) -> TpuSlice:
+    """The shape of a TPU type such as ``v4-8``, ``v5litepod-16`` (or ``v5e-16``), ``v6e-8``."""
+    name = tpu_type.strip().lower()
+    generation, _, size = name.partition("-")
+    name = f"{_TPU_ALIASES.get(generation, generation)}-{size}"
+    if name not in _TPU_TABLE:
+        known = ", ".join(sorted({k.split("-")[0] for k in _TPU_TABLE}))
+        raise ValueError(f"unknown TPU type {tpu_type!r} (families: {known}; e.g. v4-8, v5litepod-16, v6e-8)")
+    chips, vms = _TPU_TABLE[name]
+    return TpuSlice(name, chips, vms)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """A resource request: CPUs, memory in bytes, GPUs, a TPU slice type, and custom Ray resources."""
+
+    cpu: float | None = None
+    memory: int | None = None
+    gpu: float | None = None
+    tpu: str | None = None
+    custom: Mapping[str, float] = field(default_factory=dict)
+    slices: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.memory, str):
+            object.__setattr__(self, "memory", parse_memory(self.memory))
+        if self.tpu is not None:
+            object.__setattr__(self, "tpu", tpu_slice(self.tpu).type)
+        check_slices(self.slices, self.tpu)
+        for name in ("cpu", "gpu"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int | float) or value < 0):
+                raise ValueError(f"resources: {name} must be a non-negative number, got {value!r}")
+        for key, value in self.custom.items():
+            if not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"resources: custom resource {key!r} must be a non-negative number, got {value!r}")
+
+    @property
+    def tpu_slice(self) -> TpuSlice | None:
+        return tpu_slice(self.tpu) if self.tpu is not None else None
+
+    @property
+    def multi_host(self) -> bool:
+        """A slice of several hosts: the step coordinates one process per host (``marinbuild.ml.slice_run``)."""
+        return self.tpu is not None and tpu_slice(self.tpu).multi_host
+
+    @property
+    def tpu_chips(self) -> float:
+        """TPU chips one task of this request holds on its node."""
+        if self.tpu is not None:
+            s = tpu_slice(self.tpu)
+            return 0 if s.multi_host else s.chips_per_vm
+        return float(self.custom.get("TPU", 0))
+
+    @property
+    def wants_tpu(self) -> bool:
+        return self.tpu is not None or any(
+            k == "TPU" or (k.startswith("TPU-") and k.endswith("-head")) for k in self.custom
+        )
+
+    def ray_resources(self) -> dict[str, float]:
+        """The custom resources of a Ray task: the TPU slice's, then ``custom``."""
+        out: dict[str, float] = {}
+        if self.tpu is not None and not self.multi_host:  # a multi-host slice is reserved by the step itself
+            s = tpu_slice(self.tpu)
+            out[s.head_resource] = 1
+            out["TPU"] = s.chips_per_vm
+        out.update(self.custom)
+        return out
+
+    def to_ray_options(self) -> dict[str, Any]:
+        """Options for ``.options(**)`` of a Ray remote function (``fresh_worker`` is set where it is defined)."""
+        options: dict[str, Any] = {}
+        if self.cpu is not None:
+            options["num_cpus"] = self.cpu
+        if self.gpu is not None:
+            options["num_gpus"] = self.gpu
+        if self.memory is not None:
+            options["memory"] = self.memory
+        custom = self.ray_resources()
+        if custom:
+            options["resources"] = custom
+        return options
+
+    @property
+    def fresh_worker(self) -> bool:
+        """Run in a worker process of its own (``max_calls=1``): libtpu belongs to one process at a time.
+
+        Not a multi-host slice's coordinator: its hosts' processes run in fresh workers of their own."""
+        return self.wants_tpu and not self.multi_host
+
+    def describe(self) -> str:
+        parts = []
+        if self.tpu is not None:
+            s = tpu_slice(self.tpu)
+            parts.append(f"a TPU {s.type} slice ({s.chips} chips on {s.vms} host{'s' if s.vms > 1 else ''})")
+            if self.slices != 1:
+                parts[-1] += f" x {self.slices} slices"
+        if self.gpu:
+            parts.append(f"{self.gpu:g} GPU{'s' if self.gpu != 1 else ''}")
+        if self.cpu is not None:
+            parts.append(f"{self.cpu:g} CPU{'s' if self.cpu != 1 else ''}")
+        if self.memory is not None:
+            parts.append(f"{self.memory / 2**30:.3g} GiB of memory")
+        parts.extend(f"{v:g} {k}" for k, v in self.custom.items())
+        return ", ".join(parts) or "default resources"
+
+    def hardware(self) -> str | None:
+        """What the step will get, for ``-n`` and ``why``: the TPU slice's shape, else GPUs; None for neither."""
+        if self.tpu is not None:
+            return tpu_slice(self.tpu).shape(self.slices)
+        if self.gpu:
+            return f"{self.gpu:g} GPU{'s' if self.gpu != 1 else ''}"
+        return None
+
+
+def hardware_of(value: Any) -> str | None:
+    """``Resources.hardware`` of any accepted form of a request (None for none, or for one that does not parse)."""
+    try:
+        res = normalize(value)
+    except (TypeError, ValueError):
+        return None
+    return res.hardware() if res is not None else None
+
+
+def check_slices(slices: Any, tpu_type: str | None) -> None:
+    """Refuse a slice count other than 1 (multislice), with one line saying what to ask for instead."""
+    if not isinstance(slices, int) or isinstance(slices, bool) or slices < 1:
+        raise ValueError(f"resources: slices must be a positive integer, got {slices!r}")
+    if slices == 1:
+        return
+    bigger = "a TPU type with more chips"
+    if tpu_type is not None:
+        s = tpu_slice(tpu_type)
+        name = f"{s.generation}-{int(s.type.split('-')[1]) * slices}"
+        if name in _TPU_TABLE:
+            bigger = name
+    raise ValueError(MULTISLICE_REFUSAL.format(slices=slices, bigger=bigger))
+
+
+def tpu(tpu_type: str, *, cpu: float | None = None, memory: int | str | None = None, slices: int = 1) -> Resources:
+    """A whole TPU slice: ``tpu("v4-8")`` asks Ray for ``{"TPU": 4, "TPU-v4-8-head": 1}``; ``slices`` > 1 is refused."""
+    return Resources(cpu=cpu, memory=memory, tpu=tpu_type, slices=slices)  # type: ignore[arg-type]
+
+
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
+
+
+def parse_memory(value: int | float | str) -> int:
+    """Bytes from ``17179869184``, ``"16g"``, ``"16Gi"``, ``"16GiB"`` (powers of 1024) or ``"16GB"`` (of 1000)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value)
+    match = _MEMORY.match(str(value))
+    if not match:
+        raise ValueError(f"resources: memory must be bytes or like '16g', got {value!r}")
+    number, unit, binary, byte = match.groups()
+    power = "kmgtp".find(unit.lower()) + 1 if unit else 0
+    base = 1000 if (byte and not binary and unit) else 1024
+    return int(float(number) * base**power)
+
+
+_DICT_KEYS = {
+    "cpu": "cpu",
+    "num_cpus": "cpu",
+    "cpus": "cpu",
+    "gpu": "gpu",
+    "num_gpus": "gpu",
+    "gpus": "gpu",
+    "memory": "memory",
+    "ram": "memory",
+    "tpu": "tpu",
+    "slices": "slices",
+}
+
+
+def normalize(value: Any) -> Resources | None:
+    """``Resources`` for any accepted form of a request (see the module docstring); None for none."""
+    if value is None or isinstance(value, Resources):
+        return value
+    if isinstance(value, Mapping):
+        return _from_dict(value)
+    device = getattr(value, "device", None)
+    if device is not None and hasattr(value, "cpu"):
+        return _from_fray(value)
+    raise TypeError(f"resources: expected Resources, tpu(...), a dict or a ResourceConfig, got {value!r}")
+
+
+def _from_dict(value: Mapping[str, Any]) -> Resources:
+    known: dict[str, Any] = {}
+    custom: dict[str, float] = {}
+    for key, item in value.items():
+        if key == "custom":
+            if not isinstance(item, Mapping):
+                raise ValueError(f"resources: 'custom' must be a dict of resource name to amount, got {item!r}")
+            custom.update(item)
+        elif key in _DICT_KEYS:
+            known[_DICT_KEYS[key]] = item
+        elif isinstance(item, int | float) and not isinstance(item, bool):
+            custom[key] = item
+        else:
+            raise ValueError(f"resources: unknown key {key!r} (cpu, memory, gpu, tpu, slices, custom, or NAME: amount)")
+    if "memory" in known and known["memory"] is not None:
+        known["memory"] = parse_memory(known["memory"])
+    return Resources(custom=custom, **known)
+
+
+def _from_fray(config: Any) -> Resources:
+    """Marin's ``ResourceConfig``: ``cpu``, ``ram`` ("16g") and a device (cpu, gpu with a count, tpu variant)."""
+    device = config.device
+    kind = getattr(device, "kind", "cpu")
+    ram = getattr(config, "ram", None)
+    return Resources(
+        cpu=getattr(config, "cpu", None),
+        memory=parse_memory(ram) if ram else None,
+        gpu=getattr(device, "count", 1) if kind == "gpu" else None,
+        tpu=getattr(device, "variant", None) if kind == "tpu" else None,
+    )
