@@ -36,10 +36,11 @@ venv: $(BIN)/.installed-dev
 run: $(BIN)/.installed-run-$(EXTRAS)  ## the main job: build the hello_world tutorial target
 	$(BIN)/marinbuild //experiments/tutorials:hello_world $(if $(PREFIX),--prefix $(PREFIX))
 
-check: $(BIN)/.installed-dev  ## ruff lint, ruff format --check, mypy on marinbuild/ (what CI runs before the tests)
+check: $(BIN)/.installed-dev  ## ruff lint, ruff format --check, mypy, the import layers (what CI runs before the tests)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 lint: $(BIN)/.installed-dev  ## ruff lint only
 	$(BIN)/ruff check $(LINTED)
