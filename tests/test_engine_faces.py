@@ -46,3 +46,23 @@ def test_the_cli_builds_through_the_engine_without_the_marin_facade(tmp_path: Pa
     )
     assert lines[0] == "after import: False" and lines[-1] == "after build: False"
     assert sorted(p.name.rsplit("-", 1)[0] for p in (root / "out" / "pipe").iterdir()) == ["a", "b"]
+
+
+HEAVY = ("ray", "jax", "levanter", "gcsfs", "rich", "starlette", "starlark")
+"""What the package's import and the command line's start never load (a command that needs one loads it)."""
+
+
+def test_importing_marinbuild_and_starting_the_cli_load_no_heavy_library(tmp_path: Path) -> None:
+    lines = python(
+        f"""
+        import sys
+        import marinbuild, marinbuild.executor, marinbuild.cli
+        try:
+            marinbuild.cli.main(["--help"])
+        except SystemExit:
+            pass
+        print(sorted(m for m in {HEAVY!r} if m in sys.modules))
+        """,
+        tmp_path,
+    )
+    assert lines[-1] == "[]"

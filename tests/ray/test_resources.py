@@ -279,7 +279,7 @@ def test_importing_marinbuild_never_imports_ray():
 
     code = (
         "import sys, marinbuild, marinbuild.executor, marinbuild.cli, marinbuild.core.resources, "
-        "marinbuild.run.resources, marinbuild.remote, marinbuild.cluster.submit, marinbuild.run.ray_backend; "
+        "marinbuild.run.resources, marinbuild.executor.remote, marinbuild.cluster.submit, marinbuild.run.ray_backend; "
         "print('ray' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
