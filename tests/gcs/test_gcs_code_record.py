@@ -38,11 +38,12 @@ python_step(name = "keyed", fn = "gcs_code_steps:write", config = {"name": "keye
 """
 
 
-def _mb(ws: Path, prefix: str, calls: Path) -> subprocess.CompletedProcess[str]:
+def _mb(ws: Path, prefix: str, calls: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``marinbuild ARGS //... --prefix PREFIX`` (a build without ``args``)."""
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "MARINBUILD_SERVE_URL")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     env["MB_CALLS"] = str(calls)
-    command = [sys.executable, "-m", "marinbuild", "//...", "--prefix", prefix]
+    command = [sys.executable, "-m", "marinbuild", *args, "//...", "--prefix", prefix]
     return subprocess.run(command, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -62,6 +63,14 @@ def test_changed_code_outside_the_key_is_reported_on_gcs(gs_prefix: str, tmp_pat
     assert calls.read_text().split() == ["keyed"]
     warnings = [line for line in done.stderr.splitlines() if "warning: code changed" in line]
     assert len(warnings) == 1 and "1 output(s)" in warnings[0] and "gcs_code_steps.py" in warnings[0], done.stderr
+    sentence = "code changed since this output was built: gcs_code_steps.py"
+    why = _mb(ws, gs_prefix, calls, "why")
+    assert why.returncode == 0, why.stderr
+    assert why.stdout.count(sentence) == 1, why.stdout
+    assert sentence in why.stdout.split("//pipe:loose1", 1)[1].split("//pipe:", 1)[0], why.stdout
+    status = _mb(ws, gs_prefix, calls, "cache", "status")
+    assert status.returncode == 0, status.stderr
+    assert f"//pipe:loose1: {sentence}" in status.stdout and status.stdout.count(sentence) == 1, status.stdout
 
 
 def _noop_requests(tmp_path: Path, prefix: str, steps: int, proxy) -> int:
