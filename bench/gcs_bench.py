@@ -39,10 +39,11 @@ small listing per step, all concurrent.
 ``bench/run.py``'s CLI peer (``bench/workloads.py``), all N steps built. The bucket is seeded without building on
 GCS: the CLI builds the workspace once on a local prefix (an output path is ``<prefix>/<name>-<hash>`` whatever
 the prefix; ``--cli_workdir`` keeps that build for the next run), and each step's status, action record and code
-record go to the servers under the same names. Then, each a new process (load, analysis, versions, the listings
-and a read of each step's code record): one no-op with the workspace's ``.marinbuild`` emptied (a machine without
-its stat cache), and ``--runs`` no-ops with it kept. Whole process wall and CPU time and peak RSS (``wait4``),
-requests counted by the proxy; rows go to their own ``<!-- gcs_bench_cli -->`` section of ``--doc``.
+record go to the servers under the same names. Then, each a new process (load, analysis, versions, and the
+listings that answer the statuses, action records and code records' md5s): one no-op with the workspace's
+``.marinbuild`` emptied (a machine without its stat cache), and ``--runs`` no-ops with it kept. Whole process
+wall and CPU time and peak RSS (``wait4``), requests counted by the proxy; rows go to their own
+``<!-- gcs_bench_cli -->`` section of ``--doc``.
 ``--gcs_answers`` adds ``--runs`` no-ops with the proxy answering as GCS would: each answer cut to the request's
 ``fields`` (fake-gcs-server sends every object's whole metadata) and a read it has answered before replayed from its
 memory after a warm-up run, so that the servers, which share the client's cores here and run on Google's machines

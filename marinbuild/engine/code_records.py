@@ -16,7 +16,11 @@ Contract:
   counts as changed); no record (built before code was recorded, or by Marin) means nothing to say.
 - ``CodeChanges`` answers, for many steps at once, the sentence ``why``, ``cache status``, query's
   ``stale()`` and the build summary print: "code changed since this output was built: <file>". It reads
-  local records one after the other, and records on an object store together (``read_many``).
+  local records one after the other. On GCS it reads none while the code is unchanged: a record is the
+  deterministic JSON ``record_bytes(code)``, so the md5 a listing of the step folders gives for it
+  (``store.batch.read_md5s``, a listing per few hundred steps) equals the md5 of the record the code now would
+  make; only a record whose md5 differs is read (``read_many``, together), to name the files that changed.
+  Records on other object stores are read together.
 A file whose digest is part of the step's key (``python_step``'s ``fn`` module, by default) cannot
 differ for a built output, whose path holds that key; only the other files can.
 """
@@ -30,6 +34,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from marinbuild.store import batch, fs
+
 __all__ = [
     "CODE_RECORD",
     "CodeChanges",
@@ -38,6 +44,7 @@ __all__ = [
     "file_digest",
     "for_session",
     "record",
+    "record_bytes",
     "sentence",
     "step_code",
 ]
@@ -95,18 +102,19 @@ def step_code(step: Any, root: Path, stat_cache: Any = None) -> dict[str, str]:
     return {display_path(path, root, stat_cache): digest} if digest is not None else {}
 
 
+def record_bytes(code: dict[str, str]) -> bytes:
+    """The record of ``code``: the same bytes for the same code, so its md5 tells whether a record holds it."""
+    return json.dumps({"files": code}, sort_keys=True).encode()
+
+
 def record(output_path: str, code: dict[str, str]) -> None:
     """Write the record of the code an output was built with (nothing when the step has no known code)."""
     if not code:
         return
-    from marinbuild.store import fs
-
-    fs.write_atomic(fs.join(output_path, CODE_RECORD), json.dumps({"files": code}, sort_keys=True).encode())
+    fs.write_atomic(fs.join(output_path, CODE_RECORD), record_bytes(code))
 
 
 def _recorded(output_path: str) -> dict[str, str] | None:
-    from marinbuild.store import fs
-
     try:
         data = fs.read_bytes(fs.join(output_path, CODE_RECORD))
     except OSError:
@@ -139,8 +147,8 @@ class CodeChanges:
     ``check`` goes through the steps one at a time and keeps only a set of the steps checked and the changes
     found: a build's check covers every built output of the graph, and a table of every step's code and answer
     (as it was) held 100,000 small dicts and lists at the end of a 100,000-step build, its peak. Local records
-    are read one after the other (a thread per read costs more than the read); records on an object store are
-    read together (``read_many``)."""
+    are read one after the other (a thread per read costs more than the read); records on GCS are compared by
+    their listed md5 and only those that differ are read (see the module docstring)."""
 
     def __init__(self, root: Path, output_paths: Mapping[Any, str], stat_cache: Any = None):
         """``root``: the workspace root (paths inside it are recorded relative to it); ``output_paths``: each step's
@@ -155,8 +163,6 @@ class CodeChanges:
     def check(self, steps: Iterable[Any]) -> dict[Any, list[str]]:
         """``{step: changed files}`` of those of ``steps`` (built ones: the caller knows which) whose code changed
         since their output was built; a step not in the answer has nothing to report."""
-        from marinbuild.store import fs
-
         output_paths = self.output_paths
         answer: dict[Any, list[str]] = {}
         remote: list[tuple[Any, dict[str, str]]] = []
@@ -177,10 +183,16 @@ class CodeChanges:
             if files:
                 self.found[s] = answer[s] = files
         if remote:
-            from marinbuild.store.batch import read_many
-
-            records = read_many([fs.join(output_paths[s], CODE_RECORD) for s, _ in remote])
-            for (s, code), data in zip(remote, records, strict=True):
+            listed = batch.read_md5s([output_paths[s] for s, _ in remote], CODE_RECORD)
+            to_read = []
+            for s, code in remote:
+                path = output_paths[s]
+                if path not in listed:  # not on GCS: no md5 to compare
+                    to_read.append((s, code))
+                elif listed[path] is not None and listed[path] != batch.md5_of(record_bytes(code)):
+                    to_read.append((s, code))  # the code changed: its record names the files that did
+            records = batch.read_many([fs.join(output_paths[s], CODE_RECORD) for s, _ in to_read])
+            for (s, code), data in zip(to_read, records, strict=True):
                 files = _differ(_parse(data), code)
                 if files:
                     self.found[s] = answer[s] = files
@@ -196,7 +208,7 @@ class CodeChanges:
 
 
 def for_session(session: Any) -> CodeChanges:
-    """The session's ``CodeChanges`` (one per session, so each output's record is read once)."""
+    """The session's ``CodeChanges`` (one per session, so each output is checked once)."""
     found = getattr(session, "_code_changes", None)
     if found is None:
         from marinbuild.load import StatCache

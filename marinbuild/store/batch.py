@@ -29,9 +29,10 @@ all in one round trip. The cyclic garbage collector is paused while the listings
 itself.
 Local paths are read directly, other fsspec protocols concurrently in threads.
 
-``read_many`` reads the contents of many small objects the same way (``gs://`` ones with ``CONCURRENCY`` requests
-in flight on gcsfs's event loop, not a thread each): the full path's check of each built step's code record
-(``marinbuild.engine.code_records``) is one request per step.
+``read_md5s`` answers another object of each step folder (the code record, ``marinbuild.engine.code_records``) from
+listings grouped the same way: its md5, without reading it, so checking every built step's code costs listings, not
+a request per step. ``read_many`` reads the contents of many small objects (``gs://`` ones with ``CONCURRENCY``
+requests in flight on gcsfs's event loop, not a thread each): the records whose md5 says they differ.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +57,14 @@ CONCURRENCY = 100
 """Listings in flight at once (aiohttp's default connection pool of a gcsfs session is 100)."""
 PAGE_SIZE = 1000
 """Objects per listing page (``maxResults``; GCS sends at most 1,000)."""
-_KNOWN = {base64.b64encode(hashlib.md5(s.encode()).digest()).decode(): s for s in st.STATUSES}
+
+
+def md5_of(data: bytes) -> str:
+    """``data``'s md5 as GCS gives an object's (``md5Hash``: the raw digest in base64)."""
+    return base64.b64encode(hashlib.md5(data).digest()).decode()
+
+
+_KNOWN = {md5_of(s.encode()): s for s in st.STATUSES}
 _STATUS_NAME = st.STATUS_FILE
 _GLOB_SPECIAL = set("*?[]{}\\")
 
@@ -107,35 +115,50 @@ def read_statuses(output_paths: list[str], workers: int = 16) -> StatusMap:
     return result
 
 
-def _chunks(bucket: str, keys: list[str], globbing: bool) -> list[dict[str, Any]]:
-    """Listing requests covering ``keys`` (step folders of one bucket); ``globbing``: the server applies matchGlob."""
+def _groups(keys: list[str]) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """``keys`` (step folders of one bucket) as the listings cover them: the folders alone (fewer than ``GROUP_MIN``
+    in their parent), and chunks of at most ``CHUNK_STEPS`` consecutive folders of one parent, with the parent's
+    listing prefix."""
     by_parent: dict[str, list[str]] = defaultdict(list)
     for key in keys:
         by_parent[key.rpartition("/")[0]].append(key)
-    requests: list[dict[str, Any]] = []
+    alone: list[str] = []
+    chunks: list[tuple[str, list[str]]] = []
     for parent, group in by_parent.items():
         group.sort()
         if len(group) < GROUP_MIN:
-            for key in group:  # the few names between its status and its records
-                requests.append(
-                    {
-                        "bucket": bucket,
-                        "prefix": key + "/",
-                        "start": f"{key}/{_STATUS_NAME}",
-                        "end": f"{key}/{action_cache.RECORD_PREFIX[:-1]}/",
-                    }
-                )
+            alone.extend(group)
             continue
         base = parent + "/" if parent else ""
-        for i in range(0, len(group), CHUNK_STEPS):
-            chunk = group[i : i + CHUNK_STEPS]
-            bounds = {"bucket": bucket, "prefix": base, "start": chunk[0] + "/", "end": chunk[-1] + "0"}
-            if globbing and not (_GLOB_SPECIAL & set(base)):
-                # Two plain globs (status objects; action records), at once: only those objects come back.
-                requests.append({**bounds, "glob": (f"{base}*/{_STATUS_NAME}", _is_status)})
-                requests.append({**bounds, "glob": (f"{base}*/{action_cache.RECORD_PREFIX}*", _is_record)})
-            else:
-                requests.append(bounds)
+        chunks.extend((base, group[i : i + CHUNK_STEPS]) for i in range(0, len(group), CHUNK_STEPS))
+    return alone, chunks
+
+
+def _bounds(bucket: str, base: str, chunk: list[str]) -> dict[str, Any]:
+    """The listing of a chunk's folders: everything under ``base`` from its first folder to past its last."""
+    return {"bucket": bucket, "prefix": base, "start": chunk[0] + "/", "end": chunk[-1] + "0"}
+
+
+def _chunks(bucket: str, keys: list[str], globbing: bool) -> list[dict[str, Any]]:
+    """Status listings covering ``keys`` (step folders of one bucket); ``globbing``: the server applies matchGlob."""
+    alone, chunks = _groups(keys)
+    requests: list[dict[str, Any]] = [
+        {  # the few names between its status and its records
+            "bucket": bucket,
+            "prefix": key + "/",
+            "start": f"{key}/{_STATUS_NAME}",
+            "end": f"{key}/{action_cache.RECORD_PREFIX[:-1]}/",
+        }
+        for key in alone
+    ]
+    for base, chunk in chunks:
+        bounds = _bounds(bucket, base, chunk)
+        if globbing and not (_GLOB_SPECIAL & set(base)):
+            # Two plain globs (status objects; action records), at once: only those objects come back.
+            requests.append({**bounds, "glob": (f"{base}*/{_STATUS_NAME}", _is_status)})
+            requests.append({**bounds, "glob": (f"{base}*/{action_cache.RECORD_PREFIX}*", _is_record)})
+        else:
+            requests.append(bounds)
     return requests
 
 
@@ -171,10 +194,7 @@ class _Fold:
 
     def targets(self, canonical: str) -> Sequence[str]:
         """The wanted paths naming the folder of ``canonical`` (none: it is not wanted)."""
-        extra = self.aliases.get(canonical)
-        if extra is None:
-            return [canonical] if canonical in self.result else []
-        return [canonical, *extra] if canonical in self.result else extra
+        return _targets(canonical, self.result, self.aliases)
 
     def page(self, bucket: str, items: list[gcs_types.Listed]) -> None:
         result, actions = self.result, self.result.actions
@@ -212,23 +232,40 @@ class _Fold:
                         actions[p] = have | {digest} if have else frozenset((digest,))
 
 
-def _read_gcs(output_paths: list[str]) -> StatusMap:
+def _targets(canonical: str, wanted: Container[str], aliases: dict[str, list[str]]) -> Sequence[str]:
+    """The paths of ``wanted`` naming the folder ``canonical`` (``gs://<bucket>/<folder>``): itself, its ``aliases``."""
+    extra = aliases.get(canonical)
+    if extra is None:
+        return [canonical] if canonical in wanted else []
+    return [canonical, *extra] if canonical in wanted else extra
+
+
+def _folders(output_paths: list[str]) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
+    """The step folders of ``gs://`` ``output_paths`` by bucket, and the paths spelled otherwise than canonically
+    (``gcs://``, a trailing slash: rare) by canonical path (``gs://<bucket>/<folder>``)."""
     from marinbuild.store import gcs
 
-    filesystem = gcs.filesystem()
     aliases: dict[str, list[str]] = defaultdict(list)
     keys_by_bucket: dict[str, set[str]] = defaultdict(set)
     for path in output_paths:
         bucket, key = gcs.split(path)
         keys_by_bucket[bucket].add(key)
         canonical = f"gs://{bucket}/{key}"
-        if canonical != path:  # ``gcs://``, a trailing slash: rare
+        if canonical != path:
             aliases[canonical].append(path)
+    return keys_by_bucket, dict(aliases)
+
+
+def _read_gcs(output_paths: list[str]) -> StatusMap:
+    from marinbuild.store import gcs
+
+    filesystem = gcs.filesystem()
+    keys_by_bucket, aliases = _folders(output_paths)
     requests = [
         r for bucket, keys in keys_by_bucket.items() for r in _chunks(bucket, list(keys), filesystem.match_glob)
     ]
     del keys_by_bucket  # the folder names: not held while the listings are read
-    fold = _Fold(output_paths, dict(aliases))
+    fold = _Fold(output_paths, aliases)
 
     async def listings() -> None:
         async def one(r: dict[str, Any]) -> None:
@@ -261,6 +298,63 @@ def _read_gcs(output_paths: list[str]) -> StatusMap:
             status = None if got is None else st.parse_status(f"{canonical}/{_STATUS_NAME}", got[0])
             for p in fold.targets(canonical):
                 result[p] = status
+    return result
+
+
+def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
+    """The md5 (``md5_of``) of ``<output path>/<name>`` for each ``gs://`` path of ``output_paths``, None where that
+    object does not exist; paths on other stores are not in the answer. From listings, not a request per object: the
+    step folders are grouped as for the statuses (``CHUNK_STEPS`` folders of one parent a listing, narrowed on GCS by
+    ``matchGlob`` to ``<parent>/*/<name>``; a folder alone, a listing of its names starting with ``name``), all
+    concurrent, each page folded into the answer as it arrives."""
+    from marinbuild.store import gcs
+
+    gcs_paths = [p for p in output_paths if _is_gcs(p)]
+    result: dict[str, str | None] = dict.fromkeys(gcs_paths)
+    if not gcs_paths:
+        return result
+    filesystem = gcs.filesystem()
+    keys_by_bucket, aliases = _folders(gcs_paths)
+    suffix = "/" + name
+
+    def is_wanted(listed: str) -> bool:
+        return listed.endswith(suffix)
+
+    requests: list[dict[str, Any]] = []
+    for bucket, keys in keys_by_bucket.items():
+        alone, chunks = _groups(list(keys))
+        requests.extend({"bucket": bucket, "prefix": f"{key}/{name}"} for key in alone)
+        for base, chunk in chunks:
+            bounds = _bounds(bucket, base, chunk)
+            globbing = filesystem.match_glob and not (_GLOB_SPECIAL & set(base + name))
+            requests.append({**bounds, "glob": (f"{base}*/{name}", is_wanted)} if globbing else bounds)
+    del keys_by_bucket
+
+    def fold(bucket: str, items: list[gcs_types.Listed]) -> None:
+        root = f"gs://{bucket}/"
+        for obj in items:
+            folder, _, base = obj.name.rpartition("/")
+            if base == name:
+                for p in _targets(root + folder, result, aliases):
+                    result[p] = obj.md5Hash
+
+    async def listings() -> None:
+        async def one(r: dict[str, Any]) -> None:
+            async for page in gcs.list_pages(
+                filesystem,
+                r["bucket"],
+                r["prefix"],
+                start=r.get("start"),
+                end=r.get("end"),
+                glob=r.get("glob"),
+                page_size=PAGE_SIZE,
+            ):
+                fold(r["bucket"], page)
+
+        await gcs.gather_limited([one(r) for r in requests], limit=CONCURRENCY)
+
+    with gc_paused():  # parsing the listings: many objects, no cyclic garbage
+        gcs.run(listings, fs=filesystem)
     return result
 
 

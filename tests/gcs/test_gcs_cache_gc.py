@@ -38,8 +38,9 @@ def test_store_names_a_folders_entries_on_gcs(gs_prefix):
 
 
 def test_status_sends_two_requests_per_built_step(gs_prefix, tmp_path):
-    """For each built step (4: a, b and the two of ``both``) one GET of its status and one of its recorded code
-    (for a "code changed" note); no lease, nothing read twice."""
+    """For each built step (4: a, b and the two of ``both``) one GET of its status and, each alone in its folder
+    (``store.batch.GROUP_MIN``), one listing of its code record's md5 (for a "code changed" note); no lease, nothing
+    read twice."""
     ws = Ws(tmp_path / "ws", gs_prefix)
     ws.build("//pkg:a", "//pkg:b", "//pkg:both")
     session = ws.session("//pkg:a", "//pkg:b", "//pkg:both")
