@@ -5,12 +5,11 @@ Unlike Marin's, it does not import jax: jax dtypes are recognised only when jax 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from enum import Enum
 from typing import Any
-
-from marinbuild.core.fields import field_names
 
 
 def _is_jax_float_type(o: Any) -> bool:
@@ -38,10 +37,9 @@ class MarinJsonEncoder(json.JSONEncoder):
             return o.value
         if _is_jax_float_type(o):
             return str(o)
-        names = None if isinstance(o, type) else field_names(o)
-        if names is not None:
+        if dataclasses.is_dataclass(o) and not isinstance(o, type):
             # What dataclasses.asdict gives, without its deep copy: nested values are encoded in turn.
-            return {name: getattr(o, name) for name in names}
+            return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
         return str(o)
 
 
