@@ -91,9 +91,6 @@ class EventBus:
         self._listeners: list[Listener] = list(listeners or [])
         self._lock = threading.Lock()
 
-    def subscribe(self, listener: Listener) -> None:
-        self._listeners.append(listener)
-
     def emit(self, kind: EventKind, **fields: Any) -> Event:
         event = Event(kind, **fields)
         with self._lock:
