@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -48,37 +49,21 @@ BUILD_STARTED = EventKind.BUILD_STARTED
 BUILD_FINISHED = EventKind.BUILD_FINISHED
 
 
+@dataclass(slots=True, repr=False, eq=False)
 class Event:
     """One transition: what happened (``kind``), to which step, when and on which thread."""
 
-    __slots__ = ("kind", "step", "output_path", "detail", "error", "time", "thread", "data")
-
-    def __init__(
-        self,
-        kind: EventKind,
-        step: str | None = None,
-        output_path: str | None = None,
-        detail: str | None = None,
-        error: BaseException | None = None,
-        time: float | None = None,
-        thread: int | None = None,
-        data: dict[str, Any] | None = None,
-    ):
-        self.kind = kind
-        self.step = step
-        self.output_path = output_path
-        self.detail = detail
-        self.error = error
-        self.time = _now() if time is None else time
-        self.thread = _thread_id() if thread is None else thread
-        self.data = {} if data is None else data
+    kind: EventKind
+    step: str | None = None
+    output_path: str | None = None
+    detail: str | None = None
+    error: BaseException | None = None
+    time: float = field(default_factory=time.time)
+    thread: int = field(default_factory=threading.get_ident)
+    data: dict[str, Any] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return f"Event({str(self.kind)!r}, step={self.step!r}, detail={self.detail!r})"
-
-
-_now = time.time
-_thread_id = threading.get_ident
 
 
 Listener = Callable[[Event], None]
