@@ -285,41 +285,6 @@ def test_summary_dry_run_and_interrupted():
     ]
 
 
-@pytest.mark.parametrize("dry_run", [False, True])
-def test_steps_planned_in_one_call_are_what_one_event_each_would_report(dry_run: bool) -> None:
-    """``EventBus.emit_planned`` (a no-op plans every step as built): the summary and the
-    progress display take them in one call, other listeners get one event each; what they show is the same."""
-
-    def build(planned: Any) -> tuple[str, str, list[tuple[str, str | None, str | None]]]:
-        out, summary, seen = io.StringIO(), BuildSummary(), []
-        display = ProgressDisplay(out, is_tty=False)
-        bus = ev.EventBus([summary, display, lambda e: seen.append((str(e.kind), e.step, e.detail))])
-        planned(bus)
-        bus.emit(ev.PLANNED, step="new", output_path=path_of("new"), detail="missing", data={"dry_run": dry_run})
-        if not dry_run:
-            bus.emit(ev.BUILD_STARTED, data={"steps": 1})
-            bus.emit(ev.STARTED, step="new", output_path=path_of("new"))
-            bus.emit(ev.SUCCEEDED, step="new", output_path=path_of("new"))
-            bus.emit(ev.BUILD_FINISHED, data={"ran": 1, "failed": 0})
-        display.close()
-        requested = [(f"//p:{n}", path_of(n)) for n in ("a", "b", "c", "new")]
-        rendered = re.sub(r" in \d+\.\ds", "", summary.render(requested))
-        return rendered, re.sub(r"\(\d+\.\ds\)", "", out.getvalue()), seen
-
-    data = {"dry_run": dry_run, "status": "SUCCESS"}
-    steps = [(n, path_of(n)) for n in ("a", "b", "c")]
-
-    def one_by_one(bus: ev.EventBus) -> None:
-        for name, path in steps:
-            bus.emit(ev.PLANNED, step=name, output_path=path, detail="built", data=data)
-
-    together = build(lambda bus: bus.emit_planned(steps, "built", data))
-    assert together == build(one_by_one)
-    summary_text, progress_text, seen = together
-    assert "3 already built" in (summary_text + progress_text)
-    assert seen[:3] == [("planned", n, "built") for n in ("a", "b", "c")]
-
-
 # -- build event JSON lines --------------------------------------------------------------------
 
 FIELDS = {"kind", "step", "output_path", "detail", "time", "error", "traceback", "traceback_file", "data"}
@@ -539,17 +504,3 @@ def test_log_listener_lines(caplog):
         ("WARNING", "not running c: b failed"),
     ]
     assert {r.name for r in caplog.records} == {"marinbuild"}
-
-
-def test_log_formatter_writes_what_logging_formatter_writes():
-    """The per-second time cache gives logging's own text, across seconds and milliseconds."""
-    import logging
-
-    fmt = "%(asctime)s %(levelname)s %(message)s"
-    ours, theirs = ev.LogFormatter(fmt), logging.Formatter(fmt)
-    for created in (1_700_000_000.0, 1_700_000_000.999, 1_700_000_001.5, 1_700_000_000.25, 1_800_000_123.042):
-        record = logging.LogRecord("marinbuild", logging.INFO, __file__, 1, "built %s", ("a",), None)
-        record.created, record.msecs = created, (created - int(created)) * 1000
-        assert ours.format(record) == theirs.format(record)
-    record = logging.LogRecord("marinbuild", logging.INFO, __file__, 1, "x", (), None)
-    assert ours.formatTime(record, "%H") == theirs.formatTime(record, "%H")

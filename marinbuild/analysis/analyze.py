@@ -93,7 +93,7 @@ class RuleContext:
 def run_target(config: TargetConfig) -> Any:
     """The step function of every ordinary target: call its rule's implementation."""
     rule = _RULES.get(config.rule_key) or _import_rule(config.rule_key, Path(config.workspace))
-    label = parse_label.__wrapped__(config.label)  # not memoized: each step's label is parsed once, as it runs
+    label = parse_label(config.label)
     ctx = RuleContext(
         label=config.label,
         name=label.name,

@@ -21,7 +21,6 @@ class StepGraph:
 
     def __init__(self, table: VersionTable):
         self.table = table
-        self._consumers: dict[ExecutorStep, list[ExecutorStep]] | None = None
         self._nx: Any = None
 
     @property
@@ -42,15 +41,6 @@ class StepGraph:
 
     def blocking_deps(self, step: ExecutorStep) -> list[ExecutorStep]:
         return self.table.dependencies[step]
-
-    def blocking_consumers(self, step: ExecutorStep) -> list[ExecutorStep]:
-        if self._consumers is None:
-            consumers: dict[ExecutorStep, list[ExecutorStep]] = {s: [] for s in self.table.steps}
-            for step in self.table.steps:
-                for dep in dict.fromkeys(self.table.dependencies[step]):
-                    consumers[dep].append(step)
-            self._consumers = consumers
-        return self._consumers[step]
 
     def blocking_closure(self, roots: Iterable[ExecutorStep]) -> list[ExecutorStep]:
         """``roots`` and every step they transitively block on, dependencies first."""
@@ -76,16 +66,3 @@ class StepGraph:
                     break
         unused = [p for i, p in enumerate(patterns) if i not in used]
         return selected, unused
-
-    def transitive_consumers(self, step: ExecutorStep) -> list[ExecutorStep]:
-        """Every step that blocks, directly or not, on ``step``."""
-        out: list[ExecutorStep] = []
-        seen = {step}
-        stack = [step]
-        while stack:
-            for consumer in self.blocking_consumers(stack.pop()):
-                if consumer not in seen:
-                    seen.add(consumer)
-                    out.append(consumer)
-                    stack.append(consumer)
-        return out

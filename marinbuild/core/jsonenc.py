@@ -5,12 +5,11 @@ Unlike Marin's, it does not import jax: jax dtypes are recognised only when jax 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from enum import Enum
 from typing import Any
-
-from marinbuild.core.fields import field_names
 
 
 def _is_jax_float_type(o: Any) -> bool:
@@ -38,10 +37,9 @@ class MarinJsonEncoder(json.JSONEncoder):
             return o.value
         if _is_jax_float_type(o):
             return str(o)
-        names = None if isinstance(o, type) else field_names(o)
-        if names is not None:
+        if dataclasses.is_dataclass(o) and not isinstance(o, type):
             # What dataclasses.asdict gives, without its deep copy: nested values are encoded in turn.
-            return {name: getattr(o, name) for name in names}
+            return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
         return str(o)
 
 
@@ -55,93 +53,7 @@ dumps_sorted = MarinJsonEncoder(sort_keys=True).encode
 
 def dumps_indented(obj: Any, depth: int = 0) -> str:
     """The form Marin writes info files in: ``json.dumps(obj, indent=2, cls=CustomJsonEncoder)``, keys in
-    insertion order. The same text as json's, written here because json indents with a pure-Python
-    generator per nesting level, and every step's ``.executor_info`` is written this way. ``depth``: the
-    text as it reads nested that many levels deep in a bigger document (inner lines indented 2 * depth more)."""
-    out: list[str] = []
-    _indent_into(out, obj, "\n" + "  " * depth, {})
-    return "".join(out)
-
-
-_default = MarinJsonEncoder().default
-
-
-def _float_text(value: float) -> str:
-    if value != value:
-        return "NaN"
-    if value == _INFINITY:
-        return "Infinity"
-    if value == -_INFINITY:
-        return "-Infinity"
-    return float.__repr__(value)
-
-
-_INFINITY = float("inf")
-
-
-def _indent_into(out: list[str], o: Any, newline: str, markers: dict[int, Any]) -> None:
-    """Append the ``indent=2`` JSON of ``o`` at the nesting whose line break (and indent) is ``newline``; the
-    checks come in json's order (``json.encoder._make_iterencode``), so subclasses encode as they do there."""
-    if isinstance(o, str):
-        out.append(json_str(o))
-    elif o is None:
-        out.append("null")
-    elif o is True:
-        out.append("true")
-    elif o is False:
-        out.append("false")
-    elif isinstance(o, int):
-        out.append(int.__repr__(o))
-    elif isinstance(o, float):
-        out.append(_float_text(o))
-    elif isinstance(o, list | tuple | dict):
-        if not o:
-            out.append("{}" if isinstance(o, dict) else "[]")
-            return
-        marker = id(o)
-        if marker in markers:
-            raise ValueError("Circular reference detected")
-        markers[marker] = o
-        inner = newline + "  "
-        separator = "," + inner
-        if isinstance(o, dict):
-            out.append("{" + inner)
-            first = True
-            for key, value in o.items():
-                if isinstance(key, str):
-                    pass
-                elif isinstance(key, float):
-                    key = _float_text(key)
-                elif key is True:
-                    key = "true"
-                elif key is False:
-                    key = "false"
-                elif key is None:
-                    key = "null"
-                elif isinstance(key, int):
-                    key = int.__repr__(key)
-                else:
-                    raise TypeError(f"keys must be str, int, float, bool or None, not {key.__class__.__name__}")
-                if not first:
-                    out.append(separator)
-                first = False
-                out.append(json_str(key) + ": ")
-                _indent_into(out, value, inner, markers)
-            out.append(newline + "}")
-        else:
-            out.append("[" + inner)
-            first = True
-            for value in o:
-                if not first:
-                    out.append(separator)
-                first = False
-                _indent_into(out, value, inner, markers)
-            out.append(newline + "]")
-        del markers[marker]
-    else:
-        marker = id(o)
-        if marker in markers:
-            raise ValueError("Circular reference detected")
-        markers[marker] = o
-        _indent_into(out, _default(o), newline, markers)
-        del markers[marker]
+    insertion order. ``depth``: the text as it reads nested that many levels deep in a bigger document (inner
+    lines indented 2 * depth more; json escapes line breaks inside strings, so every line break is structural)."""
+    text = json.dumps(obj, indent=2, cls=MarinJsonEncoder)
+    return text.replace("\n", "\n" + "  " * depth) if depth else text

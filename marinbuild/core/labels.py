@@ -15,8 +15,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 
 __all__ = [
     "Label",
@@ -53,16 +52,6 @@ class Label:
     package: str
     name: str
     repo: str = ""
-    _hash: int = field(init=False, repr=False, compare=False, hash=False, default=0)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.package, self.name, self.repo)))
-
-    def __hash__(self) -> int:  # cached: labels are dict keys and graph nodes everywhere
-        return self._hash
-
-    def __reduce__(self) -> tuple[type[Label], tuple[str, str, str]]:  # re-hash in the unpickling process
-        return (Label, (self.package, self.name, self.repo))
 
     def __str__(self) -> str:
         prefix = f"@{self.repo}" if self.repo else ""
@@ -140,7 +129,6 @@ def _first_illegal(segment: str, pattern: re.Pattern[str]) -> str:
     return segment
 
 
-@lru_cache(maxsize=65536)
 def parse_label(text: str, current_package: str | None = None) -> Label:
     """Parse ``text`` into a ``Label``.
 

@@ -25,7 +25,7 @@ T = TypeVar("T")
 ExecutorFunction = Callable[..., Any] | None
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class ExecutorStep(Generic[ConfigT_co]):
     """One step of a pipeline: ``fn(config)`` writes its outputs under its output path.
 
@@ -44,27 +44,6 @@ class ExecutorStep(Generic[ConfigT_co]):
     pip_dependency_groups: list[str] | None = None
     """Extras or package names the step's environment needs; never part of the version."""
 
-    def __init__(
-        self,
-        name: str,
-        fn: ExecutorFunction,
-        config: ConfigT_co,
-        description: str | None = None,
-        override_output_path: str | None = None,
-        resources: Any = None,
-        pip_dependency_groups: list[str] | None = None,
-    ):
-        # A frozen dataclass refuses ``setattr``; ``object.__setattr__`` field by field keeps the values in the
-        # instance's compact attribute array (a ``__dict__`` stored whole would be a dict of its own per step).
-        set_field = object.__setattr__
-        set_field(self, "name", name)
-        set_field(self, "fn", fn)
-        set_field(self, "config", config)
-        set_field(self, "description", description)
-        set_field(self, "override_output_path", override_output_path)
-        set_field(self, "resources", resources)
-        set_field(self, "pip_dependency_groups", pip_dependency_groups)
-
     def cd(self, name: str) -> InputName:
         """Refer to ``name`` under this step's output path."""
         return InputName(self, name=name)
@@ -72,7 +51,7 @@ class ExecutorStep(Generic[ConfigT_co]):
     def __truediv__(self, other: str) -> InputName:
         return InputName(self, name=other)
 
-    # Identity, as in Marin (whose __hash__ is id-based); the C slots keep 10k-step graphs fast.
+    # Identity, as in Marin (whose __hash__ is id-based).
     __hash__ = object.__hash__
     __eq__ = object.__eq__
 
@@ -84,7 +63,7 @@ class ExecutorStep(Generic[ConfigT_co]):
         return InputName(step=self, name=None)
 
 
-@dataclass(frozen=True, init=False, slots=True)
+@dataclass(frozen=True, slots=True)
 class InputName:
     """A previous ``step``'s output path joined with ``name`` (or a path under the prefix if ``step`` is None)."""
 
@@ -92,11 +71,6 @@ class InputName:
     name: str | None
     block_on_step: bool = True
     """False makes this a pseudo-dependency: part of the version, but not waited for or run."""
-
-    def __init__(self, step: ExecutorStep | None, name: str | None, block_on_step: bool = True):
-        _set_input_step(self, step)
-        _set_input_name(self, name)
-        _set_input_blocking(self, block_on_step)
 
     def cd(self, name: str) -> InputName:
         # As in Marin, the result is blocking even if ``self`` was not: hashes must match Marin's.
@@ -133,22 +107,11 @@ ORIGINAL_STEP_SPEC = "_original_step_spec"
 (``marinbuild.executor.step_spec``) keeps its ``StepSpec``."""
 
 
-@dataclass(frozen=True, init=False, slots=True)
+@dataclass(frozen=True, slots=True)
 class VersionedValue(Generic[T_co]):
     """A config value that is part of the step's version."""
 
     value: T_co
-
-    def __init__(self, value: T_co):
-        _set_versioned_value(self, value)
-
-
-# The slots' own setters: a frozen dataclass's ``__setattr__`` refuses, and these are cheaper than
-# ``object.__setattr__`` by name.
-_set_input_step = InputName.__dict__["step"].__set__
-_set_input_name = InputName.__dict__["name"].__set__
-_set_input_blocking = InputName.__dict__["block_on_step"].__set__
-_set_versioned_value = VersionedValue.__dict__["value"].__set__
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ versions are recorded, as Marin does.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import os
 from typing import Any
@@ -50,17 +49,14 @@ class VersionTable:
         self.pseudo_dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.versions: dict[ExecutorStep, dict[str, Any]] = {}
         self.version_strs: dict[ExecutorStep, str] = {}
-        self._action_digests: dict[ExecutorStep, str] = {}
         self.version_str_to_step: dict[str, ExecutorStep] = {}
         self._canonical_by_md5: dict[str, ExecutorStep] = {}
         self._canonical: dict[ExecutorStep, ExecutorStep] = {}
-        self._short: dict[ExecutorStep, tuple[str, str]] = {}
         self.hashed_versions: dict[ExecutorStep, str] = {}
         self.is_pseudo_dep: dict[ExecutorStep, bool] = {}
         self.depth: dict[ExecutorStep, int] = {}
         self.duplicate_names: set[str] = set()
         self.override_mismatches: list[tuple[ExecutorStep, str, str]] = []
-        self._prefix_slash = (prefix if prefix.endswith("/") else prefix + "/") if prefix else None
 
     def canonicalize(self, step: ExecutorStep) -> ExecutorStep:
         """The step that stands for every step with the same version."""
@@ -68,9 +64,6 @@ class VersionTable:
 
     def compute_version(self, step: ExecutorStep, is_pseudo_dep: bool = False) -> None:
         """Compute versions and paths of ``step`` and everything it depends on (post-order, no recursion)."""
-        if not gc.isenabled():  # inside Engine.run's pause: no context manager per step
-            self._compute(step, is_pseudo_dep)
-            return
         with gc_paused():
             self._compute(step, is_pseudo_dep)
 
@@ -143,23 +136,13 @@ class VersionTable:
             self._record(current, pseudo, frame[2])
 
     def action_digest(self, step: ExecutorStep) -> str:
-        """The sha256 of the step's version string (``marinbuild.store.action_cache.version_digest``), hashed once
-        per build: the plan and the runner key actions by it."""
-        digest = self._action_digests.get(step)
-        if digest is None:
-            sha = hashlib.sha256(self.version_strs[step].encode())
-            digest = self._action_digests[step] = sha.hexdigest()
-        return digest
+        """The sha256 of the step's version string (``marinbuild.store.action_cache.version_digest``): the plan and
+        the runner key actions by it."""
+        return hashlib.sha256(self.version_strs[step].encode()).hexdigest()
 
     def indented_version(self, step: ExecutorStep, depth: int = 0) -> str:
         """``json.dumps(self.versions[step], indent=2)``, as it reads nested ``depth`` levels deep."""
         return dumps_indented(self.versions[step], depth)
-
-    def _under_prefix(self, name: str) -> str:
-        """``os.path.join(prefix, name)``, with the common case (a relative name) as one concatenation."""
-        if self._prefix_slash is None or name.startswith("/"):
-            return os.path.join(self.prefix, name)
-        return self._prefix_slash + name
 
     def _unmark_pseudo(self, step: ExecutorStep) -> None:
         """A step reached through a blocking edge is not pseudo, nor are its blocking dependencies."""
@@ -172,11 +155,8 @@ class VersionTable:
 
     def _short_form(self, dep: ExecutorStep) -> tuple[str, str]:
         """A dependency deeper than ``MAX_INLINE_DEPTH`` as its consumers write it: ``"name-hash"`` and its JSON."""
-        short = self._short.get(dep)
-        if short is None:
-            text = f"{dep.name}-{self.hashed_versions[dep]}"
-            short = self._short[dep] = (text, json_str(text))
-        return short
+        text = f"{dep.name}-{self.hashed_versions[dep]}"
+        return text, json_str(text)
 
     def _dep_versions(self, deps: list[ExecutorStep], parts: list[str]) -> list[Any]:
         """The dependencies as a consumer's version lists them (inlined, or ``"name-hash"`` when deeper than
@@ -213,7 +193,7 @@ class VersionTable:
         version_str = "".join(parts)
         md5 = hashlib.md5(version_str.encode()).hexdigest()
         hashed = md5[:6]
-        output_path = self._under_prefix(step.name + "-" + hashed)
+        output_path = os.path.join(self.prefix, step.name + "-" + hashed)
         if step.override_output_path is not None:
             override = make_prefix_absolute_path(self.prefix, step.override_output_path)
             if override != output_path:

@@ -6,12 +6,9 @@ sets are walked; ``VersionedValue`` contributes ``prefix -> value`` to the versi
 ``MirroredValue`` is transparent for versioning. Recursion follows the nesting of one
 config, never the depth of the step graph.
 
-The walks that run for every step (``collect_dependencies_and_version``, ``instantiate_config``) are
-module-level functions, not closures: a closure that calls itself is a reference cycle (function -> its
-cell -> function), so each call would leave its function, cells and what they hold (lists of dependencies)
-to the cyclic collector, and versions are computed with the collector paused (``core/gc_control.py``): as
-closures, they would pile up, several per step, until the pause ended, at the peak memory of
-``bench/run.py``'s layered 100,000 ``incremental`` row (``marinbuild-cli``).
+``instantiate_config`` is a module-level function, not a closure: a closure that calls itself is a
+reference cycle (function -> its cell -> function), left to the cyclic collector, which is paused while
+versions are computed (``core/gc_control.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from sys import intern
 from typing import Any, TypeVar
 
-from marinbuild.core.fields import field_names, init_shape
 from marinbuild.core.placeholders import (
     ExecutorStep,
     InputName,
@@ -102,77 +98,36 @@ class Dependencies:
     version: dict[str, Any]
 
 
-_LEAVES = frozenset({type(None), str, int, float, bool, bytes, OutputName})
-"""Exact types ``collect_dependencies_and_version`` stops at at once (subclasses take the general path)."""
-
-
 _PLAIN = frozenset({type(None), str, int, float, bool, bytes})
 """Exact types that stand for themselves in an instantiated config."""
 
 
-_DEP_INDEX_STRS = tuple(f"DEP[{i}]" for i in range(256))
-"""``DEP[i]`` for the indices most configs use, one object each for every step of a build."""
-
-
 def dependency_index_str(i: int) -> str:
-    return _DEP_INDEX_STRS[i] if i < 256 else f"DEP[{i}]"
-
-
-def _collect(
-    value: Any, prefix: str, version: dict[str, Any], blocking: list[ExecutorStep], pseudo: list[ExecutorStep]
-) -> None:
-    """``collect_dependencies_and_version``'s walk: the same walk as walk_config, without a generator per level
-    (this runs for every step); module-level, not a closure: see the module docstring."""
-    cls = type(value)
-    if cls in _LEAVES:  # plain values and output-path placeholders: nothing to version or depend on
-        return
-    if cls is VersionedValue:
-        version[intern(prefix)] = value.value
-        return
-    if isinstance(value, ExecutorStep):
-        value = InputName(value, None)
-    if isinstance(value, InputName):
-        if value.step is None:
-            version[intern(prefix)] = value.name
-            return
-        index = len(blocking) + len(pseudo)
-        (blocking if value.block_on_step else pseudo).append(value.step)
-        version[intern(prefix)] = dependency_index_str(index) + ("/" + value.name if value.name else "")
-        return
-    if isinstance(value, MirroredValue):
-        _collect(value.value, prefix, version, blocking, pseudo)
-        return
-    if isinstance(value, VersionedValue):
-        version[intern(prefix)] = value.value
-        return
-    new_prefix = prefix + "." if prefix else ""
-    names = None if isinstance(value, type) else field_names(value)
-    if names is not None:
-        for name in names:
-            _collect(getattr(value, name), new_prefix + name, version, blocking, pseudo)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise ValueError(f"dict keys must be strs, but got {k} (type: {type(k)})")
-            _collect(v, new_prefix + k, version, blocking, pseudo)
-    elif isinstance(value, list | tuple | set | frozenset):
-        for i, item in enumerate(value):
-            _collect(item, f"{new_prefix}[{i}]", version, blocking, pseudo)
+    return f"DEP[{i}]"
 
 
 def collect_dependencies_and_version(obj: Any) -> Dependencies:
     """Versioned values and dependencies of a config, with Marin's ``DEP[i]`` numbering.
 
     Indices count blocking and pseudo dependencies together in walk order, so a step
-    used twice gets two indices. The version's keys (``attrs.deps.[0]``, ...) are interned and its ``DEP[i]``
-    values shared: every step of a rule has the same keys, and each step's version is kept for the whole
-    build (``VersionTable.versions``); a copy per step was about a twentieth of the peak memory of
-    ``bench/run.py``'s layered 100,000 ``incremental`` row (``marinbuild-cli``).
+    used twice gets two indices. The version's keys (``attrs.deps.[0]``, ...) are interned: every step of a
+    rule has the same keys, and each step's version is kept for the whole build (``VersionTable.versions``).
     """
     pseudo: list[ExecutorStep] = []
     blocking: list[ExecutorStep] = []
     version: dict[str, Any] = {}
-    _collect(obj, "", version, blocking, pseudo)
+    for event in walk_config(obj):
+        key = intern(event.prefix)
+        if isinstance(event, VersionedEvent):
+            version[key] = event.value
+            continue
+        name = event.input_name
+        if name.step is None:
+            version[key] = name.name
+            continue
+        index = len(blocking) + len(pseudo)
+        (blocking if name.block_on_step else pseudo).append(name.step)
+        version[key] = dependency_index_str(index) + ("/" + name.name if name.name else "")
     return Dependencies(blocking, pseudo, version)
 
 
@@ -216,15 +171,14 @@ def _instantiate(obj: Any, output_path: str | None, output_paths: dict[ExecutorS
         return _join(output_path, obj.name)
     if isinstance(obj, VersionedValue):
         return obj.value
-    shape = None if isinstance(obj, type) else init_shape(obj)
-    if shape is not None:
-        names, plain = shape
-        if plain:  # what dataclasses.replace does with every init field, without its per-call field scan
-            return type(obj)(
-                **{name: _instantiate(getattr(obj, name), output_path, output_paths, prefix) for name in names}
-            )
+    if is_dataclass(obj) and not isinstance(obj, type):
         return replace(
-            obj, **{name: _instantiate(getattr(obj, name), output_path, output_paths, prefix) for name in names}
+            obj,
+            **{
+                f.name: _instantiate(getattr(obj, f.name), output_path, output_paths, prefix)
+                for f in fields(obj)
+                if f.init
+            },
         )
     if isinstance(obj, list):
         return [_instantiate(x, output_path, output_paths, prefix) for x in obj]
@@ -306,14 +260,14 @@ def max_mirror_budget(config: Any) -> float | None:
     stack = [config]
     while stack:
         obj = stack.pop()
-        if type(obj) in _LEAVES or isinstance(obj, InputName | ExecutorStep):
+        if type(obj) in _PLAIN or isinstance(obj, OutputName | InputName | ExecutorStep):
             continue
         if isinstance(obj, MirroredValue):
             best = obj.budget_gb if best is None else max(best, obj.budget_gb)
         elif isinstance(obj, VersionedValue):
             stack.append(obj.value)
-        elif (names := None if isinstance(obj, type) else field_names(obj)) is not None:
-            stack.extend(getattr(obj, name) for name in names)
+        elif is_dataclass(obj) and not isinstance(obj, type):
+            stack.extend(getattr(obj, f.name) for f in fields(obj))
         elif isinstance(obj, list | tuple):
             stack.extend(obj)
         elif isinstance(obj, dict):

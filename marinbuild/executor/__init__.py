@@ -331,11 +331,7 @@ config itself, ``executor_main.__wrapped__(config, steps, description=None, max_
 def _configure_logging() -> None:
     """INFO logs on stderr, as Marin's ``executor_main`` sets up; nothing when the program has its own handlers."""
     if not logging.getLogger().handlers:
-        from marinbuild.run.events import LogFormatter
-
-        handler = logging.StreamHandler()
-        handler.setFormatter(LogFormatter("%(asctime)s %(levelname)s %(message)s"))
-        logging.basicConfig(level=logging.INFO, handlers=[handler])
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
 
 def compute_output_path(

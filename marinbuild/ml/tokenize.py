@@ -57,10 +57,6 @@ def read_metadata(tokenized_output: str) -> dict[str, Any]:
         ) from None
 
 
-def has_split(tokenized_output: str, split: str) -> bool:
-    return split in read_metadata(tokenized_output).get("splits", {})
-
-
 def shard_options(skip_bad_records: bool) -> dict[str, Any]:
     """Everything besides the input, text_key and tokenizer that changes a shard's tokens."""
     return {

@@ -72,7 +72,7 @@ def read_statuses(output_paths: list[str], workers: int = 16) -> dict[str, str |
     """Statuses of many steps: local files directly; remote prefixes batched (``marinbuild.store.batch``:
     listings on GCS, threads elsewhere). The result may carry ``actions`` (path -> action digests seen)."""
     if all("://" not in p or p.startswith("file://") for p in output_paths):
-        return st.read_local_statuses(output_paths)
+        return {path: st.read_status(path) for path in output_paths}
     from marinbuild.store import batch
 
     return batch.read_statuses(output_paths, workers=workers)

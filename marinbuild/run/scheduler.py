@@ -138,7 +138,7 @@ def schedule(
     events of a step that never starts.
 
     Completions are handled on the thread that reports them: the next ready step is chosen and
-    submitted right there (a worker thread of the local backend then runs it itself), so a chain
+    submitted right there, so a chain
     of short steps does not wake the calling thread once per step. The calling thread only waits
     for the end (or Ctrl-C).
     """

@@ -45,8 +45,6 @@ def filesystem_for(path: str) -> Any:
 
 def join(base: str, *names: str) -> str:
     if "://" not in base or base.startswith("file://"):
-        if len(names) == 1 and base and base[-1] != "/" and not names[0].startswith("/"):
-            return base + "/" + names[0]  # os.path.join's result in its common case, without its generality
         return os.path.join(base, *names)
     return "/".join([base.rstrip("/"), *names])
 

@@ -72,30 +72,6 @@ def read_status(output_path: str) -> str | None:
     return parse_status(path, data)
 
 
-_WORDS = {status.encode(): status for status in STATUSES}
-
-
-def read_local_statuses(output_paths: list[str]) -> dict[str, str | None]:
-    """Statuses of steps under a local prefix: the plan's hot loop (a 10,000-step no-op reads 10,000).
-    One open and one read per step, no Python file objects; anything but a bare word is read as ``read_status``
-    reads it (legacy logs, a torn write)."""
-    found: dict[str, str | None] = {}
-    for output_path in output_paths:
-        path = fs.local_path(output_path) + "/" + STATUS_FILE
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError):
-            found[output_path] = None
-            continue
-        try:
-            data = os.read(fd, 16)
-        finally:
-            os.close(fd)
-        word = _WORDS.get(data)
-        found[output_path] = word if word is not None else read_status(output_path)
-    return found
-
-
 def write_status(output_path: str, status: str) -> None:
     """Replace the status atomically: a reader (Marin's too) sees the old word or the new one, never a mix."""
     if status not in STATUSES:

@@ -29,12 +29,6 @@ def write_traceback(output_path: str, text: str) -> str:
     return path
 
 
-def read_traceback(output_path: str) -> str | None:
-    """The traceback of the step's last failure; None if it has none."""
-    data = fs.read_bytes(traceback_path(output_path))
-    return None if data is None else data.decode("utf-8", "replace")
-
-
 def existing_traceback(output_path: str) -> str | None:
     """The traceback file's path if the step has one (one stat or request), else None."""
     path = traceback_path(output_path)

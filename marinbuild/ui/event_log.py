@@ -5,10 +5,10 @@
 form of ``--build_event_json_file`` (``marinbuild.ui.bep.event_record``), flushed as it is written so
 ``marinbuild serve`` can tail it while the build runs. The log never fails a build: one that cannot
 be created is not written (``open_event_log`` returns None), one that cannot be appended to (a full
-disk) stops. ``planned``, ``cached`` and ``progress`` events are left out: a no-op build of 10,000
-steps writes three lines, not 10,000, and what a run page shows (what ran, what failed, when) needs
-none of them. The newest ``KEEP`` logs are kept; older ones
-are deleted when a new one opens. ``marinbuild clean`` removes them with the rest of ``.marinbuild/``.
+disk) stops. ``planned``, ``cached`` and ``progress`` events are left out: what a run page shows (what
+ran, what failed, when) needs none of them, and a no-op build writes three lines. The newest ``KEEP``
+logs are kept; older ones are deleted when a new one opens. ``marinbuild clean`` removes them with the
+rest of ``.marinbuild/``.
 
 Reading: ``list_logs`` (newest first) and ``read_log`` never raise for a cut-off last line (a build
 still writing, or killed): it is skipped.
@@ -22,7 +22,6 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,9 +81,6 @@ class EventLog:
     def __call__(self, event: ev.Event) -> None:
         if event.kind not in LEFT_OUT:
             self._write(self._record(event))
-
-    def planned_many(self, steps: Sequence[tuple[str, str]], state: str, data: dict[str, Any]) -> None:
-        """PLANNED events are not written (``LEFT_OUT``)."""
 
     def close(self) -> None:
         with self._lock:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -105,24 +104,6 @@ class ProgressDisplay:
             elif line is not None:
                 self.file.write(line[0] + "\n")
                 self.file.flush()
-
-    def planned_many(self, steps: Sequence[tuple[str, str]], state: str, data: dict[str, Any]) -> None:
-        """``EventBus.emit_planned``: counted at once; a dry run's line per step is shown as for single events."""
-        if data.get("dry_run"):
-            for name, path in steps:
-                self(ev.Event(ev.PLANNED, name, path, state, data=data))
-            return
-        with self._emit_lock:
-            if self._closed:
-                return
-            with self._state_lock:
-                s = self._state
-                if s.build_end is not None:
-                    s = self._state = _State()  # a new build on the same display
-                if state == "built":
-                    s.planned_built += len(steps)
-                else:
-                    s.planned_to_run += len(steps)
 
     def close(self) -> None:
         """Stop the live region (its last frame stays on screen); later events are ignored."""

@@ -23,7 +23,6 @@ step's ``.marinbuild_traceback.txt`` holding all of it, and for a step run on Ra
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,17 +80,6 @@ class BuildSummary:
     def __call__(self, event: ev.Event) -> None:
         with self._lock:
             self._update(event)
-
-    def planned_many(self, steps: Sequence[tuple[str, str]], state: str, data: dict[str, Any]) -> None:
-        """``EventBus.emit_planned``: what one PLANNED event per step would record."""
-        with self._lock:
-            self.planned[state] = self.planned.get(state, 0) + len(steps)
-            self.dry_run = self.dry_run or bool(data.get("dry_run"))
-            paths = [path for _name, path in steps]
-            self._plan_state.update(dict.fromkeys(paths, state))
-            if state == "built":
-                self.cached += len(steps)
-                self._done_paths.update(paths)
 
     def _update(self, event: ev.Event) -> None:
         kind, step = event.kind, event.step or "?"
