@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.placeholders import ExecutorStep, InputName
@@ -338,6 +338,3 @@ class _Succeeded:
     def __call__(self, event: Event) -> None:
         if event.kind == "succeeded" and event.output_path is not None:
             self.paths.append(event.output_path)
-
-    def planned_many(self, steps: Sequence[tuple[str, str]], state: str, data: dict[str, Any]) -> None:
-        """Planned steps are not what it collects (``EventBus.emit_planned``)."""
