@@ -30,10 +30,14 @@ class Recording:
         self.events: list[Event] = []
         self.opened: list[EventLogPlace] = []
         self.closed = 0
+        self.refusals: list[str] = []
 
-    def open(self, event_log: EventLogPlace) -> list[Listener]:
+    def open(self, event_log: EventLogPlace, session: object) -> list[Listener]:
         self.opened.append(event_log)
         return [self.events.append]
+
+    def refused(self, reason: str) -> None:
+        self.refusals.append(reason)
 
     def close(self) -> None:
         self.closed += 1

@@ -237,16 +237,24 @@ def test_where_to_look_after_a_build(ws: Path) -> None:
         'tracked(name = "quiet")\n'
         'tracked(name = "tb", tracker = "tensorboard")\n'
     )
-    done = mb(ws, "//wb:run", "//wb:quiet", "//wb:tb", WANDB_ENTITY="team", WANDB_PROJECT="proj")
+    done = mb(
+        ws,
+        "//wb:run",
+        "//wb:quiet",
+        "//wb:tb",
+        WANDB_ENTITY="team",
+        WANDB_PROJECT="proj",
+        MARINBUILD_SERVE_URL="http://views.example.org",
+    )
     assert done.returncode == 0, done.stderr
     page = [line for line in done.stderr.splitlines() if "experiment page:" in line]
-    assert len(page) == 1 and "/experiment?path=" in page[0]
+    assert len(page) == 1 and "http://views.example.org/experiment?path=" in page[0]
     run_dir = next((ws / "out" / "wb").glob("run-*")).name
     assert f"marinbuild: W&B run of wb/run: https://wandb.ai/team/proj/runs/{run_dir}" in done.stderr
     assert "wb/quiet" not in done.stderr.split("experiment page:")[1]
     tb_dir = next((ws / "out" / "wb").glob("tb-*"))
     assert f"marinbuild: TensorBoard of wb/tb: tensorboard --logdir {tb_dir / 'tensorboard'}" in done.stderr
-    again = mb(ws, "//wb:run", "//wb:quiet")
+    again = mb(ws, "//wb:run", "//wb:quiet", MARINBUILD_SERVE_URL="http://views.example.org")
     assert "experiment page" not in again.stderr  # nothing ran
 
 

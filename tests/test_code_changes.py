@@ -222,3 +222,61 @@ def test_executor_main_and_the_cli_write_the_same_code_record_for_the_same_step(
 
     assert record("marin") == record("cli")
     assert set(record("marin")[1]["files"]) == {"pipe/script.py"}
+
+
+TWO_STEP_SCRIPT = """
+import os
+from dataclasses import dataclass
+
+from marinbuild.executor import ExecutorStep, output_path_of, this_output_path, versioned
+
+
+@dataclass(frozen=True)
+class C:
+    output_path: str
+    v: int
+    source: str | None = None
+
+
+def touch(config):
+    with open(os.environ["MB_CALLS"], "a") as f:
+        f.write(os.path.basename(config.output_path).rsplit("-", 1)[0] + "\\n")
+    os.makedirs(config.output_path, exist_ok=True)
+
+
+inner = ExecutorStep(name="two/inner", fn=touch, config=C(output_path=this_output_path(), v=versioned(1)))
+outer = ExecutorStep(
+    name="two/outer", fn=touch, config=C(output_path=this_output_path(), v=versioned(1), source=output_path_of(inner))
+)
+"""
+
+
+def test_the_code_warning_names_a_script_inner_step_and_how_to_rebuild_it(ws: Path) -> None:
+    """After ``--rebuild`` of an executor_script target, its inner step's code is still stale: the warning names
+    that step (no label does) and ``--rebuild STEP`` rebuilds it."""
+    (ws / "pipe" / "two.py").write_text(TWO_STEP_SCRIPT)
+    with open(ws / "pipe" / "BUILD.marin", "a") as f:
+        f.write('executor_script(name = "two", script = "two.py")\n')
+    assert mb(ws, "//pipe:two").returncode == 0
+    assert calls(ws) == ["inner", "outer"]
+    edit(ws / "pipe" / "two.py")
+    rebuilt = mb(ws, "--rebuild", "//pipe:two", "//pipe:two")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert calls(ws) == ["outer"]
+    assert "  two/inner: pipe/two.py (a step inside a target, no label names it; rebuild: --rebuild two/inner)" in (
+        rebuilt.stderr
+    )
+    inner = mb(ws, "--rebuild", "two/inner", "//pipe:two")
+    assert inner.returncode == 0, inner.stderr
+    assert calls(ws) == ["inner"]
+    assert "code changed" not in mb(ws, "//pipe:two").stderr
+
+
+def test_the_code_warning_names_a_target_step_with_its_label(ws: Path) -> None:
+    assert mb(ws, *ALL).returncode == 0
+    edit(ws / "pipe" / "script.py")
+    done = mb(ws, *ALL)
+    assert (
+        "  script/only: pipe/script.py (target //pipe:script: marinbuild why //pipe:script; "
+        "rebuild: --rebuild //pipe:script)"
+    ) in done.stderr

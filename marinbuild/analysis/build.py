@@ -8,7 +8,9 @@ the listeners (``marinbuild.ui.build_report``), prints the result and picks the 
 
 A request the build cannot honour (no target matches, ``--rebuild`` of a target this build does not analyse,
 a step asking for resources the backend cannot give, a built output path that holds another version's
-outputs) raises ``BuildRequestError`` before any step runs.
+outputs) raises ``BuildRequestError`` before any step runs. The listeners are opened before the targets load,
+and hear of every refusal (that, a bad BUILD file, a step that failed before and must not be retried) through
+``refused``: the workspace's event log of a refused build says so.
 """
 
 from __future__ import annotations
@@ -72,10 +74,16 @@ class EventLogPlace(NamedTuple):
 
 
 class BuildListeners(Protocol):
-    """The listeners a build's events go to, opened once the workspace and prefix are known."""
+    """The listeners a build's events go to, opened once the workspace and prefix are known (before the targets
+    load: a build refused at loading or analysis is recorded too)."""
 
-    def open(self, event_log: EventLogPlace) -> list[Listener]:
-        """The listeners for this build; called once, just before the first event."""
+    def open(self, event_log: EventLogPlace, session: Session) -> list[Listener]:
+        """The listeners for the build of ``session``'s targets; called once, before the targets load."""
+        ...
+
+    def refused(self, reason: str) -> None:
+        """The build was refused before any step ran (``reason``: the error's text); called at most once, before
+        ``close``."""
         ...
 
     def close(self) -> None:
@@ -86,13 +94,31 @@ class BuildListeners(Protocol):
 def run_build(request: BuildRequest, listeners: BuildListeners) -> tuple[Session, BuildResult]:
     """Build what ``request`` asks for in the workspace of the working directory (see the module docstring)."""
     from marinbuild.analysis.session import Session
-    from marinbuild.engine.build import build
-    from marinbuild.run.resources import UnsatisfiableResourcesError
-    from marinbuild.store.action_cache import ActionCacheCollisionError
+    from marinbuild.engine.errors import PreviousTaskFailedError
 
     session = Session.open(".", **request.settings())
     event_log = EventLogPlace(session.workspace.cache_dir, list(request.patterns), session.settings.prefix)
     _export_serve_url(session.workspace, session.settings.prefix)
+    opened = listeners.open(event_log, session)
+    try:
+        result = _build(request, session, opened)
+        if isinstance(result.failure, PreviousTaskFailedError):  # planned, then refused to retry failed steps
+            listeners.refused(str(result.failure))
+    except Exception as exc:  # refused before any step ran (a step's own failure is in the result)
+        listeners.refused(str(exc))
+        raise
+    finally:
+        listeners.close()
+    return session, result
+
+
+def _build(request: BuildRequest, session: Session, listeners: list[Listener]) -> BuildResult:
+    """Load and analyse ``request``'s targets in ``session`` and build their steps, ``listeners`` hearing the
+    events."""
+    from marinbuild.engine.build import build
+    from marinbuild.run.resources import UnsatisfiableResourcesError
+    from marinbuild.store.action_cache import ActionCacheCollisionError
+
     labels = session.load(request.patterns)
     if not labels:
         raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
@@ -101,9 +127,9 @@ def run_build(request: BuildRequest, listeners: BuildListeners) -> tuple[Session
     assert engine is not None
     requested = [(str(label), path) for label in labels for path in session.output_paths_of(label)]
     rebuilt = _rebuild_steps(session, request.rebuild)
-    engine.listeners = listeners.open(event_log)
+    engine.listeners = listeners
     try:
-        result = build(
+        return build(
             engine,
             session.requested_steps(),
             requested=requested,
@@ -117,9 +143,6 @@ def run_build(request: BuildRequest, listeners: BuildListeners) -> tuple[Session
         raise BuildRequestError(str(exc)) from exc
     except ActionCacheCollisionError as exc:  # found at planning, nothing ran: the message says what to rename
         raise BuildRequestError(str(exc)) from exc
-    finally:
-        listeners.close()
-    return session, result
 
 
 def _export_serve_url(workspace: Workspace, prefix: str) -> None:
@@ -132,12 +155,20 @@ def _export_serve_url(workspace: Workspace, prefix: str) -> None:
 
 
 def _rebuild_steps(session: Session, patterns: tuple[str, ...]) -> list[ExecutorStep]:
-    """The steps of the targets ``--rebuild`` names; each must be among the targets this build analysed."""
+    """The steps ``--rebuild`` names: a step's name (one inside a target, e.g. an ``executor_script``'s inner step,
+    which no label names), else the steps of the targets a pattern names; each must be among what this build
+    analysed."""
     if not patterns:
         return []
-    assert session.loaded is not None and session.analysis is not None
-    steps = []
+    assert session.loaded is not None and session.analysis is not None and session.engine is not None
+    by_name: dict[str, list[ExecutorStep]] = {}
+    for step in session.engine.steps:
+        by_name.setdefault(step.name, []).append(session.engine.canonicalize(step))
+    steps: list[ExecutorStep] = []
     for pattern in patterns:
+        if pattern in by_name:
+            steps.extend(dict.fromkeys(by_name[pattern]))
+            continue
         for label in session.loaded.expand([pattern], session.current_package()):
             if label not in session.analysis.steps_of:
                 raise BuildRequestError(

@@ -166,9 +166,10 @@ def _run_only(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option(
     "--rebuild",
     multiple=True,
-    metavar="TARGET",
+    metavar="TARGET|STEP",
     shell_complete=_complete_labels,
-    help="Run TARGET's steps again even though they are built (repeatable).",
+    help="Run TARGET's steps (or the step named STEP, e.g. one inside an executor_script) again even though they "
+    "are built (repeatable).",
 )
 @click.option(
     "--force_run_failed/--no-force_run_failed",
@@ -236,7 +237,7 @@ def build_command(
     session, result = run_build(request, report)
     report.print_result(result, session)
     if result.failure is not None:
-        click.echo(f"marinbuild: {result.failure}", err=True)
+        click.echo(f"marinbuild: {_failure_text(result.failure)}", err=True)
         raise SystemExit(EXIT_FAILED)
     if check_up_to_date and result.would_run:
         click.echo(
@@ -244,6 +245,19 @@ def build_command(
             err=True,
         )
         raise SystemExit(EXIT_FAILED)
+
+
+def _failure_text(failure: Exception) -> str:
+    """The line saying why a build failed; a refusal to retry failed steps advises this command's flag (the
+    engine's message advises Marin's ``force_run_failed=True``)."""
+    from marinbuild.engine.errors import PreviousTaskFailedError
+
+    if isinstance(failure, PreviousTaskFailedError):
+        return (
+            f"step(s) failed previously: {', '.join(failure.failed)}; nothing ran "
+            "(--no-force_run_failed; rerun without it, or with --force_run_failed, to run them again)"
+        )
+    return str(failure)
 
 
 @cli.command("query")

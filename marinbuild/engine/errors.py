@@ -32,7 +32,13 @@ class StepFailedError(RuntimeError):
 class PreviousTaskFailedError(Exception):
     """A needed step failed in an earlier run and ``force_run_failed`` is False. Marin's name and base class (a plain
     ``Exception``, ``marin.execution.executor_step_status.PreviousTaskFailedError``), so code that catches Marin's
-    keeps working when it imports this one instead."""
+    keeps working when it imports this one instead. The message is Marin's advice (``force_run_failed=True``);
+    ``failed`` names each step that failed before (its status, its traceback file), for a face that words the
+    advice in its own spelling (the command line's ``--force_run_failed``)."""
+
+    def __init__(self, message: str, failed: list[str] | None = None):
+        super().__init__(message)
+        self.failed = list(failed or [])
 
 
 PreviousStepFailedError = PreviousTaskFailedError

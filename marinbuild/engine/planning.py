@@ -77,5 +77,7 @@ def refuse_failed_before(plan: planning.Plan, output_paths: dict[ExecutorStep, s
         traceback = existing_traceback(output_paths[s])
         return f"{s.name} ({plan.steps[s].status}" + (f"; traceback: {traceback})" if traceback else ")")
 
-    names = ", ".join(named(s) for s in failed_before)
-    raise PreviousTaskFailedError(f"step(s) failed previously: {names}; rerun with force_run_failed=True")
+    failed = [named(s) for s in failed_before]
+    raise PreviousTaskFailedError(
+        f"step(s) failed previously: {', '.join(failed)}; rerun with force_run_failed=True", failed
+    )

@@ -6,7 +6,8 @@ What it holds (Marin's schema): ``worker_id``, ``git_commit``, ``caller_path``, 
 level is indented as Marin's; each step is one line of compact sorted-key JSON (``indent=2`` would repeat every
 nested version over many lines, several times the size on a wide graph).
 
-The name: ``<script>`` is the caller's file name without ``.py`` (as Marin's). ``<hash>`` is the first 6 hex digits
+The name: ``<script>`` is the caller's file name without ``.py`` (as Marin's; for ``python -m package``, the
+package's name: the command line makes one name however it is started). ``<hash>`` is the first 6 hex digits
 of the md5 of the steps' output paths, sorted, one per line. Marin hashes the whole text of the steps, whose
 ``fn_name`` holds a memory address, so its name changes with every run anyway. The output paths already name each
 step's version (``<name>-<md5 of its version>``), so they name the graph in a few bytes a step: the name is known
@@ -49,7 +50,11 @@ def step_line(info: Any, version_str: str) -> str:
 
 
 def script_name(caller_path: str) -> str:
-    """``<script>`` of the name: the caller's file name without ``.py`` (as Marin strips it)."""
+    """``<script>`` of the name: the caller's file name without ``.py`` (as Marin strips it); for a package's
+    ``__main__.py`` (``python -m package``), the package's name, so ``python -m marinbuild`` and the ``marinbuild``
+    command name their runs alike."""
+    if os.path.basename(caller_path) == "__main__.py":
+        return os.path.basename(os.path.dirname(caller_path))
     return os.path.basename(caller_path).replace(".py", "")
 
 

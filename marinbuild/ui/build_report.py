@@ -2,13 +2,18 @@
 
 ``BuildReport`` is the ``BuildListeners`` a build's flow (``marinbuild.analysis.build``) opens: the
 summary always; the live progress display and the workspace's event log unless it is a dry run;
-the ``--build_event_json_file`` writer and the ``--profile`` trace when asked for. After the
-build, ``print_result`` prints, in this order: on stderr the steps the local backend could not run
-(dry runs), on stdout the plan (dry runs and ``--explain``: a row per step, its resources and, with
-``--explain``, why it runs) and the summary (or the ``--output json`` result), then on stderr the
-outputs whose code changed, where to look (experiment page, W&B, TensorBoard) and the web view's
-page of each failed step. What the command's exit code is, and the lines that go with it, stay
-with the command line.
+the ``--build_event_json_file`` writer and the ``--profile`` trace when asked for. A build that is
+refused (a bad BUILD file, a request it cannot honour, a step that failed before and must not be
+retried) ends its event log with that reason.
+
+``--explain`` on a build that runs prints the plan on stdout as soon as it is made, before any step
+starts: a row per step, its resources and, for each step that runs, why (``why``'s reason, read
+before the run changes it). After the build, ``print_result`` prints, in this order: on stderr
+the steps the local backend could not run (dry runs), on stdout the plan of a dry run (with
+``--explain``, why each step would run) and the summary (or the ``--output json`` result), then
+on stderr the outputs whose code changed, where to look (experiment page, W&B, TensorBoard) and
+the web view's page of each failed step. What the command's exit code is, and the lines that go
+with it, stay with the command line.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ import click
 if TYPE_CHECKING:
     from marinbuild.analysis.build import EventLogPlace
     from marinbuild.analysis.session import Session
-    from marinbuild.engine.build import BuildResult
-    from marinbuild.run.events import Listener
+    from marinbuild.core.placeholders import ExecutorStep
+    from marinbuild.engine.build import BuildResult, PlanRow
+    from marinbuild.run.events import Event, Listener
+    from marinbuild.ui.event_log import EventLog
     from marinbuild.ui.summary import BuildSummary
 
 __all__ = ["BuildReport"]
@@ -37,8 +44,9 @@ class BuildReport:
         self.event_file, self.profile = event_file, profile
         self.summary: BuildSummary | None = None
         self.closers: list[Any] = []
+        self.log: EventLog | None = None
 
-    def open(self, event_log: EventLogPlace) -> list[Listener]:
+    def open(self, event_log: EventLogPlace, session: Session) -> list[Listener]:
         from marinbuild.ui.bep import BuildEventJsonWriter
         from marinbuild.ui.progress import ProgressDisplay
         from marinbuild.ui.summary import BuildSummary
@@ -46,15 +54,17 @@ class BuildReport:
         self.summary = BuildSummary()
         listeners: list[Listener] = [self.summary]
         if not self.dry_run:
+            if self.explain and self.output == "text":
+                listeners.append(_PlanPrinter(session))
             progress = ProgressDisplay(console_file=sys.stderr)
             listeners.append(progress)
             self.closers.append(progress)
             from marinbuild.ui.event_log import open_event_log
 
-            log = open_event_log(*event_log)
-            if log is not None:
-                listeners.append(log)
-                self.closers.append(log)
+            self.log = open_event_log(*event_log)
+            if self.log is not None:
+                listeners.append(self.log)
+                self.closers.append(self.log)
         if self.event_file:
             bep = BuildEventJsonWriter(self.event_file)
             listeners.append(bep)
@@ -66,6 +76,10 @@ class BuildReport:
             listeners.append(trace)
             self.closers.append(trace)
         return listeners
+
+    def refused(self, reason: str) -> None:
+        if self.log is not None:
+            self.log.refused(reason)
 
     def close(self) -> None:
         for closer in self.closers:
@@ -79,15 +93,10 @@ class BuildReport:
                 f"steps below: {'; '.join(result.dry_run_problems)}",
                 err=True,
             )
+        self._note_outside_plan(result)
         self._print_plan_and_summary(result, session)
         if result.code_changed:
-            files = sorted({f for fs in result.code_changed.values() for f in fs})
-            click.echo(
-                f"marinbuild: warning: code changed since {len(result.code_changed)} output(s) were built, not part "
-                f"of their key, so they were not rebuilt: {', '.join(files)} (marinbuild why TARGET says which; "
-                "--rebuild TARGET rebuilds one)",
-                err=True,
-            )
+            click.echo(_code_changed_text(result, session), err=True)
         if not self.dry_run and result.succeeded:
             from marinbuild.ui.where import where_to_look
 
@@ -99,22 +108,30 @@ class BuildReport:
             for line in failure_pages(result.engine.prefix, self.summary.failures):
                 click.echo(f"marinbuild: {line}", err=True)
 
-    def _print_plan_and_summary(self, result: BuildResult, session: Session) -> None:
-        """The plan (dry runs, ``--explain``), then the summary or the JSON result, on stdout."""
-        assert self.summary is not None, "the build opened no listeners"
-        if (self.dry_run or self.explain) and self.output == "text" and result.plan is not None:
-            for step, state, path, lease, will_run in result.plan:
-                line = f"{state:<10} {step.name}  {path}"
-                if lease is not None:
-                    line += f"  (lease {lease.worker_id}, {lease.age():.0f}s old)"
-                click.echo(line)
-                hardware = _hardware(step)
-                if hardware is not None:
-                    click.echo(f"           resources: {hardware}")
-                if self.explain and will_run:
-                    from marinbuild.cache.why import explain_step
+    def _note_outside_plan(self, result: BuildResult) -> None:
+        """Tell the summary the state of requested outputs the plan left out (``--run_only`` chose other steps):
+        ``built``, or ``not built: not selected by --run_only``."""
+        if result.plan is None or self.summary is None:
+            return
+        planned = {row.output_path for row in result.plan}
+        outside = [path for _label, path in result.requested if path not in planned]
+        if not outside:
+            return
+        from marinbuild.cache.probe import BUILT, probe_outputs
 
-                    click.echo(f"           why: {explain_step(session, step)}")
+        probes = probe_outputs(outside)
+        self.summary.outside_plan(
+            {
+                path: "built" if probe.state == BUILT else "not built: not selected by --run_only"
+                for path, probe in probes.items()
+            }
+        )
+
+    def _print_plan_and_summary(self, result: BuildResult, session: Session) -> None:
+        """The plan (dry runs), then the summary or the JSON result, on stdout."""
+        assert self.summary is not None, "the build opened no listeners"
+        if self.dry_run and self.output == "text" and result.plan is not None:
+            print_plan(result.plan, session if self.explain else None)
         if self.output == "json":
             data = self.summary.as_dict()
             data["targets"] = [{"label": label, "output_path": path} for label, path in result.requested]
@@ -126,6 +143,73 @@ class BuildReport:
             click.echo(json.dumps(data, indent=2))
         else:
             click.echo(self.summary.render(result.requested))
+
+
+def _code_changed_text(result: BuildResult, session: Session) -> str:
+    """The warning about built outputs whose code changed: each step, its changed files, and how to look at it and
+    rebuild it: ``why``/``--rebuild`` of its target, or for a step inside a target that no label names (an
+    ``executor_script``'s inner step), ``--rebuild`` of the step's name."""
+    named: dict[ExecutorStep, str] = {}
+    if session.analysis is not None:
+        for label in session.analysis.steps_of:
+            for step in session.steps_of(label):
+                named.setdefault(step, str(label))
+    files = sorted({f for fs in result.code_changed.values() for f in fs})
+    lines = [
+        f"marinbuild: warning: code changed since {len(result.code_changed)} output(s) were built, not part of their "
+        f"key, so they were not rebuilt: {', '.join(files)}"
+    ]
+    for step, files in result.code_changed.items():
+        target = named.get(step)
+        if target is not None:
+            how = f"target {target}: marinbuild why {target}; rebuild: --rebuild {target}"
+        else:
+            how = f"a step inside a target, no label names it; rebuild: --rebuild {step.name}"
+        lines.append(f"  {step.name}: {', '.join(files)} ({how})")
+    return "\n".join(lines)
+
+
+def print_plan(plan: list[PlanRow], session: Session | None) -> None:
+    """A row per step of ``plan`` on stdout: its state, name, output path, lease and resources; with ``session``,
+    why each step that runs does (read now: print it before the run)."""
+    for step, state, path, lease, will_run in plan:
+        line = f"{state:<10} {step.name}  {path}"
+        if lease is not None:
+            line += f"  (lease {lease.worker_id}, {lease.age():.0f}s old)"
+        click.echo(line)
+        hardware = _hardware(step)
+        if hardware is not None:
+            click.echo(f"           resources: {hardware}")
+        if session is not None and will_run:
+            from marinbuild.cache.why import explain_step
+
+            click.echo(f"           why: {explain_step(session, step)}")
+
+
+class _PlanPrinter:
+    """``--explain`` of a build that runs: at the plan's first event, the whole plan and why each step runs, before
+    any step starts (after, the reasons are gone: a step that ran is built)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.printed = False
+
+    def __call__(self, event: Event) -> None:
+        from marinbuild.run import events as ev
+
+        engine = self.session.engine
+        if event.kind != ev.PLANNED or self.printed or engine is None or engine.plan is None:
+            return
+        self.printed = True
+        from marinbuild.engine.build import PlanRow
+
+        print_plan(
+            [
+                PlanRow(step, p.state, engine.output_paths[step], p.lease, p.will_run)
+                for step, p in engine.plan.steps.items()
+            ],
+            self.session,
+        )
 
 
 def _hardware(step: Any) -> str | None:

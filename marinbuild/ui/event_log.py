@@ -3,7 +3,10 @@
 ``<workspace>/.marinbuild/events/<UTC time>-<pid>.jsonl``: a first line
 ``{"kind": "run", "id", "patterns", "prefix", "argv", "pid", "time"}``, then one line per event in the
 form of ``--build_event_json_file`` (``marinbuild.ui.bep.event_record``), flushed as it is written so
-``marinbuild serve`` can tail it while the build runs. The log never fails a build: one that cannot
+``marinbuild serve`` can tail it while the build runs. A build refused before any step ran (a bad
+BUILD file, a request it cannot honour, a step that failed before and must not be retried) ends its
+log with ``{"kind": "build_refused", "reason", "time"}`` (the reason's first line): the log of a
+build that ended has that line or a ``build_finished`` event. The log never fails a build: one that cannot
 be created is not written (``open_event_log`` returns None), one that cannot be appended to (a full
 disk) stops. ``planned``, ``cached`` and ``progress`` events are left out: what a run page shows (what
 ran, what failed, when) needs none of them, and a no-op build writes three lines. The newest ``KEEP``
@@ -32,6 +35,8 @@ EVENTS_FOLDER = "events"
 KEEP = 100
 LEFT_OUT = frozenset({ev.PLANNED, ev.CACHED, ev.PROGRESS})
 """Event kinds not written: see the module docstring."""
+REFUSED = "build_refused"
+"""The last line of a refused build's log (not an event: no listener but the log hears of it)."""
 
 
 def events_dir(cache_dir: str | os.PathLike[str]) -> Path:
@@ -82,6 +87,11 @@ class EventLog:
         if event.kind not in LEFT_OUT:
             self._write(self._record(event))
 
+    def refused(self, reason: str) -> None:
+        """End the log of a build refused before any step ran, with ``reason``'s first line."""
+        lines = reason.strip().splitlines()
+        self._write({"kind": REFUSED, "reason": lines[0] if lines else "", "time": time.time()})
+
     def close(self) -> None:
         with self._lock:
             self._file.close()
@@ -116,11 +126,12 @@ class RunLog:
         return self.header.get("prefix")
 
     def summary(self) -> dict[str, Any]:
-        """When, what was asked, what ran, what failed; ``finished`` is False while the build runs (or if it died)."""
+        """When, what was asked, what ran, what failed; ``finished`` is False while the build runs (or if it died);
+        ``refused``: why the build was refused before any step ran (None if it was not)."""
         ran = [e for e in self.events if e.get("kind") == ev.SUCCEEDED]
         failed = [e for e in self.events if e.get("kind") == ev.FAILED]
         dep_failed = [e for e in self.events if e.get("kind") == ev.DEP_FAILED]
-        end = next((e for e in reversed(self.events) if e.get("kind") == ev.BUILD_FINISHED), None)
+        end = next((e for e in reversed(self.events) if e.get("kind") in (ev.BUILD_FINISHED, REFUSED)), None)
         return {
             "id": self.id,
             "time": self.header.get("time"),
@@ -132,6 +143,7 @@ class RunLog:
             "ran": [e.get("step") for e in ran],
             "failed": [e.get("step") for e in failed],
             "dep_failed": [e.get("step") for e in dep_failed],
+            "refused": end.get("reason") if end is not None and end.get("kind") == REFUSED else None,
         }
 
 

@@ -34,7 +34,14 @@ MAX_LISTED = 20
 """Dependency-failed / skipped steps listed by name in ``render``; the rest are counted."""
 
 
-_NOTES = {"built": "", "dep_failed": "not built: dependency failed", "skipped": "not built: skipped"}
+_NOTES = {
+    "built": "",
+    "dep_failed": "not built: dependency failed",
+    "skipped": "not built: skipped",
+    "failed before": "not built: failed before",
+}
+_PLANNED_WORDS = {"built": "already built", "failed": "failed before"}
+"""How a refused build's headline words the plan's states."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,7 @@ class BuildSummary:
         self.end_time: float | None = None
         self._plan_state: dict[str, str] = {}
         self._done_paths: set[str] = set()
+        self._outside_plan: dict[str, str] = {}
 
     def __call__(self, event: ev.Event) -> None:
         with self._lock:
@@ -148,20 +156,34 @@ class BuildSummary:
         return self.end_time - self.start_time
 
     def status(self) -> str:
-        """``ok``, ``failed``, ``interrupted`` (started, never finished), or ``dry_run``."""
+        """``ok``, ``failed``, ``interrupted`` (started, never finished), ``refused`` (planned, never started: a
+        step failed before and the build was told not to retry it), or ``dry_run``."""
         if self.dry_run and not self.started:
             return "dry_run"
+        if self.planned and not self.started:
+            return "refused"
         if self.started and not self.finished:
             return "interrupted"
         return "ok" if self.ok else "failed"
 
+    def outside_plan(self, states: dict[str, str]) -> None:
+        """The state (``built`` or why not) of requested outputs the plan left out (``--run_only`` selected other
+        steps): the plan's events say nothing about them."""
+        with self._lock:
+            self._outside_plan.update(states)
+
     def _target_status(self, output_path: str) -> str:
-        """``built``, ``failed``, ``dep_failed``, ``skipped``, ``not built``, or in a dry run ``would run: <state>``."""
+        """``built``, ``failed``, ``dep_failed``, ``skipped``, ``not built``, ``failed before`` (a refused build), a
+        state given by ``outside_plan``, or in a dry run ``would run: <state>``."""
+        if output_path in self._outside_plan:
+            return self._outside_plan[output_path]
         if self.dry_run and not self.started:
             state = self._plan_state.get(output_path)
             return "built" if state == "built" else f"would run: {state or 'unknown'}"
         if output_path in self._done_paths:
             return "built"
+        if not self.started and self._plan_state.get(output_path) == "failed":
+            return "failed before"
         for status, problems in (("failed", self.failures), ("dep_failed", self.dep_failed), ("skipped", self.skipped)):
             if any(p.output_path == output_path for p in problems):
                 return status
@@ -199,6 +221,9 @@ class BuildSummary:
                 + (f" ({states})" if states else "")
                 + f", {self.planned.get('built', 0)} already built"
             )
+        if status == "refused":
+            states = ", ".join(f"{n} {_PLANNED_WORDS.get(state, state)}" for state, n in sorted(self.planned.items()))
+            return f"Build REFUSED, nothing ran: {states}"
         c = self.counts
         parts = [f"{c['built']} built", f"{c['cached']} cached"]
         for key, word in (("failed", "failed"), ("dep_failed", "dependency failed"), ("skipped", "skipped")):

@@ -2,8 +2,10 @@
 TensorBoard logs.
 
 Contract: ``where_to_look(engine, ran)`` returns the lines (without a trailing newline) to print on
-stderr after a build whose run ``ran`` these steps: the experiment page (``Engine.experiment_url()``)
-when the build wrote its run info, and for each step of a target with ``tracker = "wandb"`` its
+stderr after a build whose run ``ran`` these steps: when the build wrote its run info, its experiment page
+(``Engine.experiment_url()``) if a web view answers for the build (``$MARINBUILD_SERVE_URL``, which a CLI build
+sets from the configured URL or a running ``marinbuild serve``), else the run info file (no link to a server
+that does not run), and for each step of a target with ``tracker = "wandb"`` its
 Weights & Biases run (``https://wandb.ai/$WANDB_ENTITY/$WANDB_PROJECT/runs/<run id>``; the run id is
 the output folder's name, as ``train_lm`` names the run), and for each step of a target with
 ``tracker = "tensorboard"`` the ``tensorboard --logdir`` command for its event files (``marinbuild.ml.train``
@@ -33,7 +35,7 @@ def _tracker(step: Any) -> str | None:
 def where_to_look(engine: Engine, ran: list[Any]) -> list[str]:
     lines = []
     if engine.executor_info_path is not None:
-        lines.append(f"experiment page: {engine.experiment_url()}")
+        lines.append(_run_info_line(engine, engine.executor_info_path))
     project = os.environ.get("WANDB_PROJECT", "marin")
     entity = os.environ.get("WANDB_ENTITY")
     for step in ran:
@@ -49,6 +51,16 @@ def where_to_look(engine: Engine, ran: list[Any]) -> list[str]:
         else:
             lines.append(f"W&B run of {step.name}: project {project}, run {run_id} (set WANDB_ENTITY for its URL)")
     return lines
+
+
+def _run_info_line(engine: Engine, run_info_path: str) -> str:
+    """The experiment page when a web view answers for the build (``$MARINBUILD_SERVE_URL``: configured, or a
+    running ``marinbuild serve`` of the workspace); else the run info file and how to see its page."""
+    from marinbuild.engine.serve_url import ENV
+
+    if os.environ.get(ENV):
+        return f"experiment page: {engine.experiment_url()}"
+    return f"run info: {run_info_path} (marinbuild serve shows its page)"
 
 
 def failure_pages(prefix: str, failures: list[Any]) -> list[str]:

@@ -278,7 +278,7 @@ async function runsPage() {
         el("td", {}, el("a", { href: `/run/${encodeURIComponent(b.id)}` }, when(b.time))),
         el("td", {}, b.patterns.join(" ")), el("td", {}, String(b.ran.length)),
         el("td", {}, b.failed.length ? b.failed.join(", ") : ""),
-        el("td", {}, b.finished ? "" : "running (or stopped)")))));
+        el("td", {}, b.refused ? `refused: ${b.refused}` : b.finished ? "" : "running (or stopped)")))));
   }
   items.push(el("h2", {}, "Run info files (experiments/)"));
   if (!data.run_infos.length) items.push(el("p", { class: "muted" }, "None."));
@@ -313,7 +313,8 @@ async function runPage() {
     });
     main().replaceChildren(el("h1", {}, `Build ${run.id}`),
       facts([["asked", run.patterns.join(" ")], ["command", `marinbuild ${run.argv.join(" ")}`], ["started", when(run.time)],
-        ["finished", run.finished ? when(run.end_time) : "not yet (or the build was stopped)"],
+        ["finished", run.refused ? `refused, nothing ran: ${run.refused}`
+          : run.finished ? when(run.end_time) : "not yet (or the build was stopped)"],
         ["took", run.finished ? seconds(run.end_time - run.time) : ""], ["prefix", run.prefix]]),
       el("h2", {}, "Timeline"),
       rows.length ? el("table", { id: "timeline" }, ...rows) : el("p", { class: "muted" }, "Nothing ran."));
