@@ -136,3 +136,20 @@ def test_the_run_info_is_named_after_the_command_however_it_starts(ws: CliWorksp
     assert json.loads(run_info.read_text())["caller_path"].endswith("__main__.py")  # Marin's record, as it is
     assert script_name("/venv/bin/marinbuild") == script_name("/site/marinbuild/__main__.py") == "marinbuild"
     assert script_name("/ws/experiments/train.py") == "train"
+
+
+def test_cache_verify_labels_each_row_with_its_own_target(ws: CliWorkspace) -> None:
+    assert ws.build("//pipe:c").code == 0
+    verified = command(ws, "cache", "verify", "//pipe:c")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    rows = {line.split()[1]: line for line in verified.stdout.splitlines() if line.startswith("ok")}
+    assert set(rows) == {"//pipe:a", "//pipe:c"}
+    assert "/out/pipe/a-" in rows["//pipe:a"] and "/out/pipe/c-" in rows["//pipe:c"]
+
+
+def test_cache_show_names_the_users_function(ws: CliWorkspace) -> None:
+    assert ws.build("//pipe:a").code == 0
+    shown = command(ws, "cache", "show", "//pipe:a")
+    assert shown.returncode == 0, shown.stderr
+    assert "  function:  message_steps:write (its config: " in shown.stdout
+    assert "run_target" not in shown.stdout

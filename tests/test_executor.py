@@ -824,3 +824,22 @@ def test_each_run_ends_its_lease_keeper(prefix):
         for thread in keepers:
             thread.join(30)
         assert not any(thread.is_alive() for thread in keepers)
+
+
+def test_a_script_with_nothing_to_do_says_so_in_one_line(tmp_path):
+    """A Marin script whose steps are all built prints one line saying so (as the command line's no-op does)."""
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(TESTS)!r})\n"
+        "import pipelines as pl\n"
+        "from marinbuild.executor import executor_main\n"
+        "a = pl.step('noop/a')\n"
+        "executor_main(steps=[a, pl.step('noop/b', inputs=[a])], args=['--prefix', sys.argv[1]])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MARIN_PREFIX"}
+    command = [sys.executable, str(script), str(tmp_path / "p")]
+    subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    again = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    said = [line for line in (again.stdout + again.stderr).splitlines() if "Nothing to do" in line]
+    assert len(said) == 1 and said[0].endswith("Nothing to do: all 2 step(s) are built"), again.stderr

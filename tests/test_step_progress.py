@@ -61,3 +61,24 @@ def test_the_display_shows_a_running_steps_progress():
     console.print(display.renderable())
     assert "3/8 shards, 1,000 tokens/s" in console.file.getvalue()
     display.close()
+
+
+def test_off_a_terminal_progress_is_printed_when_it_changes_at_most_every_few_seconds():
+    """A tokenize reports each second; a log gets a line only when the progress changed, at most every
+    ``PROGRESS_LINE_EVERY`` seconds (never the same ``0/2 shards, 0 tokens/s`` twenty times)."""
+    plain = io.StringIO()
+    bus = ev.EventBus([ProgressDisplay(plain, is_tty=False)])
+    bus.emit(ev.STARTED, step="pipe/tok", output_path="/p/tok-1", time=100.0)
+    for second in range(20):
+        bus.emit(
+            ev.PROGRESS, step="pipe/tok", output_path="/p/tok-1", detail="0/2 shards, 0 tokens/s", time=100.0 + second
+        )
+    bus.emit(ev.PROGRESS, step="pipe/tok", output_path="/p/tok-1", detail="1/2 shards, 10 tokens/s", time=121.0)
+    bus.emit(ev.PROGRESS, step="pipe/tok", output_path="/p/tok-1", detail="1/2 shards, 12 tokens/s", time=122.0)
+    bus.emit(ev.PROGRESS, step="pipe/tok", output_path="/p/tok-1", detail="2/2 shards, 11 tokens/s", time=140.0)
+    lines = [line for line in plain.getvalue().splitlines() if "shards" in line]
+    assert lines == [
+        "pipe/tok: 0/2 shards, 0 tokens/s",
+        "pipe/tok: 1/2 shards, 10 tokens/s",
+        "pipe/tok: 2/2 shards, 11 tokens/s",
+    ]

@@ -239,7 +239,15 @@ def format_show(shown: dict[str, Any]) -> str:
         config = info.get("config")
         if isinstance(config, dict) and isinstance(config.get("label"), str):
             lines.append(f"  target:    {config['label']}")
-        if info.get("fn_name"):
+            attrs = config.get("attrs")
+            fn = attrs.get("fn") if isinstance(attrs, dict) else None
+            if isinstance(fn, str):  # a python_step: the user's function, not the rule runner that calls it
+                lines.append(
+                    f"  function:  {fn} (its config: .executor_info's config.attrs.config, output_path, deps, srcs)"
+                )
+            elif isinstance(config.get("rule"), str):
+                lines.append(f"  rule:      {config['rule']}")
+        elif info.get("fn_name"):
             lines.append(f"  function:  {info['fn_name']}")
         for dep in info.get("dependencies") or []:
             lines.append(f"  depends on {dep}")

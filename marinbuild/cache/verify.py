@@ -367,7 +367,8 @@ def verify_cache(
     session: Any, targets: Iterable[Any], *, repair: bool = True, deps: bool = True, repair_metadata: bool = False
 ) -> VerifyReport:
     """``marinbuild cache verify PATTERN...``: verify the steps of the targets PATTERN... names and, with ``deps``,
-    every step they depend on (each labelled with the first target that needs it).
+    every step they depend on (each labelled with its own target; a step no label names, e.g. inside an
+    ``executor_script``, with its name).
 
     ``targets`` are labels or patterns, resolved (loaded and analysed) as ``cache status`` does.
     Damaged steps are invalidated unless ``repair`` is False (``--dry_run``); ``repair_metadata`` (``--repair``)
@@ -379,11 +380,15 @@ def verify_cache(
     labels = pb.resolve_targets(session, targets)
     output_paths = session.engine.output_paths
     graph = StepGraph(session.engine.table) if deps else None
-    entries: dict[str, tuple[str, str]] = {}
+    owner: dict[Any, str] = {}  # each step of a target: that target (the requested ones first)
+    for label in [*labels, *session.analysis.steps_of]:
+        for step in session.steps_of(label):
+            owner.setdefault(step, str(label))
+    entries: dict[str, tuple[str, str | None]] = {}
     for label in labels:
         own = session.steps_of(label)
         for step in graph.blocking_closure(own) if graph is not None else own:
-            entries.setdefault(output_paths[step], (step.name, str(label)))
+            entries.setdefault(output_paths[step], (step.name, owner.get(step)))
     report = verify_outputs(
         {path: name for path, (name, _) in entries.items()},
         repair=repair,

@@ -120,15 +120,23 @@ def plan_splits(payload: dict[str, Any]) -> dict[str, list[sh.Shard]]:
     }
 
 
+LOG_EVERY = 10.0
+"""Seconds between two progress lines in the step's log (where no live display listens)."""
+
+
 @dataclass
 class _Progress:
-    """Shards done / total and the token rate of the shards built by this attempt."""
+    """Shards done / total and the token rate of the shards built by this attempt. Reported each second to a live
+    display; where none listens, logged only when shards or tokens changed, at most every ``LOG_EVERY`` seconds
+    (the first and last line always, if they say something new)."""
 
     total: int
     done: int = 0
     built_tokens: int = 0
     start: float = field(default_factory=time.time)
     last: float = 0.0
+    logged: tuple[int, int] | None = None
+    logged_at: float = 0.0
 
     def text(self) -> str:
         return f"{self.done}/{self.total} shards, {self.rate():,.0f} tokens/s"
@@ -149,8 +157,13 @@ class _Progress:
             "tokens": self.built_tokens,
             "tokens_per_s": round(self.rate(), 1),
         }
-        if not report(self.text(), **data):
-            logger.info("tokenize: %s", self.text())
+        if report(self.text(), **data):
+            return
+        state = (self.done, self.built_tokens)
+        if state == self.logged or (not force and now - self.logged_at < LOG_EVERY):
+            return
+        self.logged, self.logged_at = state, now
+        logger.info("tokenize: %s", self.text())
 
 
 def tokenize(payload: dict[str, Any]) -> dict[str, Any]:

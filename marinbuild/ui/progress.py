@@ -4,7 +4,8 @@
 bottom (done/total, the running and waiting steps with their elapsed time, the build's elapsed
 time), redrawn by rich's own refresh thread, and prints finished steps and failures above it.
 Elsewhere (CI logs, pipes) it writes one line per interesting event (the build summary that
-follows says how the build ended)::
+follows says how the build ended; a running step's progress only when it changed, at most every
+``PROGRESS_LINE_EVERY`` seconds)::
 
     started hello_world/data (/prefix/hello_world/data-abc123)
     [3/10] built hello_world/data (0.4s)
@@ -26,6 +27,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from marinbuild.run import events as ev
 from marinbuild.ui._text import describe_error, format_duration
+
+PROGRESS_LINE_EVERY = 10.0
+"""Off a terminal, seconds between two progress lines of one step (and only when its progress changed)."""
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -59,6 +63,8 @@ class _State:
     """Every started step's start time, for the duration of its finish line."""
     progress: dict[_Key, str] = field(default_factory=dict)
     """Running steps' last reported progress (``progress`` events)."""
+    progress_shown: dict[_Key, tuple[str, float]] = field(default_factory=dict)
+    """Running steps' last progress line printed (off a terminal) and its time."""
 
     def counter(self) -> str:
         total = self.total if self.total is not None else (self.planned_to_run or None)
@@ -148,8 +154,12 @@ class ProgressDisplay:
         if kind == ev.PROGRESS:
             if key not in s.started_at:
                 return None
-            s.progress[key] = event.detail or ""
-            return f"{name}: {event.detail}", "dim"
+            detail = s.progress[key] = event.detail or ""
+            shown = s.progress_shown.get(key)
+            if shown is not None and (shown[0] == detail or event.time - shown[1] < PROGRESS_LINE_EVERY):
+                return None  # a line only when the progress changed, at most every PROGRESS_LINE_EVERY seconds
+            s.progress_shown[key] = (detail, event.time)
+            return f"{name}: {detail}", "dim"
         if kind == ev.STARTED:
             s.waiting.pop(key, None)
             s.started_at[key] = event.time
@@ -160,6 +170,7 @@ class ProgressDisplay:
         s.started_at.pop(key, None)
         s.waiting.pop(key, None)
         s.progress.pop(key, None)
+        s.progress_shown.pop(key, None)
         start = s.step_start.pop(key, None)
         s.done += 1
         took = f" ({format_duration(event.time - start)})" if start is not None else ""
