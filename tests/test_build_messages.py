@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,13 @@ def test_cache_show_names_the_users_function(ws: CliWorkspace) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "  function:  message_steps:write (its config: " in shown.stdout
     assert "run_target" not in shown.stdout
+
+
+def test_serve_without_its_extra_names_the_install_for_a_clone_too(ws: CliWorkspace) -> None:
+    """Without Starlette, ``serve`` says how to install it from a package index and from a clone."""
+    code = "import sys; sys.modules['starlette'] = None; from marinbuild.cli import main; sys.exit(main(['serve']))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ws.root, env=ws.env(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert "pip install 'marinbuild[serve]'" in done.stderr and "pip install -e '.[serve]'" in done.stderr

@@ -476,7 +476,10 @@ def serve_command(patterns: tuple[str, ...], prefix: str | None, port: int, host
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise UsageProblem(f"serve needs Starlette and uvicorn: pip install 'marinbuild[serve]' ({exc})") from exc
+        raise UsageProblem(
+            "serve needs Starlette and uvicorn: pip install 'marinbuild[serve]'; in a clone of marinbuild, "
+            f"pip install -e '.[serve]' (or make run EXTRAS=serve, EXTRAS=ml,serve with the ML rules) ({exc})"
+        ) from exc
     from marinbuild.serve.main import CannotListen, serve
 
     workspace = find_workspace(".")
