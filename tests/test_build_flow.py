@@ -30,14 +30,14 @@ class Recording:
         self.events: list[Event] = []
         self.opened: list[EventLogPlace] = []
         self.closed = 0
-        self.refusals: list[str] = []
+        self.refusals: list[Exception] = []
 
     def open(self, event_log: EventLogPlace, session: object) -> list[Listener]:
         self.opened.append(event_log)
         return [self.events.append]
 
-    def refused(self, reason: str) -> None:
-        self.refusals.append(reason)
+    def refused(self, error: Exception) -> None:
+        self.refusals.append(error)
 
     def close(self) -> None:
         self.closed += 1

@@ -67,6 +67,7 @@ def test_a_build_refused_for_a_step_that_failed_before_has_one_verdict(ws: CliWo
     assert refused.ran == set()
     (latest, _first) = event_logs(ws)
     assert latest["refused"].startswith("step(s) failed previously: pipe/b") and latest["finished"]
+    assert "--force_run_failed" in latest["refused"]
 
 
 def test_explain_prints_why_before_the_run(ws: CliWorkspace) -> None:

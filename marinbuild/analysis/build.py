@@ -81,9 +81,10 @@ class BuildListeners(Protocol):
         """The listeners for the build of ``session``'s targets; called once, before the targets load."""
         ...
 
-    def refused(self, reason: str) -> None:
-        """The build was refused before any step ran (``reason``: the error's text); called at most once, before
-        ``close``."""
+    def refused(self, error: Exception) -> None:
+        """The build ended with ``error`` instead of a result, or refused to retry steps that failed before
+        (``error``: the result's ``PreviousTaskFailedError``); called at most once, before ``close``. A build whose
+        steps had not started was refused."""
         ...
 
     def close(self) -> None:
@@ -103,9 +104,9 @@ def run_build(request: BuildRequest, listeners: BuildListeners) -> tuple[Session
     try:
         result = _build(request, session, opened)
         if isinstance(result.failure, PreviousTaskFailedError):  # planned, then refused to retry failed steps
-            listeners.refused(str(result.failure))
-    except Exception as exc:  # refused before any step ran (a step's own failure is in the result)
-        listeners.refused(str(exc))
+            listeners.refused(result.failure)
+    except Exception as exc:  # refused, mostly before any step ran (a step's own failure is in the result)
+        listeners.refused(exc)
         raise
     finally:
         listeners.close()

@@ -218,7 +218,7 @@ def build_command(
     if verbose:
         os.environ["MARINBUILD_VERBOSE"] = "1"  # the Ray backend, and the ML steps' helper processes, read it
     from marinbuild.analysis.build import BuildRequest, run_build
-    from marinbuild.ui.build_report import BuildReport
+    from marinbuild.ui.build_report import BuildReport, failure_text
 
     dry_run = dry_run or check_up_to_date
     request = BuildRequest(
@@ -237,7 +237,7 @@ def build_command(
     session, result = run_build(request, report)
     report.print_result(result, session)
     if result.failure is not None:
-        click.echo(f"marinbuild: {_failure_text(result.failure)}", err=True)
+        click.echo(f"marinbuild: {failure_text(result.failure)}", err=True)
         raise SystemExit(EXIT_FAILED)
     if check_up_to_date and result.would_run:
         click.echo(
@@ -245,19 +245,6 @@ def build_command(
             err=True,
         )
         raise SystemExit(EXIT_FAILED)
-
-
-def _failure_text(failure: Exception) -> str:
-    """The line saying why a build failed; a refusal to retry failed steps advises this command's flag (the
-    engine's message advises Marin's ``force_run_failed=True``)."""
-    from marinbuild.engine.errors import PreviousTaskFailedError
-
-    if isinstance(failure, PreviousTaskFailedError):
-        return (
-            f"step(s) failed previously: {', '.join(failure.failed)}; nothing ran "
-            "(--no-force_run_failed; rerun without it, or with --force_run_failed, to run them again)"
-        )
-    return str(failure)
 
 
 @cli.command("query")

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from marinbuild.ui.event_log import EventLog
     from marinbuild.ui.summary import BuildSummary
 
-__all__ = ["BuildReport"]
+__all__ = ["BuildReport", "failure_text"]
 
 
 class BuildReport:
@@ -77,9 +77,11 @@ class BuildReport:
             self.closers.append(trace)
         return listeners
 
-    def refused(self, reason: str) -> None:
-        if self.log is not None:
-            self.log.refused(reason)
+    def refused(self, error: Exception) -> None:
+        """End the event log with ``error`` (as ``failure_text`` words it) if no step had started (a build that
+        crashed after its steps started was not refused: its log ends as an interrupted build's)."""
+        if self.log is not None and (self.summary is None or not self.summary.started):
+            self.log.refused(failure_text(error))
 
     def close(self) -> None:
         for closer in self.closers:
@@ -143,6 +145,19 @@ class BuildReport:
             click.echo(json.dumps(data, indent=2))
         else:
             click.echo(self.summary.render(result.requested))
+
+
+def failure_text(failure: Exception) -> str:
+    """The line saying why a build failed; a refusal to retry failed steps advises the command line's flag (the
+    engine's message advises Marin's ``force_run_failed=True``)."""
+    from marinbuild.engine.errors import PreviousTaskFailedError
+
+    if isinstance(failure, PreviousTaskFailedError):
+        return (
+            f"step(s) failed previously: {', '.join(failure.failed)}; nothing ran "
+            "(--no-force_run_failed; rerun without it, or with --force_run_failed, to run them again)"
+        )
+    return str(failure)
 
 
 def _code_changed_text(result: BuildResult, session: Session) -> str:
