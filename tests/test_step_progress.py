@@ -82,3 +82,31 @@ def test_off_a_terminal_progress_is_printed_when_it_changes_at_most_every_few_se
         "pipe/tok: 1/2 shards, 10 tokens/s",
         "pipe/tok: 2/2 shards, 11 tokens/s",
     ]
+
+
+def test_a_tokenize_without_a_display_logs_its_progress_only_when_it_changes(caplog, monkeypatch):
+    """Where no display listens (a Ray task, a helper process), a tokenize logs its progress only when shards or
+    tokens changed, at most every ``LOG_EVERY`` seconds; the first and last lines always."""
+    from marinbuild.ml import tokenize
+
+    now = [1000.0]
+    monkeypatch.setattr(tokenize.time, "time", lambda: now[0])
+    progress = tokenize._Progress(total=2)
+    with caplog.at_level("INFO", logger=tokenize.logger.name):
+        progress.report(force=True)
+        for _ in range(20):
+            now[0] += 1.0
+            progress.report()
+        progress.done, progress.built_tokens = 1, 500
+        now[0] += 1.0
+        progress.report()  # changed, but within LOG_EVERY of the last line
+        now[0] += tokenize.LOG_EVERY
+        progress.report()
+        progress.done, progress.built_tokens = 2, 900
+        progress.report(force=True)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tokenize: ")]
+    assert [line.split(",")[0] for line in lines] == [
+        "tokenize: 0/2 shards",
+        "tokenize: 1/2 shards",
+        "tokenize: 2/2 shards",
+    ]
