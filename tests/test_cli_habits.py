@@ -109,6 +109,8 @@ def test_internal_error_exits_37_and_asks_for_a_report(ws: Path) -> None:
     assert done.returncode == 37
     assert "Traceback" in done.stderr and "injected bug" in done.stderr
     assert "internal error (a bug in marinbuild" in done.stderr and "please report it" in done.stderr
+    (kept,) = (ws / ".marinbuild" / "logs").glob("internal-error-*.txt")  # kept for a report, as stderr may be lost
+    assert f"the traceback is kept in {kept}" in done.stderr and "KeyError: 'injected bug'" in kept.read_text()
 
 
 def test_check_up_to_date(ws: Path) -> None:

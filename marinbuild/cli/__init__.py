@@ -720,19 +720,41 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _internal_error(exc: BaseException) -> int:
-    """A bug in marinbuild: its traceback, then a request for a bug report; exit 37 (Bazel's code)."""
+    """A bug in marinbuild: its traceback, kept in the workspace's log folder too, then a request for a bug report;
+    exit 37 (Bazel's code)."""
     import traceback
 
-    traceback.print_exception(exc, file=sys.stderr)
+    text = "".join(traceback.format_exception(exc))
+    sys.stderr.write(text)
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         installed = version("marinbuild")
     except PackageNotFoundError:
         installed = "unknown"
+    kept = _keep_traceback(text)
     click.echo(
         f"marinbuild: internal error (a bug in marinbuild {installed}): {type(exc).__name__}: {exc}\n"
-        "marinbuild: please report it to marinbuild's issue tracker with the command and the traceback above",
+        + (f"marinbuild: the traceback is kept in {kept}\n" if kept else "")
+        + "marinbuild: please report it to marinbuild's issue tracker with the command and the traceback above",
         err=True,
     )
     return EXIT_INTERNAL
+
+
+def _keep_traceback(text: str) -> str | None:
+    """Write an internal error's traceback into ``<workspace>/.marinbuild/logs/`` (where Ray's log goes too), so that
+    one seen once on a busy machine can still be read and reported; its path, or None outside a workspace."""
+    import time
+
+    from marinbuild.load.errors import WorkspaceError
+    from marinbuild.load.workspace import find_workspace
+
+    try:
+        folder = find_workspace(".").cache_dir / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"internal-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+        path.write_text(f"marinbuild {' '.join(sys.argv[1:])}\n\n{text}")
+    except (WorkspaceError, OSError):
+        return None
+    return str(path)
