@@ -55,38 +55,88 @@ _WRAPPER_GLOBALS = sl.Globals.extended_by(
 MAX_VALUE_DEPTH = 100
 """How deeply the values given to a rule may nest (encoding a deeper one would exhaust the stack)."""
 
-_WRAPPER_PRELUDE = f"""
-def _check_depth(value):
-    todo = [(value, 0)]
-    for _ in range(1000000000):
-        if not todo:
-            return
-        v, depth = todo.pop()
-        if depth > {MAX_VALUE_DEPTH}:
-            fail("a value given to a rule is nested more than {MAX_VALUE_DEPTH} levels deep")
-        kind = type(v)
-        if kind == "float" and str(v) in ("nan", "+inf", "-inf"):
-            fail("a value given to a rule is not a finite number: %s" % v)
-        if kind == "list" or kind == "tuple":
-            todo.extend([(x, depth + 1) for x in v])
-        elif kind == "dict":
-            todo.extend([(x, depth + 1) for x in v.keys()])
-            todo.extend([(x, depth + 1) for x in v.values()])
-        elif kind == "struct":
-            todo.extend([(getattr(v, k), depth + 1) for k in dir(v)])
+MAX_VALUE_ELEMENTS = 1_000_000
+"""How many elements a value handed to a rule, ``str()``, ``repr()``, ``print()`` or ``fail()`` may have, each use
+of a shared part counted: ``x = [x, x]`` fifty times is a few lines and 2**50 elements once written out."""
 
+_CHECK_SIZE = f"""
+def _check_size(value, what, max_depth = {MAX_VALUE_ELEMENTS}, finite = False):
+    level = [value]
+    count = 0
+    for _ in range(max_depth + 1):
+        if not level:
+            return
+        below = []
+        for v in level:
+            kind = type(v)
+            if kind == "list" or kind == "tuple":
+                below += v
+            elif kind == "dict":
+                below += v.items()
+            elif kind == "struct":
+                below += [getattr(v, k) for k in dir(v)]
+            elif finite and kind == "float" and str(v) in ("nan", "+inf", "-inf"):
+                fail("%s is not a finite number: %s" % (what, v))
+            if count + len(below) > {MAX_VALUE_ELEMENTS}:
+                fail(("%s is too large: it has more than {MAX_VALUE_ELEMENTS} elements once written out "
+                      + "(each use of a shared part counts): build smaller values") % what)
+        count += len(below)
+        level = below
+    fail("%s is nested more than %d levels deep (or contains itself)" % (what, max_depth))
+"""
+"""Fails when ``value`` written out would have more than ``MAX_VALUE_ELEMENTS`` elements or nest more than
+``max_depth`` levels (a cyclic value does both), or (``finite``) holds an infinite or NaN float. Walked
+level by level, iteratively, each level's containers extended natively: its cost is bounded by
+``MAX_VALUE_ELEMENTS`` whatever the value."""
+
+_WRAPPER_PRELUDE = (
+    _CHECK_SIZE
+    + f"""
 def _encode(stack, args, kwargs):
-    given = [args, kwargs]
-    shown = repr(given)
-    if "inf" in shown or "nan" in shown or shown.count("[") + shown.count("{{") + shown.count("(") > {MAX_VALUE_DEPTH}:
-        _check_depth(given)
+    _check_size([args, kwargs], "a value given to a rule", {MAX_VALUE_DEPTH}, True)
     return json.encode([stack, args, kwargs])
 """
-"""Starlark helpers of the wrappers: ``json.encode`` recurses on the thread's stack without a limit,
-so a value that may nest deeply (more brackets in its ``repr`` than the limit) is walked first,
-iteratively, and refused past ``MAX_VALUE_DEPTH`` levels (cyclic values included); JSON has no
-infinite or NaN floats (it would write ``null``), so a value whose ``repr`` may hold one is walked
-too and such a float refused."""
+)
+"""Starlark helper of the wrappers: a rule's arguments are walked (``_check_size``) before ``json.encode``,
+which recurses on the thread's stack without a limit (so they may nest at most ``MAX_VALUE_DEPTH``
+levels; a cyclic value is refused too), writes out every use of a shared part (so they are bounded in
+size) and has no infinite or NaN floats (it would write ``null``)."""
+
+_BUILTINS_KEPT = """
+_builtin_str = str
+_builtin_repr = repr
+_builtin_fail = fail
+_builtin_print = print
+"""
+"""Starlark's own ``str``... (and marinbuild's ``print``), under other names before ``_GUARDS`` replaces them."""
+
+_GUARDS = (
+    _CHECK_SIZE
+    + """
+_PLAIN = ("string", "int", "bool", "NoneType", "float")
+
+def str(x):
+    if type(x) not in _PLAIN:
+        _check_size(x, "str()")
+    return _builtin_str(x)
+
+def repr(x):
+    if type(x) not in _PLAIN:
+        _check_size(x, "repr()")
+    return _builtin_repr(x)
+
+def fail(*args, **kwargs):
+    _check_size(args, "fail()")
+    _builtin_fail(*args, **kwargs)
+
+def print(*args, **kwargs):
+    _check_size(args, "print()")
+    _builtin_print(*args, **kwargs)
+"""
+)
+"""Every BUILD and ``.star`` module's ``str``, ``repr``, ``fail`` and ``print``: Starlark's own (and marinbuild's
+``print``) once the value is bounded by ``_check_size``. Writing out a value of 2**50 elements would exhaust
+memory inside starlark-rust, which aborts the process rather than failing."""
 
 
 def _dialect() -> sl.Dialect:
@@ -100,6 +150,9 @@ def _dialect() -> sl.Dialect:
 DIALECT = _dialect()
 
 _MAX_VALUE_DEPTH = 64
+
+GUARDS_FILE = "<marinbuild builtins>"
+"""The name of ``_GUARDS``'s text in Starlark's tracebacks (hidden from located errors, as generated code)."""
 
 
 def native(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -120,9 +173,11 @@ _NATIVE_BUILTINS = {name: native(fn) for name, fn in BUILTINS.items()}
 
 
 def add_builtins(module: sl.Module) -> None:
-    """Give ``module`` marinbuild's builtins."""
+    """Give ``module`` marinbuild's builtins and the bounded ``str``, ``repr``, ``fail`` and ``print`` (``_GUARDS``)."""
     for name, fn in _NATIVE_BUILTINS.items():
         module.add_callable(name, fn)
+    sl.eval(module, sl.parse(GUARDS_FILE, _BUILTINS_KEPT, DIALECT), GLOBALS)
+    sl.eval(module, sl.parse(GUARDS_FILE, _GUARDS, DIALECT), GLOBALS)
 
 
 def plain_value(value: Any, depth: int = 0) -> bool:

@@ -16,22 +16,35 @@ of the costliest kind with room to spare (``marinbuild.load.stack``). At run tim
 Starlark call stack is capped at ``MAX_CALL_DEPTH`` frames and a BUILD file's evaluation
 (with the files it loads) at the workspace's ``eval_budget_seconds`` (default
 ``DEFAULT_BUDGET_SECONDS``), checked by Starlark about every thousand instructions.
+
+Memory: at those checks, the process's address space may have grown by at most
+``memory_allowance()`` since the BUILD file started: ``DEFAULT_MEMORY_BYTES``, or three quarters
+of what the process's own limit (``RLIMIT_AS``, e.g. ``ulimit -v``) leaves, whichever is smaller.
+Past it the evaluation stops with a located error. One instruction may still ask for more than is
+left (a string doubled, a list repeated): starlark-rust then panics ("out of memory"), which the
+evaluator reports at the file (its panic text on stderr is dropped, ``evaluator``). Values are
+bounded separately where starlark-rust would write them out (``exposed.MAX_VALUE_ELEMENTS``).
 """
 
 from __future__ import annotations
 
+import os
+import resource
 from typing import Any
 
 from marinbuild.load.errors import BuildFileError, Location
 
 __all__ = [
     "DEFAULT_BUDGET_SECONDS",
+    "DEFAULT_MEMORY_BYTES",
     "MAX_CALL_DEPTH",
     "MAX_FILE_BYTES",
     "MAX_NESTING",
     "STACK_BYTES",
     "budget_seconds",
+    "address_space_bytes",
     "check_source",
+    "memory_allowance",
 ]
 
 MAX_FILE_BYTES = 2 * 1024 * 1024
@@ -39,6 +52,8 @@ MAX_NESTING = 100_000
 STACK_BYTES = 1024 * 1024 * 1024
 MAX_CALL_DEPTH = 200
 DEFAULT_BUDGET_SECONDS = 30.0
+DEFAULT_MEMORY_BYTES = 2 * 1024 * 1024 * 1024
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 _LEVEL_CHARS = b"([{-+~.*/%<>|&^@!=:"
 _NOT_LEVEL = bytes(c for c in range(256) if c not in _LEVEL_CHARS)
@@ -90,3 +105,20 @@ def budget_seconds(config: dict[str, Any]) -> float:
             "pyproject.toml", 1, 1, f"[tool.marinbuild] eval_budget_seconds must be a positive number, got {value!r}"
         )
     return float(value)
+
+
+def address_space_bytes() -> int | None:
+    """The process's address space (``/proc/self/statm``'s first field), or None where there is no ``/proc``."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read(32).split()[0]) * _PAGE_BYTES
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def memory_allowance(used: int) -> int:
+    """How much the address space may grow while a BUILD file is evaluated, ``used`` bytes being in use."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return DEFAULT_MEMORY_BYTES
+    return max(0, min(DEFAULT_MEMORY_BYTES, (soft - used) * 3 // 4))

@@ -20,7 +20,7 @@ import threading
 from marinbuild.load.errors import BuildFileError, LocatedLater, Location
 from marinbuild.load.locate import call_location
 
-__all__ = ["forget", "from_starlark", "remember", "source_path", "stack_frames"]
+__all__ = ["MAX_MESSAGE_CHARS", "bounded", "forget", "from_starlark", "remember", "source_path", "stack_frames"]
 
 _pending = threading.local()
 _FRAME = re.compile(r"^  \* (.+):(\d+), in ", re.MULTILINE)
@@ -28,6 +28,8 @@ _ARROW = re.compile(r"^ *--> (.+):(\d+):(\d+)\s*$", re.MULTILINE)
 _ERROR = re.compile(r"^error: (.*)$", re.MULTILINE)
 _GENERATED = "<"
 _MAX_CALLERS = 3
+MAX_MESSAGE_CHARS = 500
+"""A message longer than this (``fail()`` of a large value, say) is cut, saying how much was left out."""
 
 _KEYWORD_HINTS = {
     "import": "load() symbols from a .star file or a rules module instead; code that needs Python belongs in rules/",
@@ -68,6 +70,13 @@ def stack_frames(text: str) -> list[tuple[str, int]]:
 def source_path(root: str, display: str) -> str:
     """The file a displayed path names (displayed paths are workspace-relative when inside it)."""
     return display if os.path.isabs(display) else os.path.join(root, display)
+
+
+def bounded(message: str) -> str:
+    """``message`` cut to ``MAX_MESSAGE_CHARS`` characters, saying how many more there were."""
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return f"{message[:MAX_MESSAGE_CHARS]}... ({len(message) - MAX_MESSAGE_CHARS} more characters)"
 
 
 def _describe(exc: BaseException) -> str:
@@ -135,6 +144,7 @@ def from_starlark(text: str, fallback: Location, root: str, cancelled: str | Non
         found = _ERROR.search(text)
         message = found.group(1).strip() if found else (text.strip().splitlines() or ["error"])[0]
         message = cancelled if cancelled is not None and message == "Evaluation cancelled" else _reword(message)
+    message = bounded(message)
     if frames and frames[-1] == (location.path, location.line):
         frames.pop()
     if frames:
