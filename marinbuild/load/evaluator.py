@@ -122,7 +122,7 @@ class Evaluator:
             raise _at_end_if_unplaced(from_starlark(str(exc), fallback, self._root), source) from None
         try:
             module = sl.Module()
-            add_builtins(module)
+            add_builtins(module, source)
             loader = sl.FileLoader(self._file_loader(package))
             options = sl.EvalOptions(check_cancelled=self._cancelled, max_callstack_size=limits.MAX_CALL_DEPTH)
             sl.eval_with(options, module, ast, GLOBALS, loader)

@@ -21,6 +21,7 @@ located error (``marinbuild.load.located``).
 from __future__ import annotations
 
 import json
+import re
 import types
 from collections.abc import Callable
 from typing import Any
@@ -172,12 +173,22 @@ def native(fn: Callable[..., Any]) -> Callable[..., Any]:
 _NATIVE_BUILTINS = {name: native(fn) for name, fn in BUILTINS.items()}
 
 
-def add_builtins(module: sl.Module) -> None:
-    """Give ``module`` marinbuild's builtins and the bounded ``str``, ``repr``, ``fail`` and ``print`` (``_GUARDS``)."""
+_GUARDED = re.compile(r"\b(?:str|repr|fail|print)\b")
+_GUARD_ASTS: list[sl.AstModule] = []
+
+
+def add_builtins(module: sl.Module, source: str) -> None:
+    """Give ``module`` (whose text is ``source``) marinbuild's builtins, and the bounded ``str``, ``repr``,
+    ``fail`` and ``print`` (``_GUARDS``) if ``source`` names one of them: a module reaches a builtin only by
+    its name, and a file that names none (most BUILD files) is spared compiling them."""
     for name, fn in _NATIVE_BUILTINS.items():
         module.add_callable(name, fn)
-    sl.eval(module, sl.parse(GUARDS_FILE, _BUILTINS_KEPT, DIALECT), GLOBALS)
-    sl.eval(module, sl.parse(GUARDS_FILE, _GUARDS, DIALECT), GLOBALS)
+    if _GUARDED.search(source) is None:
+        return
+    if not _GUARD_ASTS:
+        _GUARD_ASTS.extend(sl.parse(GUARDS_FILE, text, DIALECT) for text in (_BUILTINS_KEPT, _GUARDS))
+    for ast in _GUARD_ASTS:
+        sl.eval(module, ast, GLOBALS)
 
 
 def plain_value(value: Any, depth: int = 0) -> bool:

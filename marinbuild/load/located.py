@@ -8,7 +8,9 @@ recorded error: already located (a ``BuildFileError``), or located at the call S
 Frames of the rule wrappers marinbuild generates (``<rules module ...>``) are never shown:
 the error is placed at the BUILD or ``.star`` line that called the rule. Starlark's wording
 is kept, with a hint for the Python habits that are not Starlark (``import``, ``while``,
-``class``, ``try``, f-strings, mutating a loaded value...).
+``class``, ``try``, f-strings, mutating a loaded value...). A message is cut at
+``MAX_MESSAGE_CHARS`` (``fail()`` of a large value would otherwise print megabytes on one line).
+Frames of marinbuild's bounded ``str``/``repr``/``fail``/``print`` (``exposed``) are generated code too.
 """
 
 from __future__ import annotations
