@@ -57,7 +57,7 @@ MAX_VALUE_DEPTH = 100
 """How deeply the values given to a rule may nest (encoding a deeper one would exhaust the stack)."""
 
 MAX_VALUE_ELEMENTS = 1_000_000
-"""How many elements a value handed to a rule, ``str()``, ``repr()``, ``print()`` or ``fail()`` may have, each use
+"""How many elements a value handed to a rule or a builtin (``str()``, ``glob()``..., ``_GUARDS``) may have, each use
 of a shared part counted: ``x = [x, x]`` fifty times is a few lines and 2**50 elements once written out."""
 
 _CHECK_SIZE = f"""
@@ -108,8 +108,11 @@ _builtin_str = str
 _builtin_repr = repr
 _builtin_fail = fail
 _builtin_print = print
+_builtin_glob = glob
+_builtin_tpu = tpu
 """
-"""Starlark's own ``str``... (and marinbuild's ``print``), under other names before ``_GUARDS`` replaces them."""
+"""Starlark's own ``str``... (and marinbuild's ``print``, ``glob``, ``tpu``), under other names before ``_GUARDS``
+replaces them."""
 
 _GUARDS = (
     _CHECK_SIZE
@@ -131,13 +134,22 @@ def fail(*args, **kwargs):
     _builtin_fail(*args, **kwargs)
 
 def print(*args, **kwargs):
-    _check_size(args, "print()")
+    _check_size([args, kwargs], "print()")
     _builtin_print(*args, **kwargs)
+
+def glob(*args, **kwargs):
+    _check_size([args, kwargs], "glob()")
+    return _builtin_glob(*args, **kwargs)
+
+def tpu(*args, **kwargs):
+    _check_size([args, kwargs], "tpu()")
+    return _builtin_tpu(*args, **kwargs)
 """
 )
-"""Every BUILD and ``.star`` module's ``str``, ``repr``, ``fail`` and ``print``: Starlark's own (and marinbuild's
-``print``) once the value is bounded by ``_check_size``. Writing out a value of 2**50 elements would exhaust
-memory inside starlark-rust, which aborts the process rather than failing."""
+"""Every BUILD and ``.star`` module's ``str``, ``repr``, ``fail``, ``print``, ``glob`` and ``tpu``: Starlark's own
+(or marinbuild's) once the value is bounded by ``_check_size``. Writing out a value of 2**50 elements would exhaust
+memory inside starlark-rust, which aborts the process rather than failing; handing it to Python would copy
+every use of every shared part, for ever."""
 
 
 def _dialect() -> sl.Dialect:
@@ -173,14 +185,14 @@ def native(fn: Callable[..., Any]) -> Callable[..., Any]:
 _NATIVE_BUILTINS = {name: native(fn) for name, fn in BUILTINS.items()}
 
 
-_GUARDED = re.compile(r"\b(?:str|repr|fail|print)\b")
+_GUARDED = re.compile(r"\b(?:str|repr|fail|print|glob|tpu)\b")
 _GUARD_ASTS: list[sl.AstModule] = []
 
 
 def add_builtins(module: sl.Module, source: str) -> None:
-    """Give ``module`` (whose text is ``source``) marinbuild's builtins, and the bounded ``str``, ``repr``,
-    ``fail`` and ``print`` (``_GUARDS``) if ``source`` names one of them: a module reaches a builtin only by
-    its name, and a file that names none (most BUILD files) is spared compiling them."""
+    """Give ``module`` (whose text is ``source``) marinbuild's builtins, bounded (``_GUARDS``) if ``source``
+    names one of them: a module reaches a builtin only by its name, and a file that names none (many
+    BUILD files) is spared compiling the guards."""
     for name, fn in _NATIVE_BUILTINS.items():
         module.add_callable(name, fn)
     if _GUARDED.search(source) is None:

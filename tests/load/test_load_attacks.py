@@ -369,6 +369,7 @@ def _limited_cli(ws: Path) -> subprocess.CompletedProcess[str]:
         ),
         pytest.param(DOUBLED + "fail(x)\n", "a/BUILD.marin:52:1", "too large", id="fail-of-a-doubled-list"),
         pytest.param(DOUBLED + 'print("%s" % len(x), x)\n', "a/BUILD.marin:52:1", "too large", id="print-of-it"),
+        pytest.param(DOUBLED + "srcs = glob(x)\n", "a/BUILD.marin:52:8", "too large", id="glob-of-it"),
     ],
 )
 def test_build_file_exhausting_memory_fails_located(build: str, where: str, word: str, tmp_path: Path) -> None:
