@@ -18,9 +18,11 @@ Starlark call stack is capped at ``MAX_CALL_DEPTH`` frames and a BUILD file's ev
 ``DEFAULT_BUDGET_SECONDS``), checked by Starlark about every thousand instructions.
 
 Memory: at those checks, the process's address space may have grown by at most
-``memory_allowance()`` since the BUILD file started: ``DEFAULT_MEMORY_BYTES``, or three quarters
-of what the process's own limit (``RLIMIT_AS``, e.g. ``ulimit -v``) leaves, whichever is smaller.
-Past it the evaluation stops with a located error. One instruction may still ask for more than is
+``memory_allowance()`` since the BUILD file started: ``DEFAULT_MEMORY_BYTES``, or a quarter of
+what the process's own limit (``RLIMIT_AS``, e.g. ``ulimit -v``) leaves, whichever is smaller.
+Past it the evaluation stops with a located error. A quarter, because Starlark's heap grows by
+doubling: some size it reaches lies between a quarter and a half of what is left, where the
+check sees it and the next doubling still fits. One instruction may still ask for more than is
 left (a string doubled, a list repeated): starlark-rust then panics ("out of memory"), which the
 evaluator reports at the file (its panic text on stderr is dropped, ``evaluator``). Values are
 bounded separately where starlark-rust would write them out (``exposed.MAX_VALUE_ELEMENTS``).
@@ -107,11 +109,16 @@ def budget_seconds(config: dict[str, Any]) -> float:
     return float(value)
 
 
+_statm: list[int] = []  # [pid, fd]: /proc/self/statm kept open (reopened in a forked child, whose "self" differs)
+
+
 def address_space_bytes() -> int | None:
     """The process's address space (``/proc/self/statm``'s first field), or None where there is no ``/proc``."""
+    pid = os.getpid()
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read(32).split()[0]) * _PAGE_BYTES
+        if not _statm or _statm[0] != pid:
+            _statm[:] = [pid, os.open("/proc/self/statm", os.O_RDONLY)]
+        return int(os.pread(_statm[1], 32, 0).split()[0]) * _PAGE_BYTES
     except (OSError, ValueError, IndexError):
         return None
 
@@ -121,4 +128,4 @@ def memory_allowance(used: int) -> int:
     soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
         return DEFAULT_MEMORY_BYTES
-    return max(0, min(DEFAULT_MEMORY_BYTES, (soft - used) * 3 // 4))
+    return max(0, min(DEFAULT_MEMORY_BYTES, (soft - used) // 4))

@@ -354,6 +354,12 @@ def _limited_cli(ws: Path) -> subprocess.CompletedProcess[str]:
             "memory",
             id="nested-comprehension",
         ),
+        pytest.param(
+            's = ""\nfor i in range(10000000):\n    s = s + "%s"\n' % ("x" * 60),
+            "a/BUILD.marin:2:",
+            "memory",
+            id="string-grown-in-a-loop",
+        ),
         pytest.param('s = "x"\nfor i in range(64):\n    s = s + s\n', "a/BUILD.marin:", "memory", id="string-doubled"),
         pytest.param(
             PY_RULES + DOUBLED + 'python_step(name = "t", fn = "m:f", config = {"x": x})\n',
