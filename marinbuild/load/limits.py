@@ -23,9 +23,10 @@ what the process's own limit (``RLIMIT_AS``, e.g. ``ulimit -v``) leaves, whichev
 Past it the evaluation stops with a located error. A quarter, because Starlark's heap grows by
 doubling: some size it reaches lies between a quarter and a half of what is left, where the
 check sees it and the next doubling still fits. One instruction may still ask for more than is
-left (a string doubled, a list repeated): starlark-rust then panics ("out of memory"), which the
-evaluator reports at the file (its panic text on stderr is dropped, ``evaluator``). Values are
-bounded separately where starlark-rust would write them out (``exposed.MAX_VALUE_ELEMENTS``).
+left: a string or list doubled makes starlark-rust panic ("out of memory"), which the evaluator
+reports at the file (the panic's text is kept off stderr, ``panics``); a repetition past the
+process's limit (``"x" * 2000000000``) aborts the process in Rust's allocator. Values are bounded
+separately where starlark-rust would write them out (``exposed.MAX_VALUE_ELEMENTS``).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ __all__ = [
     "MAX_FILE_BYTES",
     "MAX_NESTING",
     "STACK_BYTES",
-    "budget_seconds",
     "address_space_bytes",
+    "budget_seconds",
     "check_source",
     "memory_allowance",
 ]

@@ -8,9 +8,9 @@ recorded error: already located (a ``BuildFileError``), or located at the call S
 Frames of the rule wrappers marinbuild generates (``<rules module ...>``) are never shown:
 the error is placed at the BUILD or ``.star`` line that called the rule. Starlark's wording
 is kept, with a hint for the Python habits that are not Starlark (``import``, ``while``,
-``class``, ``try``, f-strings, mutating a loaded value...). A message is cut at
-``MAX_MESSAGE_CHARS`` (``fail()`` of a large value would otherwise print megabytes on one line).
-Frames of marinbuild's bounded ``str``/``repr``/``fail``/``print`` (``exposed``) are generated code too.
+``class``, ``try``, f-strings, mutating a loaded value...). Frames of marinbuild's bounded
+builtins (``exposed``: ``str``, ``repr``, ``fail``, ``print``, ``glob``, ``tpu``) are generated code too:
+an error inside one is placed at the call of that builtin.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import threading
 from marinbuild.load.errors import BuildFileError, LocatedLater, Location
 from marinbuild.load.locate import call_location
 
-__all__ = ["MAX_MESSAGE_CHARS", "bounded", "forget", "from_starlark", "remember", "source_path", "stack_frames"]
+__all__ = ["forget", "from_starlark", "remember", "source_path", "stack_frames"]
 
 _pending = threading.local()
 _FRAME = re.compile(r"^  \* (.+):(\d+), in ", re.MULTILINE)
@@ -31,8 +31,6 @@ _ARROW = re.compile(r"^ *--> (.+):(\d+):(\d+)\s*$", re.MULTILINE)
 _ERROR = re.compile(r"^error: (.*)$", re.MULTILINE)
 _GENERATED = "<"
 _MAX_CALLERS = 3
-MAX_MESSAGE_CHARS = 500
-"""A message longer than this (``fail()`` of a large value, say) is cut, saying how much was left out."""
 
 _KEYWORD_HINTS = {
     "import": "load() symbols from a .star file or a rules module instead; code that needs Python belongs in rules/",
@@ -73,13 +71,6 @@ def stack_frames(text: str) -> list[tuple[str, int]]:
 def source_path(root: str, display: str) -> str:
     """The file a displayed path names (displayed paths are workspace-relative when inside it)."""
     return display if os.path.isabs(display) else os.path.join(root, display)
-
-
-def bounded(message: str) -> str:
-    """``message`` cut to ``MAX_MESSAGE_CHARS`` characters, saying how many more there were."""
-    if len(message) <= MAX_MESSAGE_CHARS:
-        return message
-    return f"{message[:MAX_MESSAGE_CHARS]}... ({len(message) - MAX_MESSAGE_CHARS} more characters)"
 
 
 def _describe(exc: BaseException) -> str:
@@ -153,7 +144,6 @@ def from_starlark(text: str, fallback: Location, root: str, cancelled: str | Non
         found = _ERROR.search(text)
         message = found.group(1).strip() if found else (text.strip().splitlines() or ["error"])[0]
         message = cancelled if cancelled is not None and message == "Evaluation cancelled" else _reword(message)
-    message = bounded(message)
     if frames and frames[-1][:2] == (location.path, location.line):
         frames.pop()
     if frames:
