@@ -64,7 +64,7 @@ class Evaluator:
         self._root = str(workspace.root)
         self._loading: list[tuple[Path, str]] = []
         self._deadline = 0.0
-        self._memory_limit: int | None = None
+        self._memory: tuple[int, int] | None = None  # limits.memory_budget() of the BUILD file evaluated
         self._stopped_by = ""
 
     def build_file_paths(self, package: str) -> tuple[str, str]:
@@ -79,8 +79,7 @@ class Evaluator:
         source = _read(path, display)
         ctx = PackageContext(package, self.workspace.package_dir(package), path, display)
         self._deadline = time.monotonic() + self.budget
-        used = limits.address_space_bytes()
-        self._memory_limit = None if used is None else used + limits.memory_allowance(used)
+        self._memory = limits.memory_budget()
         self._stopped_by = ""
         with package_scope(ctx), quiet_panics():
             self._run(display, source, package)
@@ -91,9 +90,10 @@ class Evaluator:
         if time.monotonic() > self._deadline:
             self._stopped_by = "time"
             return True
-        if self._memory_limit is not None:
-            used = limits.address_space_bytes()
-            if used is not None and used > self._memory_limit:
+        if self._memory is not None:
+            field, limit = self._memory
+            used = limits.memory_used(field)
+            if used is not None and used > limit:
                 self._stopped_by = "memory"
                 return True
         return False
@@ -208,10 +208,14 @@ class Evaluator:
         self._loading.append((path, str(label)))
         try:
             if where.trusted_root is not None:
+                before = limits.memory_used(self._memory[0]) if self._memory is not None else None
                 try:
                     module = import_rules_module(path, where.trusted_root, where.module_parts, str(label))
                 except RulesModuleError as exc:
                     raise _Unlocated(_rules_error_text(exc, self.workspace)) from None
+                after = limits.memory_used(self._memory[0]) if self._memory is not None else None
+                if self._memory is not None and before is not None and after is not None:
+                    self._memory = (self._memory[0], self._memory[1] + max(0, after - before))  # trusted code's
                 exposed: RulesModule = expose_rules_module(module, str(label))
                 loaded = _Loaded(exposed.frozen, exposed.names, exposed.hidden)
             else:
