@@ -38,10 +38,15 @@ def strip_panics(data: bytes) -> bytes:
     return _PANIC.sub(b"", data)
 
 
+def _flush() -> None:
+    if sys.stderr is not None:
+        sys.stderr.flush()
+
+
 @contextmanager
 def quiet_panics() -> Iterator[None]:
     """Evaluate within: Rust panic text is dropped from stderr, the rest is written out on leaving."""
-    sys.stderr.flush()
+    _flush()
     try:
         saved = os.dup(2)
     except OSError:  # no stderr at all: nothing to keep clean
@@ -56,7 +61,7 @@ def quiet_panics() -> Iterator[None]:
     try:
         yield
     finally:
-        sys.stderr.flush()
+        _flush()
         os.dup2(saved, 2)
         os.close(saved)
         if backtrace is None:
