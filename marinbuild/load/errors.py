@@ -1,9 +1,10 @@
 """Load errors: every problem found while loading BUILD files is a located ``BuildFileError``.
 
 Contract: a ``BuildFileError``'s text is one ``path:line:col: message`` line (the path workspace-relative
-when inside it, ``display_path``), which the CLI prints as it is and answers with exit 2. A load that finds
-several errors raises one carrying the rest (``more_errors``), so a user fixes them in one pass. Errors
-pickle with their location (e.g. across processes). ``LocatedLater`` is raised by
+when inside it, ``display_path``), which the CLI prints as it is and answers with exit 2. A message
+longer than ``MAX_MESSAGE_CHARS`` (``fail()`` of a large value) is cut, saying how much was left out.
+A load that finds several errors raises one carrying the rest (``more_errors``), so a user fixes them in
+one pass. Errors pickle with their location (e.g. across processes). ``LocatedLater`` is raised by
 Python code Starlark called, which does not know where it was called from: the evaluator turns it into a
 ``BuildFileError`` at the call. ``WorkspaceError`` is the one problem without a line: no workspace, or a bad
 ``[tool.marinbuild]`` table.
@@ -15,7 +16,26 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BuildFileError", "LocatedLater", "Location", "WorkspaceError", "display_path"]
+__all__ = [
+    "MAX_MESSAGE_CHARS",
+    "BuildFileError",
+    "LocatedLater",
+    "Location",
+    "WorkspaceError",
+    "bounded",
+    "display_path",
+]
+
+MAX_MESSAGE_CHARS = 500
+_CUT_NOTE = 40  # room for the note a cut message ends with: a message this much longer is not cut (again)
+
+
+def bounded(message: str) -> str:
+    """``message`` cut to ``MAX_MESSAGE_CHARS`` characters, saying how many more there were (cutting it again
+    changes nothing)."""
+    if len(message) <= MAX_MESSAGE_CHARS + _CUT_NOTE:
+        return message
+    return f"{message[:MAX_MESSAGE_CHARS]}... ({len(message) - MAX_MESSAGE_CHARS} more characters)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +61,7 @@ class BuildFileError(Exception):
         self.path = str(path)
         self.line = line
         self.col = col
-        self.message = message
+        self.message = message = bounded(message)
         self.more_errors: tuple[BuildFileError, ...] = ()
         super().__init__(f"{self.path}:{line}:{col}: {message}")
 

@@ -9,8 +9,9 @@ and frozen, once per ``Evaluator``; a ``.py`` file under a ``rules/`` folder (or
 types and plain values only (``exposed``). Nothing else of the host is reachable.
 
 Every error is a ``BuildFileError`` at ``path:line:col`` (``located``), including a file
-that runs past its time budget (``limits``). Evaluation happens on the large-stack thread
-(``stack``), which the loader enters once per load.
+that runs past its time or memory budget (``limits``) and a panic of starlark-rust (out of
+memory in one instruction), whose own text is kept off stderr (``panics``). Evaluation happens
+on the large-stack thread (``stack``), which the loader enters once per load.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from marinbuild.load.context import PackageContext, package_scope
 from marinbuild.load.errors import BuildFileError, LocatedLater, Location
 from marinbuild.load.exposed import DIALECT, GLOBALS, RulesModule, add_builtins, expose_rules_module
 from marinbuild.load.located import forget, from_starlark, remember
+from marinbuild.load.panics import quiet_panics
 from marinbuild.load.repos import LIBRARY_SUFFIX, UnknownRepositoryError, resolve_load
 from marinbuild.load.target import Target
 from marinbuild.load.trusted import RulesModuleError, import_rules_module
@@ -62,6 +64,8 @@ class Evaluator:
         self._root = str(workspace.root)
         self._loading: list[tuple[Path, str]] = []
         self._deadline = 0.0
+        self._memory: tuple[int, int] | None = None  # limits.memory_budget() of the BUILD file evaluated
+        self._stopped_by = ""
 
     def build_file_paths(self, package: str) -> tuple[str, str]:
         """``package``'s BUILD file: its path and its path in messages."""
@@ -75,20 +79,39 @@ class Evaluator:
         source = _read(path, display)
         ctx = PackageContext(package, self.workspace.package_dir(package), path, display)
         self._deadline = time.monotonic() + self.budget
-        with package_scope(ctx):
+        self._memory = limits.memory_budget()
+        self._stopped_by = ""
+        with package_scope(ctx), quiet_panics():
             self._run(display, source, package)
         return ctx.targets
 
     def _cancelled(self) -> bool:
-        return time.monotonic() > self._deadline
+        """Whether to stop: past the time budget or the memory allowance (a read of ``/proc``: about 2 us)."""
+        if time.monotonic() > self._deadline:
+            self._stopped_by = "time"
+            return True
+        if self._memory is not None:
+            field, limit = self._memory
+            used = limits.memory_used(field)
+            if used is not None and used > limit:
+                self._stopped_by = "memory"
+                return True
+        return False
+
+    def _stop_message(self) -> str:
+        if self._stopped_by == "memory":
+            return (
+                "evaluation stopped: it allocated more memory than a BUILD file may "
+                "(see 'Limits' in docs/build-files.md); look for a value that grows without bound"
+            )
+        return (
+            f"evaluation stopped: it ran longer than the budget of {self.budget:g} s "
+            "([tool.marinbuild] eval_budget_seconds); loading must be quick: look for a loop that does not end"
+        )
 
     def _run(self, display: str, source: str, package: str) -> sl.Module:
         """Parse and evaluate one file in a new module; ``package`` resolves its relative ``load()`` labels."""
         fallback = Location(display, 1, 1)
-        cancelled = (
-            f"evaluation stopped: it ran longer than the budget of {self.budget:g} s "
-            "([tool.marinbuild] eval_budget_seconds); loading must be quick: look for a loop that does not end"
-        )
         forget()
         try:
             ast = sl.parse(display, source, DIALECT)
@@ -96,12 +119,12 @@ class Evaluator:
             raise _at_end_if_unplaced(from_starlark(str(exc), fallback, self._root), source) from None
         try:
             module = sl.Module()
-            add_builtins(module)
+            add_builtins(module, source)
             loader = sl.FileLoader(self._file_loader(package))
             options = sl.EvalOptions(check_cancelled=self._cancelled, max_callstack_size=limits.MAX_CALL_DEPTH)
             sl.eval_with(options, module, ast, GLOBALS, loader)
         except sl.StarlarkError as exc:
-            error = from_starlark(str(exc), fallback, self._root, cancelled)
+            error = from_starlark(str(exc), fallback, self._root, self._stop_message())
             missing = _MISSING_SYMBOL.match(error.message)
             if missing is not None:
                 error = self._missing_symbol(error, missing.group(1), ast, package)
@@ -111,6 +134,12 @@ class Evaluator:
         except BaseException as exc:  # a panic inside starlark-rust (pyo3 PanicException), or MemoryError
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
+            if isinstance(exc, MemoryError) or "out of memory" in str(exc):
+                raise BuildFileError.at(
+                    fallback,
+                    "evaluation ran out of memory: a value in this file grew too large at once (a string or "
+                    "list doubled in a loop?); see 'Limits' in docs/build-files.md",
+                ) from None
             raise BuildFileError.at(fallback, f"the Starlark evaluator failed on this file: {exc}") from None
         return module
 
@@ -179,10 +208,14 @@ class Evaluator:
         self._loading.append((path, str(label)))
         try:
             if where.trusted_root is not None:
+                before = limits.memory_used(self._memory[0]) if self._memory is not None else None
                 try:
                     module = import_rules_module(path, where.trusted_root, where.module_parts, str(label))
                 except RulesModuleError as exc:
                     raise _Unlocated(_rules_error_text(exc, self.workspace)) from None
+                after = limits.memory_used(self._memory[0]) if self._memory is not None else None
+                if self._memory is not None and before is not None and after is not None:
+                    self._memory = (self._memory[0], self._memory[1] + max(0, after - before))  # trusted code's
                 exposed: RulesModule = expose_rules_module(module, str(label))
                 loaded = _Loaded(exposed.frozen, exposed.names, exposed.hidden)
             else:

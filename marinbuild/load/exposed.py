@@ -21,6 +21,7 @@ located error (``marinbuild.load.located``).
 from __future__ import annotations
 
 import json
+import re
 import types
 from collections.abc import Callable
 from typing import Any
@@ -55,38 +56,100 @@ _WRAPPER_GLOBALS = sl.Globals.extended_by(
 MAX_VALUE_DEPTH = 100
 """How deeply the values given to a rule may nest (encoding a deeper one would exhaust the stack)."""
 
-_WRAPPER_PRELUDE = f"""
-def _check_depth(value):
-    todo = [(value, 0)]
-    for _ in range(1000000000):
-        if not todo:
-            return
-        v, depth = todo.pop()
-        if depth > {MAX_VALUE_DEPTH}:
-            fail("a value given to a rule is nested more than {MAX_VALUE_DEPTH} levels deep")
-        kind = type(v)
-        if kind == "float" and str(v) in ("nan", "+inf", "-inf"):
-            fail("a value given to a rule is not a finite number: %s" % v)
-        if kind == "list" or kind == "tuple":
-            todo.extend([(x, depth + 1) for x in v])
-        elif kind == "dict":
-            todo.extend([(x, depth + 1) for x in v.keys()])
-            todo.extend([(x, depth + 1) for x in v.values()])
-        elif kind == "struct":
-            todo.extend([(getattr(v, k), depth + 1) for k in dir(v)])
+MAX_VALUE_ELEMENTS = 1_000_000
+"""How many elements a value handed to a rule or a builtin (``str()``, ``glob()``..., ``_GUARDS``) may have, each use
+of a shared part counted: ``x = [x, x]`` fifty times is a few lines and 2**50 elements once written out."""
 
+_CHECK_SIZE = f"""
+def _check_size(value, what, max_depth = {MAX_VALUE_ELEMENTS}, finite = False):
+    level = [value]
+    count = 0
+    for _ in range(max_depth + 1):
+        if not level:
+            return
+        below = []
+        for v in level:
+            kind = type(v)
+            if kind == "list" or kind == "tuple":
+                below += v
+            elif kind == "dict":
+                below += v.items()
+            elif kind == "struct":
+                below += [getattr(v, k) for k in dir(v)]
+            elif finite and kind == "float" and str(v) in ("nan", "+inf", "-inf"):
+                fail("%s is not a finite number: %s" % (what, v))
+            if count + len(below) > {MAX_VALUE_ELEMENTS}:
+                fail(("%s is too large: it has more than {MAX_VALUE_ELEMENTS} elements once written out "
+                      + "(each use of a shared part counts): build smaller values") % what)
+        count += len(below)
+        level = below
+    fail("%s is nested more than %d levels deep (or contains itself)" % (what, max_depth))
+"""
+"""Fails when ``value`` written out would have more than ``MAX_VALUE_ELEMENTS`` elements or nest more than
+``max_depth`` levels (a cyclic value does both), or (``finite``) holds an infinite or NaN float. Walked
+level by level, iteratively, each level's containers extended natively: its cost is bounded by
+``MAX_VALUE_ELEMENTS`` whatever the value."""
+
+_WRAPPER_PRELUDE = (
+    _CHECK_SIZE
+    + f"""
 def _encode(stack, args, kwargs):
-    given = [args, kwargs]
-    shown = repr(given)
-    if "inf" in shown or "nan" in shown or shown.count("[") + shown.count("{{") + shown.count("(") > {MAX_VALUE_DEPTH}:
-        _check_depth(given)
+    _check_size([args, kwargs], "a value given to a rule", {MAX_VALUE_DEPTH}, True)
     return json.encode([stack, args, kwargs])
 """
-"""Starlark helpers of the wrappers: ``json.encode`` recurses on the thread's stack without a limit,
-so a value that may nest deeply (more brackets in its ``repr`` than the limit) is walked first,
-iteratively, and refused past ``MAX_VALUE_DEPTH`` levels (cyclic values included); JSON has no
-infinite or NaN floats (it would write ``null``), so a value whose ``repr`` may hold one is walked
-too and such a float refused."""
+)
+"""Starlark helper of the wrappers: a rule's arguments are walked (``_check_size``) before ``json.encode``,
+which recurses on the thread's stack without a limit (so they may nest at most ``MAX_VALUE_DEPTH``
+levels; a cyclic value is refused too), writes out every use of a shared part (so they are bounded in
+size) and has no infinite or NaN floats (it would write ``null``)."""
+
+_BUILTINS_KEPT = """
+_builtin_str = str
+_builtin_repr = repr
+_builtin_fail = fail
+_builtin_print = print
+_builtin_glob = glob
+_builtin_tpu = tpu
+"""
+"""Starlark's own ``str``... (and marinbuild's ``print``, ``glob``, ``tpu``), under other names before ``_GUARDS``
+replaces them."""
+
+_GUARDS = (
+    _CHECK_SIZE
+    + """
+_PLAIN = ("string", "int", "bool", "NoneType", "float")
+
+def str(x):
+    if type(x) not in _PLAIN:
+        _check_size(x, "str()")
+    return _builtin_str(x)
+
+def repr(x):
+    if type(x) not in _PLAIN:
+        _check_size(x, "repr()")
+    return _builtin_repr(x)
+
+def fail(*args, **kwargs):
+    _check_size(args, "fail()")
+    _builtin_fail(*args, **kwargs)
+
+def print(*args, **kwargs):
+    _check_size([args, kwargs], "print()")
+    _builtin_print(*args, **kwargs)
+
+def glob(*args, **kwargs):
+    _check_size([args, kwargs], "glob()")
+    return _builtin_glob(*args, **kwargs)
+
+def tpu(*args, **kwargs):
+    _check_size([args, kwargs], "tpu()")
+    return _builtin_tpu(*args, **kwargs)
+"""
+)
+"""Every BUILD and ``.star`` module's ``str``, ``repr``, ``fail``, ``print``, ``glob`` and ``tpu``: Starlark's own
+(or marinbuild's) once the value is bounded by ``_check_size``. Writing out a value of 2**50 elements would exhaust
+memory inside starlark-rust, which aborts the process rather than failing; handing it to Python would copy
+every use of every shared part, for ever."""
 
 
 def _dialect() -> sl.Dialect:
@@ -100,6 +163,9 @@ def _dialect() -> sl.Dialect:
 DIALECT = _dialect()
 
 _MAX_VALUE_DEPTH = 64
+
+GUARDS_FILE = "<marinbuild builtins>"
+"""The name of ``_GUARDS``'s text in Starlark's tracebacks (hidden from located errors, as generated code)."""
 
 
 def native(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -119,10 +185,22 @@ def native(fn: Callable[..., Any]) -> Callable[..., Any]:
 _NATIVE_BUILTINS = {name: native(fn) for name, fn in BUILTINS.items()}
 
 
-def add_builtins(module: sl.Module) -> None:
-    """Give ``module`` marinbuild's builtins."""
+_GUARDED = re.compile(r"\b(?:str|repr|fail|print|glob|tpu)\b")
+_GUARD_ASTS: list[sl.AstModule] = []
+
+
+def add_builtins(module: sl.Module, source: str) -> None:
+    """Give ``module`` (whose text is ``source``) marinbuild's builtins, bounded (``_GUARDS``) if ``source``
+    names one of them: a module reaches a builtin only by its name, and a file that names none (many
+    BUILD files) is spared compiling the guards."""
     for name, fn in _NATIVE_BUILTINS.items():
         module.add_callable(name, fn)
+    if _GUARDED.search(source) is None:
+        return
+    if not _GUARD_ASTS:
+        _GUARD_ASTS.extend(sl.parse(GUARDS_FILE, text, DIALECT) for text in (_BUILTINS_KEPT, _GUARDS))
+    for ast in _GUARD_ASTS:
+        sl.eval(module, ast, GLOBALS)
 
 
 def plain_value(value: Any, depth: int = 0) -> bool:

@@ -16,22 +16,41 @@ of the costliest kind with room to spare (``marinbuild.load.stack``). At run tim
 Starlark call stack is capped at ``MAX_CALL_DEPTH`` frames and a BUILD file's evaluation
 (with the files it loads) at the workspace's ``eval_budget_seconds`` (default
 ``DEFAULT_BUDGET_SECONDS``), checked by Starlark about every thousand instructions.
+
+Memory: at those checks, the process may have grown by at most ``memory_budget()`` since the
+BUILD file started: its resident memory by ``DEFAULT_MEMORY_BYTES``, or, under an address-space
+limit (``RLIMIT_AS``, e.g. ``ulimit -v``), its address space by a quarter of what the limit leaves
+(at most that much). Memory taken by importing a rules module does not count. Past it the
+evaluation stops with a located error. A quarter, because Starlark's heap grows by
+doubling: some size it reaches lies between a quarter and a half of what is left, where the
+check sees it and the next doubling still fits. One instruction may still ask for more than is
+left: a string or list doubled makes starlark-rust panic ("out of memory"), which the evaluator
+reports at the file (the panic's text is kept off stderr, ``panics``); a repetition past the
+process's limit (``"x" * 2000000000``) aborts the process in Rust's allocator. Values are bounded
+separately where starlark-rust would write them out (``exposed.MAX_VALUE_ELEMENTS``).
 """
 
 from __future__ import annotations
 
+import os
+import resource
 from typing import Any
 
 from marinbuild.load.errors import BuildFileError, Location
 
 __all__ = [
     "DEFAULT_BUDGET_SECONDS",
+    "DEFAULT_MEMORY_BYTES",
     "MAX_CALL_DEPTH",
     "MAX_FILE_BYTES",
     "MAX_NESTING",
     "STACK_BYTES",
+    "RESIDENT",
+    "SIZE",
     "budget_seconds",
     "check_source",
+    "memory_budget",
+    "memory_used",
 ]
 
 MAX_FILE_BYTES = 2 * 1024 * 1024
@@ -39,6 +58,8 @@ MAX_NESTING = 100_000
 STACK_BYTES = 1024 * 1024 * 1024
 MAX_CALL_DEPTH = 200
 DEFAULT_BUDGET_SECONDS = 30.0
+DEFAULT_MEMORY_BYTES = 2 * 1024 * 1024 * 1024
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 _LEVEL_CHARS = b"([{-+~.*/%<>|&^@!=:"
 _NOT_LEVEL = bytes(c for c in range(256) if c not in _LEVEL_CHARS)
@@ -90,3 +111,35 @@ def budget_seconds(config: dict[str, Any]) -> float:
             "pyproject.toml", 1, 1, f"[tool.marinbuild] eval_budget_seconds must be a positive number, got {value!r}"
         )
     return float(value)
+
+
+_statm: list[int] = []  # [pid, fd]: /proc/self/statm kept open (reopened in a forked child, whose "self" differs)
+SIZE, RESIDENT = 0, 1
+"""Fields of ``/proc/self/statm``: the address space, the resident memory."""
+
+
+def memory_used(field: int) -> int | None:
+    """The process's address space (``SIZE``) or resident memory (``RESIDENT``) in bytes, from
+    ``/proc/self/statm``; None where there is no ``/proc``."""
+    pid = os.getpid()
+    try:
+        if not _statm or _statm[0] != pid:
+            _statm[:] = [pid, os.open("/proc/self/statm", os.O_RDONLY)]
+        return int(os.pread(_statm[1], 64, 0).split()[field]) * _PAGE_BYTES
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def memory_budget() -> tuple[int, int] | None:
+    """What to watch while a BUILD file is evaluated: ``(field, the value past which evaluation stops)``, or None
+    without ``/proc``. Under an address-space limit, the address space (what the limit counts) may grow by a
+    quarter of what is left (at most ``DEFAULT_MEMORY_BYTES``); without one, resident memory by
+    ``DEFAULT_MEMORY_BYTES`` (address space alone grows by gigabytes when a library reserves thread arenas)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    field = RESIDENT if soft == resource.RLIM_INFINITY else SIZE
+    used = memory_used(field)
+    if used is None:
+        return None
+    if field == RESIDENT:
+        return field, used + DEFAULT_MEMORY_BYTES
+    return field, used + max(0, min(DEFAULT_MEMORY_BYTES, (soft - used) // 4))

@@ -15,7 +15,8 @@ from marinbuild.load.errors import Location
 
 __all__ = ["call_location", "keyword_location"]
 
-_Calls = dict[tuple[int, int], dict[str, tuple[int, int]]]
+_Calls = dict[tuple[int, int], tuple[str | None, dict[str, tuple[int, int]]]]
+"""Each call of a file by ``(line, column)``: the name it calls (a plain name, else None), its keywords' places."""
 
 
 @lru_cache(maxsize=64)
@@ -27,9 +28,11 @@ def _calls(filename: str, mtime_ns: int) -> _Calls:
     calls: _Calls = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            calls[(node.lineno, node.col_offset + 1)] = {
-                kw.arg: (kw.lineno, kw.col_offset + 1) for kw in node.keywords if kw.arg is not None
-            }
+            callee = node.func.id if isinstance(node.func, ast.Name) else None
+            calls[(node.lineno, node.col_offset + 1)] = (
+                callee,
+                {kw.arg: (kw.lineno, kw.col_offset + 1) for kw in node.keywords if kw.arg is not None},
+            )
     return calls
 
 
@@ -41,13 +44,16 @@ def _calls_of(filename: str) -> _Calls:
     return _calls(filename, mtime)
 
 
-def call_location(display: str, filename: str, line: int) -> Location:
-    """``display:line:col`` of the first call starting on ``line`` of ``filename`` (column 1 if none is found)."""
-    cols = [col for (ln, col) in _calls_of(filename) if ln == line]
+def call_location(display: str, filename: str, line: int, callee: str | None = None) -> Location:
+    """``display:line:col`` of the first call of ``callee`` (or, if none or not given, of the first call) starting on
+    ``line`` of ``filename`` (column 1 if none is found)."""
+    calls = [(col, name) for (ln, col), (name, _kws) in _calls_of(filename).items() if ln == line]
+    named = [col for col, name in calls if name == callee] if callee is not None else []
+    cols = named or [col for col, _name in calls]
     return Location(display, line, min(cols) if cols else 1)
 
 
 def keyword_location(call: Location, filename: str, keyword: str) -> Location:
     """Where ``keyword=`` is written in the call at ``call`` in ``filename``; ``call`` if not found."""
-    found = _calls_of(filename).get((call.line, call.col), {}).get(keyword)
+    found = _calls_of(filename).get((call.line, call.col), (None, {}))[1].get(keyword)
     return Location(call.path, *found) if found else call

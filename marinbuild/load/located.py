@@ -8,7 +8,9 @@ recorded error: already located (a ``BuildFileError``), or located at the call S
 Frames of the rule wrappers marinbuild generates (``<rules module ...>``) are never shown:
 the error is placed at the BUILD or ``.star`` line that called the rule. Starlark's wording
 is kept, with a hint for the Python habits that are not Starlark (``import``, ``while``,
-``class``, ``try``, f-strings, mutating a loaded value...).
+``class``, ``try``, f-strings, mutating a loaded value...). Frames of marinbuild's bounded
+builtins (``exposed``: ``str``, ``repr``, ``fail``, ``print``, ``glob``, ``tpu``) are generated code too:
+an error inside one is placed at the call of that builtin.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = ["forget", "from_starlark", "remember", "source_path", "stack_frames"]
 
 _pending = threading.local()
 _FRAME = re.compile(r"^  \* (.+):(\d+), in ", re.MULTILINE)
+_NAMED_FRAME = re.compile(r"^  \* (.+):(\d+), in (\S+)", re.MULTILINE)
 _ARROW = re.compile(r"^ *--> (.+):(\d+):(\d+)\s*$", re.MULTILINE)
 _ERROR = re.compile(r"^error: (.*)$", re.MULTILINE)
 _GENERATED = "<"
@@ -120,13 +123,19 @@ def from_starlark(text: str, fallback: Location, root: str, cancelled: str | Non
     _pending.exc = None
     if isinstance(exc, BuildFileError):
         return exc
-    frames = [f for f in stack_frames(text) if not f[0].startswith(_GENERATED)]
+    named = [(m.group(1), int(m.group(2)), m.group(3)) for m in _NAMED_FRAME.finditer(text)]
+    # each frame of the file's own code, with the function it called (the next frame's name): that call's column
+    frames = [
+        (path, line, named[i + 1][2] if i + 1 < len(named) else None)
+        for i, (path, line, _name) in enumerate(named)
+        if not path.startswith(_GENERATED)
+    ]
     arrow = _ARROW.search(text)
     if arrow is not None and not arrow.group(1).startswith(_GENERATED):
         location = Location(arrow.group(1), int(arrow.group(2)), int(arrow.group(3)))
     elif frames:
-        path, line = frames.pop()
-        location = call_location(path, source_path(root, path), line)
+        path, line, callee = frames.pop()
+        location = call_location(path, source_path(root, path), line, callee)
     else:
         location = fallback
     if exc is not None:
@@ -135,10 +144,10 @@ def from_starlark(text: str, fallback: Location, root: str, cancelled: str | Non
         found = _ERROR.search(text)
         message = found.group(1).strip() if found else (text.strip().splitlines() or ["error"])[0]
         message = cancelled if cancelled is not None and message == "Evaluation cancelled" else _reword(message)
-    if frames and frames[-1] == (location.path, location.line):
+    if frames and frames[-1][:2] == (location.path, location.line):
         frames.pop()
     if frames:
-        shown = [str(call_location(p, source_path(root, p), n)) for p, n in reversed(frames[-_MAX_CALLERS:])]
+        shown = [str(call_location(p, source_path(root, p), n, c)) for p, n, c in reversed(frames[-_MAX_CALLERS:])]
         more = len(frames) - len(shown)
         message += "; called from " + ", ".join(shown) + (f" and {more} more" if more else "")
     return BuildFileError.at(location, message)

@@ -223,7 +223,7 @@ def attacks(sentinel: str) -> list[Attack]:
                 + 'x = []\nx.append(x)\npython_step(name = "x", fn = "m:f", config = {"x": x})\n'
             },
             "a/BUILD.marin:4:1",
-            ["Cycle"],
+            ["contains itself"],
         ),
         Attack(
             "deep-comparison",
@@ -317,3 +317,85 @@ def test_attack_fails_located_or_loads_and_never_writes_outside(case_id: str, tm
         for word in attack.words:
             assert word in lines[0], f"{word!r} not in {lines[0]!r}"
     assert not sentinel.exists()
+
+
+# --- BUILD files that exhaust memory or build values too large to write out ---------------------------------------
+# Run under an address-space limit (as ``ulimit -v`` would set), with ``RUST_BACKTRACE=1`` in the environment (the
+# setting under which a panic of starlark-rust could block the process) and a timeout.
+
+MEMORY_LIMIT = 2_000_000_000
+DOUBLED = "x = [1]\n" + "x = [x, x]\n" * 50  # 2**50 elements once written out
+
+
+def _limited_cli(ws: Path) -> subprocess.CompletedProcess[str]:
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+    env = {**os.environ, "RUST_BACKTRACE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "marinbuild", "query", "//..."],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limit,
+    )
+
+
+@pytest.mark.parametrize(
+    ("build", "where", "word"),
+    [
+        pytest.param(
+            "x = 1\ny = [[i * j for i in range(100000)] for j in range(100000)]\n",
+            "a/BUILD.marin:2:",
+            "memory",
+            id="nested-comprehension",
+        ),
+        pytest.param(
+            's = ""\nfor i in range(10000000):\n    s = s + "%s"\n' % ("x" * 60),
+            "a/BUILD.marin:2:",
+            "memory",
+            id="string-grown-in-a-loop",
+        ),
+        pytest.param('s = "x"\nfor i in range(64):\n    s = s + s\n', "a/BUILD.marin:", "memory", id="string-doubled"),
+        pytest.param(
+            PY_RULES + DOUBLED + 'python_step(name = "t", fn = "m:f", config = {"x": x})\n',
+            "a/BUILD.marin:53:1",
+            "too large",
+            id="doubled-list-given-to-a-rule",
+        ),
+        pytest.param(
+            "def big():\n    x = [1]\n    for i in range(50):\n        x = [x, x]\n    return x\n\ny = str(big())\n",
+            "a/BUILD.marin:7:5",
+            "too large",
+            id="str-of-a-list-doubled-in-a-function",
+        ),
+        pytest.param(DOUBLED + "fail(x)\n", "a/BUILD.marin:52:1", "too large", id="fail-of-a-doubled-list"),
+        pytest.param(DOUBLED + 'print("%s" % len(x), x)\n', "a/BUILD.marin:52:1", "too large", id="print-of-it"),
+        pytest.param(DOUBLED + "srcs = glob(x)\n", "a/BUILD.marin:52:8", "too large", id="glob-of-it"),
+    ],
+)
+def test_build_file_exhausting_memory_fails_located(build: str, where: str, word: str, tmp_path: Path) -> None:
+    ws = _workspace(tmp_path, Attack("memory", {"a/BUILD.marin": build}, where))
+    result = _limited_cli(ws)
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    assert "panicked" not in result.stderr and "RUST_BACKTRACE" not in result.stderr, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr[-3000:]
+    located = _LOCATED.match(lines[0])
+    assert located is not None, lines[0]
+    assert (located.group(1) + ":").startswith(where), lines[0]
+    assert word in lines[0], lines[0]
+
+
+def test_fail_of_a_large_value_prints_a_bounded_line(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path, Attack("fail", {"a/BUILD.marin": 'x = ["a" * 100] * 20000\nfail(x)\n'}, ""))
+    result = run_cli(ws, "query", "//...")
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and len(lines[0]) < 1000, result.stderr[-3000:]
+    assert lines[0].startswith("marinbuild: error: a/BUILD.marin:2:1: fail: ")
+    assert re.search(r"\.\.\. \(\d+ more characters\)$", lines[0]), lines[0]
