@@ -18,8 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from marinbuild.analysis.session import Session
+from marinbuild.engine.build import build
+from marinbuild.engine.serve_url import ENV, serve_url
+from marinbuild.run.resources import UnsatisfiableResourcesError
+from marinbuild.store.action_cache import ActionCacheCollisionError
+
 if TYPE_CHECKING:
-    from marinbuild.analysis.session import Session
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.engine.build import BuildResult
     from marinbuild.load.workspace import Workspace
@@ -85,10 +90,6 @@ class BuildListeners(Protocol):
 
 def run_build(request: BuildRequest, listeners: BuildListeners) -> tuple[Session, BuildResult]:
     """Build what ``request`` asks for in the workspace of the working directory (see the module docstring)."""
-    from marinbuild.analysis.session import Session
-    from marinbuild.engine.build import build
-    from marinbuild.run.resources import UnsatisfiableResourcesError
-    from marinbuild.store.action_cache import ActionCacheCollisionError
 
     session = Session.open(".", **request.settings())
     event_log = EventLogPlace(session.workspace.cache_dir, list(request.patterns), session.settings.prefix)
@@ -124,7 +125,6 @@ def run_build(request: BuildRequest, listeners: BuildListeners) -> tuple[Session
 
 def _export_serve_url(workspace: Workspace, prefix: str) -> None:
     """``$MARINBUILD_SERVE_URL`` for this build (and the scripts it runs): the web view its pages are on, if any."""
-    from marinbuild.engine.serve_url import ENV, serve_url
 
     url = serve_url(workspace.cache_dir, workspace.config, prefix)
     if url is not None:

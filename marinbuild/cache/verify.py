@@ -35,9 +35,11 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from marinbuild.cache import probe as pb
+from marinbuild.core.graph import StepGraph
 from marinbuild.store import fs, manifest, records
 from marinbuild.store import status as st
-from marinbuild.store.lease import STALE_AFTER
+from marinbuild.store.lease import STALE_AFTER, lease_path, parse_lease
 from marinbuild.store.lease_factory import lease_for
 from marinbuild.store.status import DamagedFileError
 
@@ -249,7 +251,6 @@ def _check(result: StepVerification, read: Callable[[], Any]) -> Any:
 
 def _repair_metadata(result: StepVerification, stale_after: float) -> None:
     """Remove what cannot be read and what nobody holds: unparsable files, a leftover lease."""
-    from marinbuild.store.lease import lease_path
 
     for message in result.metadata:
         path = message.split(": ", 1)[0]
@@ -287,7 +288,6 @@ def _old_temporaries(folder: str, older_than: float) -> list[str]:
 def remove_dead_lease(output_path: str, stale_after: float, *, unparsable: bool) -> bool:
     """Delete the step's lease if nobody holds it: unparsable (``unparsable``), stale, or its holder gone. A local
     lease is checked and deleted under its flock (a Marin or marinbuild runner taking it meanwhile keeps it)."""
-    from marinbuild.store.lease import lease_path, parse_lease
 
     path = lease_path(output_path)
 
@@ -373,8 +373,6 @@ def verify_cache(
     Damaged steps are invalidated unless ``repair`` is False (``--dry_run``); ``repair_metadata`` (``--repair``)
     also removes unparsable metadata and leftover leases.
     """
-    from marinbuild.cache import probe as pb
-    from marinbuild.core.graph import StepGraph
 
     labels = pb.resolve_targets(session, targets)
     output_paths = session.engine.output_paths

@@ -40,6 +40,7 @@ from marinbuild.store import status as st
 from marinbuild.store.action_cache import ActionKey
 from marinbuild.store.lease import HEARTBEAT_INTERVAL, STALE_AFTER, LeaseLostError
 from marinbuild.store.lease_factory import lease_for
+from marinbuild.store.manifest import build_manifest
 
 if TYPE_CHECKING:
     from marinbuild.run.build_context import BuildContext
@@ -345,7 +346,6 @@ class Described:
 def describe_outputs(output_path: str, action: ActionKey) -> Described:
     """Phase 5, before the lease is confirmed: the outputs' manifest, and failing on a path-hash collision (one
     listing of the folder serves both, and tells whether an earlier failure left its traceback)."""
-    from marinbuild.store.manifest import build_manifest
 
     names: set[str] = set()
     manifest = build_manifest(output_path, names)

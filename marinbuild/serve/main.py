@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from marinbuild.engine.serve_url import record_path
+from marinbuild.serve.model import ViewModel
 from marinbuild.serve.stopping import Stopping
 
 
@@ -74,7 +75,6 @@ def serve(root: str, patterns: list[str], prefix: str | None, host: str, port: i
     import uvicorn
 
     from marinbuild.serve.app import create_app
-    from marinbuild.serve.model import ViewModel
 
     model = ViewModel(root, patterns, prefix)
     sock = bind(host, port)

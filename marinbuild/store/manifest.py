@@ -21,7 +21,7 @@ from typing import Any
 
 import xxhash
 
-from marinbuild.store import fs
+from marinbuild.store import action_cache, fs
 from marinbuild.store.status import DamagedFileError
 
 FORMAT = "marinbuild-manifest/1"
@@ -99,7 +99,6 @@ class Manifest:
 def read_manifest(output_path: str) -> Manifest | None:
     """The manifest of the last commit at ``output_path`` (from its action-cache record); None if no record
     holds one (built by Marin, or by nobody)."""
-    from marinbuild.store import action_cache
 
     found: list[tuple[float, str, Any]] = []
     for digest in action_cache.digests_at(output_path):

@@ -19,12 +19,20 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from marinbuild.cache.why import explain_step
+from marinbuild.core.resources import hardware_of
+from marinbuild.ui.bep import BuildEventJsonWriter
+from marinbuild.ui.event_log import open_event_log
+from marinbuild.ui.progress import ProgressDisplay
+from marinbuild.ui.summary import BuildSummary
+from marinbuild.ui.trace import ChromeTraceWriter
+from marinbuild.ui.where import failure_pages, where_to_look
+
 if TYPE_CHECKING:
     from marinbuild.analysis.build import EventLogPlace
     from marinbuild.analysis.session import Session
     from marinbuild.engine.build import BuildResult
     from marinbuild.run.events import Listener
-    from marinbuild.ui.summary import BuildSummary
 
 __all__ = ["BuildReport"]
 
@@ -39,9 +47,6 @@ class BuildReport:
         self.closers: list[Any] = []
 
     def open(self, event_log: EventLogPlace) -> list[Listener]:
-        from marinbuild.ui.bep import BuildEventJsonWriter
-        from marinbuild.ui.progress import ProgressDisplay
-        from marinbuild.ui.summary import BuildSummary
 
         self.summary = BuildSummary()
         listeners: list[Listener] = [self.summary]
@@ -49,7 +54,6 @@ class BuildReport:
             progress = ProgressDisplay(console_file=sys.stderr)
             listeners.append(progress)
             self.closers.append(progress)
-            from marinbuild.ui.event_log import open_event_log
 
             log = open_event_log(*event_log)
             if log is not None:
@@ -60,8 +64,6 @@ class BuildReport:
             listeners.append(bep)
             self.closers.append(bep)
         if self.profile:
-            from marinbuild.ui.trace import ChromeTraceWriter
-
             trace = ChromeTraceWriter(self.profile)
             listeners.append(trace)
             self.closers.append(trace)
@@ -89,13 +91,9 @@ class BuildReport:
                 err=True,
             )
         if not self.dry_run and result.succeeded:
-            from marinbuild.ui.where import where_to_look
-
             for line in where_to_look(result.engine, result.succeeded):
                 click.echo(f"marinbuild: {line}", err=True)
         if result.failure is not None and self.summary is not None:
-            from marinbuild.ui.where import failure_pages
-
             for line in failure_pages(result.engine.prefix, self.summary.failures):
                 click.echo(f"marinbuild: {line}", err=True)
 
@@ -112,8 +110,6 @@ class BuildReport:
                 if hardware is not None:
                     click.echo(f"           resources: {hardware}")
                 if self.explain and will_run:
-                    from marinbuild.cache.why import explain_step
-
                     click.echo(f"           why: {explain_step(session, step)}")
         if self.output == "json":
             data = self.summary.as_dict()
@@ -133,6 +129,5 @@ def _hardware(step: Any) -> str | None:
     resources = getattr(step, "resources", None)
     if resources is None:
         return None
-    from marinbuild.core.resources import hardware_of
 
     return hardware_of(resources)

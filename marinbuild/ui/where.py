@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from marinbuild.engine.serve_url import ENV, step_url
+
 if TYPE_CHECKING:
     from marinbuild.engine import Engine
 
@@ -54,7 +56,6 @@ def where_to_look(engine: Engine, ran: list[Any]) -> list[str]:
 def failure_pages(prefix: str, failures: list[Any]) -> list[str]:
     """The ``marinbuild serve`` page of each failed step (at most ``MAX_FAILURE_PAGES``) when a view's base URL is
     set (``$MARINBUILD_SERVE_URL``, which a CLI build sets: ``marinbuild.engine.serve_url``); nothing otherwise."""
-    from marinbuild.engine.serve_url import ENV, step_url
 
     base = os.environ.get(ENV)
     if not base:
