@@ -48,7 +48,7 @@ class Session:
     @classmethod
     def open(cls, start: str | os.PathLike[str] = ".", **settings: Any) -> Session:
         """The session of the workspace around ``start``; ``settings``: ``Settings.resolve``'s keywords."""
-        from marinbuild.load import Loader
+        from marinbuild.load import Loader  # lazy: the loader and the analysis load starlark
 
         workspace = find_workspace(start)
         return cls(workspace, Settings.resolve(workspace, **settings), Loader(workspace))

@@ -171,7 +171,7 @@ def _invalidate(output_path: str) -> bool:
     """Remove the SUCCESS status so the step counts as not built; False if it changed meanwhile."""
     path = st.status_path(output_path)
     if output_path.startswith(("gs://", "gcs://")):
-        from marinbuild.store import gcs
+        from marinbuild.store import gcs  # lazy: gcsfs
 
         got = gcs.read_with_generation(path)
         if got is None:

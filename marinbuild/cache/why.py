@@ -312,7 +312,7 @@ def _work(session: Any, step: ExecutorStep) -> list[str]:
     config = step.config
     if not str(getattr(config, "rule_key", "")).endswith("%tokenize"):
         return []
-    from marinbuild.analysis.analyze import _resolve
+    from marinbuild.analysis.analyze import _resolve  # lazy: starlark, and fsspec below
     from marinbuild.ml.tokenize import payload_of, shard_status
 
     engine = session.engine

@@ -25,7 +25,7 @@ from marinbuild.cli.args import rewrite, unknown_command
 from marinbuild.cluster.config import ClusterConfigError
 from marinbuild.core.gc_control import skip_final_collection
 from marinbuild.core.labels import LabelError, parse_pattern
-from marinbuild.load.errors import WorkspaceError
+from marinbuild.load.errors import BuildFileError, WorkspaceError
 from marinbuild.load.workspace import find_workspace
 from marinbuild.run.backends import BACKEND_NAMES
 from marinbuild.run.ray_auth import RayAuthError
@@ -76,7 +76,7 @@ def _complete_labels(ctx: click.Context, param: Any, incomplete: str) -> list[An
     from click.shell_completion import CompletionItem
 
     try:
-        from marinbuild.load import Loader, find_workspace
+        from marinbuild.load import Loader, find_workspace  # lazy: the loader loads starlark
 
         loaded = Loader(find_workspace(".")).load_all()
     except Exception:
@@ -118,7 +118,7 @@ PREFIX = _Prefix()
 
 
 def _open_session(**settings: Any) -> Any:
-    from marinbuild.analysis.session import Session
+    from marinbuild.analysis.session import Session  # lazy here and below: the CLI start loads no command's modules
 
     return Session.open(".", **settings)
 
@@ -698,8 +698,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_FAILED
     except Exception as exc:
-        from marinbuild.load import BuildFileError
-
         if isinstance(exc, BuildFileError):
             for error in exc.all_errors:
                 click.echo(f"marinbuild: error: {error}", err=True)

@@ -37,7 +37,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     from levanter.main import eval_lm
     from levanter.trainer import TrainerConfig
 
-    from marinbuild.ml.tracker import JsonlTrackerConfig
+    from marinbuild.ml.tracker import JsonlTrackerConfig  # lazy: levanter
 
     out = payload["output_path"]
     train_out = payload["model_path"]

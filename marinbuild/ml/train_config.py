@@ -120,7 +120,7 @@ def train_lm_config(
     from levanter.optim.model_averaging import EmaModelAveragingConfig
     from levanter.trainer import TrainerConfig
 
-    from marinbuild.ml.tracker import JsonlTrackerConfig
+    from marinbuild.ml.tracker import JsonlTrackerConfig  # lazy: levanter (and fsspec below)
 
     out = payload["output_path"]
     model = from_dict(LmModel, payload["model"])

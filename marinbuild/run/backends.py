@@ -42,7 +42,7 @@ class BackendOptions:
 
 
 def _local(options: BackendOptions) -> Backend:
-    from marinbuild.run.local import LocalBackend
+    from marinbuild.run.local import LocalBackend  # lazy: the CLI start imports this module
 
     return LocalBackend(options.max_concurrent)
 

@@ -58,7 +58,7 @@ class MirrorScope:
         """
         if self.budget_gb is None and "marinbuild.store.mirror" not in sys.modules:
             return fn(config)
-        from marinbuild.store import mirror
+        from marinbuild.store import mirror  # lazy: rigging and google-cloud-storage
 
         with mirror.step_scope(self.budget_gb, self.prefix):
             return fn(config)

@@ -74,7 +74,7 @@ def _server_class() -> type:
 def serve(root: str, patterns: list[str], prefix: str | None, host: str, port: int) -> None:
     import uvicorn
 
-    from marinbuild.serve.app import create_app
+    from marinbuild.serve.app import create_app  # lazy: starlette
 
     model = ViewModel(root, patterns, prefix)
     sock = bind(host, port)

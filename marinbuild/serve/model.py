@@ -30,6 +30,7 @@ from marinbuild.serve import curves, history
 from marinbuild.serve.facts import read_json, relative, shown_state
 from marinbuild.serve.files import check_relative
 from marinbuild.store import fs
+from marinbuild.store.prefix_walk import Store
 
 MAX_FILES = 500
 """A step page lists at most this many of its output files."""
@@ -73,8 +74,6 @@ class ViewModel:
                         raise PrefixUnreadable(f"the prefix {self.prefix} is not a folder")
                     os.listdir(self.prefix)
             else:
-                from marinbuild.store.prefix_walk import Store
-
                 Store(self.prefix).names(self.prefix)
         except PrefixUnreadable:
             raise

@@ -203,7 +203,7 @@ def hash_remote_file(url: str) -> str:
 
 def _hash_remote_many(urls: list[str]) -> dict[str, str]:
     """xxh3-128 of many small remote files, fetched concurrently (one request each)."""
-    from marinbuild.store import gcs
+    from marinbuild.store import gcs  # lazy: gcsfs
 
     if not urls:
         return {}
