@@ -162,8 +162,6 @@ class RayBackend:
         """Per (function, resources, extras) of a ``StepCall``: its resource shape and remote with options."""
         self._shapes_lock = threading.Lock()
         self._relay: ProgressRelay | None = None
-        self._shipped: dict[type, tuple[str, bytes]] = {}
-        """Classes of this process's ``__main__`` in task payloads, each pickled once (``pickle_payload``)."""
         self._call_remote: Any = None
         self._relocation: Relocation | None = None
         self._pyproject_root: Path | None = None
@@ -428,8 +426,8 @@ class RayBackend:
         self._progress_relay(run.holder).watch(job.output_path, job.bus)
         if not isinstance(call, StepCall):
             shipped_code.register_with_ray()
-            return _Launch(job, done, key, None, pickle_payload((call, run), self._shipped))
-        payload = pickle_payload((call.config, call.mirror, run), self._shipped)
+            return _Launch(job, done, key, None, pickle_payload((call, run)))
+        payload = pickle_payload((call.config, call.mirror, run))
         return _Launch(job, done, key, self._shape_of(call), payload)
 
     def _progress_relay(self, holder: str) -> ProgressRelay:
