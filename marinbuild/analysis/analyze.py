@@ -125,7 +125,6 @@ def _resolve(value: Any) -> Any:
 
 def _import_rule(key: str, workspace: Path) -> RuleType:
     """Find a rule type from its key in a process that did not load the BUILD files (a remote worker)."""
-
     file_label, _, name = key.rpartition("%")
     label = parse_label(file_label)
     where = resolve_load(label, workspace)
@@ -372,7 +371,6 @@ def load_script_steps(script: Path, workspace_root: Path) -> dict[str, ExecutorS
     are recorded for Ray tasks to receive by value (``marinbuild.run.shipped_code``), as a script run as
     ``__main__`` is. Modules imported under their package name from the workspace stay by reference.
     """
-
     module_name = "_marinbuild_script_" + "_".join(script.relative_to(workspace_root).with_suffix("").parts)
     spec = importlib.util.spec_from_file_location(module_name, script)
     if spec is None or spec.loader is None:

@@ -90,7 +90,6 @@ class BuildListeners(Protocol):
 
 def run_build(request: BuildRequest, listeners: BuildListeners) -> tuple[Session, BuildResult]:
     """Build what ``request`` asks for in the workspace of the working directory (see the module docstring)."""
-
     session = Session.open(".", **request.settings())
     event_log = EventLogPlace(session.workspace.cache_dir, list(request.patterns), session.settings.prefix)
     _export_serve_url(session.workspace, session.settings.prefix)
@@ -125,7 +124,6 @@ def run_build(request: BuildRequest, listeners: BuildListeners) -> tuple[Session
 
 def _export_serve_url(workspace: Workspace, prefix: str) -> None:
     """``$MARINBUILD_SERVE_URL`` for this build (and the scripts it runs): the web view its pages are on, if any."""
-
     url = serve_url(workspace.cache_dir, workspace.config, prefix)
     if url is not None:
         os.environ[ENV] = url

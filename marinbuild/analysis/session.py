@@ -89,7 +89,6 @@ class Session:
         return self.analysis
 
     def make_engine(self, listeners: list[Any] | None = None) -> Engine:
-
         return Engine(self.settings, listeners=listeners if listeners is not None else [])
 
     def steps_of(self, label: Label) -> list[ExecutorStep]:

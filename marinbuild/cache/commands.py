@@ -101,7 +101,6 @@ def _step_state(name: str, probe: pb.Probe, prefix: str) -> StepState:
 
 def _note_code_changes(session: Any, state_of: dict[Any, StepState]) -> None:
     """A built step whose code changed since it was built says so in its detail."""
-
     built = [s for s, state in state_of.items() if state.state == pb.BUILT]
     for step, changed in for_session(session).check(built).items():
         if changed:

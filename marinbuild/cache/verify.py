@@ -251,7 +251,6 @@ def _check(result: StepVerification, read: Callable[[], Any]) -> Any:
 
 def _repair_metadata(result: StepVerification, stale_after: float) -> None:
     """Remove what cannot be read and what nobody holds: unparsable files, a leftover lease."""
-
     for message in result.metadata:
         path = message.split(": ", 1)[0]
         if path.endswith(LEASE_FILE):
@@ -288,7 +287,6 @@ def _old_temporaries(folder: str, older_than: float) -> list[str]:
 def remove_dead_lease(output_path: str, stale_after: float, *, unparsable: bool) -> bool:
     """Delete the step's lease if nobody holds it: unparsable (``unparsable``), stale, or its holder gone. A local
     lease is checked and deleted under its flock (a Marin or marinbuild runner taking it meanwhile keeps it)."""
-
     path = lease_path(output_path)
 
     def dead(data: bytes) -> bool:
@@ -373,7 +371,6 @@ def verify_cache(
     Damaged steps are invalidated unless ``repair`` is False (``--dry_run``); ``repair_metadata`` (``--repair``)
     also removes unparsable metadata and leftover leases.
     """
-
     labels = pb.resolve_targets(session, targets)
     output_paths = session.engine.output_paths
     graph = StepGraph(session.engine.table) if deps else None

@@ -47,7 +47,6 @@ class DefaultBuildGroup(click.Group):
     """``marinbuild PATTERN...`` means ``marinbuild build PATTERN...``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             meant = unknown_command(args[0], list(self.commands))
             if meant is not None:
@@ -308,7 +307,6 @@ def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> N
 
 def _is_one_label(patterns: tuple[str, ...], current_package: str) -> bool:
     """Whether ``patterns`` is a single plain label (not ``:all``, ``...`` or a subtraction)."""
-
     return len(patterns) == 1 and parse_pattern(patterns[0], current_package).kind == "label"
 
 
@@ -459,7 +457,6 @@ def clean_command() -> None:
 def serve_command(patterns: tuple[str, ...], prefix: str | None, port: int, host: str) -> None:
     """A read-only web view of PATTERN (default //...): the graph and each step's cache state, why, files and
     logs, the runs, training curves; live while builds run."""
-
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401

@@ -73,7 +73,6 @@ def build(
 ) -> BuildResult:
     """Run ``steps`` on ``engine`` (``Engine.run``'s arguments) into a ``BuildResult``. ``requested``: how the
     caller names what it asked for (default: each step's name and output path)."""
-
     result = BuildResult(engine, [])
     try:
         engine.run(

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
 def call_for(step: ExecutorStep, config: Any, prefix: str) -> StepCall:
     """The call of ``step`` with ``config`` (its instantiated config); ``ValueError`` for a step without a function."""
-
     original = getattr(step, ORIGINAL_STEP_SPEC, None)
     fn = step.fn if original is None else original.executor_function()
     if fn is None:

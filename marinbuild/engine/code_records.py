@@ -68,7 +68,6 @@ def display_path(path: str | os.PathLike[str], root: Path, stat_cache: Any = Non
 
 def file_digest(path: str | os.PathLike[str], stat_cache: Any = None) -> str | None:
     """The file's content digest; None when it cannot be read."""
-
     try:
         return hash_source_file(path, stat_cache)
     except OSError:
@@ -85,7 +84,6 @@ def _defining_file(fn: Any) -> str | None:
 
 def step_code(step: Any, root: Path, stat_cache: Any = None) -> dict[str, str]:
     """``{path: digest}`` of the code ``step`` runs (see the module docstring)."""
-
     config = step.config
     code = getattr(config, "code", None)
     if isinstance(code, dict):  # a rule target: analysis recorded its files

@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 
 
 def _worker_id() -> str:
-
     return new_worker_id()
 
 
@@ -224,7 +223,6 @@ class Engine:
         max_concurrent: int | None,
         rebuild: list[ExecutorStep],
     ) -> None:
-
         stale_after = self.settings.stale_after
         with gc_paused():  # versions and plan: many objects, no cyclic garbage (the steps' own code runs with gc on)
             requested: list[ExecutorStep] = []
@@ -313,7 +311,6 @@ class Engine:
 
     def _local_problems(self, plan: Plan) -> list[str]:
         """For a dry run on the local backend: the steps to run it could not run (a TPU step, ...)."""
-
         if self.backend is not None or self.settings.backend != LOCAL:
             return []
         calls = ((step, call_for(step, self.configs[step], self.prefix)) for step in plan.to_run)

@@ -15,7 +15,6 @@ class StepFailedError(RuntimeError):
     each failed step's ``.marinbuild_traceback.txt`` (its whole traceback, kept beside its status)."""
 
     def __init__(self, failures: dict[str, BaseException], dep_failed: list[str]):
-
         def named(name: str, error: BaseException) -> str:
             path = traceback_file_of(error)
             return f"{name} (traceback: {path})" if path else name

@@ -57,7 +57,6 @@ def plan_run(
 
 def mark_stale(plan: planning.Plan, prefix: str, output_paths: dict[ExecutorStep, str]) -> None:
     """A missing step of which another version is under ``prefix`` becomes ``STALE`` (dry runs say so)."""
-
     missing = plan.by_state(planning.MISSING)
     if not missing:
         return

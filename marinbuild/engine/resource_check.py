@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
 def resource_problems(backend: Backend, calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> list[str]:
     """``"<step> <why>"`` for each step (with its call) the backend cannot give what it asks for."""
-
     check = getattr(backend, "check_resources", None)
     if check is None:
         return []
@@ -40,7 +39,6 @@ def resource_problems(backend: Backend, calls: Iterable[tuple[ExecutorStep, Call
 
 def local_problems(calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> list[str]:
     """``resource_problems`` on a local backend of one thread, shut down after."""
-
     backend = LocalBackend(1)
     try:
         return resource_problems(backend, calls)
@@ -50,7 +48,6 @@ def local_problems(calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> l
 
 def check_resources(backend: Backend, calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> None:
     """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
-
     problems = resource_problems(backend, calls)
     if problems:
         name = getattr(backend, "name", type(backend).__name__)

@@ -149,5 +149,4 @@ def _setting(config: dict[str, Any], key: str, kind: Any, expected: str, *, mini
 
 
 def _project_root() -> Path:
-
     return project_root() or Path.cwd()

@@ -232,7 +232,6 @@ def resolve_executor_step(
 ) -> Any:
     """``step`` (its config instantiated) as Marin's ``StepSpec``, a function of its output path: see
     ``marinbuild.executor.step_spec.resolve_executor_step`` (loaded on first use)."""
-
     return resolve(step, config, output_path, deps, dag_tpu_regions, forced_region, mirror_budget_gb)
 
 
@@ -264,7 +263,6 @@ def _executor_main(
 
     The prefix and the rest are resolved as the command line resolves them (``marinbuild.engine.settings``), and
     the steps are built by the engine's one ``build``, which records the code each step ran."""
-
     skip_final_collection()
     _configure_logging()
     executor = _executor(config.prefix, config.executor_info_base_path, description)
@@ -299,7 +297,6 @@ def _executor(
 def _workspace() -> Workspace | None:
     """The marinbuild workspace around the current folder, or None: its ``[tool.marinbuild]`` settings apply to a
     Marin script run there as to the command line."""
-
     try:
         return find_workspace(".")
     except WorkspaceError:

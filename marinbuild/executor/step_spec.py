@@ -78,7 +78,6 @@ class StepSpec:
 
     @cached_property
     def output_path(self) -> str:
-
         prefix = self.output_path_prefix or default_prefix()
         if self.override_output_path is not None:
             if _is_relative_path(self.override_output_path):
@@ -115,7 +114,6 @@ class ConfigCall:
     mirror_budget_gb: float | None = None
 
     def __call__(self, output_path: str) -> Any:
-
         return MirrorScope(self.mirror_budget_gb).run(self.fn, self.config)
 
 

@@ -74,7 +74,6 @@ def host_side_eval_tags() -> None:
 
 def cpu_collectives_unless_tpu() -> None:
     """Collectives across the processes of a slice run on CPU through gloo when this host has no TPU."""
-
     if local_tpu_chips() == 0:
         import jax
 

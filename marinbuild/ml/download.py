@@ -124,7 +124,6 @@ class _Progress:
     last: float = 0.0
 
     def report(self, force: bool = False) -> None:
-
         now = time.time()
         if not force and now - self.last < 1.0:
             return
@@ -139,7 +138,6 @@ class _Progress:
 
 def download(payload: dict[str, Any]) -> dict[str, Any]:
     """Copy every listed file not already done, verify and commit each; write the manifest; return a summary."""
-
     out = payload["output_path"]
     source, entries = list_source(payload)
     root = files_root(payload)

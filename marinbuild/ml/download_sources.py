@@ -119,7 +119,6 @@ def list_fsspec(url: str, patterns: list[str], checksums: dict[str, str]) -> lis
 
 def _filesystem(url: str) -> Any:
     """gs:// through marinbuild's retrying gcsfs (which honours ``STORAGE_EMULATOR_HOST``); others by fsspec."""
-
     if url.startswith(("gs://", "gcs://")):
         return filesystem_for(url)
     import fsspec

@@ -49,7 +49,6 @@ LM_EVAL_OUTPUT = "lm_eval_output.json"
 
 def trained_tokenizer(model_path: str) -> str:
     """The tokenizer a ``train_lm`` output was trained with (its ``model.json``)."""
-
     try:
         with fsspec.open(os.path.join(model_path, MODEL_INFO), "r") as f:
             return json.load(f)["tokenizer"]

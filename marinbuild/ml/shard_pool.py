@@ -78,7 +78,6 @@ def default_workers() -> int:
 
 
 def _init_worker(offline: bool, log_path: str | None) -> None:
-
     _die_with_parent_only()
     shard_work.set_worker_env(offline)
     if log_path is not None:

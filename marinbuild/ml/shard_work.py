@@ -53,7 +53,6 @@ def _processor(tokenizer: str, text_key: str) -> Any:
 
 
 def tokenizer_dir(spec: str) -> str:
-
     return resolve_tokenizer(spec)
 
 

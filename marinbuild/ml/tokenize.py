@@ -73,7 +73,6 @@ def shard_options(skip_bad_records: bool) -> dict[str, Any]:
 
 def payload_of(attr: Any, output_path: str, name: str, package: str) -> dict[str, Any]:
     """The job of a ``tokenize`` target from its resolved attributes (the rule and ``why`` both use it)."""
-
     if bool(attr.tokenizer) == bool(attr.tokenizer_name):
         raise ValueError(f"tokenize {package}:{name}: give exactly one of tokenizer (a target) and tokenizer_name")
     return {
@@ -140,7 +139,6 @@ class _Progress:
         return self.built_tokens / max(time.time() - self.start, 1e-9)
 
     def report(self, force: bool = False) -> None:
-
         now = time.time()
         if not force and now - self.last < 1.0:
             return
@@ -157,7 +155,6 @@ class _Progress:
 
 def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
     """Build (or reuse) every shard of ``payload``'s splits, consolidate each split; return ``tokenized.json``."""
-
     out = payload["output_path"]
     plans = plan_splits(payload)
     if not plans:

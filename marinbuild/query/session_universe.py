@@ -46,7 +46,6 @@ def _printable(attrs: dict[str, Any]) -> dict[str, Any]:
 
 def _plain(value: Any) -> Any:
     """A thawed copy of an attribute value with every ``Label`` as its string."""
-
     if isinstance(value, Label):
         return str(value)
     if isinstance(value, list):
@@ -82,7 +81,6 @@ def universe_for(session: Any) -> QueryUniverse:
         return {str(row.label): row.state if row.state in STATES else "failed" for row in cache_status(session, labels)}
 
     def location_of(label: str) -> str:
-
         return str(loaded.targets[parse_label(label)].location)
 
     return QueryUniverse(

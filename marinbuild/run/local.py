@@ -47,7 +47,6 @@ class LocalBackend:
 
     def check_resources(self, resources: Any) -> str | None:
         """Refuse TPUs and GPUs this machine does not have (see ``marinbuild.run.resources.check_local``)."""
-
         try:
             return check_local(resources)
         except (TypeError, ValueError) as exc:

@@ -254,7 +254,6 @@ class RayBackend:
 
     def check_resources(self, resources: Any) -> str | None:
         """A cluster may gain any resource (an autoscaler adds nodes): only a malformed request is refused."""
-
         try:
             normalize(resources)
         except (TypeError, ValueError) as exc:
@@ -454,7 +453,6 @@ class RayBackend:
             return shape
 
     def _new_shape(self, call: StepCall) -> _Shape:
-
         shipped_code.register_with_ray()  # a script's own modules go by value (before its function is pickled)
         resources, extras, env_vars = call.request()
         options = self._task_options()

@@ -346,7 +346,6 @@ class Described:
 def describe_outputs(output_path: str, action: ActionKey) -> Described:
     """Phase 5, before the lease is confirmed: the outputs' manifest, and failing on a path-hash collision (one
     listing of the folder serves both, and tells whether an earlier failure left its traceback)."""
-
     names: set[str] = set()
     manifest = build_manifest(output_path, names)
     action_cache.check_before_commit(output_path, action, names)

@@ -120,7 +120,6 @@ def create_app(model: ViewModel, loopback_only: bool = True, stopping: Stopping 
         )
 
     def live_folder() -> Any:
-
         return events_dir(model.cache_dir)
 
     routes = [

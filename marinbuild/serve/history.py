@@ -84,7 +84,6 @@ def run(cache_dir: str | os.PathLike[str], prefix: str, run_id: str) -> dict[str
 
 def run_infos(prefix: str) -> list[dict[str, Any]]:
     """The run info JSONs under ``<prefix>/experiments/`` (newest first): name, creation time, script, steps."""
-
     folder = fs.join(prefix, RUN_INFO_FOLDER)
     out = []
     for name in Store(prefix).names(folder) or []:
@@ -108,7 +107,6 @@ def run_infos(prefix: str) -> list[dict[str, Any]]:
 
 def experiment(prefix: str, path: str) -> dict[str, Any]:
     """A run info JSON (Marin's ``/experiment?path=``): its facts and each step with its state now."""
-
     folder = fs.join(prefix, "experiments") + "/"
     if not path.startswith(folder) or not path.endswith(".json"):
         raise Refused(400, f"{path!r} is not a run info JSON under {folder}")

@@ -48,7 +48,6 @@ class ViewModel:
     """The state of one workspace and prefix, for one pattern."""
 
     def __init__(self, root: str, patterns: list[str], prefix: str | None = None):
-
         self.root, self.patterns = root, list(patterns)
         probe_session = Session.open(root, prefix=prefix)
         self.prefix = probe_session.settings.prefix
@@ -59,7 +58,6 @@ class ViewModel:
     # -- the session ---------------------------------------------------------------------------
 
     def _session(self) -> Any:
-
         session = Session.open(self.root, prefix=self.prefix)
         session.load(self.patterns)
         session.analyse()
@@ -83,7 +81,6 @@ class ViewModel:
     # -- the graph -----------------------------------------------------------------------------
 
     def graph(self) -> dict[str, Any]:
-
         self.check_prefix()
         with self._lock:
             session = self._session()
@@ -132,7 +129,6 @@ class ViewModel:
 
     def step(self, relative: str) -> dict[str, Any] | None:
         """Everything about the step whose output is ``<prefix>/<relative>``; None if no step is there."""
-
         parts = check_relative(relative)
         output_path = fs.join(self.prefix, "/".join(parts))
         self.check_prefix()
@@ -236,7 +232,6 @@ class ViewModel:
 
     def training(self, chosen: list[str] | None = None) -> dict[str, Any]:
         """The curves of ``chosen`` outputs (paths relative to the prefix), else of the graph's built steps."""
-
         if chosen:
             outputs = [fs.join(self.prefix, "/".join(check_relative(c))) for c in chosen]
         else:

@@ -99,7 +99,6 @@ class Manifest:
 def read_manifest(output_path: str) -> Manifest | None:
     """The manifest of the last commit at ``output_path`` (from its action-cache record); None if no record
     holds one (built by Marin, or by nobody)."""
-
     found: list[tuple[float, str, Any]] = []
     for digest in action_cache.digests_at(output_path):
         record = action_cache.read_record(output_path, digest)

@@ -337,7 +337,6 @@ def _is_complete(local: str, path: str) -> bool:
 
 
 def _copy_home(remote_url: str, local: str, path: str, wait_timeout: float) -> None:
-
     worker = f"mirror-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:6]}"
     lease = lease_for(_lock_root(local, path), worker, STALE_AFTER)
     deadline = time.monotonic() + wait_timeout
@@ -382,7 +381,6 @@ def _copy_home(remote_url: str, local: str, path: str, wait_timeout: float) -> N
 
 def _keep_alive(lease: Any, stop: threading.Event) -> None:
     """Renew the copy's lease while it runs, so a long copy is not mistaken for a dead one."""
-
     while not stop.wait(HEARTBEAT_INTERVAL):
         try:
             lease.refresh()

@@ -47,7 +47,6 @@ class BuildReport:
         self.closers: list[Any] = []
 
     def open(self, event_log: EventLogPlace) -> list[Listener]:
-
         self.summary = BuildSummary()
         listeners: list[Listener] = [self.summary]
         if not self.dry_run:

@@ -44,7 +44,6 @@ class EventLog:
     """Listener writing a build's events to a new log under ``folder`` (see the module docstring)."""
 
     def __init__(self, folder: str | os.PathLike[str], patterns: list[str], prefix: str):
-
         self._record = event_record
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)

@@ -56,7 +56,6 @@ def where_to_look(engine: Engine, ran: list[Any]) -> list[str]:
 def failure_pages(prefix: str, failures: list[Any]) -> list[str]:
     """The ``marinbuild serve`` page of each failed step (at most ``MAX_FAILURE_PAGES``) when a view's base URL is
     set (``$MARINBUILD_SERVE_URL``, which a CLI build sets: ``marinbuild.engine.serve_url``); nothing otherwise."""
-
     base = os.environ.get(ENV)
     if not base:
         return []
