@@ -119,7 +119,6 @@ class StepJob:
         self.cancel = cancel
         self.lease = lease_for(output_path, worker_id, settings.stale_after)
         self._lost: BaseException | None = None
-        self._token: threading.Event | None = None
 
     # -- phase 1-3: acquire ---------------------------------------------------------------
     def acquire(self, start: bool = True) -> bool:
@@ -145,12 +144,8 @@ class StepJob:
                     ev.WAITING, step=self.name, output_path=self.output_path, detail=f"lease held by {holder.worker_id}"
                 )
                 announced = True
-            local = self.context.local_runners.event_for(self.lease.path)
-            if local is not None:
-                local.wait()
-            else:
-                self.cancel.wait(delay)
-                delay = min(delay * 2, self.settings.max_poll_interval)
+            self.cancel.wait(delay)
+            delay = min(delay * 2, self.settings.max_poll_interval)
             status = st.read_status(self.output_path)
             if status == st.STATUS_SUCCESS:
                 return False
@@ -173,7 +168,6 @@ class StepJob:
         """One attempt at ``acquire``, never waiting."""
         if not self.lease.try_acquire():
             return Attempt.BUSY
-        self._token = self.context.local_runners.started(self.lease.path)
         try:
             if st.read_status(self.output_path) == st.STATUS_SUCCESS:
                 self._release()
@@ -312,10 +306,6 @@ class StepJob:
             logger.warning(
                 "%s is committed but its lease %s could not be released", self.name, self.lease.path, exc_info=True
             )
-        finally:
-            if self._token is not None:
-                self.context.local_runners.finished(self.lease.path, self._token)
-                self._token = None
 
 
 def write_started(output_path: str, info: str) -> None:
