@@ -1,8 +1,9 @@
 """marinbuild: a content-addressed build system for machine-learning pipelines.
 
 The names of Marin's executor API import from here as from ``marinbuild.executor``. They load on first
-use (PEP 562 ``__getattr__``), so importing the package, the CLI or the engine does not load the Marin
-facade; importing the package loads no storage, execution or ML library either.
+use (PEP 562 ``__getattr__``): importing any submodule runs this file first, so it imports none of the
+package's own subpackages; importing the package, the CLI or the engine does not load the Marin facade,
+nor any storage, execution or ML library.
 """
 
 import importlib

@@ -22,6 +22,7 @@ from marinbuild.load import attr, rule
 
 def _eval_lm_impl(ctx: RuleContext) -> dict[str, Any]:
     from marinbuild.core.resources import normalize
+    from marinbuild.ml.eval_harness import trained_tokenizer
     from marinbuild.ml.process import run_child
     from marinbuild.ml.tokenize import read_metadata
 
@@ -38,7 +39,7 @@ def _eval_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         datasets[name] = path
         text_keys[name] = meta.get("text_key", "text")
     request = normalize(ctx.attr.resources or None)
-    tokenizer = _trained_tokenizer(ctx.attr.model)
+    tokenizer = trained_tokenizer(ctx.attr.model)
     payload = {
         "output_path": ctx.output_path,
         "model_path": ctx.attr.model,
@@ -55,20 +56,6 @@ def _eval_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         name="eval",
         offline="://" in tokenizer or os.path.isdir(tokenizer),
     )
-
-
-def _trained_tokenizer(model_path: str) -> str:
-    import json
-
-    import fsspec
-
-    from marinbuild.ml.train_config import MODEL_INFO
-
-    try:
-        with fsspec.open(os.path.join(model_path, MODEL_INFO), "r") as f:
-            return json.load(f)["tokenizer"]
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{model_path} has no {MODEL_INFO}: is it the output of a train_lm target?") from None
 
 
 eval_lm = rule(

@@ -1,4 +1,4 @@
-"""Leases on a local folder: Marin's lease file under flock, the file kept open while held."""
+"""Leases on a local folder: Marin's lease file under flock."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import time
 import pipelines as pl
 import pytest
 
-from marinbuild.store import lease_local
 from marinbuild.store.lease import LeaseLostError, LeaseRecord, encode_lease, lease_path
 from marinbuild.store.lease_factory import lease_for
 
@@ -23,11 +22,10 @@ def test_local_lease_protocol(tmp_path):
     assert os.path.isdir(out)  # taking the lease made the step's folder
 
 
-def test_a_held_lease_keeps_its_file_open_until_released(tmp_path):
+def test_a_released_lease_leaves_no_file_and_no_descriptor(tmp_path):
     before = _open_fds()
     lease = lease_for(str(tmp_path / "s-1"), "runner-a")
     assert lease.try_acquire()
-    assert _open_fds() == before + 1
     lease.check()
     assert lease.holder().worker_id == "runner-a"
     lease.release()
@@ -37,7 +35,7 @@ def test_a_held_lease_keeps_its_file_open_until_released(tmp_path):
 
 
 def test_a_replaced_lease_file_is_read_by_path_and_left_alone(tmp_path):
-    """Another runner deleted the lease file and made its own: the kept file is no longer the lease."""
+    """Another runner deleted the lease file and made its own: the runner that created the first sees it lost."""
     out = str(tmp_path / "s-2")
     a = lease_for(out, "runner-a")
     assert a.try_acquire()
@@ -50,29 +48,6 @@ def test_a_replaced_lease_file_is_read_by_path_and_left_alone(tmp_path):
         a.check()
     a.release()
     assert lease_for(out, "x").holder().worker_id == "runner-c"
-
-
-def test_past_the_limit_leases_are_reopened_by_path(tmp_path):
-    limit = lease_local.KEPT_OPEN_LIMIT
-    before = _open_fds()
-    kept = [lease_for(str(tmp_path / f"s-{i}"), "runner-a") for i in range(limit)]
-    assert all(lease.try_acquire() for lease in kept)
-    assert _open_fds() == before + limit  # each kept open, up to the limit
-    past = lease_for(str(tmp_path / "s-past"), "runner-a")
-    assert past.try_acquire()
-    assert _open_fds() == before + limit  # past the limit: not kept open
-    past.check()
-    kept[0].check()
-    past.release()
-    kept[0].release()
-    assert _open_fds() == before + limit - 1
-    again = lease_for(str(tmp_path / "s-again"), "runner-a")
-    assert again.try_acquire()
-    assert _open_fds() == before + limit  # a released lease gave its place back: the next is kept open again
-    for lease in [again, *kept[1:]]:
-        lease.release()
-    assert _open_fds() == before
-    assert not any(os.path.exists(lease_path(str(tmp_path / name))) for name in ("s-0", "s-past", "s-again"))
 
 
 def test_lease_race_between_threads_has_one_winner(tmp_path):

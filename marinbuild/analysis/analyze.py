@@ -29,15 +29,19 @@ from typing import Any
 from marinbuild.core.labels import Label, parse_label
 from marinbuild.core.placeholders import ExecutorStep, output_path_of, this_output_path, versioned
 from marinbuild.core.walk import upstream_steps
+from marinbuild.engine.code_records import display_path, file_digest
 from marinbuild.load.attrs import LabelAttr, LabelKeyedDictAttr, LabelListAttr
 from marinbuild.load.builtins import Struct
 from marinbuild.load.errors import BuildFileError
 from marinbuild.load.frozen import thaw
 from marinbuild.load.loader import LoadedWorkspace
+from marinbuild.load.repos import resolve_load
 from marinbuild.load.rules import RuleType
 from marinbuild.load.sources import StatCache, hash_source_file
 from marinbuild.load.target import Target
+from marinbuild.load.trusted import import_rules_module
 from marinbuild.load.workspace import Workspace
+from marinbuild.run.shipped_code import ship_by_value, ship_imported_through
 
 _RULES: dict[str, RuleType] = {}
 """Rule types met during analysis in this process, by ``rule_key``. Process-wide on purpose: a rule type
@@ -121,9 +125,6 @@ def _resolve(value: Any) -> Any:
 
 def _import_rule(key: str, workspace: Path) -> RuleType:
     """Find a rule type from its key in a process that did not load the BUILD files (a remote worker)."""
-    from marinbuild.load.repos import resolve_load
-    from marinbuild.load.trusted import import_rules_module
-
     file_label, _, name = key.rpartition("%")
     label = parse_label(file_label)
     where = resolve_load(label, workspace)
@@ -331,8 +332,6 @@ def _find_code(
 ) -> dict[str, Any] | None:
     import inspect
 
-    from marinbuild.engine.code_records import display_path, file_digest
-
     files: dict[str, tuple[Path, bool]] = {}
     try:
         module_file = inspect.getsourcefile(rule.implementation) if rule.implementation is not None else None
@@ -372,8 +371,6 @@ def load_script_steps(script: Path, workspace_root: Path) -> dict[str, ExecutorS
     are recorded for Ray tasks to receive by value (``marinbuild.run.shipped_code``), as a script run as
     ``__main__`` is. Modules imported under their package name from the workspace stay by reference.
     """
-    from marinbuild.run.shipped_code import ship_by_value, ship_imported_through
-
     module_name = "_marinbuild_script_" + "_".join(script.relative_to(workspace_root).with_suffix("").parts)
     spec = importlib.util.spec_from_file_location(module_name, script)
     if spec is None or spec.loader is None:

@@ -20,8 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from marinbuild.analysis.session import Session
+from marinbuild.engine.build import build
+from marinbuild.engine.serve_url import ENV, serve_url
+from marinbuild.run.resources import UnsatisfiableResourcesError
+from marinbuild.store.action_cache import ActionCacheCollisionError
+
 if TYPE_CHECKING:
-    from marinbuild.analysis.session import Session
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.engine.build import BuildResult
     from marinbuild.load.workspace import Workspace
@@ -116,10 +121,6 @@ def run_build(request: BuildRequest, listeners: BuildListeners) -> tuple[Session
 def _build(request: BuildRequest, session: Session, listeners: list[Listener]) -> BuildResult:
     """Load and analyse ``request``'s targets in ``session`` and build their steps, ``listeners`` hearing the
     events."""
-    from marinbuild.engine.build import build
-    from marinbuild.run.resources import UnsatisfiableResourcesError
-    from marinbuild.store.action_cache import ActionCacheCollisionError
-
     labels = session.load(request.patterns)
     if not labels:
         raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
@@ -148,8 +149,6 @@ def _build(request: BuildRequest, session: Session, listeners: list[Listener]) -
 
 def _export_serve_url(workspace: Workspace, prefix: str) -> None:
     """``$MARINBUILD_SERVE_URL`` for this build (and the scripts it runs): the web view its pages are on, if any."""
-    from marinbuild.engine.serve_url import ENV, serve_url
-
     url = serve_url(workspace.cache_dir, workspace.config, prefix)
     if url is not None:
         os.environ[ENV] = url

@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from marinbuild.engine import Engine
 from marinbuild.engine.settings import Settings
+from marinbuild.load.sources import StatCache
 from marinbuild.load.workspace import Workspace, find_workspace
 
 if TYPE_CHECKING:
     from marinbuild.analysis.analyze import Analysis
     from marinbuild.core.labels import Label
     from marinbuild.core.placeholders import ExecutorStep
-    from marinbuild.engine import Engine
     from marinbuild.load import LoadedWorkspace, Loader
 
 
@@ -47,7 +48,7 @@ class Session:
     @classmethod
     def open(cls, start: str | os.PathLike[str] = ".", **settings: Any) -> Session:
         """The session of the workspace around ``start``; ``settings``: ``Settings.resolve``'s keywords."""
-        from marinbuild.load import Loader
+        from marinbuild.load import Loader  # lazy: the loader and the analysis load starlark
 
         workspace = find_workspace(start)
         return cls(workspace, Settings.resolve(workspace, **settings), Loader(workspace))
@@ -74,7 +75,6 @@ class Session:
         the loader keeps the same target objects, so a later ``load`` of the same ``Session`` gives them dropped
         too. Answers ``bench/run.py``'s layered 100,000 ``incremental`` row's peak memory (``marinbuild-cli``)."""
         from marinbuild.analysis.analyze import analyze
-        from marinbuild.load import StatCache
 
         assert self.loaded is not None, "load first"
         roots = list(self.labels if labels is None else labels)
@@ -89,8 +89,6 @@ class Session:
         return self.analysis
 
     def make_engine(self, listeners: list[Any] | None = None) -> Engine:
-        from marinbuild.engine import Engine
-
         return Engine(self.settings, listeners=listeners if listeners is not None else [])
 
     def steps_of(self, label: Label) -> list[ExecutorStep]:

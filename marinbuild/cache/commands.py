@@ -19,6 +19,7 @@ from typing import Any
 from marinbuild.cache import probe as pb
 from marinbuild.cache.text import format_age, format_size, short_json
 from marinbuild.core.labels import Label
+from marinbuild.engine.code_records import for_session, sentence
 from marinbuild.store import fs, other_versions
 from marinbuild.store import status as st
 from marinbuild.store.lease import STALE_AFTER
@@ -100,8 +101,6 @@ def _step_state(name: str, probe: pb.Probe, prefix: str) -> StepState:
 
 def _note_code_changes(session: Any, state_of: dict[Any, StepState]) -> None:
     """A built step whose code changed since it was built says so in its detail."""
-    from marinbuild.engine.code_records import for_session, sentence
-
     built = [s for s, state in state_of.items() if state.state == pb.BUILT]
     for step, changed in for_session(session).check(built).items():
         if changed:

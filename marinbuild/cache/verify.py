@@ -35,9 +35,11 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from marinbuild.cache import probe as pb
+from marinbuild.core.graph import StepGraph
 from marinbuild.store import fs, manifest, records
 from marinbuild.store import status as st
-from marinbuild.store.lease import STALE_AFTER
+from marinbuild.store.lease import STALE_AFTER, lease_path, parse_lease
 from marinbuild.store.lease_factory import lease_for
 from marinbuild.store.status import DamagedFileError
 
@@ -169,7 +171,7 @@ def _invalidate(output_path: str) -> bool:
     """Remove the SUCCESS status so the step counts as not built; False if it changed meanwhile."""
     path = st.status_path(output_path)
     if output_path.startswith(("gs://", "gcs://")):
-        from marinbuild.store import gcs
+        from marinbuild.store import gcs  # lazy: gcsfs
 
         got = gcs.read_with_generation(path)
         if got is None:
@@ -249,8 +251,6 @@ def _check(result: StepVerification, read: Callable[[], Any]) -> Any:
 
 def _repair_metadata(result: StepVerification, stale_after: float) -> None:
     """Remove what cannot be read and what nobody holds: unparsable files, a leftover lease."""
-    from marinbuild.store.lease import lease_path
-
     for message in result.metadata:
         path = message.split(": ", 1)[0]
         if path.endswith(LEASE_FILE):
@@ -287,8 +287,6 @@ def _old_temporaries(folder: str, older_than: float) -> list[str]:
 def remove_dead_lease(output_path: str, stale_after: float, *, unparsable: bool) -> bool:
     """Delete the step's lease if nobody holds it: unparsable (``unparsable``), stale, or its holder gone. A local
     lease is checked and deleted under its flock (a Marin or marinbuild runner taking it meanwhile keeps it)."""
-    from marinbuild.store.lease import lease_path, parse_lease
-
     path = lease_path(output_path)
 
     def dead(data: bytes) -> bool:
@@ -374,9 +372,6 @@ def verify_cache(
     Damaged steps are invalidated unless ``repair`` is False (``--dry_run``); ``repair_metadata`` (``--repair``)
     also removes unparsable metadata and leftover leases.
     """
-    from marinbuild.cache import probe as pb
-    from marinbuild.core.graph import StepGraph
-
     labels = pb.resolve_targets(session, targets)
     output_paths = session.engine.output_paths
     graph = StepGraph(session.engine.table) if deps else None

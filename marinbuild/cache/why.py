@@ -25,7 +25,10 @@ from marinbuild.cache.text import format_age, short_json
 from marinbuild.core.jsonenc import dumps_sorted
 from marinbuild.core.labels import Label
 from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.core.resources import hardware_of
+from marinbuild.core.walk import instantiate_config
 from marinbuild.engine.code_records import for_session, sentence
+from marinbuild.load.builtins import Struct
 from marinbuild.store import other_versions
 from marinbuild.store.prefix_walk import Store
 from marinbuild.store.records import INFO_FILE
@@ -254,8 +257,6 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
         step=step.name, output_path=probe.output_path, reason=BUILT, requested=requested, status=probe.status
     )
     if step.resources is not None:
-        from marinbuild.core.resources import hardware_of
-
         e.resources = hardware_of(step.resources)
     if probe.lease is not None:
         e.lease_holder, e.lease_age = probe.lease.worker_id, round(probe.lease_age or 0.0, 1)
@@ -311,9 +312,7 @@ def _work(session: Any, step: ExecutorStep) -> list[str]:
     config = step.config
     if not str(getattr(config, "rule_key", "")).endswith("%tokenize"):
         return []
-    from marinbuild.analysis.analyze import _resolve
-    from marinbuild.core.walk import instantiate_config
-    from marinbuild.load.builtins import Struct
+    from marinbuild.analysis.analyze import _resolve  # lazy: starlark, and fsspec below
     from marinbuild.ml.tokenize import payload_of, shard_status
 
     engine = session.engine

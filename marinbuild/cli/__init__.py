@@ -21,8 +21,15 @@ from typing import Any
 
 import click
 
+from marinbuild.cli.args import rewrite, unknown_command
+from marinbuild.cluster.config import ClusterConfigError
 from marinbuild.core.gc_control import skip_final_collection
+from marinbuild.core.labels import LabelError, parse_pattern
+from marinbuild.load.errors import BuildFileError, WorkspaceError
+from marinbuild.load.workspace import find_workspace
 from marinbuild.run.backends import BACKEND_NAMES
+from marinbuild.run.ray_auth import RayAuthError
+from marinbuild.ui.jobs_view import jobs_json, print_job, print_jobs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 37
 """37 is Bazel's code for an internal error."""
@@ -40,8 +47,6 @@ class DefaultBuildGroup(click.Group):
     """``marinbuild PATTERN...`` means ``marinbuild build PATTERN...``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        from marinbuild.cli.args import rewrite, unknown_command
-
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             meant = unknown_command(args[0], list(self.commands))
             if meant is not None:
@@ -70,7 +75,7 @@ def _complete_labels(ctx: click.Context, param: Any, incomplete: str) -> list[An
     from click.shell_completion import CompletionItem
 
     try:
-        from marinbuild.load import Loader, find_workspace
+        from marinbuild.load import Loader, find_workspace  # lazy: the loader loads starlark
 
         loaded = Loader(find_workspace(".")).load_all()
     except Exception:
@@ -112,7 +117,7 @@ PREFIX = _Prefix()
 
 
 def _open_session(**settings: Any) -> Any:
-    from marinbuild.analysis.session import Session
+    from marinbuild.analysis.session import Session  # lazy here and below: the CLI start loads no command's modules
 
     return Session.open(".", **settings)
 
@@ -303,8 +308,6 @@ def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> N
 
 def _is_one_label(patterns: tuple[str, ...], current_package: str) -> bool:
     """Whether ``patterns`` is a single plain label (not ``:all``, ``...`` or a subtraction)."""
-    from marinbuild.core.labels import parse_pattern
-
     return len(patterns) == 1 and parse_pattern(patterns[0], current_package).kind == "label"
 
 
@@ -413,7 +416,6 @@ def info_command(key: str | None, prefix: str | None, backend: str | None, ray_a
     """Workspace, prefix and where it came from, backend, Ray address, cache folders, version (KEY: one value)."""
     from marinbuild.cli.info import workspace_info
     from marinbuild.engine.settings import Settings
-    from marinbuild.load.workspace import find_workspace
 
     workspace = find_workspace(".")
     facts = workspace_info(
@@ -433,7 +435,6 @@ def info_command(key: str | None, prefix: str | None, backend: str | None, ray_a
 def clean_command() -> None:
     """Remove the workspace's .marinbuild/ folder (source file digests, build event logs). Never outputs."""
     from marinbuild.cache import clean, format_clean
-    from marinbuild.load import find_workspace
 
     click.echo(format_clean(clean(find_workspace("."))))
 
@@ -457,8 +458,6 @@ def clean_command() -> None:
 def serve_command(patterns: tuple[str, ...], prefix: str | None, port: int, host: str) -> None:
     """A read-only web view of PATTERN (default //...): the graph and each step's cache state, why, files and
     logs, the runs, training curves; live while builds run."""
-    from marinbuild.load.workspace import find_workspace
-
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
@@ -605,7 +604,6 @@ def _job_client(address: str | None, cluster: str | None) -> tuple[Any, str]:
 def jobs_list_command(address: str | None, cluster: str | None, output: str) -> None:
     """Every job the cluster knows, oldest first."""
     from marinbuild.cluster import jobs
-    from marinbuild.ui.jobs_view import jobs_json, print_jobs
 
     client, resolved = _job_client(address, cluster)
     rows = jobs.list_jobs(client, resolved)
@@ -622,7 +620,6 @@ def jobs_list_command(address: str | None, cluster: str | None, output: str) -> 
 def jobs_status_command(job: str, address: str | None, cluster: str | None, output: str) -> None:
     """JOB's status, entrypoint, times and exit code."""
     from marinbuild.cluster import jobs
-    from marinbuild.ui.jobs_view import jobs_json, print_job
 
     client, resolved = _job_client(address, cluster)
     row = jobs.job_status(client, resolved, job)
@@ -665,13 +662,9 @@ def jobs_stop_command(job: str, address: str | None, cluster: str | None) -> Non
 def _user_error_types() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix (exit 2). Imported only when something was raised."""
     from marinbuild.analysis.build import BuildRequestError
-    from marinbuild.cluster.config import ClusterConfigError
     from marinbuild.cluster.jobs import JobsError
-    from marinbuild.core.labels import LabelError
     from marinbuild.engine.settings import SettingsError
-    from marinbuild.load import WorkspaceError
     from marinbuild.query import QueryError
-    from marinbuild.run.ray_auth import RayAuthError
 
     return (
         BuildRequestError,
@@ -706,8 +699,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_FAILED
     except Exception as exc:
-        from marinbuild.load import BuildFileError
-
         if isinstance(exc, BuildFileError):
             for error in exc.all_errors:
                 click.echo(f"marinbuild: error: {error}", err=True)

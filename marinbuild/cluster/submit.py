@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from marinbuild.cluster.config import resolve_cluster
 from marinbuild.cluster.jobs import TERMINAL, follow_logs, job_client, ray_errors, status_name
+from marinbuild.core.resources import Resources, tpu_slice
 from marinbuild.run.runtime_env import (
     RUNTIME_ENV_VARS_FROM_DRIVER,
     pip_requirements,
@@ -51,8 +53,6 @@ def resolve_address(address: str | None = None, cluster: str | None = None) -> s
     if address:
         return address
     if cluster:
-        from marinbuild.cluster.config import resolve_cluster
-
         cwd = Path.cwd()
         return resolve_cluster(cluster, [cwd, project_root(cwd) or cwd]).dashboard_url
     return os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS
@@ -62,7 +62,6 @@ def driver_resources(resources: dict[str, float] | None, tpu: str | None) -> dic
     """Custom resources the driver needs: ``resources`` plus one host of the TPU type ``tpu`` (Marin's ``--tpu``)."""
     if tpu is None:
         return dict(resources) if resources else None
-    from marinbuild.core.resources import Resources, tpu_slice
 
     if tpu_slice(tpu).multi_host:
         raise ValueError(f"--tpu {tpu} spans several hosts; the driver runs on one (e.g. v4-8, v5litepod-4, v6e-8)")

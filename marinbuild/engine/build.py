@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+from marinbuild.engine.errors import PreviousTaskFailedError, StepFailedError
+
 if TYPE_CHECKING:
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.engine.engine import Engine
@@ -71,8 +73,6 @@ def build(
 ) -> BuildResult:
     """Run ``steps`` on ``engine`` (``Engine.run``'s arguments) into a ``BuildResult``. ``requested``: how the
     caller names what it asked for (default: each step's name and output path)."""
-    from marinbuild.engine.errors import PreviousTaskFailedError, StepFailedError
-
     result = BuildResult(engine, [])
     try:
         engine.run(

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from marinbuild.core.placeholders import ORIGINAL_STEP_SPEC
+from marinbuild.core.walk import max_mirror_budget
+from marinbuild.run.step_call import StepCall
+
 if TYPE_CHECKING:
     from marinbuild.core.placeholders import ExecutorStep
-    from marinbuild.run.step_call import StepCall
 
 
 def call_for(step: ExecutorStep, config: Any, prefix: str) -> StepCall:
     """The call of ``step`` with ``config`` (its instantiated config); ``ValueError`` for a step without a function."""
-    from marinbuild.core.placeholders import ORIGINAL_STEP_SPEC
-    from marinbuild.core.walk import max_mirror_budget
-    from marinbuild.run.step_call import StepCall
-
     original = getattr(step, ORIGINAL_STEP_SPEC, None)
     fn = step.fn if original is None else original.executor_function()
     if fn is None:

@@ -34,6 +34,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from marinbuild.core.placeholders import VersionedValue
+from marinbuild.load.sources import StatCache, hash_source_file
 from marinbuild.store import batch, fs
 
 __all__ = [
@@ -66,8 +68,6 @@ def display_path(path: str | os.PathLike[str], root: Path, stat_cache: Any = Non
 
 def file_digest(path: str | os.PathLike[str], stat_cache: Any = None) -> str | None:
     """The file's content digest; None when it cannot be read."""
-    from marinbuild.load.sources import hash_source_file
-
     try:
         return hash_source_file(path, stat_cache)
     except OSError:
@@ -84,8 +84,6 @@ def _defining_file(fn: Any) -> str | None:
 
 def step_code(step: Any, root: Path, stat_cache: Any = None) -> dict[str, str]:
     """``{path: digest}`` of the code ``step`` runs (see the module docstring)."""
-    from marinbuild.core.placeholders import VersionedValue
-
     config = step.config
     code = getattr(config, "code", None)
     if isinstance(code, dict):  # a rule target: analysis recorded its files
@@ -211,8 +209,6 @@ def for_session(session: Any) -> CodeChanges:
     """The session's ``CodeChanges`` (one per session, so each output is checked once)."""
     found = getattr(session, "_code_changes", None)
     if found is None:
-        from marinbuild.load import StatCache
-
         found = CodeChanges(
             session.workspace.root, session.engine.output_paths, StatCache(session.workspace.stat_cache_path)
         )

@@ -16,6 +16,8 @@ import functools
 from typing import TYPE_CHECKING
 
 from marinbuild.engine.infos import ExecutorInfo, step_info_text
+from marinbuild.run.plan import BUILT
+from marinbuild.store import fs, records, run_info
 
 if TYPE_CHECKING:
     from marinbuild.core.graph import StepGraph
@@ -25,8 +27,6 @@ if TYPE_CHECKING:
 
 def run_info_path(info: ExecutorInfo, base: str) -> str:
     """Where the run info of ``info`` goes under ``base`` (``store.run_info.name``; writes nothing)."""
-    from marinbuild.store import fs, run_info
-
     script = run_info.script_name(info.caller_path)
     return fs.join(base, run_info.name(script, (step.output_path for step in info.steps)))
 
@@ -34,8 +34,6 @@ def run_info_path(info: ExecutorInfo, base: str) -> str:
 def write_run_info(table: VersionTable, info: ExecutorInfo, base: str) -> str:
     """Write the run info JSON of ``info`` (the records of the table's steps) under ``base``, replacing a file of the
     same name; return its path (``store.run_info.write``)."""
-    from marinbuild.store import run_info
-
     path = run_info_path(info, base)
     head = {key: getattr(info, key) for key in run_info.HEAD_KEYS}
     strs = table.version_strs
@@ -46,8 +44,6 @@ def write_run_info(table: VersionTable, info: ExecutorInfo, base: str) -> str:
 
 def write_step_infos(table: VersionTable) -> None:
     """Every versioned step's ``.executor_info``, replacing what is there (Marin's ``write_infos``)."""
-    from marinbuild.store import records
-
     for step in table.steps:
         records.write_info(table.output_paths[step], step_info_text(table, step))
 
@@ -59,9 +55,6 @@ def write_infos_not_run(table: VersionTable, graph: StepGraph, plan: Plan, selec
     one); the steps this run runs write theirs when they start. Steps below a built step are not looked at:
     whoever built them wrote theirs, so a no-op run without pseudo-dependencies checks and writes nothing.
     ``selected``: the run was narrowed by ``run_only``."""
-    from marinbuild.run.plan import BUILT
-    from marinbuild.store import records
-
     if len(plan.steps) == len(table.steps):
         return
     if not selected:  # without run_only, a step the plan did not reach is below a built one or a pseudo-dependency

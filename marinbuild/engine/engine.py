@@ -31,22 +31,31 @@ from typing import TYPE_CHECKING
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.placeholders import ExecutorStep, InputName
 from marinbuild.core.versions import VersionTable
-from marinbuild.engine import commit
+from marinbuild.engine import commit, planning, resource_check
+from marinbuild.engine.calls import call_for
+from marinbuild.engine.code_records import CodeChanges, record
+from marinbuild.engine.execute import execute
 from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, run_info, step_info_text
+from marinbuild.engine.serve_url import experiment_url, serve_url
 from marinbuild.engine.settings import Settings
+from marinbuild.load.sources import StatCache
+from marinbuild.run import events as ev
+from marinbuild.run.backends import LOCAL
+from marinbuild.run.build_context import BuildContext
+from marinbuild.run.outcome import Outcome
+from marinbuild.run.plan import BUILT, REBUILD
+from marinbuild.store import fs
+from marinbuild.store.holders import new_worker_id
+from marinbuild.store.lease import STALE_AFTER
+from marinbuild.store.status import status_path
 
 if TYPE_CHECKING:
-    from marinbuild.engine.code_records import CodeChanges
     from marinbuild.run.backend import Backend
-    from marinbuild.run.build_context import BuildContext
     from marinbuild.run.events import Event, Listener
-    from marinbuild.run.outcome import Outcome
     from marinbuild.run.plan import Plan
 
 
 def _worker_id() -> str:
-    from marinbuild.store.holders import new_worker_id
-
     return new_worker_id()
 
 
@@ -153,7 +162,6 @@ class Engine:
                 self.record_infos()
             assert self.executor_info is not None
             self.executor_info_path = commit.run_info_path(self.executor_info, self.executor_info_base_path)
-        from marinbuild.engine.serve_url import experiment_url, serve_url
 
         base = serve_url()
         if base is not None:
@@ -184,7 +192,6 @@ class Engine:
         """
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be a positive integer, got {max_concurrent}")
-        from marinbuild.run.build_context import BuildContext
 
         self.plan, self.outcome, self.succeeded, self.code_changed, self.dry_run_problems = None, None, [], {}, []
         succeeded: list[str] = []
@@ -216,11 +223,6 @@ class Engine:
         max_concurrent: int | None,
         rebuild: list[ExecutorStep],
     ) -> None:
-        from marinbuild.engine import planning
-        from marinbuild.run import events as ev
-        from marinbuild.run.plan import BUILT, REBUILD
-        from marinbuild.store.lease import STALE_AFTER
-
         stale_after = self.settings.stale_after
         with gc_paused():  # versions and plan: many objects, no cyclic garbage (the steps' own code runs with gc on)
             requested: list[ExecutorStep] = []
@@ -254,21 +256,15 @@ class Engine:
             self.dry_run_problems = self._local_problems(plan)
             return
         if rebuild:
-            from marinbuild.store import fs
-            from marinbuild.store.status import status_path
-
             for step in plan.by_state(REBUILD):
                 fs.remove(status_path(self.output_paths[step]))
         selected = run_only is not None
         if not plan.to_run:  # everything is built: nothing to start, check or record
-            from marinbuild.run.outcome import Outcome
-
             commit.write_infos_not_run(self._versions, graph, plan, selected)
             bus.emit(ev.BUILD_STARTED, data={"steps": 0})
             bus.emit(ev.BUILD_FINISHED, data={"ran": 0, "failed": 0})
             self.outcome = Outcome()
             return
-        from marinbuild.engine.execute import execute
 
         self.outcome = execute(
             self._versions,
@@ -288,9 +284,6 @@ class Engine:
         """What tells the code each step runs, and whether a built output's code changed (``code_records.py``);
         one per engine, so each output's record is read once."""
         if self._code is None:
-            from marinbuild.engine.code_records import CodeChanges
-            from marinbuild.load.sources import StatCache
-
             cache_dir = self.settings.cache_dir
             stat_cache = StatCache(cache_dir / "stat_cache.json" if cache_dir is not None else None)
             self._code = CodeChanges(self.settings.root or Path.cwd(), self.output_paths, stat_cache)
@@ -302,7 +295,6 @@ class Engine:
         self.succeeded = [by_path[path] for path in succeeded_paths if path in by_path]
         if not self.succeeded:
             return
-        from marinbuild.engine.code_records import record
 
         code = self.code_changes()
         for step in self.succeeded:
@@ -319,10 +311,6 @@ class Engine:
 
     def _local_problems(self, plan: Plan) -> list[str]:
         """For a dry run on the local backend: the steps to run it could not run (a TPU step, ...)."""
-        from marinbuild.engine import resource_check
-        from marinbuild.engine.calls import call_for
-        from marinbuild.run.backends import LOCAL
-
         if self.backend is not None or self.settings.backend != LOCAL:
             return []
         calls = ((step, call_for(step, self.configs[step], self.prefix)) for step in plan.to_run)

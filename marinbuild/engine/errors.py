@@ -7,14 +7,14 @@ was told not to retry it (``force_run_failed=False``).
 
 from __future__ import annotations
 
+from marinbuild.run.failure import traceback_file_of
+
 
 class StepFailedError(RuntimeError):
     """One or more steps failed; ``failures`` maps each failed step's name to its exception. The message names
     each failed step's ``.marinbuild_traceback.txt`` (its whole traceback, kept beside its status)."""
 
     def __init__(self, failures: dict[str, BaseException], dep_failed: list[str]):
-        from marinbuild.run.failure import traceback_file_of
-
         def named(name: str, error: BaseException) -> str:
             path = traceback_file_of(error)
             return f"{name} (traceback: {path})" if path else name

@@ -50,22 +50,8 @@ class ExecutorInfo:
     steps: list[ExecutorStepInfo]
 
 
-_FN_NAMES: dict[Any, str] = {}
-"""Memo of ``_fn_name``: a function's name is a fact about the function object, the same in every build."""
-_FUNCTION = type(lambda: None)
-
-
 def get_fn_name(fn: ExecutorFunction, short: bool = False) -> str:
     """A name for ``fn`` that is the same in every run: ``module.qualname`` (Marin printed a memory address)."""
-    if short or type(fn) is not _FUNCTION:  # partials, wrappers and lambdas made per step are not kept here
-        return _fn_name(fn, short)
-    name = _FN_NAMES.get(fn)
-    if name is None:
-        name = _FN_NAMES[fn] = _fn_name(fn)
-    return name
-
-
-def _fn_name(fn: ExecutorFunction, short: bool = False) -> str:
     if fn is None:
         return "None"
     inner = getattr(fn, "fn", None)  # Marin's RemoteCallable and similar wrappers

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 from marinbuild.core.graph import StepGraph
 from marinbuild.engine.errors import PreviousTaskFailedError
 from marinbuild.run import plan as planning
+from marinbuild.store.other_versions import with_other_versions
+from marinbuild.store.traceback_file import existing_traceback
 
 if TYPE_CHECKING:
     from marinbuild.core.placeholders import ExecutorStep
@@ -55,8 +57,6 @@ def plan_run(
 
 def mark_stale(plan: planning.Plan, prefix: str, output_paths: dict[ExecutorStep, str]) -> None:
     """A missing step of which another version is under ``prefix`` becomes ``STALE`` (dry runs say so)."""
-    from marinbuild.store.other_versions import with_other_versions
-
     missing = plan.by_state(planning.MISSING)
     if not missing:
         return
@@ -71,7 +71,6 @@ def refuse_failed_before(plan: planning.Plan, output_paths: dict[ExecutorStep, s
     failed_before = plan.by_state(planning.FAILED)
     if not failed_before:
         return
-    from marinbuild.store.traceback_file import existing_traceback
 
     def named(s: ExecutorStep) -> str:
         traceback = existing_traceback(output_paths[s])

@@ -10,6 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from marinbuild.run.local import LocalBackend
+from marinbuild.run.resources import UnsatisfiableResourcesError
+from marinbuild.run.step_call import StepCall
+
 if TYPE_CHECKING:
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.run.backend import Backend
@@ -17,8 +21,6 @@ if TYPE_CHECKING:
 
 def resource_problems(backend: Backend, calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> list[str]:
     """``"<step> <why>"`` for each step (with its call) the backend cannot give what it asks for."""
-    from marinbuild.run.step_call import StepCall
-
     check = getattr(backend, "check_resources", None)
     if check is None:
         return []
@@ -37,8 +39,6 @@ def resource_problems(backend: Backend, calls: Iterable[tuple[ExecutorStep, Call
 
 def local_problems(calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> list[str]:
     """``resource_problems`` on a local backend of one thread, shut down after."""
-    from marinbuild.run.local import LocalBackend
-
     backend = LocalBackend(1)
     try:
         return resource_problems(backend, calls)
@@ -48,8 +48,6 @@ def local_problems(calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> l
 
 def check_resources(backend: Backend, calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> None:
     """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
-    from marinbuild.run.resources import UnsatisfiableResourcesError
-
     problems = resource_problems(backend, calls)
     if problems:
         name = getattr(backend, "name", type(backend).__name__)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from marinbuild.core.prefix import DEFAULT_LOCAL_PREFIX
 from marinbuild.run.backends import BACKEND_NAMES, LOCAL, RAY, BackendOptions
+from marinbuild.run.runtime_env import in_ray_job, project_root
 
 if TYPE_CHECKING:
     from marinbuild.load.workspace import Workspace
@@ -126,8 +127,6 @@ def _backend(given: str | None, ray_address: str | None, config: dict[str, Any])
     # A Ray address given alone means the Ray backend ($RAY_ADDRESS alone does not: it is set inside every Ray job).
     name = given or (RAY if ray_address else None) or os.environ.get(BACKEND_ENV) or config.get("backend")
     if name is None:
-        from marinbuild.run.runtime_env import in_ray_job
-
         name = RAY if in_ray_job() else LOCAL
     if name not in BACKEND_NAMES:
         raise SettingsError(f"unknown backend {name!r}; use one of: {', '.join(BACKEND_NAMES)}")
@@ -150,6 +149,4 @@ def _setting(config: dict[str, Any], key: str, kind: Any, expected: str, *, mini
 
 
 def _project_root() -> Path:
-    from marinbuild.run.runtime_env import project_root
-
     return project_root() or Path.cwd()

@@ -55,6 +55,8 @@ from marinbuild.core.walk import (
     walk_config,
 )
 from marinbuild.engine import Engine
+from marinbuild.engine.build import build
+from marinbuild.engine.code_records import sentence
 from marinbuild.engine.errors import PreviousStepFailedError, PreviousTaskFailedError, StepFailedError
 from marinbuild.engine.infos import (
     ExecutorInfo,
@@ -66,6 +68,9 @@ from marinbuild.engine.infos import (
 )
 from marinbuild.engine.settings import Settings
 from marinbuild.executor.remote import remote
+from marinbuild.executor.step_spec import resolve_executor_step as resolve
+from marinbuild.load.errors import WorkspaceError
+from marinbuild.load.workspace import find_workspace
 from marinbuild.store.status import STATUS_DEP_FAILED, STATUS_FAILED, STATUS_RUNNING, STATUS_SUCCESS
 
 if TYPE_CHECKING:
@@ -227,8 +232,6 @@ def resolve_executor_step(
 ) -> Any:
     """``step`` (its config instantiated) as Marin's ``StepSpec``, a function of its output path: see
     ``marinbuild.executor.step_spec.resolve_executor_step`` (loaded on first use)."""
-    from marinbuild.executor.step_spec import resolve_executor_step as resolve
-
     return resolve(step, config, output_path, deps, dag_tpu_regions, forced_region, mirror_budget_gb)
 
 
@@ -260,9 +263,6 @@ def _executor_main(
 
     The prefix and the rest are resolved as the command line resolves them (``marinbuild.engine.settings``), and
     the steps are built by the engine's one ``build``, which records the code each step ran."""
-    from marinbuild.engine.build import build
-    from marinbuild.engine.code_records import sentence
-
     skip_final_collection()
     _configure_logging()
     executor = _executor(config.prefix, config.executor_info_base_path, description)
@@ -297,9 +297,6 @@ def _executor(
 def _workspace() -> Workspace | None:
     """The marinbuild workspace around the current folder, or None: its ``[tool.marinbuild]`` settings apply to a
     Marin script run there as to the command line."""
-    from marinbuild.load.errors import WorkspaceError
-    from marinbuild.load.workspace import find_workspace
-
     try:
         return find_workspace(".")
     except WorkspaceError:

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from marinbuild.core.resources import normalize
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -76,8 +78,6 @@ def remote(
 ) -> RemoteCallable[P, R] | Callable[[Callable[P, R]], RemoteCallable[P, R]]:
     """Mark ``fn`` to run with ``resources`` (and extras, env vars): ``remote(fn, ...)`` or ``@remote(...)``."""
     if resources is not None:
-        from marinbuild.core.resources import normalize
-
         normalize(resources)  # a bad request is an error here, not when the step runs
 
     def wrap(f: Callable[P, R]) -> RemoteCallable[P, R]:

@@ -22,6 +22,8 @@ from functools import cached_property
 from typing import Any
 
 from marinbuild.core.placeholders import ORIGINAL_STEP_SPEC, THIS_OUTPUT_PATH, ExecutorStep, VersionedValue
+from marinbuild.core.prefix import default_prefix
+from marinbuild.run.step_call import MirrorScope
 
 
 def _is_relative_path(url_or_path: str) -> bool:
@@ -76,8 +78,6 @@ class StepSpec:
 
     @cached_property
     def output_path(self) -> str:
-        from marinbuild.core.prefix import default_prefix
-
         prefix = self.output_path_prefix or default_prefix()
         if self.override_output_path is not None:
             if _is_relative_path(self.override_output_path):
@@ -114,8 +114,6 @@ class ConfigCall:
     mirror_budget_gb: float | None = None
 
     def __call__(self, output_path: str) -> Any:
-        from marinbuild.run.step_call import MirrorScope
-
         return MirrorScope(self.mirror_budget_gb).run(self.fn, self.config)
 
 

@@ -30,8 +30,9 @@ _HOME = {
     "StatCache": "sources", "hash_source_file": "sources", "Target": "target", "BUILD_FILE": "workspace",
     "Workspace": "workspace", "find_workspace": "workspace",
 }  # fmt: skip
-"""Where each public name lives: imported on first use, so that ``marinbuild.load.workspace`` alone does not
-pull in the whole loader."""
+"""Where each public name lives: imported on first use (PEP 562), because the loader imports starlark and
+every ``marinbuild.load.*`` import runs this file first: plain imports here would load starlark with
+``marinbuild.load.workspace``, which the settings resolution and the CLI's start import."""
 
 
 def __getattr__(name: str) -> Any:

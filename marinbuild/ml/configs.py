@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marinbuild.load.attrs import AttrValueError, ConfigAttr, _json_like
+from marinbuild.load.frozen import thaw
 from marinbuild.ml.config_types import check_field_types
 
 # levanter model families and the module that registers each (imported on demand).
@@ -268,7 +269,6 @@ def from_dict(cls: type, value: Any) -> Any:
     """An instance of ``cls`` from its ``asdict`` form (what crosses into the training process)."""
     if isinstance(value, cls):
         return value
-    from marinbuild.load.frozen import thaw
 
     return cls(**thaw(dict(value)))
 

@@ -21,7 +21,9 @@ from typing import Any
 
 import fsspec
 
+from marinbuild.ml import download
 from marinbuild.ml.documents import document_format, is_document
+from marinbuild.ml.download_sources import matcher
 
 MANIFEST = "manifest.json"
 
@@ -76,9 +78,6 @@ def download_documents(output: str, patterns: list[str] | None = None) -> list[s
     """The document files of a ``download`` output (or of a folder Marin's download step made), in order;
     with ``patterns``, those whose path relative to the output folder (``subdir`` included) matches one
     (``**`` crosses folders): the same paths whether the folder is a marinbuild download or Marin's."""
-    from marinbuild.ml import download
-    from marinbuild.ml.download_sources import matcher
-
     wanted = matcher(list(patterns or []))
     manifest = download.read_manifest(output)
     if manifest is not None and manifest.get("kind") == "download":
@@ -107,8 +106,6 @@ def download_documents(output: str, patterns: list[str] | None = None) -> list[s
 
 
 def _documents_of(output: str) -> list[str]:
-    from marinbuild.ml import download
-
     manifest = download.read_manifest(output)
     if manifest is None or manifest.get("kind") == "download":
         if manifest is not None or _exists(os.path.join(output, download.PROVENANCE)):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from marinbuild.run.resources import local_tpu_chips
+
 
 def start_distributed(distributed: Any) -> bool:
     """Start JAX distributed as the payload's ``distributed`` says; whether this process is the lead (process 0).
@@ -72,8 +74,6 @@ def host_side_eval_tags() -> None:
 
 def cpu_collectives_unless_tpu() -> None:
     """Collectives across the processes of a slice run on CPU through gloo when this host has no TPU."""
-    from marinbuild.run.resources import local_tpu_chips
-
     if local_tpu_chips() == 0:
         import jax
 

@@ -33,7 +33,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from marinbuild.ml.download_sources import Entry, hub_commit, list_fsspec, list_hub
+from marinbuild.ml.download_work import fetch_file, matches, read_marker
 from marinbuild.ml.run_log import RunLog
+from marinbuild.ml.shard_pool import open_pool
+from marinbuild.run.step_progress import report
 from marinbuild.store import fs as store_fs
 
 MANIFEST = "manifest.json"
@@ -121,8 +124,6 @@ class _Progress:
     last: float = 0.0
 
     def report(self, force: bool = False) -> None:
-        from marinbuild.run.step_progress import report
-
         now = time.time()
         if not force and now - self.last < 1.0:
             return
@@ -137,9 +138,6 @@ class _Progress:
 
 def download(payload: dict[str, Any]) -> dict[str, Any]:
     """Copy every listed file not already done, verify and commit each; write the manifest; return a summary."""
-    from marinbuild.ml.download_work import fetch_file, matches, read_marker
-    from marinbuild.ml.shard_pool import open_pool
-
     out = payload["output_path"]
     source, entries = list_source(payload)
     root = files_root(payload)

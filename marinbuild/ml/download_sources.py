@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marinbuild.ml.checksums import from_gcs_base64, parse_expected
+from marinbuild.store.fs import filesystem_for
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,6 @@ def list_fsspec(url: str, patterns: list[str], checksums: dict[str, str]) -> lis
 
 def _filesystem(url: str) -> Any:
     """gs:// through marinbuild's retrying gcsfs (which honours ``STORAGE_EMULATOR_HOST``); others by fsspec."""
-    from marinbuild.store.fs import filesystem_for
-
     if url.startswith(("gs://", "gcs://")):
         return filesystem_for(url)
     import fsspec

@@ -59,7 +59,7 @@ def matches(record: dict[str, Any] | None, job: dict[str, Any]) -> bool:
 
 def fetch_file(job: dict[str, Any]) -> dict[str, Any]:
     """Copy, verify and commit ``job``'s file; its manifest record plus ``state``, ``seconds``, ``node``."""
-    from marinbuild.ml.run_log import node_name
+    from marinbuild.ml.run_log import node_name  # lazy: fsspec
 
     record = read_marker(job["marker"])
     if matches(record, job) and store_fs.exists(job["dest"]):

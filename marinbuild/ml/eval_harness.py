@@ -36,8 +36,12 @@ from typing import Any
 
 import fsspec
 
+from marinbuild.ml.configs import LmModel, from_dict, to_levanter_model
+from marinbuild.ml.distributed import cpu_collectives_unless_tpu, distributed_config, host_side_packing
 from marinbuild.ml.lm_eval_tasks import check_task_names, copy_task_files, harness_config
 from marinbuild.ml.process import child_main, say
+from marinbuild.ml.tokenizer import resolve_tokenizer
+from marinbuild.ml.train_config import MODEL_INFO, compilation_cache_dir, latest_checkpoint
 
 RESULTS = "results.json"
 LM_EVAL_OUTPUT = "lm_eval_output.json"
@@ -45,8 +49,6 @@ LM_EVAL_OUTPUT = "lm_eval_output.json"
 
 def trained_tokenizer(model_path: str) -> str:
     """The tokenizer a ``train_lm`` output was trained with (its ``model.json``)."""
-    from marinbuild.ml.train_config import MODEL_INFO
-
     try:
         with fsspec.open(os.path.join(model_path, MODEL_INFO), "r") as f:
             return json.load(f)["tokenizer"]
@@ -82,11 +84,6 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     from levanter.tracker import NoopConfig
     from levanter.trainer import TrainerConfig
     from levanter.utils.py_utils import FailSafeJSONEncoder
-
-    from marinbuild.ml.configs import LmModel, from_dict, to_levanter_model
-    from marinbuild.ml.distributed import cpu_collectives_unless_tpu, distributed_config, host_side_packing
-    from marinbuild.ml.tokenizer import resolve_tokenizer
-    from marinbuild.ml.train_config import MODEL_INFO, compilation_cache_dir, latest_checkpoint
 
     out = payload["output_path"]
     train_out = payload["model_path"]

@@ -22,7 +22,11 @@ from typing import Any
 
 import fsspec
 
+from marinbuild.ml.configs import LmModel, from_dict, to_levanter_model
+from marinbuild.ml.jsonl import read_records
 from marinbuild.ml.process import child_main, say
+from marinbuild.ml.tokenizer import resolve_tokenizer
+from marinbuild.ml.train_config import MODEL_INFO, compilation_cache_dir, data_config, latest_checkpoint
 
 RESULT = "eval.json"
 
@@ -33,11 +37,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     from levanter.main import eval_lm
     from levanter.trainer import TrainerConfig
 
-    from marinbuild.ml.configs import LmModel, from_dict, to_levanter_model
-    from marinbuild.ml.jsonl import read_records
-    from marinbuild.ml.tokenizer import resolve_tokenizer
-    from marinbuild.ml.tracker import JsonlTrackerConfig
-    from marinbuild.ml.train_config import MODEL_INFO, compilation_cache_dir, data_config, latest_checkpoint
+    from marinbuild.ml.tracker import JsonlTrackerConfig  # lazy: levanter
 
     out = payload["output_path"]
     train_out = payload["model_path"]

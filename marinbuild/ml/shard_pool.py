@@ -29,7 +29,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from marinbuild.core.resources import normalize
 from marinbuild.ml import shard_work
+from marinbuild.ml.process import _die_with_parent_only
 
 OnResult = Callable[[dict[str, Any], dict[str, Any]], None]
 TICK = 2.0
@@ -76,8 +78,6 @@ def default_workers() -> int:
 
 
 def _init_worker(offline: bool, log_path: str | None) -> None:
-    from marinbuild.ml.process import _die_with_parent_only
-
     _die_with_parent_only()
     shard_work.set_worker_env(offline)
     if log_path is not None:
@@ -145,8 +145,6 @@ class RayPool:
 
     def __init__(self, resources: dict[str, Any], window: int = 0):
         import ray
-
-        from marinbuild.core.resources import normalize
 
         self._ray = ray
         spec = normalize(resources)

@@ -23,8 +23,10 @@ import uuid
 from typing import Any
 
 from marinbuild.ml import shards as sh
+from marinbuild.ml.consolidate import consolidate_caches
 from marinbuild.ml.records import ReadCounts, read_texts
 from marinbuild.ml.run_log import node_name
+from marinbuild.ml.tokenizer import resolve_tokenizer
 
 _PROCESSORS: dict[tuple[str, str], Any] = {}
 """Tokenizing processors by (format, tokenizer), kept for the worker process's life: loading a tokenizer is
@@ -51,8 +53,6 @@ def _processor(tokenizer: str, text_key: str) -> Any:
 
 
 def tokenizer_dir(spec: str) -> str:
-    from marinbuild.ml.tokenizer import resolve_tokenizer
-
     return resolve_tokenizer(spec)
 
 
@@ -146,8 +146,6 @@ def consolidate(job: dict[str, Any]) -> dict[str, Any]:
     set_worker_env(job.get("offline", False))
     from levanter.data.text import cached_token_count
     from levanter.store.cache import CacheMetadata
-
-    from marinbuild.ml.consolidate import consolidate_caches
 
     processor = _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
     ledger = consolidate_caches(

@@ -56,7 +56,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from marinbuild.core.resources import TpuSlice
-from marinbuild.ml.process import MlProcessError, is_local, say
+from marinbuild.ml.process import MlProcessError, is_local, run_child, say
+from marinbuild.run.resources import local_tpu_chips
 
 LOSS_GRACE = 20.0
 """Seconds the other hosts of a slice get to end on their own after one host's process ended with an error."""
@@ -316,9 +317,6 @@ def run_on_host(
     """On one host of the slice: ``module`` as this host's process (its log ``<name>-host<id>``);
     (worker id, its summary)."""
     import ray
-
-    from marinbuild.ml.process import run_child
-    from marinbuild.run.resources import local_tpu_chips
 
     labels = ray.get_runtime_context().get_node_labels()
     worker = int(labels.get("ray.io/tpu-worker-id", "0"))  # type: ignore[arg-type]  # ray declares list values; they are str

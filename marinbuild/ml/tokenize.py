@@ -35,10 +35,14 @@ from typing import Any
 
 import fsspec
 
+from marinbuild.ml import shard_work
 from marinbuild.ml import shards as sh
+from marinbuild.ml.corpus import document_paths
 from marinbuild.ml.process import is_local
 from marinbuild.ml.run_log import RunLog
+from marinbuild.ml.shard_pool import open_pool
 from marinbuild.ml.tokenizer import is_local_tokenizer, resolve_tokenizer
+from marinbuild.run.step_progress import report
 
 METADATA = "tokenized.json"
 SHARD_LOG = "shards.jsonl"
@@ -69,8 +73,6 @@ def shard_options(skip_bad_records: bool) -> dict[str, Any]:
 
 def payload_of(attr: Any, output_path: str, name: str, package: str) -> dict[str, Any]:
     """The job of a ``tokenize`` target from its resolved attributes (the rule and ``why`` both use it)."""
-    from marinbuild.ml.corpus import document_paths
-
     if bool(attr.tokenizer) == bool(attr.tokenizer_name):
         raise ValueError(f"tokenize {package}:{name}: give exactly one of tokenizer (a target) and tokenizer_name")
     return {
@@ -145,8 +147,6 @@ class _Progress:
         return self.built_tokens / max(time.time() - self.start, 1e-9)
 
     def report(self, force: bool = False) -> None:
-        from marinbuild.run.step_progress import report
-
         now = time.time()
         if not force and now - self.last < 1.0:
             return
@@ -168,9 +168,6 @@ class _Progress:
 
 def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
     """Build (or reuse) every shard of ``payload``'s splits, consolidate each split; return ``tokenized.json``."""
-    from marinbuild.ml import shard_work
-    from marinbuild.ml.shard_pool import open_pool
-
     out = payload["output_path"]
     plans = plan_splits(payload)
     if not plans:

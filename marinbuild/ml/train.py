@@ -47,15 +47,14 @@ import fsspec
 from marinbuild.ml.configs import LmModel, Trainer, as_dict, from_dict
 from marinbuild.ml.distributed import start_distributed
 from marinbuild.ml.jsonl import append_record, read_records
+from marinbuild.ml.lm_eval_tasks import check_task_names, copy_task_files
 from marinbuild.ml.process import child_main, say
-from marinbuild.ml.train_config import METRICS, MODEL_INFO, SUMMARY, latest_checkpoint
+from marinbuild.ml.tokenizer import resolve_tokenizer
+from marinbuild.ml.train_config import METRICS, MODEL_INFO, SUMMARY, latest_checkpoint, train_lm_config
 
 
 def run(payload: dict[str, Any]) -> dict[str, Any]:
     from levanter.main import train_lm
-
-    from marinbuild.ml.tokenizer import resolve_tokenizer
-    from marinbuild.ml.train_config import train_lm_config
 
     out = payload["output_path"]
     model = from_dict(LmModel, payload["model"])
@@ -111,7 +110,6 @@ def _task_files(payload: dict[str, Any], work: str) -> str | None:
     specs = payload.get("task_evals") or []
     if not specs:
         return None
-    from marinbuild.ml.lm_eval_tasks import check_task_names, copy_task_files
 
     task_path = copy_task_files(payload.get("task_files") or {}, os.path.join(work, "package"))
     check_task_names(sorted({spec["task"] for spec in specs}), task_path)

@@ -18,7 +18,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from marinbuild.ml.configs import LmModel, Optimizer, Trainer, from_dict
+from marinbuild.ml.configs import (
+    LmModel,
+    Optimizer,
+    Trainer,
+    from_dict,
+    levanter_batch_size,
+    to_levanter_model,
+    to_levanter_optimizer,
+)
 
 MODEL_INFO = "model.json"
 SUMMARY = "summary.json"
@@ -112,8 +120,7 @@ def train_lm_config(
     from levanter.optim.model_averaging import EmaModelAveragingConfig
     from levanter.trainer import TrainerConfig
 
-    from marinbuild.ml.configs import levanter_batch_size, to_levanter_model, to_levanter_optimizer
-    from marinbuild.ml.tracker import JsonlTrackerConfig
+    from marinbuild.ml.tracker import JsonlTrackerConfig  # lazy: levanter (and fsspec below)
 
     out = payload["output_path"]
     model = from_dict(LmModel, payload["model"])

@@ -10,6 +10,8 @@ from typing import Any
 
 import networkx as nx
 
+from marinbuild.cache import cache_status
+from marinbuild.core.labels import Label, parse_label
 from marinbuild.query import QueryUniverse
 from marinbuild.query.universe import STATES
 
@@ -44,8 +46,6 @@ def _printable(attrs: dict[str, Any]) -> dict[str, Any]:
 
 def _plain(value: Any) -> Any:
     """A thawed copy of an attribute value with every ``Label`` as its string."""
-    from marinbuild.core.labels import Label
-
     if isinstance(value, Label):
         return str(value)
     if isinstance(value, list):
@@ -63,8 +63,6 @@ def universe_for(session: Any) -> QueryUniverse:
 
     def state_of(label: str) -> str:
         if not states:
-            from marinbuild.cache import cache_status
-
             labels = list(loaded.targets)
             session.analyse(labels)
             for row in cache_status(session, labels):
@@ -77,16 +75,12 @@ def universe_for(session: Any) -> QueryUniverse:
     def states_of(wanted: list[str]) -> dict[str, str]:
         if states:
             return {label: states[label] for label in wanted}
-        from marinbuild.cache import cache_status
-        from marinbuild.core.labels import parse_label
 
         labels = [parse_label(label) for label in wanted]
         session.analyse(labels)
         return {str(row.label): row.state if row.state in STATES else "failed" for row in cache_status(session, labels)}
 
     def location_of(label: str) -> str:
-        from marinbuild.core.labels import parse_label
-
         return str(loaded.targets[parse_label(label)].location)
 
     return QueryUniverse(

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from marinbuild.run.runtime_env import project_root
+
 if TYPE_CHECKING:
     from marinbuild.run.backend import Backend
 
@@ -40,14 +42,13 @@ class BackendOptions:
 
 
 def _local(options: BackendOptions) -> Backend:
-    from marinbuild.run.local import LocalBackend
+    from marinbuild.run.local import LocalBackend  # lazy: the CLI start imports this module
 
     return LocalBackend(options.max_concurrent)
 
 
 def _ray(options: BackendOptions) -> Backend:
     from marinbuild.run.ray_backend import DEFAULT_MAX_RETRIES, RayBackend
-    from marinbuild.run.runtime_env import project_root
 
     return RayBackend(
         address=options.ray_address,

@@ -5,10 +5,7 @@ the CLI and the Marin facade both call), passed to the planner's status reads an
 closed when the build ends:
 
 - ``lease_keeper``: the thread renewing the leases this build holds (``marinbuild.run.leases``); closing
-  the build ends it, so a process that runs many builds keeps no idle keeper thread;
-- ``local_runners``: the runners of this build, so that one finding a step's lease held by another runner
-  of the build waits on its event instead of polling the store (a runner of another build, in this process
-  or another, is waited for by polling).
+  the build ends it, so a process that runs many builds keeps no idle keeper thread.
 
 What stays process-wide, on purpose: the GCS client (``marinbuild.store.gcs.filesystem``: a connection
 pool and an event-loop thread per endpoint, with its request count and what it learnt of the server),
@@ -18,7 +15,7 @@ process-wide mirror budget (``$MARIN_MIRROR_BUDGET_GB``, as Marin keeps it).
 
 from __future__ import annotations
 
-from marinbuild.run.leases import LeaseKeeper, LocalRunners
+from marinbuild.run.leases import LeaseKeeper
 
 __all__ = ["BuildContext"]
 
@@ -28,7 +25,6 @@ class BuildContext:
 
     def __init__(self) -> None:
         self.lease_keeper = LeaseKeeper()
-        self.local_runners = LocalRunners()
 
     def close(self) -> None:
         """End the build: stop renewing leases."""

@@ -1,13 +1,11 @@
-"""Keeping leases alive and letting runners of one build wait for each other.
+"""Keeping leases alive.
 
-Neither is a process-wide singleton: a build owns one of each (``marinbuild.run.build_context``).
+Not a process-wide singleton: a build owns one ``LeaseKeeper`` (``marinbuild.run.build_context``).
 
 ``LeaseKeeper`` is one thread per build that refreshes every held lease when its renewal
 is due (a heap of renewal times, no polling) and reports a lost lease to its step. Leases on a remote store
 (``Lease.round_trips``) are renewed on a small thread pool, one renewal per lease at a time, so a store that
 stops answering holds up no other lease's renewal (each request is bounded: ``marinbuild.store.gcs``).
-``LocalRunners`` lets a runner that finds a lease held by another runner *of the same build*
-wait on an event instead of polling the store.
 """
 
 from __future__ import annotations
@@ -179,29 +177,3 @@ class LeaseKeeper:
             pass
         finally:
             held.busy = False
-
-
-class LocalRunners:
-    """Lease paths held by runners of this process, each with an event set when that runner finishes."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._events: dict[str, threading.Event] = {}
-
-    def started(self, lease_path: str) -> threading.Event:
-        """Register this runner as the holder; returns its token for ``finished``."""
-        event = threading.Event()
-        with self._lock:
-            self._events[lease_path] = event
-        return event
-
-    def finished(self, lease_path: str, event: threading.Event) -> None:
-        """Wake whoever waits on this runner; the next holder may already have registered its own event."""
-        with self._lock:
-            if self._events.get(lease_path) is event:
-                del self._events[lease_path]
-        event.set()
-
-    def event_for(self, lease_path: str) -> threading.Event | None:
-        with self._lock:
-            return self._events.get(lease_path)

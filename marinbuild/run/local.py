@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from marinbuild.run.backend import Completion
+from marinbuild.run.resources import check_local
 from marinbuild.run.step_job import StepJob
 
 
@@ -46,8 +47,6 @@ class LocalBackend:
 
     def check_resources(self, resources: Any) -> str | None:
         """Refuse TPUs and GPUs this machine does not have (see ``marinbuild.run.resources.check_local``)."""
-        from marinbuild.run.resources import check_local
-
         try:
             return check_local(resources)
         except (TypeError, ValueError) as exc:

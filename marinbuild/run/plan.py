@@ -16,6 +16,7 @@ from enum import StrEnum
 
 from marinbuild.core.graph import StepGraph
 from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.store import batch
 from marinbuild.store import status as st
 from marinbuild.store.action_cache import ActionKey, check_built
 from marinbuild.store.lease import LeaseRecord
@@ -73,7 +74,6 @@ def read_statuses(output_paths: list[str], workers: int = 16) -> dict[str, str |
     listings on GCS, threads elsewhere). The result may carry ``actions`` (path -> action digests seen)."""
     if all("://" not in p or p.startswith("file://") for p in output_paths):
         return {path: st.read_status(path) for path in output_paths}
-    from marinbuild.store import batch
 
     return batch.read_statuses(output_paths, workers=workers)
 

@@ -36,12 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from marinbuild.run import shipped_code
+from marinbuild.core.resources import normalize
+from marinbuild.run import ray_log, shipped_code
 from marinbuild.run.backend import Completion
 from marinbuild.run.failure import RemoteTraceback
 from marinbuild.run.ray_connect import connect_ray
 from marinbuild.run.ray_progress import ProgressRelay
 from marinbuild.run.ray_task import EngineError, Relocation, pickle_payload, run_call, task_for
+from marinbuild.run.runtime_env import project_root, step_runtime_env
 from marinbuild.run.step_call import StepCall, is_ray_remote_function
 from marinbuild.run.step_job import CACHED, RAN, Attempt, JobOutcome, StepJob
 from marinbuild.store import status as st
@@ -160,8 +162,6 @@ class RayBackend:
         """Per (function, resources, extras) of a ``StepCall``: its resource shape and remote with options."""
         self._shapes_lock = threading.Lock()
         self._relay: ProgressRelay | None = None
-        self._shipped: dict[type, tuple[str, bytes]] = {}
-        """Classes of this process's ``__main__`` in task payloads, each pickled once (``pickle_payload``)."""
         self._call_remote: Any = None
         self._relocation: Relocation | None = None
         self._pyproject_root: Path | None = None
@@ -193,7 +193,6 @@ class RayBackend:
         with self._connect_lock:
             if self._connected:
                 return
-            from marinbuild.run.runtime_env import project_root
 
             try:
                 import ray  # noqa: F401
@@ -202,8 +201,6 @@ class RayBackend:
 
             ray_module = sys.modules.get("ray")
             if ray_module is None or not ray_module.is_initialized():
-                from marinbuild.run import ray_log
-
                 verbose = ray_log.verbose_from_env() if self.verbose is None else self.verbose
                 env_vars = {**self.env_vars, ray_log.VERBOSE_ENV: "1"} if verbose else self.env_vars
                 log = ray_log.RayLog(self.log_path or ray_log.default_log_path(self.working_dir), verbose)
@@ -257,8 +254,6 @@ class RayBackend:
 
     def check_resources(self, resources: Any) -> str | None:
         """A cluster may gain any resource (an autoscaler adds nodes): only a malformed request is refused."""
-        from marinbuild.core.resources import normalize
-
         try:
             normalize(resources)
         except (TypeError, ValueError) as exc:
@@ -430,8 +425,8 @@ class RayBackend:
         self._progress_relay(run.holder).watch(job.output_path, job.bus)
         if not isinstance(call, StepCall):
             shipped_code.register_with_ray()
-            return _Launch(job, done, key, None, pickle_payload((call, run), self._shipped))
-        payload = pickle_payload((call.config, call.mirror, run), self._shipped)
+            return _Launch(job, done, key, None, pickle_payload((call, run)))
+        payload = pickle_payload((call.config, call.mirror, run))
         return _Launch(job, done, key, self._shape_of(call), payload)
 
     def _progress_relay(self, holder: str) -> ProgressRelay:
@@ -458,8 +453,6 @@ class RayBackend:
             return shape
 
     def _new_shape(self, call: StepCall) -> _Shape:
-        from marinbuild.run.runtime_env import step_runtime_env
-
         shipped_code.register_with_ray()  # a script's own modules go by value (before its function is pickled)
         resources, extras, env_vars = call.request()
         options = self._task_options()

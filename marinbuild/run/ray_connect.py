@@ -22,6 +22,7 @@ from typing import Any
 from marinbuild.run.ray_auth import auth_error, check_token, connect_error, is_auth_failure
 from marinbuild.run.ray_log import RayLog, default_log_path, verbose_from_env
 from marinbuild.run.ray_task import Relocation
+from marinbuild.run.runtime_env import in_ray_job, workspace_runtime_env
 
 logger = logging.getLogger("marinbuild")
 
@@ -55,8 +56,6 @@ def _init_cluster(
     init_options: dict[str, Any],
 ) -> Relocation | None:
     import ray
-
-    from marinbuild.run.runtime_env import in_ray_job, workspace_runtime_env
 
     relocation = None
     if working_dir is not None and not in_ray_job():

@@ -3,9 +3,8 @@
 - ``task_for(fn)``: the task of one step of ``fn``: RUNNING and ``.executor_info``, the step, its
   commit (``RemoteRun``).
 - ``run_call``: the task of a job whose call is any picklable callable.
-- The payload of a task, one ``bytes`` per step (``pickle_payload``), with each class of the
-  driver's ``__main__`` pickled once; ``relocate_paths`` moves workspace paths in a config when the
-  workspace was shipped to the cluster.
+- The payload of a task, one ``bytes`` per step (``pickle_payload``); ``relocate_paths`` moves workspace
+  paths in a config when the workspace was shipped to the cluster.
 - ``EngineError`` carries an error of marinbuild's own work in the task (not the step's code).
 - A step's progress reports (``marinbuild.run.step_progress``) go to the driver's relay
   (``marinbuild.run.ray_progress``), which emits them as ``progress`` events.
@@ -16,8 +15,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import io
 import os
 import pickle
 from collections.abc import Callable
@@ -27,7 +24,6 @@ from typing import Any
 from marinbuild.run import step_progress
 from marinbuild.run.failure import WORKER_LOG_NOTE
 from marinbuild.run.ray_progress import task_reporter
-from marinbuild.run.shipped_code import is_shipped
 from marinbuild.run.step_call import MirrorScope
 from marinbuild.run.step_job import RemoteRun
 
@@ -120,56 +116,12 @@ def run_step(
     return (mirror or MirrorScope()).run(fn, config)
 
 
-_PAYLOAD_PICKLER: Any = None
-_SHIPPED_CLASSES: dict[str, type] = {}
-"""In a worker: the classes of the driver's ``__main__`` met in payloads so far, by the sha256 of their pickle."""
+def pickle_payload(value: Any) -> bytes:
+    """``value`` pickled for a step's task (cloudpickle: classes of ``__main__`` and of modules shipped by value,
+    ``marinbuild.run.shipped_code``, go with their code)."""
+    from ray import cloudpickle  # lazy: ray (called on the driver once Ray is connected)
 
-
-def pickle_payload(value: Any, classes: dict[type, tuple[str, bytes]]) -> bytes:
-    """``value`` pickled for a step's task, each class of the driver's ``__main__`` (or of another module shipped by
-    value: ``marinbuild.run.shipped_code``) pickled once.
-
-    cloudpickle pickles a class of ``__main__`` (a config dataclass defined in the build's script)
-    by value, every time, and the worker rebuilds it every time. Here it is pickled once into
-    ``classes`` (``class -> (sha256, pickle)``) and each payload
-    carries those bytes as a persistent id, which a worker turns into the class once.
-    """
-    global _PAYLOAD_PICKLER
-    if _PAYLOAD_PICKLER is None:
-        from ray import cloudpickle
-
-        class PayloadPickler(cloudpickle.Pickler):
-            def __init__(self, file: io.BytesIO, shipped: dict[type, tuple[str, bytes]]) -> None:
-                super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-                self.shipped = shipped
-
-            def persistent_id(self, obj: Any) -> tuple[str, bytes] | None:
-                if not isinstance(obj, type) or not is_shipped(obj.__module__):
-                    return None
-                entry = self.shipped.get(obj)
-                if entry is None:
-                    data = cloudpickle.dumps(obj)
-                    entry = self.shipped[obj] = (hashlib.sha256(data).hexdigest(), data)
-                return entry
-
-        _PAYLOAD_PICKLER = PayloadPickler
-    out = io.BytesIO()
-    _PAYLOAD_PICKLER(out, classes).dump(value)
-    return out.getvalue()
-
-
-class _PayloadUnpickler(pickle.Unpickler):
-    def persistent_load(self, pid: Any) -> type:
-        key, data = pid
-        cls = _SHIPPED_CLASSES.get(key)
-        if cls is None:
-            cls = _SHIPPED_CLASSES[key] = pickle.loads(data)
-        return cls
-
-
-def unpickle_payload(data: bytes) -> Any:
-    """In a step's task: what ``pickle_payload`` pickled (each shipped class rebuilt once per worker)."""
-    return _PayloadUnpickler(io.BytesIO(data)).load()
+    return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def task_for(fn: Callable[[Any], Any], relocation: Relocation | None) -> Callable[[bytes], None]:
@@ -179,7 +131,7 @@ def task_for(fn: Callable[[Any], Any], relocation: Relocation | None) -> Callabl
     """
 
     def step(payload: bytes) -> None:
-        config, mirror, run = unpickle_payload(payload)
+        config, mirror, run = pickle.loads(payload)
         run_under_lease(run, lambda: run_step(fn, config, relocation, mirror))
 
     step.__name__ = getattr(fn, "__name__", "step")  # (its qualname stays "...<locals>...": pickled by value)
@@ -188,7 +140,7 @@ def task_for(fn: Callable[[Any], Any], relocation: Relocation | None) -> Callabl
 
 def run_call(payload: bytes) -> None:
     """The Ray task for a job whose call is not a ``StepCall`` (any picklable callable): the pickled (call, run)."""
-    call, run = unpickle_payload(payload)
+    call, run = pickle.loads(payload)
     run_under_lease(run, call)
 
 

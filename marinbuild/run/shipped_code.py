@@ -16,8 +16,6 @@ modules they import under the workspace's own package names (``from experiments.
 by bare name from a script's folder; ``ship_main_siblings`` does it for a script run as
 ``__main__``); the Ray backend registers every recorded module with Ray's cloudpickle before it
 pickles a step (``register_with_ray``), so this module never imports Ray.
-``is_shipped(module_name)`` says whether classes of a module go by value (the payload
-pickler ships each such class once per driver, as it does ``__main__``'s).
 """
 
 from __future__ import annotations
@@ -73,11 +71,6 @@ def ship_main_siblings(workspace: str | os.PathLike[str] | None) -> None:
         return
     for spelling in dict.fromkeys([folder, os.path.realpath(folder)]):  # (Python resolves links in sys.path[0])
         ship_imported_through(spelling)
-
-
-def is_shipped(module_name: str) -> bool:
-    """Whether objects of ``module_name`` are pickled by value for a task (``__main__`` always is)."""
-    return module_name == "__main__" or module_name in _NAMES
 
 
 def register_with_ray() -> None:

@@ -24,10 +24,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from marinbuild.core.resources import Resources
+from marinbuild.core.resources import Resources, normalize
 
 
 def is_ray_remote_function(fn: Any) -> bool:
@@ -59,7 +58,7 @@ class MirrorScope:
         """
         if self.budget_gb is None and "marinbuild.store.mirror" not in sys.modules:
             return fn(config)
-        from marinbuild.store import mirror
+        from marinbuild.store import mirror  # lazy: rigging and google-cloud-storage
 
         with mirror.step_scope(self.budget_gb, self.prefix):
             return fn(config)
@@ -124,7 +123,6 @@ class StepCall:
             resources = _ray_default_options(fn)
         if resources is None:
             return None, groups, env
-        from marinbuild.core.resources import normalize  # only steps that ask for resources need it
 
         return normalize(resources), groups, env
 
@@ -135,7 +133,6 @@ def _ray_default_options(fn: Any) -> Resources | None:
     custom = dict(options.get("resources") or {})
     if not custom and options.get("num_gpus") is None and options.get("num_cpus") is None:
         return None
-    from marinbuild.core.resources import Resources
 
     return Resources(
         cpu=options.get("num_cpus"), gpu=options.get("num_gpus"), memory=options.get("memory"), custom=custom

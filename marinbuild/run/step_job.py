@@ -40,6 +40,7 @@ from marinbuild.store import status as st
 from marinbuild.store.action_cache import ActionKey
 from marinbuild.store.lease import HEARTBEAT_INTERVAL, STALE_AFTER, LeaseLostError
 from marinbuild.store.lease_factory import lease_for
+from marinbuild.store.manifest import build_manifest
 
 if TYPE_CHECKING:
     from marinbuild.run.build_context import BuildContext
@@ -118,7 +119,6 @@ class StepJob:
         self.cancel = cancel
         self.lease = lease_for(output_path, worker_id, settings.stale_after)
         self._lost: BaseException | None = None
-        self._token: threading.Event | None = None
 
     # -- phase 1-3: acquire ---------------------------------------------------------------
     def acquire(self, start: bool = True) -> bool:
@@ -144,12 +144,8 @@ class StepJob:
                     ev.WAITING, step=self.name, output_path=self.output_path, detail=f"lease held by {holder.worker_id}"
                 )
                 announced = True
-            local = self.context.local_runners.event_for(self.lease.path)
-            if local is not None:
-                local.wait()
-            else:
-                self.cancel.wait(delay)
-                delay = min(delay * 2, self.settings.max_poll_interval)
+            self.cancel.wait(delay)
+            delay = min(delay * 2, self.settings.max_poll_interval)
             status = st.read_status(self.output_path)
             if status == st.STATUS_SUCCESS:
                 return False
@@ -172,7 +168,6 @@ class StepJob:
         """One attempt at ``acquire``, never waiting."""
         if not self.lease.try_acquire():
             return Attempt.BUSY
-        self._token = self.context.local_runners.started(self.lease.path)
         try:
             if st.read_status(self.output_path) == st.STATUS_SUCCESS:
                 self._release()
@@ -311,10 +306,6 @@ class StepJob:
             logger.warning(
                 "%s is committed but its lease %s could not be released", self.name, self.lease.path, exc_info=True
             )
-        finally:
-            if self._token is not None:
-                self.context.local_runners.finished(self.lease.path, self._token)
-                self._token = None
 
 
 def write_started(output_path: str, info: str) -> None:
@@ -345,8 +336,6 @@ class Described:
 def describe_outputs(output_path: str, action: ActionKey) -> Described:
     """Phase 5, before the lease is confirmed: the outputs' manifest, and failing on a path-hash collision (one
     listing of the folder serves both, and tells whether an earlier failure left its traceback)."""
-    from marinbuild.store.manifest import build_manifest
-
     names: set[str] = set()
     manifest = build_manifest(output_path, names)
     action_cache.check_before_commit(output_path, action, names)

@@ -41,6 +41,7 @@ from marinbuild.serve import live
 from marinbuild.serve.files import Refused, read_text
 from marinbuild.serve.model import PrefixUnreadable, ViewModel
 from marinbuild.serve.stopping import Stopping
+from marinbuild.ui.event_log import events_dir
 
 STATIC = package_files("marinbuild.serve") / "static"
 HEADERS = {
@@ -119,8 +120,6 @@ def create_app(model: ViewModel, loopback_only: bool = True, stopping: Stopping 
         )
 
     def live_folder() -> Any:
-        from marinbuild.ui.event_log import events_dir
-
         return events_dir(model.cache_dir)
 
     routes = [

@@ -15,7 +15,7 @@ from marinbuild.store import fs
 
 
 def training_runs(prefix: str, outputs: list[str]) -> list[dict[str, Any]]:
-    from marinbuild.ml.report import collect, key_settings, settings_line
+    from marinbuild.ml.report import collect, key_settings, settings_line  # lazy: fsspec
 
     runs = []
     for output in outputs:

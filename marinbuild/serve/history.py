@@ -13,8 +13,11 @@ import os
 from typing import Any
 
 from marinbuild.cache import probe as pb
+from marinbuild.cache.commands import RUN_INFO_FOLDER
 from marinbuild.serve.facts import read_json, relative, shown_state
+from marinbuild.serve.files import Refused, resolve
 from marinbuild.store import fs
+from marinbuild.store.prefix_walk import Store
 from marinbuild.ui import event_log
 
 
@@ -81,9 +84,6 @@ def run(cache_dir: str | os.PathLike[str], prefix: str, run_id: str) -> dict[str
 
 def run_infos(prefix: str) -> list[dict[str, Any]]:
     """The run info JSONs under ``<prefix>/experiments/`` (newest first): name, creation time, script, steps."""
-    from marinbuild.cache.commands import RUN_INFO_FOLDER
-    from marinbuild.store.prefix_walk import Store
-
     folder = fs.join(prefix, RUN_INFO_FOLDER)
     out = []
     for name in Store(prefix).names(folder) or []:
@@ -107,8 +107,6 @@ def run_infos(prefix: str) -> list[dict[str, Any]]:
 
 def experiment(prefix: str, path: str) -> dict[str, Any]:
     """A run info JSON (Marin's ``/experiment?path=``): its facts and each step with its state now."""
-    from marinbuild.serve.files import Refused, resolve
-
     folder = fs.join(prefix, "experiments") + "/"
     if not path.startswith(folder) or not path.endswith(".json"):
         raise Refused(400, f"{path!r} is not a run info JSON under {folder}")

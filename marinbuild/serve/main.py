@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from marinbuild.engine.serve_url import record_path
+from marinbuild.serve.model import ViewModel
 from marinbuild.serve.stopping import Stopping
 
 
@@ -73,8 +74,7 @@ def _server_class() -> type:
 def serve(root: str, patterns: list[str], prefix: str | None, host: str, port: int) -> None:
     import uvicorn
 
-    from marinbuild.serve.app import create_app
-    from marinbuild.serve.model import ViewModel
+    from marinbuild.serve.app import create_app  # lazy: starlette
 
     model = ViewModel(root, patterns, prefix)
     sock = bind(host, port)

@@ -22,10 +22,15 @@ import os
 import threading
 from typing import Any
 
+from marinbuild.analysis.session import Session
+from marinbuild.cache import cache_show, cache_status
 from marinbuild.cache import probe as pb
-from marinbuild.serve import history
+from marinbuild.cache.why import format_why, why
+from marinbuild.serve import curves, history
 from marinbuild.serve.facts import read_json, relative, shown_state
+from marinbuild.serve.files import check_relative
 from marinbuild.store import fs
+from marinbuild.store.prefix_walk import Store
 
 MAX_FILES = 500
 """A step page lists at most this many of its output files."""
@@ -43,8 +48,6 @@ class ViewModel:
     """The state of one workspace and prefix, for one pattern."""
 
     def __init__(self, root: str, patterns: list[str], prefix: str | None = None):
-        from marinbuild.analysis.session import Session
-
         self.root, self.patterns = root, list(patterns)
         probe_session = Session.open(root, prefix=prefix)
         self.prefix = probe_session.settings.prefix
@@ -55,8 +58,6 @@ class ViewModel:
     # -- the session ---------------------------------------------------------------------------
 
     def _session(self) -> Any:
-        from marinbuild.analysis.session import Session
-
         session = Session.open(self.root, prefix=self.prefix)
         session.load(self.patterns)
         session.analyse()
@@ -71,8 +72,6 @@ class ViewModel:
                         raise PrefixUnreadable(f"the prefix {self.prefix} is not a folder")
                     os.listdir(self.prefix)
             else:
-                from marinbuild.store.prefix_walk import Store
-
                 Store(self.prefix).names(self.prefix)
         except PrefixUnreadable:
             raise
@@ -82,8 +81,6 @@ class ViewModel:
     # -- the graph -----------------------------------------------------------------------------
 
     def graph(self) -> dict[str, Any]:
-        from marinbuild.cache import cache_status
-
         self.check_prefix()
         with self._lock:
             session = self._session()
@@ -132,10 +129,6 @@ class ViewModel:
 
     def step(self, relative: str) -> dict[str, Any] | None:
         """Everything about the step whose output is ``<prefix>/<relative>``; None if no step is there."""
-        from marinbuild.cache import cache_show
-        from marinbuild.cache.why import format_why, why
-        from marinbuild.serve.files import check_relative
-
         parts = check_relative(relative)
         output_path = fs.join(self.prefix, "/".join(parts))
         self.check_prefix()
@@ -154,8 +147,6 @@ class ViewModel:
             shown = cache_show(self.prefix, output_path)["outputs"][0]
             why_text = None
             if label is not None:
-                from marinbuild.cache import cache_status
-
                 (row,) = cache_status(session, [label])
                 state = next(s for s in row.steps if s.output_path == output_path)
                 shown["state"], shown["status"] = state.state, state.status
@@ -241,9 +232,6 @@ class ViewModel:
 
     def training(self, chosen: list[str] | None = None) -> dict[str, Any]:
         """The curves of ``chosen`` outputs (paths relative to the prefix), else of the graph's built steps."""
-        from marinbuild.serve import curves
-        from marinbuild.serve.files import check_relative
-
         if chosen:
             outputs = [fs.join(self.prefix, "/".join(check_relative(c))) for c in chosen]
         else:

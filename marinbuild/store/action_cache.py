@@ -109,7 +109,7 @@ def digests_at(output_path: str) -> frozenset[str]:
         except (FileNotFoundError, NotADirectoryError):
             names = []
     else:
-        from marinbuild.store import gcs
+        from marinbuild.store import gcs  # lazy: gcsfs
 
         if not output_path.startswith(("gs://", "gcs://")):
             return frozenset()

@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from marinbuild.core.gc_control import gc_paused
-from marinbuild.store import action_cache
+from marinbuild.store import action_cache, fs
 from marinbuild.store import status as st
 
 if TYPE_CHECKING:
@@ -243,7 +243,7 @@ def _targets(canonical: str, wanted: Container[str], aliases: dict[str, list[str
 def _folders(output_paths: list[str]) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
     """The step folders of ``gs://`` ``output_paths`` by bucket, and the paths spelled otherwise than canonically
     (``gcs://``, a trailing slash: rare) by canonical path (``gs://<bucket>/<folder>``)."""
-    from marinbuild.store import gcs
+    from marinbuild.store import gcs  # lazy here and below: gcsfs
 
     aliases: dict[str, list[str]] = defaultdict(list)
     keys_by_bucket: dict[str, set[str]] = defaultdict(set)
@@ -361,7 +361,6 @@ def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
 def read_many(paths: list[str], workers: int = 16) -> list[bytes | None]:
     """The contents of ``paths`` in order; None for one that does not exist or cannot be read (``OSError``).
     ``gs://`` paths are read concurrently on gcsfs's event loop, other remote ones in ``workers`` threads."""
-    from marinbuild.store import fs
 
     def one(path: str) -> bytes | None:
         try:

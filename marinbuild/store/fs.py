@@ -37,7 +37,7 @@ def filesystem_for(path: str) -> Any:
     retrying gcsfs for the current endpoint, see ``marinbuild.store.gcs``)."""
     protocol = path.split("://", 1)[0] if "://" in path else "file"
     if protocol in ("gs", "gcs"):
-        from marinbuild.store import gcs
+        from marinbuild.store import gcs  # lazy: gcsfs
 
         return gcs.filesystem()
     return _filesystem(protocol)

@@ -22,7 +22,7 @@ def lease_for(output_path: str, worker_id: str, stale_after: float = STALE_AFTER
         return LocalFileLease(fs.local_path(output_path), worker_id, stale_after)
     protocol = output_path.split("://", 1)[0]
     if protocol in ("gs", "gcs"):
-        from marinbuild.store.lease_gcs import GCSLease
+        from marinbuild.store.lease_gcs import GCSLease  # lazy: gcsfs
 
         return GCSLease(output_path, worker_id, stale_after)
     raise ValueError(

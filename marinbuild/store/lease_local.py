@@ -8,10 +8,6 @@ inode); a lease deleted by its releaser while we waited is reopened, never writt
 A new lease file appears with its record already in it (``link`` of a written temporary file), and a
 rewrite is one ``pwrite`` padded to the old length: a reader never sees it empty while it is held, and a
 kill never leaves a torn record. The file itself is never replaced: the flock lives on its inode.
-
-A lease taken by creating its file keeps that file open until it is released, so checking
-and releasing it do not open it again (at most ``KEPT_OPEN_LIMIT`` leases at once in a process;
-past that, a lease is reopened by path).
 """
 
 from __future__ import annotations
@@ -19,47 +15,19 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import threading
 import time
 from collections.abc import Iterator
 
 from marinbuild.store import faults
-from marinbuild.store.lease import STALE_AFTER, Lease, LeaseLostError, LeaseRecord, encode_lease, parse_lease
+from marinbuild.store.lease import Lease, LeaseLostError, LeaseRecord, encode_lease, parse_lease
 from marinbuild.store.status import DamagedFileError
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _READ_SIZE = 4096
 
-KEPT_OPEN_LIMIT = 128
-"""Lease files a process keeps open between taking and releasing them (running steps), at most."""
-_kept_open = 0
-_kept_lock = threading.Lock()
-
-
-def _keep_one() -> bool:
-    global _kept_open
-    with _kept_lock:
-        if _kept_open >= KEPT_OPEN_LIMIT:
-            return False
-        _kept_open += 1
-        return True
-
-
-def _forget_one() -> None:
-    global _kept_open
-    with _kept_lock:
-        _kept_open -= 1
-
 
 class LocalFileLease(Lease):
     makes_output_folder = True
-
-    def __init__(self, output_path: str, worker_id: str, stale_after: float = STALE_AFTER):
-        super().__init__(output_path, worker_id, stale_after)
-        self._fd: int | None = None
-        """The lease file this runner created, kept open until released (None: reopen it by path)."""
-        self._fd_lock = threading.Lock()
-        """Held while ``_fd`` is used: a release (possibly on another thread) must not close it meanwhile."""
 
     @contextlib.contextmanager
     def _locked(self, create: bool, exclusive: bool = True) -> Iterator[int | None]:
@@ -136,7 +104,6 @@ class LocalFileLease(Lease):
         folder = os.path.dirname(self.path)
         tmp = os.path.join(folder, f".tmp-lease.{os.urandom(6).hex()}")
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR | _CLOEXEC, 0o644)
-        keep = False
         try:
             os.write(fd, encode_lease(LeaseRecord(self.worker_id, time.time())))
             try:
@@ -144,40 +111,10 @@ class LocalFileLease(Lease):
             except FileExistsError:
                 return False
             faults.point("lease-created " + _step_name(self.path))
-            keep = _keep_one()
-            if keep:
-                self._fd = fd  # closed by release() from here on
         finally:
             os.unlink(tmp)
-            if not keep:
-                os.close(fd)
-        return True
-
-    @contextlib.contextmanager
-    def _kept(self, exclusive: bool) -> Iterator[int | None]:
-        """The kept lease file, flock'ed, if it is still the file at the path; else None (use ``_locked``)."""
-        with self._fd_lock:
-            fd = self._fd
-            if fd is None:
-                yield None
-                return
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            try:
-                yield fd if self._is_current(fd) else None
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def _close_kept(self) -> None:
-        with self._fd_lock:
-            fd, self._fd = self._fd, None
-        if fd is not None:
             os.close(fd)
-            _forget_one()
-
-    def __del__(self) -> None:
-        if getattr(self, "_fd", None) is not None:
-            with contextlib.suppress(Exception):  # (at interpreter exit the module may be half torn down)
-                self._close_kept()
+        return True
 
     def try_acquire(self) -> bool:
         if self._try_create():
@@ -222,13 +159,6 @@ class LocalFileLease(Lease):
         self.check()
 
     def release(self) -> None:
-        try:
-            with self._kept(exclusive=True) as kept:
-                if kept is not None:
-                    self._unlink_if_ours(kept)
-                    return
-        finally:
-            self._close_kept()
         with self._locked(create=False) as f:
             if f is not None:
                 self._unlink_if_ours(f)
@@ -243,9 +173,6 @@ class LocalFileLease(Lease):
             os.unlink(self.path)
 
     def holder(self) -> LeaseRecord | None:
-        with self._kept(exclusive=False) as kept:
-            if kept is not None:
-                return parse_lease(self.path, self._read(kept))
         with self._locked(create=False, exclusive=False) as f:
             if f is None:
                 return None

@@ -21,7 +21,7 @@ from typing import Any
 
 import xxhash
 
-from marinbuild.store import fs
+from marinbuild.store import action_cache, fs
 from marinbuild.store.status import DamagedFileError
 
 FORMAT = "marinbuild-manifest/1"
@@ -99,8 +99,6 @@ class Manifest:
 def read_manifest(output_path: str) -> Manifest | None:
     """The manifest of the last commit at ``output_path`` (from its action-cache record); None if no record
     holds one (built by Marin, or by nobody)."""
-    from marinbuild.store import action_cache
-
     found: list[tuple[float, str, Any]] = []
     for digest in action_cache.digests_at(output_path):
         record = action_cache.read_record(output_path, digest)
@@ -166,29 +164,13 @@ def list_outputs(output_path: str, top_level: set[str] | None = None) -> dict[st
     return result
 
 
-def hash_local_file(path: str, size: int | None = None) -> str:
-    """xxh3-128 of a local file. A file listed as ``size`` bytes (at most ``CHUNK``) takes three system calls
-    (open, one read, close): a short read of a regular file is its end. Anything else is read in chunks."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        if size is not None and size < CHUNK:
-            data = os.read(fd, size + 1)
-            if len(data) <= size:
-                return xxhash.xxh3_128_hexdigest(data)
-            h = xxhash.xxh3_128(data)  # it grew since it was listed: hash the rest too
-        else:
-            h = xxhash.xxh3_128()
-        with open(fd, "rb", buffering=0, closefd=False) as f:
-            buf = bytearray(CHUNK)
-            view = memoryview(buf)
-            while True:
-                n = f.readinto(buf)
-                if not n:
-                    break
-                h.update(view[:n])
-        return h.hexdigest()
-    finally:
-        os.close(fd)
+def hash_local_file(path: str) -> str:
+    """xxh3-128 of a local file."""
+    h = xxhash.xxh3_128()
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def hash_remote_file(url: str) -> str:
@@ -204,7 +186,7 @@ def hash_remote_file(url: str) -> str:
 
 def _hash_remote_many(urls: list[str]) -> dict[str, str]:
     """xxh3-128 of many small remote files, fetched concurrently (one request each)."""
-    from marinbuild.store import gcs
+    from marinbuild.store import gcs  # lazy: gcsfs
 
     if not urls:
         return {}
@@ -224,7 +206,7 @@ def hash_files(output_path: str, rels: list[str], stats: dict[str, Stat]) -> dic
     """xxh3-128 of each listed file (None for remote files beyond the hash budget)."""
     if fs.is_local(output_path):
         root = fs.local_path(output_path)
-        return {rel: hash_local_file(os.path.join(root, *rel.split("/")), stats[rel].size) for rel in rels}
+        return {rel: hash_local_file(os.path.join(root, *rel.split("/"))) for rel in rels}
     budget = hash_budget_bytes()
     digests: dict[str, str | None] = {}
     small: list[str] = []

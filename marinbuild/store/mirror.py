@@ -52,6 +52,8 @@ import fsspec
 
 from marinbuild.core.prefix import DEFAULT_LOCAL_PREFIX
 from marinbuild.store import fs
+from marinbuild.store.lease import HEARTBEAT_INTERVAL, STALE_AFTER, LeaseLostError, lease_path
+from marinbuild.store.lease_factory import lease_for
 
 logger = logging.getLogger("marinbuild")
 
@@ -330,15 +332,11 @@ def _is_complete(local: str, path: str) -> bool:
             return True
     except FileNotFoundError:
         return False
-    from marinbuild.store.lease import lease_path
 
     return not fs.exists(lease_path(_lock_root(local, path))) and not fs.exists(_incomplete_marker(local, path))
 
 
 def _copy_home(remote_url: str, local: str, path: str, wait_timeout: float) -> None:
-    from marinbuild.store.lease import STALE_AFTER
-    from marinbuild.store.lease_factory import lease_for
-
     worker = f"mirror-{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:6]}"
     lease = lease_for(_lock_root(local, path), worker, STALE_AFTER)
     deadline = time.monotonic() + wait_timeout
@@ -383,8 +381,6 @@ def _copy_home(remote_url: str, local: str, path: str, wait_timeout: float) -> N
 
 def _keep_alive(lease: Any, stop: threading.Event) -> None:
     """Renew the copy's lease while it runs, so a long copy is not mistaken for a dead one."""
-    from marinbuild.store.lease import HEARTBEAT_INTERVAL, LeaseLostError
-
     while not stop.wait(HEARTBEAT_INTERVAL):
         try:
             lease.refresh()

@@ -24,6 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from marinbuild.core.resources import hardware_of
+from marinbuild.ui.bep import BuildEventJsonWriter
+from marinbuild.ui.event_log import open_event_log
+from marinbuild.ui.progress import ProgressDisplay
+from marinbuild.ui.summary import BuildSummary
+from marinbuild.ui.trace import ChromeTraceWriter
+from marinbuild.ui.where import failure_pages, where_to_look
+
 if TYPE_CHECKING:
     from marinbuild.analysis.build import EventLogPlace
     from marinbuild.analysis.session import Session
@@ -31,7 +39,6 @@ if TYPE_CHECKING:
     from marinbuild.engine.build import BuildResult, PlanRow
     from marinbuild.run.events import Event, Listener
     from marinbuild.ui.event_log import EventLog
-    from marinbuild.ui.summary import BuildSummary
 
 __all__ = ["BuildReport", "failure_text"]
 
@@ -47,10 +54,6 @@ class BuildReport:
         self.log: EventLog | None = None
 
     def open(self, event_log: EventLogPlace, session: Session) -> list[Listener]:
-        from marinbuild.ui.bep import BuildEventJsonWriter
-        from marinbuild.ui.progress import ProgressDisplay
-        from marinbuild.ui.summary import BuildSummary
-
         self.summary = BuildSummary()
         listeners: list[Listener] = [self.summary]
         if not self.dry_run:
@@ -59,8 +62,6 @@ class BuildReport:
             progress = ProgressDisplay(console_file=sys.stderr)
             listeners.append(progress)
             self.closers.append(progress)
-            from marinbuild.ui.event_log import open_event_log
-
             self.log = open_event_log(*event_log)
             if self.log is not None:
                 listeners.append(self.log)
@@ -70,8 +71,6 @@ class BuildReport:
             listeners.append(bep)
             self.closers.append(bep)
         if self.profile:
-            from marinbuild.ui.trace import ChromeTraceWriter
-
             trace = ChromeTraceWriter(self.profile)
             listeners.append(trace)
             self.closers.append(trace)
@@ -100,13 +99,9 @@ class BuildReport:
         if result.code_changed:
             click.echo(_code_changed_text(result, session), err=True)
         if not self.dry_run and result.succeeded:
-            from marinbuild.ui.where import where_to_look
-
             for line in where_to_look(result.engine, result.succeeded):
                 click.echo(f"marinbuild: {line}", err=True)
         if result.failure is not None and self.summary is not None:
-            from marinbuild.ui.where import failure_pages
-
             for line in failure_pages(result.engine.prefix, self.summary.failures):
                 click.echo(f"marinbuild: {line}", err=True)
 
@@ -232,6 +227,5 @@ def _hardware(step: Any) -> str | None:
     resources = getattr(step, "resources", None)
     if resources is None:
         return None
-    from marinbuild.core.resources import hardware_of
 
     return hardware_of(resources)

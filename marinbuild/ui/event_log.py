@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.run import events as ev
+from marinbuild.ui.bep import event_record
 
 EVENTS_FOLDER = "events"
 KEEP = 100
@@ -48,8 +49,6 @@ class EventLog:
     """Listener writing a build's events to a new log under ``folder`` (see the module docstring)."""
 
     def __init__(self, folder: str | os.PathLike[str], patterns: list[str], prefix: str):
-        from marinbuild.ui.bep import event_record
-
         self._record = event_record
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from marinbuild.engine.serve_url import ENV, step_url
+
 if TYPE_CHECKING:
     from marinbuild.engine import Engine
 
@@ -66,8 +68,6 @@ def _run_info_line(engine: Engine, run_info_path: str) -> str:
 def failure_pages(prefix: str, failures: list[Any]) -> list[str]:
     """The ``marinbuild serve`` page of each failed step (at most ``MAX_FAILURE_PAGES``) when a view's base URL is
     set (``$MARINBUILD_SERVE_URL``, which a CLI build sets: ``marinbuild.engine.serve_url``); nothing otherwise."""
-    from marinbuild.engine.serve_url import ENV, step_url
-
     base = os.environ.get(ENV)
     if not base:
         return []

@@ -86,27 +86,3 @@ def test_a_worker_that_cannot_see_a_local_output_folder_says_so(tmp_path):
     with pytest.raises(OutputFolderMissingError, match="shares"):
         run.start()
     assert not (tmp_path / "not-shared").exists()
-
-
-def test_a_config_class_of_the_drivers_main_is_pickled_once_and_rebuilt_in_another_process(tmp_path):
-    """Config dataclasses defined in the build's script (``__main__``) go by value: once, not per task."""
-    import dataclasses
-    import subprocess
-    import sys
-
-    from marinbuild.run.ray_task import pickle_payload
-
-    config_class = dataclasses.make_dataclass("ScriptConfig", [("output_path", str), ("n", int)], frozen=True)
-    config_class.__module__ = "__main__"  # as if defined in the driver's script (not importable elsewhere)
-    shipped: dict[type, tuple[str, bytes]] = {}
-    payloads = [pickle_payload((config_class(f"/out/s{i}", i), None), shipped) for i in range(3)]
-    assert list(shipped) == [config_class]  # pickled by value once, then referred to
-    for i, payload in enumerate(payloads):
-        (tmp_path / f"p{i}").write_bytes(payload)
-    code = (
-        "import sys; from pathlib import Path; from marinbuild.run.ray_task import unpickle_payload as u; "
-        "got = [u(Path(sys.argv[1], f'p{i}').read_bytes())[0] for i in range(3)]; "
-        "assert len({type(c) for c in got}) == 1; print([(type(c).__name__, c.output_path, c.n) for c in got])"
-    )
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == str([("ScriptConfig", f"/out/s{i}", i) for i in range(3)])
