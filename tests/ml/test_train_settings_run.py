@@ -12,6 +12,7 @@ rule and levanter too; the weights of each stage are checked in ``test_train_set
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from qs_workspace import needs_levanter
@@ -55,6 +56,8 @@ EDITS = [
 
 def test_wsd_s_z_loss_task_evals_and_hf_exports(quickstart):
     ws = quickstart
+    # The learning rate is the BUILD file's as it stands: tests sharing the quickstart may have changed it.
+    learning_rate = float(re.search(r'"learning_rate": ([0-9.e-]+),', (ws.package / "BUILD.marin").read_text())[1])
     for old, new in EDITS:
         ws.edit_build(old, new)
     try:
@@ -68,7 +71,7 @@ def test_wsd_s_z_loss_task_evals_and_hf_exports(quickstart):
 
     from marinbuild.ml.configs import Optimizer, to_levanter_optimizer
 
-    schedule = to_levanter_optimizer(Optimizer(**OPTIMIZER)).lr_scheduler(30)
+    schedule = to_levanter_optimizer(Optimizer(**{**OPTIMIZER, "learning_rate": learning_rate})).lr_scheduler(30)
     logged = {r["step"]: r["optim/learning_rate"] for r in records if "optim/learning_rate" in r}
     assert len(logged) >= 20
     for step, rate in logged.items():
