@@ -77,7 +77,8 @@ def test_a_to_b_pipeline_writes_marin_files(prefix):
 
 
 def test_run_info_is_named_by_its_output_paths_and_filled_as_marin_does(prefix):
-    """``<script>-<md5 of the sorted output paths>[:6].json`` with every step's info, in Marin's schema."""
+    """``<script>-<md5 of the sorted output paths under the prefix>[:6].json`` with every step's info, in Marin's
+    schema."""
     import dataclasses
     import hashlib
 
@@ -92,7 +93,7 @@ def test_run_info_is_named_by_its_output_paths_and_filled_as_marin_does(prefix):
         d = dataclasses.asdict(info)
         d.pop("description", None)
         infos.append(d)
-    paths = "\n".join(sorted(info["output_path"] for info in infos))
+    paths = "\n".join(sorted(os.path.relpath(info["output_path"], prefix) for info in infos))
     assert ex.executor_info_path.endswith(f"-{hashlib.md5(paths.encode()).hexdigest()[:6]}.json")
     written = json.loads(Path(ex.executor_info_path).read_text())
     assert json.loads(json.dumps(infos, cls=MarinJsonEncoder)) == written["steps"]

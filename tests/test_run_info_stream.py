@@ -78,12 +78,14 @@ def test_a_step_line_is_marins_sorted_dump_of_the_step_info() -> None:
     assert run_info.step_line(info, dumps_sorted(version)) == expected
 
 
-def test_the_name_is_the_md5_of_the_sorted_output_paths() -> None:
-    paths = ["/p/b-222222", "/p/a-111111", "/p/c-333333"]
-    expected = hashlib.md5(b"/p/a-111111\n/p/b-222222\n/p/c-333333").hexdigest()[:6]
-    assert run_info.name("exp", paths) == f"exp-{expected}.json"
-    assert run_info.name("exp", reversed(paths)) == run_info.name("exp", paths)
-    assert run_info.name("exp", paths[:2]) != run_info.name("exp", paths)
+def test_the_name_is_the_md5_of_the_sorted_output_paths_under_the_prefix() -> None:
+    paths = ["/p/b-222222", "/p/a-111111", "/elsewhere/c-333333"]
+    expected = hashlib.md5(b"/elsewhere/c-333333\na-111111\nb-222222").hexdigest()[:6]
+    assert run_info.name("exp", paths, "/p") == f"exp-{expected}.json"
+    assert run_info.name("exp", reversed(paths), "/p/") == run_info.name("exp", paths, "/p")
+    assert run_info.name("exp", paths[:2], "/p") != run_info.name("exp", paths, "/p")
+    moved = ["gs://b/q/b-222222", "gs://b/q/a-111111", "/elsewhere/c-333333"]
+    assert run_info.name("exp", moved, "gs://b/q") == run_info.name("exp", paths, "/p")  # the same graph elsewhere
     assert run_info.script_name("/x/y/train.py") == "train"
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 def run_info_path(info: ExecutorInfo, base: str) -> str:
     """Where the run info of ``info`` goes under ``base`` (``store.run_info.name``; writes nothing)."""
     script = run_info.script_name(info.caller_path)
-    return fs.join(base, run_info.name(script, (step.output_path for step in info.steps)))
+    return fs.join(base, run_info.name(script, (step.output_path for step in info.steps), info.prefix))
 
 
 def write_run_info(table: VersionTable, info: ExecutorInfo, base: str) -> str:

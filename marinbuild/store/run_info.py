@@ -8,11 +8,12 @@ nested version over many lines, several times the size on a wide graph).
 
 The name: ``<script>`` is the caller's file name without ``.py`` (as Marin's; for ``python -m package``, the
 package's name: the command line makes one name however it is started). ``<hash>`` is the first 6 hex digits
-of the md5 of the steps' output paths, sorted, one per line. Marin hashes the whole text of the steps, whose
-``fn_name`` holds a memory address, so its name changes with every run anyway. The output paths already name each
-step's version (``<name>-<md5 of its version>``), so they name the graph in a few bytes a step: the name is known
-without composing any step's entry (``Engine.experiment_url`` asks for it without writing the file), and it is the
-same for every run of the same graph, whatever order its steps were given in.
+of the md5 of the steps' output paths relative to the prefix, sorted, one per line. Marin hashes the whole text of
+the steps, whose ``fn_name`` holds a memory address, so its name changes with every run anyway. The output paths
+already name each step's version (``<name>-<md5 of its version>``), so they name the graph in a few bytes a step:
+the name is known without composing any step's entry (``Engine.experiment_url`` asks for it without writing the
+file), and it is the same for every run of the same graph, whatever order its steps were given in and whichever
+prefix it was built under.
 
 Contract: ``write`` writes the file once, in one pass, atomically (``fs.write_atomic_pieces``: a temporary file and
 one rename on a local disk, one object upload on an object store), replacing a file of the same name (an earlier run
@@ -58,9 +59,12 @@ def script_name(caller_path: str) -> str:
     return os.path.basename(caller_path).replace(".py", "")
 
 
-def name(script: str, output_paths: Iterable[str]) -> str:
-    """The file name ``<script>-<hash>.json`` of the run info of the steps with these output paths."""
-    digest = hashlib.md5("\n".join(sorted(output_paths)).encode())
+def name(script: str, output_paths: Iterable[str], prefix: str) -> str:
+    """The file name ``<script>-<hash>.json`` of the run info of the steps with these output paths under ``prefix``
+    (a path outside it, placed by ``override_output_path``, counts whole)."""
+    under = prefix.rstrip("/") + "/"
+    relative = (path[len(under) :] if path.startswith(under) else path for path in output_paths)
+    digest = hashlib.md5("\n".join(sorted(relative)).encode())
     return f"{script}-{digest.hexdigest()[:6]}.json"
 
 
