@@ -40,7 +40,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections import defaultdict
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -267,22 +267,7 @@ def _read_gcs(output_paths: list[str]) -> StatusMap:
     del keys_by_bucket  # the folder names: not held while the listings are read
     fold = _Fold(output_paths, aliases)
 
-    async def listings() -> None:
-        async def one(r: dict[str, Any]) -> None:
-            async for page in gcs.list_pages(
-                filesystem,
-                r["bucket"],
-                r["prefix"],
-                start=r["start"],
-                end=r["end"],
-                glob=r.get("glob"),
-                page_size=PAGE_SIZE,
-            ):
-                fold.page(r["bucket"], page)
-
-        await gcs.gather_limited([one(r) for r in requests], limit=CONCURRENCY)
-
-    gcs.run(listings, fs=filesystem)
+    _list_all(filesystem, requests, fold.page)
     result = fold.result
     # Content we cannot tell from its md5 (Marin's legacy JSON lines): downloaded, in one concurrent round.
     to_fetch = fold.unknown
@@ -338,6 +323,16 @@ def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
                 for p in _targets(root + folder, result, aliases):
                     result[p] = obj.md5Hash
 
+    with gc_paused():  # parsing the listings: many objects, no cyclic garbage
+        _list_all(filesystem, requests, fold)
+    return result
+
+
+def _list_all(filesystem: Any, requests: list[dict[str, Any]], fold: Callable[[str, Any], None]) -> None:
+    """Run the listing ``requests`` (``bucket``, ``prefix``, optional ``start``/``end``/``glob``) concurrently on
+    gcsfs's event loop, handing each page to ``fold(bucket, page)`` as it arrives."""
+    from marinbuild.store import gcs
+
     async def listings() -> None:
         async def one(r: dict[str, Any]) -> None:
             async for page in gcs.list_pages(
@@ -353,9 +348,7 @@ def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
 
         await gcs.gather_limited([one(r) for r in requests], limit=CONCURRENCY)
 
-    with gc_paused():  # parsing the listings: many objects, no cyclic garbage
-        gcs.run(listings, fs=filesystem)
-    return result
+    gcs.run(listings, fs=filesystem)
 
 
 def read_many(paths: list[str], workers: int = 16) -> list[bytes | None]:
