@@ -68,7 +68,7 @@ from marinbuild.engine.infos import (
 )
 from marinbuild.engine.settings import Settings
 from marinbuild.executor.remote import remote
-from marinbuild.executor.step_spec import resolve_executor_step as resolve
+from marinbuild.executor.step_spec import resolve_executor_step
 from marinbuild.load.errors import WorkspaceError
 from marinbuild.load.workspace import find_workspace
 from marinbuild.store.status import STATUS_DEP_FAILED, STATUS_FAILED, STATUS_RUNNING, STATUS_SUCCESS
@@ -219,20 +219,6 @@ class Executor(Engine):
     def get_experiment_url(self) -> str:
         """Where this run is shown (``Engine.experiment_url``)."""
         return self.experiment_url()
-
-
-def resolve_executor_step(
-    step: ExecutorStep,
-    config: Any,
-    output_path: str,
-    deps: list[Any] | None = None,
-    dag_tpu_regions: list[str] | None = None,
-    forced_region: str | None = None,
-    mirror_budget_gb: float | None = None,
-) -> Any:
-    """``step`` (its config instantiated) as Marin's ``StepSpec``, a function of its output path: see
-    ``marinbuild.executor.step_spec.resolve_executor_step`` (loaded on first use)."""
-    return resolve(step, config, output_path, deps, dag_tpu_regions, forced_region, mirror_budget_gb)
 
 
 # -- entry points -----------------------------------------------------------------------------
