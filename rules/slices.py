@@ -1,10 +1,10 @@
 """What the rules whose levanter job may span a multi-host TPU slice share (``train_lm``, ``eval_harness``).
 
-``job_attrs`` are their attributes about where the job runs: ``resources`` and, for a multi-host slice,
+``job_attrs`` are their attributes about where the job runs: ``resources`` and, for a multi-host slice or several,
 ``slice_wait`` and the two retry budgets (none versioned: where a job runs never changes its output).
-``run_job`` runs the job where ``resources`` says: on every host of a multi-host slice
-(``marinbuild.ml.slice_run``, with the rule's slice attributes as its ``SlicePolicy``), else in one child
-process on this machine (``marinbuild.ml.process``). This module exports no rule; the rules modules import it
+``run_job`` runs the job where ``resources`` says: on every host of a multi-host slice or of several slices
+(``marinbuild.ml.slice_run``, with the rule's slice attributes as its ``SlicePolicy``), else in one child process
+on this machine (``marinbuild.ml.process``). This module exports no rule; the rules modules import it
 (``from . import slices``).
 """
 
@@ -26,7 +26,7 @@ def job_attrs(code: str) -> dict[str, Any]:
     return {
         "resources": attr.dict(versioned=False, doc='what the step asks the backend for: tpu("v4-8"), {"cpu": 2}'),
         "slice_wait": attr.float(
-            default=1800.0, versioned=False, doc="multi-host slice: seconds to wait for a free slice before failing"
+            default=6 * 3600.0, versioned=False, doc="multi-host slice: seconds to wait for free slices before failing"
         ),
         "preemption_retries": attr.int(
             default=100, versioned=False, doc="multi-host slice: restarts after a host or its process is lost"
@@ -50,6 +50,12 @@ def run_job(ctx: RuleContext, job: SliceJob, payload: dict[str, Any], *, log_nam
             failure_retries=ctx.attr.failure_retries,
         )
         return slice_run.run_on_tpu_slice(
-            job, payload, tpu_slice(request.tpu), policy=policy, label=f"{job.rule} {ctx.label}", offline=offline
+            job,
+            payload,
+            tpu_slice(request.tpu),
+            slices=request.slices,
+            policy=policy,
+            label=f"{job.rule} {ctx.label}",
+            offline=offline,
         )
     return run_child(job.module, payload, log_dir=os.path.join(ctx.output_path, "logs"), name=log_name, offline=offline)

@@ -32,7 +32,8 @@ use ``--backend ray`` on a cluster with that slice. A multi-host slice (``tpu("v
 up) runs levanter on every host of one slice together (``marinbuild.ml.slice_run``), restarts
 the slice from the latest checkpoint after a preemption or a failure, within
 ``preemption_retries`` and ``failure_retries``, and fails with one line when no slice is free
-within ``slice_wait`` seconds; ``tpu(..., slices = 2)`` (multislice) is refused at load.
+within ``slice_wait`` seconds; ``tpu("v4-128", slices = 4)`` (multislice) reserves the slices together and runs
+one job over them, restarted whole when one is lost.
 Training runs in a child process
 (``marinbuild.ml.train``), writing checkpoints and ``metrics.jsonl`` under the output
 folder; a rerun after a crash or preemption resumes from the latest checkpoint there.

@@ -1,5 +1,5 @@
-"""TPU slice requests before anything runs: multislice is refused at load with one line; ``-n`` and ``why``
-show the slice a step gets (type, slices, hosts, chips)."""
+"""TPU slice requests before anything runs: ``-n`` and ``why`` show the slices a step gets (type, slices, hosts,
+chips); a bad slice count fails at load with one line; the local backend refuses several slices."""
 
 from __future__ import annotations
 
@@ -13,16 +13,6 @@ from workspaces import repository_workspace
 
 from marinbuild.core.resources import Resources, normalize, tpu, tpu_slice
 
-BUILD = """load("@marinbuild//rules:train.py", "train_lm")
-
-train_lm(
-    name = "lm",
-    data = {},
-    model = {},
-    trainer = {},
-    resources = tpu("v4-256", slices = 2),
-)
-"""
 
 
 def marinbuild(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -32,26 +22,51 @@ def marinbuild(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_multislice_is_refused_at_load_with_one_line(tmp_path):
+def _workspace(tmp_path: Path, resources: str) -> Path:
     (tmp_path / "pipe").mkdir()
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "w"\n\n[tool.marinbuild]\nprefix = "out"\n')
-    (tmp_path / "pipe" / "BUILD.marin").write_text(BUILD)
-    proc = marinbuild("//pipe:lm", cwd=tmp_path)
+    (tmp_path / "pipe" / "steps.py").write_text("def write(config, output_path):\n    pass\n")
+    (tmp_path / "pipe" / "BUILD.marin").write_text(
+        'load("@marinbuild//rules:python.py", "python_step")\n'
+        f'python_step(\n    name = "lm",\n    fn = "pipe.steps:write",\n    config = {{}},\n    resources = {resources},\n)\n'
+    )
+    return tmp_path
+
+
+def test_multislice_shows_every_slice_in_a_dry_run_and_the_local_backend_refuses_it(tmp_path):
+    ws = _workspace(tmp_path, 'tpu("v4-256", slices = 2)')
+    dry = marinbuild("-n", "//pipe:lm", cwd=ws)
+    assert dry.returncode == 0, dry.stderr
+    assert "resources: TPU v4-256: 2 slices x 32 hosts x 4 chips (256 chips)" in dry.stdout
+    proc = marinbuild("//pipe:lm", cwd=ws)
+    assert proc.returncode == 2
+    assert "which no single machine has" in proc.stderr and "--backend ray" in proc.stderr
+    assert not (ws / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("resources", "where", "message"),
+    [
+        ('tpu("v4-8", slices = 0)', "pipe/BUILD.marin:6:17: tpu()", "slices must be a positive integer, got 0"),
+        ('tpu("v3-32", slices = 2)', "pipe/BUILD.marin:6:17: tpu()", "cannot reserve several v3-32 slices"),
+        ('{"cpu": 2, "slices": 2}', "nothing ran: pipe/lm", "slices = 2 needs a TPU type"),
+    ],
+)
+def test_a_bad_slice_count_fails_with_one_line_before_anything_runs(tmp_path, resources, where, message):
+    proc = marinbuild("//pipe:lm", cwd=_workspace(tmp_path, resources))
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("marinbuild: error: pipe/BUILD.marin:8:")
-    assert "multislice training (slices=2) is not supported" in line and 'tpu("v4-512")' in line
+    assert where in line and message in line, line
     assert not (tmp_path / "out").exists()
 
 
-def test_multislice_is_refused_in_every_form_of_a_request():
-    with pytest.raises(ValueError, match="multislice training"):
-        tpu("v4-16", slices=2)
-    with pytest.raises(ValueError, match="multislice training"):
-        normalize({"tpu": "v4-16", "slices": 4})
-    with pytest.raises(ValueError, match="slices must be a positive integer"):
-        Resources(tpu="v4-16", slices=0)
-    assert normalize({"tpu": "v4-16", "slices": 1}) == tpu("v4-16")
+def test_several_single_host_slices_are_coordinated_like_a_multi_host_slice():
+    two = tpu("v4-8", slices=2)
+    assert normalize({"tpu": "v4-8", "slices": 2}) == two
+    # the step's task holds no chip (it coordinates), on a node that is not a spot VM
+    assert two.multi_host and two.to_ray_options() == {"label_selector": {"ray.io/market-type": "!spot"}}
+    assert two.hardware() == "TPU v4-8: 2 slices x 1 host x 4 chips (8 chips)"
+    assert not tpu("v4-8").multi_host and normalize({"tpu": "v4-16", "slices": 1}) == tpu("v4-16")
 
 
 def test_hardware_names_slice_type_slices_hosts_and_chips():

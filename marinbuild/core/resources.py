@@ -17,11 +17,12 @@ belongs to one process at a time. A multi-host slice (v4-16, ..., v4-2048) asks 
 own task for nothing of the slice: that task is the slice's coordinator, which reserves a
 whole slice with ``ray.util.tpu`` (``marinbuild.ml.slice_run``) and runs one process per
 host on it; holding the head resource itself would keep ``ray.util.tpu`` from reserving it.
-``TpuSlice.topology`` is the slice's chip topology as ``ray.util.tpu`` wants it (``2x2x2``).
+``TpuSlice.topology`` is the slice's chip topology as ``ray.util.tpu`` wants it (``2x2x2``). That
+coordinating task never runs on a node labelled ``ray.io/market-type=spot`` (a label selector): a preempted
+coordinator would end every host's work and spend the step's retries, not its preemption budget.
 
-``slices`` is the number of slices (multislice). Only 1 is accepted: ``Resources`` refuses
-more with one line (``MULTISLICE_REFUSAL``), so a BUILD file asking for it fails to load
-and nothing runs.
+``slices`` is the number of slices (multislice): several slices of one type, reserved together and
+run as one job (``marinbuild.ml.slice_run``); like a multi-host slice, the step's task coordinates.
 
 Pure data: parsing and describing a request touches no device, file or cluster (what this machine
 has, and the local backend's refusal, are ``marinbuild.run.resources``), so the loader's ``tpu()``
@@ -69,10 +70,10 @@ _TOPOLOGY_3D = {
     6144: "16x16x24",
 }
 _TOPOLOGY_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
-MULTISLICE_REFUSAL = (
-    "multislice training (slices={slices}) is not supported: marinbuild runs a step on one "
-    'TPU slice; ask for one larger slice instead (e.g. tpu("{bigger}"))'
-)
+
+
+MARKET_TYPE_LABEL = "ray.io/market-type"
+"""The Ray node label naming a node's market (``spot`` for a preemptible VM), from ``RAY_NODE_MARKET_TYPE``."""
 
 
 @dataclass(frozen=True)
@@ -162,8 +163,9 @@ class Resources:
 
     @property
     def multi_host(self) -> bool:
-        """A slice of several hosts: the step coordinates one process per host (``marinbuild.ml.slice_run``)."""
-        return self.tpu is not None and tpu_slice(self.tpu).multi_host
+        """Several hosts (a multi-host slice, or several slices): the step coordinates one process per host
+        (``marinbuild.ml.slice_run``)."""
+        return self.tpu is not None and (tpu_slice(self.tpu).multi_host or self.slices > 1)
 
     @property
     def tpu_chips(self) -> float:
@@ -201,6 +203,8 @@ class Resources:
         custom = self.ray_resources()
         if custom:
             options["resources"] = custom
+        if self.multi_host:  # the slices' coordinator: losing it loses every slice's progress since the last attempt
+            options["label_selector"] = {MARKET_TYPE_LABEL: "!spot"}
         return options
 
     @property
@@ -245,22 +249,18 @@ def hardware_of(value: Any) -> str | None:
 
 
 def check_slices(slices: Any, tpu_type: str | None) -> None:
-    """Refuse a slice count other than 1 (multislice), with one line saying what to ask for instead."""
+    """A slice count is a positive integer; more than one needs a TPU type."""
     if not isinstance(slices, int) or isinstance(slices, bool) or slices < 1:
         raise ValueError(f"resources: slices must be a positive integer, got {slices!r}")
-    if slices == 1:
-        return
-    bigger = "a TPU type with more chips"
-    if tpu_type is not None:
-        s = tpu_slice(tpu_type)
-        name = f"{s.generation}-{int(s.type.split('-')[1]) * slices}"
-        if name in _TPU_TABLE:
-            bigger = name
-    raise ValueError(MULTISLICE_REFUSAL.format(slices=slices, bigger=bigger))
+    if slices > 1 and tpu_type is None:
+        raise ValueError(f'resources: slices = {slices} needs a TPU type, e.g. tpu("v4-8", slices = {slices})')
+    if slices > 1 and tpu_slice(tpu_type or "").topology is None:
+        raise ValueError(f"resources: ray.util.tpu cannot reserve several {tpu_type} slices (v4, v5p, v5e, v6e only)")
 
 
 def tpu(tpu_type: str, *, cpu: float | None = None, memory: int | str | None = None, slices: int = 1) -> Resources:
-    """A whole TPU slice: ``tpu("v4-8")`` asks Ray for ``{"TPU": 4, "TPU-v4-8-head": 1}``; ``slices`` > 1 is refused."""
+    """Whole TPU slices: ``tpu("v4-8")`` asks Ray for ``{"TPU": 4, "TPU-v4-8-head": 1}``; ``slices`` > 1 several,
+    reserved together."""
     return Resources(cpu=cpu, memory=memory, tpu=tpu_type, slices=slices)  # type: ignore[arg-type]
 
 

@@ -10,7 +10,7 @@ calls with plain values:
 - ``print(*args, sep = " ")``: logs ``path: text`` on the ``marinbuild.build`` logger (``path``: the
   BUILD file being evaluated);
 - ``tpu(tpu_type, cpu = None, memory = None, slices = 1)``: the ``resources`` dict of a step that
-  needs a whole TPU slice; ``slices`` > 1 (multislice) is refused, so the BUILD file fails to load.
+  needs whole TPU slices (``slices`` > 1: multislice).
 
 ``glob`` and ``package_name`` only work while a BUILD file is evaluated. A problem raises
 ``BuiltinError``, which the evaluator reports at the call's location. ``Struct`` is the
@@ -77,6 +77,8 @@ def tpu(tpu_type: str, cpu: float | None = None, memory: str | None = None, slic
         check_slices(slices, tpu_type)
     except ValueError as exc:
         raise BuiltinError(f"tpu(): {exc}") from None
+    if slices > 1:
+        request["slices"] = slices
     if cpu is not None:
         request["cpu"] = cpu
     if memory is not None:

@@ -7,7 +7,12 @@ it reads its job from the JSON payload, writes its result JSON where the payload
 and dies with its parent (``PR_SET_PDEATHSIG``), so killing a build kills its training too.
 
 Everything the child prints goes to ``<log_dir>/<name>.log`` (appended: a resumed run
-adds to the same log). The build's stderr gets the lines that matter: warnings, errors,
+adds to the same log). Where ``log_dir`` is remote (``gs://``), the log is written locally and copied
+there every ``upload_every`` seconds while the child runs, and once more when it ends, so a host
+that is lost mid-run (a preempted VM) leaves its log up to the last copy; the copy starts from the
+remote log's earlier content, so attempts append there too.
+
+The build's stderr gets the lines that matter: warnings, errors,
 tracebacks and the child's own ``[marinbuild.ml]`` progress lines (``MARINBUILD_ML_LOG=all`` or
 ``MARINBUILD_VERBOSE=1``, which ``marinbuild -v`` sets, forwards everything). A failing child
 raises ``MlProcessError`` with the log's tail.
@@ -22,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +48,8 @@ _NOISE = re.compile(
     r"|^Generating \w+ split: |^\s*\d+%\|.*\| \d+/\d+ \[|Skipping non-numeric metric"
 )
 _PARENT_ENV = "MARINBUILD_ML_PARENT_PID"
+LOG_UPLOAD_EVERY = 30.0
+"""Seconds between copies of a running child's log to a remote log folder."""
 
 
 class MlProcessError(RuntimeError):
@@ -76,6 +84,7 @@ def run_child(
     name: str,
     offline: bool = False,
     env: dict[str, str] | None = None,
+    upload_every: float = LOG_UPLOAD_EVERY,
 ) -> dict[str, Any]:
     """Run ``python -m module`` on ``payload``; return the result JSON it wrote."""
     work = tempfile.mkdtemp(prefix=f"marinbuild-{name}-")
@@ -86,6 +95,8 @@ def run_child(
     local_logs = log_dir if is_local(log_dir) else os.path.join(work, "logs")
     os.makedirs(local_logs, exist_ok=True)
     log_path = os.path.join(local_logs, f"{name}.log")
+    remote_log = None if is_local(log_dir) else os.path.join(log_dir, f"{name}.log")
+    mirror = _LogMirror(log_path, remote_log, upload_every) if remote_log else None
     child_env = dict(os.environ)
     child_env.update({_PARENT_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1"})
     if offline:  # a local tokenizer: never wait on the Hub
@@ -107,12 +118,12 @@ def run_child(
     with open(log_path, "a") as log:
         _pump(proc.stdout, log, tail, forward_all)
     code = proc.wait()
-    if not is_local(log_dir):
-        _upload(log_path, os.path.join(log_dir, f"{name}.log"))
+    if mirror is not None:
+        mirror.close()
     try:
         if code != 0:
             lines = "".join(tail).rstrip()
-            where = log_path if is_local(log_dir) else os.path.join(log_dir, f"{name}.log")
+            where = remote_log or log_path
             raise MlProcessError(f"{module} exited with code {code}; log: {where}; last lines:\n{lines}", code)
         with open(result_path) as f:
             return json.load(f)
@@ -144,13 +155,44 @@ def _forward(line: str) -> None:
         pass
 
 
-def _upload(local: str, remote: str) -> None:
-    try:
-        fs, path = fsspec.core.url_to_fs(remote)
-        fs.makedirs(os.path.dirname(path), exist_ok=True)
-        fs.put_file(local, path)
-    except Exception as exc:  # logs are a convenience; the step's result does not depend on them
-        _forward(f"{PREFIX} could not upload {local} to {remote}: {exc}\n")
+class _LogMirror:
+    """Keeps ``remote`` a copy of the local log ``local`` while a child writes it: the remote's earlier content
+    first (attempts append), then a copy every ``every`` seconds when the log grew, and a last one at ``close``."""
+
+    def __init__(self, local: str, remote: str, every: float):
+        self.local, self.remote, self.every = local, remote, every
+        self._copied = -1
+        self._stop = threading.Event()
+        try:
+            fs, path = fsspec.core.url_to_fs(remote)
+            if fs.exists(path):
+                with open(local, "wb") as f:
+                    f.write(fs.cat_file(path))
+        except Exception as exc:  # logs are a convenience; the step's result does not depend on them
+            _forward(f"{PREFIX} could not read the earlier log {remote}: {exc}\n")
+        self._thread = threading.Thread(target=self._loop, name="marinbuild-log-mirror", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self._copy()
+
+    def _copy(self) -> None:
+        size = os.path.getsize(self.local)
+        if size == self._copied:
+            return
+        try:
+            fs, path = fsspec.core.url_to_fs(self.remote)
+            fs.makedirs(os.path.dirname(path), exist_ok=True)
+            fs.put_file(self.local, path)
+            self._copied = size
+        except Exception as exc:  # logs are a convenience; the step's result does not depend on them
+            _forward(f"{PREFIX} could not upload {self.local} to {self.remote}: {exc}\n")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._copy()
 
 
 # -- in the child ---------------------------------------------------------------------------

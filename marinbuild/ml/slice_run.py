@@ -1,4 +1,5 @@
-"""A levanter job on a multi-host TPU slice: one process per host, all together, restarted whole on a loss.
+"""A levanter job on a multi-host TPU slice, or on several slices: one process per host, all together, restarted
+whole on a loss.
 
 The job is a ``SliceJob``: the child module every host runs (``TRAIN``: ``marinbuild.ml.train``
 for ``train_lm``; ``EVAL_HARNESS``: ``marinbuild.ml.eval_harness`` for ``eval_harness``). Both
@@ -7,21 +8,27 @@ started the same way. ``run_on_tpu_slice`` runs in the step's own Ray task, whic
 coordinator (it holds no TPU itself; ``marinbuild.core.resources`` asks nothing of the slice for
 it). Each attempt:
 
-1. reserves one whole slice with Ray's ``ray.util.tpu.slice_placement_group``: a placement
-   group on the ``TPU-<type>-head`` resource of some slice's worker 0 (Ray's
-   ``reserve_tpu_slice``), then one bundle of the host's ``TPU`` chips on every host carrying
-   that slice's ``ray.io/tpu-slice-name`` label, all scheduled together. It waits at most
-   ``SlicePolicy.slice_wait`` seconds for both; past that the step fails with
+1. reserves every slice of the job at once with Ray's ``ray.util.tpu.slice_placement_group``
+   (``num_slices``): for a multi-host slice a placement group on the ``TPU-<type>-head``
+   resource of some slice's worker 0 (Ray's ``reserve_tpu_slice``), then one bundle of the
+   host's ``TPU`` chips on every host carrying that slice's ``ray.io/tpu-slice-name`` label;
+   all bundles of all slices in one placement group, scheduled together or not at all. It
+   waits at most ``SlicePolicy.slice_wait`` seconds; past that the step fails with
    ``SliceUnavailableError``: one line saying what was asked and which TPU slices the
    cluster has;
-2. starts the job's process on every host of it with ``ray.util.tpu.run_on_slice``
-   (one Ray task per host, ``max_calls=1``, never retried by Ray on its own). The task reads
-   its TPU worker id from its node's ``ray.io/tpu-worker-id`` label and runs the job's module
-   as a child process (``marinbuild.ml.process``, its log in the step's
-   ``logs/<job name>-host<id>.log``: ``train-host0.log``, ``eval-host0.log``). On real TPU
-   VMs JAX finds the coordinator, process count and index itself; on hosts without TPU chips
-   they are given explicitly (worker 0's address and a free port there, the slice's host
-   count, the worker id) and the collectives run on CPU (gloo);
+2. starts the job's process on every host with ``ray.util.tpu.run_on_slice`` (one Ray task
+   per host, ``max_calls=1``, never retried by Ray on its own). Each task finds its slice (its
+   bundle's index in the placement group) and its worker id (its node's
+   ``ray.io/tpu-worker-id`` label) in a table the coordinator reads from the placement group,
+   and runs the job's module as a child process (``marinbuild.ml.process``, its log in the
+   step's ``logs/<job name>-host<id>.log``, ``train-host0.log``; with several slices
+   ``train-slice<k>-host<id>.log``). With several slices every host gets its slice's
+   MEGASCALE variables (``ray.util.tpu.get_tpu_coordinator_env_vars``: slice 0's worker 0,
+   the slice count, its slice id), which libtpu reads. On real TPU VMs JAX finds the
+   coordinator, process count and index itself; on hosts without TPU chips they are given
+   explicitly (slice 0 worker 0's address and a free port there, the number of hosts,
+   ``slice * hosts per slice + worker``) and the collectives run on CPU (gloo): JAX on CPU has no
+   slices, so there the slices run as one flat job;
 3. waits for every host. When one ends with an error, the others get ``LOSS_GRACE``
    seconds to end on their own (a lost peer usually ends them too), then are cancelled
    (``ray.cancel(force=True)``, which kills their worker and, with it, the job's child);
@@ -51,6 +58,7 @@ results; likewise process 0 alone writes training's records.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -58,12 +66,17 @@ from typing import Any
 from marinbuild.core.resources import TpuSlice
 from marinbuild.ml.process import MlProcessError, is_local, run_child, say
 from marinbuild.run.resources import local_tpu_chips
+from marinbuild.run.step_progress import report
 
 LOSS_GRACE = 20.0
 """Seconds the other hosts of a slice get to end on their own after one host's process ended with an error."""
 CANCEL_WAIT = 120.0
 """Seconds to wait for cancelled host tasks to end before the slice's placement group is removed anyway."""
 SLICE_LOG = "slice.log"
+SLICE_WAIT = 6 * 3600.0
+"""The default wait for free slices: Ray's autoscaler can take hours to bring a large slice (back) up."""
+WAIT_REPORT = 60.0
+"""Seconds between progress reports while waiting for slices (at most; a third of a shorter wait)."""
 
 PREEMPTED = "preempted"
 FAILED = "failed"
@@ -74,8 +87,8 @@ CANCELLED = "cancelled"
 class SlicePolicy:
     """How long to wait for a slice, and how many times to start over after a preemption or a failure."""
 
-    slice_wait: float = 1800.0
-    """Seconds to wait for a free slice (head reservation and every host's bundle) before failing."""
+    slice_wait: float = SLICE_WAIT
+    """Seconds to wait for free slices (head reservations and every host's bundle) before failing."""
     preemption_retries: int = 100
     """Restarts after a preemption (a host lost, or its process killed by a signal)."""
     failure_retries: int = 2
@@ -113,14 +126,21 @@ class SliceRunError(RuntimeError):
 
 
 def run_on_tpu_slice(
-    job: SliceJob, payload: dict[str, Any], tpu: TpuSlice, *, policy: SlicePolicy, label: str, offline: bool
+    job: SliceJob,
+    payload: dict[str, Any],
+    tpu: TpuSlice,
+    *,
+    slices: int = 1,
+    policy: SlicePolicy,
+    label: str,
+    offline: bool,
 ) -> dict[str, Any]:
-    """Run ``job`` on one slice of type ``tpu`` until it succeeds or a budget is spent; process 0's summary."""
+    """Run ``job`` on ``slices`` slices of type ``tpu`` until it succeeds or a budget is spent; process 0's summary."""
     import ray
 
     if not ray.is_initialized():
         raise RuntimeError(
-            f"{label}: a multi-host TPU slice ({tpu.shape()}) runs on a Ray cluster: "
+            f"{label}: a multi-host TPU job ({tpu.shape(slices)}) runs on a Ray cluster: "
             "build with --backend ray --ray_address ADDRESS"
         )
     if tpu.topology is None:
@@ -131,17 +151,19 @@ def run_on_tpu_slice(
     log_path = os.path.join(payload["output_path"], "logs", SLICE_LOG)
     preemptions = failures = 0
     attempt = 0
+    what = f"{slices} {tpu.type} slices" if slices > 1 else f"one {tpu.type} slice"
+    where = f"TPU {tpu.type} slice{'s' if slices > 1 else ''}"
     while True:
         attempt += 1
         _note(
             log_path,
-            f"attempt {attempt}: reserving one {tpu.type} slice ({tpu.vms} hosts x {tpu.chips_per_vm} "
-            f"chips; preemptions so far {preemptions} of {policy.preemption_retries} allowed, "
-            f"failures {failures} of {policy.failure_retries})",
+            f"attempt {attempt}: reserving {what} ({tpu.vms} host{'s' if tpu.vms > 1 else ''} x {tpu.chips_per_vm} "
+            f"chips{' each' if slices > 1 else ''}; preemptions so far {preemptions} of "
+            f"{policy.preemption_retries} allowed, failures {failures} of {policy.failure_retries})",
         )
-        handle = reserve_slice(tpu, policy.slice_wait, label, rule=job.rule)
+        handle = reserve_slice(tpu, policy.slice_wait, label, rule=job.rule, slices=slices)
         try:
-            outcome, cause, summary = _attempt(job, handle, payload, tpu, offline)
+            outcome, cause, summary = _attempt(job, handle, payload, offline)
         finally:
             handle.shutdown()
         if outcome is None:
@@ -153,73 +175,109 @@ def run_on_tpu_slice(
             preemptions += 1
             if preemptions > policy.preemption_retries:
                 raise SliceRunError(
-                    f"{label}: preempted {preemptions} times on a TPU {tpu.type} slice "
+                    f"{label}: preempted {preemptions} times on a {where} "
                     f"(preemption_retries = {policy.preemption_retries}); last: {cause}"
                 ) from cause
         else:
             failures += 1
             if failures > policy.failure_retries:
                 raise SliceRunError(
-                    f"{label}: {job.work} failed {failures} times on a TPU {tpu.type} slice "
+                    f"{label}: {job.work} failed {failures} times on a {where} "
                     f"(failure_retries = {policy.failure_retries}); last: {cause}"
                 ) from cause
-        say(f"{outcome} on the slice ({first_line}); reserving a slice again and {job.again}")
+        say(f"{outcome} on the {where} ({first_line}); reserving again and {job.again}")
 
 
-def reserve_slice(tpu: TpuSlice, wait: float, label: str, *, rule: str = "train_lm") -> Any:
-    """A ready ``SlicePlacementGroup`` of one slice of type ``tpu`` (head reservation released), within ``wait`` s."""
+def reserve_slice(tpu: TpuSlice, wait: float, label: str, *, rule: str = "train_lm", slices: int = 1) -> Any:
+    """A ready ``SlicePlacementGroup`` of ``slices`` slices of type ``tpu`` (head reservations released), within
+    ``wait`` s."""
     import ray
     from ray.util.tpu import slice_placement_group
 
     began = time.monotonic()
-    try:
-        handle = slice_placement_group(tpu.topology, tpu.generation, head_reservation_timeout_s=wait)
-    except (TimeoutError, RuntimeError):
-        raise SliceUnavailableError(unavailable_line(tpu, wait, label, rule=rule)) from None
-    left = max(1.0, wait - (time.monotonic() - began))
-    ready, _ = ray.wait([handle.placement_group.ready()], timeout=left)
+    every = min(WAIT_REPORT, max(1.0, wait / 3))
+    what = f"{slices} free TPU {tpu.type} slices" if slices > 1 else f"a free TPU {tpu.type} slice"
+
+    def waiting() -> None:
+        waited = time.monotonic() - began
+        report(f"waiting for {what}: {_duration(waited)} of {_duration(wait)}", waited=waited, slice_wait=wait)
+
+    reserved: dict[str, Any] = {}
+    done = threading.Event()
+
+    def reserve() -> None:  # Ray's head reservation blocks: in a thread, so the wait can be reported meanwhile
+        try:
+            reserved["handle"] = slice_placement_group(
+                tpu.topology, tpu.generation, num_slices=slices, head_reservation_timeout_s=wait
+            )
+        except Exception as exc:  # raised again below, in the step's thread
+            reserved["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=reserve, name="marinbuild-slice-reservation", daemon=True).start()
+    while not done.wait(every):
+        waiting()
+    error = reserved.get("error")
+    if isinstance(error, TimeoutError | RuntimeError):
+        raise SliceUnavailableError(unavailable_line(tpu, wait, label, rule=rule, slices=slices)) from None
+    if error is not None:
+        raise error
+    handle = reserved["handle"]
+    ready: list[Any] = []
+    while not ready and (left := wait - (time.monotonic() - began)) > 0:
+        ready, _ = ray.wait([handle.placement_group.ready()], timeout=min(left, every))
+        if not ready:
+            waiting()
     if not ready:
         handle.shutdown()
-        raise SliceUnavailableError(unavailable_line(tpu, wait, label, rule=rule))
+        raise SliceUnavailableError(unavailable_line(tpu, wait, label, rule=rule, slices=slices))
     handle.release_head_pgs()
     return handle
 
 
-def unavailable_line(tpu: TpuSlice, wait: float, label: str, *, rule: str = "train_lm") -> str:
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def unavailable_line(tpu: TpuSlice, wait: float, label: str, *, rule: str = "train_lm", slices: int = 1) -> str:
     """One line: the slice asked for, the wait, and the TPU slices the cluster has (by type, with host counts)."""
     import ray
 
-    slices: dict[str, set[str]] = {}
+    by_pod: dict[str, set[str]] = {}
     hosts: dict[str, int] = {}
     for node in ray.nodes():
         labels = node.get("Labels") or {}
         pod = labels.get("ray.io/tpu-pod-type")
         if not node.get("Alive") or not pod:
             continue
-        slices.setdefault(pod, set()).add(labels.get("ray.io/tpu-slice-name") or node["NodeID"])
+        by_pod.setdefault(pod, set()).add(labels.get("ray.io/tpu-slice-name") or node["NodeID"])
         hosts[pod] = hosts.get(pod, 0) + 1
     have = (
         ", ".join(
             f"{pod} x{len(names)} ({hosts[pod]} host{'s' if hosts[pod] != 1 else ''})"
-            for pod, names in sorted(slices.items())
+            for pod, names in sorted(by_pod.items())
         )
         or "no TPU hosts"
     )
+    asked = f"{slices} free TPU {tpu.type} slices" if slices > 1 else f"free TPU {tpu.type} slice"
     return (
-        f"{label}: no free TPU {tpu.type} slice ({tpu.vms} hosts x {tpu.chips_per_vm} chips) on the Ray cluster "
-        f"after waiting {wait:g}s ({rule}'s slice_wait); the cluster has TPU slices: {have}"
+        f"{label}: no {asked} ({tpu.vms} host{'s' if tpu.vms > 1 else ''} x {tpu.chips_per_vm} chips) on the Ray "
+        f"cluster after waiting {wait:g}s ({rule}'s slice_wait); the cluster has TPU slices: {have}"
     )
 
 
 def _attempt(
-    job: SliceJob, handle: Any, payload: dict[str, Any], tpu: TpuSlice, offline: bool
+    job: SliceJob, handle: Any, payload: dict[str, Any], offline: bool
 ) -> tuple[str | None, BaseException | None, dict[str, Any]]:
-    """Run ``job`` on every host of the reserved slice: (None, None, summary) or (outcome, cause, {})."""
+    """Run ``job`` on every host of the reserved slices: (None, None, summary) or (outcome, cause, {})."""
     import ray
     from ray.util.tpu import run_on_slice
 
-    coordinator = _coordinator_address(handle)
-    refs = run_on_slice(_host_task(), job.module, job.name, payload, coordinator, tpu.vms, offline, tpu_slice=handle)
+    layout = host_layout(handle)
+    refs = run_on_slice(_host_task(), job.module, job.name, payload, layout, offline, tpu_slice=handle)
     pending = list(refs)
     results: list[tuple[int, dict[str, Any]]] = []
     errors: list[BaseException] = []
@@ -234,7 +292,7 @@ def _attempt(
         if pending:
             ray.wait(pending, num_returns=len(pending), timeout=CANCEL_WAIT)
     if not errors:
-        return None, None, next(summary for worker, summary in results if worker == 0)
+        return None, None, next(summary for process, summary in results if process == 0)
     kinds = [classify(e) for e in errors]
     for kind in (PREEMPTED, FAILED):
         if kind in kinds:
@@ -272,22 +330,33 @@ def _cause(error: BaseException) -> BaseException:
     return error.cause if isinstance(error, RayTaskError) and error.cause is not None else error
 
 
-def _coordinator_address(handle: Any) -> str:
-    """``ip:port`` of a free port on worker 0 of the reserved slice (JAX's coordinator when there is no TPU)."""
+def host_layout(handle: Any) -> dict[str, Any]:
+    """Where each host of the reserved slices stands: ``hosts`` maps a node id to its (slice, worker id); the
+    number of slices and of hosts; and the address of slice 0's worker 0 (``coordinator_ip``) with a free port
+    there (``coordinator``: JAX's coordinator when there is no TPU)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    from ray.util.tpu import get_tpu_nodes_for_slice
 
-    slice_name = handle.bundle_label_selector[0].get("ray.io/tpu-slice-name")
-    nodes = get_tpu_nodes_for_slice(slice_name) if slice_name else []
-    head = next((n for n in nodes if (n.get("Labels") or {}).get("ray.io/tpu-worker-id") == "0"), None)
+    bundles = ray.util.placement_group_table(handle.placement_group)["bundles_to_node_id"]
+    per_slice = handle.num_bundles // handle.num_slices
+    nodes = {n["NodeID"]: n for n in ray.nodes()}
+    hosts: dict[str, tuple[int, int]] = {}
+    for index, node_id in bundles.items():
+        labels = nodes[node_id].get("Labels") or {}
+        hosts[node_id] = (int(index) // per_slice, int(labels.get("ray.io/tpu-worker-id", "0")))
+    head = next((n for n, place in hosts.items() if place == (0, 0)), None)
     if head is None:
-        raise RuntimeError(f"TPU slice {slice_name!r} has no worker 0 among its live nodes")
+        raise RuntimeError("the reserved TPU slices have no worker 0 in slice 0 among their live nodes")
     probe = ray.remote(num_cpus=0, max_retries=0)(_free_port)
-    port = ray.get(
-        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head["NodeID"], soft=False)).remote()
-    )
-    return f"{head['NodeManagerAddress']}:{port}"
+    port = ray.get(probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote())
+    ip = nodes[head]["NodeManagerAddress"]
+    return {
+        "hosts": hosts,
+        "slices": handle.num_slices,
+        "per_slice": per_slice,
+        "coordinator_ip": ip,
+        "coordinator": f"{ip}:{port}",
+    }
 
 
 def _free_port() -> int:
@@ -312,29 +381,39 @@ def _host_task() -> Any:
 
 
 def run_on_host(
-    module: str, name: str, payload: dict[str, Any], coordinator: str, num_hosts: int, offline: bool
+    module: str, name: str, payload: dict[str, Any], layout: dict[str, Any], offline: bool
 ) -> tuple[int, dict[str, Any]]:
-    """On one host of the slice: ``module`` as this host's process (its log ``<name>-host<id>``);
-    (worker id, its summary)."""
+    """On one host of the slices: ``module`` as this host's process (its log ``<name>-host<id>``, with several
+    slices ``<name>-slice<k>-host<id>``); (its process id, its summary)."""
     import ray
+    from ray.util.tpu import get_tpu_coordinator_env_vars
 
-    labels = ray.get_runtime_context().get_node_labels()
-    worker = int(labels.get("ray.io/tpu-worker-id", "0"))  # type: ignore[arg-type]  # ray declares list values; they are str
+    slice_id, worker = layout["hosts"][ray.get_runtime_context().get_node_id()]
+    process = slice_id * layout["per_slice"] + worker
     chips = local_tpu_chips()
     distributed: Any = (
-        True if chips else {"coordinator_address": coordinator, "num_processes": num_hosts, "process_id": worker}
+        True
+        if chips
+        else {
+            "coordinator_address": layout["coordinator"],
+            "num_processes": len(layout["hosts"]),
+            "process_id": process,
+        }
     )
     # A host without TPU chips (a slice emulated on CPU nodes) runs on its CPU; a real one must find its TPU.
     payload = {**payload, "distributed": distributed, "require_accelerator": bool(chips)}
+    env = {"MARINBUILD_TPU_WORKER_ID": str(worker), "MARINBUILD_TPU_SLICE_ID": str(slice_id)}
+    if layout["slices"] > 1:
+        env.update(get_tpu_coordinator_env_vars(layout["coordinator_ip"], layout["slices"], slice_id))
     summary = run_child(
         module,
         payload,
         log_dir=os.path.join(payload["output_path"], "logs"),
-        name=f"{name}-host{worker}",
+        name=f"{name}-slice{slice_id}-host{worker}" if layout["slices"] > 1 else f"{name}-host{worker}",
         offline=offline,
-        env={"MARINBUILD_TPU_WORKER_ID": str(worker)},
+        env=env,
     )
-    return worker, summary
+    return process, summary
 
 
 def _note(path: str, line: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import glob
 from typing import Any
 
-from marinbuild.core.resources import normalize, tpu_slice
+from marinbuild.core.resources import normalize
 
 __all__ = ["UnsatisfiableResourcesError", "check_local", "local_gpus", "local_tpu_chips"]
 
@@ -44,10 +44,8 @@ def check_local(value: Any, *, tpu_chips: int | None = None, gpus: int | None = 
         "run it on a Ray cluster that has one: `marinbuild --backend ray --ray_address ADDRESS ...` "
         "(infra/README.md sets one up)"
     )
-    if res.tpu is not None:
-        s = tpu_slice(res.tpu)
-        if s.multi_host:
-            return f"needs {res.describe()}, which no single machine has; {cluster_hint}"
+    if res.multi_host:
+        return f"needs {res.describe()}, which no single machine has; {cluster_hint}"
     if res.wants_tpu:
         have = local_tpu_chips() if tpu_chips is None else tpu_chips
         need = max(res.tpu_chips, 1)

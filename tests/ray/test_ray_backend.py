@@ -76,6 +76,19 @@ def test_two_drivers_sharing_an_ancestor_run_it_once(ray_cluster, prefix, tmp_pa
     assert len(calls) == 3, calls
 
 
+def test_the_coordinator_of_a_multi_host_slice_never_runs_on_a_spot_node(ray_cluster, prefix):
+    # Two nodes that both offer what the steps ask for; one is a spot VM. A multi-host slice's step task (its
+    # coordinator) asks for nothing of the slice, so only its label selector keeps it off the spot node.
+    spot = ray_cluster.add_node({"coord": 8}, num_cpus=2, labels={"ray.io/market-type": "spot"})
+    on_demand = ray_cluster.add_node({"coord": 8}, num_cpus=2)
+    try:
+        steps = [rs.probe(f"coordinator/{i}", text=str(i), resources={"tpu": "v4-16", "coord": 1}) for i in range(6)]
+        paths = make_executor(prefix, RayBackend(ray_cluster.address)).run(steps)
+        assert {where(paths[step])["node_id"] for step in steps} == {on_demand.node_id}
+    finally:
+        ray_cluster.remove_nodes([spot, on_demand])
+
+
 def test_a_dead_worker_node_is_retried_and_the_build_finishes(ray_cluster, prefix, tmp_path):
     spot = ray_cluster.add_node({"spot": 1})
     attempts = tmp_path / "attempts"

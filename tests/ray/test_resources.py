@@ -36,8 +36,10 @@ def test_tpu_maps_to_the_resources_a_tpu_host_advertises():
         "memory": 64 * 2**30,
         "resources": {"TPU-v6e-4-head": 1, "TPU": 4},
     }
-    # A multi-host slice: the step's own task holds nothing of it; it reserves the slice with ray.util.tpu.
-    assert tpu("v4-64").to_ray_options() == {} and not tpu("v4-64").fresh_worker
+    # A multi-host slice: the step's own task holds nothing of it (it reserves the slice with ray.util.tpu), and
+    # runs on a node that is not a spot VM.
+    assert tpu("v4-64").to_ray_options() == {"label_selector": {"ray.io/market-type": "!spot"}}
+    assert not tpu("v4-64").fresh_worker
     assert tpu_slice("v4-2048").topology == "8x8x16" and tpu_slice("v4-16").topology == "2x2x2"
     assert tpu_slice("v4-64").vms == 8 and tpu_slice("v5litepod-16").chips_per_vm == 4
     assert tpu("v4-8").fresh_worker and not Resources(cpu=1).fresh_worker

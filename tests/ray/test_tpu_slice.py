@@ -14,14 +14,10 @@ import math
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 from ml.qs_workspace import HAVE_LEVANTER, Workspace, make_workspace
-from raycluster import node_env
+from slice_runs import build, lm_folders, train_losses, training_process, wait_for_checkpoint
 
 pytestmark = [
     pytest.mark.timeout(900),
@@ -50,43 +46,11 @@ def ws(fake_slice, tmp_path_factory) -> Workspace:
     return ws
 
 
-def build(ws: Workspace, cluster, *args: str, wait: bool = True) -> subprocess.CompletedProcess | subprocess.Popen:
-    env = node_env()
-    env.pop("MARIN_PREFIX", None)
-    env.update(RAY_ADDRESS=cluster.address, HF_HUB_OFFLINE="1")
-    command = [sys.executable, "-m", "marinbuild", "--backend", "ray", *args]
-    if not wait:
-        return subprocess.Popen(
-            command,
-            cwd=ws.root,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-    return subprocess.run(command, cwd=ws.root, env=env, capture_output=True, text=True, timeout=800)
-
-
-def lm_folders(ws: Workspace) -> set[Path]:
-    return set((ws.prefix / "experiments" / "quickstart").glob("lm-*"))
-
-
-def train_losses(lm: Path) -> dict[int, float]:
-    """The train losses of ``metrics.jsonl`` by step, checked to read as one run (as one host's run does:
-    levanter's first logged step may be 1 or 2, and its last is logged twice)."""
-    records = [json.loads(line) for line in (lm / "metrics.jsonl").read_text().splitlines()]
-    steps = [r["step"] for r in records if "train/loss" in r]
-    assert steps == sorted(steps), f"steps out of order (left over from a lost run?): {steps}"
-    assert steps[0] <= 2 and set(steps) == set(range(steps[0], STEPS)), steps
-    return {r["step"]: r["train/loss"] for r in records if "train/loss" in r}
-
-
 def test_a_slice_the_cluster_lacks_fails_with_one_line_after_slice_wait(ws, fake_slice):
     ws.edit_build('"tpu": "v4-16"', '"tpu": "v4-32"')
     ws.edit_build("    failure_retries = 1,\n", "    failure_retries = 1,\n    slice_wait = 3,\n")
     try:
-        proc = build(ws, fake_slice, LM)
+        proc = build(ws, fake_slice, LM, "--build_event_json_file", "events.jsonl")
     finally:
         ws.edit_build("    slice_wait = 3,\n", "")
         ws.edit_build('"tpu": "v4-32"', '"tpu": "v4-16"')
@@ -96,6 +60,9 @@ def test_a_slice_the_cluster_lacks_fails_with_one_line_after_slice_wait(ws, fake
         "after waiting 3s (train_lm's slice_wait); the cluster has TPU slices: v4-16 x1 (2 hosts)"
     )
     assert line in proc.stderr, proc.stderr[-3000:]
+    events = [json.loads(e) for e in (ws.root / "events.jsonl").read_text().splitlines()]
+    waits = [e["detail"] for e in events if e["kind"] == "progress"]  # the wait is shown while it lasts
+    assert waits and all(w.startswith("waiting for a free TPU v4-32 slice: ") and w.endswith(" of 3 s") for w in waits)
     (lm,) = lm_folders(ws)
     assert (lm / ".executor_status").read_text().strip() == "FAILED"
     assert not (lm / "logs" / "train-host0.log").exists()  # no training process started
@@ -110,7 +77,7 @@ def test_train_lm_runs_one_process_per_host_of_the_slice(ws, fake_slice):
     summary = json.loads((lm / "summary.json").read_text())
     assert summary["last_step"] == STEPS - 1 and summary["start_step"] == 0
     assert math.isfinite(summary["final_eval"]["eval/loss"])  # levanter's evaluations ran across both processes
-    losses = train_losses(lm)
+    losses = train_losses(lm, STEPS)
     assert all(math.isfinite(v) for v in losses.values()) and losses[STEPS - 1] < 0.8 * losses[min(losses)]
     # every host ran its own process, as one JAX job of 2 processes
     for worker in (0, 1):
@@ -152,9 +119,11 @@ def test_a_killed_host_process_restarts_the_slice_from_the_checkpoint(ws, fake_s
     before = lm_folders(ws)
     proc = build(ws, fake_slice, LM, wait=False)
     try:
-        lm = _wait_for_checkpoint(ws, before, proc)
+        lm = wait_for_checkpoint(ws, before, proc)
         assert (lm / ".executor_status").read_text().strip() == "RUNNING"
-        os.kill(_training_process(worker=1), signal.SIGKILL)  # host 1's training process, as a preemption would
+        os.kill(
+            training_process("MARINBUILD_TPU_WORKER_ID=1"), signal.SIGKILL
+        )  # host 1's training process, as a preemption would
         out, err = proc.communicate(timeout=800)
     finally:
         if proc.poll() is None:
@@ -167,7 +136,7 @@ def test_a_killed_host_process_restarts_the_slice_from_the_checkpoint(ws, fake_s
     assert len(runs) == 2 and runs[0]["start_step"] == 0
     resumed = runs[1]["start_step"]
     assert resumed >= 11 and runs[1]["checkpoint"].endswith(f"step-{resumed - 1}")  # not from step 0
-    losses = train_losses(lm)  # one run: the resumed run replaced what the lost one logged after its checkpoint
+    losses = train_losses(lm, STEPS)  # one run: the resumed run replaced what the lost one logged after its checkpoint
     assert losses[STEPS - 1] < 0.8 * losses[min(losses)]
     slice_log = (lm / "logs" / "slice.log").read_text()
     assert "attempt 1: preempted" in slice_log and "attempt 2: succeeded on every host" in slice_log, slice_log
@@ -188,28 +157,3 @@ def test_a_failing_training_ends_failed_after_its_failure_budget(ws, fake_slice)
     assert "training failed 2 times on a TPU v4-16 slice" in proc.stderr and "failure_retries = 1" in proc.stderr
     host_log = (lm / "logs" / "train-host0.log").read_text()
     assert "per_device_parallelism" in host_log or "divisible" in host_log, host_log[-3000:]
-
-
-def _wait_for_checkpoint(ws: Workspace, before: set[Path], proc: subprocess.Popen) -> Path:
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and proc.poll() is None:
-        for lm in lm_folders(ws) - before:
-            if (lm / "checkpoints" / "step-10" / "metadata.json").exists():
-                return lm
-        time.sleep(0.2)
-    raise AssertionError(f"no checkpoint at step 10 appeared (build exit code {proc.poll()})")
-
-
-def _training_process(worker: int) -> int:
-    """The pid of the training process of fake host ``worker`` (its environment names the worker)."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"marinbuild.ml.train" not in cmdline:
-                continue
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"MARINBUILD_TPU_WORKER_ID={worker}".encode() in environ:
-            return int(pid)
-    raise AssertionError(f"no training process of host {worker} found")
