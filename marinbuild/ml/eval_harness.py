@@ -13,8 +13,8 @@ few-shot count, alias). Under the output folder:
     logs/               levanter's log and the child's output
 
 On a multi-host slice (``marinbuild.ml.slice_run``) this module runs once per host, one JAX
-distributed job as training is (the payload's ``distributed``, read as ``marinbuild.ml.train``
-reads it). levanter's ``run_eval_harness_main`` runs lm-eval on process 0 alone, which sends
+distributed job as training is, started the same way on real and simulated hosts
+(``marinbuild.ml.distributed.start_distributed``, with its levanter fixes). levanter's ``run_eval_harness_main`` runs lm-eval on process 0 alone, which sends
 each batch of requests to every process (``worker_message_loop``) so the sharded model computes
 it together, and returns the outputs on process 0 only (None elsewhere). So process 0 alone
 writes ``results.json`` and ``lm_eval_output.json``; another host's process returns a summary
@@ -37,7 +37,7 @@ from typing import Any
 import fsspec
 
 from marinbuild.ml.configs import LmModel, from_dict, to_levanter_model
-from marinbuild.ml.distributed import cpu_collectives_unless_tpu, distributed_config, host_side_packing
+from marinbuild.ml.distributed import start_distributed
 from marinbuild.ml.lm_eval_tasks import check_task_names, copy_task_files, harness_config
 from marinbuild.ml.process import child_main, say
 from marinbuild.ml.tokenizer import resolve_tokenizer
@@ -90,10 +90,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
     with fsspec.open(os.path.join(train_out, MODEL_INFO), "r") as f:
         info = json.load(f)
     specs: list[dict[str, Any]] = payload["tasks"]
-    distributed = payload.get("distributed")
-    if isinstance(distributed, dict):  # a host of a slice without TPU chips: its collectives run on CPU
-        cpu_collectives_unless_tpu()
-        host_side_packing()
+    start_distributed(payload.get("distributed"))  # as training starts it, on real and simulated hosts alike
     work = tempfile.mkdtemp(prefix="marinbuild-lm-eval-")
     try:
         include_path = copy_task_files(payload.get("task_files") or {}, os.path.join(work, "package"))
@@ -120,7 +117,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
                 train_batch_size=batch,
                 per_device_eval_parallelism=-1,
                 require_accelerator=bool(payload.get("require_accelerator")),
-                distributed=distributed_config(DistributedConfig, distributed),
+                distributed=DistributedConfig(initialize_jax_distributed=False),  # started above
                 jax_compilation_cache_dir=compilation_cache_dir(),
                 log_jaxprs=False,
                 log_xla_hlo=False,

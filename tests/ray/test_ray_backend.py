@@ -79,7 +79,7 @@ def test_two_drivers_sharing_an_ancestor_run_it_once(ray_cluster, prefix, tmp_pa
 def test_the_coordinator_of_a_multi_host_slice_never_runs_on_a_spot_node(ray_cluster, prefix):
     # Two nodes that both offer what the steps ask for; one is a spot VM. A multi-host slice's step task (its
     # coordinator) asks for nothing of the slice, so only its label selector keeps it off the spot node.
-    spot = ray_cluster.add_node({"coord": 8}, num_cpus=2, labels={"ray.io/market-type": "spot"})
+    spot = ray_cluster.add_node({"coord": 8}, num_cpus=2, env={"RAY_NODE_MARKET_TYPE": "spot"})  # Ray labels it
     on_demand = ray_cluster.add_node({"coord": 8}, num_cpus=2)
     try:
         steps = [rs.probe(f"coordinator/{i}", text=str(i), resources={"tpu": "v4-16", "coord": 1}) for i in range(6)]
