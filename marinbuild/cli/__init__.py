@@ -7,8 +7,9 @@ the ``cache`` commands in ``marinbuild.cache``, ``query`` in ``marinbuild.query`
 ``jobs`` in ``marinbuild.cluster.submit`` and ``marinbuild.cluster.jobs``. This module owns the exit codes.
 
 Exit codes: 0 success, 1 a step failed (or ``--check_up_to_date`` found work to do), 2 bad usage or
-a bad BUILD file (one line on stderr saying what to fix, no traceback, nothing run or written), 37 an
-internal error (a bug in marinbuild: the traceback and a request for a bug report). Results go to
+a bad BUILD file (one line on stderr saying what to fix, no traceback, nothing run or written), 36 a
+problem of this machine (a local Ray instance that does not start: one line), 37 an internal error (a
+bug in marinbuild: the traceback and a request for a bug report). Results go to
 stdout; progress and logs to stderr.
 """
 
@@ -31,8 +32,8 @@ from marinbuild.run.backends import BACKEND_NAMES
 from marinbuild.run.ray_auth import RayAuthError
 from marinbuild.ui.jobs_view import jobs_json, print_job, print_jobs
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 37
-"""37 is Bazel's code for an internal error."""
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ENVIRONMENT, EXIT_INTERNAL = 0, 1, 2, 36, 37
+"""36 and 37 are Bazel's codes for a local environmental issue and an internal error."""
 
 
 class UsageProblem(Exception):
@@ -706,6 +707,11 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, _user_error_types()):
             click.echo(f"marinbuild: error: {exc}", err=True)
             return EXIT_USAGE
+        from marinbuild.run.ray_connect import LocalRayStartError
+
+        if isinstance(exc, LocalRayStartError):
+            click.echo(f"marinbuild: error: {exc}", err=True)
+            return EXIT_ENVIRONMENT
         return _internal_error(exc)
     return EXIT_OK
 

@@ -9,6 +9,10 @@ Either way what the tasks print goes to this process's stderr (stdout carries th
 Ray's own messages to a log file, on the console only when verbose (``marinbuild.run.ray_log``).
 With ``RAY_AUTH_MODE=token`` Ray sends the token itself (``marinbuild.run.ray_auth``); a missing token
 file, a refused token or a cluster that cannot be reached is a one-line ``RayAuthError``.
+
+A local instance that does not start is tried once more (on a busy machine Ray's node can miss its fixed
+30 s start-up limit), then is a ``LocalRayStartError``: a problem of this machine, not of marinbuild or of
+the build (the CLI's exit code 36, Bazel's for a local environmental issue).
 """
 
 from __future__ import annotations
@@ -25,6 +29,11 @@ from marinbuild.run.ray_task import Relocation
 from marinbuild.run.runtime_env import in_ray_job, workspace_runtime_env
 
 logger = logging.getLogger("marinbuild")
+LOCAL_START_ATTEMPTS = 2
+
+
+class LocalRayStartError(RuntimeError):
+    """A private local Ray instance could not be started on this machine."""
 
 
 def connect_ray(
@@ -109,7 +118,19 @@ def _init_local(
     options.update({"_node_ip_address": "127.0.0.1", "include_dashboard": False})
     options.update(init_options)
     hook = sys.excepthook
-    ray.init(address="local", **options)
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        try:
+            ray.init(address="local", **options)
+            break
+        except Exception as exc:
+            ray.shutdown()  # whatever the failed start left running
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if attempt == LOCAL_START_ATTEMPTS:
+                raise LocalRayStartError(
+                    f"could not start a local Ray instance, {attempt} attempts ({why}); on a busy machine Ray's node "
+                    "can miss its 30 s start-up limit: try again, or run on a cluster (--ray_address ADDRESS)"
+                ) from exc
+            logger.warning("marinbuild: a local Ray instance did not start (%s); trying once more", why)
     # Ray's hook reports an uncaught exception of this process to its GCS, which can hold the exit for a
     # minute; nobody reads that report for a private instance.
     sys.excepthook = hook

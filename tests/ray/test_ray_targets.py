@@ -281,6 +281,24 @@ def test_the_hello_world_tutorial_builds_on_a_private_local_ray(tmp_path):
     assert stats == {"sum": 47698, "min": 0, "max": 995}
 
 
+def test_a_local_ray_that_cannot_start_is_one_line_and_exit_36_and_wedges_nothing(tmp_path):
+    """A machine where Ray cannot start (here its temporary folder is a file) is not a marinbuild bug."""
+    root = tmp_path / "clone"
+    root.mkdir()
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    _tutorial(root)
+    (tmp_path / "not_a_folder").write_text("")
+    broken = {**_env(), "RAY_TMPDIR": str(tmp_path / "not_a_folder")}
+    proc = _marinbuild(root, broken, "--backend", "ray", "//experiments/tutorials:hello_world")
+    assert proc.returncode == 36, proc.stderr[-5000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("marinbuild: error:")]
+    assert len(errors) == 1 and "could not start a local Ray instance, 2 attempts (NotADirectoryError" in errors[0]
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    proc = _marinbuild(root, _env(), "--backend", "ray", "//experiments/tutorials:hello_world")  # nothing wedged
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert "2 built, 0 cached" in proc.stdout
+
+
 def test_a_step_whose_function_no_worker_can_import_says_why_in_its_first_line(ray_cluster, prefix, tmp_path):
     """Ray's error for a function a worker cannot rebuild ends its first line before the reason."""
     name = f"rt_nowhere_{uuid.uuid4().hex[:8]}"
