@@ -46,26 +46,22 @@ _PLANNED_WORDS = {"built": "already built", "failed": "failed before"}
 
 @dataclass(frozen=True)
 class StepProblem:
+    """A step not run (``message``: why) or failed: ``message`` is ``Type: message`` without a wrapper's step
+    prefix, ``full_error`` the raised exception's, then its traceback, the step's ``.marinbuild_traceback.txt``
+    (None if none was written) and, in a Ray task, the worker's log files."""
+
     step: str
     output_path: str | None
     message: str
-    """For a failure, ``Type: message`` (without a wrapper's step prefix); for a step not run, why."""
     full_error: str | None = None
-    """For a failure, the raised exception as ``Type: message``."""
     traceback: str | None = None
-    """For a failure, its whole traceback."""
     traceback_file: str | None = None
-    """For a failure, the step's ``.marinbuild_traceback.txt`` (None if none was written)."""
     worker_log: str | None = None
-    """For a step that failed in a Ray task: the worker's log files."""
 
 
 class BuildSummary:
-    """Counts built / cached / failed / dep_failed / skipped steps and records the failures.
-
-    ``cached`` counts steps already built when the build began (``planned`` with detail
-    ``built``) and steps another runner built while this one waited.
-    """
+    """Counts outcomes and records the failures. ``cached`` counts steps already built when the build began
+    (``planned`` with detail ``built``) and steps another runner built while this one waited."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -111,20 +107,10 @@ class BuildSummary:
             self.cached += 1
             self._add_done(event)
         elif kind == ev.FAILED:
-            message = describe_error(event.step, event.error)
             error = event.error
             text = traceback_text(error) if error is not None else None
-            self.failures.append(
-                StepProblem(
-                    step,
-                    event.output_path,
-                    message,
-                    error_text(error),
-                    text,
-                    traceback_file_of(error),
-                    worker_log_of(error),
-                )
-            )
+            message, file, log = describe_error(event.step, error), traceback_file_of(error), worker_log_of(error)
+            self.failures.append(StepProblem(step, event.output_path, message, error_text(error), text, file, log))
         elif kind == ev.DEP_FAILED:
             self.dep_failed.append(StepProblem(step, event.output_path, event.detail or "a dependency failed"))
         elif kind == ev.SKIPPED:
