@@ -35,11 +35,12 @@ from __future__ import annotations
 
 from marinbuild.query.errors import QueryError
 from marinbuild.query.evaluate import evaluate
+from marinbuild.query.functions import CACHE_STATES as STATES
 from marinbuild.query.functions import FUNCTIONS
 from marinbuild.query.output import OUTPUT_FORMATS, check_output, format_result
 from marinbuild.query.parser import parse
 from marinbuild.query.syntax import Query
-from marinbuild.query.universe import STATES, QueryUniverse
+from marinbuild.query.universe import QueryUniverse
 
 __all__ = [
     "FUNCTIONS",

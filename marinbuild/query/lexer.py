@@ -21,8 +21,6 @@ _PUNCT = {"(": "LPAREN", ")": "RPAREN", ",": "COMMA", "=": "EQUALS", "+": "PLUS"
 
 
 class Tok(Enum):
-    """Token kinds."""
-
     WORD = "word"
     LPAREN = "("
     RPAREN = ")"

@@ -31,17 +31,9 @@ def check_output(output: str) -> None:
 
 
 def format_result(labels: Sequence[str], universe: QueryUniverse, output: str = "label") -> str:
-    """``labels`` (in the given order) as text in format ``output``; newline-terminated unless empty.
-
-    - ``label``: one label per line.
-    - ``label_kind``: ``<kind> rule <label>`` per line.
-    - ``location``: ``path:line:col: <kind> rule <label>`` per line, as Bazel prints it.
-    - ``json``: a list of ``{"label", "kind", "deps", "attrs"}`` objects; ``deps`` are all
-      direct dependencies (sorted), ``attrs`` made JSON-safe (other objects as ``str``).
-    - ``graph``: Graphviz DOT as Bazel prints it (unfactored): each node, then its edges
-      to the nodes of the result it directly depends on; each node filled with the colour of its
-      cache state (``STATE_COLORS``; a legend in a comment), which reads the cache.
-    """
+    """``labels`` (in the given order) as text in format ``output``; newline-terminated unless empty. ``json``: a
+    list of ``{"label", "kind", "deps", "attrs"}`` (all direct deps; attrs JSON-safe); ``graph``: Graphviz DOT as
+    Bazel prints it (unfactored), each node filled with its cache state's colour (reads the cache)."""
     check_output(output)
     if output == "label":
         return "".join(f"{label}\n" for label in labels)
