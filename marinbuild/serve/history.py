@@ -1,10 +1,6 @@
-"""The runs pages: builds from the workspace's event logs, and the run info JSONs under the prefix.
-
-``builds`` lists the event logs (``marinbuild.ui.event_log``) of builds against the prefix, newest first;
-``run`` turns one into a timeline (per step: start, end, outcome, error); ``durations`` gives each output's
-last run time for the graph. ``run_infos`` lists ``<prefix>/experiments/*.json`` (Marin's and marinbuild's
-run info files) and ``experiment`` shows one, with each step's state read now (``probe_outputs``, as the
-plan reads them).
+"""The runs pages: builds from the workspace's event logs (newest first; ``run``: one as a timeline per step;
+``durations``: each output's last run time, for the graph), and the run info JSONs under
+``<prefix>/experiments/`` (``experiment``: one, with each step's state read now, as the plan reads them).
 """
 
 from __future__ import annotations
