@@ -5,11 +5,9 @@ A ``raw_data`` output folder holds ``manifest.json``::
     {"kind": "raw_data", "files": ["<out>/files/data/train-00000.jsonl.gz", ...],
      "urls": ["gs://bucket/dclm/**/*.jsonl.zst"], "documents": 1800}
 
-``files`` are workspace files copied into the output (so the output stands alone and its
-version is their content); ``urls`` are fsspec URLs or globs recorded as given and read
-where they are (never fetched when the graph is analysed, queried or dry-run). Documents
-are JSON lines (``.jsonl``, optionally ``.gz``/``.zst``/``.bz2``/``.xz``), JSON arrays
-(``.json``) or Parquet (``.parquet``), with the text under ``text_key``.
+``files`` are workspace files copied into the output (so it stands alone and its version is their content);
+``urls`` are fsspec URLs or globs read where they are (never fetched when the graph is analysed, queried or
+dry-run). Documents are JSON lines (optionally compressed), JSON arrays or Parquet, the text under ``text_key``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """A training report: one metrics JSON and a PNG of training and validation loss per step.
 
-``build_report`` reads a ``train_lm`` output (``metrics.jsonl``, ``summary.json``), any
-``eval_lm`` outputs (``eval.json``) and any ``eval_harness`` outputs (``results.json``) and writes:
+``build_report`` reads a ``train_lm`` output (``metrics.jsonl``, ``summary.json``), any ``eval_lm`` outputs
+(``eval.json``) and any ``eval_harness`` outputs (``results.json``) and writes:
 
     metrics.json   {"train_loss": [[step, loss], ...], "validation_loss": {name: [[step, loss], ...]},
                     "learning_rate": [[step, lr], ...], "summary": {...}, "evaluations": {...},
                     "settings": {"model", "parameters", "learning_rate", "batch_size", "steps", "seq_len"},
                     "task_scores": {task: {"metric", "value", "step", "evaluation"}}}
-    loss.png       training loss (and its moving average) and each validation loss against the step,
-                   log-scale loss axis, final evaluation results in the legend; under the title the
-                   run's key settings (model size, learning rate, batch, steps), so two plots can be
-                   told apart; with eval_harness outputs, a second panel of bars: each lm-eval
-                   task's headline metric (``acc`` when it has one)
+    loss.png       training loss (and its moving average) and each validation loss per step, log scale,
+                   final evaluations in the legend, the key settings under the title; with eval_harness
+                   outputs, a panel of bars of each task's headline metric (``acc`` when it has one)
 
-matplotlib (Agg backend, no display) is imported only here.
+matplotlib (Agg backend) is imported only here.
 """
 
 from __future__ import annotations

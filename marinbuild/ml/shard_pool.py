@@ -1,23 +1,16 @@
 """Where tokenize shards run: Ray tasks across the cluster, or a pool of local processes.
 
-``open_pool(workers, resources, offline)`` picks the pool from where the ``tokenize`` step runs:
+``open_pool(workers, resources, offline)`` picks by where the step runs. In a Ray task, ``RayPool``: each
+shard a Ray task asking for ``resources`` (default one CPU), ``SPREAD`` over the nodes (tokenizing is
+CPU-bound), at most ``window`` in flight (``ray.wait``, as Ray documents for bounding pending tasks); Ray
+releases the waiting step's CPUs, so shards do not deadlock on them (other resources, such as memory or a
+TPU, stay held: give the step no more than it needs). Otherwise, with ``threads``, ``ThreadPool`` (I/O-bound
+work: ``download``'s files); else ``LocalPool``: ``workers`` spawned processes, each loading the tokenizer
+once, dying with the build, their output appended to ``log_path``.
 
-- in a Ray task (the Ray backend: ray is initialized in this process), ``RayPool``: each shard is
-  a Ray task asking for ``resources`` (default one CPU), spread over the cluster's nodes (Ray's
-  ``SPREAD`` scheduling strategy: tokenizing is CPU-bound, so every node should take its share);
-  at most ``window`` are in flight (``ray.wait`` on them, the pattern Ray documents for bounding
-  pending tasks). The step's own task waits in ``ray.wait``, and Ray releases a blocked task's
-  CPUs while it waits, so shards do not deadlock on the CPUs the step itself asked for (other
-  resources, such as memory or a TPU, stay held: give the step no more of those than it needs);
-- otherwise, with ``threads``, ``ThreadPool``: ``workers`` threads of the build process (I/O-bound
-  work: the ``download`` rule's files);
-- otherwise, ``LocalPool``: ``workers`` processes of a ``ProcessPoolExecutor`` (spawned, each
-  loading the tokenizer once, dying with the build, its output appended to ``log_path``).
-
-Both run the functions of ``marinbuild.ml.shard_work`` on plain-dict jobs. ``run(fn, jobs,
-on_result)`` calls ``on_result(job, result)`` as each job finishes (in completion order, on the
-calling thread) and raises the first job's error after cancelling what has not started. ``call``
-runs one job and returns its result.
+They run ``marinbuild.ml.shard_work``'s functions on plain-dict jobs: ``run(fn, jobs, on_result)`` calls
+``on_result(job, result)`` as each finishes (on the calling thread) and raises the first job's error after
+cancelling what has not started; ``call`` runs one job.
 """
 
 from __future__ import annotations
