@@ -170,28 +170,13 @@ def _show_output(path: str, prefix: str, stale_after: float) -> dict[str, Any]:
     if probe.state == pb.DAMAGED:
         errors.append(probe.error or "damaged")
     out["status"] = probe.status
-    try:
-        info = read_info(path)
-    except DamagedFileError as exc:
-        info = None
-        errors.append(str(exc))
-    out["info"] = info
+    out["info"] = info = pb.read_noting(errors, lambda: read_info(path))
     if isinstance(info, dict) and isinstance(info.get("name"), str):
         out["name"] = info["name"]
-    lease: dict[str, Any] | None = None
-    try:
-        record = pb.read_lease(path, stale_after)
-        if record is not None:
-            live = not record.is_stale(stale_after)
-            lease = {"holder": record.worker_id, "age": round(record.age(), 1), "live": live}
-    except DamagedFileError as exc:
-        errors.append(str(exc))
-    out["lease"] = lease
-    try:
-        out["artifact"] = read_artifact(path)
-    except DamagedFileError as exc:
-        out["artifact"] = None
-        errors.append(str(exc))
+    record = pb.read_noting(errors, lambda: pb.read_lease(path, stale_after))
+    live = record is not None and not record.is_stale(stale_after)
+    out["lease"] = None if record is None else {"holder": record.worker_id, "age": round(record.age(), 1), "live": live}
+    out["artifact"] = pb.read_noting(errors, lambda: read_artifact(path))
     out["traceback"] = existing_traceback(path) if probe.status in (st.STATUS_FAILED, st.STATUS_DEP_FAILED) else None
     size, files = store.usage(path) if out["exists"] else (0, 0)
     out["size"], out["files"] = size, files
@@ -214,10 +199,8 @@ def format_show(shown: dict[str, Any]) -> str:
         lines.append(f"{out['name']}  {out['output_path']}")
         status = f" ({out['status']})" if out.get("status") else ""
         lines.append(f"  state:     {out['state']}{status}")
-        if not out["exists"]:
-            lines.append("  folder:    does not exist")
-        else:
-            lines.append(f"  size:      {format_size(out['size'])} in {out['files']} file(s)")
+        size = f"size:      {format_size(out['size'])} in {out['files']} file(s)"
+        lines.append(f"  {size}" if out["exists"] else "  folder:    does not exist")
         config = info.get("config")
         if isinstance(config, dict) and isinstance(config.get("label"), str):
             lines.append(f"  target:    {config['label']}")

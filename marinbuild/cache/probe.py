@@ -6,11 +6,11 @@ status file, and the lease only when the status is RUNNING; a damaged file is re
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from marinbuild.core.labels import Label, LabelError, parse_label
 from marinbuild.store import fs
@@ -40,6 +40,7 @@ ABANDONED = OutputState.ABANDONED
 DAMAGED = OutputState.DAMAGED
 
 _HASH_SUFFIX = re.compile(r"-[0-9a-f]{6}\Z")
+T = TypeVar("T")
 
 
 @dataclass
@@ -53,6 +54,15 @@ class Probe:
     @property
     def lease_age(self) -> float | None:
         return None if self.lease is None else self.lease.age()
+
+
+def read_noting(errors: list[str], read: Callable[[], T]) -> T | None:
+    """``read()``, or None with its ``DamagedFileError`` message (naming the file) added to ``errors``."""
+    try:
+        return read()
+    except DamagedFileError as exc:
+        errors.append(str(exc))
+        return None
 
 
 def read_lease(output_path: str, stale_after: float = STALE_AFTER) -> LeaseRecord | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -188,11 +188,11 @@ def verify_output(
     """Verify one step's metadata and outputs against its manifest (and invalidate it if damaged and ``repair``;
     remove unparsable metadata and leftover leases if ``repair_metadata``)."""
     result = StepVerification(output_path, NOT_BUILT, name=name, label=label)
-    status = _check(result, lambda: st.read_status(output_path))
-    lease = _check(result, lambda: lease_for(output_path, "cache-verify", stale_after).holder())
+    status = pb.read_noting(result.metadata, lambda: st.read_status(output_path))
+    lease = pb.read_noting(result.metadata, lambda: lease_for(output_path, "cache-verify", stale_after).holder())
     if status == st.STATUS_SUCCESS:
-        _check(result, lambda: records.read_info(output_path))
-        _check(result, lambda: records.read_artifact(output_path))
+        pb.read_noting(result.metadata, lambda: records.read_info(output_path))
+        pb.read_noting(result.metadata, lambda: records.read_artifact(output_path))
         if lease is not None and lease.is_over(stale_after):
             result.leftover = f"lease of {lease.worker_id}, {lease.age():.0f}s old, beside a built step"
         try:
@@ -223,14 +223,6 @@ def verify_output(
 
 
 LEASE_FILE = st.STATUS_FILE + ".lock"
-
-
-def _check(result: StepVerification, read: Callable[[], Any]) -> Any:
-    try:
-        return read()
-    except DamagedFileError as exc:
-        result.metadata.append(str(exc))
-        return None
 
 
 def _repair_metadata(result: StepVerification, stale_after: float) -> None:
