@@ -25,10 +25,6 @@ Grammar::
           | built(expr) | stale(expr) | missing(expr) | failed(expr) | running(expr)
 
 Results are ordered dependencies first (topologically), ties by label.
-
-Modules: ``lexer`` (tokens), ``syntax`` (tree), ``functions`` (function table), ``parser``,
-``graphops`` (iterative traversals), ``values`` (attribute values), ``universe``,
-``evaluate``, ``output`` (formatters), ``errors``, ``session_universe`` (a session's universe).
 """
 
 from __future__ import annotations

@@ -6,8 +6,6 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-__all__ = ["QueryError", "did_you_mean"]
-
 
 class QueryError(Exception):
     """A query that cannot be parsed or evaluated, or an unknown output format. ``position`` is the 0-based offset

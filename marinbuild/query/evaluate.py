@@ -89,8 +89,6 @@ class _Evaluator:
         assert isinstance(value, int)
         return value
 
-    # -- graph functions -------------------------------------------------------------------
-
     def fn_deps(self, node: Call, env: Mapping[str, Labels]) -> Labels:
         return frozenset(forward_closure(self.graph, self.expr_arg(node, 0, env), self.opt_int(node, 1)))
 
@@ -112,8 +110,6 @@ class _Evaluator:
             raise self.error("some(): argument set is empty", node.pos)
         count = self.opt_int(node, 1) or 1
         return frozenset(self.universe.order(labels)[:count])
-
-    # -- filters ---------------------------------------------------------------------------
 
     def fn_kind(self, node: Call, env: Mapping[str, Labels]) -> Labels:
         pattern = node.args[0]
@@ -159,8 +155,6 @@ class _Evaluator:
                         f"labels(): {ref!r} in attribute '{name}' of {owner} is not a target in the graph", node.pos
                     )
         return frozenset(out)
-
-    # -- cache-aware filters ---------------------------------------------------------------
 
     def state(self, label: str) -> str:
         if label not in self.states:

@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["BAZEL_ONLY", "CACHE_STATES", "FUNCTIONS", "Arg", "FunctionSpec"]
-
 
 class Arg(Enum):
     EXPR = "expression"

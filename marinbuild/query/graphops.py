@@ -12,8 +12,6 @@ from collections.abc import Iterable, Mapping, Set
 
 import networkx as nx
 
-__all__ = ["backward_closure", "forward_closure", "some_path", "topological_rank"]
-
 
 def _bfs(
     adj: Mapping[str, Mapping[str, object]], start: Iterable[str], depth: int | None, within: Set[str] | None

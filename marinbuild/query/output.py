@@ -9,8 +9,6 @@ from marinbuild.query.errors import QueryError, did_you_mean
 from marinbuild.query.universe import QueryUniverse
 from marinbuild.query.values import json_safe
 
-__all__ = ["OUTPUT_FORMATS", "check_output", "format_result"]
-
 OUTPUT_FORMATS = ("label", "label_kind", "location", "json", "graph")
 
 STATE_COLORS = {

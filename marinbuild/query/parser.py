@@ -19,8 +19,6 @@ from marinbuild.query.functions import BAZEL_ONLY, FUNCTIONS, Arg, FunctionSpec
 from marinbuild.query.lexer import Tok, Token, tokenize
 from marinbuild.query.syntax import KEYWORDS, OPERATORS, BinOp, Call, Expr, Let, Query, SetOf, Target, Var
 
-__all__ = ["parse"]
-
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DIGITS = re.compile(r"[0-9]+\Z")
 _OP_TOKENS = {Tok.PLUS: "union", Tok.CARET: "intersect", Tok.MINUS: "except"}
@@ -40,8 +38,6 @@ class _Parser:
         self.tokens = tokenize(source)
         self.i = 0
         self.scope: list[str] = []
-
-    # -- helpers ---------------------------------------------------------------------------
 
     def error(self, message: str, pos: int) -> QueryError:
         return QueryError(message, pos, self.source)
@@ -66,8 +62,6 @@ class _Parser:
         if tok.kind is Tok.WORD and not tok.quoted and tok.text in OPERATORS:
             return OPERATORS[tok.text]
         return None
-
-    # -- grammar ---------------------------------------------------------------------------
 
     def parse(self) -> Query:
         if self.peek().kind is Tok.EOF:
@@ -161,7 +155,7 @@ class _Parser:
             name_tok.kind is not Tok.WORD
             or name_tok.quoted
             or not _NAME.match(name_tok.text)
-            or (name_tok.text in KEYWORDS)
+            or name_tok.text in KEYWORDS
         ):
             raise self.error(f"expected a variable name after 'let', found {name_tok.describe()}", name_tok.pos)
         self.advance()
