@@ -231,11 +231,8 @@ class ProgressDisplay:
             failed, not_run = s.failed, s.not_run
             done = s.done
 
-        mark: RenderableType
-        if not finished:
-            mark = Spinner("dots", style="cyan")
-        else:
-            mark = Text("✘", style="red") if failed else Text("✔", style="green")
+        done_mark = Text("✘", style="red") if failed else Text("✔", style="green")
+        mark: RenderableType = done_mark if finished else Spinner("dots", style="cyan")
         header = Table.grid(padding=(0, 1))
         header.add_row(
             mark,

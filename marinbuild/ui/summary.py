@@ -1,22 +1,18 @@
 """The end-of-build summary: what was built, what was already there, what failed, where outputs are.
 
-``BuildSummary`` is an event listener that counts outcomes and records failures. After the
-build, ``render(requested)`` gives the text block a CLI prints, e.g.::
+``BuildSummary`` is an event listener that counts outcomes and records failures; ``render(requested)`` gives
+the text a CLI prints after the build, e.g.::
 
     Build FAILED in 12.3s: 3 built, 5 cached, 1 failed, 2 dependency failed
       FAILED tokenize: RuntimeError: boom
-          File "/ws/steps/tokenize.py", line 41, in tokenize
-            shards = split(config["input"])
           File "/ws/steps/tokenize.py", line 12, in split
             raise RuntimeError("boom")
         full traceback: /prefix/tokenize-abc123/.marinbuild_traceback.txt
       not run: train (dependency tokenize failed)
-      not run: eval (dependency tokenize failed)
     //pkg:data   ->  /prefix/data-abc123
     //pkg:train  ->  /prefix/train-def456  (not built: dependency failed)
 
-Under each failure: the last frames of its traceback (``marinbuild.run.failure.last_frames``), the
-step's ``.marinbuild_traceback.txt`` holding all of it, and for a step run on Ray the worker's log.
+Under each failure: its traceback's last frames, the step's traceback file and, on Ray, the worker's log.
 ``as_dict()`` gives the same facts for ``--output json`` (each failure with its whole ``traceback``).
 """
 
@@ -40,8 +36,7 @@ _NOTES = {
     "skipped": "not built: skipped",
     "failed before": "not built: failed before",
 }
-_PLANNED_WORDS = {"built": "already built", "failed": "failed before"}
-"""How a refused build's headline words the plan's states."""
+_PLANNED_WORDS = {"built": "already built", "failed": "failed before"}  # a refused build's headline
 
 
 @dataclass(frozen=True)
@@ -68,8 +63,7 @@ class BuildSummary:
         self.built = 0
         self.cached = 0
         self.dry_run = False
-        self.planned: dict[str, int] = {}
-        """Plan state (built, missing, failed, running, abandoned) -> number of steps."""
+        self.planned: dict[str, int] = {}  # plan state (built, missing, failed, ...) -> number of steps
         self.failures: list[StepProblem] = []
         self.dep_failed: list[StepProblem] = []
         self.skipped: list[StepProblem] = []

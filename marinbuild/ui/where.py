@@ -1,13 +1,10 @@
-"""Where to look after a build, as Marin's ``executor_main`` prints it (stderr lines; nothing for a dry run
-or a no-op build).
+"""Where to look after a build, as Marin's ``executor_main`` prints it (stderr lines; none for a dry run).
 
 ``where_to_look(engine, ran)``: the experiment page if a web view answers for the build
 (``$MARINBUILD_SERVE_URL``, set by a CLI build from the configured URL or a running ``marinbuild serve``),
-else the run info file (no link to a server that does not run); for each ran step of a target with
-``tracker = "wandb"`` its W&B run (``https://wandb.ai/$WANDB_ENTITY/$WANDB_PROJECT/runs/<output folder's
-name>``, as ``train_lm`` names the run), with ``tracker = "tensorboard"`` the ``tensorboard --logdir``
-command for ``<output>/tensorboard/``. ``failure_pages(prefix, failures)``: the web view's page of each
-failed step, when one is configured.
+else the run info file; for each ran step of a target with ``tracker = "wandb"`` its W&B run (named by the
+output folder, as ``train_lm`` names it), with ``tracker = "tensorboard"`` the ``tensorboard --logdir``
+command. ``failure_pages``: the web view's page of each failed step, when one is configured.
 """
 
 from __future__ import annotations
