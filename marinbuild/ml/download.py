@@ -44,10 +44,7 @@ logger = logging.getLogger("marinbuild.ml.download")
 
 
 def payload_of(attr: Any, output_path: str, label: str) -> dict[str, Any]:
-    """The job of a ``download`` target from its resolved attributes.
-
-    The attributes were checked when the BUILD file was loaded (``marinbuild.ml.download_attrs``).
-    """
+    """The job of a ``download`` target from its attributes (checked at load time by ``download_attrs``)."""
     subdir = (attr.subdir or "").strip("/")
     return {
         "output_path": output_path,

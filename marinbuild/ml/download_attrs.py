@@ -17,8 +17,6 @@ from typing import Any
 
 from marinbuild.load.attrs import AttrValueError
 
-__all__ = ["check"]
-
 HEX_LENGTHS = {"sha256": 64, "git_sha1": 40, "md5": 32, "crc32c": 8}
 """Hex digits of each checksum kind (``marinbuild.ml.checksums.KNOWN``, as ``Digests.hexdigests()`` gives them)."""
 

@@ -23,8 +23,6 @@ from typing import Any
 
 import fsspec
 
-__all__ = ["UnknownTaskError", "check_task_names", "copy_task_files", "harness_config", "set_fewshot"]
-
 
 class UnknownTaskError(ValueError):
     """A task name that neither lm-eval's registry nor the target's task files define."""

@@ -38,12 +38,8 @@ class MixtureWeightAttr(Attr):
 
 
 def mixture_weights(data: Mapping[Any, Any], steps: Sequence[int]) -> dict[Any, float] | list[Any]:
-    """levanter's ``train_weights`` for ``data`` (key -> weight or weights per stage) changing at ``steps``.
-
-    Raises ``AttrValueError`` (a ``ValueError``) naming the attribute at fault (``data`` or
-    ``data_steps``) and what is wrong: a list of weights without ``data_steps`` or of another length,
-    a negative weight, a stage without a positive weight, steps not starting at 0 or not increasing.
-    """
+    """levanter's ``train_weights`` for ``data`` (key -> weight or weights per stage) changing at ``steps``; an
+    ``AttrValueError`` naming ``data`` or ``data_steps`` and what is wrong with them."""
     if any(isinstance(s, bool) or not isinstance(s, int) for s in steps):
         raise AttrValueError(f"data_steps must be ints, got {list(steps)!r}", attr="data_steps")
     if steps and (steps[0] != 0 or any(b <= a for a, b in zip(steps, steps[1:], strict=False))):

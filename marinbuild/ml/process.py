@@ -41,9 +41,7 @@ _PARENT_ENV = "MARINBUILD_ML_PARENT_PID"
 
 
 class MlProcessError(RuntimeError):
-    """The child process failed; the message ends with the tail of its log.
-
-    ``returncode`` is the child's exit code; negative when a signal killed it (``-9``: SIGKILL)."""
+    """The child process failed; the message ends with the tail of its log (``returncode``: negative for a signal)."""
 
     def __init__(self, message: str, returncode: int | None = None):
         super().__init__(message)

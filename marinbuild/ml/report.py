@@ -72,10 +72,8 @@ def collect(train_output: str, eval_outputs: list[str]) -> dict[str, Any]:
 
 
 def task_scores(harness: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{task: {"metric", "value", "step", "evaluation"}}``: one headline number per lm-eval task.
-
-    The headline is ``acc`` when the task has it (multiple choice), else its first metric in
-    alphabetical order; ``results.json`` keeps them all."""
+    """``{task: {"metric", "value", "step", "evaluation"}}``: one headline number per lm-eval task, ``acc`` when the
+    task has it (multiple choice), else its first metric in alphabetical order."""
     scores: dict[str, dict[str, Any]] = {}
     for evaluation, result in sorted(harness.items()):
         for task, metrics in sorted(result.get("results", {}).items()):
@@ -83,12 +81,8 @@ def task_scores(harness: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 continue
             metric = "acc" if "acc" in metrics else sorted(metrics)[0]
             key = task if task not in scores else f"{evaluation}/{task}"
-            scores[key] = {
-                "metric": metric,
-                "value": metrics[metric],
-                "step": result.get("step"),
-                "evaluation": evaluation,
-            }
+            step = result.get("step")
+            scores[key] = {"metric": metric, "value": metrics[metric], "step": step, "evaluation": evaluation}
     return scores
 
 
@@ -117,6 +111,9 @@ def key_settings(train_output: str, parameter_count: int | None) -> dict[str, An
     }
 
 
+_SETTING_FORMS = {"learning_rate": "lr {:g}", "batch_size": "batch {}", "steps": "{} steps", "seq_len": "seq {}"}
+
+
 def settings_line(settings: dict[str, Any]) -> str:
     """``llama 4x64, 1.2M parameters, lr 0.003, batch 32, 200 steps, seq 128`` (what is known)."""
     parts = []
@@ -131,14 +128,9 @@ def settings_line(settings: dict[str, Any]) -> str:
             if params >= 1e6
             else f"{params:,} parameters"
         )
-    if settings.get("learning_rate") is not None:
-        parts.append(f"lr {settings['learning_rate']:g}")
-    if settings.get("batch_size") is not None:
-        parts.append(f"batch {settings['batch_size']}")
-    if settings.get("steps") is not None:
-        parts.append(f"{settings['steps']} steps")
-    if settings.get("seq_len") is not None:
-        parts.append(f"seq {settings['seq_len']}")
+    for key, form in _SETTING_FORMS.items():
+        if settings.get(key) is not None:
+            parts.append(form.format(settings[key]))
     return ", ".join(parts)
 
 

@@ -26,9 +26,10 @@ from marinbuild.core.resources import normalize
 from marinbuild.ml import shard_work
 from marinbuild.ml.process import _die_with_parent_only
 
-OnResult = Callable[[dict[str, Any], dict[str, Any]], None]
-TICK = 2.0
-"""Seconds between progress callbacks (``on_tick``) while shards run."""
+Job = dict[str, Any]  # jobs and results are plain dicts: they cross process and node boundaries
+Work = Callable[[Job], Job]
+OnResult = Callable[[Job, Job], None]
+TICK = 2.0  # seconds between progress callbacks (``on_tick``) while shards run
 
 
 class Pool(Protocol):
@@ -36,14 +37,10 @@ class Pool(Protocol):
     workers: int
 
     def run(
-        self,
-        fn: Callable[[dict[str, Any]], dict[str, Any]],
-        jobs: list[dict[str, Any]],
-        on_result: OnResult,
-        on_tick: Callable[[], None] | None = None,
+        self, fn: Work, jobs: list[Job], on_result: OnResult, on_tick: Callable[[], None] | None = None
     ) -> None: ...
 
-    def call(self, fn: Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any]) -> dict[str, Any]: ...
+    def call(self, fn: Work, job: Job) -> Job: ...
 
     def close(self) -> None: ...
 
@@ -94,13 +91,7 @@ class LocalPool:
             initargs=(offline, log_path),
         )
 
-    def run(
-        self,
-        fn: Callable[[dict[str, Any]], dict[str, Any]],
-        jobs: list[dict[str, Any]],
-        on_result: OnResult,
-        on_tick: Callable[[], None] | None = None,
-    ) -> None:
+    def run(self, fn: Work, jobs: list[Job], on_result: OnResult, on_tick: Callable[[], None] | None = None) -> None:
         pending = {self._executor.submit(fn, job): job for job in jobs}
         try:
             while pending:
@@ -114,7 +105,7 @@ class LocalPool:
             for future in pending:
                 future.cancel()
 
-    def call(self, fn: Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any]) -> dict[str, Any]:
+    def call(self, fn: Work, job: Job) -> Job:
         return self._executor.submit(fn, job).result()
 
     def close(self) -> None:
@@ -154,17 +145,11 @@ class RayPool:
             )
         return self._remotes[fn]
 
-    def run(
-        self,
-        fn: Callable[[dict[str, Any]], dict[str, Any]],
-        jobs: list[dict[str, Any]],
-        on_result: OnResult,
-        on_tick: Callable[[], None] | None = None,
-    ) -> None:
+    def run(self, fn: Work, jobs: list[Job], on_result: OnResult, on_tick: Callable[[], None] | None = None) -> None:
         ray = self._ray
         remote = self._remote(fn)
         queue = list(reversed(jobs))
-        running: dict[Any, dict[str, Any]] = {}
+        running: dict[Any, Job] = {}
         try:
             while queue or running:
                 while queue and len(running) < self.window:
@@ -180,7 +165,7 @@ class RayPool:
             for ref in running:
                 ray.cancel(ref, force=True)
 
-    def call(self, fn: Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any]) -> dict[str, Any]:
+    def call(self, fn: Work, job: Job) -> Job:
         return self._ray.get(self._remote(fn).remote(job))
 
     def close(self) -> None:
