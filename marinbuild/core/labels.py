@@ -17,18 +17,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = [
-    "Label",
-    "LabelError",
-    "PatternError",
-    "TargetPattern",
-    "expand_patterns",
-    "parse_label",
-    "parse_pattern",
-    "validate_package",
-    "validate_target_name",
-]
-
 _PACKAGE_SEGMENT = re.compile(r"[A-Za-z0-9_.+=,~-]+\Z")
 _NAME_SEGMENT = re.compile(r"[A-Za-z0-9_.+=,~@#%-]+\Z")
 _REPO = re.compile(r"[A-Za-z0-9_.-]+\Z")
