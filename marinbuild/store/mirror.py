@@ -57,7 +57,6 @@ REGIONAL_BUCKETS = (
     "marin-us-west4",
     "marin-eu-west4",
 )
-"""Marin's regional data buckets, searched when the local prefix is on GCS and nothing else is configured."""
 LOCK_FOLDER = ".mirror_locks"
 GB = 1 << 30
 
@@ -178,8 +177,8 @@ def mirror_budget(budget_gb: float, name: str = "") -> Iterator[TransferBudget]:
 
 @contextlib.contextmanager
 def step_scope(budget_gb: float | None, local: str | None) -> Iterator[TransferBudget]:
-    """Run a step's code in: its own budget of ``budget_gb`` (None: the process-wide one) and its prefix as
-    the local prefix. Per context (so per thread): steps running at once each have their own budget."""
+    """Run a step's code with its own budget of ``budget_gb`` (None: the process-wide one) and its prefix as the
+    local prefix."""
     prefix_token = _prefix_var.set(local.rstrip("/") if local else None)
     try:
         if budget_gb is None:
@@ -311,9 +310,8 @@ def _incomplete_marker(local: str, path: str) -> str:
 
 
 def _is_complete(local: str, path: str) -> bool:
-    """``path`` is under the local prefix, whole: a file (copies of files are atomic), or a folder
-    no copy is still filling (a folder copy holds its lease until its last file is in) nor left
-    unfinished (its marker stays until then)."""
+    """``path`` is under the local prefix, whole: a file (copies of files are atomic), or a folder no copy holds
+    the lease of nor left unfinished (its marker)."""
     filesystem, p = _url_fs(_join(local, path))
     try:
         if filesystem.info(p).get("type") != "directory":
@@ -381,8 +379,6 @@ def _keep_alive(lease: Any, stop: threading.Event) -> None:
 
 
 class MirrorFileSystem(fsspec.AbstractFileSystem):
-    """``mirror://<path>``: reads resolve (and copy) through ``mirror_path``; writes go to the local prefix."""
-
     protocol = "mirror"
 
     @classmethod
