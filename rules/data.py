@@ -6,15 +6,11 @@
     raw_data(name = "dclm", urls = ["gs://marin-us-central2/raw/dclm/a3b142c/**/*.jsonl.zst"])
     raw_data(name = "proofpile_train", downloads = [":proofpile_2_raw"], patterns = ["**/train/*.jsonl.zst"])
 
-Workspace files (``srcs``) are hashed by content (xxh3-128) into the version, so editing
-one rebuilds exactly what reads it; they are copied into the output folder, which then
-stands alone. URLs (``urls``, globs allowed) are versioned as written and read in place
-when a consumer runs: nothing is fetched while the graph is loaded, queried, explained or
-dry-run. Pin what a URL points at in the URL itself (a revision folder), as Marin does.
-``downloads`` are ``download`` targets: their document files (by suffix), or those matching
-``patterns``, are read in place, as URLs are (``tokenize`` and ``train_tokenizer`` also take
-``download`` targets directly, with all their document files).
-The output is ``manifest.json`` (see ``marinbuild.ml.corpus``) and ``files/``.
+``srcs`` are hashed by content into the version and copied into the output, which then stands alone.
+``urls`` (globs allowed) are versioned as written and read in place when a consumer runs, never fetched
+while the graph is loaded, queried or dry-run: pin what a URL points at in the URL itself, as Marin does.
+``downloads`` are ``download`` targets whose document files (or those matching ``patterns``) are read in
+place. The output is ``manifest.json`` (``marinbuild.ml.corpus``) and ``files/``.
 """
 
 from __future__ import annotations

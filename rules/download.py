@@ -8,21 +8,15 @@
     download(name = "wiki", url = "https://example.org/dumps/2024-05-01/",
              checksums = {"wiki-00.jsonl.gz": "sha256:9f2c..."})
 
-The source is a Hugging Face Hub dataset at a pinned ``revision`` (``hf_dataset``) or any fsspec URL
-(``url``: a file, or a folder and every file below it). ``patterns`` select files by glob, relative
-to the source root (``*`` within a folder, ``**`` across folders). The source, the revision, the
-patterns, ``checksums`` and ``subdir`` are versioned. The output is the files under their source
-paths (below ``subdir`` if given), ``manifest.json`` (path, size, sha256 and the published
-checksums of every file), Marin's ``provenance.json``, and per-file done markers: a killed
-download resumes with the files not yet verified. Checksums the source publishes are checked (Hub:
-LFS sha256 or git blob sha1; GCS: md5 and crc32c; others: the ``checksums`` given, else the size
-only); a mismatch fails the step naming the file. Files are copied in parallel: Ray tasks
-(``file_resources`` each, ``workers`` in flight) on the Ray backend, ``workers`` threads otherwise. ``raw_data``
-(``downloads``), ``tokenize`` and ``train_tokenizer`` take these targets; they read the document
-files among them. ``override_output_path`` puts the output where Marin's own download step put it
-(relative to the prefix), so a Marin-made copy there is the same step's output. See
-``marinbuild.ml.download`` and docs/download.md. Attribute mistakes (no source or two, a missing
-``revision``, a malformed checksum...) are load errors at the attribute (``marinbuild.ml.download_attrs``).
+The source is a Hub dataset at a pinned ``revision`` or any fsspec URL (a file, or a folder and every file
+below it); ``patterns`` select files by glob relative to its root. The source, revision, patterns,
+``checksums`` and ``subdir`` are versioned. The output is the files under their source paths (below
+``subdir``), ``manifest.json``, Marin's ``provenance.json`` and per-file done markers: a killed download
+resumes with the files not yet verified. Published checksums are checked (Hub: LFS sha256 or git blob sha1;
+GCS: md5 and crc32c; others: ``checksums``, else the size); a mismatch fails the step naming the file. Files
+are copied in parallel (Ray tasks with ``file_resources``, or ``workers`` threads). ``raw_data``,
+``tokenize`` and ``train_tokenizer`` read the document files of these targets. ``override_output_path``
+puts the output where Marin's own download step put it. See docs/download.md.
 """
 
 from __future__ import annotations

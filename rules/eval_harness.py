@@ -15,27 +15,17 @@
         resources = tpu("v4-8"),                          # as for train_lm; not versioned
     )
 
-A task is a name or a dict with ``task`` and optionally ``num_fewshot`` and ``task_alias`` (the
-name its results go by; needed to run one task twice, e.g. 0-shot and 10-shot). The tasks, their
-few-shot counts, ``max_examples``, ``batch_size``, the model and the content of ``task_files``
-are the version; ``resources`` is not. ``task_files`` are workspace files of this package:
-lm-eval task YAMLs (lm-eval's ``include_path``) and the data they read; a YAML names its data
-relative to the package (``dataset_path: json`` with ``dataset_kwargs: {data_files: {test:
-tasks/x.jsonl}}``), so a task runs offline. Tasks of lm-eval's registry load their data from
-the Hugging Face Hub when the step runs (never while the graph is loaded or dry-run).
-
-The output is ``results.json`` (per task its metrics, e.g. ``acc`` and ``acc_norm``; the
-averages over tasks; documents per task) and ``lm_eval_output.json`` (lm-eval's whole output);
-see ``marinbuild.ml.eval_harness``. A task name lm-eval does not know fails the step at once,
-naming it. ``report`` shows the results next to the loss plot (``evals = [...]``).
-``resources`` are read as ``train_lm`` reads them (``tpu("v4-8")``, ``{"cpu": 2}``, ``{"gpu": 1}``):
-the local backend refuses TPUs or GPUs this machine lacks. On a multi-host slice
-(``tpu("v4-16")``, Ray backend) the evaluation runs as training does (``marinbuild.ml.slice_run``):
-one process per host, one JAX distributed job; levanter runs lm-eval on process 0, the other
-hosts compute its batches, and process 0 alone writes the results. ``slice_wait``,
-``preemption_retries`` and ``failure_retries`` mean what they mean for ``train_lm``; a restarted
-evaluation starts over. Generation tasks (lm-eval's ``generate_until``) are single-host only in
-levanter and fail on a multi-host slice with levanter's own error.
+``task_alias`` is the name a task's results go by (to run one task twice, e.g. 0-shot and 10-shot). The
+tasks, ``max_examples``, ``batch_size``, the model and the content of ``task_files`` are the version.
+``task_files`` are lm-eval task YAMLs of this package (lm-eval's ``include_path``) and the data they read,
+named relative to the package (``dataset_kwargs: {data_files: {test: tasks/x.jsonl}}``), so a task runs
+offline; registry tasks load their data from the Hub when the step runs. The output is ``results.json``
+(per task its metrics, the averages, documents per task) and ``lm_eval_output.json`` (see
+``marinbuild.ml.eval_harness``); ``report`` shows the results (``evals = [...]``). An unknown task name
+fails the step at once. ``resources`` are read as ``train_lm`` reads them; on a multi-host slice (Ray) the
+evaluation runs as training does, one process per host, process 0 writing the results, and ``slice_wait``
+and the retry budgets mean what they mean for ``train_lm`` (a restarted evaluation starts over).
+Generation tasks (``generate_until``) are single-host only in levanter.
 """
 
 from __future__ import annotations

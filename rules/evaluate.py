@@ -4,11 +4,9 @@
 
     eval_lm(name = "eval", model = ":lm", data = [":stories_tokenized"])
 
-``model`` is a ``train_lm`` target (its latest checkpoint is evaluated); ``data`` are
-``tokenize`` targets with a validation split. The output is ``eval.json`` (per dataset:
-loss in nats per token, perplexity = exp(loss), bits per byte when levanter reports it;
-see ``marinbuild.ml.evaluate``). Evaluation runs levanter's evaluator in a child process.
-(The module is ``evaluate.py``, not ``eval.py``, so it never shadows the builtin's name.)
+``model`` is a ``train_lm`` target (its latest checkpoint), ``data`` ``tokenize`` targets with a validation
+split. The output is ``eval.json`` (``marinbuild.ml.evaluate``), from levanter's evaluator in a child process.
+(``evaluate.py``, not ``eval.py``, so it never shadows the builtin's name.)
 """
 
 from __future__ import annotations

@@ -6,18 +6,15 @@
     python_step(name = "count", fn = "mypkg.stats:count_words", config = {"min_len": 3},
                 deps = [":hello_world"], srcs = glob(["data/*.txt"]))
 
-``executor_script`` imports the script (not as ``__main__``, so its ``executor_main`` does
-not run) and makes its ``ExecutorStep``s the target's steps: by default the ones no other
-step of the script depends on, or those named in ``steps`` (variable names). Their output
-paths are exactly what running the script gives.
+``executor_script`` imports the script (not as ``__main__``: its ``executor_main`` does not run) and makes
+its ``ExecutorStep``s the target's steps: the ones no other step of the script depends on, or those named in
+``steps`` (variable names), with exactly the output paths running the script gives.
 
-``python_step`` calls ``fn(config)``: ``config`` is a dict of the ``config`` attribute plus
-``output_path``, ``deps`` (the dependencies' output paths, in order) and ``srcs`` (paths of
-the source files). ``fn`` and ``config`` are versioned; so are the sources' contents, and the
-content of the module file that defines ``fn`` when it is inside the workspace (as if listed in
-``srcs``; ``code_in_key = False`` leaves it out, so editing the module rebuilds nothing and
-``marinbuild why`` says the code changed). ``fn`` is checked at analysis: its module must be
-found from the workspace root and define the function at top level.
+``python_step`` calls ``fn(config)``: the ``config`` attribute plus ``output_path``, ``deps`` (the
+dependencies' output paths, in order) and ``srcs``. ``fn``, ``config``, the sources' contents and the content
+of ``fn``'s module file when it is inside the workspace are versioned (``code_in_key = False`` leaves the
+module out: editing it rebuilds nothing, and ``why`` says the code changed). ``fn`` is checked at analysis:
+its module must be found from the workspace root and define the function at top level.
 """
 
 from __future__ import annotations
@@ -131,10 +128,9 @@ def _python_step_analyze(actx: AnalysisContext) -> Any:
 def _find_fn(
     actx: AnalysisContext, module_name: str, function_name: str, workspace_only: bool
 ) -> tuple[Path | None, bool, bool] | None:
-    """Where ``fn`` is: the module's file (None: not found), whether it defines the function, whether it is a file
-    inside the workspace. ``workspace_only``: None unless the module is a file below the workspace root, an answer
-    that holds for the whole analysis (kept by ``AnalysisContext.once``); an installed module is found through the
-    import system, whose answer may change as scripts are imported, so it is looked up per target."""
+    """(the module's file or None, whether it defines the function, whether it is inside the workspace).
+    ``workspace_only``: None unless the module is below the workspace root, an answer for the whole analysis
+    (``AnalysisContext.once``); the import system's answer may change as scripts are imported: per target."""
     root = actx.workspace.root
     module_file = _module_file(module_name, root, workspace_only)
     if module_file is None:

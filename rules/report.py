@@ -4,11 +4,8 @@
 
     report(name = "report", model = ":lm", evals = [":eval"])
 
-``model`` is a ``train_lm`` target, ``evals`` are ``eval_lm`` and ``eval_harness`` targets of
-it. The output holds ``metrics.json`` (loss and learning rate per step, validation losses, the
-run's summary, the evaluations and the lm-eval task scores) and ``loss.png`` (with a panel of
-bars for the lm-eval tasks when there are any), so a person can look instead of read. matplotlib
-runs in this process (Agg backend); see ``marinbuild.ml.report``.
+``model`` is a ``train_lm`` target, ``evals`` its ``eval_lm`` and ``eval_harness`` targets; see
+``marinbuild.ml.report`` (matplotlib runs in this process).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """What the rules whose levanter job may span a multi-host TPU slice share (``train_lm``, ``eval_harness``).
 
-``job_attrs`` are their attributes about where the job runs: ``resources`` and, for a multi-host slice or several,
-``slice_wait`` and the two retry budgets (none versioned: where a job runs never changes its output).
-``run_job`` runs the job where ``resources`` says: on every host of a multi-host slice or of several slices
-(``marinbuild.ml.slice_run``, with the rule's slice attributes as its ``SlicePolicy``), else in one child process
-on this machine (``marinbuild.ml.process``). This module exports no rule; the rules modules import it
-(``from . import slices``).
+``job_attrs``: ``resources`` and, for a multi-host slice or several slices, ``slice_wait`` and two retry
+budgets (none versioned: where a job runs never changes its output). ``run_job`` runs the job on every host of
+a multi-host slice or of several (``marinbuild.ml.slice_run``), else in one child process here
+(``marinbuild.ml.process``). This module exports no rule.
 """
 
 from __future__ import annotations
@@ -21,8 +19,7 @@ if TYPE_CHECKING:
 
 
 def job_attrs(code: str) -> dict[str, Any]:
-    """``resources``, ``slice_wait``, ``preemption_retries``, ``failure_retries``; ``code`` names the job's code in
-    the docs of ``failure_retries`` ("the training code")."""
+    """``code`` names the job's code in the doc of ``failure_retries`` ("the training code")."""
     return {
         "resources": attr.dict(versioned=False, doc='what the step asks the backend for: tpu("v4-8"), {"cpu": 2}'),
         "slice_wait": attr.float(

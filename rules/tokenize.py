@@ -7,19 +7,13 @@
     tokenize(name = "dclm_tokenized", train = [":dclm"], tokenizer_name = "meta-llama/Meta-Llama-3.1-8B",
              shard_resources = {"cpu": 1, "memory": "4g"})
 
-``train`` and ``validation`` are ``raw_data`` or ``download`` targets (JSON lines, gzipped or not, JSON or
-Parquet, text under ``text_key``). The tokenizer is a ``train_tokenizer`` target
-(``tokenizer``) or, in ``tokenizer_name``, an existing tokenizer directory (local or
-fsspec) or a Hugging Face Hub name (which needs the network when the step runs; nothing
-is fetched before). The inputs are cut into shards of about ``shard_bytes`` (large plain
-JSON-lines and Parquet files split into byte or row-group ranges, small files grouped), each a
-cached action of its own: shards already tokenized (by this target, an earlier version of it
-or another target with the same files) are reused, the others are tokenized in parallel (Ray
-tasks with ``shard_resources`` each on the Ray backend, ``workers`` local processes otherwise),
-then consolidated into one cache per split. ``skip_bad_records`` skips unreadable records
-(counted per shard and in total) instead of failing on the first, which names its file and
-line. See ``marinbuild.ml.tokenize`` and
-docs/tokenize.md. ``train_lm`` and ``eval_lm`` take these targets.
+``train`` and ``validation`` are ``raw_data`` or ``download`` targets. The tokenizer is a ``train_tokenizer``
+target or, in ``tokenizer_name``, a tokenizer directory (local or fsspec) or a Hub name (fetched when the
+step runs). The inputs are cut into shards of about ``shard_bytes``, each a cached action of its own: shards
+already tokenized (by any version of any target) are reused, the others tokenized in parallel (Ray tasks
+with ``shard_resources``, or ``workers`` local processes), then consolidated into one cache per split.
+``skip_bad_records`` skips unreadable records (counted) instead of failing on the first, which names its
+file and line. See docs/tokenize.md.
 """
 
 from __future__ import annotations

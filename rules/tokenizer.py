@@ -4,10 +4,9 @@
 
     train_tokenizer(name = "tokenizer", data = [":stories"], vocab_size = 512)
 
-The output folder is the tokenizer: ``tokenizer.json`` and ``tokenizer_config.json``
-(bos ``<|begin_of_text|>``, eos ``<|end_of_text|>``, pad ``<|pad|>``), loadable by levanter
-and by ``transformers.AutoTokenizer``. Give it to ``tokenize(tokenizer = ":tokenizer")``.
-Training uses HF ``tokenizers`` in this process (no jax) and is deterministic.
+The output folder is the tokenizer (``tokenizer.json``, ``tokenizer_config.json``: bos ``<|begin_of_text|>``,
+eos ``<|end_of_text|>``, pad ``<|pad|>``), loadable by levanter and ``AutoTokenizer``; training (HF
+``tokenizers``, in this process) is deterministic.
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from workspaces import repository_workspace
 from marinbuild.core.resources import Resources, normalize, tpu, tpu_slice
 
 
-
 def marinbuild(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")}
     return subprocess.run(
@@ -28,7 +27,8 @@ def _workspace(tmp_path: Path, resources: str) -> Path:
     (tmp_path / "pipe" / "steps.py").write_text("def write(config, output_path):\n    pass\n")
     (tmp_path / "pipe" / "BUILD.marin").write_text(
         'load("@marinbuild//rules:python.py", "python_step")\n'
-        f'python_step(\n    name = "lm",\n    fn = "pipe.steps:write",\n    config = {{}},\n    resources = {resources},\n)\n'
+        'python_step(\n    name = "lm",\n    fn = "pipe.steps:write",\n    config = {},\n'
+        f"    resources = {resources},\n)\n"
     )
     return tmp_path
 

@@ -1,9 +1,6 @@
-"""Inspecting and pruning the output cache under a prefix: ``cache status/show/ls/gc`` and ``clean``.
-
-Library functions returning data, plus ``format_*`` text formatters; nothing prints.
-``marinbuild.cache.why`` explains, per step, why a build would run it (``why``);
-``marinbuild.cache.verify`` checks built outputs against their recorded digests (``cache verify``).
-Both are imported by name, not from here, as the CLI needs them only for their own commands.
+"""Inspecting and pruning the output cache under a prefix: ``cache status/show/ls/gc`` and ``clean``: library
+functions returning data, plus ``format_*`` text formatters; nothing prints. ``cache.why`` (``why``) and
+``cache.verify`` (``cache verify``) are imported by name, only by their own commands.
 """
 
 from marinbuild.cache.commands import (
@@ -22,7 +19,7 @@ from marinbuild.cache.commands import (
     ls_as_dict,
     status_as_dict,
 )
-from marinbuild.cache.gc import GcResult, cache_gc, format_gc, needed_output_paths
+from marinbuild.cache.gc import GcResult, cache_gc, format_gc
 from marinbuild.cache.text import format_age, format_size
 
 __all__ = [
@@ -44,6 +41,5 @@ __all__ = [
     "format_size",
     "format_table",
     "ls_as_dict",
-    "needed_output_paths",
     "status_as_dict",
 ]

@@ -1,9 +1,7 @@
-"""The ``cache`` commands as library functions: status, show, ls; and ``clean`` (``cache gc`` is
-``marinbuild.cache.gc``).
+"""The ``cache`` commands as library functions: status, show, ls; and ``clean`` (``cache gc``: ``cache.gc``).
 
-Each returns data (dataclasses with ``to_dict``) and has a ``format_*`` text formatter.
-Nothing prints. A damaged status, info or lease file is reported as
-``"damaged: <message naming the file>"``, never raised and never counted as built.
+Each returns data and has a ``format_*`` text formatter; nothing prints. A damaged status, info or lease
+file is reported as ``"damaged: <message naming the file>"``, never raised and never counted as built.
 """
 
 from __future__ import annotations
@@ -30,10 +28,7 @@ from marinbuild.store.traceback_file import existing_traceback
 
 STALE = "stale"
 INCOMPLETE = "incomplete"
-RUN_INFO_FOLDER = "experiments"
-"""``<prefix>/experiments`` holds Marin's run info JSONs (``<script>-<hash>.json``, files directly in it); gc
-(``marinbuild.cache.gc``) never deletes them. The step folders below it (every ``//experiments/...`` target's
-outputs) are outputs like any other."""
+RUN_INFO_FOLDER = "experiments"  # Marin's run infos are the files directly in it (gc never deletes them)
 
 
 # -- cache status ------------------------------------------------------------------------------
@@ -46,8 +41,7 @@ class StepState:
     state: str
     status: str | None = None
     holder: str | None = None
-    age: float | None = None
-    """Seconds since the lease's last heartbeat (running/abandoned steps)."""
+    age: float | None = None  # seconds since the lease's last heartbeat (running/abandoned steps)
     detail: str | None = None
 
 
@@ -67,13 +61,9 @@ class CacheRow:
 
 
 def cache_status(session: Any, labels: Iterable[str | Label]) -> list[CacheRow]:
-    """The cache state of each target: one status read per step, a lease read only for RUNNING ones.
-
-    A step not built at its current version is ``stale`` when another version of the same step
-    name exists under the prefix, else ``missing`` (an abandoned run counts as not built). A
-    target of several steps is damaged/failed/running if any step is (in that order), built
-    only if all are, else stale if any is, else missing.
-    """
+    """The cache state of each target: one status read per step, a lease read only for RUNNING ones. A step not
+    built at its current version (an abandoned run is not) is ``stale`` when another version of the same step
+    name exists under the prefix, else ``missing``."""
     prefix = session.settings.prefix
     stale_after = pb.stale_after_of(session)
     resolved = pb.resolve_targets(session, labels)
@@ -100,7 +90,6 @@ def _step_state(name: str, probe: pb.Probe, prefix: str) -> StepState:
 
 
 def _note_code_changes(session: Any, state_of: dict[Any, StepState]) -> None:
-    """A built step whose code changed since it was built says so in its detail."""
     built = [s for s, state in state_of.items() if state.state == pb.BUILT]
     for step, changed in for_session(session).check(built).items():
         if changed:
@@ -127,7 +116,6 @@ def target_row(label: str, states: list[StepState]) -> CacheRow:
 
 
 def format_table(rows: list[CacheRow]) -> str:
-    """Aligned columns TARGET, STATE, OUTPUT (a target of several steps takes several lines)."""
     table: list[tuple[str, str, str]] = [("TARGET", "STATE", "OUTPUT")]
     for row in rows:
         state = row.state
@@ -155,14 +143,9 @@ def status_as_dict(rows: list[CacheRow]) -> list[dict[str, Any]]:
 
 
 def cache_show(session_or_prefix: Any, target_or_path: str | Label) -> dict[str, Any]:
-    """Everything recorded about a target's outputs, or about one output path given directly.
-
-    ``session_or_prefix`` is a ``Session`` (labels such as ``//pkg:name`` are loaded and analysed
-    in it) or a prefix string (then ``target_or_path`` must be a path). A relative path is taken
-    under the prefix. Returns ``{"target": label or None, "outputs": [one dict per output]}``;
-    each output has ``output_path, name, exists, state, status, info, lease, artifact, traceback
-    (the failure's ``.marinbuild_traceback.txt``, for a failed step that has one), size, files, errors``.
-    """
+    """Everything recorded about a target's outputs (``session_or_prefix`` a ``Session``), or about one output path
+    (relative: under the prefix). ``{"target": label or None, "outputs": [...]}``, each output with
+    ``output_path, name, exists, state, status, info, lease, artifact, traceback, size, files, errors``."""
     if isinstance(session_or_prefix, str):
         prefix, session = session_or_prefix, None
     else:
@@ -187,28 +170,13 @@ def _show_output(path: str, prefix: str, stale_after: float) -> dict[str, Any]:
     if probe.state == pb.DAMAGED:
         errors.append(probe.error or "damaged")
     out["status"] = probe.status
-    try:
-        info = read_info(path)
-    except DamagedFileError as exc:
-        info = None
-        errors.append(str(exc))
-    out["info"] = info
+    out["info"] = info = pb.read_noting(errors, lambda: read_info(path))
     if isinstance(info, dict) and isinstance(info.get("name"), str):
         out["name"] = info["name"]
-    lease: dict[str, Any] | None = None
-    try:
-        record = pb.read_lease(path, stale_after)
-        if record is not None:
-            live = not record.is_stale(stale_after)
-            lease = {"holder": record.worker_id, "age": round(record.age(), 1), "live": live}
-    except DamagedFileError as exc:
-        errors.append(str(exc))
-    out["lease"] = lease
-    try:
-        out["artifact"] = read_artifact(path)
-    except DamagedFileError as exc:
-        out["artifact"] = None
-        errors.append(str(exc))
+    record = pb.read_noting(errors, lambda: pb.read_lease(path, stale_after))
+    live = record is not None and not record.is_stale(stale_after)
+    out["lease"] = None if record is None else {"holder": record.worker_id, "age": round(record.age(), 1), "live": live}
+    out["artifact"] = pb.read_noting(errors, lambda: read_artifact(path))
     out["traceback"] = existing_traceback(path) if probe.status in (st.STATUS_FAILED, st.STATUS_DEP_FAILED) else None
     size, files = store.usage(path) if out["exists"] else (0, 0)
     out["size"], out["files"] = size, files
@@ -231,10 +199,8 @@ def format_show(shown: dict[str, Any]) -> str:
         lines.append(f"{out['name']}  {out['output_path']}")
         status = f" ({out['status']})" if out.get("status") else ""
         lines.append(f"  state:     {out['state']}{status}")
-        if not out["exists"]:
-            lines.append("  folder:    does not exist")
-        else:
-            lines.append(f"  size:      {format_size(out['size'])} in {out['files']} file(s)")
+        size = f"size:      {format_size(out['size'])} in {out['files']} file(s)"
+        lines.append(f"  {size}" if out["exists"] else "  folder:    does not exist")
         config = info.get("config")
         if isinstance(config, dict) and isinstance(config.get("label"), str):
             lines.append(f"  target:    {config['label']}")
@@ -268,16 +234,15 @@ def format_show(shown: dict[str, Any]) -> str:
 
 @dataclass
 class Entry:
-    """One step output found under a prefix."""
+    """One step output found under a prefix: its status word (or ``damaged: ...``) and the seconds since its
+    status file was written (both None without one)."""
 
     name: str
     output_path: str
     status: str | None
-    """The status word, None when there is no status file, or ``damaged: ...``."""
     size: int
     files: int
     age: float | None
-    """Seconds since the status file was last written (None without one)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -295,17 +260,8 @@ def cache_ls(prefix: str) -> list[Entry]:
         except DamagedFileError as exc:
             status = f"damaged: {exc}"
         mtime = store.mtime(st.status_path(path))
-        size, files = store.usage(path)
-        entries.append(
-            Entry(
-                pb.step_name_of(path, prefix),
-                path,
-                status,
-                size,
-                files,
-                None if mtime is None else round(now - mtime, 1),
-            )
-        )
+        age = None if mtime is None else round(now - mtime, 1)
+        entries.append(Entry(pb.step_name_of(path, prefix), path, status, *store.usage(path), age))
     entries.sort(key=lambda e: e.output_path)
     return entries
 
@@ -313,15 +269,8 @@ def cache_ls(prefix: str) -> list[Entry]:
 def format_ls(entries: list[Entry]) -> str:
     table = [("STATUS", "SIZE", "AGE", "NAME", "OUTPUT")]
     for e in entries:
-        table.append(
-            (
-                e.status or "-",
-                format_size(e.size),
-                format_age(e.age) if e.age is not None else "-",
-                e.name,
-                e.output_path,
-            )
-        )
+        age = format_age(e.age) if e.age is not None else "-"
+        table.append((e.status or "-", format_size(e.size), age, e.name, e.output_path))
     total = sum(e.size for e in entries)
     return _columns(table) + f"{len(entries)} output(s), {format_size(total)}\n"
 
@@ -345,16 +294,10 @@ class CleanResult:
 
 
 def clean(workspace: Any, outputs_of: Iterable[str] | None = None, yes: bool = False) -> CleanResult:
-    """Remove the workspace's ``.marinbuild/`` folder, and nothing else.
-
-    That folder (``<workspace root>/.marinbuild``) holds only caches marinbuild can recompute:
-    ``stat_cache.json`` (source file digests by stat) and the build event logs.
-    Build outputs under the prefix, leases, statuses and run infos are never touched: to
-    delete outputs use ``cache_gc``. ``workspace`` is a ``Workspace`` (or its root folder).
-    ``outputs_of`` must be None: asking ``clean`` to remove outputs raises ``ValueError``
-    naming ``cache gc`` instead. ``yes`` is accepted for symmetry with ``cache gc``; the cache
-    folder is removed without it, since nothing in it is lost by removing it.
-    """
+    """Remove the workspace's ``.marinbuild/`` folder (``workspace``: a ``Workspace`` or its root), and nothing else:
+    it holds only caches marinbuild can recompute (source file digests, build event logs). Outputs, leases,
+    statuses and run infos are never touched: asking to remove ``outputs_of`` raises ``ValueError`` naming
+    ``cache gc``. ``yes`` is accepted for symmetry with ``cache gc``; nothing here is lost without it."""
     if outputs_of is not None and list(outputs_of):
         raise ValueError(
             "clean never removes build outputs; use `marinbuild cache gc PATTERN... --yes` "
@@ -375,13 +318,6 @@ def format_clean(result: CleanResult) -> str:
     return f"removed {result.path} ({format_size(result.size)} in {result.files} file(s)); outputs are untouched\n"
 
 
-# -- text helpers ------------------------------------------------------------------------------
-
-
 def _columns(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = []
-    for r in rows:
-        cells = [c.ljust(w) for c, w in zip(r, widths, strict=True)]
-        out.append("  ".join(cells).rstrip())
-    return "\n".join(out) + "\n"
+    return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)

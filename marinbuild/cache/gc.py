@@ -1,25 +1,17 @@
 """``cache gc``: the outputs under the prefix that no current target uses, listed with the reason each may go, and
 deleted only when asked (``yes``).
 
-What is kept, by default: every output that a current target of the workspace uses. gc loads every package
-(``//...``) and analyses every target with the BUILD files as they are now; the output paths of their steps, and
-of every step those depend on (pseudo-dependencies too), are kept. So gc of one package never deletes the work of
-another package of the workspace. PATTERN says which unused outputs are offered:
+Kept by default: every output a current target of the workspace uses. gc loads and analyses every package
+(``//...``) as the BUILD files are now; the output paths of their steps and of every step those depend on
+(pseudo-dependencies too) are kept, so gc of one package never deletes another's work. PATTERN says which
+unused outputs are offered: an *old version* of a step PATTERN's targets use (the same step name under
+another hash), and when PATTERN is ``//...`` also an output of a step name no current target makes (a
+target removed or renamed). Every other unused output is left alone, and counted (``left``).
 
-- an *old version* of a step that PATTERN's targets use (the same step name under another hash: a config
-  changed since it was built);
-- when PATTERN matches every target of the workspace (``//...``), also an output of a step name no current target
-  makes (a target removed or renamed).
-
-Every other unused output is left alone, and counted (``left``).
-
-``keep_only_used_by_patterns`` narrows what is kept to what PATTERN's targets use: every other output under the
-prefix is offered, the current outputs of the workspace's other targets too (their reason says so). The flag's
-name says it, since this is the one way gc deletes current work.
-
-Never deleted, whatever the scope: a folder under a live lease (or a lease that cannot be read), the run info
-JSONs in ``<prefix>/experiments`` (files, not step folders; a step folder holding them is skipped), and a folder
-holding a kept output.
+``keep_only_used_by_patterns`` keeps only what PATTERN's targets use: every other output is offered, the
+current outputs of other targets too (their reason says so); the flag's name says it, as this is the one way
+gc deletes current work. Never deleted: a folder under a live (or unreadable) lease, the run info JSONs in
+``<prefix>/experiments`` (a step folder holding them is skipped), a folder holding a kept output.
 """
 
 from __future__ import annotations
@@ -37,31 +29,25 @@ from marinbuild.store.prefix_walk import Store, normalize
 from marinbuild.store.status import DamagedFileError
 
 WORKSPACE = "//..."
-WORKSPACE_SCOPE = "workspace"
-"""Kept: what any current target of the workspace uses (the default)."""
-PATTERNS_SCOPE = "patterns"
-"""Kept: only what PATTERN's targets use (``keep_only_used_by_patterns``)."""
+WORKSPACE_SCOPE = "workspace"  # kept: what any current target of the workspace uses (the default)
+PATTERNS_SCOPE = "patterns"  # kept: only what PATTERN's targets use (``keep_only_used_by_patterns``)
 NARROWING_FLAG = "--keep_only_used_by_patterns"
 
 
 @dataclass
 class GcResult:
-    """What ``cache gc`` found and did. Nothing is deleted unless ``deleted`` lists it."""
+    """What ``cache gc`` found and did; nothing is deleted unless ``deleted`` lists it. ``kept``: outputs a target
+    (of ``scope``) uses; ``left``: unused outputs not PATTERN's; ``reasons``: each candidate's output path -> why it
+    may go; ``skipped``: candidates left alone (live or damaged lease, ...), with why."""
 
     prefix: str
     patterns: list[str]
     scope: str
-    """``WORKSPACE_SCOPE`` or ``PATTERNS_SCOPE``: what ``kept`` counts (see the module docstring)."""
     kept: int = 0
-    """How many outputs under the prefix are kept because a target uses them."""
     left: int = 0
-    """How many unused outputs are left alone because they are not PATTERN's (workspace scope only)."""
     candidates: list[Entry] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)
-    """Each candidate's output path -> why it may go (an old version of which step, or which target no longer
-    makes it, or whose current output it is)."""
     skipped: list[dict[str, str]] = field(default_factory=list)
-    """``{"output_path", "reason"}`` for candidates left alone (live lease, damaged lease, ...)."""
     deleted: list[str] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
     dry_run: bool = True
@@ -88,9 +74,8 @@ def cache_gc(
     yes: bool = False,
     keep_only_used_by_patterns: bool = False,
 ) -> GcResult:
-    """List (and with ``yes`` delete) the outputs under the prefix that no current target uses and that belong to
-    ``patterns``, as the module docstring says; every package of the workspace is loaded and analysed in
-    ``session``. A candidate under a live (or unreadable) lease is reported as skipped, never deleted."""
+    """List (and with ``yes`` delete) the unused outputs under the prefix offered for ``patterns`` (module
+    docstring); every package of the workspace is loaded and analysed in ``session``."""
     texts = [str(p) for p in patterns]
     shown = " ".join(texts)
     prefix = session.settings.prefix
@@ -154,7 +139,6 @@ def cache_gc(
 
 
 def _blocker(output_path: str, normalized: str, keep: set[str], stale_after: float, run_info: str) -> str | None:
-    """Why a candidate must not be deleted, or None."""
     if run_info == normalized or run_info.startswith(normalized + "/"):
         return f"holds the run info JSONs ({run_info})"
     try:
@@ -187,12 +171,6 @@ def used_steps(session: Any, labels: Iterable[Label]) -> set[Any]:
         todo.extend(table.dependencies[step])
         todo.extend(table.pseudo_dependencies[step])
     return seen
-
-
-def needed_output_paths(session: Any, labels: Iterable[str | Label]) -> set[str]:
-    """Output paths of every step of ``labels``' analysis closure and of every step those depend on."""
-    roots = pb.resolve_targets(session, labels)
-    return {session.engine.output_paths[s] for s in used_steps(session, roots)}
 
 
 def format_gc(result: GcResult) -> str:

@@ -1,18 +1,16 @@
-"""What is on disk for one output path: its state and lease, for the cache commands.
-
-``probe_output`` reads one status file, and the lease only when the status is RUNNING; it
-never raises for a damaged file but reports ``state == "damaged"`` with the message
-(which names the file). Other versions of a step are ``marinbuild.store.other_versions``'.
+"""What is on disk for one output path: its state and lease, for the cache commands. ``probe_output`` reads one
+status file, and the lease only when the status is RUNNING; a damaged file is reported as ``state ==
+"damaged"`` with the message naming the file, never raised.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from marinbuild.core.labels import Label, LabelError, parse_label
 from marinbuild.store import fs
@@ -42,12 +40,11 @@ ABANDONED = OutputState.ABANDONED
 DAMAGED = OutputState.DAMAGED
 
 _HASH_SUFFIX = re.compile(r"-[0-9a-f]{6}\Z")
+T = TypeVar("T")
 
 
 @dataclass
 class Probe:
-    """One output path's state, as the plan sees it (plus ``damaged``)."""
-
     output_path: str
     state: OutputState
     status: str | None = None
@@ -57,6 +54,15 @@ class Probe:
     @property
     def lease_age(self) -> float | None:
         return None if self.lease is None else self.lease.age()
+
+
+def read_noting(errors: list[str], read: Callable[[], T]) -> T | None:
+    """``read()``, or None with its ``DamagedFileError`` message (naming the file) added to ``errors``."""
+    try:
+        return read()
+    except DamagedFileError as exc:
+        errors.append(str(exc))
+        return None
 
 
 def read_lease(output_path: str, stale_after: float = STALE_AFTER) -> LeaseRecord | None:
@@ -111,11 +117,7 @@ def stale_after_of(session: Any) -> float:
 
 
 def resolve_targets(session: Any, targets: Iterable[str | Label]) -> list[Label]:
-    """The labels ``targets`` name, analysed in ``session`` (loading and analysing them if needed).
-
-    Already-analysed labels are used as they are; anything else (patterns such as ``//pkg/...``
-    too) is loaded with ``session.load`` and analysed.
-    """
+    """The labels ``targets`` (labels or patterns) name, loaded and analysed in ``session`` unless they are."""
     targets = list(targets)
     labels: list[Label] | None = None
     if session.analysis is not None and session.engine is not None:

@@ -31,7 +31,6 @@ def format_size(n: int) -> str:
 
 
 def short_json(value: Any, limit: int = 80) -> str:
-    """``json.dumps(value)`` (sorted keys), cut to ``limit`` characters with ``...``."""
     try:
         text = json.dumps(value, sort_keys=True, default=str)
     except (TypeError, ValueError):

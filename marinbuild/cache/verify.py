@@ -1,27 +1,18 @@
 """``marinbuild cache verify PATTERN``: recompute output digests and compare them with the manifests.
 
-The targets' steps and, by default, every step they depend on (``deps=False``: the targets' own steps only)
-are checked. Every metadata file a step's state relies on is read: the status, the lease, and for a built step
-its ``.executor_info``, ``.artifact.json`` and action record; one that does not parse makes the step *damaged*
-(the message names the file). A lease left beside a built step by a runner that is gone is reported as a
+The targets' steps and, unless ``deps=False``, every step they depend on are checked. Every metadata file a
+step's state relies on is read (status, lease, and for a built step its info, artifact and action record);
+one that does not parse makes the step *damaged*. A lease beside a built step whose runner is gone is a
 *leftover*. With ``repair_metadata`` (``--repair``), unparsable statuses, leases and records, leftover
-leases, and temporary files of killed writers (``.tmp-*``, older than the stale time) are removed (a lease
-only under its flock, and only when nobody can hold it), and each removal is listed.
+leases and killed writers' temporary files (``.tmp-*`` older than the stale time) are removed and listed
+(a lease only under its flock, when nobody can hold it).
 
-For each built step (status SUCCESS), the outputs are listed and hashed again
-and compared with the manifest written at commit (inside the action-cache record). A file that
-is gone is *deleted*, shorter is *truncated*, longer or with another digest is *modified*; a
-file the manifest does not know is *added* (reported, not damage). A status, manifest or
-action record that does not parse is *damaged*, with the message naming the file.
-
-A damaged step is then treated as not built: its ``.executor_status`` is removed (on GCS only if
-it is still the generation that was verified), so the next build reruns it, as Marin would, and
-what was found is left in ``.marinbuild_verify.json`` beside it (for ``why``). Its outputs are
-left for the rerun to overwrite. Steps built by Marin (no manifest) are reported as
-*unverified*, and left alone.
-
-``verify_outputs(paths)`` works on output paths; ``verify_cache(session, targets)`` on targets,
-as the CLI needs; ``format_verify`` and ``VerifyReport.to_dict`` render the result.
+A built step's outputs are listed, hashed and compared with the manifest of its action record: a file gone
+is *deleted*, shorter *truncated*, longer or of another digest *modified*; one the manifest does not know is
+*added* (reported, not damage). A damaged step is then made not built: its ``.executor_status`` is removed
+(on GCS only at the verified generation) so the next build reruns it, as Marin would, and what was found is
+left in ``.marinbuild_verify.json`` beside it; its outputs are left for the rerun to overwrite. Steps built
+by Marin (no manifest) are *unverified*, and left alone.
 """
 
 from __future__ import annotations
@@ -29,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -59,7 +50,6 @@ UNVERIFIED = Verdict.UNVERIFIED
 NOT_BUILT = Verdict.NOT_BUILT
 
 REPORT_FILE = ".marinbuild_verify.json"
-"""Left beside a step that verify marked not built: what it found (``why`` can show it)."""
 
 
 class ProblemKind(StrEnum):
@@ -79,8 +69,7 @@ ADDED = ProblemKind.ADDED
 
 @dataclass
 class FileProblem:
-    path: str
-    """Relative to the step's output folder."""
+    path: str  # relative to the step's output folder
     kind: ProblemKind
     expected_size: int | None = None
     actual_size: int | None = None
@@ -88,24 +77,21 @@ class FileProblem:
 
 @dataclass
 class StepVerification:
+    """One step: ``error`` is the first unparsable file's message or why it is unverified; ``invalidated``: its
+    status was removed; ``metadata``: the files that do not parse; ``repairs``: what ``--repair`` removed."""
+
     output_path: str
     state: Verdict
-    """``ok``, ``damaged``, ``unverified`` (no manifest: built by Marin) or ``not built``."""
     name: str | None = None
     label: str | None = None
     files: int = 0
     bytes: int = 0
     problems: list[FileProblem] = field(default_factory=list)
     error: str | None = None
-    """A record that does not parse (the message names the file), or why the step is unverified."""
     invalidated: bool = False
-    """Its status was removed: the next build reruns it."""
     metadata: list[str] = field(default_factory=list)
-    """Metadata files that do not parse (each message names its file)."""
-    leftover: str | None = None
-    """A lease beside a built step whose holder is gone (stale, or a process of this host that no longer exists)."""
+    leftover: str | None = None  # a lease beside a built step whose holder is gone
     repairs: list[str] = field(default_factory=list)
-    """What ``--repair`` removed."""
 
     @property
     def damage(self) -> list[FileProblem]:
@@ -125,7 +111,6 @@ class VerifyReport:
 
     @property
     def exit_code(self) -> int:
-        """1 if anything was damaged (as for a failed build), else 0."""
         return 1 if self.damaged else 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -203,11 +188,11 @@ def verify_output(
     """Verify one step's metadata and outputs against its manifest (and invalidate it if damaged and ``repair``;
     remove unparsable metadata and leftover leases if ``repair_metadata``)."""
     result = StepVerification(output_path, NOT_BUILT, name=name, label=label)
-    status = _check(result, lambda: st.read_status(output_path))
-    lease = _check(result, lambda: lease_for(output_path, "cache-verify", stale_after).holder())
+    status = pb.read_noting(result.metadata, lambda: st.read_status(output_path))
+    lease = pb.read_noting(result.metadata, lambda: lease_for(output_path, "cache-verify", stale_after).holder())
     if status == st.STATUS_SUCCESS:
-        _check(result, lambda: records.read_info(output_path))
-        _check(result, lambda: records.read_artifact(output_path))
+        pb.read_noting(result.metadata, lambda: records.read_info(output_path))
+        pb.read_noting(result.metadata, lambda: records.read_artifact(output_path))
         if lease is not None and lease.is_over(stale_after):
             result.leftover = f"lease of {lease.worker_id}, {lease.age():.0f}s old, beside a built step"
         try:
@@ -238,15 +223,6 @@ def verify_output(
 
 
 LEASE_FILE = st.STATUS_FILE + ".lock"
-
-
-def _check(result: StepVerification, read: Callable[[], Any]) -> Any:
-    """``read()``, or None with its ``DamagedFileError`` message noted in ``result.metadata``."""
-    try:
-        return read()
-    except DamagedFileError as exc:
-        result.metadata.append(str(exc))
-        return None
 
 
 def _repair_metadata(result: StepVerification, stale_after: float) -> None:
@@ -345,33 +321,22 @@ def verify_outputs(
     workers = max(1, min(workers, len(paths), (os.cpu_count() or 2) * 2))
     if not paths:
         return VerifyReport()
-    with ThreadPoolExecutor(workers) as pool:
-        steps = list(
-            pool.map(
-                lambda p: verify_output(
-                    p,
-                    repair=repair,
-                    name=names.get(p),
-                    repair_metadata=repair_metadata,
-                    stale_after=stale_after,
-                ),
-                paths,
-            )
+
+    def one(p: str) -> StepVerification:
+        return verify_output(
+            p, repair=repair, name=names.get(p), repair_metadata=repair_metadata, stale_after=stale_after
         )
-    return VerifyReport(steps)
+
+    with ThreadPoolExecutor(workers) as pool:
+        return VerifyReport(list(pool.map(one, paths)))
 
 
 def verify_cache(
     session: Any, targets: Iterable[Any], *, repair: bool = True, deps: bool = True, repair_metadata: bool = False
 ) -> VerifyReport:
-    """``marinbuild cache verify PATTERN...``: verify the steps of the targets PATTERN... names and, with ``deps``,
-    every step they depend on (each labelled with its own target; a step no label names, e.g. inside an
-    ``executor_script``, with its name).
-
-    ``targets`` are labels or patterns, resolved (loaded and analysed) as ``cache status`` does.
-    Damaged steps are invalidated unless ``repair`` is False (``--dry_run``); ``repair_metadata`` (``--repair``)
-    also removes unparsable metadata and leftover leases.
-    """
+    """Verify the steps of the targets (labels or patterns) and, with ``deps``, every step they depend on, each
+    labelled with its own target (a step no label names, e.g. inside an ``executor_script``: its name). Damaged
+    steps are invalidated unless ``repair`` is False (``--dry_run``)."""
     labels = pb.resolve_targets(session, targets)
     output_paths = session.engine.output_paths
     graph = StepGraph(session.engine.table) if deps else None
@@ -421,14 +386,10 @@ def format_verify(report: VerifyReport) -> str:
         if step.leftover:
             lines.append(f"           leftover   {step.leftover}")
         lines.extend(f"           -> {repair}" for repair in step.repairs)
-        if step.state == DAMAGED and not step.repairs:
-            lines.append(
-                "           -> marked not built: the next build reruns it"
-                if step.invalidated
-                else "           -> left as it is (not repaired)"
-            )
-        elif step.invalidated:
+        if step.invalidated:
             lines.append("           -> marked not built: the next build reruns it")
+        elif step.state == DAMAGED and not step.repairs:
+            lines.append("           -> left as it is (not repaired)")
     counts = {state: len(report.by_state(state)) for state in (OK, DAMAGED, UNVERIFIED, NOT_BUILT)}
     lines.append(
         f"{len(report.steps)} step(s): {counts[OK]} ok, {counts[DAMAGED]} damaged, "

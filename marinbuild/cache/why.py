@@ -1,15 +1,11 @@
 """``why``: for each step of a target (and each step it needs that would run), why it would run.
 
-A step is up to date when its status is SUCCESS. Otherwise the reason is one of: never
-built, output deleted or incomplete, failed before (with the path of the failure's traceback), running
-elsewhere, abandoned run,
-damaged (a file that does not parse), or version changed, with the differences between
-the current version and the most recent other version of the step found under the prefix.
-A folder holding nothing but ``.executor_info`` is a step not built yet (Marin, and marinbuild
-for the steps a run leaves out, write it before a step runs), not a deleted output.
-
-``why_targets`` explains each target a pattern (``//pkg:all``, ``//pkg/...``) matches, each as
-it would be alone; a step shared by several targets is read and explained once.
+A step is up to date when its status is SUCCESS. Otherwise the reason is one of ``Reason``'s: never built,
+output deleted or incomplete, failed before (with the failure's traceback path), running elsewhere,
+abandoned run, damaged (a file that does not parse), or version changed, with the differences from the
+most recent other version of the step under the prefix. A folder holding nothing but ``.executor_info``
+is a step not built yet (written before a step runs), not a deleted output. A step shared by several
+targets of a pattern is read and explained once.
 """
 
 from __future__ import annotations
@@ -67,8 +63,7 @@ class StepExplanation:
     step: str
     output_path: str
     reason: Reason
-    requested: bool = True
-    """True for the target's own steps; False for a dependency listed because it would run."""
+    requested: bool = True  # False: a dependency listed because it would run
     status: str | None = None
     detail: str | None = None
     changes: list[str] = field(default_factory=list)
@@ -76,10 +71,8 @@ class StepExplanation:
     lease_holder: str | None = None
     lease_age: float | None = None
     error: str | None = None
-    resources: str | None = None
-    """The TPU slice (type, slices, hosts, chips) or GPUs the step asks for, if any."""
-    work: list[str] = field(default_factory=list)
-    """What the step's own work would redo (a tokenize: its shards cached and new, and why)."""
+    resources: str | None = None  # the TPU slice or GPUs the step asks for
+    work: list[str] = field(default_factory=list)  # what its own work would redo (a tokenize: its shards)
 
     @property
     def will_run(self) -> bool:
@@ -100,25 +93,16 @@ class TargetExplanation:
 
 
 def why(session: Any, label: str | Label) -> list[StepExplanation]:
-    """Explain every step of ``label`` and every step they need that would run (dependencies first).
-
-    ``label`` may be a pattern (``//pkg:all``, ``//pkg/...``): then the steps of every target it
-    matches, each listed once. Reads statuses the way the build's plan does: from the target's
-    steps downward, not descending below a built step, so the steps listed besides the target's
-    own are exactly the plan's ``to_run``.
-    """
+    """Explain every step of ``label`` (or of the targets a pattern matches, each once) and every step they need
+    that would run, dependencies first. Statuses are read as the plan does (not below a built step), so the
+    steps listed besides the target's own are exactly the plan's ``to_run``."""
     groups = why_targets(session, [label])
     chosen: dict[str, StepExplanation] = {}
     for group in groups:
         for e in group.steps:
             if e.output_path not in chosen or e.requested:  # a step a matched target owns is not a mere dependency
                 chosen[e.output_path] = e
-    return _in_step_order(session, chosen)
-
-
-def _in_step_order(session: Any, by_path: dict[str, StepExplanation]) -> list[StepExplanation]:
-    """The explanations (keyed by output path) in the engine's step order (dependencies first)."""
-    return [by_path[p] for p in step_paths(session) if p in by_path]
+    return [chosen[p] for p in step_paths(session) if p in chosen]
 
 
 def step_paths(session: Any) -> list[str]:
@@ -127,11 +111,7 @@ def step_paths(session: Any) -> list[str]:
 
 
 def why_targets(session: Any, patterns: list[str | Label]) -> list[TargetExplanation]:
-    """Explain each target ``patterns`` match (``//pkg:all``, ``//pkg/...``, ``-PATTERN`` subtracts), in order.
-
-    Each target gets what ``why`` gives for it alone: its own steps and the steps they need that
-    would run. A step shared by several targets is read and explained once.
-    """
+    """Explain each target ``patterns`` match, in order, as ``why`` would alone."""
     labels = pb.resolve_targets(session, patterns)
     engine = session.engine
     table = engine.table
@@ -184,7 +164,6 @@ def explain_step(session: Any, step: ExecutorStep) -> str:
 
 
 def one_line(e: StepExplanation) -> str:
-    """The explanation as one line: the reason and its most telling detail."""
     if e.reason == VERSION_CHANGED:
         shown = "; ".join(e.changes[:2])
         more = f" (+{len(e.changes) - 2} more)" if len(e.changes) > 2 else ""
@@ -195,7 +174,6 @@ def one_line(e: StepExplanation) -> str:
 
 
 def format_why(explanations: list[StepExplanation]) -> str:
-    """Human-readable text: one block per step."""
     if not explanations:
         return "nothing to explain: the target has no steps\n"
     lines: list[str] = []
@@ -227,7 +205,6 @@ def why_as_dict(label: str | Label, explanations: list[StepExplanation]) -> dict
 
 
 def format_why_targets(groups: list[TargetExplanation]) -> str:
-    """Human-readable text for the targets of a pattern: a heading per target, then its steps."""
     return "\n".join(f"{group.target}\n" + _indent(format_why(group.steps)) for group in groups)
 
 
@@ -236,10 +213,8 @@ def _indent(text: str) -> str:
 
 
 def why_targets_as_dict(patterns: list[str], groups: list[TargetExplanation], step_paths: list[str]) -> dict[str, Any]:
-    """The JSON form of a pattern: ``{"patterns", "targets": [one target's form, ...], "to_run": [names]}``.
-
-    ``to_run`` names each step that would run once, in the order of ``step_paths`` (the engine's
-    output paths in its step order: dependencies first)."""
+    """The JSON form of a pattern: ``{"patterns", "targets": [one target's form, ...], "to_run": [names]}``, each
+    step that would run once, in the order of ``step_paths``."""
     running = {e.output_path: e.step for group in groups for e in group.steps if e.will_run}
     return {
         "patterns": list(patterns),
@@ -253,11 +228,8 @@ def why_targets_as_dict(patterns: list[str], groups: list[TargetExplanation], st
 
 def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bool) -> StepExplanation:
     engine = session.engine
-    e = StepExplanation(
-        step=step.name, output_path=probe.output_path, reason=BUILT, requested=requested, status=probe.status
-    )
-    if step.resources is not None:
-        e.resources = hardware_of(step.resources)
+    e = StepExplanation(step.name, probe.output_path, BUILT, requested, probe.status)
+    e.resources = hardware_of(step.resources)
     if probe.lease is not None:
         e.lease_holder, e.lease_age = probe.lease.worker_id, round(probe.lease_age or 0.0, 1)
     if probe.state == pb.BUILT:

@@ -1,16 +1,12 @@
 """The ``marinbuild`` command line (click): parses, calls the library, formats. Nothing more.
 
-Each command turns its flags into a call and its answer into text. What a command does lives
-elsewhere: a build's flow (load, analyse, run, record the code) in
-``marinbuild.analysis.build``, what a build shows in ``marinbuild.ui.build_report``, ``why`` and
-the ``cache`` commands in ``marinbuild.cache``, ``query`` in ``marinbuild.query``, ``submit`` and
-``jobs`` in ``marinbuild.cluster.submit`` and ``marinbuild.cluster.jobs``. This module owns the exit codes.
-
-Exit codes: 0 success, 1 a step failed (or ``--check_up_to_date`` found work to do), 2 bad usage or
-a bad BUILD file (one line on stderr saying what to fix, no traceback, nothing run or written), 36 a
-problem of this machine (a local Ray instance that does not start: one line), 37 an internal error (a
-bug in marinbuild: the traceback and a request for a bug report). Results go to
-stdout; progress and logs to stderr.
+What a command does lives in ``analysis.build`` and ``ui.build_report`` (build), ``cache`` (why, cache),
+``query`` and ``cluster`` (submit, jobs). This module owns the exit codes: 0 success, 1 a step failed
+(or ``--check_up_to_date`` found work to do), 2 bad usage or a bad BUILD file (one line on stderr saying
+what to fix, no traceback, nothing run or written), 36 a problem of this machine (a local Ray instance that
+does not start: one line; Bazel's code for a local environmental issue), 37 an internal error (a bug in
+marinbuild: the traceback and a request for a bug report; Bazel's code). Results go to stdout; progress and
+logs to stderr.
 """
 
 from __future__ import annotations
@@ -33,7 +29,6 @@ from marinbuild.run.ray_auth import RayAuthError
 from marinbuild.ui.jobs_view import jobs_json, print_job, print_jobs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ENVIRONMENT, EXIT_INTERNAL = 0, 1, 2, 36, 37
-"""36 and 37 are Bazel's codes for a local environmental issue and an internal error."""
 
 
 class UsageProblem(Exception):
@@ -72,7 +67,6 @@ class DefaultBuildGroup(click.Group):
 
 
 def _complete_labels(ctx: click.Context, param: Any, incomplete: str) -> list[Any]:
-    """Shell completion of target labels and patterns from the workspace's BUILD files."""
     from click.shell_completion import CompletionItem
 
     try:
@@ -293,7 +287,7 @@ def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> N
     groups = why_targets(session, list(patterns))
     if not groups:
         raise UsageProblem(f"no targets match {' '.join(patterns)}")
-    if _is_one_label(patterns, session.current_package()):
+    if len(patterns) == 1 and parse_pattern(patterns[0], session.current_package()).kind == "label":
         (group,) = groups
         text = (
             json.dumps(why_as_dict(group.target, group.steps), indent=2)
@@ -305,11 +299,6 @@ def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> N
     else:
         text = format_why_targets(groups)
     click.echo(text)
-
-
-def _is_one_label(patterns: tuple[str, ...], current_package: str) -> bool:
-    """Whether ``patterns`` is a single plain label (not ``:all``, ``...`` or a subtraction)."""
-    return len(patterns) == 1 and parse_pattern(patterns[0], current_package).kind == "label"
 
 
 @cli.group("cache")
@@ -469,11 +458,8 @@ def serve_command(patterns: tuple[str, ...], prefix: str | None, port: int, host
         ) from exc
     from marinbuild.serve.main import CannotListen, serve
 
-    workspace = find_workspace(".")
-    if prefix is not None and "://" not in prefix:
-        prefix = os.path.abspath(prefix)
     try:
-        serve(str(workspace.root), list(patterns) or ["//..."], prefix, host, port)
+        serve(str(find_workspace(".").root), list(patterns) or ["//..."], prefix, host, port)
     except CannotListen as exc:
         raise UsageProblem(str(exc)) from exc
 
@@ -721,17 +707,13 @@ def _internal_error(exc: BaseException) -> int:
     exit 37 (Bazel's code)."""
     import traceback
 
+    from marinbuild.cli.info import installed_version
+
     text = "".join(traceback.format_exception(exc))
     sys.stderr.write(text)
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        installed = version("marinbuild")
-    except PackageNotFoundError:
-        installed = "unknown"
     kept = _keep_traceback(text)
     click.echo(
-        f"marinbuild: internal error (a bug in marinbuild {installed}): {type(exc).__name__}: {exc}\n"
+        f"marinbuild: internal error (a bug in marinbuild {installed_version()}): {type(exc).__name__}: {exc}\n"
         + (f"marinbuild: the traceback is kept in {kept}\n" if kept else "")
         + "marinbuild: please report it to marinbuild's issue tracker with the command and the traceback above",
         err=True,
@@ -743,9 +725,6 @@ def _keep_traceback(text: str) -> str | None:
     """Write an internal error's traceback into ``<workspace>/.marinbuild/logs/`` (where Ray's log goes too), so that
     one seen once on a busy machine can still be read and reported; its path, or None outside a workspace."""
     import time
-
-    from marinbuild.load.errors import WorkspaceError
-    from marinbuild.load.workspace import find_workspace
 
     try:
         folder = find_workspace(".").cache_dir / "logs"

@@ -1,13 +1,9 @@
 """The command line as users from Bazel and Marin type it, rewritten into marinbuild's own options.
 
-Contract: ``rewrite(args, commands)`` returns the argument list click parses. It
-
-- turns Marin's boolean spellings (``--dry_run true``, ``--force_run_failed=false``, as draccus
-  parses them in ``executor_main``) into the flags (``-n``, ``--no-force_run_failed``);
-- leaves every other argument as it is, in order.
-
-``unknown_command(word, commands)`` names the subcommand a mistyped word (``biuld``) was meant to be,
-or None when the word is not close to any (it is then read as a target pattern).
+``rewrite(args)`` turns Marin's boolean spellings (``--dry_run true``, ``--force_run_failed=false``, as
+draccus parses them in ``executor_main``) into plain flags and leaves every other argument as it is.
+``unknown_command`` names the subcommand a mistyped word (``biuld``) was meant to be, or None (the word
+is then read as a target pattern).
 """
 
 from __future__ import annotations
@@ -33,7 +29,6 @@ def _boolean(word: str) -> bool | None:
 
 
 def rewrite(args: list[str]) -> list[str]:
-    """``args`` with ``--FLAG true|false`` and ``--FLAG=true|false`` as plain flags (see the module docstring)."""
     out: list[str] = []
     i = 0
     while i < len(args):
@@ -55,14 +50,8 @@ def rewrite(args: list[str]) -> list[str]:
     return out
 
 
-def looks_like_pattern(word: str) -> bool:
-    """Whether ``word`` is written like a target pattern (``//pkg:x``, ``:x``, ``pkg/...``, ``-//x``)."""
-    return any(c in word for c in "/:@.") or word.startswith("-")
-
-
 def unknown_command(word: str, commands: list[str]) -> str | None:
-    """The subcommand ``word`` is a misspelling of, when it is not written like a target pattern."""
-    if looks_like_pattern(word):
+    if any(c in word for c in "/:@.") or word.startswith("-"):  # written like a target pattern
         return None
     close = difflib.get_close_matches(word, sorted(commands), n=1, cutoff=0.6)
     return close[0] if close else None

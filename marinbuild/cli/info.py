@@ -13,8 +13,6 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-__all__ = ["workspace_info"]
-
 
 def prefix_source(workspace: Any, prefix_flag: str | None) -> str:
     """Where the prefix came from, in ``Settings.resolve``'s order: flag, ``$MARIN_PREFIX``, pyproject, default."""
@@ -27,11 +25,14 @@ def prefix_source(workspace: Any, prefix_flag: str | None) -> str:
     return "default (no --prefix, $MARIN_PREFIX or [tool.marinbuild] prefix)"
 
 
-def workspace_info(workspace: Any, settings: Any, prefix_flag: str | None = None) -> dict[str, str]:
+def installed_version() -> str:
     try:
-        installed = version("marinbuild")
+        return version("marinbuild")
     except PackageNotFoundError:
-        installed = "unknown"
+        return "unknown"
+
+
+def workspace_info(workspace: Any, settings: Any, prefix_flag: str | None = None) -> dict[str, str]:
     cache = workspace.cache_dir
     prefix = settings.prefix
     return {
@@ -45,6 +46,6 @@ def workspace_info(workspace: Any, settings: Any, prefix_flag: str | None = None
         "stat_cache": str(workspace.stat_cache_path),
         "ray_log": str(cache / "logs" / "ray.log"),
         "experiments": prefix + "/experiments",
-        "version": installed,
+        "version": installed_version(),
         "python": f"{sys.executable} ({sys.version.split()[0]})",
     }

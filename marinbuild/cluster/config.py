@@ -1,19 +1,12 @@
 """``--cluster``: from a Ray cluster launcher config (``infra/NAME.yaml``) to the head's dashboard address.
 
-    resolve_cluster("infra/marinbuild-us-central2.yaml")  # or "us-central2", "marinbuild-us-central2"
-    -> ClusterAddress(name="marinbuild-us-central2", head_ip="34.1.2.3", dashboard_url="http://34.1.2.3:8265", ...)
-
-``find_config`` takes a path to a YAML file, or a name looked up in the workspace's ``infra/``
-folder (``NAME.yaml``, ``marinbuild-NAME.yaml``, ``marin-NAME.yaml``, or the file whose
-``cluster_name`` is NAME), as Marin's ``ray_run.py --cluster`` takes a config or a region.
-``resolve_cluster`` finds the head node as Ray's cluster launcher does: a ``local`` provider
-names it (``provider.head_ip``); any other provider (gcp, aws, ...) is asked through Ray's
-SDK, ``ray.autoscaler.sdk.get_head_node_ip`` (the cloud's API, with this machine's
-credentials; the cluster must be up). ``head_ip_of`` replaces that call (the one place that
-needs a cloud). The dashboard port is the head's ``--dashboard-port`` in
-``head_start_ray_commands``, else Ray's 8265.
-
-Every failure is a ``ClusterConfigError``: one line that names the config and what to do.
+``find_config`` takes a YAML path, or a name looked up in the workspace's ``infra/`` (``NAME.yaml``,
+``marinbuild-NAME.yaml``, ``marin-NAME.yaml``, or the file whose ``cluster_name`` is NAME), as Marin's
+``ray_run.py --cluster`` does. ``resolve_cluster`` finds the head as Ray's launcher does: a ``local``
+provider names it (``provider.head_ip``); any other is asked through ``ray.autoscaler.sdk.get_head_node_ip``
+(the cloud's API with this machine's credentials; ``head_ip_of`` replaces that one call). The dashboard
+port is the head's ``--dashboard-port`` in ``head_start_ray_commands``, else 8265. Every failure is a
+``ClusterConfigError``: one line naming the config and what to do.
 """
 
 from __future__ import annotations
@@ -44,7 +37,6 @@ class ClusterAddress:
 
     @property
     def dashboard_url(self) -> str:
-        """The address of the head's dashboard: what ``JobSubmissionClient`` and ``marinbuild submit`` take."""
         return f"http://{self.head_ip}:{self.dashboard_port}"
 
 
@@ -77,7 +69,6 @@ def find_config(cluster: str, search_dirs: list[Path]) -> Path:
 
 
 def load_config(path: Path) -> dict[str, Any]:
-    """The YAML mapping in ``path``."""
     import yaml
 
     try:
@@ -90,7 +81,6 @@ def load_config(path: Path) -> dict[str, Any]:
 
 
 def dashboard_port(config: dict[str, Any]) -> int:
-    """The head's ``--dashboard-port`` in ``head_start_ray_commands``, else Ray's default."""
     for command in config.get("head_start_ray_commands") or []:
         found = re.search(r"--dashboard-port[= ](\d+)", str(command))
         if found:

@@ -1,10 +1,8 @@
 """``marinbuild jobs list | status JOB | logs JOB [-f] | stop JOB``: Ray jobs on a cluster, through Ray's SDK.
 
-Every call goes through ``ray.job_submission.JobSubmissionClient`` (which also sends the Ray auth
-token itself, see ``marinbuild.run.ray_auth``). ``job_client(address)`` connects; ``ray_errors(address)``
-turns what Ray raises into ``JobsError`` / ``RayAuthError``, one line each (the CLI exits 2):
-a cluster that cannot be reached, a token that is missing or refused, a job id the cluster does
-not know. The functions return plain values (``JobRow``, text); the CLI formats them.
+``job_client(address)`` connects (``JobSubmissionClient`` sends the Ray auth token itself);
+``ray_errors(address)`` turns what Ray raises into one-line ``JobsError`` / ``RayAuthError`` (the CLI exits
+2): an unreachable cluster, a missing or refused token, an unknown job id. The functions return plain values.
 """
 
 from __future__ import annotations
@@ -42,7 +40,6 @@ class JobRow:
 
 
 def status_name(status: Any) -> str:
-    """``JobStatus.SUCCEEDED`` -> ``"SUCCEEDED"``."""
     return getattr(status, "value", None) or str(status)
 
 
@@ -76,7 +73,6 @@ def job_client(address: str) -> Any:
 
 
 def list_jobs(client: Any, address: str) -> list[JobRow]:
-    """Every job the cluster knows, oldest first."""
     with ray_errors(address):
         jobs = client.list_jobs()
     rows = [_row(job) for job in jobs]
@@ -89,7 +85,6 @@ def job_status(client: Any, address: str, job: str) -> JobRow:
 
 
 def job_logs(client: Any, address: str, job: str) -> str:
-    """The job's logs so far."""
     with ray_errors(address, job):
         return client.get_job_logs(job)
 

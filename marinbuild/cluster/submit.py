@@ -1,27 +1,17 @@
-"""``marinbuild submit``: run a command on a Ray cluster through Ray's Job Submission API.
+"""``marinbuild submit [--cluster CONFIG | --address URL] [--tpu TYPE] [-e KEY VALUE]... -- COMMAND...``: run a
+command on a Ray cluster through Ray's Job Submission API (replaces Marin's ``ray_run.py``).
 
-    marinbuild submit [--cluster infra/NAME.yaml | --address URL] [--tpu TYPE] [--no_wait]
-                      [-e KEY VALUE]... -- COMMAND...
+The workspace (the nearest folder with a ``pyproject.toml``) is the job's ``working_dir`` (minus
+``runtime_env.WORKING_DIR_EXCLUDES`` and what ``.gitignore`` lists); the command runs from the relative
+folder it was typed in. ``HF_TOKEN``, ``WANDB_API_KEY`` and ``MARIN_PREFIX`` are passed on when set, and
+``GIT_COMMIT`` is the workspace's ``git rev-parse HEAD``, as Marin did. ``--extra NAME`` installs extras of
+the workspace (or packages). ``tpu="v4-8"`` adds to ``entrypoint_resources`` what one host of that type
+advertises, as Marin's ``--tpu``. The exit code is the job's: 0 if it succeeded, the command's own if it
+failed with one, else 1.
 
-This replaces Marin's ``ray_run.py``. The workspace (the nearest folder with a
-``pyproject.toml``) is shipped as the job's ``working_dir`` (minus
-``runtime_env.WORKING_DIR_EXCLUDES`` and what ``.gitignore`` lists); the command runs
-from the same relative folder it was typed in. ``-e`` sets environment variables;
-``HF_TOKEN``, ``WANDB_API_KEY`` and ``MARIN_PREFIX`` are passed on when set here, as
-Marin did, and ``GIT_COMMIT`` is the workspace's ``git rev-parse HEAD`` (when it is a git
-checkout), as Marin's ``ray_run.py`` sets it. ``--extra NAME`` installs extras of the
-workspace (or packages) into the job's environment. The job id goes to stdout; without
-``--no_wait`` the job's logs follow, and the exit code is the job's: 0 if it succeeded,
-the command's own exit code if it failed with one, else 1. Ctrl-C stops following; the job keeps running.
-
-The driver (the command) runs where ``entrypoint_num_cpus`` / ``entrypoint_resources`` place it,
-as Ray's job API does; ``tpu="v4-8"`` adds what one host of that TPU type advertises
-(``{"TPU-v4-8-head": 1, "TPU": 4}``), as Marin's ``--tpu`` does. ``submission_id`` names the job.
-
-The address is ``--address``, else the head of ``--cluster`` (``marinbuild.cluster.config``), else
-``RAY_API_SERVER_ADDRESS``, else ``RAY_ADDRESS``, else ``http://127.0.0.1:8265`` (a dashboard URL,
-or any address ``ray.init`` takes). With ``RAY_AUTH_MODE=token``, Ray's job client sends the token
-(``marinbuild.run.ray_auth``); connection and token failures are ``JobsError`` / ``RayAuthError``.
+The address is ``--address``, else the head of ``--cluster``, else ``RAY_API_SERVER_ADDRESS``, else
+``RAY_ADDRESS``, else ``http://127.0.0.1:8265``. Connection and token failures are ``JobsError`` /
+``RayAuthError``.
 """
 
 from __future__ import annotations
@@ -62,7 +52,6 @@ def driver_resources(resources: dict[str, float] | None, tpu: str | None) -> dic
     """Custom resources the driver needs: ``resources`` plus one host of the TPU type ``tpu`` (Marin's ``--tpu``)."""
     if tpu is None:
         return dict(resources) if resources else None
-
     if tpu_slice(tpu).multi_host:
         raise ValueError(f"--tpu {tpu} spans several hosts; the driver runs on one (e.g. v4-8, v5litepod-4, v6e-8)")
     return {**(resources or {}), **Resources(tpu=tpu).ray_resources()}
@@ -131,7 +120,6 @@ def submit(
 
 
 def follow(submission: Submission, out: TextIO | None = None) -> None:
-    """Copy the job's logs to ``out`` (stdout) until it ends."""
     follow_logs(submission.client, submission.address, submission.job_id, out if out is not None else sys.stdout)
 
 

@@ -1,16 +1,11 @@
-"""The step graph: canonical steps as nodes, dependency edges; a networkx view on demand.
-
-Edges point from a dependency to its consumer; ``blocking=False`` marks a pseudo-dependency
-(hashed into the version, never waited for). Every walk here is iterative. The hot paths of
-a build (planning, scheduling) use plain adjacency lists; ``StepGraph.nx`` builds the
-networkx graph for graph algorithms only when asked, so a no-op build never imports it.
+"""The step graph: canonical steps as nodes, dependency edges (pseudo-dependencies are hashed into the version,
+never waited for). Every walk is iterative, over the version table's plain adjacency lists.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
 
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.core.versions import VersionTable
@@ -21,23 +16,6 @@ class StepGraph:
 
     def __init__(self, table: VersionTable):
         self.table = table
-        self._nx: Any = None
-
-    @property
-    def nx(self) -> Any:
-        """The graph as a ``networkx.DiGraph`` (edge attribute ``blocking``)."""
-        if self._nx is None:
-            import networkx as nx
-
-            graph = nx.DiGraph()
-            graph.add_nodes_from(self.table.steps)
-            for step in self.table.steps:
-                for dep in self.table.pseudo_dependencies[step]:
-                    graph.add_edge(dep, step, blocking=False)
-                for dep in self.table.dependencies[step]:
-                    graph.add_edge(dep, step, blocking=True)
-            self._nx = graph
-        return self._nx
 
     def blocking_deps(self, step: ExecutorStep) -> list[ExecutorStep]:
         return self.table.dependencies[step]

@@ -17,18 +17,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = [
-    "Label",
-    "LabelError",
-    "PatternError",
-    "TargetPattern",
-    "expand_patterns",
-    "parse_label",
-    "parse_pattern",
-    "validate_package",
-    "validate_target_name",
-]
-
 _PACKAGE_SEGMENT = re.compile(r"[A-Za-z0-9_.+=,~-]+\Z")
 _NAME_SEGMENT = re.compile(r"[A-Za-z0-9_.+=,~@#%-]+\Z")
 _REPO = re.compile(r"[A-Za-z0-9_.-]+\Z")
@@ -44,10 +32,7 @@ class PatternError(LabelError):
 
 @dataclass(frozen=True, order=True, slots=True)
 class Label:
-    """A target or source-file name: ``[@repo]//package:name``.
-
-    ``package`` is ``""`` for the workspace root; ``repo`` is ``""`` for the main workspace.
-    """
+    """A target or source-file name: ``[@repo]//package:name`` (``""``: the workspace root, the main workspace)."""
 
     package: str
     name: str
@@ -62,7 +47,6 @@ class Label:
 
     @property
     def path(self) -> str:
-        """``package/name`` (or ``name`` at the root): the label as a relative path."""
         return f"{self.package}/{self.name}" if self.package else self.name
 
     def sibling(self, name: str) -> Label:
@@ -93,11 +77,7 @@ def validate_package(package: str, text: str | None = None) -> None:
 
 
 def validate_target_name(name: str, text: str | None = None) -> None:
-    """Raise ``LabelError`` unless ``name`` is a valid target or file name.
-
-    Names may contain ``/`` (files in sub-folders) but no empty, ``.`` or ``..`` segment,
-    no leading or trailing ``/`` and no backslash: a name can never escape its package.
-    """
+    """Raise ``LabelError`` unless ``name`` is a valid target or file name (see the module docstring)."""
     shown = text if text is not None else name
     if name == "":
         raise LabelError(f"invalid label {shown!r}: empty target name")
@@ -130,11 +110,8 @@ def _first_illegal(segment: str, pattern: re.Pattern[str]) -> str:
 
 
 def parse_label(text: str, current_package: str | None = None) -> Label:
-    """Parse ``text`` into a ``Label``.
-
-    Accepted forms: ``//pkg/sub:name``, ``//pkg`` (= ``//pkg:pkg``), ``@repo//pkg:name``,
-    and, when ``current_package`` is given, ``:name`` and bare ``name`` (relative).
-    """
+    """``//pkg/sub:name``, ``//pkg`` (= ``//pkg:pkg``), ``@repo//pkg:name``, and, when ``current_package`` is
+    given, ``:name`` and bare ``name``."""
     if not isinstance(text, str):
         raise LabelError(f"expected a label string, got {type(text).__name__} {text!r}")
     if text == "":
@@ -184,11 +161,8 @@ def parse_label(text: str, current_package: str | None = None) -> Label:
 
 @dataclass(frozen=True, slots=True)
 class TargetPattern:
-    """One parsed target pattern.
-
-    ``kind`` is ``"label"`` (exactly ``label``), ``"all"`` (every target of ``package``) or
-    ``"recursive"`` (every target of ``package`` and the packages beneath it).
-    """
+    """One parsed target pattern: ``kind`` is ``"label"`` (exactly ``label``), ``"all"`` (every target of
+    ``package``) or ``"recursive"`` (every target of ``package`` and the packages beneath it)."""
 
     kind: str
     package: str
@@ -200,7 +174,6 @@ class TargetPattern:
         return self.text
 
     def matches_package(self, package: str) -> bool:
-        """Whether this pattern can select targets in ``package``."""
         if self.kind == "recursive":
             return self.package == "" or package == self.package or package.startswith(self.package + "/")
         return package == self.package
@@ -249,15 +222,10 @@ def expand_patterns(
     all_labels_by_package: Mapping[str, Sequence[str | Label]],
     current_package: str = "",
 ) -> list[Label]:
-    """Expand target patterns, in order, against the known packages and their targets.
-
-    ``all_labels_by_package`` maps each package to its target names (or labels) in
-    declaration order. Positive patterns add labels (packages in sorted order, targets in
-    the given order, first occurrence wins); ``-PATTERN`` removes the labels it matches
-    from those selected so far. A plain label or ``:all`` pattern naming a package or
-    target that does not exist, and a positive ``//pkg/...`` with no package beneath
-    ``pkg``, raise ``PatternError`` naming it (a negative ``...`` pattern may match nothing).
-    """
+    """Expand target patterns, in order, against each package's target names (or labels) in declaration order.
+    Positive patterns add labels (packages sorted, first occurrence wins); ``-PATTERN`` removes those it matches
+    from the ones selected so far. A label or ``:all`` naming a package or target that does not exist, and a
+    positive ``//pkg/...`` with no package beneath ``pkg``, raise ``PatternError`` naming it."""
     names_by_package: dict[str, list[str]] = {
         pkg: [x.name if isinstance(x, Label) else x for x in targets] for pkg, targets in all_labels_by_package.items()
     }

@@ -1,32 +1,23 @@
 """What a step asks a backend for: CPUs, memory, GPUs, TPU slices and custom Ray resources.
 
-A step's request can be written several ways; ``normalize`` turns each into ``Resources``:
+``normalize`` turns each way of writing a request into ``Resources``: ``Resources(cpu=4, memory="16g", gpu=1,
+custom={"spot": 1})`` or ``tpu("v4-8")``; a dict as a BUILD rule's ``resources`` holds it (``{"cpu": 4,
+"memory": "16g", "gpu": 1, "tpu": "v4-8", "custom": {...}}``, any other key with a number a custom resource);
+Marin's ``ResourceConfig`` (fray: ``cpu``, ``ram`` and a cpu/gpu/tpu ``device``); ``None``, the backend's default.
 
-- ``Resources(cpu=4, memory="16g", gpu=1, custom={"spot": 1})`` or ``tpu("v4-8")``;
-- a dict, as a BUILD rule's ``resources`` attribute holds it:
-  ``{"cpu": 4, "memory": "16g", "gpu": 1, "tpu": "v4-8", "custom": {"spot": 1}}``
-  (any other key with a number is a custom resource, e.g. ``{"TPU": 4}``);
-- Marin's ``ResourceConfig`` (fray): ``cpu``, ``ram`` and a ``device`` of kind cpu/gpu/tpu;
-- ``None``: the backend's default (one CPU on Ray).
+On Ray a TPU slice is the custom resources Ray advertises on each TPU VM: ``TPU`` (that VM's chips) and
+``TPU-<type>-head`` (on worker 0 of a slice). A single-host slice asks for both, so the step holds every
+chip of one slice, in a fresh worker process (``max_calls=1``: libtpu belongs to one process at a time).
+A multi-host slice asks nothing of the slice for the step's own task: it is the slice's coordinator, which
+reserves a whole slice with ``ray.util.tpu`` (``marinbuild.ml.slice_run``, using ``TpuSlice.topology``) and
+runs one process per host; holding the head resource itself would keep ``ray.util.tpu`` from reserving it.
+Several slices (``slices`` > 1: multislice) are reserved together and run as one job; like a multi-host slice,
+the step's task coordinates them, and it never runs on a node labelled ``ray.io/market-type=spot`` (a label
+selector): a preempted coordinator would end every host's work and spend the step's retries, not its
+preemption budget.
 
-On Ray a TPU slice is a set of custom resources, as Ray's TPU support advertises them on
-each TPU VM: ``TPU`` (the chips of that VM) and ``TPU-<type>-head`` (on worker 0 of a
-slice only). A single-host slice (v4-8, v5litepod-8, ...) asks for both, so the step
-holds every chip of one slice, in a fresh worker process (``max_calls=1``), since libtpu
-belongs to one process at a time. A multi-host slice (v4-16, ..., v4-2048) asks the step's
-own task for nothing of the slice: that task is the slice's coordinator, which reserves a
-whole slice with ``ray.util.tpu`` (``marinbuild.ml.slice_run``) and runs one process per
-host on it; holding the head resource itself would keep ``ray.util.tpu`` from reserving it.
-``TpuSlice.topology`` is the slice's chip topology as ``ray.util.tpu`` wants it (``2x2x2``). That
-coordinating task never runs on a node labelled ``ray.io/market-type=spot`` (a label selector): a preempted
-coordinator would end every host's work and spend the step's retries, not its preemption budget.
-
-``slices`` is the number of slices (multislice): several slices of one type, reserved together and
-run as one job (``marinbuild.ml.slice_run``); like a multi-host slice, the step's task coordinates.
-
-Pure data: parsing and describing a request touches no device, file or cluster (what this machine
-has, and the local backend's refusal, are ``marinbuild.run.resources``), so the loader's ``tpu()``
-builtin and the analysis use it without knowing anything of execution.
+Pure data: no device, file or cluster is touched (what this machine has is ``marinbuild.run.resources``), so
+the loader's ``tpu()`` builtin and the analysis use it knowing nothing of execution.
 """
 
 from __future__ import annotations
@@ -78,8 +69,6 @@ MARKET_TYPE_LABEL = "ray.io/market-type"
 
 @dataclass(frozen=True)
 class TpuSlice:
-    """A TPU slice type and its shape."""
-
     type: str
     chips: int
     vms: int
@@ -209,9 +198,8 @@ class Resources:
 
     @property
     def fresh_worker(self) -> bool:
-        """Run in a worker process of its own (``max_calls=1``): libtpu belongs to one process at a time.
-
-        Not a multi-host slice's coordinator: its hosts' processes run in fresh workers of their own."""
+        """Run in a worker process of its own (``max_calls=1``); not a multi-host slice's coordinator, whose hosts'
+        processes run in fresh workers of their own."""
         return self.wants_tpu and not self.multi_host
 
     def describe(self) -> str:
@@ -281,16 +269,9 @@ def parse_memory(value: int | float | str) -> int:
 
 
 _DICT_KEYS = {
-    "cpu": "cpu",
-    "num_cpus": "cpu",
-    "cpus": "cpu",
-    "gpu": "gpu",
-    "num_gpus": "gpu",
-    "gpus": "gpu",
-    "memory": "memory",
-    "ram": "memory",
-    "tpu": "tpu",
-    "slices": "slices",
+    **dict.fromkeys(("cpu", "num_cpus", "cpus"), "cpu"),
+    **dict.fromkeys(("gpu", "num_gpus", "gpus"), "gpu"),
+    **{"memory": "memory", "ram": "memory", "tpu": "tpu", "slices": "slices"},
 }
 
 

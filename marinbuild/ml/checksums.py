@@ -1,17 +1,9 @@
 """Checksums of a byte stream, computed while it is copied, and checked against what a source publishes.
 
-``Digests(names)`` is updated chunk by chunk and gives hex digests by name:
-
-- ``sha256``: always computed; the Hub publishes it for every LFS file (``lfs.oid``), and it is the
-  content checksum every manifest records, whatever the source;
-- ``git_sha1``: git's blob id, ``sha1(b"blob <size>\\0" + content)``: what the Hub publishes for a small
-  (non-LFS) file; needs the size in advance (the listing gives it);
-- ``md5`` and ``crc32c``: what GCS publishes per object (``md5Hash`` and ``crc32c`` in the object's
-  metadata, base64; a composite object has no md5). crc32c comes from ``google_crc32c`` (installed with
-  gcsfs, the library GCS's own clients use), imported only when a source publishes one.
-
-All are hex strings here; ``from_gcs_base64`` converts GCS's encoding. ``mismatches(expected, actual)``
-names each published checksum that differs.
+``Digests(names)`` is updated chunk by chunk and gives hex digests by name: ``sha256`` (always: the Hub's
+LFS ``oid``, and what every manifest records), ``git_sha1`` (git's blob id, the Hub's for a small file; needs
+the size in advance), ``md5`` and ``crc32c`` (GCS's, base64 in its metadata: ``from_gcs_base64``; crc32c from
+``google_crc32c``, imported only when needed). ``mismatches(expected, actual)`` names each that differs.
 """
 
 from __future__ import annotations

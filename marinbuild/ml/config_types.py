@@ -1,14 +1,10 @@
 """Field values of the ``train_lm`` config dataclasses checked against their type annotations.
 
-A BUILD file writes a config as a dict (``optimizer = {"learning_rate": "fast"}``); without this
-check a wrong type would surface as whatever Python error the first comparison raises, far from
-the field. ``check_field_types`` names the field and the type it expects instead:
-``learning_rate: expected a number, got str 'fast'``.
-
-The annotations understood are the ones the configs use: ``int``, ``float`` (an int is a number
-too), ``str``, ``bool`` (never taken for a number), ``None``, ``Any``, ``list[X]`` (a list or a
-tuple, as Starlark has both), ``dict[str, X]`` and unions of them. ``bool`` is a subclass of
-``int`` in Python but not a number here: ``learning_rate = True`` is an error.
+A BUILD file writes a config as a dict; without this check a wrong type would surface far from the field.
+``check_field_types`` names the field and the type instead: ``learning_rate: expected a number, got str
+'fast'``. Annotations understood: ``int``, ``float`` (an int is a number too), ``str``, ``bool`` (never a
+number, though Python's ``bool`` is an ``int``), ``None``, ``Any``, ``list[X]`` (a list or a tuple, as
+Starlark has both), ``dict[str, X]`` and unions of them.
 """
 
 from __future__ import annotations
@@ -28,10 +24,8 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def check_field_types(cls: type, values: Mapping[str, Any]) -> None:
-    """Raise ``AttrValueError("NAME: expected TYPE, got ...")`` for the first field of ``values`` of the wrong type.
-
-    Names that are not fields of ``cls`` are left to the caller (the attribute's unknown-field check).
-    """
+    """Raise ``AttrValueError("NAME: expected TYPE, got ...")`` for the first field of ``values`` of the wrong type
+    (names that are not fields of ``cls`` are the caller's to refuse)."""
     hints = _hints(cls)
     for name, value in values.items():
         hint = hints.get(name)

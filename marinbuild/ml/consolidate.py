@@ -1,27 +1,17 @@
 """One levanter cache from shard caches, in this process: levanter's own copy steps, without zephyr.
 
-``consolidate_caches(paths, output, exemplar, metadata)`` writes what levanter's
-``consolidate_shard_caches`` writes (the same arrays, offsets, ledger; the tests compare both
-row by row and ledger by ledger), by running the same steps of ``levanter.store.cache``:
+``consolidate_caches(paths, output, exemplar, metadata)`` writes what levanter's ``consolidate_shard_caches``
+writes (the tests compare both row by row and ledger by ledger) by running the same steps of
+``levanter.store.cache``: each shard's ledger and data sizes give its offsets in the output; each shard's data
+is copied in at its offset (``_copy_in_batches``), the output opened once; then every shard's offsets in one
+tensorstore transaction, the merged ledger and the row count.
 
-1. each shard's ledger and data sizes (``CacheLedger.load``, ``TreeStore.open``), which give
-   every shard's row and data offsets in the output;
-2. each shard's data copied into the output at its offset (``_copy_in_batches``: tensorstore
-   reads and writes of up to 64 Mi elements), one shard after the other, the output opened once;
-3. every shard's offsets in one tensorstore transaction (``_consolidate_metadata``), then the
-   merged ledger and the row count (``_merge_materialized_ledgers``, ``_expose_cache_rows``).
-
-Why not call ``consolidate_shard_caches`` itself: its copy of each shard
-(``_extend_cache_with_other_cache``) reopens the output and ends with a full ``gc.collect()``,
-which in a process holding jax and a tokenizer costs far more than copying a small shard; with
-thousands of small shards those collections, not the copying, were nearly all of the
-consolidation's time (cProfile of a consolidation of many small shards). Its two zephyr
-pipelines (a task per shard) add their own per-shard cost. Here the shards are copied without a
-collection per shard, in one event loop, one at a time: two copies of neighbouring shards write
-the same tensorstore chunk at its edge, and one writer per array needs no reasoning about
-concurrent read-modify-writes.
-The private functions are levanter's (pinned in pyproject.toml); tests/ml/test_consolidate.py
-fails if they stop producing what ``consolidate_shard_caches`` does.
+Why not ``consolidate_shard_caches`` itself: its copy of each shard reopens the output and ends with a full
+``gc.collect()``, which in a process holding jax and a tokenizer costs far more than copying a small shard
+(with thousands of shards, nearly all the time), and its zephyr pipelines add a per-shard cost. Here shards
+are copied one at a time in one event loop: neighbouring shards write the same tensorstore chunk at its edge,
+and one writer per array needs no reasoning about concurrent read-modify-writes. The private functions are
+levanter's (pinned in pyproject.toml); tests/ml/test_consolidate.py fails if they stop matching.
 """
 
 from __future__ import annotations

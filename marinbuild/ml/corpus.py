@@ -5,11 +5,9 @@ A ``raw_data`` output folder holds ``manifest.json``::
     {"kind": "raw_data", "files": ["<out>/files/data/train-00000.jsonl.gz", ...],
      "urls": ["gs://bucket/dclm/**/*.jsonl.zst"], "documents": 1800}
 
-``files`` are workspace files copied into the output (so the output stands alone and its
-version is their content); ``urls`` are fsspec URLs or globs recorded as given and read
-where they are (never fetched when the graph is analysed, queried or dry-run). Documents
-are JSON lines (``.jsonl``, optionally ``.gz``/``.zst``/``.bz2``/``.xz``), JSON arrays
-(``.json``) or Parquet (``.parquet``), with the text under ``text_key``.
+``files`` are workspace files copied into the output (so it stands alone and its version is their content);
+``urls`` are fsspec URLs or globs read where they are (never fetched when the graph is analysed, queried or
+dry-run). Documents are JSON lines (optionally compressed), JSON arrays or Parquet, the text under ``text_key``.
 """
 
 from __future__ import annotations
@@ -63,15 +61,9 @@ def expand(patterns: Iterable[str]) -> list[str]:
 
 
 def document_paths(raw_outputs: Iterable[str]) -> list[str]:
-    """Every document file of these ``raw_data`` or ``download`` outputs, in order (globs expanded).
-
-    Of a ``download`` output, the files with a document suffix (a dataset's README.md or
-    .gitattributes is not a document); of a folder Marin's own download step made (its
-    ``provenance.json``, no manifest of ours), every document file below it, sorted."""
-    paths: list[str] = []
-    for raw in raw_outputs:
-        paths.extend(_documents_of(raw))
-    return paths
+    """Every document file of these ``raw_data`` or ``download`` outputs, in order (globs expanded; of a download,
+    the files with a document suffix: a dataset's README.md is not one)."""
+    return [path for raw in raw_outputs for path in _documents_of(raw)]
 
 
 def download_documents(output: str, patterns: list[str] | None = None) -> list[str]:
@@ -120,7 +112,6 @@ def _exists(path: str) -> bool:
 
 
 def iter_documents(path: str) -> Iterator[dict[str, Any]]:
-    """The records of one document file."""
     ext, compression = document_format(path)
     if ext == ".parquet":
         import pyarrow.parquet as pq

@@ -1,8 +1,4 @@
-"""What a document file is: its format and compression, from its name alone.
-
-A leaf of ``marinbuild.ml``: the corpus manifests, the shard planner and the shard readers all ask it, and it
-imports none of them.
-"""
+"""What a document file is: its format and compression, from its name alone (a leaf of ``marinbuild.ml``)."""
 
 from __future__ import annotations
 

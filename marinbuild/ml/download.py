@@ -2,8 +2,7 @@
 
 Output layout (``<files>`` is the output folder, or ``<out>/<subdir>`` with ``subdir``)::
 
-    <files>/<path in the source>   the files, under their paths relative to the source root
-                                   (Marin's ``download_hf`` layout: ``<out>/<path in repo>``)
+    <files>/<path in the source>   the files (Marin's ``download_hf`` layout: ``<out>/<path in repo>``)
     <out>/manifest.json            {"kind": "download", "source": {...}, "subdir", "files": [{"path",
                                     "size", "sha256", <published checksums>, "source"}], "bytes"}
     <out>/provenance.json          Marin's keys: dataset (or url), version, links, access_time
@@ -11,15 +10,11 @@ Output layout (``<files>`` is the output folder, or ``<out>/<subdir>`` with ``su
     <out>/.download/files.jsonl    one line per file per attempt: run, path, state (fetched or
                                    cached), size, seconds, node
 
-How (``download(payload)``): the source is listed (``marinbuild.ml.download_sources``: the Hub at
-the commit the revision names, or an fsspec URL); files whose done marker matches the listing are
-reused; the others are copied in parallel by ``marinbuild.ml.download_work.fetch_file`` over the
-pool ``marinbuild.ml.shard_pool`` gives (the mechanism tokenize's shards use): Ray tasks with
-``file_resources`` each, spread over the cluster, when the step runs on Ray; ``workers`` threads of
-the build process otherwise (copying waits on the network, so threads, not processes). The first
-failure (a checksum mismatch names its file) stops the step after the files in flight end; every
-file verified before it stays done, so a rerun fetches only the rest. Progress (files done /
-total, bytes per second) is reported as the step's ``progress`` events.
+The source is listed (``download_sources``); files whose done marker matches the listing are reused; the
+others are copied in parallel by ``download_work.fetch_file`` over ``shard_pool``'s pool: Ray tasks with
+``file_resources`` each when the step runs on Ray, else ``workers`` threads (copying waits on the network).
+The first failure stops the step after the files in flight end; every file verified before it stays done,
+so a rerun fetches only the rest. Progress (files, bytes per second) goes to the step's ``progress`` events.
 """
 
 from __future__ import annotations
@@ -49,10 +44,7 @@ logger = logging.getLogger("marinbuild.ml.download")
 
 
 def payload_of(attr: Any, output_path: str, label: str) -> dict[str, Any]:
-    """The job of a ``download`` target from its resolved attributes.
-
-    The attributes were checked when the BUILD file was loaded (``marinbuild.ml.download_attrs``).
-    """
+    """The job of a ``download`` target from its attributes (checked at load time by ``download_attrs``)."""
     subdir = (attr.subdir or "").strip("/")
     return {
         "output_path": output_path,

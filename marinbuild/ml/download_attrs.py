@@ -1,17 +1,12 @@
 """The ``download`` rule's attribute check, run when a BUILD file declares a target (``rule(check=...)``).
 
-``check(values)`` raises ``AttrValueError(message, attr=...)`` for a mistake the attribute types cannot
-express: the source (exactly one of ``hf_dataset`` and ``url``; a ``revision`` with ``hf_dataset`` only,
-and always with it), ``checksums`` (``url`` sources only; relative paths to ``"<kind>:<hex>"`` of a kind
-``marinbuild.ml.checksums`` computes, with that kind's length), ``patterns`` (no empty glob), ``subdir``
-(a folder inside the output) and ``workers`` (at least one). The loader turns the error into one
-``path:line:col`` line at the attribute, so a mistake shows in ``query`` and ``build -n`` before any step
-runs, rather than as a failed step (``marinbuild.ml.download.payload_of`` trusts these values).
-
-Cheap by contract: no network, no file access, no import beyond the standard library and
-``marinbuild.load`` (it runs for every ``download`` target each time its BUILD file is loaded). The Hub's
-dataset id syntax is left to ``huggingface_hub`` when the step runs: importing it at load time would cost
-every command its import.
+``check(values)`` raises ``AttrValueError(message, attr=...)`` for what the attribute types cannot express:
+the source (exactly one of ``hf_dataset`` and ``url``; ``revision`` always with ``hf_dataset`` only),
+``checksums`` (``url`` only; relative paths to ``"<kind>:<hex>"`` of a kind ``marinbuild.ml.checksums``
+computes), ``patterns`` (no empty glob), ``subdir`` (inside the output) and ``workers`` (at least one), so a
+mistake shows as one ``path:line:col`` line in ``query`` and ``build -n``, not as a failed step. Cheap by
+contract: no network, file access or import beyond the standard library and ``marinbuild.load`` (the Hub's
+dataset id syntax is left to ``huggingface_hub`` when the step runs).
 """
 
 from __future__ import annotations
@@ -21,8 +16,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from marinbuild.load.attrs import AttrValueError
-
-__all__ = ["check"]
 
 HEX_LENGTHS = {"sha256": 64, "git_sha1": 40, "md5": 32, "crc32c": 8}
 """Hex digits of each checksum kind (``marinbuild.ml.checksums.KNOWN``, as ``Digests.hexdigests()`` gives them)."""

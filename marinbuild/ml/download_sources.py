@@ -1,23 +1,18 @@
 """What a ``download`` copies: the files of a source, each with its size and the checksums the source publishes.
 
-Two kinds of source, listed when the step runs (never while the graph is loaded, queried or dry-run):
+Sources are listed when the step runs (never while the graph is loaded, queried or dry-run):
 
-- the Hugging Face Hub (``list_hub``): a dataset id at a revision. The revision (a branch, tag or
-  commit, short or full) is resolved to its commit first (``HfApi.dataset_info``), and every file is
-  then fetched at that commit, so a branch moving during a long download changes nothing. The
-  listing is ``HfApi.list_repo_tree(recursive=True)``; each file's published checksum is its LFS
-  sha256 (large files) or its git blob sha1 (small files). A file is fetched from its ``resolve``
-  URL (``hf_hub_url``) with ``huggingface_hub``'s own headers (the token from ``HF_TOKEN`` or the
-  login cache): streamed into the destination, never through a local cache copy as
-  ``hf_hub_download`` would make one.
-- any fsspec URL (``list_fsspec``): a file or a folder (every file below it). GCS publishes each
-  object's md5 (not for composite objects) and crc32c, both checked; other filesystems publish
-  nothing checked here (S3's ETag is an md5 only for single-part uploads, https none), so their
-  files are checked by size and by ``checksums`` given in the BUILD file, if any.
+- the Hugging Face Hub (``list_hub``): a dataset id at a revision (branch, tag or commit), resolved to its
+  commit first, so a branch moving during a long download changes nothing. Each file's published checksum
+  is its LFS sha256 (large files) or git blob sha1 (small). A file is streamed from its ``resolve`` URL
+  with ``huggingface_hub``'s own headers (the token from ``HF_TOKEN`` or the login cache), never through
+  a local cache copy as ``hf_hub_download`` would make one.
+- any fsspec URL (``list_fsspec``): a file or a folder. GCS publishes each object's md5 (not for composite
+  objects) and crc32c, both checked; other filesystems' files are checked by size and by the BUILD file's
+  ``checksums``, if any.
 
-``patterns`` are globs relative to the source's root with fsspec's semantics (``*`` stays within a
-folder, ``**`` crosses folders: ``fsspec.utils.glob_translate``), as Marin's ``hf_urls_glob`` are
-matched by ``HfFileSystem.glob``. No pattern: every file.
+``patterns`` are globs relative to the source's root with fsspec's semantics (``**`` crosses folders), as
+Marin's ``hf_urls_glob`` are matched by ``HfFileSystem.glob``. No pattern: every file.
 """
 
 from __future__ import annotations
@@ -80,10 +75,8 @@ def list_hub(dataset: str, commit: str, patterns: list[str], endpoint: str | Non
 
 
 def list_fsspec(url: str, patterns: list[str], checksums: dict[str, str]) -> list[Entry]:
-    """The files at ``url`` (a file, or every file below a folder) matching ``patterns``, sorted by path.
-
-    ``checksums``: expected checksums by relative path (``"sha256:<hex>"``), checked as if the source
-    published them."""
+    """The files at ``url`` (a file, or every file below a folder) matching ``patterns``, sorted by path;
+    ``checksums`` (by relative path) are checked as if the source published them."""
     fs = _filesystem(url)
     protocol = url.split("://", 1)[0] + "://" if "://" in url else ""
     root = url.rstrip("/")

@@ -1,25 +1,13 @@
 """The work of a download worker (a local thread or a Ray task): copy one file, verify it, commit it.
 
-``fetch_file(job)``, with ``job`` a plain dict (it crosses process and node boundaries):
-
-1. a file whose done marker exists and matches the listing (same size, same published checksums)
-   is not fetched again: ``state`` ``cached``;
-2. otherwise the source is streamed (fsspec: Hub and https URLs unbuffered through fsspec's HTTP
-   filesystem, ``gs://`` through marinbuild's retrying gcsfs) into ``<dest>.partial-<random>``
-   in the destination's filesystem, every chunk hashed on the way (``marinbuild.ml.checksums``);
-3. the size and every published checksum are compared; a difference raises
-   ``ChecksumMismatchError`` naming the file, and the partial copy is deleted: nothing of it is
-   kept or marked;
-4. the partial copy becomes the file (``os.replace`` locally, one rename; on an object store a
-   server-side copy, whose result appears whole), and only then is the done marker written
-   (``marinbuild.store.fs.write_atomic``): a file is done exactly when its marker exists, and a
-   marker is never written for a partial or unverified file. A kill at any point leaves at worst a
-   ``.partial-*`` copy, never taken for the file (its name has no document suffix) and removed when
-   the file is fetched again.
-
-The marker holds the file's manifest record: relative path, size, sha256 and the published
-checksums, the source URL. Transient read errors are retried (three attempts per file); a checksum
-mismatch is not (the bytes the source serves do not match what it publishes).
+``fetch_file(job)`` (``job`` a plain dict: it crosses process and node boundaries): a file whose done marker
+matches the listing (size, published checksums) is ``cached``. Otherwise the source is streamed into
+``<dest>.partial-<random>``, every chunk hashed on the way (``marinbuild.ml.checksums``); the size and every
+published checksum are compared (a difference raises ``ChecksumMismatchError`` naming the file and deletes the
+partial copy); the partial copy becomes the file (``os.replace``, or a server-side copy on an object store),
+and only then is the done marker written atomically: a file is done exactly when its marker exists. A kill
+leaves at worst a ``.partial-*`` copy (no document suffix), removed when the file is fetched again. The marker
+holds the file's manifest record. Transient read errors are retried (three attempts); a mismatch is not.
 """
 
 from __future__ import annotations

@@ -1,27 +1,20 @@
 """lm-eval-harness tasks on a trained checkpoint (the child process of the ``eval_harness`` rule).
 
-Loads the latest checkpoint of a ``train_lm`` output (its ``model.json`` says how to rebuild
-the model) and runs levanter's own lm-eval integration on it: ``levanter.eval_harness``'s
-``run_eval_harness_main`` with an ``LmEvalHarnessConfig`` of ``TaskConfig`` entries (task name,
-few-shot count, alias). Under the output folder:
+Loads the latest checkpoint of a ``train_lm`` output (its ``model.json`` says how to rebuild the model) and
+runs levanter's ``run_eval_harness_main`` on it with an ``LmEvalHarnessConfig`` (tasks from
+``marinbuild.ml.lm_eval_tasks``). Under the output folder::
 
     results.json        {"checkpoint", "step", "tasks": [the task specs],
                          "results": {task: {metric: value}}, "averages": {...}, "n_samples": {task: n}}
-                        metric names without lm-eval's ",none" filter suffix; stderr entries and
-                        lm-eval's "sample_len" (that is n_samples) dropped
-    lm_eval_output.json lm-eval's whole output as levanter returns it (configs, versions, samples counts)
+                        metric names without lm-eval's ",none" suffix; stderr entries and "sample_len" dropped
+    lm_eval_output.json lm-eval's whole output as levanter returns it
     logs/               levanter's log and the child's output
 
-On a multi-host slice (``marinbuild.ml.slice_run``) this module runs once per host, one JAX
-distributed job as training is, started the same way on real and simulated hosts
-(``marinbuild.ml.distributed.start_distributed``, with its levanter fixes). levanter's ``run_eval_harness_main`` runs lm-eval on process 0 alone, which sends
-each batch of requests to every process (``worker_message_loop``) so the sharded model computes
-it together, and returns the outputs on process 0 only (None elsewhere). So process 0 alone
-writes ``results.json`` and ``lm_eval_output.json``; another host's process returns a summary
-naming its process and writes nothing.
-
-The tasks (names checked before the model is loaded, the target's own task files, levanter's harness
-config) are ``marinbuild.ml.lm_eval_tasks``'s.
+On a multi-host slice this runs once per host, one JAX distributed job as training is, started the same way
+(``marinbuild.ml.distributed.start_distributed``, with its levanter fixes). levanter runs lm-eval on process 0,
+which sends each batch of requests to every process so the sharded model computes it together, and returns the
+outputs on process 0 only: it alone writes the files; another host's process returns a summary naming its
+process.
 """
 
 from __future__ import annotations

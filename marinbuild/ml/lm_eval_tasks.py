@@ -1,23 +1,15 @@
 """lm-eval tasks as levanter takes them: task names checked, a target's own task files, the harness config.
 
-Both the ``eval_harness`` child (``marinbuild.ml.eval_harness``) and training with task evaluations
-(``marinbuild.ml.train``, ``marinbuild.ml.train_config``) use these, so they live apart from either.
-Imports lm-eval and levanter inside the functions: call them only in those processes (or a test).
-
-Local tasks: a target's ``task_files`` (its YAML task definitions and their data files,
-package-relative path -> absolute path) are copied into a fresh folder with the same layout
-(``copy_task_files``), lm-eval's ``TaskManager`` gets it as ``include_path``, and tasks load from
-there, so a YAML's ``dataset_kwargs: {data_files: ...}`` names its data relative to the package.
-levanter's ``LmEvalHarnessConfig.to_task_dict`` builds its ``TaskManager()`` without an include path
-and hands lm-eval each task as a dict of overrides, which lm-eval 0.4.13 reads as a whole inline task
-definition (a registered task's dataset and prompts are lost). ``harness_config``'s
-``LocalTasksHarnessConfig`` therefore loads each task by name from a ``TaskManager`` with the include
-path, sets its few-shot count the way lm-eval's own ``simple_evaluate`` does (``Task.set_config``),
-and renames it to its alias with levanter's own renaming.
-
-Every task name is checked against lm-eval's registry (plus the local tasks) before the model
-is loaded: levanter retries a failing task load with backoff for minutes (meant for Hub rate
-limits), so an unknown name would otherwise fail late; here it fails at once, naming the task.
+Used by the ``eval_harness`` child and by training with task evaluations; imports lm-eval and levanter inside
+the functions (call them only in those processes). A target's ``task_files`` (YAML task definitions and data,
+package-relative path -> absolute path) are copied into a fresh folder with the same layout, given to
+lm-eval's ``TaskManager`` as ``include_path``, so a YAML's ``data_files`` are relative to the package.
+levanter's ``LmEvalHarnessConfig.to_task_dict`` builds its ``TaskManager()`` without an include path and hands
+lm-eval each task as a dict of overrides, which lm-eval 0.4.13 reads as a whole inline task (losing a
+registered task's dataset and prompts): ``LocalTasksHarnessConfig`` loads each task by name from a
+``TaskManager`` with the include path, sets its few-shot count as ``simple_evaluate`` does, and renames it to
+its alias with levanter's renaming. Every task name is checked before the model is loaded: levanter retries
+a failing task load for minutes, so an unknown name would fail late.
 """
 
 from __future__ import annotations
@@ -30,8 +22,6 @@ import warnings
 from typing import Any
 
 import fsspec
-
-__all__ = ["UnknownTaskError", "check_task_names", "copy_task_files", "harness_config", "set_fewshot"]
 
 
 class UnknownTaskError(ValueError):

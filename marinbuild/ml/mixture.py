@@ -1,16 +1,14 @@
 """The weights of a ``train_lm`` data mixture, fixed or changing at given steps (pure Python).
 
-A BUILD file writes a fixed mixture as ``data = {":a": 0.7, ":b": 0.3}``. A mixture that changes
-at given steps, Marin's ``lm_varying_mixture_data_config(weights_list=[(0, w0), (740_500, w1)])``,
-is written a column per stage:
+A fixed mixture is ``data = {":a": 0.7, ":b": 0.3}``. One changing at given steps (Marin's
+``lm_varying_mixture_data_config``) is written a column per stage, each weight holding from its step on
+(a plain number: the same in every stage)::
 
     data = {":a": [0.7, 0.3], ":b": [0.3, 0.2], ":c": [0.0, 0.5]},
     data_steps = [0, 740_500],
 
-each weight holding from its step of ``data_steps`` on (a plain number: the same in every stage).
-``mixture_weights`` turns that into what levanter's ``LmDataConfig.train_weights`` takes: a dict,
-or a list of ``(start_step, {name: weight})``. The same checks run when the BUILD file loads
-(``MixtureWeightAttr`` and the rule's check) and in the training process.
+``mixture_weights`` gives what levanter's ``LmDataConfig.train_weights`` takes: a dict, or a list of
+``(start_step, {name: weight})``. The same checks run when the BUILD file loads and in the training process.
 """
 
 from __future__ import annotations
@@ -40,12 +38,8 @@ class MixtureWeightAttr(Attr):
 
 
 def mixture_weights(data: Mapping[Any, Any], steps: Sequence[int]) -> dict[Any, float] | list[Any]:
-    """levanter's ``train_weights`` for ``data`` (key -> weight or weights per stage) changing at ``steps``.
-
-    Raises ``AttrValueError`` (a ``ValueError``) naming the attribute at fault (``data`` or
-    ``data_steps``) and what is wrong: a list of weights without ``data_steps`` or of another length,
-    a negative weight, a stage without a positive weight, steps not starting at 0 or not increasing.
-    """
+    """levanter's ``train_weights`` for ``data`` (key -> weight or weights per stage) changing at ``steps``; an
+    ``AttrValueError`` naming ``data`` or ``data_steps`` and what is wrong with them."""
     if any(isinstance(s, bool) or not isinstance(s, int) for s in steps):
         raise AttrValueError(f"data_steps must be ints, got {list(steps)!r}", attr="data_steps")
     if steps and (steps[0] != 0 or any(b <= a for a, b in zip(steps, steps[1:], strict=False))):

@@ -1,21 +1,14 @@
 """Running levanter work (tokenize, train, eval) in a child Python process.
 
-Why a child: jax, libtpu and levanter's global state (logging handlers, the tracker, the
-device mesh) belong to one process, and the marinbuild process that schedules steps should
-stay light (it never imports jax). The child is ``python -m marinbuild.ml.<module> PAYLOAD``;
-it reads its job from the JSON payload, writes its result JSON where the payload says,
-and dies with its parent (``PR_SET_PDEATHSIG``), so killing a build kills its training too.
-
-Everything the child prints goes to ``<log_dir>/<name>.log`` (appended: a resumed run
-adds to the same log). Where ``log_dir`` is remote (``gs://``), the log is written locally and copied
-there every ``upload_every`` seconds while the child runs, and once more when it ends, so a host
-that is lost mid-run (a preempted VM) leaves its log up to the last copy; the copy starts from the
-remote log's earlier content, so attempts append there too.
-
-The build's stderr gets the lines that matter: warnings, errors,
-tracebacks and the child's own ``[marinbuild.ml]`` progress lines (``MARINBUILD_ML_LOG=all`` or
-``MARINBUILD_VERBOSE=1``, which ``marinbuild -v`` sets, forwards everything). A failing child
-raises ``MlProcessError`` with the log's tail.
+jax, libtpu and levanter's global state belong to one process, and the build process should stay light
+(it never imports jax). The child is ``python -m marinbuild.ml.<module> PAYLOAD``: it reads its job from the
+JSON payload, writes its result JSON where the payload says, and dies with its parent
+(``PR_SET_PDEATHSIG``), so killing a build kills its training too. Its output goes to
+``<log_dir>/<name>.log`` (appended across resumes); on a remote ``log_dir`` (``gs://``) the log is written
+locally and copied there every ``upload_every`` seconds while the child runs and once at its end, starting
+from the remote log's earlier content, so a host lost mid-run leaves its log up to the last copy. The build's
+stderr gets warnings, errors, tracebacks and ``[marinbuild.ml]`` progress lines (everything with
+``MARINBUILD_ML_LOG=all`` or ``marinbuild -v``). A failing child raises ``MlProcessError`` with the log's tail.
 """
 
 from __future__ import annotations
@@ -53,9 +46,7 @@ LOG_UPLOAD_EVERY = 30.0
 
 
 class MlProcessError(RuntimeError):
-    """The child process failed; the message ends with the tail of its log.
-
-    ``returncode`` is the child's exit code; negative when a signal killed it (``-9``: SIGKILL)."""
+    """The child process failed; the message ends with the tail of its log (``returncode``: negative for a signal)."""
 
     def __init__(self, message: str, returncode: int | None = None):
         super().__init__(message)

@@ -1,31 +1,18 @@
 """The texts of one document file, with every bad record named by file and line (or row).
 
-``read_texts(path, text_key, counts, skip_bad=False, span=None)`` yields the string under
-``text_key`` of each record of a JSON-lines file (``.jsonl``, optionally
-``.gz``/``.zst``/``.bz2``/``.xz``), a JSON array (``.json``) or a Parquet file (``.parquet``), or
-of one part of it (``span``, see ``marinbuild.ml.shard_plan``):
+``read_texts(path, text_key, counts, skip_bad=False, span=None)`` yields the string under ``text_key`` of each
+record of a JSON-lines file (``.jsonl``, optionally ``.gz``/``.zst``/``.bz2``/``.xz``), a JSON array (``.json``)
+or a Parquet file, or of one part of it (``span``, see ``marinbuild.ml.shard_plan``): a plain ``.jsonl``'s
+``(start, end)`` byte range owns the lines that *start* inside it, so the ranges of a file read every line
+once (read as bytes: ``json.loads`` decodes UTF-8, CRLF is JSON whitespace); a Parquet file's is a range of
+row groups. Bad records are named by their *absolute* line (row): the lines before a range are counted only
+when one of its records is bad.
 
-- a plain ``.jsonl`` file's ``span = (start, end)`` is a byte range: it owns the lines that
-  *start* inside it (a line starts at byte 0 or just after a ``\n``), so the ranges of one file
-  read every line exactly once, whatever the boundaries cut. Such a file is read as bytes
-  (``json.loads`` decodes UTF-8 itself; CRLF line ends are JSON whitespace);
-- a Parquet file's ``span = (first, end)`` is a range of row groups.
-
-Bad records are named by the *absolute* line (row) in the file, also within a range: the lines
-before a range are counted only when one of its records is bad (one pass over the bytes before
-the range, then the step fails or, with ``skip_bad``, the count is kept for the range).
-What is bad, and what happens to it:
-
-- a line that is not JSON, or a record whose ``text_key`` is missing or not a string: with
-  ``skip_bad=False`` ``BadRecordError`` naming ``path:line`` (Parquet: ``row``); with
-  ``skip_bad=True`` the record is skipped and counted in ``counts.skipped``;
-- a file that cannot be decompressed (bad gzip, truncated stream) or whose Parquet or JSON-array
-  body cannot be read: ``BadRecordError`` naming the file and the last line read; with
-  ``skip_bad=True`` the rest of the file is skipped (counted as one skipped record) and
-  ``counts.truncated`` names where.
-
-Blank lines of a JSON-lines file are not records (levanter's reader ignores them too).
-No heavy imports: this runs in every tokenize worker.
+A line that is not JSON, or a record whose ``text_key`` is missing or not a string, raises ``BadRecordError``
+naming ``path:line`` (Parquet: ``row``), or with ``skip_bad`` is skipped and counted. A file that cannot be
+decompressed or whose body cannot be read raises, naming the last line read; with ``skip_bad`` the rest of
+the file is skipped (one skipped record) and ``counts.truncated`` names where. Blank lines are not records
+(as for levanter). No heavy imports: this runs in every tokenize worker.
 """
 
 from __future__ import annotations
@@ -58,14 +45,10 @@ class BadRecordError(ValueError):
 
 @dataclass
 class ReadCounts:
-    """What reading one file found."""
-
     records: int = 0
     skipped: int = 0
-    examples: list[str] = field(default_factory=list)
-    """The first few skipped records, as ``path:line: reason``."""
-    truncated: str | None = None
-    """Where an unreadable stream was cut off (``skip_bad`` only)."""
+    examples: list[str] = field(default_factory=list)  # the first few skipped, as ``path:line: reason``
+    truncated: str | None = None  # where an unreadable stream was cut off (``skip_bad`` only)
 
     def skip(self, error: BadRecordError) -> None:
         self.skipped += 1

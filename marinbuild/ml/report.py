@@ -1,19 +1,17 @@
 """A training report: one metrics JSON and a PNG of training and validation loss per step.
 
-``build_report`` reads a ``train_lm`` output (``metrics.jsonl``, ``summary.json``), any
-``eval_lm`` outputs (``eval.json``) and any ``eval_harness`` outputs (``results.json``) and writes:
+``build_report`` reads a ``train_lm`` output (``metrics.jsonl``, ``summary.json``), any ``eval_lm`` outputs
+(``eval.json``) and any ``eval_harness`` outputs (``results.json``) and writes:
 
     metrics.json   {"train_loss": [[step, loss], ...], "validation_loss": {name: [[step, loss], ...]},
                     "learning_rate": [[step, lr], ...], "summary": {...}, "evaluations": {...},
                     "settings": {"model", "parameters", "learning_rate", "batch_size", "steps", "seq_len"},
                     "task_scores": {task: {"metric", "value", "step", "evaluation"}}}
-    loss.png       training loss (and its moving average) and each validation loss against the step,
-                   log-scale loss axis, final evaluation results in the legend; under the title the
-                   run's key settings (model size, learning rate, batch, steps), so two plots can be
-                   told apart; with eval_harness outputs, a second panel of bars: each lm-eval
-                   task's headline metric (``acc`` when it has one)
+    loss.png       training loss (and its moving average) and each validation loss per step, log scale,
+                   final evaluations in the legend, the key settings under the title; with eval_harness
+                   outputs, a panel of bars of each task's headline metric (``acc`` when it has one)
 
-matplotlib (Agg backend, no display) is imported only here.
+matplotlib (Agg backend) is imported only here.
 """
 
 from __future__ import annotations
@@ -74,10 +72,8 @@ def collect(train_output: str, eval_outputs: list[str]) -> dict[str, Any]:
 
 
 def task_scores(harness: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{task: {"metric", "value", "step", "evaluation"}}``: one headline number per lm-eval task.
-
-    The headline is ``acc`` when the task has it (multiple choice), else its first metric in
-    alphabetical order; ``results.json`` keeps them all."""
+    """``{task: {"metric", "value", "step", "evaluation"}}``: one headline number per lm-eval task, ``acc`` when the
+    task has it (multiple choice), else its first metric in alphabetical order."""
     scores: dict[str, dict[str, Any]] = {}
     for evaluation, result in sorted(harness.items()):
         for task, metrics in sorted(result.get("results", {}).items()):
@@ -85,12 +81,8 @@ def task_scores(harness: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 continue
             metric = "acc" if "acc" in metrics else sorted(metrics)[0]
             key = task if task not in scores else f"{evaluation}/{task}"
-            scores[key] = {
-                "metric": metric,
-                "value": metrics[metric],
-                "step": result.get("step"),
-                "evaluation": evaluation,
-            }
+            step = result.get("step")
+            scores[key] = {"metric": metric, "value": metrics[metric], "step": step, "evaluation": evaluation}
     return scores
 
 
@@ -119,6 +111,9 @@ def key_settings(train_output: str, parameter_count: int | None) -> dict[str, An
     }
 
 
+_SETTING_FORMS = {"learning_rate": "lr {:g}", "batch_size": "batch {}", "steps": "{} steps", "seq_len": "seq {}"}
+
+
 def settings_line(settings: dict[str, Any]) -> str:
     """``llama 4x64, 1.2M parameters, lr 0.003, batch 32, 200 steps, seq 128`` (what is known)."""
     parts = []
@@ -133,14 +128,9 @@ def settings_line(settings: dict[str, Any]) -> str:
             if params >= 1e6
             else f"{params:,} parameters"
         )
-    if settings.get("learning_rate") is not None:
-        parts.append(f"lr {settings['learning_rate']:g}")
-    if settings.get("batch_size") is not None:
-        parts.append(f"batch {settings['batch_size']}")
-    if settings.get("steps") is not None:
-        parts.append(f"{settings['steps']} steps")
-    if settings.get("seq_len") is not None:
-        parts.append(f"seq {settings['seq_len']}")
+    for key, form in _SETTING_FORMS.items():
+        if settings.get(key) is not None:
+            parts.append(form.format(settings[key]))
     return ", ".join(parts)
 
 

@@ -1,10 +1,8 @@
 """A JSON-lines log of one step's work items, one line per item per attempt, kept across attempts.
 
-``RunLog(path)`` reads what earlier attempts wrote, then ``add(record)`` appends a line tagged with
-this attempt's ``run`` id; lines are written out at most every second and on ``flush()``. The whole
-file is rewritten each time (one object-store write, no append needed), so it suits logs of
-thousands of lines, not millions. The ``tokenize`` rule logs its shards here, ``download`` its files;
-tests read them to tell what an attempt did (built/fetched) from what it reused (cached).
+``RunLog(path)`` reads earlier attempts' lines; ``add(record)`` appends one tagged with this attempt's ``run``
+id, written out at most every second and on ``flush()`` by rewriting the file (one object-store write: for
+thousands of lines, not millions). ``tokenize`` logs its shards here, ``download`` its files.
 """
 
 from __future__ import annotations

@@ -1,36 +1,25 @@
 """How the input files of a split become shards: large files split into ranges, small files grouped.
 
-One number decides both, ``shard_bytes`` (the ``tokenize`` rule's option, 64 MiB by default: a
-shard of that much text is some ten million tokens, small enough to spread a
-dataset over a cluster and to lose little on a preemption, large enough that per-shard costs
-are a small share; 0: every file is one shard, never split nor grouped):
+One number decides both, ``shard_bytes`` (the ``tokenize`` option, 64 MiB by default: some ten million
+tokens, small enough to spread a dataset over a cluster and lose little on a preemption, large enough that
+per-shard costs are a small share; 0: every file is one shard):
 
-- **Ranges.** A file of at least ``shard_bytes`` is split into ``ceil(size / shard_bytes)``
-  pieces, each a shard of its own, so one large file does not serialise the work:
-  - plain JSON lines (``.jsonl``): byte ranges of equal size, ``[size * i // n, size * (i+1) // n)``;
-    a range owns the lines that *start* inside it (``marinbuild.ml.records``), so no boundary
-    has to be found when planning and every line is read exactly once, by one range;
-  - Parquet: consecutive row groups, a new range once the ones taken hold ``shard_bytes``
-    (compressed, as the file's footer reports them; the footer is read when planning). A file
-    with one row group is one shard;
-  - compressed JSON lines (``.gz``, ``.zst``, ...) and JSON arrays stay one shard: a compressed
-    stream cannot be entered in the middle without reading everything before (gzip and zstd
-    frames carry no index of line starts), so a range would cost as much as the whole file.
-- **Groups.** Consecutive files smaller than ``shard_bytes`` are grouped into one shard of about
-  ``shard_bytes``: thousands of small files make a few shards, so per-shard costs (a levanter
-  cache each, its commit, its copy into the consolidated cache) are paid a few times, not
-  thousands. Where a group ends depends on the files themselves, not on their positions (the
-  content-defined chunking of rsync and restic, applied to a list of files): a group ends after
-  a file when the group holds at least ``shard_bytes / 2`` and the file's identity hashes (as a
-  number in [0, 1)) below ``size / (shard_bytes / 2)`` (so groups hold about ``shard_bytes``
-  on average), or when the group reaches ``2 * shard_bytes``. Adding or removing a file changes the group it falls
-  in (and rarely the next), not every group after it: the other groups keep their keys and are
-  reused.
+- **Ranges.** A file of at least ``shard_bytes`` is split into ``ceil(size / shard_bytes)`` shards, so one
+  large file does not serialise the work. Plain ``.jsonl``: equal byte ranges; a range owns the lines that
+  *start* inside it (``marinbuild.ml.records``), so no boundary is found when planning and every line is
+  read once. Parquet: consecutive row groups, a new range once they hold ``shard_bytes`` compressed (from
+  the footer); one row group is one shard. Compressed JSON lines and JSON arrays stay one shard: a gzip or
+  zstd stream cannot be entered in the middle without reading everything before.
+- **Groups.** Consecutive files smaller than ``shard_bytes`` are grouped into shards of about
+  ``shard_bytes``, so per-shard costs (a levanter cache, its commit, its copy into the consolidated cache)
+  are paid a few times, not thousands. Where a group ends depends on the files, not their positions
+  (content-defined chunking, as rsync and restic, over a list of files): after a file when the group holds
+  at least ``shard_bytes / 2`` and the file's identity hashes (in [0, 1)) below ``size / (shard_bytes / 2)``,
+  or when it reaches ``2 * shard_bytes``. Adding or removing a file changes its group (rarely the next),
+  not every group after it: the others keep their keys and are reused.
 
-A shard's key covers its pieces (each input's identity, format and range), so the same file
-split the same way, or the same files grouped the same way, reuse their shards
-(``marinbuild.ml.shards``). A piece is ``Piece(path, input, size, span)``: ``span`` is ``None``
-for a whole file, else a byte range (``.jsonl``) or a row-group range (``.parquet``).
+A shard's key covers its pieces (``marinbuild.ml.shards``). A ``Piece(path, input, size, span)``'s ``span`` is
+None for a whole file, else a byte range (``.jsonl``) or a row-group range (``.parquet``).
 """
 
 from __future__ import annotations

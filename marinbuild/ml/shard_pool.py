@@ -1,23 +1,16 @@
 """Where tokenize shards run: Ray tasks across the cluster, or a pool of local processes.
 
-``open_pool(workers, resources, offline)`` picks the pool from where the ``tokenize`` step runs:
+``open_pool(workers, resources, offline)`` picks by where the step runs. In a Ray task, ``RayPool``: each
+shard a Ray task asking for ``resources`` (default one CPU), ``SPREAD`` over the nodes (tokenizing is
+CPU-bound), at most ``window`` in flight (``ray.wait``, as Ray documents for bounding pending tasks); Ray
+releases the waiting step's CPUs, so shards do not deadlock on them (other resources, such as memory or a
+TPU, stay held: give the step no more than it needs). Otherwise, with ``threads``, ``ThreadPool`` (I/O-bound
+work: ``download``'s files); else ``LocalPool``: ``workers`` spawned processes, each loading the tokenizer
+once, dying with the build, their output appended to ``log_path``.
 
-- in a Ray task (the Ray backend: ray is initialized in this process), ``RayPool``: each shard is
-  a Ray task asking for ``resources`` (default one CPU), spread over the cluster's nodes (Ray's
-  ``SPREAD`` scheduling strategy: tokenizing is CPU-bound, so every node should take its share);
-  at most ``window`` are in flight (``ray.wait`` on them, the pattern Ray documents for bounding
-  pending tasks). The step's own task waits in ``ray.wait``, and Ray releases a blocked task's
-  CPUs while it waits, so shards do not deadlock on the CPUs the step itself asked for (other
-  resources, such as memory or a TPU, stay held: give the step no more of those than it needs);
-- otherwise, with ``threads``, ``ThreadPool``: ``workers`` threads of the build process (I/O-bound
-  work: the ``download`` rule's files);
-- otherwise, ``LocalPool``: ``workers`` processes of a ``ProcessPoolExecutor`` (spawned, each
-  loading the tokenizer once, dying with the build, its output appended to ``log_path``).
-
-Both run the functions of ``marinbuild.ml.shard_work`` on plain-dict jobs. ``run(fn, jobs,
-on_result)`` calls ``on_result(job, result)`` as each job finishes (in completion order, on the
-calling thread) and raises the first job's error after cancelling what has not started. ``call``
-runs one job and returns its result.
+They run ``marinbuild.ml.shard_work``'s functions on plain-dict jobs: ``run(fn, jobs, on_result)`` calls
+``on_result(job, result)`` as each finishes (on the calling thread) and raises the first job's error after
+cancelling what has not started; ``call`` runs one job.
 """
 
 from __future__ import annotations
@@ -33,9 +26,10 @@ from marinbuild.core.resources import normalize
 from marinbuild.ml import shard_work
 from marinbuild.ml.process import _die_with_parent_only
 
-OnResult = Callable[[dict[str, Any], dict[str, Any]], None]
-TICK = 2.0
-"""Seconds between progress callbacks (``on_tick``) while shards run."""
+Job = dict[str, Any]  # jobs and results are plain dicts: they cross process and node boundaries
+Work = Callable[[Job], Job]
+OnResult = Callable[[Job, Job], None]
+TICK = 2.0  # seconds between progress callbacks (``on_tick``) while shards run
 
 
 class Pool(Protocol):
@@ -43,14 +37,10 @@ class Pool(Protocol):
     workers: int
 
     def run(
-        self,
-        fn: Callable[[dict[str, Any]], dict[str, Any]],
-        jobs: list[dict[str, Any]],
-        on_result: OnResult,
-        on_tick: Callable[[], None] | None = None,
+        self, fn: Work, jobs: list[Job], on_result: OnResult, on_tick: Callable[[], None] | None = None
     ) -> None: ...
 
-    def call(self, fn: Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any]) -> dict[str, Any]: ...
+    def call(self, fn: Work, job: Job) -> Job: ...
 
     def close(self) -> None: ...
 
@@ -101,13 +91,7 @@ class LocalPool:
             initargs=(offline, log_path),
         )
 
-    def run(
-        self,
-        fn: Callable[[dict[str, Any]], dict[str, Any]],
-        jobs: list[dict[str, Any]],
-        on_result: OnResult,
-        on_tick: Callable[[], None] | None = None,
-    ) -> None:
+    def run(self, fn: Work, jobs: list[Job], on_result: OnResult, on_tick: Callable[[], None] | None = None) -> None:
         pending = {self._executor.submit(fn, job): job for job in jobs}
         try:
             while pending:
@@ -121,7 +105,7 @@ class LocalPool:
             for future in pending:
                 future.cancel()
 
-    def call(self, fn: Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any]) -> dict[str, Any]:
+    def call(self, fn: Work, job: Job) -> Job:
         return self._executor.submit(fn, job).result()
 
     def close(self) -> None:
@@ -161,17 +145,11 @@ class RayPool:
             )
         return self._remotes[fn]
 
-    def run(
-        self,
-        fn: Callable[[dict[str, Any]], dict[str, Any]],
-        jobs: list[dict[str, Any]],
-        on_result: OnResult,
-        on_tick: Callable[[], None] | None = None,
-    ) -> None:
+    def run(self, fn: Work, jobs: list[Job], on_result: OnResult, on_tick: Callable[[], None] | None = None) -> None:
         ray = self._ray
         remote = self._remote(fn)
         queue = list(reversed(jobs))
-        running: dict[Any, dict[str, Any]] = {}
+        running: dict[Any, Job] = {}
         try:
             while queue or running:
                 while queue and len(running) < self.window:
@@ -187,7 +165,7 @@ class RayPool:
             for ref in running:
                 ray.cancel(ref, force=True)
 
-    def call(self, fn: Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any]) -> dict[str, Any]:
+    def call(self, fn: Work, job: Job) -> Job:
         return self._ray.get(self._remote(fn).remote(job))
 
     def close(self) -> None:

@@ -1,17 +1,10 @@
 """The work of a tokenize worker (a pool process or a Ray task): build one shard's cache, or consolidate.
 
-- ``build_shard(job)``: read the shard's pieces in order, a whole file, a range of one or a
-  group of small files (``marinbuild.ml.records``: bad records named by file and line),
-  tokenize them with levanter's own preprocessor for ``TextLmDatasetFormat``
-  (exactly what levanter's ``build_lm_dataset_cache`` runs: BOS and EOS added), write the rows
-  with levanter's ``write_levanter_cache`` and commit the shard (``marinbuild.ml.shards.commit``).
-  A shard already committed (another build did it meanwhile) is read, not built.
-- ``consolidate(job)``: copies the shard caches, in order, into one cache folder (the layout
-  ``train_lm`` reads) with levanter's copy steps (``marinbuild.ml.consolidate``: what levanter's
-  ``consolidate_shard_caches`` writes, without its per-shard zephyr tasks), then returns its counts.
-
-The tokenizer and preprocessor are loaded once per process and kept (``_processor``): a worker
-builds many shards. Jobs and results are plain dicts (they cross process and node boundaries).
+``build_shard(job)`` reads the shard's pieces in order (``marinbuild.ml.records``), tokenizes them with
+levanter's own preprocessor for ``TextLmDatasetFormat`` (what ``build_lm_dataset_cache`` runs: BOS and EOS
+added), writes the rows with ``write_levanter_cache`` and commits the shard; a shard another build committed
+meanwhile is read, not built. ``consolidate(job)`` copies the shard caches, in order, into one cache folder
+(``marinbuild.ml.consolidate``). The tokenizer is loaded once per process; jobs and results are plain dicts.
 levanter, jax and tokenizers are imported here, in the worker, never in the build process.
 """
 

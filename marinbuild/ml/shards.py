@@ -1,33 +1,24 @@
 """Tokenize shards as content-addressed actions: what a shard is, its key, where its cache lives.
 
-A shard is a list of pieces (``marinbuild.ml.shard_plan``): one whole file, one range of a large
-file, or a group of small files. A one-file shard's key is the sha256 of::
+A shard is a list of pieces (``marinbuild.ml.shard_plan``): one whole file, one range of a large file, or a
+group of small files. A one-file shard's key is the sha256 of::
 
     {"kind": "tokenize-shard/1", "input": <input identity>, "format": [".jsonl", "gzip"],
      "text_key": "text", "tokenizer": <tokenizer identity>, "options": {"enforce_bos": true, ...}}
 
-and any other shard's (a range, a group) of::
+and any other shard's of ``{"kind": "tokenize-shard/2", "pieces": [[<input identity>, ".jsonl", null,
+[start, end] or null], ...], "text_key", "tokenizer", "options"}`` (the one-file form is the first
+version's, kept so older shards are still found). How a split was cut (``shard_bytes``) is not in the key:
+the pieces are. An input's identity is its content digest for a local file (two copies of one file are one
+shard), else path, size and the object's generation (GCS), ETag (S3) or modification time; a tokenizer's
+is the digest of its files for a directory, else its Hub name.
 
-    {"kind": "tokenize-shard/2", "pieces": [[<input identity>, ".jsonl", null, [start, end] or null], ...],
-     "text_key": ..., "tokenizer": ..., "options": ...}
-
-(the one-file form is the first version's, kept so shards built before ranges and groups are
-still found). How a split was cut (``shard_bytes``) is not in the key: the pieces are.
-
-- The input's identity is its content digest for a local file (``sha256:<hex>``, so two copies
-  of one file in two datasets are one shard), and for an object store path plus size plus the
-  object's generation (GCS), ETag (S3) or modification time (others), as ``fs.info`` reports them.
-- The tokenizer's identity is the digest of its files for a tokenizer directory, else its Hub name.
-
-A shard's result lives in the shard store (``<store>/<key[:2]>/<key>/``, the store being
-``<prefix>/tokenize_shards`` unless the target says otherwise): a levanter cache built by
-levanter's own ``write_levanter_cache`` in ``cache-<id>/``, ``shard.json`` (which cache folder,
-documents, tokens, skipped records) and last the commit: an action-cache record
-(``marinbuild.store.action_cache``, ``.marinbuild_action.<key>.json``). A shard without its
-record is not done (a killed build left it): it is built again, in a new ``cache-<id>/``; files
-of earlier attempts older than ``LEFTOVER_AGE`` are removed then. Two builds that build one shard
-at once each write their own ``cache-<id>/``; either result is the same tokens. Within one build
-a file given twice (or the same content under two names) is one shard, built once.
+A shard's result lives at ``<store>/<key[:2]>/<key>/`` (store: ``<prefix>/tokenize_shards`` unless the target
+says otherwise): a levanter cache by levanter's ``write_levanter_cache`` in ``cache-<id>/``, ``shard.json``,
+and last the commit, an action-cache record. A shard without its record is not done (a killed build left
+it): it is built again in a new ``cache-<id>/``, removing earlier attempts' files older than
+``LEFTOVER_AGE``. Two builds building one shard at once each write their own ``cache-<id>/`` (the same
+tokens). Within one build a file given twice (or the same content under two names) is built once.
 """
 
 from __future__ import annotations
@@ -45,13 +36,13 @@ import fsspec
 from marinbuild.ml.documents import document_format
 from marinbuild.ml.shard_plan import Piece, file_pieces, group
 from marinbuild.store import action_cache
+from marinbuild.store.prefix_walk import mtime_from_info
 
 KIND = "tokenize-shard/1"
 KIND_PIECES = "tokenize-shard/2"
 SHARD_FILE = "shard.json"
 STORE_DIR = "tokenize_shards"
 LEFTOVER_AGE = 6 * 3600.0
-"""Seconds after which a shard's unreferenced files count as a killed attempt's leftovers."""
 
 
 @dataclass(frozen=True)
@@ -89,9 +80,7 @@ class ShardResult:
     skipped_by_file: dict[str, int] | None = None
     truncated: str | None = None
     seconds: float = 0.0
-    cpu_seconds: float = 0.0
-    """CPU time of the worker process (all its threads) reading, tokenizing and writing the shard: not its
-    one-time start (importing levanter, loading the tokenizer), which ``seconds`` includes."""
+    cpu_seconds: float = 0.0  # reading, tokenizing, writing; not the worker's start, which ``seconds`` includes
     node: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -106,13 +95,9 @@ def default_store(output_path: str, package: str) -> str:
     return f"{up}/{STORE_DIR}"
 
 
-def input_identity(path: str) -> str:
-    """A local file's content digest; an object's path, size and generation (or ETag, or mtime)."""
-    return input_info(path)[0]
-
-
 def input_info(path: str) -> tuple[str, int]:
-    """``(input_identity(path), size in bytes)``."""
+    """(identity, size in bytes): a local file's content digest; an object's path, size and generation (or ETag,
+    or mtime)."""
     fs, p = fsspec.core.url_to_fs(path)
     if _is_local(fs):
         digest = hashlib.sha256()
@@ -151,7 +136,6 @@ def tokenizer_identity(spec: str, local_dir: str | None) -> str:
 
 
 def shard_key(input_id: str, path: str, text_key: str, tokenizer_id: str, options: dict[str, Any]) -> str:
-    """The key of a one-file shard."""
     ext, compression = document_format(path)
     key = {
         "kind": KIND,
@@ -198,7 +182,6 @@ def plan(
 
 
 def is_done(shard: Shard) -> bool:
-    """Committed: its action record exists."""
     fs, p = fsspec.core.url_to_fs(action_cache.record_path(shard.dir, shard.key))
     return bool(fs.exists(p))
 
@@ -215,22 +198,9 @@ def clear_leftovers(shard: Shard) -> None:
     fs.makedirs(p, exist_ok=True)
     now = time.time()
     for info in fs.ls(p, detail=True):
-        modified = _mtime(info)
+        modified = mtime_from_info(info)
         if modified is not None and now - modified > LEFTOVER_AGE:
             fs.rm(info["name"], recursive=True)
-
-
-def _mtime(info: dict[str, Any]) -> float | None:
-    value = info.get("mtime") or info.get("updated") or info.get("LastModified")
-    if value is None:
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        from datetime import datetime
-
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    return value.timestamp()
 
 
 def commit(shard: Shard, result: ShardResult) -> None:

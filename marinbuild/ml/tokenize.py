@@ -1,7 +1,7 @@
 """Tokenize documents into one levanter token cache per split, shard by shard (the ``tokenize`` rule's work).
 
-Output layout, exactly what levanter's ``LmDataConfig`` reads for a component whose
-``cache_dir`` is the output folder::
+Output layout, exactly what levanter's ``LmDataConfig`` reads for a component whose ``cache_dir`` is the
+output folder::
 
     <out>/train/          one levanter cache (input_ids), consolidated from the shards' caches
     <out>/validation/     the same for the validation documents (absent when there are none)
@@ -12,16 +12,11 @@ Output layout, exactly what levanter's ``LmDataConfig`` reads for a component wh
                            tokens, skipped, seconds, cpu_seconds, node
     <out>/logs/tokenize-workers.log  what local worker processes printed (levanter's own logs)
 
-How (``tokenize(payload)``): the input files are cut into shards of about ``shard_bytes``
-(``marinbuild.ml.shard_plan``: ranges of large files, groups of small ones), each a
-content-addressed action of its own (``marinbuild.ml.shards``: its key, its store, its commit).
-Shards already in the store are used as they are; the others are built in parallel
-(``marinbuild.ml.shard_pool``: Ray tasks over the cluster when the step runs on Ray, local
-processes otherwise) by ``marinbuild.ml.shard_work``; then the shards are copied, in input
-order, into the split's cache (``marinbuild.ml.consolidate``: levanter's copy steps).
-Progress (shards done / total, tokens per second) is reported as the step's ``progress`` events
-(``marinbuild.run.step_progress``) and logged. The token ids are those levanter's own
-single-process builder (``build_lm_dataset_cache``) writes for the same files.
+The inputs are cut into shards (``shard_plan``), each a content-addressed action (``shards``). Shards in the
+store are reused; the others are built in parallel (``shard_pool``: Ray tasks when the step runs on Ray,
+local processes otherwise) by ``shard_work``, then copied in input order into the split's cache
+(``consolidate``). Progress (shards, tokens per second) goes to the step's ``progress`` events. The token ids
+are those levanter's own single-process builder (``build_lm_dataset_cache``) writes for the same files.
 """
 
 from __future__ import annotations
@@ -122,8 +117,7 @@ def plan_splits(payload: dict[str, Any]) -> dict[str, list[sh.Shard]]:
     }
 
 
-LOG_EVERY = 10.0
-"""Seconds between two progress lines in the step's log (where no live display listens)."""
+LOG_EVERY = 10.0  # seconds between two progress lines in the step's log (where no live display listens)
 
 
 @dataclass
@@ -173,8 +167,7 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
     if not plans:
         raise ValueError("nothing to tokenize: no train or validation files")
     log = RunLog(os.path.join(out, "logs", SHARD_LOG))
-    results: dict[str, dict[str, Any]] = {}
-    """Shard key -> its result (a file given twice, or in two splits, is one shard, built once)."""
+    results: dict[str, dict[str, Any]] = {}  # by shard key: a file given twice, or in two splits, is built once
     todo: dict[str, dict[str, Any]] = {}
     waiting: dict[str, list[tuple[str, sh.Shard]]] = {}
     common = {

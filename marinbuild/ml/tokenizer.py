@@ -1,11 +1,8 @@
 """Train a byte-level BPE tokenizer with HF ``tokenizers`` and save it as a directory levanter loads.
 
-The directory holds ``tokenizer.json`` (the tokenizer itself) and ``tokenizer_config.json``
-(``bos_token``, ``eos_token``, ``pad_token``, ``model_max_length`` and the fast-tokenizer
-class), which is all ``levanter.tokenizers.load_tokenizer(path)`` and
-``transformers.AutoTokenizer.from_pretrained(path)`` need. Training is deterministic for
-the same texts and settings. ``tokenizers`` is imported inside the functions, so
-importing this module is free.
+The directory holds ``tokenizer.json`` and ``tokenizer_config.json`` (special tokens, ``model_max_length``,
+the fast-tokenizer class): all ``levanter.tokenizers.load_tokenizer`` and ``AutoTokenizer.from_pretrained``
+need. Training is deterministic for the same texts and settings; ``tokenizers`` is imported in the functions.
 """
 
 from __future__ import annotations

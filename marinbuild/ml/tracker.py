@@ -1,13 +1,10 @@
 """A levanter tracker that writes metrics as JSON lines: ``{"step": 12, "train/loss": 3.1, ...}``.
 
-Registered with levanter as tracker type ``marinbuild_jsonl`` when this module is imported
-(inside the training process only). Local files are appended line by line; other fsspec
-paths are rewritten whole at most every ``flush_seconds`` and at the end. A resumed run
-keeps the records of steps before its start step and replaces the rest, so the file reads
-as one run. Only scalar metrics under ``train/``, ``eval/``, ``optim/``, ``mixture/``,
-``lm_eval/`` (lm-eval tasks evaluated while training) and a few throughput ones are kept: enough
-for reports and plots, small for long runs. A record logged without a step (levanter's task
-evaluations log so) belongs to the last step logged, as with W&B.
+Registered as tracker type ``marinbuild_jsonl`` when imported (in the training process only). Local files are
+appended line by line; other fsspec paths rewritten at most every ``flush_seconds`` and at the end. A resumed
+run keeps the records before its start step and replaces the rest. Only scalar metrics under ``train/``,
+``eval/``, ``optim/``, ``mixture/``, ``lm_eval/`` and a few throughput ones are kept. A record logged without
+a step (levanter's task evaluations) belongs to the last step logged, as with W&B.
 """
 
 from __future__ import annotations

@@ -25,21 +25,18 @@ Grammar::
           | built(expr) | stale(expr) | missing(expr) | failed(expr) | running(expr)
 
 Results are ordered dependencies first (topologically), ties by label.
-
-Modules: ``lexer`` (tokens), ``syntax`` (tree), ``functions`` (function table), ``parser``,
-``graphops`` (iterative traversals), ``values`` (attribute values), ``universe``,
-``evaluate``, ``output`` (formatters), ``errors``, ``session_universe`` (a session's universe).
 """
 
 from __future__ import annotations
 
 from marinbuild.query.errors import QueryError
 from marinbuild.query.evaluate import evaluate
+from marinbuild.query.functions import CACHE_STATES as STATES
 from marinbuild.query.functions import FUNCTIONS
 from marinbuild.query.output import OUTPUT_FORMATS, check_output, format_result
 from marinbuild.query.parser import parse
 from marinbuild.query.syntax import Query
-from marinbuild.query.universe import STATES, QueryUniverse
+from marinbuild.query.universe import QueryUniverse
 
 __all__ = [
     "FUNCTIONS",

@@ -1,24 +1,15 @@
-"""Query errors: ``QueryError`` says what is wrong with a query and where (line and column).
-
-Also owns ``did_you_mean``, the difflib suggestion used for unknown functions, variables
-and output formats.
-"""
+"""Query errors: ``QueryError`` says what is wrong with a query and where (line and column); ``did_you_mean``
+suggests a name for unknown functions, variables and output formats."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
 
-__all__ = ["QueryError", "did_you_mean"]
-
 
 class QueryError(Exception):
-    """A query that cannot be parsed or evaluated, or an unknown output format.
-
-    ``position`` is the 0-based character offset into the query text ``source`` (``None``
-    when the error is not about a place in the query). ``str()`` reads
-    ``query:LINE:COLUMN: message`` with 1-based line and column, as compilers print.
-    """
+    """A query that cannot be parsed or evaluated, or an unknown output format. ``position`` is the 0-based offset
+    into ``source`` (None: not about a place); ``str()`` reads ``query:LINE:COLUMN: message`` (1-based)."""
 
     def __init__(self, message: str, position: int | None = None, source: str = "") -> None:
         super().__init__(message, position)
@@ -28,14 +19,12 @@ class QueryError(Exception):
 
     @property
     def line(self) -> int | None:
-        """1-based line of the error, or ``None`` when it has no place in the query."""
         if self.position is None:
             return None
         return self.source.count("\n", 0, self.position) + 1
 
     @property
     def column(self) -> int | None:
-        """1-based column of the error, or ``None`` when it has no place in the query."""
         if self.position is None:
             return None
         return self.position - (self.source.rfind("\n", 0, self.position) + 1) + 1

@@ -1,10 +1,8 @@
-"""Query evaluation: a parsed ``Query`` against a ``QueryUniverse`` -> ordered labels.
+"""Query evaluation: a parsed ``Query`` against a ``QueryUniverse`` -> labels, dependencies first, ties by label.
 
-Values are frozensets of labels; the result is ordered once at the end (dependencies
-first, ties by label). Within one evaluation each distinct target pattern is expanded once
-and each label's cache state is asked for at most once, and only for labels that reach a
-cache-aware function. Operator chains are evaluated in a loop; graph work is in
-``graphops`` (iterative).
+Values are frozensets of labels, ordered once at the end. Each distinct target pattern is expanded once
+and each label's cache state asked for at most once. Operator chains are evaluated in a loop and graph
+work in ``graphops`` is iterative (no recursion on deep graphs).
 """
 
 from __future__ import annotations
@@ -17,20 +15,15 @@ from marinbuild.query.functions import CACHE_STATES
 from marinbuild.query.graphops import backward_closure, forward_closure, some_path
 from marinbuild.query.parser import parse
 from marinbuild.query.syntax import BinOp, Call, Expr, Let, Query, SetOf, Target, Var
-from marinbuild.query.universe import STATES, QueryUniverse
+from marinbuild.query.universe import QueryUniverse
 from marinbuild.query.values import attr_text, label_strings, looks_like_label, resolve_label
-
-__all__ = ["evaluate"]
 
 Labels = frozenset[str]
 
 
 def evaluate(query: str | Query, universe: QueryUniverse) -> list[str]:
-    """The labels ``query`` selects in ``universe``, dependencies first, ties by label.
-
-    Raises ``QueryError`` for a malformed query or an evaluation error (e.g. ``some`` of an
-    empty set); errors raised by ``expand_pattern`` and ``state_of`` propagate unchanged.
-    """
+    """Raises ``QueryError`` for a malformed query or an evaluation error (e.g. ``some`` of an empty set); errors
+    raised by ``expand_pattern`` and ``state_of`` propagate unchanged."""
     parsed = parse(query) if isinstance(query, str) else query
     evaluator = _Evaluator(parsed, universe)
     try:
@@ -96,8 +89,6 @@ class _Evaluator:
         assert isinstance(value, int)
         return value
 
-    # -- graph functions -------------------------------------------------------------------
-
     def fn_deps(self, node: Call, env: Mapping[str, Labels]) -> Labels:
         return frozenset(forward_closure(self.graph, self.expr_arg(node, 0, env), self.opt_int(node, 1)))
 
@@ -119,8 +110,6 @@ class _Evaluator:
             raise self.error("some(): argument set is empty", node.pos)
         count = self.opt_int(node, 1) or 1
         return frozenset(self.universe.order(labels)[:count])
-
-    # -- filters ---------------------------------------------------------------------------
 
     def fn_kind(self, node: Call, env: Mapping[str, Labels]) -> Labels:
         pattern = node.args[0]
@@ -167,13 +156,11 @@ class _Evaluator:
                     )
         return frozenset(out)
 
-    # -- cache-aware filters ---------------------------------------------------------------
-
     def state(self, label: str) -> str:
         if label not in self.states:
             state = self.universe.state_of(label)
-            if state not in STATES:
-                raise ValueError(f"state_of({label!r}) returned {state!r}; expected one of {', '.join(STATES)}")
+            if state not in CACHE_STATES:
+                raise ValueError(f"state_of({label!r}) returned {state!r}; expected one of {', '.join(CACHE_STATES)}")
             self.states[label] = state
         return self.states[label]
 

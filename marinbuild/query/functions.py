@@ -9,12 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["BAZEL_ONLY", "CACHE_STATES", "FUNCTIONS", "Arg", "FunctionSpec"]
-
 
 class Arg(Enum):
-    """What an argument must be."""
-
     EXPR = "expression"
     WORD = "word"
     REGEX = "regular expression"
@@ -33,20 +29,18 @@ class FunctionSpec:
 
     @property
     def usage(self) -> str:
-        """``deps(expr[, depth])``."""
         head = ", ".join(p for p, _ in self.params[: self.required])
         tail = "".join(f"[, {p}]" for p, _ in self.params[self.required :])
         return f"{self.name}({head}{tail})"
 
     def arity(self) -> str:
-        """``1``, ``1 or 2``, ``1 to 3``."""
         lo, hi = self.required, len(self.params)
         if lo == hi:
             return str(lo)
         return f"{lo} or {hi}" if hi == lo + 1 else f"{lo} to {hi}"
 
 
-# Cache-aware functions: each keeps the targets whose state (per ``state_of``) is its name.
+# Cache-aware functions (and the states ``state_of`` returns): each keeps the targets in its state.
 CACHE_STATES = ("built", "stale", "missing", "failed", "running")
 
 _X = ("expr", Arg.EXPR)

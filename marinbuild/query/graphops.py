@@ -12,8 +12,6 @@ from collections.abc import Iterable, Mapping, Set
 
 import networkx as nx
 
-__all__ = ["backward_closure", "forward_closure", "some_path", "topological_rank"]
-
 
 def _bfs(
     adj: Mapping[str, Mapping[str, object]], start: Iterable[str], depth: int | None, within: Set[str] | None
@@ -46,10 +44,8 @@ def backward_closure(
 
 
 def some_path(graph: nx.DiGraph, sources: Set[str], targets: Set[str]) -> list[str]:
-    """A shortest dependency path from a member of ``sources`` to a member of ``targets`` ([] if none).
-
-    Deterministic: sources and successors are explored in label order.
-    """
+    """A shortest dependency path from a member of ``sources`` to a member of ``targets`` ([] if none);
+    deterministic: sources and successors are explored in label order."""
     if not sources or not targets:
         return []
     parent: dict[str, str | None] = {}
@@ -74,11 +70,8 @@ def some_path(graph: nx.DiGraph, sources: Set[str], targets: Set[str]) -> list[s
 
 
 def topological_rank(graph: nx.DiGraph) -> dict[str, int]:
-    """Each node's position in a dependencies-first topological order, ties broken by label.
-
-    Kahn's algorithm with a heap of ready labels. If cycles leave nothing ready, the smallest
-    remaining label is emitted next, so every graph gets a deterministic total order.
-    """
+    """Each node's position in a dependencies-first topological order, ties broken by label (Kahn's algorithm;
+    if cycles leave nothing ready, the smallest remaining label is next: every graph gets a total order)."""
     remaining = {node: len(graph.succ[node]) for node in graph}
     ready = [node for node, count in remaining.items() if count == 0]
     heapq.heapify(ready)

@@ -14,15 +14,11 @@ from enum import Enum
 
 from marinbuild.query.errors import QueryError
 
-__all__ = ["WORD_CHARS", "Tok", "Token", "tokenize"]
-
 WORD_CHARS = frozenset(string.ascii_letters + string.digits + "*/@.-_:$~[]#%")
 _PUNCT = {"(": "LPAREN", ")": "RPAREN", ",": "COMMA", "=": "EQUALS", "+": "PLUS", "-": "MINUS", "^": "CARET"}
 
 
 class Tok(Enum):
-    """Token kinds."""
-
     WORD = "word"
     LPAREN = "("
     RPAREN = ")"

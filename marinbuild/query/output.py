@@ -9,8 +9,6 @@ from marinbuild.query.errors import QueryError, did_you_mean
 from marinbuild.query.universe import QueryUniverse
 from marinbuild.query.values import json_safe
 
-__all__ = ["OUTPUT_FORMATS", "check_output", "format_result"]
-
 OUTPUT_FORMATS = ("label", "label_kind", "location", "json", "graph")
 
 STATE_COLORS = {
@@ -31,17 +29,9 @@ def check_output(output: str) -> None:
 
 
 def format_result(labels: Sequence[str], universe: QueryUniverse, output: str = "label") -> str:
-    """``labels`` (in the given order) as text in format ``output``; newline-terminated unless empty.
-
-    - ``label``: one label per line.
-    - ``label_kind``: ``<kind> rule <label>`` per line.
-    - ``location``: ``path:line:col: <kind> rule <label>`` per line, as Bazel prints it.
-    - ``json``: a list of ``{"label", "kind", "deps", "attrs"}`` objects; ``deps`` are all
-      direct dependencies (sorted), ``attrs`` made JSON-safe (other objects as ``str``).
-    - ``graph``: Graphviz DOT as Bazel prints it (unfactored): each node, then its edges
-      to the nodes of the result it directly depends on; each node filled with the colour of its
-      cache state (``STATE_COLORS``; a legend in a comment), which reads the cache.
-    """
+    """``labels`` (in the given order) as text in format ``output``; newline-terminated unless empty. ``json``: a
+    list of ``{"label", "kind", "deps", "attrs"}`` (all direct deps; attrs JSON-safe); ``graph``: Graphviz DOT as
+    Bazel prints it (unfactored), each node filled with its cache state's colour (reads the cache)."""
     check_output(output)
     if output == "label":
         return "".join(f"{label}\n" for label in labels)

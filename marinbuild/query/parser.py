@@ -1,15 +1,13 @@
 """Query parser: recursive descent from tokens to a ``Query`` syntax tree, checking every call.
 
-Grammar (Bazel's)::
+Grammar (Bazel's; the functions are listed in ``marinbuild.query``)::
 
     expr    := primary (op primary)*            # op: union + intersect ^ except -
     primary := word | $name | ( expr ) | let name = expr in expr | func ( args )
 
-The set operators are left-associative and of equal precedence, so ``a + b ^ c`` is
-``(a + b) ^ c``. A ``let`` body reaches as far right as possible. Calls are checked here
-against the function table (argument count and kinds, depth integers, regex syntax) and
-variables against the enclosing lets, so evaluation never starts on a malformed query.
-Operator chains are parsed in a loop; only parentheses, lets and calls nest.
+Calls are checked against the function table (argument count and kinds, depth integers, regex syntax)
+and variables against the enclosing lets, so evaluation never starts on a malformed query. Operator
+chains are parsed in a loop; only parentheses, lets and calls nest.
 """
 
 from __future__ import annotations
@@ -20,8 +18,6 @@ from marinbuild.query.errors import QueryError, did_you_mean
 from marinbuild.query.functions import BAZEL_ONLY, FUNCTIONS, Arg, FunctionSpec
 from marinbuild.query.lexer import Tok, Token, tokenize
 from marinbuild.query.syntax import KEYWORDS, OPERATORS, BinOp, Call, Expr, Let, Query, SetOf, Target, Var
-
-__all__ = ["parse"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DIGITS = re.compile(r"[0-9]+\Z")
@@ -42,8 +38,6 @@ class _Parser:
         self.tokens = tokenize(source)
         self.i = 0
         self.scope: list[str] = []
-
-    # -- helpers ---------------------------------------------------------------------------
 
     def error(self, message: str, pos: int) -> QueryError:
         return QueryError(message, pos, self.source)
@@ -68,8 +62,6 @@ class _Parser:
         if tok.kind is Tok.WORD and not tok.quoted and tok.text in OPERATORS:
             return OPERATORS[tok.text]
         return None
-
-    # -- grammar ---------------------------------------------------------------------------
 
     def parse(self) -> Query:
         if self.peek().kind is Tok.EOF:
@@ -163,7 +155,7 @@ class _Parser:
             name_tok.kind is not Tok.WORD
             or name_tok.quoted
             or not _NAME.match(name_tok.text)
-            or (name_tok.text in KEYWORDS)
+            or name_tok.text in KEYWORDS
         ):
             raise self.error(f"expected a variable name after 'let', found {name_tok.describe()}", name_tok.pos)
         self.advance()

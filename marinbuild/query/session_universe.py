@@ -12,18 +12,13 @@ import networkx as nx
 
 from marinbuild.cache import cache_status
 from marinbuild.core.labels import Label, parse_label
-from marinbuild.query import QueryUniverse
-from marinbuild.query.universe import STATES
+from marinbuild.query import STATES, QueryUniverse
 
 
 def target_graph(loaded: Any) -> nx.DiGraph:
-    """Labels as nodes, an edge from each target to each direct dependency.
-
-    Node data: ``kind``, ``attrs`` (plain values, labels as ``"//pkg:name"`` strings: a label
-    list is a list of them, a label-keyed dict has them as keys) and ``labels`` (for each
-    attribute whose type holds labels, the targets it names in order, not source files), which
-    ``labels()`` uses.
-    """
+    """Labels as nodes, an edge from each target to each direct dependency. Node data: ``kind``, ``attrs`` (labels
+    as ``"//pkg:name"`` strings) and ``labels`` (for each attribute whose type holds labels, the targets it names
+    in order, not source files), which ``labels()`` uses."""
     graph = nx.DiGraph()
     for label, target in loaded.targets.items():
         specs, files = target.rule.attrs, set(target.srcs)  # source files are not nodes of the graph
@@ -33,15 +28,11 @@ def target_graph(loaded: Any) -> nx.DiGraph:
             else []
             for name in target.rule.label_attrs
         }
-        graph.add_node(str(label), kind=target.kind, attrs=_printable(target.attrs), labels=refs)
+        graph.add_node(str(label), kind=target.kind, attrs=_plain(target.attrs), labels=refs)
     for label, target in loaded.targets.items():
         for dep in target.deps:
             graph.add_edge(str(label), str(dep))
     return graph
-
-
-def _printable(attrs: dict[str, Any]) -> dict[str, Any]:
-    return {k: _plain(v) for k, v in attrs.items()}
 
 
 def _plain(value: Any) -> Any:
@@ -61,12 +52,13 @@ def universe_for(session: Any) -> QueryUniverse:
     loaded = session.loaded
     states: dict[str, str] = {}
 
+    def analysed_states(labels: list[Label]) -> dict[str, str]:
+        session.analyse(labels)
+        return {str(row.label): row.state if row.state in STATES else "failed" for row in cache_status(session, labels)}
+
     def state_of(label: str) -> str:
         if not states:
-            labels = list(loaded.targets)
-            session.analyse(labels)
-            for row in cache_status(session, labels):
-                states[str(row.label)] = row.state if row.state in STATES else "failed"
+            states.update(analysed_states(list(loaded.targets)))
         return states[label]
 
     def expand(word: str) -> list[str]:
@@ -75,10 +67,7 @@ def universe_for(session: Any) -> QueryUniverse:
     def states_of(wanted: list[str]) -> dict[str, str]:
         if states:
             return {label: states[label] for label in wanted}
-
-        labels = [parse_label(label) for label in wanted]
-        session.analyse(labels)
-        return {str(row.label): row.state if row.state in STATES else "failed" for row in cache_status(session, labels)}
+        return analysed_states([parse_label(label) for label in wanted])
 
     def location_of(label: str) -> str:
         return str(loaded.targets[parse_label(label)].location)

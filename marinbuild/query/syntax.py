@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from marinbuild.query.functions import FUNCTIONS
 from marinbuild.query.lexer import WORD_CHARS
 
-__all__ = ["KEYWORDS", "OPERATORS", "BinOp", "Call", "Expr", "Let", "Query", "SetOf", "Target", "Var", "quote_word"]
-
 # Operator spellings -> canonical operator name.
 OPERATORS = {
     "union": "union",

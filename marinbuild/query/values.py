@@ -8,8 +8,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["attr_text", "json_safe", "label_strings", "looks_like_label", "resolve_label"]
-
 _MAX_DEPTH = 32
 
 

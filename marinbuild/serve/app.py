@@ -1,22 +1,15 @@
 """The Starlette application: pages, JSON APIs, the file view and the live event stream. GET only: read-only.
 
-Pages (``/``, ``/step/<output path relative to the prefix>``, ``/runs``, ``/run/<id>``,
-``/experiment?path=``, ``/training``) are one fixed HTML shell naming the page; the page's script fetches
-the matching ``/api/...`` JSON and builds the DOM with ``textContent`` and attributes only, so no user
-string (a step name, a config value, a traceback) is ever parsed as HTML. The shell itself holds no
-user data, except the error page of an unreadable prefix, whose message is ``html.escape``d.
+Pages (``/``, ``/step/<output path relative to the prefix>``, ``/runs``, ``/run/<id>``, ``/experiment?path=``,
+``/training``) are one fixed HTML shell naming the page; its script fetches the ``/api/...`` JSON and builds
+the DOM with ``textContent`` and attributes only, so no user string is ever parsed as HTML (the one error
+page's message is ``html.escape``d). On loopback, a request whose ``Host`` is not a loopback name is refused
+(400: no DNS rebinding). Every response carries a Content-Security-Policy allowing this server's scripts and
+styles only, ``nosniff`` and ``no-referrer``. The file view answers ``text/plain`` only, after ``files``' checks.
 
-On loopback, a request whose ``Host`` is not a loopback name is refused (400): a page of another site
-cannot reach the view by rebinding its own name to 127.0.0.1. Every response carries a
-Content-Security-Policy allowing scripts and styles from this server only (no inline script),
-``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``. The file view
-(``/file/<relative path>``) answers ``text/plain`` only, after ``marinbuild.serve.files``' checks.
-
-Stopping: once the server is told to stop (``stopping``, ``marinbuild.serve.stopping``), every response ends at
-once: an event stream ends, and a request still computing its answer gets a 503. Each
-answer is computed in a daemon thread of its own rather than in Starlette's thread pool, whose threads the
-process waits for when it exits: a stopped server does not wait for an analysis of a large workspace or a
-listing of a bucket whose result nobody will read.
+Once the server is told to stop, every response ends at once: an event stream ends, a request still
+computing gets a 503. Each answer is computed in a daemon thread of its own rather than in Starlette's pool,
+whose threads the process waits for on exit: a stopped server does not wait for a large analysis or listing.
 """
 
 from __future__ import annotations
@@ -62,10 +55,7 @@ LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 
 
 def create_app(model: ViewModel, loopback_only: bool = True, stopping: Stopping | None = None) -> Starlette:
-    """The application over ``model``'s workspace and prefix. ``loopback_only``: answer only requests whose Host
-    header names this machine's loopback, so a web page from elsewhere cannot read the view through DNS rebinding
-    (a name of its own resolving to 127.0.0.1). ``stopping``: set when the server shuts down; the event streams end
-    then, so the shutdown does not wait on open pages."""
+    """The application over ``model``'s workspace and prefix (``loopback_only``, ``stopping``: module docstring)."""
     stopping = stopping or Stopping()
 
     def page(name: str) -> Any:
@@ -110,7 +100,7 @@ def create_app(model: ViewModel, loopback_only: bool = True, stopping: Stopping 
     async def events(request: Request) -> Response:
         async def stream() -> Any:
             yield ": connected\n\n"
-            async for record in live.follow(live_folder(), model.prefix, stopping=stopping):
+            async for record in live.follow(events_dir(model.cache_dir), model.prefix, stopping=stopping):
                 if await request.is_disconnected():
                     return
                 yield ": keepalive\n\n" if record is None else f"data: {json.dumps(record, default=str)}\n\n"
@@ -118,9 +108,6 @@ def create_app(model: ViewModel, loopback_only: bool = True, stopping: Stopping 
         return StreamingResponse(
             stream(), media_type="text/event-stream", headers={**HEADERS, "Cache-Control": "no-store"}
         )
-
-    def live_folder() -> Any:
-        return events_dir(model.cache_dir)
 
     routes = [
         Route("/", page("graph")),
@@ -151,9 +138,8 @@ class _Stopping(Exception):
 
 
 async def _computed(compute: Callable[[], Any], stopping: Stopping) -> Any:
-    """``compute()``, run in a daemon thread and awaited until it returns (or raises) or the server stops: then
-    ``_Stopping``, and the thread is left to finish on its own (it holds no process open; see the module
-    docstring)."""
+    """``compute()`` in a daemon thread, awaited until it returns (or raises), or ``_Stopping`` when the server
+    stops first (the thread is left to finish on its own)."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
 

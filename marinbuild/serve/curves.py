@@ -1,9 +1,6 @@
-"""The training page: loss curves and key settings of ``train_lm``-shaped outputs, by the report rule's code.
-
-``training_runs(prefix, outputs)`` keeps the outputs whose ``metrics.jsonl`` has training losses and gives each
-its curves (``marinbuild.ml.report.collect``: one value per step, a resumed run's later value winning) and
-key settings (``key_settings`` and ``settings_line``, the words the report's plot uses). The validation curve
-is the overall ``eval/loss``, else the first dataset's.
+"""The training page: loss curves and key settings of ``train_lm``-shaped outputs whose ``metrics.jsonl`` has
+training losses, by the report rule's code (``marinbuild.ml.report``: one value per step, a resumed run's later
+value winning). The validation curve is the overall ``eval/loss``, else the first dataset's.
 """
 
 from __future__ import annotations

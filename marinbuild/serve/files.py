@@ -1,17 +1,11 @@
 """The file view's rules: which paths under the prefix may be read, and how much of them.
 
-``resolve(prefix, relative)`` turns the part of a URL after ``/file/`` into a path inside the prefix, or
-raises ``Refused`` with the HTTP status and a sentence saying why:
-
-- 400 for an absolute path, a ``..`` component (also when the URL spelled it ``%2e%2e``: the server
-  decodes before this check), a NUL byte, or a folder;
-- 403 for a path whose real location (symlinks resolved) is outside the prefix's real location;
-- 404 for a file that does not exist;
-- 413 for a file larger than ``MAX_BYTES``; 415 for one that is not UTF-8 text.
-
-``read_text(prefix, relative)`` applies them and reads the file. The check is on the resolved path and
-the file read is the resolved path, so a symlink swapped in between cannot point the read elsewhere
-than a path that passed the check (for a local prefix; object stores have no symlinks).
+``read_text(prefix, relative)`` reads the file at the part of a URL after ``/file/``, or raises ``Refused``
+with the HTTP status and why: 400 for an absolute path, a ``..`` component (also spelled ``%2e%2e``: the
+server decodes first), a NUL byte or a folder; 403 for a path whose real location (symlinks resolved) is
+outside the prefix's; 404 for a missing file; 413 above ``MAX_BYTES`` (the view is for logs and configs, not
+checkpoints); 415 for one that is not UTF-8. The check and the read are on the resolved path, so a symlink
+swapped in between cannot redirect the read (object stores have no symlinks).
 """
 
 from __future__ import annotations
@@ -20,7 +14,6 @@ import os
 import stat as stat_module
 
 MAX_BYTES = 1 << 20
-"""Files above 1 MiB are not shown: the view is for logs, configs and small outputs, not checkpoints."""
 
 
 class Refused(Exception):
@@ -43,7 +36,6 @@ def check_relative(relative: str) -> list[str]:
 
 
 def resolve(prefix: str, relative: str) -> str:
-    """The path of ``relative`` inside ``prefix`` to read (see the module docstring); Refused otherwise."""
     parts = check_relative(relative)
     if "://" in prefix:
         return prefix.rstrip("/") + "/" + "/".join(parts)
@@ -55,7 +47,6 @@ def resolve(prefix: str, relative: str) -> str:
 
 
 def read_text(prefix: str, relative: str) -> str:
-    """The text of a small UTF-8 file inside the prefix; Refused (with its HTTP status) otherwise."""
     path = resolve(prefix, relative)
     if "://" in path:
         return _read_remote(path, relative)

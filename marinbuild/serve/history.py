@@ -1,10 +1,6 @@
-"""The runs pages: builds from the workspace's event logs, and the run info JSONs under the prefix.
-
-``builds`` lists the event logs (``marinbuild.ui.event_log``) of builds against the prefix, newest first;
-``run`` turns one into a timeline (per step: start, end, outcome, error); ``durations`` gives each output's
-last run time for the graph. ``run_infos`` lists ``<prefix>/experiments/*.json`` (Marin's and marinbuild's
-run info files) and ``experiment`` shows one, with each step's state read now (``probe_outputs``, as the
-plan reads them).
+"""The runs pages: builds from the workspace's event logs (newest first; ``run``: one as a timeline per step;
+``durations``: each output's last run time, for the graph), and the run info JSONs under
+``<prefix>/experiments/`` (``experiment``: one, with each step's state read now, as the plan reads them).
 """
 
 from __future__ import annotations
@@ -61,18 +57,10 @@ def run(cache_dir: str | os.PathLike[str], prefix: str, run_id: str) -> dict[str
         out = e.get("output_path")
         if not out:
             continue
-        row = rows.setdefault(
-            out,
-            {
-                "step": e.get("step"),
-                "output_path": out,
-                "relative": relative(prefix, out),
-                "start": None,
-                "end": None,
-                "outcome": None,
-                "error": None,
-            },
-        )
+        if out not in rows:
+            named = {"step": e.get("step"), "output_path": out, "relative": relative(prefix, out)}
+            rows[out] = {**named, "start": None, "end": None, "outcome": None, "error": None}
+        row = rows[out]
         kind = e.get("kind")
         if kind in ("started", "waiting") and row["start"] is None:
             row["start"] = e.get("time")
@@ -92,15 +80,8 @@ def run_infos(prefix: str) -> list[dict[str, Any]]:
         path = fs.join(folder, name)
         data = read_json(path)
         if isinstance(data, dict):
-            out.append(
-                {
-                    "path": path,
-                    "name": name,
-                    "created": data.get("created_date"),
-                    "script": data.get("caller_path"),
-                    "steps": len(data.get("steps") or []),
-                }
-            )
+            facts = {"created": data.get("created_date"), "script": data.get("caller_path")}
+            out.append({"path": path, "name": name, **facts, "steps": len(data.get("steps") or [])})
     out.sort(key=lambda r: str(r["created"] or ""), reverse=True)
     return out
 
@@ -120,13 +101,9 @@ def experiment(prefix: str, path: str) -> dict[str, Any]:
     for s in steps:
         out = s.get("output_path")
         probe = probes.get(out) if isinstance(out, str) else None
+        state = shown_state(probe.state, probe.status) if probe else "missing"
         shown.append(
-            {
-                "name": s.get("name"),
-                "output_path": out,
-                "relative": relative(prefix, out or ""),
-                "state": shown_state(probe.state, probe.status) if probe else "missing",
-            }
+            {"name": s.get("name"), "output_path": out, "relative": relative(prefix, out or ""), "state": state}
         )
     facts = {k: data.get(k) for k in ("created_date", "caller_path", "user", "worker_id", "git_commit", "prefix")}
     return {"path": path, **facts, "steps": shown}

@@ -1,17 +1,11 @@
 """Live updates: the events builds append to the workspace's event logs, as they are written.
 
-``follow(folder, prefix)`` is an async generator of event records (the lines of
-``marinbuild.ui.event_log`` logs, each with ``"run"``: its log's id) written after it started, from
-every build against ``prefix``: it remembers each log's size, and every ``INTERVAL`` seconds lists the
-folder (a few dozen small files) and reads what was appended since (complete lines only; a log that
-appears is read from its start). It yields ``None`` every ``KEEPALIVE`` seconds without events, so
-the server can send an SSE comment and notice a closed connection.
-
-Why a read loop at a modest interval rather than inotify: the logs may sit on any filesystem (NFS,
-a container's overlay) where change notification is unreliable or absent, the engine has no
-notification of its own across processes, and one directory listing and a stat per log twice a
-second is no load. The page side is an ``EventSource``: the browser keeps one connection open and
-polls nothing.
+``follow(folder, prefix)`` is an async generator of the event records (each with ``"run"``: its log's id)
+written after it started by builds against ``prefix``: every ``INTERVAL`` seconds it lists the folder and
+reads what each log had appended since (complete lines only; a new log from its start), and yields
+``None`` after ``KEEPALIVE`` quiet seconds so the server can send an SSE comment and notice a closed
+connection. A read loop rather than inotify: the logs may sit on a filesystem (NFS, an overlay) where
+change notification is unreliable, and a listing and a stat per log twice a second is no load.
 """
 
 from __future__ import annotations
@@ -30,8 +24,6 @@ KEEPALIVE = 15.0
 
 
 class _Tail:
-    """What has been read of each log: its offset, and whether it is a build against the followed prefix."""
-
     def __init__(self, folder: Path, prefix: str):
         self.folder, self.prefix = folder, prefix
         self.offsets: dict[Path, int] = {}
@@ -89,8 +81,7 @@ async def follow(
     keepalive: float = KEEPALIVE,
     stopping: Stopping | None = None,
 ) -> AsyncIterator[dict[str, Any] | None]:
-    """Event records appended to the logs under ``folder`` by builds against ``prefix`` (see the module docstring);
-    it ends as soon as ``stopping`` is set (the server is shutting down)."""
+    """Ends as soon as ``stopping`` is set (the server is shutting down)."""
     stopping = stopping or Stopping()
     tail = _Tail(Path(folder), prefix)
     quiet = 0.0

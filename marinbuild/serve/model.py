@@ -1,18 +1,11 @@
 """The graph and step pages, computed by the engine's own functions; the server only turns them into JSON.
 
-- the graph: the steps of the pattern and every step they need, each with the state ``marinbuild cache
-  status`` gives it (``marinbuild.cache.cache_status``), its target, and its last duration from the
-  workspace's event logs. ``dep_failed`` is a step not built whose dependency failed (or is itself
-  ``dep_failed``), or whose status file says DEP_FAILED (Marin writes one; marinbuild does not write into
-  a folder it holds no lease on);
-- a step: ``marinbuild cache show``'s facts (``cache_show``), ``marinbuild why``'s text for it
-  (``why`` + ``format_why``: the same words), its files, the end of its logs, its traceback and its code
-  record;
-- the runs and the training curves are ``marinbuild.serve.history`` and ``marinbuild.serve.curves``,
-  reached through the same ``ViewModel``.
-
-Each graph and step request analyses the workspace afresh (BUILD files may have changed since the last
-one); requests are serialised by a lock, since a session and its caches are not made for threads.
+The graph: the steps of the pattern and every step they need, each with ``cache status``'s state, its target
+and its last duration from the event logs. ``dep_failed`` is a step not built whose dependency failed (or is
+``dep_failed``), or whose status says DEP_FAILED (Marin writes one). A step: ``cache show``'s facts,
+``why``'s text (the same words), its files, the end of its logs, its traceback and code record. Each graph
+and step request analyses the workspace afresh (BUILD files may have changed), serialised by a lock: a
+session and its caches are not made for threads.
 """
 
 from __future__ import annotations
@@ -32,12 +25,10 @@ from marinbuild.serve.files import check_relative
 from marinbuild.store import fs
 from marinbuild.store.prefix_walk import Store
 
-MAX_FILES = 500
-"""A step page lists at most this many of its output files."""
+MAX_FILES = 500  # a step page's output files
 MAX_TRACEBACK = 64 * 1024
-MAX_LOGS = 8
+MAX_LOGS = 8  # a step page shows the last LOG_TAIL bytes of each of at most MAX_LOGS log files
 LOG_TAIL = 32 * 1024
-"""A step page shows the last 32 KiB of at most 8 log files; the file view has each whole (up to its limit)."""
 
 
 class PrefixUnreadable(Exception):
@@ -45,8 +36,6 @@ class PrefixUnreadable(Exception):
 
 
 class ViewModel:
-    """The state of one workspace and prefix, for one pattern."""
-
     def __init__(self, root: str, patterns: list[str], prefix: str | None = None):
         self.root, self.patterns = root, list(patterns)
         probe_session = Session.open(root, prefix=prefix)
@@ -54,8 +43,6 @@ class ViewModel:
         self.cache_dir = probe_session.workspace.cache_dir
         self._lock = threading.Lock()
         self._session()  # a bad pattern or BUILD file is the user's mistake: said at start, not on every page
-
-    # -- the session ---------------------------------------------------------------------------
 
     def _session(self) -> Any:
         session = Session.open(self.root, prefix=self.prefix)
@@ -77,8 +64,6 @@ class ViewModel:
             raise
         except Exception as exc:
             raise PrefixUnreadable(f"cannot read the prefix {self.prefix}: {exc}") from exc
-
-    # -- the graph -----------------------------------------------------------------------------
 
     def graph(self) -> dict[str, Any]:
         self.check_prefix()
@@ -124,8 +109,6 @@ class ViewModel:
 
     def relative(self, output_path: str) -> str:
         return relative(self.prefix, output_path)
-
-    # -- a step --------------------------------------------------------------------------------
 
     def step(self, relative: str) -> dict[str, Any] | None:
         """Everything about the step whose output is ``<prefix>/<relative>``; None if no step is there."""
@@ -188,7 +171,6 @@ class ViewModel:
         }
 
     def files(self, output_path: str) -> list[dict[str, Any]]:
-        """The output's files (relative to the prefix, with sizes), at most MAX_FILES, in path order."""
         import fsspec
 
         filesystem, root = fsspec.core.url_to_fs(output_path)
@@ -203,8 +185,7 @@ class ViewModel:
         return out
 
     def logs(self, output_path: str, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The step's log files (under ``logs/`` or named ``*.log``), each with its last ``LOG_TAIL`` bytes, at most
-        ``MAX_LOGS`` of them."""
+        """The step's log files (under ``logs/`` or named ``*.log``), each with its last ``LOG_TAIL`` bytes."""
         out: list[dict[str, Any]] = []
         for f in files:
             name = f["name"]
@@ -213,8 +194,6 @@ class ViewModel:
             data = _read_tail(fs.join(output_path, name), f.get("size") or 0)
             out.append({**f, "tail": data, "cut": (f.get("size") or 0) > LOG_TAIL})
         return out
-
-    # -- runs and curves (marinbuild.serve.history, marinbuild.serve.curves) ---------------------------
 
     def runs(self) -> dict[str, Any]:
         self.check_prefix()
@@ -247,7 +226,6 @@ def _read_small(path: str) -> str | None:
 
 
 def _read_tail(path: str, size: int) -> str:
-    """The last ``LOG_TAIL`` bytes of the file at ``path`` (of ``size`` bytes), as text."""
     import fsspec
 
     filesystem, stripped = fsspec.core.url_to_fs(path)

@@ -1,11 +1,9 @@
 """The server's stop: told once, from a signal handler, and awaited by every response still open.
 
-``Stopping.set()`` is what uvicorn's exit handler calls; ``await stopping.wait()`` returns once it has been
-called, on the server's event loop. An ``asyncio.Event`` alone cannot be set from a signal handler (it must be set
-on its loop, and the loop may be asleep in ``select``), and a ``threading.Event`` cannot be awaited; so ``set``
-hands the asyncio event's ``set`` to the loop with ``call_soon_threadsafe``, which also wakes it. Responses wait
-on it beside their own work (``asyncio.wait(..., FIRST_COMPLETED)``), so a stop ends them at once, with no
-polling.
+An ``asyncio.Event`` cannot be set from a signal handler (it must be set on its loop, which may be asleep in
+``select``) and a ``threading.Event`` cannot be awaited: ``Stopping.set()`` (uvicorn's exit handler calls it)
+hands each waiting loop's event ``set`` with ``call_soon_threadsafe``, which also wakes the loop. Responses
+wait on it beside their own work (``asyncio.wait(..., FIRST_COMPLETED)``): a stop ends them at once, no polling.
 """
 
 from __future__ import annotations
@@ -18,8 +16,7 @@ class Stopping:
 
     def __init__(self) -> None:
         self._set = False
-        self._events: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
-        """One event per loop that waits (an ``asyncio.Event`` belongs to one loop; a test client may run its own)."""
+        self._events: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}  # one per loop (a test client runs its own)
 
     def is_set(self) -> bool:
         return self._set
@@ -31,7 +28,6 @@ class Stopping:
                 loop.call_soon_threadsafe(event.set)
 
     async def wait(self) -> None:
-        """Return once ``set`` was called (at once if it was already)."""
         loop = asyncio.get_running_loop()
         event = self._events.get(loop)
         if event is None:

@@ -1,19 +1,16 @@
 """Action-cache records: which version string an output path holds, by its full sha256.
 
-An output path is ``<prefix>/<name>-<6 hex of md5(version string)>``: 24 bits, so two different
-version strings of one step name can collide on a path. Each committed step leaves a record
-``<output>/.marinbuild_action.<sha256 of its version string>.json`` (beside Marin's files, never
-changing them) with the version digest, the step name and its output manifest's digest. The
-record's *name* carries the digest, so a listing of status and record names says which versions
-are at which paths without reading any record. The record also holds the step's output manifest
-(``marinbuild.store.manifest``): one file per commit, not two (a file creation is the dearest
-operation of a step's commit on a local disk).
+An output path is ``<prefix>/<name>-<6 hex of md5(version string)>``: 24 bits, so two version strings of
+one step name can collide on a path. Each committed step leaves a record
+``<output>/.marinbuild_action.<sha256 of its version string>.json`` (beside Marin's files, never changing
+them) with the version digest, the step name and its output manifest (``marinbuild.store.manifest``: one
+file per commit, not two: a file creation is the dearest operation of a local commit). The record's
+*name* carries the digest, so a listing says which versions are at which paths without reading records.
 
-A path that is built (SUCCESS) and holds records only of *other* digests is a collision: the plan
-raises ``ActionCacheCollisionError`` instead of silently using another version's outputs. With
-``override_output_path`` the path is chosen by hand and different versions may legitimately share
-it (Marin's behaviour): that is logged, not fatal. A path with no record at all was built by Marin
-(or an older marinbuild) and is used as built, as Marin would.
+A built path (SUCCESS) holding records only of *other* digests is a collision: the plan raises
+``ActionCacheCollisionError`` instead of using another version's outputs. With ``override_output_path``
+different versions may legitimately share a path (Marin's behaviour): logged, not fatal. A path with no
+record was built by Marin (or an older marinbuild) and is used as built, as Marin would.
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ logger = logging.getLogger("marinbuild")
 RECORD_PREFIX = ".marinbuild_action."
 RECORD_SUFFIX = ".json"
 FORMAT = "marinbuild-action/2"
-FORMATS = ("marinbuild-action/1", FORMAT)
-"""Formats read: /1 had no manifest inside."""
+FORMATS = ("marinbuild-action/1", FORMAT)  # read; /1 had no manifest inside
 
 
 class ActionCacheCollisionError(Exception):
@@ -50,12 +46,12 @@ def version_digest(version_str: str | bytes) -> str:
 
 @dataclass(frozen=True)
 class ActionKey:
-    """What a step's commit and the plan need to know about its identity."""
+    """What a step's commit and the plan need to know about its identity (``overridden``: the output path was set
+    by hand with ``override_output_path``)."""
 
     digest: str
     name: str
     overridden: bool = False
-    """The output path was set by hand (``override_output_path``), not derived from the version."""
 
     @classmethod
     def of(cls, version_str: str | bytes, name: str, overridden: bool = False) -> ActionKey:
@@ -73,8 +69,7 @@ class ActionRecord:
     worker_id: str
     created: float
     format: str = FORMAT
-    manifest: dict[str, Any] | None = None
-    """The output manifest (``Manifest.to_json``), written last in the record: one file entry per line."""
+    manifest: dict[str, Any] | None = None  # ``Manifest.to_json``, written last: one file entry per line
 
     def encode(self) -> bytes:
         head = json.dumps({f: getattr(self, f) for f in self.__dataclass_fields__ if f != "manifest"})
@@ -102,7 +97,6 @@ def digest_of_name(name: str) -> str | None:
 
 
 def digests_at(output_path: str) -> frozenset[str]:
-    """The version digests recorded at ``output_path`` (one listing)."""
     if fs.is_local(output_path):
         try:
             names: Iterable[str] = [n for n in os.listdir(fs.local_path(output_path)) if n.startswith(RECORD_PREFIX)]
@@ -120,7 +114,6 @@ def digests_at(output_path: str) -> frozenset[str]:
 
 
 def digests_named(names: Iterable[str]) -> frozenset[str]:
-    """The version digests of the record files among ``names``."""
     return frozenset(d for d in map(digest_of_name, names) if d is not None)
 
 
@@ -194,10 +187,7 @@ def check_before_commit(output_path: str, key: ActionKey, names: Iterable[str] |
 
 def check_built(built: Iterable[tuple[str, ActionKey]], known: Mapping[str, frozenset[str]] | None = None) -> None:
     """For steps whose status is SUCCESS: raise ``ActionCacheCollisionError`` if a path holds another version.
-
-    ``known`` maps output paths to the digests a batched listing already found there; other paths
-    are checked here (locally: one ``stat``, and a directory scan only when our record is absent).
-    """
+    ``known``: output path -> the digests a batched listing found there; other paths are checked here."""
     for output_path, key in built:
         digests = known.get(output_path) if known is not None else None
         if digests is None:

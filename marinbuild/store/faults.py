@@ -1,13 +1,11 @@
 """Fault points: named places between the system calls of marinbuild's metadata writes, where a test kills the process.
 
-``point(name)`` costs one global read unless ``MARINBUILD_KILL_AT_POINT`` is set in the environment when this
-module is imported. With ``MARINBUILD_KILL_AT_POINT=N`` the process sends itself SIGKILL at the N-th point it passes
-(counted from 1, across threads); with ``MARINBUILD_KILL_AT_POINT=N:NAME``, at the N-th pass of the point named exactly
-NAME, which stays the same point however the threads of a build interleave (steps running side by side, the
-background run-info write); or SIGSTOP with ``MARINBUILD_FAULT_SIGNAL=STOP`` (a pause another process can look
-into, then resume with SIGCONT); with ``MARINBUILD_FAULT_POINT_LOG=FILE`` it appends each point's name to FILE (one
-line per point, in order), so a test learns how many points a build passes and kills it at each in turn.
-These are the moments a real crash (OOM kill, preemption, Ctrl-\\) can hit; nothing else reads them.
+``point(name)`` costs one global read unless ``MARINBUILD_KILL_AT_POINT`` is set when this module is imported.
+``=N``: the process sends itself SIGKILL at the N-th point it passes (across threads); ``=N:NAME``: at the N-th
+pass of the point named NAME (the same point however a build's threads interleave). ``MARINBUILD_FAULT_SIGNAL=STOP``
+sends SIGSTOP instead (a pause to look into, then SIGCONT). ``MARINBUILD_FAULT_POINT_LOG=FILE`` appends each
+point's name to FILE, so a test learns the points a build passes and kills it at each in turn. These are the
+moments a real crash (OOM kill, preemption) can hit; nothing else reads them.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ _KILL_AT = int(_KILL_COUNT or 0)
 _LOG = os.environ.get("MARINBUILD_FAULT_POINT_LOG") or None
 _SIGNAL = signal.SIGSTOP if os.environ.get("MARINBUILD_FAULT_SIGNAL") == "STOP" else signal.SIGKILL
 ACTIVE = bool(_KILL_AT or _LOG)
-"""Any fault point is watched in this process."""
 
 _count = 0
 _passes: dict[str, int] = {}
@@ -29,7 +26,6 @@ _lock = threading.Lock()
 
 
 def point(name: str) -> None:
-    """Pass the fault point ``name``: logged, or the process killed here, when a test asked for it."""
     if not ACTIVE:
         return
     global _count

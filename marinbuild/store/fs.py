@@ -13,8 +13,7 @@ from typing import Any
 
 from marinbuild.store import faults
 
-FILE_MODE = 0o644
-"""Files written through a temporary file get the mode a plain ``open`` would give them."""
+FILE_MODE = 0o644  # of files written through a temporary file: what a plain ``open`` gives
 
 
 def is_local(path: str) -> bool:
@@ -65,13 +64,9 @@ def read_bytes(path: str) -> bytes | None:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` so a reader sees the old content or the new, never a torn file.
-
-    Every metadata file marinbuild writes goes through here (status, info, artifact, action record, traceback):
-    on a local or POSIX file system a temporary file in the same folder, then ``os.replace`` (one rename, atomic
-    on POSIX); a process killed at any moment leaves the old file or the new one, and at worst a ``.tmp-*`` file
-    (``cache gc`` removes those). No fsync: see docs/reliability.md (what a machine crash can leave).
-    """
+    """Write ``data`` so a reader sees the old content or the new, never a torn file: every metadata file goes
+    through here. Locally a temporary file in the same folder, then ``os.replace``: a kill leaves the old file or
+    the new, at worst a ``.tmp-*`` file (``cache gc`` removes those). No fsync: see docs/reliability.md."""
     if is_local(path):
         write_atomic_pieces(path, [data])
         return
@@ -105,7 +100,6 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
 
 
 def _short(target: str) -> str:
-    """``<step folder>/<file>``: how a fault point names the file being written."""
     head, name = os.path.split(target)
     return os.path.basename(head) + "/" + name
 
@@ -137,7 +131,6 @@ def makedirs(path: str) -> None:
 
 
 def remove(path: str) -> None:
-    """Delete a file; a missing file is not an error."""
     if is_local(path):
         try:
             os.unlink(local_path(path))

@@ -1,34 +1,25 @@
 """Google Cloud Storage through gcsfs: one filesystem per endpoint, our retry policy, generation preconditions.
 
-Every request marinbuild makes to GCS (and every request gcsfs makes on its behalf: ``cat``,
-``pipe``, ``ls``, ``info``, ...) goes through ``RetryingGCSFileSystem._request``, which retries
-transient failures (HTTP 408/429/5xx, connection resets, timeouts) with jittered exponential
-backoff from 50 ms to 2 s, and never retries a precondition failure (412), a 404 or another 4xx.
-gcsfs's own retry loop (1 s, 2 s, 4 s, ... sleeps) is bypassed.
-
+Every request to GCS (ours, and gcsfs's ``cat``, ``ls``, ...) goes through ``RetryingGCSFileSystem._request``,
+which retries transient failures (HTTP 408/429/5xx, connection resets, timeouts) with jittered exponential
+backoff from 50 ms to 2 s, and never a 412, a 404 or another 4xx (gcsfs's own retry loop is bypassed).
 Nothing waits forever: an attempt fails when the server does not connect, or sends nothing, for
-``REQUEST_TIMEOUT`` seconds (gcsfs's ``requests_timeout``: a long transfer that keeps moving is never cut
-off), and no attempt starts once ``RETRY_DEADLINE`` seconds have passed since the first. So one operation
-against a server that accepts connections and never answers ends within ``OPERATION_BOUND`` seconds with
-``StoreUnreachableError``, naming the operation and the object. ``OPERATION_BOUND`` is shorter than the
-time between a lease renewal falling due and the lease going stale, so a renewal that hangs ends (and is
-reported) before anyone could take the lease over.
-``MARINBUILD_GCS_REQUEST_TIMEOUT`` and ``MARINBUILD_GCS_RETRY_DEADLINE`` (seconds) change the two.
+``REQUEST_TIMEOUT`` seconds (a transfer that keeps moving is never cut off), and no attempt starts
+``RETRY_DEADLINE`` seconds after the first; so an operation against a server that never answers ends
+within ``OPERATION_BOUND`` seconds with ``StoreUnreachableError`` naming it and the object. That is shorter
+than the time between a lease renewal falling due and the lease going stale, so a renewal that hangs ends
+(and is reported) before anyone could take the lease over.
 
-A retried *conditional* write is ambiguous: the first attempt may have landed before its
-response was lost, so the retry fails its precondition against our own write.
-``write_if_generation`` and ``delete_if_generation`` resolve that by re-reading the object.
+A retried *conditional* write is ambiguous (the first attempt may have landed before its response was
+lost): ``write_if_generation`` and ``delete_if_generation`` resolve that by re-reading the object.
+Listings ask for three fields per object and decode each page with msgspec into ``Listed`` only, so a
+server that sends more (fake-gcs-server ignores ``fields``) costs no dict per object.
 
-Listings (``list_pages``) ask GCS for three fields of each object and decode each page with msgspec into
-``Listed`` (those fields only): a server that sends more (fake-gcs-server ignores ``fields``) costs no dict per
-object, and a page is handed to the caller as it arrives.
-
-``gcsfs`` and ``msgspec`` are imported here only: ``import marinbuild`` and the CLI start never load them. Against
-an emulator (``STORAGE_EMULATOR_HOST``), requests are anonymous. The filesystem subclasses
-``gcsfs.core.GCSFileSystem``, the plain HTTP client, by name: ``gcsfs.GCSFileSystem`` becomes the
-experimental zonal-bucket class when ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` is true, whose bucket-type
-probe stalls 60 s per call against an emulator. Naming the class leaves the environment alone (no
-variable is set at import) and makes the choice independent of it.
+``gcsfs`` and ``msgspec`` are imported here only (never by ``import marinbuild`` or the CLI start).
+Against an emulator (``STORAGE_EMULATOR_HOST``) requests are anonymous. The filesystem subclasses
+``gcsfs.core.GCSFileSystem`` by name: ``gcsfs.GCSFileSystem`` becomes the zonal-bucket class when
+``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` is true, whose bucket-type probe stalls 60 s per call against an
+emulator; naming the class makes the choice independent of the environment.
 """
 
 from __future__ import annotations
@@ -53,10 +44,7 @@ RETRY_ATTEMPTS = 10
 RETRY_INITIAL = 0.05
 RETRY_MAX = 2.0
 REQUEST_TIMEOUT = float(os.environ.get("MARINBUILD_GCS_REQUEST_TIMEOUT") or 15.0)
-"""Seconds a request may wait for the server to connect, or for its next bytes: a stalled connection
-fails (and is retried); a long transfer that keeps moving is never cut off."""
 RETRY_DEADLINE = float(os.environ.get("MARINBUILD_GCS_RETRY_DEADLINE") or 30.0)
-"""Seconds after an operation's first attempt past which no retry starts."""
 OPERATION_BOUND = RETRY_DEADLINE + RETRY_MAX * 1.5 + REQUEST_TIMEOUT
 """The longest one operation can take when the server never answers: the deadline, one last back-off, one attempt
 (48 s by default: less than the 60 s between a lease's due renewal and its staleness, 90 s after the last one)."""
@@ -136,12 +124,8 @@ def is_transient(exc: BaseException) -> bool:
 
 
 class RetryingGCSFileSystem(GCSFileSystem):
-    """gcsfs with marinbuild's retry policy and request counting (see the module docstring).
-
-    ``requests`` counts every HTTP attempt it sent. ``match_glob`` says whether listings send GCS's
-    ``matchGlob``: GCS applies it; fake-gcs-server (an emulator endpoint) ignores it, and a server seen
-    returning names outside a glob, or rejecting one, is treated as not applying it from then on.
-    """
+    """gcsfs with marinbuild's retry policy; ``requests`` counts every HTTP attempt. ``match_glob``: whether
+    listings send GCS's ``matchGlob`` (not to an emulator, nor to a server seen ignoring or rejecting one)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -163,7 +147,6 @@ class RetryingGCSFileSystem(GCSFileSystem):
 
 
 def endpoint() -> str | None:
-    """The emulator endpoint, if ``STORAGE_EMULATOR_HOST`` names one."""
     host = os.environ.get("STORAGE_EMULATOR_HOST", "")
     if host in ("", "default"):
         return None
@@ -176,7 +159,6 @@ and build of the process (fsspec's own instance cache would make one per thread)
 
 
 def filesystem() -> RetryingGCSFileSystem:
-    """The process's GCS filesystem for the current endpoint (one instance per endpoint and process)."""
     url = endpoint()
     key = (url, os.getpid())
     fs = _instances.get(key)
@@ -204,13 +186,11 @@ def split(path: str) -> tuple[str, str]:
 
 
 def run(coro_fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, fs: Any = None, **kwargs: Any) -> T:
-    """Run an async function on the filesystem's event loop from synchronous code."""
     fs = fs or filesystem()
     return sync(fs.loop, coro_fn, *args, **kwargs)
 
 
 async def gather_limited(coros: list[Awaitable[T]], limit: int = 64) -> list[T]:
-    """``asyncio.gather`` with at most ``limit`` coroutines in flight."""
     semaphore = asyncio.Semaphore(limit)
 
     async def one(c: Awaitable[T]) -> T:
@@ -238,8 +218,7 @@ async def _read_with_generation(fs: RetryingGCSFileSystem, path: str) -> tuple[b
 
 def read_with_generation(path: str) -> tuple[bytes, int] | None:
     """The object's content and generation in one request; None if it does not exist."""
-    fs = filesystem()
-    return run(_read_with_generation, fs, path, fs=fs)
+    return run(_read_with_generation, filesystem(), path)
 
 
 async def _last_written(fs: RetryingGCSFileSystem, path: str, generation: int) -> float | None:
@@ -258,8 +237,7 @@ async def _last_written(fs: RetryingGCSFileSystem, path: str, generation: int) -
 def last_written(path: str, generation: int) -> float | None:
     """When the object was last written (seconds since the epoch, the store's clock), if it is still at
     ``generation``; None otherwise."""
-    fs = filesystem()
-    return run(_last_written, fs, path, generation, fs=fs)
+    return run(_last_written, filesystem(), path, generation)
 
 
 def _multipart_body(key: str, data: bytes) -> tuple[bytes, dict[str, str]]:
@@ -300,14 +278,10 @@ async def _write_if_generation(fs: RetryingGCSFileSystem, path: str, data: bytes
 
 
 def write_if_generation(path: str, data: bytes, generation: int) -> int:
-    """Write ``data`` only if the object is at ``generation`` (0: only if it does not exist).
-
-    Returns the new generation; raises ``PreconditionFailed`` if another writer got there first.
-    The content must be unique to this writer (a lease with its timestamp is), so that a retry
-    that fails its precondition against our own earlier attempt is recognised as a success.
-    """
-    fs = filesystem()
-    return run(_write_if_generation, fs, path, data, generation, fs=fs)
+    """Write ``data`` only if the object is at ``generation`` (0: only if it does not exist); the new generation,
+    or ``PreconditionFailed`` if another writer got there first. The content must be unique to this writer (a
+    lease with its timestamp is): a retry failing its precondition against our own earlier attempt is a success."""
+    return run(_write_if_generation, filesystem(), path, data, generation)
 
 
 async def _delete_if_generation(fs: RetryingGCSFileSystem, path: str, generation: int) -> bool:
@@ -328,19 +302,14 @@ async def _delete_if_generation(fs: RetryingGCSFileSystem, path: str, generation
 
 
 def delete_if_generation(path: str, generation: int) -> bool:
-    """Delete the object only if it is still at ``generation``; True if we deleted it.
-
-    Real GCS enforces the precondition; fake-gcs-server ignores it on deletes, so callers
-    re-read before deleting to keep the window small there too.
-    """
-    fs = filesystem()
-    return run(_delete_if_generation, fs, path, generation, fs=fs)
+    """Delete the object only if it is still at ``generation``; True if we deleted it. fake-gcs-server ignores the
+    precondition on deletes: callers re-read before deleting to keep the window small there too."""
+    return run(_delete_if_generation, filesystem(), path, generation)
 
 
 # -- listings -----------------------------------------------------------------------------------
 
 LIST_FIELDS = "items(name,size,md5Hash),nextPageToken"
-"""What a listing asks GCS for: the fields ``Listed`` holds, so a real bucket sends little more than the names."""
 
 
 class Listed(msgspec.Struct):
@@ -356,10 +325,7 @@ class _Page(msgspec.Struct):
     nextPageToken: str | None = None  # noqa: N815
 
 
-_decode_page = msgspec.json.Decoder(_Page, strict=False).decode
-"""A listing page, decoding only ``Listed``'s fields: a server that ignores ``fields`` (fake-gcs-server) sends every
-object's whole metadata, which is skipped unparsed instead of becoming a dict of strings per object. ``strict=False``:
-the JSON API sends ``size`` as a string."""
+_decode_page = msgspec.json.Decoder(_Page, strict=False).decode  # strict=False: the JSON API sends size as a string
 
 
 async def list_pages(
@@ -372,12 +338,9 @@ async def list_pages(
     glob: tuple[str, Callable[[str], bool]] | None = None,
     page_size: int = 1000,
 ) -> AsyncIterator[list[Listed]]:
-    """The objects under ``prefix`` (in ``[start, end)`` when given), a page at a time as each arrives.
-
-    ``glob`` is a GCS ``matchGlob`` pattern with a predicate that tells the names it matches. It is
-    sent only to servers that apply it (``fs.match_glob``); a caller filters the names either way.
-    A page that cannot be read raises (after the retries ``_request`` makes): a listing is complete or fails.
-    """
+    """The objects under ``prefix`` (in ``[start, end)`` when given), a page at a time as each arrives; a listing
+    is complete or raises. ``glob``: a ``matchGlob`` pattern, sent only where ``fs.match_glob``, and a predicate
+    for it: a caller filters the names either way."""
     token: str | None = None
     pages = 0
     while True:
@@ -436,5 +399,4 @@ async def list_objects(
     end: str | None = None,
     glob: tuple[str, Callable[[str], bool]] | None = None,
 ) -> list[Listed]:
-    """Every object of ``list_pages``, in one list."""
     return [obj async for page in list_pages(fs, bucket, prefix, start=start, end=end, glob=glob) for obj in page]

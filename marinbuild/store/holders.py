@@ -1,11 +1,10 @@
 """Worker ids of lease holders, and telling when a holder is provably gone.
 
-A marinbuild worker id is ``<host>-<pid>-<tag>``: ``tag`` is 8 hex digits, the first 4 naming the machine's boot
-and pid namespace (a digest of ``/proc/sys/kernel/random/boot_id`` and ``/proc/self/ns/pid``), the last 4 random.
-A process that reads a lease naming a holder on its own host, in its own boot and pid namespace, can ask the
-kernel whether that process still exists: if not, the holder is gone and its lease may be taken over at once
-(``provably_gone``). Anything else (another machine, another container, Marin's ``host-thread`` ids) cannot be
-known, and the lease's stale time decides, as before.
+A worker id is ``<host>-<pid>-<tag>``: ``tag`` is 8 hex digits, the first 4 a digest of the machine's boot
+and pid namespace (``/proc/sys/kernel/random/boot_id``, ``/proc/self/ns/pid``), the last 4 random. A lease
+naming a holder on this host, boot and pid namespace whose process no longer exists may be taken over at
+once (``provably_gone``). Anything else (another machine or container, Marin's ids) cannot be known: the
+lease's stale time decides.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ def namespace_tag() -> str:
 
 
 def new_worker_id() -> str:
-    """A fresh worker id for this process (see the module docstring)."""
     tag = namespace_tag() or os.urandom(2).hex()
     return f"{host()}-{os.getpid()}-{tag}{os.urandom(2).hex()}"
 

@@ -65,10 +65,8 @@ def encode_lease(record: LeaseRecord) -> bytes:
 class Lease(abc.ABC):
     """One runner's handle on one step's lease."""
 
-    makes_output_folder = False
-    """Taking the lease leaves the step's output folder in place (a local lease file lives in it)."""
-    round_trips = False
-    """Each operation is a request to a remote store: a caller with many leases spreads them over threads."""
+    makes_output_folder = False  # taking the lease leaves the step's output folder in place (a local lease)
+    round_trips = False  # each operation is a remote request: a caller with many leases uses threads
 
     def __init__(self, output_path: str, worker_id: str, stale_after: float = STALE_AFTER):
         self.output_path = output_path
@@ -89,11 +87,8 @@ class Lease(abc.ABC):
         self.refresh()
 
     def check(self) -> None:
-        """Read-only: raise ``LeaseLostError`` unless the lease file names ``worker_id``.
-
-        For a process committing on behalf of the holder (a Ray task for its driver): it must not
-        write the lease, whose renewals (on GCS, generations) belong to the holder.
-        """
+        """Read-only: raise ``LeaseLostError`` unless the lease file names ``worker_id``. For a process committing
+        for the holder (a Ray task for its driver): the lease's renewals (on GCS, generations) are the holder's."""
         record = self.holder()
         if record is None or record.worker_id != self.worker_id:
             holder = record.worker_id if record is not None else "nobody (it was released or taken over and finished)"

@@ -1,10 +1,7 @@
-"""``lease_for``: the lease implementation for the filesystem a step's output lives on.
-
-Local folders get ``lease_local`` (flock and an atomic create), ``gs://`` prefixes get ``lease_gcs``
-(object generation preconditions); both implement ``lease.Lease``. The choice lives here, above the
-interface and its implementations, so that each implementation imports the interface and nothing
-imports back. ``lease_gcs`` is imported only for a ``gs://`` path: it brings in gcsfs, which a local
-build never needs.
+"""``lease_for``: the lease implementation for the filesystem a step's output lives on: ``lease_local`` (flock
+and an atomic create) for local folders, ``lease_gcs`` (generation preconditions) for ``gs://``. The choice
+lives above the interface and its implementations so nothing imports back; ``lease_gcs`` (gcsfs) is
+imported only for a ``gs://`` path.
 """
 
 from __future__ import annotations
@@ -13,11 +10,8 @@ from marinbuild.store import fs
 from marinbuild.store.lease import STALE_AFTER, Lease
 from marinbuild.store.lease_local import LocalFileLease
 
-__all__ = ["lease_for"]
-
 
 def lease_for(output_path: str, worker_id: str, stale_after: float = STALE_AFTER) -> Lease:
-    """The lease on ``output_path`` for ``worker_id``, by the filesystem it lives on."""
     if fs.is_local(output_path):
         return LocalFileLease(fs.local_path(output_path), worker_id, stale_after)
     protocol = output_path.split("://", 1)[0]

@@ -1,19 +1,18 @@
 """Leases on GCS by object generation: the same protocol as the local lease, without flock.
 
-The lease is the object ``<output>/.executor_status.lock`` holding Marin's JSON
-``{"worker_id", "timestamp"}``. Every change is a compare-and-swap on the object's generation:
+The lease is the object ``<output>/.executor_status.lock`` holding Marin's JSON ``{"worker_id",
+"timestamp"}`` (the writers' clocks). Every change is a compare-and-swap on the object's generation:
 
-- acquire: create it with ``ifGenerationMatch=0``; if it exists, read it (content and generation
-  in one request) and, when it is stale or empty (or its holder provably gone, or it does not parse and
-  was last written more than the stale time ago), overwrite it with ``ifGenerationMatch=<read>``.
-  Of several runners racing for a free or stale lease exactly one write succeeds.
-- heartbeat: overwrite with ``ifGenerationMatch=<our last write>``: one request, and it fails if
-  anyone else wrote or deleted the lease since, which is how a runner learns it lost the lease.
+- acquire: create it with ``ifGenerationMatch=0``; if it exists, read it (content and generation in one
+  request) and, when it is stale or empty (or its holder provably gone, or it does not parse and was last
+  written more than the stale time ago), overwrite it with ``ifGenerationMatch=<read>``: of several
+  runners racing for a free or stale lease exactly one write succeeds.
+- heartbeat: overwrite with ``ifGenerationMatch=<our last write>``: one request, failing if anyone else
+  wrote or deleted the lease since (how a runner learns it lost the lease).
 - release: delete with ``ifGenerationMatch=<our last write>``: never someone else's lease.
 
-Timestamps are the writers' clocks, as in Marin's lease. Differences from Marin's ``GcsLease``:
-the heartbeat needs no read, release is conditional (Marin reads, then deletes unconditionally),
-and a retried write whose first attempt landed is recognised instead of reported as a lost race.
+Unlike Marin's ``GcsLease``: the heartbeat needs no read, release is conditional (Marin reads, then
+deletes), and a retried write whose first attempt landed is recognised instead of reported as a lost race.
 """
 
 from __future__ import annotations
@@ -31,13 +30,10 @@ class GCSLease(Lease):
 
     def __init__(self, output_path: str, worker_id: str, stale_after: float):
         super().__init__(output_path, worker_id, stale_after)
-        self._generation: int | None = None
-        """The generation of our last write of the lease, while we hold it."""
-        self._lock = threading.Lock()
-        """The lease keeper and the committing thread may refresh at once: one CAS at a time."""
+        self._generation: int | None = None  # of our last write of the lease, while we hold it
+        self._lock = threading.Lock()  # the lease keeper and the committing thread may refresh at once
 
     def _read(self) -> tuple[LeaseRecord | None, int]:
-        """The lease record (None if absent or empty) and its generation (0 if absent)."""
         got = gcs.read_with_generation(self.path)
         if got is None:
             return None, 0

@@ -31,11 +31,9 @@ class LocalFileLease(Lease):
 
     @contextlib.contextmanager
     def _locked(self, create: bool, exclusive: bool = True) -> Iterator[int | None]:
-        """Yield the lease file's descriptor, flock'ed, or None if it does not exist and ``create`` is False.
-
-        Raw descriptors, not Python file objects: a file object costs four more system calls to open
-        (fstat, ioctl, two lseeks) and more per read, and every step takes, checks and releases a lease.
-        """
+        """Yield the lease file's descriptor, flock'ed, or None if it does not exist and ``create`` is False. Raw
+        descriptors: a file object costs four more system calls to open, and every step takes, checks and releases
+        a lease."""
         while True:
             if create:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -56,7 +54,6 @@ class LocalFileLease(Lease):
             # The file we opened was unlinked while we waited: open the current one.
 
     def _is_current(self, fd: int) -> bool:
-        """``fd`` is still the file at the lease path (not one its releaser unlinked meanwhile)."""
         try:
             return os.fstat(fd).st_ino == os.stat(self.path).st_ino
         except FileNotFoundError:
@@ -77,8 +74,6 @@ class LocalFileLease(Lease):
         return b"".join(chunks)
 
     def _write(self, fd: int, record: LeaseRecord) -> None:
-        """Rewrite the lease in place (the flock protocol needs the same file): one ``pwrite`` covering the old
-        content, a shorter record padded with spaces, so a kill can never leave a mix of two records."""
         data = encode_lease(record)
         size = os.fstat(fd).st_size
         if size > len(data):
@@ -87,7 +82,6 @@ class LocalFileLease(Lease):
         os.pwrite(fd, data, 0)
 
     def _make_folder(self) -> None:
-        """Make the step's folder (and its parents): one ``mkdir`` when the parent exists, as it mostly does."""
         folder = os.path.dirname(self.path)
         try:
             os.mkdir(folder)
@@ -97,9 +91,8 @@ class LocalFileLease(Lease):
             os.makedirs(folder, exist_ok=True)
 
     def _try_create(self) -> bool:
-        """Fast path: create the lease file if there is none, with our record already in it (written to a temporary
-        file, then ``link``ed to the lease path, which fails if one exists): no reader, Marin's included, ever sees
-        it empty while we hold it. False if one already exists."""
+        """Create the lease file with our record already in it (``link`` of a written temporary file); False if one
+        exists."""
         self._make_folder()
         folder = os.path.dirname(self.path)
         tmp = os.path.join(folder, f".tmp-lease.{os.urandom(6).hex()}")
@@ -127,14 +120,9 @@ class LocalFileLease(Lease):
             return True
 
     def _free(self, fd: int) -> bool:
-        """With the lease file ``fd`` flock'ed: may we take it?
-
-        Empty: yes, at once. Under the flock nobody is writing it (Marin and marinbuild write leases only while
-        holding the flock, and marinbuild creates them full), so it was left by a writer that died, or made by
-        an opener about to lock it, who will read our record once it gets the lock. A record: if it is ours,
-        stale, or its holder is provably gone. Unparsable (not written by marinbuild, which never tears it):
-        only once the file is older than the stale time.
-        """
+        """With the lease file ``fd`` flock'ed: may we take it? Empty: yes (under the flock nobody is writing it: a
+        writer died, or an opener about to lock it will read our record). A record: if ours, stale, or its holder
+        is provably gone. Unparsable (not marinbuild's, which never tears it): once older than the stale time."""
         data = self._read(fd)
         if not data.strip():
             return True
@@ -164,7 +152,6 @@ class LocalFileLease(Lease):
                 self._unlink_if_ours(f)
 
     def _unlink_if_ours(self, fd: int) -> None:
-        """With ``fd`` (the file at the lease path) locked: delete it if it names this runner."""
         try:
             current = parse_lease(self.path, self._read(fd))
         except Exception:
@@ -180,5 +167,4 @@ class LocalFileLease(Lease):
 
 
 def _step_name(lease_file: str) -> str:
-    """The step folder's name: how a fault point names the lease it is at."""
     return os.path.basename(os.path.dirname(lease_file))

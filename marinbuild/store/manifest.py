@@ -1,15 +1,12 @@
 """Output manifests: every file a step wrote, with its size and xxh3-128 digest.
 
 Written at commit after the outputs and before the status, inside the step's action-cache record
-(``.marinbuild_action.<sha256>.json`` beside Marin's files, see ``marinbuild.store.action_cache``),
-so a SUCCESS always comes with a description of the outputs it vouches for, and ``marinbuild cache
-verify`` can tell later whether any of them was modified, truncated or deleted.
-
-Files are hashed by streaming (1 MiB reads) with xxh3-128. On GCS each object also carries the
-server's crc32c; an output tree larger than ``MARINBUILD_MANIFEST_HASH_GB`` (default 1 GB) is not
-downloaded just to hash it: files beyond that budget are recorded with size and crc32c only (GCS
-recomputes crc32c on every write, so any change still shows). Marin's own files, marinbuild's
-records and temporary files are not outputs and are left out.
+(``marinbuild.store.action_cache``), so a SUCCESS always comes with a description of the outputs it vouches
+for and ``cache verify`` can tell whether any was modified, truncated or deleted. Files are hashed by
+streaming; an output tree on GCS larger than ``MARINBUILD_MANIFEST_HASH_GB`` (default 1 GB) is not
+downloaded just to hash it: files beyond that budget are recorded with size and the server's crc32c only
+(GCS recomputes it on every write, so any change still shows). Marin's files, marinbuild's records and
+temporary files are not outputs.
 """
 
 from __future__ import annotations
@@ -30,7 +27,6 @@ CHUNK = 1 << 20
 
 
 def is_output(name: str) -> bool:
-    """Whether a file of this (base) name counts as a step output."""
     return name not in NOT_OUTPUTS and not name.startswith((".marinbuild", ".tmp-"))
 
 
@@ -40,12 +36,10 @@ def hash_budget_bytes() -> int:
 
 @dataclass(frozen=True)
 class FileEntry:
-    path: str
-    """Relative to the output folder, with ``/`` separators."""
+    path: str  # relative to the output folder, with ``/`` separators
     size: int
     xxh3_128: str | None
-    crc32c: str | None = None
-    """The server's crc32c (GCS only); the check for files too large to hash."""
+    crc32c: str | None = None  # GCS's; the check for files too large to hash
 
 
 @dataclass
@@ -81,7 +75,6 @@ class Manifest:
 
     @classmethod
     def from_json(cls, path: str, obj: Any) -> Manifest:
-        """The manifest ``to_json`` gave; ``path`` names the file it came from in errors."""
         try:
             if obj.get("format") != FORMAT:
                 raise ValueError(obj.get("format"))
@@ -165,7 +158,6 @@ def list_outputs(output_path: str, top_level: set[str] | None = None) -> dict[st
 
 
 def hash_local_file(path: str) -> str:
-    """xxh3-128 of a local file."""
     h = xxhash.xxh3_128()
     with open(path, "rb", buffering=0) as f:
         while chunk := f.read(CHUNK):
@@ -176,10 +168,7 @@ def hash_local_file(path: str) -> str:
 def hash_remote_file(url: str) -> str:
     h = xxhash.xxh3_128()
     with fs.filesystem_for(url).open(url, "rb", block_size=8 * CHUNK) as f:
-        while True:
-            chunk = f.read(8 * CHUNK)
-            if not chunk:
-                break
+        while chunk := f.read(8 * CHUNK):
             h.update(chunk)
     return h.hexdigest()
 

@@ -1,38 +1,27 @@
 """The ``mirror://`` filesystem: read a path from whichever regional prefix holds it, copying it home once.
 
-``mirror://documents/x`` means ``documents/x`` under the *local* prefix if it is there; otherwise
-under the first *remote* (regional) prefix that holds it, which is then copied into the local
-prefix and read from there. The copy is made under a lease (the same lease as a step's, at
-``<local>/.mirror_locks/<path>``), so two readers never copy the same file twice: the second
-waits for the first and reads its copy. Every byte copied is charged to a ``TransferBudget``
-first; a copy that would go over it raises ``TransferBudgetExceeded`` and copies nothing.
+``mirror://documents/x`` is ``documents/x`` under the *local* prefix if it is there; else under the first
+*remote* (regional) prefix that holds it, copied into the local prefix and read from there. The copy is
+made under a lease (a step's kind, at ``<local>/.mirror_locks/<path>``), so two readers never copy the
+same file twice: the second waits and reads the first's copy. Every byte copied is charged to a
+``TransferBudget`` first; a copy that would go over it raises ``TransferBudgetExceeded``, copying nothing.
 
-Configuration (Marin's names where Marin has them):
+Configuration (Marin's names where Marin has them): the local prefix is the running step's
+(``step_scope``), else ``configure(local_prefix=...)``, ``$MARIN_PREFIX``, ``/tmp/marin``; the remote
+prefixes ``configure(remote_prefixes=[...])``, else ``$MARIN_MIRROR_PREFIXES`` (comma-separated), else
+Marin's regional buckets when the local prefix is on GCS. The budget: ``mirror_budget(gb)`` for a block; a
+step runs in ``step_scope`` (``StepCall``, locally or on Ray) with a budget of its own, the largest
+``mirrored(path, budget_gb=...)`` of its config; else a process-wide ``$MARIN_MIRROR_BUDGET_GB`` (10 GB).
+Scopes are ``contextvars``: steps running at once in threads never share a budget (a thread started in a
+scope inherits it only when run in ``contextvars.copy_context()``).
 
-- the local prefix: the running step's prefix (``step_scope``), else ``configure(local_prefix=...)``,
-  else ``$MARIN_PREFIX``, else ``/tmp/marin``;
-- the remote prefixes: ``configure(remote_prefixes=[...])``, else ``$MARIN_MIRROR_PREFIXES``
-  (comma-separated), else Marin's regional buckets (``gs://marin-us-central1``, ...) when the
-  local prefix is on GCS (none otherwise);
-- the budget: ``mirror_budget(gb)`` for a block of code; a step runs in ``step_scope(budget_gb,
-  prefix)`` (``StepCall``, locally or on a Ray worker), a budget of its own of the largest
-  ``mirrored(path, budget_gb=...)`` of its config; else (no scope, or a step with no ``mirrored``
-  value) a process-wide budget of ``$MARIN_MIRROR_BUDGET_GB`` (default 10 GB).
+Folders are mirrored file by file (files already copied are kept), so an interrupted copy is completed,
+never mistaken for a whole one: a folder copy holds its lease while it runs and leaves an ``.incomplete``
+marker until its last file is in. Writes go to the local prefix.
 
-Scopes are ``contextvars``: each thread (so each step of the local backend) has its own, and
-two steps running at once never share a budget; a thread started inside a scope does not
-inherit it unless run in ``contextvars.copy_context()``.
-
-Directories are mirrored file by file (files already copied are kept), so an interrupted copy
-is completed, never mistaken for a whole one: a folder copy holds its lease while it runs and
-leaves an ``.incomplete`` marker next to it until its last file is in (a copy that raised has
-released its lease, but not removed the marker). Writes go to the local prefix. Importing this
-module registers the ``mirror`` protocol with fsspec.
-
-Marin's ``rigging.filesystem`` (installed with the ``ml`` extra) has its own ``mirror://``. There is one
-registration: this module imports rigging's first and replaces its registration, whichever is imported
-first. Marin's budget API keeps its meaning: a copy made inside ``rigging.filesystem.mirror_budget(gb)``
-(or after ``set_mirror_budget``) is charged to that budget (``active_budget``).
+Importing this module registers ``mirror`` with fsspec, replacing the ``mirror://`` of Marin's
+``rigging.filesystem`` (imported first, whichever is imported first). Marin's budget API keeps its meaning:
+a copy inside ``rigging.filesystem.mirror_budget(gb)`` is charged to that budget (``active_budget``).
 """
 
 from __future__ import annotations
@@ -68,7 +57,6 @@ REGIONAL_BUCKETS = (
     "marin-us-west4",
     "marin-eu-west4",
 )
-"""Marin's regional data buckets, searched when the local prefix is on GCS and nothing else is configured."""
 LOCK_FOLDER = ".mirror_locks"
 GB = 1 << 30
 
@@ -159,7 +147,6 @@ class _MarinBudget(TransferBudget):
 
 
 def _marin_budget() -> TransferBudget | None:
-    """The budget Marin's code set in this context through ``rigging.filesystem``, if it is imported and set one."""
     import sys
 
     module = sys.modules.get("rigging.filesystem")
@@ -190,8 +177,8 @@ def mirror_budget(budget_gb: float, name: str = "") -> Iterator[TransferBudget]:
 
 @contextlib.contextmanager
 def step_scope(budget_gb: float | None, local: str | None) -> Iterator[TransferBudget]:
-    """Run a step's code in: its own budget of ``budget_gb`` (None: the process-wide one) and its prefix as
-    the local prefix. Per context (so per thread): steps running at once each have their own budget."""
+    """Run a step's code with its own budget of ``budget_gb`` (None: the process-wide one) and its prefix as the
+    local prefix."""
     prefix_token = _prefix_var.set(local.rstrip("/") if local else None)
     try:
         if budget_gb is None:
@@ -323,16 +310,14 @@ def _incomplete_marker(local: str, path: str) -> str:
 
 
 def _is_complete(local: str, path: str) -> bool:
-    """``path`` is under the local prefix, whole: a file (copies of files are atomic), or a folder
-    no copy is still filling (a folder copy holds its lease until its last file is in) nor left
-    unfinished (its marker stays until then)."""
+    """``path`` is under the local prefix, whole: a file (copies of files are atomic), or a folder no copy holds
+    the lease of nor left unfinished (its marker)."""
     filesystem, p = _url_fs(_join(local, path))
     try:
         if filesystem.info(p).get("type") != "directory":
             return True
     except FileNotFoundError:
         return False
-
     return not fs.exists(lease_path(_lock_root(local, path))) and not fs.exists(_incomplete_marker(local, path))
 
 
@@ -394,8 +379,6 @@ def _keep_alive(lease: Any, stop: threading.Event) -> None:
 
 
 class MirrorFileSystem(fsspec.AbstractFileSystem):
-    """``mirror://<path>``: reads resolve (and copy) through ``mirror_path``; writes go to the local prefix."""
-
     protocol = "mirror"
 
     @classmethod

@@ -19,28 +19,26 @@ from marinbuild.store.records import INFO_FILE, read_info
 from marinbuild.store.status import DamagedFileError
 
 
-def sibling_paths(prefix: str, name: str, exclude: str | None = None) -> list[str]:
-    """Folders ``<prefix>/<name>-<hash>`` (other versions of step ``name``) except ``exclude``."""
-    where = fs.join(prefix, name)
-    parent, _, base = where.rpartition("/")
-    if not parent:
-        return []
+def _versions(parent: str, folders: list[str], base: str, exclude: str | None) -> list[str]:
+    """The folders ``<parent>/<base>-<hash>`` among ``folders``, except ``exclude``."""
     pattern = re.compile(re.escape(base) + r"-[0-9a-f]{6}\Z")
     skip = normalize(exclude) if exclude else None
-    found = []
-    for folder in Store(prefix).subdirs(parent):
-        if pattern.match(folder):
-            path = fs.join(parent, folder)
-            if normalize(path) != skip:
-                found.append(path)
-    return found
+    return [fs.join(parent, f) for f in folders if pattern.match(f) and normalize(fs.join(parent, f)) != skip]
+
+
+def _left_output(path: str) -> bool:
+    return fs.exists(fs.join(path, INFO_FILE)) or fs.exists(st.status_path(path))
+
+
+def sibling_paths(prefix: str, name: str, exclude: str | None = None) -> list[str]:
+    """Folders ``<prefix>/<name>-<hash>`` (other versions of step ``name``) except ``exclude``."""
+    parent, _, base = fs.join(prefix, name).rpartition("/")
+    return _versions(parent, Store(prefix).subdirs(parent), base, exclude) if parent else []
 
 
 def has_other_version(prefix: str, name: str, exclude: str | None = None) -> bool:
     """Whether some other version of step ``name`` left an output (a folder with ``.executor_info``/status)."""
-    return any(
-        fs.exists(fs.join(p, INFO_FILE)) or fs.exists(st.status_path(p)) for p in sibling_paths(prefix, name, exclude)
-    )
+    return any(_left_output(p) for p in sibling_paths(prefix, name, exclude))
 
 
 def with_other_versions(prefix: str, outputs: dict[str, str], workers: int = 16) -> set[str]:
@@ -60,21 +58,11 @@ def with_other_versions(prefix: str, outputs: dict[str, str], workers: int = 16)
     for parent, names in parents.items():
         for name in names:
             base = fs.join(prefix, name).rpartition("/")[2]
-            pattern = re.compile(re.escape(base) + r"-[0-9a-f]{6}\Z")
-            skip = normalize(outputs[name])
-            candidates.extend(
-                (name, fs.join(parent, folder))
-                for folder in listings[parent]
-                if pattern.match(folder) and normalize(fs.join(parent, folder)) != skip
-            )
+            candidates.extend((name, p) for p in _versions(parent, listings[parent], base, outputs[name]))
     if not candidates:
         return set()
-
-    def left_output(path: str) -> bool:
-        return fs.exists(fs.join(path, INFO_FILE)) or fs.exists(st.status_path(path))
-
     with ThreadPoolExecutor(max_workers=min(workers, len(candidates))) as pool:
-        found = list(pool.map(left_output, [path for _name, path in candidates]))
+        found = list(pool.map(_left_output, [path for _name, path in candidates]))
     return {name for (name, _path), present in zip(candidates, found, strict=True) if present}
 
 
@@ -86,10 +74,8 @@ class OtherVersion:
 
 
 def latest_other_version(prefix: str, name: str, exclude: str | None = None) -> OtherVersion | None:
-    """The most recent other version of step ``name`` whose ``.executor_info`` parses.
-
-    Most recent by the modification time of its ``.executor_status``, else of its ``.executor_info``.
-    """
+    """The most recent other version of step ``name`` whose ``.executor_info`` parses (by the modification time
+    of its ``.executor_status``, else of its ``.executor_info``)."""
     store = Store(prefix)
     best: OtherVersion | None = None
     for path in sibling_paths(prefix, name, exclude):

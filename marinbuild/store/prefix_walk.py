@@ -1,9 +1,8 @@
 """Walking a prefix: step folders, sizes, modification times and deletion, local or fsspec.
 
-``store_for(path)`` gives one interface for both kinds of prefix: local folders use
-``os`` directly (``os.walk``, ``os.stat``, ``shutil.rmtree``); any other URL uses its
-fsspec filesystem (``walk``, ``find``, ``modified``, ``rm``). Paths handed out keep the
-caller's spelling (``gs://bucket/x/...``), so they compare equal to executor output paths.
+``Store(path)`` is one interface for both kinds of prefix: local folders use ``os`` directly, any other
+URL its fsspec filesystem. Paths handed out keep the caller's spelling (``gs://bucket/x/...``), so they
+compare equal to executor output paths.
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ from marinbuild.store import fs
 from marinbuild.store.records import INFO_FILE
 from marinbuild.store.status import STATUS_FILE
 
-STEP_MARKERS = (INFO_FILE, STATUS_FILE)
-"""A folder holding either of these files is a step's output folder."""
+STEP_MARKERS = (INFO_FILE, STATUS_FILE)  # a folder holding either is a step's output folder
 
 
 def normalize(path: str) -> str:
@@ -45,9 +43,6 @@ class Store:
         return fs.join(base, rel) if rel else base.rstrip("/")
 
     # -- queries ------------------------------------------------------------------------------
-    def exists(self, path: str) -> bool:
-        return fs.exists(path)
-
     def is_dir(self, path: str) -> bool:
         if self.local:
             return os.path.isdir(fs.local_path(path))
@@ -101,7 +96,7 @@ class Store:
         try:
             modified = self.fs.modified(path)
         except (FileNotFoundError, NotImplementedError, OSError):
-            return _mtime_from_info(self._info(path))
+            return mtime_from_info(self._info(path))
         return modified.timestamp() if isinstance(modified, datetime) else float(modified)
 
     def _info(self, path: str) -> dict[str, Any] | None:
@@ -159,11 +154,8 @@ class Store:
             self.fs.rm(path, recursive=True)
 
 
-def store_for(path: str) -> Store:
-    return Store(path)
-
-
-def _mtime_from_info(info: dict[str, Any] | None) -> float | None:
+def mtime_from_info(info: dict[str, Any] | None) -> float | None:
+    """The modification time an fsspec ``info`` reports, in whichever field its filesystem uses."""
     if not info:
         return None
     for key in ("mtime", "updated", "LastModified", "last_modified", "created"):

@@ -1,11 +1,9 @@
-"""The other per-step files Marin reads: ``.executor_info`` and ``.artifact.json`` (the run info JSON is
-``run_info.py``'s).
+"""The other per-step files Marin reads: ``.executor_info`` and ``.artifact.json`` (run info: ``run_info.py``).
 
-Contract: both are written atomically (``fs.write_atomic``: whole or absent), in Marin's forms (the info
-text as the engine encoded it, Marin's indented JSON; the artifact as Marin encodes a step's return value,
-``encode_artifact``). Readers give None for an absent file and raise ``DamagedFileError`` naming the file
-for one that is not JSON (the cache commands report it, never count it as built). ``read_artifact`` also
-finds Marin's legacy artifact names. ``write_missing_infos`` never overwrites an existing info file.
+Both are written atomically (``fs.write_atomic``), in Marin's forms (the info text as the engine encoded it;
+the artifact as Marin encodes a step's return value). Readers give None for an absent file and raise
+``DamagedFileError`` for one that is not JSON (never counted as built). ``read_artifact`` also finds
+Marin's legacy artifact names. ``write_missing_infos`` never overwrites an existing info file.
 """
 
 from __future__ import annotations
@@ -29,14 +27,12 @@ def info_path(output_path: str) -> str:
 
 
 def write_info(output_path: str, text: str) -> None:
-    """Write a step's ``.executor_info`` (already-encoded JSON text, Marin's indented form)."""
     fs.write_atomic(info_path(output_path), (text + "\n").encode())
 
 
 def write_missing_infos(texts: dict[str, Callable[[], str]], workers: int = 16) -> list[str]:
-    """Write ``.executor_info`` into each output path (a key of ``texts``) whose folder has none yet, its text
-    from ``texts[path]()``; an existing one is left as it is. Remote paths are checked and written concurrently.
-    Returns the output paths written to."""
+    """Write ``texts[path]()`` as the ``.executor_info`` of each output path that has none yet (remote paths
+    concurrently); the paths written to."""
     paths = list(texts)
 
     def one(path: str) -> bool:

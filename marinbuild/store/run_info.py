@@ -1,23 +1,19 @@
 """Marin's run info JSON: ``<base>/<script>-<hash>.json``, the record of one run that Marin's data browser and
 ``marinbuild serve`` read.
 
-What it holds (Marin's schema): ``worker_id``, ``git_commit``, ``caller_path``, ``created_date``, ``user``,
-``prefix`` and ``steps``, each step the object its ``.executor_info`` holds (without ``description``). The top
-level is indented as Marin's; each step is one line of compact sorted-key JSON (``indent=2`` would repeat every
-nested version over many lines, several times the size on a wide graph).
+It holds Marin's schema: ``worker_id``, ``git_commit``, ``caller_path``, ``created_date``, ``user``, ``prefix``
+and ``steps``, each the object its ``.executor_info`` holds (without ``description``). The top level is
+indented as Marin's; each step is one line of compact sorted-key JSON (``indent=2`` would repeat every nested
+version over many lines).
 
-The name: ``<script>`` is the caller's file name without ``.py`` (as Marin's; for ``python -m package``, the
-package's name: the command line makes one name however it is started). ``<hash>`` is the first 6 hex digits
-of the md5 of the steps' output paths relative to the prefix, sorted, one per line. Marin hashes the whole text of
-the steps, whose ``fn_name`` holds a memory address, so its name changes with every run anyway. The output paths
-already name each step's version (``<name>-<md5 of its version>``), so they name the graph in a few bytes a step:
-the name is known without composing any step's entry (``Engine.experiment_url`` asks for it without writing the
-file), and it is the same for every run of the same graph, whatever order its steps were given in and whichever
-prefix it was built under.
+The name: ``<script>`` as Marin's (``script_name``); ``<hash>`` the first 6 hex digits of the md5 of the steps'
+output paths relative to the prefix, sorted, one per line. (Marin hashes the steps' text, whose ``fn_name``
+holds a memory address, so its name changes every run anyway.) The output paths already name each step's
+version, so the name is known without composing any step's entry (``Engine.experiment_url`` asks for it
+without writing the file), and is the same for every run of the same graph, in any order, under any prefix.
 
-Contract: ``write`` writes the file once, in one pass, atomically (``fs.write_atomic_pieces``: a temporary file and
-one rename on a local disk, one object upload on an object store), replacing a file of the same name (an earlier run
-of the same graph): the file is this run's record. A kill at any moment leaves the earlier file whole.
+``write`` writes the file once, atomically (``fs.write_atomic_pieces``), replacing a file of the same name (an
+earlier run of the same graph): a kill at any moment leaves the earlier file whole.
 """
 
 from __future__ import annotations
@@ -31,8 +27,7 @@ from typing import Any
 from marinbuild.core.jsonenc import dumps_sorted
 from marinbuild.store import fs
 
-HEAD_KEYS = ("worker_id", "git_commit", "caller_path", "created_date", "user", "prefix")
-"""The top-level keys before ``steps``, in Marin's order."""
+HEAD_KEYS = ("worker_id", "git_commit", "caller_path", "created_date", "user", "prefix")  # before steps, as Marin
 
 
 def step_line(info: Any, version_str: str) -> str:
@@ -51,9 +46,8 @@ def step_line(info: Any, version_str: str) -> str:
 
 
 def script_name(caller_path: str) -> str:
-    """``<script>`` of the name: the caller's file name without ``.py`` (as Marin strips it); for a package's
-    ``__main__.py`` (``python -m package``), the package's name, so ``python -m marinbuild`` and the ``marinbuild``
-    command name their runs alike."""
+    """The caller's file name without ``.py`` (as Marin strips it); for ``python -m package``, the package's name, so
+    ``python -m marinbuild`` and the ``marinbuild`` command name their runs alike."""
     if os.path.basename(caller_path) == "__main__.py":
         return os.path.basename(os.path.dirname(caller_path))
     return os.path.basename(caller_path).replace(".py", "")

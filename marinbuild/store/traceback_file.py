@@ -1,14 +1,9 @@
 """``.marinbuild_traceback.txt``: the full traceback of a step's last failure, beside its ``.executor_status``.
 
-Contract:
-- Written by the runner that records the failure, under the step's lease, *before* it writes FAILED: a
-  reader that sees FAILED finds the traceback of that failure (a rerun that fails again replaces it).
-- Removed at commit, before SUCCESS (the commit's listing of the folder tells whether it is there, so a
-  step that never failed costs no request): a SUCCESS output never carries a stale traceback.
-- A ``.marinbuild*`` name: not an output (left out of manifests, so ``cache verify`` never counts it), and
-  nothing Marin reads. ``cache gc`` removes it with its step's folder.
-- Plain UTF-8 text, as Python prints a traceback (on Ray: as Ray prints the task's, with the worker's log
-  named in a last line); any fsspec prefix (local folder, ``gs://``).
+Written (atomically, plain UTF-8 as Python or Ray prints it) by the runner that records the failure, under
+the step's lease, *before* FAILED: a reader that sees FAILED finds that failure's traceback. Removed at
+commit before SUCCESS (the commit's listing tells whether it is there): a SUCCESS output never carries a
+stale one. A ``.marinbuild*`` name: not an output (left out of manifests), nothing Marin reads.
 """
 
 from __future__ import annotations
@@ -23,7 +18,6 @@ def traceback_path(output_path: str) -> str:
 
 
 def write_traceback(output_path: str, text: str) -> str:
-    """Write the step's traceback; its path."""
     path = traceback_path(output_path)
     fs.write_atomic(path, text.rstrip("\n").encode("utf-8", "replace") + b"\n")
     return path

@@ -1,17 +1,14 @@
-"""Build events as JSON lines, after Bazel's ``--build_event_json_file``.
-
-``BuildEventJsonWriter(path)`` is an event listener writing one JSON object per event::
+"""Build events as JSON lines, after Bazel's ``--build_event_json_file``: ``BuildEventJsonWriter(path)``
+is a listener writing one flushed line per event (the file can be tailed during the build)::
 
     {"kind": "succeeded", "step": "tokenize", "output_path": "/prefix/tokenize-abc123",
      "detail": null, "time": 1718000000.25, "error": null, "traceback": null, "traceback_file": null,
      "data": {}}
 
-``error`` is ``"Type: message"`` or null; ``time`` is seconds since the epoch. An event with an error
-(a ``failed`` step) has ``traceback``: the whole traceback as Python prints it (from the Ray
-worker for a step run on Ray, its last line naming the worker's log), and ``traceback_file``: the
-step's ``.marinbuild_traceback.txt`` holding the same text, or null if none was written (e.g. an error
-of marinbuild's own, after which no FAILED is written). Each line is flushed as it is written, so the
-file can be tailed during the build. Call ``close()`` at the end.
+``error`` is ``"Type: message"``; ``time`` seconds since the epoch. A ``failed`` event has ``traceback``
+(as Python prints it; from the Ray worker for a step run on Ray, its last line naming the worker's log)
+and ``traceback_file``: the step's ``.marinbuild_traceback.txt`` with the same text, or null if none was
+written (an error of marinbuild's own, after which no FAILED is written).
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from marinbuild.ui._text import error_text
 
 
 def event_record(event: ev.Event) -> dict[str, Any]:
-    """The JSON object written for ``event``."""
     error = event.error
     return {
         "kind": event.kind,

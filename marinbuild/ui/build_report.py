@@ -1,19 +1,14 @@
 """What ``marinbuild build`` shows: the listeners of its events, and the text printed from its result.
 
-``BuildReport`` is the ``BuildListeners`` a build's flow (``marinbuild.analysis.build``) opens: the
-summary always; the live progress display and the workspace's event log unless it is a dry run;
-the ``--build_event_json_file`` writer and the ``--profile`` trace when asked for. A build that is
-refused (a bad BUILD file, a request it cannot honour, a step that failed before and must not be
-retried) ends its event log with that reason.
-
-``--explain`` on a build that runs prints the plan on stdout as soon as it is made, before any step
-starts: a row per step, its resources and, for each step that runs, why (``why``'s reason, read
-before the run changes it). After the build, ``print_result`` prints, in this order: on stderr
-the steps the local backend could not run (dry runs), on stdout the plan of a dry run (with
-``--explain``, why each step would run) and the summary (or the ``--output json`` result), then
-on stderr the outputs whose code changed, where to look (experiment page, W&B, TensorBoard) and
-the web view's page of each failed step. What the command's exit code is, and the lines that go
-with it, stay with the command line.
+``BuildReport`` opens the summary always; the live progress and the workspace's event log unless it is a
+dry run; the ``--build_event_json_file`` writer and the ``--profile`` trace when asked for. A refused build
+(a bad BUILD file, a request it cannot honour, a step that failed before and must not be retried) ends its
+event log with that reason. ``--explain`` on a build that runs prints the plan on stdout before any step
+starts, with why each step runs (read before the run changes it). After the build ``print_result`` prints,
+in order: on stderr the steps the local backend could not run (dry runs); on stdout the plan of a dry run
+and the summary (or the ``--output json`` result); on stderr the outputs whose code changed, where to look
+(experiment page, W&B, TensorBoard) and the web view's page of each failed step. The exit code stays with
+the command line.
 """
 
 from __future__ import annotations
@@ -40,8 +35,6 @@ if TYPE_CHECKING:
     from marinbuild.run.events import Event, Listener
     from marinbuild.ui.event_log import EventLog
 
-__all__ = ["BuildReport", "failure_text"]
-
 
 class BuildReport:
     """The listeners of one build (summary, progress, event log, event file, trace) and its printed result."""
@@ -56,25 +49,14 @@ class BuildReport:
     def open(self, event_log: EventLogPlace, session: Session) -> list[Listener]:
         self.summary = BuildSummary()
         listeners: list[Listener] = [self.summary]
-        if not self.dry_run:
-            if self.explain and self.output == "text":
-                listeners.append(_PlanPrinter(session))
-            progress = ProgressDisplay(console_file=sys.stderr)
-            listeners.append(progress)
-            self.closers.append(progress)
-            self.log = open_event_log(*event_log)
-            if self.log is not None:
-                listeners.append(self.log)
-                self.closers.append(self.log)
-        if self.event_file:
-            bep = BuildEventJsonWriter(self.event_file)
-            listeners.append(bep)
-            self.closers.append(bep)
-        if self.profile:
-            trace = ChromeTraceWriter(self.profile)
-            listeners.append(trace)
-            self.closers.append(trace)
-        return listeners
+        if not self.dry_run and self.explain and self.output == "text":
+            listeners.append(_PlanPrinter(session))
+        progress = None if self.dry_run else ProgressDisplay(console_file=sys.stderr)
+        self.log = None if self.dry_run else open_event_log(*event_log)
+        bep = BuildEventJsonWriter(self.event_file) if self.event_file else None
+        trace = ChromeTraceWriter(self.profile) if self.profile else None
+        self.closers = [c for c in (progress, self.log, bep, trace) if c is not None]
+        return [*listeners, *self.closers]
 
     def refused(self, error: Exception) -> None:
         """End the event log with ``error`` (as ``failure_text`` words it) if no step had started (a build that
@@ -87,7 +69,6 @@ class BuildReport:
             closer.close()
 
     def print_result(self, result: BuildResult, session: Session) -> None:
-        """Print what the build of ``session``'s targets did (the order is the module docstring's)."""
         if result.dry_run_problems:
             click.echo(
                 f"marinbuild: warning: the local backend could not run {len(result.dry_run_problems)} of the "
@@ -125,7 +106,6 @@ class BuildReport:
         )
 
     def _print_plan_and_summary(self, result: BuildResult, session: Session) -> None:
-        """The plan (dry runs), then the summary or the JSON result, on stdout."""
         assert self.summary is not None, "the build opened no listeners"
         if self.dry_run and self.output == "text" and result.plan is not None:
             print_plan(result.plan, session if self.explain else None)
@@ -187,7 +167,7 @@ def print_plan(plan: list[PlanRow], session: Session | None) -> None:
         if lease is not None:
             line += f"  (lease {lease.worker_id}, {lease.age():.0f}s old)"
         click.echo(line)
-        hardware = _hardware(step)
+        hardware = hardware_of(getattr(step, "resources", None))
         if hardware is not None:
             click.echo(f"           resources: {hardware}")
         if session is not None and will_run:
@@ -220,12 +200,3 @@ class _PlanPrinter:
             ],
             self.session,
         )
-
-
-def _hardware(step: Any) -> str | None:
-    """The TPU slice (type, slices, hosts, chips) or GPUs a step asks for, as ``-n`` shows it."""
-    resources = getattr(step, "resources", None)
-    if resources is None:
-        return None
-
-    return hardware_of(resources)

@@ -1,20 +1,13 @@
 """The workspace's build event logs: every CLI build (not a dry run) records its run in one JSON-lines file.
 
-``<workspace>/.marinbuild/events/<UTC time>-<pid>.jsonl``: a first line
-``{"kind": "run", "id", "patterns", "prefix", "argv", "pid", "time"}``, then one line per event in the
-form of ``--build_event_json_file`` (``marinbuild.ui.bep.event_record``), flushed as it is written so
-``marinbuild serve`` can tail it while the build runs. A build refused before any step ran (a bad
-BUILD file, a request it cannot honour, a step that failed before and must not be retried) ends its
-log with ``{"kind": "build_refused", "reason", "time"}`` (the reason's first line): the log of a
-build that ended has that line or a ``build_finished`` event. The log never fails a build: one that cannot
-be created is not written (``open_event_log`` returns None), one that cannot be appended to (a full
-disk) stops. ``planned``, ``cached`` and ``progress`` events are left out: what a run page shows (what
-ran, what failed, when) needs none of them, and a no-op build writes three lines. The newest ``KEEP``
-logs are kept; older ones are deleted when a new one opens. ``marinbuild clean`` removes them with the
-rest of ``.marinbuild/``.
-
-Reading: ``list_logs`` (newest first) and ``read_log`` never raise for a cut-off last line (a build
-still writing, or killed): it is skipped.
+``<workspace>/.marinbuild/events/<UTC time>-<pid>.jsonl``: a first line ``{"kind": "run", "id",
+"patterns", "prefix", "argv", "pid", "time"}``, then one line per event as ``--build_event_json_file``
+writes it, flushed so ``marinbuild serve`` can tail it. A build refused before any step ran ends its log
+with ``{"kind": "build_refused", "reason", "time"}`` (the reason's first line): a log of a build that
+ended has that line or a ``build_finished`` event. The log never fails a build: one that cannot be
+created is not written, one that cannot be appended to (a full disk) stops. ``planned``, ``cached`` and
+``progress`` events are left out (a run page needs none, and a no-op build writes three lines). The
+newest ``KEEP`` logs are kept. Reading skips a cut-off last line (a build still writing, or killed).
 """
 
 from __future__ import annotations
@@ -35,13 +28,11 @@ from marinbuild.ui.bep import event_record
 EVENTS_FOLDER = "events"
 KEEP = 100
 LEFT_OUT = frozenset({ev.PLANNED, ev.CACHED, ev.PROGRESS})
-"""Event kinds not written: see the module docstring."""
 REFUSED = "build_refused"
 """The last line of a refused build's log (not an event: no listener but the log hears of it)."""
 
 
 def events_dir(cache_dir: str | os.PathLike[str]) -> Path:
-    """Where the event logs of the workspace whose ``.marinbuild`` folder is ``cache_dir`` go."""
     return Path(cache_dir) / EVENTS_FOLDER
 
 
@@ -49,7 +40,6 @@ class EventLog:
     """Listener writing a build's events to a new log under ``folder`` (see the module docstring)."""
 
     def __init__(self, folder: str | os.PathLike[str], patterns: list[str], prefix: str):
-        self._record = event_record
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         _prune(folder, KEEP - 1)
@@ -84,7 +74,7 @@ class EventLog:
 
     def __call__(self, event: ev.Event) -> None:
         if event.kind not in LEFT_OUT:
-            self._write(self._record(event))
+            self._write(event_record(event))
 
     def refused(self, reason: str) -> None:
         """End the log of a build refused before any step ran, with ``reason``'s first line."""
@@ -127,9 +117,10 @@ class RunLog:
     def summary(self) -> dict[str, Any]:
         """When, what was asked, what ran, what failed; ``finished`` is False while the build runs (or if it died);
         ``refused``: why the build was refused before any step ran (None if it was not)."""
-        ran = [e for e in self.events if e.get("kind") == ev.SUCCEEDED]
-        failed = [e for e in self.events if e.get("kind") == ev.FAILED]
-        dep_failed = [e for e in self.events if e.get("kind") == ev.DEP_FAILED]
+
+        def steps(kind: str) -> list[Any]:
+            return [e.get("step") for e in self.events if e.get("kind") == kind]
+
         end = next((e for e in reversed(self.events) if e.get("kind") in (ev.BUILD_FINISHED, REFUSED)), None)
         return {
             "id": self.id,
@@ -139,9 +130,9 @@ class RunLog:
             "prefix": self.prefix,
             "finished": end is not None,
             "end_time": end.get("time") if end else None,
-            "ran": [e.get("step") for e in ran],
-            "failed": [e.get("step") for e in failed],
-            "dep_failed": [e.get("step") for e in dep_failed],
+            "ran": steps(ev.SUCCEEDED),
+            "failed": steps(ev.FAILED),
+            "dep_failed": steps(ev.DEP_FAILED),
             "refused": end.get("reason") if end is not None and end.get("kind") == REFUSED else None,
         }
 

@@ -1,8 +1,5 @@
-"""How ``marinbuild jobs list`` and ``jobs status`` show Ray jobs: a rich table, a status block, or JSON.
-
-``print_jobs(rows, out)`` prints a table (submission id, status, start, run time, entrypoint);
-``print_job(row, out)`` one job's fields, one per line; ``jobs_json(rows)`` the same facts as
-JSON. Times are shown in UTC. Nothing here talks to a cluster.
+"""How ``marinbuild jobs list`` and ``jobs status`` show Ray jobs: a rich table, one job's fields a line,
+or JSON; times in UTC. Nothing here talks to a cluster.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Build progress: a live display on a terminal, one plain line per event otherwise.
 
-``ProgressDisplay`` is an event listener. On a terminal it keeps a ``rich`` live region at the
-bottom (done/total, the running and waiting steps with their elapsed time, the build's elapsed
-time), redrawn by rich's own refresh thread, and prints finished steps and failures above it.
-Elsewhere (CI logs, pipes) it writes one line per interesting event (the build summary that
-follows says how the build ended; a running step's progress only when it changed, at most every
-``PROGRESS_LINE_EVERY`` seconds)::
+``ProgressDisplay`` is a thread-safe event listener. On a terminal it keeps a ``rich`` live region at the
+bottom (done/total, the running and waiting steps with their elapsed time, the build's elapsed time),
+redrawn by rich's own refresh thread, and prints finished steps and failures above it. Elsewhere (CI
+logs, pipes) it writes one line per interesting event (a running step's progress only when it changed,
+at most every ``PROGRESS_LINE_EVERY`` seconds; the build summary says how the build ended)::
 
     started hello_world/data (/prefix/hello_world/data-abc123)
     [3/10] built hello_world/data (0.4s)
@@ -13,8 +12,7 @@ follows says how the build ended; a running step's progress only when it changed
     waiting for x: lease held by host-1
     [5/10] not running y: dependency x failed
 
-Events arrive from worker threads; the display is thread-safe. Call ``close()`` when done (it
-stops the live region if a build was interrupted before ``build_finished``).
+``close()`` stops the live region if a build was interrupted before ``build_finished``.
 """
 
 from __future__ import annotations
@@ -55,16 +53,11 @@ class _State:
     not_run: int = 0
     build_start: float | None = None
     build_end: float | None = None
-    started_at: dict[_Key, float] = field(default_factory=dict)
-    """Steps running now (in start order) -> start time."""
-    waiting: dict[_Key, tuple[str, float]] = field(default_factory=dict)
-    """Steps waiting for another runner -> (detail, since)."""
-    step_start: dict[_Key, float] = field(default_factory=dict)
-    """Every started step's start time, for the duration of its finish line."""
-    progress: dict[_Key, str] = field(default_factory=dict)
-    """Running steps' last reported progress (``progress`` events)."""
-    progress_shown: dict[_Key, tuple[str, float]] = field(default_factory=dict)
-    """Running steps' last progress line printed (off a terminal) and its time."""
+    started_at: dict[_Key, float] = field(default_factory=dict)  # running now (in start order) -> start time
+    waiting: dict[_Key, tuple[str, float]] = field(default_factory=dict)  # waiting for another runner
+    step_start: dict[_Key, float] = field(default_factory=dict)  # every started step, for its finish line
+    progress: dict[_Key, str] = field(default_factory=dict)  # running steps' last ``progress`` detail
+    progress_shown: dict[_Key, tuple[str, float]] = field(default_factory=dict)  # last line printed off a tty
 
     def counter(self) -> str:
         total = self.total if self.total is not None else (self.planned_to_run or None)
@@ -72,11 +65,8 @@ class _State:
 
 
 class ProgressDisplay:
-    """Listener showing build progress; ``console_file`` defaults to ``sys.stderr``.
-
-    ``is_tty`` None means ``console_file.isatty()``. ``console`` (a ``rich`` Console) may be
-    passed to draw the live display on it instead of one made for ``console_file``.
-    """
+    """``console_file`` defaults to ``sys.stderr``; ``is_tty`` None means its ``isatty()``; ``console`` (a ``rich``
+    Console) draws the live display instead of one made for ``console_file``."""
 
     def __init__(
         self,
@@ -241,11 +231,8 @@ class ProgressDisplay:
             failed, not_run = s.failed, s.not_run
             done = s.done
 
-        mark: RenderableType
-        if not finished:
-            mark = Spinner("dots", style="cyan")
-        else:
-            mark = Text("✘", style="red") if failed else Text("✔", style="green")
+        done_mark = Text("✘", style="red") if failed else Text("✔", style="green")
+        mark: RenderableType = done_mark if finished else Spinner("dots", style="cyan")
         header = Table.grid(padding=(0, 1))
         header.add_row(
             mark,
@@ -286,8 +273,6 @@ class ProgressDisplay:
 
 
 class _Renderable:
-    """Rebuilt on every refresh from the display's state."""
-
     def __init__(self, display: ProgressDisplay):
         self.display = display
 

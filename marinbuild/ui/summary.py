@@ -1,22 +1,18 @@
 """The end-of-build summary: what was built, what was already there, what failed, where outputs are.
 
-``BuildSummary`` is an event listener that counts outcomes and records failures. After the
-build, ``render(requested)`` gives the text block a CLI prints, e.g.::
+``BuildSummary`` is an event listener that counts outcomes and records failures; ``render(requested)`` gives
+the text a CLI prints after the build, e.g.::
 
     Build FAILED in 12.3s: 3 built, 5 cached, 1 failed, 2 dependency failed
       FAILED tokenize: RuntimeError: boom
-          File "/ws/steps/tokenize.py", line 41, in tokenize
-            shards = split(config["input"])
           File "/ws/steps/tokenize.py", line 12, in split
             raise RuntimeError("boom")
         full traceback: /prefix/tokenize-abc123/.marinbuild_traceback.txt
       not run: train (dependency tokenize failed)
-      not run: eval (dependency tokenize failed)
     //pkg:data   ->  /prefix/data-abc123
     //pkg:train  ->  /prefix/train-def456  (not built: dependency failed)
 
-Under each failure: the last frames of its traceback (``marinbuild.run.failure.last_frames``), the
-step's ``.marinbuild_traceback.txt`` holding all of it, and for a step run on Ray the worker's log.
+Under each failure: its traceback's last frames, the step's traceback file and, on Ray, the worker's log.
 ``as_dict()`` gives the same facts for ``--output json`` (each failure with its whole ``traceback``).
 """
 
@@ -40,40 +36,34 @@ _NOTES = {
     "skipped": "not built: skipped",
     "failed before": "not built: failed before",
 }
-_PLANNED_WORDS = {"built": "already built", "failed": "failed before"}
-"""How a refused build's headline words the plan's states."""
+_PLANNED_WORDS = {"built": "already built", "failed": "failed before"}  # a refused build's headline
 
 
 @dataclass(frozen=True)
 class StepProblem:
+    """A step not run (``message``: why) or failed: ``message`` is ``Type: message`` without a wrapper's step
+    prefix, ``full_error`` the raised exception's, then its traceback, the step's ``.marinbuild_traceback.txt``
+    (None if none was written) and, in a Ray task, the worker's log files."""
+
     step: str
     output_path: str | None
     message: str
-    """For a failure, ``Type: message`` (without a wrapper's step prefix); for a step not run, why."""
     full_error: str | None = None
-    """For a failure, the raised exception as ``Type: message``."""
     traceback: str | None = None
-    """For a failure, its whole traceback."""
     traceback_file: str | None = None
-    """For a failure, the step's ``.marinbuild_traceback.txt`` (None if none was written)."""
     worker_log: str | None = None
-    """For a step that failed in a Ray task: the worker's log files."""
 
 
 class BuildSummary:
-    """Counts built / cached / failed / dep_failed / skipped steps and records the failures.
-
-    ``cached`` counts steps already built when the build began (``planned`` with detail
-    ``built``) and steps another runner built while this one waited.
-    """
+    """Counts outcomes and records the failures. ``cached`` counts steps already built when the build began
+    (``planned`` with detail ``built``) and steps another runner built while this one waited."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.built = 0
         self.cached = 0
         self.dry_run = False
-        self.planned: dict[str, int] = {}
-        """Plan state (built, missing, failed, running, abandoned) -> number of steps."""
+        self.planned: dict[str, int] = {}  # plan state (built, missing, failed, ...) -> number of steps
         self.failures: list[StepProblem] = []
         self.dep_failed: list[StepProblem] = []
         self.skipped: list[StepProblem] = []
@@ -111,20 +101,10 @@ class BuildSummary:
             self.cached += 1
             self._add_done(event)
         elif kind == ev.FAILED:
-            message = describe_error(event.step, event.error)
             error = event.error
             text = traceback_text(error) if error is not None else None
-            self.failures.append(
-                StepProblem(
-                    step,
-                    event.output_path,
-                    message,
-                    error_text(error),
-                    text,
-                    traceback_file_of(error),
-                    worker_log_of(error),
-                )
-            )
+            message, file, log = describe_error(event.step, error), traceback_file_of(error), worker_log_of(error)
+            self.failures.append(StepProblem(step, event.output_path, message, error_text(error), text, file, log))
         elif kind == ev.DEP_FAILED:
             self.dep_failed.append(StepProblem(step, event.output_path, event.detail or "a dependency failed"))
         elif kind == ev.SKIPPED:

@@ -1,13 +1,10 @@
 """A Chrome trace of the build, for Perfetto (ui.perfetto.dev) or chrome://tracing.
 
-``ChromeTraceWriter(path)`` is an event listener. Each step that ran becomes one complete
-event (``"ph": "X"``) from ``started`` to ``succeeded`` / ``failed`` / ``cached``; a step that
-only waited for another runner becomes a ``wait`` span from ``waiting`` to its end. ``waiting``
-itself is also an instant event. Spans are laid out on lanes (``tid`` 1, 2, ...): a span takes
-the lowest lane free at its start, so a lane is one concurrent slot and spans on a lane never
-overlap; ``tid`` 0 holds the whole build. Times are microseconds from the earliest event.
-
-Nothing is written until ``close()``, which writes ``{"traceEvents": [...], "displayTimeUnit": "ms"}``.
+``ChromeTraceWriter(path)`` is an event listener. Each step that ran becomes one complete event
+(``"ph": "X"``) from ``started`` to ``succeeded`` / ``failed`` / ``cached``; a step that only waited for
+another runner a ``wait`` span from ``waiting`` (also an instant event) to its end. A span takes the
+lowest lane (``tid`` 1, 2, ...) free at its start, so a lane is one concurrent slot; ``tid`` 0 holds the
+whole build. Times are microseconds from the earliest event. Nothing is written until ``close()``.
 """
 
 from __future__ import annotations
@@ -50,7 +47,6 @@ class ChromeTraceWriter:
         self._build_start: float | None = None
         self._closed = False
 
-    # -- the listener -------------------------------------------------------------------------
     def __call__(self, event: ev.Event) -> None:
         with self._lock:
             if self._closed:
@@ -110,35 +106,14 @@ class ChromeTraceWriter:
         self._events.append(self._span_event(span, end, outcome))
 
     def _span_event(self, span: _Span, end: float, outcome: str) -> dict[str, Any]:
-        return {
-            "name": span.name,
-            "cat": span.cat,
-            "ph": "X",
-            "pid": PID,
-            "tid": span.lane,
-            "ts": span.start,
-            "dur": _dur(span.start, end),
-            "args": {"output_path": span.output_path, "outcome": outcome},
-        }
+        args = {"output_path": span.output_path, "outcome": outcome}
+        return _complete_event(span.name, span.cat, span.lane, span.start, end, args)
 
     def _end_build(self, end: float, data: dict[str, Any]) -> None:
         if self._build_start is not None:
-            self._events.append(self._build_event(self._build_start, end, data))
+            self._events.append(_complete_event("build", "build", BUILD_LANE, self._build_start, end, data))
             self._build_start = None
 
-    def _build_event(self, start: float, end: float, data: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "name": "build",
-            "cat": "build",
-            "ph": "X",
-            "pid": PID,
-            "tid": BUILD_LANE,
-            "ts": start,
-            "dur": _dur(start, end),
-            "args": data,
-        }
-
-    # -- output -------------------------------------------------------------------------------
     def trace(self) -> dict[str, Any]:
         """The trace so far; spans still open (an interrupted build) end at the last event, outcome ``unfinished``."""
         with self._lock:
@@ -146,7 +121,8 @@ class ChromeTraceWriter:
             for span in sorted(self._open.values(), key=lambda s: s.start):
                 events.append(self._span_event(span, self._last, "unfinished"))
             if self._build_start is not None:
-                events.append(self._build_event(self._build_start, self._last, {"outcome": "unfinished"}))
+                args = {"outcome": "unfinished"}
+                events.append(_complete_event("build", "build", BUILD_LANE, self._build_start, self._last, args))
         origin = self._origin or 0.0
         events = [{**e, "ts": round((e["ts"] - origin) * 1e6, 3)} for e in events]  # collected in seconds
         lanes = max((e["tid"] for e in events), default=BUILD_LANE)
@@ -178,5 +154,6 @@ class ChromeTraceWriter:
         self.close()
 
 
-def _dur(start: float, end: float) -> float:
-    return round(max(end - start, 0.0) * 1e6, 3)
+def _complete_event(name: str, cat: str, tid: int, start: float, end: float, args: dict[str, Any]) -> dict[str, Any]:
+    dur = round(max(end - start, 0.0) * 1e6, 3)
+    return {"name": name, "cat": cat, "ph": "X", "pid": PID, "tid": tid, "ts": start, "dur": dur, "args": args}

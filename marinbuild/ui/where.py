@@ -1,16 +1,10 @@
-"""Where to look after a build, as Marin's ``executor_main`` prints it: the experiment page, W&B runs,
-TensorBoard logs.
+"""Where to look after a build, as Marin's ``executor_main`` prints it (stderr lines; none for a dry run).
 
-Contract: ``where_to_look(engine, ran)`` returns the lines (without a trailing newline) to print on
-stderr after a build whose run ``ran`` these steps: when the build wrote its run info, its experiment page
-(``Engine.experiment_url()``) if a web view answers for the build (``$MARINBUILD_SERVE_URL``, which a CLI build
-sets from the configured URL or a running ``marinbuild serve``), else the run info file (no link to a server
-that does not run), and for each step of a target with ``tracker = "wandb"`` its
-Weights & Biases run (``https://wandb.ai/$WANDB_ENTITY/$WANDB_PROJECT/runs/<run id>``; the run id is
-the output folder's name, as ``train_lm`` names the run), and for each step of a target with
-``tracker = "tensorboard"`` the ``tensorboard --logdir`` command for its event files (``marinbuild.ml.train``
-writes them under ``<output>/tensorboard/``). Nothing for a dry run or a no-op build.
-``failure_pages(prefix, failures)``: the web view's page of each failed step, when one is configured.
+``where_to_look(engine, ran)``: the experiment page if a web view answers for the build
+(``$MARINBUILD_SERVE_URL``, set by a CLI build from the configured URL or a running ``marinbuild serve``),
+else the run info file; for each ran step of a target with ``tracker = "wandb"`` its W&B run (named by the
+output folder, as ``train_lm`` names it), with ``tracker = "tensorboard"`` the ``tensorboard --logdir``
+command. ``failure_pages``: the web view's page of each failed step, when one is configured.
 """
 
 from __future__ import annotations
@@ -22,8 +16,6 @@ from marinbuild.engine.serve_url import ENV, step_url
 
 if TYPE_CHECKING:
     from marinbuild.engine import Engine
-
-__all__ = ["failure_pages", "where_to_look"]
 
 MAX_FAILURE_PAGES = 5
 
@@ -56,18 +48,12 @@ def where_to_look(engine: Engine, ran: list[Any]) -> list[str]:
 
 
 def _run_info_line(engine: Engine, run_info_path: str) -> str:
-    """The experiment page when a web view answers for the build (``$MARINBUILD_SERVE_URL``: configured, or a
-    running ``marinbuild serve`` of the workspace); else the run info file and how to see its page."""
-    from marinbuild.engine.serve_url import ENV
-
     if os.environ.get(ENV):
         return f"experiment page: {engine.experiment_url()}"
     return f"run info: {run_info_path} (marinbuild serve shows its page)"
 
 
 def failure_pages(prefix: str, failures: list[Any]) -> list[str]:
-    """The ``marinbuild serve`` page of each failed step (at most ``MAX_FAILURE_PAGES``) when a view's base URL is
-    set (``$MARINBUILD_SERVE_URL``, which a CLI build sets: ``marinbuild.engine.serve_url``); nothing otherwise."""
     base = os.environ.get(ENV)
     if not base:
         return []
