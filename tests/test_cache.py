@@ -343,6 +343,25 @@ def test_gc_lists_then_deletes_only_with_yes(ws):
     assert "deleted 2 of 2" in format_gc(done)
 
 
+def test_a_gc_killed_mid_deletion_leaves_no_step_marked_built_without_its_outputs(ws):
+    old = ws.build("//pkg:b")
+    old_paths = sorted(old.engine.output_paths.values())
+    files = {p: sorted(q for q in Path(p).rglob("*") if q.is_file()) for p in old_paths}
+    ws.write(n=2)
+    ws.build("//pkg:b")
+    env = {k: v for k, v in os.environ.items() if k != "MARIN_PREFIX"}
+    command = [sys.executable, "-m", "marinbuild", "cache", "gc", "//pkg:b", "--yes", "--prefix", str(ws.prefix)]
+    killed = subprocess.run(
+        command, cwd=ws.root, env={**env, "MARINBUILD_KILL_AT_POINT": "1:gc-status-removed"}, capture_output=True
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert any(Path(p).exists() and not Path(p, st.STATUS_FILE).exists() for p in old_paths)  # caught mid-way
+    for p in old_paths:  # every step still marked built has all its files
+        assert not Path(p, st.STATUS_FILE).exists() or all(f.exists() for f in files[p]), p
+    assert subprocess.run(command, cwd=ws.root, env=env, capture_output=True).returncode == 0
+    assert not any(Path(p).exists() for p in old_paths)  # the next gc finishes the job
+
+
 def test_gc_keeps_the_current_outputs_of_every_target_of_the_workspace(ws):
     ws.build("//pkg:b", "//pkg:both")
     result = cache_gc(ws.session(), ["//pkg:b"], yes=True)

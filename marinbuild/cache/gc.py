@@ -11,7 +11,9 @@ target removed or renamed). Every other unused output is left alone, and counted
 ``keep_only_used_by_patterns`` keeps only what PATTERN's targets use: every other output is offered, the
 current outputs of other targets too (their reason says so); the flag's name says it, as this is the one way
 gc deletes current work. Never deleted: a folder under a live (or unreadable) lease, the run info JSONs in
-``<prefix>/experiments`` (a step folder holding them is skipped), a folder holding a kept output.
+``<prefix>/experiments`` (a step folder holding them is skipped), a folder holding a kept output. A folder goes
+status first, then the rest: a gc killed at any moment leaves no step marked built without its outputs (the
+next gc lists what is left).
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from marinbuild.cache import probe as pb
 from marinbuild.cache.commands import RUN_INFO_FOLDER, Entry, cache_ls
 from marinbuild.cache.text import format_age, format_size
 from marinbuild.core.labels import Label
-from marinbuild.store import fs
+from marinbuild.store import faults, fs
 from marinbuild.store.prefix_walk import Store, normalize
-from marinbuild.store.status import DamagedFileError
+from marinbuild.store.status import DamagedFileError, status_path
 
 WORKSPACE = "//..."
 WORKSPACE_SCOPE = "workspace"  # kept: what any current target of the workspace uses (the default)
@@ -130,6 +132,8 @@ def cache_gc(
             continue
         if yes:
             try:
+                fs.remove(status_path(entry.output_path))  # first: never SUCCESS without the outputs
+                faults.point("gc-status-removed")
                 store.rmtree(entry.output_path)
             except OSError as exc:
                 result.errors.append({"output_path": entry.output_path, "error": f"{type(exc).__name__}: {exc}"})
