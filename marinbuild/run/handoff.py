@@ -83,7 +83,7 @@ def last_checkpoint(producer_path: str) -> str:
     return next((f"step-{n}" for n in steps if fs.exists(fs.join(folder, f"step-{n}", "metadata.json"))), "none")
 
 
-Release = Callable[[BaseException | None], None]
+Release = Callable[[ExecutorStep, BaseException | None], None]
 
 
 class HandOffs:
@@ -91,7 +91,9 @@ class HandOffs:
 
     def __init__(self, table: VersionTable, to_run: list[ExecutorStep], bus: ev.EventBus):
         self._table, self._bus = table, bus
-        self._in_build = set(to_run)
+        self._offs = {step: offs for step in to_run if (offs := hand_offs(table, step))}
+        self._producers = {h.producer for offs in self._offs.values() for h in offs}
+        self._in_build = set(to_run) if self._offs else set()
         self._ended: dict[ExecutorStep, bool] = {}
         self._held: dict[ExecutorStep, tuple[list[HandOff], Release]] = {}
         self._lock = threading.Lock()
@@ -99,10 +101,10 @@ class HandOffs:
         self._closed = False
 
     def hold(self, step: ExecutorStep, release: Release) -> bool:
-        """True if ``step`` starts from checkpoints: the watcher then calls ``release(None)`` once they are there, or
-        ``release(error)`` once one cannot come (never from this call)."""
-        offs = hand_offs(self._table, step)
-        if not offs:
+        """True if ``step`` starts from checkpoints: the watcher then calls ``release(step, None)`` once they are there,
+        or ``release(step, error)`` once one cannot come (never from this call)."""
+        offs = self._offs.get(step)
+        if offs is None:
             return False
         with self._lock:
             self._held[step] = (offs, release)
@@ -116,6 +118,8 @@ class HandOffs:
 
     def ended(self, step: ExecutorStep, ok: bool) -> None:
         """A step of this build ended: ``ok`` if it succeeded (or was found built), else it failed or did not run."""
+        if step not in self._producers:
+            return
         with self._lock:
             self._ended[step] = ok
             self._poke_locked()
@@ -176,7 +180,7 @@ class HandOffs:
                         continue
                     with self._lock:
                         del self._held[step]
-                    release(error)
+                    release(step, error)
                 ready, _, _ = select.select(fds, [], [], delay if held and polled else None)
                 delay = delay if ready else min(delay * 2, MAX_DELAY)
                 for fd in ready:

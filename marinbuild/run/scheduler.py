@@ -13,11 +13,10 @@ job and no slot of ``max_concurrent``; it is told of every step that ends, and s
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from marinbuild.run import events as ev
 from marinbuild.run.backend import Backend
@@ -25,14 +24,13 @@ from marinbuild.run.outcome import Outcome
 from marinbuild.run.step_job import RAN, JobOutcome, StepJob
 
 K = TypeVar("K", bound=Hashable)  # what names a step: an ExecutorStep for the engine
-K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)
 
 
-class Holds(Protocol[K_contra]):
-    def hold(self, key: K_contra, release: Callable[[BaseException | None], None]) -> bool:
-        """True to keep the ready ``key`` back until ``release(None)`` (start it) or ``release(error)`` (fail it)."""
+class Holds(Protocol[K]):
+    def hold(self, key: K, release: Callable[[K, BaseException | None], None]) -> bool:
+        """True to keep the ready ``key`` back until ``release(key, None)`` (start it) or ``release(key, error)``."""
 
-    def ended(self, key: K_contra, ok: bool) -> None:
+    def ended(self, key: K, ok: bool) -> None:
         """``key`` ended: succeeded (``ok``), or failed or will not run."""
 
     def close(self) -> None:
@@ -91,7 +89,7 @@ class _Run(Generic[K]):
         ):
             key = self.ready.popleft()
             if self.holds is not None and key not in self.released:
-                if self.holds.hold(key, functools.partial(self.release, key)):
+                if self.holds.hold(key, self.release):
                     self.held.add(key)
                     continue
             job = self.job_for(key)
@@ -139,17 +137,14 @@ class _Run(Generic[K]):
         if not self.keep_going:
             self.stopping = True
 
-    def release(self, key: K, error: BaseException | None) -> None:
+    def release_locked(self, key: K, error: BaseException | None) -> None:
         """``holds`` lets ``key`` go: to start (``error`` None) or to fail."""
-        with self.lock:
-            self.held.discard(key)
-            if error is None:
-                self.released.add(key)
-                self.ready.appendleft(key)
-            elif not self.stopping:
-                self.fail_locked(key, error)
-            started = self.take_ready_locked()
-        self.submit(started)
+        self.held.discard(key)
+        if error is None:
+            self.released.add(key)
+            self.ready.appendleft(key)
+        elif not self.stopping:
+            self.fail_locked(key, error)
 
     def submit(self, jobs: list[StepJob]) -> None:
         for job in jobs:
@@ -157,12 +152,20 @@ class _Run(Generic[K]):
 
     def done(self, job: StepJob, result: JobOutcome | None, error: BaseException | None) -> None:
         """A backend's completion callback, on whatever thread the backend reports from."""
+        self._then(self.complete_locked, job, result, error)
+
+    def release(self, key: K, error: BaseException | None) -> None:
+        """``holds``' release, on its own thread."""
+        self._then(self.release_locked, key, error)
+
+    def _then(self, change: Callable[..., None], *args: Any) -> None:
+        """``change(*args)`` under the lock, then submit what became ready."""
         try:
             with self.lock:
-                self.complete_locked(job, result, error)
+                change(*args)
                 started = [] if self.interrupt is not None else self.take_ready_locked()
             self.submit(started)
-        except BaseException as exc:  # never lose the build in a worker thread: the caller re-raises it
+        except BaseException as exc:  # never lose the build in another thread: the caller re-raises it
             with self.lock:
                 self.interrupt = self.interrupt or exc
                 self.all_done.set()
