@@ -30,7 +30,8 @@ from marinbuild.store.prefix_walk import Store
 
 _CHECKPOINT = re.compile(r"checkpoints/step-(\d+)/?")
 FIRST_DELAY, MAX_DELAY = 0.5, 30.0
-"""Seconds between reads of a checkpoint on an object store: from the first, doubling up to the last."""
+"""Seconds between reads of a checkpoint on an object store: from the first, doubling up to the last (which is also
+how often a watched local checkpoint is looked at without a notification)."""
 
 
 class MissingCheckpointError(Exception):
@@ -181,7 +182,8 @@ class HandOffs:
                     with self._lock:
                         del self._held[step]
                     release(step, error)
-                ready, _, _ = select.select(fds, [], [], delay if held and polled else None)
+                # inotify sees no other machine's writes to a shared file system: look again now and then anyway
+                ready, _, _ = select.select(fds, [], [], (delay if polled else MAX_DELAY) if held else None)
                 delay = delay if ready else min(delay * 2, MAX_DELAY)
                 for fd in ready:
                     os.read(fd, 1 << 16)  # what is left wakes the next select at once
