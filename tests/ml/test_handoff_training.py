@@ -63,6 +63,7 @@ def test_consumer_waits_for_the_checkpoint_then_trains_on_from_it(quickstart):
         train_steps = [r["step"] for r in records if "train/loss" in r]
         assert train_steps[0] == 21 and train_steps[-1] == 29
         assert "Resuming training from step 21" in (phase2 / "logs" / "train.log").read_text()
+        assert f"starting from another run's checkpoint {checkpoint}: step 20 done, going on at step 21" in build.stderr
 
         # phase3: one line naming the producer, the step asked for and the producer's last checkpoint
         line = (
