@@ -34,6 +34,10 @@ the slice from the latest checkpoint after a preemption or a failure, within
 ``preemption_retries`` and ``failure_retries``, and fails with one line when no slice is free
 within ``slice_wait`` seconds; ``tpu("v4-128", slices = 4)`` (multislice) reserves the slices together and runs
 one job over them, restarted whole when one is lost.
+``initialize_from = checkpoint(":phase1", step = N)`` starts from that target's checkpoint
+``checkpoints/step-N`` (levanter's ``trainer.initialize_from``: weights, optimizer state, step and data
+position, so the first step trained is N + 1; Marin's ``reset_data_loader_on_init=False``). The step waits
+for that checkpoint, not for the other target to finish (``marinbuild.run.handoff``).
 Training runs in a child process
 (``marinbuild.ml.train``), writing checkpoints and ``metrics.jsonl`` under the output
 folder; a rerun after a crash or preemption resumes from the latest checkpoint there.
@@ -129,6 +133,7 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         "task_evals": specs,
         "task_files": task_files,
         "require_accelerator": accelerated,
+        "initialize_from": ctx.attr.initialize_from,
         "distributed": False,  # one host; on a multi-host slice each host's process gets its own
     }
     # Registry tasks fetch their data from the Hub; local tasks with a local tokenizer never need it.
@@ -165,6 +170,10 @@ train_lm = rule(
         "optimizer": config_attr(Optimizer, default={}, doc="optimizer and schedule (configs.Optimizer)"),
         "trainer": config_attr(Trainer, mandatory=True, doc="batch size, steps, checkpoints (configs.Trainer)"),
         "seed": attr.int(default=0, doc="random seed of initialisation and data order"),
+        # Unversioned: left out it adds nothing to the version; given, its DEP path and its target's version do.
+        "initialize_from": attr.checkpoint(
+            versioned=False, doc='checkpoint(":phase1", step = N): go on from that checkpoint (step N + 1)'
+        ),
         "tracker": attr.string(
             default="json",
             values=["json", "wandb", "tensorboard"],

@@ -42,6 +42,9 @@ def _decode(value: Any, steps: dict[str, ExecutorStep]) -> Any:
     if "$in" in value:
         name = output_path_of(steps[value["$in"]], value.get("sub"))
         return name.nonblocking() if value.get("nb") else name
+    if "$cd" in value:
+        name = steps[value["$cd"]].cd(value["path"])
+        return name.nonblocking() if value.get("nb") else name
     if "$step" in value:
         return steps[value["$step"]]
     if "$hard" in value:

@@ -5,6 +5,9 @@ A target of an ordinary rule becomes one step named ``output_name`` (default
 - versioned attributes as ``versioned(value)``, unversioned ones as they are;
 - a label of another target as ``output_path_of(that target's step)``: a dependency, so its
   version is part of this one's, and the implementation receives its output path;
+- ``checkpoint(":other", step = N)`` (``attr.checkpoint``) as Marin's
+  ``other.cd("checkpoints/step-N").nonblocking()``: a pseudo-dependency, hashed as Marin hashes it, whose
+  checkpoint the step waits for (``marinbuild.run.handoff``);
 - a source file as a ``SourceFile`` whose xxh3-128 content digest is versioned (read
   through a stat cache, so an unchanged file is not read again), so editing the file
   rebuilds exactly what depends on it.
@@ -30,7 +33,7 @@ from marinbuild.core.labels import Label, parse_label
 from marinbuild.core.placeholders import ExecutorStep, output_path_of, this_output_path, versioned
 from marinbuild.core.walk import upstream_steps
 from marinbuild.engine.code_records import display_path, file_digest
-from marinbuild.load.attrs import LabelAttr, LabelKeyedDictAttr, LabelListAttr
+from marinbuild.load.attrs import CheckpointAttr, LabelAttr, LabelKeyedDictAttr, LabelListAttr
 from marinbuild.load.builtins import Struct
 from marinbuild.load.errors import BuildFileError
 from marinbuild.load.frozen import thaw
@@ -274,6 +277,14 @@ def _target_step(
             attrs[name] = label_value(value, name)
         elif isinstance(spec, LabelListAttr):
             attrs[name] = [label_value(v, name) for v in value]
+        elif isinstance(spec, CheckpointAttr):
+            producer = label_value(value.label, name)
+            if isinstance(producer, SourceFile):
+                where = f"attribute {name!r} of {target.label}"
+                raise BuildFileError.at(
+                    target.location, f"{where}: checkpoint() takes a target, {value.label} is a file"
+                )
+            attrs[name] = producer.cd(f"checkpoints/step-{value.step}").nonblocking()
         elif isinstance(spec, LabelKeyedDictAttr):
             entries = [
                 [label_value(k, name), versioned(thaw(w)) if spec.versioned else thaw(w)] for k, w in value.items()

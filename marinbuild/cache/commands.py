@@ -28,6 +28,7 @@ from marinbuild.store.traceback_file import existing_traceback
 
 STALE = "stale"
 INCOMPLETE = "incomplete"
+WAITING = "waiting"
 RUN_INFO_FOLDER = "experiments"  # Marin's run infos are the files directly in it (gc never deletes them)
 
 
@@ -63,7 +64,8 @@ class CacheRow:
 def cache_status(session: Any, labels: Iterable[str | Label]) -> list[CacheRow]:
     """The cache state of each target: one status read per step, a lease read only for RUNNING ones. A step not
     built at its current version (an abandoned run is not) is ``stale`` when another version of the same step
-    name exists under the prefix, else ``missing``."""
+    name exists under the prefix, else ``missing``; ``waiting`` when it starts from a checkpoint not there yet
+    whose producer is running (``needs ...`` in its detail when that producer is not running)."""
     prefix = session.settings.prefix
     stale_after = pb.stale_after_of(session)
     resolved = pb.resolve_targets(session, labels)
@@ -73,6 +75,7 @@ def cache_status(session: Any, labels: Iterable[str | Label]) -> list[CacheRow]:
     probes = pb.probe_outputs([output_paths[s] for s in all_steps], stale_after)
     state_of = {s: _step_state(s.name, probes[output_paths[s]], prefix) for s in all_steps}
     _note_code_changes(session, state_of)
+    _note_hand_offs(session, state_of, stale_after)
     return [target_row(str(label), [state_of[s] for s in steps]) for label, steps in steps_by_label.items()]
 
 
@@ -96,6 +99,20 @@ def _note_code_changes(session: Any, state_of: dict[Any, StepState]) -> None:
             state_of[step].detail = sentence(changed)
 
 
+def _note_hand_offs(session: Any, state_of: dict[Any, StepState], stale_after: float) -> None:
+    """A step not built that starts from a checkpoint not there yet is waiting for it while its producer runs; else
+    its detail says it needs it."""
+    for step, state in state_of.items():
+        waits = (
+            state.state in (pb.MISSING, STALE)
+            and not state.detail
+            and pb.waits_for(session.engine.table, step, stale_after)
+        )
+        if waits:
+            running, line = waits
+            state.state, state.detail = (WAITING, f"waiting for {line}") if running else (state.state, f"needs {line}")
+
+
 def target_row(label: str, states: list[StepState]) -> CacheRow:
     """A target's row from its steps' states: damaged, failed or running if any step is (in that order), built
     only if all are, else stale if any is, else missing. A running row names the first running step's holder."""
@@ -108,6 +125,8 @@ def target_row(label: str, states: list[StepState]) -> CacheRow:
         row.state = pb.FAILED
     elif running:
         row.state, row.holder, row.age = pb.RUNNING, running[0].holder, running[0].age
+    elif any(s.state == WAITING for s in states):
+        row.state = WAITING
     elif states and all(s.state == pb.BUILT for s in states):
         row.state = pb.BUILT
     elif any(s.state == STALE for s in states):
@@ -130,7 +149,7 @@ def format_table(rows: list[CacheRow]) -> str:
         f"{row.label}: {s.detail}"
         for row in rows
         for s in row.steps
-        if s.state == pb.BUILT and s.detail and s.detail.startswith("code changed")
+        if s.detail and s.detail.startswith(("code changed", "waiting for", "needs checkpoint"))
     ]
     return _columns(table) + "".join(f"{note}\n" for note in notes)
 

@@ -1,6 +1,7 @@
 """What is on disk for one output path: its state and lease, for the cache commands. ``probe_output`` reads one
 status file, and the lease only when the status is RUNNING; a damaged file is reported as ``state ==
-"damaged"`` with the message naming the file, never raised.
+"damaged"`` with the message naming the file, never raised. ``waits_for``: the checkpoint a step not built
+starts from and lacks (``marinbuild.run.handoff``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from marinbuild.core.labels import Label, LabelError, parse_label
+from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.core.versions import VersionTable
+from marinbuild.run.handoff import hand_offs, last_checkpoint
 from marinbuild.store import fs
 from marinbuild.store import status as st
 from marinbuild.store.lease import STALE_AFTER, LeaseRecord, lease_path, parse_lease
@@ -102,6 +106,17 @@ def probe_outputs(output_paths: Iterable[str], stale_after: float = STALE_AFTER,
         return {p: probe_output(p, stale_after) for p in paths}
     with ThreadPoolExecutor(workers) as pool:
         return dict(zip(paths, pool.map(lambda p: probe_output(p, stale_after), paths), strict=True))
+
+
+def waits_for(table: VersionTable, step: ExecutorStep, stale_after: float = STALE_AFTER) -> tuple[bool, str] | None:
+    """The first checkpoint ``step`` starts from that is not there: whether its producer runs (so it may still come),
+    and a line naming it, the producer's state and last checkpoint; None if there is none such."""
+    for h in hand_offs(table, step):
+        if not h.there():
+            path = table.output_paths[h.producer]
+            state = probe_output(path, stale_after).state
+            return state == RUNNING, f"{h} ({h.producer.name} {state}; its last checkpoint: {last_checkpoint(path)})"
+    return None
 
 
 def step_name_of(output_path: str, prefix: str) -> str:

@@ -6,6 +6,8 @@ abandoned run, damaged (a file that does not parse), or version changed, with th
 most recent other version of the step under the prefix. A folder holding nothing but ``.executor_info``
 is a step not built yet (written before a step runs), not a deleted output. A step shared by several
 targets of a pattern is read and explained once.
+A step that starts from another step's checkpoint not there yet says so (``waits_for``), and that step is
+listed as needed when it would run, as the build's plan needs it (``marinbuild.run.handoff``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from marinbuild.core.resources import hardware_of
 from marinbuild.core.walk import instantiate_config
 from marinbuild.engine.code_records import for_session, sentence
 from marinbuild.load.builtins import Struct
+from marinbuild.run.handoff import needs
 from marinbuild.store import other_versions
 from marinbuild.store.prefix_walk import Store
 from marinbuild.store.records import INFO_FILE
@@ -73,6 +76,7 @@ class StepExplanation:
     error: str | None = None
     resources: str | None = None  # the TPU slice or GPUs the step asks for
     work: list[str] = field(default_factory=list)  # what its own work would redo (a tokenize: its shards)
+    waits_for: str | None = None  # the checkpoint of another step it starts from, not there yet
 
     @property
     def will_run(self) -> bool:
@@ -133,7 +137,7 @@ def why_targets(session: Any, patterns: list[str | Label]) -> list[TargetExplana
                 if step not in probes:
                     probes[step] = found[engine.output_paths[step]]
                 if probes[step].state != pb.BUILT:
-                    following.update((dep, None) for dep in table.dependencies[step] if dep not in reached)
+                    following.update((dep, None) for dep in needs(table, step) if dep not in reached)
             frontier = [s for s in following if s not in reached]
         reached_by_label.append((label, requested, reached))
     # The code of every built step explained, checked at once (a listing per few hundred steps on GCS).
@@ -151,6 +155,8 @@ def why_targets(session: Any, patterns: list[str | Label]) -> list[TargetExplana
                 explained[key] = _explain(session, step, probes[step], requested=step in wanted)
                 if explained[key].will_run:
                     explained[key].work = _work(session, step)
+                    waits = pb.waits_for(table, step, stale_after)
+                    explained[key].waits_for = waits[1] if waits else None
             steps.append(explained[key])
         groups.append(TargetExplanation(str(label), steps))
     return groups
@@ -192,6 +198,8 @@ def format_why(explanations: list[StepExplanation]) -> str:
             lines.append(f"  previous version: {e.previous_output_path}")
         lines.extend(f"  {change}" for change in e.changes)
         lines.extend(f"  {line}" for line in e.work)
+        if e.waits_for:
+            lines.append(f"  waits for {e.waits_for}")
     return "\n".join(lines) + "\n"
 
 

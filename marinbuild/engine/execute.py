@@ -4,7 +4,8 @@
 scheduler, the step jobs or any backend). In order: construct the backend the engine names (or take the one
 it was given); refuse the run if the backend cannot give some step what it asks for, before anything is
 written; write the ``.executor_info`` of steps not run and the run info (``commit.py``); schedule the
-steps (``run/scheduler.py``), which makes each step's ``StepJob`` (``run/step_job.py``: lease, status,
+steps (``run/scheduler.py``; a step that starts from another's checkpoint is held until it is there,
+``run/handoff.py``), which makes each step's ``StepJob`` (``run/step_job.py``: lease, status,
 outputs, commit) when it starts and lets it go when it is done, so a run of many steps holds the jobs of
 the steps in flight only; then turn the failures into ``StepFailedError``, the first step's own exception
 chained. A backend constructed here is shut down here.
@@ -24,6 +25,7 @@ from marinbuild.engine.infos import step_info_text
 from marinbuild.engine.settings import Settings
 from marinbuild.run import events as ev
 from marinbuild.run.backends import make_backend
+from marinbuild.run.handoff import HandOffs
 from marinbuild.run.scheduler import schedule
 from marinbuild.run.step_job import LeaseSettings, StepJob
 from marinbuild.store.action_cache import ActionKey
@@ -103,6 +105,7 @@ def execute(
             max_concurrent=max_concurrent,
             keep_going=settings.keep_going,
             cancel=cancel,
+            holds=HandOffs(table, plan.to_run, bus),
         )
     finally:
         if owned:

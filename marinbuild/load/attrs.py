@@ -226,6 +226,35 @@ class LabelKeyedDictAttr(Attr):
         return value.keys()
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """``checkpoint(":phase1", step = N)``: the checkpoint ``checkpoints/step-N`` of the target ``label``."""
+
+    label: Label
+    step: int
+
+
+class CheckpointAttr(Attr):
+    """A checkpoint of another target, written ``checkpoint(":phase1", step = N)``: a hand-off, versioned as Marin's
+    ``phase1.cd("checkpoints/step-N").nonblocking()`` (the step waits for the checkpoint, not for the target)."""
+
+    type_name = "checkpoint"
+    has_labels = True
+
+    def convert(self, value: Any, package: str) -> Checkpoint:
+        if isinstance(value, Checkpoint):
+            return value
+        if not _is_mapping(value) or set(value) != {"checkpoint", "step"}:
+            raise AttrValueError(f'expected checkpoint(":target", step = N), got {_describe(value)}')
+        step = value["step"]
+        if type(step) is not builtins.int or step < 0:
+            raise AttrValueError(f"checkpoint(): step must be an int >= 0 (N of checkpoints/step-N), got {step!r}")
+        return Checkpoint(_to_label(value["checkpoint"], package), step)
+
+    def labels(self, value: Any) -> Iterable[Label]:
+        return (value.label,)
+
+
 class StringAttr(Attr):
     type_name = "string"
 
@@ -464,6 +493,7 @@ class attr:  # noqa: N801 - the Starlark-style namespace: attr.label(), attr.int
     label = LabelAttr
     label_list = LabelListAttr
     label_keyed_dict = LabelKeyedDictAttr
+    checkpoint = CheckpointAttr
     string = StringAttr
     int = IntAttr
     float = FloatAttr

@@ -1,9 +1,11 @@
-"""The names marinbuild adds to Starlark's own: ``glob``, ``package_name``, ``print``, ``tpu``.
+"""The names marinbuild adds to Starlark's own: ``checkpoint``, ``glob``, ``package_name``, ``print``, ``tpu``.
 
 Every BUILD file and ``.star`` file sees Starlark's standard functions (``len``, ``range``,
 ``sorted``, ``fail``, ``struct``...) plus these, which are Python callables the evaluator
 calls with plain values:
 
+- ``checkpoint(target, step)``: the checkpoint ``checkpoints/step-N`` of a training target, for an
+  ``attr.checkpoint()`` attribute (``train_lm``'s ``initialize_from``), which checks it;
 - ``glob(include, exclude = [], allow_empty = False)``: the package's source files matching
   the patterns (sorted, relative to the package);
 - ``package_name()``: the package of the BUILD file being evaluated;
@@ -28,7 +30,7 @@ from marinbuild.load.context import _state, current_package
 from marinbuild.load.errors import LocatedLater
 from marinbuild.load.glob import GlobPatternError, glob_files, list_package_files
 
-__all__ = ["BUILTINS", "BuiltinError", "Struct", "glob", "package_name", "tpu"]
+__all__ = ["BUILTINS", "BuiltinError", "Struct", "checkpoint", "glob", "package_name", "tpu"]
 
 logger = logging.getLogger("marinbuild.build")
 
@@ -68,6 +70,11 @@ def glob(include: Any, exclude: Any = (), allow_empty: bool = False) -> list[str
     return found
 
 
+def checkpoint(target: Any, step: Any) -> dict[str, Any]:
+    """``checkpoint(":phase1", step = 660000)``: what a training target starts from (a checkpoint hand-off)."""
+    return {"checkpoint": target, "step": step}
+
+
 def tpu(tpu_type: str, cpu: float | None = None, memory: str | None = None, slices: int = 1) -> dict[str, Any]:
     """The ``resources`` of a step that needs a whole TPU slice, e.g. ``tpu("v4-2048")``, ``tpu("v5litepod-256")``."""
     if not isinstance(tpu_type, str):
@@ -87,6 +94,7 @@ def tpu(tpu_type: str, cpu: float | None = None, memory: str | None = None, slic
 
 
 BUILTINS: dict[str, Callable[..., Any]] = {
+    "checkpoint": checkpoint,
     "glob": glob,
     "package_name": package_name,
     "print": _print,

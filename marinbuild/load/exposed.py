@@ -110,9 +110,10 @@ _builtin_fail = fail
 _builtin_print = print
 _builtin_glob = glob
 _builtin_tpu = tpu
+_builtin_checkpoint = checkpoint
 """
-"""Starlark's own ``str``... (and marinbuild's ``print``, ``glob``, ``tpu``), under other names before ``_GUARDS``
-replaces them."""
+"""Starlark's own ``str``... (and marinbuild's ``print``, ``glob``, ``tpu``, ``checkpoint``), under other names
+before ``_GUARDS`` replaces them."""
 
 _GUARDS = (
     _CHECK_SIZE
@@ -144,12 +145,16 @@ def glob(*args, **kwargs):
 def tpu(*args, **kwargs):
     _check_size([args, kwargs], "tpu()")
     return _builtin_tpu(*args, **kwargs)
+
+def checkpoint(*args, **kwargs):
+    _check_size([args, kwargs], "checkpoint()")
+    return _builtin_checkpoint(*args, **kwargs)
 """
 )
-"""Every BUILD and ``.star`` module's ``str``, ``repr``, ``fail``, ``print``, ``glob`` and ``tpu``: Starlark's own
-(or marinbuild's) once the value is bounded by ``_check_size``. Writing out a value of 2**50 elements would exhaust
-memory inside starlark-rust, which aborts the process rather than failing; handing it to Python would copy
-every use of every shared part, for ever."""
+"""Every BUILD and ``.star`` module's ``str``, ``repr``, ``fail``, ``print``, ``glob``, ``tpu`` and ``checkpoint``:
+Starlark's own (or marinbuild's) once the value is bounded by ``_check_size``. Writing out a value of 2**50
+elements would exhaust memory inside starlark-rust, which aborts the process rather than failing; handing it to
+Python would copy every use of every shared part, for ever."""
 
 
 def _dialect() -> sl.Dialect:
@@ -185,7 +190,7 @@ def native(fn: Callable[..., Any]) -> Callable[..., Any]:
 _NATIVE_BUILTINS = {name: native(fn) for name, fn in BUILTINS.items()}
 
 
-_GUARDED = re.compile(r"\b(?:str|repr|fail|print|glob|tpu)\b")
+_GUARDED = re.compile(r"\b(?:str|repr|fail|print|glob|tpu|checkpoint)\b")
 _GUARD_ASTS: list[sl.AstModule] = []
 
 

@@ -11,7 +11,8 @@ Under the output folder:
     metrics.jsonl         one JSON line per logged step (train loss, eval losses, learning rate,
                           lm-eval task scores)
     runs.jsonl            one line per start: {"start_step", "checkpoint", "time"} (a checkpoint
-                          step-N holds the state after step N, so a resumed run starts at N + 1)
+                          step-N holds the state after step N, so a resumed run starts at N + 1;
+                          with ``initialize_from``, the first start is from that checkpoint)
     model.json            what eval_lm needs to rebuild the model (model, tokenizer, seq_len)
     summary.json          written at the end: steps, final losses, parameter count
     logs/                 levanter's log and the child's output
@@ -65,9 +66,13 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
 
     # A checkpoint named step-N holds the state after step N: training goes on at step N + 1.
     checkpoint, checkpoint_step = latest_checkpoint(checkpoint_dir)
+    how = "resuming from"
+    if checkpoint is None and payload.get("initialize_from"):  # a hand-off: levanter's trainer.initialize_from
+        checkpoint, how = payload["initialize_from"], "starting from another run's"
+        checkpoint_step = int(checkpoint.rstrip("/").rpartition("step-")[2])
     start_step = checkpoint_step + 1 if checkpoint is not None else 0
     if checkpoint is not None:
-        say(f"resuming from checkpoint {checkpoint}: step {checkpoint_step} done, going on at step {start_step}")
+        say(f"{how} checkpoint {checkpoint}: step {checkpoint_step} done, going on at step {start_step}")
     else:
         say(f"starting at step 0: no checkpoint under {checkpoint_dir}")
     if lead:

@@ -158,6 +158,7 @@ def train_lm_config(
         require_accelerator=bool(payload.get("require_accelerator")),
         distributed=DistributedConfig(initialize_jax_distributed=False),  # train.start_distributed starts it
         allow_partial_checkpoint=trainer.allow_partial_checkpoint,
+        initialize_from=payload.get("initialize_from"),  # used while the run has no checkpoint of its own
         jax_compilation_cache_dir=compilation_cache_dir(),
         allow_nondivisible_batch_size=True,
         log_jaxprs=False,

@@ -5,7 +5,9 @@ descending at a built step (its dependencies are not needed), so a no-op build r
 status per requested step. Each level is one batched read (``read_statuses``); on a remote
 store, once a level has steps to run, everything below it is read in one more batch rather
 than one round trip per level. A built step whose path holds another version's action-cache
-record is a path-hash collision: ``ActionCacheCollisionError``, never silently used.
+record is a path-hash collision: ``ActionCacheCollisionError``, never silently used. A step that will run needs,
+besides its dependencies, the producers of the checkpoints it starts from that are not there yet
+(``run/handoff.py``: ``needs``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from enum import StrEnum
 
 from marinbuild.core.graph import StepGraph
 from marinbuild.core.placeholders import ExecutorStep
+from marinbuild.run.handoff import needs
 from marinbuild.store import batch
 from marinbuild.store import status as st
 from marinbuild.store.action_cache import ActionKey, check_built
@@ -122,7 +125,7 @@ def make_plan(
                     )
                 )
                 continue
-            for dep in graph.blocking_deps(step):
+            for dep in needs(table, step):
                 if dep not in seen:
                     seen.add(dep)
                     next_frontier.append(dep)

@@ -6,6 +6,9 @@ step's consumers are marked dependency-failed at once; independent steps go on u
 
 A step's job (``StepJob``: its lease, call and records) is made when the step starts and dropped when it is
 done, so a run of many steps holds the jobs of the steps in flight, not one per step of the plan.
+
+``holds`` (``run/handoff.py``'s ``HandOffs``) may keep a ready step back until it releases it: a held step has no
+job and no slot of ``max_concurrent``; it is told of every step that ends, and stopped when the schedule ends.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from marinbuild.run import events as ev
 from marinbuild.run.backend import Backend
@@ -21,6 +24,17 @@ from marinbuild.run.outcome import Outcome
 from marinbuild.run.step_job import RAN, JobOutcome, StepJob
 
 K = TypeVar("K", bound=Hashable)  # what names a step: an ExecutorStep for the engine
+
+
+class Holds(Protocol[K]):
+    def hold(self, key: K, release: Callable[[K, BaseException | None], None]) -> bool:
+        """True to keep the ready ``key`` back until ``release(key, None)`` (start it) or ``release(key, error)``."""
+
+    def ended(self, key: K, ok: bool) -> None:
+        """``key`` ended: succeeded (``ok``), or failed or will not run."""
+
+    def close(self) -> None:
+        """The schedule is over."""
 
 
 class _Run(Generic[K]):
@@ -36,8 +50,13 @@ class _Run(Generic[K]):
         bus: ev.EventBus,
         max_concurrent: int | None,
         keep_going: bool,
+        holds: Holds[K] | None,
     ):
         self.order, self.job_for, self.describe, self.backend, self.bus = order, job_for, describe, backend, bus
+        self.holds = holds
+        self.held: set[K] = set()
+        """Ready steps ``holds`` keeps back; ``released``: those it let go."""
+        self.released: set[K] = set()
         self.max_concurrent, self.keep_going = max_concurrent, keep_going
         self.outcome: Outcome[K] = Outcome()
         keys = set(order)
@@ -69,11 +88,15 @@ class _Run(Generic[K]):
             and (self.max_concurrent is None or len(self.in_flight) < self.max_concurrent)
         ):
             key = self.ready.popleft()
+            if self.holds is not None and key not in self.released:
+                if self.holds.hold(key, self.release):
+                    self.held.add(key)
+                    continue
             job = self.job_for(key)
             self.in_flight[key] = job
             self.key_of[id(job)] = key
             started.append(job)
-        if not self.in_flight:
+        if not self.in_flight and (not self.held or self.stopping):
             self.all_done.set()
         return started
 
@@ -88,6 +111,8 @@ class _Run(Generic[K]):
             else:
                 self.outcome.cached.append(key)
                 self.bus.emit(ev.CACHED, step=job.name, output_path=job.output_path, detail="built by another runner")
+            if self.holds is not None:
+                self.holds.ended(key, True)
             for consumer in self.consumers[key]:
                 self.waiting[consumer] -= 1
                 if not self.waiting[consumer] and consumer not in self.outcome.dep_failed:
@@ -98,11 +123,28 @@ class _Run(Generic[K]):
             self.stopping = True
             self.all_done.set()
             return
+        self.fail_locked(key, error)
+
+    def fail_locked(self, key: K, error: BaseException) -> None:
+        self.finished.add(key)
         self.outcome.failed[key] = error
-        self.bus.emit(ev.FAILED, step=job.name, output_path=job.output_path, error=error)
-        _mark_dep_failed(key, self.consumers, self.describe, self.outcome, self.bus)
+        name, output_path = self.describe(key)
+        self.bus.emit(ev.FAILED, step=name, output_path=output_path, error=error)
+        not_run = _mark_dep_failed(key, self.consumers, self.describe, self.outcome, self.bus)
+        if self.holds is not None:
+            for ended in (key, *not_run):
+                self.holds.ended(ended, False)
         if not self.keep_going:
             self.stopping = True
+
+    def release_locked(self, key: K, error: BaseException | None) -> None:
+        """``holds`` lets ``key`` go: to start (``error`` None) or to fail."""
+        self.held.discard(key)
+        if error is None:
+            self.released.add(key)
+            self.ready.appendleft(key)
+        elif not self.stopping:
+            self.fail_locked(key, error)
 
     def submit(self, jobs: list[StepJob]) -> None:
         for job in jobs:
@@ -110,12 +152,20 @@ class _Run(Generic[K]):
 
     def done(self, job: StepJob, result: JobOutcome | None, error: BaseException | None) -> None:
         """A backend's completion callback, on whatever thread the backend reports from."""
+        self._then(self.complete_locked, job, result, error)
+
+    def release(self, key: K, error: BaseException | None) -> None:
+        """``holds``' release, on its own thread."""
+        self._then(self.release_locked, key, error)
+
+    def _then(self, change: Callable[..., None], *args: Any) -> None:
+        """``change(*args)`` under the lock, then submit what became ready."""
         try:
             with self.lock:
-                self.complete_locked(job, result, error)
+                change(*args)
                 started = [] if self.interrupt is not None else self.take_ready_locked()
             self.submit(started)
-        except BaseException as exc:  # never lose the build in a worker thread: the caller re-raises it
+        except BaseException as exc:  # never lose the build in another thread: the caller re-raises it
             with self.lock:
                 self.interrupt = self.interrupt or exc
                 self.all_done.set()
@@ -132,6 +182,7 @@ def schedule(
     max_concurrent: int | None,
     keep_going: bool,
     cancel: threading.Event,
+    holds: Holds[K] | None = None,
 ) -> Outcome[K]:
     """Run the steps ``order`` lists (in dependency order), each after its ``deps`` among them succeeded:
     ``job_for(key)`` makes a step's job as it starts; ``describe(key)`` is its (name, output path) for the
@@ -142,7 +193,7 @@ def schedule(
     of short steps does not wake the calling thread once per step. The calling thread only waits
     for the end (or Ctrl-C).
     """
-    run = _Run(order, deps, job_for, describe, backend, bus, max_concurrent, keep_going)
+    run = _Run(order, deps, job_for, describe, backend, bus, max_concurrent, keep_going, holds)
     try:
         with run.lock:
             started = run.take_ready_locked()
@@ -160,6 +211,9 @@ def schedule(
             job.abandon()
         run.outcome.interrupted = True
         raise
+    finally:
+        if holds is not None:
+            holds.close()
     outcome = run.outcome
     for key in order:
         if key not in run.finished and key not in outcome.dep_failed:
@@ -177,7 +231,9 @@ def _mark_dep_failed(
     describe: Callable[[K], tuple[str, str]],
     outcome: Outcome[K],
     bus: ev.EventBus,
-) -> None:
+) -> list[K]:
+    """Mark the consumers of ``failed`` (transitively) dependency-failed; the keys newly marked."""
+    marked: list[K] = []
     stack = list(consumers[failed])
     failed_name = describe(failed)[0]
     while stack:
@@ -185,6 +241,8 @@ def _mark_dep_failed(
         if key in outcome.dep_failed:
             continue
         outcome.dep_failed[key] = failed
+        marked.append(key)
         name, output_path = describe(key)
         bus.emit(ev.DEP_FAILED, step=name, output_path=output_path, detail=f"dependency {failed_name} failed")
         stack.extend(consumers[key])
+    return marked

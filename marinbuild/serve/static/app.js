@@ -2,8 +2,8 @@
 // attributes only: no user string (step names, configs, tracebacks) is ever parsed as HTML.
 "use strict";
 
-const STATES = ["built", "stale", "missing", "running", "failed", "dep_failed", "damaged", "abandoned"];
-const EVENT_STATE = { started: "running", waiting: "running", succeeded: "built", failed: "failed",
+const STATES = ["built", "stale", "missing", "running", "waiting", "failed", "dep_failed", "damaged", "abandoned"];
+const EVENT_STATE = { started: "running", waiting: "waiting", succeeded: "built", failed: "failed",
                       dep_failed: "dep_failed" };
 const MAX_SHOWN = 1 << 20; // the file view's limit (marinbuild/serve/files.py)
 
