@@ -10,7 +10,8 @@ Workspace files (``srcs``) are hashed by content (xxh3-128) into the version, so
 one rebuilds exactly what reads it; they are copied into the output folder, which then
 stands alone. URLs (``urls``, globs allowed) are versioned as written and read in place
 when a consumer runs: nothing is fetched while the graph is loaded, queried, explained or
-dry-run. Pin what a URL points at in the URL itself (a revision folder), as Marin does.
+dry-run; a URL ending in ``/`` is every document file below that folder. Pin what a URL points
+at in the URL itself (a revision folder), as Marin does.
 ``downloads`` are ``download`` targets: their document files (by suffix), or those matching
 ``patterns``, are read in place, as URLs are (``tokenize`` and ``train_tokenizer`` also take
 ``download`` targets directly, with all their document files).
@@ -50,7 +51,7 @@ def _raw_data_impl(ctx: RuleContext) -> dict[str, Any]:
         fs.put_file(src, dest_path)
         files.append(dest)
     for url in ctx.attr.urls:
-        if not any(ch in url for ch in "*?["):
+        if not url.endswith("/") and not any(ch in url for ch in "*?["):
             document_format(url)
     urls = list(ctx.attr.urls)
     for output in ctx.attr.downloads:
@@ -63,7 +64,9 @@ raw_data = rule(
     implementation=_raw_data_impl,
     attrs={
         "srcs": attr.source_files(doc="document files of this package (.jsonl[.gz], .json, .parquet); content-hashed"),
-        "urls": attr.list(of=str, doc="fsspec URLs or globs of document files, read in place (never fetched early)"),
+        "urls": attr.list(
+            of=str, doc="fsspec URLs or globs of document files, or folders (.../), read in place (never fetched early)"
+        ),
         "downloads": attr.label_list(doc="download targets: their document files, read in place"),
         "patterns": attr.list(
             of=str,

@@ -18,7 +18,8 @@ or another target with the same files) are reused, the others are tokenized in p
 tasks with ``shard_resources`` each on the Ray backend, ``workers`` local processes otherwise),
 then consolidated into one cache per split. ``skip_bad_records`` skips unreadable records
 (counted per shard and in total) instead of failing on the first, which names its file and
-line. See ``marinbuild.ml.tokenize`` and
+line. ``override_output_path`` puts the output where Marin's tokenize step put it (so a Marin-made
+cache there is this step's output, as for ``download``). See ``marinbuild.ml.tokenize`` and
 docs/tokenize.md. ``train_lm`` and ``eval_lm`` take these targets.
 """
 
@@ -80,6 +81,9 @@ tokenize = rule(
             versioned=False, doc="where shard caches are kept (default <prefix>/tokenize_shards)"
         ),
         "resources": attr.dict(versioned=False, doc='what the step itself asks the backend for, e.g. {"cpu": 1}'),
+        "override_output_path": attr.string(
+            versioned=False, doc="the output folder, relative to the prefix or absolute (Marin's override_output_path)"
+        ),
     },
     doc="Documents to a levanter token cache (train and validation splits), shards cached and built in parallel.",
 )

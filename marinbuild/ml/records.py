@@ -2,8 +2,9 @@
 
 ``read_texts(path, text_key, counts, skip_bad=False, span=None)`` yields the string under
 ``text_key`` of each record of a JSON-lines file (``.jsonl``, optionally
-``.gz``/``.zst``/``.bz2``/``.xz``), a JSON array (``.json``) or a Parquet file (``.parquet``), or
-of one part of it (``span``, see ``marinbuild.ml.shard_plan``):
+``.gz``/``.zst``/``.bz2``/``.xz``), a JSON array (``.json``; JSON lines under that name, as
+dolma's ``.json.gz`` shards are, when it does not start with ``[``, as levanter tells them) or a
+Parquet file (``.parquet``), or of one part of it (``span``, see ``marinbuild.ml.shard_plan``):
 
 - a plain ``.jsonl`` file's ``span = (start, end)`` is a byte range: it owns the lines that
   *start* inside it (a line starts at byte 0 or just after a ``\n``), so the ranges of one file
@@ -86,6 +87,15 @@ class ReadCounts:
         self.truncated = f"{error.path}:{error.where}"
 
 
+def is_json_array(path: str, compression: str | None) -> bool:
+    """Whether a ``.json`` file is a JSON array (its first character ``[``), not JSON lines."""
+    try:
+        with fsspec.open(path, "rt", compression=compression, encoding="utf-8") as f:
+            return f.read(256).lstrip()[:1] == "["
+    except _STREAM_ERRORS:
+        return True  # the array reader names the file and what is wrong with it
+
+
 def _text_of(record: Any, text_key: str, path: str, where: str) -> str:
     if not isinstance(record, dict):
         raise BadRecordError(path, where, f"record is a {type(record).__name__}, not a JSON object")
@@ -106,7 +116,7 @@ def read_texts(
         raise ValueError(f"{path}: only plain .jsonl and .parquet files are read in ranges")
     if ext == ".jsonl" and compression is None:
         yield from _plain_jsonl(path, span, text_key, counts, skip_bad)
-    elif ext == ".jsonl":
+    elif ext == ".jsonl" or (ext == ".json" and not is_json_array(path, compression)):
         yield from _jsonl(path, compression, text_key, counts, skip_bad)
     elif ext == ".parquet":
         yield from _parquet(path, span, compression, text_key, counts, skip_bad)
