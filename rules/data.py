@@ -8,7 +8,8 @@
 
 ``srcs`` are hashed by content into the version and copied into the output, which then stands alone.
 ``urls`` (globs allowed) are versioned as written and read in place when a consumer runs, never fetched
-while the graph is loaded, queried or dry-run: pin what a URL points at in the URL itself, as Marin does.
+while the graph is loaded, queried or dry-run (a URL ending in ``/``: every document file below it): pin
+what a URL points at in the URL itself, as Marin does.
 ``downloads`` are ``download`` targets whose document files (or those matching ``patterns``) are read in
 place. The output is ``manifest.json`` (``marinbuild.ml.corpus``) and ``files/``.
 """
@@ -46,7 +47,7 @@ def _raw_data_impl(ctx: RuleContext) -> dict[str, Any]:
         fs.put_file(src, dest_path)
         files.append(dest)
     for url in ctx.attr.urls:
-        if not any(ch in url for ch in "*?["):
+        if not url.endswith("/") and not any(ch in url for ch in "*?["):
             document_format(url)
     urls = list(ctx.attr.urls)
     for output in ctx.attr.downloads:
@@ -59,7 +60,9 @@ raw_data = rule(
     implementation=_raw_data_impl,
     attrs={
         "srcs": attr.source_files(doc="document files of this package (.jsonl[.gz], .json, .parquet); content-hashed"),
-        "urls": attr.list(of=str, doc="fsspec URLs or globs of document files, read in place (never fetched early)"),
+        "urls": attr.list(
+            of=str, doc="fsspec URLs or globs of document files, or folders (.../), read in place (never fetched early)"
+        ),
         "downloads": attr.label_list(doc="download targets: their document files, read in place"),
         "patterns": attr.list(
             of=str,

@@ -13,7 +13,8 @@ step runs). The inputs are cut into shards of about ``shard_bytes``, each a cach
 already tokenized (by any version of any target) are reused, the others tokenized in parallel (Ray tasks
 with ``shard_resources``, or ``workers`` local processes), then consolidated into one cache per split.
 ``skip_bad_records`` skips unreadable records (counted) instead of failing on the first, which names its
-file and line. See docs/tokenize.md.
+file and line. ``override_output_path`` puts the output where Marin's tokenize step put it. See
+docs/tokenize.md.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ tokenize = rule(
             versioned=False, doc="where shard caches are kept (default <prefix>/tokenize_shards)"
         ),
         "resources": attr.dict(versioned=False, doc='what the step itself asks the backend for, e.g. {"cpu": 1}'),
+        "override_output_path": attr.string(
+            versioned=False, doc="the output folder, relative to the prefix or absolute (Marin's override_output_path)"
+        ),
     },
     doc="Documents to a levanter token cache (train and validation splits), shards cached and built in parallel.",
 )

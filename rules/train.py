@@ -186,6 +186,9 @@ train_lm = rule(
             "eval-harness callback): names or {task, num_fewshot, task_alias} dicts, as eval_harness takes them"
         ),
         "task_files": attr.source_files(doc="lm-eval task YAMLs of this package and their data; content-hashed"),
+        "override_output_path": attr.string(
+            versioned=False, doc="the output folder, relative to the prefix or absolute (Marin's override_output_path)"
+        ),
         **slices.job_attrs("the training code"),
     },
     doc="A language model trained with levanter on a weighted mixture of tokenized data.",

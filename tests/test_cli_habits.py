@@ -261,7 +261,7 @@ def test_where_to_look_after_a_build(ws: Path) -> None:
 
 
 def test_dry_run_on_the_local_backend_warns_of_a_tpu_step(tmp_path: Path) -> None:
-    """``-n //experiments:tootsie_8b``: before the 8 steps, that the local backend cannot run the TPU one."""
+    """``-n //experiments:tootsie_8b``: before the roll's steps, that the local backend cannot run its TPU ones."""
     repo = repository_workspace(tmp_path / "repo")
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS", "MARINBUILD_BACKEND")}
     done = subprocess.run(
@@ -286,8 +286,9 @@ def test_dry_run_on_the_local_backend_warns_of_a_tpu_step(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stdout
     lines = done.stdout.splitlines()
     warning = next(i for i, line in enumerate(lines) if "warning: the local backend could not run" in line)
-    assert "experiments/tootsie_8b needs a TPU v4-2048 slice" in lines[warning]
+    assert "could not run 14 of the steps below" in lines[warning]
+    assert "experiments/tootsie/ocelot needs a TPU v4-2048 slice" in lines[warning]
     assert "--backend ray --ray_address" in lines[warning]
     assert warning < next(i for i, line in enumerate(lines) if line.startswith("missing"))
-    assert "Dry run: 8 steps to run" in done.stdout
+    assert "Dry run: 131 steps to run" in done.stdout
     assert "doesn't match given override" not in done.stdout  # the BUILD file placed them

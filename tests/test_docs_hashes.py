@@ -1,4 +1,4 @@
-"""The output paths the docs show for the repository's own targets (``.../experiments/tootsie_8b-<hash>``) are the
+"""The output paths the docs show for the repository's own targets (``.../<package>/<name>-<hash>``) are the
 ones the build makes: each ``<step name>-<hash>`` in README.md, docs/ and experiments/ whose step name is one of
 the repository's steps must carry that step's hash, as ``marinbuild -n //...`` computes it now."""
 
@@ -46,7 +46,7 @@ def _repository_hashes(root: Path) -> dict[str, str]:
 
 def test_the_docs_show_the_hashes_the_build_makes(tmp_path: Path) -> None:
     hashes = _repository_hashes(repository_workspace(tmp_path / "repo"))
-    assert "experiments/tootsie_8b" in hashes
+    assert "experiments/tootsie/base_eval/mmlu_0shot" in hashes
     wrong, checked = [], 0
     for document in _documents():
         for number, line in enumerate(document.read_text().splitlines(), 1):

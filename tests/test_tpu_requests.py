@@ -76,17 +76,22 @@ def test_hardware_names_slice_type_slices_hosts_and_chips():
     assert tpu_slice("v5litepod-16").topology == "4x4" and tpu_slice("v3-32").topology is None
 
 
-def test_dry_run_and_why_show_the_slice_tootsie_8b_gets(tmp_path):
-    shown = "resources: TPU v4-2048: 1 slice x 256 hosts x 4 chips (1024 chips)"
+def test_dry_run_and_why_show_the_slices_tootsie_8b_gets(tmp_path):
+    """Every phase of the roll shows its TPUs under its row: one v4-2048, or several slices at once."""
+    kestrel = "resources: TPU v5litepod-256: 2 slices x 64 hosts x 4 chips (512 chips)"
+    ocelot = "resources: TPU v4-2048: 1 slice x 256 hosts x 4 chips (1024 chips)"
+    dessert = "resources: TPU v4-128: 4 slices x 16 hosts x 4 chips (256 chips)"
     repo, prefix = repository_workspace(tmp_path / "repo"), tmp_path / "prefix"
     prefix.mkdir()
     dry = marinbuild("-n", "//experiments:tootsie_8b", "--prefix", str(prefix), cwd=repo)
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
-    row = next(i for i, line in enumerate(lines) if line.startswith("missing    experiments/tootsie_8b "))
-    assert lines[row + 1].strip() == shown
-    assert sum(shown in line for line in lines) == 1  # the data steps ask for no TPU
-    why = marinbuild("why", "//experiments:tootsie_8b", "--prefix", str(prefix), cwd=repo)
+    for step, shown in [("kestrel", kestrel), ("ocelot", ocelot), ("dessert_bad", dessert), ("dessert", dessert)]:
+        row = next(i for i, line in enumerate(lines) if line.startswith(f"missing    experiments/tootsie/{step} "))
+        assert lines[row + 1].strip() == shown
+    assert sum(ocelot in line for line in lines) == 6  # the data steps ask for no TPU
+    assert sum("resources: TPU" in line for line in lines) == 14  # nine phases, five evaluations
+    why = marinbuild("why", "//experiments/tootsie:kestrel", "--prefix", str(prefix), cwd=repo)
     assert why.returncode == 0, why.stderr
-    assert f"  {shown}" in why.stdout.splitlines()
+    assert f"  {kestrel}" in why.stdout.splitlines()
     assert list(prefix.iterdir()) == []

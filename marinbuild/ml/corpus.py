@@ -7,7 +7,9 @@ A ``raw_data`` output folder holds ``manifest.json``::
 
 ``files`` are workspace files copied into the output (so it stands alone and its version is their content);
 ``urls`` are fsspec URLs or globs read where they are (never fetched when the graph is analysed, queried or
-dry-run). Documents are JSON lines (optionally compressed), JSON arrays or Parquet, the text under ``text_key``.
+dry-run; a URL ending in ``/`` is every document file below that folder, as Marin's tokenize reads a
+folder). Documents are JSON lines (optionally compressed), JSON arrays (or JSON lines named ``.json``) or
+Parquet, the text under ``text_key``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import fsspec
 from marinbuild.ml import download
 from marinbuild.ml.documents import document_format, is_document
 from marinbuild.ml.download_sources import matcher
+from marinbuild.ml.records import is_json_array
 
 MANIFEST = "manifest.json"
 
@@ -45,14 +48,18 @@ def read_manifest(raw_output: str) -> dict[str, Any]:
 
 
 def expand(patterns: Iterable[str]) -> list[str]:
-    """Each URL, or the files a glob pattern matches (sorted), as full URLs; a pattern matching nothing is an error."""
+    """Each URL, or the files a glob pattern matches or the document files below a folder (``.../``; sorted), as full
+    URLs; a pattern matching nothing is an error."""
     out: list[str] = []
     for pattern in patterns:
-        if not any(ch in pattern for ch in "*?["):
+        if not pattern.endswith("/") and not any(ch in pattern for ch in "*?["):
             out.append(pattern)
             continue
-        fs, _ = fsspec.core.url_to_fs(pattern)
-        matches = sorted(fs.glob(pattern))
+        fs, root = fsspec.core.url_to_fs(pattern)
+        if pattern.endswith("/"):  # Marin's tokenize leaves out download provenance, as here
+            matches = sorted(p for p in fs.find(root) if is_document(p) and not p.endswith("/provenance.json"))
+        else:
+            matches = sorted(fs.glob(pattern))
         if not matches:
             raise FileNotFoundError(f"no files match {pattern}")
         protocol = pattern.split("://", 1)[0] + "://" if "://" in pattern else ""
@@ -122,7 +129,7 @@ def iter_documents(path: str) -> Iterator[dict[str, Any]]:
                 yield from batch.to_pylist()
         return
     with fsspec.open(path, "rt", compression=compression, encoding="utf-8") as f:
-        if ext == ".json":
+        if ext == ".json" and is_json_array(path, compression):
             yield from json.load(f)
         else:
             for line in f:

@@ -1,8 +1,9 @@
 """The texts of one document file, with every bad record named by file and line (or row).
 
 ``read_texts(path, text_key, counts, skip_bad=False, span=None)`` yields the string under ``text_key`` of each
-record of a JSON-lines file (``.jsonl``, optionally ``.gz``/``.zst``/``.bz2``/``.xz``), a JSON array (``.json``)
-or a Parquet file, or of one part of it (``span``, see ``marinbuild.ml.shard_plan``): a plain ``.jsonl``'s
+record of a JSON-lines file (``.jsonl``, optionally ``.gz``/``.zst``/``.bz2``/``.xz``), a JSON array (``.json``;
+JSON lines under that name when it does not start with ``[``, as dolma's shards are) or a Parquet file, or
+of one part of it (``span``, see ``marinbuild.ml.shard_plan``): a plain ``.jsonl``'s
 ``(start, end)`` byte range owns the lines that *start* inside it, so the ranges of a file read every line
 once (read as bytes: ``json.loads`` decodes UTF-8, CRLF is JSON whitespace); a Parquet file's is a range of
 row groups. Bad records are named by their *absolute* line (row): the lines before a range are counted only
@@ -69,6 +70,15 @@ class ReadCounts:
         self.truncated = f"{error.path}:{error.where}"
 
 
+def is_json_array(path: str, compression: str | None) -> bool:
+    """Whether a ``.json`` file is a JSON array (its first character ``[``), not JSON lines."""
+    try:
+        with fsspec.open(path, "rt", compression=compression, encoding="utf-8") as f:
+            return f.read(256).lstrip()[:1] == "["
+    except _STREAM_ERRORS:
+        return True  # the array reader names the file and what is wrong with it
+
+
 def _text_of(record: Any, text_key: str, path: str, where: str) -> str:
     if not isinstance(record, dict):
         raise BadRecordError(path, where, f"record is a {type(record).__name__}, not a JSON object")
@@ -89,7 +99,7 @@ def read_texts(
         raise ValueError(f"{path}: only plain .jsonl and .parquet files are read in ranges")
     if ext == ".jsonl" and compression is None:
         yield from _plain_jsonl(path, span, text_key, counts, skip_bad)
-    elif ext == ".jsonl":
+    elif ext == ".jsonl" or (ext == ".json" and not is_json_array(path, compression)):
         yield from _jsonl(path, compression, text_key, counts, skip_bad)
     elif ext == ".parquet":
         yield from _parquet(path, span, compression, text_key, counts, skip_bad)

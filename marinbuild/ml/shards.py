@@ -87,12 +87,11 @@ class ShardResult:
         return asdict(self)
 
 
-def default_store(output_path: str, package: str) -> str:
-    """``<prefix>/tokenize_shards``: a target's output is ``<prefix>/<package>/<name>-<hash>``."""
-    up = output_path.rstrip("/")
-    for _ in range(1 + len([p for p in package.split("/") if p])):
-        up = up.rsplit("/", 1)[0]
-    return f"{up}/{STORE_DIR}"
+def default_store(output_path: str, relative: str) -> str:
+    """``<prefix>/tokenize_shards`` for an output at ``<prefix>/<relative>`` (``<package>/<name>-<hash>``, or an
+    ``override_output_path``); an output placed outside the prefix (an absolute override) keeps them beside it."""
+    levels = 1 if "://" in relative or relative.startswith("/") else len([p for p in relative.split("/") if p])
+    return f"{output_path.rstrip('/').rsplit('/', levels)[0]}/{STORE_DIR}"
 
 
 def input_info(path: str) -> tuple[str, int]:

@@ -82,7 +82,8 @@ def payload_of(attr: Any, output_path: str, name: str, package: str) -> dict[str
         "shard_bytes": attr.shard_bytes,
         "workers": attr.workers,
         "shard_resources": dict(attr.shard_resources) if attr.shard_resources else None,
-        "shard_store": attr.shard_store or sh.default_store(output_path, package),
+        "shard_store": attr.shard_store
+        or sh.default_store(output_path, attr.override_output_path or "/".join(p for p in (package, name) if p)),
     }
 
 

@@ -129,3 +129,19 @@ def test_groups_end_where_the_files_say_so_adding_a_file_changes_one_group():
     mixed = group(_files(names[:3]) + big + _files(names[3:6]), 2000)
     assert [len(g) for g in mixed] == [3, 1, 1, 3]  # a large file's ranges stand alone, between the groups
     assert group(_files(names[:5]), 0) == [[p] for [p] in _files(names[:5])]
+
+
+def test_a_json_file_is_an_array_or_json_lines_as_levanter_tells_them(tmp_path):
+    """Dolma's and Dolmino's shards are JSON lines named ``.json.gz``; a ``.json`` starting with ``[`` is an array."""
+    import gzip
+
+    from marinbuild.ml.corpus import iter_documents
+
+    texts = ["one", "two", "three"]
+    lines = tmp_path / "arxiv-0000.json.gz"
+    lines.write_bytes(gzip.compress("".join(json.dumps({"text": t}) + "\n" for t in texts).encode()))
+    array = tmp_path / "docs.json"
+    array.write_text(json.dumps([{"text": t} for t in texts], indent=1))
+    for path in (lines, array):
+        assert list(read_texts(str(path), "text", ReadCounts())) == texts, path
+        assert [d["text"] for d in iter_documents(str(path))] == texts, path
