@@ -1,12 +1,6 @@
-"""The backends a build can name: the one list of their names and how each is constructed.
-
-The CLI's ``--backend`` choices, a session's ``backend`` setting and an ``Engine``'s (an ``Executor``'s)
-``backend="..."`` (or ``$MARINBUILD_BACKEND``) all read ``BACKEND_NAMES`` and construct through
-``make_backend``. ``BackendOptions`` carries every knob a backend takes; each constructor reads its
-own fields and leaves the rest, None meaning the backend's default.
-
-Constructors import their backend's module when called: the CLI imports this module at startup,
-which must load neither the thread pool's nor Ray's code.
+"""The backends a build can name: the one list of their names (``--backend``, the ``backend`` setting,
+``Engine(backend=...)``) and ``make_backend``. A constructor imports its backend's module when called: the CLI
+imports this module at startup, which must load no backend's code.
 """
 
 from __future__ import annotations
@@ -29,7 +23,7 @@ RAY = "ray"
 
 @dataclass(frozen=True)
 class BackendOptions:
-    """What a backend is constructed with; None: the backend's default."""
+    """What a backend is constructed with (each reads its own fields); None: the backend's default."""
 
     max_concurrent: int | None = None
     """Local: steps run at once (threads)."""
@@ -42,7 +36,7 @@ class BackendOptions:
 
 
 def _local(options: BackendOptions) -> Backend:
-    from marinbuild.run.local import LocalBackend  # lazy: the CLI start imports this module
+    from marinbuild.run.local import LocalBackend
 
     return LocalBackend(options.max_concurrent)
 

@@ -1,17 +1,8 @@
 """A failed step's traceback as text: the whole of it, its last frames, and where its Ray worker logged.
 
-What it owns:
-- ``traceback_text(exc)``: the full traceback of a step's exception as Python prints it. An exception
-  that came back from a Ray task has no frames of its own here: its cause is a ``RemoteTraceback``
-  holding the text Ray made in the worker, which is then the traceback.
-- ``RemoteTraceback``: that remote text, chained as the cause of the exception the step raised.
-- ``WORKER_LOG_NOTE``: the prefix of the note (``BaseException.add_note``) a step's Ray task adds to the
-  step's exception, naming the worker's log files; ``worker_log_of`` finds it again.
-- ``last_frames(text)``: the last few frames of a traceback, for the console summary.
-- ``FailureRecord``: what a failed step's error carries once its failure is recorded (``StepError``):
-  the traceback text and the path of ``.marinbuild_traceback.txt`` (None if it could not be written).
-
-No I/O here; ``marinbuild.store.traceback_file`` writes the file.
+An exception that came back from a Ray task has no frames here: its cause is a ``RemoteTraceback``, the text
+Ray made in the worker, which is then its traceback. The task also notes (``add_note``, ``WORKER_LOG_NOTE``)
+the worker's log files on it. No I/O here; ``store.traceback_file`` writes ``.marinbuild_traceback.txt``.
 """
 
 from __future__ import annotations
@@ -39,6 +30,8 @@ class RemoteTraceback(Exception):
 
 @dataclass(frozen=True)
 class FailureRecord:
+    """What a failed step's error (``StepError``) carries once its failure is recorded."""
+
     traceback: str
     """The full traceback, as ``traceback_text`` gives it."""
     path: str | None
@@ -68,9 +61,8 @@ def worker_log_of(exc: BaseException | None) -> str | None:
 
 
 def last_frames(text: str, frames: int = LAST_FRAMES) -> list[str]:
-    """The lines of the last ``frames`` frames of the (last) traceback in ``text``: each ``  File ...`` line and
-    the indented source lines under it (without the ``^^^`` lines that mark a column). Empty if ``text`` has no
-    frames."""
+    """The last ``frames`` frames of the (last) traceback in ``text``, for the console summary: each ``  File``
+    line and the source lines under it (without the ``^^^`` lines that mark a column); empty without frames."""
     lines = text.rstrip("\n").splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith('  File "')]
     if not starts:

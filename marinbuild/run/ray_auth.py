@@ -1,16 +1,9 @@
-"""Ray token authentication as marinbuild's cluster commands see it: where the token comes from, and errors.
+"""Ray token authentication as marinbuild sees it: where the token comes from, and one-line errors.
 
-Ray (>= 2.53) authenticates every client of a cluster started with ``RAY_AUTH_MODE=token``:
-``ray.init`` and ``JobSubmissionClient`` read the token themselves (Ray's own loader), from
-``RAY_AUTH_TOKEN`` if set, else the file ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``.
-marinbuild never sends the token itself; this module only
-
-- says which source Ray reads (``token_source``) and checks before connecting that it holds a
-  token (``check_token``), and
-- turns Ray's authentication failures into ``RayAuthError``: one line naming the file that was
-  read and how to get a token (the CLI prints it and exits 2).
-
-Nothing here imports Ray.
+With ``RAY_AUTH_MODE=token`` (Ray >= 2.53), ``ray.init`` and ``JobSubmissionClient`` send the token themselves,
+from ``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``. This module only
+checks before connecting that there is one, and turns Ray's authentication failures into ``RayAuthError``
+(naming the file read and how to get a token; the CLI's exit 2). It never imports Ray.
 """
 
 from __future__ import annotations
@@ -30,18 +23,15 @@ class RayAuthError(Exception):
 
 
 def token_auth_enabled() -> bool:
-    """Whether Ray clients in this process authenticate with a token (``RAY_AUTH_MODE=token``)."""
     return os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "token"
 
 
 def token_path() -> Path:
-    """The token file Ray reads: ``RAY_AUTH_TOKEN_PATH``, else Ray's default ``~/.ray/auth_token``."""
     configured = os.environ.get("RAY_AUTH_TOKEN_PATH")
     return Path(configured).expanduser() if configured else Path.home() / ".ray" / "auth_token"
 
 
 def token_source() -> str:
-    """What Ray takes the token from, as said in messages: the variable ``RAY_AUTH_TOKEN`` or the file."""
     return "$RAY_AUTH_TOKEN" if os.environ.get("RAY_AUTH_TOKEN") else str(token_path())
 
 
@@ -75,8 +65,7 @@ def auth_error(where: str) -> RayAuthError:
 
 
 def connect_error(where: str, exc: BaseException) -> RayAuthError:
-    """The one-line error for ``ray.init`` failing to connect to ``where`` (Ray does not say whether the token was
-    the reason: a GCS that refuses a token looks like one that cannot be reached)."""
+    """``ray.init`` could not connect to ``where`` (a GCS that refuses a token looks like one out of reach)."""
     reason = " ".join(str(exc).split()) or type(exc).__name__
     hint = GET_TOKEN_HINT.format(path=token_path())
     if token_auth_enabled():
