@@ -12,7 +12,7 @@ from marinbuild.run.failure import traceback_file_of
 
 class StepFailedError(RuntimeError):
     """One or more steps failed; ``failures`` maps each failed step's name to its exception. The message names
-    each failed step's ``.marinbuild_traceback.txt`` (its whole traceback, kept beside its status)."""
+    each failed step's ``.marinbuild_traceback.txt``."""
 
     def __init__(self, failures: dict[str, BaseException], dep_failed: list[str]):
         def named(name: str, error: BaseException) -> str:
@@ -30,11 +30,9 @@ class StepFailedError(RuntimeError):
 
 
 class PreviousTaskFailedError(Exception):
-    """A needed step failed in an earlier run and ``force_run_failed`` is False. Marin's name and base class (a plain
-    ``Exception``, ``marin.execution.executor_step_status.PreviousTaskFailedError``), so code that catches Marin's
-    keeps working when it imports this one instead. The message is Marin's advice (``force_run_failed=True``);
-    ``failed`` names each step that failed before (its status, its traceback file), for a face that words the
-    advice in its own spelling (the command line's ``--force_run_failed``)."""
+    """A needed step failed in an earlier run and ``force_run_failed`` is False (Marin's name and plain ``Exception``
+    base). The message is Marin's advice (``force_run_failed=True``); ``failed`` names each step (status, traceback
+    file), for a face that words the advice in its own spelling (the command line's ``--force_run_failed``)."""
 
     def __init__(self, message: str, failed: list[str] | None = None):
         super().__init__(message)

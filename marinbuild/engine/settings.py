@@ -1,23 +1,20 @@
 """Where outputs go and how steps run: one resolution, for the command line and for Marin scripts alike.
 
-``Settings.resolve(workspace, ...)`` takes what the caller was told (a flag, ``executor_main``'s config, an
-``Executor`` argument) and fills the rest, each value from the first of:
+``Settings.resolve(workspace, ...)`` keeps what the caller was given (a flag, ``executor_main``'s config, an
+``Executor`` argument) and fills the rest, each from the first of:
 
-- ``prefix``: the given value (as given: a command line makes its relative flag absolute first), else
-  ``$MARIN_PREFIX`` (as Marin reads it), else ``[tool.marinbuild] prefix`` (relative to the workspace root),
-  else Marin's ``/tmp/marin``;
-- ``executor_info_base_path``: the given value, else ``<prefix>/experiments`` (where run infos go);
-- ``backend``: the given name, else ``ray`` when a Ray address is given, else ``$MARINBUILD_BACKEND``, else
-  ``[tool.marinbuild] backend``, else ``ray`` inside a job submitted to a Ray cluster, else ``local``;
-- ``ray_address``: the given one, else ``$RAY_ADDRESS``, else ``[tool.marinbuild] ray_address`` (None: a
-  private local Ray); ``jobs``, ``force_run_failed``, ``heartbeat_interval``, ``stale_after``,
-  ``ray_max_retries``: given, else ``[tool.marinbuild]``, else the engine's defaults;
-- ``root``: the workspace root, else the project around the current folder (the nearest ``pyproject.toml``),
-  else the current folder: what code records name files relative to, and what a Ray cluster is sent;
-- ``cache_dir``: the workspace's ``.marinbuild`` folder (event logs, the stat cache, logs); None outside one.
+- ``prefix``: ``$MARIN_PREFIX``, ``[tool.marinbuild] prefix`` (relative to the workspace root), ``/tmp/marin``;
+- ``executor_info_base_path`` (where run infos go): ``<prefix>/experiments``;
+- ``backend``: ``ray`` when a Ray address is given, ``$MARINBUILD_BACKEND``, ``[tool.marinbuild] backend``,
+  ``ray`` inside a job submitted to a Ray cluster, ``local``;
+- ``ray_address``: ``$RAY_ADDRESS``, ``[tool.marinbuild] ray_address`` (None: a private local Ray);
+- ``jobs``, ``force_run_failed``, ``heartbeat_interval``, ``stale_after``, ``ray_max_retries``:
+  ``[tool.marinbuild]``, the engine's defaults;
+- ``root`` (what code records name files relative to, what a Ray cluster is sent): the workspace root, the
+  nearest ``pyproject.toml`` around the current folder, the current folder;
+- ``cache_dir``: the workspace's ``.marinbuild`` folder; None outside one (``workspace`` None: a Marin script).
 
-``workspace`` is the marinbuild workspace around the current folder, or None (a Marin script run outside
-any). A bad value is a ``SettingsError`` (the command line's exit 2) naming the setting.
+A bad value is a ``SettingsError`` (the command line's exit 2) naming the setting.
 """
 
 from __future__ import annotations
@@ -44,7 +41,7 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    """Where outputs go and how steps run (see the module docstring for where each value comes from)."""
+    """Where outputs go and how steps run (the module docstring says where each value comes from)."""
 
     prefix: str
     executor_info_base_path: str
@@ -110,7 +107,7 @@ class Settings:
         )
 
     def backend_options(self, max_concurrent: int | None = None) -> BackendOptions:
-        """What a run's backend is made with (``marinbuild.run.backends.make_backend(self.backend, ...)``)."""
+        """What a run's backend is made with (``run.backends.make_backend(self.backend, ...)``)."""
         return BackendOptions(
             max_concurrent=max_concurrent,
             ray_address=self.ray_address,
