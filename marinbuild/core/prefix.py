@@ -1,8 +1,5 @@
-"""Where outputs go when nothing says: Marin's local default prefix.
-
-One home for the constant so the CLI's settings, the engine, the Marin facade and ``mirror://``
-resolution agree without importing each other. No I/O, no imports beyond ``os``.
-"""
+"""Where outputs go when nothing says: Marin's local default prefix, one constant for the settings, the Marin
+facade and ``mirror://`` alike."""
 
 from __future__ import annotations
 
@@ -13,5 +10,5 @@ DEFAULT_LOCAL_PREFIX = "/tmp/marin"
 
 
 def default_prefix() -> str:
-    """``MARIN_PREFIX`` if set, else Marin's local default folder. Never a network call."""
+    """``MARIN_PREFIX`` if set, else Marin's local default folder."""
     return os.environ.get("MARIN_PREFIX") or DEFAULT_LOCAL_PREFIX
