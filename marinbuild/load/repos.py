@@ -1,11 +1,8 @@
 """Where ``load()`` labels live: workspace files, and the ``@marinbuild`` repository of shipped rules.
 
-``@marinbuild//rules:python.py`` names ``python.py`` in the rules folder shipped with
-marinbuild: the package-data folder ``marinbuild/_rules`` when it exists, else the
-``rules/`` folder of the marinbuild source checkout. ``marinbuild_rules_dir`` is the one
-place that decides this. Files under a ``rules/`` folder at the top of a repository
-(``//rules:...``, ``//rules/sub:...`` and every ``@marinbuild`` file) are trusted Python
-modules; the other loadable files are Starlark files ending in ``.star`` (``LIBRARY_SUFFIX``).
+``@marinbuild//rules:python.py`` is ``python.py`` of the rules shipped with marinbuild (``marinbuild_rules_dir``).
+``.py`` files under a ``rules/`` folder at the top of a repository (``//rules:...``, ``//rules/sub:...``, every
+``@marinbuild`` one) are trusted Python modules; the other loadable files are Starlark ``.star`` files.
 """
 
 from __future__ import annotations
@@ -17,8 +14,6 @@ from pathlib import Path
 
 from marinbuild.core.labels import Label
 
-__all__ = ["LIBRARY_SUFFIX", "LoadTarget", "UnknownRepositoryError", "marinbuild_rules_dir", "resolve_load"]
-
 LIBRARY_SUFFIX = ".star"
 """The suffix of Starlark files that BUILD files (and other such files) ``load()``."""
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # .../marinbuild
@@ -29,7 +24,8 @@ class UnknownRepositoryError(LookupError):
 
 
 def marinbuild_rules_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """The folder that ``@marinbuild//rules`` names: ``override`` if given, else the shipped rules."""
+    """The folder ``@marinbuild//rules`` names: ``override``, else the package data ``marinbuild/_rules``, else the
+    ``rules/`` folder of the source checkout."""
     if override is not None:
         return Path(override).resolve()
     packaged = _PACKAGE_ROOT / "_rules"
@@ -55,10 +51,8 @@ def _split_rules(package: str) -> tuple[str, ...] | None:
 
 
 def resolve_load(label: Label, workspace_root: Path, repo_dirs: Mapping[str, Path] | None = None) -> LoadTarget:
-    """The file ``label`` names and whether it is a trusted rules module.
-
-    ``repo_dirs`` overrides where repositories live (``{"marinbuild": <rules folder>}``).
-    """
+    """The file ``label`` names and whether it is a trusted rules module; ``repo_dirs`` overrides where
+    repositories live (``{"marinbuild": <rules folder>}``)."""
     overrides = repo_dirs or {}
     below = _split_rules(label.package)
     if label.repo:

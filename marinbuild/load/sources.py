@@ -1,10 +1,8 @@
 """Content hashes of source files (xxh3-128), with a persistent stat cache so unchanged files are not re-read.
 
-The cache maps an absolute path to ``[size, mtime_ns, inode, digest]``, stored as JSON at
-a path the caller chooses (conventionally ``<workspace>/.marinbuild/stat_cache.json``). A
-digest is reused only while size, mtime and inode all match. Files modified within the
-last two seconds are hashed but not cached, because a second write in the same clock tick
-could leave their stat unchanged ("racily clean" files).
+The cache maps an absolute path to ``[size, mtime_ns, inode, digest]`` (JSON, conventionally
+``<workspace>/.marinbuild/stat_cache.json``); a digest is reused only while all three match. Files modified in
+the last two seconds are not cached: a second write in the same clock tick could leave their stat unchanged.
 """
 
 from __future__ import annotations
@@ -13,8 +11,6 @@ import json
 import os
 import time
 from pathlib import Path
-
-__all__ = ["StatCache", "hash_source_file"]
 
 _CHUNK = 1 << 20
 _RACY_NS = 2_000_000_000
@@ -43,9 +39,8 @@ class StatCache:
             self.entries = data["entries"]
 
     def resolve(self, path: str | os.PathLike[str]) -> Path:
-        """``Path(path).resolve()``, once per path for the life of this cache (one build): analysis resolves the
-        same few files (a rule's module, a step function's module, the workspace root) for every target, and
-        each resolution is a system call per path component. Not saved with the cache."""
+        """``Path(path).resolve()``, once per path for the life of this cache (one build; not saved): analysis
+        resolves the same few files for every target, at a system call per path component."""
         key = os.fspath(path)
         resolved = self._resolved.get(key)
         if resolved is None:
@@ -53,8 +48,7 @@ class StatCache:
         return resolved
 
     def display_path(self, path: str | os.PathLike[str], root: Path) -> str:
-        """``path`` resolved, relative to the resolved ``root`` when inside it (POSIX form), else absolute; once per
-        (path, root) for the life of this cache."""
+        """``path`` resolved, relative to ``root`` when inside it (POSIX form); once per (path, root) likewise."""
         key = (os.fspath(path), os.fspath(root))
         shown = self._display.get(key)
         if shown is None:
