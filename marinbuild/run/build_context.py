@@ -1,10 +1,9 @@
 """The state one build owns, handed down to what needs it instead of kept in module globals.
 
-As ninja's ``State``, ``Engine.run`` makes a ``BuildContext`` per build, passes it to the planner's status reads
-and every ``StepJob``, and closes it at the end: ``lease_keeper`` renews the leases this build holds, so a
-process that runs many builds keeps no idle keeper thread. Process-wide on purpose: the GCS client (a
-connection pool and event-loop thread per endpoint, what it learnt of the server), imported rules modules and
-shipped code (Python's module table is per process), and Marin's mirror budget (``$MARIN_MIRROR_BUDGET_GB``).
+As ninja's ``State``, ``Engine.run`` makes one per build for the planner's status reads and every ``StepJob``,
+and closes it at the end, so a process that runs many builds keeps no idle lease keeper thread. Process-wide on
+purpose: the GCS client (connection pools, what it learnt of the server), imported rules modules and shipped
+code (Python's module table is per process), and Marin's mirror budget (``$MARIN_MIRROR_BUDGET_GB``).
 """
 
 from __future__ import annotations

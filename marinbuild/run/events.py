@@ -17,8 +17,7 @@ logger = logging.getLogger("marinbuild")
 
 
 class EventKind(StrEnum):
-    """What an event reports, in the order a step can go through them. A ``StrEnum``: the value is what the
-    build-event file, ``--output json`` and the trace carry."""
+    """What an event reports, in the order a step can go through them; the value is what files and JSON carry."""
 
     PLANNED = "planned"  # the plan decided the step's state (detail: the state)
     WAITING = "waiting"  # another runner holds the lease; waiting for its result

@@ -1,20 +1,15 @@
 """A failed step's traceback as text: the whole of it, its last frames, and where its Ray worker logged.
-
-An exception that came back from a Ray task has no frames here: its cause is a ``RemoteTraceback``, the text
-Ray made in the worker, which is then its traceback. The task also notes (``add_note``, ``WORKER_LOG_NOTE``)
-the worker's log files on it. No I/O here; ``store.traceback_file`` writes ``.marinbuild_traceback.txt``.
-"""
+An exception back from a Ray task has no frames here: its cause, a ``RemoteTraceback``, holds the text Ray made
+in the worker, and a note (``WORKER_LOG_NOTE``) names the worker's logs. No I/O (``store.traceback_file``)."""
 
 from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
 
-WORKER_LOG_NOTE = "Ray worker log: "
-"""Starts the note a step's Ray task adds to the step's exception (``marinbuild.run.ray_task``)."""
+WORKER_LOG_NOTE = "Ray worker log: "  # starts the note a step's Ray task (run.ray_task) adds to its exception
 
-LAST_FRAMES = 2
-"""Frames of a failure's traceback the console summary shows."""
+LAST_FRAMES = 2  # frames of a failure's traceback the console summary shows
 
 
 class RemoteTraceback(Exception):

@@ -1,8 +1,6 @@
 """Keeping leases alive: a build owns one ``LeaseKeeper`` (``run.build_context``), not a process-wide one.
-
-Leases on a remote store (``Lease.round_trips``) are renewed on a small thread pool, one renewal per lease
-at a time, so a store that stops answering holds up no other lease (each request is bounded: ``store.gcs``).
-"""
+Leases on a remote store (``Lease.round_trips``) are renewed on a small thread pool, one renewal per lease at a
+time, so a store that stops answering holds up no other lease (each request is bounded: ``store.gcs``)."""
 
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from marinbuild.store.lease import Lease, LeaseLostError
 
-RENEWERS = 16
-"""Threads renewing remote leases at once (a renewal is one small request)."""
+RENEWERS = 16  # threads renewing remote leases at once (a renewal is one small request)
 
 
 def _forget(exc: BaseException) -> None:
@@ -37,11 +34,9 @@ class _Held:
 
 
 class LeaseKeeper:
-    """One thread refreshing held leases every ``interval`` seconds; ``on_lost`` is called for a lost one.
-
-    A heap keyed on the next renewal time: ``add`` and ``remove`` cost O(log n) (a removed lease is marked and
-    dropped when it comes up, or when dropped ones outnumber held ones); the thread sleeps until the earliest
-    renewal is due, and ``add`` wakes it only if the new lease is due first (no polling)."""
+    """One thread refreshing held leases every ``interval`` seconds, calling ``on_lost`` for a lost one. A heap keyed
+    on the next renewal: ``add`` and ``remove`` cost O(log n) (a removed lease is marked, dropped when it comes up or
+    when dropped ones outnumber held ones); the thread sleeps until the earliest renewal is due (no polling)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()

@@ -1,8 +1,6 @@
 """The local backend: each step runs on a daemon thread of its own in this process (Ctrl-C waits on none).
-
-``max_concurrent`` caps how many steps run at once (None: all, as in Marin), by a semaphore taken on the
-step's own thread, so ``submit`` returns at once; after ``shutdown`` a step still waiting for it does not start.
-"""
+``max_concurrent`` caps how many run at once (None: all, as in Marin) by a semaphore taken on the step's thread,
+so ``submit`` returns at once; after ``shutdown`` a step still waiting for it does not start."""
 
 from __future__ import annotations
 

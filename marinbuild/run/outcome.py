@@ -1,7 +1,5 @@
 """What a build did: which steps ran, were found built, failed, were stopped by a failed dependency, or skipped.
-
-The scheduler fills one ``Outcome`` per run (``K``: the engine's ``ExecutorStep``); a step is in at most one list.
-"""
+The scheduler fills one per run (``K``: the engine's ``ExecutorStep``); a step is in at most one list."""
 
 from __future__ import annotations
 

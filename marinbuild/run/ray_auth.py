@@ -1,9 +1,7 @@
-"""Ray token authentication as marinbuild sees it: where the token comes from, and one-line errors.
-
-With ``RAY_AUTH_MODE=token`` (Ray >= 2.53), ``ray.init`` and ``JobSubmissionClient`` send the token themselves,
-from ``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``. This module only
-checks before connecting that there is one, and turns Ray's authentication failures into ``RayAuthError``
-(naming the file read and how to get a token; the CLI's exit 2). It never imports Ray.
+"""Ray token authentication: where the token comes from, and one-line errors (the CLI's exit 2). With
+``RAY_AUTH_MODE=token`` (Ray >= 2.53) ``ray.init`` and ``JobSubmissionClient`` send the token themselves, from
+``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``; this module checks before
+connecting that there is one, and words Ray's authentication failures. It never imports Ray.
 """
 
 from __future__ import annotations
@@ -53,30 +51,21 @@ def check_token() -> None:
 
 def auth_error(where: str) -> RayAuthError:
     """The one-line error for a cluster at ``where`` that refused this process's token (or its lack of one)."""
+    hint = GET_TOKEN_HINT.format(path=token_path())
     if not token_auth_enabled():
         return RayAuthError(
-            f"the Ray cluster at {where} requires token authentication: set RAY_AUTH_MODE=token and "
-            f"{GET_TOKEN_HINT.format(path=token_path())}"
+            f"the Ray cluster at {where} requires token authentication: set RAY_AUTH_MODE=token and {hint}"
         )
-    return RayAuthError(
-        f"the Ray cluster at {where} refused the token read from {token_source()}: "
-        f"{GET_TOKEN_HINT.format(path=token_path())}"
-    )
+    return RayAuthError(f"the Ray cluster at {where} refused the token read from {token_source()}: {hint}")
 
 
 def connect_error(where: str, exc: BaseException) -> RayAuthError:
     """``ray.init`` could not connect to ``where`` (a GCS that refuses a token looks like one out of reach)."""
-    reason = " ".join(str(exc).split()) or type(exc).__name__
+    msg = f"cannot connect to the Ray cluster at {where} ({' '.join(str(exc).split()) or type(exc).__name__})"
     hint = GET_TOKEN_HINT.format(path=token_path())
     if token_auth_enabled():
-        return RayAuthError(
-            f"cannot connect to the Ray cluster at {where} ({reason}): is it up, and does it "
-            f"accept the token read from {token_source()}? If not, {hint}"
-        )
-    return RayAuthError(
-        f"cannot connect to the Ray cluster at {where} ({reason}): is it up? If it uses token "
-        f"authentication, set RAY_AUTH_MODE=token and {hint}"
-    )
+        return RayAuthError(f"{msg}: is it up, and does it accept the token read from {token_source()}? If not, {hint}")
+    return RayAuthError(f"{msg}: is it up? If it uses token authentication, set RAY_AUTH_MODE=token and {hint}")
 
 
 def is_auth_failure(exc: BaseException) -> bool:

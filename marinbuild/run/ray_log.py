@@ -1,11 +1,10 @@
 """Ray's own messages in a build: to a log file always, to the console only when verbose.
 
-Besides marinbuild's own lines, a build on Ray prints what its steps print in their tasks (on stderr as
-``(name pid=N) line``, with ``, ip=IP`` for another node, as Ray prints it), Ray's own lines (``(raylet)``,
-C++ records, ``*** SIGABRT received ***`` dumps, ``INFO worker.py:123 --`` records) and the driver's ``ray``
-logger. Every line goes to the log file; Ray's own reach the console only when verbose (``-v``,
-``MARINBUILD_VERBOSE=1``), the first one kept off it saying where the log is. A console that is not a
-terminal gets no colour codes.
+Besides marinbuild's, a build on Ray prints its steps' task output (on stderr as ``(name pid=N) line``, with
+``, ip=IP`` for another node, as Ray prints it), Ray's own lines (``(raylet)``, C++ records, crash dumps,
+``INFO worker.py:123 --`` records) and the driver's ``ray`` logger. All go to the log file; Ray's own reach the
+console only when verbose (``-v``, ``MARINBUILD_VERBOSE=1``), the first kept off saying where the log is; a
+console that is not a terminal gets no colour codes.
 """
 
 from __future__ import annotations
@@ -67,9 +66,6 @@ class RayLog:
         self._told = False
         self._local_ip: str | None = None  # lines from this node's processes go without ``ip=`` (as Ray's)
 
-    def _out(self) -> TextIO:
-        return self.console if self.console is not None else sys.stderr
-
     def write_log(self, text: str) -> None:
         with self._lock:
             if self._file is None:
@@ -80,7 +76,7 @@ class RayLog:
             self._file.flush()
 
     def _console(self, text: str) -> None:
-        out = self._out()
+        out = self.console if self.console is not None else sys.stderr
         if not out.isatty():
             text = _ANSI.sub("", text)
         try:
@@ -103,18 +99,14 @@ class RayLog:
             prefix = f"({pid}{where}) "
         else:
             prefix = f"({name} pid={pid}{where}) " if name else f"(pid={pid}{where}) "
-        shown: list[str] = []
-        logged: list[str] = []
-        for line in data.get("lines", []):
-            logged.append(prefix + line + "\n")
-            if self.verbose or not is_ray_line(line, pid):
-                shown.append(prefix + line + "\n")
-            else:
-                self._kept_off()
-        if logged:
-            self.write_log("".join(logged))
+        lines = data.get("lines", [])
+        shown = [line for line in lines if self.verbose or not is_ray_line(line, pid)]
+        if len(shown) < len(lines):
+            self._kept_off()
+        if lines:
+            self.write_log("".join(f"{prefix}{line}\n" for line in lines))
         if shown:
-            self._console("".join(shown))
+            self._console("".join(f"{prefix}{line}\n" for line in shown))
 
     def install(self) -> None:
         """Route Ray's forwarded output and the ``ray`` logger of this process here."""

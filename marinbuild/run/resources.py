@@ -1,7 +1,6 @@
 """The machine-facing side of a step's request (``core.resources.Resources``): this machine's TPU chips and
 GPUs (counted by their device files, no driver call), why the local backend cannot run a request, and the
-error a build refuses with before running anything.
-"""
+error a build refuses with before running anything."""
 
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
 """Modules whose code a Ray task must receive by value: they cannot be imported by name on a worker.
 
-cloudpickle pickles a function or class by reference (module and name) when its module is imported, by
-value only for ``__main__`` and modules registered with ``register_pickle_by_value``. A Marin script the CLI
-imports for an ``executor_script`` target has a made-up module name (``analysis.analyze.load_script_steps``),
-and the modules it imports by bare name from its own folder (``import helpers``, as ``python script.py``
-allows) come through a path entry a worker does not have: a worker can import neither, so their code goes by
-value, as a ``__main__`` script's does. Modules under the workspace's own package names stay by reference: a
-worker imports them from the workspace (a cluster's ``working_dir``, a local instance's ``PYTHONPATH``).
-
-``ship_by_value`` records modules; the Ray backend registers them with Ray's cloudpickle before it pickles a
-step (``register_with_ray``), so this module never imports Ray.
+cloudpickle pickles a function or class by reference when its module is imported, by value only for ``__main__``
+and modules registered with ``register_pickle_by_value``. A worker can import neither a Marin script the CLI
+loads for an ``executor_script`` (a made-up module name) nor the modules it imports by bare name from its own
+folder (through a path entry a worker lacks), so their code goes by value, as a ``__main__`` script's does;
+modules of the workspace's own packages stay by reference (a worker imports them from the workspace). The Ray
+backend registers the recorded modules before it pickles a step (``register_with_ray``): no Ray import here.
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """A step's call: its function, its resolved config, and what it asks the backend for.
 
-Every ``StepJob`` gets one as ``call``: calling it runs the step here (the local backend); the Ray backend
-reads ``target``, ``config`` and ``request()`` to run the same function as a Ray task. Wrappers are looked
-through: a ``RemoteCallable`` (ours or Marin's ``remote(...)``) carries resources, extras and env vars; a
-``@ray.remote`` function carries Ray options (run locally, its plain function is called).
-``ExecutorStep.resources`` wins over a wrapper's; extras of both are used.
+Every ``StepJob`` gets one as ``call``: calling it runs the step here (the local backend); the Ray backend runs
+``target`` with ``config`` as a Ray task, with what ``request()`` gives. A ``RemoteCallable`` (ours or Marin's
+``remote(...)``) carries resources, extras and env vars, a ``@ray.remote`` function Ray options;
+``ExecutorStep.resources`` wins over a wrapper's, extras of both are used.
 
-A step whose config has ``mirrored(path, budget_gb=...)`` values runs (here or on a Ray worker) in
-``store.mirror.step_scope``: its ``mirror://`` copies are charged to a budget of its own, the largest
-``budget_gb`` (as Marin does), and land under the build's prefix; other steps are charged to the process-wide
-``$MARIN_MIRROR_BUDGET_GB``. The scope is a ``contextvars`` one: threads a step starts itself do not inherit
-it (run them in ``contextvars.copy_context()``).
+A step with ``mirrored(path, budget_gb=...)`` values runs in ``store.mirror.step_scope``: its ``mirror://``
+copies are charged to a budget of its own, the largest ``budget_gb`` (as Marin does), and land under the build's
+prefix; others are charged to ``$MARIN_MIRROR_BUDGET_GB``. The scope is a ``contextvars`` one: threads a step
+starts itself do not inherit it (run them in ``contextvars.copy_context()``).
 """
 
 from __future__ import annotations
@@ -56,18 +54,15 @@ class MirrorScope:
 
 @dataclass(frozen=True)
 class StepCall:
-    """One step's call, as a backend receives it. ``Any`` on purpose: ``fn`` is whatever a script or rule passed
-    (told apart by ``wrapped`` and ``target``), ``config`` of the user's type, ``resources`` any shape
-    ``core.resources.normalize`` reads (``ExecutorStep``'s)."""
+    """One step's call, as a backend receives it. ``Any`` on purpose: ``fn`` is whatever a script or rule passed,
+    ``config`` of the user's type, ``resources`` any shape ``core.resources.normalize`` reads."""
 
     fn: Any
     config: Any
     resources: Any = None
     pip_dependency_groups: list[str] | None = None
-    mirror_budget_gb: float | None = None
-    """The largest ``mirrored(path, budget_gb=...)`` of the step's raw config (``max_mirror_budget``); None: none."""
-    mirror_prefix: str | None = None
-    """The build's prefix, the local prefix of the step's ``mirror://`` copies."""
+    mirror_budget_gb: float | None = None  # MirrorScope's, from the raw config (max_mirror_budget)
+    mirror_prefix: str | None = None  # MirrorScope's: the build's prefix
 
     @property
     def mirror(self) -> MirrorScope:
@@ -98,8 +93,7 @@ class StepCall:
         env: dict[str, str] = {}
         fn = self.fn
         while _is_remote_wrapper(fn):
-            if resources is None:
-                resources = fn.resources
+            resources = fn.resources if resources is None else resources
             groups.extend(g for g in fn.pip_dependency_groups or [] if g not in groups)
             env = {**dict(getattr(fn, "env_vars", None) or {}), **env}
             fn = fn.fn

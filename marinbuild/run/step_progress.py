@@ -1,9 +1,6 @@
 """Progress a running step reports about itself (e.g. a tokenize's shards done / total, tokens per second).
-
-A step calls ``report(detail, **data)``; ``StepJob.run`` (or a step's Ray task) sets a reporter (``reporting``,
-a ``contextvars`` one: each step's thread has its own) emitting a ``progress`` event (``detail`` the text shown,
-``data`` the numbers). Where none is set (a plain call), ``report`` returns False: the step can log it instead.
-"""
+A step calls ``report(detail, **data)``; ``StepJob.run`` (or its Ray task) sets a ``contextvars`` reporter
+(``reporting``) emitting a ``progress`` event. Where none is set, ``report`` returns False: log it instead."""
 
 from __future__ import annotations
 
