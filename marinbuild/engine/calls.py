@@ -1,7 +1,5 @@
-"""What a step's job calls: the step's function with its instantiated config (``run/step_call.py``). A step made
-from Marin's ``StepSpec`` keeps it (``ORIGINAL_STEP_SPEC``), whose ``executor_function`` calls ``fn(output_path)``:
-the engine imports nothing of Marin's face.
-"""
+"""What a step's job calls: the step's function with its instantiated config (``run/step_call.py``). A step
+from Marin's ``StepSpec`` keeps it (``ORIGINAL_STEP_SPEC``): the engine imports nothing of Marin's face."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The records the engine writes around the steps, as Marin's ``write_infos`` would: the run info JSON
 (``store/run_info.py``) and the ``.executor_info`` of steps the run does not run (a step that runs writes its
-own when it starts: ``run/step_job.py``).
-"""
+own when it starts: ``run/step_job.py``)."""
 
 from __future__ import annotations
 

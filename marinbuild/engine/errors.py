@@ -1,9 +1,6 @@
 """The errors a run raises: Marin's names and base classes, so code that catches Marin's keeps working.
-
-``StepFailedError`` is raised after the schedule ends with failures (every failure kept in ``failures``);
-``PreviousTaskFailedError`` before anything runs, when a needed step failed in an earlier run and the run
-was told not to retry it (``force_run_failed=False``).
-"""
+``StepFailedError`` after the schedule ends with failures; ``PreviousTaskFailedError`` before anything runs,
+when a needed step failed in an earlier run and ``force_run_failed`` is False."""
 
 from __future__ import annotations
 
@@ -15,11 +12,8 @@ class StepFailedError(RuntimeError):
     each failed step's ``.marinbuild_traceback.txt``."""
 
     def __init__(self, failures: dict[str, BaseException], dep_failed: list[str]):
-        def named(name: str, error: BaseException) -> str:
-            path = traceback_file_of(error)
-            return f"{name} (traceback: {path})" if path else name
-
-        names = ", ".join(named(name, error) for name, error in failures.items())
+        paths = {name: traceback_file_of(error) for name, error in failures.items()}
+        names = ", ".join(f"{name} (traceback: {path})" if path else name for name, path in paths.items())
         message = f"{len(failures)} step(s) failed: {names}"
         if dep_failed:
             message += f"; {len(dep_failed)} step(s) not run because a dependency failed (DEP_FAILED): "
@@ -39,5 +33,4 @@ class PreviousTaskFailedError(Exception):
         self.failed = list(failed or [])
 
 
-PreviousStepFailedError = PreviousTaskFailedError
-"""marinbuild's earlier name of ``PreviousTaskFailedError``."""
+PreviousStepFailedError = PreviousTaskFailedError  # marinbuild's earlier name

@@ -1,6 +1,5 @@
 """What is recorded about a step and a run, in Marin's schema (its dataclasses): ``.executor_info``, as the exact
-text Marin writes, and the run info's head (worker, git commit read from files, caller script, date, user).
-"""
+text Marin writes, and the run info's head (worker, git commit read from files, caller script, date, user)."""
 
 from __future__ import annotations
 
@@ -140,24 +139,17 @@ def step_info_text(table: VersionTable, step: ExecutorStep) -> str:
 
 
 def run_info(
-    table: VersionTable,
-    *,
-    worker_id: str,
-    prefix: str,
-    description: str | None,
+    table: VersionTable, *, worker_id: str, prefix: str, description: str | None
 ) -> tuple[list[ExecutorStepInfo], ExecutorInfo]:
-    """Every versioned step's record and the run's record (Marin's ``get_infos``)."""
+    """Every versioned step's record and the run's record, taken now (Marin's ``get_infos``)."""
     step_infos = [step_info(table, step) for step in table.steps]
-    return step_infos, ExecutorInfo(**run_head(worker_id, prefix), description=description, steps=step_infos)
-
-
-def run_head(worker_id: str, prefix: str) -> dict[str, Any]:
-    """The run's record but its description and steps: the head of its run-info file, taken now."""
-    return {
-        "worker_id": worker_id,
-        "git_commit": git_commit(),
-        "caller_path": caller_path(),
-        "created_date": datetime.datetime.now().isoformat(),  # local time, as Marin records it
-        "user": user(),
-        "prefix": prefix,
-    }
+    return step_infos, ExecutorInfo(
+        worker_id=worker_id,
+        git_commit=git_commit(),
+        caller_path=caller_path(),
+        created_date=datetime.datetime.now().isoformat(),  # local time, as Marin records it
+        user=user(),
+        prefix=prefix,
+        description=description,
+        steps=step_infos,
+    )

@@ -1,6 +1,5 @@
 """From versioned steps to the run's plan: the targets (the requested steps or the ``run_only`` selection, plus
-the ``rebuild`` steps), each needed step's state (``run/plan.py``), and what refuses the run. Nothing here writes.
-"""
+the ``rebuild`` steps), each needed step's state (``run/plan.py``), and what refuses the run. Nothing here writes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Whether a run's backend can give every step what it asks for: if not, the whole run is refused before anything
-is written (``UnsatisfiableResourcesError``); a dry run on the local backend reports it as ``dry_run_problems``.
-"""
+is written (``UnsatisfiableResourcesError``); a dry run on the local backend reports it as ``dry_run_problems``."""
 
 from __future__ import annotations
 

@@ -13,8 +13,6 @@
 - ``root`` (what code records name files relative to, what a Ray cluster is sent): the workspace root, the
   nearest ``pyproject.toml`` around the current folder, the current folder;
 - ``cache_dir``: the workspace's ``.marinbuild`` folder; None outside one (``workspace`` None: a Marin script).
-
-A bad value is a ``SettingsError`` (the command line's exit 2) naming the setting.
 """
 
 from __future__ import annotations
@@ -31,12 +29,11 @@ from marinbuild.run.runtime_env import in_ray_job, project_root
 if TYPE_CHECKING:
     from marinbuild.load.workspace import Workspace
 
-BACKEND_ENV = "MARINBUILD_BACKEND"
-"""The backend of a build that names none: ``local`` or ``ray``."""
+BACKEND_ENV = "MARINBUILD_BACKEND"  # the backend of a build that names none
 
 
 class SettingsError(ValueError):
-    """A bad value in ``[tool.marinbuild]``, a flag or an argument (the command line's exit 2)."""
+    """A bad value in ``[tool.marinbuild]``, a flag or an argument, named (the command line's exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +99,7 @@ class Settings:
             else _setting(config, "stale_after", (int, float), "a number of seconds", minimum=0),
             ray_address=_ray_address(ray_address, config),
             ray_max_retries=_setting(config, "ray_max_retries", int, "a non-negative integer", minimum=0),
-            root=workspace.root if workspace is not None else _project_root(),
+            root=workspace.root if workspace is not None else (project_root() or Path.cwd()),
             cache_dir=workspace.cache_dir if workspace is not None else None,
         )
 
@@ -143,7 +140,3 @@ def _setting(config: dict[str, Any], key: str, kind: Any, expected: str, *, mini
     if value is not None and (isinstance(value, bool) or not isinstance(value, kind) or value < minimum):
         raise SettingsError(f"[tool.marinbuild] {key} must be {expected}, got {value!r}")
     return value
-
-
-def _project_root() -> Path:
-    return project_root() or Path.cwd()
