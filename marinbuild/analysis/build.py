@@ -1,12 +1,10 @@
 """One ``marinbuild build``: from the patterns and flags of a command line to the engine's ``BuildResult``.
 
-``run_build`` opens a ``Session``, exports ``$MARINBUILD_SERVE_URL`` for the steps, loads and analyses the
-targets and hands their steps to the engine's ``build``, as ``executor_main`` hands a Marin script's. It prints
-nothing and picks no exit code (``cli`` and ``ui.build_report`` do). A request it cannot honour (no target
-matches, ``--rebuild`` of a target not analysed, resources the backend cannot give, a built output path holding
-another version's outputs) raises ``BuildRequestError`` before any step runs. The listeners, opened before the
-targets load, hear of every refusal (that, a bad BUILD file, a step that must not be retried): the
-workspace's event log of a refused build says so.
+``run_build`` opens a ``Session``, loads and analyses the targets and hands their steps to the engine's
+``build``, as ``executor_main`` hands a Marin script's; it prints nothing and picks no exit code. A request it
+cannot honour (no target matches, ``--rebuild`` of a target not analysed, resources the backend cannot give, a
+built output path holding another version's outputs) raises ``BuildRequestError`` before any step runs. The
+listeners hear of every refusal, so the workspace's event log of a refused build says so.
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from marinbuild.store.action_cache import ActionCacheCollisionError
 if TYPE_CHECKING:
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.engine.build import BuildResult
-    from marinbuild.load.workspace import Workspace
     from marinbuild.run.events import Listener
 
 
@@ -82,7 +79,9 @@ def run_build(request: BuildRequest, listeners: BuildListeners) -> tuple[Session
     """Build what ``request`` asks for in the workspace of the working directory."""
     session = Session.open(".", **request.settings())
     event_log = EventLogPlace(session.workspace.cache_dir, list(request.patterns), session.settings.prefix)
-    _export_serve_url(session.workspace, session.settings.prefix)
+    url = serve_url(session.workspace.cache_dir, session.workspace.config, session.settings.prefix)
+    if url is not None:
+        os.environ[ENV] = url  # the web view of this build's pages, for its steps and the scripts it runs
     opened = listeners.open(event_log, session)
     try:
         result = _build(request, session, opened)
@@ -120,13 +119,6 @@ def _build(request: BuildRequest, session: Session, listeners: list[Listener]) -
         )
     except (UnsatisfiableResourcesError, ActionCacheCollisionError) as exc:  # nothing ran; the message says why
         raise BuildRequestError(str(exc)) from exc
-
-
-def _export_serve_url(workspace: Workspace, prefix: str) -> None:
-    """``$MARINBUILD_SERVE_URL`` for this build (and the scripts it runs): the web view its pages are on, if any."""
-    url = serve_url(workspace.cache_dir, workspace.config, prefix)
-    if url is not None:
-        os.environ[ENV] = url
 
 
 def _rebuild_steps(session: Session, patterns: tuple[str, ...]) -> list[ExecutorStep]:
