@@ -1,12 +1,7 @@
-"""Marin's ``remote`` wrapper: a step function plus where and how it should run.
-
-    from marinbuild.executor import remote
-    from marinbuild.core.resources import tpu
+"""Marin's ``remote`` wrapper: a step function plus where and how it should run::
 
     @remote(resources=tpu("v4-8"), pip_dependency_groups=["tpu"], env_vars={"WANDB_MODE": "offline"})
     def train(config): ...
-
-    ExecutorStep(name="train", fn=train, config=...)
 
 Calling the ``RemoteCallable`` runs the function right here (the local backend, tests, ``materialize``); the Ray
 backend runs it as a Ray task with its ``resources`` (any form ``core.resources.normalize`` reads, Marin's

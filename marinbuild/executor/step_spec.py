@@ -1,11 +1,9 @@
 """Marin's ``StepSpec`` (``marin.execution.step_spec``) and ``resolve_executor_step``.
 
-A ``StepSpec`` is Marin's newer form of a step: a name, dependencies, attributes to hash and ``fn(output_path)``;
-its output path is ``<prefix>/<name>_<sha256 of name, attrs and dependencies>[:8]`` (Marin's scheme).
-``resolve_executor_step`` turns an ``ExecutorStep`` with an instantiated config into one;
-``StepSpec.as_executor_step`` goes the other way (so a ``StepSpec`` can sit in an ``Executor.run`` graph), and
-resolving that step gives the original back, as in Marin. The callables made here are picklable objects, not
-closures, so they also run on Ray workers.
+A ``StepSpec`` is Marin's newer form of a step: a name, dependencies, attributes to hash and ``fn(output_path)``,
+at ``<prefix>/<name>_<sha256 of name, attrs and dependencies>[:8]``. ``resolve_executor_step`` turns an
+``ExecutorStep`` into one, ``StepSpec.as_executor_step`` back (resolving that gives the original, as in Marin).
+The callables made here are picklable objects, not closures, so they also run on Ray workers.
 """
 
 from __future__ import annotations
@@ -43,14 +41,11 @@ class StepSpec:
     """A step's identity, dependencies and function of its output path (Marin's fields and derived values)."""
 
     name: str
-    output_path_prefix: str | None = None
-    """Where the output goes; default ``$MARIN_PREFIX`` (as ``executor_main``'s)."""
+    output_path_prefix: str | None = None  # default $MARIN_PREFIX (as executor_main's)
     deps: list[StepSpec] = field(default_factory=list)
-    hash_attrs: dict[str, Any] = field(default_factory=dict)
-    """What else identifies the step (JSON-serialisable); part of the hash."""
+    hash_attrs: dict[str, Any] = field(default_factory=dict)  # what else identifies the step (JSON), hashed
     override_output_path: str | None = None
-    fn: Callable[[str], Any] | None = None
-    """Called with the output path; may be a ``remote(...)`` wrapper."""
+    fn: Callable[[str], Any] | None = None  # called with the output path; may be a remote(...) wrapper
     resources: Any = None
 
     @cached_property
