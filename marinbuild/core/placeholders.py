@@ -95,8 +95,7 @@ def this_output_path(name: str | None = None) -> OutputName:
 THIS_OUTPUT_PATH = OutputName(None)
 
 ORIGINAL_STEP_SPEC = "_original_step_spec"
-"""The attribute (Marin's name) by which an ``ExecutorStep`` made by ``StepSpec.as_executor_step``
-(``marinbuild.executor.step_spec``) keeps its ``StepSpec``."""
+"""The attribute (Marin's name) where an ``ExecutorStep`` made by ``StepSpec.as_executor_step`` keeps it."""
 
 
 @dataclass(frozen=True, slots=True)

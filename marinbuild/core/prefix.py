@@ -1,12 +1,10 @@
-"""Where outputs go when nothing says: Marin's local default prefix, one constant for the settings, the Marin
-facade and ``mirror://`` alike."""
+"""Where outputs go when nothing says: Marin's local default prefix (for settings, facade and ``mirror://``)."""
 
 from __future__ import annotations
 
 import os
 
-DEFAULT_LOCAL_PREFIX = "/tmp/marin"
-"""Marin's default prefix when ``MARIN_PREFIX`` is not set."""
+DEFAULT_LOCAL_PREFIX = "/tmp/marin"  # Marin's, when MARIN_PREFIX is not set
 
 
 def default_prefix() -> str:
