@@ -1,8 +1,5 @@
-"""Loading BUILD.marin files (Starlark) into targets: rule types, workspaces and the loader.
-
-Rules modules write ``from marinbuild.load import attr, rule``; the engine and the CLI use ``find_workspace``,
-``Loader`` (or ``load_workspace``/``load_packages``/``load_patterns``) and its ``LoadedWorkspace`` of ``Target``s.
-"""
+"""Loading BUILD.marin files (Starlark) into targets: rule types, workspaces and the loader. Rules modules
+write ``from marinbuild.load import attr, rule``; the engine and the CLI use ``find_workspace`` and ``Loader``."""
 
 from __future__ import annotations
 

@@ -64,12 +64,8 @@ def declare_target(rule: RuleType, ctx: PackageContext, stack: str, args: Any, k
             elif value is None and fill == FILL_EMPTY:
                 values[key] = spec.empty()
             elif value is None and spec.mandatory:
-                raise _error(
-                    ctx,
-                    site,
-                    None,
-                    f"{rule.display_name}(name={name!r}) is missing the mandatory attribute {key!r}",
-                )
+                missing = f"{rule.display_name}(name={name!r}) is missing the mandatory attribute {key!r}"
+                raise _error(ctx, site, None, missing)
             else:  # a type's own value_or_default() tells "not given" (_UNSET) from None
                 values[key] = spec.value_or_default(value if key in kwargs else _UNSET, package)
     except (AttrValueError, RecursionError) as exc:

@@ -1,7 +1,6 @@
 """Immutable attribute values for the Python side (Starlark freezes its own): a rule implementation receives dict
 attributes as ``FrozenDict`` (mutating methods raise ``FrozenValueError``), so one target cannot change the values
-another sees; ``thaw`` copies them back.
-"""
+another sees; ``thaw`` copies them back."""
 
 from __future__ import annotations
 

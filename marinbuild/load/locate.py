@@ -1,7 +1,6 @@
 """Finer error locations, computed only when one is shown: the column of a call on a line, the ``key=`` of a call.
 Starlark's call stack names file and line; the column comes from the file's syntax, read once per file version
-by ``ast`` (Starlark's syntax is a subset of Python's).
-"""
+by ``ast`` (Starlark's syntax is a subset of Python's)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """Turning Starlark's errors into located ``BuildFileError``s (``path:line:col: message``).
 
-Starlark reports an error as text: an optional traceback (``* path:line, in name``), ``error: message`` and
-``--> path:line:col``. A Python callable Starlark calls (a rule, ``glob()``, a ``load()``) cannot return its
-exception through Starlark, so it records it here first (``remember``), and ``from_starlark`` prefers it.
-Frames of generated code (``<...>``: rule wrappers, the bounded builtins of ``exposed``) are never shown: the
-error is placed at the BUILD or ``.star`` line that made the call. Starlark's wording is kept, with a hint for
-Python habits that are not Starlark (``import``, ``while``, ``class``, f-strings, mutating a loaded value...).
+Starlark reports an error as text (``* path:line, in name`` frames, ``error: message``, ``--> path:line:col``).
+A Python callable Starlark calls cannot return its exception through Starlark, so it records it here first
+(``remember``), and ``from_starlark`` prefers it. Frames of generated code (``<...>``: rule wrappers, builtins)
+are never shown: the error is placed at the BUILD or ``.star`` line that made the call. Starlark's wording is
+kept, with a hint for Python habits that are not Starlark (``import``, ``while``, f-strings...).
 """
 
 from __future__ import annotations
@@ -38,9 +37,6 @@ _KEYWORD_HINTS = {
     "nonlocal": "return values from functions instead",
     "del": "make a new value instead (or dict.pop(key))",
     "yield": "return a list instead",
-    "with": "not Starlark",
-    "async": "not Starlark",
-    "await": "not Starlark",
 }
 _RESERVED = re.compile(r"Parse error: cannot use reserved keyword `(\w+)`")
 _SERDE = re.compile(r"Operation `serde::serialize` not supported on type `([^`]+)`")

@@ -1,9 +1,6 @@
-"""Where ``load()`` labels live: workspace files, and the ``@marinbuild`` repository of shipped rules.
-
-``@marinbuild//rules:python.py`` is ``python.py`` of the rules shipped with marinbuild (``marinbuild_rules_dir``).
-``.py`` files under a ``rules/`` folder at the top of a repository (``//rules:...``, ``//rules/sub:...``, every
-``@marinbuild`` one) are trusted Python modules; the other loadable files are Starlark ``.star`` files.
-"""
+"""Where ``load()`` labels live: workspace files, and the ``@marinbuild`` repository of shipped rules
+(``@marinbuild//rules:python.py``). ``.py`` files under a ``rules/`` folder at the top of a repository are trusted
+Python modules; the other loadable files are Starlark ``.star`` files."""
 
 from __future__ import annotations
 
@@ -14,8 +11,7 @@ from pathlib import Path
 
 from marinbuild.core.labels import Label
 
-LIBRARY_SUFFIX = ".star"
-"""The suffix of Starlark files that BUILD files (and other such files) ``load()``."""
+LIBRARY_SUFFIX = ".star"  # of the Starlark files BUILD files load()
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # .../marinbuild
 
 
@@ -44,10 +40,8 @@ class LoadTarget:
 
 
 def _split_rules(package: str) -> tuple[str, ...] | None:
-    parts = tuple(package.split("/")) if package else ()
-    if parts and parts[0] == "rules":
-        return parts[1:]
-    return None
+    parts = package.split("/")
+    return tuple(parts[1:]) if parts[0] == "rules" else None
 
 
 def resolve_load(label: Label, workspace_root: Path, repo_dirs: Mapping[str, Path] | None = None) -> LoadTarget:
@@ -66,16 +60,8 @@ def resolve_load(label: Label, workspace_root: Path, repo_dirs: Mapping[str, Pat
         path = rules_dir.joinpath(*below, *label.name.split("/"))
         if not label.name.endswith(".py"):
             return LoadTarget(path, None)
-        return LoadTarget(path, rules_dir, (*below, *_stem(label.name)))
+        return LoadTarget(path, rules_dir, (*below, *label.name[: -len(".py")].split("/")))
     path = workspace_root.joinpath(*(label.package.split("/") if label.package else ()), *label.name.split("/"))
     if below is not None and label.name.endswith(".py"):
-        return LoadTarget(path, workspace_root / "rules", (*below, *_stem(label.name)))
+        return LoadTarget(path, workspace_root / "rules", (*below, *label.name[: -len(".py")].split("/")))
     return LoadTarget(path, None)
-
-
-def _stem(name: str) -> tuple[str, ...]:
-    parts = name.split("/")
-    last = parts[-1]
-    if last.endswith(".py"):
-        last = last[: -len(".py")]
-    return (*parts[:-1], last)

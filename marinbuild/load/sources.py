@@ -1,8 +1,7 @@
 """Content hashes of source files (xxh3-128), with a persistent stat cache so unchanged files are not re-read.
-
-The cache maps an absolute path to ``[size, mtime_ns, inode, digest]`` (JSON, conventionally
-``<workspace>/.marinbuild/stat_cache.json``); a digest is reused only while all three match. Files modified in
-the last two seconds are not cached: a second write in the same clock tick could leave their stat unchanged.
+The cache maps an absolute path to ``[size, mtime_ns, inode, digest]`` (JSON); a digest is reused only while all
+three match. Files modified in the last two seconds are not cached: a second write in the same clock tick could
+leave their stat unchanged.
 """
 
 from __future__ import annotations
@@ -26,15 +25,10 @@ class StatCache:
         self.dirty = False
         self._resolved: dict[str, Path] = {}
         self._display: dict[tuple[str, str], str] = {}
-        if self.path is not None:
-            self._read()
-
-    def _read(self) -> None:
-        assert self.path is not None
         try:
-            data = json.loads(self.path.read_text())
+            data = json.loads(self.path.read_text()) if self.path is not None else None
         except (OSError, ValueError):
-            return
+            data = None
         if isinstance(data, dict) and data.get("version") == _VERSION and isinstance(data.get("entries"), dict):
             self.entries = data["entries"]
 

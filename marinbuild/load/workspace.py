@@ -1,7 +1,6 @@
 """The workspace: its root (a ``pyproject.toml`` with ``[tool.marinbuild]``), its config and its packages: the
 folders under the root holding a ``BUILD.marin``, hidden and tool folders and the config's (workspace-relative)
-``ignore_dirs`` never searched.
-"""
+``ignore_dirs`` never searched."""
 
 from __future__ import annotations
 
