@@ -1,9 +1,8 @@
 """marinbuild: a content-addressed build system for machine-learning pipelines.
 
-The names of Marin's executor API import from here as from ``marinbuild.executor``. They load on first
-use (PEP 562 ``__getattr__``): importing any submodule runs this file first, so it imports none of the
-package's own subpackages; importing the package, the CLI or the engine does not load the Marin facade,
-nor any storage, execution or ML library.
+The names of Marin's executor API import from here as from ``marinbuild.executor``, on first use (PEP 562): every
+submodule import runs this file first, so it imports none of the package's own (nor any storage, execution or
+ML library).
 """
 
 import importlib

@@ -1,16 +1,10 @@
 """One ``marinbuild build``: from the patterns and flags of a command line to the engine's ``BuildResult``.
 
-``run_build(request, listeners)`` opens a ``Session`` (the workspace and its ``Settings``), exports
-``$MARINBUILD_SERVE_URL`` for the steps, loads and analyses the targets, and hands their steps to the engine's
-one ``build`` (``marinbuild.engine.build``: run, record and check code), as ``executor_main`` hands a Marin
-script's. It prints nothing and chooses no exit code: ``cli`` turns flags into a ``BuildRequest``, hands over
-the listeners (``marinbuild.ui.build_report``), prints the result and picks the exit code.
-
-A request the build cannot honour (no target matches, ``--rebuild`` of a target this build does not analyse,
-a step asking for resources the backend cannot give, a built output path that holds another version's
-outputs) raises ``BuildRequestError`` before any step runs. The listeners are opened before the targets load,
-and hear of every refusal (that, a bad BUILD file, a step that failed before and must not be retried) through
-``refused``: the workspace's event log of a refused build says so.
+``run_build`` opens a ``Session``, loads and analyses the targets and hands their steps to the engine's
+``build``, as ``executor_main`` hands a Marin script's; it prints nothing and picks no exit code. A request it
+cannot honour (no target matches, ``--rebuild`` of a target not analysed, resources the backend cannot give, a
+built output path holding another version's outputs) raises ``BuildRequestError`` before any step runs. The
+listeners hear of every refusal, so the workspace's event log of a refused build says so.
 """
 
 from __future__ import annotations
@@ -22,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from marinbuild.analysis.session import Session
 from marinbuild.engine.build import build
+from marinbuild.engine.errors import PreviousTaskFailedError
 from marinbuild.engine.serve_url import ENV, serve_url
 from marinbuild.run.resources import UnsatisfiableResourcesError
 from marinbuild.store.action_cache import ActionCacheCollisionError
@@ -29,10 +24,7 @@ from marinbuild.store.action_cache import ActionCacheCollisionError
 if TYPE_CHECKING:
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.engine.build import BuildResult
-    from marinbuild.load.workspace import Workspace
     from marinbuild.run.events import Listener
-
-__all__ = ["BuildListeners", "BuildRequest", "BuildRequestError", "EventLogPlace", "run_build"]
 
 
 class BuildRequestError(ValueError):
@@ -41,11 +33,8 @@ class BuildRequestError(ValueError):
 
 @dataclass(frozen=True)
 class BuildRequest:
-    """What one ``marinbuild build`` command line asks for.
-
-    ``prefix`` … ``ray_address`` are ``Settings.resolve``'s inputs (None: the environment, else
-    ``[tool.marinbuild]``); ``run_only`` are Marin's regexes over step names; ``rebuild`` are
-    patterns of targets whose steps run again though built."""
+    """What one ``marinbuild build`` command line asks for: ``prefix`` … ``ray_address`` are ``Settings.resolve``'s
+    inputs; ``run_only`` Marin's regexes over step names; ``rebuild`` patterns of targets to run again though built."""
 
     patterns: tuple[str, ...]
     prefix: str | None = None
@@ -61,12 +50,7 @@ class BuildRequest:
     def settings(self) -> dict[str, Any]:
         """The keyword arguments of ``Settings.resolve`` and ``Session.open``."""
         return {
-            "prefix": self.prefix,
-            "backend": self.backend,
-            "jobs": self.jobs,
-            "keep_going": self.keep_going,
-            "force_run_failed": self.force_run_failed,
-            "ray_address": self.ray_address,
+            k: getattr(self, k) for k in ("prefix", "backend", "jobs", "keep_going", "force_run_failed", "ray_address")
         }
 
 
@@ -79,32 +63,25 @@ class EventLogPlace(NamedTuple):
 
 
 class BuildListeners(Protocol):
-    """The listeners a build's events go to, opened once the workspace and prefix are known (before the targets
-    load: a build refused at loading or analysis is recorded too)."""
+    """The listeners a build's events go to: ``open`` is called once the workspace and prefix are known, before
+    the targets load (a build refused at loading is recorded too); ``refused`` at most once, when the build ended
+    with an error instead of a result or refused to retry steps that failed before (the result's
+    ``PreviousTaskFailedError``); ``close`` once after the last event, also when the run raised."""
 
-    def open(self, event_log: EventLogPlace, session: Session) -> list[Listener]:
-        """The listeners for the build of ``session``'s targets; called once, before the targets load."""
-        ...
+    def open(self, event_log: EventLogPlace, session: Session) -> list[Listener]: ...
 
-    def refused(self, error: Exception) -> None:
-        """The build ended with ``error`` instead of a result, or refused to retry steps that failed before
-        (``error``: the result's ``PreviousTaskFailedError``); called at most once, before ``close``. A build whose
-        steps had not started was refused."""
-        ...
+    def refused(self, error: Exception) -> None: ...
 
-    def close(self) -> None:
-        """Called once after the last event, also when the run raised."""
-        ...
+    def close(self) -> None: ...
 
 
 def run_build(request: BuildRequest, listeners: BuildListeners) -> tuple[Session, BuildResult]:
-    """Build what ``request`` asks for in the workspace of the working directory (see the module docstring)."""
-    from marinbuild.analysis.session import Session
-    from marinbuild.engine.errors import PreviousTaskFailedError
-
+    """Build what ``request`` asks for in the workspace of the working directory."""
     session = Session.open(".", **request.settings())
     event_log = EventLogPlace(session.workspace.cache_dir, list(request.patterns), session.settings.prefix)
-    _export_serve_url(session.workspace, session.settings.prefix)
+    url = serve_url(session.workspace.cache_dir, session.workspace.config, session.settings.prefix)
+    if url is not None:
+        os.environ[ENV] = url  # the web view of this build's pages, for its steps and the scripts it runs
     opened = listeners.open(event_log, session)
     try:
         result = _build(request, session, opened)
@@ -119,8 +96,7 @@ def run_build(request: BuildRequest, listeners: BuildListeners) -> tuple[Session
 
 
 def _build(request: BuildRequest, session: Session, listeners: list[Listener]) -> BuildResult:
-    """Load and analyse ``request``'s targets in ``session`` and build their steps, ``listeners`` hearing the
-    events."""
+    """Load and analyse ``request``'s targets in ``session`` and build their steps."""
     labels = session.load(request.patterns)
     if not labels:
         raise BuildRequestError(f"no targets match {' '.join(request.patterns)}")
@@ -141,23 +117,13 @@ def _build(request: BuildRequest, session: Session, listeners: list[Listener]) -
             max_concurrent=session.settings.jobs,
             rebuild=rebuilt,
         )
-    except UnsatisfiableResourcesError as exc:  # nothing ran: the backend cannot give a step what it needs
+    except (UnsatisfiableResourcesError, ActionCacheCollisionError) as exc:  # nothing ran; the message says why
         raise BuildRequestError(str(exc)) from exc
-    except ActionCacheCollisionError as exc:  # found at planning, nothing ran: the message says what to rename
-        raise BuildRequestError(str(exc)) from exc
-
-
-def _export_serve_url(workspace: Workspace, prefix: str) -> None:
-    """``$MARINBUILD_SERVE_URL`` for this build (and the scripts it runs): the web view its pages are on, if any."""
-    url = serve_url(workspace.cache_dir, workspace.config, prefix)
-    if url is not None:
-        os.environ[ENV] = url
 
 
 def _rebuild_steps(session: Session, patterns: tuple[str, ...]) -> list[ExecutorStep]:
-    """The steps ``--rebuild`` names: a step's name (one inside a target, e.g. an ``executor_script``'s inner step,
-    which no label names), else the steps of the targets a pattern names; each must be among what this build
-    analysed."""
+    """The steps ``--rebuild`` names: a step's name (e.g. an ``executor_script``'s inner step, which no label names),
+    else the steps of the targets a pattern names, which this build must analyse."""
     if not patterns:
         return []
     assert session.loaded is not None and session.analysis is not None and session.engine is not None

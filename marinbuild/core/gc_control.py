@@ -1,30 +1,19 @@
 """How marinbuild drives Python's cyclic garbage collector: paused while building big tables, spared at exit.
 
-``gc_paused()``: computing versions and plans, and loading BUILD files, allocate many small objects
-that are never cyclic garbage; the collector would rescan the growing tables again and again. On
-leaving, the objects made meanwhile go straight to the oldest generation (``gc.freeze`` then
-``gc.unfreeze``, both constant-time list moves) instead of being scanned at the next allocation, where
-a young-generation pass would walk every container of a large graph's tables. They are scanned
-with the oldest generation, whose passes Python spaces out as it grows.
-
-``skip_final_collection()``: at exit CPython collects every generation once more before tearing
-modules down, a walk over every object of a finished build to free memory the operating system
-reclaims anyway. An ``atexit`` hook moves every live object to the permanent generation
-(``gc.freeze``) just before it, so it has nothing to scan. Nothing changes while the program runs:
-code after ``executor_main`` still has a working collector; only cyclic garbage still alive at exit
-is left to the operating system, as ``os._exit`` would.
+``gc_paused()``: versions, plans and loaded BUILD files are many small objects, never cyclic garbage, that the
+collector would rescan as they grow; on leaving they go straight to the oldest generation (``gc.freeze`` then
+``gc.unfreeze``, constant-time), whose passes Python spaces out. ``skip_final_collection()``: an ``atexit`` hook
+freezes every live object before CPython's final collection walks them all; only cyclic garbage alive at exit
+is left to the system, as ``os._exit`` does.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import gc
 from collections.abc import Iterator
-
-__all__ = ["gc_paused", "skip_final_collection"]
-
-_registered = False
 
 
 @contextlib.contextmanager
@@ -42,13 +31,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _freeze_at_exit() -> None:
-    gc.freeze()
-
-
+@functools.cache
 def skip_final_collection() -> None:
     """Register (once per process) the exit hook that spares the final collection."""
-    global _registered
-    if not _registered:
-        atexit.register(_freeze_at_exit)
-        _registered = True
+    atexit.register(gc.freeze)

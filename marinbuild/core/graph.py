@@ -1,6 +1,5 @@
 """The step graph: canonical steps as nodes, dependency edges (pseudo-dependencies are hashed into the version,
-never waited for). Every walk is iterative, over the version table's plain adjacency lists.
-"""
+never waited for). Every walk is iterative, over the version table's plain adjacency lists."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""JSON encoding of version values and infos, byte-compatible with Marin's ``CustomJsonEncoder``.
-
-Unlike Marin's, it does not import jax: jax dtypes are recognised only when jax is loaded.
-"""
+"""JSON encoding of version values and infos, byte-compatible with Marin's ``CustomJsonEncoder``, without
+importing jax (its dtypes are recognised only when jax is loaded)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""Placeholder values of Marin's executor API: steps, input/output names, versioned values.
-
-These are the objects users put into step configs. They are plain frozen dataclasses with
-the same fields and semantics as Marin's (``marin.execution.types``), so scripts written
-for Marin build the same graphs here.
-
-``InputName``, ``OutputName`` and ``VersionedValue`` have ``__slots__`` (no per-object ``__dict__``): a
-build that analyses every target holds several of them per step until its steps have run, and a
-``__dict__`` tripled each one's size. ``ExecutorStep`` keeps its ``__dict__``: ``step_spec`` adds an
-attribute to steps it makes, and scripts written for Marin may do the same.
+"""Placeholder values of Marin's executor API that users put into step configs: steps, input/output names,
+versioned values. Frozen dataclasses with Marin's fields and semantics (``marin.execution.types``), so scripts
+written for Marin build the same graphs here. ``InputName``, ``OutputName`` and ``VersionedValue`` have slots
+(a build holds several per step; a ``__dict__`` tripled their size); ``ExecutorStep`` keeps its ``__dict__``:
+``step_spec`` adds an attribute to steps it makes, and scripts written for Marin may too.
 """
 
 from __future__ import annotations
@@ -27,11 +22,8 @@ ExecutorFunction = Callable[..., Any] | None
 
 @dataclass(frozen=True)
 class ExecutorStep(Generic[ConfigT_co]):
-    """One step of a pipeline: ``fn(config)`` writes its outputs under its output path.
-
-    Identity is the object itself (two equal-looking steps are different objects);
-    steps whose versions are equal are deduplicated when versions are computed.
-    """
+    """One step of a pipeline: ``fn(config)`` writes its outputs under its output path. Identity is the object
+    itself; steps whose versions are equal are deduplicated when versions are computed."""
 
     name: str
     fn: ExecutorFunction
@@ -103,8 +95,7 @@ def this_output_path(name: str | None = None) -> OutputName:
 THIS_OUTPUT_PATH = OutputName(None)
 
 ORIGINAL_STEP_SPEC = "_original_step_spec"
-"""The attribute (Marin's name) by which an ``ExecutorStep`` made by ``StepSpec.as_executor_step``
-(``marinbuild.executor.step_spec``) keeps its ``StepSpec``."""
+"""The attribute (Marin's name) where an ``ExecutorStep`` made by ``StepSpec.as_executor_step`` keeps it."""
 
 
 @dataclass(frozen=True, slots=True)

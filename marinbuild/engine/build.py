@@ -1,14 +1,9 @@
 """One build, whichever face asked for it: ``build(engine, steps, ...)`` runs the steps and returns what happened.
 
-The command line (``marinbuild.analysis.build``) calls it with the analysed targets' steps and prints the
-result; ``executor_main`` (``marinbuild.executor``) calls it with a Marin script's steps and raises the
-failure, as Marin does. Both engines were made from ``Settings.resolve`` (``engine/settings.py``), so the two
-faces resolve the prefix, the backend and the run-info folder the same way, and both record and check the code
-of their steps (``Engine.run``).
-
-A step that failed is part of the result (``failure``), not an exception: the build ran and its listeners saw
-it. What refuses a build before any step runs (a step asking for resources the backend cannot give, a built
-output path holding another version's outputs) is raised.
+The command line (``analysis.build``, which prints the result) and ``executor_main`` (which raises its failure,
+as Marin does) both call it with engines made by ``Settings.resolve``. A failed step is part of the result, not
+an exception; what refuses a build before any step runs (resources the backend cannot give, a built output path
+holding another version's outputs) is raised.
 """
 
 from __future__ import annotations
@@ -38,13 +33,11 @@ class PlanRow(NamedTuple):
 
 @dataclass
 class BuildResult:
-    """What a build did.
-
-    ``requested``: (name, output path) of what was asked for (a target's label, or a step's name);
-    ``plan``: None if the run ended before planning; ``failure``: the step failure that ended the run;
-    ``dry_run_problems``: why the local backend could not run some steps of a dry run; ``code_changed``:
-    built outputs whose code changed since they were built (not part of their key, so not rebuilt), with the
-    changed files; ``succeeded``: the steps this build ran successfully, in the order they finished."""
+    """What a build did: ``requested``, (name, output path) of what was asked for (a label, or a step's name);
+    ``plan``, None if the run ended before planning; ``failure``, the step failure that ended it;
+    ``dry_run_problems``, why the local backend could not run some steps of a dry run; ``code_changed``, built
+    outputs whose code (not part of their key) changed since, with the files; ``succeeded``, the steps run
+    successfully, in the order they finished."""
 
     engine: Engine
     requested: list[tuple[str, str]]

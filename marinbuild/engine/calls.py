@@ -1,10 +1,5 @@
-"""What a step's job calls: the step's function with its instantiated config (``run/step_call.py``).
-
-A step made from Marin's ``StepSpec`` is called with its output path: the ``StepSpec`` it came from (kept on
-the step, ``ORIGINAL_STEP_SPEC``) says how (``executor_function``), so the engine needs no import of Marin's
-face. The step's ``mirror://`` copies are charged to its largest ``mirrored(..., budget_gb=)``, Marin's rule,
-under the engine's prefix.
-"""
+"""What a step's job calls: the step's function with its instantiated config (``run/step_call.py``). A step
+from Marin's ``StepSpec`` keeps it (``ORIGINAL_STEP_SPEC``): the engine imports nothing of Marin's face."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""The records the engine writes around the steps: the run info, and ``.executor_info`` of steps not run.
-
-A step the run runs writes its own ``.executor_info`` when it starts (``run/step_job.py``, with the text of
-``infos.step_info_text``); this module writes the rest, as Marin's ``write_infos`` would:
-
-- ``write_infos_not_run``: before any step starts, the ``.executor_info`` of the steps the run will not run
-  and Marin would still have recorded (pseudo-dependencies nothing blocking needs, steps ``run_only`` leaves
-  out), when their folder has none;
-- ``write_run_info``/``run_info_path``: the run info JSON (``store/run_info.py``), or only its path;
-- ``write_step_infos``: every versioned step's ``.executor_info`` (Marin's ``write_infos``).
-"""
+"""The records the engine writes around the steps, as Marin's ``write_infos`` would: the run info JSON
+(``store/run_info.py``) and the ``.executor_info`` of steps the run does not run (a step that runs writes its
+own when it starts: ``run/step_job.py``)."""
 
 from __future__ import annotations
 
@@ -32,8 +24,7 @@ def run_info_path(info: ExecutorInfo, base: str) -> str:
 
 
 def write_run_info(table: VersionTable, info: ExecutorInfo, base: str) -> str:
-    """Write the run info JSON of ``info`` (the records of the table's steps) under ``base``, replacing a file of the
-    same name; return its path (``store.run_info.write``)."""
+    """Write (or replace) the run info JSON of ``info`` under ``base``; return its path."""
     path = run_info_path(info, base)
     head = {key: getattr(info, key) for key in run_info.HEAD_KEYS}
     strs = table.version_strs
@@ -49,12 +40,9 @@ def write_step_infos(table: VersionTable) -> None:
 
 
 def write_infos_not_run(table: VersionTable, graph: StepGraph, plan: Plan, selected: bool) -> None:
-    """Marin writes every step's ``.executor_info`` before it starts any (``write_infos``), also for the steps it
-    will not run: pseudo-dependencies nothing blocking needs, and steps ``run_only`` leaves out. Those get theirs
-    here, before any step starts, when their folder has none (Marin's own step runner also writes only a missing
-    one); the steps this run runs write theirs when they start. Steps below a built step are not looked at:
-    whoever built them wrote theirs, so a no-op run without pseudo-dependencies checks and writes nothing.
-    ``selected``: the run was narrowed by ``run_only``."""
+    """Before any step starts, the missing ``.executor_info`` of steps the run will not run that Marin records too
+    (pseudo-dependencies nothing blocking needs, steps ``run_only`` leaves out: ``selected``). Steps below a built
+    one are not looked at (whoever built them wrote theirs): a no-op run checks and writes nothing."""
     if len(plan.steps) == len(table.steps):
         return
     if not selected:  # without run_only, a step the plan did not reach is below a built one or a pseudo-dependency

@@ -1,9 +1,6 @@
 """The errors a run raises: Marin's names and base classes, so code that catches Marin's keeps working.
-
-``StepFailedError`` is raised after the schedule ends with failures (every failure kept in ``failures``);
-``PreviousTaskFailedError`` before anything runs, when a needed step failed in an earlier run and the run
-was told not to retry it (``force_run_failed=False``).
-"""
+``StepFailedError`` after the schedule ends with failures; ``PreviousTaskFailedError`` before anything runs,
+when a needed step failed in an earlier run and ``force_run_failed`` is False."""
 
 from __future__ import annotations
 
@@ -12,14 +9,11 @@ from marinbuild.run.failure import traceback_file_of
 
 class StepFailedError(RuntimeError):
     """One or more steps failed; ``failures`` maps each failed step's name to its exception. The message names
-    each failed step's ``.marinbuild_traceback.txt`` (its whole traceback, kept beside its status)."""
+    each failed step's ``.marinbuild_traceback.txt``."""
 
     def __init__(self, failures: dict[str, BaseException], dep_failed: list[str]):
-        def named(name: str, error: BaseException) -> str:
-            path = traceback_file_of(error)
-            return f"{name} (traceback: {path})" if path else name
-
-        names = ", ".join(named(name, error) for name, error in failures.items())
+        paths = {name: traceback_file_of(error) for name, error in failures.items()}
+        names = ", ".join(f"{name} (traceback: {path})" if path else name for name, path in paths.items())
         message = f"{len(failures)} step(s) failed: {names}"
         if dep_failed:
             message += f"; {len(dep_failed)} step(s) not run because a dependency failed (DEP_FAILED): "
@@ -30,16 +24,13 @@ class StepFailedError(RuntimeError):
 
 
 class PreviousTaskFailedError(Exception):
-    """A needed step failed in an earlier run and ``force_run_failed`` is False. Marin's name and base class (a plain
-    ``Exception``, ``marin.execution.executor_step_status.PreviousTaskFailedError``), so code that catches Marin's
-    keeps working when it imports this one instead. The message is Marin's advice (``force_run_failed=True``);
-    ``failed`` names each step that failed before (its status, its traceback file), for a face that words the
-    advice in its own spelling (the command line's ``--force_run_failed``)."""
+    """A needed step failed in an earlier run and ``force_run_failed`` is False (Marin's name and plain ``Exception``
+    base). The message is Marin's advice (``force_run_failed=True``); ``failed`` names each step (status, traceback
+    file), for a face that words the advice in its own spelling (the command line's ``--force_run_failed``)."""
 
     def __init__(self, message: str, failed: list[str] | None = None):
         super().__init__(message)
         self.failed = list(failed or [])
 
 
-PreviousStepFailedError = PreviousTaskFailedError
-"""marinbuild's earlier name of ``PreviousTaskFailedError``."""
+PreviousStepFailedError = PreviousTaskFailedError  # marinbuild's earlier name

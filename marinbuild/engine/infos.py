@@ -1,10 +1,5 @@
-"""What is recorded about a step and a run, in Marin's schema: ``.executor_info`` and the run info's head.
-
-``ExecutorStepInfo``/``ExecutorInfo`` are Marin's dataclasses. ``step_info_text`` is the exact
-``.executor_info`` text Marin writes (``json.dumps(info, indent=2)``). ``run_head`` gathers the run's facts
-(worker, git commit, caller script, date, user) as Marin's ``get_infos`` does; the git commit is read from
-files, not a subprocess.
-"""
+"""What is recorded about a step and a run, in Marin's schema (its dataclasses): ``.executor_info``, as the exact
+text Marin writes, and the run info's head (worker, git commit read from files, caller script, date, user)."""
 
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class ExecutorStepInfo:
-    """What is recorded about a step in ``.executor_info`` (Marin's schema); ``__slots__``: an engine holds one per
-    step (``Engine.step_infos``) for the whole run."""
+    """What is recorded about a step in ``.executor_info``; slots: an engine holds one per step for the whole run."""
 
     name: str
     fn_name: str
@@ -63,11 +57,6 @@ def get_fn_name(fn: ExecutorFunction, short: bool = False) -> str:
         return qualname.rsplit(".", 1)[-1]
     module = getattr(target, "__module__", None) or type(target).__module__
     return f"{module}.{qualname}"
-
-
-def now_iso() -> str:
-    """Local time now, as Marin records it: ``datetime.now().isoformat()``."""
-    return datetime.datetime.now().isoformat()
 
 
 def git_commit() -> str | None:
@@ -144,46 +133,23 @@ def step_info_text(table: VersionTable, step: ExecutorStep) -> str:
     their order (description left out). Not kept: it is written once per step, and a step deep in a wide graph
     nests its ancestors' versions."""
     info = step_info(table, step)
-    return "".join(
-        (
-            '{\n  "name": ',
-            dumps_indented(info.name, 1),
-            ',\n  "fn_name": ',
-            dumps_indented(info.fn_name, 1),
-            ',\n  "config": ',
-            dumps_indented(info.config, 1),
-            ',\n  "override_output_path": ',
-            dumps_indented(info.override_output_path, 1),
-            ',\n  "version": ',
-            table.indented_version(step, 1),
-            ',\n  "dependencies": ',
-            dumps_indented(info.dependencies, 1),
-            ',\n  "output_path": ',
-            dumps_indented(info.output_path, 1),
-            "\n}",
-        )
-    )
+    fields = ("name", "fn_name", "config", "override_output_path", "version", "dependencies", "output_path")
+    texts = (table.indented_version(step, 1) if f == "version" else dumps_indented(getattr(info, f), 1) for f in fields)
+    return "{\n" + ",\n".join(f'  "{f}": {text}' for f, text in zip(fields, texts, strict=True)) + "\n}"
 
 
 def run_info(
-    table: VersionTable,
-    *,
-    worker_id: str,
-    prefix: str,
-    description: str | None,
+    table: VersionTable, *, worker_id: str, prefix: str, description: str | None
 ) -> tuple[list[ExecutorStepInfo], ExecutorInfo]:
-    """Every versioned step's record and the run's record (Marin's ``get_infos``)."""
+    """Every versioned step's record and the run's record, taken now (Marin's ``get_infos``)."""
     step_infos = [step_info(table, step) for step in table.steps]
-    return step_infos, ExecutorInfo(**run_head(worker_id, prefix), description=description, steps=step_infos)
-
-
-def run_head(worker_id: str, prefix: str) -> dict[str, Any]:
-    """The run's record but its description and steps: the head of its run-info file, taken now."""
-    return {
-        "worker_id": worker_id,
-        "git_commit": git_commit(),
-        "caller_path": caller_path(),
-        "created_date": now_iso(),
-        "user": user(),
-        "prefix": prefix,
-    }
+    return step_infos, ExecutorInfo(
+        worker_id=worker_id,
+        git_commit=git_commit(),
+        caller_path=caller_path(),
+        created_date=datetime.datetime.now().isoformat(),  # local time, as Marin records it
+        user=user(),
+        prefix=prefix,
+        description=description,
+        steps=step_infos,
+    )

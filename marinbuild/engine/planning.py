@@ -1,11 +1,5 @@
-"""From versioned steps to the run's plan: the targets, each needed step's state, and what refuses the run.
-
-``plan_run`` picks the targets (the requested steps, or the ``run_only`` selection, plus the ``rebuild``
-steps) and asks ``run/plan.py`` for the state of every needed step. For a dry run, ``mark_stale`` names the
-missing steps of which another version is under the prefix (what ``cache status`` and ``query`` say).
-``refuse_failed_before`` raises Marin's ``PreviousTaskFailedError`` when a needed step failed in an earlier run
-and the run must not retry it. Nothing here writes.
-"""
+"""From versioned steps to the run's plan: the targets (the requested steps or the ``run_only`` selection, plus
+the ``rebuild`` steps), each needed step's state (``run/plan.py``), and what refuses the run. Nothing here writes."""
 
 from __future__ import annotations
 
@@ -45,18 +39,12 @@ def plan_run(
         targets = [table.canonicalize(s) for s in requested]
     rebuild = list(rebuild)
     targets = list(dict.fromkeys([*targets, *(table.canonicalize(s) for s in rebuild)]))
-    plan = planning.make_plan(
-        graph,
-        targets,
-        worker_id=worker_id,
-        stale_after=stale_after,
-        rebuild=rebuild,
-    )
-    return graph, plan
+    return graph, planning.make_plan(graph, targets, worker_id=worker_id, stale_after=stale_after, rebuild=rebuild)
 
 
 def mark_stale(plan: planning.Plan, prefix: str, output_paths: dict[ExecutorStep, str]) -> None:
-    """A missing step of which another version is under ``prefix`` becomes ``STALE`` (dry runs say so)."""
+    """A missing step of which another version is under ``prefix`` becomes ``STALE`` (as dry runs, ``cache status``
+    and ``query`` say)."""
     missing = plan.by_state(planning.MISSING)
     if not missing:
         return
@@ -67,7 +55,7 @@ def mark_stale(plan: planning.Plan, prefix: str, output_paths: dict[ExecutorStep
 
 
 def refuse_failed_before(plan: planning.Plan, output_paths: dict[ExecutorStep, str]) -> None:
-    """``PreviousTaskFailedError`` naming each needed step that failed before (and its traceback file), if any."""
+    """Marin's ``PreviousTaskFailedError`` naming each needed step that failed before (and its traceback file)."""
     failed_before = plan.by_state(planning.FAILED)
     if not failed_before:
         return

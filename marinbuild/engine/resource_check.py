@@ -1,9 +1,5 @@
-"""Whether a run's backend can give every step what the step asks for.
-
-Before anything is written, a run asks its backend about every step's resource request and refuses the whole
-run if one cannot be met (``UnsatisfiableResourcesError``); a dry run on the local backend reports the same as
-``dry_run_problems``. Which backend a run uses is its settings' (``engine/settings.py``).
-"""
+"""Whether a run's backend can give every step what it asks for: if not, the whole run is refused before anything
+is written (``UnsatisfiableResourcesError``); a dry run on the local backend reports it as ``dry_run_problems``."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """The base URL of the web view that builds print and ``get_experiment_url()`` returns (no server import).
 
-``serve_url(cache_dir, config)``: ``$MARINBUILD_SERVE_URL``, else ``[tool.marinbuild] serve_url`` (a team's
-hosted view), else the URL of a ``marinbuild serve`` running on this machine for the same workspace (each
-records itself in ``.marinbuild/serve/<pid>.json`` while it runs; the newest live one showing the build's
-prefix wins), else None.
-A CLI build exports the answer as ``$MARINBUILD_SERVE_URL`` (``marinbuild.analysis.build``), so the executor
-(and a Marin script it runs) sees it.
-
-Pages by URL: a step is ``<base>/step/<output path relative to the prefix>`` (stable: the output path is
-the step's identity), a run's info JSON is ``<base>/experiment?path=<its path>`` (Marin's data browser's form).
+``$MARINBUILD_SERVE_URL``, else ``[tool.marinbuild] serve_url`` (a team's hosted view), else the newest live
+``marinbuild serve`` of this workspace showing the build's prefix (each records itself in
+``.marinbuild/serve/<pid>.json`` while it runs). A CLI build exports it as ``$MARINBUILD_SERVE_URL`` for the
+scripts it runs. A step's page is ``<base>/step/<output path relative to the prefix>`` (stable: the output path
+is its identity), a run info's ``<base>/experiment?path=<its path>`` (Marin's data browser's form).
 """
 
 from __future__ import annotations
@@ -27,8 +23,7 @@ RECORDS = "serve"
 def serve_url(
     cache_dir: str | os.PathLike[str] | None = None, config: dict[str, Any] | None = None, prefix: str | None = None
 ) -> str | None:
-    """The configured base URL (see the module docstring), without a trailing slash; None if there is none.
-    ``prefix``: a running server counts only if it shows this prefix."""
+    """The base URL, without a trailing slash; None if there is none. ``prefix``: a running server must show it."""
     value = os.environ.get(ENV) or (config or {}).get("serve_url")
     if isinstance(value, str) and value:
         return value.rstrip("/")
@@ -38,8 +33,7 @@ def serve_url(
 
 
 def running_url(cache_dir: str | os.PathLike[str], prefix: str | None = None) -> str | None:
-    """The URL the newest live ``marinbuild serve`` of this workspace (showing ``prefix``, if given) recorded, or
-    None (none, or all are gone)."""
+    """The URL the newest live ``marinbuild serve`` of this workspace (showing ``prefix``, if given) recorded."""
     folder = Path(cache_dir) / RECORDS
     try:
         records = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)

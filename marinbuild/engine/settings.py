@@ -1,23 +1,18 @@
 """Where outputs go and how steps run: one resolution, for the command line and for Marin scripts alike.
 
-``Settings.resolve(workspace, ...)`` takes what the caller was told (a flag, ``executor_main``'s config, an
-``Executor`` argument) and fills the rest, each value from the first of:
+``Settings.resolve(workspace, ...)`` keeps what the caller was given (a flag, ``executor_main``'s config, an
+``Executor`` argument) and fills the rest, each from the first of:
 
-- ``prefix``: the given value (as given: a command line makes its relative flag absolute first), else
-  ``$MARIN_PREFIX`` (as Marin reads it), else ``[tool.marinbuild] prefix`` (relative to the workspace root),
-  else Marin's ``/tmp/marin``;
-- ``executor_info_base_path``: the given value, else ``<prefix>/experiments`` (where run infos go);
-- ``backend``: the given name, else ``ray`` when a Ray address is given, else ``$MARINBUILD_BACKEND``, else
-  ``[tool.marinbuild] backend``, else ``ray`` inside a job submitted to a Ray cluster, else ``local``;
-- ``ray_address``: the given one, else ``$RAY_ADDRESS``, else ``[tool.marinbuild] ray_address`` (None: a
-  private local Ray); ``jobs``, ``force_run_failed``, ``heartbeat_interval``, ``stale_after``,
-  ``ray_max_retries``: given, else ``[tool.marinbuild]``, else the engine's defaults;
-- ``root``: the workspace root, else the project around the current folder (the nearest ``pyproject.toml``),
-  else the current folder: what code records name files relative to, and what a Ray cluster is sent;
-- ``cache_dir``: the workspace's ``.marinbuild`` folder (event logs, the stat cache, logs); None outside one.
-
-``workspace`` is the marinbuild workspace around the current folder, or None (a Marin script run outside
-any). A bad value is a ``SettingsError`` (the command line's exit 2) naming the setting.
+- ``prefix``: ``$MARIN_PREFIX``, ``[tool.marinbuild] prefix`` (relative to the workspace root), ``/tmp/marin``;
+- ``executor_info_base_path`` (where run infos go): ``<prefix>/experiments``;
+- ``backend``: ``ray`` when a Ray address is given, ``$MARINBUILD_BACKEND``, ``[tool.marinbuild] backend``,
+  ``ray`` inside a job submitted to a Ray cluster, ``local``;
+- ``ray_address``: ``$RAY_ADDRESS``, ``[tool.marinbuild] ray_address`` (None: a private local Ray);
+- ``jobs``, ``force_run_failed``, ``heartbeat_interval``, ``stale_after``, ``ray_max_retries``:
+  ``[tool.marinbuild]``, the engine's defaults;
+- ``root`` (what code records name files relative to, what a Ray cluster is sent): the workspace root, the
+  nearest ``pyproject.toml`` around the current folder, the current folder;
+- ``cache_dir``: the workspace's ``.marinbuild`` folder; None outside one (``workspace`` None: a Marin script).
 """
 
 from __future__ import annotations
@@ -34,17 +29,16 @@ from marinbuild.run.runtime_env import in_ray_job, project_root
 if TYPE_CHECKING:
     from marinbuild.load.workspace import Workspace
 
-BACKEND_ENV = "MARINBUILD_BACKEND"
-"""The backend of a build that names none: ``local`` or ``ray``."""
+BACKEND_ENV = "MARINBUILD_BACKEND"  # the backend of a build that names none
 
 
 class SettingsError(ValueError):
-    """A bad value in ``[tool.marinbuild]``, a flag or an argument (the command line's exit 2)."""
+    """A bad value in ``[tool.marinbuild]``, a flag or an argument, named (the command line's exit 2)."""
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Where outputs go and how steps run (see the module docstring for where each value comes from)."""
+    """Where outputs go and how steps run (the module docstring says where each value comes from)."""
 
     prefix: str
     executor_info_base_path: str
@@ -105,12 +99,12 @@ class Settings:
             else _setting(config, "stale_after", (int, float), "a number of seconds", minimum=0),
             ray_address=_ray_address(ray_address, config),
             ray_max_retries=_setting(config, "ray_max_retries", int, "a non-negative integer", minimum=0),
-            root=workspace.root if workspace is not None else _project_root(),
+            root=workspace.root if workspace is not None else (project_root() or Path.cwd()),
             cache_dir=workspace.cache_dir if workspace is not None else None,
         )
 
     def backend_options(self, max_concurrent: int | None = None) -> BackendOptions:
-        """What a run's backend is made with (``marinbuild.run.backends.make_backend(self.backend, ...)``)."""
+        """What a run's backend is made with (``run.backends.make_backend(self.backend, ...)``)."""
         return BackendOptions(
             max_concurrent=max_concurrent,
             ray_address=self.ray_address,
@@ -146,7 +140,3 @@ def _setting(config: dict[str, Any], key: str, kind: Any, expected: str, *, mini
     if value is not None and (isinstance(value, bool) or not isinstance(value, kind) or value < minimum):
         raise SettingsError(f"[tool.marinbuild] {key} must be {expected}, got {value!r}")
     return value
-
-
-def _project_root() -> Path:
-    return project_root() or Path.cwd()

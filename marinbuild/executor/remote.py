@@ -1,18 +1,11 @@
-"""Marin's ``remote`` wrapper: a step function plus where and how it should run.
-
-    from marinbuild.executor import remote
-    from marinbuild.core.resources import tpu
+"""Marin's ``remote`` wrapper: a step function plus where and how it should run::
 
     @remote(resources=tpu("v4-8"), pip_dependency_groups=["tpu"], env_vars={"WANDB_MODE": "offline"})
     def train(config): ...
 
-    ExecutorStep(name="train", fn=train, config=...)
-
-The result is a ``RemoteCallable``: calling it runs the function right here (so the local
-backend, tests and ``materialize`` just work); the Ray backend reads its ``resources``,
-``pip_dependency_groups`` and ``env_vars`` and runs the function as a Ray task with them.
-``resources`` takes every form ``marinbuild.core.resources.normalize`` does, Marin's
-``ResourceConfig`` included. ``ExecutorStep.resources``, when given, wins over the wrapper's.
+Calling the ``RemoteCallable`` runs the function right here (the local backend, tests, ``materialize``); the Ray
+backend runs it as a Ray task with its ``resources`` (any form ``core.resources.normalize`` reads, Marin's
+``ResourceConfig`` included; ``ExecutorStep.resources`` wins), ``pip_dependency_groups`` and ``env_vars``.
 """
 
 from __future__ import annotations
@@ -41,8 +34,7 @@ class RemoteCallable(Generic[P, R]):
         return self.fn(*args, **kwargs)
 
     @property
-    def __name__(self) -> str:
-        """What logs and Ray task names show."""
+    def __name__(self) -> str:  # what logs and Ray task names show
         return self.name or str(getattr(self.fn, "__name__", "remote"))
 
 

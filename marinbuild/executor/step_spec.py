@@ -1,13 +1,8 @@
 """Marin's ``StepSpec`` (``marin.execution.step_spec``) and ``resolve_executor_step``.
 
-A ``StepSpec`` is Marin's newer form of a step: a name, dependencies, attributes to hash and a
-function of the step's output path, ``fn(output_path)``; its output path is
-``<prefix>/<name>_<sha256 of name, attrs and dependencies>[:8]`` (Marin's scheme for it, not the
-``ExecutorStep`` one). ``resolve_executor_step`` turns an ``ExecutorStep`` whose config is
-already instantiated into one; ``StepSpec.as_executor_step`` goes the other way, so a
-``StepSpec`` can sit in an ``Executor.run`` graph (the executor then calls ``fn(output_path)``),
-and resolving that step again gives the original ``StepSpec`` back, as in Marin.
-
+A ``StepSpec`` is Marin's newer form of a step: a name, dependencies, attributes to hash and ``fn(output_path)``,
+at ``<prefix>/<name>_<sha256 of name, attrs and dependencies>[:8]``. ``resolve_executor_step`` turns an
+``ExecutorStep`` into one, ``StepSpec.as_executor_step`` back (resolving that gives the original, as in Marin).
 The callables made here are picklable objects, not closures, so they also run on Ray workers.
 """
 
@@ -34,8 +29,7 @@ def _is_relative_path(url_or_path: str) -> bool:
 
 @dataclass(frozen=True)
 class _StepSpecMigrationConfig:
-    """The config of ``StepSpec.as_executor_step``'s step (Marin's fields): the attributes as one versioned value,
-    the dependencies as steps."""
+    """The config of ``StepSpec.as_executor_step``'s step (Marin's fields)."""
 
     output_path: Any
     attrs: Any
@@ -47,14 +41,11 @@ class StepSpec:
     """A step's identity, dependencies and function of its output path (Marin's fields and derived values)."""
 
     name: str
-    output_path_prefix: str | None = None
-    """Where the output goes; default ``$MARIN_PREFIX`` (as ``executor_main``'s)."""
+    output_path_prefix: str | None = None  # default $MARIN_PREFIX (as executor_main's)
     deps: list[StepSpec] = field(default_factory=list)
-    hash_attrs: dict[str, Any] = field(default_factory=dict)
-    """What else identifies the step (JSON-serialisable); part of the hash."""
+    hash_attrs: dict[str, Any] = field(default_factory=dict)  # what else identifies the step (JSON), hashed
     override_output_path: str | None = None
-    fn: Callable[[str], Any] | None = None
-    """Called with the output path; may be a ``remote(...)`` wrapper."""
+    fn: Callable[[str], Any] | None = None  # called with the output path; may be a remote(...) wrapper
     resources: Any = None
 
     @cached_property
@@ -99,15 +90,13 @@ class StepSpec:
         return step
 
     def executor_function(self) -> Any:
-        """What the executor calls with the config of ``as_executor_step``'s step: ``fn(output_path)`` adapted (inside
-        the same ``remote(...)`` wrapper, if ``fn`` has one); None without ``fn``."""
+        """What the executor calls with the config of ``as_executor_step``'s step (None without ``fn``)."""
         return None if self.fn is None else _rewrap(self.fn, OutputPathCall)
 
 
 @dataclass(frozen=True)
 class ConfigCall:
-    """``fn(config)`` as a function of the output path (which the config already holds): what an ``ExecutorStep``'s
-    function becomes in a ``StepSpec``. ``mirror_budget_gb``: the transfer budget of its ``mirror://`` copies."""
+    """An ``ExecutorStep``'s ``fn(config)`` as a ``StepSpec``'s function of the output path (in the config)."""
 
     fn: Callable[[Any], Any]
     config: Any
@@ -144,14 +133,9 @@ def resolve_executor_step(
     forced_region: str | None = None,
     mirror_budget_gb: float | None = None,
 ) -> StepSpec:
-    """An ``ExecutorStep`` with its instantiated ``config`` and ``output_path`` as a ``StepSpec`` (Marin's signature).
-
-    Its ``fn(output_path)`` calls ``step.fn(config)`` (inside the step's ``remote(...)`` wrapper if it has one),
-    under a ``mirror://`` budget of ``mirror_budget_gb`` when given. A step made by ``StepSpec.as_executor_step``
-    gives back its original, with ``deps`` when given. ``dag_tpu_regions`` and ``forced_region`` pin a remote
-    function to regions on Marin's Iris cluster only; elsewhere Marin leaves the function as it is, and so does
-    this (marinbuild places steps by their resources).
-    """
+    """An ``ExecutorStep`` with its instantiated ``config`` and ``output_path`` as a ``StepSpec`` (Marin's signature),
+    whose function runs under a ``mirror://`` budget of ``mirror_budget_gb`` when given. ``dag_tpu_regions`` and
+    ``forced_region`` pin regions on Marin's Iris cluster only; ignored, as Marin does elsewhere."""
     original: StepSpec | None = getattr(step, ORIGINAL_STEP_SPEC, None)
     if original is not None:
         return dataclasses.replace(

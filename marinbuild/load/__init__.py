@@ -1,9 +1,5 @@
-"""Loading BUILD.marin files (Starlark) into targets: rule types, workspaces and the loader.
-
-Rules modules write ``from marinbuild.load import attr, rule``; the engine and the CLI use
-``find_workspace``, ``Loader`` (or ``load_workspace``/``load_packages``/``load_patterns``)
-and the resulting ``LoadedWorkspace`` of ``Target``s.
-"""
+"""Loading BUILD.marin files (Starlark) into targets: rule types, workspaces and the loader. Rules modules
+write ``from marinbuild.load import attr, rule``; the engine and the CLI use ``find_workspace`` and ``Loader``."""
 
 from __future__ import annotations
 
@@ -30,9 +26,9 @@ _HOME = {
     "StatCache": "sources", "hash_source_file": "sources", "Target": "target", "BUILD_FILE": "workspace",
     "Workspace": "workspace", "find_workspace": "workspace",
 }  # fmt: skip
-"""Where each public name lives: imported on first use (PEP 562), because the loader imports starlark and
-every ``marinbuild.load.*`` import runs this file first: plain imports here would load starlark with
-``marinbuild.load.workspace``, which the settings resolution and the CLI's start import."""
+"""Where each public name lives: imported on first use (PEP 562). Every ``marinbuild.load.*`` import runs this
+file first, and plain imports here would load starlark (the loader's) with ``load.workspace``, which the
+settings resolution and the CLI's start import."""
 
 
 def __getattr__(name: str) -> Any:

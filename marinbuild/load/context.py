@@ -1,21 +1,17 @@
-"""The BUILD file being evaluated (per thread), for the functions BUILD files call back into.
-
-Rule calls, ``glob()`` and ``package_name()`` are Python callables the Starlark evaluator
-calls; they find the package they declare targets in, and the file's path, here. Outside a
-BUILD file's evaluation (the top level of a loaded ``.star`` file) there is none.
+"""The BUILD file being evaluated (per thread), for the Python callables BUILD files call back into (rules,
+``glob()``, ``package_name()``). Outside a BUILD file's evaluation (a loaded ``.star`` file's top level) there is none.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from marinbuild.load.errors import LocatedLater
 from marinbuild.load.target import Target
-
-__all__ = ["OutsideBuildFileError", "PackageContext", "current_package", "package_scope"]
 
 
 @dataclass
@@ -48,17 +44,12 @@ def current_package(what: str) -> PackageContext:
     return ctx
 
 
-class package_scope:  # noqa: N801 - used as a context manager, reads like a function
-    """Context manager making ``ctx`` the current package for this thread (``None``: no package)."""
-
-    def __init__(self, ctx: PackageContext | None) -> None:
-        self.ctx = ctx
-        self.previous: PackageContext | None = None
-
-    def __enter__(self) -> PackageContext | None:
-        self.previous = getattr(_state, "ctx", None)
-        _state.ctx = self.ctx
-        return self.ctx
-
-    def __exit__(self, *exc: Any) -> None:
-        _state.ctx = self.previous
+@contextmanager
+def package_scope(ctx: PackageContext | None) -> Iterator[None]:
+    """Make ``ctx`` the current package for this thread (``None``: no package)."""
+    previous = getattr(_state, "ctx", None)
+    _state.ctx = ctx
+    try:
+        yield
+    finally:
+        _state.ctx = previous

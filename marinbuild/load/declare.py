@@ -1,9 +1,7 @@
-"""Declaring a target: what calling a rule in a BUILD file (or a macro it calls) does.
-
-``declare_target`` checks the call's attributes against the ``RuleType`` (in declared order, so the first
-problem is the one reported), fills in defaults by the rule's ``fill_plan``, runs the rule's ``check``
-and records the ``Target`` in the package being evaluated. Its errors point at the call in the BUILD
-file, at the keyword when one is at fault, and name the macro when a macro made the call.
+"""Declaring a target: what calling a rule in a BUILD file (or a macro it calls) does. ``declare_target`` checks
+the call's attributes against the ``RuleType`` in declared order (the first problem is reported), fills in
+defaults (``fill_plan``), runs the rule's ``check`` and records the ``Target``. Its errors point at the call,
+at the keyword at fault if any, and name the macro that made the call if any.
 """
 
 from __future__ import annotations
@@ -22,17 +20,12 @@ from marinbuild.load.located import source_path, stack_frames
 from marinbuild.load.rules import FILL_CONSTANT, FILL_EMPTY, RuleType
 from marinbuild.load.target import Site, Target, site_location
 
-__all__ = ["declare_target"]
-
 _ORDER = itertools.count(1)
 
 
 def declare_target(rule: RuleType, ctx: PackageContext, stack: str, args: Any, kwargs: dict[str, Any]) -> Label:
-    """Declare a target in ``ctx``'s package from a call in a BUILD file (or a macro it calls).
-
-    ``stack`` is the Starlark call stack's text (``call_stack()``), read only when a location
-    is needed: the target's location is the BUILD file's own frame. Returns the target's label.
-    """
+    """Declare a target in ``ctx``'s package; ``stack``: Starlark's ``call_stack()`` text, read only when a
+    location is needed (the target's is the BUILD file's own frame)."""
     site: Site = (ctx.display, ctx.build_file, stack)
     if args:
         raise _error(ctx, site, None, "rules take keyword arguments only (name = ..., attr = ...)")
@@ -71,12 +64,8 @@ def declare_target(rule: RuleType, ctx: PackageContext, stack: str, args: Any, k
             elif value is None and fill == FILL_EMPTY:
                 values[key] = spec.empty()
             elif value is None and spec.mandatory:
-                raise _error(
-                    ctx,
-                    site,
-                    None,
-                    f"{rule.display_name}(name={name!r}) is missing the mandatory attribute {key!r}",
-                )
+                missing = f"{rule.display_name}(name={name!r}) is missing the mandatory attribute {key!r}"
+                raise _error(ctx, site, None, missing)
             else:  # a type's own value_or_default() tells "not given" (_UNSET) from None
                 values[key] = spec.value_or_default(value if key in kwargs else _UNSET, package)
     except (AttrValueError, RecursionError) as exc:

@@ -1,13 +1,8 @@
-"""Load errors: every problem found while loading BUILD files is a located ``BuildFileError``.
-
-Contract: a ``BuildFileError``'s text is one ``path:line:col: message`` line (the path workspace-relative
-when inside it, ``display_path``), which the CLI prints as it is and answers with exit 2. A message
-longer than ``MAX_MESSAGE_CHARS`` (``fail()`` of a large value) is cut, saying how much was left out.
-A load that finds several errors raises one carrying the rest (``more_errors``), so a user fixes them in
-one pass. Errors pickle with their location (e.g. across processes). ``LocatedLater`` is raised by
-Python code Starlark called, which does not know where it was called from: the evaluator turns it into a
-``BuildFileError`` at the call. ``WorkspaceError`` is the one problem without a line: no workspace, or a bad
-``[tool.marinbuild]`` table.
+"""Load errors: every problem found while loading BUILD files is a located ``BuildFileError``, one
+``path:line:col: message`` line (workspace-relative path) the CLI prints as is (exit 2); a message longer than
+``MAX_MESSAGE_CHARS`` (``fail()`` of a large value) is cut. A load that finds several errors raises one carrying
+the rest, fixed in one pass. ``LocatedLater``, raised by Python code Starlark called, becomes a
+``BuildFileError`` at the call. ``WorkspaceError`` has no line: no workspace, or a bad table.
 """
 
 from __future__ import annotations
@@ -16,23 +11,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "MAX_MESSAGE_CHARS",
-    "BuildFileError",
-    "LocatedLater",
-    "Location",
-    "WorkspaceError",
-    "bounded",
-    "display_path",
-]
-
 MAX_MESSAGE_CHARS = 500
 _CUT_NOTE = 40  # room for the note a cut message ends with: a message this much longer is not cut (again)
 
 
 def bounded(message: str) -> str:
-    """``message`` cut to ``MAX_MESSAGE_CHARS`` characters, saying how many more there were (cutting it again
-    changes nothing)."""
+    """``message`` cut to ``MAX_MESSAGE_CHARS`` characters, saying how many more there were (idempotent)."""
     if len(message) <= MAX_MESSAGE_CHARS + _CUT_NOTE:
         return message
     return f"{message[:MAX_MESSAGE_CHARS]}... ({len(message) - MAX_MESSAGE_CHARS} more characters)"
@@ -51,11 +35,8 @@ class Location:
 
 
 class BuildFileError(Exception):
-    """An error at ``path:line:col``; ``str()`` is ``path:line:col: message``.
-
-    A load that finds several errors raises the first (in package order) and lists the
-    others in ``more_errors``; ``all_errors`` gives them all.
-    """
+    """An error at ``path:line:col``; ``str()`` is ``path:line:col: message``. A load that finds several raises the
+    first (in package order), the others in ``more_errors``."""
 
     def __init__(self, path: str | os.PathLike[str], line: int, col: int, message: str) -> None:
         self.path = str(path)

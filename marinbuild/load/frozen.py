@@ -1,15 +1,10 @@
-"""Immutable attribute values: ``FrozenDict`` (what dict attributes become once validated) and ``thaw``.
-
-Starlark freezes a loaded file's values itself; these are for the Python side: a rule
-implementation receives dict attributes as ``FrozenDict`` (a ``dict`` whose mutating methods
-raise ``FrozenValueError``), so one target cannot change the values another target sees.
-"""
+"""Immutable attribute values for the Python side (Starlark freezes its own): a rule implementation receives dict
+attributes as ``FrozenDict`` (mutating methods raise ``FrozenValueError``), so one target cannot change the values
+another sees; ``thaw`` copies them back."""
 
 from __future__ import annotations
 
 from typing import Any
-
-__all__ = ["FrozenDict", "FrozenValueError", "thaw"]
 
 
 class FrozenValueError(TypeError):

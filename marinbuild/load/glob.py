@@ -1,11 +1,7 @@
-"""``glob()``: the source files of a package that match patterns.
-
-Patterns are relative to the package folder and use ``/``; ``*`` and ``?`` match within
-one path segment, ``[abc]`` a character class, and a ``**`` segment any number of
-segments. Wildcards do not match names starting with ``.`` unless the pattern segment
-does. Results are files only, sorted; sub-packages (folders with their own BUILD.marin),
-hidden folders, ``.venv``, ``node_modules`` and ``__pycache__`` are not entered, nor are
-symlinked folders.
+"""``glob()``: the source files of a package that match patterns (relative to the package folder, with ``/``).
+``*`` and ``?`` match within a path segment, ``[abc]`` a character class, a ``**`` segment any number of them;
+wildcards do not match a leading ``.`` unless the pattern segment has one. Results are files only, sorted;
+sub-packages, hidden, tool (``workspace.is_skipped_dir``) and symlinked folders are not entered.
 """
 
 from __future__ import annotations
@@ -17,8 +13,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from marinbuild.load.workspace import BUILD_FILE, is_skipped_dir
-
-__all__ = ["GlobPatternError", "compile_glob", "glob_files", "list_package_files"]
 
 _ANY_SEGMENTS = r"(?:(?!\.)[^/]+/)*"
 

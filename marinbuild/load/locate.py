@@ -1,9 +1,6 @@
-"""Finer error locations, computed only when needed: the column of a call on a line, the ``key=`` of a call.
-
-Starlark's call stack names a frame's file and line; a target's column is found here by
-reading the file's syntax (Starlark's syntax is a subset of Python's, so ``ast`` reads a
-valid file), once per file version and only when a location is shown.
-"""
+"""Finer error locations, computed only when one is shown: the column of a call on a line, the ``key=`` of a call.
+Starlark's call stack names file and line; the column comes from the file's syntax, read once per file version
+by ``ast`` (Starlark's syntax is a subset of Python's)."""
 
 from __future__ import annotations
 
@@ -12,8 +9,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from marinbuild.load.errors import Location
-
-__all__ = ["call_location", "keyword_location"]
 
 _Calls = dict[tuple[int, int], tuple[str | None, dict[str, tuple[int, int]]]]
 """Each call of a file by ``(line, column)``: the name it calls (a plain name, else None), its keywords' places."""

@@ -1,16 +1,10 @@
 """Turning Starlark's errors into located ``BuildFileError``s (``path:line:col: message``).
 
-Starlark reports an error as text: an optional traceback (``* path:line, in name``), a line
-``error: message`` and ``--> path:line:col`` with a source snippet. A Python callable that
-Starlark calls (a rule, ``glob()``, a ``load()``) cannot return its exception through
-Starlark, so it records it here first (``remember``); ``from_starlark`` then prefers that
-recorded error: already located (a ``BuildFileError``), or located at the call Starlark names.
-Frames of the rule wrappers marinbuild generates (``<rules module ...>``) are never shown:
-the error is placed at the BUILD or ``.star`` line that called the rule. Starlark's wording
-is kept, with a hint for the Python habits that are not Starlark (``import``, ``while``,
-``class``, ``try``, f-strings, mutating a loaded value...). Frames of marinbuild's bounded
-builtins (``exposed``: ``str``, ``repr``, ``fail``, ``print``, ``glob``, ``tpu``) are generated code too:
-an error inside one is placed at the call of that builtin.
+Starlark reports an error as text (``* path:line, in name`` frames, ``error: message``, ``--> path:line:col``).
+A Python callable Starlark calls cannot return its exception through Starlark, so it records it here first
+(``remember``), and ``from_starlark`` prefers it. Frames of generated code (``<...>``: rule wrappers, builtins)
+are never shown: the error is placed at the BUILD or ``.star`` line that made the call. Starlark's wording is
+kept, with a hint for Python habits that are not Starlark (``import``, ``while``, f-strings...).
 """
 
 from __future__ import annotations
@@ -21,8 +15,6 @@ import threading
 
 from marinbuild.load.errors import BuildFileError, LocatedLater, Location
 from marinbuild.load.locate import call_location
-
-__all__ = ["forget", "from_starlark", "remember", "source_path", "stack_frames"]
 
 _pending = threading.local()
 _FRAME = re.compile(r"^  \* (.+):(\d+), in ", re.MULTILINE)
@@ -45,9 +37,6 @@ _KEYWORD_HINTS = {
     "nonlocal": "return values from functions instead",
     "del": "make a new value instead (or dict.pop(key))",
     "yield": "return a list instead",
-    "with": "not Starlark",
-    "async": "not Starlark",
-    "await": "not Starlark",
 }
 _RESERVED = re.compile(r"Parse error: cannot use reserved keyword `(\w+)`")
 _SERDE = re.compile(r"Operation `serde::serialize` not supported on type `([^`]+)`")
@@ -114,11 +103,8 @@ def _reword(message: str) -> str:
 
 
 def from_starlark(text: str, fallback: Location, root: str, cancelled: str | None = None) -> BuildFileError:
-    """The ``BuildFileError`` for a Starlark error ``text`` (``fallback`` if it names no place).
-
-    ``root`` is the workspace root (to find columns of frames); ``cancelled`` is the message
-    for an evaluation stopped by its budget.
-    """
+    """The ``BuildFileError`` for a Starlark error ``text`` (at ``fallback`` if it names no place). ``root``: the
+    workspace root (to find columns of frames); ``cancelled``: the message for an evaluation stopped by its budget."""
     exc = getattr(_pending, "exc", None)
     _pending.exc = None
     if isinstance(exc, BuildFileError):

@@ -1,12 +1,6 @@
-"""Where ``load()`` labels live: workspace files, and the ``@marinbuild`` repository of shipped rules.
-
-``@marinbuild//rules:python.py`` names ``python.py`` in the rules folder shipped with
-marinbuild: the package-data folder ``marinbuild/_rules`` when it exists, else the
-``rules/`` folder of the marinbuild source checkout. ``marinbuild_rules_dir`` is the one
-place that decides this. Files under a ``rules/`` folder at the top of a repository
-(``//rules:...``, ``//rules/sub:...`` and every ``@marinbuild`` file) are trusted Python
-modules; the other loadable files are Starlark files ending in ``.star`` (``LIBRARY_SUFFIX``).
-"""
+"""Where ``load()`` labels live: workspace files, and the ``@marinbuild`` repository of shipped rules
+(``@marinbuild//rules:python.py``). ``.py`` files under a ``rules/`` folder at the top of a repository are trusted
+Python modules; the other loadable files are Starlark ``.star`` files."""
 
 from __future__ import annotations
 
@@ -17,10 +11,7 @@ from pathlib import Path
 
 from marinbuild.core.labels import Label
 
-__all__ = ["LIBRARY_SUFFIX", "LoadTarget", "UnknownRepositoryError", "marinbuild_rules_dir", "resolve_load"]
-
-LIBRARY_SUFFIX = ".star"
-"""The suffix of Starlark files that BUILD files (and other such files) ``load()``."""
+LIBRARY_SUFFIX = ".star"  # of the Starlark files BUILD files load()
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # .../marinbuild
 
 
@@ -29,7 +20,8 @@ class UnknownRepositoryError(LookupError):
 
 
 def marinbuild_rules_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """The folder that ``@marinbuild//rules`` names: ``override`` if given, else the shipped rules."""
+    """The folder ``@marinbuild//rules`` names: ``override``, else the package data ``marinbuild/_rules``, else the
+    ``rules/`` folder of the source checkout."""
     if override is not None:
         return Path(override).resolve()
     packaged = _PACKAGE_ROOT / "_rules"
@@ -48,17 +40,13 @@ class LoadTarget:
 
 
 def _split_rules(package: str) -> tuple[str, ...] | None:
-    parts = tuple(package.split("/")) if package else ()
-    if parts and parts[0] == "rules":
-        return parts[1:]
-    return None
+    parts = package.split("/")
+    return tuple(parts[1:]) if parts[0] == "rules" else None
 
 
 def resolve_load(label: Label, workspace_root: Path, repo_dirs: Mapping[str, Path] | None = None) -> LoadTarget:
-    """The file ``label`` names and whether it is a trusted rules module.
-
-    ``repo_dirs`` overrides where repositories live (``{"marinbuild": <rules folder>}``).
-    """
+    """The file ``label`` names and whether it is a trusted rules module; ``repo_dirs`` overrides where
+    repositories live (``{"marinbuild": <rules folder>}``)."""
     overrides = repo_dirs or {}
     below = _split_rules(label.package)
     if label.repo:
@@ -72,16 +60,8 @@ def resolve_load(label: Label, workspace_root: Path, repo_dirs: Mapping[str, Pat
         path = rules_dir.joinpath(*below, *label.name.split("/"))
         if not label.name.endswith(".py"):
             return LoadTarget(path, None)
-        return LoadTarget(path, rules_dir, (*below, *_stem(label.name)))
+        return LoadTarget(path, rules_dir, (*below, *label.name[: -len(".py")].split("/")))
     path = workspace_root.joinpath(*(label.package.split("/") if label.package else ()), *label.name.split("/"))
     if below is not None and label.name.endswith(".py"):
-        return LoadTarget(path, workspace_root / "rules", (*below, *_stem(label.name)))
+        return LoadTarget(path, workspace_root / "rules", (*below, *label.name[: -len(".py")].split("/")))
     return LoadTarget(path, None)
-
-
-def _stem(name: str) -> tuple[str, ...]:
-    parts = name.split("/")
-    last = parts[-1]
-    if last.endswith(".py"):
-        last = last[: -len(".py")]
-    return (*parts[:-1], last)

@@ -1,10 +1,7 @@
 """Content hashes of source files (xxh3-128), with a persistent stat cache so unchanged files are not re-read.
-
-The cache maps an absolute path to ``[size, mtime_ns, inode, digest]``, stored as JSON at
-a path the caller chooses (conventionally ``<workspace>/.marinbuild/stat_cache.json``). A
-digest is reused only while size, mtime and inode all match. Files modified within the
-last two seconds are hashed but not cached, because a second write in the same clock tick
-could leave their stat unchanged ("racily clean" files).
+The cache maps an absolute path to ``[size, mtime_ns, inode, digest]`` (JSON); a digest is reused only while all
+three match. Files modified in the last two seconds are not cached: a second write in the same clock tick could
+leave their stat unchanged.
 """
 
 from __future__ import annotations
@@ -13,8 +10,6 @@ import json
 import os
 import time
 from pathlib import Path
-
-__all__ = ["StatCache", "hash_source_file"]
 
 _CHUNK = 1 << 20
 _RACY_NS = 2_000_000_000
@@ -30,22 +25,16 @@ class StatCache:
         self.dirty = False
         self._resolved: dict[str, Path] = {}
         self._display: dict[tuple[str, str], str] = {}
-        if self.path is not None:
-            self._read()
-
-    def _read(self) -> None:
-        assert self.path is not None
         try:
-            data = json.loads(self.path.read_text())
+            data = json.loads(self.path.read_text()) if self.path is not None else None
         except (OSError, ValueError):
-            return
+            data = None
         if isinstance(data, dict) and data.get("version") == _VERSION and isinstance(data.get("entries"), dict):
             self.entries = data["entries"]
 
     def resolve(self, path: str | os.PathLike[str]) -> Path:
-        """``Path(path).resolve()``, once per path for the life of this cache (one build): analysis resolves the
-        same few files (a rule's module, a step function's module, the workspace root) for every target, and
-        each resolution is a system call per path component. Not saved with the cache."""
+        """``Path(path).resolve()``, once per path for the life of this cache (one build; not saved): analysis
+        resolves the same few files for every target, at a system call per path component."""
         key = os.fspath(path)
         resolved = self._resolved.get(key)
         if resolved is None:
@@ -53,8 +42,7 @@ class StatCache:
         return resolved
 
     def display_path(self, path: str | os.PathLike[str], root: Path) -> str:
-        """``path`` resolved, relative to the resolved ``root`` when inside it (POSIX form), else absolute; once per
-        (path, root) for the life of this cache."""
+        """``path`` resolved, relative to ``root`` when inside it (POSIX form); once per (path, root) likewise."""
         key = (os.fspath(path), os.fspath(root))
         shown = self._display.get(key)
         if shown is None:

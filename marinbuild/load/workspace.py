@@ -1,9 +1,6 @@
-"""The workspace: its root (a ``pyproject.toml`` with ``[tool.marinbuild]``), its config and its packages.
-
-A package is any folder under the root holding a ``BUILD.marin`` file. Hidden folders,
-``.venv``, ``node_modules``, ``__pycache__`` and the folders listed in the config's
-``ignore_dirs`` (workspace-relative) are never searched.
-"""
+"""The workspace: its root (a ``pyproject.toml`` with ``[tool.marinbuild]``), its config and its packages: the
+folders under the root holding a ``BUILD.marin``, hidden and tool folders and the config's (workspace-relative)
+``ignore_dirs`` never searched."""
 
 from __future__ import annotations
 
@@ -13,8 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.load.errors import WorkspaceError, display_path
-
-__all__ = ["BUILD_FILE", "SKIPPED_DIRS", "Workspace", "find_workspace", "is_skipped_dir"]
 
 BUILD_FILE = "BUILD.marin"
 SKIPPED_DIRS = frozenset({".venv", "venv", "node_modules", "__pycache__", ".git"})
@@ -69,11 +64,7 @@ class Workspace:
         return self.cache_dir / "stat_cache.json"
 
     def packages(self, under: str = "") -> list[str]:
-        """All packages at or beneath ``under`` (sorted), e.g. ``["", "experiments/tutorials"]``.
-
-        Folders are listed as ``os.walk`` lists them (symbolic links to folders are not
-        entered; hidden, tool and ``ignore_dirs`` folders are skipped), with ``os.scandir``.
-        """
+        """All packages at or beneath ``under`` (sorted), e.g. ``["", "experiments/tutorials"]``."""
         start = self.package_dir(under)
         if not start.is_dir():
             return []

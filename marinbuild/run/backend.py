@@ -1,12 +1,7 @@
-"""The backend interface: somewhere to run step jobs, reporting each completion as an event.
-
-Contract for a backend (``run/backends.py`` lists them): ``submit`` returns at once and runs the job
-later, here or elsewhere; ``done`` is called exactly once per submitted job, from any thread, with the
-job's outcome or the error that ended it (the scheduler serialises what it does with them).
-``check_resources`` is asked before anything runs, so a build that cannot be satisfied refuses at once
-with the backend's reason. ``resources`` is ``Any`` because a step's request comes in the shapes users
-write (a dict, Marin's ``ResourceConfig``, a ``Resources``): each backend reads it through
-``core.resources.normalize``.
+"""The backend interface: somewhere to run step jobs (``run/backends.py`` lists them). ``submit`` returns at
+once; ``done`` is called exactly once per job, from any thread, with its outcome or the error that ended it.
+``check_resources`` is asked before anything runs, so an unsatisfiable build refuses at once; ``resources`` is
+``Any``: the shapes users write (a dict, Marin's ``ResourceConfig``, a ``Resources``), read by ``normalize``.
 """
 
 from __future__ import annotations
@@ -23,11 +18,9 @@ Completion = Callable[[StepJob, JobOutcome | None, BaseException | None], None]
 class Backend(Protocol):
     name: str
 
-    def submit(self, job: StepJob, done: Completion) -> None:
-        """Start ``job``; call ``done`` from any thread when it ends."""
+    def submit(self, job: StepJob, done: Completion) -> None: ...
 
     def shutdown(self, cancel: bool = False) -> None:
         """Stop accepting work; with ``cancel``, stop what is running if the backend can."""
 
-    def check_resources(self, resources: Any) -> str | None:
-        """Why this backend cannot satisfy ``resources`` (None if it can)."""
+    def check_resources(self, resources: Any) -> str | None: ...  # why it cannot satisfy them (None: it can)

@@ -1,13 +1,6 @@
-"""The backends a build can name: the one list of their names and how each is constructed.
-
-The CLI's ``--backend`` choices, a session's ``backend`` setting and an ``Engine``'s (an ``Executor``'s)
-``backend="..."`` (or ``$MARINBUILD_BACKEND``) all read ``BACKEND_NAMES`` and construct through
-``make_backend``. ``BackendOptions`` carries every knob a backend takes; each constructor reads its
-own fields and leaves the rest, None meaning the backend's default.
-
-Constructors import their backend's module when called: the CLI imports this module at startup,
-which must load neither the thread pool's nor Ray's code.
-"""
+"""The backends a build can name: the one list of their names (``--backend``, the ``backend`` setting,
+``Engine(backend=...)``) and ``make_backend``. A constructor imports its backend's module when called: the CLI
+imports this module at startup, which must load no backend's code."""
 
 from __future__ import annotations
 
@@ -21,28 +14,22 @@ from marinbuild.run.runtime_env import project_root
 if TYPE_CHECKING:
     from marinbuild.run.backend import Backend
 
-LOCAL = "local"
-"""Threads of this process (``marinbuild.run.local``)."""
-RAY = "ray"
-"""A Ray cluster, or a private local instance (``marinbuild.run.ray_backend``)."""
+LOCAL = "local"  # threads of this process (run.local)
+RAY = "ray"  # a Ray cluster, or a private local instance (run.ray_backend)
 
 
 @dataclass(frozen=True)
 class BackendOptions:
-    """What a backend is constructed with; None: the backend's default."""
+    """What a backend is constructed with (each reads its own fields); None: the backend's default."""
 
-    max_concurrent: int | None = None
-    """Local: steps run at once (threads)."""
-    ray_address: str | None = None
-    """Ray: the cluster (None: ``RAY_ADDRESS``, else a private local instance)."""
-    ray_max_retries: int | None = None
-    """Ray: retries of a task whose worker died."""
-    working_dir: str | os.PathLike[str] | None = None
-    """Ray: the workspace shipped to a cluster (None: the project around the current folder)."""
+    max_concurrent: int | None = None  # local: steps run at once
+    ray_address: str | None = None  # None: RAY_ADDRESS, else a private local instance
+    ray_max_retries: int | None = None  # retries of a Ray task whose worker died
+    working_dir: str | os.PathLike[str] | None = None  # shipped to a Ray cluster (None: the current project)
 
 
 def _local(options: BackendOptions) -> Backend:
-    from marinbuild.run.local import LocalBackend  # lazy: the CLI start imports this module
+    from marinbuild.run.local import LocalBackend
 
     return LocalBackend(options.max_concurrent)
 

@@ -1,7 +1,5 @@
-"""Events: every transition of a build is an event; displays, logs and traces are listeners.
-
-The engine never prints. It calls ``EventBus.emit``; listeners decide what to show.
-"""
+"""Events: every transition of a build is one. The engine never prints: listeners (displays, logs, traces)
+decide what to show of what ``EventBus.emit`` sends them."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ logger = logging.getLogger("marinbuild")
 
 
 class EventKind(StrEnum):
-    """What an event reports, in the order a step can go through them. A ``StrEnum``: the value is what the
-    build-event file, ``--output json`` and the trace carry."""
+    """What an event reports, in the order a step can go through them; the value is what files and JSON carry."""
 
     PLANNED = "planned"  # the plan decided the step's state (detail: the state)
     WAITING = "waiting"  # another runner holds the lease; waiting for its result
@@ -85,8 +82,7 @@ class EventBus:
 
 
 def emit_plan(bus: EventBus, steps: Iterable[tuple[str, str, str, str | None]], dry_run: bool) -> None:
-    """A PLANNED event for each (name, output path, state, status) of ``steps``, in order, with
-    ``{"dry_run", "status"}`` as its data."""
+    """A PLANNED event for each (name, output path, state, status) of ``steps``, in order."""
     for name, path, state, status in steps:
         bus.emit(PLANNED, step=name, output_path=path, detail=state, data={"dry_run": dry_run, "status": status})
 
@@ -102,10 +98,8 @@ def log_listener(event: Event) -> None:
         logger.log(logging.INFO, "waiting for %s: %s", event.step, event.detail)
     elif kind == FAILED:
         path = traceback_file_of(event.error)
-        if path is not None:
-            logger.log(logging.ERROR, "FAILED %s: %s (full traceback: %s)", event.step, event.error, path)
-        else:
-            logger.log(logging.ERROR, "FAILED %s: %s", event.step, event.error)
+        more = f" (full traceback: {path})" if path is not None else ""
+        logger.log(logging.ERROR, "FAILED %s: %s%s", event.step, event.error, more)
     elif kind == DEP_FAILED:
         logger.log(logging.WARNING, "not running %s: %s", event.step, event.detail)
     elif kind == PLANNED and event.data.get("dry_run"):

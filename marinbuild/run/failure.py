@@ -1,29 +1,15 @@
 """A failed step's traceback as text: the whole of it, its last frames, and where its Ray worker logged.
-
-What it owns:
-- ``traceback_text(exc)``: the full traceback of a step's exception as Python prints it. An exception
-  that came back from a Ray task has no frames of its own here: its cause is a ``RemoteTraceback``
-  holding the text Ray made in the worker, which is then the traceback.
-- ``RemoteTraceback``: that remote text, chained as the cause of the exception the step raised.
-- ``WORKER_LOG_NOTE``: the prefix of the note (``BaseException.add_note``) a step's Ray task adds to the
-  step's exception, naming the worker's log files; ``worker_log_of`` finds it again.
-- ``last_frames(text)``: the last few frames of a traceback, for the console summary.
-- ``FailureRecord``: what a failed step's error carries once its failure is recorded (``StepError``):
-  the traceback text and the path of ``.marinbuild_traceback.txt`` (None if it could not be written).
-
-No I/O here; ``marinbuild.store.traceback_file`` writes the file.
-"""
+An exception back from a Ray task has no frames here: its cause, a ``RemoteTraceback``, holds the text Ray made
+in the worker, and a note (``WORKER_LOG_NOTE``) names the worker's logs. No I/O (``store.traceback_file``)."""
 
 from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
 
-WORKER_LOG_NOTE = "Ray worker log: "
-"""Starts the note a step's Ray task adds to the step's exception (``marinbuild.run.ray_task``)."""
+WORKER_LOG_NOTE = "Ray worker log: "  # starts the note a step's Ray task (run.ray_task) adds to its exception
 
-LAST_FRAMES = 2
-"""Frames of a failure's traceback the console summary shows."""
+LAST_FRAMES = 2  # frames of a failure's traceback the console summary shows
 
 
 class RemoteTraceback(Exception):
@@ -39,6 +25,8 @@ class RemoteTraceback(Exception):
 
 @dataclass(frozen=True)
 class FailureRecord:
+    """What a failed step's error (``StepError``) carries once its failure is recorded."""
+
     traceback: str
     """The full traceback, as ``traceback_text`` gives it."""
     path: str | None
@@ -68,9 +56,8 @@ def worker_log_of(exc: BaseException | None) -> str | None:
 
 
 def last_frames(text: str, frames: int = LAST_FRAMES) -> list[str]:
-    """The lines of the last ``frames`` frames of the (last) traceback in ``text``: each ``  File ...`` line and
-    the indented source lines under it (without the ``^^^`` lines that mark a column). Empty if ``text`` has no
-    frames."""
+    """The last ``frames`` frames of the (last) traceback in ``text``, for the console summary: each ``  File``
+    line and the source lines under it (without the ``^^^`` lines that mark a column); empty without frames."""
     lines = text.rstrip("\n").splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith('  File "')]
     if not starts:

@@ -1,12 +1,6 @@
-"""Keeping leases alive.
-
-Not a process-wide singleton: a build owns one ``LeaseKeeper`` (``marinbuild.run.build_context``).
-
-``LeaseKeeper`` is one thread per build that refreshes every held lease when its renewal
-is due (a heap of renewal times, no polling) and reports a lost lease to its step. Leases on a remote store
-(``Lease.round_trips``) are renewed on a small thread pool, one renewal per lease at a time, so a store that
-stops answering holds up no other lease's renewal (each request is bounded: ``marinbuild.store.gcs``).
-"""
+"""Keeping leases alive: a build owns one ``LeaseKeeper`` (``run.build_context``), not a process-wide one.
+Leases on a remote store (``Lease.round_trips``) are renewed on a small thread pool, one renewal per lease at a
+time, so a store that stops answering holds up no other lease (each request is bounded: ``store.gcs``)."""
 
 from __future__ import annotations
 
@@ -19,8 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from marinbuild.store.lease import Lease, LeaseLostError
 
-RENEWERS = 16
-"""Threads renewing remote leases at once (a renewal is one small request)."""
+RENEWERS = 16  # threads renewing remote leases at once (a renewal is one small request)
 
 
 def _forget(exc: BaseException) -> None:
@@ -37,25 +30,19 @@ class _Held:
         self.interval = interval
         self.on_lost = on_lost
         self.dropped = False
-        self.busy = False
-        """A renewal of it is in flight on the pool."""
+        self.busy = False  # a renewal of it is in flight on the pool
 
 
 class LeaseKeeper:
-    """Refreshes held leases every ``interval`` seconds; calls ``on_lost`` when one is lost.
-
-    The held leases sit in a heap keyed on their next renewal time: ``add`` and ``remove``
-    cost O(log n) (a removed lease is marked and left for the heap to drop when it comes
-    up, or when dropped ones outnumber the held ones), and the thread sleeps on a condition
-    until the earliest renewal is due; ``add`` wakes it only if the new lease is due first.
-    """
+    """One thread refreshing held leases every ``interval`` seconds, calling ``on_lost`` for a lost one. A heap keyed
+    on the next renewal: ``add`` and ``remove`` cost O(log n) (a removed lease is marked, dropped when it comes up or
+    when dropped ones outnumber held ones); the thread sleeps until the earliest renewal is due (no polling)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, _Held]] = []
         self._held: dict[int, _Held] = {}
-        self._dropped = 0
-        """Entries of the heap marked dropped."""
+        self._dropped = 0  # entries of the heap marked dropped
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -85,8 +72,7 @@ class LeaseKeeper:
             self._drop(self._held.get(id(lease)))
 
     def close(self) -> None:
-        """Stop renewing: forget every held lease and end the thread (and the renewal pool) once idle.
-        The build that owns the keeper calls it at its end, when it holds no lease any more."""
+        """Forget every held lease and end the thread (and the pool) once idle: the owning build's end."""
         with self._cond:
             self._closed = True
             for held in list(self._held.values()):
@@ -97,12 +83,6 @@ class LeaseKeeper:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False)
-
-    def __enter__(self) -> LeaseKeeper:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _drop(self, held: _Held | None) -> None:
         """Forget ``held`` (with the condition held)."""

@@ -1,11 +1,6 @@
-"""The local backend: each step runs on a thread of its own in this process (nothing to start).
-
-``max_concurrent`` caps how many steps run at once; None runs every submitted step at once, as in
-Marin. The cap is a semaphore taken on the step's own thread, so ``submit`` returns at once. The
-step's thread reports its completion through ``done`` when the step ends: nothing polls. Threads
-are daemons, so Ctrl-C never waits on a running step; after ``shutdown`` a step still waiting for
-the cap does not start.
-"""
+"""The local backend: each step runs on a daemon thread of its own in this process (Ctrl-C waits on none).
+``max_concurrent`` caps how many run at once (None: all, as in Marin) by a semaphore taken on the step's thread,
+so ``submit`` returns at once; after ``shutdown`` a step still waiting for it does not start."""
 
 from __future__ import annotations
 
@@ -46,7 +41,7 @@ class LocalBackend:
         self._closed = True
 
     def check_resources(self, resources: Any) -> str | None:
-        """Refuse TPUs and GPUs this machine does not have (see ``marinbuild.run.resources.check_local``)."""
+        """Refuse TPUs and GPUs this machine does not have (``run.resources.check_local``)."""
         try:
             return check_local(resources)
         except (TypeError, ValueError) as exc:

@@ -1,10 +1,5 @@
 """What a build did: which steps ran, were found built, failed, were stopped by a failed dependency, or skipped.
-
-The scheduler fills one ``Outcome`` per run as completions arrive (``K`` is how the caller names steps: the
-engine's ``ExecutorStep``). A step is in at most one of ``ran``, ``cached``, ``failed``, ``dep_failed`` and
-``skipped``; ``interrupted`` says the run was stopped before it ended (Ctrl-C), so some needed steps may be in
-none.
-"""
+The scheduler fills one per run (``K``: the engine's ``ExecutorStep``); a step is in at most one list."""
 
 from __future__ import annotations
 
@@ -24,3 +19,4 @@ class Outcome(Generic[K]):
     """Step -> the failed dependency that stopped it."""
     skipped: list[K] = field(default_factory=list)
     interrupted: bool = False
+    """The run was stopped (Ctrl-C): some needed steps may be in no list."""

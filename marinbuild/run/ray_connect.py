@@ -1,18 +1,11 @@
 """Connecting the Ray backend's driver to a cluster, or starting a private local Ray instance.
 
-``connect_ray(address)``: with an address (else ``RAY_ADDRESS``), connect to that cluster,
-shipping the workspace as ``working_dir`` when one is given and this is not already a submitted
-job; with neither, start a local instance in this process, bound to 127.0.0.1, with no dashboard,
-no token file, no usage report and warnings only, whose workers import what this process can (and the
-workspace, ``working_dir``, as a cluster's workers import it from their working directory).
-Either way what the tasks print goes to this process's stderr (stdout carries the build's results), and
-Ray's own messages to a log file, on the console only when verbose (``marinbuild.run.ray_log``).
-With ``RAY_AUTH_MODE=token`` Ray sends the token itself (``marinbuild.run.ray_auth``); a missing token
-file, a refused token or a cluster that cannot be reached is a one-line ``RayAuthError``.
-
-A local instance that does not start is tried once more (on a busy machine Ray's node can miss its fixed
-30 s start-up limit), then is a ``LocalRayStartError``: a problem of this machine, not of marinbuild or of
-the build (the CLI's exit code 36, Bazel's for a local environmental issue).
+With an address (else ``RAY_ADDRESS``), connect to that cluster, shipping the workspace as ``working_dir``
+unless this is already a submitted job; else start a local instance on 127.0.0.1 (no dashboard, token file or
+usage report) whose workers import what this process can and the workspace. Tasks' output goes to stderr
+(stdout carries the results), Ray's own messages to a log (``run.ray_log``). A token or connection problem is
+a one-line ``RayAuthError``; a local instance that does not start twice (on a busy machine Ray's node can miss
+its fixed 30 s start-up limit) a ``LocalRayStartError``: this machine's problem (the CLI's exit 36, as Bazel's).
 """
 
 from __future__ import annotations
@@ -91,8 +84,6 @@ def _init_local(
     env_vars: dict[str, str],
     init_options: dict[str, Any],
 ) -> None:
-    """A private instance on loopback, no dashboard; its workers import what this process can, and from the
-    workspace (``working_dir``) as a cluster's workers do."""
     # Ray swaps 127.0.0.1 for this machine's address unless it is told there is no cluster to join; no
     # token file to write for a loopback instance, no usage report to send.
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"

@@ -1,15 +1,10 @@
 """Ray's own messages in a build: to a log file always, to the console only when verbose.
 
-A build on Ray prints three kinds of lines besides marinbuild's own: what the steps print in their
-tasks (the step's output: shown on stderr as ``(name pid=N) line``, with ``, ip=IP`` for another
-node, as Ray prints it), Ray's own log lines from its processes (``(raylet)``, ``(gcs_server)``,
-C++ ``[date time E pid tid] file.cc:line`` records, ``*** SIGABRT received ***`` dumps,
-``INFO worker.py:123 --`` records) and the driver's ``ray`` logger.
-Every line goes to the log file; Ray's own lines reach the console only when ``verbose`` (``-v``,
-``MARINBUILD_VERBOSE=1``). Nothing printed to a console that is not a terminal carries colour codes.
-The first of Ray's lines kept off the console prints one line saying where the log is.
-
-``RayLog(path, verbose).install()`` is called by ``ray_connect`` once ``ray.init`` returned.
+Besides marinbuild's, a build on Ray prints its steps' task output (on stderr as ``(name pid=N) line``, with
+``, ip=IP`` for another node, as Ray prints it), Ray's own lines (``(raylet)``, C++ records, crash dumps,
+``INFO worker.py:123 --`` records) and the driver's ``ray`` logger. All go to the log file; Ray's own reach the
+console only when verbose (``-v``, ``MARINBUILD_VERBOSE=1``), the first kept off saying where the log is; a
+console that is not a terminal gets no colour codes.
 """
 
 from __future__ import annotations
@@ -29,16 +24,7 @@ VERBOSE_ENV = "MARINBUILD_VERBOSE"
 """Set to 1 (``marinbuild -v`` sets it) to show Ray's own messages and every line of the ML helper processes."""
 
 RAY_PROCESSES = frozenset(
-    {
-        "raylet",
-        "gcs_server",
-        "autoscaler",
-        "monitor",
-        "dashboard",
-        "dashboard_agent",
-        "runtime_env_agent",
-        "log_monitor",
-    }
+    "raylet gcs_server autoscaler monitor dashboard dashboard_agent runtime_env_agent log_monitor".split()
 )
 """``pid`` values Ray gives the output of its own processes (not a task's)."""
 
@@ -78,11 +64,7 @@ class RayLog:
         self._lock = threading.Lock()
         self._file: TextIO | None = None
         self._told = False
-        self._local_ip: str | None = None
-        """This node's address: lines from its processes are prefixed without it (as Ray prints them)."""
-
-    def _out(self) -> TextIO:
-        return self.console if self.console is not None else sys.stderr
+        self._local_ip: str | None = None  # lines from this node's processes go without ``ip=`` (as Ray's)
 
     def write_log(self, text: str) -> None:
         with self._lock:
@@ -94,7 +76,7 @@ class RayLog:
             self._file.flush()
 
     def _console(self, text: str) -> None:
-        out = self._out()
+        out = self.console if self.console is not None else sys.stderr
         if not out.isatty():
             text = _ANSI.sub("", text)
         try:
@@ -117,18 +99,14 @@ class RayLog:
             prefix = f"({pid}{where}) "
         else:
             prefix = f"({name} pid={pid}{where}) " if name else f"(pid={pid}{where}) "
-        shown: list[str] = []
-        logged: list[str] = []
-        for line in data.get("lines", []):
-            logged.append(prefix + line + "\n")
-            if self.verbose or not is_ray_line(line, pid):
-                shown.append(prefix + line + "\n")
-            else:
-                self._kept_off()
-        if logged:
-            self.write_log("".join(logged))
+        lines = data.get("lines", [])
+        shown = [line for line in lines if self.verbose or not is_ray_line(line, pid)]
+        if len(shown) < len(lines):
+            self._kept_off()
+        if lines:
+            self.write_log("".join(f"{prefix}{line}\n" for line in lines))
         if shown:
-            self._console("".join(shown))
+            self._console("".join(f"{prefix}{line}\n" for line in shown))
 
     def install(self) -> None:
         """Route Ray's forwarded output and the ``ray`` logger of this process here."""

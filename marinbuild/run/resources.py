@@ -1,10 +1,6 @@
-"""What this machine has, and whether the backend can give a step what it asks for.
-
-A step's request is ``marinbuild.core.resources.Resources`` (pure data); this module holds the
-machine-facing side: the TPU chips and GPUs of this machine (counted by their device files, no driver
-call), ``check_local`` (why the local backend cannot run a request: TPUs or GPUs this machine does not
-have, or a multi-host slice), so a build refuses before running anything, and the error it refuses with.
-"""
+"""The machine-facing side of a step's request (``core.resources.Resources``): this machine's TPU chips and
+GPUs (counted by their device files, no driver call), why the local backend cannot run a request, and the
+error a build refuses with before running anything."""
 
 from __future__ import annotations
 
@@ -12,8 +8,6 @@ import glob
 from typing import Any
 
 from marinbuild.core.resources import normalize
-
-__all__ = ["UnsatisfiableResourcesError", "check_local", "local_gpus", "local_tpu_chips"]
 
 
 class UnsatisfiableResourcesError(ValueError):
@@ -32,11 +26,8 @@ def local_gpus() -> int:
 
 
 def check_local(value: Any, *, tpu_chips: int | None = None, gpus: int | None = None) -> str | None:
-    """Why a step with this request cannot run on this machine's local backend (None if it can).
-
-    ``tpu_chips`` and ``gpus`` are the machine's accelerators; None counts this machine's
-    (``local_tpu_chips``, ``local_gpus``). Passing them asks about another machine (a TPU VM).
-    """
+    """Why a step with this request cannot run on the local backend (None if it can): TPUs or GPUs the machine
+    lacks, or a multi-host slice. ``tpu_chips``/``gpus`` ask about another machine (None: this one's)."""
     res = normalize(value)
     if res is None:
         return None

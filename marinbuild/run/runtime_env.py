@@ -1,15 +1,9 @@
 """Ray runtime environments: the workspace shipped as ``working_dir``, and per-step extras.
 
-``pip_dependency_groups`` name extras of the workspace's ``pyproject.toml``
-(``[project.optional-dependencies]``, or PEP 735 ``[dependency-groups]``); each becomes
-its requirement list (a self-reference such as ``marinbuild[gcs]`` is followed). A name
-that is no group is a pip requirement as it stands (``"lm-eval==0.4.2"``). A step's
-runtime env holds only what it adds (``pip``, ``env_vars``); Ray merges it with the job's,
-so the job's ``working_dir`` stays.
-
-The workspace is shipped without what a cluster does not need (``WORKING_DIR_EXCLUDES``:
-virtualenvs, git data, local outputs, caches, model and data files); Ray also honours the
-workspace's ``.gitignore``.
+``pip_dependency_groups`` name extras or PEP 735 ``[dependency-groups]`` of the workspace's ``pyproject.toml``,
+each becoming its requirements (a self-reference such as ``marinbuild[gcs]`` is followed); any other name is a
+pip requirement as it stands (``"lm-eval==0.4.2"``). A step's runtime env holds only what it adds: Ray merges
+it with the job's, whose ``working_dir`` stays.
 """
 
 from __future__ import annotations
@@ -19,36 +13,12 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-WORKING_DIR_EXCLUDES = [
-    ".venv",
-    "venv",
-    ".git",
-    "local_store",
-    "__pycache__",
-    "*.pyc",
-    ".marinbuild",
-    "*.egg-info",
-    ".pytest_cache",
-    ".ruff_cache",
-    ".mypy_cache",
-    ".ipynb_checkpoints",
-    "node_modules",
-    "wandb",
-    "*.parquet",
-    "*.arrow",
-    "*.jsonl.gz",
-    "*.jsonl.zst",
-    "*.npy",
-    "*.npz",
-    "*.safetensors",
-    "*.ckpt",
-    "*.pt",
-    "*.bin",
-    "*.tar",
-    "*.tar.gz",
-    "*.zip",
-]
-"""Paths (gitignore syntax) never uploaded with the workspace."""
+WORKING_DIR_EXCLUDES = (
+    ".venv venv .git local_store __pycache__ *.pyc .marinbuild *.egg-info .pytest_cache .ruff_cache .mypy_cache "
+    ".ipynb_checkpoints node_modules wandb *.parquet *.arrow *.jsonl.gz *.jsonl.zst *.npy *.npz *.safetensors "
+    "*.ckpt *.pt *.bin *.tar *.tar.gz *.zip"
+).split()
+"""Paths (gitignore syntax) never uploaded with the workspace: virtualenvs, git data, caches, model and data files."""
 
 RUNTIME_ENV_VARS_FROM_DRIVER = ("HF_TOKEN", "WANDB_API_KEY", "MARIN_PREFIX")
 """Passed on to a submitted job when set in the submitting shell (as Marin's ray_run did)."""

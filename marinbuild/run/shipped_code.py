@@ -1,21 +1,11 @@
 """Modules whose code a Ray task must receive by value: they cannot be imported by name on a worker.
 
-A Ray worker rebuilds a step's function and config classes from their pickle. cloudpickle
-pickles a function or class by reference (its module's name and its own) when its module is
-imported, and by value (its code) only for ``__main__`` and for modules registered with
-``register_pickle_by_value``. A Marin script that the CLI imports for an ``executor_script``
-target is loaded under a made-up module name (``marinbuild.analysis.analyze.load_script_steps``), and
-the modules it imports from its own folder by bare name (``import helpers``, as ``python
-script.py`` allows) are found through a path entry a worker does not have: a worker cannot
-import either. So their code goes by value, as a script run as ``__main__`` goes, and the
-modules they import under the workspace's own package names (``from experiments.common import
-...``) stay by reference: a worker imports them from the workspace (a cluster's
-``working_dir``, a local instance's ``PYTHONPATH``).
-
-``ship_by_value(name)`` records a module (``ship_imported_through(folder)``: every module imported
-by bare name from a script's folder; ``ship_main_siblings`` does it for a script run as
-``__main__``); the Ray backend registers every recorded module with Ray's cloudpickle before it
-pickles a step (``register_with_ray``), so this module never imports Ray.
+cloudpickle pickles a function or class by reference when its module is imported, by value only for ``__main__``
+and modules registered with ``register_pickle_by_value``. A worker can import neither a Marin script the CLI
+loads for an ``executor_script`` (a made-up module name) nor the modules it imports by bare name from its own
+folder (through a path entry a worker lacks), so their code goes by value, as a ``__main__`` script's does;
+modules of the workspace's own packages stay by reference (a worker imports them from the workspace). The Ray
+backend registers the recorded modules before it pickles a step (``register_with_ray``): no Ray import here.
 """
 
 from __future__ import annotations
@@ -41,9 +31,8 @@ def ship_by_value(module_name: str) -> None:
 
 
 def ship_imported_through(folder: str | Path, names: Iterable[str] | None = None) -> None:
-    """Ship by value each module (of ``names``, default all imported) that was imported through ``folder`` as a
-    ``sys.path`` entry (spelt as on ``sys.path``): its file is its dotted name below ``folder`` (``helpers`` for
-    ``folder/helpers.py``)."""
+    """Ship by value each module (of ``names``, default all imported) imported through the ``sys.path`` entry
+    ``folder`` (spelt as there): its file is its dotted name below ``folder`` (``folder/helpers.py``)."""
     base = str(folder).rstrip(os.sep) + os.sep
     for name in list(sys.modules if names is None else names):
         module = sys.modules.get(name)

@@ -1,22 +1,14 @@
 """A step's call: its function, its resolved config, and what it asks the backend for.
 
-The engine gives every ``StepJob`` one of these as ``call``. Calling it runs the step in
-this process (the local backend); the Ray backend reads ``target``, ``config`` and
-``request()`` to run the same function as a Ray task. Wrappers are looked through:
+Every ``StepJob`` gets one as ``call``: calling it runs the step here (the local backend); the Ray backend runs
+``target`` with ``config`` as a Ray task, with what ``request()`` gives. A ``RemoteCallable`` (ours or Marin's
+``remote(...)``) carries resources, extras and env vars, a ``@ray.remote`` function Ray options;
+``ExecutorStep.resources`` wins over a wrapper's, extras of both are used.
 
-- Marin's ``remote(fn, resources=..., pip_dependency_groups=..., env_vars=...)``
-  (``RemoteCallable``, ours or Marin's) carries resources, extras and env vars;
-- a ``@ray.remote`` function carries Ray options of its own; run locally, its plain
-  Python function is called.
-``ExecutorStep.resources`` wins over a wrapper's; extras of both are used.
-
-Mirroring: a step whose config has ``mirrored(path, budget_gb=...)`` values runs (here or on a
-Ray worker) inside ``marinbuild.store.mirror.step_scope``: its ``mirror://`` copies are charged
-to a transfer budget of its own, the largest ``budget_gb`` of its config (as Marin does), and
-land under the build's prefix. A step without ``mirrored`` values is charged to the process-wide
-budget (``$MARIN_MIRROR_BUDGET_GB``). The scope is a ``contextvars`` one: concurrent steps in
-threads of one process each have their own; threads a step starts itself do not inherit it
-(run them in ``contextvars.copy_context()`` to keep it).
+A step with ``mirrored(path, budget_gb=...)`` values runs in ``store.mirror.step_scope``: its ``mirror://``
+copies are charged to a budget of its own, the largest ``budget_gb`` (as Marin does), and land under the build's
+prefix; others are charged to ``$MARIN_MIRROR_BUDGET_GB``. The scope is a ``contextvars`` one: threads a step
+starts itself do not inherit it (run them in ``contextvars.copy_context()``).
 """
 
 from __future__ import annotations
@@ -49,13 +41,9 @@ class MirrorScope:
     """The build's prefix: where ``mirror://`` copies go (None: ``mirror``'s own configuration)."""
 
     def run(self, fn: Callable[[Any], Any], config: Any) -> Any:
-        """``fn(config)`` in this scope.
-
-        A step with a budget always gets its own (importing ``marinbuild.store.mirror``, which registers
-        ``mirror://``: the config's ``mirror://`` paths must open with ours). A step without one is
-        charged to the process-wide budget, and only gets the prefix when ``mirror`` is already imported
-        (its import costs a second, not to be paid by steps that never mirror anything).
-        """
+        """``fn(config)`` in this scope. Without a budget, only when ``store.mirror`` is already imported (its
+        import costs a second, not to be paid by steps that never mirror); with one, always (importing it
+        registers ``mirror://``, with which the config's paths must open)."""
         if self.budget_gb is None and "marinbuild.store.mirror" not in sys.modules:
             return fn(config)
         from marinbuild.store import mirror  # lazy: rigging and google-cloud-storage
@@ -66,28 +54,19 @@ class MirrorScope:
 
 @dataclass(frozen=True)
 class StepCall:
-    """One step's call, as a backend receives it (see the module docstring).
-
-    ``fn`` and ``config`` are ``Any`` on purpose: ``fn`` is whatever a script or rule passed (a function,
-    a ``RemoteCallable`` of ours or Marin's, a ``@ray.remote`` function), told apart by ``wrapped`` and
-    ``target``; ``config`` is the step's own resolved config, of the user's type. ``resources`` likewise
-    takes every shape ``core.resources.normalize`` reads.
-    """
+    """One step's call, as a backend receives it. ``Any`` on purpose: ``fn`` is whatever a script or rule passed,
+    ``config`` of the user's type, ``resources`` any shape ``core.resources.normalize`` reads."""
 
     fn: Any
     config: Any
     resources: Any = None
-    """``ExecutorStep.resources``."""
     pip_dependency_groups: list[str] | None = None
-    """``ExecutorStep.pip_dependency_groups``."""
-    mirror_budget_gb: float | None = None
-    """The largest ``mirrored(path, budget_gb=...)`` of the step's raw config (``max_mirror_budget``); None: none."""
-    mirror_prefix: str | None = None
-    """The build's prefix, the local prefix of the step's ``mirror://`` copies."""
+    mirror_budget_gb: float | None = None  # MirrorScope's, from the raw config (max_mirror_budget)
+    mirror_prefix: str | None = None  # MirrorScope's: the build's prefix
 
     @property
     def mirror(self) -> MirrorScope:
-        """What the step's function runs in (see ``MirrorScope``); a Ray worker gets this with the config."""
+        """What the step's function runs in; a Ray worker gets this with the config."""
         return MirrorScope(self.mirror_budget_gb, self.mirror_prefix)
 
     @property
@@ -114,17 +93,13 @@ class StepCall:
         env: dict[str, str] = {}
         fn = self.fn
         while _is_remote_wrapper(fn):
-            if resources is None:
-                resources = fn.resources
+            resources = fn.resources if resources is None else resources
             groups.extend(g for g in fn.pip_dependency_groups or [] if g not in groups)
             env = {**dict(getattr(fn, "env_vars", None) or {}), **env}
             fn = fn.fn
         if resources is None and is_ray_remote_function(fn):
             resources = _ray_default_options(fn)
-        if resources is None:
-            return None, groups, env
-
-        return normalize(resources), groups, env
+        return (None if resources is None else normalize(resources)), groups, env
 
 
 def _ray_default_options(fn: Any) -> Resources | None:

@@ -1,12 +1,6 @@
 """Progress a running step reports about itself (e.g. a tokenize's shards done / total, tokens per second).
-
-A step's function calls ``report(detail, **data)``; while the step runs on the local backend,
-``StepJob.run`` has set a reporter (``reporting``) that emits a ``progress`` event for that step
-(``detail`` is the short text displays show, ``data`` the numbers, both in the build-event file).
-Where no reporter is set (a step's Ray task, a plain call), ``report`` does nothing and returns
-False, so the step can say the same thing in its log instead. The reporter is a ``contextvars``
-one: each thread of the local backend, so each step, has its own.
-"""
+A step calls ``report(detail, **data)``; ``StepJob.run`` (or its Ray task) sets a ``contextvars`` reporter
+(``reporting``) emitting a ``progress`` event. Where none is set, ``report`` returns False: log it instead."""
 
 from __future__ import annotations
 
