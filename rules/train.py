@@ -13,42 +13,25 @@
         resources = tpu("v4-8"),                      # or {"cpu": 2}; not versioned
     )
 
-``model``, ``optimizer`` and ``trainer`` are dataclasses (``marinbuild.ml.configs``:
-``LmModel``, ``Optimizer``, ``Trainer``) written as dicts; unknown fields and fields of the wrong
-type are load errors. They take Marin's training settings under Marin's names (WSD-S
-``cycle_length``, ``rewarmup``, ``decay``, ``min_lr_ratio``, ``lr_schedule``, ``z_loss_weight``,
-batch-size schedules, ``allow_partial_checkpoint``, ``steps_per_task_eval``,
-``steps_per_hf_export``): docs/ml-rules.md lists them. A mixture whose weights change at given
-steps is ``data = {":a": [0.7, 0.3], ":b": [0.3, 0.7]}`` with ``data_steps = [0, N]``
-(``marinbuild.ml.mixture``); ``task_evals`` (and ``task_files``) are lm-eval tasks evaluated
-while training, written as ``eval_harness`` takes them.
-They, the mixture (its targets' versions and weights) and ``seed`` are the version:
-changing the learning rate retrains, changing ``resources`` or ``tracker`` does not.
+``model``, ``optimizer`` and ``trainer`` are dataclasses (``marinbuild.ml.configs``) written as dicts, with
+Marin's training settings under Marin's names (docs/ml-rules.md lists them); unknown or mistyped fields are load
+errors. A mixture whose weights change at given steps is ``data = {":a": [0.7, 0.3], ":b": [0.3, 0.7]}`` with
+``data_steps = [0, N]``; ``task_evals`` are lm-eval tasks evaluated while training. These, the mixture (its
+targets' versions and weights) and ``seed`` are the version; ``resources``, ``tracker``, ``initialize_from`` and
+the slice settings are not.
 
-``resources`` is what the step asks its backend for, in ``marinbuild.core.resources`` terms:
-``tpu("v4-2048")`` (a builtin of BUILD files: a whole slice), ``{"cpu": 2}``, ``{"gpu": 1}``. The local
-backend refuses, before anything runs, a step whose TPUs or GPUs this machine lacks, and says to
-use ``--backend ray`` on a cluster with that slice. A multi-host slice (``tpu("v4-16")`` and
-up) runs levanter on every host of one slice together (``marinbuild.ml.slice_run``), restarts
-the slice from the latest checkpoint after a preemption or a failure, within
-``preemption_retries`` and ``failure_retries``, and fails with one line when no slice is free
-within ``slice_wait`` seconds; ``tpu("v4-128", slices = 4)`` (multislice) reserves the slices together and runs
-one job over them, restarted whole when one is lost.
-``initialize_from = checkpoint(":phase1", step = N)`` starts from that target's checkpoint
-``checkpoints/step-N`` (levanter's ``trainer.initialize_from``: weights, optimizer state, step and data
-position, so the first step trained is N + 1; Marin's ``reset_data_loader_on_init=False``). The step waits
-for that checkpoint, not for the other target to finish (``marinbuild.run.handoff``).
-Training runs in a child process
-(``marinbuild.ml.train``), writing checkpoints and ``metrics.jsonl`` under the output
-folder; a rerun after a crash or preemption resumes from the latest checkpoint there.
-Validation splits of the mixture's targets (and of ``validation``) are evaluated every
-``trainer.steps_per_eval`` steps.
+``resources`` (``tpu("v4-2048")``, ``tpu("v4-128", slices = 4)``, ``{"cpu": 2}``): the local backend refuses what
+this machine lacks, before anything runs; a multi-host slice or several slices run levanter on every host
+together (``marinbuild.ml.slice_run``), restarted from the latest checkpoint after a preemption or a failure
+within ``preemption_retries`` and ``failure_retries``, failing with one line when no slice is free within
+``slice_wait``. ``initialize_from = checkpoint(":phase1", step = N)`` starts from that target's
+``checkpoints/step-N`` (levanter's ``trainer.initialize_from``: the first step trained is N + 1); the step waits
+for that checkpoint, not for the other target to finish (``marinbuild.run.handoff``). Training runs in a child
+process (``marinbuild.ml.train``); a rerun resumes from the latest checkpoint in the output folder.
 
-``tracker`` says where metrics go besides ``metrics.jsonl`` (always written): ``"json"`` (nowhere
-else), ``"wandb"`` (Weights & Biases) or ``"tensorboard"`` (TensorBoard event files under
-``tensorboard/<run>/`` in the output folder; needs ``tensorboardX``, in the ``ml`` extra). It is not
-versioned: it changes where numbers are shown, not the model. levanter's trackio tracker is not
-offered: trackio needs ``huggingface_hub`` 1.x, which the ``transformers`` levanter pins refuses.
+``tracker``: where metrics go besides ``metrics.jsonl``: ``"json"``, ``"wandb"`` or ``"tensorboard"`` (needs
+``tensorboardX``). levanter's trackio is not offered: it needs ``huggingface_hub`` 1.x, which the
+``transformers`` levanter pins refuses.
 """
 
 from __future__ import annotations

@@ -1,58 +1,29 @@
-"""A levanter job on a multi-host TPU slice, or on several slices: one process per host, all together, restarted
-whole on a loss.
+"""A levanter job (``SliceJob``: ``TRAIN``, ``EVAL_HARNESS``) on a multi-host TPU slice or on several slices: one
+process per host, all together, restarted whole on a loss. docs/tpu.md tells it for users.
 
-The job is a ``SliceJob``: the child module every host runs (``TRAIN``: ``marinbuild.ml.train``
-for ``train_lm``; ``EVAL_HARNESS``: ``marinbuild.ml.eval_harness`` for ``eval_harness``). Both
-are JAX programs that run as one JAX distributed job across the slice's hosts, so they are
-started the same way. ``run_on_tpu_slice`` runs in the step's own Ray task, which is the slice's
-coordinator (it holds no TPU itself; ``marinbuild.core.resources`` asks nothing of the slice for
-it). Each attempt:
+``run_on_tpu_slice`` runs in the step's own Ray task, the coordinator (it holds no TPU). Each attempt:
+1. reserves every slice at once with ``ray.util.tpu.slice_placement_group(num_slices=...)``: one placement
+   group, one bundle per host of every slice, placed together or not at all, within ``slice_wait`` (the wait is
+   reported as the step's progress); past it, ``SliceUnavailableError``: one line naming what was asked and the
+   slices the cluster has;
+2. starts the job on every host with ``ray.util.tpu.run_on_slice`` (a fresh worker each, never retried by Ray
+   alone). Each host finds its slice (its bundle's index) and worker id in ``host_layout`` and runs the module
+   as a child process (``marinbuild.ml.process``; log ``<job>-host<id>.log``, with several slices
+   ``<job>-slice<k>-host<id>.log``). With several slices each host gets its slice's MEGASCALE variables
+   (``get_tpu_coordinator_env_vars``), which libtpu reads. Real TPU VMs find JAX's coordinator themselves;
+   hosts without chips are told it (slice 0 worker 0, ``slice * hosts per slice + worker``) and use gloo: JAX
+   on CPU has no slices, so there the slices run as one flat job;
+3. waits for every host; after one error the others get ``LOSS_GRACE`` seconds, then are cancelled (their
+   worker and child killed), and the placement group is removed.
 
-1. reserves every slice of the job at once with Ray's ``ray.util.tpu.slice_placement_group``
-   (``num_slices``): for a multi-host slice a placement group on the ``TPU-<type>-head``
-   resource of some slice's worker 0 (Ray's ``reserve_tpu_slice``), then one bundle of the
-   host's ``TPU`` chips on every host carrying that slice's ``ray.io/tpu-slice-name`` label;
-   all bundles of all slices in one placement group, scheduled together or not at all. It
-   waits at most ``SlicePolicy.slice_wait`` seconds; past that the step fails with
-   ``SliceUnavailableError``: one line saying what was asked and which TPU slices the
-   cluster has;
-2. starts the job's process on every host with ``ray.util.tpu.run_on_slice`` (one Ray task
-   per host, ``max_calls=1``, never retried by Ray on its own). Each task finds its slice (its
-   bundle's index in the placement group) and its worker id (its node's
-   ``ray.io/tpu-worker-id`` label) in a table the coordinator reads from the placement group,
-   and runs the job's module as a child process (``marinbuild.ml.process``, its log in the
-   step's ``logs/<job name>-host<id>.log``, ``train-host0.log``; with several slices
-   ``train-slice<k>-host<id>.log``). With several slices every host gets its slice's
-   MEGASCALE variables (``ray.util.tpu.get_tpu_coordinator_env_vars``: slice 0's worker 0,
-   the slice count, its slice id), which libtpu reads. On real TPU VMs JAX finds the
-   coordinator, process count and index itself; on hosts without TPU chips they are given
-   explicitly (slice 0 worker 0's address and a free port there, the number of hosts,
-   ``slice * hosts per slice + worker``) and the collectives run on CPU (gloo): JAX on CPU has no
-   slices, so there the slices run as one flat job;
-3. waits for every host. When one ends with an error, the others get ``LOSS_GRACE``
-   seconds to end on their own (a lost peer usually ends them too), then are cancelled
-   (``ray.cancel(force=True)``, which kills their worker and, with it, the job's child);
-   the placement groups are removed (``SlicePlacementGroup.shutdown``) after every attempt.
+As Marin's fray (``run_on_pod``) decides: a lost node or worker, or a host's process killed by a signal, is a
+preemption (``preemption_retries``); a process that exited with an error is a failure (``failure_retries``);
+one preemption among an attempt's errors makes it a preemption. Within budget everything is reserved and
+started again (training resumes from its latest checkpoint; an evaluation starts over); past it,
+``SliceRunError`` names the cause and the failing host's log. ``logs/slice.log`` has a line per attempt.
 
-What ended an attempt decides the next one, as Marin's fray (``run_on_pod``) does it:
-- **preemption**: a node or worker lost (``NodeDiedError``, ``WorkerCrashedError``,
-  ``ActorDiedError``, ...) or a host's process killed by a signal (a preempted VM's
-  SIGTERM, a SIGKILL): counted against ``preemption_retries``;
-- **failure**: a host's process that exited with an error code (the code's own error,
-  such as a bad configuration found at run time): counted against ``failure_retries``.
-A preemption found among an attempt's errors makes it a preemption. Within budget the slice
-is reserved again and the job starts again: training resumes from the latest checkpoint in the
-step's output folder (``marinbuild.ml.train``), an evaluation starts over (it keeps no partial
-state); past a budget the step fails with ``SliceRunError``, its
-message naming the cause and the failing host's log. Every attempt's start and end is a line
-in ``logs/slice.log``.
-
-The step's lease stays with the build's driver the whole time (the step's task runs until
-the last attempt ends) and the status is written by the step's task, once, after the slice
-finished: SUCCESS once, never per host. The step's result is process 0's summary: levanter's
-evaluation harness runs lm-eval on process 0 alone (the others serve its batches in
-``worker_message_loop``) and returns the outputs there only, so process 0 alone writes the
-results; likewise process 0 alone writes training's records.
+The driver keeps the step's lease throughout; the step's task writes the status once, after the slices
+finish. The result is process 0's summary: process 0 alone writes training's records and lm-eval's results.
 """
 
 from __future__ import annotations

@@ -19,19 +19,11 @@ Under the output folder:
     tensorboard/RUN/      TensorBoard event files, with ``tracker = "tensorboard"``
     hf/step-N/            HF exports, with ``trainer.steps_per_hf_export``
 
-On a multi-host TPU slice (``marinbuild.ml.slice_run``) this module runs once per host, all
-together: the payload's ``distributed`` says how JAX distributed starts (``True``: JAX finds
-the coordinator itself, as on real TPU VMs; a dict: ``coordinator_address``,
-``num_processes`` and ``process_id`` given explicitly, with JAX's CPU collectives (gloo)
-where there is no TPU); ``marinbuild.ml.distributed.start_distributed`` starts both the same way. Only JAX process 0
-writes ``runs.jsonl``, ``model.json``, the metrics and ``summary.json``; every process writes
-its share of each checkpoint.
-
-A rerun in the same output folder (after a crash, a SIGKILL or a preemption) finds the
-latest complete checkpoint and resumes from its step, data loader included, instead of
-starting over; ``runs.jsonl`` records where each start began. Tracking is the JSON lines
-file, plus the one levanter tracker the target asks for (``tracker = "wandb"`` or
-``"tensorboard"``: levanter's ``WandbConfig`` / ``TensorboardConfig``).
+On a multi-host slice this runs once per host, as one JAX distributed job started by
+``marinbuild.ml.distributed.start_distributed`` (the payload's ``distributed``: ``True`` on TPU VMs, a dict
+with the coordinator elsewhere). Process 0 alone writes ``runs.jsonl``, ``model.json``, the metrics and
+``summary.json``; every process writes its share of each checkpoint. A rerun in the same folder resumes from
+the latest complete checkpoint, data loader included.
 """
 
 from __future__ import annotations
