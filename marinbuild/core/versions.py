@@ -10,14 +10,15 @@ What differs from Marin, none of it visible in the results (``tests/test_compat_
 - a version string is composed from its dependencies' already-computed strings instead
   of serialising every nested version again for each consumer (byte-identical, because
   ``json.dumps`` of a nested sorted dict is the nested dict's own sorted dump).
-The tables are plain dicts, filled as each step is versioned; configs are instantiated as
-versions are recorded, as Marin does.
+The tables are plain dicts, filled as each step is versioned; a config is instantiated when first read
+(``Configs``), not as its version is recorded as Marin does: a no-op reads none.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from marinbuild.core.gc_control import gc_paused
@@ -33,6 +34,30 @@ class VersionCycleError(ValueError):
     """A step's config refers, through other steps, back to itself."""
 
 
+class Configs(Mapping[ExecutorStep, Any]):
+    """Marin's ``Executor.configs``: each versioned step's config with its placeholders resolved, made when first
+    read (a build that runs nothing reads none; Marin makes each as it versions the step)."""
+
+    def __init__(self, table: VersionTable):
+        self._table = table
+        self._made: dict[ExecutorStep, Any] = {}
+
+    def __getitem__(self, step: ExecutorStep) -> Any:
+        if step not in self._made:
+            paths = self._table.output_paths
+            self._made[step] = instantiate_config(step.config, paths[step], paths, self._table.prefix)
+        return self._made[step]
+
+    def __contains__(self, step: object) -> bool:
+        return step in self._table.output_paths
+
+    def __iter__(self) -> Iterator[ExecutorStep]:
+        return iter(self._table.output_paths)
+
+    def __len__(self) -> int:
+        return len(self._table.output_paths)
+
+
 class VersionTable:
     """Everything Marin's ``Executor`` records per step while computing versions.
 
@@ -44,7 +69,7 @@ class VersionTable:
         self.prefix = prefix
         self.steps: list[ExecutorStep] = []
         self.output_paths: dict[ExecutorStep, str] = {}
-        self.configs: dict[ExecutorStep, Any] = {}
+        self.configs = Configs(self)
         self.dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.pseudo_dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.versions: dict[ExecutorStep, dict[str, Any]] = {}
@@ -214,6 +239,5 @@ class VersionTable:
         self.version_strs[step] = version_str
         self.hashed_versions[step] = hashed
         self.output_paths[step] = output_path
-        self.configs[step] = instantiate_config(step.config, output_path, self.output_paths, self.prefix)
         self.is_pseudo_dep[step] = pseudo
         depth[step] = step_depth
