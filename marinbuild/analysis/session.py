@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from marinbuild.core.gc_control import gc_paused
 from marinbuild.engine import Engine
 from marinbuild.engine.settings import Settings
 from marinbuild.load.sources import StatCache
@@ -79,7 +80,8 @@ class Session:
         assert self.loaded is not None, "load first"
         roots = list(self.labels if labels is None else labels)
         cache = StatCache(self.workspace.stat_cache_path)
-        self.analysis = analyze(self.loaded, roots, self.workspace, cache)
+        with gc_paused():  # a config, a step and their placeholders per target: many objects, no cyclic garbage
+            self.analysis = analyze(self.loaded, roots, self.workspace, cache)
         cache.save()
         if drop_declarations:
             for target in self.loaded.targets.values():
