@@ -12,9 +12,9 @@ Contract:
   dicts, with Marin's meanings; ``canonicalize`` names the step that stands for equal versions;
   ``action_digest`` is the action cache's key; ``info_text`` is a step's ``.executor_info`` text.
 - ``run`` versions the given steps, plans (``planning.py``), and, unless the run is dry or has nothing to run,
-  runs them (``execute.py``); it records the code each step that succeeded ran beside its output, and checks
-  the built steps' code (``code_records.py``); it returns ``output_paths``. ``plan``, ``outcome``,
-  ``succeeded``, ``code_changed`` and ``dry_run_problems`` describe the last run.
+  runs them (``execute.py``); it records the code each step that succeeded ran beside its output, and, unless
+  the run is dry, checks the built steps' code (``code_records.py``); it returns ``output_paths``. ``plan``,
+  ``outcome``, ``succeeded``, ``code_changed`` and ``dry_run_problems`` describe the last run.
 - ``record_infos``/``write_infos``/``experiment_url``: the run's records in Marin's schema (``infos.py``,
   ``commit.py``); ``step_infos``, ``executor_info`` and ``executor_info_path`` hold them.
 
@@ -249,7 +249,8 @@ class Engine:
             for step, step_plan in plan.steps.items()
         )
         ev.emit_plan(bus, planned, dry_run)
-        self.code_changed = self.code_changes().check(plan.by_state(BUILT))
+        if not dry_run:  # a dry run reads statuses only
+            self.code_changed = self.code_changes().check(plan.by_state(BUILT))
         if not force_run_failed:
             planning.refuse_failed_before(plan, self.output_paths)
         if dry_run:
