@@ -45,11 +45,7 @@ class PerStep(Mapping[ExecutorStep, Any]):
         self.kept: dict[ExecutorStep, Any] = {}
 
     def __getitem__(self, step: ExecutorStep) -> Any:
-        if step in self.kept:
-            return self.kept[step]
-        if step not in self._versions:
-            raise KeyError(step)
-        return self._make(step)
+        return self.kept[step] if step in self.kept else self._make(step)  # make: KeyError for a step not versioned
 
     def __contains__(self, step: object) -> bool:
         return step in self._versions
@@ -59,25 +55,6 @@ class PerStep(Mapping[ExecutorStep, Any]):
 
     def __len__(self) -> int:
         return len(self._versions)
-
-
-class ByVersionStr(Mapping[str, ExecutorStep]):
-    """Marin's ``Executor.version_str_to_step``: the step that stands for each version string, found by the string's
-    md5 (which the table keys those steps by) rather than by a dict holding every string."""
-
-    def __init__(self, table: VersionTable):
-        self._table = table
-
-    def __getitem__(self, version_str: str) -> ExecutorStep:
-        if not isinstance(version_str, str):
-            raise KeyError(version_str)
-        return self._table._canonical_by_md5[hashlib.md5(version_str.encode()).hexdigest()]
-
-    def __iter__(self) -> Iterator[str]:
-        return (self._table.version_strs[step] for step in self._table.steps)
-
-    def __len__(self) -> int:
-        return len(self._table.steps)
 
 
 class VersionTable:
@@ -99,7 +76,6 @@ class VersionTable:
         """Kept for the steps of ``depth`` below ``MAX_INLINE_DEPTH``, composed again (from those) when read for the
         others: a consumer's string holds its inlined dependencies' whole strings, so the deeper a step, the longer
         its string (every string kept was 1.4 GB at 100,000 layered steps, 90% of it those of deeper steps)."""
-        self.version_str_to_step = ByVersionStr(self)
         self._action_digests: dict[ExecutorStep, str] = {}
         self._canonical_by_md5: dict[str, ExecutorStep] = {}
         self._canonical: dict[ExecutorStep, ExecutorStep] = {}

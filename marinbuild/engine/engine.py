@@ -84,7 +84,6 @@ class Engine:
         self.dependencies = table.dependencies
         self.versions = table.versions
         self.version_strs = table.version_strs
-        self.version_str_to_step = table.version_str_to_step
         self.hashed_versions = table.hashed_versions
         self.output_paths = table.output_paths
         self.is_pseudo_dep = table.is_pseudo_dep
@@ -123,6 +122,11 @@ class Engine:
         with gc_paused():
             for step in steps:
                 self.add(step, is_pseudo_dep)
+
+    @property
+    def version_str_to_step(self) -> dict[str, ExecutorStep]:
+        """Marin's index of the steps that stand for each version, made when read (the table keeps few strings)."""
+        return {self.version_strs[step]: step for step in self.steps}
 
     def canonicalize(self, step: ExecutorStep) -> ExecutorStep:
         """Multiple ``ExecutorStep``s can have the same version; this is the one that stands for them."""
