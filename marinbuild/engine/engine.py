@@ -17,9 +17,6 @@ Contract:
   ``outcome``, ``succeeded``, ``code_changed`` and ``dry_run_problems`` describe the last run.
 - ``record_infos``/``write_infos``/``experiment_url``: the run's records in Marin's schema (``infos.py``,
   ``commit.py``); ``step_infos``, ``executor_info`` and ``executor_info_path`` hold them.
-
-Storage and execution modules load when ``run`` needs them: importing the engine stays light for the
-command line's start.
 """
 
 from __future__ import annotations
@@ -55,10 +52,6 @@ if TYPE_CHECKING:
     from marinbuild.run.plan import Plan
 
 
-def _worker_id() -> str:
-    return new_worker_id()
-
-
 class Engine:
     """Versions, plans and runs ``ExecutorStep``s as ``settings`` say; see the module's contract.
 
@@ -89,7 +82,7 @@ class Engine:
         self.is_pseudo_dep = table.is_pseudo_dep
         self.listeners = listeners
         self.backend = backend
-        self.worker_id = _worker_id()
+        self.worker_id = new_worker_id()
         self.step_infos: list[ExecutorStepInfo] = []
         self.executor_info: ExecutorInfo | None = None
         self.executor_info_path: str | None = None
