@@ -47,9 +47,6 @@ class PerStep(Mapping[ExecutorStep, Any]):
     def __getitem__(self, step: ExecutorStep) -> Any:
         return self.kept[step] if step in self.kept else self._make(step)  # make: KeyError for a step not versioned
 
-    def __contains__(self, step: object) -> bool:
-        return step in self._versions
-
     def __iter__(self) -> Iterator[ExecutorStep]:
         return iter(self._versions)
 
@@ -210,14 +207,10 @@ class VersionTable:
     def _record(self, step: ExecutorStep, pseudo: bool, collected: Any) -> None:
         depth, versions, canonical_of = self.depth, self.versions, self._canonical
         config_json = dumps_sorted(collected.version)
-        blocking = [canonical_of[d] for d in collected.dependencies]
-        step_depth = 1 + max([depth[d] for d in blocking]) if blocking else 0
-        version: dict[str, Any] = {
-            "name": step.name,
-            "config": collected.version,
-            "dependencies": self._dep_versions(blocking),
-        }
-        self.dependencies[step] = blocking
+        deps = [canonical_of[d] for d in collected.dependencies]
+        step_depth = 1 + max([depth[d] for d in deps]) if deps else 0
+        version = {"name": step.name, "config": collected.version, "dependencies": self._dep_versions(deps)}
+        self.dependencies[step] = deps
         self.pseudo_dependencies[step] = [canonical_of[d] for d in collected.pseudo_dependencies]
         if collected.pseudo_dependencies:
             version["pseudo_dependencies"] = self._dep_versions(self.pseudo_dependencies[step])

@@ -52,18 +52,22 @@ def walk_config(obj: Any) -> Iterator[InputNameEvent | VersionedEvent]:
 
     Bare ``ExecutorStep``s are reported as ``InputName(step, None)``.
     """
-    found: list[tuple[str, Any]] = []
-    _walk(obj, "", found)
-    for prefix, value in found:
+    for prefix, value in _placeholders(obj):
         if isinstance(value, InputName):
             yield InputNameEvent(prefix, value)
         else:
             yield VersionedEvent(prefix, value.value)
 
 
+def _placeholders(obj: Any) -> list[tuple[str, Any]]:
+    """``(prefix, InputName or VersionedValue)`` per placeholder in ``obj``: ``walk_config``'s events without a
+    generator frame or an event object each."""
+    found: list[tuple[str, Any]] = []
+    _walk(obj, "", found)
+    return found
+
+
 def _walk(obj: Any, prefix: str, found: list[tuple[str, Any]]) -> None:
-    """Append ``(prefix, InputName or VersionedValue)`` per placeholder in ``obj``: ``walk_config``'s events without
-    a generator frame or an event object each."""
     cls = type(obj)
     if cls in _PLAIN:
         return
@@ -88,10 +92,8 @@ def _walk(obj: Any, prefix: str, found: list[tuple[str, Any]]) -> None:
 
 def upstream_steps(obj: Any) -> list[ExecutorStep]:
     """The distinct steps referenced by placeholders in ``obj``, in discovery order."""
-    found: list[tuple[str, Any]] = []
-    _walk(obj, "", found)
     seen: dict[int, ExecutorStep] = {}
-    for _, value in found:
+    for _, value in _placeholders(obj):
         if isinstance(value, InputName) and value.step is not None:
             seen.setdefault(id(value.step), value.step)
     return list(seen.values())
@@ -120,9 +122,7 @@ def collect_dependencies_and_version(obj: Any) -> Dependencies:
     pseudo: list[ExecutorStep] = []
     blocking: list[ExecutorStep] = []
     version: dict[str, Any] = {}
-    found: list[tuple[str, Any]] = []
-    _walk(obj, "", found)
-    for prefix, value in found:
+    for prefix, value in _placeholders(obj):
         key = intern(prefix)
         if not isinstance(value, InputName):
             version[key] = value.value
