@@ -27,15 +27,6 @@ if TYPE_CHECKING:
     from marinbuild.load import LoadedWorkspace, Loader
 
 
-def current_package(root: Path) -> str:
-    """The package (folder relative to the workspace ``root``) of the working directory; "" outside it."""
-    try:
-        rel = Path.cwd().resolve().relative_to(root)
-    except ValueError:
-        return ""
-    return "" if str(rel) == "." else rel.as_posix()
-
-
 @dataclass
 class Session:
     workspace: Workspace
@@ -55,8 +46,13 @@ class Session:
         return cls(workspace, Settings.resolve(workspace, **settings), Loader(workspace))
 
     def current_package(self) -> str:
-        """The package of the working directory, for relative patterns (``:name``)."""
-        return current_package(self.workspace.root)
+        """The package of the working directory (its folder relative to the root; "" outside it), for relative
+        patterns (``:name``)."""
+        try:
+            rel = Path.cwd().resolve().relative_to(self.workspace.root)
+        except ValueError:
+            return ""
+        return "" if str(rel) == "." else rel.as_posix()
 
     def load(self, patterns: Iterable[str]) -> list[Label]:
         """Load what ``patterns`` need (``-PATTERN`` subtracts); BuildFileError/LabelError on mistakes."""

@@ -289,7 +289,7 @@ class Engine:
 
     def _record_code(self, succeeded_paths: list[str]) -> None:
         """Record the code each step that succeeded ran, beside its output (``code_records.py``)."""
-        by_path = {path: step for step, path in self.output_paths.items()}
+        by_path = {path: step for step, path in self.output_paths.items()} if succeeded_paths else {}
         self.succeeded = [by_path[path] for path in succeeded_paths if path in by_path]
         if not self.succeeded:
             return

@@ -45,14 +45,7 @@ def plan_run(
         targets = [table.canonicalize(s) for s in requested]
     rebuild = list(rebuild)
     targets = list(dict.fromkeys([*targets, *(table.canonicalize(s) for s in rebuild)]))
-    plan = planning.make_plan(
-        graph,
-        targets,
-        worker_id=worker_id,
-        stale_after=stale_after,
-        rebuild=rebuild,
-    )
-    return graph, plan
+    return graph, planning.make_plan(graph, targets, worker_id=worker_id, stale_after=stale_after, rebuild=rebuild)
 
 
 def mark_stale(plan: planning.Plan, prefix: str, output_paths: dict[ExecutorStep, str]) -> None:
