@@ -136,6 +136,22 @@ def test_code_outside_the_key_is_reported_not_rebuilt(ws: Path) -> None:
     assert "1 output(s)" in mb(ws, *ALL).stderr
 
 
+def test_a_dry_run_reads_statuses_only_and_says_nothing_of_code(ws: Path) -> None:
+    """A dry run does not check code records (it says what would run); the build after it does."""
+    assert mb(ws, *ALL).returncode == 0
+    calls(ws)
+    edit(ws / "steps.py")
+    dry = mb(ws, "-n", *ALL)
+    assert dry.returncode == 0, dry.stderr
+    assert "code changed" not in dry.stderr + dry.stdout
+    assert [line.split()[1] for line in dry.stdout.splitlines() if line.startswith(("missing", "stale"))] == [
+        "pipe/keyed"
+    ]
+    assert calls(ws) == []
+    done = mb(ws, *ALL)
+    assert done.returncode == 0 and "warning: code changed since 1 output(s)" in done.stderr, done.stderr
+
+
 def test_opting_out_keeps_the_key_of_a_step_without_the_attribute(ws: Path) -> None:
     """code_in_key = False gives the version python_step had before code was part of keys (configs only)."""
     dry = mb(ws, "-n", "//pipe:loose", "//pipe:keyed")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from marinbuild.core.gc_control import gc_paused
 from marinbuild.engine import Engine
 from marinbuild.engine.settings import Settings
 from marinbuild.load.sources import StatCache
@@ -24,15 +25,6 @@ if TYPE_CHECKING:
     from marinbuild.core.labels import Label
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.load import LoadedWorkspace, Loader
-
-
-def current_package(root: Path) -> str:
-    """The package (folder relative to the workspace ``root``) of the working directory; "" outside it."""
-    try:
-        rel = Path.cwd().resolve().relative_to(root)
-    except ValueError:
-        return ""
-    return "" if str(rel) == "." else rel.as_posix()
 
 
 @dataclass
@@ -54,8 +46,13 @@ class Session:
         return cls(workspace, Settings.resolve(workspace, **settings), Loader(workspace))
 
     def current_package(self) -> str:
-        """The package of the working directory, for relative patterns (``:name``)."""
-        return current_package(self.workspace.root)
+        """The package of the working directory (its folder relative to the root; "" outside it), for relative
+        patterns (``:name``)."""
+        try:
+            rel = Path.cwd().resolve().relative_to(self.workspace.root)
+        except ValueError:
+            return ""
+        return "" if str(rel) == "." else rel.as_posix()
 
     def load(self, patterns: Iterable[str]) -> list[Label]:
         """Load what ``patterns`` need (``-PATTERN`` subtracts); BuildFileError/LabelError on mistakes."""
@@ -79,7 +76,8 @@ class Session:
         assert self.loaded is not None, "load first"
         roots = list(self.labels if labels is None else labels)
         cache = StatCache(self.workspace.stat_cache_path)
-        self.analysis = analyze(self.loaded, roots, self.workspace, cache)
+        with gc_paused():  # a config, a step and their placeholders per target: many objects, no cyclic garbage
+            self.analysis = analyze(self.loaded, roots, self.workspace, cache)
         cache.save()
         if drop_declarations:
             for target in self.loaded.targets.values():

@@ -10,14 +10,16 @@ What differs from Marin, none of it visible in the results (``tests/test_compat_
 - a version string is composed from its dependencies' already-computed strings instead
   of serialising every nested version again for each consumer (byte-identical, because
   ``json.dumps`` of a nested sorted dict is the nested dict's own sorted dump).
-The tables are plain dicts, filled as each step is versioned; configs are instantiated as
-versions are recorded, as Marin does.
+The tables are plain dicts, filled as each step is versioned, but for two columns made when read (``PerStep``):
+``configs`` (a config is instantiated when first read, not as its version is recorded as Marin does: a no-op
+reads none) and ``version_strs`` (see ``VersionTable.version_strs``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from marinbuild.core.gc_control import gc_paused
@@ -33,6 +35,25 @@ class VersionCycleError(ValueError):
     """A step's config refers, through other steps, back to itself."""
 
 
+class PerStep(Mapping[ExecutorStep, Any]):
+    """A column of the table that is made when read, not as each version is recorded: ``make(step)`` gives a
+    versioned step's value; ``kept`` holds the values kept (``make`` may keep what it makes)."""
+
+    def __init__(self, table: VersionTable, make: Callable[[ExecutorStep], Any]):
+        self._versions = table.versions
+        self._make = make
+        self.kept: dict[ExecutorStep, Any] = {}
+
+    def __getitem__(self, step: ExecutorStep) -> Any:
+        return self.kept[step] if step in self.kept else self._make(step)  # make: KeyError for a step not versioned
+
+    def __iter__(self) -> Iterator[ExecutorStep]:
+        return iter(self._versions)
+
+    def __len__(self) -> int:
+        return len(self._versions)
+
+
 class VersionTable:
     """Everything Marin's ``Executor`` records per step while computing versions.
 
@@ -44,12 +65,15 @@ class VersionTable:
         self.prefix = prefix
         self.steps: list[ExecutorStep] = []
         self.output_paths: dict[ExecutorStep, str] = {}
-        self.configs: dict[ExecutorStep, Any] = {}
         self.dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.pseudo_dependencies: dict[ExecutorStep, list[ExecutorStep]] = {}
         self.versions: dict[ExecutorStep, dict[str, Any]] = {}
-        self.version_strs: dict[ExecutorStep, str] = {}
-        self.version_str_to_step: dict[str, ExecutorStep] = {}
+        self.configs = PerStep(self, self._instantiate)
+        self.version_strs = PerStep(self, self._compose)
+        """Kept for the steps of ``depth`` below ``MAX_INLINE_DEPTH``, composed again (from those) when read for the
+        others: a consumer's string holds its inlined dependencies' whole strings, so the deeper a step, the longer
+        its string (every string kept was 1.4 GB at 100,000 layered steps, 90% of it those of deeper steps)."""
+        self._action_digests: dict[ExecutorStep, str] = {}
         self._canonical_by_md5: dict[str, ExecutorStep] = {}
         self._canonical: dict[ExecutorStep, ExecutorStep] = {}
         self.hashed_versions: dict[ExecutorStep, str] = {}
@@ -137,8 +161,8 @@ class VersionTable:
 
     def action_digest(self, step: ExecutorStep) -> str:
         """The sha256 of the step's version string (``marinbuild.store.action_cache.version_digest``): the plan and
-        the runner key actions by it."""
-        return hashlib.sha256(self.version_strs[step].encode()).hexdigest()
+        the runner key actions by it; taken with the md5, so that a no-op composes no string again."""
+        return self._action_digests[step]
 
     def indented_version(self, step: ExecutorStep, depth: int = 0) -> str:
         """``json.dumps(self.versions[step], indent=2)``, as it reads nested ``depth`` levels deep."""
@@ -153,45 +177,48 @@ class VersionTable:
                 self.is_pseudo_dep[s] = False
                 todo.extend(self.dependencies[s])
 
-    def _short_form(self, dep: ExecutorStep) -> tuple[str, str]:
-        """A dependency deeper than ``MAX_INLINE_DEPTH`` as its consumers write it: ``"name-hash"`` and its JSON."""
-        text = f"{dep.name}-{self.hashed_versions[dep]}"
-        return text, json_str(text)
+    def _instantiate(self, step: ExecutorStep) -> Any:
+        """``step``'s config with its placeholders resolved (``configs``), kept once made."""
+        paths = self.output_paths
+        made = self.configs.kept[step] = instantiate_config(step.config, paths[step], paths, self.prefix)
+        return made
 
-    def _dep_versions(self, deps: list[ExecutorStep], parts: list[str]) -> list[Any]:
-        """The dependencies as a consumer's version lists them (inlined, or ``"name-hash"`` when deeper than
-        ``MAX_INLINE_DEPTH``); their JSON texts, comma-separated, are appended to ``parts``."""
-        depth, versions, strs = self.depth, self.versions, self.version_strs
-        listed: list[Any] = []
-        for i, dep in enumerate(deps):
-            if i:
-                parts.append(", ")
-            if depth[dep] <= MAX_INLINE_DEPTH:
-                listed.append(versions[dep])
-                parts.append(strs[dep])
-            else:
-                text, encoded = self._short_form(dep)
-                listed.append(text)
-                parts.append(encoded)
-        return listed
+    def _dep_versions(self, deps: list[ExecutorStep]) -> list[Any]:
+        """The dependencies as a consumer's version lists them: inlined, or ``"name-hash"`` when deeper than
+        ``MAX_INLINE_DEPTH``."""
+        depth, versions, hashed = self.depth, self.versions, self.hashed_versions
+        return [versions[d] if depth[d] <= MAX_INLINE_DEPTH else f"{d.name}-{hashed[d]}" for d in deps]
+
+    def _deps_json(self, deps: list[ExecutorStep]) -> str:
+        """``_dep_versions(deps)``'s JSON items, from the inlined dependencies' strings."""
+        depth, strs, hashed = self.depth, self.version_strs, self.hashed_versions
+        return ", ".join(strs[d] if depth[d] <= MAX_INLINE_DEPTH else json_str(f"{d.name}-{hashed[d]}") for d in deps)
+
+    def _compose(self, step: ExecutorStep, config_json: str | None = None) -> str:
+        """``step``'s version string, composed from its config's JSON and its dependencies' strings."""
+        version = self.versions[step]
+        parts = ['{"config": ', config_json or dumps_sorted(version["config"]), ', "dependencies": [']
+        parts += [self._deps_json(self.dependencies[step]), '], "name": ', json_str(step.name)]
+        if "pseudo_dependencies" in version:
+            parts += [', "pseudo_dependencies": [', self._deps_json(self.pseudo_dependencies[step]), "]"]
+        parts.append("}")
+        return "".join(parts)
 
     def _record(self, step: ExecutorStep, pseudo: bool, collected: Any) -> None:
-        depth, versions = self.depth, self.versions
-        canonical_of = self._canonical
-        blocking = [canonical_of[d] for d in collected.dependencies]
-        step_depth = 1 + max([depth[d] for d in blocking]) if blocking else 0
-        # The version string, composed from the dependencies' strings.
-        parts = ['{"config": ', dumps_sorted(collected.version), ', "dependencies": [']
-        dep_versions = self._dep_versions(collected.dependencies, parts)
-        parts.extend(['], "name": ', json_str(step.name)])
-        version: dict[str, Any] = {"name": step.name, "config": collected.version, "dependencies": dep_versions}
+        depth, versions, canonical_of = self.depth, self.versions, self._canonical
+        config_json = dumps_sorted(collected.version)
+        deps = [canonical_of[d] for d in collected.dependencies]
+        step_depth = 1 + max([depth[d] for d in deps]) if deps else 0
+        version = {"name": step.name, "config": collected.version, "dependencies": self._dep_versions(deps)}
+        self.dependencies[step] = deps
+        self.pseudo_dependencies[step] = [canonical_of[d] for d in collected.pseudo_dependencies]
         if collected.pseudo_dependencies:
-            parts.append(', "pseudo_dependencies": [')
-            version["pseudo_dependencies"] = self._dep_versions(collected.pseudo_dependencies, parts)
-            parts.append("]")
-        parts.append("}")
-        version_str = "".join(parts)
-        md5 = hashlib.md5(version_str.encode()).hexdigest()
+            version["pseudo_dependencies"] = self._dep_versions(self.pseudo_dependencies[step])
+        versions[step] = version
+        version_str = self._compose(step, config_json)
+        data = version_str.encode()
+        md5 = hashlib.md5(data).hexdigest()
+        self._action_digests[step] = hashlib.sha256(data).hexdigest()
         hashed = md5[:6]
         output_path = os.path.join(self.prefix, step.name + "-" + hashed)
         if step.override_output_path is not None:
@@ -203,17 +230,12 @@ class VersionTable:
         canonical = self._canonical_by_md5.setdefault(md5, step)  # the same version string (a full md5 stands for it)
         if canonical is step:
             self.steps.append(step)
-            self.version_str_to_step[version_str] = step
         else:
             self.duplicate_names.add(step.name)
         self._canonical[step] = canonical
-
-        self.dependencies[step] = blocking
-        self.pseudo_dependencies[step] = [canonical_of[d] for d in collected.pseudo_dependencies]
-        versions[step] = version
-        self.version_strs[step] = version_str
+        if step_depth < MAX_INLINE_DEPTH:
+            self.version_strs.kept[step] = version_str
         self.hashed_versions[step] = hashed
         self.output_paths[step] = output_path
-        self.configs[step] = instantiate_config(step.config, output_path, self.output_paths, self.prefix)
         self.is_pseudo_dep[step] = pseudo
         depth[step] = step_depth

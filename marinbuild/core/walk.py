@@ -43,49 +43,59 @@ class VersionedEvent:
     value: Any
 
 
+_PLAIN = frozenset({type(None), str, int, float, bool, bytes})
+"""Exact types that stand for themselves in an instantiated config and hold no placeholder."""
+
+
 def walk_config(obj: Any) -> Iterator[InputNameEvent | VersionedEvent]:
     """Yield one event per ``InputName``/``VersionedValue`` placeholder inside ``obj``, in walk order.
 
     Bare ``ExecutorStep``s are reported as ``InputName(step, None)``.
     """
-    yield from _walk(obj, "")
+    for prefix, value in _placeholders(obj):
+        if isinstance(value, InputName):
+            yield InputNameEvent(prefix, value)
+        else:
+            yield VersionedEvent(prefix, value.value)
 
 
-def _walk(obj: Any, prefix: str) -> Iterator[InputNameEvent | VersionedEvent]:
-    if obj is None:
+def _placeholders(obj: Any) -> list[tuple[str, Any]]:
+    """``(prefix, InputName or VersionedValue)`` per placeholder in ``obj``: ``walk_config``'s events without a
+    generator frame or an event object each."""
+    found: list[tuple[str, Any]] = []
+    _walk(obj, "", found)
+    return found
+
+
+def _walk(obj: Any, prefix: str, found: list[tuple[str, Any]]) -> None:
+    cls = type(obj)
+    if cls in _PLAIN:
         return
-    if isinstance(obj, ExecutorStep):
-        yield InputNameEvent(prefix, output_path_of(obj, None))
-        return
-    if isinstance(obj, InputName):
-        yield InputNameEvent(prefix, obj)
-        return
-    if isinstance(obj, MirroredValue):
-        yield from _walk(obj.value, prefix)
-        return
-    if isinstance(obj, VersionedValue):
-        yield VersionedEvent(prefix, obj.value)
-        return
-    new_prefix = prefix + "." if prefix else ""
-    if is_dataclass(obj) and not isinstance(obj, type):
+    if isinstance(obj, InputName | VersionedValue):
+        found.append((prefix, obj))
+    elif isinstance(obj, ExecutorStep):
+        found.append((prefix, output_path_of(obj, None)))
+    elif isinstance(obj, MirroredValue):
+        _walk(obj.value, prefix, found)
+    elif hasattr(cls, "__dataclass_fields__"):
         for field in fields(obj):
-            yield from _walk(getattr(obj, field.name), new_prefix + field.name)
+            _walk(getattr(obj, field.name), f"{prefix}.{field.name}" if prefix else field.name, found)
     elif isinstance(obj, dict):
         for k, v in obj.items():
             if not isinstance(k, str):
                 raise ValueError(f"dict keys must be strs, but got {k} (type: {type(k)})")
-            yield from _walk(v, new_prefix + k)
+            _walk(v, f"{prefix}.{k}" if prefix else k, found)
     elif isinstance(obj, list | tuple | set | frozenset):
         for i, item in enumerate(obj):
-            yield from _walk(item, new_prefix + f"[{i}]")
+            _walk(item, f"{prefix}.[{i}]" if prefix else f"[{i}]", found)
 
 
 def upstream_steps(obj: Any) -> list[ExecutorStep]:
     """The distinct steps referenced by placeholders in ``obj``, in discovery order."""
     seen: dict[int, ExecutorStep] = {}
-    for event in walk_config(obj):
-        if isinstance(event, InputNameEvent) and event.input_name.step is not None:
-            seen.setdefault(id(event.input_name.step), event.input_name.step)
+    for _, value in _placeholders(obj):
+        if isinstance(value, InputName) and value.step is not None:
+            seen.setdefault(id(value.step), value.step)
     return list(seen.values())
 
 
@@ -96,10 +106,6 @@ class Dependencies:
     dependencies: list[ExecutorStep]
     pseudo_dependencies: list[ExecutorStep]
     version: dict[str, Any]
-
-
-_PLAIN = frozenset({type(None), str, int, float, bool, bytes})
-"""Exact types that stand for themselves in an instantiated config."""
 
 
 def dependency_index_str(i: int) -> str:
@@ -116,18 +122,17 @@ def collect_dependencies_and_version(obj: Any) -> Dependencies:
     pseudo: list[ExecutorStep] = []
     blocking: list[ExecutorStep] = []
     version: dict[str, Any] = {}
-    for event in walk_config(obj):
-        key = intern(event.prefix)
-        if isinstance(event, VersionedEvent):
-            version[key] = event.value
+    for prefix, value in _placeholders(obj):
+        key = intern(prefix)
+        if not isinstance(value, InputName):
+            version[key] = value.value
             continue
-        name = event.input_name
-        if name.step is None:
-            version[key] = name.name
+        if value.step is None:
+            version[key] = value.name
             continue
         index = len(blocking) + len(pseudo)
-        (blocking if name.block_on_step else pseudo).append(name.step)
-        version[key] = dependency_index_str(index) + ("/" + name.name if name.name else "")
+        (blocking if value.block_on_step else pseudo).append(value.step)
+        version[key] = f"DEP[{index}]/{value.name}" if value.name else f"DEP[{index}]"
     return Dependencies(blocking, pseudo, version)
 
 
@@ -150,8 +155,15 @@ def _join(base: str, name: str | None) -> str:
 
 def _instantiate(obj: Any, output_path: str | None, output_paths: dict[ExecutorStep, str], prefix: str) -> Any:
     """``instantiate_config``'s walk; module-level, not a closure: see the module docstring."""
-    if type(obj) in _PLAIN:
+    cls = type(obj)
+    if cls in _PLAIN:
         return obj
+    if isinstance(obj, list):  # no placeholder is a list, a dict or a tuple: the common containers first
+        return [_instantiate(x, output_path, output_paths, prefix) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _instantiate(v, output_path, output_paths, prefix) for k, v in obj.items()}
+    if isinstance(obj, VersionedValue):
+        return obj.value
     if isinstance(obj, ExecutorStep):
         obj = output_path_of(obj)
     if isinstance(obj, MirroredValue):
@@ -169,9 +181,7 @@ def _instantiate(obj: Any, output_path: str | None, output_paths: dict[ExecutorS
                 f"cannot resolve OutputName({obj.name!r}): the config has no output_path and none was passed"
             )
         return _join(output_path, obj.name)
-    if isinstance(obj, VersionedValue):
-        return obj.value
-    if is_dataclass(obj) and not isinstance(obj, type):
+    if hasattr(cls, "__dataclass_fields__"):
         return replace(
             obj,
             **{
@@ -180,14 +190,10 @@ def _instantiate(obj: Any, output_path: str | None, output_paths: dict[ExecutorS
                 if f.init
             },
         )
-    if isinstance(obj, list):
-        return [_instantiate(x, output_path, output_paths, prefix) for x in obj]
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         return type(obj)(*(_instantiate(x, output_path, output_paths, prefix) for x in obj))
     if isinstance(obj, tuple):
         return tuple(_instantiate(x, output_path, output_paths, prefix) for x in obj)
-    if isinstance(obj, dict):
-        return {k: _instantiate(v, output_path, output_paths, prefix) for k, v in obj.items()}
     return obj
 
 

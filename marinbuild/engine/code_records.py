@@ -12,11 +12,10 @@ Paths are relative to the workspace root when inside it, else absolute.
 Contract:
 - ``record(output_path, code)`` writes ``<output_path>/.marinbuild_code.json`` (``{"files": {path: digest}}``);
   the build flow (``marinbuild.analysis.build``) calls it for each step a build ran successfully.
-- ``changed(output_path, code)`` lists the files whose digest differs from the record (a file gone
-  counts as changed); no record (built before code was recorded, or by Marin) means nothing to say.
 - ``CodeChanges`` answers, for many steps at once, the sentence ``why``, ``cache status``, query's
-  ``stale()`` and the build summary print: "code changed since this output was built: <file>". It reads
-  local records one after the other. On GCS it reads none while the code is unchanged: a record is the
+  ``stale()`` and the build summary print: "code changed since this output was built: <file>" (a file gone
+  counts as changed; an output without a record, built by Marin, has nothing to say). It reads local records
+  one after the other. On GCS it reads none while the code is unchanged: a record is the
   deterministic JSON ``record_bytes(code)``, so the md5 a listing of the step folders gives for it
   (``store.batch.read_md5s``, a listing per few hundred steps) equals the md5 of the record the code now would
   make; only a record whose md5 differs is read (``read_many``, together), to name the files that changed.
@@ -41,7 +40,6 @@ from marinbuild.store import batch, fs
 __all__ = [
     "CODE_RECORD",
     "CodeChanges",
-    "changed",
     "display_path",
     "file_digest",
     "for_session",
@@ -112,14 +110,6 @@ def record(output_path: str, code: dict[str, str]) -> None:
     fs.write_atomic(fs.join(output_path, CODE_RECORD), record_bytes(code))
 
 
-def _recorded(output_path: str) -> dict[str, str] | None:
-    try:
-        data = fs.read_bytes(fs.join(output_path, CODE_RECORD))
-    except OSError:
-        return None
-    return _parse(data)
-
-
 def _parse(data: bytes | None) -> dict[str, str] | None:
     try:
         files = json.loads(data)["files"] if data is not None else None
@@ -132,11 +122,6 @@ def _differ(was: dict[str, str] | None, code: dict[str, str]) -> list[str]:
     if not was:
         return []
     return sorted(path for path, digest in was.items() if code.get(path) != digest)
-
-
-def changed(output_path: str, code: dict[str, str]) -> list[str]:
-    """The recorded files whose digest is not ``code``'s now (sorted); [] without a record."""
-    return _differ(_recorded(output_path), code)
 
 
 class CodeChanges:
@@ -177,7 +162,10 @@ class CodeChanges:
             if not fs.is_local(path):
                 remote.append((s, code))
                 continue
-            files = changed(path, code)
+            try:
+                files = _differ(_parse(fs.read_bytes(fs.join(path, CODE_RECORD))), code)
+            except OSError:  # not readable: nothing to say
+                continue
             if files:
                 self.found[s] = answer[s] = files
         if remote:

@@ -12,14 +12,11 @@ Contract:
   dicts, with Marin's meanings; ``canonicalize`` names the step that stands for equal versions;
   ``action_digest`` is the action cache's key; ``info_text`` is a step's ``.executor_info`` text.
 - ``run`` versions the given steps, plans (``planning.py``), and, unless the run is dry or has nothing to run,
-  runs them (``execute.py``); it records the code each step that succeeded ran beside its output, and checks
-  the built steps' code (``code_records.py``); it returns ``output_paths``. ``plan``, ``outcome``,
-  ``succeeded``, ``code_changed`` and ``dry_run_problems`` describe the last run.
+  runs them (``execute.py``); it records the code each step that succeeded ran beside its output, and, unless
+  the run is dry, checks the built steps' code (``code_records.py``); it returns ``output_paths``. ``plan``,
+  ``outcome``, ``succeeded``, ``code_changed`` and ``dry_run_problems`` describe the last run.
 - ``record_infos``/``write_infos``/``experiment_url``: the run's records in Marin's schema (``infos.py``,
   ``commit.py``); ``step_infos``, ``executor_info`` and ``executor_info_path`` hold them.
-
-Storage and execution modules load when ``run`` needs them: importing the engine stays light for the
-command line's start.
 """
 
 from __future__ import annotations
@@ -55,10 +52,6 @@ if TYPE_CHECKING:
     from marinbuild.run.plan import Plan
 
 
-def _worker_id() -> str:
-    return new_worker_id()
-
-
 class Engine:
     """Versions, plans and runs ``ExecutorStep``s as ``settings`` say; see the module's contract.
 
@@ -84,13 +77,12 @@ class Engine:
         self.dependencies = table.dependencies
         self.versions = table.versions
         self.version_strs = table.version_strs
-        self.version_str_to_step = table.version_str_to_step
         self.hashed_versions = table.hashed_versions
         self.output_paths = table.output_paths
         self.is_pseudo_dep = table.is_pseudo_dep
         self.listeners = listeners
         self.backend = backend
-        self.worker_id = _worker_id()
+        self.worker_id = new_worker_id()
         self.step_infos: list[ExecutorStepInfo] = []
         self.executor_info: ExecutorInfo | None = None
         self.executor_info_path: str | None = None
@@ -123,6 +115,11 @@ class Engine:
         with gc_paused():
             for step in steps:
                 self.add(step, is_pseudo_dep)
+
+    @property
+    def version_str_to_step(self) -> dict[str, ExecutorStep]:
+        """Marin's index of the steps that stand for each version, made when read (the table keeps few strings)."""
+        return {self.version_strs[step]: step for step in self.steps}
 
     def canonicalize(self, step: ExecutorStep) -> ExecutorStep:
         """Multiple ``ExecutorStep``s can have the same version; this is the one that stands for them."""
@@ -249,7 +246,8 @@ class Engine:
             for step, step_plan in plan.steps.items()
         )
         ev.emit_plan(bus, planned, dry_run)
-        self.code_changed = self.code_changes().check(plan.by_state(BUILT))
+        if not dry_run:  # a dry run reads statuses only
+            self.code_changed = self.code_changes().check(plan.by_state(BUILT))
         if not force_run_failed:
             planning.refuse_failed_before(plan, self.output_paths)
         if dry_run:
@@ -291,7 +289,7 @@ class Engine:
 
     def _record_code(self, succeeded_paths: list[str]) -> None:
         """Record the code each step that succeeded ran, beside its output (``code_records.py``)."""
-        by_path = {path: step for step, path in self.output_paths.items()}
+        by_path = {path: step for step, path in self.output_paths.items()} if succeeded_paths else {}
         self.succeeded = [by_path[path] for path in succeeded_paths if path in by_path]
         if not self.succeeded:
             return

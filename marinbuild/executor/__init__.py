@@ -13,8 +13,9 @@ This module holds only Marin's API: ``Executor``, ``executor_main`` and its flag
 records are the engine's (``marinbuild/engine/``). ``Executor`` is a thin subclass of ``Engine`` rather
 than a wrapper around one: Marin's attributes (``steps``, ``output_paths``, ...) are the engine's own
 tables, and what a script sets between runs (``listeners``, ``backend``) is what the engine reads, with
-no forwarding layer to keep in step. The subclass adds Marin's constructor (``executor_info_base_path``
-required), Marin's method names, and Marin's warning for a step placed by ``override_output_path``.
+no forwarding layer to keep in step. The subclass adds Marin's constructor (``prefix`` and
+``executor_info_base_path`` first; None resolves them), Marin's method names, and Marin's warning for a
+step placed by ``override_output_path``.
 
 Light to import, as the engine: a no-op loads no backend, no resource or runtime-env code.
 """
@@ -160,14 +161,16 @@ class Executor(Engine):
 
     The attributes ``steps``, ``configs``, ``dependencies``, ``versions``, ``version_strs``,
     ``hashed_versions``, ``output_paths``, ``is_pseudo_dep``, ``step_infos``, ``executor_info`` and
-    ``executor_info_path`` have Marin's meanings. Extra keyword arguments tune what Marin hard-codes:
-    lease timing, the event listeners, the backend (``marinbuild.engine.Engine``).
+    ``executor_info_path`` have Marin's meanings. ``prefix`` and ``executor_info_base_path``, when None, are resolved
+    as the command line's (``marinbuild.engine.settings``): ``$MARIN_PREFIX``, else the workspace's, else Marin's
+    default. Extra keyword arguments tune what Marin hard-codes: lease timing, the event listeners, the backend
+    (``marinbuild.engine.Engine``).
     """
 
     def __init__(
         self,
-        prefix: str,
-        executor_info_base_path: str,
+        prefix: str | None,
+        executor_info_base_path: str | None,
         description: str | None = None,
         *,
         heartbeat_interval: float | None = None,
@@ -251,7 +254,7 @@ def _executor_main(
     the steps are built by the engine's one ``build``, which records the code each step ran."""
     skip_final_collection()
     _configure_logging()
-    executor = _executor(config.prefix, config.executor_info_base_path, description)
+    executor = Executor(config.prefix, config.executor_info_base_path, description)
     result = build(
         executor,
         steps,
@@ -269,15 +272,6 @@ def _executor_main(
     elif not config.dry_run:  # a no-op writes no run info: say so in one line, as the command line does
         logger.info("Nothing to do: all %d step(s) are built", len(result.plan or ()))
     return executor
-
-
-def _executor(
-    prefix: str | None, executor_info_base_path: str | None = None, description: str | None = None
-) -> Executor:
-    """An ``Executor`` whose prefix and run-info folder, when not given, are resolved as the command line's
-    (``marinbuild.engine.settings``): ``$MARIN_PREFIX``, else the workspace's, else Marin's default."""
-    settings = Settings.resolve(_workspace(), prefix=prefix, executor_info_base_path=executor_info_base_path)
-    return Executor(settings.prefix, settings.executor_info_base_path, description)
 
 
 def _workspace() -> Workspace | None:
@@ -321,7 +315,7 @@ def compute_output_path(
     name: str, config: Any, *, override_output_path: str | None = None, prefix: str | None = None
 ) -> str:
     """The output path a step with this name and config gets (no I/O)."""
-    executor = _executor(prefix)
+    executor = Executor(prefix, None)
     step = ExecutorStep(name=name, fn=None, config=config, override_output_path=override_output_path)
     executor.compute_version(step)
     return executor.output_paths[step]
@@ -329,7 +323,7 @@ def compute_output_path(
 
 def materialize(config: ConfigT, *, prefix: str | None = None, output_path: str | None = None) -> ConfigT:
     """Build the steps embedded in ``config``, then return it with every placeholder resolved."""
-    executor = _executor(prefix)
+    executor = Executor(prefix, None)
     steps = upstream_steps(config)
     output_paths: dict[ExecutorStep, str] = {}
     if steps:

@@ -2,7 +2,7 @@
 
 Planning reads statuses level by level from the requested steps downward and stops
 descending at a built step (its dependencies are not needed), so a no-op build reads one
-status per requested step. Each level is one batched read (``read_statuses``); on a remote
+status per requested step. Each level is one batched read (``store.batch.read_statuses``); on a remote
 store, once a level has steps to run, everything below it is read in one more batch rather
 than one round trip per level. A built step whose path holds another version's action-cache
 record is a path-hash collision: ``ActionCacheCollisionError``, never silently used. A step that will run needs,
@@ -72,15 +72,6 @@ class Plan:
         return [s for s, p in self.steps.items() if p.state == state]
 
 
-def read_statuses(output_paths: list[str], workers: int = 16) -> dict[str, str | None]:
-    """Statuses of many steps: local files directly; remote prefixes batched (``marinbuild.store.batch``:
-    listings on GCS, threads elsewhere). The result may carry ``actions`` (path -> action digests seen)."""
-    if all("://" not in p or p.startswith("file://") for p in output_paths):
-        return {path: st.read_status(path) for path in output_paths}
-
-    return batch.read_statuses(output_paths, workers=workers)
-
-
 def _is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
@@ -102,10 +93,10 @@ def make_plan(
     statuses: dict[str, str | None] = {}
     actions: dict[str, frozenset[str]] = {}
 
-    def read(paths: list[str]) -> None:
-        got = read_statuses(paths)
+    def read(paths: list[str]) -> None:  # local files directly, remote ones batched (listings on GCS)
+        got = batch.read_statuses(paths)
         statuses.update(got)
-        actions.update(getattr(got, "actions", {}))
+        actions.update(got.actions)
 
     while frontier:
         read([p for p in (table.output_paths[s] for s in frontier) if p not in statuses])

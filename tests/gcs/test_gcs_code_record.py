@@ -1,8 +1,8 @@
 """The record of the code a step ran, on a ``gs://`` prefix (fake-gcs-server, the real CLI in a subprocess).
 
 A no-op checks every built step's record by the md5 listings give (``store.batch.read_md5s``): its requests do not
-grow with the steps. A step whose code outside its key changed is reported (its record read to name the files), not
-rebuilt, and a step without a record has nothing to say."""
+grow with the steps; a dry run sends none for them. A step whose code outside its key changed is reported (its
+record read to name the files), not rebuilt, and a step without a record has nothing to say."""
 
 from __future__ import annotations
 
@@ -73,21 +73,23 @@ def test_changed_code_outside_the_key_is_reported_on_gcs(gs_prefix: str, tmp_pat
     assert f"//pipe:loose1: {sentence}" in status.stdout and status.stdout.count(sentence) == 1, status.stdout
 
 
-def _noop_requests(tmp_path: Path, prefix: str, steps: int, proxy) -> int:
-    """Requests of a no-op build of ``steps`` built steps of one package (built first, not counted)."""
+def _noop_requests(tmp_path: Path, prefix: str, steps: int, proxy, *args: str) -> int:
+    """Requests of a no-op build of ``steps`` built steps of one package (built first, not counted); ``args``: its
+    flags (``-n``: a dry run)."""
     targets = "\n".join(
         f'python_step(name = "s{i}", fn = "gcs_code_steps:write", config = {{"name": "s{i}"}}, code_in_key = False)'
         for i in range(steps)
     )
     build = 'load("@marinbuild//rules:python.py", "python_step")\n\n' + targets + "\n"
-    ws = write_workspace(tmp_path / f"ws{steps}", {"gcs_code_steps.py": STEPS, "pipe/BUILD.marin": build})
-    calls = tmp_path / f"calls{steps}.log"
+    name = f"{steps}{''.join(args)}"
+    ws = write_workspace(tmp_path / f"ws{name}", {"gcs_code_steps.py": STEPS, "pipe/BUILD.marin": build})
+    calls = tmp_path / f"calls{name}.log"
     assert _mb(ws, prefix, calls).returncode == 0
     assert len(calls.read_text().split()) == steps
     proxy.reset()
-    done = _mb(ws, prefix, calls)
+    done = _mb(ws, prefix, calls, *args)
     assert done.returncode == 0, done.stderr
-    assert f"0 steps to run, {steps} already built" in done.stderr, done.stderr
+    assert args or f"0 steps to run, {steps} already built" in done.stderr, done.stderr
     assert "code changed" not in done.stderr, done.stderr
     return proxy.stats()["requests"]
 
@@ -99,6 +101,14 @@ def test_a_noop_sends_as_many_requests_for_12_built_steps_as_for_4(gs_prefix: st
     few = _noop_requests(tmp_path, gs_prefix + "/few", 4, proxy)
     many = _noop_requests(tmp_path, gs_prefix + "/many", 12, proxy)
     assert few == many, (few, many)
+
+
+def test_a_dry_run_sends_no_request_for_code_records(gs_prefix: str, tmp_path: Path, proxy) -> None:
+    """A dry run reads the statuses only: the no-op's listing of the code records' md5s is not sent."""
+    proxy.activate()
+    noop = _noop_requests(tmp_path, gs_prefix + "/noop", 12, proxy)
+    dry = _noop_requests(tmp_path, gs_prefix + "/dry", 12, proxy, "-n")
+    assert dry == noop - 1, (noop, dry)
 
 
 def test_read_md5s_gives_the_listed_md5_of_each_folders_object(gs_prefix: str, tmp_path: Path) -> None:
