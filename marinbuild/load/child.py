@@ -1,25 +1,23 @@
 """Evaluating BUILD files in a forked child process, so that no BUILD file can end or hang the loading process.
 
-Some failures of starlark-rust cannot be caught in the process running it: an allocation the memory
-limit refuses aborts the process (``"x" * 2000000000`` under ``ulimit -v``), and one operation on a
-huge value (``==`` or ``%`` of a value of 2**50 elements) never returns to the evaluator's time
-check. ``in_child`` therefore runs ``work(send)`` (the loader's walk over the packages) in a child
-made by ``os.fork`` (cheap: it shares what the parent imported, starlark included), which
+starlark-rust cannot always fail softly: an allocation past the memory limit aborts the process
+(``"x" * 2000000000`` under ``ulimit -v``), and one operation on a huge value (``==`` or ``%`` of
+2**50 elements) never gets back to the time check. ``in_child`` runs ``work(send)`` (the loader's
+walk) in a child made by ``os.fork``, which shares what the parent imported, and
 
-- runs ``work`` on a thread whose stack holds the deepest file ``limits.check_source`` lets through,
-  with no core dumps, its address space capped per BUILD file (``limits.cap_memory``);
-- sends what ``work`` gives ``send`` (each package's targets, or its error) pickled (``_REDUCERS``), a
-  rule type as a reference to its rules module, which the parent has imported: the child imports
-  none but asks the parent to and ends (``trusted.ASK_PARENT``); the next child, forked once the
-  parent imported it, has it. Rule implementations run in the parent only; the child declares targets;
-- sends each ``print()`` line as it is logged, which the parent logs on ``marinbuild.build``;
+- runs it on a thread whose stack holds the deepest file ``limits.check_source`` allows, without
+  core dumps, its address space capped per BUILD file (``limits.cap_memory``);
+- sends each outcome given to ``send`` pickled (``_REDUCERS``: a rule type by reference). It imports
+  no rules module: it asks the parent to (``trusted.ASK_PARENT``) and ends, and the next child has
+  it. Rule implementations thus live and run in the parent only; the child declares targets;
+- sends each ``print()`` line, which the parent logs on ``marinbuild.build``;
 - writes its stdout and stderr (Rust's panic and abort messages) to a scratch file, read only to
-  explain the child's death.
+  explain its death.
 
-``in_child`` yields what the child sends. If the child dies, or sends nothing for the time budget
-plus ``KILL_GRACE_SECONDS`` (it is then killed), it yields a ``ChildDied`` saying why and ends: the
-caller places that at the BUILD file being evaluated and forks again for the packages left. An
-exception ``work`` raises (a bug, not a BUILD file's mistake) is raised in the parent.
+``in_child`` yields the outcomes. If the child dies, or sends nothing for the time budget plus
+``KILL_GRACE_SECONDS`` (it is then killed), it yields a ``ChildDied`` saying why and ends: the
+caller reports it at the BUILD file evaluated and forks again for the rest. An exception of
+``work`` (a bug, not a BUILD file's mistake) is raised in the parent.
 """
 
 from __future__ import annotations
@@ -72,7 +70,7 @@ class ChildDied:
 def in_child(work: Callable[[Callable[[Any], None]], None], budget: float) -> Iterator[Any]:
     """What ``work(send)``, run in a forked child, sends, in order (see the module docstring)."""
     read_fd, write_fd = os.pipe()
-    with contextlib.suppress(OSError):  # the child works ahead of the parent's reading by up to this much
+    with contextlib.suppress(OSError, AttributeError):  # the child works ahead of the parent's reading by this much
         fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
     scratch = tempfile.TemporaryFile(prefix="marinbuild-eval-")
     pid = os.fork()
@@ -83,51 +81,55 @@ def in_child(work: Callable[[Callable[[Any], None]], None], budget: float) -> It
     poller.register(read_fd, select.POLLIN)
     status: int | None = None
     try:
-        buffer = bytearray()
         deadline = time.monotonic() + budget + KILL_GRACE_SECONDS
         while True:
-            if len(buffer) >= _HEADER.size:
-                kind, size = _HEADER.unpack_from(buffer)
-                if len(buffer) >= _HEADER.size + size:
-                    body = pickle.loads(memoryview(buffer)[_HEADER.size : _HEADER.size + size])
-                    del buffer[: _HEADER.size + size]
-                    if kind == _RESULT:
-                        yield body
-                        deadline = time.monotonic() + budget + KILL_GRACE_SECONDS
-                    elif kind == _PRINT:
-                        _log.info("%s", body)
-                    elif kind == _IMPORT:
-                        with contextlib.suppress(trusted.RulesModuleError):  # the next child raises it, located
-                            trusted.import_rules_module(*body)
-                    else:
-                        raise body
-                    continue
             wait = deadline - time.monotonic()
             if wait <= 0:
                 os.kill(pid, signal.SIGKILL)
                 status = os.waitpid(pid, 0)[1]
                 yield ChildDied(limits.time_message(budget))
                 return
-            if poller.poll(min(wait, 1.0) * 1000):
-                chunk = os.read(read_fd, 1 << 20)
-                if chunk:
-                    buffer += chunk
-                    continue
+            if not poller.poll(min(wait, 1.0) * 1000):  # nothing for a second: the child may have ended with the
+                ended, ended_status = os.waitpid(pid, os.WNOHANG)  # pipe still open in another process
+                if ended:
+                    status = ended_status
+                    break
+                continue
+            header = _read(read_fd, _HEADER.size)
+            body = _read(read_fd, _HEADER.unpack(header)[1]) if header is not None else None
+            if header is None or body is None:  # the child's end
                 status = os.waitpid(pid, 0)[1]
-            else:  # nothing for a second: the child may have ended with the pipe still open in another process
-                ended, ended_status = os.waitpid(pid, os.WNOHANG)
-                if not ended:
-                    continue
-                status = ended_status
-            if status:
-                yield ChildDied(_death(status, scratch))
-            return
+                break
+            kind, value = header[:1], pickle.loads(body)
+            if kind == _RESULT:
+                yield value
+                deadline = time.monotonic() + budget + KILL_GRACE_SECONDS
+            elif kind == _PRINT:
+                _log.info("%s", value)
+            elif kind == _IMPORT:
+                with contextlib.suppress(trusted.RulesModuleError):  # the next child raises it, located
+                    trusted.import_rules_module(*value)
+            else:
+                raise value
+        if status:
+            yield ChildDied(_death(status, scratch))
     finally:
         os.close(read_fd)
         if status is None:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         scratch.close()
+
+
+def _read(fd: int, size: int) -> bytearray | None:
+    """``size`` bytes from ``fd``; None if it ends before."""
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
 
 
 def _death(status: int, scratch: IO[bytes]) -> str:
@@ -159,30 +161,22 @@ def _child(work: Callable[[Callable[[Any], None]], None], read_fd: int, write_fd
         for cls, reducer in _REDUCERS.items():
             copyreg.pickle(cls, reducer)
 
-        def write(kind: bytes, body: Any) -> None:
-            data = pickle.dumps(body, pickle.HIGHEST_PROTOCOL)
-            view = memoryview(_HEADER.pack(kind, len(data)) + data)
-            while view:
-                view = view[os.write(write_fd, view) :]
-
         def ask_parent(*module: Any) -> NoReturn:
-            write(_IMPORT, module)
+            _write(write_fd, _IMPORT, module)
             os._exit(0)
-
-        trusted.ASK_PARENT.append(ask_parent)
 
         class Forward(logging.Handler):
             def emit(self, record: logging.LogRecord) -> None:
-                write(_PRINT, record.getMessage())
+                _write(write_fd, _PRINT, record.getMessage())
 
+        trusted.ASK_PARENT.append(ask_parent)
         _log.handlers, _log.propagate = [Forward()], False
         raised: list[BaseException] = []
 
         def run() -> None:
             try:
-                work(lambda outcome: write(_RESULT, outcome))
+                work(lambda outcome: _write(write_fd, _RESULT, outcome))
             except BaseException as exc:
-                exc.add_note("in the process evaluating BUILD files:\n" + traceback.format_exc())
                 raised.append(exc)
 
         threading.stack_size(limits.STACK_BYTES)
@@ -190,11 +184,20 @@ def _child(work: Callable[[Callable[[Any], None]], None], read_fd: int, write_fd
         thread.start()
         thread.join()
         if raised:
-            write(_RAISE, raised[0])
-        else:
-            code = 0
+            raise raised[0]
+        code = 0
+    except BaseException as exc:  # a bug, not a BUILD file's mistake: raised in the parent
+        exc.add_note("in the process evaluating BUILD files:\n" + "".join(traceback.format_exception(exc)))
+        _write(write_fd, _RAISE, exc)
     finally:
         os._exit(code)
+
+
+def _write(fd: int, kind: bytes, body: Any) -> None:
+    data = pickle.dumps(body, pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_HEADER.pack(kind, len(data)) + data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _rule_at(module: str, name: str) -> RuleType:

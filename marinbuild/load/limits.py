@@ -99,28 +99,25 @@ def check_source(data: bytes, display: str) -> str:
 
 def budget_seconds(config: dict[str, Any]) -> float:
     """The evaluation budget of one BUILD file: ``[tool.marinbuild] eval_budget_seconds``, a positive number."""
-    value = config.get("eval_budget_seconds", DEFAULT_BUDGET_SECONDS)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise BuildFileError(
-            "pyproject.toml", 1, 1, f"[tool.marinbuild] eval_budget_seconds must be a positive number, got {value!r}"
-        )
-    return float(value)
+    return _positive(config, "eval_budget_seconds", DEFAULT_BUDGET_SECONDS)
 
 
 def memory_bytes(config: dict[str, Any]) -> int:
     """How much a BUILD file's evaluation may allocate: ``[tool.marinbuild] eval_memory_mb``, a positive number."""
-    value = config.get("eval_memory_mb", DEFAULT_MEMORY_BYTES / 2**20)
+    return int(_positive(config, "eval_memory_mb", DEFAULT_MEMORY_BYTES / 2**20) * 2**20)
+
+
+def _positive(config: dict[str, Any], key: str, default: float) -> float:
+    value = config.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise BuildFileError(
-            "pyproject.toml", 1, 1, f"[tool.marinbuild] eval_memory_mb must be a positive number, got {value!r}"
-        )
-    return int(value * 2**20)
+        raise BuildFileError("pyproject.toml", 1, 1, f"[tool.marinbuild] {key} must be a positive number: {value!r}")
+    return float(value)
 
 
 def time_message(budget: float) -> str:
     return (
         f"evaluation stopped: it ran longer than the budget of {budget:g} s ([tool.marinbuild] eval_budget_seconds); "
-        "loading must be quick: look for a loop that does not end"
+        "loading must be quick: look for a loop that does not end, or an operation on a huge value"
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import pickle
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -165,10 +166,10 @@ class Loader:
         """Load ``packages`` (and, if ``transitive``, every package their labels refer to).
 
         BUILD files are evaluated by Starlark in a child process (``child``): the walk over the packages
-        (``_walk``) runs there and, in step, here, on the targets the child sends back. If the child dies
+        (``_Walk``) runs there and, in step, here, on the outcomes the child sends back. If the child dies
         (or runs past the time budget), the package it was evaluating fails at its BUILD file and a new
-        child takes the walk on from the next package; if it ends to have a rules module imported here
-        (``trusted``), a new child takes it on from the package it was evaluating.
+        child walks on from the next package; if it stops to have a rules module imported here
+        (``trusted``), a new child walks on from the package it was evaluating.
 
         Python's cyclic garbage collector is paused meanwhile (``gc_paused``): loading allocates about
         eight tracked objects per target and frees almost none, so the automatic collections would
@@ -347,7 +348,11 @@ class _Walk:
                 outcome: dict[str, Target] | BuildFileError = self.loader.evaluator.eval_build_file(self.package)
             except BuildFileError as exc:
                 outcome = exc
-            send(outcome)
+            try:
+                send(outcome)
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:  # made by a rules module's attribute type
+                outcome = _unpicklable(outcome, exc)
+                send(outcome)
             self.record(outcome)
 
     def record(self, outcome: dict[str, Target] | BuildFileError | None) -> None:
@@ -369,6 +374,20 @@ class _Walk:
                             self.seen.add(other)
                             self.queue.append(other)
             self.i += 1
+
+
+def _unpicklable(outcome: dict[str, Target] | BuildFileError, exc: Exception) -> BuildFileError:
+    """The error of targets that do not pickle: at the first whose attributes do not."""
+    for target in outcome.values() if isinstance(outcome, dict) else ():
+        try:
+            pickle.dumps(target)
+        except Exception:
+            return BuildFileError.at(
+                target.location,
+                f"{target.kind}(name={target.name!r}): a value of its attributes does not pickle ({exc}): a rules "
+                "module's attribute type must make values that do (see docs/rules.md)",
+            )
+    raise exc
 
 
 def find_cycle(targets: Mapping[Label, Target]) -> list[Label]:

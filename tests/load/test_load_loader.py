@@ -603,3 +603,30 @@ def test_a_build_file_ending_its_evaluator_fails_at_the_file_and_loading_goes_on
     assert str(second) == "b/BUILD.marin:1:1: fail: b is broken too"
     assert "c/BUILD.marin: c evaluated" in caplog.text  # by a new child, which imported the rules module again
     assert Loader(ws).load_packages(["c"]).target("//c:t").attrs["config"].steps == 3
+
+
+def test_an_attribute_value_that_does_not_pickle_fails_at_its_target(make_ws: WriteWorkspace) -> None:
+    rules = """
+import threading
+
+from marinbuild.load import rule
+from marinbuild.load.attrs import StringAttr
+
+
+class Locked(StringAttr):
+    def convert(self, value, package):
+        return threading.Lock()
+
+
+locked = rule(implementation=lambda ctx: None, attrs={"x": Locked()})
+"""
+    ws = make_ws(
+        {
+            "rules/locked.py": rules,
+            "a/BUILD.marin": 'load("//rules:locked.py", "locked")\nlocked(name = "t", x = "1")\n',
+        }
+    )
+    with pytest.raises(
+        BuildFileError, match=r"^a/BUILD.marin:2:1: locked\(name='t'\): a value of its attributes does not pickle"
+    ):
+        load_workspace(ws.root)
