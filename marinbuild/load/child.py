@@ -10,7 +10,8 @@ walk) in a child made by ``os.fork``, which shares what the parent imported, and
 - sends each outcome given to ``send`` pickled (``_REDUCERS``: a rule type by reference). It imports
   no rules module: it asks the parent to (``trusted.ASK_PARENT``) and ends, and the next child has
   it. Rule implementations thus live and run in the parent only; the child declares targets;
-- sends each ``print()`` line, which the parent logs on ``marinbuild.build``;
+- sends each ``print()`` line, which the parent logs on ``marinbuild.build`` with the package's
+  outcome (not if the package is evaluated again, by a child that has the rules module it needed);
 - writes its stdout and stderr (Rust's panic and abort messages) to a scratch file, read only to
   explain its death.
 
@@ -80,6 +81,7 @@ def in_child(work: Callable[[Callable[[Any], None]], None], budget: float) -> It
     poller = select.poll()
     poller.register(read_fd, select.POLLIN)
     status: int | None = None
+    prints: list[str] = []  # of the package evaluated: logged with its outcome, dropped if it is evaluated again
     try:
         deadline = time.monotonic() + budget + KILL_GRACE_SECONDS
         while True:
@@ -87,6 +89,7 @@ def in_child(work: Callable[[Callable[[Any], None]], None], budget: float) -> It
             if wait <= 0:
                 os.kill(pid, signal.SIGKILL)
                 status = os.waitpid(pid, 0)[1]
+                _log_all(prints)
                 yield ChildDied(limits.time_message(budget))
                 return
             if not poller.poll(min(wait, 1.0) * 1000):  # nothing for a second: the child may have ended with the
@@ -102,16 +105,18 @@ def in_child(work: Callable[[Callable[[Any], None]], None], budget: float) -> It
                 break
             kind, value = header[:1], pickle.loads(body)
             if kind == _RESULT:
+                _log_all(prints)
                 yield value
                 deadline = time.monotonic() + budget + KILL_GRACE_SECONDS
             elif kind == _PRINT:
-                _log.info("%s", value)
+                prints.append(value)
             elif kind == _IMPORT:
                 with contextlib.suppress(trusted.RulesModuleError):  # the next child raises it, located
                     trusted.import_rules_module(*value)
             else:
                 raise value
         if status:
+            _log_all(prints)
             yield ChildDied(_death(status, scratch))
     finally:
         os.close(read_fd)
@@ -119,6 +124,12 @@ def in_child(work: Callable[[Callable[[Any], None]], None], budget: float) -> It
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         scratch.close()
+
+
+def _log_all(prints: list[str]) -> None:
+    for text in prints:
+        _log.info("%s", text)
+    prints.clear()
 
 
 def _read(fd: int, size: int) -> bytearray | None:

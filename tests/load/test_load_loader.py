@@ -195,8 +195,10 @@ def test_loaded_module_is_evaluated_once_and_shared(make_ws: WriteWorkspace, cap
     ws = make_ws(
         {
             "lib/x.star": 'print("evaluating x")\nITEMS = [1, 2]\n',
-            "a/BUILD.marin": (
-                'load("//lib:x.star", "ITEMS")\ncopy = list(ITEMS) + [3]\ncopy.append(4)\nprint("a", copy)\n'
+            "a/BUILD.marin": (  # the rules module loaded after x.star: the first child stops there to have it imported
+                'load("//lib:x.star", "ITEMS")\n'
+                + LOAD
+                + 'copy = list(ITEMS) + [3]\ncopy.append(4)\nprint("a", copy)\n'
             ),
             "b/BUILD.marin": 'load("//lib:x.star", "ITEMS")\nx = ITEMS + [5]\nprint("b", x)\n',
         }
