@@ -7,7 +7,8 @@ walk) in a child made by ``os.fork``, which shares what the parent imported, and
 
 - runs it on a thread whose stack holds the deepest file ``limits.check_source`` allows, without
   core dumps, its address space capped per BUILD file (``limits.cap_memory``);
-- sends each outcome given to ``send`` pickled (``_REDUCERS``: a rule type by reference). It imports
+- sends each outcome given to ``send`` pickled (``_REDUCERS``: a rule type by reference), written to a
+  file the parent reads as a byte on a pipe wakes it: the child never waits for the parent. It imports
   no rules module: it asks the parent to (``trusted.ASK_PARENT``) and ends, and the next child has
   it. Rule implementations thus live and run in the parent only; the child declares targets;
 - sends each ``print()`` line, which the parent logs on ``marinbuild.build`` with the package's
@@ -26,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import copyreg
 import faulthandler
-import fcntl
 import logging
 import os
 import pickle
@@ -54,7 +54,6 @@ KILL_GRACE_SECONDS = 2.0
 """How long past the time budget the parent waits before it kills a child that sends nothing: the child stops
 itself, at the line running, when it can (``Evaluator``)."""
 
-_PIPE_BYTES = 1 << 20
 _HEADER = struct.Struct("<cQ")  # a frame: its kind, its length, its pickled body
 _RESULT, _PRINT, _IMPORT, _RAISE = b"r", b"p", b"i", b"x"
 _ALLOC_FAILED = re.compile(rb"memory allocation of (\d+) bytes failed")
@@ -71,20 +70,20 @@ class ChildDied:
 def in_child(work: Callable[[Callable[[Any], None]], None], budget: float) -> Iterator[Any]:
     """What ``work(send)``, run in a forked child, sends, in order (see the module docstring)."""
     read_fd, write_fd = os.pipe()
-    with contextlib.suppress(OSError, AttributeError):  # the child works ahead of the parent's reading by this much
-        fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+    frames = tempfile.TemporaryFile(prefix="marinbuild-eval-")  # the child never waits for the parent to read
     scratch = tempfile.TemporaryFile(prefix="marinbuild-eval-")
     pid = os.fork()
     if pid == 0:
-        _child(work, read_fd, write_fd, scratch.fileno())
+        _child(work, read_fd, write_fd, frames.fileno(), scratch.fileno())
     os.close(write_fd)
     poller = select.poll()
     poller.register(read_fd, select.POLLIN)
     status: int | None = None
     prints: list[str] = []  # of the package evaluated: logged with its outcome, dropped if it is evaluated again
+    offset = 0
     try:
         deadline = time.monotonic() + budget + KILL_GRACE_SECONDS
-        while True:
+        while status is None:
             wait = deadline - time.monotonic()
             if wait <= 0:
                 os.kill(pid, signal.SIGKILL)
@@ -92,29 +91,32 @@ def in_child(work: Callable[[Callable[[Any], None]], None], budget: float) -> It
                 _log_all(prints)
                 yield ChildDied(limits.time_message(budget))
                 return
-            if not poller.poll(min(wait, 1.0) * 1000):  # nothing for a second: the child may have ended with the
-                ended, ended_status = os.waitpid(pid, os.WNOHANG)  # pipe still open in another process
+            if poller.poll(min(wait, 1.0) * 1000):
+                if not os.read(read_fd, 1 << 16):  # the child's end
+                    status = os.waitpid(pid, 0)[1]
+            else:  # nothing for a second: the child may have ended with the pipe still open in another process
+                ended, ended_status = os.waitpid(pid, os.WNOHANG)
                 if ended:
                     status = ended_status
+            while True:  # the frames written whole so far
+                header = os.pread(frames.fileno(), _HEADER.size, offset)
+                size = _HEADER.unpack(header)[1] if len(header) == _HEADER.size else -1
+                body = os.pread(frames.fileno(), size, offset + _HEADER.size) if size >= 0 else b""
+                if len(body) != size:
                     break
-                continue
-            header = _read(read_fd, _HEADER.size)
-            body = _read(read_fd, _HEADER.unpack(header)[1]) if header is not None else None
-            if header is None or body is None:  # the child's end
-                status = os.waitpid(pid, 0)[1]
-                break
-            kind, value = header[:1], pickle.loads(body)
-            if kind == _RESULT:
-                _log_all(prints)
-                yield value
-                deadline = time.monotonic() + budget + KILL_GRACE_SECONDS
-            elif kind == _PRINT:
-                prints.append(value)
-            elif kind == _IMPORT:
-                with contextlib.suppress(trusted.RulesModuleError):  # the next child raises it, located
-                    trusted.import_rules_module(*value)
-            else:
-                raise value
+                offset += _HEADER.size + size
+                kind, value = header[:1], pickle.loads(body)
+                if kind == _RESULT:
+                    _log_all(prints)
+                    yield value
+                    deadline = time.monotonic() + budget + KILL_GRACE_SECONDS
+                elif kind == _PRINT:
+                    prints.append(value)
+                elif kind == _IMPORT:
+                    with contextlib.suppress(trusted.RulesModuleError):  # the next child raises it, located
+                        trusted.import_rules_module(*value)
+                else:
+                    raise value
         if status:
             _log_all(prints)
             yield ChildDied(_death(status, scratch))
@@ -123,6 +125,7 @@ def in_child(work: Callable[[Callable[[Any], None]], None], budget: float) -> It
         if status is None:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+        frames.close()
         scratch.close()
 
 
@@ -130,17 +133,6 @@ def _log_all(prints: list[str]) -> None:
     for text in prints:
         _log.info("%s", text)
     prints.clear()
-
-
-def _read(fd: int, size: int) -> bytearray | None:
-    """``size`` bytes from ``fd``; None if it ends before."""
-    data = bytearray()
-    while len(data) < size:
-        chunk = os.read(fd, size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
 
 
 def _death(status: int, scratch: IO[bytes]) -> str:
@@ -159,8 +151,18 @@ def _death(status: int, scratch: IO[bytes]) -> str:
     return f"evaluation aborted: the process evaluating this file ended ({how}); see 'Limits' in docs/build-files.md"
 
 
-def _child(work: Callable[[Callable[[Any], None]], None], read_fd: int, write_fd: int, scratch: int) -> NoReturn:
+def _child(
+    work: Callable[[Callable[[Any], None]], None], read_fd: int, write_fd: int, frames: int, scratch: int
+) -> NoReturn:
     code = 1
+
+    def write(kind: bytes, body: Any) -> None:  # a frame to the file, then a byte to wake the parent
+        data = pickle.dumps(body, pickle.HIGHEST_PROTOCOL)
+        view = memoryview(_HEADER.pack(kind, len(data)) + data)
+        while view:
+            view = view[os.write(frames, view) :]
+        os.write(write_fd, b".")
+
     try:
         os.close(read_fd)
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it; the parent handles its KeyboardInterrupt
@@ -173,12 +175,12 @@ def _child(work: Callable[[Callable[[Any], None]], None], read_fd: int, write_fd
             copyreg.pickle(cls, reducer)
 
         def ask_parent(*module: Any) -> NoReturn:
-            _write(write_fd, _IMPORT, module)
+            write(_IMPORT, module)
             os._exit(0)
 
         class Forward(logging.Handler):
             def emit(self, record: logging.LogRecord) -> None:
-                _write(write_fd, _PRINT, record.getMessage())
+                write(_PRINT, record.getMessage())
 
         trusted.ASK_PARENT.append(ask_parent)
         _log.handlers, _log.propagate = [Forward()], False
@@ -186,7 +188,7 @@ def _child(work: Callable[[Callable[[Any], None]], None], read_fd: int, write_fd
 
         def run() -> None:
             try:
-                work(lambda outcome: _write(write_fd, _RESULT, outcome))
+                work(lambda outcome: write(_RESULT, outcome))
             except BaseException as exc:
                 raised.append(exc)
 
@@ -199,16 +201,9 @@ def _child(work: Callable[[Callable[[Any], None]], None], read_fd: int, write_fd
         code = 0
     except BaseException as exc:  # a bug, not a BUILD file's mistake: raised in the parent
         exc.add_note("in the process evaluating BUILD files:\n" + "".join(traceback.format_exception(exc)))
-        _write(write_fd, _RAISE, exc)
+        write(_RAISE, exc)
     finally:
         os._exit(code)
-
-
-def _write(fd: int, kind: bytes, body: Any) -> None:
-    data = pickle.dumps(body, pickle.HIGHEST_PROTOCOL)
-    view = memoryview(_HEADER.pack(kind, len(data)) + data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def _rule_at(module: str, name: str) -> RuleType:

@@ -5,8 +5,8 @@ dialect and evaluated in a fresh Starlark module holding marinbuild's builtins; 
 calls declare targets in the package (``PackageContext``). Its ``load()`` statements go
 through a ``FileLoader``: a ``.star`` file is evaluated the same way (without a package)
 and frozen, once per ``Evaluator``; a ``.py`` file under a ``rules/`` folder (or the
-``@marinbuild`` repository) is imported as trusted Python and shown to Starlark as its rule
-types and plain values only (``exposed``). Nothing else of the host is reachable.
+``@marinbuild`` repository) is imported as trusted Python (by the loading process: ``trusted``)
+and shown to Starlark as its rule types and plain values only (``exposed``). Nothing else of the host is reachable.
 
 Every error is a ``BuildFileError`` at ``path:line:col`` (``located``), including a file
 that runs past its time or memory budget (``limits``) and a panic of starlark-rust (out of
