@@ -116,13 +116,23 @@ def make_workspace(root: Path, targets: int, packages: int) -> None:
 
 
 FRESH_LOAD = """
-import json, sys, time
+import json, os, sys, time
 from marinbuild.load import Loader, find_workspace
+def cpu():
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 workspace = find_workspace(sys.argv[1])
-t0, c0 = time.perf_counter(), time.process_time()
+t0, c0 = time.perf_counter(), cpu()
 n = len(Loader(workspace).load_all())
-print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0, "targets": n}))
+print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": cpu() - c0, "targets": n}))
 """
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children it waited for: BUILD files are evaluated in a child."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
 
 Row = tuple[str, float, float | None, int]
 """(what, wall seconds, CPU seconds or None, targets)."""
@@ -170,10 +180,10 @@ def in_process(root: Path, repeat: int) -> Row:
     best = cpu_best = float("inf")
     n = 0
     for _ in range(repeat):
-        start, cpu = time.perf_counter(), time.process_time()
+        start, cpu = time.perf_counter(), cpu_seconds()
         n = len(Loader(workspace).load_all())
         best = min(best, time.perf_counter() - start)
-        cpu_best = min(cpu_best, time.process_time() - cpu)
+        cpu_best = min(cpu_best, cpu_seconds() - cpu)
     return ("again in the same process (rules module imported)", best, cpu_best, n)
 
 

@@ -5,13 +5,13 @@ dialect and evaluated in a fresh Starlark module holding marinbuild's builtins; 
 calls declare targets in the package (``PackageContext``). Its ``load()`` statements go
 through a ``FileLoader``: a ``.star`` file is evaluated the same way (without a package)
 and frozen, once per ``Evaluator``; a ``.py`` file under a ``rules/`` folder (or the
-``@marinbuild`` repository) is imported as trusted Python and shown to Starlark as its rule
-types and plain values only (``exposed``). Nothing else of the host is reachable.
+``@marinbuild`` repository) is imported as trusted Python (by the loading process: ``trusted``)
+and shown to Starlark as its rule types and plain values only (``exposed``). Nothing else of the host is reachable.
 
 Every error is a ``BuildFileError`` at ``path:line:col`` (``located``), including a file
 that runs past its time or memory budget (``limits``) and a panic of starlark-rust (out of
-memory in one instruction), whose own text is kept off stderr (``panics``). Evaluation happens
-on the large-stack thread (``stack``), which the loader enters once per load.
+memory in one instruction). An ``Evaluator`` is made by the loader and used in the child
+process it forks (``child``), on that process's large-stack thread: it sets the process's limits.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from marinbuild.load.context import PackageContext, package_scope
 from marinbuild.load.errors import BuildFileError, LocatedLater, Location
 from marinbuild.load.exposed import DIALECT, GLOBALS, RulesModule, add_builtins, expose_rules_module
 from marinbuild.load.located import forget, from_starlark, remember
-from marinbuild.load.panics import quiet_panics
 from marinbuild.load.repos import LIBRARY_SUFFIX, UnknownRepositoryError, resolve_load
 from marinbuild.load.target import Target
 from marinbuild.load.trusted import RulesModuleError, import_rules_module
@@ -60,11 +59,12 @@ class Evaluator:
         self.workspace = workspace
         self.repo_dirs = dict(repo_dirs or {})
         self.budget = limits.budget_seconds(workspace.config)
+        self.memory = limits.memory_bytes(workspace.config)
         self._modules: dict[Path, _Loaded | BuildFileError] = {}
         self._root = str(workspace.root)
         self._loading: list[tuple[Path, str]] = []
         self._deadline = 0.0
-        self._memory: tuple[int, int] | None = None  # limits.memory_budget() of the BUILD file evaluated
+        self._memory_stop: int | None = None  # the address space past which the BUILD file evaluated stops
         self._stopped_by = ""
 
     def build_file_paths(self, package: str) -> tuple[str, str]:
@@ -79,9 +79,9 @@ class Evaluator:
         source = _read(path, display)
         ctx = PackageContext(package, self.workspace.package_dir(package), path, display)
         self._deadline = time.monotonic() + self.budget
-        self._memory = limits.memory_budget()
+        self._memory_stop = limits.cap_memory(self.memory)
         self._stopped_by = ""
-        with package_scope(ctx), quiet_panics():
+        with package_scope(ctx):
             self._run(display, source, package)
         return ctx.targets
 
@@ -90,24 +90,15 @@ class Evaluator:
         if time.monotonic() > self._deadline:
             self._stopped_by = "time"
             return True
-        if self._memory is not None:
-            field, limit = self._memory
-            used = limits.memory_used(field)
-            if used is not None and used > limit:
+        if self._memory_stop is not None:
+            used = limits.memory_used()
+            if used is not None and used > self._memory_stop:
                 self._stopped_by = "memory"
                 return True
         return False
 
     def _stop_message(self) -> str:
-        if self._stopped_by == "memory":
-            return (
-                "evaluation stopped: it allocated more memory than a BUILD file may "
-                "(see 'Limits' in docs/build-files.md); look for a value that grows without bound"
-            )
-        return (
-            f"evaluation stopped: it ran longer than the budget of {self.budget:g} s "
-            "([tool.marinbuild] eval_budget_seconds); loading must be quick: look for a loop that does not end"
-        )
+        return limits.MEMORY_MESSAGE if self._stopped_by == "memory" else limits.time_message(self.budget)
 
     def _run(self, display: str, source: str, package: str) -> sl.Module:
         """Parse and evaluate one file in a new module; ``package`` resolves its relative ``load()`` labels."""
@@ -208,14 +199,10 @@ class Evaluator:
         self._loading.append((path, str(label)))
         try:
             if where.trusted_root is not None:
-                before = limits.memory_used(self._memory[0]) if self._memory is not None else None
                 try:
                     module = import_rules_module(path, where.trusted_root, where.module_parts, str(label))
                 except RulesModuleError as exc:
                     raise _Unlocated(_rules_error_text(exc, self.workspace)) from None
-                after = limits.memory_used(self._memory[0]) if self._memory is not None else None
-                if self._memory is not None and before is not None and after is not None:
-                    self._memory = (self._memory[0], self._memory[1] + max(0, after - before))  # trusted code's
                 exposed: RulesModule = expose_rules_module(module, str(label))
                 loaded = _Loaded(exposed.frozen, exposed.names, exposed.hidden)
             else:

@@ -259,7 +259,7 @@ def expose_rules_module(module: types.ModuleType, label: str) -> RulesModule:
         if isinstance(value, RuleType):
             if not name.isidentifier():
                 continue
-            value.bind(name, label)
+            value.bind(name, label, module.__name__)
             wrappers.append(
                 f"def {name}(*args, **kwargs):\n    return _declare_{len(rules)}(_encode(call_stack(), args, kwargs))\n"
             )

@@ -1,4 +1,4 @@
-"""Limits on what the Starlark evaluator is given: file size, nesting, call depth and time.
+"""Limits on what the Starlark evaluator is given: file size, nesting, call depth, time and memory.
 
 Starlark-rust parses and compiles recursively, so a file nested deeply enough (``-`` or
 ``(`` or ``lambda:`` repeated a hundred thousand times) would overflow the thread's stack
@@ -12,22 +12,15 @@ and crash the process. Before a file is parsed it is therefore checked:
   inside strings and comments, so it is an upper bound of the real depth.
 
 Files are evaluated on a thread whose stack (``STACK_BYTES``) holds ``MAX_NESTING`` levels
-of the costliest kind with room to spare (``marinbuild.load.stack``). At run time, the
-Starlark call stack is capped at ``MAX_CALL_DEPTH`` frames and a BUILD file's evaluation
+of the costliest kind with room to spare, in a child process (``marinbuild.load.child``). There,
+the Starlark call stack is capped at ``MAX_CALL_DEPTH`` frames and a BUILD file's evaluation
 (with the files it loads) at the workspace's ``eval_budget_seconds`` (default
-``DEFAULT_BUDGET_SECONDS``), checked by Starlark about every thousand instructions.
-
-Memory: at those checks, the process may have grown by at most ``memory_budget()`` since the
-BUILD file started: its resident memory by ``DEFAULT_MEMORY_BYTES``, or, under an address-space
-limit (``RLIMIT_AS``, e.g. ``ulimit -v``), its address space by a quarter of what the limit leaves
-(at most that much). Memory taken by importing a rules module does not count. Past it the
-evaluation stops with a located error. A quarter, because Starlark's heap grows by
-doubling: some size it reaches lies between a quarter and a half of what is left, where the
-check sees it and the next doubling still fits. One instruction may still ask for more than is
-left: a string or list doubled makes starlark-rust panic ("out of memory"), which the evaluator
-reports at the file (the panic's text is kept off stderr, ``panics``); a repetition past the
-process's limit (``"x" * 2000000000``) aborts the process in Rust's allocator. Values are bounded
-separately where starlark-rust would write them out (``exposed.MAX_VALUE_ELEMENTS``).
+``DEFAULT_BUDGET_SECONDS``), checked by Starlark about every thousand instructions; the child's
+address space may grow by ``eval_memory_mb`` (default ``DEFAULT_MEMORY_BYTES``) per BUILD file
+(``cap_memory``: ``RLIMIT_AS``, or the process's own limit if lower). At those checks,
+evaluation stops with a located error once half of that is used: Starlark's heap grows by
+doubling, so the check sees it on its way; one operation past the cap ends the child, which
+the parent reports at the file.
 """
 
 from __future__ import annotations
@@ -44,13 +37,14 @@ __all__ = [
     "MAX_CALL_DEPTH",
     "MAX_FILE_BYTES",
     "MAX_NESTING",
+    "MEMORY_MESSAGE",
     "STACK_BYTES",
-    "RESIDENT",
-    "SIZE",
     "budget_seconds",
+    "cap_memory",
     "check_source",
-    "memory_budget",
+    "memory_bytes",
     "memory_used",
+    "time_message",
 ]
 
 MAX_FILE_BYTES = 2 * 1024 * 1024
@@ -105,41 +99,60 @@ def check_source(data: bytes, display: str) -> str:
 
 def budget_seconds(config: dict[str, Any]) -> float:
     """The evaluation budget of one BUILD file: ``[tool.marinbuild] eval_budget_seconds``, a positive number."""
-    value = config.get("eval_budget_seconds", DEFAULT_BUDGET_SECONDS)
+    return _positive(config, "eval_budget_seconds", DEFAULT_BUDGET_SECONDS)
+
+
+def memory_bytes(config: dict[str, Any]) -> int:
+    """How much a BUILD file's evaluation may allocate: ``[tool.marinbuild] eval_memory_mb``, a positive number."""
+    return int(_positive(config, "eval_memory_mb", DEFAULT_MEMORY_BYTES / 2**20) * 2**20)
+
+
+def _positive(config: dict[str, Any], key: str, default: float) -> float:
+    value = config.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise BuildFileError(
-            "pyproject.toml", 1, 1, f"[tool.marinbuild] eval_budget_seconds must be a positive number, got {value!r}"
-        )
+        raise BuildFileError("pyproject.toml", 1, 1, f"[tool.marinbuild] {key} must be a positive number: {value!r}")
     return float(value)
 
 
+def time_message(budget: float) -> str:
+    return (
+        f"evaluation stopped: it ran longer than the budget of {budget:g} s ([tool.marinbuild] eval_budget_seconds); "
+        "loading must be quick: look for a loop that does not end, or an operation on a huge value"
+    )
+
+
+MEMORY_MESSAGE = (
+    "evaluation stopped: it allocated more memory than a BUILD file may ([tool.marinbuild] eval_memory_mb; see "
+    "'Limits' in docs/build-files.md); look for a value that grows without bound"
+)
+
 _statm: list[int] = []  # [pid, fd]: /proc/self/statm kept open (reopened in a forked child, whose "self" differs)
-SIZE, RESIDENT = 0, 1
-"""Fields of ``/proc/self/statm``: the address space, the resident memory."""
+_found: list[int] = []  # the address-space limit the process had before ``cap_memory`` first changed it
 
 
-def memory_used(field: int) -> int | None:
-    """The process's address space (``SIZE``) or resident memory (``RESIDENT``) in bytes, from
-    ``/proc/self/statm``; None where there is no ``/proc``."""
+def memory_used() -> int | None:
+    """The process's address space in bytes, from ``/proc/self/statm``; None where there is no ``/proc``."""
     pid = os.getpid()
     try:
         if not _statm or _statm[0] != pid:
             _statm[:] = [pid, os.open("/proc/self/statm", os.O_RDONLY)]
-        return int(os.pread(_statm[1], 64, 0).split()[field]) * _PAGE_BYTES
+        return int(os.pread(_statm[1], 64, 0).split()[0]) * _PAGE_BYTES
     except (OSError, ValueError, IndexError):
         return None
 
 
-def memory_budget() -> tuple[int, int] | None:
-    """What to watch while a BUILD file is evaluated: ``(field, the value past which evaluation stops)``, or None
-    without ``/proc``. Under an address-space limit, the address space (what the limit counts) may grow by a
-    quarter of what is left (at most ``DEFAULT_MEMORY_BYTES``); without one, resident memory by
-    ``DEFAULT_MEMORY_BYTES`` (address space alone grows by gigabytes when a library reserves thread arenas)."""
-    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
-    field = RESIDENT if soft == resource.RLIM_INFINITY else SIZE
-    used = memory_used(field)
-    if used is None:
+def cap_memory(room: int) -> int | None:
+    """Cap the process's address space (``RLIMIT_AS``) at its size now plus ``room`` bytes, or at the limit it had if
+    lower; the size past which evaluation stops (half way), None without ``/proc``. For the evaluating child only
+    (``child``)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if not _found:
+        _found.append(soft)
+    used = memory_used()
+    cap = _found[0]
+    if used is not None and (cap == resource.RLIM_INFINITY or used + room < cap):
+        cap = used + room
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    if used is None or cap == resource.RLIM_INFINITY:
         return None
-    if field == RESIDENT:
-        return field, used + DEFAULT_MEMORY_BYTES
-    return field, used + max(0, min(DEFAULT_MEMORY_BYTES, (soft - used) // 4))
+    return used + (cap - used) // 2

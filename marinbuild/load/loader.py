@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable, Mapping
+import pickle
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -24,11 +25,12 @@ from typing import Any
 
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.labels import Label, PatternError, TargetPattern, expand_patterns, parse_label, parse_pattern
+from marinbuild.load.child import ChildDied, in_child
 from marinbuild.load.errors import BuildFileError
 from marinbuild.load.evaluator import Evaluator
 from marinbuild.load.locate import keyword_location
-from marinbuild.load.stack import on_big_stack
 from marinbuild.load.target import Target
+from marinbuild.load.trusted import forget_failed_imports
 from marinbuild.load.workspace import BUILD_FILE, Workspace, find_workspace
 
 __all__ = ["LoadedWorkspace", "Loader", "find_cycle", "load_packages", "load_patterns", "load_workspace"]
@@ -163,7 +165,11 @@ class Loader:
     def load_packages(self, packages: Iterable[str], *, transitive: bool = True) -> LoadedWorkspace:
         """Load ``packages`` (and, if ``transitive``, every package their labels refer to).
 
-        BUILD files are evaluated by Starlark on the loader's large-stack thread (``stack``).
+        BUILD files are evaluated by Starlark in a child process (``child``): the walk over the packages
+        (``_Walk``) runs there and, in step, here, on the outcomes the child sends back. If the child dies
+        (or runs past the time budget), the package it was evaluating fails at its BUILD file and a new
+        child walks on from the next package; if it stops to have a rules module imported here
+        (``trusted``), a new child walks on from the package it was evaluating.
 
         Python's cyclic garbage collector is paused meanwhile (``gc_paused``): loading allocates about
         eight tracked objects per target and frees almost none, so the automatic collections would
@@ -174,30 +180,22 @@ class Loader:
         """
         packages = list(dict.fromkeys(packages))
         with gc_paused():
-            return on_big_stack(lambda: self._load_packages(packages, transitive))
+            return self._load_packages(packages, transitive)
 
-    def _load_packages(self, packages: Iterable[str], transitive: bool) -> LoadedWorkspace:
-        queue = list(dict.fromkeys(packages))
-        for package in queue:
+    def _load_packages(self, packages: list[str], transitive: bool) -> LoadedWorkspace:
+        for package in packages:
             if not self.is_package(package):
                 raise PatternError(
                     f"no such package '{package}': "
                     f"{self.workspace.display(self.workspace.build_file(package))} does not exist"
                 )
-        seen = set(queue)
-        i = 0
-        while i < len(queue):
-            package = queue[i]
-            i += 1
-            targets = self._evaluate(package)
-            if not transitive or targets is None:
-                continue
-            for target in targets.values():
-                for _attr, label in target.label_refs():
-                    other = label.package
-                    if other not in seen and not label.repo and self.is_package(other):
-                        seen.add(other)
-                        queue.append(other)
+        forget_failed_imports()
+        walk = _Walk(self, packages, transitive)
+        while walk.package is not None:
+            for outcome in in_child(walk.evaluate, self.evaluator.budget):
+                if isinstance(outcome, ChildDied):
+                    outcome = BuildFileError(self.evaluator.build_file_paths(walk.package)[1], 1, 1, outcome.message)
+                walk.record(outcome)
         errors = list(self._failed.values())
         errors.extend(self._resolve())
         result = self._result()
@@ -213,19 +211,6 @@ class Loader:
             first_error.more_errors = tuple(errors[1:])
             raise first_error
         return result
-
-    def _evaluate(self, package: str) -> dict[str, Target] | None:
-        if package in self._packages:
-            return self._packages[package]
-        if package in self._failed:
-            return None
-        try:
-            targets = self.evaluator.eval_build_file(package)
-        except BuildFileError as exc:
-            self._failed[package] = exc
-            return None
-        self._packages[package] = targets
-        return targets
 
     def _resolve(self) -> list[BuildFileError]:
         errors: list[BuildFileError] = []
@@ -340,6 +325,69 @@ class Loader:
                 labels.append(target.label)
             packages[package] = tuple(labels)
         return LoadedWorkspace(self.workspace, targets, packages)
+
+
+class _Walk:
+    """The packages a load evaluates, in order: those asked for, then (if transitive) those their targets refer to;
+    the ones loaded before are skipped, what they refer to queued. The child evaluating them (``evaluate``) and the
+    parent step through the same outcomes (``record``), so they agree on the package evaluated."""
+
+    def __init__(self, loader: Loader, packages: list[str], transitive: bool) -> None:
+        self.loader, self.queue, self.seen, self.transitive = loader, packages, set(packages), transitive
+        self.i = 0
+        self.record(None)
+
+    @property
+    def package(self) -> str | None:
+        return self.queue[self.i] if self.i < len(self.queue) else None
+
+    def evaluate(self, send: Callable[[dict[str, Target] | BuildFileError], None]) -> None:
+        """In the child: evaluate each package left, sending its targets or its error."""
+        while self.package is not None:
+            try:
+                outcome: dict[str, Target] | BuildFileError = self.loader.evaluator.eval_build_file(self.package)
+            except BuildFileError as exc:
+                outcome = exc
+            try:
+                send(outcome)
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:  # made by a rules module's attribute type
+                outcome = _unpicklable(outcome, exc)
+                send(outcome)
+            self.record(outcome)
+
+    def record(self, outcome: dict[str, Target] | BuildFileError | None) -> None:
+        """Keep ``outcome``, the current package's, and move on to the next package to evaluate."""
+        loader = self.loader
+        if isinstance(outcome, BuildFileError):
+            loader._failed[self.queue[self.i]] = outcome
+        elif outcome is not None:
+            loader._packages[self.queue[self.i]] = outcome
+        while self.i < len(self.queue):
+            package = self.queue[self.i]
+            if package not in loader._packages and package not in loader._failed:
+                break
+            if self.transitive and package in loader._packages:
+                for target in loader._packages[package].values():
+                    for _attr, label in target.label_refs():
+                        other = label.package
+                        if other not in self.seen and not label.repo and loader.is_package(other):
+                            self.seen.add(other)
+                            self.queue.append(other)
+            self.i += 1
+
+
+def _unpicklable(outcome: dict[str, Target] | BuildFileError, exc: Exception) -> BuildFileError:
+    """The error of targets that do not pickle: at the first whose attributes do not."""
+    for target in outcome.values() if isinstance(outcome, dict) else ():
+        try:
+            pickle.dumps(target)
+        except Exception:
+            return BuildFileError.at(
+                target.location,
+                f"{target.kind}(name={target.name!r}): a value of its attributes does not pickle ({exc}): a rules "
+                "module's attribute type must make values that do (see docs/rules.md)",
+            )
+    raise exc
 
 
 def find_cycle(targets: Mapping[Label, Target]) -> list[Label]:

@@ -72,6 +72,7 @@ class RuleType:
         self.check = check
         self.name: str | None = None
         self.defined_in: str | None = None  # label of the file that exported it
+        self.home: tuple[str, str] | None = None  # (module name, variable) of that file, where the rule is found
         self.label_attrs: tuple[str, ...] = tuple(k for k, a in attrs.items() if a.has_labels)
         self.label_specs: tuple[tuple[str, Attr], ...] = tuple((k, attrs[k]) for k in self.label_attrs)
         self.fill_plan = tuple((k, a, *_plan_of(a)) for k, a in attrs.items())
@@ -81,11 +82,12 @@ class RuleType:
     def display_name(self) -> str:
         return self.name or "<unnamed rule>"
 
-    def bind(self, name: str, defined_in: str) -> None:
-        """Give the rule its exported name (done once, by the loader, when its module is loaded)."""
+    def bind(self, name: str, defined_in: str, module: str) -> None:
+        """Give the rule its exported name (done once, by the loader, when its module ``module`` is loaded)."""
         if self.name is None:
             self.name = name
             self.defined_in = defined_in
+            self.home = (module, name)
 
     def __repr__(self) -> str:
         where = f" from {self.defined_in}" if self.defined_in else ""

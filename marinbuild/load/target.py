@@ -80,8 +80,9 @@ class Target:
     source_paths: tuple[Path, ...] = ()
     _refs: list[tuple[str, Label]] | None = field(default=None, init=False, repr=False)
     order: int = field(default=0, repr=False)
-    """When the target was declared (a process-wide sequence number): the loader skips looking for
-    dependency cycles when every dependency was declared before the target depending on it."""
+    """When the target was declared (a sequence number of the process evaluating BUILD files): the loader
+    skips looking for dependency cycles when every dependency was declared before the target depending on it
+    (a numbering that is not in declaration order only makes it look more often)."""
 
     def drop_declaration(self) -> None:
         """Drop the attributes and call site, which only loading and analysis read: a build whose targets are

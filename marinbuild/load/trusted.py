@@ -5,6 +5,11 @@ Each rules folder becomes a synthetic package (``_marinbuild_rules_<hash>``) who
 common``) and never clash with another folder's ``rules``. Modules are imported once and
 cached by ``(path, mtime_ns, size)``. Rule types get their name (the variable they are
 exported as) when the module is imported; what Starlark sees of a module is ``exposed``'s job.
+
+In the child process evaluating BUILD files (``child``), a module is never imported: it asks its
+parent to (``ASK_PARENT``, which ends the child), and the parent forks a child that has it, or
+that raises the parent's import error (``_FAILED``, kept for the load: ``forget_failed_imports``).
+Rules modules, and the rule implementations in them, thus live in the parent only.
 """
 
 from __future__ import annotations
@@ -13,16 +18,20 @@ import hashlib
 import importlib
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 from marinbuild.load.rules import RuleType
 
-__all__ = ["RulesModuleError", "import_rules_module"]
+__all__ = ["ASK_PARENT", "RulesModuleError", "forget_failed_imports", "import_rules_module"]
 
 # Process-wide on purpose: rules modules are imported into ``sys.modules``, which is per process; these remember
 # the package names given to their folders and each module with the stat it was imported at.
 _PARENTS: dict[Path, str] = {}
 _MODULES: dict[Path, tuple[tuple[int, int], types.ModuleType]] = {}
+_FAILED: dict[Path, tuple[tuple[int, int], RulesModuleError]] = {}
+ASK_PARENT: list[Callable[[Path, Path, tuple[str, ...], str], None]] = []
+"""Set in the evaluating child: hands an import's arguments to the parent and ends the child."""
 
 
 class RulesModuleError(Exception):
@@ -58,18 +67,29 @@ def import_rules_module(path: Path, root: Path, parts: tuple[str, ...], label: s
     cached = _MODULES.get(path)
     if cached is not None and cached[0] == stamp:
         return cached[1]
+    if ASK_PARENT:
+        failed = _FAILED.get(path)
+        if failed is not None and failed[0] == stamp:
+            raise RulesModuleError(str(failed[1]), failed[1].path, failed[1].line)
+        ASK_PARENT[0](path, root, parts, label)
     name = _parent_package(root) + "." + ".".join(parts)
     sys.modules.pop(name, None)
     importlib.invalidate_caches()
     try:
         module = importlib.import_module(name)
     except Exception as exc:
-        raise _import_error(exc, path, label) from exc
+        error = _FAILED[path] = (stamp, _import_error(exc, path, label))
+        raise error[1] from exc
     for key, value in vars(module).items():
         if isinstance(value, RuleType):
-            value.bind(key, label)
+            value.bind(key, label, name)
     _MODULES[path] = (stamp, module)
     return module
+
+
+def forget_failed_imports() -> None:
+    """Forget the imports that failed: a new load tries them again (another module they import may be fixed)."""
+    _FAILED.clear()
 
 
 def _import_error(exc: Exception, path: Path, label: str) -> RulesModuleError:

@@ -399,3 +399,29 @@ def test_fail_of_a_large_value_prints_a_bounded_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and len(lines[0]) < 1000, result.stderr[-3000:]
     assert lines[0].startswith("marinbuild: error: a/BUILD.marin:2:1: fail: ")
     assert re.search(r"\.\.\. \(\d+ more characters\)$", lines[0]), lines[0]
+
+
+# --- BUILD files whose evaluation cannot be stopped from inside: the child evaluating them dies or is killed -------
+DOUBLED_TWICE = "x = [1]\ny = [1]\n" + "x = [x, x]\ny = [y, y]\n" * 50  # two equal values of 2**50 elements
+
+
+@pytest.mark.parametrize(
+    ("build", "words"),
+    [
+        pytest.param('x = 1\ny = "x" * 2000000000\n', ["evaluation aborted", "2,000,000,000 bytes"], id="repetition"),
+        pytest.param(DOUBLED + 'y = "%s" % x\n', ["evaluation"], id="format-of-a-doubled-list"),
+        pytest.param(DOUBLED_TWICE + "z = x == y\n", ["budget of 1 s"], id="comparison-of-doubled-lists"),
+    ],
+)
+def test_build_file_ending_its_evaluator_fails_at_the_file(build: str, words: list[str], tmp_path: Path) -> None:
+    files = {"a/BUILD.marin": build, "b/BUILD.marin": "x = 1\n"}
+    ws = _workspace(tmp_path, Attack("ender", files, None, config="eval_budget_seconds = 1\n"))
+    result = _limited_cli(ws)
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr and "panicked" not in result.stderr, result.stderr[-3000:]
+    assert "memory allocation" not in result.stderr and "RUST_BACKTRACE" not in result.stderr, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith("marinbuild: error: a/BUILD.marin:1:1: evaluation "), lines[0]
+    for word in words:
+        assert word in lines[0], lines[0]

@@ -195,8 +195,10 @@ def test_loaded_module_is_evaluated_once_and_shared(make_ws: WriteWorkspace, cap
     ws = make_ws(
         {
             "lib/x.star": 'print("evaluating x")\nITEMS = [1, 2]\n',
-            "a/BUILD.marin": (
-                'load("//lib:x.star", "ITEMS")\ncopy = list(ITEMS) + [3]\ncopy.append(4)\nprint("a", copy)\n'
+            "a/BUILD.marin": (  # the rules module loaded after x.star: the first child stops there to have it imported
+                'load("//lib:x.star", "ITEMS")\n'
+                + LOAD
+                + 'copy = list(ITEMS) + [3]\ncopy.append(4)\nprint("a", copy)\n'
             ),
             "b/BUILD.marin": 'load("//lib:x.star", "ITEMS")\nx = ITEMS + [5]\nprint("b", x)\n',
         }
@@ -575,10 +577,58 @@ say = rule(implementation=_impl, attrs={"word": Shout(), "plain": attr.string()}
     assert loaded["//a:z"].attrs["word"].startswith("given <object")  # the 'not given' marker, as always
 
 
-def test_the_evaluation_budget_must_be_a_positive_number(tmp_path: Path) -> None:
+@pytest.mark.parametrize("setting", ["eval_budget_seconds", "eval_memory_mb"])
+def test_the_evaluation_budgets_must_be_positive_numbers(setting: str, tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "BUILD.marin").write_text("x = 1\n")
     for bad in ("0", "-1", '"10"', "true"):
-        with pytest.raises(BuildFileError, match="eval_budget_seconds must be a positive number"):
-            Loader(Workspace(tmp_path, {"eval_budget_seconds": tomllib.loads(f"v = {bad}")["v"]}))
-    assert len(Loader(Workspace(tmp_path, {"eval_budget_seconds": 2.5})).load_all()) == 0
+        with pytest.raises(BuildFileError, match=f"{setting} must be a positive number"):
+            Loader(Workspace(tmp_path, {setting: tomllib.loads(f"v = {bad}")["v"]}))
+    assert len(Loader(Workspace(tmp_path, {setting: 2.5 * 1024})).load_all()) == 0
+
+
+def test_a_build_file_ending_its_evaluator_fails_at_the_file_and_loading_goes_on(
+    make_ws: WriteWorkspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    ws = make_ws(
+        {
+            "a/BUILD.marin": LOAD + 'tokenize(name = "t")\ny = "x" * 300000000\n',
+            "b/BUILD.marin": 'fail("b is broken too")\n',
+            "c/BUILD.marin": LOAD + 'print("c evaluated")\ntrain(name = "t", config = {"steps": 3})\n',
+        }
+    )
+    loader = Loader(Workspace(ws.root, {"eval_memory_mb": 100}))
+    with caplog.at_level(logging.INFO, logger="marinbuild.build"), pytest.raises(BuildFileError) as raised:
+        loader.load_all()
+    first, second = raised.value.all_errors
+    assert str(first).startswith("a/BUILD.marin:1:1: evaluation aborted: it asked for 300,000,000 bytes at once")
+    assert str(second) == "b/BUILD.marin:1:1: fail: b is broken too"
+    assert "c/BUILD.marin: c evaluated" in caplog.text  # by a new child, which imported the rules module again
+    assert Loader(ws).load_packages(["c"]).target("//c:t").attrs["config"].steps == 3
+
+
+def test_an_attribute_value_that_does_not_pickle_fails_at_its_target(make_ws: WriteWorkspace) -> None:
+    rules = """
+import threading
+
+from marinbuild.load import rule
+from marinbuild.load.attrs import StringAttr
+
+
+class Locked(StringAttr):
+    def convert(self, value, package):
+        return threading.Lock()
+
+
+locked = rule(implementation=lambda ctx: None, attrs={"x": Locked()})
+"""
+    ws = make_ws(
+        {
+            "rules/locked.py": rules,
+            "a/BUILD.marin": 'load("//rules:locked.py", "locked")\nlocked(name = "t", x = "1")\n',
+        }
+    )
+    with pytest.raises(
+        BuildFileError, match=r"^a/BUILD.marin:2:1: locked\(name='t'\): a value of its attributes does not pickle"
+    ):
+        load_workspace(ws.root)
