@@ -116,12 +116,26 @@ class RayCluster:
         self,
         resources: dict[str, float],
         num_cpus: int = 1,
-        timeout: float = 60,
+        timeout: float = 120,
         labels: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
     ) -> Node:
         """Start a worker node advertising ``resources`` and ``labels``, its processes with ``env`` added to their
-        environment; return once the cluster sees it."""
+        environment; return once the cluster sees it. A node that has not joined in ``timeout`` seconds (a busy
+        machine, a port taken between its choice and its use) is stopped and started once more."""
+        try:
+            return self._add_node(resources, num_cpus, timeout, labels, env)
+        except RuntimeError:
+            return self._add_node(resources, num_cpus, timeout, labels, env)
+
+    def _add_node(
+        self,
+        resources: dict[str, float],
+        num_cpus: int,
+        timeout: float,
+        labels: dict[str, str] | None,
+        env: dict[str, str] | None,
+    ) -> Node:
         import ray
 
         before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
@@ -160,6 +174,8 @@ class RayCluster:
             if node.proc.poll() is not None:
                 break
             time.sleep(0.2)
+        _kill_group(node.proc, signal.SIGKILL)
+        self.nodes.remove(node)
         raise RuntimeError(f"Ray node with {resources} did not join ({self.temp_dir})")
 
     def add_tpu_slice(
