@@ -9,8 +9,9 @@ one build with its own ``BuildContext`` (lease keeper, runner registry), closed 
 Contract:
 - ``add``/``add_all`` version steps (and what they depend on); ``steps``, ``configs``, ``dependencies``,
   ``versions``, ``version_strs``, ``hashed_versions``, ``output_paths``, ``is_pseudo_dep`` are the table's own
-  dicts, with Marin's meanings; ``canonicalize`` names the step that stands for equal versions;
-  ``action_digest`` is the action cache's key; ``info_text`` is a step's ``.executor_info`` text.
+  columns, with Marin's meanings (``configs`` and ``version_strs`` made when read); ``canonicalize`` names the
+  step that stands for equal versions; ``action_digest`` is the action cache's key; ``info_text`` is a step's
+  ``.executor_info`` text.
 - ``run`` versions the given steps, plans (``planning.py``), and, unless the run is dry or has nothing to run,
   runs them (``execute.py``); it records the code each step that succeeded ran beside its output, and, unless
   the run is dry, checks the built steps' code (``code_records.py``); it returns ``output_paths``. ``plan``,
