@@ -23,6 +23,7 @@ Who does what:
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import queue
@@ -117,6 +118,8 @@ class _Verdict:
     FAILED), ``lost`` (its task died: SUCCESS means it ran, else FAILED), ``cancelled``, or ``failed`` (any other
     error: FAILED)."""
     error: BaseException | None = None
+    report: str | None = None
+    """``ran``: the step's last progress report, which the relay did not take (JSON, ``ray_task.run_under_lease``)."""
 
 
 @dataclass
@@ -502,10 +505,8 @@ class RayBackend:
         a lease thread.
         """
         try:
-            verdict = self._verdict(task, future.exception())
-            if future.exception() is None and (last := future.result()) is not None:  # its relay did not take it
-                job = task.item.job
-                job.bus.emit(ev.PROGRESS, step=job.name, output_path=job.output_path, detail=last[0], data=last[1])
+            exc = future.exception()
+            verdict = self._verdict(task, exc) if exc is not None else _Verdict("ran", report=future.result())
         except BaseException as exc:  # any error reading the result is the step's outcome
             verdict = _Verdict("failed", exc)
         if task.item.job.lease.round_trips:
@@ -513,13 +514,11 @@ class RayBackend:
         else:
             self._settle(task.item, verdict)
 
-    def _verdict(self, task: _Task, exc: BaseException | None) -> _Verdict:
-        """How ``task`` ended: ``exc`` is what ``ray.get`` of its result would raise (None: it ran); if its task
-        died, the step's status says whether it was committed."""
+    def _verdict(self, task: _Task, exc: BaseException) -> _Verdict:
+        """How ``task`` ended, ``exc`` being what ``ray.get`` of its result raises; if its task died, the step's
+        status says whether it was committed."""
         from ray import exceptions as rex
 
-        if exc is None:
-            return _Verdict("ran")
         cause = getattr(exc, "cause", None)
         if isinstance(exc, rex.TaskCancelledError) or self._cancelled:
             return _Verdict("cancelled")
@@ -564,6 +563,9 @@ class RayBackend:
                 outcome, error = None, KeyboardInterrupt(f"{job.name}: cancelled")
             elif verdict.kind == "ran":
                 job.release_after_remote(committed=True)  # the task committed the step
+                if verdict.report is not None:
+                    detail, data = json.loads(verdict.report)
+                    job.bus.emit(ev.PROGRESS, step=job.name, output_path=job.output_path, detail=detail, data=data)
                 outcome, error = RAN, None
             elif verdict.kind == "engine":
                 job.release_after_remote()

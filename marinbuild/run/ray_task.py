@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pickle
 from collections.abc import Callable
@@ -56,12 +57,12 @@ def _rebuild_engine_error(cls: type[BaseException], args: tuple[Any, ...], state
     return EngineError(error)
 
 
-def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> tuple[str, dict[str, Any]] | None:
+def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> str | None:
     """The body of every step's task: RUNNING and ``.executor_info``, the step, then its commit.
 
     The step's own exception propagates (the step's failure); marinbuild's raise ``EngineError``.
-    Returns the step's last progress report if the driver's relay did not take it (``TaskReporter``); the step's
-    value is in ``.artifact.json``.
+    Returns the step's last progress report if the driver's relay did not take it (``TaskReporter``), as JSON
+    text (the driver reads it whatever classes its values are); the step's value is in ``.artifact.json``.
     """
     try:
         if not run.start():
@@ -79,7 +80,7 @@ def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> tuple[str, dict[
         run.commit(result)
     except Exception as exc:
         raise EngineError(exc) from exc
-    return reporter.unsent
+    return None if reporter.unsent is None else json.dumps(reporter.unsent, default=str)
 
 
 def worker_log() -> str:
@@ -133,7 +134,7 @@ def task_for(fn: Callable[[Any], Any], relocation: Relocation | None) -> Callabl
     Its argument is the ``(config, mirror scope, RemoteRun)`` of the step (``pickle_payload``).
     """
 
-    def step(payload: bytes) -> tuple[str, dict[str, Any]] | None:
+    def step(payload: bytes) -> str | None:
         config, mirror, run = pickle.loads(payload)
         return run_under_lease(run, lambda: run_step(fn, config, relocation, mirror))
 
@@ -141,7 +142,7 @@ def task_for(fn: Callable[[Any], Any], relocation: Relocation | None) -> Callabl
     return step
 
 
-def run_call(payload: bytes) -> tuple[str, dict[str, Any]] | None:
+def run_call(payload: bytes) -> str | None:
     """The Ray task for a job whose call is not a ``StepCall`` (any picklable callable): the pickled (call, run)."""
     call, run = pickle.loads(payload)
     return run_under_lease(run, call)
