@@ -9,9 +9,9 @@ Who does what:
   driver: a task whose driver lost the lease writes no SUCCESS. Why the task and not the driver:
   the files of a step are most of its cost, the driver is one process, tasks spread over the cluster.
 - The driver loop (``_DriverLoop``, one thread) takes local leases and launches while each resource
-  shape has room in its launch window (which bounds what ``ray.wait`` looks at), waits for a task to
-  end, and finishes it. Lease threads take the lease work that waits: a lease another runner holds,
-  and every lease on an object store (a request per operation).
+  shape has room in its launch window, sleeps until a task ends (its future's callback) or another
+  thread hands it work, and finishes the task. Lease threads take the lease work that waits: a lease
+  another runner holds, and every lease on an object store (a request per operation).
 - One Ray task per step: its function, its resources, its payload (``marinbuild.run.ray_task``).
 - Failures: Ray retries a task whose worker or node died (``max_retries``), never one whose code
   raised; Ctrl-C cancels every launched task and gives every lease up.
@@ -23,6 +23,7 @@ Who does what:
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import queue
@@ -32,11 +33,13 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Hashable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from marinbuild.core.resources import normalize
+from marinbuild.run import events as ev
 from marinbuild.run import ray_log, shipped_code
 from marinbuild.run.backend import Completion
 from marinbuild.run.failure import RemoteTraceback
@@ -54,12 +57,9 @@ DEFAULT_MAX_RETRIES = 3
 MIN_LAUNCH_WINDOW = 64
 LAUNCH_WINDOW_PER_CPU = 4
 """Tasks of one resource shape launched or being prepared at once: 4 per CPU of the cluster, at least 64. Several
-times what can run, and a bound on what each ``ray.wait`` is given (its cost grows with that list: waiting on every
-launched task would make a fan-out quadratic)."""
+times what can run, and a bound on the leases held for tasks that wait for a worker."""
 WINDOW_REFRESH = 60.0
 """Seconds between reads of the cluster's resources (an autoscaler grows it)."""
-WAKE_SECONDS = 0.05
-"""How long the driver loop waits in ``ray.wait`` before it looks for steps another thread handed it."""
 LEASE_THREADS = 8
 """Threads for lease work that waits: a lease held by another runner, and leases on an object store (a request
 per operation). Started the first time one is needed; local leases are taken and released on the loop's thread."""
@@ -118,6 +118,8 @@ class _Verdict:
     FAILED), ``lost`` (its task died: SUCCESS means it ran, else FAILED), ``cancelled``, or ``failed`` (any other
     error: FAILED)."""
     error: BaseException | None = None
+    report: str | None = None
+    """``ran``: the step's last progress report, which the relay did not take (JSON, ``ray_task.run_under_lease``)."""
 
 
 @dataclass
@@ -146,8 +148,8 @@ class RayBackend:
     """Threads for lease work that waits (another runner's lease; leases on GCS, a request each)."""
     launch_window: int | None = None
     """Tasks of one resource shape launched and not yet ended, or being prepared, at most (each holding the lease of
-    its step); more steps wait in the driver, without a lease, until one ends. It bounds what each ``ray.wait``
-    looks at. None: 4 per CPU of the cluster, at least 64."""
+    its step); more steps wait in the driver, without a lease, until one ends. None: 4 per CPU of the cluster, at
+    least 64."""
     name: str = "ray"
 
     def __post_init__(self) -> None:
@@ -174,6 +176,8 @@ class RayBackend:
         self._lease_threads = 0
         self._running: dict[int, _Task] = {}
         """Launched tasks not yet finished: what Ctrl-C cancels."""
+        self._ended: list[tuple[_Task, Future[Any]]] = []
+        """Launched tasks that ended, with their futures, for the driver loop."""
         self._outstanding = 0
         """Jobs submitted whose completion was not reported yet."""
         self._started = False
@@ -243,14 +247,8 @@ class RayBackend:
             idle = self._outstanding == 0
         if idle:
             self._stop()
-        if running:
-            import ray
-
-            for ref in running:
-                try:
-                    ray.cancel(ref, force=True)
-                except Exception:  # already finished, or the cluster is gone
-                    logger.debug("could not cancel a task", exc_info=True)
+        for ref in running:
+            self._cancel_ref(ref)
 
     def check_resources(self, resources: Any) -> str | None:
         """A cluster may gain any resource (an autoscaler adds nodes): only a malformed request is refused."""
@@ -365,7 +363,7 @@ class RayBackend:
         else:
             self._complete(done, job, None, job.fail(exc))
 
-    # -- the driver loop: lease, launch, ray.wait, finish -----------------------------------------
+    # -- the driver loop: lease, launch, finish ---------------------------------------------------
     def _loop(self) -> None:
         _DriverLoop(self).run()
 
@@ -391,8 +389,9 @@ class RayBackend:
                 logger.debug("could not read the cluster's resources", exc_info=True)
         return self._totals
 
-    def _start(self, item: _Launch) -> _Task | None:
-        """Launch ``item``'s task (None if it ended here: launching failed, or the build was cancelled)."""
+    def _start(self, item: _Launch) -> bool:
+        """Launch ``item``'s task; False if it ended here (launching failed, or the build was cancelled). When the
+        task ends, its future's callback (on a thread of Ray's) hands it to the driver loop."""
         try:
             if self._cancelled:
                 raise KeyboardInterrupt
@@ -400,14 +399,20 @@ class RayBackend:
             ref = remote.remote(item.payload)
         except BaseException as exc:
             self._end_unlaunched(item.job, item.done, exc)
-            return None
+            return False
         task = _Task(item, ref, item.key)
         with self._cv:
             cancelled = self._cancelled
             self._running[id(task)] = task
+        ref.future().add_done_callback(functools.partial(self._task_ended, task))
         if cancelled:  # Ctrl-C came while launching: its ref ends as cancelled, and finishing says so
             self._cancel_ref(ref)
-        return task
+        return True
+
+    def _task_ended(self, task: _Task, future: Future[Any]) -> None:
+        with self._cv:
+            self._ended.append((task, future))
+            self._cv.notify()
 
     def _task_options(self) -> dict[str, Any]:
         return {"max_retries": self.max_retries, "retry_exceptions": False}
@@ -489,20 +494,19 @@ class RayBackend:
 
         try:
             ray.cancel(ref, force=True)
-        except Exception:
+        except Exception:  # already finished, or the cluster is gone
             logger.debug("could not cancel a task", exc_info=True)
 
     # -- finishing: release, or record the failure ---------------------------------------------
-    def _finish(self, task: _Task) -> None:
-        """``task`` ended: finish its step as its verdict says.
+    def _finish(self, task: _Task, future: Future[Any]) -> None:
+        """``task`` ended (``future`` holds its result): finish its step as its verdict says.
 
         The verdict is read here, in the loop; a step whose lease needs a request per operation is finished on
         a lease thread.
         """
-        with self._cv:
-            self._running.pop(id(task), None)
         try:
-            verdict = self._verdict(task)
+            exc = future.exception()
+            verdict = self._verdict(task, exc) if exc is not None else _Verdict("ran", report=future.result())
         except BaseException as exc:  # any error reading the result is the step's outcome
             verdict = _Verdict("failed", exc)
         if task.item.job.lease.round_trips:
@@ -510,39 +514,35 @@ class RayBackend:
         else:
             self._settle(task.item, verdict)
 
-    def _verdict(self, task: _Task) -> _Verdict:
-        """How ``task`` ended (read from its result, or from its error and, if its task died, the step's status)."""
-        import ray
+    def _verdict(self, task: _Task, exc: BaseException) -> _Verdict:
+        """How ``task`` ended, ``exc`` being what ``ray.get`` of its result raises; if its task died, the step's
+        status says whether it was committed."""
         from ray import exceptions as rex
 
-        try:
-            ray.get(task.ref)
-        except BaseException as exc:
-            cause = getattr(exc, "cause", None)
-            if isinstance(exc, rex.TaskCancelledError | KeyboardInterrupt) or self._cancelled:
-                return _Verdict("cancelled")
-            if isinstance(exc, rex.RayTaskError) and isinstance(cause, EngineError):
-                error = cause.error  # e.g. the lease was taken over: the task wrote no SUCCESS
-                error.__cause__ = RemoteTraceback(_ANSI.sub("", str(exc)).rstrip())
-                return _Verdict("engine", error)
-            if isinstance(exc, rex.RayTaskError):  # the step's code raised: its task committed nothing
-                return _Verdict("raised", _user_error(exc))
-            if isinstance(
-                exc,
-                rex.WorkerCrashedError
-                | rex.NodeDiedError
-                | rex.ObjectLostError
-                | rex.OutOfMemoryError
-                | rex.LocalRayletDiedError,
-            ):
-                lost = StepLostError(
-                    f"its Ray task died {self.max_retries + 1} time(s) "
-                    f"(max_retries={self.max_retries}): {type(exc).__name__}: {exc}"
-                )
-                lost.__cause__ = exc
-                return self._lost(task, lost)
-            return _Verdict("failed", exc)  # e.g. the runtime env could not be set up
-        return _Verdict("ran")
+        cause = getattr(exc, "cause", None)
+        if isinstance(exc, rex.TaskCancelledError) or self._cancelled:
+            return _Verdict("cancelled")
+        if isinstance(exc, rex.RayTaskError) and isinstance(cause, EngineError):
+            error = cause.error  # e.g. the lease was taken over: the task wrote no SUCCESS
+            error.__cause__ = RemoteTraceback(_ANSI.sub("", str(exc)).rstrip())
+            return _Verdict("engine", error)
+        if isinstance(exc, rex.RayTaskError):  # the step's code raised: its task committed nothing
+            return _Verdict("raised", _user_error(exc))
+        if isinstance(
+            exc,
+            rex.WorkerCrashedError
+            | rex.NodeDiedError
+            | rex.ObjectLostError
+            | rex.OutOfMemoryError
+            | rex.LocalRayletDiedError,
+        ):
+            lost = StepLostError(
+                f"its Ray task died {self.max_retries + 1} time(s) "
+                f"(max_retries={self.max_retries}): {type(exc).__name__}: {exc}"
+            )
+            lost.__cause__ = exc
+            return self._lost(task, lost)
+        return _Verdict("failed", exc)  # e.g. the runtime env could not be set up
 
     def _lost(self, task: _Task, error: BaseException) -> _Verdict:
         """The verdict of a step whose task died: it ran if its status says it was committed (SUCCESS), else lost."""
@@ -563,6 +563,9 @@ class RayBackend:
                 outcome, error = None, KeyboardInterrupt(f"{job.name}: cancelled")
             elif verdict.kind == "ran":
                 job.release_after_remote(committed=True)  # the task committed the step
+                if verdict.report is not None:
+                    detail, data = json.loads(verdict.report)
+                    job.bus.emit(ev.PROGRESS, step=job.name, output_path=job.output_path, detail=detail, data=data)
                 outcome, error = RAN, None
             elif verdict.kind == "engine":
                 job.release_after_remote()
@@ -576,18 +579,16 @@ class RayBackend:
 
 
 class _DriverLoop:
-    """The driver loop of one ``RayBackend`` (its own thread): lease, launch, ``ray.wait``, finish.
+    """The driver loop of one ``RayBackend`` (its own thread): lease, launch, finish.
 
-    Each turn takes what other threads handed over (submitted jobs, jobs a lease thread prepared),
-    takes leases and launches while each resource shape has room in its launch window, then waits
-    for one launched task to end (or ``WAKE_SECONDS``) and finishes it. The loop's state is its own:
+    Each turn takes what other threads handed over (submitted jobs, jobs a lease thread prepared, tasks
+    that ended), finishes the ended tasks, and takes leases and launches while each resource shape has
+    room in its launch window; then it sleeps until more is handed over. The loop's state is its own:
     no other thread reads it.
     """
 
     def __init__(self, backend: RayBackend) -> None:
         self.backend = backend
-        self.in_flight: dict[Any, _Task] = {}
-        """Launched tasks, by their Ray reference."""
         self.pending: dict[Hashable, deque[tuple[StepJob, Completion]]] = {}
         """Per resource shape, submitted jobs waiting for room in its launch window (no lease taken yet)."""
         self.active: Counter[Hashable] = Counter()
@@ -596,41 +597,40 @@ class _DriverLoop:
 
     def run(self) -> None:
         """Turn until the backend stops and nothing is left in flight."""
-        while True:
-            handed = self._take_handed_over()
-            if handed is None:
-                return
-            inbox, prepared = handed
+        while (handed := self._take_handed_over()) is not None:
+            inbox, prepared, ended = handed
             touched = self._queue(inbox)
             touched |= self._launch_prepared(prepared)
+            for task, future in ended:
+                self.active[task.key] -= 1
+                self.backend._finish(task, future)
+                touched.add(task.key)
             if self.backend._cancelled:
                 touched.update(self.pending)
             for shape_key in touched:
                 self._fill(shape_key)
-            if self.in_flight:
-                for ref in self._wait():
-                    self._task_ended(ref)
 
-    def _take_handed_over(
-        self,
-    ) -> tuple[list[tuple[StepJob, Completion]], list[tuple[Hashable, _Launch | None]]] | None:
-        """What other threads handed over since the last turn (blocking while there is nothing to do at all);
-        None once the backend stops with nothing left."""
+    def _take_handed_over(self) -> tuple[list[Any], list[tuple[Hashable, _Launch | None]], list[Any]] | None:
+        """What other threads handed over since the last turn, (submitted, prepared, ended), waiting while there is
+        nothing; None once the backend stops with nothing left."""
         backend = self.backend
         with backend._cv:
             while not (
                 backend._inbox
                 or backend._prepared
-                or self.in_flight
-                or backend._stopping
+                or backend._ended
+                or (backend._stopping and not backend._running)
                 or (backend._cancelled and self.pending)
             ):
                 backend._cv.wait()
-            if backend._stopping and not (backend._inbox or backend._prepared or self.in_flight):
+            if backend._stopping and not (backend._inbox or backend._prepared or backend._ended or backend._running):
                 return None
             inbox, backend._inbox = backend._inbox, []
             prepared, backend._prepared = backend._prepared, []
-        return inbox, prepared
+            ended, backend._ended = backend._ended, []
+            for task, _ in ended:
+                backend._running.pop(id(task), None)
+        return inbox, prepared, ended
 
     def _queue(self, inbox: list[tuple[StepJob, Completion]]) -> set[Hashable]:
         """Queue submitted jobs by resource shape; the shapes touched."""
@@ -692,31 +692,8 @@ class _DriverLoop:
 
     def _launch(self, shape_key: Hashable, item: _Launch) -> None:
         """Launch ``item`` (prepared, counted in ``active``) in a task of its own."""
-        task = self.backend._start(item)
-        if task is None:
+        if not self.backend._start(item):
             self.active[shape_key] -= 1
-        else:
-            self.in_flight[task.ref] = task
-
-    def _wait(self) -> list[Any]:
-        """The references of launched tasks that ended (none if ``WAKE_SECONDS`` passed first)."""
-        import ray
-
-        try:
-            ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=WAKE_SECONDS, fetch_local=False)
-        except Exception:  # the cluster is gone: each task's ray.get says how
-            logger.warning("the Ray backend lost its cluster", exc_info=True)
-            return list(self.in_flight)
-        return ready
-
-    def _task_ended(self, ref: Any) -> None:
-        """Finish the task of ``ref``, then fill its window."""
-        task = self.in_flight.pop(ref, None)
-        if task is None:
-            return
-        self.active[task.key] -= 1
-        self.backend._finish(task)
-        self._fill(task.key)
 
 
 def _declared_options(fn: Any, fresh: bool) -> dict[str, Any]:

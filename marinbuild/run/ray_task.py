@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pickle
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from typing import Any
 
 from marinbuild.run import step_progress
 from marinbuild.run.failure import WORKER_LOG_NOTE
-from marinbuild.run.ray_progress import task_reporter
+from marinbuild.run.ray_progress import TaskReporter
 from marinbuild.run.step_call import MirrorScope
 from marinbuild.run.step_job import RemoteRun
 
@@ -56,19 +57,21 @@ def _rebuild_engine_error(cls: type[BaseException], args: tuple[Any, ...], state
     return EngineError(error)
 
 
-def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> None:
+def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> str | None:
     """The body of every step's task: RUNNING and ``.executor_info``, the step, then its commit.
 
     The step's own exception propagates (the step's failure); marinbuild's raise ``EngineError``.
-    Returns nothing: the step's value is in ``.artifact.json``.
+    Returns the step's last progress report if the driver's relay did not take it (``TaskReporter``), as JSON
+    text (the driver reads it whatever classes its values are); the step's value is in ``.artifact.json``.
     """
     try:
         if not run.start():
-            return  # an earlier attempt committed it, then its worker died before replying
+            return None  # an earlier attempt committed it, then its worker died before replying
     except Exception as exc:
         raise EngineError(exc) from exc
+    reporter = TaskReporter(run.holder, run.action.name, run.output_path)
     try:
-        with step_progress.reporting(task_reporter(run.holder, run.action.name, run.output_path)):
+        with step_progress.reporting(reporter):
             result = step()
     except Exception as exc:
         note_worker_log(exc)
@@ -77,6 +80,7 @@ def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> None:
         run.commit(result)
     except Exception as exc:
         raise EngineError(exc) from exc
+    return None if reporter.unsent is None else json.dumps(reporter.unsent, default=str)
 
 
 def worker_log() -> str:
@@ -124,24 +128,24 @@ def pickle_payload(value: Any) -> bytes:
     return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def task_for(fn: Callable[[Any], Any], relocation: Relocation | None) -> Callable[[bytes], None]:
+def task_for(fn: Callable[[Any], Any], relocation: Relocation | None) -> Callable[[bytes], Any]:
     """The Ray task of one step whose function is ``fn`` (both shipped once, with the task's definition).
 
     Its argument is the ``(config, mirror scope, RemoteRun)`` of the step (``pickle_payload``).
     """
 
-    def step(payload: bytes) -> None:
+    def step(payload: bytes) -> str | None:
         config, mirror, run = pickle.loads(payload)
-        run_under_lease(run, lambda: run_step(fn, config, relocation, mirror))
+        return run_under_lease(run, lambda: run_step(fn, config, relocation, mirror))
 
     step.__name__ = getattr(fn, "__name__", "step")  # (its qualname stays "...<locals>...": pickled by value)
     return step
 
 
-def run_call(payload: bytes) -> None:
+def run_call(payload: bytes) -> str | None:
     """The Ray task for a job whose call is not a ``StepCall`` (any picklable callable): the pickled (call, run)."""
     call, run = pickle.loads(payload)
-    run_under_lease(run, call)
+    return run_under_lease(run, call)
 
 
 def relocate_paths(value: Any, old_root: str, new_root: str) -> Any:

@@ -73,6 +73,27 @@ def where_once_marked(config: ProbeConfig) -> dict:
     return {**facts, "saw_mark": mark.exists()}
 
 
+def reports_until_heard(config: ProbeConfig) -> dict:
+    """Report progress every 0.1 s until the driver heard a report (a ``mark`` file in ``log_dir``; at most 60 s)."""
+    from marinbuild.run.step_progress import report
+
+    mark, sent = Path(config.log_dir, "mark"), 0
+    deadline = time.monotonic() + 60
+    while not mark.exists() and time.monotonic() < deadline:
+        sent += 1
+        report(f"report {sent}", sent=sent)
+        time.sleep(0.1)
+    return {"heard": mark.exists(), "sent": sent}
+
+
+def reports_once(config: ProbeConfig) -> dict:
+    """Report progress once and end (long before a driver's relay starts)."""
+    from marinbuild.run.step_progress import report
+
+    report("the only report", n=1)
+    return where(config)
+
+
 def where_then_mark(config: ProbeConfig) -> dict:
     """As ``where`` (``text`` is another step's output path, a dependency); then leave ``mark`` in ``log_dir``."""
     facts = where(ProbeConfig(output_path=config.output_path))

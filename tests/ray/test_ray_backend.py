@@ -228,7 +228,7 @@ def test_steps_on_a_gs_prefix_commit_from_the_task(ray_cluster, gs_prefix, gcs_e
 
 
 def test_a_step_ready_while_another_runs_is_launched_at_once(ray_cluster, prefix):
-    """The driver loop waits in ray.wait on the slow task; the step that becomes ready meanwhile is launched while
+    """The driver loop sleeps while the slow task runs; the step that becomes ready meanwhile is launched while
     the slow task still runs."""
     marks = os.path.join(prefix, "marks")
     os.makedirs(marks)
@@ -242,6 +242,35 @@ def test_a_step_ready_while_another_runs_is_launched_at_once(ray_cluster, prefix
     paths = make_executor(prefix, RayBackend(ray_cluster.address)).run([slow, then])
     assert json.loads(Path(paths[slow], ".artifact.json").read_text())["saw_mark"] is True
     assert st.read_status(paths[then]) == st.read_status(paths[slow]) == "SUCCESS"
+
+
+def test_a_running_steps_progress_reaches_the_drivers_events(ray_cluster, prefix):
+    """The relay starts once a step has run a while; the step reports until the driver has heard it."""
+    marks = os.path.join(prefix, "marks")
+    os.makedirs(marks)
+    heard = []
+
+    def listener(event):
+        if event.kind == "progress":
+            heard.append(event)
+            Path(marks, "mark").write_text("heard")
+
+    step = rs.probe("progress/reporter", fn=rs.reports_until_heard, log_dir=marks)
+    backend = RayBackend(ray_cluster.address)
+    paths = Executor(prefix, os.path.join(prefix, "experiments"), listeners=[listener], backend=backend).run([step])
+    assert json.loads(Path(paths[step], ".artifact.json").read_text())["heard"] is True
+    assert heard[0].step == "progress/reporter" and heard[0].detail.startswith("report ") and heard[0].data["sent"] > 0
+
+
+def test_a_quick_steps_last_progress_report_reaches_the_drivers_events(ray_cluster, prefix):
+    """A step that ends before the relay starts returns its last report with its result."""
+    events = []
+    step = rs.probe("progress/once", fn=rs.reports_once)
+    backend = RayBackend(ray_cluster.address)
+    Executor(prefix, os.path.join(prefix, "experiments"), listeners=[events.append], backend=backend).run([step])
+    kinds = [(e.kind, e.detail, e.data) for e in events if e.step == "progress/once"]
+    assert ("progress", "the only report", {"n": 1}) in kinds
+    assert kinds.index(("progress", "the only report", {"n": 1})) < [k for k, _, _ in kinds].index("succeeded")
 
 
 def test_steps_beyond_the_launch_window_wait_their_turn_without_a_lease(ray_cluster, prefix):
