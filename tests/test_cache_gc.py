@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +133,84 @@ def test_the_readme_and_the_docs_say_what_gc_keeps_in_the_same_words() -> None:
     assert "never deletes another package's work" in scope
     assert scope in words(DOCS.read_text())
     assert scope in words((root / "docs" / "cli.md").read_text())
+
+
+def versions_of_x(tmp_path: Path, count: int, build: str = "") -> tuple[Path, list[str]]:
+    """A workspace whose //a:x was built in ``count`` versions, the status of version i written i days before the
+    last; its outputs, oldest first. ``build``: a BUILD file line added to package a (a pinned target...)."""
+    ws = write_workspace(tmp_path / "ws", {"gc_steps.py": STEPS, "a/BUILD.marin": ""})
+    made: list[str] = []
+    for v in range(1, count + 1):
+        (ws / "a/BUILD.marin").write_text(package({"x": v}) + build)
+        marinbuild(ws, "//a:all")
+        (new,) = (p for p in outputs(ws, "a") if p not in made and "/x-" in p)
+        made.append(new)
+    now = time.time()
+    for i, path in enumerate(made):
+        os.utime(Path(path, st.STATUS_FILE), (now, now - (count - 1 - i) * 86400))
+    return ws, made
+
+
+def offered(result: dict[str, Any]) -> list[str]:
+    skipped = {s["output_path"] for s in result["skipped"]}
+    return sorted(c["output_path"] for c in result["candidates"] if c["output_path"] not in skipped)
+
+
+def same(paths: list[str]) -> list[str]:
+    return sorted(paths)
+
+
+def test_gc_policies_only_narrow_what_is_offered(tmp_path: Path) -> None:
+    ws, made = versions_of_x(tmp_path, 5)  # made[4] is current: kept whatever the policy
+    assert offered(gc(ws, "//a:all")) == same(made[:4])
+    kept_last = gc(ws, "//a:all", "--keep_last", "3")
+    assert offered(kept_last) == same(made[:2])
+    assert {s["output_path"]: s["reason"] for s in kept_last["skipped"]}[made[3]] == (
+        "one of the 3 newest versions of a/x (--keep_last)"
+    )
+    older = gc(ws, "//a:all", "--older_than", "2.5d")
+    assert offered(older) == same(made[:2])  # written 4 and 3 days ago; 2 and 1 day ago stay
+    assert any(s["reason"].startswith("newer than --older_than 2d12h (written 2d") for s in older["skipped"])
+    listed = gc(ws, "//a:all")
+    sizes = {c["output_path"]: c["size"] for c in listed["candidates"]}
+    total = listed["prefix_bytes"] - sizes[made[0]] - sizes[made[1]] + 1  # over by less than the two oldest
+    capped = gc(ws, "//a:all", "--max_bytes", str(total), "--yes")
+    # the oldest first, only as many as needed
+    assert capped["deleted"] == made[:2] and outputs(ws, "a") == same(made[2:])
+    assert capped["over_max_bytes"] == 0
+    text = marinbuild(ws, "cache", "gc", "//a:all", "--max_bytes", "1")
+    assert "over --max_bytes: the rest is used, pinned or kept" in text  # the current output alone is over
+
+
+def test_pinned_outputs_are_never_deleted(tmp_path: Path) -> None:
+    pinned = 'python_step(name = "p", fn = "gc_steps:write", config = {"v": V}, pin = True)\n'
+    ws = write_workspace(tmp_path / "ws", {"gc_steps.py": STEPS, "a/BUILD.marin": ""})
+    for v in (1, 2):
+        (ws / "a/BUILD.marin").write_text(package({"x": v}) + pinned.replace("V", str(v)))
+        marinbuild(ws, "//a:all")
+        if v == 1:
+            old_p, old_x = outputs(ws, "a")  # the first versions of //a:p and //a:x
+    result = gc(ws, "//a:all", "--yes")
+    assert {s["output_path"]: s["reason"] for s in result["skipped"]} == {old_p: "pinned: //a:p has pin = True"}
+    assert result["deleted"] == [old_x] and Path(old_p, st.STATUS_FILE).exists()
+
+    (ws / "a/BUILD.marin").write_text(package({"x": 3}) + pinned.replace("V", "2").replace(", pin = True", ""))
+    marinbuild(ws, "//a:all")
+    old_x = next(p for p in outputs(ws, "a") if "/x-" in p)  # its second version (the first is gone)
+    (ws / "pins.txt").write_text("# what gc keeps\n//a:p\n")
+    (ws / "more_pins.txt").write_text(f"a/{Path(old_x).name.split('-')[0]}-*  # every version of a/x\n")
+    pins = gc(ws, "//a:all", "--pins", "pins.txt", "--pins", "more_pins.txt", "--yes")
+    assert pins["deleted"] == [] and Path(old_p).exists()
+    reasons = sorted(s["reason"] for s in pins["skipped"])
+    assert reasons[0] == "pinned: //a:p is in a pins file" and reasons[-1].startswith("pinned: matches a/x-* (")
+
+    bad = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "cache", "gc", "//a:all", "--older_than", "30"],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "'30' is not an age" in bad.stderr and "Traceback" not in bad.stderr
+    (ws / "a/BUILD.marin").write_text(package({"x": 3}) + pinned.replace("V", "2").replace("True", '"yes"'))
+    bad = subprocess.run([sys.executable, "-m", "marinbuild", "//a:p"], cwd=ws, capture_output=True, text=True)
+    assert bad.returncode == 2 and "a/BUILD.marin:3:67: attribute 'pin' must be True or False" in bad.stderr

@@ -14,12 +14,20 @@ gc deletes current work. Never deleted: a folder under a live (or unreadable) le
 ``<prefix>/experiments`` (a step folder holding them is skipped), a folder holding a kept output. A folder goes
 status first, then the rest: a gc killed at any moment leaves no step marked built without its outputs (the
 next gc lists what is left).
+
+Policies (``Policy``) only ever narrow what is offered, never widen it: a pinned output (every version of a
+target declared with ``pin = True``, or matched by a line of a pins file: a label pattern, or an output path
+glob relative to the prefix) is never deleted; ``keep_last`` keeps the N newest versions of each step name;
+``older_than`` keeps what was written more recently than that; ``max_bytes`` deletes the oldest candidates only
+until the whole prefix holds at most that many bytes. Each output a policy keeps is listed with the policy.
 """
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from marinbuild.cache import probe as pb
@@ -34,6 +42,20 @@ WORKSPACE = "//..."
 WORKSPACE_SCOPE = "workspace"  # kept: what any current target of the workspace uses (the default)
 PATTERNS_SCOPE = "patterns"  # kept: only what PATTERN's targets use (``keep_only_used_by_patterns``)
 NARROWING_FLAG = "--keep_only_used_by_patterns"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What ``cache gc`` keeps beyond what current targets use (module docstring); the defaults keep nothing more."""
+
+    older_than: float | None = None
+    """Seconds: an output whose status was written more recently is kept."""
+    keep_last: int | None = None
+    """The newest versions of each step name kept, whether used or not."""
+    max_bytes: int | None = None
+    """Delete the oldest candidates only until the prefix holds at most this many bytes."""
+    pins_files: tuple[str, ...] = ()
+    """Files of pins: a label pattern (``//experiments/...``) or an output path glob under the prefix a line."""
 
 
 @dataclass
@@ -53,6 +75,10 @@ class GcResult:
     deleted: list[str] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
     dry_run: bool = True
+    prefix_bytes: int = 0
+    """Bytes of every output under the prefix, before any deletion."""
+    over_max_bytes: int = 0
+    """With ``max_bytes``: what the prefix would still hold above it once every candidate went."""
 
     @property
     def candidate_bytes(self) -> int:
@@ -75,6 +101,7 @@ def cache_gc(
     patterns: Iterable[str | Label],
     yes: bool = False,
     keep_only_used_by_patterns: bool = False,
+    policy: Policy = Policy(),
 ) -> GcResult:
     """List (and with ``yes`` delete) the unused outputs under the prefix offered for ``patterns`` (module
     docstring); every package of the workspace is loaded and analysed in ``session``."""
@@ -83,6 +110,8 @@ def cache_gc(
     prefix = session.settings.prefix
     stale_after = pb.stale_after_of(session)
     roots = session.load(texts)
+    pin_lines = _pin_lines(policy.pins_files)
+    pinned_labels = session.load([text for text, _ in pin_lines if text.startswith("//")]) if pin_lines else []
     every = session.load([WORKSPACE])
     session.analyse(list(dict.fromkeys([*every, *roots])))
     paths = session.engine.output_paths
@@ -102,12 +131,22 @@ def cache_gc(
         maker_of_path.setdefault(normalize(paths[step]), maker)
         maker_of_name.setdefault(pb.step_name_of(paths[step], prefix), maker)
     names_of_patterns = {pb.step_name_of(paths[s], prefix) for s in used_by_patterns}
+    pins: dict[str, str] = {}  # a step name -> why its every version is pinned
+    targets = session.loaded.targets
+    for label in every:
+        if targets[label].pinned or label in pinned_labels:
+            why = f"pinned: {label}" + (" has pin = True" if targets[label].pinned else " is in a pins file")
+            for step in session.steps_of(label):
+                pins.setdefault(pb.step_name_of(paths[step], prefix), why)
+    path_pins = [(text, where) for text, where in pin_lines if not text.startswith("//")]
     whole_workspace = set(every) <= set(roots)
 
     result = GcResult(prefix, texts, PATTERNS_SCOPE if narrow else WORKSPACE_SCOPE, dry_run=not yes)
     run_info = normalize(fs.join(prefix, RUN_INFO_FOLDER))
-    store = Store(prefix)
-    for entry in cache_ls(prefix):
+    entries = cache_ls(prefix)
+    result.prefix_bytes = sum(e.size for e in entries)
+    newest = _newest_versions(entries, policy.keep_last)
+    for entry in entries:
         path = normalize(entry.output_path)
         if path in keep:
             result.kept += 1
@@ -126,20 +165,91 @@ def cache_gc(
             reason = f"no current target of the workspace makes a step named {entry.name}"
         result.candidates.append(entry)
         result.reasons[entry.output_path] = reason
-        blocker = _blocker(entry.output_path, path, keep, stale_after, run_info)
+    to_delete = []
+    for entry in result.candidates:
+        blocker = _blocker(entry.output_path, normalize(entry.output_path), keep, stale_after, run_info)
+        blocker = blocker or _policy_keeps(entry, policy, pins, path_pins, newest, prefix)
         if blocker is not None:
             result.skipped.append({"output_path": entry.output_path, "reason": blocker})
-            continue
-        if yes:
-            try:
-                fs.remove(status_path(entry.output_path))  # first: never SUCCESS without the outputs
-                faults.point("gc-status-removed")
-                store.rmtree(entry.output_path)
-            except OSError as exc:
-                result.errors.append({"output_path": entry.output_path, "error": f"{type(exc).__name__}: {exc}"})
-            else:
-                result.deleted.append(entry.output_path)
+        else:
+            to_delete.append(entry)
+    if policy.max_bytes is not None:
+        to_delete = _oldest_down_to(to_delete, policy.max_bytes, result)
+    store = Store(prefix)
+    for entry in to_delete if yes else ():
+        try:
+            fs.remove(status_path(entry.output_path))  # first: never SUCCESS without the outputs
+            faults.point("gc-status-removed")
+            store.rmtree(entry.output_path)
+        except OSError as exc:
+            result.errors.append({"output_path": entry.output_path, "error": f"{type(exc).__name__}: {exc}"})
+        else:
+            result.deleted.append(entry.output_path)
     return result
+
+
+def _pin_lines(files: Iterable[str]) -> list[tuple[str, str]]:
+    """``(pin, "FILE:LINE")`` for each line of the pins files that is not blank or a ``#`` comment."""
+    lines = []
+    for name in files:
+        for number, line in enumerate(Path(name).read_text().splitlines(), 1):
+            text = line.split("#", 1)[0].strip()
+            if text:
+                lines.append((text, f"{name}:{number}"))
+    return lines
+
+
+def _newest_versions(entries: list[Entry], keep_last: int | None) -> set[str]:
+    """The output paths of the ``keep_last`` newest versions of each step name (by their status's age)."""
+    if not keep_last:
+        return set()
+    by_name: dict[str, list[Entry]] = {}
+    for entry in entries:
+        by_name.setdefault(entry.name, []).append(entry)
+    never = float("inf")  # an output without a status counts as the oldest
+    return {
+        e.output_path
+        for versions in by_name.values()
+        for e in sorted(versions, key=lambda e: never if e.age is None else e.age)[:keep_last]
+    }
+
+
+def _policy_keeps(
+    entry: Entry,
+    policy: Policy,
+    pins: dict[str, str],
+    path_pins: list[tuple[str, str]],
+    newest: set[str],
+    prefix: str,
+) -> str | None:
+    """Why a policy keeps ``entry`` (None: none does)."""
+    if entry.name in pins:
+        return pins[entry.name]
+    relative = normalize(entry.output_path)[len(normalize(prefix)) :].lstrip("/")
+    for pattern, where in path_pins:
+        if fnmatch.fnmatchcase(relative, pattern.strip("/")) or fnmatch.fnmatchcase(entry.output_path, pattern):
+            return f"pinned: matches {pattern} ({where})"
+    if entry.output_path in newest:
+        return f"one of the {policy.keep_last} newest versions of {entry.name} (--keep_last)"
+    if policy.older_than is not None and (entry.age is None or entry.age < policy.older_than):
+        age = "age unknown" if entry.age is None else f"written {format_age(entry.age)} ago"
+        return f"newer than --older_than {format_age(policy.older_than)} ({age})"
+    return None
+
+
+def _oldest_down_to(candidates: list[Entry], max_bytes: int, result: GcResult) -> list[Entry]:
+    """The oldest of ``candidates`` whose deletion brings the prefix to ``max_bytes``; the others are skipped."""
+    excess = result.prefix_bytes - max_bytes
+    chosen: list[Entry] = []
+    for entry in sorted(candidates, key=lambda e: -(e.age or 0.0)):
+        if excess > 0:
+            chosen.append(entry)
+            excess -= entry.size
+        else:
+            why = f"not needed: the prefix is within --max_bytes {format_size(max_bytes)} without it"
+            result.skipped.append({"output_path": entry.output_path, "reason": why})
+    result.over_max_bytes = max(excess, 0)
+    return chosen
 
 
 def _blocker(output_path: str, normalized: str, keep: set[str], stale_after: float, run_info: str) -> str | None:
@@ -200,6 +310,10 @@ def format_gc(result: GcResult) -> str:
         else:
             mark = "would delete"
         lines.append(f"{format_size(e.size):>10}  {e.output_path}  {mark}: {result.reasons[e.output_path]}")
+    if result.over_max_bytes:
+        lines.append(
+            f"the prefix stays {format_size(result.over_max_bytes)} over --max_bytes: the rest is used, pinned or kept"
+        )
     n = len(result.candidates)
     offered = "unused output(s)" if result.scope == WORKSPACE_SCOPE else f"output(s) {shown} does not use"
     if result.dry_run:

@@ -111,6 +111,19 @@ class _Prefix(click.ParamType):
 PREFIX = _Prefix()
 
 
+def _workspace_pins(session: Any) -> list[str]:
+    """The pins files ``[tool.marinbuild] gc_pins`` names (a path or a list, relative to the workspace root)."""
+    given = session.workspace.config.get("gc_pins", [])
+    names = [given] if isinstance(given, str) else given
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise click.UsageError("[tool.marinbuild] gc_pins must be a path or a list of paths")
+    paths = [session.workspace.root / n for n in names]
+    for path in paths:
+        if not path.is_file():
+            raise click.UsageError(f"[tool.marinbuild] gc_pins: {path} does not exist")
+    return [str(p) for p in paths]
+
+
 def _open_session(**settings: Any) -> Any:
     from marinbuild.analysis.session import Session  # lazy here and below: the CLI start loads no command's modules
 
@@ -354,18 +367,45 @@ def cache_ls_command(prefix: str | None, output: str) -> None:
     help="Keep only what PATTERN... uses: every other output under the prefix is listed, the current outputs of "
     "the workspace's other targets too.",
 )
+@click.option("--older_than", metavar="AGE", help="Keep what was written less than AGE ago (30d, 12h).")
+@click.option("--keep_last", type=click.IntRange(min=1), help="Keep the N newest versions of each step, used or not.")
+@click.option("--max_bytes", metavar="SIZE", help="Delete the oldest only until the prefix holds SIZE (500G, 2TiB).")
+@click.option(
+    "--pins",
+    "pins_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A file of pins, never deleted: a label pattern or an output path glob under the prefix a line.",
+)
 @click.option("--yes", is_flag=True, help="Really delete (without it, only list what would go).")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def cache_gc_command(
-    patterns: tuple[str, ...], prefix: str | None, keep_only_used_by_patterns: bool, yes: bool, output: str
+    patterns: tuple[str, ...],
+    prefix: str | None,
+    keep_only_used_by_patterns: bool,
+    older_than: str | None,
+    keep_last: int | None,
+    max_bytes: str | None,
+    pins_files: tuple[str, ...],
+    yes: bool,
+    output: str,
 ) -> None:
     """Delete the outputs under the prefix that no current target of the workspace (//...) uses: old versions of
     the steps PATTERN... uses, and with //... outputs no target makes any more. Lists them first, each with why it
     may go; deletes with --yes."""
     from marinbuild.cache import cache_gc, format_gc
+    from marinbuild.cache.gc import Policy
+    from marinbuild.cache.text import parse_age, parse_size
 
+    try:
+        age = None if older_than is None else parse_age(older_than)
+        size = None if max_bytes is None else parse_size(max_bytes)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     session = _open_session(prefix=prefix)
-    result = cache_gc(session, patterns, yes=yes, keep_only_used_by_patterns=keep_only_used_by_patterns)
+    pins = (*_workspace_pins(session), *pins_files)
+    policy = Policy(older_than=age, keep_last=keep_last, max_bytes=size, pins_files=pins)
+    result = cache_gc(session, patterns, yes=yes, keep_only_used_by_patterns=keep_only_used_by_patterns, policy=policy)
     click.echo(json.dumps(result.to_dict(), indent=2) if output == "json" else format_gc(result))
 
 

@@ -213,7 +213,7 @@ def _rule_at(module: str, name: str) -> RuleType:
 
 _REDUCERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {
     RuleType: lambda rule: (_rule_at, rule.home),
-    Target: lambda t: (Target, (t.label, t.rule, t.attrs, t.site, t.deps, t.srcs, t.source_paths, t.order)),
+    Target: lambda t: (Target, (t.label, t.rule, t.attrs, t.site, t.deps, t.srcs, t.source_paths, t.order, t.pinned)),
     Label: lambda label: (Label, (label.package, label.name, label.repo)),
 }
 """How the child pickles: a rule type by reference (``RuleType.home``, set when its rules module is imported); a

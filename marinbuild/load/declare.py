@@ -41,12 +41,15 @@ def declare_target(rule: RuleType, ctx: PackageContext, stack: str, args: Any, k
             validate_target_name(name)
         except LabelError as exc:
             raise _error(ctx, site, "name", f"invalid target name: {exc}") from None
+    pinned = kwargs.pop("pin", False)
+    if type(pinned) is not bool:
+        raise _error(ctx, site, "pin", f"attribute 'pin' must be True or False, got {pinned!r}")
     attrs = rule.attrs
     if not rule.attr_names.issuperset(kwargs):
         unknown = next(k for k in kwargs if k not in attrs)
         close = difflib.get_close_matches(unknown, list(rule.attrs), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        valid = ", ".join(["name", *rule.attrs])
+        valid = ", ".join(["name", *rule.attrs, "pin"])
         text = f"{rule.display_name}() has no attribute {unknown!r} ({hint}attributes: {valid})"
         raise _error(ctx, site, unknown, text)
     package = ctx.package
@@ -83,7 +86,7 @@ def declare_target(rule: RuleType, ctx: PackageContext, stack: str, args: Any, k
     if previous is not None:
         raise _error(ctx, site, "name", f"duplicate target name {name!r}: already declared at {previous.location}")
     label = Label(package, name)
-    targets[name] = Target(label, rule, values, site, (), (), (), next(_ORDER))
+    targets[name] = Target(label, rule, values, site, (), (), (), next(_ORDER), pinned)
     return label
 
 

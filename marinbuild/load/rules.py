@@ -15,8 +15,9 @@ as ``@marinbuild//rules:...``) writes::
 
 and a BUILD file calls ``tokenize(name="x", dataset=":raw")``, which records a ``Target``
 in the package being evaluated (the rule's name, ``tokenize``, comes from the variable it
-is exported as). ``name`` is implicit and mandatory. Starlark code never holds a ``RuleType``:
-it gets an opaque function that calls ``marinbuild.load.declare.declare_target`` (see ``marinbuild.load.exposed``).
+is exported as). ``name`` is implicit and mandatory; ``pin`` (a bool, for ``cache gc``) is implicit too.
+Starlark code never holds a ``RuleType``: it gets an opaque function that calls
+``marinbuild.load.declare.declare_target`` (see ``marinbuild.load.exposed``).
 
 A ``RuleType`` is the definition only: it knows its attributes and how a call fills them
 (``fill_plan``). Declaring a target with it is ``marinbuild.load.declare``'s job, so that the
@@ -33,7 +34,7 @@ from marinbuild.load.attrs import _UNSET, Attr
 
 __all__ = ["FILL_CONSTANT", "FILL_DEFAULT", "FILL_EMPTY", "RuleType", "rule"]
 
-_RESERVED_ATTRS = frozenset({"name"})
+_RESERVED_ATTRS = frozenset({"name", "pin"})
 
 
 class RuleType:

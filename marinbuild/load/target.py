@@ -83,6 +83,8 @@ class Target:
     """When the target was declared (a sequence number of the process evaluating BUILD files): the loader
     skips looking for dependency cycles when every dependency was declared before the target depending on it
     (a numbering that is not in declaration order only makes it look more often)."""
+    pinned: bool = False
+    """``pin = True`` in the BUILD file: ``cache gc`` never deletes any version of its outputs."""
 
     def drop_declaration(self) -> None:
         """Drop the attributes and call site, which only loading and analysis read: a build whose targets are
