@@ -67,8 +67,9 @@ def seed_folder(root: Path, bucket: str, names: list[str], data: bytes = b"SUCCE
 
 
 @contextlib.contextmanager
-def running_server(data: str | None = None, ready_timeout: float = 15.0) -> Iterator[str]:
-    """fake-gcs-server, started and ready; yields its URL and stops it afterwards.
+def running_server(data: str | None = None, ready_timeout: float = 15.0, location: str | None = None) -> Iterator[str]:
+    """fake-gcs-server, started and ready; yields its URL and stops it afterwards. ``location``: every bucket's
+    (the server's ``-location``; its own default is ``US-CENTRAL1``).
 
     ``data``: a folder of ``<bucket>/<object>`` files it starts with (it loads them in time quadratic in
     their number: give a ``ready_timeout`` to match)."""
@@ -83,6 +84,7 @@ def running_server(data: str | None = None, ready_timeout: float = 15.0) -> Iter
             "-backend",
             "memory",
             *(["-data", data] if data else []),
+            *(["-location", location] if location else []),
             "-host",
             "127.0.0.1",
             "-port",

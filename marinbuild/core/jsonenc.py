@@ -9,6 +9,8 @@ import sys
 from enum import Enum
 from typing import Any
 
+from marinbuild.core.placeholders import MirroredValue
+
 
 def _is_jax_float_type(o: Any) -> bool:
     jnp = sys.modules.get("jax.numpy")
@@ -35,6 +37,8 @@ class MarinJsonEncoder(json.JSONEncoder):
             return o.value
         if _is_jax_float_type(o):
             return str(o)
+        if type(o) is MirroredValue:  # transparent for versions, also inside a versioned value (BUILD files' mirrored)
+            return o.value
         if dataclasses.is_dataclass(o) and not isinstance(o, type):
             # What dataclasses.asdict gives, without its deep copy: nested values are encoded in turn.
             return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}

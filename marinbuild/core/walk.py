@@ -162,8 +162,8 @@ def _instantiate(obj: Any, output_path: str | None, output_paths: dict[ExecutorS
         return [_instantiate(x, output_path, output_paths, prefix) for x in obj]
     if isinstance(obj, dict):
         return {k: _instantiate(v, output_path, output_paths, prefix) for k, v in obj.items()}
-    if isinstance(obj, VersionedValue):
-        return obj.value
+    if isinstance(obj, VersionedValue):  # plain data, but a BUILD file's mirrored() may sit inside
+        return _instantiate(obj.value, output_path, output_paths, prefix)
     if isinstance(obj, ExecutorStep):
         obj = output_path_of(obj)
     if isinstance(obj, MirroredValue):

@@ -28,9 +28,10 @@ from typing import Any
 from marinbuild.core.resources import check_slices, tpu_slice
 from marinbuild.load.context import _state, current_package
 from marinbuild.load.errors import LocatedLater
+from marinbuild.load.frozen import MIRRORED_KEY
 from marinbuild.load.glob import GlobPatternError, glob_files, list_package_files
 
-__all__ = ["BUILTINS", "BuiltinError", "Struct", "checkpoint", "glob", "package_name", "tpu"]
+__all__ = ["BUILTINS", "BuiltinError", "Struct", "checkpoint", "glob", "mirrored", "package_name", "tpu"]
 
 logger = logging.getLogger("marinbuild.build")
 
@@ -75,6 +76,16 @@ def checkpoint(target: Any, step: Any) -> dict[str, Any]:
     return {"checkpoint": target, "step": step}
 
 
+def mirrored(path: Any, budget_gb: Any = 10) -> dict[str, Any]:
+    """``mirrored("raw/dolma/v1.7", budget_gb = 50)``: a path a step reads through ``mirror://`` (copied once into its
+    worker's region), as Marin's ``mirrored()``; the value ``thaw`` makes a ``MirroredValue`` of."""
+    if not isinstance(path, str) or path.startswith("mirror://"):
+        raise BuiltinError(f"mirrored(): the path must be a string (not already mirror://), got {path!r}")
+    if isinstance(budget_gb, bool) or not isinstance(budget_gb, int | float) or budget_gb <= 0:
+        raise BuiltinError(f"mirrored(): budget_gb must be a positive number of GB, got {budget_gb!r}")
+    return {MIRRORED_KEY: path, "budget_gb": budget_gb}
+
+
 def tpu(tpu_type: str, cpu: float | None = None, memory: str | None = None, slices: int = 1) -> dict[str, Any]:
     """The ``resources`` of a step that needs a whole TPU slice, e.g. ``tpu("v4-2048")``, ``tpu("v5litepod-256")``."""
     if not isinstance(tpu_type, str):
@@ -96,6 +107,7 @@ def tpu(tpu_type: str, cpu: float | None = None, memory: str | None = None, slic
 BUILTINS: dict[str, Callable[..., Any]] = {
     "checkpoint": checkpoint,
     "glob": glob,
+    "mirrored": mirrored,
     "package_name": package_name,
     "print": _print,
     "tpu": tpu,

@@ -111,6 +111,7 @@ _builtin_print = print
 _builtin_glob = glob
 _builtin_tpu = tpu
 _builtin_checkpoint = checkpoint
+_builtin_mirrored = mirrored
 """
 """Starlark's own ``str``... (and marinbuild's ``print``, ``glob``, ``tpu``, ``checkpoint``), under other names
 before ``_GUARDS`` replaces them."""
@@ -149,6 +150,10 @@ def tpu(*args, **kwargs):
 def checkpoint(*args, **kwargs):
     _check_size([args, kwargs], "checkpoint()")
     return _builtin_checkpoint(*args, **kwargs)
+
+def mirrored(*args, **kwargs):
+    _check_size([args, kwargs], "mirrored()")
+    return _builtin_mirrored(*args, **kwargs)
 """
 )
 """Every BUILD and ``.star`` module's ``str``, ``repr``, ``fail``, ``print``, ``glob``, ``tpu`` and ``checkpoint``:
@@ -190,7 +195,7 @@ def native(fn: Callable[..., Any]) -> Callable[..., Any]:
 _NATIVE_BUILTINS = {name: native(fn) for name, fn in BUILTINS.items()}
 
 
-_GUARDED = re.compile(r"\b(?:str|repr|fail|print|glob|tpu|checkpoint)\b")
+_GUARDED = re.compile(r"\b(?:str|repr|fail|print|glob|tpu|checkpoint|mirrored)\b")
 _GUARD_ASTS: list[sl.AstModule] = []
 
 

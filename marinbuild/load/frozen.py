@@ -1,10 +1,16 @@
 """Immutable attribute values for the Python side (Starlark freezes its own): a rule implementation receives dict
 attributes as ``FrozenDict`` (mutating methods raise ``FrozenValueError``), so one target cannot change the values
-another sees; ``thaw`` copies them back."""
+another sees; ``thaw`` copies them back, and makes the ``MirroredValue`` of each BUILD file's ``mirrored(path)``
+(a dict ``{"mirrored": path, "budget_gb": n}``), so a step gets ``mirror://path`` as a Marin step does, its version
+the path's."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from marinbuild.core.placeholders import MirroredValue
+
+MIRRORED_KEY = "mirrored"
 
 
 class FrozenValueError(TypeError):
@@ -35,6 +41,8 @@ def thaw(value: Any) -> Any:
     if isinstance(value, list):
         return [thaw(x) for x in value]
     if isinstance(value, dict):
+        if len(value) == 2 and MIRRORED_KEY in value and "budget_gb" in value:
+            return MirroredValue(value[MIRRORED_KEY], value["budget_gb"])
         return {k: thaw(v) for k, v in value.items()}
     if type(value) is tuple:
         return tuple(thaw(x) for x in value)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marinbuild.core.resources import Resources, normalize
+from marinbuild.store import region
 
 
 def is_ray_remote_function(fn: Any) -> bool:
@@ -43,7 +44,9 @@ class MirrorScope:
     def run(self, fn: Callable[[Any], Any], config: Any) -> Any:
         """``fn(config)`` in this scope. Without a budget, only when ``store.mirror`` is already imported (its
         import costs a second, not to be paid by steps that never mirror); with one, always (importing it
-        registers ``mirror://``, with which the config's paths must open)."""
+        registers ``mirror://``, with which the config's paths must open). First, the region guard
+        (``store/region.py``): a large read from another region fails the step before it starts."""
+        region.check_reads(config)
         if self.budget_gb is None and "marinbuild.store.mirror" not in sys.modules:
             return fn(config)
         from marinbuild.store import mirror  # lazy: rigging and google-cloud-storage
