@@ -218,7 +218,7 @@ def test_usage_errors_are_one_line_exit_2(ws, capsys):
         ["-j", "0", "//pipe:a"],
     ):
         code, _, err = run(args, capsys)
-        assert code == 2, args
+        assert code == 2, (args, code, err)
         assert err.startswith("marinbuild: error:"), err
         assert len(err.strip().splitlines()) == 1, err
     assert not (ws / "out").exists()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.cache import probe as pb
+from marinbuild.cache.lineage import format_lineage, lineage, recorded_outputs
 from marinbuild.cache.text import format_age, format_size, short_json
 from marinbuild.core.labels import Label
 from marinbuild.engine.code_records import for_session, sentence
@@ -29,7 +30,6 @@ from marinbuild.store.traceback_file import existing_traceback
 STALE = "stale"
 INCOMPLETE = "incomplete"
 WAITING = "waiting"
-RUN_INFO_FOLDER = "experiments"  # Marin's run infos are the files directly in it (gc never deletes them)
 
 
 # -- cache status ------------------------------------------------------------------------------
@@ -176,9 +176,14 @@ def cache_show(session_or_prefix: Any, target_or_path: str | Label) -> dict[str,
             raise ValueError(f"{text} is a label: showing a target needs a session (or give an output path)")
         (label,) = pb.resolve_targets(session, [target_or_path])
         paths = list(dict.fromkeys(session.output_paths_of(label)))
-        return {"target": str(label), "outputs": [_show_output(p, prefix, stale_after) for p in paths]}
-    path = text if "://" in text or os.path.isabs(text) else fs.join(prefix, text)
-    return {"target": None, "outputs": [_show_output(path, prefix, stale_after)]}
+        shown: dict[str, Any] = {"target": str(label), "outputs": [_show_output(p, prefix, stale_after) for p in paths]}
+    else:
+        path = text if "://" in text or os.path.isabs(text) else fs.join(prefix, text)
+        shown = {"target": None, "outputs": [_show_output(path, prefix, stale_after)]}
+    recorded = recorded_outputs(prefix)
+    for out in shown["outputs"]:
+        out["lineage"] = lineage(prefix, out["output_path"], recorded)
+    return shown
 
 
 def _show_output(path: str, prefix: str, stale_after: float) -> dict[str, Any]:
@@ -233,8 +238,6 @@ def format_show(shown: dict[str, Any]) -> str:
                 lines.append(f"  rule:      {config['rule']}")
         elif info.get("fn_name"):
             lines.append(f"  function:  {info['fn_name']}")
-        for dep in info.get("dependencies") or []:
-            lines.append(f"  depends on {dep}")
         lease = out.get("lease")
         if lease:
             live = "live" if lease["live"] else "stale"
@@ -245,6 +248,8 @@ def format_show(shown: dict[str, Any]) -> str:
         if out.get("traceback"):
             lines.append(f"  traceback: {out['traceback']}")
         lines.extend(f"  error:     {e}" for e in out.get("errors") or [])
+        if out.get("lineage"):
+            format_lineage(lines, out["lineage"])
     return "\n".join(lines) + "\n"
 
 

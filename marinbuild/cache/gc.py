@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.cache import probe as pb
-from marinbuild.cache.commands import RUN_INFO_FOLDER, Entry, cache_ls
+from marinbuild.cache.commands import Entry, cache_ls
+from marinbuild.cache.probe import RUN_INFO_FOLDER
 from marinbuild.cache.text import format_age, format_size
 from marinbuild.core.labels import Label
 from marinbuild.store import faults, fs

@@ -24,6 +24,8 @@ from marinbuild.store.lease_factory import lease_for
 from marinbuild.store.prefix_walk import normalize
 from marinbuild.store.status import DamagedFileError
 
+RUN_INFO_FOLDER = "experiments"  # Marin's run infos are the files directly in it (gc never deletes them)
+
 
 class OutputState(StrEnum):
     """One output path's state as the plan sees it, plus ``damaged`` (its value is what ``cache`` commands print)."""

@@ -269,12 +269,23 @@ def build_command(
     help="label, label_kind, location (file:line:col), json, or graph (DOT, coloured by cache state).",
 )
 @click.option("--prefix", type=PREFIX, help="The prefix cache-aware functions (built, stale, ...) look at.")
-def query_command(expression: str, output: str, prefix: str | None) -> None:
+@click.option(
+    "--outputs",
+    is_flag=True,
+    help="Query the outputs recorded under the prefix (every version, Marin's too) instead of the targets: "
+    "'kind(train_lm, rdeps(//..., tokenized/dclm-*))'.",
+)
+def query_command(expression: str, output: str, prefix: str | None, outputs: bool) -> None:
     """Query the target graph: deps, rdeps, somepath, allpaths, kind, attr, filter, built, stale, ..."""
     from marinbuild.query import run_query
-    from marinbuild.query.session_universe import universe_for
+    from marinbuild.query.session_universe import outputs_universe, universe_for
 
     session = _open_session(prefix=prefix)
+    if outputs:
+        if output in ("location", "graph"):
+            raise click.UsageError(f"--output {output} needs targets; with --outputs use label, label_kind or json")
+        click.echo(run_query(expression, outputs_universe(session.settings.prefix), output), nl=False)
+        return
     session.load_all()
     click.echo(run_query(expression, universe_for(session), output), nl=False)
 

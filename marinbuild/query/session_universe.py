@@ -1,7 +1,11 @@
-"""The query universe of a session: its loaded targets as a graph, and cache states on demand.
+"""The query universes: a session's loaded targets as a graph, with cache states on demand; or the outputs
+recorded under a prefix (``query --outputs``).
 
 Cache-aware query functions (``built(x)``, ``stale(x)``...) need versions, so the targets
 are analysed into steps the first time one of them asks; plain graph queries never do.
+The outputs universe is lineage (``cache/lineage.py``): each output a node named by its path under the prefix,
+an edge to each output its step read; it answers "which models were trained on this dataset" for every
+version ever built, of targets since changed and of Marin's steps too.
 """
 
 from __future__ import annotations
@@ -11,8 +15,11 @@ from typing import Any
 import networkx as nx
 
 from marinbuild.cache import cache_status
+from marinbuild.cache.lineage import recorded_outputs
 from marinbuild.core.labels import Label, parse_label
 from marinbuild.query import STATES, QueryUniverse
+from marinbuild.store import status as st
+from marinbuild.store.prefix_walk import normalize
 
 
 def target_graph(loaded: Any) -> nx.DiGraph:
@@ -79,3 +86,35 @@ def universe_for(session: Any) -> QueryUniverse:
         location_of=location_of,
         states_of=states_of,
     )
+
+
+def outputs_universe(prefix: str) -> QueryUniverse:
+    """The outputs recorded under ``prefix`` (module docstring). A pattern is ``//...`` (every output), a label
+    (every version its target made) or a path under the prefix, ``*`` matching within a path."""
+    import fnmatch
+
+    root = normalize(prefix).rstrip("/") + "/"
+    outputs = recorded_outputs(prefix)
+    name_of = {key: key[len(root) :] if key.startswith(root) else key for key in outputs}
+    graph = nx.DiGraph()
+    for key, output in outputs.items():
+        attrs = {"label": output.label, "name": output.name, "runs": output.runs}
+        graph.add_node(name_of[key], kind=output.rule or "script_step", attrs=attrs)
+    for key, output in outputs.items():
+        for used in output.inputs:
+            graph.add_edge(name_of[key], name_of.get(used, used[len(root) :] if used.startswith(root) else used))
+
+    def expand(word: str) -> list[str]:
+        if word == "//...":
+            return sorted(name_of.values())
+        if word.startswith("//"):
+            return sorted(name_of[k] for k, o in outputs.items() if o.label == word)
+        return sorted(n for n in name_of.values() if fnmatch.fnmatchcase(n, word.strip("/")))
+
+    def state_of(name: str) -> str:
+        status = st.read_status(root + name)
+        if status == st.STATUS_SUCCESS:
+            return "built"
+        return "failed" if status in (st.STATUS_FAILED, st.STATUS_DEP_FAILED) else "running" if status else "missing"
+
+    return QueryUniverse(graph=graph, state_of=state_of, expand_pattern=expand)

@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from marinbuild.cache import probe as pb
-from marinbuild.cache.commands import RUN_INFO_FOLDER
+from marinbuild.cache.probe import RUN_INFO_FOLDER
 from marinbuild.serve.facts import read_json, relative, shown_state
 from marinbuild.serve.files import Refused, resolve
 from marinbuild.store import fs
