@@ -47,13 +47,56 @@ logger = logging.getLogger("marinbuild.ml.tokenize")
 
 
 def read_metadata(tokenized_output: str) -> dict[str, Any]:
+    """``tokenized.json`` of a tokenize output; for a cache Marin's ``tokenize`` step made (no such file), the same
+    facts from levanter's ledger of each split and the step's ``.executor_info``."""
     try:
         with fsspec.open(os.path.join(tokenized_output, METADATA), "r") as f:
             return json.load(f)
     except FileNotFoundError:
-        raise FileNotFoundError(
-            f"{tokenized_output} has no {METADATA}: is it the output of a tokenize target?"
-        ) from None
+        marin = _marin_metadata(tokenized_output)
+        if marin is None:
+            raise FileNotFoundError(
+                f"{tokenized_output} has no {METADATA} nor a finished levanter cache (train/{LEDGER}): "
+                "is it the output of a tokenize target, or of Marin's tokenize step?"
+            ) from None
+        return marin
+
+
+LEDGER = "shard_ledger.json"
+"""levanter's ``LEDGER_FILE_NAME`` (``tests/ml/test_marin_caches.py`` holds the two equal)."""
+
+
+def _marin_metadata(out: str) -> dict[str, Any] | None:
+    splits: dict[str, Any] = {}
+    tokenizer: dict[str, Any] = {}
+    for split in SPLITS:
+        try:
+            with fsspec.open(os.path.join(out, split, LEDGER), "r") as f:
+                ledger = json.load(f)
+        except FileNotFoundError:
+            continue
+        if ledger.get("is_finished"):
+            tokens = (ledger.get("field_counts") or {}).get("input_ids")
+            splits[split] = {"documents": ledger.get("total_num_rows"), "tokens": tokens}
+            tokenizer = (ledger.get("metadata") or {}).get("preprocessor_metadata") or tokenizer
+    if not splits or "tokenizer" not in tokenizer:
+        return None
+    try:
+        with fsspec.open(os.path.join(out, ".executor_info"), "r") as f:
+            config = json.load(f).get("config") or {}
+    except (FileNotFoundError, ValueError):
+        config = {}
+    text_key = (config.get("format") or {}).get("text_key") or config.get("text_key") or "text"
+    name = os.path.basename(out.rstrip("/")).rsplit("-", 1)[0]
+    return {
+        "kind": "tokenized",
+        "name": name,
+        "tokenizer": tokenizer["tokenizer"],
+        "vocab_size": tokenizer.get("vocab_size"),
+        "text_key": text_key,
+        "splits": splits,
+        "made_by": "marin",
+    }
 
 
 def shard_options(skip_bad_records: bool) -> dict[str, Any]:
