@@ -29,19 +29,18 @@ from typing import TYPE_CHECKING
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.placeholders import ExecutorStep, InputName
 from marinbuild.core.versions import VersionTable
-from marinbuild.engine import commit, planning, resource_check
-from marinbuild.engine.calls import call_for
+from marinbuild.engine import commit, planning
 from marinbuild.engine.code_records import CodeChanges, record
-from marinbuild.engine.execute import execute
+from marinbuild.engine.execute import call_for, execute, local_problems
 from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, run_info, step_info_text
 from marinbuild.engine.serve_url import experiment_url, serve_url
 from marinbuild.engine.settings import Settings
 from marinbuild.load.sources import StatCache
 from marinbuild.run import events as ev
 from marinbuild.run.backends import LOCAL
-from marinbuild.run.build_context import BuildContext
-from marinbuild.run.outcome import Outcome
+from marinbuild.run.leases import BuildContext
 from marinbuild.run.plan import BUILT, REBUILD
+from marinbuild.run.scheduler import Outcome
 from marinbuild.store import fs
 from marinbuild.store.holders import new_worker_id
 from marinbuild.store.lease import STALE_AFTER
@@ -90,7 +89,7 @@ class Engine:
         self.plan: Plan | None = None
         """The plan of the last ``run`` (``run/plan.py``): every needed step's state."""
         self.outcome: Outcome[ExecutorStep] | None = None
-        """What the last ``run`` ran (``run/outcome.py``); None after a dry or refused run."""
+        """What the last ``run`` ran (``run/scheduler.py``); None after a dry or refused run."""
         self.succeeded: list[ExecutorStep] = []
         """The steps the last ``run`` ran successfully, in the order they finished (also when it failed after)."""
         self.code_changed: dict[ExecutorStep, list[str]] = {}
@@ -313,7 +312,7 @@ class Engine:
         if self.backend is not None or self.settings.backend != LOCAL:
             return []
         calls = ((step, call_for(step, self.configs[step], self.prefix)) for step in plan.to_run)
-        return resource_check.local_problems(calls)
+        return local_problems(calls)
 
 
 class _Succeeded:

@@ -15,18 +15,22 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
-from marinbuild.engine import commit, resource_check
-from marinbuild.engine.calls import call_for
+from marinbuild.core.placeholders import ORIGINAL_STEP_SPEC
+from marinbuild.core.walk import max_mirror_budget
+from marinbuild.engine import commit
 from marinbuild.engine.errors import StepFailedError
 from marinbuild.engine.infos import step_info_text
 from marinbuild.engine.settings import Settings
 from marinbuild.run import events as ev
 from marinbuild.run.backends import make_backend
 from marinbuild.run.handoff import HandOffs
-from marinbuild.run.scheduler import schedule
+from marinbuild.run.local import LocalBackend
+from marinbuild.run.resources import UnsatisfiableResourcesError
+from marinbuild.run.scheduler import Outcome, schedule
+from marinbuild.run.step_call import StepCall
 from marinbuild.run.step_job import LeaseSettings, StepJob
 from marinbuild.store.action_cache import ActionKey
 
@@ -35,8 +39,7 @@ if TYPE_CHECKING:
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.core.versions import VersionTable
     from marinbuild.run.backend import Backend
-    from marinbuild.run.build_context import BuildContext
-    from marinbuild.run.outcome import Outcome
+    from marinbuild.run.leases import BuildContext
     from marinbuild.run.plan import Plan
 
 
@@ -91,7 +94,7 @@ def execute(
         backend, owned = given_backend, False
     try:
         calls = ((step, call_for(step, table.configs[step], settings.prefix)) for step in plan.to_run)
-        resource_check.check_resources(backend, calls)  # nothing written yet; each call is made again with its job
+        check_resources(backend, calls)  # nothing written yet; each call is made again with its job
         commit.write_infos_not_run(table, graph, plan, selected)
         write_run_info()
         bus.emit(ev.BUILD_STARTED, data={"steps": len(plan.to_run)})
@@ -117,3 +120,56 @@ def execute(
         first = next(iter(outcome.failed.values()))
         raise error from (first.__cause__ or first)
     return outcome
+
+
+def call_for(step: ExecutorStep, config: Any, prefix: str) -> StepCall:
+    """The call of ``step`` with ``config`` (its instantiated config); ``ValueError`` for a step without a function."""
+    original = getattr(step, ORIGINAL_STEP_SPEC, None)
+    fn = step.fn if original is None else original.executor_function()
+    if fn is None:
+        raise ValueError(f"step {step.name} has no fn to run")
+    return StepCall(
+        fn,
+        config,
+        step.resources,
+        step.pip_dependency_groups,
+        mirror_budget_gb=max_mirror_budget(step.config),
+        mirror_prefix=prefix,
+    )
+
+
+def resource_problems(backend: Backend, calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> list[str]:
+    """``"<step> <why>"`` for each step (with its call) the backend cannot give what it asks for."""
+    check = getattr(backend, "check_resources", None)
+    if check is None:
+        return []
+    problems = []
+    for step, call in calls:
+        try:
+            request = call.request()[0] if isinstance(call, StepCall) else step.resources
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{step.name}: {exc}")
+            continue
+        reason = check(request) if request is not None else None
+        if reason:
+            problems.append(f"{step.name} {reason}")
+    return problems
+
+
+def local_problems(calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> list[str]:
+    """``resource_problems`` on a local backend of one thread, shut down after."""
+    backend = LocalBackend(1)
+    try:
+        return resource_problems(backend, calls)
+    finally:
+        backend.shutdown()
+
+
+def check_resources(backend: Backend, calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> None:
+    """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
+    problems = resource_problems(backend, calls)
+    if problems:
+        name = getattr(backend, "name", type(backend).__name__)
+        raise UnsatisfiableResourcesError(
+            f"the {name} backend cannot run {len(problems)} step(s), so nothing ran: " + "; ".join(problems)
+        )

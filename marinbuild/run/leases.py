@@ -1,4 +1,4 @@
-"""Keeping leases alive: a build owns one ``LeaseKeeper`` (``run.build_context``), not a process-wide one.
+"""Keeping leases alive: a build owns one ``LeaseKeeper`` (in its ``BuildContext``), not a process-wide one.
 Leases on a remote store (``Lease.round_trips``) are renewed on a small thread pool, one renewal per lease at a
 time, so a store that stops answering holds up no other lease (each request is bounded: ``store.gcs``)."""
 
@@ -157,3 +157,19 @@ class LeaseKeeper:
             pass
         finally:
             held.busy = False
+
+
+class BuildContext:
+    """The state one build owns, handed down to what needs it instead of kept in module globals (as ninja's
+    ``State``): ``Engine.run`` makes one per build and closes it at the end, so a process that runs many builds
+    keeps no idle lease keeper thread. Process-wide on purpose: the GCS client, imported rules modules and shipped
+    code (Python's module table is per process), and Marin's mirror budget (``$MARIN_MIRROR_BUDGET_GB``)."""
+
+    def __init__(self) -> None:
+        self.lease_keeper = LeaseKeeper()
+
+    def __enter__(self) -> BuildContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lease_keeper.close()

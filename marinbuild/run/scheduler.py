@@ -16,14 +16,26 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from marinbuild.run import events as ev
 from marinbuild.run.backend import Backend
-from marinbuild.run.outcome import Outcome
 from marinbuild.run.step_job import RAN, JobOutcome, StepJob
 
 K = TypeVar("K", bound=Hashable)  # what names a step: an ExecutorStep for the engine
+
+
+@dataclass
+class Outcome(Generic[K]):
+    """What a build did: which steps ran, were found built, failed, were stopped by a failed dependency (step ->
+    that dependency), or skipped; a step is in at most one list."""
+
+    ran: list[K] = field(default_factory=list)
+    cached: list[K] = field(default_factory=list)
+    failed: dict[K, BaseException] = field(default_factory=dict)
+    dep_failed: dict[K, K] = field(default_factory=dict)
+    skipped: list[K] = field(default_factory=list)
 
 
 class Holds(Protocol[K]):
@@ -209,7 +221,6 @@ def schedule(
             in_flight = list(run.in_flight.values())
         for job in in_flight:
             job.abandon()
-        run.outcome.interrupted = True
         raise
     finally:
         if holds is not None:

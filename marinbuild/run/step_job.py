@@ -43,7 +43,7 @@ from marinbuild.store.lease_factory import lease_for
 from marinbuild.store.manifest import build_manifest
 
 if TYPE_CHECKING:
-    from marinbuild.run.build_context import BuildContext
+    from marinbuild.run.leases import BuildContext
 
 logger = logging.getLogger("marinbuild")
 
