@@ -1,24 +1,13 @@
 """Analysis: loaded BUILD targets become ``ExecutorStep``s, in the same graph as Marin's steps.
 
-A target of an ordinary rule becomes one step named ``output_name`` (default
-``"{package}/{name}"``) whose config (``TargetConfig``) holds its attributes:
-- versioned attributes as ``versioned(value)``, unversioned ones as they are;
-- a label of another target as ``output_path_of(that target's step)``: a dependency, so its
-  version is part of this one's, and the implementation receives its output path;
-- ``checkpoint(":other", step = N)`` (``attr.checkpoint``) as Marin's
-  ``other.cd("checkpoints/step-N").nonblocking()``: a pseudo-dependency, hashed as Marin hashes it, whose
-  checkpoint the step waits for (``marinbuild.run.handoff``);
-- a source file as a ``SourceFile`` whose xxh3-128 content digest is versioned (read
-  through a stat cache, so an unchanged file is not read again), so editing the file
-  rebuilds exactly what depends on it.
-The step's function, ``run_target``, calls the rule's implementation with a ``RuleContext``.
-Two attribute names mean something to analysis itself: ``resources`` (what the step asks the backend
-for) and ``override_output_path`` (the output folder set by hand, as in Marin).
-
-A rule with an ``analyze`` hook (Python experiment scripts) returns existing
-``ExecutorStep``s instead; their versions are then exactly what the script alone gives.
-Versions, leases, statuses and caching are the engine's, whatever made the step.
-"""
+A target of an ordinary rule becomes one step named ``output_name`` (default ``"{package}/{name}"``) whose config
+(``TargetConfig``) holds its attributes: versioned ones as ``versioned(value)``; a label as ``output_path_of(step)`` (a
+dependency); ``checkpoint(":other", step = N)`` as Marin's ``other.cd("checkpoints/step-N").nonblocking()``, a
+pseudo-dependency the step waits for (``run.handoff``); a source file as a ``SourceFile`` whose content digest is
+versioned, so editing it rebuilds exactly what depends on it. The step's function, ``run_target``, calls the rule's
+implementation with a ``RuleContext``. ``resources`` and ``override_output_path`` mean something to analysis itself. A
+rule with an ``analyze`` hook (Python scripts) returns existing ``ExecutorStep``s instead, versioned exactly as the
+script alone would."""
 
 from __future__ import annotations
 

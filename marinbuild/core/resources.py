@@ -1,24 +1,15 @@
 """What a step asks a backend for: CPUs, memory, GPUs, TPU slices and custom Ray resources.
 
-``normalize`` turns each way of writing a request into ``Resources``: ``Resources(cpu=4, memory="16g", gpu=1,
-custom={"spot": 1})`` or ``tpu("v4-8")``; a dict as a BUILD rule's ``resources`` holds it (``{"cpu": 4,
-"memory": "16g", "gpu": 1, "tpu": "v4-8", "custom": {...}}``, any other key with a number a custom resource);
-Marin's ``ResourceConfig`` (fray: ``cpu``, ``ram`` and a cpu/gpu/tpu ``device``); ``None``, the backend's default.
+``normalize`` turns each way of writing a request into ``Resources``: ``Resources(...)``, ``tpu("v4-8")``, a BUILD
+rule's ``resources`` dict (any unknown key with a number is a custom resource), Marin's ``ResourceConfig``, or ``None``
+(the backend's default).
 
-On Ray a TPU slice is the custom resources Ray advertises on each TPU VM: ``TPU`` (that VM's chips) and
-``TPU-<type>-head`` (on worker 0 of a slice). A single-host slice asks for both, so the step holds every
-chip of one slice, in a fresh worker process (``max_calls=1``: libtpu belongs to one process at a time).
-A multi-host slice asks nothing of the slice for the step's own task: it is the slice's coordinator, which
-reserves a whole slice with ``ray.util.tpu`` (``marinbuild.ml.slice_run``, using ``TpuSlice.topology``) and
-runs one process per host; holding the head resource itself would keep ``ray.util.tpu`` from reserving it.
-Several slices (``slices`` > 1: multislice) are reserved together and run as one job; like a multi-host slice,
-the step's task coordinates them, and it never runs on a node labelled ``ray.io/market-type=spot`` (a label
-selector): a preempted coordinator would end every host's work and spend the step's retries, not its
-preemption budget.
-
-Pure data: no device, file or cluster is touched (what this machine has is ``marinbuild.run.resources``), so
-the loader's ``tpu()`` builtin and the analysis use it knowing nothing of execution.
-"""
+On Ray a single-host TPU slice asks for ``TPU`` and ``TPU-<type>-head``, holding every chip in a fresh worker
+(``max_calls=1``: libtpu belongs to one process). A multi-host slice or several slices ask nothing of a slice for the
+step's task: it coordinates, reserving slices with ``ray.util.tpu`` (``marinbuild.ml.slice_run``), since holding the
+head resource would keep that from reserving it; and it never runs on a ``ray.io/market-type=spot`` node, where a
+preempted coordinator would end every host's work and spend the step's retries. Pure data: nothing here touches a
+device, file or cluster."""
 
 from __future__ import annotations
 

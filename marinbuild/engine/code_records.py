@@ -1,28 +1,16 @@
 """The code each step runs, recorded with its output, and whether it changed since that output was built.
 
-A step's code is the set of Python files that define what it does, each with its xxh3-128 content
-digest (the stat cache of ``marinbuild.load.sources`` keeps a file from being read twice):
-
-- a target of a rule (``TargetConfig``): the files analysis put in its ``code`` (the rule's module;
-  for ``python_step`` also the module of ``fn``);
-- a step of a Marin script: the file defining its ``fn``, when that file is inside the workspace.
-
-Paths are relative to the workspace root when inside it, else absolute.
+A step's code is its Python files with their xxh3-128 digests: for a rule's target, the files analysis put in its
+``code``; for a Marin script's step, the file defining its ``fn`` when inside the workspace. Paths are relative to the
+workspace root when inside it.
 
 Contract:
-- ``record(output_path, code)`` writes ``<output_path>/.marinbuild_code.json`` (``{"files": {path: digest}}``);
-  the build flow (``marinbuild.analysis.build``) calls it for each step a build ran successfully.
-- ``CodeChanges`` answers, for many steps at once, the sentence ``why``, ``cache status``, query's
-  ``stale()`` and the build summary print: "code changed since this output was built: <file>" (a file gone
-  counts as changed; an output without a record, built by Marin, has nothing to say). It reads local records
-  one after the other. On GCS it reads none while the code is unchanged: a record is the
-  deterministic JSON ``record_bytes(code)``, so the md5 a listing of the step folders gives for it
-  (``store.batch.read_md5s``, a listing per few hundred steps) equals the md5 of the record the code now would
-  make; only a record whose md5 differs is read (``read_many``, together), to name the files that changed.
-  Records on other object stores are read together.
-A file whose digest is part of the step's key (``python_step``'s ``fn`` module, by default) cannot
-differ for a built output, whose path holds that key; only the other files can.
-"""
+- ``record(output_path, code)`` writes ``<output_path>/.marinbuild_code.json`` for each step a build ran successfully.
+- ``CodeChanges`` answers for many steps at once "code changed since this output was built: <file>" (for ``why``,
+  ``cache status``, ``stale()``, the build summary; a gone file counts as changed; an output without a record has
+  nothing to say). On GCS a record is the deterministic ``record_bytes(code)``, so a listing's md5
+  (``store.batch.read_md5s``) tells whether it differs; only differing records are read (``read_many``). A file whose
+  digest is part of the step's key cannot differ for a built output."""
 
 from __future__ import annotations
 

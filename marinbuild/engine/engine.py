@@ -1,24 +1,19 @@
 """The engine: versioned steps -> a plan -> a run -> the records around it. Both faces call it.
 
-The command line (``marinbuild.analysis.build``) gives it the analysed targets' steps; a Marin script reaches
-it through ``marinbuild.executor.Executor``, which is an ``Engine`` with Marin's constructor and method names.
-Both resolve their ``Settings`` the same way (``engine/settings.py``) and build through ``engine/build.py``.
-One ``Engine`` holds one version table (``table``: ``core/versions.py``) and runs builds on it; each ``run`` is
-one build with its own ``BuildContext`` (lease keeper, runner registry), closed when it returns.
+The CLI (``analysis.build``) and Marin scripts (``executor.Executor``, an ``Engine`` with Marin's names) resolve
+``Settings`` alike and build through ``engine/build.py``. One ``Engine`` holds one version table (``core/versions.py``);
+each ``run`` is one build with its own ``BuildContext``.
 
 Contract:
-- ``add``/``add_all`` version steps (and what they depend on); ``steps``, ``configs``, ``dependencies``,
-  ``versions``, ``version_strs``, ``hashed_versions``, ``output_paths``, ``is_pseudo_dep`` are the table's own
-  columns, with Marin's meanings (``configs`` and ``version_strs`` made when read); ``canonicalize`` names the
-  step that stands for equal versions; ``action_digest`` is the action cache's key; ``info_text`` is a step's
-  ``.executor_info`` text.
-- ``run`` versions the given steps, plans (``planning.py``), and, unless the run is dry or has nothing to run,
-  runs them (``execute.py``); it records the code each step that succeeded ran beside its output, and, unless
-  the run is dry, checks the built steps' code (``code_records.py``); it returns ``output_paths``. ``plan``,
-  ``outcome``, ``succeeded``, ``code_changed`` and ``dry_run_problems`` describe the last run.
+- ``add``/``add_all`` version steps; ``steps``, ``configs``, ``dependencies``, ``versions``, ``version_strs``,
+  ``hashed_versions``, ``output_paths``, ``is_pseudo_dep`` are the table's columns, with Marin's meanings;
+  ``canonicalize`` names the step standing for equal versions; ``action_digest`` is the action cache's key;
+  ``info_text`` a step's ``.executor_info``.
+- ``run`` versions, plans (``planning.py``), runs unless dry or nothing to run (``execute.py``), records the code of
+  each step that succeeded and, unless dry, checks the built steps' code (``code_records.py``); it returns
+  ``output_paths``. ``plan``, ``outcome``, ``succeeded``, ``code_changed``, ``dry_run_problems`` describe the last run.
 - ``record_infos``/``write_infos``/``experiment_url``: the run's records in Marin's schema (``infos.py``,
-  ``commit.py``); ``step_infos``, ``executor_info`` and ``executor_info_path`` hold them.
-"""
+  ``commit.py``)."""
 
 from __future__ import annotations
 

@@ -1,24 +1,13 @@
 """Marin's executor API (``marin.execution.executor``), a face of marinbuild's engine.
 
-Change ``from marin.execution.executor import ...`` to ``from marinbuild.executor import ...``
-and a Marin experiment script runs unchanged: the same versions and output paths, the
-same ``.executor_info``/``.executor_status``/lease/``.artifact.json`` files, so an
-existing Marin prefix is recognised as built. What is better than Marin's: completion is
-event-driven, nothing recurses with graph depth, dry runs read statuses and say what
-would run, a runner that loses its lease never writes SUCCESS, and a step whose outputs
-are built does not rebuild its dependencies.
+Change ``from marin.execution.executor import ...`` to ``from marinbuild.executor import ...`` and a Marin script runs
+unchanged: the same versions, output paths and records, so an existing Marin prefix is recognised as built
+(docs/marin-compat.md).
 
 This module holds only Marin's API: ``Executor``, ``executor_main`` and its flags, ``materialize``,
-``compute_output_path`` and the names Marin scripts import (``__all__``). Versions, plan, run and
-records are the engine's (``marinbuild/engine/``). ``Executor`` is a thin subclass of ``Engine`` rather
-than a wrapper around one: Marin's attributes (``steps``, ``output_paths``, ...) are the engine's own
-tables, and what a script sets between runs (``listeners``, ``backend``) is what the engine reads, with
-no forwarding layer to keep in step. The subclass adds Marin's constructor (``prefix`` and
-``executor_info_base_path`` first; None resolves them), Marin's method names, and Marin's warning for a
-step placed by ``override_output_path``.
-
-Light to import, as the engine: a no-op loads no backend, no resource or runtime-env code.
-"""
+``compute_output_path`` and the names scripts import (``__all__``). ``Executor`` subclasses ``Engine`` rather than
+wrapping one, so Marin's attributes are the engine's own tables with no forwarding layer; it adds Marin's constructor,
+method names and warning for a step placed by ``override_output_path``. Light to import: a no-op loads no backend."""
 
 from __future__ import annotations
 

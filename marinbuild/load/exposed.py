@@ -1,22 +1,11 @@
 """What Starlark sees of Python: a rules module as a frozen Starlark module, and the builtins.
 
-A trusted rules module (``rules/*.py``) is shown to BUILD files as a Starlark module holding
-only
-
-- its rule types, each as a Starlark function ``name(*args, **kwargs)`` that hands its
-  arguments (encoded as one JSON text: one conversion instead of one per value) and the
-  Starlark call stack to ``RuleType.declare`` and returns the new target's label (a string):
-  nothing of the ``RuleType`` (its implementation, attributes, output name) is reachable or
-  settable from Starlark;
-- its plain values: strings, numbers, booleans, None, and lists, tuples and dicts of them
-  (dict keys strings), which Starlark freezes like any loaded value.
-
-Anything else a module defines or imports (functions, classes, modules, paths...) is not
-loadable. The names considered are the module's ``__all__``, or else its public names.
-``add_builtins`` gives a Starlark module marinbuild's builtins (``marinbuild.load.builtins``).
-Every Python callable is wrapped so that the exception it raises is recorded for the
-located error (``marinbuild.load.located``).
-"""
+A trusted rules module is shown to BUILD files holding only its rule types, each a Starlark function that hands its
+arguments (as one JSON text: one conversion, not one per value) and the call stack to ``RuleType.declare`` and returns
+the new label (nothing of the ``RuleType`` is reachable from Starlark), and its plain values (strings, numbers,
+booleans, None, and lists, tuples and string-keyed dicts of them). Nothing else is loadable. The names are ``__all__``,
+else the public names. Every Python callable is wrapped so its exception is recorded for the located error
+(``load.located``)."""
 
 from __future__ import annotations
 

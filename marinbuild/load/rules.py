@@ -1,28 +1,11 @@
 """``rule()``: defining rule types, which BUILD files call to declare targets.
 
-A rules module (a trusted Python file under a workspace's ``rules/`` folder, or shipped
-as ``@marinbuild//rules:...``) writes::
-
-    from marinbuild.load import attr, rule
-
-    def _tokenize_impl(ctx): ...
-
-    tokenize = rule(
-        implementation=_tokenize_impl,
-        attrs={"dataset": attr.label(mandatory=True), "tokenizer": attr.string(default="llama3")},
-        doc="Tokenize a dataset.",
-    )
-
-and a BUILD file calls ``tokenize(name="x", dataset=":raw")``, which records a ``Target``
-in the package being evaluated (the rule's name, ``tokenize``, comes from the variable it
-is exported as). ``name`` is implicit and mandatory. Starlark code never holds a ``RuleType``:
-it gets an opaque function that calls ``marinbuild.load.declare.declare_target`` (see ``marinbuild.load.exposed``).
-
-A ``RuleType`` is the definition only: it knows its attributes and how a call fills them
-(``fill_plan``). Declaring a target with it is ``marinbuild.load.declare``'s job, so that the
-imports go one way: ``target`` holds a ``RuleType``, ``context`` holds targets, and ``declare``
-uses all three.
-"""
+A rules module (trusted Python under a workspace's ``rules/``, or ``@marinbuild//rules:...``) writes ``tokenize =
+rule(implementation=_impl, attrs={...}, doc=...)``; a BUILD file's ``tokenize(name="x", ...)`` records a ``Target`` (the
+rule's name is the variable it is exported as; ``name`` is implicit and mandatory). Starlark never holds a ``RuleType``,
+only an opaque function calling ``declare.declare_target`` (``exposed``). A ``RuleType`` is the definition only (its
+attributes and ``fill_plan``), so imports go one way: ``target`` holds a ``RuleType``, ``context`` holds targets,
+``declare`` uses all three."""
 
 from __future__ import annotations
 

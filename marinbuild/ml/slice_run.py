@@ -1,30 +1,17 @@
-"""A levanter job (``SliceJob``: ``TRAIN``, ``EVAL_HARNESS``) on a multi-host TPU slice or on several slices: one
-process per host, all together, restarted whole on a loss. docs/tpu.md tells it for users.
+"""A levanter job (``SliceJob``: ``TRAIN``, ``EVAL_HARNESS``) on a multi-host TPU slice or several slices: one process
+per host, all together, restarted whole on a loss (docs/tpu.md).
 
-``run_on_tpu_slice`` runs in the step's own Ray task, the coordinator (it holds no TPU). Each attempt:
-1. reserves every slice at once with ``ray.util.tpu.slice_placement_group(num_slices=...)``: one placement
-   group, one bundle per host of every slice, placed together or not at all, within ``slice_wait`` (the wait is
-   reported as the step's progress); past it, ``SliceUnavailableError``: one line naming what was asked and the
-   slices the cluster has;
-2. starts the job on every host with ``ray.util.tpu.run_on_slice`` (a fresh worker each, never retried by Ray
-   alone). Each host finds its slice (its bundle's index) and worker id in ``host_layout`` and runs the module
-   as a child process (``marinbuild.ml.process``; log ``<job>-host<id>.log``, with several slices
-   ``<job>-slice<k>-host<id>.log``). With several slices each host gets its slice's MEGASCALE variables
-   (``get_tpu_coordinator_env_vars``), which libtpu reads. Real TPU VMs find JAX's coordinator themselves;
-   hosts without chips are told it (slice 0 worker 0, ``slice * hosts per slice + worker``) and use gloo: JAX
-   on CPU has no slices, so there the slices run as one flat job;
-3. waits for every host; after one error the others get ``LOSS_GRACE`` seconds, then are cancelled (their
-   worker and child killed), and the placement group is removed.
+``run_on_tpu_slice`` runs in the step's own Ray task (it holds no TPU). Each attempt reserves every slice at once
+(``slice_placement_group``, one bundle per host, within ``slice_wait``, else ``SliceUnavailableError`` naming what the
+cluster has); starts the job on every host (``run_on_slice``), each running the module as a child process
+(``marinbuild.ml.process``; log ``<job>[-slice<k>]-host<id>.log``) with its slice's MEGASCALE variables, hosts without
+chips being told JAX's coordinator (they use gloo: JAX on CPU has no slices, so the slices run as one flat job); and
+waits for every host, cancelling the others ``LOSS_GRACE`` seconds after one error.
 
-As Marin's fray (``run_on_pod``) decides: a lost node or worker, or a host's process killed by a signal, is a
-preemption (``preemption_retries``); a process that exited with an error is a failure (``failure_retries``);
-one preemption among an attempt's errors makes it a preemption. Within budget everything is reserved and
-started again (training resumes from its latest checkpoint; an evaluation starts over); past it,
-``SliceRunError`` names the cause and the failing host's log. ``logs/slice.log`` has a line per attempt.
-
-The driver keeps the step's lease throughout; the step's task writes the status once, after the slices
-finish. The result is process 0's summary: process 0 alone writes training's records and lm-eval's results.
-"""
+As Marin's fray decides: a lost node or worker or a host killed by a signal is a preemption (``preemption_retries``), an
+error exit a failure (``failure_retries``); one preemption among an attempt's errors makes it a preemption. Within
+budget all is started again (training resumes from its checkpoint); past it ``SliceRunError`` names the cause and the
+host's log. ``logs/slice.log`` has a line per attempt. The result is process 0's summary."""
 
 from __future__ import annotations
 

@@ -1,26 +1,16 @@
 """Running one step safely: take its lease, run it, commit outputs before status.
 
-The protocol, in order:
-1. take the lease (or wait for the runner that holds it and use its result);
-2. re-read the status under the lease (someone may have finished meanwhile);
-3. write RUNNING and the step's ``.executor_info``;
-4. run the step; the lease keeper renews the lease meanwhile;
-5. describe the outputs (a manifest: size and xxh3-128 of every file, hashed while the lease
-   keeper still renews the lease), fail on a path-hash collision, confirm the lease is still
-   ours, then write the action-cache record holding the manifest
-   (``.marinbuild_action.<sha256>.json``), ``.artifact.json``, then SUCCESS, then release the lease.
-   An earlier failure's ``.marinbuild_traceback.txt`` is removed before SUCCESS. A step whose code
-   raised gets its traceback in ``.marinbuild_traceback.txt``, then FAILED, under the lease.
-A runner that loses its lease writes nothing more: the step belongs to the new holder.
-A crash anywhere before 5 leaves RUNNING with a lease that goes stale, never SUCCESS; a reader
-never sees SUCCESS without the complete outputs and their manifest.
+The protocol: 1. take the lease (or wait for its holder and use its result); 2. re-read the status under the lease; 3.
+write RUNNING and ``.executor_info``; 4. run the step while the lease keeper renews the lease; 5. hash the outputs into
+a manifest, fail on a path-hash collision, confirm the lease is still ours, write the action record
+(``.marinbuild_action.<sha256>.json``), ``.artifact.json``, then SUCCESS (removing an earlier
+``.marinbuild_traceback.txt``), then release. A step that raised gets ``.marinbuild_traceback.txt`` then FAILED. A
+runner that loses its lease writes nothing more. A crash before 5 leaves RUNNING with a lease that goes stale: no reader
+sees SUCCESS without complete outputs and manifest.
 
-Steps 3 and 5 may happen in another process acting for the lease holder: a Ray task runs
-``RemoteRun.start``, the step, then ``RemoteRun.commit`` while its driver holds and renews the
-lease (``acquire(start=False)``, ``begin``, then ``release_after_remote``). Such a process never
-writes the lease; it commits only while the lease file still names the holder
-(``Lease.check``), so a task whose driver lost the lease never writes SUCCESS.
-"""
+Steps 3 and 5 may run in another process for the lease holder (a Ray task: ``RemoteRun.start``, the step,
+``RemoteRun.commit``, while the driver renews the lease); it never writes the lease and commits only while the lease
+still names the holder (``Lease.check``)."""
 
 from __future__ import annotations
 

@@ -1,39 +1,20 @@
 """Batched status reads for remote prefixes: a few listings instead of a request per step.
 
-Deciding what is built must not cost one sequential round trip per step. For ``gs://`` paths,
-``read_statuses`` lists instead of reading:
+For ``gs://`` paths ``read_statuses`` lists instead of reading. Steps are grouped by parent folder; a group of at least
+``GROUP_MIN`` is listed in chunks of ``CHUNK_STEPS`` consecutive step folders (``startOffset``/``endOffset``), on GCS as
+two listings narrowed by ``matchGlob`` (the ``.executor_status`` and ``.marinbuild_action.*`` objects only), on
+fake-gcs-server (no ``matchGlob``) as one listing filtered here. A step alone in its folder gets a listing bounded to
+its own status and action records. All listings run concurrently on gcsfs's event loop. The md5 of every one-word status
+is known, so only other content (Marin's legacy JSON lines, garbage) is downloaded, in one concurrent round; the action
+records listed beside each status make collision checks free.
 
-- steps are grouped by parent folder (``<prefix>/tokenized/`` holds every tokenize step); a group
-  of at least ``GROUP_MIN`` is listed in chunks of ``CHUNK_STEPS`` consecutive step folders, each
-  chunk bounded by ``startOffset``/``endOffset``. On GCS a chunk is two listings narrowed by
-  ``matchGlob`` (``<parent>/*/.executor_status`` and ``<parent>/*/.marinbuild_action.*``), so only
-  those objects come back, never the outputs; on a server that does not apply ``matchGlob``
-  (fake-gcs-server) it is one listing of everything in the range, filtered here. All listings
-  run concurrently on gcsfs's event loop;
-- a step alone in its folder gets its own listing, bounded to the names between its
-  ``.executor_status`` and its action records (concurrently with everything else);
-- a listing returns each status object's md5. The md5 of every one-word status
-  (SUCCESS, RUNNING, ...) is known, so those are never downloaded. Other content (Marin's legacy
-  JSON-lines form, garbage) is downloaded, in one concurrent round;
-- the same listings name the action-cache records (``.marinbuild_action.<sha256>.json``) beside
-  each status, so collision checks cost no extra request;
-- each listing page is folded into the result as it arrives (``_Fold``, on gcsfs's event loop, while other
-  listings are in flight), decoded into the three fields it needs (``gcs.Listed``): no page is held, so memory
-  follows the steps, not the bytes listed (fake-gcs-server ignores ``fields`` and ``matchGlob`` and sends
-  several times what GCS would). A listing that fails on any page fails the whole read: never a partial answer.
+Each page is folded into the result as it arrives (``_Fold``), decoded into three fields (``gcs.Listed``): no page is
+held, so memory follows the steps, not the bytes listed. A listing that fails on any page fails the whole read: never a
+partial answer. The cyclic garbage collector is paused meanwhile (``core/gc_control.py``): at 100,000 steps its passes
+cost as much as the parsing. Local paths are read directly, other fsspec protocols in threads.
 
-So a no-op plan of N built steps in one folder costs about N/200 requests (N/400 on the emulator),
-all in one round trip. The cyclic garbage collector is paused while the listings are read
-(``core/gc_control.py``): they make an object or more per listed object and no cyclic garbage, and at
-100,000 steps the collector's passes over them and over the caller's own tables cost as much as the parsing
-itself.
-Local paths are read directly, other fsspec protocols concurrently in threads.
-
-``read_md5s`` answers another object of each step folder (the code record, ``marinbuild.engine.code_records``) from
-listings grouped the same way: its md5, without reading it, so checking every built step's code costs listings, not
-a request per step. ``read_many`` reads the contents of many small objects (``gs://`` ones with ``CONCURRENCY``
-requests in flight on gcsfs's event loop, not a thread each): the records whose md5 says they differ.
-"""
+``read_md5s`` answers the md5 of another object of each step folder (the code record) from listings grouped the same
+way; ``read_many`` reads many small objects (``gs://`` ones ``CONCURRENCY`` at a time on gcsfs's loop)."""
 
 from __future__ import annotations
 

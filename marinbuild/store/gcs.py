@@ -1,26 +1,18 @@
 """Google Cloud Storage through gcsfs: one filesystem per endpoint, our retry policy, generation preconditions.
 
-Every request to GCS (ours, and gcsfs's ``cat``, ``ls``, ...) goes through ``RetryingGCSFileSystem._request``,
-which retries transient failures (HTTP 408/429/5xx, connection resets, timeouts) with jittered exponential
-backoff from 50 ms to 2 s, and never a 412, a 404 or another 4xx (gcsfs's own retry loop is bypassed).
-Nothing waits forever: an attempt fails when the server does not connect, or sends nothing, for
-``REQUEST_TIMEOUT`` seconds (a transfer that keeps moving is never cut off), and no attempt starts
-``RETRY_DEADLINE`` seconds after the first; so an operation against a server that never answers ends
-within ``OPERATION_BOUND`` seconds with ``StoreUnreachableError`` naming it and the object. That is shorter
-than the time between a lease renewal falling due and the lease going stale, so a renewal that hangs ends
-(and is reported) before anyone could take the lease over.
+Every request (ours and gcsfs's ``cat``, ``ls``, ...) goes through ``RetryingGCSFileSystem._request``: transient
+failures (408/429/5xx, resets, timeouts) are retried with jittered backoff from 50 ms to 2 s, never a 412, 404 or other
+4xx (gcsfs's own loop is bypassed). An attempt fails when the server sends nothing for ``REQUEST_TIMEOUT`` seconds (a
+moving transfer is never cut), and none starts ``RETRY_DEADLINE`` seconds after the first, so an operation ends within
+``OPERATION_BOUND`` seconds with ``StoreUnreachableError`` naming it: shorter than a lease's renewal-to-stale time, so a
+hung renewal is reported before anyone could take the lease over.
 
-A retried *conditional* write is ambiguous (the first attempt may have landed before its response was
-lost): ``write_if_generation`` and ``delete_if_generation`` resolve that by re-reading the object.
-Listings ask for three fields per object and decode each page with msgspec into ``Listed`` only, so a
-server that sends more (fake-gcs-server ignores ``fields``) costs no dict per object.
-
-``gcsfs`` and ``msgspec`` are imported here only (never by ``import marinbuild`` or the CLI start).
-Against an emulator (``STORAGE_EMULATOR_HOST``) requests are anonymous. The filesystem subclasses
-``gcsfs.core.GCSFileSystem`` by name: ``gcsfs.GCSFileSystem`` becomes the zonal-bucket class when
-``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` is true, whose bucket-type probe stalls 60 s per call against an
-emulator; naming the class makes the choice independent of the environment.
-"""
+A retried conditional write is ambiguous (the first may have landed): ``write_if_generation`` and
+``delete_if_generation`` re-read the object. Listings ask for three fields and decode pages with msgspec into ``Listed``
+only. ``gcsfs`` and ``msgspec`` are imported here only. Against an emulator (``STORAGE_EMULATOR_HOST``) requests are
+anonymous. The filesystem subclasses ``gcsfs.core.GCSFileSystem`` by name: ``gcsfs.GCSFileSystem`` becomes the
+zonal-bucket class under ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT``, whose bucket-type probe stalls 60 s per call against an
+emulator."""
 
 from __future__ import annotations
 

@@ -1,28 +1,18 @@
 """The ``mirror://`` filesystem: read a path from whichever regional prefix holds it, copying it home once.
 
-``mirror://documents/x`` is ``documents/x`` under the *local* prefix if it is there; else under the first
-*remote* (regional) prefix that holds it, copied into the local prefix and read from there. The copy is
-made under a lease (a step's kind, at ``<local>/.mirror_locks/<path>``), so two readers never copy the
-same file twice: the second waits and reads the first's copy. Every byte copied is charged to a
-``TransferBudget`` first; a copy that would go over it raises ``TransferBudgetExceeded``, copying nothing.
+``mirror://x`` is ``x`` under the local prefix if there, else under the first remote prefix that holds it, copied home
+under a lease (``<local>/.mirror_locks/<path>``: a second reader waits and reads the copy). Every byte is charged to a
+``TransferBudget`` first; a copy that would go over raises ``TransferBudgetExceeded``, copying nothing.
 
-Configuration (Marin's names where Marin has them): the local prefix is the running step's
-(``step_scope``), else ``configure(local_prefix=...)``, ``$MARIN_PREFIX``, ``/tmp/marin``; the remote
-prefixes ``configure(remote_prefixes=[...])``, else ``$MARIN_MIRROR_PREFIXES`` (comma-separated), else
-Marin's regional buckets when the local prefix is on GCS. The budget: ``mirror_budget(gb)`` for a block; a
-step runs in ``step_scope`` (``StepCall``, locally or on Ray) with a budget of its own, the largest
-``mirrored(path, budget_gb=...)`` of its config; else a process-wide ``$MARIN_MIRROR_BUDGET_GB`` (10 GB).
-Scopes are ``contextvars``: steps running at once in threads never share a budget (a thread started in a
-scope inherits it only when run in ``contextvars.copy_context()``).
+Configuration (Marin's names): the local prefix is the running step's (``step_scope``), else
+``configure(local_prefix=...)``, ``$MARIN_PREFIX``, ``/tmp/marin``; remote prefixes ``configure(remote_prefixes=...)``,
+else ``$MARIN_MIRROR_PREFIXES``, else Marin's regional buckets when local is on GCS. The budget: ``mirror_budget(gb)``
+for a block; a step's own (the largest ``mirrored(..., budget_gb=...)`` of its config); else ``$MARIN_MIRROR_BUDGET_GB``
+(10 GB). Scopes are ``contextvars``, so steps in threads never share a budget.
 
-Folders are mirrored file by file (files already copied are kept), so an interrupted copy is completed,
-never mistaken for a whole one: a folder copy holds its lease while it runs and leaves an ``.incomplete``
-marker until its last file is in. Writes go to the local prefix.
-
-Importing this module registers ``mirror`` with fsspec, replacing the ``mirror://`` of Marin's
-``rigging.filesystem`` (imported first, whichever is imported first). Marin's budget API keeps its meaning:
-a copy inside ``rigging.filesystem.mirror_budget(gb)`` is charged to that budget (``active_budget``).
-"""
+Folders are mirrored file by file under a lease, with an ``.incomplete`` marker until the last file is in, so an
+interrupted copy is completed, never taken for whole. Importing this module registers ``mirror`` with fsspec, replacing
+``rigging.filesystem``'s; a copy inside Marin's ``mirror_budget(gb)`` is charged to that budget."""
 
 from __future__ import annotations
 
