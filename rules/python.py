@@ -1,21 +1,14 @@
 """Python rule types: plain functions as steps, and Marin experiment scripts as targets.
 
-    load("@marinbuild//rules:python.py", "executor_script", "python_step")
-
     executor_script(name = "hello_world", script = "hello_world.py")
     python_step(name = "count", fn = "mypkg.stats:count_words", config = {"min_len": 3},
                 deps = [":hello_world"], srcs = glob(["data/*.txt"]))
 
-``executor_script`` imports the script (not as ``__main__``: its ``executor_main`` does not run) and makes
-its ``ExecutorStep``s the target's steps: the ones no other step of the script depends on, or those named in
-``steps`` (variable names), with exactly the output paths running the script gives.
-
-``python_step`` calls ``fn(config)``: the ``config`` attribute plus ``output_path``, ``deps`` (the
-dependencies' output paths, in order) and ``srcs``. ``fn``, ``config``, the sources' contents and the content
-of ``fn``'s module file when it is inside the workspace are versioned (``code_in_key = False`` leaves the
-module out: editing it rebuilds nothing, and ``why`` says the code changed). ``fn`` is checked at analysis:
-its module must be found from the workspace root and define the function at top level.
-"""
+``executor_script`` imports the script (not as ``__main__``, so its ``executor_main`` does not run); its steps are those
+no other step of the script depends on, or those named in ``steps``, with the output paths running the script gives.
+``python_step`` calls ``fn(config)``, the config plus ``output_path``, ``deps`` and ``srcs``; ``fn``, ``config``, the
+sources' contents and ``fn``'s module file (unless ``code_in_key = False``) are versioned. ``fn`` is checked at
+analysis: its module must be found from the workspace root and define it at top level."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
-"""``cache gc``: the outputs under the prefix that no current target uses, listed with the reason each may go, and
-deleted only when asked (``yes``).
+"""``cache gc``: the outputs under the prefix that no current target uses, with the reason each may go, deleted only
+when asked (``yes``).
 
-Kept by default: every output a current target of the workspace uses. gc loads and analyses every package
-(``//...``) as the BUILD files are now; the output paths of their steps and of every step those depend on
-(pseudo-dependencies too) are kept, so gc of one package never deletes another's work. PATTERN says which
-unused outputs are offered: an *old version* of a step PATTERN's targets use (the same step name under
-another hash), and when PATTERN is ``//...`` also an output of a step name no current target makes (a
-target removed or renamed). Every other unused output is left alone, and counted (``left``).
-
-``keep_only_used_by_patterns`` keeps only what PATTERN's targets use: every other output is offered, the
-current outputs of other targets too (their reason says so); the flag's name says it, as this is the one way
-gc deletes current work. Never deleted: a folder under a live (or unreadable) lease, the run info JSONs in
-``<prefix>/experiments`` (a step folder holding them is skipped), a folder holding a kept output. A folder goes
-status first, then the rest: a gc killed at any moment leaves no step marked built without its outputs (the
-next gc lists what is left).
-"""
+Kept: every output a current target of the workspace (``//...``, as the BUILD files are now) uses, with all it depends
+on. PATTERN offers old versions of its targets' steps, and with ``//...`` outputs of step names no target makes; other
+unused outputs are left and counted. ``keep_only_used_by_patterns`` offers everything PATTERN's targets do not use,
+current work included (hence the name). Never deleted: a folder under a live or unreadable lease, run info JSONs, a
+folder holding a kept output. Status goes first: a killed gc leaves no step marked built without outputs."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
-"""Marin's run info JSON: ``<base>/<script>-<hash>.json``, the record of one run that Marin's data browser and
+"""Marin's run info JSON ``<base>/<script>-<hash>.json``: the record of one run, which Marin's data browser and
 ``marinbuild serve`` read.
 
-It holds Marin's schema: ``worker_id``, ``git_commit``, ``caller_path``, ``created_date``, ``user``, ``prefix``
-and ``steps``, each the object its ``.executor_info`` holds (without ``description``). The top level is
-indented as Marin's; each step is one line of compact sorted-key JSON (``indent=2`` would repeat every nested
-version over many lines).
-
-The name: ``<script>`` as Marin's (``script_name``); ``<hash>`` the first 6 hex digits of the md5 of the steps'
-output paths relative to the prefix, sorted, one per line. (Marin hashes the steps' text, whose ``fn_name``
-holds a memory address, so its name changes every run anyway.) The output paths already name each step's
-version, so the name is known without composing any step's entry (``Engine.experiment_url`` asks for it
-without writing the file), and is the same for every run of the same graph, in any order, under any prefix.
-
-``write`` writes the file once, atomically (``fs.write_atomic_pieces``), replacing a file of the same name (an
-earlier run of the same graph): a kill at any moment leaves the earlier file whole.
-"""
+Marin's schema (``worker_id``, ``git_commit``, ``caller_path``, ``created_date``, ``user``, ``prefix``, ``steps``), each
+step one line of compact sorted-key JSON. ``<hash>``: 6 hex digits of the md5 of the steps' sorted output paths relative
+to the prefix (Marin hashes texts holding memory addresses, so its name changes every run anyway): known without
+composing any entry, and the same for every run of the same graph under any prefix. ``write`` replaces the file
+atomically."""
 
 from __future__ import annotations
 

@@ -1,20 +1,8 @@
 """The end-of-build summary: what was built, what was already there, what failed, where outputs are.
 
-``BuildSummary`` is an event listener that counts outcomes and records failures; ``render(requested)`` gives
-the text a CLI prints after the build, e.g.::
-
-    Build FAILED in 12.3s: 3 built, 5 cached, 1 failed, 2 dependency failed
-      FAILED tokenize: RuntimeError: boom
-          File "/ws/steps/tokenize.py", line 12, in split
-            raise RuntimeError("boom")
-        full traceback: /prefix/tokenize-abc123/.marinbuild_traceback.txt
-      not run: train (dependency tokenize failed)
-    //pkg:data   ->  /prefix/data-abc123
-    //pkg:train  ->  /prefix/train-def456  (not built: dependency failed)
-
-Under each failure: its traceback's last frames, the step's traceback file and, on Ray, the worker's log.
-``as_dict()`` gives the same facts for ``--output json`` (each failure with its whole ``traceback``).
-"""
+``BuildSummary`` is an event listener counting outcomes and recording failures; ``render(requested)`` gives the text the
+CLI prints after the build (under each failure its traceback's last frames, its traceback file and, on Ray, the worker's
+log); ``as_dict()`` the same facts for ``--output json``."""
 
 from __future__ import annotations
 
