@@ -1,19 +1,11 @@
 """``marinbuild cache verify PATTERN``: recompute output digests and compare them with the manifests.
 
-The targets' steps and, unless ``deps=False``, every step they depend on are checked. Every metadata file a
-step's state relies on is read (status, lease, and for a built step its info, artifact and action record);
-one that does not parse makes the step *damaged*. A lease beside a built step whose runner is gone is a
-*leftover*. With ``repair_metadata`` (``--repair``), unparsable statuses, leases and records, leftover
-leases and killed writers' temporary files (``.tmp-*`` older than the stale time) are removed and listed
-(a lease only under its flock, when nobody can hold it).
-
-A built step's outputs are listed, hashed and compared with the manifest of its action record: a file gone
-is *deleted*, shorter *truncated*, longer or of another digest *modified*; one the manifest does not know is
-*added* (reported, not damage). A damaged step is then made not built: its ``.executor_status`` is removed
-(on GCS only at the verified generation) so the next build reruns it, as Marin would, and what was found is
-left in ``.marinbuild_verify.json`` beside it; its outputs are left for the rerun to overwrite. Steps built
-by Marin (no manifest) are *unverified*, and left alone.
-"""
+The targets' steps and (unless ``deps=False``) their dependencies are checked. A metadata file that does not parse makes
+the step damaged; a lease beside a built step whose runner is gone is a leftover. ``repair_metadata`` removes unparsable
+metadata, leftover leases (under their flock) and killed writers' old ``.tmp-*`` files. A built step's outputs are
+hashed against its action record's manifest: deleted, truncated or modified files are damage, added ones are reported. A
+damaged step's ``.executor_status`` is removed (on GCS at the verified generation) so the next build reruns it, and the
+findings go to ``.marinbuild_verify.json``. Steps built by Marin (no manifest) are unverified and left alone."""
 
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """Versions, version strings, hashes and output paths of steps, exactly as Marin computes them.
 
-A step's version is ``{"name", "config" (its versioned values), "dependencies": [...]}``
-(plus ``"pseudo_dependencies"`` when it has any); a dependency deeper than 4 levels is
-written as ``"name-hash"``. The version string is ``json.dumps(version, sort_keys=True)``
-and the output path ``<prefix>/<name>-<md5(version_str)[:6]>``.
-
-What differs from Marin, none of it visible in the results (``tests/test_compat_vectors.py``):
-- the walk is iterative, so a 10,000-step chain does not hit Python's recursion limit;
-- a version string is composed from its dependencies' already-computed strings instead
-  of serialising every nested version again for each consumer (byte-identical, because
-  ``json.dumps`` of a nested sorted dict is the nested dict's own sorted dump).
-The tables are plain dicts, filled as each step is versioned, but for two columns made when read (``PerStep``):
-``configs`` (a config is instantiated when first read, not as its version is recorded as Marin does: a no-op
-reads none) and ``version_strs`` (see ``VersionTable.version_strs``).
-"""
+A version is ``{"name", "config", "dependencies"}`` (plus ``"pseudo_dependencies"``), a dependency deeper than 4 levels
+written ``"name-hash"``; the version string is ``json.dumps(version, sort_keys=True)``, the output path
+``<prefix>/<name>-<md5(version_str)[:6]>``. Unlike Marin, invisibly in the results (``tests/test_compat_vectors.py``):
+the walk is iterative (no recursion limit), and a version string is composed from its dependencies' strings
+(byte-identical: a nested sorted dump is the nested dict's own). The tables are plain dicts but for ``configs`` and
+``version_strs`` (``PerStep``), made when read, so a no-op instantiates no config."""
 
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """What a ``download`` copies: the files of a source, each with its size and the checksums the source publishes.
 
-Sources are listed when the step runs (never while the graph is loaded, queried or dry-run):
-
-- the Hugging Face Hub (``list_hub``): a dataset id at a revision (branch, tag or commit), resolved to its
-  commit first, so a branch moving during a long download changes nothing. Each file's published checksum
-  is its LFS sha256 (large files) or git blob sha1 (small). A file is streamed from its ``resolve`` URL
-  with ``huggingface_hub``'s own headers (the token from ``HF_TOKEN`` or the login cache), never through
-  a local cache copy as ``hf_hub_download`` would make one.
-- any fsspec URL (``list_fsspec``): a file or a folder. GCS publishes each object's md5 (not for composite
-  objects) and crc32c, both checked; other filesystems' files are checked by size and by the BUILD file's
-  ``checksums``, if any.
-
-``patterns`` are globs relative to the source's root with fsspec's semantics (``**`` crosses folders), as
-Marin's ``hf_urls_glob`` are matched by ``HfFileSystem.glob``. No pattern: every file.
-"""
+Sources are listed when the step runs, never while the graph is loaded. ``list_hub``: a Hugging Face dataset at a
+revision, resolved to its commit first (a branch moving mid-download changes nothing); checksums are LFS sha256 or git
+blob sha1; files are streamed from ``resolve`` URLs with ``huggingface_hub``'s headers, never through its local cache.
+``list_fsspec``: a file or folder; GCS's md5 (not for composite objects) and crc32c are checked, other filesystems'
+files by size and the BUILD file's ``checksums``. ``patterns`` are fsspec globs relative to the root (``**`` crosses
+folders), as Marin's ``hf_urls_glob``."""
 
 from __future__ import annotations
 

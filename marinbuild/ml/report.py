@@ -1,18 +1,9 @@
 """A training report: one metrics JSON and a PNG of training and validation loss per step.
 
-``build_report`` reads a ``train_lm`` output (``metrics.jsonl``, ``summary.json``), any ``eval_lm`` outputs
-(``eval.json``) and any ``eval_harness`` outputs (``results.json``) and writes:
-
-    metrics.json   {"train_loss": [[step, loss], ...], "validation_loss": {name: [[step, loss], ...]},
-                    "learning_rate": [[step, lr], ...], "summary": {...}, "evaluations": {...},
-                    "settings": {"model", "parameters", "learning_rate", "batch_size", "steps", "seq_len"},
-                    "task_scores": {task: {"metric", "value", "step", "evaluation"}}}
-    loss.png       training loss (and its moving average) and each validation loss per step, log scale,
-                   final evaluations in the legend, the key settings under the title; with eval_harness
-                   outputs, a panel of bars of each task's headline metric (``acc`` when it has one)
-
-matplotlib (Agg backend) is imported only here.
-"""
+``build_report`` reads a ``train_lm`` output and any ``eval_lm`` and ``eval_harness`` outputs and writes
+``metrics.json`` (losses and learning rate per step, summary, evaluations, key settings, task scores) and ``loss.png``
+(losses per step, log scale, final evaluations in the legend, settings under the title, a bar panel of task metrics).
+matplotlib (Agg) is imported only here."""
 
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
 """Action-cache records: which version string an output path holds, by its full sha256.
 
-An output path is ``<prefix>/<name>-<6 hex of md5(version string)>``: 24 bits, so two version strings of
-one step name can collide on a path. Each committed step leaves a record
-``<output>/.marinbuild_action.<sha256 of its version string>.json`` (beside Marin's files, never changing
-them) with the version digest, the step name and its output manifest (``marinbuild.store.manifest``: one
-file per commit, not two: a file creation is the dearest operation of a local commit). The record's
-*name* carries the digest, so a listing says which versions are at which paths without reading records.
-
-A built path (SUCCESS) holding records only of *other* digests is a collision: the plan raises
-``ActionCacheCollisionError`` instead of using another version's outputs. With ``override_output_path``
-different versions may legitimately share a path (Marin's behaviour): logged, not fatal. A path with no
-record was built by Marin (or an older marinbuild) and is used as built, as Marin would.
-"""
+An output path's 6 hex digits (24 bits) can collide between version strings of one step name. Each committed step leaves
+``<output>/.marinbuild_action.<sha256 of its version string>.json`` (beside Marin's files) with the digest, step name
+and output manifest (``store.manifest``; one file per commit, as creating files is a local commit's dearest operation).
+The name carries the digest, so a listing tells which versions are where. A built path holding records only of other
+digests raises ``ActionCacheCollisionError`` rather than use another version's outputs; with ``override_output_path`` it
+is only logged (Marin's behaviour); a path with no record was built by Marin and is used as built."""
 
 from __future__ import annotations
 
