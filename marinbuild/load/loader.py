@@ -1,16 +1,10 @@
 """Loading packages into a target graph: evaluation, label resolution, cycle detection.
 
-``Loader`` is one loading session over a workspace. ``load_packages`` evaluates the
-requested packages, their ``load()`` files and (by default) every package their label
-attributes refer to, transitively; nothing else is read. It then resolves each label to a
-target or a source file of its package, reports missing packages/targets/files and
-dependency cycles, and returns a ``LoadedWorkspace`` of everything loaded so far. Errors
-from all packages are collected; the first is raised with the rest in ``more_errors``.
-
-Cycles are searched for only when some dependency was declared after a target depending
-on it (``Target.order``): when every edge points back in declaration order, that order is a
-topological order and there can be none, which is what most workspaces look like.
-"""
+``Loader.load_packages`` evaluates the requested packages, their ``load()`` files and (by default) every package their
+labels refer to, transitively; resolves each label, reports missing packages, targets and files and dependency cycles,
+and returns a ``LoadedWorkspace``. All packages' errors are collected; the first is raised with the rest in
+``more_errors``. Cycles are searched for only when some dependency was declared after a target depending on it
+(``Target.order``): otherwise declaration order is a topological order."""
 
 from __future__ import annotations
 

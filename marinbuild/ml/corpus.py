@@ -1,16 +1,8 @@
 """Raw document collections: the manifest a ``raw_data`` step writes, and reading documents from it.
 
-A ``raw_data`` output folder holds ``manifest.json``::
-
-    {"kind": "raw_data", "files": ["<out>/files/data/train-00000.jsonl.gz", ...],
-     "urls": ["gs://bucket/dclm/**/*.jsonl.zst"], "documents": 1800}
-
-``files`` are workspace files copied into the output (so it stands alone and its version is their content);
-``urls`` are fsspec URLs or globs read where they are (never fetched when the graph is analysed, queried or
-dry-run; a URL ending in ``/`` is every document file below that folder, as Marin's tokenize reads a
-folder). Documents are JSON lines (optionally compressed), JSON arrays (or JSON lines named ``.json``) or
-Parquet, the text under ``text_key``.
-"""
+``manifest.json`` holds ``kind``, ``files`` (workspace files copied into the output), ``urls`` (fsspec URLs or globs
+read in place; one ending in ``/`` is every document file below it, as Marin's tokenize reads a folder) and
+``documents``. Documents are JSON lines (optionally compressed), JSON arrays or Parquet, the text under ``text_key``."""
 
 from __future__ import annotations
 

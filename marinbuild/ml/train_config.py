@@ -1,15 +1,9 @@
 """levanter's ``TrainLmConfig`` for a ``train_lm`` payload: every setting through levanter's own classes.
 
-``train_lm_config`` turns the payload (``marinbuild.ml.train``) into levanter's configs and
-nothing else: ``TrainerConfig`` (batch size or batch schedule, checkpoints, EMA,
-``allow_partial_checkpoint``), ``OptimizerConfig`` with its learning-rate schedule
-(``configs.to_levanter_optimizer``), ``LmDataConfig`` with a mixture whose weights are fixed or
-change at given steps (``data_config``), the z-loss weight, lm-eval tasks evaluated while training
-(levanter's eval-harness callback) and, when asked for, HF exports by levanter's HF checkpoint
-converter into ``hf/step-N/`` of the output folder. It starts nothing,
-so tests check the settings without training. Imports levanter: call it only in the training
-process (or a test).
-"""
+``train_lm_config`` only builds configs (``TrainerConfig``, ``OptimizerConfig`` via ``configs.to_levanter_optimizer``,
+``LmDataConfig`` with fixed or step-varying weights, z-loss, lm-eval callback, HF exports into ``hf/step-N/``) and
+starts nothing, so tests check the settings without training. Imports levanter: call it only in the training process (or
+a test)."""
 
 from __future__ import annotations
 

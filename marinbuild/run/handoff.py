@@ -1,15 +1,12 @@
 """Checkpoint hand-offs: a step that starts from another step's checkpoint waits for the checkpoint, not the step.
 
-A hand-off is a pseudo-dependency on ``<producer>/checkpoints/step-N`` (a BUILD file's ``checkpoint(":p", step =
-N)``, Marin's ``p.cd("checkpoints/step-N").nonblocking()``), versioned as Marin versions it; the checkpoint is there
-once its ``metadata.json`` is (levanter writes it last). A step that will run needs the producers of its
-checkpoints not there yet (``needs``: the plan runs them too); a built step needs none, so a producer that trains
-on never makes it stale. ``HandOffs`` holds such a step out of the schedule (no lease, no slot) until its
-checkpoints are there, with a ``waiting`` event, and fails it with one line (``MissingCheckpointError``: the
-producer, the step asked for, the producer's last checkpoint) once a producer ended, or is not run by this build,
-without it. One thread watches the held steps: local checkpoints through inotify (on the nearest folder that
-exists), others by reading the store again after a bounded exponential backoff; a producer's end wakes it.
-"""
+A hand-off is a pseudo-dependency on ``<producer>/checkpoints/step-N`` (``checkpoint(":p", step = N)``, Marin's
+``p.cd("checkpoints/step-N").nonblocking()``), there once its ``metadata.json`` is (levanter writes it last). A step
+that will run needs the producers of checkpoints not yet there (``needs``); a built step needs none, so a producer
+training on never makes it stale. ``HandOffs`` holds such a step out of the schedule until its checkpoints are there (a
+``waiting`` event), and fails it with ``MissingCheckpointError`` once a producer ended, or is not in this build, without
+it. One thread watches: local checkpoints by inotify on the nearest existing folder, others by polling with bounded
+backoff; a producer's end wakes it."""
 
 from __future__ import annotations
 

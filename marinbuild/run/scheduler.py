@@ -1,15 +1,10 @@
 """The scheduler: hands ready steps to a backend and reacts to completions as they arrive.
 
-No polling: backends report completions through a callback, handled on the reporting thread. A failed
-step's consumers are marked dependency-failed at once; independent steps go on unless
-``keep_going`` is False, in which case nothing new starts after the first failure.
-
-A step's job (``StepJob``: its lease, call and records) is made when the step starts and dropped when it is
-done, so a run of many steps holds the jobs of the steps in flight, not one per step of the plan.
-
-``holds`` (``run/handoff.py``'s ``HandOffs``) may keep a ready step back until it releases it: a held step has no
-job and no slot of ``max_concurrent``; it is told of every step that ends, and stopped when the schedule ends.
-"""
+No polling: backends report completions through a callback, handled on the reporting thread. A failed step's consumers
+are marked dependency-failed at once; independent steps go on unless ``keep_going`` is False. A step's ``StepJob`` is
+made when it starts and dropped when done, so a run holds the jobs of the steps in flight only. ``holds``
+(``run/handoff.py``) may keep a ready step back (no job, no slot) until it releases it; it is told of every step that
+ends."""
 
 from __future__ import annotations
 

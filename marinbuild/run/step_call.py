@@ -1,15 +1,11 @@
 """A step's call: its function, its resolved config, and what it asks the backend for.
 
-Every ``StepJob`` gets one as ``call``: calling it runs the step here (the local backend); the Ray backend runs
-``target`` with ``config`` as a Ray task, with what ``request()`` gives. A ``RemoteCallable`` (ours or Marin's
-``remote(...)``) carries resources, extras and env vars, a ``@ray.remote`` function Ray options;
-``ExecutorStep.resources`` wins over a wrapper's, extras of both are used.
-
-A step with ``mirrored(path, budget_gb=...)`` values runs in ``store.mirror.step_scope``: its ``mirror://``
-copies are charged to a budget of its own, the largest ``budget_gb`` (as Marin does), and land under the build's
-prefix; others are charged to ``$MARIN_MIRROR_BUDGET_GB``. The scope is a ``contextvars`` one: threads a step
-starts itself do not inherit it (run them in ``contextvars.copy_context()``).
-"""
+Calling it runs the step here (the local backend); the Ray backend runs ``target`` with ``config`` as a task with
+``request()``. A ``RemoteCallable`` (ours or Marin's ``remote(...)``) carries resources, extras and env vars, a
+``@ray.remote`` function Ray options; ``ExecutorStep.resources`` wins over a wrapper's, extras of both are used. A step
+runs in ``store.mirror.step_scope``: its ``mirror://`` copies are charged to its own budget (the largest ``mirrored(...,
+budget_gb=...)``, as Marin) and land under the build's prefix. The scope is a ``contextvars`` one: threads the step
+starts inherit it only in ``contextvars.copy_context()``."""
 
 from __future__ import annotations
 

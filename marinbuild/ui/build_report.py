@@ -1,15 +1,10 @@
 """What ``marinbuild build`` shows: the listeners of its events, and the text printed from its result.
 
-``BuildReport`` opens the summary always; the live progress and the workspace's event log unless it is a
-dry run; the ``--build_event_json_file`` writer and the ``--profile`` trace when asked for. A refused build
-(a bad BUILD file, a request it cannot honour, a step that failed before and must not be retried) ends its
-event log with that reason. ``--explain`` on a build that runs prints the plan on stdout before any step
-starts, with why each step runs (read before the run changes it). After the build ``print_result`` prints,
-in order: on stderr the steps the local backend could not run (dry runs); on stdout the plan of a dry run
-and the summary (or the ``--output json`` result); on stderr the outputs whose code changed, where to look
-(experiment page, W&B, TensorBoard) and the web view's page of each failed step. The exit code stays with
-the command line.
-"""
+``BuildReport`` opens the summary; unless dry, the live progress and the event log; when asked, the
+``--build_event_json_file`` writer and the ``--profile`` trace. A refused build ends its event log with the reason.
+``--explain`` prints the plan, with why each step runs, before any step starts. ``print_result`` prints the local
+backend's refusals (dry runs) and, after the dry plan and summary (or ``--output json``) on stdout, the changed code,
+where to look and each failed step's page on stderr. The exit code stays with the command line."""
 
 from __future__ import annotations
 
