@@ -1,14 +1,9 @@
 """``why``: for each step of a target (and each step it needs that would run), why it would run.
 
-A step is up to date when its status is SUCCESS. Otherwise the reason is one of ``Reason``'s: never built,
-output deleted or incomplete, failed before (with the failure's traceback path), running elsewhere,
-abandoned run, damaged (a file that does not parse), or version changed, with the differences from the
-most recent other version of the step under the prefix. A folder holding nothing but ``.executor_info``
-is a step not built yet (written before a step runs), not a deleted output. A step shared by several
-targets of a pattern is read and explained once.
-A step that starts from another step's checkpoint not there yet says so (``waits_for``), and that step is
-listed as needed when it would run, as the build's plan needs it (``marinbuild.run.handoff``).
-"""
+A step is up to date when its status is SUCCESS; else the reason is one of ``Reason``'s, a changed version with its
+differences from the most recent other version under the prefix. A folder holding only ``.executor_info`` is not built
+yet, not deleted. A step shared by several targets is explained once. A step waiting for a checkpoint not there yet says
+so (``waits_for``), and the producer is listed as needed (``run.handoff``)."""
 
 from __future__ import annotations
 

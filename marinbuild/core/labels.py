@@ -1,14 +1,9 @@
 """Labels and target patterns: parsing, printing and expansion (pure: no I/O).
 
-A label names a target or a source file: ``//experiments/tutorials:hello_world``,
-``@marinbuild//rules:python.py``. Relative forms (``:name``, ``name``) are resolved
-against a current package. A target pattern selects labels: ``//pkg/...``, ``//pkg:all``
-(or ``//pkg:*``), ``//...``, a plain label, and ``-PATTERN`` to subtract.
-
-Names may contain ``/`` (file labels such as ``//pkg:data/a.jsonl``) but never ``.`` or
-``..`` segments, a leading ``/`` or backslashes, so ``package/name`` always stays inside
-whatever prefix it is joined to.
-"""
+A label names a target or source file (``//pkg:name``, ``@marinbuild//rules:python.py``; ``:name`` and ``name`` relative
+to a current package); a pattern selects labels (``//pkg/...``, ``//pkg:all``, ``//...``, a label, ``-PATTERN`` to
+subtract). Names may contain ``/`` but never ``.`` or ``..`` segments, a leading ``/`` or backslashes, so
+``package/name`` stays inside whatever prefix it is joined to."""
 
 from __future__ import annotations
 

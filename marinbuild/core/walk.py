@@ -1,15 +1,10 @@
 """Walking step configs: finding placeholders, collecting versions, resolving placeholders.
 
-Same semantics as Marin's executor: dataclasses, dicts (string keys), lists, tuples and
-sets are walked; ``VersionedValue`` contributes ``prefix -> value`` to the version;
-``InputName``/``ExecutorStep`` contribute ``prefix -> "DEP[i]/sub"`` and a dependency;
-``MirroredValue`` is transparent for versioning. Recursion follows the nesting of one
-config, never the depth of the step graph.
-
-``instantiate_config`` is a module-level function, not a closure: a closure that calls itself is a
-reference cycle (function -> its cell -> function), left to the cyclic collector, which is paused while
-versions are computed (``core/gc_control.py``).
-"""
+Marin's semantics: dataclasses, dicts, lists, tuples and sets are walked; ``VersionedValue`` contributes ``prefix ->
+value``, ``InputName``/``ExecutorStep`` ``prefix -> "DEP[i]/sub"`` and a dependency; ``MirroredValue`` is transparent.
+Recursion follows one config's nesting, never the graph's depth. ``instantiate_config`` is a module-level function, not
+a self-calling closure: that would be a reference cycle, left to the cyclic collector, which is paused while versions
+are computed."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """The configuration dataclasses of ``train_lm``: model, optimizer and trainer, pure Python.
 
-BUILD files give them as dicts (``model = {"hidden_dim": 64, ...}``); ``attr.config``
-checks the field names when the BUILD file loads, so a typo is a located load error, not a
-crash an hour into a TPU job. Nothing here imports jax or levanter: the ``to_levanter_*``
-functions do that, and only run inside the training process.
-
-Each class covers the fields experiments usually set, with levanter's defaults; any other
-field of the levanter class goes in ``options`` (passed through as is, decoded by draccus,
-so nested choice types work: ``options = {"rope": {"type": "llama3"}}``).
-"""
+BUILD files give them as dicts; ``attr.config`` checks the field names when the BUILD file loads, so a typo is a located
+load error, not a crash an hour into a TPU job. Only the ``to_levanter_*`` functions import levanter, in the training
+process. Each class has the fields experiments usually set, with levanter's defaults; any other field goes in
+``options``, decoded by draccus (``options = {"rope": {"type": "llama3"}}``)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """The plan: which requested steps are built, which must run, and why.
 
-Planning reads statuses level by level from the requested steps downward and stops
-descending at a built step (its dependencies are not needed), so a no-op build reads one
-status per requested step. Each level is one batched read (``store.batch.read_statuses``); on a remote
-store, once a level has steps to run, everything below it is read in one more batch rather
-than one round trip per level. A built step whose path holds another version's action-cache
-record is a path-hash collision: ``ActionCacheCollisionError``, never silently used. A step that will run needs,
-besides its dependencies, the producers of the checkpoints it starts from that are not there yet
-(``run/handoff.py``: ``needs``).
-"""
+Statuses are read level by level downward from the requested steps, stopping at a built step, so a no-op reads one
+status per requested step. Each level is one batched read (``store.batch``); on a remote store, once a level has steps
+to run, all below is read in one more batch. A built step whose path holds another version's action record raises
+``ActionCacheCollisionError``. A step that will run also needs the producers of checkpoints it starts from that are not
+there yet (``run/handoff.py``)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """Leases on a local (or NFS-like) filesystem, compatible with Marin's ``LocalFileLease``.
 
-Mutual exclusion is ``flock`` on the lease file itself, as Marin does, so a Marin runner
-and a marinbuild runner on one machine exclude each other. One addition closes Marin's
-release race: after locking, the open file must still be the one at the path (same
-inode); a lease deleted by its releaser while we waited is reopened, never written to.
-
-A new lease file appears with its record already in it (``link`` of a written temporary file), and a
-rewrite is one ``pwrite`` padded to the old length: a reader never sees it empty while it is held, and a
-kill never leaves a torn record. The file itself is never replaced: the flock lives on its inode.
-"""
+Mutual exclusion is ``flock`` on the lease file itself, as Marin's, so Marin and marinbuild runners exclude each other.
+Closing Marin's release race: after locking, the open file must still be the one at the path (same inode). A new lease
+file appears with its record in it (``link`` of a written temporary file) and a rewrite is one ``pwrite`` padded to the
+old length, so no reader sees it empty and no kill tears it; the file is never replaced, as the flock lives on its
+inode."""
 
 from __future__ import annotations
 

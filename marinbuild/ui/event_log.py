@@ -1,14 +1,10 @@
 """The workspace's build event logs: every CLI build (not a dry run) records its run in one JSON-lines file.
 
-``<workspace>/.marinbuild/events/<UTC time>-<pid>.jsonl``: a first line ``{"kind": "run", "id",
-"patterns", "prefix", "argv", "pid", "time"}``, then one line per event as ``--build_event_json_file``
-writes it, flushed so ``marinbuild serve`` can tail it. A build refused before any step ran ends its log
-with ``{"kind": "build_refused", "reason", "time"}`` (the reason's first line): a log of a build that
-ended has that line or a ``build_finished`` event. The log never fails a build: one that cannot be
-created is not written, one that cannot be appended to (a full disk) stops. ``planned``, ``cached`` and
-``progress`` events are left out (a run page needs none, and a no-op build writes three lines). The
-newest ``KEEP`` logs are kept. Reading skips a cut-off last line (a build still writing, or killed).
-"""
+``<workspace>/.marinbuild/events/<UTC time>-<pid>.jsonl``: a ``run`` line (``id``, ``patterns``, ``prefix``, ``argv``,
+``pid``, ``time``), then a flushed line per event as ``--build_event_json_file`` writes it, so ``marinbuild serve`` can
+tail it; a refused build ends with ``build_refused`` and its reason. The log never fails a build: one that cannot be
+written stops. ``planned``, ``cached`` and ``progress`` events are left out (a no-op writes three lines). The newest
+``KEEP`` logs are kept; reading skips a cut-off last line."""
 
 from __future__ import annotations
 
