@@ -148,13 +148,9 @@ def asdict_without_description(obj: Any) -> dict[str, Any]:
 class Executor(Engine):
     """Computes versions and output paths of ``ExecutorStep``s and runs the ones not yet built.
 
-    The attributes ``steps``, ``configs``, ``dependencies``, ``versions``, ``version_strs``,
-    ``hashed_versions``, ``output_paths``, ``is_pseudo_dep``, ``step_infos``, ``executor_info`` and
-    ``executor_info_path`` have Marin's meanings. ``prefix`` and ``executor_info_base_path``, when None, are resolved
-    as the command line's (``marinbuild.engine.settings``): ``$MARIN_PREFIX``, else the workspace's, else Marin's
-    default. Extra keyword arguments tune what Marin hard-codes: lease timing, the event listeners, the backend
-    (``marinbuild.engine.Engine``).
-    """
+    Its attributes have Marin's meanings. ``prefix`` and ``executor_info_base_path``, when None, are resolved as the
+    command line's (``engine.settings``). Extra keyword arguments tune what Marin hard-codes: lease timing, listeners,
+    backend (``engine.Engine``)."""
 
     def __init__(
         self,

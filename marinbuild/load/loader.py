@@ -159,19 +159,11 @@ class Loader:
     def load_packages(self, packages: Iterable[str], *, transitive: bool = True) -> LoadedWorkspace:
         """Load ``packages`` (and, if ``transitive``, every package their labels refer to).
 
-        BUILD files are evaluated by Starlark in a child process (``child``): the walk over the packages
-        (``_Walk``) runs there and, in step, here, on the outcomes the child sends back. If the child dies
-        (or runs past the time budget), the package it was evaluating fails at its BUILD file and a new
-        child walks on from the next package; if it stops to have a rules module imported here
-        (``trusted``), a new child walks on from the package it was evaluating.
-
-        Python's cyclic garbage collector is paused meanwhile (``gc_paused``): loading allocates about
-        eight tracked objects per target and frees almost none, so the automatic collections would
-        find nothing to free, while the full ones walk every object of the process. On leaving, the new
-        objects go to the oldest generation without a pass over
-        them, where a load with the collector running leaves them too. Cyclic garbage made while
-        loading (rare: a BUILD file's functions and its globals) waits for a full collection.
-        """
+        The walk (``_Walk``) runs in a Starlark child process (``child``) and, in step, here on the outcomes it sends. A
+        child that dies or overruns fails the package it was evaluating and a new child walks on; one that stops to have
+        a rules module imported here (``trusted``) is replaced by one that redoes that package. The cyclic collector is
+        paused meanwhile: loading allocates about eight tracked objects per target and frees almost none, so collections
+        would find nothing while walking every object of the process."""
         packages = list(dict.fromkeys(packages))
         with gc_paused():
             return self._load_packages(packages, transitive)

@@ -107,19 +107,12 @@ def rule(
     analyze: Callable[..., Any] | None = None,
     check: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> RuleType:
-    """Define a rule type: ``implementation(ctx)`` runs at build time; ``attrs`` declares its attributes.
+    """Define a rule type: ``implementation(ctx)`` runs at build time; ``attrs`` declares its attributes
+    (docs/rules.md).
 
-    ``output_name`` sets the step name, the part of the output path before the hash
-    (``{package}`` and ``{name}`` are filled in; default ``"{package}/{name}"``). The rule's
-    own name is the variable it is exported as. A rule that turns a target into existing
-    ``ExecutorStep``s instead (Python experiment scripts) gives ``analyze(actx)`` in place of
-    an implementation; see ``marinbuild.analysis.analyze``.
-
-    ``check(values)``, if given, runs when a BUILD file declares a target, after each attribute's
-    type is checked: ``values`` are all the attributes (name -> converted value, defaults filled
-    in). It raises ``AttrValueError(message, attr=...)`` for a mistake the types cannot express
-    (attributes that exclude or need each other, a string's format), which becomes a load error
-    at that attribute (or at the call): the mistake is reported by ``query`` and ``build -n``
-    alike, before anything runs. It must be cheap and must not touch the network or the files.
-    """
+    ``output_name`` is the step name (``{package}`` and ``{name}`` filled in; default ``"{package}/{name}"``).
+    ``analyze(actx)`` in place of an implementation turns a target into existing ``ExecutorStep``s
+    (``analysis.analyze``). ``check(values)`` runs as a BUILD file declares a target, after the type checks, on all
+    attributes (defaults filled in); it raises ``AttrValueError(message, attr=...)`` for what types cannot express, a
+    load error at that attribute. It must be cheap and touch neither network nor files."""
     return RuleType(implementation, attrs, doc, output_name, analyze, check)

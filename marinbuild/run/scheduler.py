@@ -192,14 +192,9 @@ def schedule(
     holds: Holds[K] | None = None,
 ) -> Outcome[K]:
     """Run the steps ``order`` lists (in dependency order), each after its ``deps`` among them succeeded:
-    ``job_for(key)`` makes a step's job as it starts; ``describe(key)`` is its (name, output path) for the
-    events of a step that never starts.
-
-    Completions are handled on the thread that reports them: the next ready step is chosen and
-    submitted right there, so a chain
-    of short steps does not wake the calling thread once per step. The calling thread only waits
-    for the end (or Ctrl-C).
-    """
+    ``job_for(key)`` makes a step's job as it starts; ``describe(key)`` is its (name, output path) for a step that never
+    starts. Completions are handled, and the next ready steps submitted, on the reporting thread; the calling thread
+    only waits for the end (or Ctrl-C)."""
     run = _Run(order, deps, job_for, describe, backend, bus, max_concurrent, keep_going, holds)
     try:
         with run.lock:

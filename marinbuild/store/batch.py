@@ -152,15 +152,11 @@ def _is_record(name: str) -> bool:
 
 
 class _Fold:
-    """The statuses and action records of the wanted step folders, folded into the result a listing page at a time
-    as pages arrive (on gcsfs's event loop, while other listings are in flight): a page's objects are dropped once
-    read, so memory follows the steps, not the bytes listed (a server that ignores ``matchGlob`` lists every object
-    of each range), and the result is ready when the last page is.
-
-    A listed object's folder is looked up by its canonical path (``gs://<bucket>/<folder>``) in the result itself,
-    which holds every wanted path from the start: nothing is kept per step besides the result (a table of folder
-    names to match against would hold some 300 bytes a step while every listing is read). Paths wanted under another
-    spelling (``gcs://``, a trailing slash) are ``aliases`` of their canonical path."""
+    """The statuses and action records of the wanted step folders, folded in a listing page at a time as pages arrive on
+    gcsfs's loop: a page's objects are dropped once read, so memory follows the steps, not the bytes listed. A listed
+    object's folder is looked up by canonical path (``gs://<bucket>/<folder>``) in the result itself, which holds every
+    wanted path from the start, so nothing else is kept per step; other spellings (``gcs://``, a trailing slash) are
+    ``aliases``."""
 
     def __init__(self, paths: list[str], aliases: dict[str, list[str]]) -> None:
         self.aliases = aliases
