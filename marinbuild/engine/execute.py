@@ -1,15 +1,11 @@
-"""Running a plan's steps: a job per step, the backend, the resource check, the schedule, the failures.
+"""Running a plan's steps: what each step's job calls, the backend, the resource check, the schedule, the failures.
 
-``execute`` is called with a plan that has steps to run (a no-op never loads this module, nor the
-scheduler, the step jobs or any backend). In order: construct the backend the engine names (or take the one
-it was given); refuse the run if the backend cannot give some step what it asks for, before anything is
-written; write the ``.executor_info`` of steps not run and the run info (``commit.py``); schedule the
-steps (``run/scheduler.py``; a step that starts from another's checkpoint is held until it is there,
-``run/handoff.py``), which makes each step's ``StepJob`` (``run/step_job.py``: lease, status,
-outputs, commit) when it starts and lets it go when it is done, so a run of many steps holds the jobs of
-the steps in flight only; then turn the failures into ``StepFailedError``, the first step's own exception
-chained. A backend constructed here is shut down here.
-"""
+``execute`` gets a plan with steps to run. It constructs the backend the settings name (or takes the given one, which it
+does not shut down); refuses the run before anything is written if the backend cannot give some step what it asks for;
+writes the ``.executor_info`` of steps not run and the run info (``commit.py``); schedules the steps
+(``run/scheduler.py``, with checkpoint hand-offs, ``run/handoff.py``), each ``StepJob`` made as its step starts; then
+turns failures into ``StepFailedError``, the first step's exception chained. A step from Marin's ``StepSpec`` keeps its
+original (``ORIGINAL_STEP_SPEC``), whose function the job calls."""
 
 from __future__ import annotations
 

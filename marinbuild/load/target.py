@@ -1,12 +1,9 @@
 """A declared target: what a rule call in a BUILD file records.
 
-A ``Target`` holds its label, rule type, validated attributes and call site as the evaluator made them;
-the loader fills in ``deps``, ``srcs`` and ``source_paths`` once every package they name is loaded. The
-call site is kept cheap (``Site``: the call stack's text) and turned into a ``Location`` only when an error
-or ``query --output location`` asks for it. After analysis a build may ``drop_declaration`` (attributes
-and call site, which nothing reads again); a later read raises ``DroppedDeclaration`` rather than passing
-for a target without attributes.
-"""
+The evaluator fills label, rule type, attributes and call site; the loader ``deps``, ``srcs`` and ``source_paths``. The
+call site is kept as text (``Site``) and made a ``Location`` only when asked. After analysis a build may
+``drop_declaration`` (attributes and call site); a later read raises ``DroppedDeclaration`` rather than pass for a
+target without attributes."""
 
 from __future__ import annotations
 

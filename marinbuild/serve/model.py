@@ -1,12 +1,9 @@
 """The graph and step pages, computed by the engine's own functions; the server only turns them into JSON.
 
-The graph: the steps of the pattern and every step they need, each with ``cache status``'s state, its target
-and its last duration from the event logs. ``dep_failed`` is a step not built whose dependency failed (or is
-``dep_failed``), or whose status says DEP_FAILED (Marin writes one). A step: ``cache show``'s facts,
-``why``'s text (the same words), its files, the end of its logs, its traceback and code record. Each graph
-and step request analyses the workspace afresh (BUILD files may have changed), serialised by a lock: a
-session and its caches are not made for threads.
-"""
+The graph: the pattern's steps and all they need, each with ``cache status``'s state, target and last duration;
+``dep_failed`` is a step not built whose dependency failed (or a DEP_FAILED status, which Marin writes). A step: ``cache
+show``'s facts, ``why``'s text, files, log tails, traceback and code record. Each request analyses the workspace afresh,
+serialised by a lock (a session is not made for threads)."""
 
 from __future__ import annotations
 

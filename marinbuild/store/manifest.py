@@ -1,13 +1,9 @@
 """Output manifests: every file a step wrote, with its size and xxh3-128 digest.
 
-Written at commit after the outputs and before the status, inside the step's action-cache record
-(``marinbuild.store.action_cache``), so a SUCCESS always comes with a description of the outputs it vouches
-for and ``cache verify`` can tell whether any was modified, truncated or deleted. Files are hashed by
-streaming; an output tree on GCS larger than ``MARINBUILD_MANIFEST_HASH_GB`` (default 1 GB) is not
-downloaded just to hash it: files beyond that budget are recorded with size and the server's crc32c only
-(GCS recomputes it on every write, so any change still shows). Marin's files, marinbuild's records and
-temporary files are not outputs.
-"""
+Written at commit after the outputs and before the status, inside the step's action record, so a SUCCESS always comes
+with a description of its outputs and ``cache verify`` can tell what changed. Files are hashed by streaming; on GCS,
+files beyond ``MARINBUILD_MANIFEST_HASH_GB`` (default 1 GB) of a tree are recorded with size and the server's crc32c
+only (GCS recomputes it on every write). Marin's files, marinbuild's records and temporary files are not outputs."""
 
 from __future__ import annotations
 
