@@ -1,10 +1,8 @@
-"""What the rules whose levanter job may span a multi-host TPU slice share (``train_lm``, ``eval_harness``).
+"""What the rules whose levanter job may span multi-host TPU slices share (``train_lm``, ``eval_harness``); no rule.
 
-``job_attrs``: ``resources`` and, for a multi-host slice or several slices, ``slice_wait`` and two retry
-budgets (none versioned: where a job runs never changes its output). ``run_job`` runs the job on every host of
-a multi-host slice or of several (``marinbuild.ml.slice_run``), else in one child process here
-(``marinbuild.ml.process``). This module exports no rule.
-"""
+``job_attrs``: ``resources`` and, for multi-host slices, ``slice_wait`` and two retry budgets (unversioned: where a job
+runs never changes its output). ``run_job`` runs on the slices (``ml.slice_run``), else in one child process
+(``ml.process``)."""
 
 from __future__ import annotations
 

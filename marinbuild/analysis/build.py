@@ -1,11 +1,8 @@
 """One ``marinbuild build``: from the patterns and flags of a command line to the engine's ``BuildResult``.
 
-``run_build`` opens a ``Session``, loads and analyses the targets and hands their steps to the engine's
-``build``, as ``executor_main`` hands a Marin script's; it prints nothing and picks no exit code. A request it
-cannot honour (no target matches, ``--rebuild`` of a target not analysed, resources the backend cannot give, a
-built output path holding another version's outputs) raises ``BuildRequestError`` before any step runs. The
-listeners hear of every refusal, so the workspace's event log of a refused build says so.
-"""
+``run_build`` opens a ``Session``, loads and analyses the targets and hands their steps to the engine's ``build``; it
+prints nothing and picks no exit code. A request it cannot honour raises ``BuildRequestError`` before any step runs, and
+the listeners hear of it (the event log says so)."""
 
 from __future__ import annotations
 

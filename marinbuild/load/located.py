@@ -1,11 +1,9 @@
 """Turning Starlark's errors into located ``BuildFileError``s (``path:line:col: message``).
 
-Starlark reports an error as text (``* path:line, in name`` frames, ``error: message``, ``--> path:line:col``).
-A Python callable Starlark calls cannot return its exception through Starlark, so it records it here first
-(``remember``), and ``from_starlark`` prefers it. Frames of generated code (``<...>``: rule wrappers, builtins)
-are never shown: the error is placed at the BUILD or ``.star`` line that made the call. Starlark's wording is
-kept, with a hint for Python habits that are not Starlark (``import``, ``while``, f-strings...).
-"""
+Starlark reports errors as text. A Python callable cannot return its exception through Starlark, so it records it here
+first (``remember``), and ``from_starlark`` prefers it. Frames of generated code (``<...>``) are never shown: the error
+is placed at the BUILD or ``.star`` line that made the call. Starlark's wording is kept, with a hint for Python habits
+(``import``, ``while``, f-strings...)."""
 
 from __future__ import annotations
 
