@@ -1,10 +1,7 @@
 """A build session: the workspace, its settings, the loaded targets and their steps.
 
-Everything the CLI's commands share: find the workspace, decide the prefix, load the
-BUILD files a set of patterns needs, analyse the targets into steps, compute versions,
-and hand the engine (``marinbuild.engine.Engine``) the steps to build. Nothing here prints; nothing
-here imports the Marin facade (``marinbuild.executor``).
-"""
+What the CLI's commands share: find the workspace, decide the prefix, load and analyse what the patterns need, and hand
+the engine the steps. Nothing here prints or imports the Marin facade."""
 
 from __future__ import annotations
 

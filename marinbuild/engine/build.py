@@ -1,10 +1,7 @@
 """One build, whichever face asked for it: ``build(engine, steps, ...)`` runs the steps and returns what happened.
 
-The command line (``analysis.build``, which prints the result) and ``executor_main`` (which raises its failure,
-as Marin does) both call it with engines made by ``Settings.resolve``. A failed step is part of the result, not
-an exception; what refuses a build before any step runs (resources the backend cannot give, a built output path
-holding another version's outputs) is raised.
-"""
+The CLI prints the result; ``executor_main`` raises its failure, as Marin does. A failed step is part of the result;
+what refuses a build before any step runs is raised."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Marin's ``StepSpec`` (``marin.execution.step_spec``) and ``resolve_executor_step``.
 
-A ``StepSpec`` is Marin's newer form of a step: a name, dependencies, attributes to hash and ``fn(output_path)``,
-at ``<prefix>/<name>_<sha256 of name, attrs and dependencies>[:8]``. ``resolve_executor_step`` turns an
-``ExecutorStep`` into one, ``StepSpec.as_executor_step`` back (resolving that gives the original, as in Marin).
-The callables made here are picklable objects, not closures, so they also run on Ray workers.
-"""
+A ``StepSpec`` (name, dependencies, hashed attributes, ``fn(output_path)``) lives at ``<prefix>/<name>_<sha256 of name,
+attrs and deps>[:8]``; ``resolve_executor_step`` and ``as_executor_step`` convert as in Marin. The callables made here
+are picklable objects, not closures, so they run on Ray workers."""
 
 from __future__ import annotations
 

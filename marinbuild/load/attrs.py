@@ -1,10 +1,8 @@
 """Attribute types of rules (the ``attr`` namespace) and the validation of values given to them.
 
-Each ``Attr`` converts the value written in a BUILD file into its validated form:
-labels become ``Label`` objects resolved against the declaring package, lists become
-tuples, dicts become ``FrozenDict`` and configs become dataclass instances. A value of
-``None`` means "not given" (so macros can pass optional arguments through).
-"""
+Each ``Attr`` converts a BUILD file's value into its validated form (labels resolved against the package, lists to
+tuples, dicts to ``FrozenDict``, configs to dataclasses). ``None`` means "not given", so macros can pass optional
+arguments through."""
 
 from __future__ import annotations
 
