@@ -205,10 +205,7 @@ class AnalysisContext:
 
 
 def analyze(
-    loaded: LoadedWorkspace,
-    roots: Iterable[Label],
-    workspace: Workspace,
-    stat_cache: StatCache | None = None,
+    loaded: LoadedWorkspace, roots: Iterable[Label], workspace: Workspace, stat_cache: StatCache | None = None
 ) -> Analysis:
     """Steps for ``roots`` and every target they depend on (dependencies first, no recursion)."""
     analysis = Analysis()

@@ -48,14 +48,7 @@ from marinbuild.engine import Engine
 from marinbuild.engine.build import build
 from marinbuild.engine.code_records import sentence
 from marinbuild.engine.errors import PreviousStepFailedError, PreviousTaskFailedError, StepFailedError
-from marinbuild.engine.infos import (
-    ExecutorInfo,
-    ExecutorStepInfo,
-    caller_path,
-    get_fn_name,
-    git_commit,
-    user,
-)
+from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, caller_path, get_fn_name, git_commit, user
 from marinbuild.engine.settings import Settings
 from marinbuild.executor.remote import remote
 from marinbuild.executor.step_spec import resolve_executor_step

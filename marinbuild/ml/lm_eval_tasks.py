@@ -73,9 +73,7 @@ def harness_config(specs: list[dict[str, Any]], include_path: str | None, max_ex
             return loaded
 
     return LocalTasksHarnessConfig(
-        task_spec=[TaskConfig(**spec) for spec in specs],
-        max_examples=max_examples,
-        include_path=include_path,
+        task_spec=[TaskConfig(**spec) for spec in specs], max_examples=max_examples, include_path=include_path
     )
 
 

@@ -243,8 +243,7 @@ class _Parser:
             return self.error(f"missing ')' to close '{spec.name}(' opened at {opened}", tok.pos)
         what = "',' or ')'" if index < len(spec.params) else "')'"
         return self.error(
-            f"expected {what} in '{spec.name}(' opened at {opened}, found {tok.describe()}{hint}",
-            tok.pos,
+            f"expected {what} in '{spec.name}(' opened at {opened}, found {tok.describe()}{hint}", tok.pos
         )
 
     def arg_count_error(self, spec: FunctionSpec, got: int, pos: int) -> QueryError:

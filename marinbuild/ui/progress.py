@@ -189,10 +189,7 @@ class ProgressDisplay:
         from rich.live import Live
 
         self._live = Live(
-            _Renderable(self),
-            console=self.console,
-            refresh_per_second=self.refresh_per_second,
-            transient=False,
+            _Renderable(self), console=self.console, refresh_per_second=self.refresh_per_second, transient=False
         )
         self._live.start(refresh=True)
 
