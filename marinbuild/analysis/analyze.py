@@ -362,12 +362,9 @@ def _override_output_path(target: Target) -> str | None:
 def load_script_steps(script: Path, workspace_root: Path) -> dict[str, ExecutorStep]:
     """Import a Python experiment script (not as ``__main__``) and return its module-level steps by variable.
 
-    The script is imported as ``python script.py`` would run it, with its own folder and the workspace
-    root on ``sys.path`` meanwhile, under a module name of its own (so its ``executor_main`` does not run).
-    No worker can import that name, nor a module the script imported by bare name from its folder: both
-    are recorded for Ray tasks to receive by value (``marinbuild.run.shipped_code``), as a script run as
-    ``__main__`` is. Modules imported under their package name from the workspace stay by reference.
-    """
+    It is imported as ``python script.py`` runs it (its folder and the workspace root on ``sys.path`` meanwhile) under a
+    module name of its own. No worker can import that name, nor modules it imported by bare name from its folder: both
+    are recorded to go to Ray tasks by value (``run.shipped_code``)."""
     module_name = "_marinbuild_script_" + "_".join(script.relative_to(workspace_root).with_suffix("").parts)
     spec = importlib.util.spec_from_file_location(module_name, script)
     if spec is None or spec.loader is None:

@@ -63,11 +63,9 @@ class Session:
     def analyse(self, labels: Iterable[Label] | None = None, *, drop_declarations: bool = False) -> Analysis:
         """Turn the targets (and their dependencies) into steps and compute every version.
 
-        ``drop_declarations``: once the steps are made, drop every loaded target's attributes and call site
-        (``Target.drop_declaration``) before versions are computed, so their memory is reused; for a caller
-        that reads neither afterwards (the build flow). Labels, dependencies, source files and packages stay;
-        the loader keeps the same target objects, so a later ``load`` of the same ``Session`` gives them dropped
-        too. Answers ``bench/run.py``'s layered 100,000 ``incremental`` row's peak memory (``marinbuild-cli``)."""
+        ``drop_declarations``: drop every loaded target's attributes and call site once the steps are made
+        (``Target.drop_declaration``), for a caller that reads neither again (the build flow); the loader keeps the same
+        objects, so a later ``load`` of this session gives them dropped too."""
         from marinbuild.analysis.analyze import analyze
 
         assert self.loaded is not None, "load first"

@@ -108,12 +108,9 @@ def dependency_index_str(i: int) -> str:
 
 
 def collect_dependencies_and_version(obj: Any) -> Dependencies:
-    """Versioned values and dependencies of a config, with Marin's ``DEP[i]`` numbering.
-
-    Indices count blocking and pseudo dependencies together in walk order, so a step
-    used twice gets two indices. The version's keys (``attrs.deps.[0]``, ...) are interned: every step of a
-    rule has the same keys, and each step's version is kept for the whole build (``VersionTable.versions``).
-    """
+    """Versioned values and dependencies of a config, with Marin's ``DEP[i]`` numbering (blocking and pseudo
+    dependencies together, in walk order). The version's keys are interned: every step of a rule has the same keys, kept
+    for the whole build."""
     pseudo: list[ExecutorStep] = []
     blocking: list[ExecutorStep] = []
     version: dict[str, Any] = {}

@@ -114,12 +114,9 @@ def _differ(was: dict[str, str] | None, code: dict[str, str]) -> list[str]:
 
 class CodeChanges:
     """Changed code of many built outputs: ``check(steps)`` answers the steps whose code changed, ``of(step)`` one.
-
-    ``check`` goes through the steps one at a time and keeps only a set of the steps checked and the changes
-    found: a build's check covers every built output of the graph, and a table of every step's code and answer
-    (as it was) held 100,000 small dicts and lists at the end of a 100,000-step build, its peak. Local records
-    are read one after the other (a thread per read costs more than the read); records on GCS are compared by
-    their listed md5 and only those that differ are read (see the module docstring)."""
+    ``check`` keeps only the set of steps checked and the changes found (a table of every step's code held 100,000 dicts
+    at the peak of a 100,000-step build). Local records are read one after the other; GCS ones compared by listed md5.
+    """
 
     def __init__(self, root: Path, output_paths: Mapping[Any, str], stat_cache: Any = None):
         """``root``: the workspace root (paths inside it are recorded relative to it); ``output_paths``: each step's

@@ -176,12 +176,9 @@ class Engine:
     ) -> dict[ExecutorStep, str]:
         """Build ``steps`` (and what they need); return every known step's output path.
 
-        ``run_only`` regexes select steps by name (plus what they need). Steps already
-        built are skipped, and so are dependencies only they needed. A failed step stops
-        its dependents (DEP_FAILED) while independent steps go on; then ``StepFailedError``
-        names every failure. ``dry_run`` reads statuses and writes nothing. ``rebuild`` steps run
-        again even when built (their status is removed just before the run).
-        """
+        ``run_only`` regexes select steps by name (plus what they need). Built steps are skipped, with dependencies only
+        they needed. A failed step stops its dependents (DEP_FAILED) while others go on; then ``StepFailedError`` names
+        every failure. ``dry_run`` writes nothing. ``rebuild`` steps run again even when built."""
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be a positive integer, got {max_concurrent}")
 

@@ -48,11 +48,8 @@ _WORDS = (b"not", b"if", b"else", b"and", b"or", b"for", b"in")
 
 
 def nesting_bound(data: bytes) -> int:
-    """An upper bound of ``data``'s syntactic nesting, in units of one plain level (see the module docstring).
-
-    Every level of an expression needs a bracket, an operator, a ``.`` or one of the keywords;
-    every level of a block needs a ``:``. All are counted, wherever they are.
-    """
+    """An upper bound of ``data``'s syntactic nesting, in units of one plain level: every level needs a bracket,
+    operator, ``.``, keyword or ``:``, and all are counted wherever they are."""
     total = len(data.translate(None, _NOT_LEVEL))
     for word in _WORDS:
         total += data.count(word)

@@ -377,11 +377,8 @@ def _unpicklable(outcome: dict[str, Target] | BuildFileError, exc: Exception) ->
 
 
 def find_cycle(targets: Mapping[Label, Target]) -> list[Label]:
-    """One dependency cycle among ``targets`` (rotated to start at its smallest label), or ``[]``.
-
-    An iterative depth-first search over ``Target.deps``: ``nx.find_cycle`` on the same graph
-    costs more than the whole rest of loading.
-    """
+    """One dependency cycle among ``targets`` (rotated to start at its smallest label), or ``[]``; iterative, as
+    ``nx.find_cycle`` costs more than the rest of loading."""
     on_path: dict[Label, int] = {}
     done: set[Label] = set()
     for root in targets:

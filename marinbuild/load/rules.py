@@ -82,13 +82,10 @@ _IMMUTABLE = frozenset({str, int, float, bool, type(None), tuple})
 
 
 def _plan_of(spec: Attr) -> tuple[Callable[[Any, str], Any] | None, int, Any]:
-    """How a rule call fills attribute ``spec``: ``(convert, fill, empty)``.
-
-    A given value goes straight to ``convert`` unless the type has its own ``value_or_default()``
-    (then ``convert`` is ``None``). A value not given, for an optional attribute without a
-    default, is ``empty`` itself (``FILL_CONSTANT``: an immutable value, the same every time) or
-    a new ``spec.empty()`` (``FILL_EMPTY``); anything else goes through ``value_or_default``.
-    """
+    """How a rule call fills attribute ``spec``: ``(convert, fill, empty)``. A given value goes to ``convert`` (``None``
+    when the type has its own ``value_or_default()``); a missing optional one without default is ``empty`` itself
+    (``FILL_CONSTANT``, immutable) or a new ``spec.empty()`` (``FILL_EMPTY``); anything else goes through
+    ``value_or_default``."""
     if type(spec).value_or_default is not Attr.value_or_default:
         return None, FILL_DEFAULT, None
     if spec.mandatory or not (spec.default is _UNSET or spec.default is None):
@@ -110,9 +107,8 @@ def rule(
     """Define a rule type: ``implementation(ctx)`` runs at build time; ``attrs`` declares its attributes
     (docs/rules.md).
 
-    ``output_name`` is the step name (``{package}`` and ``{name}`` filled in; default ``"{package}/{name}"``).
-    ``analyze(actx)`` in place of an implementation turns a target into existing ``ExecutorStep``s
-    (``analysis.analyze``). ``check(values)`` runs as a BUILD file declares a target, after the type checks, on all
-    attributes (defaults filled in); it raises ``AttrValueError(message, attr=...)`` for what types cannot express, a
-    load error at that attribute. It must be cheap and touch neither network nor files."""
+    ``output_name``: the step name (default ``"{package}/{name}"``). ``analyze(actx)`` instead of an implementation
+    turns a target into existing ``ExecutorStep``s. ``check(values)`` runs as a target is declared, on all attributes,
+    raising ``AttrValueError(message, attr=...)`` for what types cannot express; it must be cheap and touch neither
+    network nor files."""
     return RuleType(implementation, attrs, doc, output_name, analyze, check)

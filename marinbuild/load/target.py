@@ -60,11 +60,8 @@ _DROPPED_ATTRS = _DroppedAttrs()
 
 @dataclass(eq=False, slots=True)
 class Target:
-    """A target: its label, rule type, validated attributes (declared order, ``name`` excluded) and location.
-
-    ``deps`` (targets, in attribute order) and ``srcs`` / ``source_paths`` (source files)
-    are filled in by the loader once all referenced packages are known.
-    """
+    """A target: its label, rule type, validated attributes (``name`` excluded) and location; the loader fills ``deps``,
+    ``srcs`` and ``source_paths``."""
 
     label: Label
     rule: RuleType
@@ -82,11 +79,9 @@ class Target:
     (a numbering that is not in declaration order only makes it look more often)."""
 
     def drop_declaration(self) -> None:
-        """Drop the attributes and call site, which only loading and analysis read: a build whose targets are
-        analysed reads neither again, and for a large graph they are a sizeable part of what it holds while the
-        steps run (``bench/run.py``'s layered 100,000 rows, ``marinbuild-cli``). Label, rule,
-        dependencies and source files stay. Reading ``attrs`` or ``location`` afterwards raises
-        ``DroppedDeclaration``."""
+        """Drop the attributes and call site, which only loading and analysis read (a sizeable part of a large graph's
+        memory while steps run); label, rule, dependencies and sources stay. Reading ``attrs`` or ``location``
+        afterwards raises ``DroppedDeclaration``."""
         self.attrs = _DROPPED_ATTRS
         self.site = None
         self._refs = None

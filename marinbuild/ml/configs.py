@@ -81,12 +81,10 @@ class LmModel:
 class Optimizer:
     """levanter's ``OptimizerConfig`` of kind ``type`` (AdamW by default), with its learning-rate schedule.
 
-    The schedule fields mean what they mean in levanter (and in Marin's ``SimpleTrainConfig``): a run
-    is one cycle, or several (WSD-S) with ``cycle_length``; each cycle warms up (``warmup`` in the
-    first, ``rewarmup`` in the others), holds the learning rate, then decays over its last ``decay``
-    steps by ``lr_schedule`` down to ``learning_rate * min_lr_ratio``. ``warmup``, ``rewarmup``,
-    ``decay`` and an int ``cycle_length`` are a fraction (0 to 1) or a whole number of steps.
-    """
+    The schedule fields mean what they mean in levanter and Marin's ``SimpleTrainConfig``: one cycle, or several (WSD-S,
+    ``cycle_length``), each warming up (``warmup``, then ``rewarmup``), holding, then decaying over its last ``decay``
+    steps to ``learning_rate * min_lr_ratio``. ``warmup``, ``rewarmup``, ``decay`` and an int ``cycle_length`` are a
+    fraction or a number of steps."""
 
     type: str = "adam"
     learning_rate: float = 6e-4
@@ -238,12 +236,9 @@ def batch_schedule(value: int | list[Any]) -> list[tuple[int, int]]:
 class DataclassAttr(ConfigAttr):
     """``attr.config(cls)`` whose value is the dataclass's fields as a plain dict, defaults filled in.
 
-    The BUILD value is checked by building ``cls`` (unknown fields, bad values: load errors), then
-    kept as ``{field: value}``. The version is the same as for the dataclass itself (Marin's JSON
-    encoding of a dataclass is that dict), but a plain dict lets ``marinbuild why`` name the
-    changed field (``config.attrs.optimizer.learning_rate: 0.003 -> 0.002``). Implementations get
-    the dict back and rebuild the instance with ``from_dict``.
-    """
+    The value is checked by building ``cls``, then kept as ``{field: value}``: the same version as the dataclass (Marin
+    encodes one as that dict), but ``why`` can name the changed field. Implementations rebuild the instance with
+    ``from_dict``."""
 
     def convert(self, value: Any, package: str) -> Any:
         if isinstance(value, Mapping):  # a wrong type is named with its field before the dataclass sees it

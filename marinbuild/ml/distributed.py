@@ -46,14 +46,10 @@ def distributed_config(cls: Any, distributed: Any) -> Any:
 
 
 def host_side_eval_tags() -> None:
-    """Keep the tag arrays of levanter's evaluation datasets on the host (numpy), as its loader expects.
-
-    ``DomainTaggedDataset`` builds them with ``jnp.asarray`` under the trainer's global mesh: with
-    several CPU processes each array then spans every process's device, and the loader's host-side
-    batching (``local_cpu_mesh``) rejects it ("Received incompatible devices for jitted computation"),
-    so every evaluation failed. Applied whenever a job has several processes, on TPU hosts as on
-    simulated ones, so that both run the same levanter code.
-    """
+    """Keep the tag arrays of levanter's evaluation datasets on the host (numpy), as its loader expects:
+    ``DomainTaggedDataset``'s ``jnp.asarray`` under the global mesh spans every process's device with several CPU
+    processes, which the host-side batching rejects. Applied to every job of several processes, TPU or not, so both run
+    the same levanter code."""
     import numpy as np
     from levanter.eval import DomainTaggedDataset
 

@@ -53,11 +53,8 @@ def data_config(
     validation: dict[str, str] | None = None,
 ) -> Any:
     """levanter's ``LmDataConfig`` over existing caches: ``components`` maps a name to a tokenize output folder.
-
-    ``weights`` as a list of ``[start_step, {name: weight}]`` is levanter's varying mixture
-    (``train_weights`` as a list of (step, weights)): levanter moves from one stage to the next
-    at that step's first sequence, which must be a multiple of ``MIXTURE_BLOCK_SIZE``.
-    """
+    ``weights`` as a list of ``[start_step, {name: weight}]`` is levanter's varying mixture; each stage starts at a
+    multiple of ``MIXTURE_BLOCK_SIZE``."""
     from levanter.data.text import DatasetComponent, LmDataConfig, TextLmDatasetFormat, UrlDatasetSourceConfig
 
     def stage(w: dict[str, float]) -> dict[str, float]:
@@ -175,11 +172,8 @@ def train_lm_config(
 
 
 def task_evals(specs: list[dict[str, Any]], task_path: str | None) -> Any:
-    """levanter's ``LmEvalHarnessConfig`` of the tasks evaluated while training (None: no tasks).
-
-    Its callback logs each task's metrics to the trackers as ``lm_eval/<task>/<metric>``, so they
-    land in ``metrics.jsonl`` at the step they were computed.
-    """
+    """levanter's ``LmEvalHarnessConfig`` of the tasks evaluated while training (None: none); it logs
+    ``lm_eval/<task>/<metric>`` to the trackers."""
     if not specs:
         return None
     from marinbuild.ml.lm_eval_tasks import harness_config
@@ -188,22 +182,16 @@ def task_evals(specs: list[dict[str, Any]], task_path: str | None) -> Any:
 
 
 def hf_exports(out: str, every: int | None) -> dict[str, Any]:
-    """``TrainLmConfig`` fields of HF exports every ``every`` steps into ``<out>/hf/step-N/`` (None: none).
-
-    levanter's own export hook writes them with the model's HF checkpoint converter (``config.json``,
-    safetensors and the tokenizer), loadable with ``transformers``' ``from_pretrained``.
-    """
+    """``TrainLmConfig`` fields of HF exports every ``every`` steps into ``<out>/hf/step-N/`` (None: none), by
+    levanter's HF checkpoint converter, loadable with ``from_pretrained``."""
     if every is None:
         return {"hf_save_path": None}
     return {"hf_save_path": os.path.join(out, HF_EXPORTS), "hf_save_steps": every}
 
 
 def extra_trackers(tracker: str, out: str, run_id: str) -> list[Any]:
-    """levanter's own tracker configs for the target's ``tracker`` besides the JSON lines file.
-
-    ``wandb``: a W&B run named after the output folder (project ``$WANDB_PROJECT``, default
-    ``marin``); ``tensorboard``: tensorboardX event files under ``<out>/tensorboard/<run_id>/``.
-    """
+    """levanter's tracker configs for the target's ``tracker`` besides the JSON lines: ``wandb`` (a run named after the
+    output folder, project ``$WANDB_PROJECT`` or ``marin``), ``tensorboard`` (under ``<out>/tensorboard/<run_id>/``)."""
     if tracker == "wandb":
         from levanter.tracker.wandb import WandbConfig
 

@@ -112,11 +112,8 @@ class StepJob:
 
     # -- phase 1-3: acquire ---------------------------------------------------------------
     def acquire(self, start: bool = True) -> bool:
-        """True if we now hold the lease and must run; False if the step is already built.
-
-        With ``start=False`` RUNNING and ``.executor_info`` are left to the process that runs the step
-        (``remote_run().start()``).
-        """
+        """True if we now hold the lease and must run; False if the step is already built. With ``start=False`` RUNNING
+        and ``.executor_info`` are left to the process that runs the step."""
         announced = False
         delay = 0.05
         while True:
@@ -349,11 +346,8 @@ class OutputFolderMissingError(Exception):
 
 @dataclass(frozen=True)
 class RemoteRun:
-    """Phases 3 and 5 in a process running the step for the lease holder (a Ray task for its driver). Picklable.
-
-    It never writes the lease: the holder renews and releases it. Its commit checks that the lease
-    file still names ``holder`` (read-only), so it writes no SUCCESS once the lease was taken over.
-    """
+    """Phases 3 and 5 in a process running the step for the lease holder (a Ray task for its driver). Picklable. It
+    never writes the lease, and commits only while the lease still names ``holder``."""
 
     output_path: str
     action: ActionKey
@@ -364,11 +358,9 @@ class RemoteRun:
     stale_after: float
 
     def start(self) -> bool:
-        """Before the step: write RUNNING and ``.executor_info``; False (writing nothing) if it is committed already.
-
-        Only an earlier attempt of this very run can have committed it (the holder re-read the status
-        after taking the lease): a retry after a worker died between SUCCESS and its reply.
-        """
+        """Before the step: write RUNNING and ``.executor_info``; False (writing nothing) if it is committed already,
+        which only an earlier attempt of this run can have done (a retry after a worker died between SUCCESS and its
+        reply)."""
         if fs.is_local(self.output_path) and not os.path.isdir(fs.local_path(self.output_path)):
             raise OutputFolderMissingError(
                 f"{self.output_path} (made by the driver when it took the step's lease) does not exist on "

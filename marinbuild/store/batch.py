@@ -264,11 +264,8 @@ def _read_gcs(output_paths: list[str]) -> StatusMap:
 
 
 def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
-    """The md5 (``md5_of``) of ``<output path>/<name>`` for each ``gs://`` path of ``output_paths``, None where that
-    object does not exist; paths on other stores are not in the answer. From listings, not a request per object: the
-    step folders are grouped as for the statuses (``CHUNK_STEPS`` folders of one parent a listing, narrowed on GCS by
-    ``matchGlob`` to ``<parent>/*/<name>``; a folder alone, a listing of its names starting with ``name``), all
-    concurrent, each page folded into the answer as it arrives."""
+    """The md5 of ``<output path>/<name>`` for each ``gs://`` path of ``output_paths``, None where it does not exist
+    (other stores: not in the answer), from listings grouped as for the statuses, narrowed to ``name``."""
     from marinbuild.store import gcs
 
     gcs_paths = [p for p in output_paths if _is_gcs(p)]
