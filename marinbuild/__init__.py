@@ -1,9 +1,8 @@
 """marinbuild: a content-addressed build system for machine-learning pipelines.
 
 The names of Marin's executor API import from here as from ``marinbuild.executor``, on first use (PEP 562): every
-submodule import runs this file first, so it imports none of the package's own (nor any storage, execution or
-ML library).
-"""
+submodule import runs this file first, so it imports none of the package's own (nor any storage, execution or ML
+library)."""
 
 import importlib
 from typing import Any

@@ -28,10 +28,9 @@ _FN_RESOLUTION = (
 
 
 def _module_file(module_name: str, workspace: Path, workspace_only: bool = False) -> Path | None:
-    """The file of ``module_name`` as ``fn`` resolves it: below the workspace root (``pipe.steps`` is
-    ``pipe/steps.py`` or ``pipe/steps/__init__.py``), else (unless ``workspace_only``) an installed module; None
-    if neither exists. Nothing is imported (a module imported from another workspace in this process is not
-    taken for it)."""
+    """The file of ``module_name`` as ``fn`` resolves it: below the workspace root (``pipe.steps`` is ``pipe/steps.py``
+    or ``pipe/steps/__init__.py``), else (unless ``workspace_only``) an installed module; None if neither exists.
+    Nothing is imported (a module imported from another workspace in this process is not taken for it)."""
     import importlib.util
 
     base = workspace.joinpath(*module_name.split("."))

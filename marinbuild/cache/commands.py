@@ -1,8 +1,7 @@
 """The ``cache`` commands as library functions: status, show, ls; and ``clean`` (``cache gc``: ``cache.gc``).
 
-Each returns data and has a ``format_*`` text formatter; nothing prints. A damaged status, info or lease
-file is reported as ``"damaged: <message naming the file>"``, never raised and never counted as built.
-"""
+Each returns data and has a ``format_*`` text formatter; nothing prints. A damaged status, info or lease file is
+reported as ``"damaged: <message naming the file>"``, never raised and never counted as built."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""What is on disk for one output path: its state and lease, for the cache commands. ``probe_output`` reads one
-status file, and the lease only when the status is RUNNING; a damaged file is reported as ``state ==
-"damaged"`` with the message naming the file, never raised. ``waits_for``: the checkpoint a step not built
-starts from and lacks (``marinbuild.run.handoff``).
-"""
+"""What is on disk for one output path: its state and lease, for the cache commands. ``probe_output`` reads one status
+file, and the lease only when the status is RUNNING; a damaged file is reported as ``state == "damaged"`` with the
+message naming the file, never raised. ``waits_for``: the checkpoint a step not built starts from and lacks
+(``marinbuild.run.handoff``)."""
 
 from __future__ import annotations
 

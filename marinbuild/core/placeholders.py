@@ -1,9 +1,8 @@
-"""Placeholder values of Marin's executor API that users put into step configs: steps, input/output names,
-versioned values. Frozen dataclasses with Marin's fields and semantics (``marin.execution.types``), so scripts
-written for Marin build the same graphs here. ``InputName``, ``OutputName`` and ``VersionedValue`` have slots
-(a build holds several per step; a ``__dict__`` tripled their size); ``ExecutorStep`` keeps its ``__dict__``:
-``step_spec`` adds an attribute to steps it makes, and scripts written for Marin may too.
-"""
+"""Placeholder values of Marin's executor API that users put into step configs: steps, input/output names, versioned
+values. Frozen dataclasses with Marin's fields and semantics (``marin.execution.types``), so scripts written for Marin
+build the same graphs here. ``InputName``, ``OutputName`` and ``VersionedValue`` have slots (a build holds several per
+step; a ``__dict__`` tripled their size); ``ExecutorStep`` keeps its ``__dict__``: ``step_spec`` adds an attribute to
+steps it makes, and scripts written for Marin may too."""
 
 from __future__ import annotations
 

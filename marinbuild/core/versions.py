@@ -49,9 +49,8 @@ class PerStep(Mapping[ExecutorStep, Any]):
 class VersionTable:
     """Everything Marin's ``Executor`` records per step while computing versions.
 
-    The attributes have Marin's names and meanings; ``steps`` lists one step per distinct
-    version, in the order Marin would list them (dependencies before consumers).
-    """
+    The attributes have Marin's names and meanings; ``steps`` lists one step per distinct version, in the order Marin
+    would list them (dependencies before consumers)."""
 
     def __init__(self, prefix: str):
         self.prefix = prefix

@@ -45,8 +45,7 @@ _PLAIN = frozenset({type(None), str, int, float, bool, bytes})
 def walk_config(obj: Any) -> Iterator[InputNameEvent | VersionedEvent]:
     """Yield one event per ``InputName``/``VersionedValue`` placeholder inside ``obj``, in walk order.
 
-    Bare ``ExecutorStep``s are reported as ``InputName(step, None)``.
-    """
+    Bare ``ExecutorStep``s are reported as ``InputName(step, None)``."""
     for prefix, value in _placeholders(obj):
         if isinstance(value, InputName):
             yield InputNameEvent(prefix, value)
@@ -192,8 +191,7 @@ def _instantiate(obj: Any, output_path: str | None, output_paths: dict[ExecutorS
 def instantiate_config(config: Any, output_path: str | None, output_paths: dict[ExecutorStep, str], prefix: str) -> Any:
     """A copy of ``config`` with every placeholder replaced by the concrete value or path it stands for.
 
-    ``MirroredValue`` paths become ``mirror://<path>``.
-    """
+    ``MirroredValue`` paths become ``mirror://<path>``."""
 
     return _instantiate(config, output_path, output_paths, prefix)
 
@@ -201,8 +199,7 @@ def instantiate_config(config: Any, output_path: str | None, output_paths: dict[
 def resolve_local_placeholders(config: ConfigT, output_path: str) -> ConfigT:
     """Resolve what the caller can resolve alone: ``OutputName`` paths and ``VersionedValue`` wrappers.
 
-    ``InputName``/``ExecutorStep`` references and ``MirroredValue`` wrappers are kept.
-    """
+    ``InputName``/``ExecutorStep`` references and ``MirroredValue`` wrappers are kept."""
 
     def recurse(obj: Any) -> Any:
         if obj is None:
@@ -233,8 +230,7 @@ def resolve_local_placeholders(config: ConfigT, output_path: str) -> ConfigT:
 def unwrap_versioned_value(value: Any) -> Any:
     """Strip ``VersionedValue``/``MirroredValue`` wrappers anywhere inside ``value``.
 
-    Paths that depend on execution (``InputName``, ``OutputName``, steps) cannot be unwrapped.
-    """
+    Paths that depend on execution (``InputName``, ``OutputName``, steps) cannot be unwrapped."""
 
     def recurse(obj: Any) -> Any:
         if isinstance(obj, MirroredValue | VersionedValue):

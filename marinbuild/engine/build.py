@@ -30,11 +30,10 @@ class PlanRow(NamedTuple):
 
 @dataclass
 class BuildResult:
-    """What a build did: ``requested``, (name, output path) of what was asked for (a label, or a step's name);
-    ``plan``, None if the run ended before planning; ``failure``, the step failure that ended it;
-    ``dry_run_problems``, why the local backend could not run some steps of a dry run; ``code_changed``, built
-    outputs whose code (not part of their key) changed since, with the files; ``succeeded``, the steps run
-    successfully, in the order they finished."""
+    """What a build did: ``requested``, (name, output path) of what was asked for (a label, or a step's name); ``plan``,
+    None if the run ended before planning; ``failure``, the step failure that ended it; ``dry_run_problems``, why the
+    local backend could not run some steps of a dry run; ``code_changed``, built outputs whose code (not part of their
+    key) changed since, with the files; ``succeeded``, the steps run successfully, in the order they finished."""
 
     engine: Engine
     requested: list[tuple[str, str]]

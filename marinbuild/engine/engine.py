@@ -50,9 +50,8 @@ if TYPE_CHECKING:
 class Engine:
     """Versions, plans and runs ``ExecutorStep``s as ``settings`` say; see the module's contract.
 
-    ``listeners`` receive the run's events (None: log them). ``backend``: a backend object the caller owns; None:
-    each run constructs the one ``settings.backend`` names and shuts it down when it ends.
-    """
+    ``listeners`` receive the run's events (None: log them). ``backend``: a backend object the caller owns; None: each
+    run constructs the one ``settings.backend`` names and shuts it down when it ends."""
 
     def __init__(
         self,

@@ -25,9 +25,8 @@ _UNSET: Any = object()
 class AttrValueError(ValueError):
     """A value does not fit an attribute's type (the rule call turns it into a located error).
 
-    ``attr``: the attribute at fault, when a rule's ``check`` raises it (the error then points at that
-    attribute in the BUILD file if it is written there, else at the rule call).
-    """
+    ``attr``: the attribute at fault, when a rule's ``check`` raises it (the error then points at that attribute in the
+    BUILD file if it is written there, else at the rule call)."""
 
     def __init__(self, message: str, attr: str | None = None) -> None:
         super().__init__(message)
@@ -86,9 +85,8 @@ _STR = frozenset({str})
 class Attr:
     """An attribute declaration: its type (the subclass), ``mandatory``, ``default``, ``doc`` and ``versioned``.
 
-    ``versioned`` attributes contribute to the target's version (its output hash); set it
-    to False for things like resources or logging that do not change the output.
-    """
+    ``versioned`` attributes contribute to the target's version (its output hash); set it to False for things like
+    resources or logging that do not change the output."""
 
     type_name = "value"
     has_labels = False  # whether values can contain labels (dependency edges)
@@ -485,8 +483,7 @@ class ConfigAttr(Attr):
 class attr:  # noqa: N801 - the Starlark-style namespace: attr.label(), attr.int(), ...
     """Constructors of attribute types, used in ``rule(attrs={...})``.
 
-    Each takes ``mandatory=False``, ``default=``, ``doc=""`` and ``versioned=True``.
-    """
+    Each takes ``mandatory=False``, ``default=``, ``doc=""`` and ``versioned=True``."""
 
     label = LabelAttr
     label_list = LabelListAttr

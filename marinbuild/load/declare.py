@@ -1,8 +1,7 @@
-"""Declaring a target: what calling a rule in a BUILD file (or a macro it calls) does. ``declare_target`` checks
-the call's attributes against the ``RuleType`` in declared order (the first problem is reported), fills in
-defaults (``fill_plan``), runs the rule's ``check`` and records the ``Target``. Its errors point at the call,
-at the keyword at fault if any, and name the macro that made the call if any.
-"""
+"""Declaring a target: what calling a rule in a BUILD file (or a macro it calls) does. ``declare_target`` checks the
+call's attributes against the ``RuleType`` in declared order (the first problem is reported), fills in defaults
+(``fill_plan``), runs the rule's ``check`` and records the ``Target``. Its errors point at the call, at the keyword at
+fault if any, and name the macro that made the call if any."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""Load errors: every problem found while loading BUILD files is a located ``BuildFileError``, one
-``path:line:col: message`` line (workspace-relative path) the CLI prints as is (exit 2); a message longer than
-``MAX_MESSAGE_CHARS`` (``fail()`` of a large value) is cut. A load that finds several errors raises one carrying
-the rest, fixed in one pass. ``LocatedLater``, raised by Python code Starlark called, becomes a
-``BuildFileError`` at the call. ``WorkspaceError`` has no line: no workspace, or a bad table.
-"""
+"""Load errors: every problem found while loading BUILD files is a located ``BuildFileError``, one ``path:line:col:
+message`` line (workspace-relative path) the CLI prints as is (exit 2); a message longer than ``MAX_MESSAGE_CHARS``
+(``fail()`` of a large value) is cut. A load that finds several errors raises one carrying the rest, fixed in one pass.
+``LocatedLater``, raised by Python code Starlark called, becomes a ``BuildFileError`` at the call. ``WorkspaceError``
+has no line: no workspace, or a bad table."""
 
 from __future__ import annotations
 

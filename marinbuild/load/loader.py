@@ -114,8 +114,7 @@ class LoadedWorkspace:
 class Loader:
     """A loading session over ``workspace``.
 
-    ``repo_dirs`` overrides repository folders (``{"marinbuild": <rules folder>}``).
-    """
+    ``repo_dirs`` overrides repository folders (``{"marinbuild": <rules folder>}``)."""
 
     def __init__(self, workspace: Workspace, *, repo_dirs: RepoDirs = None) -> None:
         self.workspace = workspace

@@ -1,8 +1,7 @@
-"""Content hashes of source files (xxh3-128), with a persistent stat cache so unchanged files are not re-read.
-The cache maps an absolute path to ``[size, mtime_ns, inode, digest]`` (JSON); a digest is reused only while all
-three match. Files modified in the last two seconds are not cached: a second write in the same clock tick could
-leave their stat unchanged.
-"""
+"""Content hashes of source files (xxh3-128), with a persistent stat cache so unchanged files are not re-read. The cache
+maps an absolute path to ``[size, mtime_ns, inode, digest]`` (JSON); a digest is reused only while all three match.
+Files modified in the last two seconds are not cached: a second write in the same clock tick could leave their stat
+unchanged."""
 
 from __future__ import annotations
 

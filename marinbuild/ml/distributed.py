@@ -1,11 +1,10 @@
 """Starting a training or evaluation process of a multi-host job, the same way on real and simulated hosts.
 
-``start_distributed(distributed)`` starts JAX distributed through levanter's ``DistributedConfig`` and says
-whether this process is the lead (process 0). Where levanter's own code cannot run with several processes on
-the CPU, the fixes are here, in one place, applied whenever a job has several processes (TPU hosts and
-simulated ones alike), so both kinds of host run the same levanter code: ``host_side_eval_tags`` and
-``host_side_packing`` (each docstring says what fails without it).
-"""
+``start_distributed(distributed)`` starts JAX distributed through levanter's ``DistributedConfig`` and says whether this
+process is the lead (process 0). Where levanter's own code cannot run with several processes on the CPU, the fixes are
+here, in one place, applied whenever a job has several processes (TPU hosts and simulated ones alike), so both kinds of
+host run the same levanter code: ``host_side_eval_tags`` and ``host_side_packing`` (each docstring says what fails
+without it)."""
 
 from __future__ import annotations
 

@@ -102,8 +102,7 @@ def train_lm_config(
 ) -> Any:
     """levanter's ``TrainLmConfig`` for ``payload``; ``lead``: this process keeps the metrics (process 0).
 
-    ``task_path``: the folder holding the target's lm-eval task files (``lm_eval_tasks.copy_task_files``).
-    """
+    ``task_path``: the folder holding the target's lm-eval task files (``lm_eval_tasks.copy_task_files``)."""
     import jmp
     from levanter.checkpoint import CheckpointerConfig
     from levanter.distributed import DistributedConfig

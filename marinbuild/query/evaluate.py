@@ -1,9 +1,8 @@
 """Query evaluation: a parsed ``Query`` against a ``QueryUniverse`` -> labels, dependencies first, ties by label.
 
-Values are frozensets of labels, ordered once at the end. Each distinct target pattern is expanded once
-and each label's cache state asked for at most once. Operator chains are evaluated in a loop and graph
-work in ``graphops`` is iterative (no recursion on deep graphs).
-"""
+Values are frozensets of labels, ordered once at the end. Each distinct target pattern is expanded once and each label's
+cache state asked for at most once. Operator chains are evaluated in a loop and graph work in ``graphops`` is iterative
+(no recursion on deep graphs)."""
 
 from __future__ import annotations
 

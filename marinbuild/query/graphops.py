@@ -1,8 +1,7 @@
 """Graph traversals for query functions, all iterative (chains 10k+ deep must not recurse).
 
-Edges go from a target to each direct dependency (``u -> v``: u depends on v). Labels
-that are not nodes of the graph are tolerated everywhere and have no edges.
-"""
+Edges go from a target to each direct dependency (``u -> v``: u depends on v). Labels that are not nodes of the graph
+are tolerated everywhere and have no edges."""
 
 from __future__ import annotations
 

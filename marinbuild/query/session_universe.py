@@ -1,8 +1,7 @@
 """The query universe of a session: its loaded targets as a graph, and cache states on demand.
 
-Cache-aware query functions (``built(x)``, ``stale(x)``...) need versions, so the targets
-are analysed into steps the first time one of them asks; plain graph queries never do.
-"""
+Cache-aware query functions (``built(x)``, ``stale(x)``...) need versions, so the targets are analysed into steps the
+first time one of them asks; plain graph queries never do."""
 
 from __future__ import annotations
 

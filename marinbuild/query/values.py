@@ -1,6 +1,5 @@
-"""Attribute values as queries see them: Bazel-style text for ``attr()``, labels for ``labels()``,
-JSON-safe data for ``--output=json``.
-"""
+"""Attribute values as queries see them: Bazel-style text for ``attr()``, labels for ``labels()``, JSON-safe data for
+``--output=json``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The training page: loss curves and key settings of ``train_lm``-shaped outputs whose ``metrics.jsonl`` has
-training losses, by the report rule's code (``marinbuild.ml.report``: one value per step, a resumed run's later
-value winning). The validation curve is the overall ``eval/loss``, else the first dataset's.
-"""
+"""The training page: loss curves and key settings of ``train_lm``-shaped outputs whose ``metrics.jsonl`` has training
+losses, by the report rule's code (``marinbuild.ml.report``: one value per step, a resumed run's later value winning).
+The validation curve is the overall ``eval/loss``, else the first dataset's."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """fsspec access to prefixes: filesystem lookup, joins, and atomic writes.
 
-A prefix is a local folder or any fsspec URL (``gs://bucket/path``, ``memory://x``).
-Local paths use the local filesystem directly where fsspec would only add overhead.
-"""
+A prefix is a local folder or any fsspec URL (``gs://bucket/path``, ``memory://x``). Local paths use the local
+filesystem directly where fsspec would only add overhead."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Other versions of a step under a prefix: the folders ``<prefix>/<name>-<hash>`` besides the current one.
 
-What a dry run calls a stale step (``engine/planning.py``: another version of it left an output), what ``why``
-compares a step's config with (the latest other version's ``.executor_info``), and what ``cache`` commands list.
-One listing per parent folder answers many steps (a remote prefix: no round trip per step).
-"""
+What a dry run calls a stale step (``engine/planning.py``: another version of it left an output), what ``why`` compares
+a step's config with (the latest other version's ``.executor_info``), and what ``cache`` commands list. One listing per
+parent folder answers many steps (a remote prefix: no round trip per step)."""
 
 from __future__ import annotations
 

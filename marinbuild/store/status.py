@@ -1,8 +1,7 @@
 """The ``.executor_status`` file: one word (RUNNING, SUCCESS, FAILED, DEP_FAILED).
 
-Writes the one-word form Marin writes today; reads Marin's legacy JSON-lines event log
-too. A file that is neither is an error naming the file, never a silent state.
-"""
+Writes the one-word form Marin writes today; reads Marin's legacy JSON-lines event log too. A file that is neither is an
+error naming the file, never a silent state."""
 
 from __future__ import annotations
 
