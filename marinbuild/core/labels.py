@@ -44,11 +44,6 @@ class Label:
     def path(self) -> str:
         return f"{self.package}/{self.name}" if self.package else self.name
 
-    def sibling(self, name: str) -> Label:
-        """The label ``name`` in the same package (``name`` is validated)."""
-        validate_target_name(name)
-        return Label(self.package, name, self.repo)
-
 
 def validate_package(package: str, text: str | None = None) -> None:
     """Raise ``LabelError`` unless ``package`` is a valid package path (``""`` is the root)."""

@@ -109,11 +109,6 @@ class Target:
         """Absolute paths of the source files this target refers to (via any label attribute)."""
         return self.source_paths
 
-    def versioned_attrs(self) -> dict[str, Any]:
-        """The attributes whose values are part of the target's version."""
-        spec = self.rule.attrs
-        return {k: v for k, v in self.attrs.items() if spec[k].versioned}
-
     def label_refs(self) -> list[tuple[str, Label]]:
         """Every ``(attribute name, label)`` this target refers to, in declaration order."""
         refs = self._refs

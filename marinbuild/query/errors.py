@@ -29,15 +29,6 @@ class QueryError(Exception):
             return None
         return self.position - (self.source.rfind("\n", 0, self.position) + 1) + 1
 
-    def excerpt(self) -> str:
-        """The offending line of the query and a caret under the error ('' without a place)."""
-        if self.position is None or not self.source:
-            return ""
-        start = self.source.rfind("\n", 0, self.position) + 1
-        end = self.source.find("\n", self.position)
-        text = self.source[start : len(self.source) if end < 0 else end]
-        return f"{text}\n{' ' * (self.position - start)}^"
-
     def __str__(self) -> str:
         if self.position is None:
             return f"query: {self.message}"
