@@ -62,8 +62,7 @@ class TargetConfig:
     per step until its steps have run)."""
 
     label: str
-    rule: Any
-    """``versioned("<rule name>")``: changing a target's rule type changes its version."""
+    rule: Any  # ``versioned("<rule name>")``: changing a target's rule type changes its version.
     rule_key: str
     workspace: str
     attrs: dict[str, Any]
@@ -134,13 +133,11 @@ class Analysis:
 
     step_of: dict[Label, ExecutorStep] = field(default_factory=dict)
     """Each target's own step (the one label dependencies point at); absent for a group of steps."""
-    steps_of: dict[Label, list[ExecutorStep]] = field(default_factory=dict)
-    """Every step a target asks to build."""
+    steps_of: dict[Label, list[ExecutorStep]] = field(default_factory=dict)  # Every step a target asks to build.
     code_entries: dict[tuple[Any, ...], dict[str, Any] | None] = field(default_factory=dict)
     """``_code_of``'s answers of this analysis: thousands of targets of one rule share their few code files, each
     found, resolved and hashed once."""
-    shared: dict[Any, Any] = field(default_factory=dict)
-    """``AnalysisContext.once``'s answers of this analysis, by key."""
+    shared: dict[Any, Any] = field(default_factory=dict)  # ``AnalysisContext.once``'s answers of this analysis, by key.
     common: dict[tuple[str, str], Any] = field(default_factory=dict)
     """One object for a value every target's config holds alike (the workspace root, a rule's versioned name),
     instead of a copy per step."""

@@ -41,8 +41,7 @@ class MarinJsonEncoder(json.JSONEncoder):
         return str(o)
 
 
-json_str = json.encoder.encode_basestring_ascii
-"""``json.dumps(a_str)``, without its call chain."""
+json_str = json.encoder.encode_basestring_ascii  # ``json.dumps(a_str)``, without its call chain.
 
 
 dumps_sorted = MarinJsonEncoder(sort_keys=True).encode

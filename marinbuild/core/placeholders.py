@@ -60,8 +60,7 @@ class InputName:
 
     step: ExecutorStep | None
     name: str | None
-    block_on_step: bool = True
-    """False makes this a pseudo-dependency: part of the version, but not waited for or run."""
+    block_on_step: bool = True  # False makes this a pseudo-dependency: part of the version, but not waited for or run.
 
     def cd(self, name: str) -> InputName:
         # As in Marin, the result is blocking even if ``self`` was not: hashes must match Marin's.

@@ -19,8 +19,7 @@ from marinbuild.core.jsonenc import dumps_indented, dumps_sorted, json_str
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.core.walk import collect_dependencies_and_version, instantiate_config, make_prefix_absolute_path
 
-MAX_INLINE_DEPTH = 4
-"""Dependencies whose chain depth is at most this are inlined into a consumer's version."""
+MAX_INLINE_DEPTH = 4  # Dependencies whose chain depth is at most this are inlined into a consumer's version.
 
 
 class VersionCycleError(ValueError):

@@ -124,8 +124,7 @@ class CodeChanges:
         self.root = root
         self.output_paths = output_paths
         self.stat_cache = stat_cache
-        self.found: dict[Any, list[str]] = {}
-        """The steps checked whose code changed, with the files."""
+        self.found: dict[Any, list[str]] = {}  # The steps checked whose code changed, with the files.
         self.checked: set[Any] = set()
 
     def check(self, steps: Iterable[Any]) -> dict[Any, list[str]]:

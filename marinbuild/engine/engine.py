@@ -80,8 +80,7 @@ class Engine:
         self.step_infos: list[ExecutorStepInfo] = []
         self.executor_info: ExecutorInfo | None = None
         self.executor_info_path: str | None = None
-        self.plan: Plan | None = None
-        """The plan of the last ``run`` (``run/plan.py``): every needed step's state."""
+        self.plan: Plan | None = None  # The plan of the last ``run`` (``run/plan.py``): every needed step's state.
         self.outcome: Outcome[ExecutorStep] | None = None
         """What the last ``run`` ran (``run/scheduler.py``); None after a dry or refused run."""
         self.succeeded: list[ExecutorStep] = []

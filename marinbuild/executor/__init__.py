@@ -209,14 +209,12 @@ class Executor(Engine):
 class ExecutorMainConfig:
     prefix: str | None = None
     """Attached to every output path (a local folder or e.g. gs://bucket/path); default $MARIN_PREFIX."""
-    executor_info_base_path: str | None = None
-    """Where the run's info JSON goes; default <prefix>/experiments."""
+    executor_info_base_path: str | None = None  # Where the run's info JSON goes; default <prefix>/experiments.
     dry_run: bool = False
     force_run_failed: bool = True
     run_only: list[str] | None = None
     """Run only the steps whose names match these regexes (re.search), and what they need."""
-    max_concurrent: int | None = None
-    """At most this many steps at once; default: every ready step."""
+    max_concurrent: int | None = None  # At most this many steps at once; default: every ready step.
 
 
 def _executor_main(

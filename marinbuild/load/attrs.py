@@ -41,8 +41,7 @@ def _describe(value: Any) -> str:
 
 
 _SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9_.-]*"  # cannot be "." or "..": valid for packages and names alike
-_PLAIN_NAME = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*\Z")
-"""A target name ``validate_target_name`` certainly accepts."""
+_PLAIN_NAME = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*\Z")  # A target name ``validate_target_name`` certainly accepts.
 
 
 def _to_label(value: Any, package: str) -> Label:

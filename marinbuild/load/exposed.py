@@ -42,8 +42,7 @@ _WRAPPER_GLOBALS = sl.Globals.extended_by(
 )
 """What the generated rule wrappers see besides: ``json.encode`` and ``call_stack``."""
 
-MAX_VALUE_DEPTH = 100
-"""How deeply the values given to a rule may nest (encoding a deeper one would exhaust the stack)."""
+MAX_VALUE_DEPTH = 100  # How deeply the values given to a rule may nest (encoding a deeper one would exhaust the stack).
 
 MAX_VALUE_ELEMENTS = 1_000_000
 """How many elements a value handed to a rule or a builtin (``str()``, ``glob()``..., ``_GUARDS``) may have, each use

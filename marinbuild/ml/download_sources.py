@@ -26,8 +26,7 @@ class Entry:
     size: int | None
     published: dict[str, str] = field(default_factory=dict)
     """Checksums the source publishes (or the BUILD file gives), by kind, hex."""
-    hub: bool = False
-    """Fetched with the Hub's headers (the token)."""
+    hub: bool = False  # Fetched with the Hub's headers (the token).
 
 
 def matcher(patterns: list[str]) -> Any:

@@ -18,8 +18,7 @@ from typing import Any
 from marinbuild.ml.checksums import Digests, mismatches
 from marinbuild.store import fs as store_fs
 
-CHUNK = 8 * 1024 * 1024
-"""Bytes read and written at a time (Marin's download step streams 8 MiB chunks too)."""
+CHUNK = 8 * 1024 * 1024  # Bytes read and written at a time (Marin's download step streams 8 MiB chunks too).
 ATTEMPTS = 3
 
 

@@ -37,8 +37,7 @@ _NOISE = re.compile(
     r"|^Generating \w+ split: |^\s*\d+%\|.*\| \d+/\d+ \[|Skipping non-numeric metric"
 )
 _PARENT_ENV = "MARINBUILD_ML_PARENT_PID"
-LOG_UPLOAD_EVERY = 30.0
-"""Seconds between copies of a running child's log to a remote log folder."""
+LOG_UPLOAD_EVERY = 30.0  # Seconds between copies of a running child's log to a remote log folder.
 
 
 class MlProcessError(RuntimeError):

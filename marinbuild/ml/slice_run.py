@@ -33,8 +33,7 @@ CANCEL_WAIT = 120.0
 SLICE_LOG = "slice.log"
 SLICE_WAIT = 6 * 3600.0
 """The default wait for free slices: Ray's autoscaler can take hours to bring a large slice (back) up."""
-WAIT_REPORT = 60.0
-"""Seconds between progress reports while waiting for slices (at most; a third of a shorter wait)."""
+WAIT_REPORT = 60.0  # Seconds between progress reports while waiting for slices (at most; a third of a shorter wait).
 
 PREEMPTED = "preempted"
 FAILED = "failed"
@@ -47,26 +46,19 @@ class SlicePolicy:
 
     slice_wait: float = SLICE_WAIT
     """Seconds to wait for free slices (head reservations and every host's bundle) before failing."""
-    preemption_retries: int = 100
-    """Restarts after a preemption (a host lost, or its process killed by a signal)."""
-    failure_retries: int = 2
-    """Restarts after a failure of the job's code (a process that exited with an error)."""
+    preemption_retries: int = 100  # Restarts after a preemption (a host lost, or its process killed by a signal).
+    failure_retries: int = 2  # Restarts after a failure of the job's code (a process that exited with an error).
 
 
 @dataclass(frozen=True)
 class SliceJob:
     """What runs on every host of a slice, and how messages name it."""
 
-    module: str
-    """The child module each host runs (``python -m module``, ``marinbuild.ml.process``)."""
-    name: str
-    """Its log's name: ``logs/<name>-host<worker id>.log``."""
-    rule: str
-    """The rule whose attributes (``slice_wait``, the retry budgets) messages point at."""
-    work: str
-    """What the job does, in messages ("training")."""
-    again: str
-    """What a restart does, in messages."""
+    module: str  # The child module each host runs (``python -m module``, ``marinbuild.ml.process``).
+    name: str  # Its log's name: ``logs/<name>-host<worker id>.log``.
+    rule: str  # The rule whose attributes (``slice_wait``, the retry budgets) messages point at.
+    work: str  # What the job does, in messages ("training").
+    again: str  # What a restart does, in messages.
 
 
 TRAIN = SliceJob("marinbuild.ml.train", "train", "train_lm", "training", "resuming from the latest checkpoint")

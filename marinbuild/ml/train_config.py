@@ -26,10 +26,8 @@ MODEL_INFO = "model.json"
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"
-HF_EXPORTS = "hf"
-"""The sub-folder of a training output where HF exports go, one ``step-N/`` folder each."""
-TASK_EVAL_STEPS = 10_000
-"""How often task evaluations run when ``steps_per_task_eval`` is not given (Marin's default)."""
+HF_EXPORTS = "hf"  # The sub-folder of a training output where HF exports go, one ``step-N/`` folder each.
+TASK_EVAL_STEPS = 10_000  # How often task evaluations run when ``steps_per_task_eval`` is not given (Marin's default).
 MIXTURE_BLOCK_SIZE = 2048
 """levanter's mixture block (sequences): a mixture's weights can change only at a multiple of it."""
 

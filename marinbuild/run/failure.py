@@ -27,8 +27,7 @@ class RemoteTraceback(Exception):
 class FailureRecord:
     """What a failed step's error (``StepError``) carries once its failure is recorded."""
 
-    traceback: str
-    """The full traceback, as ``traceback_text`` gives it."""
+    traceback: str  # The full traceback, as ``traceback_text`` gives it.
     path: str | None
     """``.marinbuild_traceback.txt`` of the step, None if it was not written (the lease was lost, the store failed)."""
 

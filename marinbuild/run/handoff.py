@@ -38,8 +38,7 @@ class MissingCheckpointError(Exception):
 @dataclass(frozen=True)
 class HandOff:
     producer: ExecutorStep
-    path: str
-    """The checkpoint's folder."""
+    path: str  # The checkpoint's folder.
     step: int
 
     def there(self) -> bool:

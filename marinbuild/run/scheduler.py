@@ -61,8 +61,7 @@ class _Run(Generic[K]):
     ):
         self.order, self.job_for, self.describe, self.backend, self.bus = order, job_for, describe, backend, bus
         self.holds = holds
-        self.held: set[K] = set()
-        """Ready steps ``holds`` keeps back; ``released``: those it let go."""
+        self.held: set[K] = set()  # Ready steps ``holds`` keeps back; ``released``: those it let go.
         self.released: set[K] = set()
         self.max_concurrent, self.keep_going = max_concurrent, keep_going
         self.outcome: Outcome[K] = Outcome()
@@ -76,8 +75,7 @@ class _Run(Generic[K]):
             for d in needed:
                 self.consumers[d].append(k)
         self.ready = deque(k for k in order if not self.waiting[k])
-        self.key_of: dict[int, K] = {}
-        """The key of each job in flight, by the job's id."""
+        self.key_of: dict[int, K] = {}  # The key of each job in flight, by the job's id.
         self.in_flight: dict[K, StepJob] = {}
         self.finished: set[K] = set()
         self.stopping = False

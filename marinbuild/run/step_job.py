@@ -52,12 +52,9 @@ CACHED = JobOutcome.CACHED
 class Attempt(Enum):
     """What one attempt at a step's lease found (``StepJob.try_acquire``)."""
 
-    HELD = "held"
-    """We hold the lease now (RUNNING written unless ``start=False``): run the step."""
-    BUILT = "built"
-    """The step is built (seen under the lease, which is released again): nothing to run."""
-    BUSY = "busy"
-    """Another runner holds a live lease: wait for it."""
+    HELD = "held"  # We hold the lease now (RUNNING written unless ``start=False``): run the step.
+    BUILT = "built"  # The step is built (seen under the lease, which is released again): nothing to run.
+    BUSY = "busy"  # Another runner holds a live lease: wait for it.
 
 
 class StepError(Exception):
@@ -96,10 +93,8 @@ class StepJob:
         context: BuildContext,
     ):
         self.name = name
-        self.context = context
-        """The build this job belongs to: its lease keeper and its registry of running runners."""
-        self.action = action
-        """The step's version identity, for its action-cache record."""
+        self.context = context  # The build this job belongs to: its lease keeper and its registry of running runners.
+        self.action = action  # The step's version identity, for its action-cache record.
         self.output_path = output_path
         self.call = call
         self.info_text = info_text
@@ -351,10 +346,8 @@ class RemoteRun:
 
     output_path: str
     action: ActionKey
-    info: str
-    """The step's ``.executor_info`` text."""
-    holder: str
-    """The worker id of the lease holder (the driver)."""
+    info: str  # The step's ``.executor_info`` text.
+    holder: str  # The worker id of the lease holder (the driver).
     stale_after: float
 
     def start(self) -> bool:

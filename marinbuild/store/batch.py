@@ -34,10 +34,8 @@ if TYPE_CHECKING:
 
 GROUP_MIN = 4
 CHUNK_STEPS = 400
-CONCURRENCY = 100
-"""Listings in flight at once (aiohttp's default connection pool of a gcsfs session is 100)."""
-PAGE_SIZE = 1000
-"""Objects per listing page (``maxResults``; GCS sends at most 1,000)."""
+CONCURRENCY = 100  # Listings in flight at once (aiohttp's default connection pool of a gcsfs session is 100).
+PAGE_SIZE = 1000  # Objects per listing page (``maxResults``; GCS sends at most 1,000).
 
 
 def md5_of(data: bytes) -> str:
@@ -159,15 +157,13 @@ class _Fold:
     ``aliases``."""
 
     def __init__(self, paths: list[str], aliases: dict[str, list[str]]) -> None:
-        self.aliases = aliases
-        """Canonical path -> the other wanted paths naming its folder."""
+        self.aliases = aliases  # Canonical path -> the other wanted paths naming its folder.
         self.result = StatusMap()
         """Every wanted path: None (no status listed) until its status object is seen; no action record until
         one is seen."""
         self.result.update(dict.fromkeys(paths))
         self.result.actions.update(dict.fromkeys(paths, frozenset()))
-        self.unknown: list[str] = []
-        """Canonical paths of statuses whose md5 is not a known status word."""
+        self.unknown: list[str] = []  # Canonical paths of statuses whose md5 is not a known status word.
 
     def targets(self, canonical: str) -> Sequence[str]:
         """The wanted paths naming the folder of ``canonical`` (none: it is not wanted)."""

@@ -24,8 +24,7 @@ from marinbuild.ui.bep import event_record
 EVENTS_FOLDER = "events"
 KEEP = 100
 LEFT_OUT = frozenset({ev.PLANNED, ev.CACHED, ev.PROGRESS})
-REFUSED = "build_refused"
-"""The last line of a refused build's log (not an event: no listener but the log hears of it)."""
+REFUSED = "build_refused"  # The last line of a refused build's log (not an event: no listener but the log hears of it).
 
 
 def events_dir(cache_dir: str | os.PathLike[str]) -> Path:

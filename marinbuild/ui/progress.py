@@ -23,8 +23,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.live import Live
 
-MAX_ROWS = 12
-"""Running/waiting steps shown in the live region; the rest are counted in one line."""
+MAX_ROWS = 12  # Running/waiting steps shown in the live region; the rest are counted in one line.
 
 _Key = tuple[str | None, str | None]
 

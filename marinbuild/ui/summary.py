@@ -14,8 +14,7 @@ from marinbuild.run import events as ev
 from marinbuild.run.failure import last_frames, traceback_file_of, traceback_text, worker_log_of
 from marinbuild.ui._text import describe_error, error_text, format_duration
 
-MAX_LISTED = 20
-"""Dependency-failed / skipped steps listed by name in ``render``; the rest are counted."""
+MAX_LISTED = 20  # Dependency-failed / skipped steps listed by name in ``render``; the rest are counted.
 
 
 _NOTES = {
