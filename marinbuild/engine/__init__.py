@@ -8,10 +8,6 @@ from marinbuild.engine.errors import PreviousStepFailedError, PreviousTaskFailed
 from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo
 
 __all__ = [
-    "Engine",
-    "ExecutorInfo",
-    "ExecutorStepInfo",
-    "PreviousStepFailedError",
-    "PreviousTaskFailedError",
-    "StepFailedError",
-]
+    "Engine", "ExecutorInfo", "ExecutorStepInfo", "PreviousStepFailedError", "PreviousTaskFailedError",
+    "StepFailedError"
+]  # fmt: skip
