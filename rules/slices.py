@@ -31,8 +31,7 @@ def job_attrs(code: str) -> dict[str, Any]:
 
 
 def run_job(ctx: RuleContext, job: SliceJob, payload: dict[str, Any], *, log_name: str, offline: bool) -> Any:
-    """Run ``job`` (``marinbuild.ml.slice_run.TRAIN``, ``EVAL_HARNESS``) with ``payload`` where
-    ``ctx.attr.resources`` says; on one machine its log is ``logs/<log_name>.log``."""
+    """Run ``job`` with ``payload`` where ``ctx.attr.resources`` says (one machine: ``logs/<log_name>.log``)."""
     from marinbuild.core.resources import normalize, tpu_slice
     from marinbuild.ml import slice_run
     from marinbuild.ml.process import run_child

@@ -58,8 +58,7 @@ class SourceFile:
 
 @dataclass(frozen=True, slots=True)
 class TargetConfig:
-    """The config of a step made from a BUILD target (``__slots__``: a build holds one, and its instantiated copy,
-    per step until its steps have run)."""
+    """The config of a step made from a BUILD target (``__slots__``: a build holds one, and a copy, per step)."""
 
     label: str
     rule: Any  # ``versioned("<rule name>")``: changing a target's rule type changes its version.
@@ -177,8 +176,7 @@ class AnalysisContext:
         return Struct(**{k: thaw(v) for k, v in self.target.attrs.items()})
 
     def attr_value(self, name: str) -> Any:
-        """One attribute's value as ``attr`` gives it, without thawing the others (a hook reading two attributes of
-        each of thousands of targets)."""
+        """One attribute's value as ``attr`` gives it, without thawing the others (hooks on thousands of targets)."""
         return thaw(self.target.attrs[name])
 
     def once(self, key: Any, compute: Callable[[], Any]) -> Any:

@@ -43,8 +43,7 @@ class Session:
         return cls(workspace, Settings.resolve(workspace, **settings), Loader(workspace))
 
     def current_package(self) -> str:
-        """The package of the working directory (its folder relative to the root; "" outside it), for relative
-        patterns (``:name``)."""
+        """The working directory's package (relative to the root; "" outside), for relative patterns."""
         try:
             rel = Path.cwd().resolve().relative_to(self.workspace.root)
         except ValueError:

@@ -99,8 +99,7 @@ def _note_code_changes(session: Any, state_of: dict[Any, StepState]) -> None:
 
 
 def _note_hand_offs(session: Any, state_of: dict[Any, StepState], stale_after: float) -> None:
-    """A step not built that starts from a checkpoint not there yet is waiting for it while its producer runs; else
-    its detail says it needs it."""
+    """A step not built lacking a checkpoint is ``waiting`` while its producer runs; else its detail says it."""
     for step, state in state_of.items():
         waits = (
             state.state in (pb.MISSING, STALE)
@@ -252,8 +251,7 @@ def format_show(shown: dict[str, Any]) -> str:
 
 @dataclass
 class Entry:
-    """One step output found under a prefix: its status word (or ``damaged: ...``) and the seconds since its
-    status file was written (both None without one)."""
+    """A step output under a prefix: its status word (or ``damaged: ...``) and its status file's age (or None)."""
 
     name: str
     output_path: str
@@ -267,8 +265,7 @@ class Entry:
 
 
 def cache_ls(prefix: str) -> list[Entry]:
-    """Every step output folder under ``prefix`` (a folder holding ``.executor_info`` or
-    ``.executor_status``; the walk does not descend into one), with status, size and age."""
+    """Every step output folder under ``prefix`` (holding an info or status file), with status, size and age."""
     store = Store(prefix)
     now = time.time()
     entries: list[Entry] = []

@@ -145,8 +145,7 @@ def _blocker(output_path: str, normalized: str, keep: set[str], stale_after: flo
 
 
 def used_steps(session: Any, labels: Iterable[Label]) -> set[Any]:
-    """Every step of ``labels``' analysis closure and every step those depend on (pseudo-dependencies too),
-    canonical; ``labels`` must be analysed in ``session``."""
+    """The canonical steps of ``labels``' closure and all they depend on; ``labels`` analysed in ``session``."""
     engine = session.engine
     table = engine.table
     todo = []

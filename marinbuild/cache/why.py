@@ -216,8 +216,7 @@ def _indent(text: str) -> str:
 
 
 def why_targets_as_dict(patterns: list[str], groups: list[TargetExplanation], step_paths: list[str]) -> dict[str, Any]:
-    """The JSON form of a pattern: ``{"patterns", "targets": [one target's form, ...], "to_run": [names]}``, each
-    step that would run once, in the order of ``step_paths``."""
+    """A pattern's JSON form (``patterns``, ``targets``, ``to_run``), steps to run once, in ``step_paths`` order."""
     running = {e.output_path: e.step for group in groups for e in group.steps if e.will_run}
     return {
         "patterns": list(patterns),

@@ -100,8 +100,7 @@ def _first_illegal(segment: str, pattern: re.Pattern[str]) -> str:
 
 
 def parse_label(text: str, current_package: str | None = None) -> Label:
-    """``//pkg/sub:name``, ``//pkg`` (= ``//pkg:pkg``), ``@repo//pkg:name``, and, when ``current_package`` is
-    given, ``:name`` and bare ``name``."""
+    """``//pkg/sub:name``, ``//pkg`` (``//pkg:pkg``), ``@repo//pkg:name``; ``:name``, ``name`` in a package."""
     if not isinstance(text, str):
         raise LabelError(f"expected a label string, got {type(text).__name__} {text!r}")
     if text == "":

@@ -143,8 +143,7 @@ class Resources:
 
     @property
     def multi_host(self) -> bool:
-        """Several hosts (a multi-host slice, or several slices): the step coordinates one process per host
-        (``marinbuild.ml.slice_run``)."""
+        """Several hosts: the step coordinates one process per host (``marinbuild.ml.slice_run``)."""
         return self.tpu is not None and (tpu_slice(self.tpu).multi_host or self.slices > 1)
 
     @property
@@ -189,8 +188,7 @@ class Resources:
 
     @property
     def fresh_worker(self) -> bool:
-        """Run in a worker process of its own (``max_calls=1``); not a multi-host slice's coordinator, whose hosts'
-        processes run in fresh workers of their own."""
+        """Run in a worker of its own (``max_calls=1``); not a multi-host coordinator, whose hosts get fresh workers."""
         return self.wants_tpu and not self.multi_host
 
     def describe(self) -> str:
@@ -238,8 +236,7 @@ def check_slices(slices: Any, tpu_type: str | None) -> None:
 
 
 def tpu(tpu_type: str, *, cpu: float | None = None, memory: int | str | None = None, slices: int = 1) -> Resources:
-    """Whole TPU slices: ``tpu("v4-8")`` asks Ray for ``{"TPU": 4, "TPU-v4-8-head": 1}``; ``slices`` > 1 several,
-    reserved together."""
+    """Whole TPU slices: ``tpu("v4-8")`` asks Ray for ``{"TPU": 4, "TPU-v4-8-head": 1}``; several reserved together."""
     return Resources(cpu=cpu, memory=memory, tpu=tpu_type, slices=slices)  # type: ignore[arg-type]
 
 

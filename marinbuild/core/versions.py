@@ -174,8 +174,7 @@ class VersionTable:
         return made
 
     def _dep_versions(self, deps: list[ExecutorStep]) -> list[Any]:
-        """The dependencies as a consumer's version lists them: inlined, or ``"name-hash"`` when deeper than
-        ``MAX_INLINE_DEPTH``."""
+        """The dependencies as a version lists them: inlined, or ``"name-hash"`` deeper than ``MAX_INLINE_DEPTH``."""
         depth, versions, hashed = self.depth, self.versions, self.hashed_versions
         return [versions[d] if depth[d] <= MAX_INLINE_DEPTH else f"{d.name}-{hashed[d]}" for d in deps]
 

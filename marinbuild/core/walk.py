@@ -43,9 +43,7 @@ _PLAIN = frozenset({type(None), str, int, float, bool, bytes})
 
 
 def walk_config(obj: Any) -> Iterator[InputNameEvent | VersionedEvent]:
-    """Yield one event per ``InputName``/``VersionedValue`` placeholder inside ``obj``, in walk order.
-
-    Bare ``ExecutorStep``s are reported as ``InputName(step, None)``."""
+    """An event per ``InputName``/``VersionedValue`` in ``obj`` in walk order (a step as ``InputName(step, None)``)."""
     for prefix, value in _placeholders(obj):
         if isinstance(value, InputName):
             yield InputNameEvent(prefix, value)
@@ -54,8 +52,7 @@ def walk_config(obj: Any) -> Iterator[InputNameEvent | VersionedEvent]:
 
 
 def _placeholders(obj: Any) -> list[tuple[str, Any]]:
-    """``(prefix, InputName or VersionedValue)`` per placeholder in ``obj``: ``walk_config``'s events without a
-    generator frame or an event object each."""
+    """``(prefix, placeholder)`` per placeholder: ``walk_config`` without a generator or event objects."""
     found: list[tuple[str, Any]] = []
     _walk(obj, "", found)
     return found
@@ -189,9 +186,7 @@ def _instantiate(obj: Any, output_path: str | None, output_paths: dict[ExecutorS
 
 
 def instantiate_config(config: Any, output_path: str | None, output_paths: dict[ExecutorStep, str], prefix: str) -> Any:
-    """A copy of ``config`` with every placeholder replaced by the concrete value or path it stands for.
-
-    ``MirroredValue`` paths become ``mirror://<path>``."""
+    """``config`` with every placeholder replaced by its value or path (``MirroredValue``: ``mirror://``)."""
 
     return _instantiate(config, output_path, output_paths, prefix)
 
@@ -228,9 +223,7 @@ def resolve_local_placeholders(config: ConfigT, output_path: str) -> ConfigT:
 
 
 def unwrap_versioned_value(value: Any) -> Any:
-    """Strip ``VersionedValue``/``MirroredValue`` wrappers anywhere inside ``value``.
-
-    Paths that depend on execution (``InputName``, ``OutputName``, steps) cannot be unwrapped."""
+    """Strip ``VersionedValue``/``MirroredValue`` wrappers in ``value`` (execution paths cannot be)."""
 
     def recurse(obj: Any) -> Any:
         if isinstance(obj, MirroredValue | VersionedValue):

@@ -103,8 +103,7 @@ class Engine:
         self._versions.compute_version(step, is_pseudo_dep)
 
     def add_all(self, steps: Iterable[ExecutorStep], is_pseudo_dep: bool = False) -> None:
-        """``add`` each step with the cyclic garbage collector paused for the whole batch (between separate calls
-        it would rescan the growing tables)."""
+        """``add`` each step, the cyclic collector paused for the whole batch (it would rescan the growing tables)."""
         with gc_paused():
             for step in steps:
                 self.add(step, is_pseudo_dep)
@@ -269,8 +268,7 @@ class Engine:
         )
 
     def code_changes(self) -> CodeChanges:
-        """What tells the code each step runs, and whether a built output's code changed (``code_records.py``);
-        one per engine, so each output's record is read once."""
+        """The engine's one ``CodeChanges`` (``code_records.py``), so each output's code record is read once."""
         if self._code is None:
             cache_dir = self.settings.cache_dir
             stat_cache = StatCache(cache_dir / "stat_cache.json" if cache_dir is not None else None)

@@ -8,8 +8,7 @@ from marinbuild.run.failure import traceback_file_of
 
 
 class StepFailedError(RuntimeError):
-    """One or more steps failed; ``failures`` maps each failed step's name to its exception. The message names
-    each failed step's ``.marinbuild_traceback.txt``."""
+    """Steps failed: ``failures`` maps names to exceptions; the message names their traceback files."""
 
     def __init__(self, failures: dict[str, BaseException], dep_failed: list[str]):
         paths = {name: traceback_file_of(error) for name, error in failures.items()}

@@ -216,8 +216,7 @@ def _executor_main(
 
 
 def _workspace() -> Workspace | None:
-    """The marinbuild workspace around the current folder, or None: its ``[tool.marinbuild]`` settings apply to a
-    Marin script run there as to the command line."""
+    """The workspace around the current folder, or None: its ``[tool.marinbuild]`` applies to Marin scripts."""
     try:
         return find_workspace(".")
     except WorkspaceError:

@@ -480,9 +480,7 @@ class ConfigAttr(Attr):
 
 
 class attr:  # noqa: N801 - the Starlark-style namespace: attr.label(), attr.int(), ...
-    """Constructors of attribute types, used in ``rule(attrs={...})``.
-
-    Each takes ``mandatory=False``, ``default=``, ``doc=""`` and ``versioned=True``."""
+    """Attribute type constructors: each takes ``mandatory=False``, ``default=``, ``doc=""`` and ``versioned=True``."""
 
     label = LabelAttr
     label_list = LabelListAttr

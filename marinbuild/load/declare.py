@@ -23,8 +23,7 @@ _ORDER = itertools.count(1)
 
 
 def declare_target(rule: RuleType, ctx: PackageContext, stack: str, args: Any, kwargs: dict[str, Any]) -> Label:
-    """Declare a target in ``ctx``'s package; ``stack``: Starlark's ``call_stack()`` text, read only when a
-    location is needed (the target's is the BUILD file's own frame)."""
+    """Declare a target in ``ctx``'s package; ``stack``: Starlark's ``call_stack()`` text, read only for a location."""
     site: Site = (ctx.display, ctx.build_file, stack)
     if args:
         raise _error(ctx, site, None, "rules take keyword arguments only (name = ..., attr = ...)")

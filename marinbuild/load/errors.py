@@ -34,8 +34,7 @@ class Location:
 
 
 class BuildFileError(Exception):
-    """An error at ``path:line:col``; ``str()`` is ``path:line:col: message``. A load that finds several raises the
-    first (in package order), the others in ``more_errors``."""
+    """An error at ``path:line:col`` (its ``str()``'s start); the same load's other errors in ``more_errors``."""
 
     def __init__(self, path: str | os.PathLike[str], line: int, col: int, message: str) -> None:
         self.path = str(path)

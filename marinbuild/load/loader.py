@@ -112,9 +112,7 @@ class LoadedWorkspace:
 
 
 class Loader:
-    """A loading session over ``workspace``.
-
-    ``repo_dirs`` overrides repository folders (``{"marinbuild": <rules folder>}``)."""
+    """A loading session over ``workspace``; ``repo_dirs`` overrides repository folders."""
 
     def __init__(self, workspace: Workspace, *, repo_dirs: RepoDirs = None) -> None:
         self.workspace = workspace
@@ -376,8 +374,7 @@ def _unpicklable(outcome: dict[str, Target] | BuildFileError, exc: Exception) ->
 
 
 def find_cycle(targets: Mapping[Label, Target]) -> list[Label]:
-    """One dependency cycle among ``targets`` (rotated to start at its smallest label), or ``[]``; iterative, as
-    ``nx.find_cycle`` costs more than the rest of loading."""
+    """A dependency cycle among ``targets`` from its smallest label, or ``[]`` (``nx.find_cycle`` is slow)."""
     on_path: dict[Label, int] = {}
     done: set[Label] = set()
     for root in targets:

@@ -46,8 +46,7 @@ class DroppedDeclaration(RuntimeError):
 
 
 class _DroppedAttrs(dict[str, Any]):
-    """``Target.attrs`` after ``drop_declaration``: empty, and every read raises ``DroppedDeclaration`` (a
-    dropped target must not pass for one without attributes)."""
+    """``Target.attrs`` after ``drop_declaration``: every read raises ``DroppedDeclaration``."""
 
     def _refuse(self, *args: Any, **kwargs: Any) -> Any:
         raise DroppedDeclaration
@@ -60,8 +59,7 @@ _DROPPED_ATTRS = _DroppedAttrs()
 
 @dataclass(eq=False, slots=True)
 class Target:
-    """A target: its label, rule type, validated attributes (``name`` excluded) and location; the loader fills ``deps``,
-    ``srcs`` and ``source_paths``."""
+    """A target: label, rule type, attributes (``name`` excluded), location; the loader fills ``deps``, ``srcs``."""
 
     label: Label
     rule: RuleType

@@ -40,8 +40,7 @@ def read_manifest(raw_output: str) -> dict[str, Any]:
 
 
 def expand(patterns: Iterable[str]) -> list[str]:
-    """Each URL, or the files a glob pattern matches or the document files below a folder (``.../``; sorted), as full
-    URLs; a pattern matching nothing is an error."""
+    """Full URLs: each URL, a glob's matches, the documents below a ``.../`` folder, sorted; no match is an error."""
     out: list[str] = []
     for pattern in patterns:
         if not pattern.endswith("/") and not any(ch in pattern for ch in "*?["):

@@ -134,8 +134,7 @@ def _discard(path: str) -> None:
 
 
 def _remove_leftovers(dest: str) -> None:
-    """Partial copies of this file an earlier, killed attempt left (local folders; an object store's
-    unfinished upload leaves no object)."""
+    """Partial copies of this file a killed attempt left (local folders: an unfinished upload leaves no object)."""
     if store_fs.is_local(dest):
         for leftover in glob.glob(glob.escape(store_fs.local_path(dest)) + ".partial-*"):
             _discard(leftover)

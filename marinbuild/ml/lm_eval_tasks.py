@@ -78,8 +78,7 @@ def harness_config(specs: list[dict[str, Any]], include_path: str | None, max_ex
 
 
 def set_fewshot(task_dict: dict, num_fewshot: int) -> None:
-    """Set the few-shot count of every task in an lm-eval task dict (groups included), as lm-eval's
-    ``simple_evaluate`` does (``Task.set_config``)."""
+    """Set every task's few-shot count in an lm-eval task dict (groups too), as ``simple_evaluate`` does."""
     for value in task_dict.values():
         if isinstance(value, dict):
             set_fewshot(value, num_fewshot)

@@ -139,8 +139,7 @@ def run_on_tpu_slice(
 
 
 def reserve_slice(tpu: TpuSlice, wait: float, label: str, *, rule: str = "train_lm", slices: int = 1) -> Any:
-    """A ready ``SlicePlacementGroup`` of ``slices`` slices of type ``tpu`` (head reservations released), within
-    ``wait`` s."""
+    """A ready ``SlicePlacementGroup`` of ``slices`` slices of ``tpu`` (heads released), within ``wait`` s."""
     import ray
     from ray.util.tpu import slice_placement_group
 

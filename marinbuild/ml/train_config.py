@@ -169,8 +169,7 @@ def train_lm_config(
 
 
 def task_evals(specs: list[dict[str, Any]], task_path: str | None) -> Any:
-    """levanter's ``LmEvalHarnessConfig`` of the tasks evaluated while training (None: none); it logs
-    ``lm_eval/<task>/<metric>`` to the trackers."""
+    """levanter's ``LmEvalHarnessConfig`` of the tasks evaluated while training (None: none)."""
     if not specs:
         return None
     from marinbuild.ml.lm_eval_tasks import harness_config

@@ -43,8 +43,7 @@ def backward_closure(
 
 
 def some_path(graph: nx.DiGraph, sources: Set[str], targets: Set[str]) -> list[str]:
-    """A shortest dependency path from a member of ``sources`` to a member of ``targets`` ([] if none);
-    deterministic: sources and successors are explored in label order."""
+    """A shortest path from ``sources`` to ``targets`` ([] if none); deterministic: explored in label order."""
     if not sources or not targets:
         return []
     parent: dict[str, str | None] = {}

@@ -23,8 +23,7 @@ K = TypeVar("K", bound=Hashable)  # what names a step: an ExecutorStep for the e
 
 @dataclass
 class Outcome(Generic[K]):
-    """What a build did: which steps ran, were found built, failed, were stopped by a failed dependency (step ->
-    that dependency), or skipped; a step is in at most one list."""
+    """What a build did: steps ran, found built, failed, stopped by a failed dependency (step -> it), or skipped."""
 
     ran: list[K] = field(default_factory=list)
     cached: list[K] = field(default_factory=list)

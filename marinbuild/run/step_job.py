@@ -170,8 +170,7 @@ class StepJob:
         self.bus.emit(ev.STARTED, step=self.name, output_path=self.output_path)
 
     def fail(self, exc: BaseException) -> BaseException:
-        """The step's code raised ``exc``: record its traceback then FAILED (if the lease is still ours); the error
-        to report (a ``StepError`` carrying the ``FailureRecord``)."""
+        """The step raised ``exc``: its traceback, then FAILED if the lease is ours; the ``StepError`` to report."""
         text = traceback_text(exc)
         path = self._fail(text)
         if isinstance(exc, Exception) and not isinstance(exc, StepError):
@@ -233,8 +232,7 @@ class StepJob:
         return RemoteRun(self.output_path, self.action, self.info_text(), self.worker_id, self.settings.stale_after)
 
     def release_after_remote(self, committed: bool = False) -> None:
-        """The process running the step committed it (``committed``: a failure to release is then only logged) or
-        raised: stop renewing the lease and release it."""
+        """The step's process committed (``committed``) or raised: stop renewing the lease and release it."""
         self.context.lease_keeper.remove(self.lease)
         self._release(after_commit=committed)
 
@@ -260,8 +258,7 @@ class StepJob:
         self._lost = exc
 
     def _fail(self, traceback: str) -> str | None:
-        """Write the step's traceback then FAILED if the lease is still ours, then release it; the traceback
-        file's path (None if it was not written)."""
+        """Write the traceback then FAILED if the lease is ours, release it; the traceback file's path (or None)."""
         self.context.lease_keeper.remove(self.lease)
         path = None
         try:
@@ -325,8 +322,7 @@ def describe_outputs(output_path: str, action: ActionKey) -> Described:
 
 
 def write_commit(output_path: str, action: ActionKey, described: Described, result: Any, worker_id: str) -> None:
-    """Phase 5, once the lease is confirmed: the action record (with the manifest), ``.artifact.json``, no stale
-    traceback, SUCCESS."""
+    """Phase 5, the lease confirmed: action record (with manifest), ``.artifact.json``, no stale traceback, SUCCESS."""
     action_cache.write_record(action_cache.new_record(output_path, action, described.manifest, worker_id))
     records.write_artifact(output_path, result)
     if described.stale_traceback:

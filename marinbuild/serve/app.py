@@ -133,8 +133,7 @@ class _Stopping(Exception):
 
 
 async def _computed(compute: Callable[[], Any], stopping: Stopping) -> Any:
-    """``compute()`` in a daemon thread, awaited until it returns (or raises), or ``_Stopping`` when the server
-    stops first (the thread is left to finish on its own)."""
+    """``compute()`` in a daemon thread, awaited; ``_Stopping`` if the server stops first (the thread runs on)."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
 

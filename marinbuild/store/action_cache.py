@@ -40,8 +40,7 @@ def version_digest(version_str: str | bytes) -> str:
 
 @dataclass(frozen=True)
 class ActionKey:
-    """What a step's commit and the plan need to know about its identity (``overridden``: the output path was set
-    by hand with ``override_output_path``)."""
+    """A step's identity for its commit and the plan (``overridden``: placed by ``override_output_path``)."""
 
     digest: str
     name: str
@@ -126,8 +125,7 @@ def read_record(output_path: str, digest: str) -> ActionRecord | None:
 
 
 def write_record(record: ActionRecord) -> None:
-    """Written atomically, before the SUCCESS status that makes it count (its name, which carries the digest, is
-    what collision checks look at)."""
+    """Written atomically before SUCCESS; its name carries the digest, which is what collision checks read."""
     fs.write_atomic(record_path(record.output_path, record.version_sha256), record.encode())
 
 

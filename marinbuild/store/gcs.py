@@ -227,8 +227,7 @@ async def _last_written(fs: RetryingGCSFileSystem, path: str, generation: int) -
 
 
 def last_written(path: str, generation: int) -> float | None:
-    """When the object was last written (seconds since the epoch, the store's clock), if it is still at
-    ``generation``; None otherwise."""
+    """When the object was last written (epoch seconds, the store's clock) if still at ``generation``; else None."""
     return run(_last_written, filesystem(), path, generation)
 
 

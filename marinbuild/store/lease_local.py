@@ -87,8 +87,7 @@ class LocalFileLease(Lease):
             os.makedirs(folder, exist_ok=True)
 
     def _try_create(self) -> bool:
-        """Create the lease file with our record already in it (``link`` of a written temporary file); False if one
-        exists."""
+        """Create the lease file with our record in it (``link`` of a written temporary); False if one exists."""
         self._make_folder()
         folder = os.path.dirname(self.path)
         tmp = os.path.join(folder, f".tmp-lease.{os.urandom(6).hex()}")

@@ -86,8 +86,7 @@ class Manifest:
 
 
 def read_manifest(output_path: str) -> Manifest | None:
-    """The manifest of the last commit at ``output_path`` (from its action-cache record); None if no record
-    holds one (built by Marin, or by nobody)."""
+    """The manifest of the last commit at ``output_path`` (from its action record); None if none (Marin's)."""
     found: list[tuple[float, str, Any]] = []
     for digest in action_cache.digests_at(output_path):
         record = action_cache.read_record(output_path, digest)
@@ -212,8 +211,7 @@ def hash_files(output_path: str, rels: list[str], stats: dict[str, Stat]) -> dic
 
 
 def build_manifest(output_path: str, top_level: set[str] | None = None) -> Manifest:
-    """Describe the outputs now under ``output_path``: list them, then hash them (``top_level``: see
-    ``list_outputs``)."""
+    """List, then hash, the outputs now under ``output_path`` (``top_level``: see ``list_outputs``)."""
     stats = list_outputs(output_path, top_level)
     digests = hash_files(output_path, list(stats), stats)
     files = [FileEntry(rel, stats[rel].size, digests[rel], stats[rel].crc32c) for rel in sorted(stats)]

@@ -146,8 +146,7 @@ def _marin_budget() -> TransferBudget | None:
 
 
 def active_budget() -> TransferBudget:
-    """This context's budget: ours (a step's, ``mirror_budget``), else one Marin's code set with
-    ``rigging.filesystem.mirror_budget``, else the process-wide one."""
+    """This context's budget: ours (a step's, ``mirror_budget``), else Marin's ``mirror_budget``, else the process's."""
     return _budget_var.get() or _marin_budget() or default_budget()
 
 
@@ -167,8 +166,7 @@ def mirror_budget(budget_gb: float, name: str = "") -> Iterator[TransferBudget]:
 
 @contextlib.contextmanager
 def step_scope(budget_gb: float | None, local: str | None) -> Iterator[TransferBudget]:
-    """Run a step's code with its own budget of ``budget_gb`` (None: the process-wide one) and its prefix as the
-    local prefix."""
+    """Run a step's code with a budget of ``budget_gb`` (None: the process's) and its prefix as the local one."""
     prefix_token = _prefix_var.set(local.rstrip("/") if local else None)
     try:
         if budget_gb is None:
@@ -300,8 +298,7 @@ def _incomplete_marker(local: str, path: str) -> str:
 
 
 def _is_complete(local: str, path: str) -> bool:
-    """``path`` is under the local prefix, whole: a file (copies of files are atomic), or a folder no copy holds
-    the lease of nor left unfinished (its marker)."""
+    """``path`` is whole under the local prefix: a file, or a folder no copy holds the lease of nor left unfinished."""
     filesystem, p = _url_fs(_join(local, path))
     try:
         if filesystem.info(p).get("type") != "directory":

@@ -73,8 +73,7 @@ class OtherVersion:
 
 
 def latest_other_version(prefix: str, name: str, exclude: str | None = None) -> OtherVersion | None:
-    """The most recent other version of step ``name`` whose ``.executor_info`` parses (by the modification time
-    of its ``.executor_status``, else of its ``.executor_info``)."""
+    """The newest other version of step ``name`` whose ``.executor_info`` parses (by status, else info, mtime)."""
     store = Store(prefix)
     best: OtherVersion | None = None
     for path in sibling_paths(prefix, name, exclude):

@@ -28,8 +28,7 @@ def write_info(output_path: str, text: str) -> None:
 
 
 def write_missing_infos(texts: dict[str, Callable[[], str]], workers: int = 16) -> list[str]:
-    """Write ``texts[path]()`` as the ``.executor_info`` of each output path that has none yet (remote paths
-    concurrently); the paths written to."""
+    """Write ``texts[path]()`` as ``.executor_info`` where a path lacks one (remote concurrently); those paths."""
     paths = list(texts)
 
     def one(path: str) -> bool:

@@ -82,8 +82,7 @@ class BuildReport:
                 click.echo(f"marinbuild: {line}", err=True)
 
     def _note_outside_plan(self, result: BuildResult) -> None:
-        """Tell the summary the state of requested outputs the plan left out (``--run_only`` chose other steps):
-        ``built``, or ``not built: not selected by --run_only``."""
+        """Tell the summary the state of requested outputs ``--run_only`` left out of the plan."""
         if result.plan is None or self.summary is None:
             return
         planned = {row.output_path for row in result.plan}
@@ -118,8 +117,7 @@ class BuildReport:
 
 
 def failure_text(failure: Exception) -> str:
-    """The line saying why a build failed; a refusal to retry failed steps advises the command line's flag (the
-    engine's message advises Marin's ``force_run_failed=True``)."""
+    """Why a build failed; a refusal to retry failed steps names the CLI's flag (the engine's names Marin's)."""
     from marinbuild.engine.errors import PreviousTaskFailedError
 
     if isinstance(failure, PreviousTaskFailedError):

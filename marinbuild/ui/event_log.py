@@ -82,8 +82,7 @@ class EventLog:
 
 
 def open_event_log(cache_dir: str | os.PathLike[str], patterns: list[str], prefix: str) -> EventLog | None:
-    """A new log in the workspace whose ``.marinbuild`` folder is ``cache_dir``; None if it cannot be created (a
-    read-only workspace, a full disk)."""
+    """A new log in the workspace's ``.marinbuild`` (``cache_dir``); None if it cannot be created."""
     try:
         return EventLog(events_dir(cache_dir), patterns, prefix)
     except OSError:

@@ -134,8 +134,7 @@ class BuildSummary:
         return "ok" if self.ok else "failed"
 
     def outside_plan(self, states: dict[str, str]) -> None:
-        """The state (``built`` or why not) of requested outputs the plan left out (``--run_only`` selected other
-        steps): the plan's events say nothing about them."""
+        """The state of requested outputs ``--run_only`` left out of the plan (its events say nothing of them)."""
         with self._lock:
             self._outside_plan.update(states)
 
