@@ -28,9 +28,8 @@ _FN_RESOLUTION = (
 
 
 def _module_file(module_name: str, workspace: Path, workspace_only: bool = False) -> Path | None:
-    """The file of ``module_name`` as ``fn`` resolves it: below the workspace root (``pipe.steps`` is ``pipe/steps.py``
-    or ``pipe/steps/__init__.py``), else (unless ``workspace_only``) an installed module; None if neither exists.
-    Nothing is imported (a module imported from another workspace in this process is not taken for it)."""
+    """``module_name``'s file as ``fn`` resolves it: below the workspace root, else (unless ``workspace_only``)
+    installed; None if neither. Nothing is imported (another workspace's module is not taken for it)."""
     import importlib.util
 
     base = workspace.joinpath(*module_name.split("."))
@@ -120,9 +119,8 @@ def _python_step_analyze(actx: AnalysisContext) -> Any:
 def _find_fn(
     actx: AnalysisContext, module_name: str, function_name: str, workspace_only: bool
 ) -> tuple[Path | None, bool, bool] | None:
-    """(the module's file or None, whether it defines the function, whether it is inside the workspace).
-    ``workspace_only``: None unless the module is below the workspace root, an answer for the whole analysis
-    (``AnalysisContext.once``); the import system's answer may change as scripts are imported: per target."""
+    """(module file or None, defines the function, inside the workspace). ``workspace_only``: below the root only, an
+    answer for the analysis (``once``); else per target, as imports change the answer."""
     root = actx.workspace.root
     module_file = _module_file(module_name, root, workspace_only)
     if module_file is None:

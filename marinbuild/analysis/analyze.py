@@ -180,9 +180,8 @@ class AnalysisContext:
         return thaw(self.target.attrs[name])
 
     def once(self, key: Any, compute: Callable[[], Any]) -> Any:
-        """``compute()``, called once per analysis for each ``key`` (hashable, naming what is computed and from
-        what): for answers thousands of targets share, such as where a module's file is. Files do not change
-        during one analysis as far as its results go, so an answer holds for the analysis; none is kept beyond it."""
+        """``compute()``, called once per analysis for each hashable ``key`` (naming what and from what): for answers
+        thousands of targets share, such as where a module's file is; none is kept beyond the analysis."""
         shared = self._analysis.shared
         if key not in shared:
             shared[key] = compute()

@@ -160,9 +160,8 @@ def status_as_dict(rows: list[CacheRow]) -> list[dict[str, Any]]:
 
 
 def cache_show(session_or_prefix: Any, target_or_path: str | Label) -> dict[str, Any]:
-    """Everything recorded about a target's outputs (``session_or_prefix`` a ``Session``), or about one output path
-    (relative: under the prefix). ``{"target": label or None, "outputs": [...]}``, each output with
-    ``output_path, name, exists, state, status, info, lease, artifact, traceback, size, files, errors``."""
+    """Everything recorded about a target's outputs (``session_or_prefix`` a ``Session``) or one output path (relative:
+    under the prefix): ``{"target", "outputs": [...]}``, as ``cache show --output json`` prints it."""
     if isinstance(session_or_prefix, str):
         prefix, session = session_or_prefix, None
     else:

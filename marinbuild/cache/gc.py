@@ -29,9 +29,8 @@ NARROWING_FLAG = "--keep_only_used_by_patterns"
 
 @dataclass
 class GcResult:
-    """What ``cache gc`` found and did; nothing is deleted unless ``deleted`` lists it. ``kept``: outputs a target
-    (of ``scope``) uses; ``left``: unused outputs not PATTERN's; ``reasons``: each candidate's output path -> why it
-    may go; ``skipped``: candidates left alone (live or damaged lease, ...), with why."""
+    """What ``cache gc`` found and did (only ``deleted`` was deleted): ``kept`` outputs of ``scope``, ``left`` unused
+    ones not PATTERN's, each candidate's ``reasons``, and the ``skipped`` candidates with why."""
 
     prefix: str
     patterns: list[str]

@@ -326,9 +326,8 @@ def verify_outputs(
 def verify_cache(
     session: Any, targets: Iterable[Any], *, repair: bool = True, deps: bool = True, repair_metadata: bool = False
 ) -> VerifyReport:
-    """Verify the steps of the targets (labels or patterns) and, with ``deps``, every step they depend on, each
-    labelled with its own target (a step no label names, e.g. inside an ``executor_script``: its name). Damaged
-    steps are invalidated unless ``repair`` is False (``--dry_run``)."""
+    """Verify the targets' steps (with ``deps``, all they depend on), each labelled with its target (or its name: a step
+    no label names). Damaged steps are invalidated unless ``repair`` is False (``--dry_run``)."""
     labels = pb.resolve_targets(session, targets)
     output_paths = session.engine.output_paths
     graph = StepGraph(session.engine.table) if deps else None

@@ -92,9 +92,8 @@ class TargetExplanation:
 
 
 def why(session: Any, label: str | Label) -> list[StepExplanation]:
-    """Explain every step of ``label`` (or of the targets a pattern matches, each once) and every step they need
-    that would run, dependencies first. Statuses are read as the plan does (not below a built step), so the
-    steps listed besides the target's own are exactly the plan's ``to_run``."""
+    """Explain every step of ``label`` (or of a pattern's targets, each once) and every step they need that would run,
+    dependencies first; statuses are read as the plan reads them, so the extra steps are its ``to_run``."""
     groups = why_targets(session, [label])
     chosen: dict[str, StepExplanation] = {}
     for group in groups:

@@ -104,9 +104,8 @@ def dependency_index_str(i: int) -> str:
 
 
 def collect_dependencies_and_version(obj: Any) -> Dependencies:
-    """Versioned values and dependencies of a config, with Marin's ``DEP[i]`` numbering (blocking and pseudo
-    dependencies together, in walk order). The version's keys are interned: every step of a rule has the same keys, kept
-    for the whole build."""
+    """Versioned values and dependencies of a config, with Marin's ``DEP[i]`` numbering (blocking and pseudo together,
+    in walk order). The version's keys are interned: every step of a rule has the same ones."""
     pseudo: list[ExecutorStep] = []
     blocking: list[ExecutorStep] = []
     version: dict[str, Any] = {}
@@ -192,9 +191,8 @@ def instantiate_config(config: Any, output_path: str | None, output_paths: dict[
 
 
 def resolve_local_placeholders(config: ConfigT, output_path: str) -> ConfigT:
-    """Resolve what the caller can resolve alone: ``OutputName`` paths and ``VersionedValue`` wrappers.
-
-    ``InputName``/``ExecutorStep`` references and ``MirroredValue`` wrappers are kept."""
+    """Resolve ``OutputName`` paths and ``VersionedValue`` wrappers; ``InputName``/``ExecutorStep`` references and
+    ``MirroredValue`` wrappers are kept."""
 
     def recurse(obj: Any) -> Any:
         if obj is None:

@@ -144,8 +144,7 @@ class Engine:
 
     def experiment_url(self) -> str:
         """Where this run is shown: ``marinbuild serve``'s run page when a base URL is configured
-        (``$MARINBUILD_SERVE_URL``, which the CLI sets from ``[tool.marinbuild] serve_url`` or a running
-        ``marinbuild serve``; ``marinbuild.engine.serve_url``), else Marin's data browser."""
+        (``engine.serve_url``), else Marin's data browser."""
         if self.executor_info_path is None:
             if self.executor_info is None:
                 self.record_infos()

@@ -23,9 +23,8 @@ class StepFailedError(RuntimeError):
 
 
 class PreviousTaskFailedError(Exception):
-    """A needed step failed in an earlier run and ``force_run_failed`` is False (Marin's name and plain ``Exception``
-    base). The message is Marin's advice (``force_run_failed=True``); ``failed`` names each step (status, traceback
-    file), for a face that words the advice in its own spelling (the command line's ``--force_run_failed``)."""
+    """A needed step failed before and ``force_run_failed`` is False (Marin's name and ``Exception`` base, Marin's
+    advice); ``failed`` names each step (status, traceback file), for a face with its own spelling."""
 
     def __init__(self, message: str, failed: list[str] | None = None):
         super().__init__(message)

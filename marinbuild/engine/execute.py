@@ -53,9 +53,8 @@ def execute(
     context: BuildContext,
     write_run_info: Callable[[], None],
 ) -> Outcome[ExecutorStep]:
-    """Run ``plan.to_run`` (not empty) on ``given_backend``, or on one of ``settings.backend`` made for this run;
-    ``write_run_info`` writes the run info once nothing can refuse the run any more, before any step starts.
-    ``selected``: the run was narrowed by ``run_only``."""
+    """Run ``plan.to_run`` (not empty) on ``given_backend`` or one made for this run; ``write_run_info`` runs once
+    nothing can refuse the run, before any step starts; ``selected``: narrowed by ``run_only``."""
     lease_settings = LeaseSettings()
     if settings.heartbeat_interval is not None:
         lease_settings.heartbeat_interval = settings.heartbeat_interval

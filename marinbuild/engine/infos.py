@@ -129,9 +129,8 @@ def step_info(table: VersionTable, step: ExecutorStep) -> ExecutorStepInfo:
 
 
 def step_info_text(table: VersionTable, step: ExecutorStep) -> str:
-    """The ``.executor_info`` content Marin writes: ``json.dumps(info, indent=2)`` of the step info's fields in
-    their order (description left out). Not kept: it is written once per step, and a step deep in a wide graph
-    nests its ancestors' versions."""
+    """The ``.executor_info`` Marin writes: ``json.dumps(info, indent=2)`` of the step info's fields in order, without
+    description. Not kept: a step deep in a wide graph nests its ancestors' versions."""
     info = step_info(table, step)
     fields = ("name", "fn_name", "config", "override_output_path", "version", "dependencies", "output_path")
     texts = (table.indented_version(step, 1) if f == "version" else dumps_indented(getattr(info, f), 1) for f in fields)

@@ -131,9 +131,8 @@ def resolve_executor_step(
     forced_region: str | None = None,
     mirror_budget_gb: float | None = None,
 ) -> StepSpec:
-    """An ``ExecutorStep`` with its instantiated ``config`` and ``output_path`` as a ``StepSpec`` (Marin's signature),
-    whose function runs under a ``mirror://`` budget of ``mirror_budget_gb`` when given. ``dag_tpu_regions`` and
-    ``forced_region`` pin regions on Marin's Iris cluster only; ignored, as Marin does elsewhere."""
+    """An ``ExecutorStep`` with its instantiated config and output path as a ``StepSpec`` (Marin's signature), run under
+    a ``mirror_budget_gb`` budget when given; the Iris-only region pins are ignored, as Marin does elsewhere."""
     original: StepSpec | None = getattr(step, ORIGINAL_STEP_SPEC, None)
     if original is not None:
         return dataclasses.replace(

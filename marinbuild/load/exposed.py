@@ -177,9 +177,8 @@ _GUARD_ASTS: list[sl.AstModule] = []
 
 
 def add_builtins(module: sl.Module, source: str) -> None:
-    """Give ``module`` (whose text is ``source``) marinbuild's builtins, bounded (``_GUARDS``) if ``source``
-    names one of them: a module reaches a builtin only by its name, and a file that names none (many
-    BUILD files) is spared compiling the guards."""
+    """Give ``module`` (text ``source``) marinbuild's builtins, bounded (``_GUARDS``) if ``source`` names one: builtins
+    are reached by name only, so a file naming none is spared compiling the guards."""
     for name, fn in _NATIVE_BUILTINS.items():
         module.add_callable(name, fn)
     if _GUARDED.search(source) is None:

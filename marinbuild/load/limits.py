@@ -115,9 +115,8 @@ def memory_used() -> int | None:
 
 
 def cap_memory(room: int) -> int | None:
-    """Cap the process's address space (``RLIMIT_AS``) at its size now plus ``room`` bytes, or at the limit it had if
-    lower; the size past which evaluation stops (half way), None without ``/proc``. For the evaluating child only
-    (``child``)."""
+    """For the evaluating child: cap the address space (``RLIMIT_AS``) at its size now plus ``room`` (or its lower
+    limit); the size past which evaluation stops (half way), None without ``/proc``."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     if not _found:
         _found.append(soft)

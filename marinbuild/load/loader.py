@@ -76,8 +76,7 @@ class LoadedWorkspace:
 
     def expand(self, patterns: Iterable[str | TargetPattern], current_package: str = "") -> list[Label]:
         """``expand_patterns`` over the loaded packages, as the loaded targets' own label objects (a build keeps the
-        labels it was asked for: a copy of each would be ~3% of ``bench/run.py``'s layered 100,000 ``incremental``
-        peak, ``marinbuild-cli``)."""
+        labels it was asked for; copies were ~3% of a 100,000-target build's peak memory)."""
         targets = self.targets
         return [
             targets[label].label if label in targets else label
@@ -311,9 +310,8 @@ class Loader:
 
 
 class _Walk:
-    """The packages a load evaluates, in order: those asked for, then (if transitive) those their targets refer to;
-    the ones loaded before are skipped, what they refer to queued. The child evaluating them (``evaluate``) and the
-    parent step through the same outcomes (``record``), so they agree on the package evaluated."""
+    """The packages a load evaluates: those asked for, then (if transitive) those they refer to, skipping loaded ones.
+    The child (``evaluate``) and the parent (``record``) step through the same outcomes, so they agree."""
 
     def __init__(self, loader: Loader, packages: list[str], transitive: bool) -> None:
         self.loader, self.queue, self.seen, self.transitive = loader, packages, set(packages), transitive

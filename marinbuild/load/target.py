@@ -77,9 +77,8 @@ class Target:
     (a numbering that is not in declaration order only makes it look more often)."""
 
     def drop_declaration(self) -> None:
-        """Drop the attributes and call site, which only loading and analysis read (a sizeable part of a large graph's
-        memory while steps run); label, rule, dependencies and sources stay. Reading ``attrs`` or ``location``
-        afterwards raises ``DroppedDeclaration``."""
+        """Drop the attributes and call site, which only loading and analysis read (much of a large graph's memory); a
+        later read of ``attrs`` or ``location`` raises ``DroppedDeclaration``."""
         self.attrs = _DROPPED_ATTRS
         self.site = None
         self._refs = None

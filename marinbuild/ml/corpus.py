@@ -65,9 +65,8 @@ def document_paths(raw_outputs: Iterable[str]) -> list[str]:
 
 
 def download_documents(output: str, patterns: list[str] | None = None) -> list[str]:
-    """The document files of a ``download`` output (or of a folder Marin's download step made), in order;
-    with ``patterns``, those whose path relative to the output folder (``subdir`` included) matches one
-    (``**`` crosses folders): the same paths whether the folder is a marinbuild download or Marin's."""
+    """The document files of a ``download`` output (or Marin's download folder), in order; with ``patterns``, those
+    whose path relative to the output folder matches one (``**`` crosses folders)."""
     wanted = matcher(list(patterns or []))
     manifest = download.read_manifest(output)
     if manifest is not None and manifest.get("kind") == "download":

@@ -280,9 +280,8 @@ def _cause(error: BaseException) -> BaseException:
 
 
 def host_layout(handle: Any) -> dict[str, Any]:
-    """Where each host of the reserved slices stands: ``hosts`` maps a node id to its (slice, worker id); the
-    number of slices and of hosts; and the address of slice 0's worker 0 (``coordinator_ip``) with a free port
-    there (``coordinator``: JAX's coordinator when there is no TPU)."""
+    """Where each host stands: ``hosts`` maps a node id to (slice, worker id); the slice and host counts; slice 0 worker
+    0's address with a free port (``coordinator``: JAX's coordinator without TPU)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -84,9 +84,8 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _task_files(payload: dict[str, Any], work: str) -> str | None:
-    """The target's lm-eval task files copied under ``work`` (their folder, or None), every task name checked.
-
-    An unknown task fails here, at once, not at the first evaluation after hours of training."""
+    """The target's lm-eval task files copied under ``work`` (their folder, or None), every task name checked now, not
+    at the first evaluation hours into training."""
     specs = payload.get("task_evals") or []
     if not specs:
         return None

@@ -50,9 +50,8 @@ def data_config(
     text_keys: dict[str, str],
     validation: dict[str, str] | None = None,
 ) -> Any:
-    """levanter's ``LmDataConfig`` over existing caches: ``components`` maps a name to a tokenize output folder.
-    ``weights`` as a list of ``[start_step, {name: weight}]`` is levanter's varying mixture; each stage starts at a
-    multiple of ``MIXTURE_BLOCK_SIZE``."""
+    """levanter's ``LmDataConfig`` over tokenize output folders (``components``: name -> folder); ``weights`` as
+    ``[start_step, {name: weight}]`` stages, each starting at a multiple of ``MIXTURE_BLOCK_SIZE``."""
     from levanter.data.text import DatasetComponent, LmDataConfig, TextLmDatasetFormat, UrlDatasetSourceConfig
 
     def stage(w: dict[str, float]) -> dict[str, float]:
@@ -98,9 +97,8 @@ def check_mixture_steps(weights: Weights, batch_size: Any) -> None:
 def train_lm_config(
     payload: dict[str, Any], *, tokenizer: str, start_step: int, lead: bool, task_path: str | None = None
 ) -> Any:
-    """levanter's ``TrainLmConfig`` for ``payload``; ``lead``: this process keeps the metrics (process 0).
-
-    ``task_path``: the folder holding the target's lm-eval task files (``lm_eval_tasks.copy_task_files``)."""
+    """levanter's ``TrainLmConfig`` for ``payload``; ``lead``: this process keeps the metrics; ``task_path``: the folder
+    of the target's lm-eval task files."""
     import jmp
     from levanter.checkpoint import CheckpointerConfig
     from levanter.distributed import DistributedConfig

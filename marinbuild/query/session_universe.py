@@ -15,9 +15,8 @@ from marinbuild.query import STATES, QueryUniverse
 
 
 def target_graph(loaded: Any) -> nx.DiGraph:
-    """Labels as nodes, an edge from each target to each direct dependency. Node data: ``kind``, ``attrs`` (labels
-    as ``"//pkg:name"`` strings) and ``labels`` (for each attribute whose type holds labels, the targets it names
-    in order, not source files), which ``labels()`` uses."""
+    """Labels as nodes, an edge from each target to each direct dependency; node data ``kind``, ``attrs`` (labels as
+    strings) and ``labels`` (per label attribute, the targets it names), which ``labels()`` uses."""
     graph = nx.DiGraph()
     for label, target in loaded.targets.items():
         specs, files = target.rule.attrs, set(target.srcs)  # source files are not nodes of the graph

@@ -34,9 +34,8 @@ class _Held:
 
 
 class LeaseKeeper:
-    """One thread refreshing held leases every ``interval`` seconds, calling ``on_lost`` for a lost one. A heap keyed
-    on the next renewal: ``add`` and ``remove`` cost O(log n) (a removed lease is marked, dropped when it comes up or
-    when dropped ones outnumber held ones); the thread sleeps until the earliest renewal is due (no polling)."""
+    """One thread renewing held leases every ``interval`` seconds, calling ``on_lost`` for a lost one; a heap on the
+    next renewal (``add``/``remove``: O(log n), removals marked) and no polling."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()

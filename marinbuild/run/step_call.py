@@ -37,9 +37,8 @@ class MirrorScope:
     """The build's prefix: where ``mirror://`` copies go (None: ``mirror``'s own configuration)."""
 
     def run(self, fn: Callable[[Any], Any], config: Any) -> Any:
-        """``fn(config)`` in this scope. Without a budget, only when ``store.mirror`` is already imported (its
-        import costs a second, not to be paid by steps that never mirror); with one, always (importing it
-        registers ``mirror://``, with which the config's paths must open)."""
+        """``fn(config)`` in this scope; without a budget only if ``store.mirror`` is imported already (a second's
+        import), with one always (its import registers ``mirror://``)."""
         if self.budget_gb is None and "marinbuild.store.mirror" not in sys.modules:
             return fn(config)
         from marinbuild.store import mirror  # lazy: rigging and google-cloud-storage

@@ -215,9 +215,8 @@ class StepJob:
             self._release(after_commit=committed)
 
     def _committed_anyway(self) -> bool:
-        """The commit raised: True if storage says SUCCESS all the same (a request that landed but whose answer was
-        lost); else the step is marked FAILED (not left RUNNING: a disk that filled, a store that went away) when
-        that can still be written, and False."""
+        """The commit raised: True if storage says SUCCESS anyway (an answer lost); else the step is marked FAILED, not
+        left RUNNING, when that can still be written, and False."""
         try:
             if st.read_status(self.output_path) == st.STATUS_SUCCESS:
                 return True
@@ -274,9 +273,8 @@ class StepJob:
         return path
 
     def _release(self, after_commit: bool = False) -> None:
-        """Give the lease up. ``after_commit``: the step is committed (SUCCESS is in storage), so a failure to delete
-        the lease is only logged: the build reports what storage says, and a lease beside SUCCESS blocks nobody
-        (``cache verify --repair`` removes it)."""
+        """Give the lease up. ``after_commit``: SUCCESS is stored, so a failure to delete the lease is only logged (a
+        lease beside SUCCESS blocks nobody; ``cache verify --repair`` removes it)."""
         try:
             self.lease.release()
         except Exception:
@@ -347,9 +345,8 @@ class RemoteRun:
     stale_after: float
 
     def start(self) -> bool:
-        """Before the step: write RUNNING and ``.executor_info``; False (writing nothing) if it is committed already,
-        which only an earlier attempt of this run can have done (a retry after a worker died between SUCCESS and its
-        reply)."""
+        """Before the step: write RUNNING and ``.executor_info``; False (writing nothing) if an earlier attempt of this
+        run committed it already (a worker died between SUCCESS and its reply)."""
         if fs.is_local(self.output_path) and not os.path.isdir(fs.local_path(self.output_path)):
             raise OutputFolderMissingError(
                 f"{self.output_path} (made by the driver when it took the step's lease) does not exist on "

@@ -95,9 +95,8 @@ def read_statuses(output_paths: list[str], workers: int = 16) -> StatusMap:
 
 
 def _groups(keys: list[str]) -> tuple[list[str], list[tuple[str, list[str]]]]:
-    """``keys`` (step folders of one bucket) as the listings cover them: the folders alone (fewer than ``GROUP_MIN``
-    in their parent), and chunks of at most ``CHUNK_STEPS`` consecutive folders of one parent, with the parent's
-    listing prefix."""
+    """``keys`` (one bucket's step folders) as the listings cover them: folders alone (fewer than ``GROUP_MIN`` in their
+    parent), and chunks of ``CHUNK_STEPS`` of one parent, with its listing prefix."""
     by_parent: dict[str, list[str]] = defaultdict(list)
     for key in keys:
         by_parent[key.rpartition("/")[0]].append(key)

@@ -70,9 +70,8 @@ def read_bytes(path: str) -> bytes | None:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` so a reader sees the old content or the new, never a torn file: every metadata file goes
-    through here. Locally a temporary file in the same folder, then ``os.replace``: a kill leaves the old file or
-    the new, at worst a ``.tmp-*`` file (``cache gc`` removes those). No fsync: see docs/reliability.md."""
+    """Write ``data`` so a reader sees the old content or the new, never a torn file (all metadata goes through here): a
+    temporary file then ``os.replace``. No fsync: see docs/reliability.md."""
     if is_local(path):
         write_atomic_pieces(path, [data])
         return

@@ -269,9 +269,8 @@ async def _write_if_generation(fs: RetryingGCSFileSystem, path: str, data: bytes
 
 
 def write_if_generation(path: str, data: bytes, generation: int) -> int:
-    """Write ``data`` only if the object is at ``generation`` (0: only if it does not exist); the new generation,
-    or ``PreconditionFailed`` if another writer got there first. The content must be unique to this writer (a
-    lease with its timestamp is): a retry failing its precondition against our own earlier attempt is a success."""
+    """Write ``data`` if the object is at ``generation`` (0: absent); the new generation, else ``PreconditionFailed``.
+    The content is unique to this writer, so a retry failing against our own first attempt succeeds."""
     return run(_write_if_generation, filesystem(), path, data, generation)
 
 
@@ -329,9 +328,8 @@ async def list_pages(
     glob: tuple[str, Callable[[str], bool]] | None = None,
     page_size: int = 1000,
 ) -> AsyncIterator[list[Listed]]:
-    """The objects under ``prefix`` (in ``[start, end)`` when given), a page at a time as each arrives; a listing
-    is complete or raises. ``glob``: a ``matchGlob`` pattern, sent only where ``fs.match_glob``, and a predicate
-    for it: a caller filters the names either way."""
+    """The objects under ``prefix`` (in ``[start, end)``), a page at a time; complete or raises. ``glob``: a
+    ``matchGlob`` pattern, sent where ``fs.match_glob``, and its predicate: callers filter either way."""
     token: str | None = None
     pages = 0
     while True:

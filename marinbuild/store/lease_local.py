@@ -27,9 +27,8 @@ class LocalFileLease(Lease):
 
     @contextlib.contextmanager
     def _locked(self, create: bool, exclusive: bool = True) -> Iterator[int | None]:
-        """Yield the lease file's descriptor, flock'ed, or None if it does not exist and ``create`` is False. Raw
-        descriptors: a file object costs four more system calls to open, and every step takes, checks and releases
-        a lease."""
+        """The lease file's descriptor, flock'ed, or None if it does not exist and ``create`` is False; raw descriptors,
+        as a file object costs four more system calls for every lease."""
         while True:
             if create:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -115,9 +114,8 @@ class LocalFileLease(Lease):
             return True
 
     def _free(self, fd: int) -> bool:
-        """With the lease file ``fd`` flock'ed: may we take it? Empty: yes (under the flock nobody is writing it: a
-        writer died, or an opener about to lock it will read our record). A record: if ours, stale, or its holder
-        is provably gone. Unparsable (not marinbuild's, which never tears it): once older than the stale time."""
+        """With ``fd`` flock'ed: may we take it? Empty: yes (its writer died, or an opener will read ours); a record: if
+        ours, stale or its holder gone; unparsable (never marinbuild's): once past the stale time."""
         data = self._read(fd)
         if not data.strip():
             return True

@@ -108,9 +108,8 @@ class Stat:
 
 
 def list_outputs(output_path: str, top_level: set[str] | None = None) -> dict[str, Stat]:
-    """Every output file under ``output_path`` (relative path -> size), without reading contents. The names
-    of the files directly in ``output_path`` that are not outputs (Marin's files, action records) are added
-    to ``top_level`` when it is given: a commit lists the folder once for its manifest and its records."""
+    """Every output file under ``output_path`` (relative path -> size), unread; names directly in it that are not
+    outputs go to ``top_level`` if given, so a commit lists the folder once."""
     if fs.is_local(output_path):
         found: dict[str, Stat] = {}
         stack = [(fs.local_path(output_path), "")]

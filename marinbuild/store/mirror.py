@@ -119,9 +119,8 @@ def default_budget() -> TransferBudget:
 
 
 class _MarinBudget(TransferBudget):
-    """A budget Marin's code set with ``rigging.filesystem.mirror_budget(gb)`` (or ``set_mirror_budget``), charged
-    through ours: the same count and limit, and our exception when a copy would go over it. A refund is not
-    passed on (Marin's own budgets are never refunded either)."""
+    """A budget Marin's code set (``rigging.filesystem.mirror_budget``), charged through ours: the same count and limit,
+    our exception; refunds are not passed on (Marin never refunds)."""
 
     def __init__(self, marin: Any):
         super().__init__(marin.limit_bytes, "the budget of Marin's rigging.filesystem.mirror_budget()")

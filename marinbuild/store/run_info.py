@@ -22,9 +22,8 @@ HEAD_KEYS = ("worker_id", "git_commit", "caller_path", "created_date", "user", "
 
 
 def step_line(info: Any, version_str: str) -> str:
-    """``json.dumps(asdict(info) without description, sort_keys=True)`` of an ``ExecutorStepInfo``, with the step's
-    version string (``VersionTable.version_strs``, the same text) in place of encoding its version again:
-    ``version`` sorts last."""
+    """``json.dumps(asdict(info) without description, sort_keys=True)`` of a step info, its version as the step's
+    version string (the same text, not encoded again): ``version`` sorts last."""
     fields = {
         "config": info.config,
         "dependencies": info.dependencies,

@@ -129,9 +129,8 @@ def failure_text(failure: Exception) -> str:
 
 
 def _code_changed_text(result: BuildResult, session: Session) -> str:
-    """The warning about built outputs whose code changed: each step, its changed files, and how to look at it and
-    rebuild it: ``why``/``--rebuild`` of its target, or for a step inside a target that no label names (an
-    ``executor_script``'s inner step), ``--rebuild`` of the step's name."""
+    """The warning about built outputs whose code changed: each step, its files, and how to look and rebuild
+    (``why``/``--rebuild`` of its target, or ``--rebuild`` of a step no label names)."""
     named: dict[ExecutorStep, str] = {}
     if session.analysis is not None:
         for label in session.analysis.steps_of:

@@ -28,9 +28,8 @@ _PLANNED_WORDS = {"built": "already built", "failed": "failed before"}  # a refu
 
 @dataclass(frozen=True)
 class StepProblem:
-    """A step not run (``message``: why) or failed: ``message`` is ``Type: message`` without a wrapper's step
-    prefix, ``full_error`` the raised exception's, then its traceback, the step's ``.marinbuild_traceback.txt``
-    (None if none was written) and, in a Ray task, the worker's log files."""
+    """A step not run (``message``: why) or failed: ``message`` without a wrapper's step prefix, ``full_error``, its
+    traceback, traceback file (or None) and, on Ray, the worker's logs."""
 
     step: str
     output_path: str | None
