@@ -1,9 +1,5 @@
 """``eval_harness``: a trained model's scores on lm-eval-harness tasks, through levanter's lm-eval integration.
 
-    eval_harness(name = "core_tasks", model = ":lm", tasks = ["lambada_openai",
-                 {"task": "my_task", "num_fewshot": 2, "task_alias": "my_task_2shot"}],
-                 task_files = glob(["tasks/*"]), max_examples = 0, resources = tpu("v4-8"))
-
 The tasks, ``max_examples``, ``batch_size``, the model and the content of ``task_files`` (lm-eval task YAMLs and their
 data, relative to the package, so a task runs offline) are the version. The output is ``results.json`` and
 ``lm_eval_output.json`` (``marinbuild.ml.eval_harness``). An unknown task name fails the step at once. ``resources``,

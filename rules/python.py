@@ -1,9 +1,5 @@
 """Python rule types: plain functions as steps, and Marin experiment scripts as targets.
 
-    executor_script(name = "hello_world", script = "hello_world.py")
-    python_step(name = "count", fn = "mypkg.stats:count_words", config = {"min_len": 3},
-                deps = [":hello_world"], srcs = glob(["data/*.txt"]))
-
 ``executor_script`` imports the script (not as ``__main__``, so its ``executor_main`` does not run); its steps are those
 no other step of the script depends on, or those named in ``steps``, with the output paths running the script gives.
 ``python_step`` calls ``fn(config)``, the config plus ``output_path``, ``deps`` and ``srcs``; ``fn``, ``config``, the

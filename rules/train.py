@@ -1,8 +1,5 @@
 """``train_lm``: train a language model with levanter on a weighted mixture of tokenized data (docs/ml-rules.md).
 
-    train_lm(name = "lm", data = {":stories_tokenized": 1.0}, model = {...}, optimizer = {...},
-             trainer = {...}, seed = 0, resources = tpu("v4-8"))
-
 ``model``, ``optimizer`` and ``trainer`` are dataclasses (``marinbuild.ml.configs``) written as dicts, under Marin's
 names; unknown or mistyped fields are load errors. The mixture (targets' versions, weights, ``data_steps``), these
 settings, ``task_evals`` and ``seed`` are the version; ``resources``, ``tracker``, ``initialize_from`` and the slice

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from marinbuild.core.prefix import DEFAULT_LOCAL_PREFIX
 from marinbuild.run.backends import BACKEND_NAMES, LOCAL, RAY, BackendOptions
 from marinbuild.run.runtime_env import in_ray_job, project_root
+from marinbuild.store.fs import DEFAULT_LOCAL_PREFIX
 
 if TYPE_CHECKING:
     from marinbuild.load.workspace import Workspace

@@ -32,7 +32,6 @@ from marinbuild.core.placeholders import (
     this_output_path,
     versioned,
 )
-from marinbuild.core.prefix import default_prefix
 from marinbuild.core.walk import (
     InputNameEvent,
     VersionedEvent,
@@ -54,6 +53,7 @@ from marinbuild.executor.remote import remote
 from marinbuild.executor.step_spec import resolve_executor_step
 from marinbuild.load.errors import WorkspaceError
 from marinbuild.load.workspace import find_workspace
+from marinbuild.store.fs import default_prefix
 from marinbuild.store.status import STATUS_DEP_FAILED, STATUS_FAILED, STATUS_RUNNING, STATUS_SUCCESS
 
 if TYPE_CHECKING:

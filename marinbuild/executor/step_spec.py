@@ -15,8 +15,8 @@ from functools import cached_property
 from typing import Any
 
 from marinbuild.core.placeholders import ORIGINAL_STEP_SPEC, THIS_OUTPUT_PATH, ExecutorStep, VersionedValue
-from marinbuild.core.prefix import default_prefix
 from marinbuild.run.step_call import MirrorScope
+from marinbuild.store.fs import default_prefix
 
 
 def _is_relative_path(url_or_path: str) -> bool:

@@ -13,7 +13,13 @@ from typing import Any
 
 from marinbuild.store import faults
 
+DEFAULT_LOCAL_PREFIX = "/tmp/marin"  # Marin's, when MARIN_PREFIX is not set
 FILE_MODE = 0o644  # of files written through a temporary file: what a plain ``open`` gives
+
+
+def default_prefix() -> str:
+    """Where outputs go when nothing says: ``MARIN_PREFIX`` if set, else Marin's local default folder."""
+    return os.environ.get("MARIN_PREFIX") or DEFAULT_LOCAL_PREFIX
 
 
 def is_local(path: str) -> bool:

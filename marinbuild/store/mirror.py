@@ -29,7 +29,6 @@ from typing import Any
 
 import fsspec
 
-from marinbuild.core.prefix import DEFAULT_LOCAL_PREFIX
 from marinbuild.store import fs
 from marinbuild.store.lease import HEARTBEAT_INTERVAL, STALE_AFTER, LeaseLostError, lease_path
 from marinbuild.store.lease_factory import lease_for
@@ -194,7 +193,7 @@ def configure(local_prefix: str | None = None, remote_prefixes: list[str] | None
 
 
 def local_prefix() -> str:
-    chosen = _prefix_var.get() or _config.local_prefix or os.environ.get("MARIN_PREFIX") or DEFAULT_LOCAL_PREFIX
+    chosen = _prefix_var.get() or _config.local_prefix or fs.default_prefix()
     return chosen.rstrip("/")
 
 
