@@ -11,8 +11,7 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
-    """``__all__`` and each name of ``marinbuild.executor.__all__``, from the facade (imported here, once; not by
-    ``from marinbuild import executor``, whose lookup would call this function again)."""
+    """The facade's names (``executor.__all__``), imported from it once (``from marinbuild import executor`` aside)."""
     executor = importlib.import_module("marinbuild.executor")
 
     if name == "__all__":

@@ -47,8 +47,7 @@ def _module_file(module_name: str, workspace: Path, workspace_only: bool = False
 
 @functools.lru_cache(maxsize=4096)
 def _top_level_names(path: Path, mtime_ns: int, size: int) -> frozenset[str] | None:
-    """Names a Python file defines or imports at top level; None when that cannot be told statically (a
-    conditional definition, ``import *``, a file that does not parse). Cached per file version."""
+    """Names a file defines or imports at top level; None if not statically clear; cached per file version."""
     import ast
 
     try:

@@ -166,8 +166,7 @@ class AnalysisContext:
         self.stat_cache = stat_cache
 
     def target_step(self, code: dict[str, tuple[Path, bool]] | None = None) -> ExecutorStep:
-        """The step an ordinary target of this rule gets (``run_target`` calls the implementation), with
-        ``code``: name -> (a Python file the step runs, whether its digest is part of the key)."""
+        """An ordinary target's step; ``code``: name -> (a Python file it runs, whether its digest is in the key)."""
         assert self._loaded is not None
         return _target_step(self.target, self._loaded, self.workspace, self._analysis, self.stat_cache, code)
 
@@ -347,8 +346,7 @@ def _resources(target: Target) -> Any:
 
 
 def _override_output_path(target: Target) -> str | None:
-    """A rule with an ``override_output_path`` attribute (``download``) places its output by hand, as Marin's
-    ``ExecutorStep(override_output_path=...)`` does: relative to the prefix, or absolute."""
+    """A rule's ``override_output_path`` attribute places its output by hand, as Marin's: relative or absolute."""
     value = target.attrs.get("override_output_path")
     return str(value) if value else None
 

@@ -119,8 +119,7 @@ def _build(request: BuildRequest, session: Session, listeners: list[Listener]) -
 
 
 def _rebuild_steps(session: Session, patterns: tuple[str, ...]) -> list[ExecutorStep]:
-    """The steps ``--rebuild`` names: a step's name (e.g. an ``executor_script``'s inner step, which no label names),
-    else the steps of the targets a pattern names, which this build must analyse."""
+    """The steps ``--rebuild`` names: a step's name (e.g. one no label names), else the steps of a pattern's targets."""
     if not patterns:
         return []
     assert session.loaded is not None and session.analysis is not None and session.engine is not None

@@ -63,8 +63,7 @@ class GcResult:
 def cache_gc(
     session: Any, patterns: Iterable[str | Label], yes: bool = False, keep_only_used_by_patterns: bool = False
 ) -> GcResult:
-    """List (and with ``yes`` delete) the unused outputs under the prefix offered for ``patterns`` (module
-    docstring); every package of the workspace is loaded and analysed in ``session``."""
+    """List (and with ``yes`` delete) the unused outputs offered for ``patterns``, the whole workspace analysed."""
     texts = [str(p) for p in patterns]
     shown = " ".join(texts)
     prefix = session.settings.prefix

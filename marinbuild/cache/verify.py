@@ -177,8 +177,7 @@ def verify_output(
     repair_metadata: bool = False,
     stale_after: float = STALE_AFTER,
 ) -> StepVerification:
-    """Verify one step's metadata and outputs against its manifest (and invalidate it if damaged and ``repair``;
-    remove unparsable metadata and leftover leases if ``repair_metadata``)."""
+    """Verify one step's metadata and outputs; ``repair``: invalidate it if damaged; ``repair_metadata``: tidy it."""
     result = StepVerification(output_path, NOT_BUILT, name=name, label=label)
     status = pb.read_noting(result.metadata, lambda: st.read_status(output_path))
     lease = pb.read_noting(result.metadata, lambda: lease_for(output_path, "cache-verify", stale_after).holder())
@@ -236,8 +235,7 @@ def _repair_metadata(result: StepVerification, stale_after: float) -> None:
 
 
 def _old_temporaries(folder: str, older_than: float) -> list[str]:
-    """``.tmp-*`` files (an atomic write's or a lease creation's) in ``folder`` untouched for ``older_than`` seconds:
-    left by a process killed mid-write (a live writer's exists for microseconds)."""
+    """``.tmp-*`` files in ``folder`` untouched for ``older_than`` seconds: left by a process killed mid-write."""
     try:
         entries = list(os.scandir(folder))
     except (FileNotFoundError, NotADirectoryError):

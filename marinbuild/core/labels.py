@@ -150,8 +150,7 @@ def parse_label(text: str, current_package: str | None = None) -> Label:
 
 @dataclass(frozen=True, slots=True)
 class TargetPattern:
-    """One parsed target pattern: ``kind`` is ``"label"`` (exactly ``label``), ``"all"`` (every target of
-    ``package``) or ``"recursive"`` (every target of ``package`` and the packages beneath it)."""
+    """A parsed pattern: ``kind`` ``"label"``, ``"all"`` (``package``'s targets) or ``"recursive"`` (and below)."""
 
     kind: str
     package: str

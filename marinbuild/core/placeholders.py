@@ -21,8 +21,7 @@ ExecutorFunction = Callable[..., Any] | None
 
 @dataclass(frozen=True)
 class ExecutorStep(Generic[ConfigT_co]):
-    """One step of a pipeline: ``fn(config)`` writes its outputs under its output path. Identity is the object
-    itself; steps whose versions are equal are deduplicated when versions are computed."""
+    """One step: ``fn(config)`` writes under its output path; identity is the object, equal versions deduplicated."""
 
     name: str
     fn: ExecutorFunction

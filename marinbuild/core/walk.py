@@ -191,8 +191,7 @@ def instantiate_config(config: Any, output_path: str | None, output_paths: dict[
 
 
 def resolve_local_placeholders(config: ConfigT, output_path: str) -> ConfigT:
-    """Resolve ``OutputName`` paths and ``VersionedValue`` wrappers; ``InputName``/``ExecutorStep`` references and
-    ``MirroredValue`` wrappers are kept."""
+    """Resolve ``OutputName`` paths and ``VersionedValue`` wrappers, keeping references and ``MirroredValue``s."""
 
     def recurse(obj: Any) -> Any:
         if obj is None:

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 
 
 class PlanRow(NamedTuple):
-    """One step of the plan: its state (``built``, ``missing``, ...), output path, the lease another
-    worker holds on it (or None), and whether this build runs it (or would, in a dry run)."""
+    """A planned step: state, output path, another worker's lease (or None), and whether this build runs it."""
 
     step: ExecutorStep
     state: str
@@ -60,8 +59,7 @@ def build(
     max_concurrent: int | None = None,
     rebuild: Sequence[ExecutorStep] = (),
 ) -> BuildResult:
-    """Run ``steps`` on ``engine`` (``Engine.run``'s arguments) into a ``BuildResult``. ``requested``: how the
-    caller names what it asked for (default: each step's name and output path)."""
+    """Run ``steps`` on ``engine`` into a ``BuildResult``; ``requested``: what the caller asked for (default: steps)."""
     result = BuildResult(engine, [])
     try:
         engine.run(

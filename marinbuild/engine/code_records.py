@@ -34,8 +34,7 @@ CODE_RECORD = ".marinbuild_code.json"
 
 
 def display_path(path: str | os.PathLike[str], root: Path, stat_cache: Any = None) -> str:
-    """``path`` relative to the workspace ``root`` when inside it, else absolute. With the build's ``stat_cache``
-    (``marinbuild.load.StatCache``), each path is resolved once per build."""
+    """``path`` relative to the workspace ``root`` when inside it, else absolute (resolved once with ``stat_cache``)."""
     if stat_cache is not None:
         return stat_cache.display_path(path, root)
     resolved = Path(path).resolve()
@@ -121,8 +120,7 @@ class CodeChanges:
         self.checked: set[Any] = set()
 
     def check(self, steps: Iterable[Any]) -> dict[Any, list[str]]:
-        """``{step: changed files}`` of those of ``steps`` (built ones: the caller knows which) whose code changed
-        since their output was built; a step not in the answer has nothing to report."""
+        """``{step: changed files}`` of the (built) ``steps`` whose code changed since their output was built."""
         output_paths = self.output_paths
         answer: dict[Any, list[str]] = {}
         remote: list[tuple[Any, dict[str, str]]] = []

@@ -143,8 +143,7 @@ class Engine:
         )
 
     def experiment_url(self) -> str:
-        """Where this run is shown: ``marinbuild serve``'s run page when a base URL is configured
-        (``engine.serve_url``), else Marin's data browser."""
+        """Where this run is shown: ``marinbuild serve``'s page if a base URL is set, else Marin's data browser."""
         if self.executor_info_path is None:
             if self.executor_info is None:
                 self.record_infos()

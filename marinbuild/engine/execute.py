@@ -64,8 +64,7 @@ def execute(
     output_paths = table.output_paths
 
     def job_for(step: ExecutorStep) -> StepJob:
-        """The step's job, made when the scheduler starts it and dropped when it is done: a build of many steps
-        holds the jobs (leases, calls, info texts) of the steps in flight only."""
+        """The step's job, made as it starts and dropped when done: only steps in flight hold one."""
         return StepJob(
             name=step.name,
             output_path=output_paths[step],

@@ -38,8 +38,7 @@ _WORDS = (b"not", b"if", b"else", b"and", b"or", b"for", b"in")
 
 
 def nesting_bound(data: bytes) -> int:
-    """An upper bound of ``data``'s syntactic nesting, in units of one plain level: every level needs a bracket,
-    operator, ``.``, keyword or ``:``, and all are counted wherever they are."""
+    """An upper bound of ``data``'s nesting: each level needs a bracket, operator, ``.``, keyword or ``:``."""
     total = len(data.translate(None, _NOT_LEVEL))
     for word in _WORDS:
         total += data.count(word)

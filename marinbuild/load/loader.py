@@ -274,8 +274,7 @@ class Loader:
         target._refs = None  # label_refs() makes them again if asked: not kept, nor walked by the collector
 
     def _source_file(self, package: str, name: str) -> tuple[Path | None, str | None]:
-        """``(path, None)`` for an existing file of ``package``, ``(None, owner)`` for one inside sub-package
-        ``owner``, ``(None, None)`` for no such file. Cached for the session."""
+        """``(path, None)``, ``(None, owner)`` for a file of sub-package ``owner``, or ``(None, None)``; cached."""
         key = (package, name)
         hit = self._files.get(key)
         if hit is None:

@@ -32,8 +32,7 @@ class StatCache:
             self.entries = data["entries"]
 
     def resolve(self, path: str | os.PathLike[str]) -> Path:
-        """``Path(path).resolve()``, once per path for the life of this cache (one build; not saved): analysis
-        resolves the same few files for every target, at a system call per path component."""
+        """``Path(path).resolve()`` once per path per build: analysis resolves the same few files for every target."""
         key = os.fspath(path)
         resolved = self._resolved.get(key)
         if resolved is None:

@@ -21,8 +21,7 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def check_field_types(cls: type, values: Mapping[str, Any]) -> None:
-    """Raise ``AttrValueError("NAME: expected TYPE, got ...")`` for the first field of ``values`` of the wrong type
-    (names that are not fields of ``cls`` are the caller's to refuse)."""
+    """Raise ``AttrValueError("NAME: expected TYPE, got ...")`` for the first field of ``values`` of a wrong type."""
     hints = _hints(cls)
     for name, value in values.items():
         hint = hints.get(name)

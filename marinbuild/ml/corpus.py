@@ -59,8 +59,7 @@ def expand(patterns: Iterable[str]) -> list[str]:
 
 
 def document_paths(raw_outputs: Iterable[str]) -> list[str]:
-    """Every document file of these ``raw_data`` or ``download`` outputs, in order (globs expanded; of a download,
-    the files with a document suffix: a dataset's README.md is not one)."""
+    """Every document file of these ``raw_data`` or ``download`` outputs, in order (globs expanded)."""
     return [path for raw in raw_outputs for path in _documents_of(raw)]
 
 

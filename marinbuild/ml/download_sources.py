@@ -66,8 +66,7 @@ def list_hub(dataset: str, commit: str, patterns: list[str], endpoint: str | Non
 
 
 def list_fsspec(url: str, patterns: list[str], checksums: dict[str, str]) -> list[Entry]:
-    """The files at ``url`` (a file, or every file below a folder) matching ``patterns``, sorted by path;
-    ``checksums`` (by relative path) are checked as if the source published them."""
+    """The files at ``url`` matching ``patterns``, sorted; ``checksums`` are checked as if the source published them."""
     fs = _filesystem(url)
     protocol = url.split("://", 1)[0] + "://" if "://" in url else ""
     root = url.rstrip("/")

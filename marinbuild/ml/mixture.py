@@ -32,8 +32,7 @@ class MixtureWeightAttr(Attr):
 
 
 def mixture_weights(data: Mapping[Any, Any], steps: Sequence[int]) -> dict[Any, float] | list[Any]:
-    """levanter's ``train_weights`` for ``data`` (key -> weight or weights per stage) changing at ``steps``; an
-    ``AttrValueError`` naming ``data`` or ``data_steps`` and what is wrong with them."""
+    """levanter's ``train_weights`` for ``data`` changing at ``steps``, or an ``AttrValueError`` saying why not."""
     if any(isinstance(s, bool) or not isinstance(s, int) for s in steps):
         raise AttrValueError(f"data_steps must be ints, got {list(steps)!r}", attr="data_steps")
     if steps and (steps[0] != 0 or any(b <= a for a, b in zip(steps, steps[1:], strict=False))):

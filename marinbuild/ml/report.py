@@ -63,8 +63,7 @@ def collect(train_output: str, eval_outputs: list[str]) -> dict[str, Any]:
 
 
 def task_scores(harness: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{task: {"metric", "value", "step", "evaluation"}}``: one headline number per lm-eval task, ``acc`` when the
-    task has it (multiple choice), else its first metric in alphabetical order."""
+    """One headline number per lm-eval task: ``acc`` when it has it, else its first metric alphabetically."""
     scores: dict[str, dict[str, Any]] = {}
     for evaluation, result in sorted(harness.items()):
         for task, metrics in sorted(result.get("results", {}).items()):
@@ -78,8 +77,7 @@ def task_scores(harness: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def key_settings(train_output: str, parameter_count: int | None) -> dict[str, Any]:
-    """The run's model size, learning rate, batch size, steps and sequence length, from the ``train_lm``
-    target's config in its ``.executor_info`` (empty values when it cannot be read)."""
+    """Model size, learning rate, batch size, steps and sequence length from the target's ``.executor_info``."""
     attrs: dict[str, Any] = {}
     try:
         with fsspec.open(os.path.join(train_output, ".executor_info"), "r") as f:

@@ -331,8 +331,7 @@ def _host_task() -> Any:
 def run_on_host(
     module: str, name: str, payload: dict[str, Any], layout: dict[str, Any], offline: bool
 ) -> tuple[int, dict[str, Any]]:
-    """On one host of the slices: ``module`` as this host's process (its log ``<name>-host<id>``, with several
-    slices ``<name>-slice<k>-host<id>``); (its process id, its summary)."""
+    """On one host: ``module`` as its process, logging to ``<name>[-slice<k>]-host<id>``; (process id, summary)."""
     import ray
     from ray.util.tpu import get_tpu_coordinator_env_vars
 

@@ -84,8 +84,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _task_files(payload: dict[str, Any], work: str) -> str | None:
-    """The target's lm-eval task files copied under ``work`` (their folder, or None), every task name checked now, not
-    at the first evaluation hours into training."""
+    """The target's lm-eval task files copied under ``work`` (or None), every task name checked now, not hours in."""
     specs = payload.get("task_evals") or []
     if not specs:
         return None

@@ -97,8 +97,7 @@ def check_mixture_steps(weights: Weights, batch_size: Any) -> None:
 def train_lm_config(
     payload: dict[str, Any], *, tokenizer: str, start_step: int, lead: bool, task_path: str | None = None
 ) -> Any:
-    """levanter's ``TrainLmConfig`` for ``payload``; ``lead``: this process keeps the metrics; ``task_path``: the folder
-    of the target's lm-eval task files."""
+    """levanter's ``TrainLmConfig`` for ``payload``; ``lead``: this process keeps the metrics."""
     import jmp
     from levanter.checkpoint import CheckpointerConfig
     from levanter.distributed import DistributedConfig
@@ -176,8 +175,7 @@ def task_evals(specs: list[dict[str, Any]], task_path: str | None) -> Any:
 
 
 def hf_exports(out: str, every: int | None) -> dict[str, Any]:
-    """``TrainLmConfig`` fields of HF exports every ``every`` steps into ``<out>/hf/step-N/`` (None: none), by
-    levanter's HF checkpoint converter, loadable with ``from_pretrained``."""
+    """``TrainLmConfig`` fields of HF exports every ``every`` steps into ``<out>/hf/step-N/`` (None: none)."""
     if every is None:
         return {"hf_save_path": None}
     return {"hf_save_path": os.path.join(out, HF_EXPORTS), "hf_save_steps": every}

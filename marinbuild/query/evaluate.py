@@ -21,8 +21,7 @@ Labels = frozenset[str]
 
 
 def evaluate(query: str | Query, universe: QueryUniverse) -> list[str]:
-    """Raises ``QueryError`` for a malformed query or an evaluation error (e.g. ``some`` of an empty set); errors
-    raised by ``expand_pattern`` and ``state_of`` propagate unchanged."""
+    """``QueryError`` for a malformed query or evaluation error; ``expand_pattern``'s, ``state_of``'s pass through."""
     parsed = parse(query) if isinstance(query, str) else query
     evaluator = _Evaluator(parsed, universe)
     try:

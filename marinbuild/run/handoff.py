@@ -98,8 +98,7 @@ class HandOffs:
         self._closed = False
 
     def hold(self, step: ExecutorStep, release: Release) -> bool:
-        """True if ``step`` starts from checkpoints: the watcher then calls ``release(step, None)`` once they are there,
-        or ``release(step, error)`` once one cannot come (never from this call)."""
+        """True if ``step`` starts from checkpoints: the watcher later calls ``release(step, None or error)``."""
         offs = self._offs.get(step)
         if offs is None:
             return False

@@ -23,8 +23,7 @@ from marinbuild.store.lease_factory import lease_for
 
 
 class StepState(StrEnum):
-    """A needed step's state, as the plan, dry runs and ``why`` name it. A ``StrEnum``: the value is what
-    events (the PLANNED event's detail), ``--output json`` and the build-event file carry."""
+    """A needed step's state; a ``StrEnum`` whose value events, ``--output json`` and build-event files carry."""
 
     BUILT = "built"
     MISSING = "missing"  # never built, or its output was removed

@@ -107,8 +107,7 @@ class StepJob:
 
     # -- phase 1-3: acquire ---------------------------------------------------------------
     def acquire(self, start: bool = True) -> bool:
-        """True if we now hold the lease and must run; False if the step is already built. With ``start=False`` RUNNING
-        and ``.executor_info`` are left to the process that runs the step."""
+        """True if we now hold the lease and must run; False if built. ``start=False``: the runner writes RUNNING."""
         announced = False
         delay = 0.05
         while True:
@@ -292,8 +291,7 @@ def write_started(output_path: str, info: str) -> None:
 
 
 def write_failure_traceback(output_path: str, text: str) -> str | None:
-    """Before FAILED: the step's traceback in ``.marinbuild_traceback.txt``; its path, None if the store refused it
-    (the failure is still recorded: FAILED matters more than its explanation)."""
+    """Before FAILED: the traceback in ``.marinbuild_traceback.txt``; its path, None if the store refused it."""
     try:
         return traceback_file.write_traceback(output_path, text)
     except Exception:

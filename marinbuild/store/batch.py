@@ -298,8 +298,7 @@ def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
 
 
 def _list_all(filesystem: Any, requests: list[dict[str, Any]], fold: Callable[[str, Any], None]) -> None:
-    """Run the listing ``requests`` (``bucket``, ``prefix``, optional ``start``/``end``/``glob``) concurrently on
-    gcsfs's event loop, handing each page to ``fold(bucket, page)`` as it arrives."""
+    """Run the listing ``requests`` concurrently on gcsfs's loop, handing each page to ``fold(bucket, page)``."""
     from marinbuild.store import gcs
 
     async def listings() -> None:

@@ -38,8 +38,7 @@ def _filesystem(protocol: str) -> Any:
 
 
 def filesystem_for(path: str) -> Any:
-    """The fsspec filesystem that serves ``path`` (one instance per protocol; for ``gs://``, marinbuild's
-    retrying gcsfs for the current endpoint, see ``marinbuild.store.gcs``)."""
+    """The fsspec filesystem serving ``path`` (one per protocol; ``gs://``: ``store.gcs``'s retrying one)."""
     protocol = path.split("://", 1)[0] if "://" in path else "file"
     if protocol in ("gs", "gcs"):
         from marinbuild.store import gcs  # lazy: gcsfs

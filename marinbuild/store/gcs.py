@@ -57,8 +57,7 @@ class _Attempts:
         self.attempt = 0
 
     async def failed(self, exc: BaseException) -> None:
-        """After a failed attempt: back off if another is allowed; else raise (``StoreUnreachableError`` for a
-        transient failure that used up the budget, the error itself otherwise)."""
+        """After a failed attempt: back off if another is allowed; else raise (``StoreUnreachableError``: transient)."""
         if not is_transient(exc):
             raise exc
         delay = min(RETRY_MAX, RETRY_INITIAL * (2**self.attempt)) * (0.5 + random.random())

@@ -36,16 +36,14 @@ def step_line(info: Any, version_str: str) -> str:
 
 
 def script_name(caller_path: str) -> str:
-    """The caller's file name without ``.py`` (as Marin strips it); for ``python -m package``, the package's name, so
-    ``python -m marinbuild`` and the ``marinbuild`` command name their runs alike."""
+    """The caller's file name without ``.py``, or with ``python -m package`` the package's (``marinbuild``'s alike)."""
     if os.path.basename(caller_path) == "__main__.py":
         return os.path.basename(os.path.dirname(caller_path))
     return os.path.basename(caller_path).replace(".py", "")
 
 
 def name(script: str, output_paths: Iterable[str], prefix: str) -> str:
-    """The file name ``<script>-<hash>.json`` of the run info of the steps with these output paths under ``prefix``
-    (a path outside it, placed by ``override_output_path``, counts whole)."""
+    """``<script>-<hash>.json`` for the steps at these output paths under ``prefix`` (paths outside count whole)."""
     under = prefix.rstrip("/") + "/"
     relative = (path[len(under) :] if path.startswith(under) else path for path in output_paths)
     digest = hashlib.md5("\n".join(sorted(relative)).encode())
@@ -63,6 +61,5 @@ def _text(head: dict[str, Any], lines: Iterable[str]) -> Iterator[bytes]:
 
 
 def write(path: str, head: dict[str, Any], lines: Iterable[str]) -> None:
-    """Write the run info at ``path`` (a local path or an fsspec URL): the ``HEAD_KEYS`` of ``head``, then ``lines``
-    (each step's ``step_line``), streamed into place on a local disk."""
+    """Write the run info at ``path``: the ``HEAD_KEYS`` of ``head``, then ``lines``, streamed on a local disk."""
     fs.write_atomic_pieces(path, _text(head, lines))

@@ -152,8 +152,7 @@ def _code_changed_text(result: BuildResult, session: Session) -> str:
 
 
 def print_plan(plan: list[PlanRow], session: Session | None) -> None:
-    """A row per step of ``plan`` on stdout: its state, name, output path, lease and resources; with ``session``,
-    why each step that runs does (read now: print it before the run)."""
+    """A row per step of ``plan`` on stdout; with ``session``, why each step to run does (print it before the run)."""
     for step, state, path, lease, will_run in plan:
         line = f"{state:<10} {step.name}  {path}"
         if lease is not None:
@@ -169,8 +168,7 @@ def print_plan(plan: list[PlanRow], session: Session | None) -> None:
 
 
 class _PlanPrinter:
-    """``--explain`` of a build that runs: at the plan's first event, the whole plan and why each step runs, before
-    any step starts (after, the reasons are gone: a step that ran is built)."""
+    """``--explain`` of a build that runs: the plan and reasons at its first event, before a step changes them."""
 
     def __init__(self, session: Session) -> None:
         self.session = session

@@ -54,8 +54,7 @@ class _State:
 
 
 class ProgressDisplay:
-    """``console_file`` defaults to ``sys.stderr``; ``is_tty`` None means its ``isatty()``; ``console`` (a ``rich``
-    Console) draws the live display instead of one made for ``console_file``."""
+    """On ``console_file`` (stderr); ``is_tty`` None: its ``isatty()``; ``console``: a ``rich`` Console to draw on."""
 
     def __init__(
         self,

@@ -41,8 +41,7 @@ class StepProblem:
 
 
 class BuildSummary:
-    """Counts outcomes and records the failures. ``cached`` counts steps already built when the build began
-    (``planned`` with detail ``built``) and steps another runner built while this one waited."""
+    """Counts outcomes and records failures; ``cached``: steps built before the build or by another runner meanwhile."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
