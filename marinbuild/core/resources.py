@@ -1,15 +1,11 @@
 """What a step asks a backend for: CPUs, memory, GPUs, TPU slices and custom Ray resources.
 
-``normalize`` turns each way of writing a request into ``Resources``: ``Resources(...)``, ``tpu("v4-8")``, a BUILD
-rule's ``resources`` dict (any unknown key with a number is a custom resource), Marin's ``ResourceConfig``, or ``None``
-(the backend's default).
-
-On Ray a single-host TPU slice asks for ``TPU`` and ``TPU-<type>-head``, holding every chip in a fresh worker
-(``max_calls=1``: libtpu belongs to one process). A multi-host slice or several slices ask nothing of a slice for the
-step's task: it coordinates, reserving slices with ``ray.util.tpu`` (``marinbuild.ml.slice_run``), since holding the
-head resource would keep that from reserving it; and it never runs on a ``ray.io/market-type=spot`` node, where a
-preempted coordinator would end every host's work and spend the step's retries. Pure data: nothing here touches a
-device, file or cluster."""
+``normalize`` reads every form of a request: ``Resources(...)``, ``tpu("v4-8")``, a BUILD ``resources`` dict (unknown
+numeric keys are custom resources), Marin's ``ResourceConfig``, ``None`` (the backend's default). On Ray a single-host
+slice asks for ``TPU`` and ``TPU-<type>-head`` in a fresh worker (libtpu belongs to one process). Multi-host or several
+slices ask nothing of a slice for the step's task, which coordinates, reserving them with ``ray.util.tpu``
+(``ml.slice_run``), and never runs on a ``ray.io/market-type=spot`` node (its preemption would end every host's work).
+Pure data: no device, file or cluster is touched."""
 
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
 """The code each step runs, recorded with its output, and whether it changed since that output was built.
 
-A step's code is its Python files with their xxh3-128 digests: for a rule's target, the files analysis put in its
-``code``; for a Marin script's step, the file defining its ``fn`` when inside the workspace. Paths are relative to the
-workspace root when inside it.
-
-Contract:
-- ``record(output_path, code)`` writes ``<output_path>/.marinbuild_code.json`` for each step a build ran successfully.
-- ``CodeChanges`` answers for many steps at once "code changed since this output was built: <file>" (for ``why``,
-  ``cache status``, ``stale()``, the build summary; a gone file counts as changed; an output without a record has
-  nothing to say). On GCS a record is the deterministic ``record_bytes(code)``, so a listing's md5
-  (``store.batch.read_md5s``) tells whether it differs; only differing records are read (``read_many``). A file whose
-  digest is part of the step's key cannot differ for a built output."""
+A step's code is its Python files with xxh3-128 digests: a rule target's ``code`` files, or a Marin step's ``fn`` file
+when inside the workspace (paths relative to its root). ``record`` writes ``<output_path>/.marinbuild_code.json`` for
+each step that succeeded. ``CodeChanges`` tells for many steps at once "code changed since this output was built:
+<file>" (``why``, ``cache status``, ``stale()``, the summary; a gone file counts as changed; no record, nothing to say).
+On GCS the deterministic ``record_bytes(code)`` makes a listing's md5 (``batch.read_md5s``) tell whether a record
+differs; only those are read. A file whose digest is in the step's key cannot differ for a built output."""
 
 from __future__ import annotations
 

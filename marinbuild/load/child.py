@@ -1,16 +1,13 @@
 """Evaluating BUILD files in a forked child process, so that no BUILD file can end or hang the loading process.
 
-starlark-rust cannot always fail softly: an allocation past the memory limit aborts the process, and one operation on a
-huge value never gets back to the time check. ``in_child`` runs ``work(send)`` in an ``os.fork`` child, on a thread with
-the stack ``limits.check_source`` needs, without core dumps, memory capped per BUILD file (``limits.cap_memory``).
-Outcomes go pickled (``_REDUCERS``: a rule type by reference) to a file the parent reads when a byte on a pipe wakes it:
-the child never waits for the parent. It imports no rules module: it asks the parent to (``trusted.ASK_PARENT``) and
-ends, and the next child has it, so rule implementations live in the parent only. ``print()`` lines go to the parent,
-which logs them; stdout and stderr (Rust's panics) go to a scratch file, read to explain a death.
-
-If the child dies, or is silent for the time budget plus ``KILL_GRACE_SECONDS`` (then killed), ``in_child`` yields a
-``ChildDied`` and ends: the caller reports it at the BUILD file and forks again for the rest. An exception of ``work``
-(a bug) is raised in the parent."""
+starlark-rust cannot always fail softly (an allocation past the memory limit aborts, one operation on a huge value never
+reaches the time check). ``in_child`` runs ``work(send)`` in an ``os.fork`` child on a large-stack thread, without core
+dumps, memory capped per BUILD file. Outcomes go pickled (``_REDUCERS``) to a file the parent reads when a pipe wakes
+it: the child never waits for the parent. It imports no rules module: it asks the parent to (``trusted.ASK_PARENT``) and
+ends, so rule implementations live in the parent only. ``print()`` lines go to the parent; stdout and stderr go to a
+scratch file that explains a death. A child that dies or is silent past the budget plus ``KILL_GRACE_SECONDS`` (killed)
+yields a ``ChildDied``: the caller reports it at the BUILD file and forks again. An exception of ``work`` (a bug) is
+raised in the parent."""
 
 from __future__ import annotations
 

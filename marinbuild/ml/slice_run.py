@@ -1,17 +1,13 @@
-"""A levanter job (``SliceJob``: ``TRAIN``, ``EVAL_HARNESS``) on a multi-host TPU slice or several slices: one process
-per host, all together, restarted whole on a loss (docs/tpu.md).
+"""A levanter job (``SliceJob``: ``TRAIN``, ``EVAL_HARNESS``) on multi-host TPU slices: one process per host, all
+together, restarted whole on a loss (docs/tpu.md).
 
-``run_on_tpu_slice`` runs in the step's own Ray task (it holds no TPU). Each attempt reserves every slice at once
-(``slice_placement_group``, one bundle per host, within ``slice_wait``, else ``SliceUnavailableError`` naming what the
-cluster has); starts the job on every host (``run_on_slice``), each running the module as a child process
-(``marinbuild.ml.process``; log ``<job>[-slice<k>]-host<id>.log``) with its slice's MEGASCALE variables, hosts without
-chips being told JAX's coordinator (they use gloo: JAX on CPU has no slices, so the slices run as one flat job); and
-waits for every host, cancelling the others ``LOSS_GRACE`` seconds after one error.
-
-As Marin's fray decides: a lost node or worker or a host killed by a signal is a preemption (``preemption_retries``), an
-error exit a failure (``failure_retries``); one preemption among an attempt's errors makes it a preemption. Within
-budget all is started again (training resumes from its checkpoint); past it ``SliceRunError`` names the cause and the
-host's log. ``logs/slice.log`` has a line per attempt. The result is process 0's summary."""
+``run_on_tpu_slice`` runs in the step's own Ray task (holding no TPU). Each attempt reserves every slice at once
+(``slice_placement_group``, within ``slice_wait``, else ``SliceUnavailableError``); starts the module on every host as a
+child process (``ml.process``) with its slice's MEGASCALE variables (hosts without chips get JAX's coordinator and use
+gloo, the slices as one flat job); and waits, cancelling the others ``LOSS_GRACE`` seconds after one error. As Marin's
+fray decides, a lost node or worker or a signal is a preemption (``preemption_retries``), an error exit a failure
+(``failure_retries``); within budget all starts again, else ``SliceRunError`` names the cause and the host's log.
+``logs/slice.log`` has a line per attempt; the result is process 0's summary."""
 
 from __future__ import annotations
 

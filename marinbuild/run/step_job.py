@@ -1,16 +1,12 @@
 """Running one step safely: take its lease, run it, commit outputs before status.
 
-The protocol: 1. take the lease (or wait for its holder and use its result); 2. re-read the status under the lease; 3.
-write RUNNING and ``.executor_info``; 4. run the step while the lease keeper renews the lease; 5. hash the outputs into
-a manifest, fail on a path-hash collision, confirm the lease is still ours, write the action record
-(``.marinbuild_action.<sha256>.json``), ``.artifact.json``, then SUCCESS (removing an earlier
-``.marinbuild_traceback.txt``), then release. A step that raised gets ``.marinbuild_traceback.txt`` then FAILED. A
-runner that loses its lease writes nothing more. A crash before 5 leaves RUNNING with a lease that goes stale: no reader
-sees SUCCESS without complete outputs and manifest.
-
-Steps 3 and 5 may run in another process for the lease holder (a Ray task: ``RemoteRun.start``, the step,
-``RemoteRun.commit``, while the driver renews the lease); it never writes the lease and commits only while the lease
-still names the holder (``Lease.check``)."""
+1. take the lease (or wait for its holder and use its result); 2. re-read the status; 3. write RUNNING and
+``.executor_info``; 4. run the step while the lease is renewed; 5. hash the outputs into a manifest, fail on a path-hash
+collision, confirm the lease, write the action record, ``.artifact.json``, then SUCCESS (removing an old traceback),
+then release. A step that raised gets ``.marinbuild_traceback.txt`` then FAILED. A runner that lost its lease writes
+nothing more; a crash before 5 leaves RUNNING and a lease going stale, so no reader sees SUCCESS without outputs and
+manifest. Steps 3 and 5 may run in another process for the holder (a Ray task, ``RemoteRun``), which never writes the
+lease and commits only while it names the holder (``Lease.check``)."""
 
 from __future__ import annotations
 

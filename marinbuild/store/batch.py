@@ -1,20 +1,16 @@
 """Batched status reads for remote prefixes: a few listings instead of a request per step.
 
-For ``gs://`` paths ``read_statuses`` lists instead of reading. Steps are grouped by parent folder; a group of at least
-``GROUP_MIN`` is listed in chunks of ``CHUNK_STEPS`` consecutive step folders (``startOffset``/``endOffset``), on GCS as
-two listings narrowed by ``matchGlob`` (the ``.executor_status`` and ``.marinbuild_action.*`` objects only), on
-fake-gcs-server (no ``matchGlob``) as one listing filtered here. A step alone in its folder gets a listing bounded to
-its own status and action records. All listings run concurrently on gcsfs's event loop. The md5 of every one-word status
-is known, so only other content (Marin's legacy JSON lines, garbage) is downloaded, in one concurrent round; the action
-records listed beside each status make collision checks free.
+For ``gs://`` paths ``read_statuses`` lists: steps grouped by parent folder, a group of ``GROUP_MIN`` or more listed in
+chunks of ``CHUNK_STEPS`` consecutive folders (``startOffset``/``endOffset``) narrowed by ``matchGlob`` to the status
+and action records (fake-gcs-server ignores it: filtered here), a lone step by a listing bounded to its own records; all
+concurrently on gcsfs's event loop. The md5 of each one-word status is known, so only other content (Marin's legacy JSON
+lines, garbage) is downloaded; the action records listed beside make collision checks free.
 
-Each page is folded into the result as it arrives (``_Fold``), decoded into three fields (``gcs.Listed``): no page is
-held, so memory follows the steps, not the bytes listed. A listing that fails on any page fails the whole read: never a
-partial answer. The cyclic garbage collector is paused meanwhile (``core/gc_control.py``): at 100,000 steps its passes
-cost as much as the parsing. Local paths are read directly, other fsspec protocols in threads.
-
-``read_md5s`` answers the md5 of another object of each step folder (the code record) from listings grouped the same
-way; ``read_many`` reads many small objects (``gs://`` ones ``CONCURRENCY`` at a time on gcsfs's loop)."""
+Each page is folded in as it arrives (``_Fold``, three fields decoded: ``gcs.Listed``), so memory follows the steps, not
+the bytes listed; a listing failing on any page fails the read (never a partial answer). The cyclic collector is paused
+meanwhile (at 100,000 steps its passes cost as much as the parsing). Local paths are read directly, other protocols in
+threads. ``read_md5s`` answers another object's md5 (the code record) from listings grouped alike; ``read_many`` reads
+many small objects."""
 
 from __future__ import annotations
 

@@ -1,18 +1,16 @@
 """Google Cloud Storage through gcsfs: one filesystem per endpoint, our retry policy, generation preconditions.
 
-Every request (ours and gcsfs's ``cat``, ``ls``, ...) goes through ``RetryingGCSFileSystem._request``: transient
-failures (408/429/5xx, resets, timeouts) are retried with jittered backoff from 50 ms to 2 s, never a 412, 404 or other
-4xx (gcsfs's own loop is bypassed). An attempt fails when the server sends nothing for ``REQUEST_TIMEOUT`` seconds (a
-moving transfer is never cut), and none starts ``RETRY_DEADLINE`` seconds after the first, so an operation ends within
-``OPERATION_BOUND`` seconds with ``StoreUnreachableError`` naming it: shorter than a lease's renewal-to-stale time, so a
-hung renewal is reported before anyone could take the lease over.
+Every request goes through ``RetryingGCSFileSystem._request``: transient failures (408/429/5xx, resets, timeouts) are
+retried with jittered backoff from 50 ms to 2 s, never a 412, 404 or other 4xx. An attempt fails when the server is
+silent for ``REQUEST_TIMEOUT`` seconds and none starts ``RETRY_DEADLINE`` seconds after the first, so an operation ends
+within ``OPERATION_BOUND`` seconds (``StoreUnreachableError``), before a hung lease renewal could let anyone take the
+lease over.
 
-A retried conditional write is ambiguous (the first may have landed): ``write_if_generation`` and
-``delete_if_generation`` re-read the object. Listings ask for three fields and decode pages with msgspec into ``Listed``
-only. ``gcsfs`` and ``msgspec`` are imported here only. Against an emulator (``STORAGE_EMULATOR_HOST``) requests are
-anonymous. The filesystem subclasses ``gcsfs.core.GCSFileSystem`` by name: ``gcsfs.GCSFileSystem`` becomes the
-zonal-bucket class under ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT``, whose bucket-type probe stalls 60 s per call against an
-emulator."""
+A retried conditional write is ambiguous: ``write_if_generation`` and ``delete_if_generation`` re-read the object.
+Listings decode three fields per object with msgspec (``Listed``); ``gcsfs`` and ``msgspec`` are imported here only;
+requests to an emulator are anonymous. The filesystem subclasses ``gcsfs.core.GCSFileSystem`` by name:
+``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` turns ``gcsfs.GCSFileSystem`` into the zonal class, whose bucket probe stalls 60 s
+a call on an emulator."""
 
 from __future__ import annotations
 
