@@ -1,13 +1,11 @@
 """Analysis: loaded BUILD targets become ``ExecutorStep``s, in the same graph as Marin's steps.
 
-A target of an ordinary rule becomes one step named ``output_name`` (default ``"{package}/{name}"``) whose config
-(``TargetConfig``) holds its attributes: versioned ones as ``versioned(value)``; a label as ``output_path_of(step)`` (a
-dependency); ``checkpoint(":other", step = N)`` as Marin's ``other.cd("checkpoints/step-N").nonblocking()``, a
-pseudo-dependency the step waits for (``run.handoff``); a source file as a ``SourceFile`` whose content digest is
-versioned, so editing it rebuilds exactly what depends on it. The step's function, ``run_target``, calls the rule's
-implementation with a ``RuleContext``. ``resources`` and ``override_output_path`` mean something to analysis itself. A
-rule with an ``analyze`` hook (Python scripts) returns existing ``ExecutorStep``s instead, versioned exactly as the
-script alone would."""
+An ordinary target becomes one step named ``output_name`` (default ``"{package}/{name}"``) whose config
+(``TargetConfig``) holds its attributes: versioned ones as ``versioned(value)``, a label as ``output_path_of(step)`` (a
+dependency), ``checkpoint(":other", step = N)`` as Marin's ``other.cd("checkpoints/step-N").nonblocking()``
+(``run.handoff``), a source file as a ``SourceFile`` whose digest is versioned. Its function, ``run_target``, calls the
+rule's implementation with a ``RuleContext``. A rule with an ``analyze`` hook (Python scripts) returns existing
+``ExecutorStep``s, versioned exactly as the script alone would."""
 
 from __future__ import annotations
 

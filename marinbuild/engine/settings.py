@@ -3,15 +3,13 @@
 ``Settings.resolve(workspace, ...)`` keeps what the caller was given and fills the rest, each from the first of:
 
 - ``prefix``: ``$MARIN_PREFIX``, ``[tool.marinbuild] prefix`` (relative to the workspace root), ``/tmp/marin``;
-- ``executor_info_base_path``: ``<prefix>/experiments``;
-- ``backend``: ``ray`` when a Ray address is given, ``$MARINBUILD_BACKEND``, ``[tool.marinbuild] backend``, ``ray``
-  inside a Ray job, ``local``;
-- ``ray_address``: ``$RAY_ADDRESS``, ``[tool.marinbuild] ray_address`` (None: a private local Ray);
+  ``executor_info_base_path``: ``<prefix>/experiments``;
+- ``backend``: ``ray`` given a Ray address, ``$MARINBUILD_BACKEND``, ``[tool.marinbuild] backend``, ``ray`` in a Ray
+  job, ``local``; ``ray_address``: ``$RAY_ADDRESS``, ``[tool.marinbuild] ray_address`` (None: a private local Ray);
 - ``jobs``, ``force_run_failed``, ``heartbeat_interval``, ``stale_after``, ``ray_max_retries``: ``[tool.marinbuild]``,
   the engine's defaults;
-- ``root`` (code records' base, what a Ray cluster is sent): the workspace root, the nearest ``pyproject.toml``, the
-  current folder;
-- ``cache_dir``: the workspace's ``.marinbuild`` folder; None outside one."""
+- ``root`` (code records' base, what Ray is sent): the workspace root, the nearest ``pyproject.toml``, the current
+  folder; ``cache_dir``: the workspace's ``.marinbuild`` (None outside one)."""
 
 from __future__ import annotations
 

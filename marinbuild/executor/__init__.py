@@ -1,13 +1,11 @@
-"""Marin's executor API (``marin.execution.executor``), a face of marinbuild's engine.
+"""Marin's executor API (``marin.execution.executor``), a face of marinbuild's engine: change ``from
+marin.execution.executor import ...`` to ``from marinbuild.executor import ...`` and a Marin script runs unchanged, with
+the same versions, output paths and records (docs/marin-compat.md).
 
-Change ``from marin.execution.executor import ...`` to ``from marinbuild.executor import ...`` and a Marin script runs
-unchanged: the same versions, output paths and records, so an existing Marin prefix is recognised as built
-(docs/marin-compat.md).
-
-This module holds only Marin's API: ``Executor``, ``executor_main`` and its flags, ``materialize``,
-``compute_output_path`` and the names scripts import (``__all__``). ``Executor`` subclasses ``Engine`` rather than
-wrapping one, so Marin's attributes are the engine's own tables with no forwarding layer; it adds Marin's constructor,
-method names and warning for a step placed by ``override_output_path``. Light to import: a no-op loads no backend."""
+Only Marin's API lives here (``Executor``, ``executor_main`` and its flags, ``materialize``, ``compute_output_path``,
+the names of ``__all__``). ``Executor`` subclasses ``Engine`` rather than wrapping it, so Marin's attributes are the
+engine's own tables; it adds Marin's constructor, method names and ``override_output_path`` warning. A no-op loads no
+backend."""
 
 from __future__ import annotations
 

@@ -1,18 +1,17 @@
 """The ``mirror://`` filesystem: read a path from whichever regional prefix holds it, copying it home once.
 
-``mirror://x`` is ``x`` under the local prefix if there, else under the first remote prefix that holds it, copied home
-under a lease (``<local>/.mirror_locks/<path>``: a second reader waits and reads the copy). Every byte is charged to a
-``TransferBudget`` first; a copy that would go over raises ``TransferBudgetExceeded``, copying nothing.
+``mirror://x`` is ``x`` under the local prefix if there, else under the first remote prefix holding it, copied home
+under a lease (``<local>/.mirror_locks/<path>``: a second reader waits for the copy), every byte charged to a
+``TransferBudget`` first (``TransferBudgetExceeded`` copies nothing). Folders are copied file by file with an
+``.incomplete`` marker until the last, so an interrupted copy is completed, never taken for whole. Writes go to the
+local prefix.
 
 Configuration (Marin's names): the local prefix is the running step's (``step_scope``), else
 ``configure(local_prefix=...)``, ``$MARIN_PREFIX``, ``/tmp/marin``; remote prefixes ``configure(remote_prefixes=...)``,
-else ``$MARIN_MIRROR_PREFIXES``, else Marin's regional buckets when local is on GCS. The budget: ``mirror_budget(gb)``
-for a block; a step's own (the largest ``mirrored(..., budget_gb=...)`` of its config); else ``$MARIN_MIRROR_BUDGET_GB``
-(10 GB). Scopes are ``contextvars``, so steps in threads never share a budget.
-
-Folders are mirrored file by file under a lease, with an ``.incomplete`` marker until the last file is in, so an
-interrupted copy is completed, never taken for whole. Importing this module registers ``mirror`` with fsspec, replacing
-``rigging.filesystem``'s; a copy inside Marin's ``mirror_budget(gb)`` is charged to that budget."""
+``$MARIN_MIRROR_PREFIXES``, else Marin's regional buckets for a GCS local prefix. The budget: ``mirror_budget(gb)``'s
+for a block, a step's own (its largest ``mirrored(..., budget_gb=...)``), else ``$MARIN_MIRROR_BUDGET_GB`` (10 GB);
+scopes are ``contextvars``. Importing this module registers ``mirror`` with fsspec over ``rigging.filesystem``'s, and
+copies inside Marin's ``mirror_budget`` are charged to it."""
 
 from __future__ import annotations
 
