@@ -376,13 +376,5 @@ def _named(exc: Exception, what: str) -> Exception:
         return exc
 
 
-async def list_objects(
-    fs: RetryingGCSFileSystem,
-    bucket: str,
-    prefix: str,
-    *,
-    start: str | None = None,
-    end: str | None = None,
-    glob: tuple[str, Callable[[str], bool]] | None = None,
-) -> list[Listed]:
-    return [obj async for page in list_pages(fs, bucket, prefix, start=start, end=end, glob=glob) for obj in page]
+async def list_objects(fs: RetryingGCSFileSystem, bucket: str, prefix: str) -> list[Listed]:
+    return [obj async for page in list_pages(fs, bucket, prefix) for obj in page]
