@@ -112,8 +112,7 @@ def _note_hand_offs(session: Any, state_of: dict[Any, StepState], stale_after: f
 
 
 def target_row(label: str, states: list[StepState]) -> CacheRow:
-    """A target's row from its steps' states: damaged, failed or running if any step is (in that order), built
-    only if all are, else stale if any is, else missing. A running row names the first running step's holder."""
+    """A target's row: damaged, failed or running if a step is, built if all are, else stale if one is, else missing."""
     row = CacheRow(label, pb.MISSING, [s.output_path for s in states], states)
     damaged = [s for s in states if s.state.startswith("damaged")]
     running = [s for s in states if s.state == pb.RUNNING]

@@ -251,8 +251,7 @@ def _old_temporaries(folder: str, older_than: float) -> list[str]:
 
 
 def remove_dead_lease(output_path: str, stale_after: float, *, unparsable: bool) -> bool:
-    """Delete the step's lease if nobody holds it: unparsable (``unparsable``), stale, or its holder gone. A local
-    lease is checked and deleted under its flock (a Marin or marinbuild runner taking it meanwhile keeps it)."""
+    """Delete the step's lease if nobody holds it (unparsable, stale, holder gone); a local one under its flock."""
     path = lease_path(output_path)
 
     def dead(data: bytes) -> bool:

@@ -150,8 +150,7 @@ class VersionTable:
             self._record(current, pseudo, frame[2])
 
     def action_digest(self, step: ExecutorStep) -> str:
-        """The sha256 of the step's version string (``marinbuild.store.action_cache.version_digest``): the plan and
-        the runner key actions by it; taken with the md5, so that a no-op composes no string again."""
+        """The sha256 of the step's version string, the action cache's key (taken with the md5: no-ops compose none)."""
         return self._action_digests[step]
 
     def indented_version(self, step: ExecutorStep, depth: int = 0) -> str:

@@ -106,8 +106,7 @@ class CodeChanges:
     """
 
     def __init__(self, root: Path, output_paths: Mapping[Any, str], stat_cache: Any = None):
-        """``root``: the workspace root (paths inside it are recorded relative to it); ``output_paths``: each step's
-        output path (the engine's); ``stat_cache``: the build's ``marinbuild.load.StatCache``, if it has one."""
+        """``root``: the workspace root; ``output_paths``: the engine's; ``stat_cache``: the build's, if any."""
         self.root = root
         self.output_paths = output_paths
         self.stat_cache = stat_cache

@@ -285,8 +285,7 @@ class Engine:
             record(self.output_paths[step], code.code_of(step))
 
     def _write_run_info(self) -> None:
-        """The run info of a run that runs steps, written before any step starts (as Marin's ``run`` does). The infos
-        are made here, before the steps' own ``.executor_info`` texts instantiate configs on the backend's threads."""
+        """The run info, written before any step starts (as Marin's ``run``), before steps instantiate configs."""
         self.record_infos()
         assert self.executor_info is not None
         self.executor_info_path = commit.write_run_info(

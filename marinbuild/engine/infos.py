@@ -60,8 +60,7 @@ def get_fn_name(fn: ExecutorFunction, short: bool = False) -> str:
 
 
 def git_commit() -> str | None:
-    """HEAD's commit of the current directory's repository (what Marin's ``git rev-parse HEAD`` gives when ``.git``
-    is there), read from the files (no subprocess). ``.git`` may be a file pointing elsewhere (a worktree)."""
+    """HEAD's commit of the current directory's repository, read from ``.git`` (a worktree's too), no subprocess."""
     try:
         git = os.path.join(os.getcwd(), ".git")  # (a current directory removed meanwhile: no commit)
         if os.path.isfile(git):

@@ -143,13 +143,11 @@ class Executor(Engine):
         self.add(step, is_pseudo_dep)
 
     def compute_versions(self, steps: list[ExecutorStep], is_pseudo_dep: bool = False) -> None:
-        """``compute_version`` of each step, as ``run`` does it: with the cyclic garbage collector paused for the
-        whole batch (between separate ``compute_version`` calls it would rescan the growing tables)."""
+        """``compute_version`` of each step with the cyclic collector paused for the batch, as ``run`` does."""
         self.add_all(steps, is_pseudo_dep)
 
     def _warn_new(self) -> None:
-        """Marin's warning for a step placed by ``override_output_path`` (the CLI's engine, which builds BUILD
-        targets, does not warn: a target's ``override_output_path`` attribute says the same in its declaration)."""
+        """Marin's warning for a step placed by ``override_output_path`` (BUILD targets declare it: none there)."""
         for step, computed, _override in self.table.override_mismatches[self._warned :]:
             logger.warning(
                 "Output path %s doesn't match given override %s, using the latter.", computed, step.override_output_path

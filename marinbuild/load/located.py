@@ -101,8 +101,7 @@ def _reword(message: str) -> str:
 
 
 def from_starlark(text: str, fallback: Location, root: str, cancelled: str | None = None) -> BuildFileError:
-    """The ``BuildFileError`` for a Starlark error ``text`` (at ``fallback`` if it names no place). ``root``: the
-    workspace root (to find columns of frames); ``cancelled``: the message for an evaluation stopped by its budget."""
+    """The ``BuildFileError`` for Starlark error ``text`` (at ``fallback`` if placeless; ``cancelled``: a budget's)."""
     exc = getattr(_pending, "exc", None)
     _pending.exc = None
     if isinstance(exc, BuildFileError):

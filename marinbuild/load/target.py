@@ -77,8 +77,7 @@ class Target:
     (a numbering that is not in declaration order only makes it look more often)."""
 
     def drop_declaration(self) -> None:
-        """Drop the attributes and call site, which only loading and analysis read (much of a large graph's memory); a
-        later read of ``attrs`` or ``location`` raises ``DroppedDeclaration``."""
+        """Drop the attributes and call site (read by loading and analysis only); reading them then raises."""
         self.attrs = _DROPPED_ATTRS
         self.site = None
         self._refs = None

@@ -64,8 +64,7 @@ def document_paths(raw_outputs: Iterable[str]) -> list[str]:
 
 
 def download_documents(output: str, patterns: list[str] | None = None) -> list[str]:
-    """The document files of a ``download`` output (or Marin's download folder), in order; with ``patterns``, those
-    whose path relative to the output folder matches one (``**`` crosses folders)."""
+    """The document files of a ``download`` output (or Marin's), in order; with ``patterns``, those matching one."""
     wanted = matcher(list(patterns or []))
     manifest = download.read_manifest(output)
     if manifest is not None and manifest.get("kind") == "download":

@@ -276,8 +276,7 @@ def _cause(error: BaseException) -> BaseException:
 
 
 def host_layout(handle: Any) -> dict[str, Any]:
-    """Where each host stands: ``hosts`` maps a node id to (slice, worker id); the slice and host counts; slice 0 worker
-    0's address with a free port (``coordinator``: JAX's coordinator without TPU)."""
+    """Each node's (slice, worker id), the slice and host counts, and slice 0 worker 0's address with a free port."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -182,8 +182,7 @@ def hf_exports(out: str, every: int | None) -> dict[str, Any]:
 
 
 def extra_trackers(tracker: str, out: str, run_id: str) -> list[Any]:
-    """levanter's tracker configs for the target's ``tracker`` besides the JSON lines: ``wandb`` (a run named after the
-    output folder, project ``$WANDB_PROJECT`` or ``marin``), ``tensorboard`` (under ``<out>/tensorboard/<run_id>/``)."""
+    """levanter's configs for ``tracker`` besides the JSON lines: ``wandb`` (run named by output), ``tensorboard``."""
     if tracker == "wandb":
         from levanter.tracker.wandb import WandbConfig
 

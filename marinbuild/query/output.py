@@ -29,8 +29,7 @@ def check_output(output: str) -> None:
 
 
 def format_result(labels: Sequence[str], universe: QueryUniverse, output: str = "label") -> str:
-    """``labels`` in format ``output``, newline-terminated unless empty: ``json`` lists ``{"label", "kind", "deps",
-    "attrs"}``; ``graph`` is Bazel's DOT, each node filled with its cache state's colour."""
+    """``labels`` in format ``output`` (``json``, Bazel's DOT ``graph`` coloured by cache state), newline-terminated."""
     check_output(output)
     if output == "label":
         return "".join(f"{label}\n" for label in labels)

@@ -15,8 +15,7 @@ from marinbuild.query import STATES, QueryUniverse
 
 
 def target_graph(loaded: Any) -> nx.DiGraph:
-    """Labels as nodes, an edge from each target to each direct dependency; node data ``kind``, ``attrs`` (labels as
-    strings) and ``labels`` (per label attribute, the targets it names), which ``labels()`` uses."""
+    """The target graph (edges to direct dependencies); node data ``kind``, ``attrs`` and ``labels`` (per attribute)."""
     graph = nx.DiGraph()
     for label, target in loaded.targets.items():
         specs, files = target.rule.attrs, set(target.srcs)  # source files are not nodes of the graph

@@ -55,8 +55,7 @@ def worker_log_of(exc: BaseException | None) -> str | None:
 
 
 def last_frames(text: str, frames: int = LAST_FRAMES) -> list[str]:
-    """The last ``frames`` frames of the (last) traceback in ``text``, for the console summary: each ``  File``
-    line and the source lines under it (without the ``^^^`` lines that mark a column); empty without frames."""
+    """The last ``frames`` frames of the last traceback in ``text`` (``File`` and source lines, no ``^^^`` lines)."""
     lines = text.rstrip("\n").splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith('  File "')]
     if not starts:

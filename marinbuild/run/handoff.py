@@ -134,8 +134,7 @@ class HandOffs:
                 pass
 
     def _gone(self, h: HandOff, ended: dict[ExecutorStep, bool]) -> str | None:
-        """How the producer of ``h`` ended (``finished``, ``failed``, ``is not running``), None while it may still
-        write the checkpoint. Asked before looking for the checkpoint: a producer writes it before it ends."""
+        """How ``h``'s producer ended, None while it may still write the checkpoint (asked before looking for it)."""
         if h.producer in ended:
             return "finished" if ended[h.producer] else "failed"
         if h.producer in self._in_build:

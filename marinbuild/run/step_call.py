@@ -37,8 +37,7 @@ class MirrorScope:
     """The build's prefix: where ``mirror://`` copies go (None: ``mirror``'s own configuration)."""
 
     def run(self, fn: Callable[[Any], Any], config: Any) -> Any:
-        """``fn(config)`` in this scope; without a budget only if ``store.mirror`` is imported already (a second's
-        import), with one always (its import registers ``mirror://``)."""
+        """``fn(config)`` in this scope (``store.mirror`` imported only with a budget or if imported already)."""
         if self.budget_gb is None and "marinbuild.store.mirror" not in sys.modules:
             return fn(config)
         from marinbuild.store import mirror  # lazy: rigging and google-cloud-storage

@@ -210,8 +210,7 @@ class StepJob:
             self._release(after_commit=committed)
 
     def _committed_anyway(self) -> bool:
-        """The commit raised: True if storage says SUCCESS anyway (an answer lost); else the step is marked FAILED, not
-        left RUNNING, when that can still be written, and False."""
+        """The commit raised: True if storage says SUCCESS anyway; else mark the step FAILED if possible, and False."""
         try:
             if st.read_status(self.output_path) == st.STATUS_SUCCESS:
                 return True
@@ -329,8 +328,7 @@ class OutputFolderMissingError(Exception):
 
 @dataclass(frozen=True)
 class RemoteRun:
-    """Phases 3 and 5 in a process running the step for the lease holder (a Ray task for its driver). Picklable. It
-    never writes the lease, and commits only while the lease still names ``holder``."""
+    """Phases 3 and 5 for the lease holder, in another process (a Ray task); picklable; never writes the lease."""
 
     output_path: str
     action: ActionKey
@@ -339,8 +337,7 @@ class RemoteRun:
     stale_after: float
 
     def start(self) -> bool:
-        """Before the step: write RUNNING and ``.executor_info``; False (writing nothing) if an earlier attempt of this
-        run committed it already (a worker died between SUCCESS and its reply)."""
+        """Before the step: write RUNNING and ``.executor_info``; False if an earlier attempt already committed it."""
         if fs.is_local(self.output_path) and not os.path.isdir(fs.local_path(self.output_path)):
             raise OutputFolderMissingError(
                 f"{self.output_path} (made by the driver when it took the step's lease) does not exist on "

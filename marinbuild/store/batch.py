@@ -209,8 +209,7 @@ def _targets(canonical: str, wanted: Container[str], aliases: dict[str, list[str
 
 
 def _folders(output_paths: list[str]) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
-    """The step folders of ``gs://`` ``output_paths`` by bucket, and the paths spelled otherwise than canonically
-    (``gcs://``, a trailing slash: rare) by canonical path (``gs://<bucket>/<folder>``)."""
+    """``gs://`` step folders by bucket, and paths spelled otherwise (``gcs://``, trailing ``/``) by canonical path."""
     from marinbuild.store import gcs  # lazy here and below: gcsfs
 
     aliases: dict[str, list[str]] = defaultdict(list)

@@ -113,8 +113,7 @@ def _short(target: str) -> str:
 
 
 def create_temporary(directory: str, name: str) -> tuple[int, str]:
-    """A new file ``.tmp-<name>.<random>`` in ``directory``, created exclusively (what ``tempfile.mkstemp`` does,
-    without importing tempfile and the compression modules it pulls in), with ``FILE_MODE``."""
+    """A new ``.tmp-<name>.<random>`` in ``directory``, made exclusively (``mkstemp`` without importing tempfile)."""
     while True:
         tmp = os.path.join(directory, f".tmp-{name}.{os.urandom(6).hex()}")
         try:

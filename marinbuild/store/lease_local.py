@@ -27,8 +27,7 @@ class LocalFileLease(Lease):
 
     @contextlib.contextmanager
     def _locked(self, create: bool, exclusive: bool = True) -> Iterator[int | None]:
-        """The lease file's descriptor, flock'ed, or None if it does not exist and ``create`` is False; raw descriptors,
-        as a file object costs four more system calls for every lease."""
+        """The lease file's descriptor, flock'ed, or None if absent and not ``create`` (raw: fewer system calls)."""
         while True:
             if create:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)

@@ -108,8 +108,7 @@ class Stat:
 
 
 def list_outputs(output_path: str, top_level: set[str] | None = None) -> dict[str, Stat]:
-    """Every output file under ``output_path`` (relative path -> size), unread; names directly in it that are not
-    outputs go to ``top_level`` if given, so a commit lists the folder once."""
+    """Output files under ``output_path`` (relative path -> size); non-outputs directly in it go to ``top_level``."""
     if fs.is_local(output_path):
         found: dict[str, Stat] = {}
         stack = [(fs.local_path(output_path), "")]

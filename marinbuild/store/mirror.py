@@ -117,8 +117,7 @@ def default_budget() -> TransferBudget:
 
 
 class _MarinBudget(TransferBudget):
-    """A budget Marin's code set (``rigging.filesystem.mirror_budget``), charged through ours: the same count and limit,
-    our exception; refunds are not passed on (Marin never refunds)."""
+    """A budget Marin's code set (``rigging.filesystem.mirror_budget``), charged through ours; never refunded."""
 
     def __init__(self, marin: Any):
         super().__init__(marin.limit_bytes, "the budget of Marin's rigging.filesystem.mirror_budget()")

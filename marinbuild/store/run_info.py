@@ -22,8 +22,7 @@ HEAD_KEYS = ("worker_id", "git_commit", "caller_path", "created_date", "user", "
 
 
 def step_line(info: Any, version_str: str) -> str:
-    """``json.dumps(asdict(info) without description, sort_keys=True)`` of a step info, its version as the step's
-    version string (the same text, not encoded again): ``version`` sorts last."""
+    """A step info's sorted JSON without description, its version as the step's version string (``version`` last)."""
     fields = {
         "config": info.config,
         "dependencies": info.dependencies,

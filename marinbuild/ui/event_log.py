@@ -109,8 +109,7 @@ class RunLog:
         return self.header.get("prefix")
 
     def summary(self) -> dict[str, Any]:
-        """When, what was asked, what ran, what failed; ``finished`` is False while the build runs (or if it died);
-        ``refused``: why the build was refused before any step ran (None if it was not)."""
+        """When, what was asked, ran and failed; ``finished``: False while running or dead; ``refused``: why."""
 
         def steps(kind: str) -> list[Any]:
             return [e.get("step") for e in self.events if e.get("kind") == kind]

@@ -28,8 +28,7 @@ _PLANNED_WORDS = {"built": "already built", "failed": "failed before"}  # a refu
 
 @dataclass(frozen=True)
 class StepProblem:
-    """A step not run (``message``: why) or failed: ``message`` without a wrapper's step prefix, ``full_error``, its
-    traceback, traceback file (or None) and, on Ray, the worker's logs."""
+    """A step not run (``message``: why) or failed, with its error, traceback, traceback file and Ray worker logs."""
 
     step: str
     output_path: str | None
@@ -121,8 +120,7 @@ class BuildSummary:
         return self.end_time - self.start_time
 
     def status(self) -> str:
-        """``ok``, ``failed``, ``interrupted`` (started, never finished), ``refused`` (planned, never started: a
-        step failed before and the build was told not to retry it), or ``dry_run``."""
+        """``ok``, ``failed``, ``interrupted``, ``refused`` (failed before, not retried) or ``dry_run``."""
         if self.dry_run and not self.started:
             return "dry_run"
         if self.planned and not self.started:
