@@ -154,7 +154,6 @@ class CodeChanges:
         return answer
 
     def code_of(self, step: Any) -> dict[str, str]:
-        """``step_code`` of ``step`` now."""
         return step_code(step, self.root, self.stat_cache)
 
     def of(self, step: Any) -> list[str]:

@@ -155,11 +155,9 @@ class Executor(Engine):
         self._warned = len(self.table.override_mismatches)
 
     def get_infos(self) -> None:
-        """Compute ``step_infos`` and ``executor_info`` for the steps computed so far."""
         self.record_infos()
 
     def get_experiment_url(self) -> str:
-        """Where this run is shown (``Engine.experiment_url``)."""
         return self.experiment_url()
 
 
