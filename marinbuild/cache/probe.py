@@ -108,8 +108,7 @@ def probe_outputs(output_paths: Iterable[str], stale_after: float = STALE_AFTER,
 
 
 def waits_for(table: VersionTable, step: ExecutorStep, stale_after: float = STALE_AFTER) -> tuple[bool, str] | None:
-    """The first checkpoint ``step`` starts from that is not there: whether its producer runs (so it may still come),
-    and a line naming it, the producer's state and last checkpoint; None if there is none such."""
+    """The first missing checkpoint ``step`` starts from: (its producer runs, a line naming both); None if none."""
     for h in hand_offs(table, step):
         if not h.there():
             path = table.output_paths[h.producer]

@@ -69,8 +69,7 @@ class FileProblem:
 
 @dataclass
 class StepVerification:
-    """One step: ``error`` is the first unparsable file's message or why it is unverified; ``invalidated``: its
-    status was removed; ``metadata``: the files that do not parse; ``repairs``: what ``--repair`` removed."""
+    """One step's verification: first error, whether invalidated, unparsable ``metadata``, ``--repair``'s removals."""
 
     output_path: str
     state: Verdict

@@ -27,8 +27,7 @@ class VersionCycleError(ValueError):
 
 
 class PerStep(Mapping[ExecutorStep, Any]):
-    """A column of the table that is made when read, not as each version is recorded: ``make(step)`` gives a
-    versioned step's value; ``kept`` holds the values kept (``make`` may keep what it makes)."""
+    """A table column made when read: ``make(step)`` gives a versioned step's value, ``kept`` what was kept."""
 
     def __init__(self, table: VersionTable, make: Callable[[ExecutorStep], Any]):
         self._versions = table.versions

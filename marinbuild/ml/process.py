@@ -142,8 +142,7 @@ def _forward(line: str) -> None:
 
 
 class _LogMirror:
-    """Keeps ``remote`` a copy of the local log ``local`` while a child writes it: the remote's earlier content
-    first (attempts append), then a copy every ``every`` seconds when the log grew, and a last one at ``close``."""
+    """Keeps ``remote`` a copy of the child's ``local`` log: old content, then every ``every`` s and at ``close``."""
 
     def __init__(self, local: str, remote: str, every: float):
         self.local, self.remote, self.every = local, remote, every

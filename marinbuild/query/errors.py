@@ -8,8 +8,7 @@ from collections.abc import Iterable
 
 
 class QueryError(Exception):
-    """A query that cannot be parsed or evaluated, or an unknown output format. ``position`` is the 0-based offset
-    into ``source`` (None: not about a place); ``str()`` reads ``query:LINE:COLUMN: message`` (1-based)."""
+    """A bad query or output format; ``str()``: ``query:LINE:COLUMN: message`` from ``position`` in ``source``."""
 
     def __init__(self, message: str, position: int | None = None, source: str = "") -> None:
         super().__init__(message, position)

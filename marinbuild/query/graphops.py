@@ -68,8 +68,7 @@ def some_path(graph: nx.DiGraph, sources: Set[str], targets: Set[str]) -> list[s
 
 
 def topological_rank(graph: nx.DiGraph) -> dict[str, int]:
-    """Each node's position in a dependencies-first topological order, ties broken by label (Kahn's algorithm;
-    if cycles leave nothing ready, the smallest remaining label is next: every graph gets a total order)."""
+    """Each node's rank in a dependencies-first order, ties by label (Kahn's; cycles: smallest label next)."""
     remaining = {node: len(graph.succ[node]) for node in graph}
     ready = [node for node, count in remaining.items() if count == 0]
     heapq.heapify(ready)

@@ -48,8 +48,7 @@ class MirrorScope:
 
 @dataclass(frozen=True)
 class StepCall:
-    """One step's call, as a backend receives it. ``Any`` on purpose: ``fn`` is whatever a script or rule passed,
-    ``config`` of the user's type, ``resources`` any shape ``core.resources.normalize`` reads."""
+    """One step's call, as a backend receives it (``Any``: the user's function, config and resources, as given)."""
 
     fn: Any
     config: Any

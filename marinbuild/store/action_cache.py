@@ -178,8 +178,7 @@ def check_before_commit(output_path: str, key: ActionKey, names: Iterable[str] |
 
 
 def check_built(built: Iterable[tuple[str, ActionKey]], known: Mapping[str, frozenset[str]] | None = None) -> None:
-    """For steps whose status is SUCCESS: raise ``ActionCacheCollisionError`` if a path holds another version.
-    ``known``: output path -> the digests a batched listing found there; other paths are checked here."""
+    """Raise ``ActionCacheCollisionError`` if a built path holds another version (``known``: listed digests by path)."""
     for output_path, key in built:
         digests = known.get(output_path) if known is not None else None
         if digests is None:

@@ -315,8 +315,7 @@ def _list_all(filesystem: Any, requests: list[dict[str, Any]], fold: Callable[[s
 
 
 def read_many(paths: list[str], workers: int = 16) -> list[bytes | None]:
-    """The contents of ``paths`` in order; None for one that does not exist or cannot be read (``OSError``).
-    ``gs://`` paths are read concurrently on gcsfs's event loop, other remote ones in ``workers`` threads."""
+    """The contents of ``paths`` (None if unreadable): ``gs://`` ones concurrently on gcsfs's loop, others threaded."""
 
     def one(path: str) -> bytes | None:
         try:

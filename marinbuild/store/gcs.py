@@ -113,8 +113,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 class RetryingGCSFileSystem(GCSFileSystem):
-    """gcsfs with marinbuild's retry policy; ``requests`` counts every HTTP attempt. ``match_glob``: whether
-    listings send GCS's ``matchGlob`` (not to an emulator, nor to a server seen ignoring or rejecting one)."""
+    """gcsfs with our retry policy; ``requests`` counts attempts; ``match_glob``: listings send ``matchGlob``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -289,8 +288,7 @@ async def _delete_if_generation(fs: RetryingGCSFileSystem, path: str, generation
 
 
 def delete_if_generation(path: str, generation: int) -> bool:
-    """Delete the object only if it is still at ``generation``; True if we deleted it. fake-gcs-server ignores the
-    precondition on deletes: callers re-read before deleting to keep the window small there too."""
+    """Delete the object if still at ``generation``; True if we did (fake-gcs-server ignores it: re-read first)."""
     return run(_delete_if_generation, filesystem(), path, generation)
 
 

@@ -41,8 +41,7 @@ def has_other_version(prefix: str, name: str, exclude: str | None = None) -> boo
 
 
 def with_other_versions(prefix: str, outputs: dict[str, str], workers: int = 16) -> set[str]:
-    """The step names of ``outputs`` (name -> its current output path) for which ``has_other_version`` holds, with
-    one listing per distinct parent folder and the file checks in parallel (a remote prefix: no round trip per step)."""
+    """The step names of ``outputs`` with another version, one listing per parent folder (no round trip per step)."""
     parents: dict[str, list[str]] = {}
     for name in outputs:
         parent = fs.join(prefix, name).rpartition("/")[0]

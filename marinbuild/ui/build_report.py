@@ -54,8 +54,7 @@ class BuildReport:
         return [*listeners, *self.closers]
 
     def refused(self, error: Exception) -> None:
-        """End the event log with ``error`` (as ``failure_text`` words it) if no step had started (a build that
-        crashed after its steps started was not refused: its log ends as an interrupted build's)."""
+        """End the event log with ``error`` if no step had started (after that, a crash is an interrupted build)."""
         if self.log is not None and (self.summary is None or not self.summary.started):
             self.log.refused(failure_text(error))
 
