@@ -22,7 +22,23 @@ from marinbuild.cache.gc import GcResult, cache_gc, format_gc
 from marinbuild.cache.text import format_age, format_size
 
 __all__ = [
-    "CacheRow", "CleanResult", "Entry", "GcResult", "StepState", "cache_gc", "cache_ls", "cache_show", "cache_status",
-    "clean", "format_age", "format_clean", "format_gc", "format_ls", "format_show", "format_size", "format_table",
-    "ls_as_dict", "status_as_dict"
-]  # fmt: skip
+    "CacheRow",
+    "CleanResult",
+    "Entry",
+    "GcResult",
+    "StepState",
+    "cache_gc",
+    "cache_ls",
+    "cache_show",
+    "cache_status",
+    "clean",
+    "format_age",
+    "format_clean",
+    "format_gc",
+    "format_ls",
+    "format_show",
+    "format_size",
+    "format_table",
+    "ls_as_dict",
+    "status_as_dict",
+]

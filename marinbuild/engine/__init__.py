@@ -8,6 +8,10 @@ from marinbuild.engine.errors import PreviousStepFailedError, PreviousTaskFailed
 from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo
 
 __all__ = [
-    "Engine", "ExecutorInfo", "ExecutorStepInfo", "PreviousStepFailedError", "PreviousTaskFailedError",
-    "StepFailedError"
-]  # fmt: skip
+    "Engine",
+    "ExecutorInfo",
+    "ExecutorStepInfo",
+    "PreviousStepFailedError",
+    "PreviousTaskFailedError",
+    "StepFailedError",
+]

@@ -21,9 +21,16 @@ from marinbuild.load.sources import StatCache, hash_source_file
 from marinbuild.store import batch, fs
 
 __all__ = [
-    "CODE_RECORD", "CodeChanges", "display_path", "file_digest", "for_session", "record", "record_bytes", "sentence",
-    "step_code"
-]  # fmt: skip
+    "CODE_RECORD",
+    "CodeChanges",
+    "display_path",
+    "file_digest",
+    "for_session",
+    "record",
+    "record_bytes",
+    "sentence",
+    "step_code",
+]
 
 CODE_RECORD = ".marinbuild_code.json"
 

@@ -24,9 +24,15 @@ from marinbuild.load.located import remember
 from marinbuild.load.rules import RuleType
 
 __all__ = [
-    "DIALECT", "GLOBALS", "MAX_VALUE_DEPTH", "RulesModule", "add_builtins", "expose_rules_module", "native",
-    "plain_value"
-]  # fmt: skip
+    "DIALECT",
+    "GLOBALS",
+    "MAX_VALUE_DEPTH",
+    "RulesModule",
+    "add_builtins",
+    "expose_rules_module",
+    "native",
+    "plain_value",
+]
 
 GLOBALS = sl.Globals.extended_by([sl.LibraryExtension.StructType])
 """What BUILD and ``.star`` files see: Starlark's standard functions plus ``struct``."""

@@ -5,7 +5,6 @@ filesystem directly where fsspec would only add overhead."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterable
 from functools import lru_cache
@@ -102,8 +101,10 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
         faults.point("before-replace " + _short(target))
         os.replace(tmp, target)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        try:
             os.unlink(tmp)
+        except FileNotFoundError:
+            pass
         raise
 
 
@@ -138,8 +139,13 @@ def makedirs(path: str) -> None:
 
 
 def remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        if is_local(path):
+    if is_local(path):
+        try:
             os.unlink(local_path(path))
-        else:
-            filesystem_for(path).rm_file(path)
+        except FileNotFoundError:
+            pass
+        return
+    try:
+        filesystem_for(path).rm_file(path)
+    except FileNotFoundError:
+        pass
