@@ -1,9 +1,8 @@
 """marinbuild: a content-addressed build system for machine-learning pipelines.
 
 The names of Marin's executor API import from here as from ``marinbuild.executor``, on first use (PEP 562): every
-submodule import runs this file first, so it imports none of the package's own (nor any storage, execution or
-ML library).
-"""
+submodule import runs this file first, so it imports none of the package's own (nor any storage, execution or ML
+library)."""
 
 import importlib
 from typing import Any
@@ -12,8 +11,7 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
-    """``__all__`` and each name of ``marinbuild.executor.__all__``, from the facade (imported here, once; not by
-    ``from marinbuild import executor``, whose lookup would call this function again)."""
+    """The facade's names (``executor.__all__``), imported from it once (``from marinbuild import executor`` aside)."""
     executor = importlib.import_module("marinbuild.executor")
 
     if name == "__all__":

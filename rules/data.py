@@ -1,18 +1,13 @@
-"""``raw_data``: a collection of documents, from workspace files or fsspec URLs.
-
-    load("@marinbuild//rules:data.py", "raw_data")
+"""``raw_data``: a collection of documents, from workspace files or fsspec URLs (docs/ml-rules.md).
 
     raw_data(name = "stories", srcs = glob(["data/train-*.jsonl.gz"]))
     raw_data(name = "dclm", urls = ["gs://marin-us-central2/raw/dclm/a3b142c/**/*.jsonl.zst"])
     raw_data(name = "proofpile_train", downloads = [":proofpile_2_raw"], patterns = ["**/train/*.jsonl.zst"])
 
-``srcs`` are hashed by content into the version and copied into the output, which then stands alone.
-``urls`` (globs allowed) are versioned as written and read in place when a consumer runs, never fetched
-while the graph is loaded, queried or dry-run (a URL ending in ``/``: every document file below it): pin
-what a URL points at in the URL itself, as Marin does.
-``downloads`` are ``download`` targets whose document files (or those matching ``patterns``) are read in
-place. The output is ``manifest.json`` (``marinbuild.ml.corpus``) and ``files/``.
-"""
+``srcs`` are hashed into the version and copied into the output. ``urls`` are versioned as written (pin what a URL
+points at in the URL, as Marin does) and read in place when a consumer runs, never while the graph is loaded.
+``downloads`` are ``download`` targets whose files (matching ``patterns``) are read in place. The output is
+``manifest.json`` (``marinbuild.ml.corpus``) and ``files/``."""
 
 from __future__ import annotations
 

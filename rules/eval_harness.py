@@ -1,32 +1,10 @@
 """``eval_harness``: a trained model's scores on lm-eval-harness tasks, through levanter's lm-eval integration.
 
-    load("@marinbuild//rules:eval_harness.py", "eval_harness")
-
-    eval_harness(
-        name = "core_tasks",
-        model = ":lm",                                    # a train_lm target (its latest checkpoint)
-        tasks = [
-            "lambada_openai",                             # a task of lm-eval's registry, its own few-shot
-            {"task": "hellaswag", "num_fewshot": 10, "task_alias": "hellaswag_10shot"},
-            {"task": "my_task", "num_fewshot": 2},        # defined by a YAML of task_files
-        ],
-        task_files = glob(["tasks/*"]),                   # local task YAMLs and their data files
-        max_examples = 0,                                 # at most this many documents per task (0: all)
-        resources = tpu("v4-8"),                          # as for train_lm; not versioned
-    )
-
-``task_alias`` is the name a task's results go by (to run one task twice, e.g. 0-shot and 10-shot). The
-tasks, ``max_examples``, ``batch_size``, the model and the content of ``task_files`` are the version.
-``task_files`` are lm-eval task YAMLs of this package (lm-eval's ``include_path``) and the data they read,
-named relative to the package (``dataset_kwargs: {data_files: {test: tasks/x.jsonl}}``), so a task runs
-offline; registry tasks load their data from the Hub when the step runs. The output is ``results.json``
-(per task its metrics, the averages, documents per task) and ``lm_eval_output.json`` (see
-``marinbuild.ml.eval_harness``); ``report`` shows the results (``evals = [...]``). An unknown task name
-fails the step at once. ``resources`` are read as ``train_lm`` reads them; on a multi-host slice (Ray) the
-evaluation runs as training does, one process per host, process 0 writing the results, and ``slice_wait``
-and the retry budgets mean what they mean for ``train_lm`` (a restarted evaluation starts over).
-Generation tasks (``generate_until``) are single-host only in levanter.
-"""
+The tasks, ``max_examples``, ``batch_size``, the model and the content of ``task_files`` (lm-eval task YAMLs and their
+data, relative to the package, so a task runs offline) are the version. The output is ``results.json`` and
+``lm_eval_output.json`` (``marinbuild.ml.eval_harness``). An unknown task name fails the step at once. ``resources``,
+``slice_wait`` and the retry budgets mean what they mean for ``train_lm`` (a restarted evaluation starts over).
+Generation tasks are single-host only in levanter."""
 
 from __future__ import annotations
 

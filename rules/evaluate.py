@@ -1,13 +1,9 @@
 """``eval_lm``: loss and perplexity of a trained model on tokenized validation sets.
 
-    load("@marinbuild//rules:evaluate.py", "eval_lm")
-
     eval_lm(name = "eval", model = ":lm", data = [":stories_tokenized"])
 
-``model`` is a ``train_lm`` target (its latest checkpoint), ``data`` ``tokenize`` targets with a validation
-split. The output is ``eval.json`` (``marinbuild.ml.evaluate``), from levanter's evaluator in a child process.
-(``evaluate.py``, not ``eval.py``, so it never shadows the builtin's name.)
-"""
+``model`` is a ``train_lm`` target, ``data`` ``tokenize`` targets with a validation split; the output is ``eval.json``
+(``marinbuild.ml.evaluate``). Named ``evaluate.py`` so it never shadows the builtin ``eval``."""
 
 from __future__ import annotations
 

@@ -2,9 +2,7 @@
 
     group(name = "tootsie_8b", targets = ["//experiments/tootsie:kestrel", "//experiments/tootsie:ocelot"])
 
-Building, dry-running, explaining or querying it does so for each listed target (one step each, not a group);
-it has no step of its own.
-"""
+Building, querying or explaining it does so for each listed target; it has no step of its own."""
 
 from __future__ import annotations
 

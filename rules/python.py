@@ -1,21 +1,10 @@
 """Python rule types: plain functions as steps, and Marin experiment scripts as targets.
 
-    load("@marinbuild//rules:python.py", "executor_script", "python_step")
-
-    executor_script(name = "hello_world", script = "hello_world.py")
-    python_step(name = "count", fn = "mypkg.stats:count_words", config = {"min_len": 3},
-                deps = [":hello_world"], srcs = glob(["data/*.txt"]))
-
-``executor_script`` imports the script (not as ``__main__``: its ``executor_main`` does not run) and makes
-its ``ExecutorStep``s the target's steps: the ones no other step of the script depends on, or those named in
-``steps`` (variable names), with exactly the output paths running the script gives.
-
-``python_step`` calls ``fn(config)``: the ``config`` attribute plus ``output_path``, ``deps`` (the
-dependencies' output paths, in order) and ``srcs``. ``fn``, ``config``, the sources' contents and the content
-of ``fn``'s module file when it is inside the workspace are versioned (``code_in_key = False`` leaves the
-module out: editing it rebuilds nothing, and ``why`` says the code changed). ``fn`` is checked at analysis:
-its module must be found from the workspace root and define the function at top level.
-"""
+``executor_script`` imports the script (not as ``__main__``, so its ``executor_main`` does not run); its steps are those
+no other step of the script depends on, or those named in ``steps``, with the output paths running the script gives.
+``python_step`` calls ``fn(config)``, the config plus ``output_path``, ``deps`` and ``srcs``; ``fn``, ``config``, the
+sources' contents and ``fn``'s module file (unless ``code_in_key = False``) are versioned. ``fn`` is checked at
+analysis: its module must be found from the workspace root and define it at top level."""
 
 from __future__ import annotations
 
@@ -35,10 +24,8 @@ _FN_RESOLUTION = (
 
 
 def _module_file(module_name: str, workspace: Path, workspace_only: bool = False) -> Path | None:
-    """The file of ``module_name`` as ``fn`` resolves it: below the workspace root (``pipe.steps`` is
-    ``pipe/steps.py`` or ``pipe/steps/__init__.py``), else (unless ``workspace_only``) an installed module; None
-    if neither exists. Nothing is imported (a module imported from another workspace in this process is not
-    taken for it)."""
+    """``module_name``'s file as ``fn`` resolves it: below the workspace root, else (unless ``workspace_only``)
+    installed; None if neither. Nothing is imported (another workspace's module is not taken for it)."""
     import importlib.util
 
     base = workspace.joinpath(*module_name.split("."))
@@ -60,8 +47,7 @@ def _module_file(module_name: str, workspace: Path, workspace_only: bool = False
 
 @functools.lru_cache(maxsize=4096)
 def _top_level_names(path: Path, mtime_ns: int, size: int) -> frozenset[str] | None:
-    """Names a Python file defines or imports at top level; None when that cannot be told statically (a
-    conditional definition, ``import *``, a file that does not parse). Cached per file version."""
+    """Names a file defines or imports at top level; None if not statically clear; cached per file version."""
     import ast
 
     try:
@@ -128,9 +114,8 @@ def _python_step_analyze(actx: AnalysisContext) -> Any:
 def _find_fn(
     actx: AnalysisContext, module_name: str, function_name: str, workspace_only: bool
 ) -> tuple[Path | None, bool, bool] | None:
-    """(the module's file or None, whether it defines the function, whether it is inside the workspace).
-    ``workspace_only``: None unless the module is below the workspace root, an answer for the whole analysis
-    (``AnalysisContext.once``); the import system's answer may change as scripts are imported: per target."""
+    """(module file or None, defines the function, inside the workspace). ``workspace_only``: below the root only, an
+    answer for the analysis (``once``); else per target, as imports change the answer."""
     root = actx.workspace.root
     module_file = _module_file(module_name, root, workspace_only)
     if module_file is None:

@@ -1,12 +1,9 @@
 """``report``: a metrics JSON and a PNG plot of training and validation loss per step.
 
-    load("@marinbuild//rules:report.py", "report")
-
     report(name = "report", model = ":lm", evals = [":eval"])
 
-``model`` is a ``train_lm`` target, ``evals`` its ``eval_lm`` and ``eval_harness`` targets; see
-``marinbuild.ml.report`` (matplotlib runs in this process).
-"""
+``model`` is a ``train_lm`` target, ``evals`` its ``eval_lm`` and ``eval_harness`` targets (``marinbuild.ml.report``;
+matplotlib runs in this process)."""
 
 from __future__ import annotations
 

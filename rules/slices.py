@@ -1,10 +1,8 @@
-"""What the rules whose levanter job may span a multi-host TPU slice share (``train_lm``, ``eval_harness``).
+"""What the rules whose levanter job may span multi-host TPU slices share (``train_lm``, ``eval_harness``); no rule.
 
-``job_attrs``: ``resources`` and, for a multi-host slice or several slices, ``slice_wait`` and two retry
-budgets (none versioned: where a job runs never changes its output). ``run_job`` runs the job on every host of
-a multi-host slice or of several (``marinbuild.ml.slice_run``), else in one child process here
-(``marinbuild.ml.process``). This module exports no rule.
-"""
+``job_attrs``: ``resources`` and, for multi-host slices, ``slice_wait`` and two retry budgets (unversioned: where a job
+runs never changes its output). ``run_job`` runs on the slices (``ml.slice_run``), else in one child process
+(``ml.process``)."""
 
 from __future__ import annotations
 
@@ -33,8 +31,7 @@ def job_attrs(code: str) -> dict[str, Any]:
 
 
 def run_job(ctx: RuleContext, job: SliceJob, payload: dict[str, Any], *, log_name: str, offline: bool) -> Any:
-    """Run ``job`` (``marinbuild.ml.slice_run.TRAIN``, ``EVAL_HARNESS``) with ``payload`` where
-    ``ctx.attr.resources`` says; on one machine its log is ``logs/<log_name>.log``."""
+    """Run ``job`` with ``payload`` where ``ctx.attr.resources`` says (one machine: ``logs/<log_name>.log``)."""
     from marinbuild.core.resources import normalize, tpu_slice
     from marinbuild.ml import slice_run
     from marinbuild.ml.process import run_child

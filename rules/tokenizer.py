@@ -1,13 +1,9 @@
 """``train_tokenizer``: a byte-level BPE tokenizer trained on ``raw_data`` documents.
 
-    load("@marinbuild//rules:tokenizer.py", "train_tokenizer")
-
     train_tokenizer(name = "tokenizer", data = [":stories"], vocab_size = 512)
 
-The output folder is the tokenizer (``tokenizer.json``, ``tokenizer_config.json``: bos ``<|begin_of_text|>``,
-eos ``<|end_of_text|>``, pad ``<|pad|>``), loadable by levanter and ``AutoTokenizer``; training (HF
-``tokenizers``, in this process) is deterministic.
-"""
+The output folder is the tokenizer (``tokenizer.json``, ``tokenizer_config.json``), loadable by levanter and
+``AutoTokenizer``; training (HF ``tokenizers``, in this process) is deterministic."""
 
 from __future__ import annotations
 

@@ -1,38 +1,12 @@
-"""``train_lm``: train a language model with levanter on a weighted mixture of tokenized data.
+"""``train_lm``: train a language model with levanter on a weighted mixture of tokenized data (docs/ml-rules.md).
 
-    load("@marinbuild//rules:train.py", "train_lm")
-
-    train_lm(
-        name = "lm",
-        data = {":stories_tokenized": 1.0},            # tokenize targets -> mixture weights
-        model = {"hidden_dim": 64, "intermediate_dim": 192, "num_layers": 2, "num_heads": 4,
-                 "num_kv_heads": 4, "seq_len": 128},
-        optimizer = {"learning_rate": 3e-3, "warmup": 0.1},
-        trainer = {"batch_size": 16, "num_train_steps": 100, "checkpoint_every": 25},
-        seed = 0,
-        resources = tpu("v4-8"),                      # or {"cpu": 2}; not versioned
-    )
-
-``model``, ``optimizer`` and ``trainer`` are dataclasses (``marinbuild.ml.configs``) written as dicts, with
-Marin's training settings under Marin's names (docs/ml-rules.md lists them); unknown or mistyped fields are load
-errors. A mixture whose weights change at given steps is ``data = {":a": [0.7, 0.3], ":b": [0.3, 0.7]}`` with
-``data_steps = [0, N]``; ``task_evals`` are lm-eval tasks evaluated while training. These, the mixture (its
-targets' versions and weights) and ``seed`` are the version; ``resources``, ``tracker``, ``initialize_from`` and
-the slice settings are not.
-
-``resources`` (``tpu("v4-2048")``, ``tpu("v4-128", slices = 4)``, ``{"cpu": 2}``): the local backend refuses what
-this machine lacks, before anything runs; a multi-host slice or several slices run levanter on every host
-together (``marinbuild.ml.slice_run``), restarted from the latest checkpoint after a preemption or a failure
-within ``preemption_retries`` and ``failure_retries``, failing with one line when no slice is free within
-``slice_wait``. ``initialize_from = checkpoint(":phase1", step = N)`` starts from that target's
-``checkpoints/step-N`` (levanter's ``trainer.initialize_from``: the first step trained is N + 1); the step waits
-for that checkpoint, not for the other target to finish (``marinbuild.run.handoff``). Training runs in a child
-process (``marinbuild.ml.train``); a rerun resumes from the latest checkpoint in the output folder.
-
-``tracker``: where metrics go besides ``metrics.jsonl``: ``"json"``, ``"wandb"`` or ``"tensorboard"`` (needs
-``tensorboardX``). levanter's trackio is not offered: it needs ``huggingface_hub`` 1.x, which the
-``transformers`` levanter pins refuses.
-"""
+``model``, ``optimizer`` and ``trainer`` are dataclasses (``marinbuild.ml.configs``) written as dicts, under Marin's
+names; unknown or mistyped fields are load errors. The mixture (targets' versions, weights, ``data_steps``), these
+settings, ``task_evals`` and ``seed`` are the version; ``resources``, ``tracker``, ``initialize_from`` and the slice
+settings are not. Multi-host slices run through ``marinbuild.ml.slice_run``; ``initialize_from = checkpoint(":phase1",
+step = N)`` waits for that checkpoint (``marinbuild.run.handoff``). Training runs in a child process
+(``marinbuild.ml.train``) and resumes from the latest checkpoint. levanter's trackio tracker is not offered: it needs
+``huggingface_hub`` 1.x, which levanter's ``transformers`` pin refuses."""
 
 from __future__ import annotations
 

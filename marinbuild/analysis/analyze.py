@@ -1,24 +1,11 @@
 """Analysis: loaded BUILD targets become ``ExecutorStep``s, in the same graph as Marin's steps.
 
-A target of an ordinary rule becomes one step named ``output_name`` (default
-``"{package}/{name}"``) whose config (``TargetConfig``) holds its attributes:
-- versioned attributes as ``versioned(value)``, unversioned ones as they are;
-- a label of another target as ``output_path_of(that target's step)``: a dependency, so its
-  version is part of this one's, and the implementation receives its output path;
-- ``checkpoint(":other", step = N)`` (``attr.checkpoint``) as Marin's
-  ``other.cd("checkpoints/step-N").nonblocking()``: a pseudo-dependency, hashed as Marin hashes it, whose
-  checkpoint the step waits for (``marinbuild.run.handoff``);
-- a source file as a ``SourceFile`` whose xxh3-128 content digest is versioned (read
-  through a stat cache, so an unchanged file is not read again), so editing the file
-  rebuilds exactly what depends on it.
-The step's function, ``run_target``, calls the rule's implementation with a ``RuleContext``.
-Two attribute names mean something to analysis itself: ``resources`` (what the step asks the backend
-for) and ``override_output_path`` (the output folder set by hand, as in Marin).
-
-A rule with an ``analyze`` hook (Python experiment scripts) returns existing
-``ExecutorStep``s instead; their versions are then exactly what the script alone gives.
-Versions, leases, statuses and caching are the engine's, whatever made the step.
-"""
+An ordinary target becomes one step named ``output_name`` (default ``"{package}/{name}"``) whose config
+(``TargetConfig``) holds its attributes: versioned ones as ``versioned(value)``, a label as ``output_path_of(step)`` (a
+dependency), ``checkpoint(":other", step = N)`` as Marin's ``other.cd("checkpoints/step-N").nonblocking()``
+(``run.handoff``), a source file as a ``SourceFile`` whose digest is versioned. Its function, ``run_target``, calls the
+rule's implementation with a ``RuleContext``. A rule with an ``analyze`` hook (Python scripts) returns existing
+``ExecutorStep``s, versioned exactly as the script alone would."""
 
 from __future__ import annotations
 
@@ -53,8 +40,7 @@ the same rule in every build of the process."""
 
 
 def rule_key(rule: RuleType) -> str:
-    """``defined_in%name``; interned, as every target of a rule keeps it in its step's config (a copy per target was
-    ~1% of the peak memory of ``bench/run.py``'s layered 100,000 ``incremental`` row, ``marinbuild-cli``)."""
+    """``defined_in%name``, interned: every target of a rule keeps it in its step's config."""
     return sys.intern(f"{rule.defined_in}%{rule.name}")
 
 
@@ -69,12 +55,10 @@ class SourceFile:
 
 @dataclass(frozen=True, slots=True)
 class TargetConfig:
-    """The config of a step made from a BUILD target (``__slots__``: a build holds one, and its instantiated copy,
-    per step until its steps have run)."""
+    """The config of a step made from a BUILD target (``__slots__``: a build holds one, and a copy, per step)."""
 
     label: str
-    rule: Any
-    """``versioned("<rule name>")``: changing a target's rule type changes its version."""
+    rule: Any  # ``versioned("<rule name>")``: changing a target's rule type changes its version.
     rule_key: str
     workspace: str
     attrs: dict[str, Any]
@@ -145,13 +129,11 @@ class Analysis:
 
     step_of: dict[Label, ExecutorStep] = field(default_factory=dict)
     """Each target's own step (the one label dependencies point at); absent for a group of steps."""
-    steps_of: dict[Label, list[ExecutorStep]] = field(default_factory=dict)
-    """Every step a target asks to build."""
+    steps_of: dict[Label, list[ExecutorStep]] = field(default_factory=dict)  # Every step a target asks to build.
     code_entries: dict[tuple[Any, ...], dict[str, Any] | None] = field(default_factory=dict)
     """``_code_of``'s answers of this analysis: thousands of targets of one rule share their few code files, each
     found, resolved and hashed once."""
-    shared: dict[Any, Any] = field(default_factory=dict)
-    """``AnalysisContext.once``'s answers of this analysis, by key."""
+    shared: dict[Any, Any] = field(default_factory=dict)  # ``AnalysisContext.once``'s answers of this analysis, by key.
     common: dict[tuple[str, str], Any] = field(default_factory=dict)
     """One object for a value every target's config holds alike (the workspace root, a rule's versioned name),
     instead of a copy per step."""
@@ -181,8 +163,7 @@ class AnalysisContext:
         self.stat_cache = stat_cache
 
     def target_step(self, code: dict[str, tuple[Path, bool]] | None = None) -> ExecutorStep:
-        """The step an ordinary target of this rule gets (``run_target`` calls the implementation), with
-        ``code``: name -> (a Python file the step runs, whether its digest is part of the key)."""
+        """An ordinary target's step; ``code``: name -> (a Python file it runs, whether its digest is in the key)."""
         assert self._loaded is not None
         return _target_step(self.target, self._loaded, self.workspace, self._analysis, self.stat_cache, code)
 
@@ -191,14 +172,12 @@ class AnalysisContext:
         return Struct(**{k: thaw(v) for k, v in self.target.attrs.items()})
 
     def attr_value(self, name: str) -> Any:
-        """One attribute's value as ``attr`` gives it, without thawing the others (a hook reading two attributes of
-        each of thousands of targets)."""
+        """One attribute's value as ``attr`` gives it, without thawing the others (hooks on thousands of targets)."""
         return thaw(self.target.attrs[name])
 
     def once(self, key: Any, compute: Callable[[], Any]) -> Any:
-        """``compute()``, called once per analysis for each ``key`` (hashable, naming what is computed and from
-        what): for answers thousands of targets share, such as where a module's file is. Files do not change
-        during one analysis as far as its results go, so an answer holds for the analysis; none is kept beyond it."""
+        """``compute()``, called once per analysis for each hashable ``key`` (naming what and from what): for answers
+        thousands of targets share, such as where a module's file is; none is kept beyond the analysis."""
         shared = self._analysis.shared
         if key not in shared:
             shared[key] = compute()
@@ -216,10 +195,7 @@ class AnalysisContext:
 
 
 def analyze(
-    loaded: LoadedWorkspace,
-    roots: Iterable[Label],
-    workspace: Workspace,
-    stat_cache: StatCache | None = None,
+    loaded: LoadedWorkspace, roots: Iterable[Label], workspace: Workspace, stat_cache: StatCache | None = None
 ) -> Analysis:
     """Steps for ``roots`` and every target they depend on (dependencies first, no recursion)."""
     analysis = Analysis()
@@ -367,8 +343,7 @@ def _resources(target: Target) -> Any:
 
 
 def _override_output_path(target: Target) -> str | None:
-    """A rule with an ``override_output_path`` attribute (``download``) places its output by hand, as Marin's
-    ``ExecutorStep(override_output_path=...)`` does: relative to the prefix, or absolute."""
+    """A rule's ``override_output_path`` attribute places its output by hand, as Marin's: relative or absolute."""
     value = target.attrs.get("override_output_path")
     return str(value) if value else None
 
@@ -376,12 +351,9 @@ def _override_output_path(target: Target) -> str | None:
 def load_script_steps(script: Path, workspace_root: Path) -> dict[str, ExecutorStep]:
     """Import a Python experiment script (not as ``__main__``) and return its module-level steps by variable.
 
-    The script is imported as ``python script.py`` would run it, with its own folder and the workspace
-    root on ``sys.path`` meanwhile, under a module name of its own (so its ``executor_main`` does not run).
-    No worker can import that name, nor a module the script imported by bare name from its folder: both
-    are recorded for Ray tasks to receive by value (``marinbuild.run.shipped_code``), as a script run as
-    ``__main__`` is. Modules imported under their package name from the workspace stay by reference.
-    """
+    It is imported as ``python script.py`` runs it (its folder and the workspace root on ``sys.path`` meanwhile) under a
+    module name of its own. No worker can import that name, nor modules it imported by bare name from its folder: both
+    are recorded to go to Ray tasks by value (``run.shipped_code``)."""
     module_name = "_marinbuild_script_" + "_".join(script.relative_to(workspace_root).with_suffix("").parts)
     spec = importlib.util.spec_from_file_location(module_name, script)
     if spec is None or spec.loader is None:

@@ -1,11 +1,8 @@
 """One ``marinbuild build``: from the patterns and flags of a command line to the engine's ``BuildResult``.
 
-``run_build`` opens a ``Session``, loads and analyses the targets and hands their steps to the engine's
-``build``, as ``executor_main`` hands a Marin script's; it prints nothing and picks no exit code. A request it
-cannot honour (no target matches, ``--rebuild`` of a target not analysed, resources the backend cannot give, a
-built output path holding another version's outputs) raises ``BuildRequestError`` before any step runs. The
-listeners hear of every refusal, so the workspace's event log of a refused build says so.
-"""
+``run_build`` opens a ``Session``, loads and analyses the targets and hands their steps to the engine's ``build``; it
+prints nothing and picks no exit code. A request it cannot honour raises ``BuildRequestError`` before any step runs, and
+the listeners hear of it (the event log says so)."""
 
 from __future__ import annotations
 
@@ -122,8 +119,7 @@ def _build(request: BuildRequest, session: Session, listeners: list[Listener]) -
 
 
 def _rebuild_steps(session: Session, patterns: tuple[str, ...]) -> list[ExecutorStep]:
-    """The steps ``--rebuild`` names: a step's name (e.g. an ``executor_script``'s inner step, which no label names),
-    else the steps of the targets a pattern names, which this build must analyse."""
+    """The steps ``--rebuild`` names: a step's name (e.g. one no label names), else the steps of a pattern's targets."""
     if not patterns:
         return []
     assert session.loaded is not None and session.analysis is not None and session.engine is not None

@@ -1,10 +1,7 @@
 """A build session: the workspace, its settings, the loaded targets and their steps.
 
-Everything the CLI's commands share: find the workspace, decide the prefix, load the
-BUILD files a set of patterns needs, analyse the targets into steps, compute versions,
-and hand the engine (``marinbuild.engine.Engine``) the steps to build. Nothing here prints; nothing
-here imports the Marin facade (``marinbuild.executor``).
-"""
+What the CLI's commands share: find the workspace, decide the prefix, load and analyse what the patterns need, and hand
+the engine the steps. Nothing here prints or imports the Marin facade."""
 
 from __future__ import annotations
 
@@ -46,8 +43,7 @@ class Session:
         return cls(workspace, Settings.resolve(workspace, **settings), Loader(workspace))
 
     def current_package(self) -> str:
-        """The package of the working directory (its folder relative to the root; "" outside it), for relative
-        patterns (``:name``)."""
+        """The working directory's package (relative to the root; "" outside), for relative patterns."""
         try:
             rel = Path.cwd().resolve().relative_to(self.workspace.root)
         except ValueError:
@@ -66,11 +62,9 @@ class Session:
     def analyse(self, labels: Iterable[Label] | None = None, *, drop_declarations: bool = False) -> Analysis:
         """Turn the targets (and their dependencies) into steps and compute every version.
 
-        ``drop_declarations``: once the steps are made, drop every loaded target's attributes and call site
-        (``Target.drop_declaration``) before versions are computed, so their memory is reused; for a caller
-        that reads neither afterwards (the build flow). Labels, dependencies, source files and packages stay;
-        the loader keeps the same target objects, so a later ``load`` of the same ``Session`` gives them dropped
-        too. Answers ``bench/run.py``'s layered 100,000 ``incremental`` row's peak memory (``marinbuild-cli``)."""
+        ``drop_declarations``: drop every loaded target's attributes and call site once the steps are made
+        (``Target.drop_declaration``), for a caller that reads neither again (the build flow); the loader keeps the same
+        objects, so a later ``load`` of this session gives them dropped too."""
         from marinbuild.analysis.analyze import analyze
 
         assert self.loaded is not None, "load first"

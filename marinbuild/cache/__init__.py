@@ -1,7 +1,6 @@
-"""Inspecting and pruning the output cache under a prefix: ``cache status/show/ls/gc`` and ``clean``: library
-functions returning data, plus ``format_*`` text formatters; nothing prints. ``cache.why`` (``why``) and
-``cache.verify`` (``cache verify``) are imported by name, only by their own commands.
-"""
+"""Inspecting and pruning the output cache under a prefix: ``cache status/show/ls/gc`` and ``clean``: library functions
+returning data, plus ``format_*`` text formatters; nothing prints. ``cache.why`` (``why``) and ``cache.verify`` (``cache
+verify``) are imported by name, only by their own commands."""
 
 from marinbuild.cache.commands import (
     CacheRow,

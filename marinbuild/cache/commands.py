@@ -1,8 +1,7 @@
 """The ``cache`` commands as library functions: status, show, ls; and ``clean`` (``cache gc``: ``cache.gc``).
 
-Each returns data and has a ``format_*`` text formatter; nothing prints. A damaged status, info or lease
-file is reported as ``"damaged: <message naming the file>"``, never raised and never counted as built.
-"""
+Each returns data and has a ``format_*`` text formatter; nothing prints. A damaged status, info or lease file is
+reported as ``"damaged: <message naming the file>"``, never raised and never counted as built."""
 
 from __future__ import annotations
 
@@ -100,8 +99,7 @@ def _note_code_changes(session: Any, state_of: dict[Any, StepState]) -> None:
 
 
 def _note_hand_offs(session: Any, state_of: dict[Any, StepState], stale_after: float) -> None:
-    """A step not built that starts from a checkpoint not there yet is waiting for it while its producer runs; else
-    its detail says it needs it."""
+    """A step not built lacking a checkpoint is ``waiting`` while its producer runs; else its detail says it."""
     for step, state in state_of.items():
         waits = (
             state.state in (pb.MISSING, STALE)
@@ -114,8 +112,7 @@ def _note_hand_offs(session: Any, state_of: dict[Any, StepState], stale_after: f
 
 
 def target_row(label: str, states: list[StepState]) -> CacheRow:
-    """A target's row from its steps' states: damaged, failed or running if any step is (in that order), built
-    only if all are, else stale if any is, else missing. A running row names the first running step's holder."""
+    """A target's row: damaged, failed or running if a step is, built if all are, else stale if one is, else missing."""
     row = CacheRow(label, pb.MISSING, [s.output_path for s in states], states)
     damaged = [s for s in states if s.state.startswith("damaged")]
     running = [s for s in states if s.state == pb.RUNNING]
@@ -162,9 +159,8 @@ def status_as_dict(rows: list[CacheRow]) -> list[dict[str, Any]]:
 
 
 def cache_show(session_or_prefix: Any, target_or_path: str | Label) -> dict[str, Any]:
-    """Everything recorded about a target's outputs (``session_or_prefix`` a ``Session``), or about one output path
-    (relative: under the prefix). ``{"target": label or None, "outputs": [...]}``, each output with
-    ``output_path, name, exists, state, status, info, lease, artifact, traceback, size, files, errors``."""
+    """Everything recorded about a target's outputs (``session_or_prefix`` a ``Session``) or one output path (relative:
+    under the prefix): ``{"target", "outputs": [...]}``, as ``cache show --output json`` prints it."""
     if isinstance(session_or_prefix, str):
         prefix, session = session_or_prefix, None
     else:
@@ -258,8 +254,7 @@ def format_show(shown: dict[str, Any]) -> str:
 
 @dataclass
 class Entry:
-    """One step output found under a prefix: its status word (or ``damaged: ...``) and the seconds since its
-    status file was written (both None without one)."""
+    """A step output under a prefix: its status word (or ``damaged: ...``) and its status file's age (or None)."""
 
     name: str
     output_path: str
@@ -273,8 +268,7 @@ class Entry:
 
 
 def cache_ls(prefix: str) -> list[Entry]:
-    """Every step output folder under ``prefix`` (a folder holding ``.executor_info`` or
-    ``.executor_status``; the walk does not descend into one), with status, size and age."""
+    """Every step output folder under ``prefix`` (holding an info or status file), with status, size and age."""
     store = Store(prefix)
     now = time.time()
     entries: list[Entry] = []

@@ -1,26 +1,16 @@
-"""``cache gc``: the outputs under the prefix that no current target uses, listed with the reason each may go, and
-deleted only when asked (``yes``).
+"""``cache gc``: the outputs under the prefix that no current target uses, with the reason each may go, deleted only
+when asked (``yes``).
 
-Kept by default: every output a current target of the workspace uses. gc loads and analyses every package
-(``//...``) as the BUILD files are now; the output paths of their steps and of every step those depend on
-(pseudo-dependencies too) are kept, so gc of one package never deletes another's work. PATTERN says which
-unused outputs are offered: an *old version* of a step PATTERN's targets use (the same step name under
-another hash), and when PATTERN is ``//...`` also an output of a step name no current target makes (a
-target removed or renamed). Every other unused output is left alone, and counted (``left``).
+Kept: every output a current target of the workspace (``//...``, as the BUILD files are now) uses, with all it depends
+on. PATTERN offers old versions of its targets' steps, and with ``//...`` outputs of step names no target makes; other
+unused outputs are left and counted. ``keep_only_used_by_patterns`` offers everything PATTERN's targets do not use,
+current work included (hence the name). Never deleted: a folder under a live or unreadable lease, run info JSONs, a
+folder holding a kept output. Status goes first: a killed gc leaves no step marked built without outputs.
 
-``keep_only_used_by_patterns`` keeps only what PATTERN's targets use: every other output is offered, the
-current outputs of other targets too (their reason says so); the flag's name says it, as this is the one way
-gc deletes current work. Never deleted: a folder under a live (or unreadable) lease, the run info JSONs in
-``<prefix>/experiments`` (a step folder holding them is skipped), a folder holding a kept output. A folder goes
-status first, then the rest: a gc killed at any moment leaves no step marked built without its outputs (the
-next gc lists what is left).
-
-Policies (``Policy``) only ever narrow what is offered, never widen it: a pinned output (every version of a
-target declared with ``pin = True``, or matched by a line of a pins file: a label pattern, or an output path
-glob relative to the prefix) is never deleted; ``keep_last`` keeps the N newest versions of each step name;
-``older_than`` keeps what was written more recently than that; ``max_bytes`` deletes the oldest candidates only
-until the whole prefix holds at most that many bytes. Each output a policy keeps is listed with the policy.
-"""
+Policies (``Policy``) only narrow what is offered: pinned outputs (every version of a ``pin = True`` target, or a
+pins file's label pattern or path glob) stay; ``keep_last`` keeps the N newest versions of each step name,
+``older_than`` what is more recent, ``max_bytes`` deletes the oldest only until the prefix fits. Each output a
+policy keeps is listed with it."""
 
 from __future__ import annotations
 
@@ -61,9 +51,8 @@ class Policy:
 
 @dataclass
 class GcResult:
-    """What ``cache gc`` found and did; nothing is deleted unless ``deleted`` lists it. ``kept``: outputs a target
-    (of ``scope``) uses; ``left``: unused outputs not PATTERN's; ``reasons``: each candidate's output path -> why it
-    may go; ``skipped``: candidates left alone (live or damaged lease, ...), with why."""
+    """What ``cache gc`` found and did (only ``deleted`` was deleted): ``kept`` outputs of ``scope``, ``left`` unused
+    ones not PATTERN's, each candidate's ``reasons``, and the ``skipped`` candidates with why."""
 
     prefix: str
     patterns: list[str]
@@ -104,8 +93,7 @@ def cache_gc(
     keep_only_used_by_patterns: bool = False,
     policy: Policy = Policy(),
 ) -> GcResult:
-    """List (and with ``yes`` delete) the unused outputs under the prefix offered for ``patterns`` (module
-    docstring); every package of the workspace is loaded and analysed in ``session``."""
+    """List (and with ``yes`` delete) the unused outputs offered for ``patterns``, the whole workspace analysed."""
     texts = [str(p) for p in patterns]
     shown = " ".join(texts)
     prefix = session.settings.prefix
@@ -268,8 +256,7 @@ def _blocker(output_path: str, normalized: str, keep: set[str], stale_after: flo
 
 
 def used_steps(session: Any, labels: Iterable[Label]) -> set[Any]:
-    """Every step of ``labels``' analysis closure and every step those depend on (pseudo-dependencies too),
-    canonical; ``labels`` must be analysed in ``session``."""
+    """The canonical steps of ``labels``' closure and all they depend on; ``labels`` analysed in ``session``."""
     engine = session.engine
     table = engine.table
     todo = []

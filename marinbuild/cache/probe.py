@@ -1,8 +1,7 @@
-"""What is on disk for one output path: its state and lease, for the cache commands. ``probe_output`` reads one
-status file, and the lease only when the status is RUNNING; a damaged file is reported as ``state ==
-"damaged"`` with the message naming the file, never raised. ``waits_for``: the checkpoint a step not built
-starts from and lacks (``marinbuild.run.handoff``).
-"""
+"""What is on disk for one output path: its state and lease, for the cache commands. ``probe_output`` reads one status
+file, and the lease only when the status is RUNNING; a damaged file is reported as ``state == "damaged"`` with the
+message naming the file, never raised. ``waits_for``: the checkpoint a step not built starts from and lacks
+(``marinbuild.run.handoff``)."""
 
 from __future__ import annotations
 
@@ -111,8 +110,7 @@ def probe_outputs(output_paths: Iterable[str], stale_after: float = STALE_AFTER,
 
 
 def waits_for(table: VersionTable, step: ExecutorStep, stale_after: float = STALE_AFTER) -> tuple[bool, str] | None:
-    """The first checkpoint ``step`` starts from that is not there: whether its producer runs (so it may still come),
-    and a line naming it, the producer's state and last checkpoint; None if there is none such."""
+    """The first missing checkpoint ``step`` starts from: (its producer runs, a line naming both); None if none."""
     for h in hand_offs(table, step):
         if not h.there():
             path = table.output_paths[h.producer]

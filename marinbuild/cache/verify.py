@@ -1,19 +1,11 @@
 """``marinbuild cache verify PATTERN``: recompute output digests and compare them with the manifests.
 
-The targets' steps and, unless ``deps=False``, every step they depend on are checked. Every metadata file a
-step's state relies on is read (status, lease, and for a built step its info, artifact and action record);
-one that does not parse makes the step *damaged*. A lease beside a built step whose runner is gone is a
-*leftover*. With ``repair_metadata`` (``--repair``), unparsable statuses, leases and records, leftover
-leases and killed writers' temporary files (``.tmp-*`` older than the stale time) are removed and listed
-(a lease only under its flock, when nobody can hold it).
-
-A built step's outputs are listed, hashed and compared with the manifest of its action record: a file gone
-is *deleted*, shorter *truncated*, longer or of another digest *modified*; one the manifest does not know is
-*added* (reported, not damage). A damaged step is then made not built: its ``.executor_status`` is removed
-(on GCS only at the verified generation) so the next build reruns it, as Marin would, and what was found is
-left in ``.marinbuild_verify.json`` beside it; its outputs are left for the rerun to overwrite. Steps built
-by Marin (no manifest) are *unverified*, and left alone.
-"""
+The targets' steps and (unless ``deps=False``) their dependencies are checked. A metadata file that does not parse makes
+the step damaged; a lease beside a built step whose runner is gone is a leftover. ``repair_metadata`` removes unparsable
+metadata, leftover leases (under their flock) and killed writers' old ``.tmp-*`` files. A built step's outputs are
+hashed against its action record's manifest: deleted, truncated or modified files are damage, added ones are reported. A
+damaged step's ``.executor_status`` is removed (on GCS at the verified generation) so the next build reruns it, and the
+findings go to ``.marinbuild_verify.json``. Steps built by Marin (no manifest) are unverified and left alone."""
 
 from __future__ import annotations
 
@@ -77,8 +69,7 @@ class FileProblem:
 
 @dataclass
 class StepVerification:
-    """One step: ``error`` is the first unparsable file's message or why it is unverified; ``invalidated``: its
-    status was removed; ``metadata``: the files that do not parse; ``repairs``: what ``--repair`` removed."""
+    """One step's verification: first error, whether invalidated, unparsable ``metadata``, ``--repair``'s removals."""
 
     output_path: str
     state: Verdict
@@ -185,8 +176,7 @@ def verify_output(
     repair_metadata: bool = False,
     stale_after: float = STALE_AFTER,
 ) -> StepVerification:
-    """Verify one step's metadata and outputs against its manifest (and invalidate it if damaged and ``repair``;
-    remove unparsable metadata and leftover leases if ``repair_metadata``)."""
+    """Verify one step's metadata and outputs; ``repair``: invalidate it if damaged; ``repair_metadata``: tidy it."""
     result = StepVerification(output_path, NOT_BUILT, name=name, label=label)
     status = pb.read_noting(result.metadata, lambda: st.read_status(output_path))
     lease = pb.read_noting(result.metadata, lambda: lease_for(output_path, "cache-verify", stale_after).holder())
@@ -244,8 +234,7 @@ def _repair_metadata(result: StepVerification, stale_after: float) -> None:
 
 
 def _old_temporaries(folder: str, older_than: float) -> list[str]:
-    """``.tmp-*`` files (an atomic write's or a lease creation's) in ``folder`` untouched for ``older_than`` seconds:
-    left by a process killed mid-write (a live writer's exists for microseconds)."""
+    """``.tmp-*`` files in ``folder`` untouched for ``older_than`` seconds: left by a process killed mid-write."""
     try:
         entries = list(os.scandir(folder))
     except (FileNotFoundError, NotADirectoryError):
@@ -261,8 +250,7 @@ def _old_temporaries(folder: str, older_than: float) -> list[str]:
 
 
 def remove_dead_lease(output_path: str, stale_after: float, *, unparsable: bool) -> bool:
-    """Delete the step's lease if nobody holds it: unparsable (``unparsable``), stale, or its holder gone. A local
-    lease is checked and deleted under its flock (a Marin or marinbuild runner taking it meanwhile keeps it)."""
+    """Delete the step's lease if nobody holds it (unparsable, stale, holder gone); a local one under its flock."""
     path = lease_path(output_path)
 
     def dead(data: bytes) -> bool:
@@ -334,9 +322,8 @@ def verify_outputs(
 def verify_cache(
     session: Any, targets: Iterable[Any], *, repair: bool = True, deps: bool = True, repair_metadata: bool = False
 ) -> VerifyReport:
-    """Verify the steps of the targets (labels or patterns) and, with ``deps``, every step they depend on, each
-    labelled with its own target (a step no label names, e.g. inside an ``executor_script``: its name). Damaged
-    steps are invalidated unless ``repair`` is False (``--dry_run``)."""
+    """Verify the targets' steps (with ``deps``, all they depend on), each labelled with its target (or its name: a step
+    no label names). Damaged steps are invalidated unless ``repair`` is False (``--dry_run``)."""
     labels = pb.resolve_targets(session, targets)
     output_paths = session.engine.output_paths
     graph = StepGraph(session.engine.table) if deps else None

@@ -1,14 +1,9 @@
 """``why``: for each step of a target (and each step it needs that would run), why it would run.
 
-A step is up to date when its status is SUCCESS. Otherwise the reason is one of ``Reason``'s: never built,
-output deleted or incomplete, failed before (with the failure's traceback path), running elsewhere,
-abandoned run, damaged (a file that does not parse), or version changed, with the differences from the
-most recent other version of the step under the prefix. A folder holding nothing but ``.executor_info``
-is a step not built yet (written before a step runs), not a deleted output. A step shared by several
-targets of a pattern is read and explained once.
-A step that starts from another step's checkpoint not there yet says so (``waits_for``), and that step is
-listed as needed when it would run, as the build's plan needs it (``marinbuild.run.handoff``).
-"""
+A step is up to date when its status is SUCCESS; else the reason is one of ``Reason``'s, a changed version with its
+differences from the most recent other version under the prefix. A folder holding only ``.executor_info`` is not built
+yet, not deleted. A step shared by several targets is explained once. A step waiting for a checkpoint not there yet says
+so (``waits_for``), and the producer is listed as needed (``run.handoff``)."""
 
 from __future__ import annotations
 
@@ -97,9 +92,8 @@ class TargetExplanation:
 
 
 def why(session: Any, label: str | Label) -> list[StepExplanation]:
-    """Explain every step of ``label`` (or of the targets a pattern matches, each once) and every step they need
-    that would run, dependencies first. Statuses are read as the plan does (not below a built step), so the
-    steps listed besides the target's own are exactly the plan's ``to_run``."""
+    """Explain every step of ``label`` (or of a pattern's targets, each once) and every step they need that would run,
+    dependencies first; statuses are read as the plan reads them, so the extra steps are its ``to_run``."""
     groups = why_targets(session, [label])
     chosen: dict[str, StepExplanation] = {}
     for group in groups:
@@ -221,8 +215,7 @@ def _indent(text: str) -> str:
 
 
 def why_targets_as_dict(patterns: list[str], groups: list[TargetExplanation], step_paths: list[str]) -> dict[str, Any]:
-    """The JSON form of a pattern: ``{"patterns", "targets": [one target's form, ...], "to_run": [names]}``, each
-    step that would run once, in the order of ``step_paths``."""
+    """A pattern's JSON form (``patterns``, ``targets``, ``to_run``), steps to run once, in ``step_paths`` order."""
     running = {e.output_path: e.step for group in groups for e in group.steps if e.will_run}
     return {
         "patterns": list(patterns),

@@ -1,13 +1,9 @@
 """The ``marinbuild`` command line (click): parses, calls the library, formats. Nothing more.
 
-What a command does lives in ``analysis.build`` and ``ui.build_report`` (build), ``cache`` (why, cache),
-``query`` and ``cluster`` (submit, jobs). This module owns the exit codes: 0 success, 1 a step failed
-(or ``--check_up_to_date`` found work to do), 2 bad usage or a bad BUILD file (one line on stderr saying
-what to fix, no traceback, nothing run or written), 36 a problem of this machine (a local Ray instance that
-does not start: one line; Bazel's code for a local environmental issue), 37 an internal error (a bug in
-marinbuild: the traceback and a request for a bug report; Bazel's code). Results go to stdout; progress and
-logs to stderr.
-"""
+It owns the exit codes: 0 success; 1 a step failed (or ``--check_up_to_date`` found work); 2 bad usage or a bad BUILD
+file (one line on stderr saying what to fix, nothing run); 36 a problem of this machine (a local Ray that does not
+start; Bazel's code); 37 an internal error (the traceback and a request for a bug report; Bazel's code). Results go to
+stdout, progress and logs to stderr."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """The command line as users from Bazel and Marin type it, rewritten into marinbuild's own options.
 
-``rewrite(args)`` turns Marin's boolean spellings (``--dry_run true``, ``--force_run_failed=false``, as
-draccus parses them in ``executor_main``) into plain flags and leaves every other argument as it is.
-``unknown_command`` names the subcommand a mistyped word (``biuld``) was meant to be, or None (the word
-is then read as a target pattern).
-"""
+``rewrite(args)`` turns Marin's boolean spellings (``--dry_run true``, as draccus parses them) into plain flags;
+``unknown_command`` names the subcommand a mistyped word was meant to be, or None (then it is a pattern)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """``marinbuild info [KEY]``: facts about this workspace and installation, as ``bazel info`` prints them.
 
-Contract: ``workspace_info(workspace, settings, prefix_flag)`` returns an ordered mapping of key to
-value (strings), computed without loading BUILD files, starting Ray or touching the prefix. Keys:
-``workspace``, ``prefix``, ``prefix_source``, ``backend``, ``ray_address``, ``output_base`` (the
-workspace's ``.marinbuild`` folder), ``stat_cache``, ``ray_log``, ``experiments``, ``version``, ``python``.
-"""
+``workspace_info(workspace, settings, prefix_flag)`` returns an ordered mapping of key to string value, computed without
+loading BUILD files, starting Ray or touching the prefix."""
 
 from __future__ import annotations
 

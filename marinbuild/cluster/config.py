@@ -1,13 +1,9 @@
 """``--cluster``: from a Ray cluster launcher config (``infra/NAME.yaml``) to the head's dashboard address.
 
-``find_config`` takes a YAML path, or a name looked up in the workspace's ``infra/`` (``NAME.yaml``,
-``marinbuild-NAME.yaml``, ``marin-NAME.yaml``, or the file whose ``cluster_name`` is NAME), as Marin's
-``ray_run.py --cluster`` does. ``resolve_cluster`` finds the head as Ray's launcher does: a ``local``
-provider names it (``provider.head_ip``); any other is asked through ``ray.autoscaler.sdk.get_head_node_ip``
-(the cloud's API with this machine's credentials; ``head_ip_of`` replaces that one call). The dashboard
-port is the head's ``--dashboard-port`` in ``head_start_ray_commands``, else 8265. Every failure is a
-``ClusterConfigError``: one line naming the config and what to do.
-"""
+``find_config`` takes a YAML path, or a name looked up in the workspace's ``infra/`` as Marin's ``ray_run.py --cluster``
+does. ``resolve_cluster`` finds the head as Ray's launcher does: ``provider.head_ip`` for a ``local`` provider, else
+``ray.autoscaler.sdk.get_head_node_ip`` (``head_ip_of`` replaces that one call); the port is the head's
+``--dashboard-port``, else 8265. Every failure is a one-line ``ClusterConfigError``."""
 
 from __future__ import annotations
 

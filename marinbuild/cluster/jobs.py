@@ -1,9 +1,8 @@
 """``marinbuild jobs list | status JOB | logs JOB [-f] | stop JOB``: Ray jobs on a cluster, through Ray's SDK.
 
-``job_client(address)`` connects (``JobSubmissionClient`` sends the Ray auth token itself);
-``ray_errors(address)`` turns what Ray raises into one-line ``JobsError`` / ``RayAuthError`` (the CLI exits
-2): an unreachable cluster, a missing or refused token, an unknown job id. The functions return plain values.
-"""
+``job_client(address)`` connects (``JobSubmissionClient`` sends the Ray auth token itself); ``ray_errors(address)``
+turns what Ray raises into one-line ``JobsError`` / ``RayAuthError`` (the CLI exits 2): an unreachable cluster, a
+missing or refused token, an unknown job id. The functions return plain values."""
 
 from __future__ import annotations
 

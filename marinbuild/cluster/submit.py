@@ -1,18 +1,11 @@
-"""``marinbuild submit [--cluster CONFIG | --address URL] [--tpu TYPE] [-e KEY VALUE]... -- COMMAND...``: run a
-command on a Ray cluster through Ray's Job Submission API (replaces Marin's ``ray_run.py``).
+"""``marinbuild submit [--cluster CONFIG | --address URL] [--tpu TYPE] [-e KEY VALUE]... -- COMMAND...``: run a command
+on a Ray cluster through Ray's Job Submission API (replaces Marin's ``ray_run.py``; docs/cluster.md).
 
-The workspace (the nearest folder with a ``pyproject.toml``) is the job's ``working_dir`` (minus
-``runtime_env.WORKING_DIR_EXCLUDES`` and what ``.gitignore`` lists); the command runs from the relative
-folder it was typed in. ``HF_TOKEN``, ``WANDB_API_KEY`` and ``MARIN_PREFIX`` are passed on when set, and
-``GIT_COMMIT`` is the workspace's ``git rev-parse HEAD``, as Marin did. ``--extra NAME`` installs extras of
-the workspace (or packages). ``tpu="v4-8"`` adds to ``entrypoint_resources`` what one host of that type
-advertises, as Marin's ``--tpu``. The exit code is the job's: 0 if it succeeded, the command's own if it
-failed with one, else 1.
-
-The address is ``--address``, else the head of ``--cluster``, else ``RAY_API_SERVER_ADDRESS``, else
-``RAY_ADDRESS``, else ``http://127.0.0.1:8265``. Connection and token failures are ``JobsError`` /
-``RayAuthError``.
-"""
+The workspace is the job's ``working_dir`` (minus ``runtime_env.WORKING_DIR_EXCLUDES`` and ``.gitignore``d files), the
+command run from the folder it was typed in. ``HF_TOKEN``, ``WANDB_API_KEY``, ``MARIN_PREFIX`` are passed on,
+``GIT_COMMIT`` set, as Marin did; ``--tpu`` adds one host's resources to ``entrypoint_resources``. The exit code is the
+job's. The address: ``--address``, the head of ``--cluster``, ``RAY_API_SERVER_ADDRESS``, ``RAY_ADDRESS``,
+``http://127.0.0.1:8265``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """How marinbuild drives Python's cyclic garbage collector: paused while building big tables, spared at exit.
 
-``gc_paused()``: versions, plans and loaded BUILD files are many small objects, never cyclic garbage, that the
-collector would rescan as they grow; on leaving they go straight to the oldest generation (``gc.freeze`` then
-``gc.unfreeze``, constant-time), whose passes Python spaces out. ``skip_final_collection()``: an ``atexit`` hook
-freezes every live object before CPython's final collection walks them all; only cyclic garbage alive at exit
-is left to the system, as ``os._exit`` does.
-"""
+``gc_paused()``: versions, plans and loaded BUILD files are many small objects, never cyclic garbage; on leaving they go
+straight to the oldest generation (``gc.freeze``/``gc.unfreeze``, constant time). ``skip_final_collection()``: an
+``atexit`` hook freezes every object before CPython's final collection walks them all, as ``os._exit`` would."""
 
 from __future__ import annotations
 

@@ -45,8 +45,7 @@ class MarinJsonEncoder(json.JSONEncoder):
         return str(o)
 
 
-json_str = json.encoder.encode_basestring_ascii
-"""``json.dumps(a_str)``, without its call chain."""
+json_str = json.encoder.encode_basestring_ascii  # ``json.dumps(a_str)``, without its call chain.
 
 
 dumps_sorted = MarinJsonEncoder(sort_keys=True).encode
@@ -54,8 +53,7 @@ dumps_sorted = MarinJsonEncoder(sort_keys=True).encode
 
 
 def dumps_indented(obj: Any, depth: int = 0) -> str:
-    """The form Marin writes info files in: ``json.dumps(obj, indent=2, cls=CustomJsonEncoder)``, keys in
-    insertion order. ``depth``: the text as it reads nested that many levels deep in a bigger document (inner
-    lines indented 2 * depth more; json escapes line breaks inside strings, so every line break is structural)."""
+    """Marin's info file form, ``json.dumps(obj, indent=2, cls=CustomJsonEncoder)``; ``depth``: as it reads nested that
+    deep in a bigger document (inner lines indented 2 * depth more: every line break is structural)."""
     text = json.dumps(obj, indent=2, cls=MarinJsonEncoder)
     return text.replace("\n", "\n" + "  " * depth) if depth else text

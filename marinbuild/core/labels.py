@@ -1,14 +1,9 @@
 """Labels and target patterns: parsing, printing and expansion (pure: no I/O).
 
-A label names a target or a source file: ``//experiments/tutorials:hello_world``,
-``@marinbuild//rules:python.py``. Relative forms (``:name``, ``name``) are resolved
-against a current package. A target pattern selects labels: ``//pkg/...``, ``//pkg:all``
-(or ``//pkg:*``), ``//...``, a plain label, and ``-PATTERN`` to subtract.
-
-Names may contain ``/`` (file labels such as ``//pkg:data/a.jsonl``) but never ``.`` or
-``..`` segments, a leading ``/`` or backslashes, so ``package/name`` always stays inside
-whatever prefix it is joined to.
-"""
+A label names a target or source file (``//pkg:name``, ``@marinbuild//rules:python.py``; ``:name`` and ``name`` relative
+to a current package); a pattern selects labels (``//pkg/...``, ``//pkg:all``, ``//...``, a label, ``-PATTERN`` to
+subtract). Names may contain ``/`` but never ``.`` or ``..`` segments, a leading ``/`` or backslashes, so
+``package/name`` stays inside whatever prefix it is joined to."""
 
 from __future__ import annotations
 
@@ -48,11 +43,6 @@ class Label:
     @property
     def path(self) -> str:
         return f"{self.package}/{self.name}" if self.package else self.name
-
-    def sibling(self, name: str) -> Label:
-        """The label ``name`` in the same package (``name`` is validated)."""
-        validate_target_name(name)
-        return Label(self.package, name, self.repo)
 
 
 def validate_package(package: str, text: str | None = None) -> None:
@@ -110,8 +100,7 @@ def _first_illegal(segment: str, pattern: re.Pattern[str]) -> str:
 
 
 def parse_label(text: str, current_package: str | None = None) -> Label:
-    """``//pkg/sub:name``, ``//pkg`` (= ``//pkg:pkg``), ``@repo//pkg:name``, and, when ``current_package`` is
-    given, ``:name`` and bare ``name``."""
+    """``//pkg/sub:name``, ``//pkg`` (``//pkg:pkg``), ``@repo//pkg:name``; ``:name``, ``name`` in a package."""
     if not isinstance(text, str):
         raise LabelError(f"expected a label string, got {type(text).__name__} {text!r}")
     if text == "":
@@ -161,8 +150,7 @@ def parse_label(text: str, current_package: str | None = None) -> Label:
 
 @dataclass(frozen=True, slots=True)
 class TargetPattern:
-    """One parsed target pattern: ``kind`` is ``"label"`` (exactly ``label``), ``"all"`` (every target of
-    ``package``) or ``"recursive"`` (every target of ``package`` and the packages beneath it)."""
+    """A parsed pattern: ``kind`` ``"label"``, ``"all"`` (``package``'s targets) or ``"recursive"`` (and below)."""
 
     kind: str
     package: str

@@ -1,9 +1,8 @@
-"""Placeholder values of Marin's executor API that users put into step configs: steps, input/output names,
-versioned values. Frozen dataclasses with Marin's fields and semantics (``marin.execution.types``), so scripts
-written for Marin build the same graphs here. ``InputName``, ``OutputName`` and ``VersionedValue`` have slots
-(a build holds several per step; a ``__dict__`` tripled their size); ``ExecutorStep`` keeps its ``__dict__``:
-``step_spec`` adds an attribute to steps it makes, and scripts written for Marin may too.
-"""
+"""Placeholder values of Marin's executor API that users put into step configs: steps, input/output names, versioned
+values. Frozen dataclasses with Marin's fields and semantics (``marin.execution.types``), so scripts written for Marin
+build the same graphs here. ``InputName``, ``OutputName`` and ``VersionedValue`` have slots (a build holds several per
+step; a ``__dict__`` tripled their size); ``ExecutorStep`` keeps its ``__dict__``: ``step_spec`` adds an attribute to
+steps it makes, and scripts written for Marin may too."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ ExecutorFunction = Callable[..., Any] | None
 
 @dataclass(frozen=True)
 class ExecutorStep(Generic[ConfigT_co]):
-    """One step of a pipeline: ``fn(config)`` writes its outputs under its output path. Identity is the object
-    itself; steps whose versions are equal are deduplicated when versions are computed."""
+    """One step: ``fn(config)`` writes under its output path; identity is the object, equal versions deduplicated."""
 
     name: str
     fn: ExecutorFunction
@@ -61,8 +59,7 @@ class InputName:
 
     step: ExecutorStep | None
     name: str | None
-    block_on_step: bool = True
-    """False makes this a pseudo-dependency: part of the version, but not waited for or run."""
+    block_on_step: bool = True  # False makes this a pseudo-dependency: part of the version, but not waited for or run.
 
     def cd(self, name: str) -> InputName:
         # As in Marin, the result is blocking even if ``self`` was not: hashes must match Marin's.

@@ -1,24 +1,11 @@
 """What a step asks a backend for: CPUs, memory, GPUs, TPU slices and custom Ray resources.
 
-``normalize`` turns each way of writing a request into ``Resources``: ``Resources(cpu=4, memory="16g", gpu=1,
-custom={"spot": 1})`` or ``tpu("v4-8")``; a dict as a BUILD rule's ``resources`` holds it (``{"cpu": 4,
-"memory": "16g", "gpu": 1, "tpu": "v4-8", "custom": {...}}``, any other key with a number a custom resource);
-Marin's ``ResourceConfig`` (fray: ``cpu``, ``ram`` and a cpu/gpu/tpu ``device``); ``None``, the backend's default.
-
-On Ray a TPU slice is the custom resources Ray advertises on each TPU VM: ``TPU`` (that VM's chips) and
-``TPU-<type>-head`` (on worker 0 of a slice). A single-host slice asks for both, so the step holds every
-chip of one slice, in a fresh worker process (``max_calls=1``: libtpu belongs to one process at a time).
-A multi-host slice asks nothing of the slice for the step's own task: it is the slice's coordinator, which
-reserves a whole slice with ``ray.util.tpu`` (``marinbuild.ml.slice_run``, using ``TpuSlice.topology``) and
-runs one process per host; holding the head resource itself would keep ``ray.util.tpu`` from reserving it.
-Several slices (``slices`` > 1: multislice) are reserved together and run as one job; like a multi-host slice,
-the step's task coordinates them, and it never runs on a node labelled ``ray.io/market-type=spot`` (a label
-selector): a preempted coordinator would end every host's work and spend the step's retries, not its
-preemption budget.
-
-Pure data: no device, file or cluster is touched (what this machine has is ``marinbuild.run.resources``), so
-the loader's ``tpu()`` builtin and the analysis use it knowing nothing of execution.
-"""
+``normalize`` reads every form of a request: ``Resources(...)``, ``tpu("v4-8")``, a BUILD ``resources`` dict (unknown
+numeric keys are custom resources), Marin's ``ResourceConfig``, ``None`` (the backend's default). On Ray a single-host
+slice asks for ``TPU`` and ``TPU-<type>-head`` in a fresh worker (libtpu belongs to one process). Multi-host or several
+slices ask nothing of a slice for the step's task, which coordinates, reserving them with ``ray.util.tpu``
+(``ml.slice_run``), and never runs on a ``ray.io/market-type=spot`` node (its preemption would end every host's work).
+Pure data: no device, file or cluster is touched."""
 
 from __future__ import annotations
 
@@ -152,8 +139,7 @@ class Resources:
 
     @property
     def multi_host(self) -> bool:
-        """Several hosts (a multi-host slice, or several slices): the step coordinates one process per host
-        (``marinbuild.ml.slice_run``)."""
+        """Several hosts: the step coordinates one process per host (``marinbuild.ml.slice_run``)."""
         return self.tpu is not None and (tpu_slice(self.tpu).multi_host or self.slices > 1)
 
     @property
@@ -198,8 +184,7 @@ class Resources:
 
     @property
     def fresh_worker(self) -> bool:
-        """Run in a worker process of its own (``max_calls=1``); not a multi-host slice's coordinator, whose hosts'
-        processes run in fresh workers of their own."""
+        """Run in a worker of its own (``max_calls=1``); not a multi-host coordinator, whose hosts get fresh workers."""
         return self.wants_tpu and not self.multi_host
 
     def describe(self) -> str:
@@ -247,8 +232,7 @@ def check_slices(slices: Any, tpu_type: str | None) -> None:
 
 
 def tpu(tpu_type: str, *, cpu: float | None = None, memory: int | str | None = None, slices: int = 1) -> Resources:
-    """Whole TPU slices: ``tpu("v4-8")`` asks Ray for ``{"TPU": 4, "TPU-v4-8-head": 1}``; ``slices`` > 1 several,
-    reserved together."""
+    """Whole TPU slices: ``tpu("v4-8")`` asks Ray for ``{"TPU": 4, "TPU-v4-8-head": 1}``; several reserved together."""
     return Resources(cpu=cpu, memory=memory, tpu=tpu_type, slices=slices)  # type: ignore[arg-type]
 
 

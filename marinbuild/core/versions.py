@@ -1,19 +1,11 @@
 """Versions, version strings, hashes and output paths of steps, exactly as Marin computes them.
 
-A step's version is ``{"name", "config" (its versioned values), "dependencies": [...]}``
-(plus ``"pseudo_dependencies"`` when it has any); a dependency deeper than 4 levels is
-written as ``"name-hash"``. The version string is ``json.dumps(version, sort_keys=True)``
-and the output path ``<prefix>/<name>-<md5(version_str)[:6]>``.
-
-What differs from Marin, none of it visible in the results (``tests/test_compat_vectors.py``):
-- the walk is iterative, so a 10,000-step chain does not hit Python's recursion limit;
-- a version string is composed from its dependencies' already-computed strings instead
-  of serialising every nested version again for each consumer (byte-identical, because
-  ``json.dumps`` of a nested sorted dict is the nested dict's own sorted dump).
-The tables are plain dicts, filled as each step is versioned, but for two columns made when read (``PerStep``):
-``configs`` (a config is instantiated when first read, not as its version is recorded as Marin does: a no-op
-reads none) and ``version_strs`` (see ``VersionTable.version_strs``).
-"""
+A version is ``{"name", "config", "dependencies"}`` (plus ``"pseudo_dependencies"``), a dependency deeper than 4 levels
+written ``"name-hash"``; the version string is ``json.dumps(version, sort_keys=True)``, the output path
+``<prefix>/<name>-<md5(version_str)[:6]>``. Unlike Marin, invisibly in the results (``tests/test_compat_vectors.py``):
+the walk is iterative (no recursion limit), and a version string is composed from its dependencies' strings
+(byte-identical: a nested sorted dump is the nested dict's own). The tables are plain dicts but for ``configs`` and
+``version_strs`` (``PerStep``), made when read, so a no-op instantiates no config."""
 
 from __future__ import annotations
 
@@ -27,8 +19,7 @@ from marinbuild.core.jsonenc import dumps_indented, dumps_sorted, json_str
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.core.walk import collect_dependencies_and_version, instantiate_config, make_prefix_absolute_path
 
-MAX_INLINE_DEPTH = 4
-"""Dependencies whose chain depth is at most this are inlined into a consumer's version."""
+MAX_INLINE_DEPTH = 4  # Dependencies whose chain depth is at most this are inlined into a consumer's version.
 
 
 class VersionCycleError(ValueError):
@@ -36,8 +27,7 @@ class VersionCycleError(ValueError):
 
 
 class PerStep(Mapping[ExecutorStep, Any]):
-    """A column of the table that is made when read, not as each version is recorded: ``make(step)`` gives a
-    versioned step's value; ``kept`` holds the values kept (``make`` may keep what it makes)."""
+    """A table column made when read: ``make(step)`` gives a versioned step's value, ``kept`` what was kept."""
 
     def __init__(self, table: VersionTable, make: Callable[[ExecutorStep], Any]):
         self._versions = table.versions
@@ -57,9 +47,8 @@ class PerStep(Mapping[ExecutorStep, Any]):
 class VersionTable:
     """Everything Marin's ``Executor`` records per step while computing versions.
 
-    The attributes have Marin's names and meanings; ``steps`` lists one step per distinct
-    version, in the order Marin would list them (dependencies before consumers).
-    """
+    The attributes have Marin's names and meanings; ``steps`` lists one step per distinct version, in the order Marin
+    would list them (dependencies before consumers)."""
 
     def __init__(self, prefix: str):
         self.prefix = prefix
@@ -160,8 +149,7 @@ class VersionTable:
             self._record(current, pseudo, frame[2])
 
     def action_digest(self, step: ExecutorStep) -> str:
-        """The sha256 of the step's version string (``marinbuild.store.action_cache.version_digest``): the plan and
-        the runner key actions by it; taken with the md5, so that a no-op composes no string again."""
+        """The sha256 of the step's version string, the action cache's key (taken with the md5: no-ops compose none)."""
         return self._action_digests[step]
 
     def indented_version(self, step: ExecutorStep, depth: int = 0) -> str:
@@ -184,8 +172,7 @@ class VersionTable:
         return made
 
     def _dep_versions(self, deps: list[ExecutorStep]) -> list[Any]:
-        """The dependencies as a consumer's version lists them: inlined, or ``"name-hash"`` when deeper than
-        ``MAX_INLINE_DEPTH``."""
+        """The dependencies as a version lists them: inlined, or ``"name-hash"`` deeper than ``MAX_INLINE_DEPTH``."""
         depth, versions, hashed = self.depth, self.versions, self.hashed_versions
         return [versions[d] if depth[d] <= MAX_INLINE_DEPTH else f"{d.name}-{hashed[d]}" for d in deps]
 

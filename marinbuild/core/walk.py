@@ -1,15 +1,10 @@
 """Walking step configs: finding placeholders, collecting versions, resolving placeholders.
 
-Same semantics as Marin's executor: dataclasses, dicts (string keys), lists, tuples and
-sets are walked; ``VersionedValue`` contributes ``prefix -> value`` to the version;
-``InputName``/``ExecutorStep`` contribute ``prefix -> "DEP[i]/sub"`` and a dependency;
-``MirroredValue`` is transparent for versioning. Recursion follows the nesting of one
-config, never the depth of the step graph.
-
-``instantiate_config`` is a module-level function, not a closure: a closure that calls itself is a
-reference cycle (function -> its cell -> function), left to the cyclic collector, which is paused while
-versions are computed (``core/gc_control.py``).
-"""
+Marin's semantics: dataclasses, dicts, lists, tuples and sets are walked; ``VersionedValue`` contributes ``prefix ->
+value``, ``InputName``/``ExecutorStep`` ``prefix -> "DEP[i]/sub"`` and a dependency; ``MirroredValue`` is transparent.
+Recursion follows one config's nesting, never the graph's depth. ``instantiate_config`` is a module-level function, not
+a self-calling closure: that would be a reference cycle, left to the cyclic collector, which is paused while versions
+are computed."""
 
 from __future__ import annotations
 
@@ -48,10 +43,7 @@ _PLAIN = frozenset({type(None), str, int, float, bool, bytes})
 
 
 def walk_config(obj: Any) -> Iterator[InputNameEvent | VersionedEvent]:
-    """Yield one event per ``InputName``/``VersionedValue`` placeholder inside ``obj``, in walk order.
-
-    Bare ``ExecutorStep``s are reported as ``InputName(step, None)``.
-    """
+    """An event per ``InputName``/``VersionedValue`` in ``obj`` in walk order (a step as ``InputName(step, None)``)."""
     for prefix, value in _placeholders(obj):
         if isinstance(value, InputName):
             yield InputNameEvent(prefix, value)
@@ -60,8 +52,7 @@ def walk_config(obj: Any) -> Iterator[InputNameEvent | VersionedEvent]:
 
 
 def _placeholders(obj: Any) -> list[tuple[str, Any]]:
-    """``(prefix, InputName or VersionedValue)`` per placeholder in ``obj``: ``walk_config``'s events without a
-    generator frame or an event object each."""
+    """``(prefix, placeholder)`` per placeholder: ``walk_config`` without a generator or event objects."""
     found: list[tuple[str, Any]] = []
     _walk(obj, "", found)
     return found
@@ -113,12 +104,8 @@ def dependency_index_str(i: int) -> str:
 
 
 def collect_dependencies_and_version(obj: Any) -> Dependencies:
-    """Versioned values and dependencies of a config, with Marin's ``DEP[i]`` numbering.
-
-    Indices count blocking and pseudo dependencies together in walk order, so a step
-    used twice gets two indices. The version's keys (``attrs.deps.[0]``, ...) are interned: every step of a
-    rule has the same keys, and each step's version is kept for the whole build (``VersionTable.versions``).
-    """
+    """Versioned values and dependencies of a config, with Marin's ``DEP[i]`` numbering (blocking and pseudo together,
+    in walk order). The version's keys are interned: every step of a rule has the same ones."""
     pseudo: list[ExecutorStep] = []
     blocking: list[ExecutorStep] = []
     version: dict[str, Any] = {}
@@ -198,19 +185,13 @@ def _instantiate(obj: Any, output_path: str | None, output_paths: dict[ExecutorS
 
 
 def instantiate_config(config: Any, output_path: str | None, output_paths: dict[ExecutorStep, str], prefix: str) -> Any:
-    """A copy of ``config`` with every placeholder replaced by the concrete value or path it stands for.
-
-    ``MirroredValue`` paths become ``mirror://<path>``.
-    """
+    """``config`` with every placeholder replaced by its value or path (``MirroredValue``: ``mirror://``)."""
 
     return _instantiate(config, output_path, output_paths, prefix)
 
 
 def resolve_local_placeholders(config: ConfigT, output_path: str) -> ConfigT:
-    """Resolve what the caller can resolve alone: ``OutputName`` paths and ``VersionedValue`` wrappers.
-
-    ``InputName``/``ExecutorStep`` references and ``MirroredValue`` wrappers are kept.
-    """
+    """Resolve ``OutputName`` paths and ``VersionedValue`` wrappers, keeping references and ``MirroredValue``s."""
 
     def recurse(obj: Any) -> Any:
         if obj is None:
@@ -239,10 +220,7 @@ def resolve_local_placeholders(config: ConfigT, output_path: str) -> ConfigT:
 
 
 def unwrap_versioned_value(value: Any) -> Any:
-    """Strip ``VersionedValue``/``MirroredValue`` wrappers anywhere inside ``value``.
-
-    Paths that depend on execution (``InputName``, ``OutputName``, steps) cannot be unwrapped.
-    """
+    """Strip ``VersionedValue``/``MirroredValue`` wrappers in ``value`` (execution paths cannot be)."""
 
     def recurse(obj: Any) -> Any:
         if isinstance(obj, MirroredValue | VersionedValue):

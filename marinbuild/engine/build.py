@@ -1,10 +1,7 @@
 """One build, whichever face asked for it: ``build(engine, steps, ...)`` runs the steps and returns what happened.
 
-The command line (``analysis.build``, which prints the result) and ``executor_main`` (which raises its failure,
-as Marin does) both call it with engines made by ``Settings.resolve``. A failed step is part of the result, not
-an exception; what refuses a build before any step runs (resources the backend cannot give, a built output path
-holding another version's outputs) is raised.
-"""
+The CLI prints the result; ``executor_main`` raises its failure, as Marin does. A failed step is part of the result;
+what refuses a build before any step runs is raised."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ if TYPE_CHECKING:
 
 
 class PlanRow(NamedTuple):
-    """One step of the plan: its state (``built``, ``missing``, ...), output path, the lease another
-    worker holds on it (or None), and whether this build runs it (or would, in a dry run)."""
+    """A planned step: state, output path, another worker's lease (or None), and whether this build runs it."""
 
     step: ExecutorStep
     state: str
@@ -33,11 +29,10 @@ class PlanRow(NamedTuple):
 
 @dataclass
 class BuildResult:
-    """What a build did: ``requested``, (name, output path) of what was asked for (a label, or a step's name);
-    ``plan``, None if the run ended before planning; ``failure``, the step failure that ended it;
-    ``dry_run_problems``, why the local backend could not run some steps of a dry run; ``code_changed``, built
-    outputs whose code (not part of their key) changed since, with the files; ``succeeded``, the steps run
-    successfully, in the order they finished."""
+    """What a build did: ``requested``, (name, output path) of what was asked for (a label, or a step's name); ``plan``,
+    None if the run ended before planning; ``failure``, the step failure that ended it; ``dry_run_problems``, why the
+    local backend could not run some steps of a dry run; ``code_changed``, built outputs whose code (not part of their
+    key) changed since, with the files; ``succeeded``, the steps run successfully, in the order they finished."""
 
     engine: Engine
     requested: list[tuple[str, str]]
@@ -64,8 +59,7 @@ def build(
     max_concurrent: int | None = None,
     rebuild: Sequence[ExecutorStep] = (),
 ) -> BuildResult:
-    """Run ``steps`` on ``engine`` (``Engine.run``'s arguments) into a ``BuildResult``. ``requested``: how the
-    caller names what it asked for (default: each step's name and output path)."""
+    """Run ``steps`` on ``engine`` into a ``BuildResult``; ``requested``: what the caller asked for (default: steps)."""
     result = BuildResult(engine, [])
     try:
         engine.run(

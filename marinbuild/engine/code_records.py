@@ -1,28 +1,11 @@
 """The code each step runs, recorded with its output, and whether it changed since that output was built.
 
-A step's code is the set of Python files that define what it does, each with its xxh3-128 content
-digest (the stat cache of ``marinbuild.load.sources`` keeps a file from being read twice):
-
-- a target of a rule (``TargetConfig``): the files analysis put in its ``code`` (the rule's module;
-  for ``python_step`` also the module of ``fn``);
-- a step of a Marin script: the file defining its ``fn``, when that file is inside the workspace.
-
-Paths are relative to the workspace root when inside it, else absolute.
-
-Contract:
-- ``record(output_path, code)`` writes ``<output_path>/.marinbuild_code.json`` (``{"files": {path: digest}}``);
-  the build flow (``marinbuild.analysis.build``) calls it for each step a build ran successfully.
-- ``CodeChanges`` answers, for many steps at once, the sentence ``why``, ``cache status``, query's
-  ``stale()`` and the build summary print: "code changed since this output was built: <file>" (a file gone
-  counts as changed; an output without a record, built by Marin, has nothing to say). It reads local records
-  one after the other. On GCS it reads none while the code is unchanged: a record is the
-  deterministic JSON ``record_bytes(code)``, so the md5 a listing of the step folders gives for it
-  (``store.batch.read_md5s``, a listing per few hundred steps) equals the md5 of the record the code now would
-  make; only a record whose md5 differs is read (``read_many``, together), to name the files that changed.
-  Records on other object stores are read together.
-A file whose digest is part of the step's key (``python_step``'s ``fn`` module, by default) cannot
-differ for a built output, whose path holds that key; only the other files can.
-"""
+A step's code is its Python files with xxh3-128 digests: a rule target's ``code`` files, or a Marin step's ``fn`` file
+when inside the workspace (paths relative to its root). ``record`` writes ``<output_path>/.marinbuild_code.json`` for
+each step that succeeded. ``CodeChanges`` tells for many steps at once "code changed since this output was built:
+<file>" (``why``, ``cache status``, ``stale()``, the summary; a gone file counts as changed; no record, nothing to say).
+On GCS the deterministic ``record_bytes(code)`` makes a listing's md5 (``batch.read_md5s``) tell whether a record
+differs; only those are read. A file whose digest is in the step's key cannot differ for a built output."""
 
 from __future__ import annotations
 
@@ -53,8 +36,7 @@ CODE_RECORD = ".marinbuild_code.json"
 
 
 def display_path(path: str | os.PathLike[str], root: Path, stat_cache: Any = None) -> str:
-    """``path`` relative to the workspace ``root`` when inside it, else absolute. With the build's ``stat_cache``
-    (``marinbuild.load.StatCache``), each path is resolved once per build."""
+    """``path`` relative to the workspace ``root`` when inside it, else absolute (resolved once with ``stat_cache``)."""
     if stat_cache is not None:
         return stat_cache.display_path(path, root)
     resolved = Path(path).resolve()
@@ -126,26 +108,20 @@ def _differ(was: dict[str, str] | None, code: dict[str, str]) -> list[str]:
 
 class CodeChanges:
     """Changed code of many built outputs: ``check(steps)`` answers the steps whose code changed, ``of(step)`` one.
-
-    ``check`` goes through the steps one at a time and keeps only a set of the steps checked and the changes
-    found: a build's check covers every built output of the graph, and a table of every step's code and answer
-    (as it was) held 100,000 small dicts and lists at the end of a 100,000-step build, its peak. Local records
-    are read one after the other (a thread per read costs more than the read); records on GCS are compared by
-    their listed md5 and only those that differ are read (see the module docstring)."""
+    ``check`` keeps only the set of steps checked and the changes found (a table of every step's code held 100,000 dicts
+    at the peak of a 100,000-step build). Local records are read one after the other; GCS ones compared by listed md5.
+    """
 
     def __init__(self, root: Path, output_paths: Mapping[Any, str], stat_cache: Any = None):
-        """``root``: the workspace root (paths inside it are recorded relative to it); ``output_paths``: each step's
-        output path (the engine's); ``stat_cache``: the build's ``marinbuild.load.StatCache``, if it has one."""
+        """``root``: the workspace root; ``output_paths``: the engine's; ``stat_cache``: the build's, if any."""
         self.root = root
         self.output_paths = output_paths
         self.stat_cache = stat_cache
-        self.found: dict[Any, list[str]] = {}
-        """The steps checked whose code changed, with the files."""
+        self.found: dict[Any, list[str]] = {}  # The steps checked whose code changed, with the files.
         self.checked: set[Any] = set()
 
     def check(self, steps: Iterable[Any]) -> dict[Any, list[str]]:
-        """``{step: changed files}`` of those of ``steps`` (built ones: the caller knows which) whose code changed
-        since their output was built; a step not in the answer has nothing to report."""
+        """``{step: changed files}`` of the (built) ``steps`` whose code changed since their output was built."""
         output_paths = self.output_paths
         answer: dict[Any, list[str]] = {}
         remote: list[tuple[Any, dict[str, str]]] = []
@@ -185,7 +161,6 @@ class CodeChanges:
         return answer
 
     def code_of(self, step: Any) -> dict[str, str]:
-        """``step_code`` of ``step`` now."""
         return step_code(step, self.root, self.stat_cache)
 
     def of(self, step: Any) -> list[str]:

@@ -40,9 +40,9 @@ def write_step_infos(table: VersionTable) -> None:
 
 
 def write_infos_not_run(table: VersionTable, graph: StepGraph, plan: Plan, selected: bool) -> None:
-    """Before any step starts, the missing ``.executor_info`` of steps the run will not run that Marin records too
-    (pseudo-dependencies nothing blocking needs, steps ``run_only`` leaves out: ``selected``). Steps below a built
-    one are not looked at (whoever built them wrote theirs): a no-op run checks and writes nothing."""
+    """Before any step starts, the missing ``.executor_info`` of steps not run that Marin records too
+    (pseudo-dependencies, steps ``run_only`` leaves out); below a built step nothing is looked at: a no-op writes
+    nothing."""
     if len(plan.steps) == len(table.steps):
         return
     if not selected:  # without run_only, a step the plan did not reach is below a built one or a pseudo-dependency

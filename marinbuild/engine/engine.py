@@ -1,24 +1,19 @@
 """The engine: versioned steps -> a plan -> a run -> the records around it. Both faces call it.
 
-The command line (``marinbuild.analysis.build``) gives it the analysed targets' steps; a Marin script reaches
-it through ``marinbuild.executor.Executor``, which is an ``Engine`` with Marin's constructor and method names.
-Both resolve their ``Settings`` the same way (``engine/settings.py``) and build through ``engine/build.py``.
-One ``Engine`` holds one version table (``table``: ``core/versions.py``) and runs builds on it; each ``run`` is
-one build with its own ``BuildContext`` (lease keeper, runner registry), closed when it returns.
+The CLI (``analysis.build``) and Marin scripts (``executor.Executor``, an ``Engine`` with Marin's names) resolve
+``Settings`` alike and build through ``engine/build.py``. One ``Engine`` holds one version table (``core/versions.py``);
+each ``run`` is one build with its own ``BuildContext``.
 
 Contract:
-- ``add``/``add_all`` version steps (and what they depend on); ``steps``, ``configs``, ``dependencies``,
-  ``versions``, ``version_strs``, ``hashed_versions``, ``output_paths``, ``is_pseudo_dep`` are the table's own
-  columns, with Marin's meanings (``configs`` and ``version_strs`` made when read); ``canonicalize`` names the
-  step that stands for equal versions; ``action_digest`` is the action cache's key; ``info_text`` is a step's
-  ``.executor_info`` text.
-- ``run`` versions the given steps, plans (``planning.py``), and, unless the run is dry or has nothing to run,
-  runs them (``execute.py``); it records the code each step that succeeded ran beside its output, and, unless
-  the run is dry, checks the built steps' code (``code_records.py``); it returns ``output_paths``. ``plan``,
-  ``outcome``, ``succeeded``, ``code_changed`` and ``dry_run_problems`` describe the last run.
+- ``add``/``add_all`` version steps; ``steps``, ``configs``, ``dependencies``, ``versions``, ``version_strs``,
+  ``hashed_versions``, ``output_paths``, ``is_pseudo_dep`` are the table's columns, with Marin's meanings;
+  ``canonicalize`` names the step standing for equal versions; ``action_digest`` is the action cache's key;
+  ``info_text`` a step's ``.executor_info``.
+- ``run`` versions, plans (``planning.py``), runs unless dry or nothing to run (``execute.py``), records the code of
+  each step that succeeded and, unless dry, checks the built steps' code (``code_records.py``); it returns
+  ``output_paths``. ``plan``, ``outcome``, ``succeeded``, ``code_changed``, ``dry_run_problems`` describe the last run.
 - ``record_infos``/``write_infos``/``experiment_url``: the run's records in Marin's schema (``infos.py``,
-  ``commit.py``); ``step_infos``, ``executor_info`` and ``executor_info_path`` hold them.
-"""
+  ``commit.py``)."""
 
 from __future__ import annotations
 
@@ -29,19 +24,18 @@ from typing import TYPE_CHECKING
 from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.placeholders import ExecutorStep, InputName
 from marinbuild.core.versions import VersionTable
-from marinbuild.engine import commit, planning, resource_check
-from marinbuild.engine.calls import call_for
+from marinbuild.engine import commit, planning
 from marinbuild.engine.code_records import CodeChanges, record
-from marinbuild.engine.execute import execute
+from marinbuild.engine.execute import call_for, execute, local_problems
 from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, run_info, step_info_text
 from marinbuild.engine.serve_url import experiment_url, serve_url
 from marinbuild.engine.settings import Settings
 from marinbuild.load.sources import StatCache
 from marinbuild.run import events as ev
 from marinbuild.run.backends import LOCAL
-from marinbuild.run.build_context import BuildContext
-from marinbuild.run.outcome import Outcome
+from marinbuild.run.leases import BuildContext
 from marinbuild.run.plan import BUILT, REBUILD
+from marinbuild.run.scheduler import Outcome
 from marinbuild.store import fs
 from marinbuild.store.holders import new_worker_id
 from marinbuild.store.lease import STALE_AFTER
@@ -56,9 +50,8 @@ if TYPE_CHECKING:
 class Engine:
     """Versions, plans and runs ``ExecutorStep``s as ``settings`` say; see the module's contract.
 
-    ``listeners`` receive the run's events (None: log them). ``backend``: a backend object the caller owns; None:
-    each run constructs the one ``settings.backend`` names and shuts it down when it ends.
-    """
+    ``listeners`` receive the run's events (None: log them). ``backend``: a backend object the caller owns; None: each
+    run constructs the one ``settings.backend`` names and shuts it down when it ends."""
 
     def __init__(
         self,
@@ -87,10 +80,9 @@ class Engine:
         self.step_infos: list[ExecutorStepInfo] = []
         self.executor_info: ExecutorInfo | None = None
         self.executor_info_path: str | None = None
-        self.plan: Plan | None = None
-        """The plan of the last ``run`` (``run/plan.py``): every needed step's state."""
+        self.plan: Plan | None = None  # The plan of the last ``run`` (``run/plan.py``): every needed step's state.
         self.outcome: Outcome[ExecutorStep] | None = None
-        """What the last ``run`` ran (``run/outcome.py``); None after a dry or refused run."""
+        """What the last ``run`` ran (``run/scheduler.py``); None after a dry or refused run."""
         self.succeeded: list[ExecutorStep] = []
         """The steps the last ``run`` ran successfully, in the order they finished (also when it failed after)."""
         self.code_changed: dict[ExecutorStep, list[str]] = {}
@@ -111,8 +103,7 @@ class Engine:
         self._versions.compute_version(step, is_pseudo_dep)
 
     def add_all(self, steps: Iterable[ExecutorStep], is_pseudo_dep: bool = False) -> None:
-        """``add`` each step with the cyclic garbage collector paused for the whole batch (between separate calls
-        it would rescan the growing tables)."""
+        """``add`` each step, the cyclic collector paused for the whole batch (it would rescan the growing tables)."""
         with gc_paused():
             for step in steps:
                 self.add(step, is_pseudo_dep)
@@ -152,9 +143,7 @@ class Engine:
         )
 
     def experiment_url(self) -> str:
-        """Where this run is shown: ``marinbuild serve``'s run page when a base URL is configured
-        (``$MARINBUILD_SERVE_URL``, which the CLI sets from ``[tool.marinbuild] serve_url`` or a running
-        ``marinbuild serve``; ``marinbuild.engine.serve_url``), else Marin's data browser."""
+        """Where this run is shown: ``marinbuild serve``'s page if a base URL is set, else Marin's data browser."""
         if self.executor_info_path is None:
             if self.executor_info is None:
                 self.record_infos()
@@ -182,12 +171,9 @@ class Engine:
     ) -> dict[ExecutorStep, str]:
         """Build ``steps`` (and what they need); return every known step's output path.
 
-        ``run_only`` regexes select steps by name (plus what they need). Steps already
-        built are skipped, and so are dependencies only they needed. A failed step stops
-        its dependents (DEP_FAILED) while independent steps go on; then ``StepFailedError``
-        names every failure. ``dry_run`` reads statuses and writes nothing. ``rebuild`` steps run
-        again even when built (their status is removed just before the run).
-        """
+        ``run_only`` regexes select steps by name (plus what they need). Built steps are skipped, with dependencies only
+        they needed. A failed step stops its dependents (DEP_FAILED) while others go on; then ``StepFailedError`` names
+        every failure. ``dry_run`` writes nothing. ``rebuild`` steps run again even when built."""
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be a positive integer, got {max_concurrent}")
 
@@ -280,8 +266,7 @@ class Engine:
         )
 
     def code_changes(self) -> CodeChanges:
-        """What tells the code each step runs, and whether a built output's code changed (``code_records.py``);
-        one per engine, so each output's record is read once."""
+        """The engine's one ``CodeChanges`` (``code_records.py``), so each output's code record is read once."""
         if self._code is None:
             cache_dir = self.settings.cache_dir
             stat_cache = StatCache(cache_dir / "stat_cache.json" if cache_dir is not None else None)
@@ -300,8 +285,7 @@ class Engine:
             record(self.output_paths[step], code.code_of(step))
 
     def _write_run_info(self) -> None:
-        """The run info of a run that runs steps, written before any step starts (as Marin's ``run`` does). The infos
-        are made here, before the steps' own ``.executor_info`` texts instantiate configs on the backend's threads."""
+        """The run info, written before any step starts (as Marin's ``run``), before steps instantiate configs."""
         self.record_infos()
         assert self.executor_info is not None
         self.executor_info_path = commit.write_run_info(
@@ -313,7 +297,7 @@ class Engine:
         if self.backend is not None or self.settings.backend != LOCAL:
             return []
         calls = ((step, call_for(step, self.configs[step], self.prefix)) for step in plan.to_run)
-        return resource_check.local_problems(calls)
+        return local_problems(calls)
 
 
 class _Succeeded:

@@ -8,8 +8,7 @@ from marinbuild.run.failure import traceback_file_of
 
 
 class StepFailedError(RuntimeError):
-    """One or more steps failed; ``failures`` maps each failed step's name to its exception. The message names
-    each failed step's ``.marinbuild_traceback.txt``."""
+    """Steps failed: ``failures`` maps names to exceptions; the message names their traceback files."""
 
     def __init__(self, failures: dict[str, BaseException], dep_failed: list[str]):
         paths = {name: traceback_file_of(error) for name, error in failures.items()}
@@ -24,9 +23,8 @@ class StepFailedError(RuntimeError):
 
 
 class PreviousTaskFailedError(Exception):
-    """A needed step failed in an earlier run and ``force_run_failed`` is False (Marin's name and plain ``Exception``
-    base). The message is Marin's advice (``force_run_failed=True``); ``failed`` names each step (status, traceback
-    file), for a face that words the advice in its own spelling (the command line's ``--force_run_failed``)."""
+    """A needed step failed before and ``force_run_failed`` is False (Marin's name and ``Exception`` base, Marin's
+    advice); ``failed`` names each step (status, traceback file), for a face with its own spelling."""
 
     def __init__(self, message: str, failed: list[str] | None = None):
         super().__init__(message)

@@ -1,32 +1,32 @@
-"""Running a plan's steps: a job per step, the backend, the resource check, the schedule, the failures.
+"""Running a plan's steps: what each step's job calls, the backend, the resource check, the schedule, the failures.
 
-``execute`` is called with a plan that has steps to run (a no-op never loads this module, nor the
-scheduler, the step jobs or any backend). In order: construct the backend the engine names (or take the one
-it was given); refuse the run if the backend cannot give some step what it asks for, before anything is
-written; write the ``.executor_info`` of steps not run and the run info (``commit.py``); schedule the
-steps (``run/scheduler.py``; a step that starts from another's checkpoint is held until it is there,
-``run/handoff.py``), which makes each step's ``StepJob`` (``run/step_job.py``: lease, status,
-outputs, commit) when it starts and lets it go when it is done, so a run of many steps holds the jobs of
-the steps in flight only; then turn the failures into ``StepFailedError``, the first step's own exception
-chained. A backend constructed here is shut down here.
-"""
+``execute`` gets a plan with steps to run. It constructs the backend the settings name (or takes the given one, which it
+does not shut down); refuses the run before anything is written if the backend cannot give some step what it asks for;
+writes the ``.executor_info`` of steps not run and the run info (``commit.py``); schedules the steps
+(``run/scheduler.py``, with checkpoint hand-offs, ``run/handoff.py``), each ``StepJob`` made as its step starts; then
+turns failures into ``StepFailedError``, the first step's exception chained. A step from Marin's ``StepSpec`` keeps its
+original (``ORIGINAL_STEP_SPEC``), whose function the job calls."""
 
 from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
-from marinbuild.engine import commit, resource_check
-from marinbuild.engine.calls import call_for
+from marinbuild.core.placeholders import ORIGINAL_STEP_SPEC
+from marinbuild.core.walk import max_mirror_budget
+from marinbuild.engine import commit
 from marinbuild.engine.errors import StepFailedError
 from marinbuild.engine.infos import step_info_text
 from marinbuild.engine.settings import Settings
 from marinbuild.run import events as ev
 from marinbuild.run.backends import make_backend
 from marinbuild.run.handoff import HandOffs
-from marinbuild.run.scheduler import schedule
+from marinbuild.run.local import LocalBackend
+from marinbuild.run.resources import UnsatisfiableResourcesError
+from marinbuild.run.scheduler import Outcome, schedule
+from marinbuild.run.step_call import StepCall
 from marinbuild.run.step_job import LeaseSettings, StepJob
 from marinbuild.store.action_cache import ActionKey
 
@@ -35,8 +35,7 @@ if TYPE_CHECKING:
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.core.versions import VersionTable
     from marinbuild.run.backend import Backend
-    from marinbuild.run.build_context import BuildContext
-    from marinbuild.run.outcome import Outcome
+    from marinbuild.run.leases import BuildContext
     from marinbuild.run.plan import Plan
 
 
@@ -54,9 +53,8 @@ def execute(
     context: BuildContext,
     write_run_info: Callable[[], None],
 ) -> Outcome[ExecutorStep]:
-    """Run ``plan.to_run`` (not empty) on ``given_backend``, or on one of ``settings.backend`` made for this run;
-    ``write_run_info`` writes the run info once nothing can refuse the run any more, before any step starts.
-    ``selected``: the run was narrowed by ``run_only``."""
+    """Run ``plan.to_run`` (not empty) on ``given_backend`` or one made for this run; ``write_run_info`` runs once
+    nothing can refuse the run, before any step starts; ``selected``: narrowed by ``run_only``."""
     lease_settings = LeaseSettings()
     if settings.heartbeat_interval is not None:
         lease_settings.heartbeat_interval = settings.heartbeat_interval
@@ -66,8 +64,7 @@ def execute(
     output_paths = table.output_paths
 
     def job_for(step: ExecutorStep) -> StepJob:
-        """The step's job, made when the scheduler starts it and dropped when it is done: a build of many steps
-        holds the jobs (leases, calls, info texts) of the steps in flight only."""
+        """The step's job, made as it starts and dropped when done: only steps in flight hold one."""
         return StepJob(
             name=step.name,
             output_path=output_paths[step],
@@ -91,7 +88,7 @@ def execute(
         backend, owned = given_backend, False
     try:
         calls = ((step, call_for(step, table.configs[step], settings.prefix)) for step in plan.to_run)
-        resource_check.check_resources(backend, calls)  # nothing written yet; each call is made again with its job
+        check_resources(backend, calls)  # nothing written yet; each call is made again with its job
         commit.write_infos_not_run(table, graph, plan, selected)
         write_run_info()
         bus.emit(ev.BUILD_STARTED, data={"steps": len(plan.to_run)})
@@ -117,3 +114,56 @@ def execute(
         first = next(iter(outcome.failed.values()))
         raise error from (first.__cause__ or first)
     return outcome
+
+
+def call_for(step: ExecutorStep, config: Any, prefix: str) -> StepCall:
+    """The call of ``step`` with ``config`` (its instantiated config); ``ValueError`` for a step without a function."""
+    original = getattr(step, ORIGINAL_STEP_SPEC, None)
+    fn = step.fn if original is None else original.executor_function()
+    if fn is None:
+        raise ValueError(f"step {step.name} has no fn to run")
+    return StepCall(
+        fn,
+        config,
+        step.resources,
+        step.pip_dependency_groups,
+        mirror_budget_gb=max_mirror_budget(step.config),
+        mirror_prefix=prefix,
+    )
+
+
+def resource_problems(backend: Backend, calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> list[str]:
+    """``"<step> <why>"`` for each step (with its call) the backend cannot give what it asks for."""
+    check = getattr(backend, "check_resources", None)
+    if check is None:
+        return []
+    problems = []
+    for step, call in calls:
+        try:
+            request = call.request()[0] if isinstance(call, StepCall) else step.resources
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{step.name}: {exc}")
+            continue
+        reason = check(request) if request is not None else None
+        if reason:
+            problems.append(f"{step.name} {reason}")
+    return problems
+
+
+def local_problems(calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> list[str]:
+    """``resource_problems`` on a local backend of one thread, shut down after."""
+    backend = LocalBackend(1)
+    try:
+        return resource_problems(backend, calls)
+    finally:
+        backend.shutdown()
+
+
+def check_resources(backend: Backend, calls: Iterable[tuple[ExecutorStep, Callable[[], Any]]]) -> None:
+    """Refuse the run before anything starts if the backend cannot give some step what it asks for."""
+    problems = resource_problems(backend, calls)
+    if problems:
+        name = getattr(backend, "name", type(backend).__name__)
+        raise UnsatisfiableResourcesError(
+            f"the {name} backend cannot run {len(problems)} step(s), so nothing ran: " + "; ".join(problems)
+        )

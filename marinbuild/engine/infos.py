@@ -60,8 +60,7 @@ def get_fn_name(fn: ExecutorFunction, short: bool = False) -> str:
 
 
 def git_commit() -> str | None:
-    """HEAD's commit of the current directory's repository (what Marin's ``git rev-parse HEAD`` gives when ``.git``
-    is there), read from the files (no subprocess). ``.git`` may be a file pointing elsewhere (a worktree)."""
+    """HEAD's commit of the current directory's repository, read from ``.git`` (a worktree's too), no subprocess."""
     try:
         git = os.path.join(os.getcwd(), ".git")  # (a current directory removed meanwhile: no commit)
         if os.path.isfile(git):
@@ -129,9 +128,8 @@ def step_info(table: VersionTable, step: ExecutorStep) -> ExecutorStepInfo:
 
 
 def step_info_text(table: VersionTable, step: ExecutorStep) -> str:
-    """The ``.executor_info`` content Marin writes: ``json.dumps(info, indent=2)`` of the step info's fields in
-    their order (description left out). Not kept: it is written once per step, and a step deep in a wide graph
-    nests its ancestors' versions."""
+    """The ``.executor_info`` Marin writes: ``json.dumps(info, indent=2)`` of the step info's fields in order, without
+    description. Not kept: a step deep in a wide graph nests its ancestors' versions."""
     info = step_info(table, step)
     fields = ("name", "fn_name", "config", "override_output_path", "version", "dependencies", "output_path")
     texts = (table.indented_version(step, 1) if f == "version" else dumps_indented(getattr(info, f), 1) for f in fields)

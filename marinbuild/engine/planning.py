@@ -43,8 +43,7 @@ def plan_run(
 
 
 def mark_stale(plan: planning.Plan, prefix: str, output_paths: dict[ExecutorStep, str]) -> None:
-    """A missing step of which another version is under ``prefix`` becomes ``STALE`` (as dry runs, ``cache status``
-    and ``query`` say)."""
+    """A missing step with another version under ``prefix`` becomes ``STALE`` (dry runs, cache status, query)."""
     missing = plan.by_state(planning.MISSING)
     if not missing:
         return

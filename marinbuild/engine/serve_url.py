@@ -1,11 +1,9 @@
 """The base URL of the web view that builds print and ``get_experiment_url()`` returns (no server import).
 
-``$MARINBUILD_SERVE_URL``, else ``[tool.marinbuild] serve_url`` (a team's hosted view), else the newest live
-``marinbuild serve`` of this workspace showing the build's prefix (each records itself in
-``.marinbuild/serve/<pid>.json`` while it runs). A CLI build exports it as ``$MARINBUILD_SERVE_URL`` for the
-scripts it runs. A step's page is ``<base>/step/<output path relative to the prefix>`` (stable: the output path
-is its identity), a run info's ``<base>/experiment?path=<its path>`` (Marin's data browser's form).
-"""
+``$MARINBUILD_SERVE_URL``, else ``[tool.marinbuild] serve_url``, else the newest live ``marinbuild serve`` of this
+workspace showing the build's prefix (``.marinbuild/serve/<pid>.json``). A CLI build exports it for the scripts it runs.
+A step's page is ``<base>/step/<output path relative to the prefix>``, a run info's ``<base>/experiment?path=<its
+path>`` (Marin's data browser's form)."""
 
 from __future__ import annotations
 

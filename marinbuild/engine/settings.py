@@ -1,19 +1,15 @@
 """Where outputs go and how steps run: one resolution, for the command line and for Marin scripts alike.
 
-``Settings.resolve(workspace, ...)`` keeps what the caller was given (a flag, ``executor_main``'s config, an
-``Executor`` argument) and fills the rest, each from the first of:
+``Settings.resolve(workspace, ...)`` keeps what the caller was given and fills the rest, each from the first of:
 
 - ``prefix``: ``$MARIN_PREFIX``, ``[tool.marinbuild] prefix`` (relative to the workspace root), ``/tmp/marin``;
-- ``executor_info_base_path`` (where run infos go): ``<prefix>/experiments``;
-- ``backend``: ``ray`` when a Ray address is given, ``$MARINBUILD_BACKEND``, ``[tool.marinbuild] backend``,
-  ``ray`` inside a job submitted to a Ray cluster, ``local``;
-- ``ray_address``: ``$RAY_ADDRESS``, ``[tool.marinbuild] ray_address`` (None: a private local Ray);
-- ``jobs``, ``force_run_failed``, ``heartbeat_interval``, ``stale_after``, ``ray_max_retries``:
-  ``[tool.marinbuild]``, the engine's defaults;
-- ``root`` (what code records name files relative to, what a Ray cluster is sent): the workspace root, the
-  nearest ``pyproject.toml`` around the current folder, the current folder;
-- ``cache_dir``: the workspace's ``.marinbuild`` folder; None outside one (``workspace`` None: a Marin script).
-"""
+  ``executor_info_base_path``: ``<prefix>/experiments``;
+- ``backend``: ``ray`` given a Ray address, ``$MARINBUILD_BACKEND``, ``[tool.marinbuild] backend``, ``ray`` in a Ray
+  job, ``local``; ``ray_address``: ``$RAY_ADDRESS``, ``[tool.marinbuild] ray_address`` (None: a private local Ray);
+- ``jobs``, ``force_run_failed``, ``heartbeat_interval``, ``stale_after``, ``ray_max_retries``: ``[tool.marinbuild]``,
+  the engine's defaults;
+- ``root`` (code records' base, what Ray is sent): the workspace root, the nearest ``pyproject.toml``, the current
+  folder; ``cache_dir``: the workspace's ``.marinbuild`` (None outside one)."""
 
 from __future__ import annotations
 
@@ -22,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from marinbuild.core.prefix import DEFAULT_LOCAL_PREFIX
 from marinbuild.run.backends import BACKEND_NAMES, LOCAL, RAY, BackendOptions
 from marinbuild.run.runtime_env import in_ray_job, project_root
+from marinbuild.store.fs import DEFAULT_LOCAL_PREFIX
 
 if TYPE_CHECKING:
     from marinbuild.load.workspace import Workspace

@@ -1,24 +1,11 @@
-"""Marin's executor API (``marin.execution.executor``), a face of marinbuild's engine.
+"""Marin's executor API (``marin.execution.executor``), a face of marinbuild's engine: change ``from
+marin.execution.executor import ...`` to ``from marinbuild.executor import ...`` and a Marin script runs unchanged, with
+the same versions, output paths and records (docs/marin-compat.md).
 
-Change ``from marin.execution.executor import ...`` to ``from marinbuild.executor import ...``
-and a Marin experiment script runs unchanged: the same versions and output paths, the
-same ``.executor_info``/``.executor_status``/lease/``.artifact.json`` files, so an
-existing Marin prefix is recognised as built. What is better than Marin's: completion is
-event-driven, nothing recurses with graph depth, dry runs read statuses and say what
-would run, a runner that loses its lease never writes SUCCESS, and a step whose outputs
-are built does not rebuild its dependencies.
-
-This module holds only Marin's API: ``Executor``, ``executor_main`` and its flags, ``materialize``,
-``compute_output_path`` and the names Marin scripts import (``__all__``). Versions, plan, run and
-records are the engine's (``marinbuild/engine/``). ``Executor`` is a thin subclass of ``Engine`` rather
-than a wrapper around one: Marin's attributes (``steps``, ``output_paths``, ...) are the engine's own
-tables, and what a script sets between runs (``listeners``, ``backend``) is what the engine reads, with
-no forwarding layer to keep in step. The subclass adds Marin's constructor (``prefix`` and
-``executor_info_base_path`` first; None resolves them), Marin's method names, and Marin's warning for a
-step placed by ``override_output_path``.
-
-Light to import, as the engine: a no-op loads no backend, no resource or runtime-env code.
-"""
+Only Marin's API lives here (``Executor``, ``executor_main`` and its flags, ``materialize``, ``compute_output_path``,
+the names of ``__all__``). ``Executor`` subclasses ``Engine`` rather than wrapping it, so Marin's attributes are the
+engine's own tables; it adds Marin's constructor, method names and ``override_output_path`` warning. A no-op loads no
+backend."""
 
 from __future__ import annotations
 
@@ -43,7 +30,6 @@ from marinbuild.core.placeholders import (
     this_output_path,
     versioned,
 )
-from marinbuild.core.prefix import default_prefix
 from marinbuild.core.walk import (
     InputNameEvent,
     VersionedEvent,
@@ -59,19 +45,13 @@ from marinbuild.engine import Engine
 from marinbuild.engine.build import build
 from marinbuild.engine.code_records import sentence
 from marinbuild.engine.errors import PreviousStepFailedError, PreviousTaskFailedError, StepFailedError
-from marinbuild.engine.infos import (
-    ExecutorInfo,
-    ExecutorStepInfo,
-    caller_path,
-    get_fn_name,
-    git_commit,
-    user,
-)
+from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, caller_path, get_fn_name, git_commit, user
 from marinbuild.engine.settings import Settings
 from marinbuild.executor.remote import remote
 from marinbuild.executor.step_spec import resolve_executor_step
 from marinbuild.load.errors import WorkspaceError
 from marinbuild.load.workspace import find_workspace
+from marinbuild.store.fs import default_prefix
 from marinbuild.store.status import STATUS_DEP_FAILED, STATUS_FAILED, STATUS_RUNNING, STATUS_SUCCESS
 
 if TYPE_CHECKING:
@@ -159,13 +139,9 @@ def asdict_without_description(obj: Any) -> dict[str, Any]:
 class Executor(Engine):
     """Computes versions and output paths of ``ExecutorStep``s and runs the ones not yet built.
 
-    The attributes ``steps``, ``configs``, ``dependencies``, ``versions``, ``version_strs``,
-    ``hashed_versions``, ``output_paths``, ``is_pseudo_dep``, ``step_infos``, ``executor_info`` and
-    ``executor_info_path`` have Marin's meanings. ``prefix`` and ``executor_info_base_path``, when None, are resolved
-    as the command line's (``marinbuild.engine.settings``): ``$MARIN_PREFIX``, else the workspace's, else Marin's
-    default. Extra keyword arguments tune what Marin hard-codes: lease timing, the event listeners, the backend
-    (``marinbuild.engine.Engine``).
-    """
+    Its attributes have Marin's meanings. ``prefix`` and ``executor_info_base_path``, when None, are resolved as the
+    command line's (``engine.settings``). Extra keyword arguments tune what Marin hard-codes: lease timing, listeners,
+    backend (``engine.Engine``)."""
 
     def __init__(
         self,
@@ -202,13 +178,11 @@ class Executor(Engine):
         self.add(step, is_pseudo_dep)
 
     def compute_versions(self, steps: list[ExecutorStep], is_pseudo_dep: bool = False) -> None:
-        """``compute_version`` of each step, as ``run`` does it: with the cyclic garbage collector paused for the
-        whole batch (between separate ``compute_version`` calls it would rescan the growing tables)."""
+        """``compute_version`` of each step with the cyclic collector paused for the batch, as ``run`` does."""
         self.add_all(steps, is_pseudo_dep)
 
     def _warn_new(self) -> None:
-        """Marin's warning for a step placed by ``override_output_path`` (the CLI's engine, which builds BUILD
-        targets, does not warn: a target's ``override_output_path`` attribute says the same in its declaration)."""
+        """Marin's warning for a step placed by ``override_output_path`` (BUILD targets declare it: none there)."""
         for step, computed, _override in self.table.override_mismatches[self._warned :]:
             logger.warning(
                 "Output path %s doesn't match given override %s, using the latter.", computed, step.override_output_path
@@ -216,11 +190,9 @@ class Executor(Engine):
         self._warned = len(self.table.override_mismatches)
 
     def get_infos(self) -> None:
-        """Compute ``step_infos`` and ``executor_info`` for the steps computed so far."""
         self.record_infos()
 
     def get_experiment_url(self) -> str:
-        """Where this run is shown (``Engine.experiment_url``)."""
         return self.experiment_url()
 
 
@@ -231,14 +203,12 @@ class Executor(Engine):
 class ExecutorMainConfig:
     prefix: str | None = None
     """Attached to every output path (a local folder or e.g. gs://bucket/path); default $MARIN_PREFIX."""
-    executor_info_base_path: str | None = None
-    """Where the run's info JSON goes; default <prefix>/experiments."""
+    executor_info_base_path: str | None = None  # Where the run's info JSON goes; default <prefix>/experiments.
     dry_run: bool = False
     force_run_failed: bool = True
     run_only: list[str] | None = None
     """Run only the steps whose names match these regexes (re.search), and what they need."""
-    max_concurrent: int | None = None
-    """At most this many steps at once; default: every ready step."""
+    max_concurrent: int | None = None  # At most this many steps at once; default: every ready step.
 
 
 def _executor_main(
@@ -275,8 +245,7 @@ def _executor_main(
 
 
 def _workspace() -> Workspace | None:
-    """The marinbuild workspace around the current folder, or None: its ``[tool.marinbuild]`` settings apply to a
-    Marin script run there as to the command line."""
+    """The workspace around the current folder, or None: its ``[tool.marinbuild]`` applies to Marin scripts."""
     try:
         return find_workspace(".")
     except WorkspaceError:

@@ -1,12 +1,9 @@
-"""Marin's ``remote`` wrapper: a step function plus where and how it should run::
+"""Marin's ``remote`` wrapper: a step function plus where and how it should run, e.g. ``@remote(resources=tpu("v4-8"),
+pip_dependency_groups=["tpu"], env_vars={...})``.
 
-    @remote(resources=tpu("v4-8"), pip_dependency_groups=["tpu"], env_vars={"WANDB_MODE": "offline"})
-    def train(config): ...
-
-Calling the ``RemoteCallable`` runs the function right here (the local backend, tests, ``materialize``); the Ray
-backend runs it as a Ray task with its ``resources`` (any form ``core.resources.normalize`` reads, Marin's
-``ResourceConfig`` included; ``ExecutorStep.resources`` wins), ``pip_dependency_groups`` and ``env_vars``.
-"""
+Calling the ``RemoteCallable`` runs the function here (the local backend, tests, ``materialize``); the Ray backend runs
+it as a task with its ``resources`` (any form ``core.resources.normalize`` reads; ``ExecutorStep.resources`` wins),
+``pip_dependency_groups`` and ``env_vars``."""
 
 from __future__ import annotations
 

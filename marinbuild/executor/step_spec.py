@@ -1,10 +1,8 @@
 """Marin's ``StepSpec`` (``marin.execution.step_spec``) and ``resolve_executor_step``.
 
-A ``StepSpec`` is Marin's newer form of a step: a name, dependencies, attributes to hash and ``fn(output_path)``,
-at ``<prefix>/<name>_<sha256 of name, attrs and dependencies>[:8]``. ``resolve_executor_step`` turns an
-``ExecutorStep`` into one, ``StepSpec.as_executor_step`` back (resolving that gives the original, as in Marin).
-The callables made here are picklable objects, not closures, so they also run on Ray workers.
-"""
+A ``StepSpec`` (name, dependencies, hashed attributes, ``fn(output_path)``) lives at ``<prefix>/<name>_<sha256 of name,
+attrs and deps>[:8]``; ``resolve_executor_step`` and ``as_executor_step`` convert as in Marin. The callables made here
+are picklable objects, not closures, so they run on Ray workers."""
 
 from __future__ import annotations
 
@@ -17,8 +15,8 @@ from functools import cached_property
 from typing import Any
 
 from marinbuild.core.placeholders import ORIGINAL_STEP_SPEC, THIS_OUTPUT_PATH, ExecutorStep, VersionedValue
-from marinbuild.core.prefix import default_prefix
 from marinbuild.run.step_call import MirrorScope
+from marinbuild.store.fs import default_prefix
 
 
 def _is_relative_path(url_or_path: str) -> bool:
@@ -133,9 +131,8 @@ def resolve_executor_step(
     forced_region: str | None = None,
     mirror_budget_gb: float | None = None,
 ) -> StepSpec:
-    """An ``ExecutorStep`` with its instantiated ``config`` and ``output_path`` as a ``StepSpec`` (Marin's signature),
-    whose function runs under a ``mirror://`` budget of ``mirror_budget_gb`` when given. ``dag_tpu_regions`` and
-    ``forced_region`` pin regions on Marin's Iris cluster only; ignored, as Marin does elsewhere."""
+    """An ``ExecutorStep`` with its instantiated config and output path as a ``StepSpec`` (Marin's signature), run under
+    a ``mirror_budget_gb`` budget when given; the Iris-only region pins are ignored, as Marin does elsewhere."""
     original: StepSpec | None = getattr(step, ORIGINAL_STEP_SPEC, None)
     if original is not None:
         return dataclasses.replace(

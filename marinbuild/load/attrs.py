@@ -1,10 +1,8 @@
 """Attribute types of rules (the ``attr`` namespace) and the validation of values given to them.
 
-Each ``Attr`` converts the value written in a BUILD file into its validated form:
-labels become ``Label`` objects resolved against the declaring package, lists become
-tuples, dicts become ``FrozenDict`` and configs become dataclass instances. A value of
-``None`` means "not given" (so macros can pass optional arguments through).
-"""
+Each ``Attr`` converts a BUILD file's value into its validated form (labels resolved against the package, lists to
+tuples, dicts to ``FrozenDict``, configs to dataclasses). ``None`` means "not given", so macros can pass optional
+arguments through."""
 
 from __future__ import annotations
 
@@ -27,9 +25,8 @@ _UNSET: Any = object()
 class AttrValueError(ValueError):
     """A value does not fit an attribute's type (the rule call turns it into a located error).
 
-    ``attr``: the attribute at fault, when a rule's ``check`` raises it (the error then points at that
-    attribute in the BUILD file if it is written there, else at the rule call).
-    """
+    ``attr``: the attribute at fault, when a rule's ``check`` raises it (the error then points at that attribute in the
+    BUILD file if it is written there, else at the rule call)."""
 
     def __init__(self, message: str, attr: str | None = None) -> None:
         super().__init__(message)
@@ -44,8 +41,7 @@ def _describe(value: Any) -> str:
 
 
 _SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9_.-]*"  # cannot be "." or "..": valid for packages and names alike
-_PLAIN_NAME = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*\Z")
-"""A target name ``validate_target_name`` certainly accepts."""
+_PLAIN_NAME = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*\Z")  # A target name ``validate_target_name`` certainly accepts.
 
 
 def _to_label(value: Any, package: str) -> Label:
@@ -88,9 +84,8 @@ _STR = frozenset({str})
 class Attr:
     """An attribute declaration: its type (the subclass), ``mandatory``, ``default``, ``doc`` and ``versioned``.
 
-    ``versioned`` attributes contribute to the target's version (its output hash); set it
-    to False for things like resources or logging that do not change the output.
-    """
+    ``versioned`` attributes contribute to the target's version (its output hash); set it to False for things like
+    resources or logging that do not change the output."""
 
     type_name = "value"
     has_labels = False  # whether values can contain labels (dependency edges)
@@ -485,10 +480,7 @@ class ConfigAttr(Attr):
 
 
 class attr:  # noqa: N801 - the Starlark-style namespace: attr.label(), attr.int(), ...
-    """Constructors of attribute types, used in ``rule(attrs={...})``.
-
-    Each takes ``mandatory=False``, ``default=``, ``doc=""`` and ``versioned=True``.
-    """
+    """Attribute type constructors: each takes ``mandatory=False``, ``default=``, ``doc=""`` and ``versioned=True``."""
 
     label = LabelAttr
     label_list = LabelListAttr

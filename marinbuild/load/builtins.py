@@ -1,23 +1,8 @@
-"""The names marinbuild adds to Starlark's own: ``checkpoint``, ``glob``, ``package_name``, ``print``, ``tpu``.
+"""The names marinbuild adds to Starlark's own: ``checkpoint``, ``glob``, ``package_name``, ``print``, ``tpu``
+(docs/build-files.md).
 
-Every BUILD file and ``.star`` file sees Starlark's standard functions (``len``, ``range``,
-``sorted``, ``fail``, ``struct``...) plus these, which are Python callables the evaluator
-calls with plain values:
-
-- ``checkpoint(target, step)``: the checkpoint ``checkpoints/step-N`` of a training target, for an
-  ``attr.checkpoint()`` attribute (``train_lm``'s ``initialize_from``), which checks it;
-- ``glob(include, exclude = [], allow_empty = False)``: the package's source files matching
-  the patterns (sorted, relative to the package);
-- ``package_name()``: the package of the BUILD file being evaluated;
-- ``print(*args, sep = " ")``: logs ``path: text`` on the ``marinbuild.build`` logger (``path``: the
-  BUILD file being evaluated);
-- ``tpu(tpu_type, cpu = None, memory = None, slices = 1)``: the ``resources`` dict of a step that
-  needs whole TPU slices (``slices`` > 1: multislice).
-
-``glob`` and ``package_name`` only work while a BUILD file is evaluated. A problem raises
-``BuiltinError``, which the evaluator reports at the call's location. ``Struct`` is the
-Python record the analysis hands rule implementations as ``ctx.attr``.
-"""
+``glob`` and ``package_name`` only work while a BUILD file is evaluated. A problem raises ``BuiltinError``, which the
+evaluator reports at the call's location. ``Struct`` is the record rule implementations get as ``ctx.attr``."""
 
 from __future__ import annotations
 

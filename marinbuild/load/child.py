@@ -1,26 +1,13 @@
 """Evaluating BUILD files in a forked child process, so that no BUILD file can end or hang the loading process.
 
-starlark-rust cannot always fail softly: an allocation past the memory limit aborts the process
-(``"x" * 2000000000`` under ``ulimit -v``), and one operation on a huge value (``==`` or ``%`` of
-2**50 elements) never gets back to the time check. ``in_child`` runs ``work(send)`` (the loader's
-walk) in a child made by ``os.fork``, which shares what the parent imported, and
-
-- runs it on a thread whose stack holds the deepest file ``limits.check_source`` allows, without
-  core dumps, its address space capped per BUILD file (``limits.cap_memory``);
-- sends each outcome given to ``send`` pickled (``_REDUCERS``: a rule type by reference), written to a
-  file the parent reads as a byte on a pipe wakes it: the child never waits for the parent. It imports
-  no rules module: it asks the parent to (``trusted.ASK_PARENT``) and ends, and the next child has
-  it. Rule implementations thus live and run in the parent only; the child declares targets;
-- sends each ``print()`` line, which the parent logs on ``marinbuild.build`` with the package's
-  outcome (not if the package is evaluated again, by a child that has the rules module it needed);
-- writes its stdout and stderr (Rust's panic and abort messages) to a scratch file, read only to
-  explain its death.
-
-``in_child`` yields the outcomes. If the child dies, or sends nothing for the time budget plus
-``KILL_GRACE_SECONDS`` (it is then killed), it yields a ``ChildDied`` saying why and ends: the
-caller reports it at the BUILD file evaluated and forks again for the rest. An exception of
-``work`` (a bug, not a BUILD file's mistake) is raised in the parent.
-"""
+starlark-rust cannot always fail softly (an allocation past the memory limit aborts, one operation on a huge value never
+reaches the time check). ``in_child`` runs ``work(send)`` in an ``os.fork`` child on a large-stack thread, without core
+dumps, memory capped per BUILD file. Outcomes go pickled (``_REDUCERS``) to a file the parent reads when a pipe wakes
+it: the child never waits for the parent. It imports no rules module: it asks the parent to (``trusted.ASK_PARENT``) and
+ends, so rule implementations live in the parent only. ``print()`` lines go to the parent; stdout and stderr go to a
+scratch file that explains a death. A child that dies or is silent past the budget plus ``KILL_GRACE_SECONDS`` (killed)
+yields a ``ChildDied``: the caller reports it at the BUILD file and forks again. An exception of ``work`` (a bug) is
+raised in the parent."""
 
 from __future__ import annotations
 

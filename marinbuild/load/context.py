@@ -1,6 +1,5 @@
-"""The BUILD file being evaluated (per thread), for the Python callables BUILD files call back into (rules,
-``glob()``, ``package_name()``). Outside a BUILD file's evaluation (a loaded ``.star`` file's top level) there is none.
-"""
+"""The BUILD file being evaluated (per thread), for the Python callables BUILD files call back into (rules, ``glob()``,
+``package_name()``). Outside a BUILD file's evaluation (a loaded ``.star`` file's top level) there is none."""
 
 from __future__ import annotations
 

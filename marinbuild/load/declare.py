@@ -1,8 +1,7 @@
-"""Declaring a target: what calling a rule in a BUILD file (or a macro it calls) does. ``declare_target`` checks
-the call's attributes against the ``RuleType`` in declared order (the first problem is reported), fills in
-defaults (``fill_plan``), runs the rule's ``check`` and records the ``Target``. Its errors point at the call,
-at the keyword at fault if any, and name the macro that made the call if any.
-"""
+"""Declaring a target: what calling a rule in a BUILD file (or a macro it calls) does. ``declare_target`` checks the
+call's attributes against the ``RuleType`` in declared order (the first problem is reported), fills in defaults
+(``fill_plan``), runs the rule's ``check`` and records the ``Target``. Its errors point at the call, at the keyword at
+fault if any, and name the macro that made the call if any."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ _ORDER = itertools.count(1)
 
 
 def declare_target(rule: RuleType, ctx: PackageContext, stack: str, args: Any, kwargs: dict[str, Any]) -> Label:
-    """Declare a target in ``ctx``'s package; ``stack``: Starlark's ``call_stack()`` text, read only when a
-    location is needed (the target's is the BUILD file's own frame)."""
+    """Declare a target in ``ctx``'s package; ``stack``: Starlark's ``call_stack()`` text, read only for a location."""
     site: Site = (ctx.display, ctx.build_file, stack)
     if args:
         raise _error(ctx, site, None, "rules take keyword arguments only (name = ..., attr = ...)")

@@ -1,9 +1,8 @@
-"""Load errors: every problem found while loading BUILD files is a located ``BuildFileError``, one
-``path:line:col: message`` line (workspace-relative path) the CLI prints as is (exit 2); a message longer than
-``MAX_MESSAGE_CHARS`` (``fail()`` of a large value) is cut. A load that finds several errors raises one carrying
-the rest, fixed in one pass. ``LocatedLater``, raised by Python code Starlark called, becomes a
-``BuildFileError`` at the call. ``WorkspaceError`` has no line: no workspace, or a bad table.
-"""
+"""Load errors: every problem found while loading BUILD files is a located ``BuildFileError``, one ``path:line:col:
+message`` line (workspace-relative path) the CLI prints as is (exit 2); a message longer than ``MAX_MESSAGE_CHARS``
+(``fail()`` of a large value) is cut. A load that finds several errors raises one carrying the rest, fixed in one pass.
+``LocatedLater``, raised by Python code Starlark called, becomes a ``BuildFileError`` at the call. ``WorkspaceError``
+has no line: no workspace, or a bad table."""
 
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ class Location:
 
 
 class BuildFileError(Exception):
-    """An error at ``path:line:col``; ``str()`` is ``path:line:col: message``. A load that finds several raises the
-    first (in package order), the others in ``more_errors``."""
+    """An error at ``path:line:col`` (its ``str()``'s start); the same load's other errors in ``more_errors``."""
 
     def __init__(self, path: str | os.PathLike[str], line: int, col: int, message: str) -> None:
         self.path = str(path)

@@ -1,18 +1,11 @@
 """Evaluating BUILD files and the ``.star`` files they load, with Starlark (starlark-rust via starlark-pyo3).
 
-A BUILD file is read, checked (``limits.check_source``), parsed with marinbuild's Starlark
-dialect and evaluated in a fresh Starlark module holding marinbuild's builtins; its rule
-calls declare targets in the package (``PackageContext``). Its ``load()`` statements go
-through a ``FileLoader``: a ``.star`` file is evaluated the same way (without a package)
-and frozen, once per ``Evaluator``; a ``.py`` file under a ``rules/`` folder (or the
-``@marinbuild`` repository) is imported as trusted Python (by the loading process: ``trusted``)
-and shown to Starlark as its rule types and plain values only (``exposed``). Nothing else of the host is reachable.
-
-Every error is a ``BuildFileError`` at ``path:line:col`` (``located``), including a file
-that runs past its time or memory budget (``limits``) and a panic of starlark-rust (out of
-memory in one instruction). An ``Evaluator`` is made by the loader and used in the child
-process it forks (``child``), on that process's large-stack thread: it sets the process's limits.
-"""
+A BUILD file is checked (``limits.check_source``), parsed with marinbuild's dialect and evaluated in a fresh module
+holding the builtins; its rule calls declare targets in the package (``PackageContext``). ``load()`` goes through a
+``FileLoader``: a ``.star`` file is evaluated alike and frozen, once per ``Evaluator``; a ``.py`` under ``rules/`` (or
+``@marinbuild``) is imported as trusted Python in the loading process and shown as its rule types and plain values only
+(``exposed``). Every error, a budget overrun or a starlark-rust panic included, is a ``BuildFileError`` at
+``path:line:col``. The loader's forked child (``child``) uses an ``Evaluator`` on its large-stack thread."""
 
 from __future__ import annotations
 

@@ -1,22 +1,11 @@
 """What Starlark sees of Python: a rules module as a frozen Starlark module, and the builtins.
 
-A trusted rules module (``rules/*.py``) is shown to BUILD files as a Starlark module holding
-only
-
-- its rule types, each as a Starlark function ``name(*args, **kwargs)`` that hands its
-  arguments (encoded as one JSON text: one conversion instead of one per value) and the
-  Starlark call stack to ``RuleType.declare`` and returns the new target's label (a string):
-  nothing of the ``RuleType`` (its implementation, attributes, output name) is reachable or
-  settable from Starlark;
-- its plain values: strings, numbers, booleans, None, and lists, tuples and dicts of them
-  (dict keys strings), which Starlark freezes like any loaded value.
-
-Anything else a module defines or imports (functions, classes, modules, paths...) is not
-loadable. The names considered are the module's ``__all__``, or else its public names.
-``add_builtins`` gives a Starlark module marinbuild's builtins (``marinbuild.load.builtins``).
-Every Python callable is wrapped so that the exception it raises is recorded for the
-located error (``marinbuild.load.located``).
-"""
+A trusted rules module is shown to BUILD files holding only its rule types, each a Starlark function that hands its
+arguments (as one JSON text: one conversion, not one per value) and the call stack to ``RuleType.declare`` and returns
+the new label (nothing of the ``RuleType`` is reachable from Starlark), and its plain values (strings, numbers,
+booleans, None, and lists, tuples and string-keyed dicts of them). Nothing else is loadable. The names are ``__all__``,
+else the public names. Every Python callable is wrapped so its exception is recorded for the located error
+(``load.located``)."""
 
 from __future__ import annotations
 
@@ -53,8 +42,7 @@ _WRAPPER_GLOBALS = sl.Globals.extended_by(
 )
 """What the generated rule wrappers see besides: ``json.encode`` and ``call_stack``."""
 
-MAX_VALUE_DEPTH = 100
-"""How deeply the values given to a rule may nest (encoding a deeper one would exhaust the stack)."""
+MAX_VALUE_DEPTH = 100  # How deeply the values given to a rule may nest (encoding a deeper one would exhaust the stack).
 
 MAX_VALUE_ELEMENTS = 1_000_000
 """How many elements a value handed to a rule or a builtin (``str()``, ``glob()``..., ``_GUARDS``) may have, each use
@@ -200,9 +188,8 @@ _GUARD_ASTS: list[sl.AstModule] = []
 
 
 def add_builtins(module: sl.Module, source: str) -> None:
-    """Give ``module`` (whose text is ``source``) marinbuild's builtins, bounded (``_GUARDS``) if ``source``
-    names one of them: a module reaches a builtin only by its name, and a file that names none (many
-    BUILD files) is spared compiling the guards."""
+    """Give ``module`` (text ``source``) marinbuild's builtins, bounded (``_GUARDS``) if ``source`` names one: builtins
+    are reached by name only, so a file naming none is spared compiling the guards."""
     for name, fn in _NATIVE_BUILTINS.items():
         module.add_callable(name, fn)
     if _GUARDED.search(source) is None:

@@ -1,8 +1,7 @@
-"""``glob()``: the source files of a package that match patterns (relative to the package folder, with ``/``).
-``*`` and ``?`` match within a path segment, ``[abc]`` a character class, a ``**`` segment any number of them;
-wildcards do not match a leading ``.`` unless the pattern segment has one. Results are files only, sorted;
-sub-packages, hidden, tool (``workspace.is_skipped_dir``) and symlinked folders are not entered.
-"""
+"""``glob()``: the source files of a package that match patterns (relative to the package folder, with ``/``). ``*`` and
+``?`` match within a path segment, ``[abc]`` a character class, a ``**`` segment any number of them; wildcards do not
+match a leading ``.`` unless the pattern segment has one. Results are files only, sorted; sub-packages, hidden, tool
+(``workspace.is_skipped_dir``) and symlinked folders are not entered."""
 
 from __future__ import annotations
 

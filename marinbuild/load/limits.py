@@ -1,27 +1,13 @@
 """Limits on what the Starlark evaluator is given: file size, nesting, call depth, time and memory.
 
-Starlark-rust parses and compiles recursively, so a file nested deeply enough (``-`` or
-``(`` or ``lambda:`` repeated a hundred thousand times) would overflow the thread's stack
-and crash the process. Before a file is parsed it is therefore checked:
-
-- its size: at most ``MAX_FILE_BYTES``;
-- it must be UTF-8 text;
-- a bound on its nesting: the count of the characters and keywords that can open a level
-  (brackets, operators, ``.``, ``:``, ``lambda``, ``def``, ``not``, ``if``...; weighted by what a
-  level of each costs the evaluator), at most ``MAX_NESTING``. The count includes those
-  inside strings and comments, so it is an upper bound of the real depth.
-
-Files are evaluated on a thread whose stack (``STACK_BYTES``) holds ``MAX_NESTING`` levels
-of the costliest kind with room to spare, in a child process (``marinbuild.load.child``). There,
-the Starlark call stack is capped at ``MAX_CALL_DEPTH`` frames and a BUILD file's evaluation
-(with the files it loads) at the workspace's ``eval_budget_seconds`` (default
-``DEFAULT_BUDGET_SECONDS``), checked by Starlark about every thousand instructions; the child's
-address space may grow by ``eval_memory_mb`` (default ``DEFAULT_MEMORY_BYTES``) per BUILD file
-(``cap_memory``: ``RLIMIT_AS``, or the process's own limit if lower). At those checks,
-evaluation stops with a located error once half of that is used: Starlark's heap grows by
-doubling, so the check sees it on its way; one operation past the cap ends the child, which
-the parent reports at the file.
-"""
+Starlark-rust parses recursively, so a deeply nested file would overflow the thread's stack and crash. Before parsing, a
+file must be at most ``MAX_FILE_BYTES``, UTF-8, and have a nesting bound (the weighted count of characters and keywords
+that can open a level, strings and comments included, so an upper bound) of at most ``MAX_NESTING``. Files are evaluated
+on a thread whose stack (``STACK_BYTES``) holds that with room to spare, in a child process (``marinbuild.load.child``),
+with the Starlark call stack capped at ``MAX_CALL_DEPTH``, a BUILD file's evaluation at ``eval_budget_seconds`` (checked
+every thousand instructions or so), and its memory growth at ``eval_memory_mb`` (``RLIMIT_AS``). Evaluation stops with a
+located error once half the memory is used (Starlark's heap grows by doubling); one operation past the cap ends the
+child, which the parent reports at the file."""
 
 from __future__ import annotations
 
@@ -62,11 +48,7 @@ _WORDS = (b"not", b"if", b"else", b"and", b"or", b"for", b"in")
 
 
 def nesting_bound(data: bytes) -> int:
-    """An upper bound of ``data``'s syntactic nesting, in units of one plain level (see the module docstring).
-
-    Every level of an expression needs a bracket, an operator, a ``.`` or one of the keywords;
-    every level of a block needs a ``:``. All are counted, wherever they are.
-    """
+    """An upper bound of ``data``'s nesting: each level needs a bracket, operator, ``.``, keyword or ``:``."""
     total = len(data.translate(None, _NOT_LEVEL))
     for word in _WORDS:
         total += data.count(word)
@@ -142,9 +124,8 @@ def memory_used() -> int | None:
 
 
 def cap_memory(room: int) -> int | None:
-    """Cap the process's address space (``RLIMIT_AS``) at its size now plus ``room`` bytes, or at the limit it had if
-    lower; the size past which evaluation stops (half way), None without ``/proc``. For the evaluating child only
-    (``child``)."""
+    """For the evaluating child: cap the address space (``RLIMIT_AS``) at its size now plus ``room`` (or its lower
+    limit); the size past which evaluation stops (half way), None without ``/proc``."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     if not _found:
         _found.append(soft)

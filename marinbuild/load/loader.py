@@ -1,16 +1,10 @@
 """Loading packages into a target graph: evaluation, label resolution, cycle detection.
 
-``Loader`` is one loading session over a workspace. ``load_packages`` evaluates the
-requested packages, their ``load()`` files and (by default) every package their label
-attributes refer to, transitively; nothing else is read. It then resolves each label to a
-target or a source file of its package, reports missing packages/targets/files and
-dependency cycles, and returns a ``LoadedWorkspace`` of everything loaded so far. Errors
-from all packages are collected; the first is raised with the rest in ``more_errors``.
-
-Cycles are searched for only when some dependency was declared after a target depending
-on it (``Target.order``): when every edge points back in declaration order, that order is a
-topological order and there can be none, which is what most workspaces look like.
-"""
+``Loader.load_packages`` evaluates the requested packages, their ``load()`` files and (by default) every package their
+labels refer to, transitively; resolves each label, reports missing packages, targets and files and dependency cycles,
+and returns a ``LoadedWorkspace``. All packages' errors are collected; the first is raised with the rest in
+``more_errors``. Cycles are searched for only when some dependency was declared after a target depending on it
+(``Target.order``): otherwise declaration order is a topological order."""
 
 from __future__ import annotations
 
@@ -82,8 +76,7 @@ class LoadedWorkspace:
 
     def expand(self, patterns: Iterable[str | TargetPattern], current_package: str = "") -> list[Label]:
         """``expand_patterns`` over the loaded packages, as the loaded targets' own label objects (a build keeps the
-        labels it was asked for: a copy of each would be ~3% of ``bench/run.py``'s layered 100,000 ``incremental``
-        peak, ``marinbuild-cli``)."""
+        labels it was asked for; copies were ~3% of a 100,000-target build's peak memory)."""
         targets = self.targets
         return [
             targets[label].label if label in targets else label
@@ -118,10 +111,7 @@ class LoadedWorkspace:
 
 
 class Loader:
-    """A loading session over ``workspace``.
-
-    ``repo_dirs`` overrides repository folders (``{"marinbuild": <rules folder>}``).
-    """
+    """A loading session over ``workspace``; ``repo_dirs`` overrides repository folders."""
 
     def __init__(self, workspace: Workspace, *, repo_dirs: RepoDirs = None) -> None:
         self.workspace = workspace
@@ -165,19 +155,11 @@ class Loader:
     def load_packages(self, packages: Iterable[str], *, transitive: bool = True) -> LoadedWorkspace:
         """Load ``packages`` (and, if ``transitive``, every package their labels refer to).
 
-        BUILD files are evaluated by Starlark in a child process (``child``): the walk over the packages
-        (``_Walk``) runs there and, in step, here, on the outcomes the child sends back. If the child dies
-        (or runs past the time budget), the package it was evaluating fails at its BUILD file and a new
-        child walks on from the next package; if it stops to have a rules module imported here
-        (``trusted``), a new child walks on from the package it was evaluating.
-
-        Python's cyclic garbage collector is paused meanwhile (``gc_paused``): loading allocates about
-        eight tracked objects per target and frees almost none, so the automatic collections would
-        find nothing to free, while the full ones walk every object of the process. On leaving, the new
-        objects go to the oldest generation without a pass over
-        them, where a load with the collector running leaves them too. Cyclic garbage made while
-        loading (rare: a BUILD file's functions and its globals) waits for a full collection.
-        """
+        The walk (``_Walk``) runs in a Starlark child process (``child``) and, in step, here on the outcomes it sends. A
+        child that dies or overruns fails the package it was evaluating and a new child walks on; one that stops to have
+        a rules module imported here (``trusted``) is replaced by one that redoes that package. The cyclic collector is
+        paused meanwhile: loading allocates about eight tracked objects per target and frees almost none, so collections
+        would find nothing while walking every object of the process."""
         packages = list(dict.fromkeys(packages))
         with gc_paused():
             return self._load_packages(packages, transitive)
@@ -292,8 +274,7 @@ class Loader:
         target._refs = None  # label_refs() makes them again if asked: not kept, nor walked by the collector
 
     def _source_file(self, package: str, name: str) -> tuple[Path | None, str | None]:
-        """``(path, None)`` for an existing file of ``package``, ``(None, owner)`` for one inside sub-package
-        ``owner``, ``(None, None)`` for no such file. Cached for the session."""
+        """``(path, None)``, ``(None, owner)`` for a file of sub-package ``owner``, or ``(None, None)``; cached."""
         key = (package, name)
         hit = self._files.get(key)
         if hit is None:
@@ -328,9 +309,8 @@ class Loader:
 
 
 class _Walk:
-    """The packages a load evaluates, in order: those asked for, then (if transitive) those their targets refer to;
-    the ones loaded before are skipped, what they refer to queued. The child evaluating them (``evaluate``) and the
-    parent step through the same outcomes (``record``), so they agree on the package evaluated."""
+    """The packages a load evaluates: those asked for, then (if transitive) those they refer to, skipping loaded ones.
+    The child (``evaluate``) and the parent (``record``) step through the same outcomes, so they agree."""
 
     def __init__(self, loader: Loader, packages: list[str], transitive: bool) -> None:
         self.loader, self.queue, self.seen, self.transitive = loader, packages, set(packages), transitive
@@ -391,11 +371,7 @@ def _unpicklable(outcome: dict[str, Target] | BuildFileError, exc: Exception) ->
 
 
 def find_cycle(targets: Mapping[Label, Target]) -> list[Label]:
-    """One dependency cycle among ``targets`` (rotated to start at its smallest label), or ``[]``.
-
-    An iterative depth-first search over ``Target.deps``: ``nx.find_cycle`` on the same graph
-    costs more than the whole rest of loading.
-    """
+    """A dependency cycle among ``targets`` from its smallest label, or ``[]`` (``nx.find_cycle`` is slow)."""
     on_path: dict[Label, int] = {}
     done: set[Label] = set()
     for root in targets:

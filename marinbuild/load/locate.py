@@ -40,8 +40,7 @@ def _calls_of(filename: str) -> _Calls:
 
 
 def call_location(display: str, filename: str, line: int, callee: str | None = None) -> Location:
-    """``display:line:col`` of the first call of ``callee`` (or, if none or not given, of the first call) starting on
-    ``line`` of ``filename`` (column 1 if none is found)."""
+    """``display:line:col`` of the first call (of ``callee`` if any) on ``line`` of ``filename``, else column 1."""
     calls = [(col, name) for (ln, col), (name, _kws) in _calls_of(filename).items() if ln == line]
     named = [col for col, name in calls if name == callee] if callee is not None else []
     cols = named or [col for col, _name in calls]

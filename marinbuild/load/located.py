@@ -1,11 +1,9 @@
 """Turning Starlark's errors into located ``BuildFileError``s (``path:line:col: message``).
 
-Starlark reports an error as text (``* path:line, in name`` frames, ``error: message``, ``--> path:line:col``).
-A Python callable Starlark calls cannot return its exception through Starlark, so it records it here first
-(``remember``), and ``from_starlark`` prefers it. Frames of generated code (``<...>``: rule wrappers, builtins)
-are never shown: the error is placed at the BUILD or ``.star`` line that made the call. Starlark's wording is
-kept, with a hint for Python habits that are not Starlark (``import``, ``while``, f-strings...).
-"""
+Starlark reports errors as text. A Python callable cannot return its exception through Starlark, so it records it here
+first (``remember``), and ``from_starlark`` prefers it. Frames of generated code (``<...>``) are never shown: the error
+is placed at the BUILD or ``.star`` line that made the call. Starlark's wording is kept, with a hint for Python habits
+(``import``, ``while``, f-strings...)."""
 
 from __future__ import annotations
 
@@ -103,8 +101,7 @@ def _reword(message: str) -> str:
 
 
 def from_starlark(text: str, fallback: Location, root: str, cancelled: str | None = None) -> BuildFileError:
-    """The ``BuildFileError`` for a Starlark error ``text`` (at ``fallback`` if it names no place). ``root``: the
-    workspace root (to find columns of frames); ``cancelled``: the message for an evaluation stopped by its budget."""
+    """The ``BuildFileError`` for Starlark error ``text`` (at ``fallback`` if placeless; ``cancelled``: a budget's)."""
     exc = getattr(_pending, "exc", None)
     _pending.exc = None
     if isinstance(exc, BuildFileError):

@@ -20,8 +20,7 @@ class UnknownRepositoryError(LookupError):
 
 
 def marinbuild_rules_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """The folder ``@marinbuild//rules`` names: ``override``, else the package data ``marinbuild/_rules``, else the
-    ``rules/`` folder of the source checkout."""
+    """``@marinbuild//rules``'s folder: ``override``, else the package's ``_rules``, else the checkout's ``rules/``."""
     if override is not None:
         return Path(override).resolve()
     packaged = _PACKAGE_ROOT / "_rules"
@@ -45,8 +44,7 @@ def _split_rules(package: str) -> tuple[str, ...] | None:
 
 
 def resolve_load(label: Label, workspace_root: Path, repo_dirs: Mapping[str, Path] | None = None) -> LoadTarget:
-    """The file ``label`` names and whether it is a trusted rules module; ``repo_dirs`` overrides where
-    repositories live (``{"marinbuild": <rules folder>}``)."""
+    """The file ``label`` names and whether it is a trusted rules module; ``repo_dirs`` overrides repository folders."""
     overrides = repo_dirs or {}
     below = _split_rules(label.package)
     if label.repo:

@@ -1,29 +1,11 @@
 """``rule()``: defining rule types, which BUILD files call to declare targets.
 
-A rules module (a trusted Python file under a workspace's ``rules/`` folder, or shipped
-as ``@marinbuild//rules:...``) writes::
-
-    from marinbuild.load import attr, rule
-
-    def _tokenize_impl(ctx): ...
-
-    tokenize = rule(
-        implementation=_tokenize_impl,
-        attrs={"dataset": attr.label(mandatory=True), "tokenizer": attr.string(default="llama3")},
-        doc="Tokenize a dataset.",
-    )
-
-and a BUILD file calls ``tokenize(name="x", dataset=":raw")``, which records a ``Target``
-in the package being evaluated (the rule's name, ``tokenize``, comes from the variable it
-is exported as). ``name`` is implicit and mandatory; ``pin`` (a bool, for ``cache gc``) is implicit too.
-Starlark code never holds a ``RuleType``: it gets an opaque function that calls
-``marinbuild.load.declare.declare_target`` (see ``marinbuild.load.exposed``).
-
-A ``RuleType`` is the definition only: it knows its attributes and how a call fills them
-(``fill_plan``). Declaring a target with it is ``marinbuild.load.declare``'s job, so that the
-imports go one way: ``target`` holds a ``RuleType``, ``context`` holds targets, and ``declare``
-uses all three.
-"""
+A rules module (trusted Python under a workspace's ``rules/``, or ``@marinbuild//rules:...``) writes ``tokenize =
+rule(implementation=_impl, attrs={...}, doc=...)``; a BUILD file's ``tokenize(name="x", ...)`` records a ``Target`` (the
+rule's name is the variable it is exported as; ``name`` is implicit and mandatory, ``pin`` implicit, for ``cache gc``).
+Starlark never holds a ``RuleType``, only an opaque function calling ``declare.declare_target`` (``exposed``). A
+``RuleType`` is the definition only (its attributes and ``fill_plan``), so imports go one way: ``target`` holds a
+``RuleType``, ``context`` holds targets, ``declare`` uses all three."""
 
 from __future__ import annotations
 
@@ -100,13 +82,10 @@ _IMMUTABLE = frozenset({str, int, float, bool, type(None), tuple})
 
 
 def _plan_of(spec: Attr) -> tuple[Callable[[Any, str], Any] | None, int, Any]:
-    """How a rule call fills attribute ``spec``: ``(convert, fill, empty)``.
-
-    A given value goes straight to ``convert`` unless the type has its own ``value_or_default()``
-    (then ``convert`` is ``None``). A value not given, for an optional attribute without a
-    default, is ``empty`` itself (``FILL_CONSTANT``: an immutable value, the same every time) or
-    a new ``spec.empty()`` (``FILL_EMPTY``); anything else goes through ``value_or_default``.
-    """
+    """How a rule call fills attribute ``spec``: ``(convert, fill, empty)``. A given value goes to ``convert`` (``None``
+    when the type has its own ``value_or_default()``); a missing optional one without default is ``empty`` itself
+    (``FILL_CONSTANT``, immutable) or a new ``spec.empty()`` (``FILL_EMPTY``); anything else goes through
+    ``value_or_default``."""
     if type(spec).value_or_default is not Attr.value_or_default:
         return None, FILL_DEFAULT, None
     if spec.mandatory or not (spec.default is _UNSET or spec.default is None):
@@ -125,19 +104,11 @@ def rule(
     analyze: Callable[..., Any] | None = None,
     check: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> RuleType:
-    """Define a rule type: ``implementation(ctx)`` runs at build time; ``attrs`` declares its attributes.
+    """Define a rule type: ``implementation(ctx)`` runs at build time; ``attrs`` declares its attributes
+    (docs/rules.md).
 
-    ``output_name`` sets the step name, the part of the output path before the hash
-    (``{package}`` and ``{name}`` are filled in; default ``"{package}/{name}"``). The rule's
-    own name is the variable it is exported as. A rule that turns a target into existing
-    ``ExecutorStep``s instead (Python experiment scripts) gives ``analyze(actx)`` in place of
-    an implementation; see ``marinbuild.analysis.analyze``.
-
-    ``check(values)``, if given, runs when a BUILD file declares a target, after each attribute's
-    type is checked: ``values`` are all the attributes (name -> converted value, defaults filled
-    in). It raises ``AttrValueError(message, attr=...)`` for a mistake the types cannot express
-    (attributes that exclude or need each other, a string's format), which becomes a load error
-    at that attribute (or at the call): the mistake is reported by ``query`` and ``build -n``
-    alike, before anything runs. It must be cheap and must not touch the network or the files.
-    """
+    ``output_name``: the step name (default ``"{package}/{name}"``). ``analyze(actx)`` instead of an implementation
+    turns a target into existing ``ExecutorStep``s. ``check(values)`` runs as a target is declared, on all attributes,
+    raising ``AttrValueError(message, attr=...)`` for what types cannot express; it must be cheap and touch neither
+    network nor files."""
     return RuleType(implementation, attrs, doc, output_name, analyze, check)

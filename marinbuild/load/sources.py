@@ -1,8 +1,7 @@
-"""Content hashes of source files (xxh3-128), with a persistent stat cache so unchanged files are not re-read.
-The cache maps an absolute path to ``[size, mtime_ns, inode, digest]`` (JSON); a digest is reused only while all
-three match. Files modified in the last two seconds are not cached: a second write in the same clock tick could
-leave their stat unchanged.
-"""
+"""Content hashes of source files (xxh3-128), with a persistent stat cache so unchanged files are not re-read. The cache
+maps an absolute path to ``[size, mtime_ns, inode, digest]`` (JSON); a digest is reused only while all three match.
+Files modified in the last two seconds are not cached: a second write in the same clock tick could leave their stat
+unchanged."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ class StatCache:
             self.entries = data["entries"]
 
     def resolve(self, path: str | os.PathLike[str]) -> Path:
-        """``Path(path).resolve()``, once per path for the life of this cache (one build; not saved): analysis
-        resolves the same few files for every target, at a system call per path component."""
+        """``Path(path).resolve()`` once per path per build: analysis resolves the same few files for every target."""
         key = os.fspath(path)
         resolved = self._resolved.get(key)
         if resolved is None:

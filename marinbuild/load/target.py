@@ -1,12 +1,9 @@
 """A declared target: what a rule call in a BUILD file records.
 
-A ``Target`` holds its label, rule type, validated attributes and call site as the evaluator made them;
-the loader fills in ``deps``, ``srcs`` and ``source_paths`` once every package they name is loaded. The
-call site is kept cheap (``Site``: the call stack's text) and turned into a ``Location`` only when an error
-or ``query --output location`` asks for it. After analysis a build may ``drop_declaration`` (attributes
-and call site, which nothing reads again); a later read raises ``DroppedDeclaration`` rather than passing
-for a target without attributes.
-"""
+The evaluator fills label, rule type, attributes and call site; the loader ``deps``, ``srcs`` and ``source_paths``. The
+call site is kept as text (``Site``) and made a ``Location`` only when asked. After analysis a build may
+``drop_declaration`` (attributes and call site); a later read raises ``DroppedDeclaration`` rather than pass for a
+target without attributes."""
 
 from __future__ import annotations
 
@@ -49,8 +46,7 @@ class DroppedDeclaration(RuntimeError):
 
 
 class _DroppedAttrs(dict[str, Any]):
-    """``Target.attrs`` after ``drop_declaration``: empty, and every read raises ``DroppedDeclaration`` (a
-    dropped target must not pass for one without attributes)."""
+    """``Target.attrs`` after ``drop_declaration``: every read raises ``DroppedDeclaration``."""
 
     def _refuse(self, *args: Any, **kwargs: Any) -> Any:
         raise DroppedDeclaration
@@ -63,11 +59,7 @@ _DROPPED_ATTRS = _DroppedAttrs()
 
 @dataclass(eq=False, slots=True)
 class Target:
-    """A target: its label, rule type, validated attributes (declared order, ``name`` excluded) and location.
-
-    ``deps`` (targets, in attribute order) and ``srcs`` / ``source_paths`` (source files)
-    are filled in by the loader once all referenced packages are known.
-    """
+    """A target: label, rule type, attributes (``name`` excluded), location; the loader fills ``deps``, ``srcs``."""
 
     label: Label
     rule: RuleType
@@ -87,11 +79,7 @@ class Target:
     """``pin = True`` in the BUILD file: ``cache gc`` never deletes any version of its outputs."""
 
     def drop_declaration(self) -> None:
-        """Drop the attributes and call site, which only loading and analysis read: a build whose targets are
-        analysed reads neither again, and for a large graph they are a sizeable part of what it holds while the
-        steps run (``bench/run.py``'s layered 100,000 rows, ``marinbuild-cli``). Label, rule,
-        dependencies and source files stay. Reading ``attrs`` or ``location`` afterwards raises
-        ``DroppedDeclaration``."""
+        """Drop the attributes and call site (read by loading and analysis only); reading them then raises."""
         self.attrs = _DROPPED_ATTRS
         self.site = None
         self._refs = None
@@ -118,11 +106,6 @@ class Target:
     def source_files(self) -> tuple[Path, ...]:
         """Absolute paths of the source files this target refers to (via any label attribute)."""
         return self.source_paths
-
-    def versioned_attrs(self) -> dict[str, Any]:
-        """The attributes whose values are part of the target's version."""
-        spec = self.rule.attrs
-        return {k: v for k, v in self.attrs.items() if spec[k].versioned}
 
     def label_refs(self) -> list[tuple[str, Label]]:
         """Every ``(attribute name, label)`` this target refers to, in declaration order."""

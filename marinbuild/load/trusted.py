@@ -1,16 +1,10 @@
 """Importing trusted rules modules (real Python under a ``rules/`` folder) and what they export.
 
-Each rules folder becomes a synthetic package (``_marinbuild_rules_<hash>``) whose
-``__path__`` is the folder, so its modules import each other normally (``from . import
-common``) and never clash with another folder's ``rules``. Modules are imported once and
-cached by ``(path, mtime_ns, size)``. Rule types get their name (the variable they are
-exported as) when the module is imported; what Starlark sees of a module is ``exposed``'s job.
-
-In the child process evaluating BUILD files (``child``), a module is never imported: it asks its
-parent to (``ASK_PARENT``, which ends the child), and the parent forks a child that has it, or
-that raises the parent's import error (``_FAILED``, kept for the load: ``forget_failed_imports``).
-Rules modules, and the rule implementations in them, thus live in the parent only.
-"""
+Each rules folder becomes a synthetic package (``_marinbuild_rules_<hash>``) whose ``__path__`` is the folder, so its
+modules import each other and never clash with another folder's. Modules are imported once, cached by ``(path, mtime_ns,
+size)``; rule types are named when imported. The BUILD-evaluating child (``child``) never imports one: it asks the
+parent to (``ASK_PARENT``, ending the child), and the parent forks a child that has it or raises its import error
+(``_FAILED``, kept for the load). Rule implementations thus live in the parent only."""
 
 from __future__ import annotations
 

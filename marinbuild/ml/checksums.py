@@ -1,10 +1,8 @@
 """Checksums of a byte stream, computed while it is copied, and checked against what a source publishes.
 
-``Digests(names)`` is updated chunk by chunk and gives hex digests by name: ``sha256`` (always: the Hub's
-LFS ``oid``, and what every manifest records), ``git_sha1`` (git's blob id, the Hub's for a small file; needs
-the size in advance), ``md5`` and ``crc32c`` (GCS's, base64 in its metadata: ``from_gcs_base64``; crc32c from
-``google_crc32c``, imported only when needed). ``mismatches(expected, actual)`` names each that differs.
-"""
+``Digests(names)`` is updated chunk by chunk: ``sha256`` (always; the Hub's LFS ``oid``), ``git_sha1`` (the Hub's for
+small files; needs the size), ``md5`` and ``crc32c`` (GCS's, base64: ``from_gcs_base64``). ``mismatches(expected,
+actual)`` names each that differs."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Field values of the ``train_lm`` config dataclasses checked against their type annotations.
 
-A BUILD file writes a config as a dict; without this check a wrong type would surface far from the field.
-``check_field_types`` names the field and the type instead: ``learning_rate: expected a number, got str
-'fast'``. Annotations understood: ``int``, ``float`` (an int is a number too), ``str``, ``bool`` (never a
-number, though Python's ``bool`` is an ``int``), ``None``, ``Any``, ``list[X]`` (a list or a tuple, as
-Starlark has both), ``dict[str, X]`` and unions of them.
-"""
+``check_field_types`` names the field and the type (``learning_rate: expected a number, got str 'fast'``) rather than
+let a wrong type surface far away. Understood: ``int``, ``float`` (ints too), ``str``, ``bool`` (never a number),
+``None``, ``Any``, ``list[X]`` (list or tuple, as Starlark has both), ``dict[str, X]`` and unions."""
 
 from __future__ import annotations
 
@@ -24,8 +21,7 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def check_field_types(cls: type, values: Mapping[str, Any]) -> None:
-    """Raise ``AttrValueError("NAME: expected TYPE, got ...")`` for the first field of ``values`` of the wrong type
-    (names that are not fields of ``cls`` are the caller's to refuse)."""
+    """Raise ``AttrValueError("NAME: expected TYPE, got ...")`` for the first field of ``values`` of a wrong type."""
     hints = _hints(cls)
     for name, value in values.items():
         hint = hints.get(name)

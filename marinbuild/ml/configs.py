@@ -1,14 +1,9 @@
 """The configuration dataclasses of ``train_lm``: model, optimizer and trainer, pure Python.
 
-BUILD files give them as dicts (``model = {"hidden_dim": 64, ...}``); ``attr.config``
-checks the field names when the BUILD file loads, so a typo is a located load error, not a
-crash an hour into a TPU job. Nothing here imports jax or levanter: the ``to_levanter_*``
-functions do that, and only run inside the training process.
-
-Each class covers the fields experiments usually set, with levanter's defaults; any other
-field of the levanter class goes in ``options`` (passed through as is, decoded by draccus,
-so nested choice types work: ``options = {"rope": {"type": "llama3"}}``).
-"""
+BUILD files give them as dicts; ``attr.config`` checks the field names when the BUILD file loads, so a typo is a located
+load error, not a crash an hour into a TPU job. Only the ``to_levanter_*`` functions import levanter, in the training
+process. Each class has the fields experiments usually set, with levanter's defaults; any other field goes in
+``options``, decoded by draccus (``options = {"rope": {"type": "llama3"}}``)."""
 
 from __future__ import annotations
 
@@ -43,8 +38,7 @@ _MODEL_MODULES = {
 class LmModel:
     """A decoder-only language model: levanter's ``LmConfig`` of family ``type``."""
 
-    type: str = "llama"
-    """levanter model family: llama, mistral, qwen, qwen3, olmo2, gemma, gpt2, ..."""
+    type: str = "llama"  # levanter model family: llama, mistral, qwen, qwen3, olmo2, gemma, gpt2, ...
     seq_len: int = 4096
     """the model's maximum sequence length (levanter ``max_seq_len``); training uses it unless the trainer says less"""
     hidden_dim: int = 4096
@@ -56,8 +50,7 @@ class LmModel:
     """rotary embedding kind: None (levanter's default), "default", "llama3" or "yarn"; theta etc. in options"""
     tie_word_embeddings: bool = False
     gradient_checkpointing: bool = True
-    options: dict[str, Any] = field(default_factory=dict)
-    """any other field of the levanter config class"""
+    options: dict[str, Any] = field(default_factory=dict)  # any other field of the levanter config class
 
     def __post_init__(self) -> None:
         check_field_types(LmModel, _fields(self))
@@ -86,12 +79,10 @@ class LmModel:
 class Optimizer:
     """levanter's ``OptimizerConfig`` of kind ``type`` (AdamW by default), with its learning-rate schedule.
 
-    The schedule fields mean what they mean in levanter (and in Marin's ``SimpleTrainConfig``): a run
-    is one cycle, or several (WSD-S) with ``cycle_length``; each cycle warms up (``warmup`` in the
-    first, ``rewarmup`` in the others), holds the learning rate, then decays over its last ``decay``
-    steps by ``lr_schedule`` down to ``learning_rate * min_lr_ratio``. ``warmup``, ``rewarmup``,
-    ``decay`` and an int ``cycle_length`` are a fraction (0 to 1) or a whole number of steps.
-    """
+    The schedule fields mean what they mean in levanter and Marin's ``SimpleTrainConfig``: one cycle, or several (WSD-S,
+    ``cycle_length``), each warming up (``warmup``, then ``rewarmup``), holding, then decaying over its last ``decay``
+    steps to ``learning_rate * min_lr_ratio``. ``warmup``, ``rewarmup``, ``decay`` and an int ``cycle_length`` are a
+    fraction or a number of steps."""
 
     type: str = "adam"
     learning_rate: float = 6e-4
@@ -100,14 +91,12 @@ class Optimizer:
     beta2: float = 0.95
     epsilon: float = 1e-8
     max_grad_norm: float | None = 1.0
-    warmup: float = 0.01
-    """linear warmup of the first cycle: a fraction of it, or steps"""
+    warmup: float = 0.01  # linear warmup of the first cycle: a fraction of it, or steps
     decay: float | None = None
     """the decay at the end of each cycle: a fraction of the cycle, or steps; None: all of it after warmup"""
     rewarmup: float = 0.0
     """linear warmup at the start of each cycle after the first (WSD-S): a fraction of the cycle, or steps"""
-    min_lr_ratio: float = 0.1
-    """the learning rate at the end of a decay, as a fraction of ``learning_rate``"""
+    min_lr_ratio: float = 0.1  # the learning rate at the end of a decay, as a fraction of ``learning_rate``
     lr_schedule: str | dict[str, Any] = "cosine"
     """the decay's shape: one of LR_SCHEDULES, or a dict ``{"type": ..., <its fields>}`` of levanter's
     ``LrSchedule`` choices (e.g. ``{"type": "polynomial", "power": 2.0}``)"""
@@ -170,20 +159,15 @@ class Trainer:
     """sequences per step; or a schedule [(start_step, batch_size), ...] (levanter's ``ScheduleStep`` list):
     ``[(0, 1024), (160000, 3072)]`` trains on 1024 sequences a step up to step 159999, then 3072"""
     num_train_steps: int = 1000
-    seq_len: int | None = None
-    """training sequence length (default: the model's seq_len)"""
-    checkpoint_every: int = 1000
-    """keep a checkpoint every this many steps (the last step is always saved)"""
+    seq_len: int | None = None  # training sequence length (default: the model's seq_len)
+    checkpoint_every: int = 1000  # keep a checkpoint every this many steps (the last step is always saved)
     checkpoint_minutes: float | None = 10.0
     """also save a temporary checkpoint this often (what a preempted run resumes from); None: only step ones"""
     steps_per_eval: int = 1000
     max_eval_batches: int | None = None
-    ema_beta: float | None = None
-    """exponential moving average of the weights (e.g. 0.995), as in Marin's tootsie runs"""
-    z_loss_weight: float = 0.0
-    """weight of the z-loss, ``logsumexp(logits)**2`` added to the loss (e.g. 1e-4); 0: none"""
-    mp: str = "p=f32"
-    """jmp precision policy, e.g. "p=f32,c=bfloat16" on TPUs"""
+    ema_beta: float | None = None  # exponential moving average of the weights (e.g. 0.995), as in Marin's tootsie runs
+    z_loss_weight: float = 0.0  # weight of the z-loss, ``logsumexp(logits)**2`` added to the loss (e.g. 1e-4); 0: none
+    mp: str = "p=f32"  # jmp precision policy, e.g. "p=f32,c=bfloat16" on TPUs
     per_device_parallelism: int = -1
     per_device_eval_parallelism: int = -1
     data_seed: int | None = None
@@ -243,12 +227,9 @@ def batch_schedule(value: int | list[Any]) -> list[tuple[int, int]]:
 class DataclassAttr(ConfigAttr):
     """``attr.config(cls)`` whose value is the dataclass's fields as a plain dict, defaults filled in.
 
-    The BUILD value is checked by building ``cls`` (unknown fields, bad values: load errors), then
-    kept as ``{field: value}``. The version is the same as for the dataclass itself (Marin's JSON
-    encoding of a dataclass is that dict), but a plain dict lets ``marinbuild why`` name the
-    changed field (``config.attrs.optimizer.learning_rate: 0.003 -> 0.002``). Implementations get
-    the dict back and rebuild the instance with ``from_dict``.
-    """
+    The value is checked by building ``cls``, then kept as ``{field: value}``: the same version as the dataclass (Marin
+    encodes one as that dict), but ``why`` can name the changed field. Implementations rebuild the instance with
+    ``from_dict``."""
 
     def convert(self, value: Any, package: str) -> Any:
         if isinstance(value, Mapping):  # a wrong type is named with its field before the dataclass sees it

@@ -1,16 +1,8 @@
 """Raw document collections: the manifest a ``raw_data`` step writes, and reading documents from it.
 
-A ``raw_data`` output folder holds ``manifest.json``::
-
-    {"kind": "raw_data", "files": ["<out>/files/data/train-00000.jsonl.gz", ...],
-     "urls": ["gs://bucket/dclm/**/*.jsonl.zst"], "documents": 1800}
-
-``files`` are workspace files copied into the output (so it stands alone and its version is their content);
-``urls`` are fsspec URLs or globs read where they are (never fetched when the graph is analysed, queried or
-dry-run; a URL ending in ``/`` is every document file below that folder, as Marin's tokenize reads a
-folder). Documents are JSON lines (optionally compressed), JSON arrays (or JSON lines named ``.json``) or
-Parquet, the text under ``text_key``.
-"""
+``manifest.json`` holds ``kind``, ``files`` (workspace files copied into the output), ``urls`` (fsspec URLs or globs
+read in place; one ending in ``/`` is every document file below it, as Marin's tokenize reads a folder) and
+``documents``. Documents are JSON lines (optionally compressed), JSON arrays or Parquet, the text under ``text_key``."""
 
 from __future__ import annotations
 
@@ -48,8 +40,7 @@ def read_manifest(raw_output: str) -> dict[str, Any]:
 
 
 def expand(patterns: Iterable[str]) -> list[str]:
-    """Each URL, or the files a glob pattern matches or the document files below a folder (``.../``; sorted), as full
-    URLs; a pattern matching nothing is an error."""
+    """Full URLs: each URL, a glob's matches, the documents below a ``.../`` folder, sorted; no match is an error."""
     out: list[str] = []
     for pattern in patterns:
         if not pattern.endswith("/") and not any(ch in pattern for ch in "*?["):
@@ -68,15 +59,12 @@ def expand(patterns: Iterable[str]) -> list[str]:
 
 
 def document_paths(raw_outputs: Iterable[str]) -> list[str]:
-    """Every document file of these ``raw_data`` or ``download`` outputs, in order (globs expanded; of a download,
-    the files with a document suffix: a dataset's README.md is not one)."""
+    """Every document file of these ``raw_data`` or ``download`` outputs, in order (globs expanded)."""
     return [path for raw in raw_outputs for path in _documents_of(raw)]
 
 
 def download_documents(output: str, patterns: list[str] | None = None) -> list[str]:
-    """The document files of a ``download`` output (or of a folder Marin's download step made), in order;
-    with ``patterns``, those whose path relative to the output folder (``subdir`` included) matches one
-    (``**`` crosses folders): the same paths whether the folder is a marinbuild download or Marin's."""
+    """The document files of a ``download`` output (or Marin's), in order; with ``patterns``, those matching one."""
     wanted = matcher(list(patterns or []))
     manifest = download.read_manifest(output)
     if manifest is not None and manifest.get("kind") == "download":

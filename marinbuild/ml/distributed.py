@@ -1,11 +1,10 @@
 """Starting a training or evaluation process of a multi-host job, the same way on real and simulated hosts.
 
-``start_distributed(distributed)`` starts JAX distributed through levanter's ``DistributedConfig`` and says
-whether this process is the lead (process 0). Where levanter's own code cannot run with several processes on
-the CPU, the fixes are here, in one place, applied whenever a job has several processes (TPU hosts and
-simulated ones alike), so both kinds of host run the same levanter code: ``host_side_eval_tags`` and
-``host_side_packing`` (each docstring says what fails without it).
-"""
+``start_distributed(distributed)`` starts JAX distributed through levanter's ``DistributedConfig`` and says whether this
+process is the lead (process 0). Where levanter's own code cannot run with several processes on the CPU, the fixes are
+here, in one place, applied whenever a job has several processes (TPU hosts and simulated ones alike), so both kinds of
+host run the same levanter code: ``host_side_eval_tags`` and ``host_side_packing`` (each docstring says what fails
+without it)."""
 
 from __future__ import annotations
 
@@ -17,14 +16,10 @@ from marinbuild.run.resources import local_tpu_chips
 def start_distributed(distributed: Any) -> bool:
     """Start JAX distributed as the payload's ``distributed`` says; whether this process is the lead (process 0).
 
-    One path for every host: a real TPU host (``True``: JAX finds the coordinator itself), a
-    simulated one (a dict naming its coordinator and process id) and a lone process (``False``)
-    all start through levanter's ``DistributedConfig.initialize`` here, before training (the
-    trainer is then told not to start it again), and the lead is ``jax.process_index() == 0``.
-    Hosts without TPU chips run their collectives on CPU (gloo). With several processes the
-    evaluation tag arrays and the lm-eval requests stay on the host (``host_side_eval_tags``,
-    ``host_side_packing``).
-    """
+    Every host starts through levanter's ``DistributedConfig.initialize`` here, before training: a TPU host (``True``:
+    JAX finds the coordinator), a simulated one (a dict naming coordinator and process id) or a lone process
+    (``False``). Hosts without chips use gloo. With several processes the eval tag arrays and lm-eval requests stay on
+    the host (``host_side_eval_tags``, ``host_side_packing``)."""
     from levanter.distributed import DistributedConfig
 
     if distributed:
@@ -50,14 +45,10 @@ def distributed_config(cls: Any, distributed: Any) -> Any:
 
 
 def host_side_eval_tags() -> None:
-    """Keep the tag arrays of levanter's evaluation datasets on the host (numpy), as its loader expects.
-
-    ``DomainTaggedDataset`` builds them with ``jnp.asarray`` under the trainer's global mesh: with
-    several CPU processes each array then spans every process's device, and the loader's host-side
-    batching (``local_cpu_mesh``) rejects it ("Received incompatible devices for jitted computation"),
-    so every evaluation failed. Applied whenever a job has several processes, on TPU hosts as on
-    simulated ones, so that both run the same levanter code.
-    """
+    """Keep the tag arrays of levanter's evaluation datasets on the host (numpy), as its loader expects:
+    ``DomainTaggedDataset``'s ``jnp.asarray`` under the global mesh spans every process's device with several CPU
+    processes, which the host-side batching rejects. Applied to every job of several processes, TPU or not, so both run
+    the same levanter code."""
     import numpy as np
     from levanter.eval import DomainTaggedDataset
 
@@ -83,15 +74,10 @@ def cpu_collectives_unless_tpu() -> None:
 def host_side_packing() -> None:
     """Pack lm-eval's requests into host-side arrays, as levanter's batching of them expects.
 
-    levanter's ``_pack_requests`` builds each packed example with ``hax.named`` (``jnp.asarray``)
-    while the trainer's global mesh is active: with several CPU processes each array then spans
-    every process's device, and ``stack_batches`` (which stacks under ``local_cpu_mesh``) rejects
-    it ("Received incompatible devices for jitted computation"), so every multi-process
-    evaluation failed. Packing under ``local_cpu_mesh`` keeps the examples on this host; process 0
-    then broadcasts each batch itself. Applied where the processes get their coordinator
-    explicitly (no TPU) here, and in training (lm-eval tasks evaluated while training) whenever
-    there are several processes (``start_distributed``).
-    """
+    levanter's ``_pack_requests`` uses ``hax.named`` under the trainer's global mesh: with several CPU processes each
+    array spans every process's device and ``stack_batches`` rejects it ("incompatible devices"). Packing under
+    ``local_cpu_mesh`` keeps the examples on this host; process 0 broadcasts each batch itself. Applied with explicit
+    coordinators (no TPU), and in training with several processes."""
     import levanter.eval_harness as harness
     from levanter.utils.jax_utils import local_cpu_mesh
 

@@ -1,21 +1,11 @@
 """Copy a dataset into a step's output folder, file by file, verified and resumable (the ``download`` rule's work).
 
-Output layout (``<files>`` is the output folder, or ``<out>/<subdir>`` with ``subdir``)::
-
-    <files>/<path in the source>   the files (Marin's ``download_hf`` layout: ``<out>/<path in repo>``)
-    <out>/manifest.json            {"kind": "download", "source": {...}, "subdir", "files": [{"path",
-                                    "size", "sha256", <published checksums>, "source"}], "bytes"}
-    <out>/provenance.json          Marin's keys: dataset (or url), version, links, access_time
-    <out>/.download/done/<path>.json   one done marker per verified file (its manifest record)
-    <out>/.download/files.jsonl    one line per file per attempt: run, path, state (fetched or
-                                   cached), size, seconds, node
-
-The source is listed (``download_sources``); files whose done marker matches the listing are reused; the
-others are copied in parallel by ``download_work.fetch_file`` over ``shard_pool``'s pool: Ray tasks with
-``file_resources`` each when the step runs on Ray, else ``workers`` threads (copying waits on the network).
-The first failure stops the step after the files in flight end; every file verified before it stays done,
-so a rerun fetches only the rest. Progress (files, bytes per second) goes to the step's ``progress`` events.
-"""
+Output (docs/download.md): the files under ``<out>[/<subdir>]`` (Marin's ``download_hf`` layout), ``manifest.json``,
+``provenance.json`` (Marin's keys), ``.download/done/<path>.json`` (a done marker per verified file) and
+``.download/files.jsonl`` (a line per file per attempt). Files whose done marker matches the listing
+(``download_sources``) are reused; the others are copied in parallel by ``download_work.fetch_file`` on ``shard_pool``'s
+pool (Ray tasks on Ray, else ``workers`` threads). The first failure stops the step once the files in flight end;
+verified files stay done, so a rerun fetches only the rest."""
 
 from __future__ import annotations
 

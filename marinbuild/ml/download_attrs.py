@@ -1,13 +1,9 @@
 """The ``download`` rule's attribute check, run when a BUILD file declares a target (``rule(check=...)``).
 
-``check(values)`` raises ``AttrValueError(message, attr=...)`` for what the attribute types cannot express:
-the source (exactly one of ``hf_dataset`` and ``url``; ``revision`` always with ``hf_dataset`` only),
-``checksums`` (``url`` only; relative paths to ``"<kind>:<hex>"`` of a kind ``marinbuild.ml.checksums``
-computes), ``patterns`` (no empty glob), ``subdir`` (inside the output) and ``workers`` (at least one), so a
-mistake shows as one ``path:line:col`` line in ``query`` and ``build -n``, not as a failed step. Cheap by
-contract: no network, file access or import beyond the standard library and ``marinbuild.load`` (the Hub's
-dataset id syntax is left to ``huggingface_hub`` when the step runs).
-"""
+``check(values)`` raises ``AttrValueError(message, attr=...)`` for what types cannot express (one source; ``revision``
+with ``hf_dataset`` only; ``checksums`` with ``url`` only, of kinds ``ml.checksums`` computes; no empty pattern;
+``subdir`` inside the output; ``workers`` at least one), so a mistake is one ``path:line:col`` line in ``query`` and
+``build -n``. Cheap by contract: no network, files or imports beyond the standard library and ``marinbuild.load``."""
 
 from __future__ import annotations
 

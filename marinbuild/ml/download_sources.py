@@ -1,19 +1,11 @@
 """What a ``download`` copies: the files of a source, each with its size and the checksums the source publishes.
 
-Sources are listed when the step runs (never while the graph is loaded, queried or dry-run):
-
-- the Hugging Face Hub (``list_hub``): a dataset id at a revision (branch, tag or commit), resolved to its
-  commit first, so a branch moving during a long download changes nothing. Each file's published checksum
-  is its LFS sha256 (large files) or git blob sha1 (small). A file is streamed from its ``resolve`` URL
-  with ``huggingface_hub``'s own headers (the token from ``HF_TOKEN`` or the login cache), never through
-  a local cache copy as ``hf_hub_download`` would make one.
-- any fsspec URL (``list_fsspec``): a file or a folder. GCS publishes each object's md5 (not for composite
-  objects) and crc32c, both checked; other filesystems' files are checked by size and by the BUILD file's
-  ``checksums``, if any.
-
-``patterns`` are globs relative to the source's root with fsspec's semantics (``**`` crosses folders), as
-Marin's ``hf_urls_glob`` are matched by ``HfFileSystem.glob``. No pattern: every file.
-"""
+Sources are listed when the step runs, never while the graph is loaded. ``list_hub``: a Hugging Face dataset at a
+revision, resolved to its commit first (a branch moving mid-download changes nothing); checksums are LFS sha256 or git
+blob sha1; files are streamed from ``resolve`` URLs with ``huggingface_hub``'s headers, never through its local cache.
+``list_fsspec``: a file or folder; GCS's md5 (not for composite objects) and crc32c are checked, other filesystems'
+files by size and the BUILD file's ``checksums``. ``patterns`` are fsspec globs relative to the root (``**`` crosses
+folders), as Marin's ``hf_urls_glob``."""
 
 from __future__ import annotations
 
@@ -34,8 +26,7 @@ class Entry:
     size: int | None
     published: dict[str, str] = field(default_factory=dict)
     """Checksums the source publishes (or the BUILD file gives), by kind, hex."""
-    hub: bool = False
-    """Fetched with the Hub's headers (the token)."""
+    hub: bool = False  # Fetched with the Hub's headers (the token).
 
 
 def matcher(patterns: list[str]) -> Any:
@@ -75,8 +66,7 @@ def list_hub(dataset: str, commit: str, patterns: list[str], endpoint: str | Non
 
 
 def list_fsspec(url: str, patterns: list[str], checksums: dict[str, str]) -> list[Entry]:
-    """The files at ``url`` (a file, or every file below a folder) matching ``patterns``, sorted by path;
-    ``checksums`` (by relative path) are checked as if the source published them."""
+    """The files at ``url`` matching ``patterns``, sorted; ``checksums`` are checked as if the source published them."""
     fs = _filesystem(url)
     protocol = url.split("://", 1)[0] + "://" if "://" in url else ""
     root = url.rstrip("/")

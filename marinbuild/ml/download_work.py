@@ -1,14 +1,10 @@
 """The work of a download worker (a local thread or a Ray task): copy one file, verify it, commit it.
 
-``fetch_file(job)`` (``job`` a plain dict: it crosses process and node boundaries): a file whose done marker
-matches the listing (size, published checksums) is ``cached``. Otherwise the source is streamed into
-``<dest>.partial-<random>``, every chunk hashed on the way (``marinbuild.ml.checksums``); the size and every
-published checksum are compared (a difference raises ``ChecksumMismatchError`` naming the file and deletes the
-partial copy); the partial copy becomes the file (``os.replace``, or a server-side copy on an object store),
-and only then is the done marker written atomically: a file is done exactly when its marker exists. A kill
-leaves at worst a ``.partial-*`` copy (no document suffix), removed when the file is fetched again. The marker
-holds the file's manifest record. Transient read errors are retried (three attempts); a mismatch is not.
-"""
+``fetch_file(job)`` (a plain dict, as it crosses processes): a file whose done marker matches the listing is ``cached``;
+else the source is streamed into ``<dest>.partial-<random>``, hashed on the way, checked against its size and published
+checksums (``ChecksumMismatchError``, partial copy deleted), moved into place, and only then is the done marker (its
+manifest record) written atomically: a file is done exactly when its marker exists. A kill leaves at worst a
+``.partial-*`` copy, removed on the next fetch. Transient read errors get three attempts; a mismatch none."""
 
 from __future__ import annotations
 
@@ -22,8 +18,7 @@ from typing import Any
 from marinbuild.ml.checksums import Digests, mismatches
 from marinbuild.store import fs as store_fs
 
-CHUNK = 8 * 1024 * 1024
-"""Bytes read and written at a time (Marin's download step streams 8 MiB chunks too)."""
+CHUNK = 8 * 1024 * 1024  # Bytes read and written at a time (Marin's download step streams 8 MiB chunks too).
 ATTEMPTS = 3
 
 
@@ -139,8 +134,7 @@ def _discard(path: str) -> None:
 
 
 def _remove_leftovers(dest: str) -> None:
-    """Partial copies of this file an earlier, killed attempt left (local folders; an object store's
-    unfinished upload leaves no object)."""
+    """Partial copies of this file a killed attempt left (local folders: an unfinished upload leaves no object)."""
     if store_fs.is_local(dest):
         for leftover in glob.glob(glob.escape(store_fs.local_path(dest)) + ".partial-*"):
             _discard(leftover)

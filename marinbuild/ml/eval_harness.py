@@ -1,21 +1,11 @@
 """lm-eval-harness tasks on a trained checkpoint (the child process of the ``eval_harness`` rule).
 
-Loads the latest checkpoint of a ``train_lm`` output (its ``model.json`` says how to rebuild the model) and
-runs levanter's ``run_eval_harness_main`` on it with an ``LmEvalHarnessConfig`` (tasks from
-``marinbuild.ml.lm_eval_tasks``). Under the output folder::
-
-    results.json        {"checkpoint", "step", "tasks": [the task specs],
-                         "results": {task: {metric: value}}, "averages": {...}, "n_samples": {task: n}}
-                        metric names without lm-eval's ",none" suffix; stderr entries and "sample_len" dropped
-    lm_eval_output.json lm-eval's whole output as levanter returns it
-    logs/               levanter's log and the child's output
-
-On a multi-host slice this runs once per host, one JAX distributed job as training is, started the same way
-(``marinbuild.ml.distributed.start_distributed``, with its levanter fixes). levanter runs lm-eval on process 0,
-which sends each batch of requests to every process so the sharded model computes it together, and returns the
-outputs on process 0 only: it alone writes the files; another host's process returns a summary naming its
-process.
-"""
+Rebuilds the model of a ``train_lm`` output's latest checkpoint (``model.json``) and runs levanter's
+``run_eval_harness_main`` (tasks from ``marinbuild.ml.lm_eval_tasks``). Writes ``results.json`` (``checkpoint``,
+``step``, ``tasks``, ``results`` per task and metric without lm-eval's ",none" suffix, stderr entries dropped,
+``averages``, ``n_samples``), ``lm_eval_output.json`` (lm-eval's whole output) and ``logs/``. On a multi-host slice this
+runs on every host as one JAX distributed job (``ml.distributed``); levanter returns the outputs on process 0 only,
+which alone writes the files."""
 
 from __future__ import annotations
 

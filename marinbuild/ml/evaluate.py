@@ -1,15 +1,8 @@
 """Loss and perplexity of a trained checkpoint on validation sets (the child process of ``eval_lm``).
 
-Loads the latest checkpoint of a ``train_lm`` output (its ``model.json`` says how to rebuild the model),
-evaluates it with ``levanter.main.eval_lm`` on each tokenized dataset's validation split, and writes
-``<out>/eval.json``::
-
-    {"checkpoint": ".../checkpoints/step-99", "step": 99,
-     "datasets": {"stories_tokenized": {"loss": 1.05, "perplexity": 2.86, "bpb": 0.31}},
-     "loss": 1.05, "perplexity": 2.86}
-
-``loss`` is levanter's overall ``eval/loss`` (token-weighted); perplexity is ``exp(loss)`` (nats per token).
-"""
+Evaluates a ``train_lm`` output's latest checkpoint with ``levanter.main.eval_lm`` on each tokenized dataset's
+validation split and writes ``<out>/eval.json``: ``checkpoint``, ``step``, ``datasets`` (per dataset ``loss``,
+``perplexity``, ``bpb``), and levanter's overall token-weighted ``loss`` with ``perplexity = exp(loss)``."""
 
 from __future__ import annotations
 

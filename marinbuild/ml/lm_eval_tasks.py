@@ -1,16 +1,12 @@
 """lm-eval tasks as levanter takes them: task names checked, a target's own task files, the harness config.
 
-Used by the ``eval_harness`` child and by training with task evaluations; imports lm-eval and levanter inside
-the functions (call them only in those processes). A target's ``task_files`` (YAML task definitions and data,
-package-relative path -> absolute path) are copied into a fresh folder with the same layout, given to
-lm-eval's ``TaskManager`` as ``include_path``, so a YAML's ``data_files`` are relative to the package.
-levanter's ``LmEvalHarnessConfig.to_task_dict`` builds its ``TaskManager()`` without an include path and hands
-lm-eval each task as a dict of overrides, which lm-eval 0.4.13 reads as a whole inline task (losing a
-registered task's dataset and prompts): ``LocalTasksHarnessConfig`` loads each task by name from a
-``TaskManager`` with the include path, sets its few-shot count as ``simple_evaluate`` does, and renames it to
-its alias with levanter's renaming. Every task name is checked before the model is loaded: levanter retries
-a failing task load for minutes, so an unknown name would fail late.
-"""
+Imports lm-eval and levanter inside the functions (call them only in the eval or training child). A target's
+``task_files`` are copied into a fresh folder with the package's layout and given to lm-eval's ``TaskManager`` as
+``include_path``. levanter's ``LmEvalHarnessConfig.to_task_dict`` uses a ``TaskManager()`` without include path and
+passes each task as a dict of overrides, which lm-eval 0.4.13 reads as a whole inline task (losing a registered task's
+dataset and prompts): ``LocalTasksHarnessConfig`` loads each task by name instead, sets its few-shot count as
+``simple_evaluate`` does and renames it to its alias. Task names are checked before the model loads, as levanter retries
+a failing task load for minutes."""
 
 from __future__ import annotations
 
@@ -77,15 +73,12 @@ def harness_config(specs: list[dict[str, Any]], include_path: str | None, max_ex
             return loaded
 
     return LocalTasksHarnessConfig(
-        task_spec=[TaskConfig(**spec) for spec in specs],
-        max_examples=max_examples,
-        include_path=include_path,
+        task_spec=[TaskConfig(**spec) for spec in specs], max_examples=max_examples, include_path=include_path
     )
 
 
 def set_fewshot(task_dict: dict, num_fewshot: int) -> None:
-    """Set the few-shot count of every task in an lm-eval task dict (groups included), as lm-eval's
-    ``simple_evaluate`` does (``Task.set_config``)."""
+    """Set every task's few-shot count in an lm-eval task dict (groups too), as ``simple_evaluate`` does."""
     for value in task_dict.values():
         if isinstance(value, dict):
             set_fewshot(value, num_fewshot)

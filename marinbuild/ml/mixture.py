@@ -1,15 +1,9 @@
 """The weights of a ``train_lm`` data mixture, fixed or changing at given steps (pure Python).
 
-A fixed mixture is ``data = {":a": 0.7, ":b": 0.3}``. One changing at given steps (Marin's
-``lm_varying_mixture_data_config``) is written a column per stage, each weight holding from its step on
-(a plain number: the same in every stage)::
-
-    data = {":a": [0.7, 0.3], ":b": [0.3, 0.2], ":c": [0.0, 0.5]},
-    data_steps = [0, 740_500],
-
-``mixture_weights`` gives what levanter's ``LmDataConfig.train_weights`` takes: a dict, or a list of
-``(start_step, {name: weight})``. The same checks run when the BUILD file loads and in the training process.
-"""
+Fixed: ``data = {":a": 0.7, ":b": 0.3}``. Changing (Marin's ``lm_varying_mixture_data_config``): a weight per stage,
+``data = {":a": [0.7, 0.3], ":b": [0.3, 0.7]}`` with ``data_steps = [0, N]`` (a plain number: the same in every stage).
+``mixture_weights`` gives levanter's ``LmDataConfig.train_weights``: a dict, or a list of ``(start_step, {name:
+weight})``. The same checks run when the BUILD file loads and in the training process."""
 
 from __future__ import annotations
 
@@ -38,8 +32,7 @@ class MixtureWeightAttr(Attr):
 
 
 def mixture_weights(data: Mapping[Any, Any], steps: Sequence[int]) -> dict[Any, float] | list[Any]:
-    """levanter's ``train_weights`` for ``data`` (key -> weight or weights per stage) changing at ``steps``; an
-    ``AttrValueError`` naming ``data`` or ``data_steps`` and what is wrong with them."""
+    """levanter's ``train_weights`` for ``data`` changing at ``steps``, or an ``AttrValueError`` saying why not."""
     if any(isinstance(s, bool) or not isinstance(s, int) for s in steps):
         raise AttrValueError(f"data_steps must be ints, got {list(steps)!r}", attr="data_steps")
     if steps and (steps[0] != 0 or any(b <= a for a, b in zip(steps, steps[1:], strict=False))):

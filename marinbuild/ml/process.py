@@ -1,15 +1,11 @@
 """Running levanter work (tokenize, train, eval) in a child Python process.
 
-jax, libtpu and levanter's global state belong to one process, and the build process should stay light
-(it never imports jax). The child is ``python -m marinbuild.ml.<module> PAYLOAD``: it reads its job from the
-JSON payload, writes its result JSON where the payload says, and dies with its parent
-(``PR_SET_PDEATHSIG``), so killing a build kills its training too. Its output goes to
-``<log_dir>/<name>.log`` (appended across resumes); on a remote ``log_dir`` (``gs://``) the log is written
-locally and copied there every ``upload_every`` seconds while the child runs and once at its end, starting
-from the remote log's earlier content, so a host lost mid-run leaves its log up to the last copy. The build's
-stderr gets warnings, errors, tracebacks and ``[marinbuild.ml]`` progress lines (everything with
-``MARINBUILD_ML_LOG=all`` or ``marinbuild -v``). A failing child raises ``MlProcessError`` with the log's tail.
-"""
+jax, libtpu and levanter's global state belong to one process, and the build process never imports jax. The child is
+``python -m marinbuild.ml.<module> PAYLOAD``: it reads its job from the JSON payload, writes its result JSON where it
+says, and dies with its parent (``PR_SET_PDEATHSIG``). Its output goes to ``<log_dir>/<name>.log`` (appended across
+resumes); a remote log is written locally and copied up every ``upload_every`` seconds and at the end, so a lost host
+leaves its log up to the last copy. The build's stderr gets warnings, errors, tracebacks and progress lines (everything
+with ``MARINBUILD_ML_LOG=all`` or ``-v``). A failing child raises ``MlProcessError`` with the log's tail."""
 
 from __future__ import annotations
 
@@ -41,8 +37,7 @@ _NOISE = re.compile(
     r"|^Generating \w+ split: |^\s*\d+%\|.*\| \d+/\d+ \[|Skipping non-numeric metric"
 )
 _PARENT_ENV = "MARINBUILD_ML_PARENT_PID"
-LOG_UPLOAD_EVERY = 30.0
-"""Seconds between copies of a running child's log to a remote log folder."""
+LOG_UPLOAD_EVERY = 30.0  # Seconds between copies of a running child's log to a remote log folder.
 
 
 class MlProcessError(RuntimeError):
@@ -147,8 +142,7 @@ def _forward(line: str) -> None:
 
 
 class _LogMirror:
-    """Keeps ``remote`` a copy of the local log ``local`` while a child writes it: the remote's earlier content
-    first (attempts append), then a copy every ``every`` seconds when the log grew, and a last one at ``close``."""
+    """Keeps ``remote`` a copy of the child's ``local`` log: old content, then every ``every`` s and at ``close``."""
 
     def __init__(self, local: str, remote: str, every: float):
         self.local, self.remote, self.every = local, remote, every

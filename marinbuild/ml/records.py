@@ -1,20 +1,12 @@
 """The texts of one document file, with every bad record named by file and line (or row).
 
-``read_texts(path, text_key, counts, skip_bad=False, span=None)`` yields the string under ``text_key`` of each
-record of a JSON-lines file (``.jsonl``, optionally ``.gz``/``.zst``/``.bz2``/``.xz``), a JSON array (``.json``;
-JSON lines under that name when it does not start with ``[``, as dolma's shards are) or a Parquet file, or
-of one part of it (``span``, see ``marinbuild.ml.shard_plan``): a plain ``.jsonl``'s
-``(start, end)`` byte range owns the lines that *start* inside it, so the ranges of a file read every line
-once (read as bytes: ``json.loads`` decodes UTF-8, CRLF is JSON whitespace); a Parquet file's is a range of
-row groups. Bad records are named by their *absolute* line (row): the lines before a range are counted only
-when one of its records is bad.
-
-A line that is not JSON, or a record whose ``text_key`` is missing or not a string, raises ``BadRecordError``
-naming ``path:line`` (Parquet: ``row``), or with ``skip_bad`` is skipped and counted. A file that cannot be
-decompressed or whose body cannot be read raises, naming the last line read; with ``skip_bad`` the rest of
-the file is skipped (one skipped record) and ``counts.truncated`` names where. Blank lines are not records
-(as for levanter). No heavy imports: this runs in every tokenize worker.
-"""
+``read_texts`` yields the ``text_key`` string of each record of a JSON-lines file (optionally compressed), a JSON array
+(``.json``; JSON lines when it does not start with ``[``, as dolma's) or Parquet, or of one ``span`` of it
+(``ml.shard_plan``): a plain ``.jsonl``'s byte range owns the lines that start in it, a Parquet's is a range of row
+groups. Bad records are named by absolute line (row). A bad line or record raises ``BadRecordError`` naming
+``path:line``, or with ``skip_bad`` is skipped and counted; an unreadable body raises naming the last line read, or with
+``skip_bad`` ends the file (``counts.truncated``). Blank lines are not records. No heavy imports: this runs in every
+tokenize worker."""
 
 from __future__ import annotations
 

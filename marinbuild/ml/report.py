@@ -1,18 +1,9 @@
 """A training report: one metrics JSON and a PNG of training and validation loss per step.
 
-``build_report`` reads a ``train_lm`` output (``metrics.jsonl``, ``summary.json``), any ``eval_lm`` outputs
-(``eval.json``) and any ``eval_harness`` outputs (``results.json``) and writes:
-
-    metrics.json   {"train_loss": [[step, loss], ...], "validation_loss": {name: [[step, loss], ...]},
-                    "learning_rate": [[step, lr], ...], "summary": {...}, "evaluations": {...},
-                    "settings": {"model", "parameters", "learning_rate", "batch_size", "steps", "seq_len"},
-                    "task_scores": {task: {"metric", "value", "step", "evaluation"}}}
-    loss.png       training loss (and its moving average) and each validation loss per step, log scale,
-                   final evaluations in the legend, the key settings under the title; with eval_harness
-                   outputs, a panel of bars of each task's headline metric (``acc`` when it has one)
-
-matplotlib (Agg backend) is imported only here.
-"""
+``build_report`` reads a ``train_lm`` output and any ``eval_lm`` and ``eval_harness`` outputs and writes
+``metrics.json`` (losses and learning rate per step, summary, evaluations, key settings, task scores) and ``loss.png``
+(losses per step, log scale, final evaluations in the legend, settings under the title, a bar panel of task metrics).
+matplotlib (Agg) is imported only here."""
 
 from __future__ import annotations
 
@@ -72,8 +63,7 @@ def collect(train_output: str, eval_outputs: list[str]) -> dict[str, Any]:
 
 
 def task_scores(harness: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{task: {"metric", "value", "step", "evaluation"}}``: one headline number per lm-eval task, ``acc`` when the
-    task has it (multiple choice), else its first metric in alphabetical order."""
+    """One headline number per lm-eval task: ``acc`` when it has it, else its first metric alphabetically."""
     scores: dict[str, dict[str, Any]] = {}
     for evaluation, result in sorted(harness.items()):
         for task, metrics in sorted(result.get("results", {}).items()):
@@ -87,8 +77,7 @@ def task_scores(harness: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def key_settings(train_output: str, parameter_count: int | None) -> dict[str, Any]:
-    """The run's model size, learning rate, batch size, steps and sequence length, from the ``train_lm``
-    target's config in its ``.executor_info`` (empty values when it cannot be read)."""
+    """Model size, learning rate, batch size, steps and sequence length from the target's ``.executor_info``."""
     attrs: dict[str, Any] = {}
     try:
         with fsspec.open(os.path.join(train_output, ".executor_info"), "r") as f:

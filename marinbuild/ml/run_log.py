@@ -1,9 +1,8 @@
 """A JSON-lines log of one step's work items, one line per item per attempt, kept across attempts.
 
-``RunLog(path)`` reads earlier attempts' lines; ``add(record)`` appends one tagged with this attempt's ``run``
-id, written out at most every second and on ``flush()`` by rewriting the file (one object-store write: for
-thousands of lines, not millions). ``tokenize`` logs its shards here, ``download`` its files.
-"""
+``RunLog(path)`` reads earlier attempts' lines; ``add(record)`` appends one tagged with this attempt's ``run`` id,
+written out at most every second and on ``flush()`` by rewriting the file (one object-store write: for thousands of
+lines, not millions). ``tokenize`` logs its shards here, ``download`` its files."""
 
 from __future__ import annotations
 

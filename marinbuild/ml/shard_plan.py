@@ -1,26 +1,18 @@
 """How the input files of a split become shards: large files split into ranges, small files grouped.
 
-One number decides both, ``shard_bytes`` (the ``tokenize`` option, 64 MiB by default: some ten million
-tokens, small enough to spread a dataset over a cluster and lose little on a preemption, large enough that
-per-shard costs are a small share; 0: every file is one shard):
+One number decides both, ``shard_bytes`` (64 MiB by default, some ten million tokens; 0: a shard per file):
 
-- **Ranges.** A file of at least ``shard_bytes`` is split into ``ceil(size / shard_bytes)`` shards, so one
-  large file does not serialise the work. Plain ``.jsonl``: equal byte ranges; a range owns the lines that
-  *start* inside it (``marinbuild.ml.records``), so no boundary is found when planning and every line is
-  read once. Parquet: consecutive row groups, a new range once they hold ``shard_bytes`` compressed (from
-  the footer); one row group is one shard. Compressed JSON lines and JSON arrays stay one shard: a gzip or
-  zstd stream cannot be entered in the middle without reading everything before.
-- **Groups.** Consecutive files smaller than ``shard_bytes`` are grouped into shards of about
-  ``shard_bytes``, so per-shard costs (a levanter cache, its commit, its copy into the consolidated cache)
-  are paid a few times, not thousands. Where a group ends depends on the files, not their positions
-  (content-defined chunking, as rsync and restic, over a list of files): after a file when the group holds
-  at least ``shard_bytes / 2`` and the file's identity hashes (in [0, 1)) below ``size / (shard_bytes / 2)``,
-  or when it reaches ``2 * shard_bytes``. Adding or removing a file changes its group (rarely the next),
-  not every group after it: the others keep their keys and are reused.
+- Ranges. A file of at least ``shard_bytes`` becomes ``ceil(size / shard_bytes)`` shards. Plain ``.jsonl``: byte ranges,
+  a range owning the lines that start in it (``marinbuild.ml.records``), so nothing is read when planning. Parquet:
+  consecutive row groups up to ``shard_bytes`` compressed. Compressed JSON lines and JSON arrays stay one shard (a
+  compressed stream cannot be entered midway).
+- Groups. Consecutive smaller files are grouped into shards of about ``shard_bytes``, so per-shard costs are paid a few
+  times, not thousands. Group ends are content-defined (as rsync's chunks, over files): after a file once the group
+  holds ``shard_bytes / 2`` and the file's identity hashes below ``size / (shard_bytes / 2)``, or at ``2 *
+  shard_bytes``; adding or removing a file changes its group, not every later one.
 
-A shard's key covers its pieces (``marinbuild.ml.shards``). A ``Piece(path, input, size, span)``'s ``span`` is
-None for a whole file, else a byte range (``.jsonl``) or a row-group range (``.parquet``).
-"""
+A ``Piece(path, input, size, span)``'s ``span`` is None for a whole file, else a byte range or row-group range; a
+shard's key covers its pieces (``marinbuild.ml.shards``)."""
 
 from __future__ import annotations
 

@@ -1,30 +1,13 @@
-"""A levanter job (``SliceJob``: ``TRAIN``, ``EVAL_HARNESS``) on a multi-host TPU slice or on several slices: one
-process per host, all together, restarted whole on a loss. docs/tpu.md tells it for users.
+"""A levanter job (``SliceJob``: ``TRAIN``, ``EVAL_HARNESS``) on multi-host TPU slices: one process per host, all
+together, restarted whole on a loss (docs/tpu.md).
 
-``run_on_tpu_slice`` runs in the step's own Ray task, the coordinator (it holds no TPU). Each attempt:
-1. reserves every slice at once with ``ray.util.tpu.slice_placement_group(num_slices=...)``: one placement
-   group, one bundle per host of every slice, placed together or not at all, within ``slice_wait`` (the wait is
-   reported as the step's progress); past it, ``SliceUnavailableError``: one line naming what was asked and the
-   slices the cluster has;
-2. starts the job on every host with ``ray.util.tpu.run_on_slice`` (a fresh worker each, never retried by Ray
-   alone). Each host finds its slice (its bundle's index) and worker id in ``host_layout`` and runs the module
-   as a child process (``marinbuild.ml.process``; log ``<job>-host<id>.log``, with several slices
-   ``<job>-slice<k>-host<id>.log``). With several slices each host gets its slice's MEGASCALE variables
-   (``get_tpu_coordinator_env_vars``), which libtpu reads. Real TPU VMs find JAX's coordinator themselves;
-   hosts without chips are told it (slice 0 worker 0, ``slice * hosts per slice + worker``) and use gloo: JAX
-   on CPU has no slices, so there the slices run as one flat job;
-3. waits for every host; after one error the others get ``LOSS_GRACE`` seconds, then are cancelled (their
-   worker and child killed), and the placement group is removed.
-
-As Marin's fray (``run_on_pod``) decides: a lost node or worker, or a host's process killed by a signal, is a
-preemption (``preemption_retries``); a process that exited with an error is a failure (``failure_retries``);
-one preemption among an attempt's errors makes it a preemption. Within budget everything is reserved and
-started again (training resumes from its latest checkpoint; an evaluation starts over); past it,
-``SliceRunError`` names the cause and the failing host's log. ``logs/slice.log`` has a line per attempt.
-
-The driver keeps the step's lease throughout; the step's task writes the status once, after the slices
-finish. The result is process 0's summary: process 0 alone writes training's records and lm-eval's results.
-"""
+``run_on_tpu_slice`` runs in the step's own Ray task (holding no TPU). Each attempt reserves every slice at once
+(``slice_placement_group``, within ``slice_wait``, else ``SliceUnavailableError``); starts the module on every host as a
+child process (``ml.process``) with its slice's MEGASCALE variables (hosts without chips get JAX's coordinator and use
+gloo, the slices as one flat job); and waits, cancelling the others ``LOSS_GRACE`` seconds after one error. As Marin's
+fray decides, a lost node or worker or a signal is a preemption (``preemption_retries``), an error exit a failure
+(``failure_retries``); within budget all starts again, else ``SliceRunError`` names the cause and the host's log.
+``logs/slice.log`` has a line per attempt; the result is process 0's summary."""
 
 from __future__ import annotations
 
@@ -46,8 +29,7 @@ CANCEL_WAIT = 120.0
 SLICE_LOG = "slice.log"
 SLICE_WAIT = 6 * 3600.0
 """The default wait for free slices: Ray's autoscaler can take hours to bring a large slice (back) up."""
-WAIT_REPORT = 60.0
-"""Seconds between progress reports while waiting for slices (at most; a third of a shorter wait)."""
+WAIT_REPORT = 60.0  # Seconds between progress reports while waiting for slices (at most; a third of a shorter wait).
 
 PREEMPTED = "preempted"
 FAILED = "failed"
@@ -60,26 +42,19 @@ class SlicePolicy:
 
     slice_wait: float = SLICE_WAIT
     """Seconds to wait for free slices (head reservations and every host's bundle) before failing."""
-    preemption_retries: int = 100
-    """Restarts after a preemption (a host lost, or its process killed by a signal)."""
-    failure_retries: int = 2
-    """Restarts after a failure of the job's code (a process that exited with an error)."""
+    preemption_retries: int = 100  # Restarts after a preemption (a host lost, or its process killed by a signal).
+    failure_retries: int = 2  # Restarts after a failure of the job's code (a process that exited with an error).
 
 
 @dataclass(frozen=True)
 class SliceJob:
     """What runs on every host of a slice, and how messages name it."""
 
-    module: str
-    """The child module each host runs (``python -m module``, ``marinbuild.ml.process``)."""
-    name: str
-    """Its log's name: ``logs/<name>-host<worker id>.log``."""
-    rule: str
-    """The rule whose attributes (``slice_wait``, the retry budgets) messages point at."""
-    work: str
-    """What the job does, in messages ("training")."""
-    again: str
-    """What a restart does, in messages."""
+    module: str  # The child module each host runs (``python -m module``, ``marinbuild.ml.process``).
+    name: str  # Its log's name: ``logs/<name>-host<worker id>.log``.
+    rule: str  # The rule whose attributes (``slice_wait``, the retry budgets) messages point at.
+    work: str  # What the job does, in messages ("training").
+    again: str  # What a restart does, in messages.
 
 
 TRAIN = SliceJob("marinbuild.ml.train", "train", "train_lm", "training", "resuming from the latest checkpoint")
@@ -160,8 +135,7 @@ def run_on_tpu_slice(
 
 
 def reserve_slice(tpu: TpuSlice, wait: float, label: str, *, rule: str = "train_lm", slices: int = 1) -> Any:
-    """A ready ``SlicePlacementGroup`` of ``slices`` slices of type ``tpu`` (head reservations released), within
-    ``wait`` s."""
+    """A ready ``SlicePlacementGroup`` of ``slices`` slices of ``tpu`` (heads released), within ``wait`` s."""
     import ray
     from ray.util.tpu import slice_placement_group
 
@@ -302,9 +276,7 @@ def _cause(error: BaseException) -> BaseException:
 
 
 def host_layout(handle: Any) -> dict[str, Any]:
-    """Where each host of the reserved slices stands: ``hosts`` maps a node id to its (slice, worker id); the
-    number of slices and of hosts; and the address of slice 0's worker 0 (``coordinator_ip``) with a free port
-    there (``coordinator``: JAX's coordinator when there is no TPU)."""
+    """Each node's (slice, worker id), the slice and host counts, and slice 0 worker 0's address with a free port."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -354,8 +326,7 @@ def _host_task() -> Any:
 def run_on_host(
     module: str, name: str, payload: dict[str, Any], layout: dict[str, Any], offline: bool
 ) -> tuple[int, dict[str, Any]]:
-    """On one host of the slices: ``module`` as this host's process (its log ``<name>-host<id>``, with several
-    slices ``<name>-slice<k>-host<id>``); (its process id, its summary)."""
+    """On one host: ``module`` as its process, logging to ``<name>[-slice<k>]-host<id>``; (process id, summary)."""
     import ray
     from ray.util.tpu import get_tpu_coordinator_env_vars
 

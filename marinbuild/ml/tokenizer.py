@@ -1,9 +1,8 @@
 """Train a byte-level BPE tokenizer with HF ``tokenizers`` and save it as a directory levanter loads.
 
-The directory holds ``tokenizer.json`` and ``tokenizer_config.json`` (special tokens, ``model_max_length``,
-the fast-tokenizer class): all ``levanter.tokenizers.load_tokenizer`` and ``AutoTokenizer.from_pretrained``
-need. Training is deterministic for the same texts and settings; ``tokenizers`` is imported in the functions.
-"""
+The directory holds ``tokenizer.json`` and ``tokenizer_config.json`` (special tokens, ``model_max_length``, the
+fast-tokenizer class): all ``levanter.tokenizers.load_tokenizer`` and ``AutoTokenizer.from_pretrained`` need. Training
+is deterministic for the same texts and settings; ``tokenizers`` is imported in the functions."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """A levanter tracker that writes metrics as JSON lines: ``{"step": 12, "train/loss": 3.1, ...}``.
 
-Registered as tracker type ``marinbuild_jsonl`` when imported (in the training process only). Local files are
-appended line by line; other fsspec paths rewritten at most every ``flush_seconds`` and at the end. A resumed
-run keeps the records before its start step and replaces the rest. Only scalar metrics under ``train/``,
-``eval/``, ``optim/``, ``mixture/``, ``lm_eval/`` and a few throughput ones are kept. A record logged without
-a step (levanter's task evaluations) belongs to the last step logged, as with W&B.
-"""
+Registered as ``marinbuild_jsonl`` when imported (in the training process). Local files are appended a line at a time,
+other paths rewritten every ``flush_seconds`` and at the end; a resumed run replaces the records from its start step on.
+Only scalar training, eval, optimizer, mixture, lm-eval and throughput metrics are kept. A record without a step belongs
+to the last step logged, as with W&B."""
 
 from __future__ import annotations
 

@@ -1,30 +1,14 @@
 """Train a language model with levanter (the child process of the ``train_lm`` rule).
 
-The payload names the tokenized components and their weights, the model, optimizer and
-trainer settings (``marinbuild.ml.configs``), the seed, the lm-eval tasks to evaluate while
-training and the output folder; this module builds levanter's ``TrainLmConfig`` from them
-(``marinbuild.ml.train_config``) and runs ``levanter.main.train_lm.main``.
-Under the output folder:
+Builds levanter's ``TrainLmConfig`` from the payload (``marinbuild.ml.train_config``) and runs
+``levanter.main.train_lm.main``. Under the output folder (docs/ml-rules.md): ``checkpoints/step-N/``, ``metrics.jsonl``,
+``runs.jsonl`` (one line per start; checkpoint step-N holds the state after step N, so a resumed run starts at N + 1),
+``model.json`` (what eval_lm needs to rebuild the model), ``summary.json``, ``logs/``, ``tensorboard/RUN/`` and
+``hf/step-N/``.
 
-    checkpoints/step-N/   levanter checkpoints (kept every ``checkpoint_every`` steps, plus
-                          temporary ones every ``checkpoint_minutes``, plus the last step)
-    metrics.jsonl         one JSON line per logged step (train loss, eval losses, learning rate,
-                          lm-eval task scores)
-    runs.jsonl            one line per start: {"start_step", "checkpoint", "time"} (a checkpoint
-                          step-N holds the state after step N, so a resumed run starts at N + 1;
-                          with ``initialize_from``, the first start is from that checkpoint)
-    model.json            what eval_lm needs to rebuild the model (model, tokenizer, seq_len)
-    summary.json          written at the end: steps, final losses, parameter count
-    logs/                 levanter's log and the child's output
-    tensorboard/RUN/      TensorBoard event files, with ``tracker = "tensorboard"``
-    hf/step-N/            HF exports, with ``trainer.steps_per_hf_export``
-
-On a multi-host slice this runs once per host, as one JAX distributed job started by
-``marinbuild.ml.distributed.start_distributed`` (the payload's ``distributed``: ``True`` on TPU VMs, a dict
-with the coordinator elsewhere). Process 0 alone writes ``runs.jsonl``, ``model.json``, the metrics and
-``summary.json``; every process writes its share of each checkpoint. A rerun in the same folder resumes from
-the latest complete checkpoint, data loader included.
-"""
+On a multi-host slice this runs once per host, one JAX distributed job (``marinbuild.ml.distributed``). Process 0 alone
+writes ``runs.jsonl``, ``model.json``, the metrics and ``summary.json``; every process writes its share of each
+checkpoint. A rerun resumes from the latest complete checkpoint, data loader included."""
 
 from __future__ import annotations
 
@@ -100,10 +84,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _task_files(payload: dict[str, Any], work: str) -> str | None:
-    """The target's lm-eval task files copied under ``work`` (their folder, or None), every task name checked.
-
-    An unknown task fails here, at once, not at the first evaluation after hours of training.
-    """
+    """The target's lm-eval task files copied under ``work`` (or None), every task name checked now, not hours in."""
     specs = payload.get("task_evals") or []
     if not specs:
         return None

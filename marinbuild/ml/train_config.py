@@ -1,15 +1,9 @@
 """levanter's ``TrainLmConfig`` for a ``train_lm`` payload: every setting through levanter's own classes.
 
-``train_lm_config`` turns the payload (``marinbuild.ml.train``) into levanter's configs and
-nothing else: ``TrainerConfig`` (batch size or batch schedule, checkpoints, EMA,
-``allow_partial_checkpoint``), ``OptimizerConfig`` with its learning-rate schedule
-(``configs.to_levanter_optimizer``), ``LmDataConfig`` with a mixture whose weights are fixed or
-change at given steps (``data_config``), the z-loss weight, lm-eval tasks evaluated while training
-(levanter's eval-harness callback) and, when asked for, HF exports by levanter's HF checkpoint
-converter into ``hf/step-N/`` of the output folder. It starts nothing,
-so tests check the settings without training. Imports levanter: call it only in the training
-process (or a test).
-"""
+``train_lm_config`` only builds configs (``TrainerConfig``, ``OptimizerConfig`` via ``configs.to_levanter_optimizer``,
+``LmDataConfig`` with fixed or step-varying weights, z-loss, lm-eval callback, HF exports into ``hf/step-N/``) and
+starts nothing, so tests check the settings without training. Imports levanter: call it only in the training process (or
+a test)."""
 
 from __future__ import annotations
 
@@ -32,10 +26,8 @@ MODEL_INFO = "model.json"
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"
-HF_EXPORTS = "hf"
-"""The sub-folder of a training output where HF exports go, one ``step-N/`` folder each."""
-TASK_EVAL_STEPS = 10_000
-"""How often task evaluations run when ``steps_per_task_eval`` is not given (Marin's default)."""
+HF_EXPORTS = "hf"  # The sub-folder of a training output where HF exports go, one ``step-N/`` folder each.
+TASK_EVAL_STEPS = 10_000  # How often task evaluations run when ``steps_per_task_eval`` is not given (Marin's default).
 MIXTURE_BLOCK_SIZE = 2048
 """levanter's mixture block (sequences): a mixture's weights can change only at a multiple of it."""
 
@@ -58,12 +50,8 @@ def data_config(
     text_keys: dict[str, str],
     validation: dict[str, str] | None = None,
 ) -> Any:
-    """levanter's ``LmDataConfig`` over existing caches: ``components`` maps a name to a tokenize output folder.
-
-    ``weights`` as a list of ``[start_step, {name: weight}]`` is levanter's varying mixture
-    (``train_weights`` as a list of (step, weights)): levanter moves from one stage to the next
-    at that step's first sequence, which must be a multiple of ``MIXTURE_BLOCK_SIZE``.
-    """
+    """levanter's ``LmDataConfig`` over tokenize output folders (``components``: name -> folder); ``weights`` as
+    ``[start_step, {name: weight}]`` stages, each starting at a multiple of ``MIXTURE_BLOCK_SIZE``."""
     from levanter.data.text import DatasetComponent, LmDataConfig, TextLmDatasetFormat, UrlDatasetSourceConfig
 
     def stage(w: dict[str, float]) -> dict[str, float]:
@@ -109,10 +97,7 @@ def check_mixture_steps(weights: Weights, batch_size: Any) -> None:
 def train_lm_config(
     payload: dict[str, Any], *, tokenizer: str, start_step: int, lead: bool, task_path: str | None = None
 ) -> Any:
-    """levanter's ``TrainLmConfig`` for ``payload``; ``lead``: this process keeps the metrics (process 0).
-
-    ``task_path``: the folder holding the target's lm-eval task files (``lm_eval_tasks.copy_task_files``).
-    """
+    """levanter's ``TrainLmConfig`` for ``payload``; ``lead``: this process keeps the metrics."""
     import jmp
     from levanter.checkpoint import CheckpointerConfig
     from levanter.distributed import DistributedConfig
@@ -181,11 +166,7 @@ def train_lm_config(
 
 
 def task_evals(specs: list[dict[str, Any]], task_path: str | None) -> Any:
-    """levanter's ``LmEvalHarnessConfig`` of the tasks evaluated while training (None: no tasks).
-
-    Its callback logs each task's metrics to the trackers as ``lm_eval/<task>/<metric>``, so they
-    land in ``metrics.jsonl`` at the step they were computed.
-    """
+    """levanter's ``LmEvalHarnessConfig`` of the tasks evaluated while training (None: none)."""
     if not specs:
         return None
     from marinbuild.ml.lm_eval_tasks import harness_config
@@ -194,22 +175,14 @@ def task_evals(specs: list[dict[str, Any]], task_path: str | None) -> Any:
 
 
 def hf_exports(out: str, every: int | None) -> dict[str, Any]:
-    """``TrainLmConfig`` fields of HF exports every ``every`` steps into ``<out>/hf/step-N/`` (None: none).
-
-    levanter's own export hook writes them with the model's HF checkpoint converter (``config.json``,
-    safetensors and the tokenizer), loadable with ``transformers``' ``from_pretrained``.
-    """
+    """``TrainLmConfig`` fields of HF exports every ``every`` steps into ``<out>/hf/step-N/`` (None: none)."""
     if every is None:
         return {"hf_save_path": None}
     return {"hf_save_path": os.path.join(out, HF_EXPORTS), "hf_save_steps": every}
 
 
 def extra_trackers(tracker: str, out: str, run_id: str) -> list[Any]:
-    """levanter's own tracker configs for the target's ``tracker`` besides the JSON lines file.
-
-    ``wandb``: a W&B run named after the output folder (project ``$WANDB_PROJECT``, default
-    ``marin``); ``tensorboard``: tensorboardX event files under ``<out>/tensorboard/<run_id>/``.
-    """
+    """levanter's configs for ``tracker`` besides the JSON lines: ``wandb`` (run named by output), ``tensorboard``."""
     if tracker == "wandb":
         from levanter.tracker.wandb import WandbConfig
 

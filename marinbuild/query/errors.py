@@ -8,8 +8,7 @@ from collections.abc import Iterable
 
 
 class QueryError(Exception):
-    """A query that cannot be parsed or evaluated, or an unknown output format. ``position`` is the 0-based offset
-    into ``source`` (None: not about a place); ``str()`` reads ``query:LINE:COLUMN: message`` (1-based)."""
+    """A bad query or output format; ``str()``: ``query:LINE:COLUMN: message`` from ``position`` in ``source``."""
 
     def __init__(self, message: str, position: int | None = None, source: str = "") -> None:
         super().__init__(message, position)
@@ -28,15 +27,6 @@ class QueryError(Exception):
         if self.position is None:
             return None
         return self.position - (self.source.rfind("\n", 0, self.position) + 1) + 1
-
-    def excerpt(self) -> str:
-        """The offending line of the query and a caret under the error ('' without a place)."""
-        if self.position is None or not self.source:
-            return ""
-        start = self.source.rfind("\n", 0, self.position) + 1
-        end = self.source.find("\n", self.position)
-        text = self.source[start : len(self.source) if end < 0 else end]
-        return f"{text}\n{' ' * (self.position - start)}^"
 
     def __str__(self) -> str:
         if self.position is None:

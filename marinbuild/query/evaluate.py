@@ -1,9 +1,8 @@
 """Query evaluation: a parsed ``Query`` against a ``QueryUniverse`` -> labels, dependencies first, ties by label.
 
-Values are frozensets of labels, ordered once at the end. Each distinct target pattern is expanded once
-and each label's cache state asked for at most once. Operator chains are evaluated in a loop and graph
-work in ``graphops`` is iterative (no recursion on deep graphs).
-"""
+Values are frozensets of labels, ordered once at the end. Each distinct target pattern is expanded once and each label's
+cache state asked for at most once. Operator chains are evaluated in a loop and graph work in ``graphops`` is iterative
+(no recursion on deep graphs)."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ Labels = frozenset[str]
 
 
 def evaluate(query: str | Query, universe: QueryUniverse) -> list[str]:
-    """Raises ``QueryError`` for a malformed query or an evaluation error (e.g. ``some`` of an empty set); errors
-    raised by ``expand_pattern`` and ``state_of`` propagate unchanged."""
+    """``QueryError`` for a malformed query or evaluation error; ``expand_pattern``'s, ``state_of``'s pass through."""
     parsed = parse(query) if isinstance(query, str) else query
     evaluator = _Evaluator(parsed, universe)
     try:

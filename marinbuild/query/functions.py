@@ -1,8 +1,7 @@
 """The query function table: each function's parameters, their kinds, and its usage line.
 
-The parser checks calls against this table (argument count and kinds, depth and regex
-validity) so that evaluation never meets a malformed call; the evaluator implements them.
-"""
+The parser checks calls against this table (argument count and kinds, depth and regex validity) so that evaluation never
+meets a malformed call; the evaluator implements them."""
 
 from __future__ import annotations
 

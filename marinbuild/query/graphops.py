@@ -1,8 +1,7 @@
 """Graph traversals for query functions, all iterative (chains 10k+ deep must not recurse).
 
-Edges go from a target to each direct dependency (``u -> v``: u depends on v). Labels
-that are not nodes of the graph are tolerated everywhere and have no edges.
-"""
+Edges go from a target to each direct dependency (``u -> v``: u depends on v). Labels that are not nodes of the graph
+are tolerated everywhere and have no edges."""
 
 from __future__ import annotations
 
@@ -44,8 +43,7 @@ def backward_closure(
 
 
 def some_path(graph: nx.DiGraph, sources: Set[str], targets: Set[str]) -> list[str]:
-    """A shortest dependency path from a member of ``sources`` to a member of ``targets`` ([] if none);
-    deterministic: sources and successors are explored in label order."""
+    """A shortest path from ``sources`` to ``targets`` ([] if none); deterministic: explored in label order."""
     if not sources or not targets:
         return []
     parent: dict[str, str | None] = {}
@@ -70,8 +68,7 @@ def some_path(graph: nx.DiGraph, sources: Set[str], targets: Set[str]) -> list[s
 
 
 def topological_rank(graph: nx.DiGraph) -> dict[str, int]:
-    """Each node's position in a dependencies-first topological order, ties broken by label (Kahn's algorithm;
-    if cycles leave nothing ready, the smallest remaining label is next: every graph gets a total order)."""
+    """Each node's rank in a dependencies-first order, ties by label (Kahn's; cycles: smallest label next)."""
     remaining = {node: len(graph.succ[node]) for node in graph}
     ready = [node for node, count in remaining.items() if count == 0]
     heapq.heapify(ready)

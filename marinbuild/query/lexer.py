@@ -1,10 +1,7 @@
 """Query lexer: turns query text into tokens (words, punctuation, operators) with positions.
 
-Words follow Bazel: unquoted words are runs of ``A-Za-z0-9*/@.-_:$~[]#%`` that do not start
-with ``-``; anything else (``+``, ``=``, ``,``, spaces...) needs a single- or double-quoted
-word, which runs to the matching quote with no escapes. Keywords (``let``, ``in``,
-``union``, ...) are recognised by the parser among unquoted words only.
-"""
+As Bazel's: unquoted words are runs of ``A-Za-z0-9*/@.-_:$~[]#%`` not starting with ``-``; anything else needs a quoted
+word (no escapes). Keywords are recognised by the parser among unquoted words only."""
 
 from __future__ import annotations
 

@@ -29,9 +29,7 @@ def check_output(output: str) -> None:
 
 
 def format_result(labels: Sequence[str], universe: QueryUniverse, output: str = "label") -> str:
-    """``labels`` (in the given order) as text in format ``output``; newline-terminated unless empty. ``json``: a
-    list of ``{"label", "kind", "deps", "attrs"}`` (all direct deps; attrs JSON-safe); ``graph``: Graphviz DOT as
-    Bazel prints it (unfactored), each node filled with its cache state's colour (reads the cache)."""
+    """``labels`` in format ``output`` (``json``, Bazel's DOT ``graph`` coloured by cache state), newline-terminated."""
     check_output(output)
     if output == "label":
         return "".join(f"{label}\n" for label in labels)

@@ -1,14 +1,12 @@
 """Query parser: recursive descent from tokens to a ``Query`` syntax tree, checking every call.
 
-Grammar (Bazel's; the functions are listed in ``marinbuild.query``)::
+Grammar (Bazel's; functions listed in docs/cli.md)::
 
     expr    := primary (op primary)*            # op: union + intersect ^ except -
     primary := word | $name | ( expr ) | let name = expr in expr | func ( args )
 
-Calls are checked against the function table (argument count and kinds, depth integers, regex syntax)
-and variables against the enclosing lets, so evaluation never starts on a malformed query. Operator
-chains are parsed in a loop; only parentheses, lets and calls nest.
-"""
+Calls are checked against the function table and variables against the enclosing lets, so evaluation never starts on a
+malformed query. Operator chains are parsed in a loop; only parentheses, lets and calls nest."""
 
 from __future__ import annotations
 
@@ -245,8 +243,7 @@ class _Parser:
             return self.error(f"missing ')' to close '{spec.name}(' opened at {opened}", tok.pos)
         what = "',' or ')'" if index < len(spec.params) else "')'"
         return self.error(
-            f"expected {what} in '{spec.name}(' opened at {opened}, found {tok.describe()}{hint}",
-            tok.pos,
+            f"expected {what} in '{spec.name}(' opened at {opened}, found {tok.describe()}{hint}", tok.pos
         )
 
     def arg_count_error(self, spec: FunctionSpec, got: int, pos: int) -> QueryError:

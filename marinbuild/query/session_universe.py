@@ -1,12 +1,9 @@
 """The query universes: a session's loaded targets as a graph, with cache states on demand; or the outputs
 recorded under a prefix (``query --outputs``).
 
-Cache-aware query functions (``built(x)``, ``stale(x)``...) need versions, so the targets
-are analysed into steps the first time one of them asks; plain graph queries never do.
-The outputs universe is lineage (``cache/lineage.py``): each output a node named by its path under the prefix,
-an edge to each output its step read; it answers "which models were trained on this dataset" for every
-version ever built, of targets since changed and of Marin's steps too.
-"""
+Cache-aware query functions (``built(x)``, ``stale(x)``...) need versions, so the targets are analysed into steps the
+first time one of them asks; plain graph queries never do. The outputs universe is lineage (``cache/lineage.py``):
+outputs named by their path under the prefix, an edge to each output a step read, every version, Marin's too."""
 
 from __future__ import annotations
 
@@ -23,9 +20,7 @@ from marinbuild.store.prefix_walk import normalize
 
 
 def target_graph(loaded: Any) -> nx.DiGraph:
-    """Labels as nodes, an edge from each target to each direct dependency. Node data: ``kind``, ``attrs`` (labels
-    as ``"//pkg:name"`` strings) and ``labels`` (for each attribute whose type holds labels, the targets it names
-    in order, not source files), which ``labels()`` uses."""
+    """The target graph (edges to direct dependencies); node data ``kind``, ``attrs`` and ``labels`` (per attribute)."""
     graph = nx.DiGraph()
     for label, target in loaded.targets.items():
         specs, files = target.rule.attrs, set(target.srcs)  # source files are not nodes of the graph

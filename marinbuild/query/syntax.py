@@ -1,9 +1,7 @@
 """Query syntax tree: the node types the parser builds, and printing them back as query text.
 
-Every node keeps ``pos``, the offset in the query text that errors about it point at.
-``str(node)`` is canonical query text that parses back to the same tree: word operators,
-every operation parenthesised, words quoted only when needed.
-"""
+Every node keeps ``pos``, the offset in the query text that errors about it point at. ``str(node)`` is canonical query
+text that parses back to the same tree: word operators, every operation parenthesised, words quoted only when needed."""
 
 from __future__ import annotations
 

@@ -16,15 +16,11 @@ from marinbuild.query.graphops import topological_rank
 class QueryUniverse:
     """The targets a query sees; a snapshot: do not mutate ``graph`` after the first query on it.
 
-    ``graph``: nodes are labels (``"//pkg:name"``), an edge ``u -> v`` means u directly depends on v; node
-    attributes ``kind`` (rule name), ``attrs`` (attribute name -> value) and, optionally, ``labels``
-    (attribute name -> the labels it names; without it ``labels()`` looks for label strings in the values).
-    ``state_of(label)`` returns one of ``STATES``, called at most once per label per evaluation and only for
-    labels that reach a cache-aware function. ``expand_pattern(word)`` turns a target pattern into labels
-    (raising the caller's own error for unknown ones), once per distinct word per evaluation.
-    ``location_of(label)``: ``path:line:col`` of the declaring rule call (``--output location``).
-    ``states_of(labels)``: the states of just these (``--output graph``) without analysing the rest.
-    """
+    ``graph``: nodes are labels, ``u -> v`` when u directly depends on v; node attributes ``kind``, ``attrs`` and
+    optionally ``labels`` (attribute -> the labels it names; without it ``labels()`` looks for label strings).
+    ``state_of(label)`` gives one of ``STATES``, at most once per label per evaluation; ``expand_pattern(word)`` a
+    pattern's labels (raising the caller's error for unknown ones); ``location_of(label)`` the declaring call's
+    ``path:line:col``; ``states_of(labels)`` just these labels' states."""
 
     graph: nx.DiGraph
     state_of: Callable[[str], str]

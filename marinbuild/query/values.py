@@ -1,6 +1,5 @@
-"""Attribute values as queries see them: Bazel-style text for ``attr()``, labels for ``labels()``,
-JSON-safe data for ``--output=json``.
-"""
+"""Attribute values as queries see them: Bazel-style text for ``attr()``, labels for ``labels()``, JSON-safe data for
+``--output=json``."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ def json_safe(value: Any, _depth: int = 0) -> Any:
 
 
 def label_strings(value: Any) -> list[str]:
-    """The strings in an attribute value: itself, or the items of a list/tuple/set, or a dict's keys
-    (a label-keyed dict, e.g. a data mixture) and values."""
+    """The strings in an attribute value: itself, a list/tuple/set's items, or a dict's keys and values."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, Mapping):

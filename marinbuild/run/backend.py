@@ -1,8 +1,7 @@
-"""The backend interface: somewhere to run step jobs (``run/backends.py`` lists them). ``submit`` returns at
-once; ``done`` is called exactly once per job, from any thread, with its outcome or the error that ended it.
-``check_resources`` is asked before anything runs, so an unsatisfiable build refuses at once; ``resources`` is
-``Any``: the shapes users write (a dict, Marin's ``ResourceConfig``, a ``Resources``), read by ``normalize``.
-"""
+"""The backend interface: somewhere to run step jobs (``run/backends.py`` lists them). ``submit`` returns at once;
+``done`` is called exactly once per job, from any thread, with its outcome or the error that ended it.
+``check_resources`` is asked before anything runs, so an unsatisfiable build refuses at once; ``resources`` is ``Any``:
+the shapes users write (a dict, Marin's ``ResourceConfig``, a ``Resources``), read by ``normalize``."""
 
 from __future__ import annotations
 

@@ -46,8 +46,7 @@ def _ray(options: BackendOptions) -> Backend:
 
 _CONSTRUCTORS: dict[str, Callable[[BackendOptions], Backend]] = {LOCAL: _local, RAY: _ray}
 
-BACKEND_NAMES: tuple[str, ...] = tuple(_CONSTRUCTORS)
-"""Every backend name, in the order usage messages list them."""
+BACKEND_NAMES: tuple[str, ...] = tuple(_CONSTRUCTORS)  # Every backend name, in the order usage messages list them.
 
 
 def make_backend(name: str, options: BackendOptions | None = None) -> Backend:

@@ -27,8 +27,7 @@ class RemoteTraceback(Exception):
 class FailureRecord:
     """What a failed step's error (``StepError``) carries once its failure is recorded."""
 
-    traceback: str
-    """The full traceback, as ``traceback_text`` gives it."""
+    traceback: str  # The full traceback, as ``traceback_text`` gives it.
     path: str | None
     """``.marinbuild_traceback.txt`` of the step, None if it was not written (the lease was lost, the store failed)."""
 
@@ -56,8 +55,7 @@ def worker_log_of(exc: BaseException | None) -> str | None:
 
 
 def last_frames(text: str, frames: int = LAST_FRAMES) -> list[str]:
-    """The last ``frames`` frames of the (last) traceback in ``text``, for the console summary: each ``  File``
-    line and the source lines under it (without the ``^^^`` lines that mark a column); empty without frames."""
+    """The last ``frames`` frames of the last traceback in ``text`` (``File`` and source lines, no ``^^^`` lines)."""
     lines = text.rstrip("\n").splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith('  File "')]
     if not starts:

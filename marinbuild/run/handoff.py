@@ -1,15 +1,12 @@
 """Checkpoint hand-offs: a step that starts from another step's checkpoint waits for the checkpoint, not the step.
 
-A hand-off is a pseudo-dependency on ``<producer>/checkpoints/step-N`` (a BUILD file's ``checkpoint(":p", step =
-N)``, Marin's ``p.cd("checkpoints/step-N").nonblocking()``), versioned as Marin versions it; the checkpoint is there
-once its ``metadata.json`` is (levanter writes it last). A step that will run needs the producers of its
-checkpoints not there yet (``needs``: the plan runs them too); a built step needs none, so a producer that trains
-on never makes it stale. ``HandOffs`` holds such a step out of the schedule (no lease, no slot) until its
-checkpoints are there, with a ``waiting`` event, and fails it with one line (``MissingCheckpointError``: the
-producer, the step asked for, the producer's last checkpoint) once a producer ended, or is not run by this build,
-without it. One thread watches the held steps: local checkpoints through inotify (on the nearest folder that
-exists), others by reading the store again after a bounded exponential backoff; a producer's end wakes it.
-"""
+A hand-off is a pseudo-dependency on ``<producer>/checkpoints/step-N`` (``checkpoint(":p", step = N)``, Marin's
+``p.cd("checkpoints/step-N").nonblocking()``), there once its ``metadata.json`` is (levanter writes it last). A step
+that will run needs the producers of checkpoints not yet there (``needs``); a built step needs none, so a producer
+training on never makes it stale. ``HandOffs`` holds such a step out of the schedule until its checkpoints are there (a
+``waiting`` event), and fails it with ``MissingCheckpointError`` once a producer ended, or is not in this build, without
+it. One thread watches: local checkpoints by inotify on the nearest existing folder, others by polling with bounded
+backoff; a producer's end wakes it."""
 
 from __future__ import annotations
 
@@ -41,8 +38,7 @@ class MissingCheckpointError(Exception):
 @dataclass(frozen=True)
 class HandOff:
     producer: ExecutorStep
-    path: str
-    """The checkpoint's folder."""
+    path: str  # The checkpoint's folder.
     step: int
 
     def there(self) -> bool:
@@ -102,8 +98,7 @@ class HandOffs:
         self._closed = False
 
     def hold(self, step: ExecutorStep, release: Release) -> bool:
-        """True if ``step`` starts from checkpoints: the watcher then calls ``release(step, None)`` once they are there,
-        or ``release(step, error)`` once one cannot come (never from this call)."""
+        """True if ``step`` starts from checkpoints: the watcher later calls ``release(step, None or error)``."""
         offs = self._offs.get(step)
         if offs is None:
             return False
@@ -139,8 +134,7 @@ class HandOffs:
                 pass
 
     def _gone(self, h: HandOff, ended: dict[ExecutorStep, bool]) -> str | None:
-        """How the producer of ``h`` ended (``finished``, ``failed``, ``is not running``), None while it may still
-        write the checkpoint. Asked before looking for the checkpoint: a producer writes it before it ends."""
+        """How ``h``'s producer ended, None while it may still write the checkpoint (asked before looking for it)."""
         if h.producer in ended:
             return "finished" if ended[h.producer] else "failed"
         if h.producer in self._in_build:

@@ -1,4 +1,4 @@
-"""Keeping leases alive: a build owns one ``LeaseKeeper`` (``run.build_context``), not a process-wide one.
+"""Keeping leases alive: a build owns one ``LeaseKeeper`` (in its ``BuildContext``), not a process-wide one.
 Leases on a remote store (``Lease.round_trips``) are renewed on a small thread pool, one renewal per lease at a
 time, so a store that stops answering holds up no other lease (each request is bounded: ``store.gcs``)."""
 
@@ -34,9 +34,8 @@ class _Held:
 
 
 class LeaseKeeper:
-    """One thread refreshing held leases every ``interval`` seconds, calling ``on_lost`` for a lost one. A heap keyed
-    on the next renewal: ``add`` and ``remove`` cost O(log n) (a removed lease is marked, dropped when it comes up or
-    when dropped ones outnumber held ones); the thread sleeps until the earliest renewal is due (no polling)."""
+    """One thread renewing held leases every ``interval`` seconds, calling ``on_lost`` for a lost one; a heap on the
+    next renewal (``add``/``remove``: O(log n), removals marked) and no polling."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -157,3 +156,19 @@ class LeaseKeeper:
             pass
         finally:
             held.busy = False
+
+
+class BuildContext:
+    """The state one build owns, handed down to what needs it instead of kept in module globals (as ninja's
+    ``State``): ``Engine.run`` makes one per build and closes it at the end, so a process that runs many builds
+    keeps no idle lease keeper thread. Process-wide on purpose: the GCS client, imported rules modules and shipped
+    code (Python's module table is per process), and Marin's mirror budget (``$MARIN_MIRROR_BUDGET_GB``)."""
+
+    def __init__(self) -> None:
+        self.lease_keeper = LeaseKeeper()
+
+    def __enter__(self) -> BuildContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lease_keeper.close()

@@ -1,14 +1,10 @@
 """The plan: which requested steps are built, which must run, and why.
 
-Planning reads statuses level by level from the requested steps downward and stops
-descending at a built step (its dependencies are not needed), so a no-op build reads one
-status per requested step. Each level is one batched read (``store.batch.read_statuses``); on a remote
-store, once a level has steps to run, everything below it is read in one more batch rather
-than one round trip per level. A built step whose path holds another version's action-cache
-record is a path-hash collision: ``ActionCacheCollisionError``, never silently used. A step that will run needs,
-besides its dependencies, the producers of the checkpoints it starts from that are not there yet
-(``run/handoff.py``: ``needs``).
-"""
+Statuses are read level by level downward from the requested steps, stopping at a built step, so a no-op reads one
+status per requested step. Each level is one batched read (``store.batch``); on a remote store, once a level has steps
+to run, all below is read in one more batch. A built step whose path holds another version's action record raises
+``ActionCacheCollisionError``. A step that will run also needs the producers of checkpoints it starts from that are not
+there yet (``run/handoff.py``)."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ from marinbuild.store.lease_factory import lease_for
 
 
 class StepState(StrEnum):
-    """A needed step's state, as the plan, dry runs and ``why`` name it. A ``StrEnum``: the value is what
-    events (the PLANNED event's detail), ``--output json`` and the build-event file carry."""
+    """A needed step's state; a ``StrEnum`` whose value events, ``--output json`` and build-event files carry."""
 
     BUILT = "built"
     MISSING = "missing"  # never built, or its output was removed

@@ -1,8 +1,7 @@
 """Ray token authentication: where the token comes from, and one-line errors (the CLI's exit 2). With
 ``RAY_AUTH_MODE=token`` (Ray >= 2.53) ``ray.init`` and ``JobSubmissionClient`` send the token themselves, from
 ``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``; this module checks before
-connecting that there is one, and words Ray's authentication failures. It never imports Ray.
-"""
+connecting that there is one, and words Ray's authentication failures. It never imports Ray."""
 
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
 """Connecting the Ray backend's driver to a cluster, or starting a private local Ray instance.
 
-With an address (else ``RAY_ADDRESS``), connect to that cluster, shipping the workspace as ``working_dir``
-unless this is already a submitted job; else start a local instance on 127.0.0.1 (no dashboard, token file or
-usage report) whose workers import what this process can and the workspace. Tasks' output goes to stderr
-(stdout carries the results), Ray's own messages to a log (``run.ray_log``). A token or connection problem is
-a one-line ``RayAuthError``; a local instance that does not start twice (on a busy machine Ray's node can miss
-its fixed 30 s start-up limit) a ``LocalRayStartError``: this machine's problem (the CLI's exit 36, as Bazel's).
-"""
+With an address (else ``RAY_ADDRESS``), connect, shipping the workspace as ``working_dir`` unless inside a submitted
+job; else start a local instance on 127.0.0.1 (no dashboard, token file or usage report). Tasks' output goes to stderr,
+Ray's messages to a log (``run.ray_log``). A token or connection problem is a one-line ``RayAuthError``; a local
+instance that fails to start twice (Ray's fixed 30 s limit on a busy machine) a ``LocalRayStartError``, the CLI's exit
+36."""
 
 from __future__ import annotations
 

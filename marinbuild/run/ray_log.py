@@ -1,11 +1,9 @@
 """Ray's own messages in a build: to a log file always, to the console only when verbose.
 
-Besides marinbuild's, a build on Ray prints its steps' task output (on stderr as ``(name pid=N) line``, with
-``, ip=IP`` for another node, as Ray prints it), Ray's own lines (``(raylet)``, C++ records, crash dumps,
-``INFO worker.py:123 --`` records) and the driver's ``ray`` logger. All go to the log file; Ray's own reach the
-console only when verbose (``-v``, ``MARINBUILD_VERBOSE=1``), the first kept off saying where the log is; a
-console that is not a terminal gets no colour codes.
-"""
+A build on Ray prints its tasks' output (``(name pid=N) line``), Ray's own lines (``(raylet)``, C++ records, crash
+dumps, ``INFO worker.py:123 --``) and the driver's ``ray`` logger. All go to the log file; Ray's own reach the console
+only when verbose (``-v``, ``MARINBUILD_VERBOSE=1``), the first kept off saying where the log is. No colour codes off a
+terminal."""
 
 from __future__ import annotations
 

@@ -26,8 +26,7 @@ def local_gpus() -> int:
 
 
 def check_local(value: Any, *, tpu_chips: int | None = None, gpus: int | None = None) -> str | None:
-    """Why a step with this request cannot run on the local backend (None if it can): TPUs or GPUs the machine
-    lacks, or a multi-host slice. ``tpu_chips``/``gpus`` ask about another machine (None: this one's)."""
+    """Why this request cannot run on the local backend (TPUs, GPUs, a multi-host slice), or None."""
     res = normalize(value)
     if res is None:
         return None

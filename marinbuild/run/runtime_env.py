@@ -1,10 +1,8 @@
 """Ray runtime environments: the workspace shipped as ``working_dir``, and per-step extras.
 
-``pip_dependency_groups`` name extras or PEP 735 ``[dependency-groups]`` of the workspace's ``pyproject.toml``,
-each becoming its requirements (a self-reference such as ``marinbuild[gcs]`` is followed); any other name is a
-pip requirement as it stands (``"lm-eval==0.4.2"``). A step's runtime env holds only what it adds: Ray merges
-it with the job's, whose ``working_dir`` stays.
-"""
+``pip_dependency_groups`` name extras or PEP 735 ``[dependency-groups]`` of the workspace's ``pyproject.toml``
+(self-references followed); other names are pip requirements. A step's env holds only what it adds: Ray merges it with
+the job's."""
 
 from __future__ import annotations
 

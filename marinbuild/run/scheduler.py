@@ -1,29 +1,35 @@
 """The scheduler: hands ready steps to a backend and reacts to completions as they arrive.
 
-No polling: backends report completions through a callback, handled on the reporting thread. A failed
-step's consumers are marked dependency-failed at once; independent steps go on unless
-``keep_going`` is False, in which case nothing new starts after the first failure.
-
-A step's job (``StepJob``: its lease, call and records) is made when the step starts and dropped when it is
-done, so a run of many steps holds the jobs of the steps in flight, not one per step of the plan.
-
-``holds`` (``run/handoff.py``'s ``HandOffs``) may keep a ready step back until it releases it: a held step has no
-job and no slot of ``max_concurrent``; it is told of every step that ends, and stopped when the schedule ends.
-"""
+No polling: backends report completions through a callback, handled on the reporting thread. A failed step's consumers
+are marked dependency-failed at once; independent steps go on unless ``keep_going`` is False. A step's ``StepJob`` is
+made when it starts and dropped when done, so a run holds the jobs of the steps in flight only. ``holds``
+(``run/handoff.py``) may keep a ready step back (no job, no slot) until it releases it; it is told of every step that
+ends."""
 
 from __future__ import annotations
 
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from marinbuild.run import events as ev
 from marinbuild.run.backend import Backend
-from marinbuild.run.outcome import Outcome
 from marinbuild.run.step_job import RAN, JobOutcome, StepJob
 
 K = TypeVar("K", bound=Hashable)  # what names a step: an ExecutorStep for the engine
+
+
+@dataclass
+class Outcome(Generic[K]):
+    """What a build did: steps ran, found built, failed, stopped by a failed dependency (step -> it), or skipped."""
+
+    ran: list[K] = field(default_factory=list)
+    cached: list[K] = field(default_factory=list)
+    failed: dict[K, BaseException] = field(default_factory=dict)
+    dep_failed: dict[K, K] = field(default_factory=dict)
+    skipped: list[K] = field(default_factory=list)
 
 
 class Holds(Protocol[K]):
@@ -54,8 +60,7 @@ class _Run(Generic[K]):
     ):
         self.order, self.job_for, self.describe, self.backend, self.bus = order, job_for, describe, backend, bus
         self.holds = holds
-        self.held: set[K] = set()
-        """Ready steps ``holds`` keeps back; ``released``: those it let go."""
+        self.held: set[K] = set()  # Ready steps ``holds`` keeps back; ``released``: those it let go.
         self.released: set[K] = set()
         self.max_concurrent, self.keep_going = max_concurrent, keep_going
         self.outcome: Outcome[K] = Outcome()
@@ -69,8 +74,7 @@ class _Run(Generic[K]):
             for d in needed:
                 self.consumers[d].append(k)
         self.ready = deque(k for k in order if not self.waiting[k])
-        self.key_of: dict[int, K] = {}
-        """The key of each job in flight, by the job's id."""
+        self.key_of: dict[int, K] = {}  # The key of each job in flight, by the job's id.
         self.in_flight: dict[K, StepJob] = {}
         self.finished: set[K] = set()
         self.stopping = False
@@ -185,14 +189,9 @@ def schedule(
     holds: Holds[K] | None = None,
 ) -> Outcome[K]:
     """Run the steps ``order`` lists (in dependency order), each after its ``deps`` among them succeeded:
-    ``job_for(key)`` makes a step's job as it starts; ``describe(key)`` is its (name, output path) for the
-    events of a step that never starts.
-
-    Completions are handled on the thread that reports them: the next ready step is chosen and
-    submitted right there, so a chain
-    of short steps does not wake the calling thread once per step. The calling thread only waits
-    for the end (or Ctrl-C).
-    """
+    ``job_for(key)`` makes a step's job as it starts; ``describe(key)`` is its (name, output path) for a step that never
+    starts. Completions are handled, and the next ready steps submitted, on the reporting thread; the calling thread
+    only waits for the end (or Ctrl-C)."""
     run = _Run(order, deps, job_for, describe, backend, bus, max_concurrent, keep_going, holds)
     try:
         with run.lock:
@@ -209,7 +208,6 @@ def schedule(
             in_flight = list(run.in_flight.values())
         for job in in_flight:
             job.abandon()
-        run.outcome.interrupted = True
         raise
     finally:
         if holds is not None:

@@ -1,12 +1,9 @@
 """Modules whose code a Ray task must receive by value: they cannot be imported by name on a worker.
 
-cloudpickle pickles a function or class by reference when its module is imported, by value only for ``__main__``
-and modules registered with ``register_pickle_by_value``. A worker can import neither a Marin script the CLI
-loads for an ``executor_script`` (a made-up module name) nor the modules it imports by bare name from its own
-folder (through a path entry a worker lacks), so their code goes by value, as a ``__main__`` script's does;
-modules of the workspace's own packages stay by reference (a worker imports them from the workspace). The Ray
-backend registers the recorded modules before it pickles a step (``register_with_ray``): no Ray import here.
-"""
+cloudpickle pickles by value only ``__main__`` and modules registered with ``register_pickle_by_value``. A worker can
+import neither a Marin script the CLI loads for ``executor_script`` (a made-up module name) nor the modules it imports
+by bare name from its folder, so their code goes by value; the workspace's packages stay by reference. The Ray backend
+registers the recorded modules before pickling a step (``register_with_ray``)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
 """A step's call: its function, its resolved config, and what it asks the backend for.
 
-Every ``StepJob`` gets one as ``call``: calling it runs the step here (the local backend); the Ray backend runs
-``target`` with ``config`` as a Ray task, with what ``request()`` gives. A ``RemoteCallable`` (ours or Marin's
-``remote(...)``) carries resources, extras and env vars, a ``@ray.remote`` function Ray options;
-``ExecutorStep.resources`` wins over a wrapper's, extras of both are used.
-
-A step with ``mirrored(path, budget_gb=...)`` values runs in ``store.mirror.step_scope``: its ``mirror://``
-copies are charged to a budget of its own, the largest ``budget_gb`` (as Marin does), and land under the build's
-prefix; others are charged to ``$MARIN_MIRROR_BUDGET_GB``. The scope is a ``contextvars`` one: threads a step
-starts itself do not inherit it (run them in ``contextvars.copy_context()``).
-"""
+Calling it runs the step here (the local backend); the Ray backend runs ``target`` with ``config`` as a task with
+``request()``. A ``RemoteCallable`` (ours or Marin's ``remote(...)``) carries resources, extras and env vars, a
+``@ray.remote`` function Ray options; ``ExecutorStep.resources`` wins over a wrapper's, extras of both are used. A step
+runs in ``store.mirror.step_scope``: its ``mirror://`` copies are charged to its own budget (the largest ``mirrored(...,
+budget_gb=...)``, as Marin) and land under the build's prefix. The scope is a ``contextvars`` one: threads the step
+starts inherit it only in ``contextvars.copy_context()``."""
 
 from __future__ import annotations
 
@@ -42,10 +38,8 @@ class MirrorScope:
     """The build's prefix: where ``mirror://`` copies go (None: ``mirror``'s own configuration)."""
 
     def run(self, fn: Callable[[Any], Any], config: Any) -> Any:
-        """``fn(config)`` in this scope. Without a budget, only when ``store.mirror`` is already imported (its
-        import costs a second, not to be paid by steps that never mirror); with one, always (importing it
-        registers ``mirror://``, with which the config's paths must open). First, the region guard
-        (``store/region.py``): a large read from another region fails the step before it starts."""
+        """``fn(config)`` in this scope (``store.mirror`` imported only with a budget or if imported already), after
+        the region guard (``store/region.py``): a large read from another region fails the step first."""
         region.check_reads(config)
         if self.budget_gb is None and "marinbuild.store.mirror" not in sys.modules:
             return fn(config)
@@ -57,8 +51,7 @@ class MirrorScope:
 
 @dataclass(frozen=True)
 class StepCall:
-    """One step's call, as a backend receives it. ``Any`` on purpose: ``fn`` is whatever a script or rule passed,
-    ``config`` of the user's type, ``resources`` any shape ``core.resources.normalize`` reads."""
+    """One step's call, as a backend receives it (``Any``: the user's function, config and resources, as given)."""
 
     fn: Any
     config: Any

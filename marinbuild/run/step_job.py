@@ -1,26 +1,12 @@
 """Running one step safely: take its lease, run it, commit outputs before status.
 
-The protocol, in order:
-1. take the lease (or wait for the runner that holds it and use its result);
-2. re-read the status under the lease (someone may have finished meanwhile);
-3. write RUNNING and the step's ``.executor_info``;
-4. run the step; the lease keeper renews the lease meanwhile;
-5. describe the outputs (a manifest: size and xxh3-128 of every file, hashed while the lease
-   keeper still renews the lease), fail on a path-hash collision, confirm the lease is still
-   ours, then write the action-cache record holding the manifest
-   (``.marinbuild_action.<sha256>.json``), ``.artifact.json``, then SUCCESS, then release the lease.
-   An earlier failure's ``.marinbuild_traceback.txt`` is removed before SUCCESS. A step whose code
-   raised gets its traceback in ``.marinbuild_traceback.txt``, then FAILED, under the lease.
-A runner that loses its lease writes nothing more: the step belongs to the new holder.
-A crash anywhere before 5 leaves RUNNING with a lease that goes stale, never SUCCESS; a reader
-never sees SUCCESS without the complete outputs and their manifest.
-
-Steps 3 and 5 may happen in another process acting for the lease holder: a Ray task runs
-``RemoteRun.start``, the step, then ``RemoteRun.commit`` while its driver holds and renews the
-lease (``acquire(start=False)``, ``begin``, then ``release_after_remote``). Such a process never
-writes the lease; it commits only while the lease file still names the holder
-(``Lease.check``), so a task whose driver lost the lease never writes SUCCESS.
-"""
+1. take the lease (or wait for its holder and use its result); 2. re-read the status; 3. write RUNNING and
+``.executor_info``; 4. run the step while the lease is renewed; 5. hash the outputs into a manifest, fail on a path-hash
+collision, confirm the lease, write the action record, ``.artifact.json``, then SUCCESS (removing an old traceback),
+then release. A step that raised gets ``.marinbuild_traceback.txt`` then FAILED. A runner that lost its lease writes
+nothing more; a crash before 5 leaves RUNNING and a lease going stale, so no reader sees SUCCESS without outputs and
+manifest. Steps 3 and 5 may run in another process for the holder (a Ray task, ``RemoteRun``), which never writes the
+lease and commits only while it names the holder (``Lease.check``)."""
 
 from __future__ import annotations
 
@@ -43,7 +29,7 @@ from marinbuild.store.lease_factory import lease_for
 from marinbuild.store.manifest import build_manifest
 
 if TYPE_CHECKING:
-    from marinbuild.run.build_context import BuildContext
+    from marinbuild.run.leases import BuildContext
 
 logger = logging.getLogger("marinbuild")
 
@@ -62,12 +48,9 @@ CACHED = JobOutcome.CACHED
 class Attempt(Enum):
     """What one attempt at a step's lease found (``StepJob.try_acquire``)."""
 
-    HELD = "held"
-    """We hold the lease now (RUNNING written unless ``start=False``): run the step."""
-    BUILT = "built"
-    """The step is built (seen under the lease, which is released again): nothing to run."""
-    BUSY = "busy"
-    """Another runner holds a live lease: wait for it."""
+    HELD = "held"  # We hold the lease now (RUNNING written unless ``start=False``): run the step.
+    BUILT = "built"  # The step is built (seen under the lease, which is released again): nothing to run.
+    BUSY = "busy"  # Another runner holds a live lease: wait for it.
 
 
 class StepError(Exception):
@@ -106,10 +89,8 @@ class StepJob:
         context: BuildContext,
     ):
         self.name = name
-        self.context = context
-        """The build this job belongs to: its lease keeper and its registry of running runners."""
-        self.action = action
-        """The step's version identity, for its action-cache record."""
+        self.context = context  # The build this job belongs to: its lease keeper and its registry of running runners.
+        self.action = action  # The step's version identity, for its action-cache record.
         self.output_path = output_path
         self.call = call
         self.info_text = info_text
@@ -122,11 +103,7 @@ class StepJob:
 
     # -- phase 1-3: acquire ---------------------------------------------------------------
     def acquire(self, start: bool = True) -> bool:
-        """True if we now hold the lease and must run; False if the step is already built.
-
-        With ``start=False`` RUNNING and ``.executor_info`` are left to the process that runs the step
-        (``remote_run().start()``).
-        """
+        """True if we now hold the lease and must run; False if built. ``start=False``: the runner writes RUNNING."""
         announced = False
         delay = 0.05
         while True:
@@ -188,8 +165,7 @@ class StepJob:
         self.bus.emit(ev.STARTED, step=self.name, output_path=self.output_path)
 
     def fail(self, exc: BaseException) -> BaseException:
-        """The step's code raised ``exc``: record its traceback then FAILED (if the lease is still ours); the error
-        to report (a ``StepError`` carrying the ``FailureRecord``)."""
+        """The step raised ``exc``: its traceback, then FAILED if the lease is ours; the ``StepError`` to report."""
         text = traceback_text(exc)
         path = self._fail(text)
         if isinstance(exc, Exception) and not isinstance(exc, StepError):
@@ -234,9 +210,7 @@ class StepJob:
             self._release(after_commit=committed)
 
     def _committed_anyway(self) -> bool:
-        """The commit raised: True if storage says SUCCESS all the same (a request that landed but whose answer was
-        lost); else the step is marked FAILED (not left RUNNING: a disk that filled, a store that went away) when
-        that can still be written, and False."""
+        """The commit raised: True if storage says SUCCESS anyway; else mark the step FAILED if possible, and False."""
         try:
             if st.read_status(self.output_path) == st.STATUS_SUCCESS:
                 return True
@@ -251,8 +225,7 @@ class StepJob:
         return RemoteRun(self.output_path, self.action, self.info_text(), self.worker_id, self.settings.stale_after)
 
     def release_after_remote(self, committed: bool = False) -> None:
-        """The process running the step committed it (``committed``: a failure to release is then only logged) or
-        raised: stop renewing the lease and release it."""
+        """The step's process committed (``committed``) or raised: stop renewing the lease and release it."""
         self.context.lease_keeper.remove(self.lease)
         self._release(after_commit=committed)
 
@@ -278,8 +251,7 @@ class StepJob:
         self._lost = exc
 
     def _fail(self, traceback: str) -> str | None:
-        """Write the step's traceback then FAILED if the lease is still ours, then release it; the traceback
-        file's path (None if it was not written)."""
+        """Write the traceback then FAILED if the lease is ours, release it; the traceback file's path (or None)."""
         self.context.lease_keeper.remove(self.lease)
         path = None
         try:
@@ -295,9 +267,8 @@ class StepJob:
         return path
 
     def _release(self, after_commit: bool = False) -> None:
-        """Give the lease up. ``after_commit``: the step is committed (SUCCESS is in storage), so a failure to delete
-        the lease is only logged: the build reports what storage says, and a lease beside SUCCESS blocks nobody
-        (``cache verify --repair`` removes it)."""
+        """Give the lease up. ``after_commit``: SUCCESS is stored, so a failure to delete the lease is only logged (a
+        lease beside SUCCESS blocks nobody; ``cache verify --repair`` removes it)."""
         try:
             self.lease.release()
         except Exception:
@@ -315,8 +286,7 @@ def write_started(output_path: str, info: str) -> None:
 
 
 def write_failure_traceback(output_path: str, text: str) -> str | None:
-    """Before FAILED: the step's traceback in ``.marinbuild_traceback.txt``; its path, None if the store refused it
-    (the failure is still recorded: FAILED matters more than its explanation)."""
+    """Before FAILED: the traceback in ``.marinbuild_traceback.txt``; its path, None if the store refused it."""
     try:
         return traceback_file.write_traceback(output_path, text)
     except Exception:
@@ -343,8 +313,7 @@ def describe_outputs(output_path: str, action: ActionKey) -> Described:
 
 
 def write_commit(output_path: str, action: ActionKey, described: Described, result: Any, worker_id: str) -> None:
-    """Phase 5, once the lease is confirmed: the action record (with the manifest), ``.artifact.json``, no stale
-    traceback, SUCCESS."""
+    """Phase 5, the lease confirmed: action record (with manifest), ``.artifact.json``, no stale traceback, SUCCESS."""
     action_cache.write_record(action_cache.new_record(output_path, action, described.manifest, worker_id))
     records.write_artifact(output_path, result)
     if described.stale_traceback:
@@ -359,26 +328,16 @@ class OutputFolderMissingError(Exception):
 
 @dataclass(frozen=True)
 class RemoteRun:
-    """Phases 3 and 5 in a process running the step for the lease holder (a Ray task for its driver). Picklable.
-
-    It never writes the lease: the holder renews and releases it. Its commit checks that the lease
-    file still names ``holder`` (read-only), so it writes no SUCCESS once the lease was taken over.
-    """
+    """Phases 3 and 5 for the lease holder, in another process (a Ray task); picklable; never writes the lease."""
 
     output_path: str
     action: ActionKey
-    info: str
-    """The step's ``.executor_info`` text."""
-    holder: str
-    """The worker id of the lease holder (the driver)."""
+    info: str  # The step's ``.executor_info`` text.
+    holder: str  # The worker id of the lease holder (the driver).
     stale_after: float
 
     def start(self) -> bool:
-        """Before the step: write RUNNING and ``.executor_info``; False (writing nothing) if it is committed already.
-
-        Only an earlier attempt of this very run can have committed it (the holder re-read the status
-        after taking the lease): a retry after a worker died between SUCCESS and its reply.
-        """
+        """Before the step: write RUNNING and ``.executor_info``; False if an earlier attempt already committed it."""
         if fs.is_local(self.output_path) and not os.path.isdir(fs.local_path(self.output_path)):
             raise OutputFolderMissingError(
                 f"{self.output_path} (made by the driver when it took the step's lease) does not exist on "

@@ -1,16 +1,11 @@
 """The Starlette application: pages, JSON APIs, the file view and the live event stream. GET only: read-only.
 
-Pages (``/``, ``/step/<output path relative to the prefix>``, ``/runs``, ``/run/<id>``, ``/experiment?path=``,
-``/training``) are one fixed HTML shell naming the page; its script fetches the ``/api/...`` JSON and builds
-the DOM with ``textContent`` and attributes only, so no user string is ever parsed as HTML (the one error
-page's message is ``html.escape``d). On loopback, a request whose ``Host`` is not a loopback name is refused
-(400: no DNS rebinding). Every response carries a Content-Security-Policy allowing this server's scripts and
-styles only, ``nosniff`` and ``no-referrer``. The file view answers ``text/plain`` only, after ``files``' checks.
-
-Once the server is told to stop, every response ends at once: an event stream ends, a request still
-computing gets a 503. Each answer is computed in a daemon thread of its own rather than in Starlette's pool,
-whose threads the process waits for on exit: a stopped server does not wait for a large analysis or listing.
-"""
+Pages are one fixed HTML shell whose script fetches ``/api/...`` JSON and builds the DOM with ``textContent`` and
+attributes only, so no user string is parsed as HTML. On loopback a request whose ``Host`` is not a loopback name is
+refused (DNS rebinding); every response carries a strict Content-Security-Policy, ``nosniff`` and ``no-referrer``; the
+file view answers ``text/plain`` only. Once the server is told to stop, every response ends at once (a stream ends, a
+request still computing gets a 503): each answer is computed in a daemon thread of its own, not in Starlette's pool,
+which the process would wait for on exit."""
 
 from __future__ import annotations
 
@@ -138,8 +133,7 @@ class _Stopping(Exception):
 
 
 async def _computed(compute: Callable[[], Any], stopping: Stopping) -> Any:
-    """``compute()`` in a daemon thread, awaited until it returns (or raises), or ``_Stopping`` when the server
-    stops first (the thread is left to finish on its own)."""
+    """``compute()`` in a daemon thread, awaited; ``_Stopping`` if the server stops first (the thread runs on)."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
 

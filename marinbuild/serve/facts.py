@@ -27,8 +27,7 @@ def read_json(path: str) -> Any:
 
 
 def shown_state(state: str, status: str | None) -> str:
-    """The state word of the pages: cache status's, with a dependency failure told apart from a failure, and
-    ``damaged: <why>`` shortened to ``damaged``."""
+    """The pages' state word: cache status's, a dependency failure told apart, ``damaged: <why>`` as ``damaged``."""
     if state == pb.FAILED and status == STATUS_DEP_FAILED:
         return "dep_failed"
     if state.startswith("damaged"):

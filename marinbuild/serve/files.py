@@ -1,12 +1,9 @@
 """The file view's rules: which paths under the prefix may be read, and how much of them.
 
-``read_text(prefix, relative)`` reads the file at the part of a URL after ``/file/``, or raises ``Refused``
-with the HTTP status and why: 400 for an absolute path, a ``..`` component (also spelled ``%2e%2e``: the
-server decodes first), a NUL byte or a folder; 403 for a path whose real location (symlinks resolved) is
-outside the prefix's; 404 for a missing file; 413 above ``MAX_BYTES`` (the view is for logs and configs, not
-checkpoints); 415 for one that is not UTF-8. The check and the read are on the resolved path, so a symlink
-swapped in between cannot redirect the read (object stores have no symlinks).
-"""
+``read_text(prefix, relative)`` reads the file or raises ``Refused`` with the HTTP status: 400 for an absolute path, a
+``..`` component, a NUL byte or a folder; 403 for a real location (symlinks resolved) outside the prefix; 404 missing;
+413 above ``MAX_BYTES``; 415 not UTF-8. The check and the read use the resolved path, so a symlink swapped in between
+cannot redirect the read."""
 
 from __future__ import annotations
 

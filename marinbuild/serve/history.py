@@ -1,7 +1,6 @@
 """The runs pages: builds from the workspace's event logs (newest first; ``run``: one as a timeline per step;
-``durations``: each output's last run time, for the graph), and the run info JSONs under
-``<prefix>/experiments/`` (``experiment``: one, with each step's state read now, as the plan reads them).
-"""
+``durations``: each output's last run time, for the graph), and the run info JSONs under ``<prefix>/experiments/``
+(``experiment``: one, with each step's state read now, as the plan reads them)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Live updates: the events builds append to the workspace's event logs, as they are written.
 
-``follow(folder, prefix)`` is an async generator of the event records (each with ``"run"``: its log's id)
-written after it started by builds against ``prefix``: every ``INTERVAL`` seconds it lists the folder and
-reads what each log had appended since (complete lines only; a new log from its start), and yields
-``None`` after ``KEEPALIVE`` quiet seconds so the server can send an SSE comment and notice a closed
-connection. A read loop rather than inotify: the logs may sit on a filesystem (NFS, an overlay) where
-change notification is unreliable, and a listing and a stat per log twice a second is no load.
-"""
+``follow(folder, prefix)`` is an async generator of the records (each with its log's ``"run"`` id) that builds against
+``prefix`` write after it starts: every ``INTERVAL`` seconds it reads what each log appended (complete lines only), and
+yields ``None`` after ``KEEPALIVE`` quiet seconds so the server can notice a closed connection. Polling rather than
+inotify, which is unreliable on NFS and overlays."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Starting the server: the socket, the warning for a non-loopback host, the record builds read, uvicorn.
 
-``serve`` binds the socket itself first, so a busy port is one ``CannotListen`` (one line, exit 2) rather than
-uvicorn's log; port 0 picks a free one. While it runs, ``<workspace>/.marinbuild/serve/<pid>.json`` holds its
-URL so builds print links to it (``marinbuild.engine.serve_url``); it is removed on the way out.
-"""
+``serve`` binds the socket itself first, so a busy port is one ``CannotListen`` (one line, exit 2) rather than uvicorn's
+log; port 0 picks a free one. While it runs, ``<workspace>/.marinbuild/serve/<pid>.json`` holds its URL so builds print
+links to it (``marinbuild.engine.serve_url``); it is removed on the way out."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """The graph and step pages, computed by the engine's own functions; the server only turns them into JSON.
 
-The graph: the steps of the pattern and every step they need, each with ``cache status``'s state, its target
-and its last duration from the event logs. ``dep_failed`` is a step not built whose dependency failed (or is
-``dep_failed``), or whose status says DEP_FAILED (Marin writes one). A step: ``cache show``'s facts,
-``why``'s text (the same words), its files, the end of its logs, its traceback and code record. Each graph
-and step request analyses the workspace afresh (BUILD files may have changed), serialised by a lock: a
-session and its caches are not made for threads.
-"""
+The graph: the pattern's steps and all they need, each with ``cache status``'s state, target and last duration;
+``dep_failed`` is a step not built whose dependency failed (or a DEP_FAILED status, which Marin writes). A step: ``cache
+show``'s facts, ``why``'s text, files, log tails, traceback and code record. Each request analyses the workspace afresh,
+serialised by a lock (a session is not made for threads)."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from marinbuild.analysis.session import Session
 from marinbuild.cache import cache_show, cache_status
 from marinbuild.cache import probe as pb
 from marinbuild.cache.why import format_why, why
-from marinbuild.serve import curves, history
+from marinbuild.serve import history
 from marinbuild.serve.facts import read_json, relative, shown_state
 from marinbuild.serve.files import check_relative
 from marinbuild.store import fs
@@ -215,7 +212,7 @@ class ViewModel:
             outputs = [fs.join(self.prefix, "/".join(check_relative(c))) for c in chosen]
         else:
             outputs = [n["id"] for n in self.graph()["nodes"] if n["state"] == "built"]
-        return {"prefix": self.prefix, "runs": curves.training_runs(self.prefix, outputs)}
+        return {"prefix": self.prefix, "runs": _training_runs(self.prefix, outputs)}
 
 
 def _read_small(path: str) -> str | None:
@@ -238,3 +235,31 @@ def _read_tail(path: str, size: int) -> str:
         return ""
     text = data.decode("utf-8", errors="replace")
     return text.split("\n", 1)[1] if start and "\n" in text else text
+
+
+def _training_runs(prefix: str, outputs: list[str]) -> list[dict[str, Any]]:
+    """Loss curves and key settings of the ``outputs`` whose ``metrics.jsonl`` has training losses, read as the report
+    rule reads them; the validation curve is the overall ``eval/loss``, else the first dataset's."""
+    from marinbuild.ml.report import collect, key_settings, settings_line  # lazy: fsspec
+
+    runs = []
+    for output in outputs:
+        if not fs.exists(fs.join(output, "metrics.jsonl")):
+            continue
+        metrics = collect(output, [])
+        if not metrics["train_loss"]:
+            continue
+        settings = key_settings(output, metrics.get("parameter_count"))
+        runs.append(
+            {
+                "output_path": output,
+                "relative": relative(prefix, output),
+                "name": metrics["model"],
+                "settings": settings,
+                "settings_line": settings_line(settings),
+                "train_loss": metrics["train_loss"],
+                "validation_loss": metrics["overall_validation_loss"]
+                or next(iter(metrics["validation_loss"].values()), []),
+            }
+        )
+    return runs

@@ -1,10 +1,8 @@
 """The server's stop: told once, from a signal handler, and awaited by every response still open.
 
-An ``asyncio.Event`` cannot be set from a signal handler (it must be set on its loop, which may be asleep in
-``select``) and a ``threading.Event`` cannot be awaited: ``Stopping.set()`` (uvicorn's exit handler calls it)
-hands each waiting loop's event ``set`` with ``call_soon_threadsafe``, which also wakes the loop. Responses
-wait on it beside their own work (``asyncio.wait(..., FIRST_COMPLETED)``): a stop ends them at once, no polling.
-"""
+An ``asyncio.Event`` cannot be set from a signal handler and a ``threading.Event`` cannot be awaited: ``Stopping.set()``
+sets each waiting loop's event with ``call_soon_threadsafe``, which also wakes the loop. Responses wait on it beside
+their own work, so a stop ends them at once."""
 
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
 """Action-cache records: which version string an output path holds, by its full sha256.
 
-An output path is ``<prefix>/<name>-<6 hex of md5(version string)>``: 24 bits, so two version strings of
-one step name can collide on a path. Each committed step leaves a record
-``<output>/.marinbuild_action.<sha256 of its version string>.json`` (beside Marin's files, never changing
-them) with the version digest, the step name and its output manifest (``marinbuild.store.manifest``: one
-file per commit, not two: a file creation is the dearest operation of a local commit). The record's
-*name* carries the digest, so a listing says which versions are at which paths without reading records.
-
-A built path (SUCCESS) holding records only of *other* digests is a collision: the plan raises
-``ActionCacheCollisionError`` instead of using another version's outputs. With ``override_output_path``
-different versions may legitimately share a path (Marin's behaviour): logged, not fatal. A path with no
-record was built by Marin (or an older marinbuild) and is used as built, as Marin would.
-"""
+An output path's 6 hex digits (24 bits) can collide between version strings of one step name. Each committed step leaves
+``<output>/.marinbuild_action.<sha256 of its version string>.json`` (beside Marin's files) with the digest, step name
+and output manifest (``store.manifest``; one file per commit, as creating files is a local commit's dearest operation).
+The name carries the digest, so a listing tells which versions are where. A built path holding records only of other
+digests raises ``ActionCacheCollisionError`` rather than use another version's outputs; with ``override_output_path`` it
+is only logged (Marin's behaviour); a path with no record was built by Marin and is used as built."""
 
 from __future__ import annotations
 
@@ -46,8 +40,7 @@ def version_digest(version_str: str | bytes) -> str:
 
 @dataclass(frozen=True)
 class ActionKey:
-    """What a step's commit and the plan need to know about its identity (``overridden``: the output path was set
-    by hand with ``override_output_path``)."""
+    """A step's identity for its commit and the plan (``overridden``: placed by ``override_output_path``)."""
 
     digest: str
     name: str
@@ -132,8 +125,7 @@ def read_record(output_path: str, digest: str) -> ActionRecord | None:
 
 
 def write_record(record: ActionRecord) -> None:
-    """Written atomically, before the SUCCESS status that makes it count (its name, which carries the digest, is
-    what collision checks look at)."""
+    """Written atomically before SUCCESS; its name carries the digest, which is what collision checks read."""
     fs.write_atomic(record_path(record.output_path, record.version_sha256), record.encode())
 
 
@@ -186,8 +178,7 @@ def check_before_commit(output_path: str, key: ActionKey, names: Iterable[str] |
 
 
 def check_built(built: Iterable[tuple[str, ActionKey]], known: Mapping[str, frozenset[str]] | None = None) -> None:
-    """For steps whose status is SUCCESS: raise ``ActionCacheCollisionError`` if a path holds another version.
-    ``known``: output path -> the digests a batched listing found there; other paths are checked here."""
+    """Raise ``ActionCacheCollisionError`` if a built path holds another version (``known``: listed digests by path)."""
     for output_path, key in built:
         digests = known.get(output_path) if known is not None else None
         if digests is None:

@@ -1,39 +1,16 @@
 """Batched status reads for remote prefixes: a few listings instead of a request per step.
 
-Deciding what is built must not cost one sequential round trip per step. For ``gs://`` paths,
-``read_statuses`` lists instead of reading:
+For ``gs://`` paths ``read_statuses`` lists: steps grouped by parent folder, a group of ``GROUP_MIN`` or more listed in
+chunks of ``CHUNK_STEPS`` consecutive folders (``startOffset``/``endOffset``) narrowed by ``matchGlob`` to the status
+and action records (fake-gcs-server ignores it: filtered here), a lone step by a listing bounded to its own records; all
+concurrently on gcsfs's event loop. The md5 of each one-word status is known, so only other content (Marin's legacy JSON
+lines, garbage) is downloaded; the action records listed beside make collision checks free.
 
-- steps are grouped by parent folder (``<prefix>/tokenized/`` holds every tokenize step); a group
-  of at least ``GROUP_MIN`` is listed in chunks of ``CHUNK_STEPS`` consecutive step folders, each
-  chunk bounded by ``startOffset``/``endOffset``. On GCS a chunk is two listings narrowed by
-  ``matchGlob`` (``<parent>/*/.executor_status`` and ``<parent>/*/.marinbuild_action.*``), so only
-  those objects come back, never the outputs; on a server that does not apply ``matchGlob``
-  (fake-gcs-server) it is one listing of everything in the range, filtered here. All listings
-  run concurrently on gcsfs's event loop;
-- a step alone in its folder gets its own listing, bounded to the names between its
-  ``.executor_status`` and its action records (concurrently with everything else);
-- a listing returns each status object's md5. The md5 of every one-word status
-  (SUCCESS, RUNNING, ...) is known, so those are never downloaded. Other content (Marin's legacy
-  JSON-lines form, garbage) is downloaded, in one concurrent round;
-- the same listings name the action-cache records (``.marinbuild_action.<sha256>.json``) beside
-  each status, so collision checks cost no extra request;
-- each listing page is folded into the result as it arrives (``_Fold``, on gcsfs's event loop, while other
-  listings are in flight), decoded into the three fields it needs (``gcs.Listed``): no page is held, so memory
-  follows the steps, not the bytes listed (fake-gcs-server ignores ``fields`` and ``matchGlob`` and sends
-  several times what GCS would). A listing that fails on any page fails the whole read: never a partial answer.
-
-So a no-op plan of N built steps in one folder costs about N/200 requests (N/400 on the emulator),
-all in one round trip. The cyclic garbage collector is paused while the listings are read
-(``core/gc_control.py``): they make an object or more per listed object and no cyclic garbage, and at
-100,000 steps the collector's passes over them and over the caller's own tables cost as much as the parsing
-itself.
-Local paths are read directly, other fsspec protocols concurrently in threads.
-
-``read_md5s`` answers another object of each step folder (the code record, ``marinbuild.engine.code_records``) from
-listings grouped the same way: its md5, without reading it, so checking every built step's code costs listings, not
-a request per step. ``read_many`` reads the contents of many small objects (``gs://`` ones with ``CONCURRENCY``
-requests in flight on gcsfs's event loop, not a thread each): the records whose md5 says they differ.
-"""
+Each page is folded in as it arrives (``_Fold``, three fields decoded: ``gcs.Listed``), so memory follows the steps, not
+the bytes listed; a listing failing on any page fails the read (never a partial answer). The cyclic collector is paused
+meanwhile (at 100,000 steps its passes cost as much as the parsing). Local paths are read directly, other protocols in
+threads. ``read_md5s`` answers another object's md5 (the code record) from listings grouped alike; ``read_many`` reads
+many small objects."""
 
 from __future__ import annotations
 
@@ -53,10 +30,8 @@ if TYPE_CHECKING:
 
 GROUP_MIN = 4
 CHUNK_STEPS = 400
-CONCURRENCY = 100
-"""Listings in flight at once (aiohttp's default connection pool of a gcsfs session is 100)."""
-PAGE_SIZE = 1000
-"""Objects per listing page (``maxResults``; GCS sends at most 1,000)."""
+CONCURRENCY = 100  # Listings in flight at once (aiohttp's default connection pool of a gcsfs session is 100).
+PAGE_SIZE = 1000  # Objects per listing page (``maxResults``; GCS sends at most 1,000).
 
 
 def md5_of(data: bytes) -> str:
@@ -116,9 +91,8 @@ def read_statuses(output_paths: list[str], workers: int = 16) -> StatusMap:
 
 
 def _groups(keys: list[str]) -> tuple[list[str], list[tuple[str, list[str]]]]:
-    """``keys`` (step folders of one bucket) as the listings cover them: the folders alone (fewer than ``GROUP_MIN``
-    in their parent), and chunks of at most ``CHUNK_STEPS`` consecutive folders of one parent, with the parent's
-    listing prefix."""
+    """``keys`` (one bucket's step folders) as the listings cover them: folders alone (fewer than ``GROUP_MIN`` in their
+    parent), and chunks of ``CHUNK_STEPS`` of one parent, with its listing prefix."""
     by_parent: dict[str, list[str]] = defaultdict(list)
     for key in keys:
         by_parent[key.rpartition("/")[0]].append(key)
@@ -171,26 +145,20 @@ def _is_record(name: str) -> bool:
 
 
 class _Fold:
-    """The statuses and action records of the wanted step folders, folded into the result a listing page at a time
-    as pages arrive (on gcsfs's event loop, while other listings are in flight): a page's objects are dropped once
-    read, so memory follows the steps, not the bytes listed (a server that ignores ``matchGlob`` lists every object
-    of each range), and the result is ready when the last page is.
-
-    A listed object's folder is looked up by its canonical path (``gs://<bucket>/<folder>``) in the result itself,
-    which holds every wanted path from the start: nothing is kept per step besides the result (a table of folder
-    names to match against would hold some 300 bytes a step while every listing is read). Paths wanted under another
-    spelling (``gcs://``, a trailing slash) are ``aliases`` of their canonical path."""
+    """The statuses and action records of the wanted step folders, folded in a listing page at a time as pages arrive on
+    gcsfs's loop: a page's objects are dropped once read, so memory follows the steps, not the bytes listed. A listed
+    object's folder is looked up by canonical path (``gs://<bucket>/<folder>``) in the result itself, which holds every
+    wanted path from the start, so nothing else is kept per step; other spellings (``gcs://``, a trailing slash) are
+    ``aliases``."""
 
     def __init__(self, paths: list[str], aliases: dict[str, list[str]]) -> None:
-        self.aliases = aliases
-        """Canonical path -> the other wanted paths naming its folder."""
+        self.aliases = aliases  # Canonical path -> the other wanted paths naming its folder.
         self.result = StatusMap()
         """Every wanted path: None (no status listed) until its status object is seen; no action record until
         one is seen."""
         self.result.update(dict.fromkeys(paths))
         self.result.actions.update(dict.fromkeys(paths, frozenset()))
-        self.unknown: list[str] = []
-        """Canonical paths of statuses whose md5 is not a known status word."""
+        self.unknown: list[str] = []  # Canonical paths of statuses whose md5 is not a known status word.
 
     def targets(self, canonical: str) -> Sequence[str]:
         """The wanted paths naming the folder of ``canonical`` (none: it is not wanted)."""
@@ -241,8 +209,7 @@ def _targets(canonical: str, wanted: Container[str], aliases: dict[str, list[str
 
 
 def _folders(output_paths: list[str]) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
-    """The step folders of ``gs://`` ``output_paths`` by bucket, and the paths spelled otherwise than canonically
-    (``gcs://``, a trailing slash: rare) by canonical path (``gs://<bucket>/<folder>``)."""
+    """``gs://`` step folders by bucket, and paths spelled otherwise (``gcs://``, trailing ``/``) by canonical path."""
     from marinbuild.store import gcs  # lazy here and below: gcsfs
 
     aliases: dict[str, list[str]] = defaultdict(list)
@@ -287,11 +254,8 @@ def _read_gcs(output_paths: list[str]) -> StatusMap:
 
 
 def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
-    """The md5 (``md5_of``) of ``<output path>/<name>`` for each ``gs://`` path of ``output_paths``, None where that
-    object does not exist; paths on other stores are not in the answer. From listings, not a request per object: the
-    step folders are grouped as for the statuses (``CHUNK_STEPS`` folders of one parent a listing, narrowed on GCS by
-    ``matchGlob`` to ``<parent>/*/<name>``; a folder alone, a listing of its names starting with ``name``), all
-    concurrent, each page folded into the answer as it arrives."""
+    """The md5 of ``<output path>/<name>`` for each ``gs://`` path of ``output_paths``, None where it does not exist
+    (other stores: not in the answer), from listings grouped as for the statuses, narrowed to ``name``."""
     from marinbuild.store import gcs
 
     gcs_paths = [p for p in output_paths if _is_gcs(p)]
@@ -329,8 +293,7 @@ def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
 
 
 def _list_all(filesystem: Any, requests: list[dict[str, Any]], fold: Callable[[str, Any], None]) -> None:
-    """Run the listing ``requests`` (``bucket``, ``prefix``, optional ``start``/``end``/``glob``) concurrently on
-    gcsfs's event loop, handing each page to ``fold(bucket, page)`` as it arrives."""
+    """Run the listing ``requests`` concurrently on gcsfs's loop, handing each page to ``fold(bucket, page)``."""
     from marinbuild.store import gcs
 
     async def listings() -> None:
@@ -352,8 +315,7 @@ def _list_all(filesystem: Any, requests: list[dict[str, Any]], fold: Callable[[s
 
 
 def read_many(paths: list[str], workers: int = 16) -> list[bytes | None]:
-    """The contents of ``paths`` in order; None for one that does not exist or cannot be read (``OSError``).
-    ``gs://`` paths are read concurrently on gcsfs's event loop, other remote ones in ``workers`` threads."""
+    """The contents of ``paths`` (None if unreadable): ``gs://`` ones concurrently on gcsfs's loop, others threaded."""
 
     def one(path: str) -> bytes | None:
         try:

@@ -1,11 +1,8 @@
 """Fault points: named places between the system calls of marinbuild's metadata writes, where a test kills the process.
 
-``point(name)`` costs one global read unless ``MARINBUILD_KILL_AT_POINT`` is set when this module is imported.
-``=N``: the process sends itself SIGKILL at the N-th point it passes (across threads); ``=N:NAME``: at the N-th
-pass of the point named NAME (the same point however a build's threads interleave). ``MARINBUILD_FAULT_SIGNAL=STOP``
-sends SIGSTOP instead (a pause to look into, then SIGCONT). ``MARINBUILD_FAULT_POINT_LOG=FILE`` appends each
-point's name to FILE, so a test learns the points a build passes and kills it at each in turn. These are the
-moments a real crash (OOM kill, preemption) can hit; nothing else reads them.
+``point(name)`` costs one global read unless ``MARINBUILD_KILL_AT_POINT`` is set at import: ``=N`` sends SIGKILL at the
+N-th point passed, ``=N:NAME`` at the N-th pass of point NAME. ``MARINBUILD_FAULT_SIGNAL=STOP`` sends SIGSTOP instead;
+``MARINBUILD_FAULT_POINT_LOG=FILE`` appends each point's name to FILE, so a test can kill a build at each point in turn.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """fsspec access to prefixes: filesystem lookup, joins, and atomic writes.
 
-A prefix is a local folder or any fsspec URL (``gs://bucket/path``, ``memory://x``).
-Local paths use the local filesystem directly where fsspec would only add overhead.
-"""
+A prefix is a local folder or any fsspec URL (``gs://bucket/path``, ``memory://x``). Local paths use the local
+filesystem directly where fsspec would only add overhead."""
 
 from __future__ import annotations
 
@@ -13,7 +12,13 @@ from typing import Any
 
 from marinbuild.store import faults
 
+DEFAULT_LOCAL_PREFIX = "/tmp/marin"  # Marin's, when MARIN_PREFIX is not set
 FILE_MODE = 0o644  # of files written through a temporary file: what a plain ``open`` gives
+
+
+def default_prefix() -> str:
+    """Where outputs go when nothing says: ``MARIN_PREFIX`` if set, else Marin's local default folder."""
+    return os.environ.get("MARIN_PREFIX") or DEFAULT_LOCAL_PREFIX
 
 
 def is_local(path: str) -> bool:
@@ -32,8 +37,7 @@ def _filesystem(protocol: str) -> Any:
 
 
 def filesystem_for(path: str) -> Any:
-    """The fsspec filesystem that serves ``path`` (one instance per protocol; for ``gs://``, marinbuild's
-    retrying gcsfs for the current endpoint, see ``marinbuild.store.gcs``)."""
+    """The fsspec filesystem serving ``path`` (one per protocol; ``gs://``: ``store.gcs``'s retrying one)."""
     protocol = path.split("://", 1)[0] if "://" in path else "file"
     if protocol in ("gs", "gcs"):
         from marinbuild.store import gcs  # lazy: gcsfs
@@ -70,9 +74,8 @@ def read_bytes(path: str) -> bytes | None:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` so a reader sees the old content or the new, never a torn file: every metadata file goes
-    through here. Locally a temporary file in the same folder, then ``os.replace``: a kill leaves the old file or
-    the new, at worst a ``.tmp-*`` file (``cache gc`` removes those). No fsync: see docs/reliability.md."""
+    """Write ``data`` so a reader sees the old content or the new, never a torn file (all metadata goes through here): a
+    temporary file then ``os.replace``. No fsync: see docs/reliability.md."""
     if is_local(path):
         write_atomic_pieces(path, [data])
         return
@@ -111,8 +114,7 @@ def _short(target: str) -> str:
 
 
 def create_temporary(directory: str, name: str) -> tuple[int, str]:
-    """A new file ``.tmp-<name>.<random>`` in ``directory``, created exclusively (what ``tempfile.mkstemp`` does,
-    without importing tempfile and the compression modules it pulls in), with ``FILE_MODE``."""
+    """A new ``.tmp-<name>.<random>`` in ``directory``, made exclusively (``mkstemp`` without importing tempfile)."""
     while True:
         tmp = os.path.join(directory, f".tmp-{name}.{os.urandom(6).hex()}")
         try:

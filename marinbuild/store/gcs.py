@@ -1,26 +1,16 @@
 """Google Cloud Storage through gcsfs: one filesystem per endpoint, our retry policy, generation preconditions.
 
-Every request to GCS (ours, and gcsfs's ``cat``, ``ls``, ...) goes through ``RetryingGCSFileSystem._request``,
-which retries transient failures (HTTP 408/429/5xx, connection resets, timeouts) with jittered exponential
-backoff from 50 ms to 2 s, and never a 412, a 404 or another 4xx (gcsfs's own retry loop is bypassed).
-Nothing waits forever: an attempt fails when the server does not connect, or sends nothing, for
-``REQUEST_TIMEOUT`` seconds (a transfer that keeps moving is never cut off), and no attempt starts
-``RETRY_DEADLINE`` seconds after the first; so an operation against a server that never answers ends
-within ``OPERATION_BOUND`` seconds with ``StoreUnreachableError`` naming it and the object. That is shorter
-than the time between a lease renewal falling due and the lease going stale, so a renewal that hangs ends
-(and is reported) before anyone could take the lease over.
+Every request goes through ``RetryingGCSFileSystem._request``: transient failures (408/429/5xx, resets, timeouts) are
+retried with jittered backoff from 50 ms to 2 s, never a 412, 404 or other 4xx. An attempt fails when the server is
+silent for ``REQUEST_TIMEOUT`` seconds and none starts ``RETRY_DEADLINE`` seconds after the first, so an operation ends
+within ``OPERATION_BOUND`` seconds (``StoreUnreachableError``), before a hung lease renewal could let anyone take the
+lease over.
 
-A retried *conditional* write is ambiguous (the first attempt may have landed before its response was
-lost): ``write_if_generation`` and ``delete_if_generation`` resolve that by re-reading the object.
-Listings ask for three fields per object and decode each page with msgspec into ``Listed`` only, so a
-server that sends more (fake-gcs-server ignores ``fields``) costs no dict per object.
-
-``gcsfs`` and ``msgspec`` are imported here only (never by ``import marinbuild`` or the CLI start).
-Against an emulator (``STORAGE_EMULATOR_HOST``) requests are anonymous. The filesystem subclasses
-``gcsfs.core.GCSFileSystem`` by name: ``gcsfs.GCSFileSystem`` becomes the zonal-bucket class when
-``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` is true, whose bucket-type probe stalls 60 s per call against an
-emulator; naming the class makes the choice independent of the environment.
-"""
+A retried conditional write is ambiguous: ``write_if_generation`` and ``delete_if_generation`` re-read the object.
+Listings decode three fields per object with msgspec (``Listed``); ``gcsfs`` and ``msgspec`` are imported here only;
+requests to an emulator are anonymous. The filesystem subclasses ``gcsfs.core.GCSFileSystem`` by name:
+``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` turns ``gcsfs.GCSFileSystem`` into the zonal class, whose bucket probe stalls 60 s
+a call on an emulator."""
 
 from __future__ import annotations
 
@@ -65,8 +55,7 @@ class _Attempts:
         self.attempt = 0
 
     async def failed(self, exc: BaseException) -> None:
-        """After a failed attempt: back off if another is allowed; else raise (``StoreUnreachableError`` for a
-        transient failure that used up the budget, the error itself otherwise)."""
+        """After a failed attempt: back off if another is allowed; else raise (``StoreUnreachableError``: transient)."""
         if not is_transient(exc):
             raise exc
         delay = min(RETRY_MAX, RETRY_INITIAL * (2**self.attempt)) * (0.5 + random.random())
@@ -124,8 +113,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 class RetryingGCSFileSystem(GCSFileSystem):
-    """gcsfs with marinbuild's retry policy; ``requests`` counts every HTTP attempt. ``match_glob``: whether
-    listings send GCS's ``matchGlob`` (not to an emulator, nor to a server seen ignoring or rejecting one)."""
+    """gcsfs with our retry policy; ``requests`` counts attempts; ``match_glob``: listings send ``matchGlob``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -235,8 +223,7 @@ async def _last_written(fs: RetryingGCSFileSystem, path: str, generation: int) -
 
 
 def last_written(path: str, generation: int) -> float | None:
-    """When the object was last written (seconds since the epoch, the store's clock), if it is still at
-    ``generation``; None otherwise."""
+    """When the object was last written (epoch seconds, the store's clock) if still at ``generation``; else None."""
     return run(_last_written, filesystem(), path, generation)
 
 
@@ -278,9 +265,8 @@ async def _write_if_generation(fs: RetryingGCSFileSystem, path: str, data: bytes
 
 
 def write_if_generation(path: str, data: bytes, generation: int) -> int:
-    """Write ``data`` only if the object is at ``generation`` (0: only if it does not exist); the new generation,
-    or ``PreconditionFailed`` if another writer got there first. The content must be unique to this writer (a
-    lease with its timestamp is): a retry failing its precondition against our own earlier attempt is a success."""
+    """Write ``data`` if the object is at ``generation`` (0: absent); the new generation, else ``PreconditionFailed``.
+    The content is unique to this writer, so a retry failing against our own first attempt succeeds."""
     return run(_write_if_generation, filesystem(), path, data, generation)
 
 
@@ -302,8 +288,7 @@ async def _delete_if_generation(fs: RetryingGCSFileSystem, path: str, generation
 
 
 def delete_if_generation(path: str, generation: int) -> bool:
-    """Delete the object only if it is still at ``generation``; True if we deleted it. fake-gcs-server ignores the
-    precondition on deletes: callers re-read before deleting to keep the window small there too."""
+    """Delete the object if still at ``generation``; True if we did (fake-gcs-server ignores it: re-read first)."""
     return run(_delete_if_generation, filesystem(), path, generation)
 
 
@@ -338,9 +323,8 @@ async def list_pages(
     glob: tuple[str, Callable[[str], bool]] | None = None,
     page_size: int = 1000,
 ) -> AsyncIterator[list[Listed]]:
-    """The objects under ``prefix`` (in ``[start, end)`` when given), a page at a time as each arrives; a listing
-    is complete or raises. ``glob``: a ``matchGlob`` pattern, sent only where ``fs.match_glob``, and a predicate
-    for it: a caller filters the names either way."""
+    """The objects under ``prefix`` (in ``[start, end)``), a page at a time; complete or raises. ``glob``: a
+    ``matchGlob`` pattern, sent where ``fs.match_glob``, and its predicate: callers filter either way."""
     token: str | None = None
     pages = 0
     while True:
@@ -390,13 +374,5 @@ def _named(exc: Exception, what: str) -> Exception:
         return exc
 
 
-async def list_objects(
-    fs: RetryingGCSFileSystem,
-    bucket: str,
-    prefix: str,
-    *,
-    start: str | None = None,
-    end: str | None = None,
-    glob: tuple[str, Callable[[str], bool]] | None = None,
-) -> list[Listed]:
-    return [obj async for page in list_pages(fs, bucket, prefix, start=start, end=end, glob=glob) for obj in page]
+async def list_objects(fs: RetryingGCSFileSystem, bucket: str, prefix: str) -> list[Listed]:
+    return [obj async for page in list_pages(fs, bucket, prefix) for obj in page]

@@ -1,11 +1,8 @@
 """Worker ids of lease holders, and telling when a holder is provably gone.
 
-A worker id is ``<host>-<pid>-<tag>``: ``tag`` is 8 hex digits, the first 4 a digest of the machine's boot
-and pid namespace (``/proc/sys/kernel/random/boot_id``, ``/proc/self/ns/pid``), the last 4 random. A lease
-naming a holder on this host, boot and pid namespace whose process no longer exists may be taken over at
-once (``provably_gone``). Anything else (another machine or container, Marin's ids) cannot be known: the
-lease's stale time decides.
-"""
+A worker id is ``<host>-<pid>-<tag>``, ``tag`` 4 hex digits of a digest of the boot id and pid namespace, then 4 random.
+A lease naming a holder of this host, boot and pid namespace whose process is gone may be taken at once
+(``provably_gone``); of anything else (another machine or container, Marin's ids) the stale time decides."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Leases: who may run a step right now.
 
-A lease is the ``.executor_status.lock`` file beside a step's outputs, JSON
-``{"worker_id", "timestamp"}`` as Marin writes it. Its holder refreshes the timestamp
-(heartbeat); a lease not refreshed for ``stale_after`` seconds may be taken over, and so may a lease whose
-holder is provably gone (a process of this host that no longer exists, see ``holders``).
-``Lease`` is the interface; ``lease_factory.lease_for`` picks the implementation for a path (local
-files: ``lease_local``; ``gs://``: ``lease_gcs``, by object generation preconditions).
-"""
+A lease is the ``.executor_status.lock`` file beside a step's outputs, Marin's JSON ``{"worker_id", "timestamp"}``. Its
+holder refreshes the timestamp; a lease not refreshed for ``stale_after`` seconds, or whose holder is provably gone
+(``holders``), may be taken over. ``Lease`` is the interface; ``lease_factory.lease_for`` picks ``lease_local`` or
+``lease_gcs`` for a path."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""``lease_for``: the lease implementation for the filesystem a step's output lives on: ``lease_local`` (flock
-and an atomic create) for local folders, ``lease_gcs`` (generation preconditions) for ``gs://``. The choice
-lives above the interface and its implementations so nothing imports back; ``lease_gcs`` (gcsfs) is
-imported only for a ``gs://`` path.
+"""``lease_for``: the lease implementation for the filesystem a step's output lives on: ``lease_local`` (flock and an
+atomic create) for local folders, ``lease_gcs`` (generation preconditions) for ``gs://``. The choice lives above the
+interface and its implementations so nothing imports back; ``lease_gcs`` (gcsfs) is imported only for a ``gs://`` path.
 """
 
 from __future__ import annotations

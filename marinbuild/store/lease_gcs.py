@@ -1,19 +1,11 @@
 """Leases on GCS by object generation: the same protocol as the local lease, without flock.
 
-The lease is the object ``<output>/.executor_status.lock`` holding Marin's JSON ``{"worker_id",
-"timestamp"}`` (the writers' clocks). Every change is a compare-and-swap on the object's generation:
-
-- acquire: create it with ``ifGenerationMatch=0``; if it exists, read it (content and generation in one
-  request) and, when it is stale or empty (or its holder provably gone, or it does not parse and was last
-  written more than the stale time ago), overwrite it with ``ifGenerationMatch=<read>``: of several
-  runners racing for a free or stale lease exactly one write succeeds.
-- heartbeat: overwrite with ``ifGenerationMatch=<our last write>``: one request, failing if anyone else
-  wrote or deleted the lease since (how a runner learns it lost the lease).
-- release: delete with ``ifGenerationMatch=<our last write>``: never someone else's lease.
-
-Unlike Marin's ``GcsLease``: the heartbeat needs no read, release is conditional (Marin reads, then
-deletes), and a retried write whose first attempt landed is recognised instead of reported as a lost race.
-"""
+The lease is ``<output>/.executor_status.lock`` holding Marin's JSON ``{"worker_id", "timestamp"}``; every change is a
+compare-and-swap on its generation. Acquire creates it with ``ifGenerationMatch=0``, or overwrites a stale, empty,
+unparsable-and-old or provably abandoned one at the generation read (exactly one racer wins); heartbeat overwrites and
+release deletes at our last write's generation, so a heartbeat is one request that fails once anyone else wrote. Unlike
+Marin's ``GcsLease``, the heartbeat needs no read, release is conditional, and a retried write whose first attempt
+landed is recognised, not reported as a lost race."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """Leases on a local (or NFS-like) filesystem, compatible with Marin's ``LocalFileLease``.
 
-Mutual exclusion is ``flock`` on the lease file itself, as Marin does, so a Marin runner
-and a marinbuild runner on one machine exclude each other. One addition closes Marin's
-release race: after locking, the open file must still be the one at the path (same
-inode); a lease deleted by its releaser while we waited is reopened, never written to.
-
-A new lease file appears with its record already in it (``link`` of a written temporary file), and a
-rewrite is one ``pwrite`` padded to the old length: a reader never sees it empty while it is held, and a
-kill never leaves a torn record. The file itself is never replaced: the flock lives on its inode.
-"""
+Mutual exclusion is ``flock`` on the lease file itself, as Marin's, so Marin and marinbuild runners exclude each other.
+Closing Marin's release race: after locking, the open file must still be the one at the path (same inode). A new lease
+file appears with its record in it (``link`` of a written temporary file) and a rewrite is one ``pwrite`` padded to the
+old length, so no reader sees it empty and no kill tears it; the file is never replaced, as the flock lives on its
+inode."""
 
 from __future__ import annotations
 
@@ -31,9 +27,7 @@ class LocalFileLease(Lease):
 
     @contextlib.contextmanager
     def _locked(self, create: bool, exclusive: bool = True) -> Iterator[int | None]:
-        """Yield the lease file's descriptor, flock'ed, or None if it does not exist and ``create`` is False. Raw
-        descriptors: a file object costs four more system calls to open, and every step takes, checks and releases
-        a lease."""
+        """The lease file's descriptor, flock'ed, or None if absent and not ``create`` (raw: fewer system calls)."""
         while True:
             if create:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -91,8 +85,7 @@ class LocalFileLease(Lease):
             os.makedirs(folder, exist_ok=True)
 
     def _try_create(self) -> bool:
-        """Create the lease file with our record already in it (``link`` of a written temporary file); False if one
-        exists."""
+        """Create the lease file with our record in it (``link`` of a written temporary); False if one exists."""
         self._make_folder()
         folder = os.path.dirname(self.path)
         tmp = os.path.join(folder, f".tmp-lease.{os.urandom(6).hex()}")
@@ -120,9 +113,8 @@ class LocalFileLease(Lease):
             return True
 
     def _free(self, fd: int) -> bool:
-        """With the lease file ``fd`` flock'ed: may we take it? Empty: yes (under the flock nobody is writing it: a
-        writer died, or an opener about to lock it will read our record). A record: if ours, stale, or its holder
-        is provably gone. Unparsable (not marinbuild's, which never tears it): once older than the stale time."""
+        """With ``fd`` flock'ed: may we take it? Empty: yes (its writer died, or an opener will read ours); a record: if
+        ours, stale or its holder gone; unparsable (never marinbuild's): once past the stale time."""
         data = self._read(fd)
         if not data.strip():
             return True

@@ -1,13 +1,9 @@
 """Output manifests: every file a step wrote, with its size and xxh3-128 digest.
 
-Written at commit after the outputs and before the status, inside the step's action-cache record
-(``marinbuild.store.action_cache``), so a SUCCESS always comes with a description of the outputs it vouches
-for and ``cache verify`` can tell whether any was modified, truncated or deleted. Files are hashed by
-streaming; an output tree on GCS larger than ``MARINBUILD_MANIFEST_HASH_GB`` (default 1 GB) is not
-downloaded just to hash it: files beyond that budget are recorded with size and the server's crc32c only
-(GCS recomputes it on every write, so any change still shows). Marin's files, marinbuild's records and
-temporary files are not outputs.
-"""
+Written at commit after the outputs and before the status, inside the step's action record, so a SUCCESS always comes
+with a description of its outputs and ``cache verify`` can tell what changed. Files are hashed by streaming; on GCS,
+files beyond ``MARINBUILD_MANIFEST_HASH_GB`` (default 1 GB) of a tree are recorded with size and the server's crc32c
+only (GCS recomputes it on every write). Marin's files, marinbuild's records and temporary files are not outputs."""
 
 from __future__ import annotations
 
@@ -90,8 +86,7 @@ class Manifest:
 
 
 def read_manifest(output_path: str) -> Manifest | None:
-    """The manifest of the last commit at ``output_path`` (from its action-cache record); None if no record
-    holds one (built by Marin, or by nobody)."""
+    """The manifest of the last commit at ``output_path`` (from its action record); None if none (Marin's)."""
     found: list[tuple[float, str, Any]] = []
     for digest in action_cache.digests_at(output_path):
         record = action_cache.read_record(output_path, digest)
@@ -113,9 +108,7 @@ class Stat:
 
 
 def list_outputs(output_path: str, top_level: set[str] | None = None) -> dict[str, Stat]:
-    """Every output file under ``output_path`` (relative path -> size), without reading contents. The names
-    of the files directly in ``output_path`` that are not outputs (Marin's files, action records) are added
-    to ``top_level`` when it is given: a commit lists the folder once for its manifest and its records."""
+    """Output files under ``output_path`` (relative path -> size); non-outputs directly in it go to ``top_level``."""
     if fs.is_local(output_path):
         found: dict[str, Stat] = {}
         stack = [(fs.local_path(output_path), "")]
@@ -216,8 +209,7 @@ def hash_files(output_path: str, rels: list[str], stats: dict[str, Stat]) -> dic
 
 
 def build_manifest(output_path: str, top_level: set[str] | None = None) -> Manifest:
-    """Describe the outputs now under ``output_path``: list them, then hash them (``top_level``: see
-    ``list_outputs``)."""
+    """List, then hash, the outputs now under ``output_path`` (``top_level``: see ``list_outputs``)."""
     stats = list_outputs(output_path, top_level)
     digests = hash_files(output_path, list(stats), stats)
     files = [FileEntry(rel, stats[rel].size, digests[rel], stats[rel].crc32c) for rel in sorted(stats)]

@@ -1,28 +1,17 @@
 """The ``mirror://`` filesystem: read a path from whichever regional prefix holds it, copying it home once.
 
-``mirror://documents/x`` is ``documents/x`` under the *local* prefix if it is there; else under the first
-*remote* (regional) prefix that holds it, copied into the local prefix and read from there. The copy is
-made under a lease (a step's kind, at ``<local>/.mirror_locks/<path>``), so two readers never copy the
-same file twice: the second waits and reads the first's copy. Every byte copied is charged to a
-``TransferBudget`` first; a copy that would go over it raises ``TransferBudgetExceeded``, copying nothing.
+``mirror://x`` is ``x`` under the local prefix if there, else under the first remote prefix holding it, copied home
+under a lease (``<local>/.mirror_locks/<path>``: a second reader waits for the copy), every byte charged to a
+``TransferBudget`` first (``TransferBudgetExceeded`` copies nothing). Folders are copied file by file with an
+``.incomplete`` marker until the last, so an interrupted copy is completed, never taken for whole. Writes go to the
+local prefix.
 
-Configuration (Marin's names where Marin has them): the local prefix is the running step's
-(``step_scope``), else ``configure(local_prefix=...)``, ``$MARIN_PREFIX``, ``/tmp/marin``; the remote
-prefixes ``configure(remote_prefixes=[...])``, else ``$MARIN_MIRROR_PREFIXES`` (comma-separated), else
-Marin's regional buckets when the local prefix is on GCS. The budget: ``mirror_budget(gb)`` for a block; a
-step runs in ``step_scope`` (``StepCall``, locally or on Ray) with a budget of its own, the largest
-``mirrored(path, budget_gb=...)`` of its config; else a process-wide ``$MARIN_MIRROR_BUDGET_GB`` (10 GB).
-Scopes are ``contextvars``: steps running at once in threads never share a budget (a thread started in a
-scope inherits it only when run in ``contextvars.copy_context()``).
-
-Folders are mirrored file by file (files already copied are kept), so an interrupted copy is completed,
-never mistaken for a whole one: a folder copy holds its lease while it runs and leaves an ``.incomplete``
-marker until its last file is in. Writes go to the local prefix.
-
-Importing this module registers ``mirror`` with fsspec, replacing the ``mirror://`` of Marin's
-``rigging.filesystem`` (imported first, whichever is imported first). Marin's budget API keeps its meaning:
-a copy inside ``rigging.filesystem.mirror_budget(gb)`` is charged to that budget (``active_budget``).
-"""
+Configuration (Marin's names): the local prefix is the running step's (``step_scope``), else
+``configure(local_prefix=...)``, ``$MARIN_PREFIX``, ``/tmp/marin``; remote prefixes ``configure(remote_prefixes=...)``,
+``$MARIN_MIRROR_PREFIXES``, else Marin's regional buckets for a GCS local prefix. The budget: ``mirror_budget(gb)``'s
+for a block, a step's own (its largest ``mirrored(..., budget_gb=...)``), else ``$MARIN_MIRROR_BUDGET_GB`` (10 GB);
+scopes are ``contextvars``. Importing this module registers ``mirror`` with fsspec over ``rigging.filesystem``'s, and
+copies inside Marin's ``mirror_budget`` are charged to it."""
 
 from __future__ import annotations
 
@@ -39,7 +28,6 @@ from typing import Any
 
 import fsspec
 
-from marinbuild.core.prefix import DEFAULT_LOCAL_PREFIX
 from marinbuild.store import fs
 from marinbuild.store.lease import HEARTBEAT_INTERVAL, STALE_AFTER, LeaseLostError, lease_path
 from marinbuild.store.lease_factory import lease_for
@@ -129,9 +117,7 @@ def default_budget() -> TransferBudget:
 
 
 class _MarinBudget(TransferBudget):
-    """A budget Marin's code set with ``rigging.filesystem.mirror_budget(gb)`` (or ``set_mirror_budget``), charged
-    through ours: the same count and limit, and our exception when a copy would go over it. A refund is not
-    passed on (Marin's own budgets are never refunded either)."""
+    """A budget Marin's code set (``rigging.filesystem.mirror_budget``), charged through ours; never refunded."""
 
     def __init__(self, marin: Any):
         super().__init__(marin.limit_bytes, "the budget of Marin's rigging.filesystem.mirror_budget()")
@@ -156,8 +142,7 @@ def _marin_budget() -> TransferBudget | None:
 
 
 def active_budget() -> TransferBudget:
-    """This context's budget: ours (a step's, ``mirror_budget``), else one Marin's code set with
-    ``rigging.filesystem.mirror_budget``, else the process-wide one."""
+    """This context's budget: ours (a step's, ``mirror_budget``), else Marin's ``mirror_budget``, else the process's."""
     return _budget_var.get() or _marin_budget() or default_budget()
 
 
@@ -177,8 +162,7 @@ def mirror_budget(budget_gb: float, name: str = "") -> Iterator[TransferBudget]:
 
 @contextlib.contextmanager
 def step_scope(budget_gb: float | None, local: str | None) -> Iterator[TransferBudget]:
-    """Run a step's code with its own budget of ``budget_gb`` (None: the process-wide one) and its prefix as the
-    local prefix."""
+    """Run a step's code with a budget of ``budget_gb`` (None: the process's) and its prefix as the local one."""
     prefix_token = _prefix_var.set(local.rstrip("/") if local else None)
     try:
         if budget_gb is None:
@@ -207,7 +191,7 @@ def configure(local_prefix: str | None = None, remote_prefixes: list[str] | None
 
 
 def local_prefix() -> str:
-    chosen = _prefix_var.get() or _config.local_prefix or os.environ.get("MARIN_PREFIX") or DEFAULT_LOCAL_PREFIX
+    chosen = _prefix_var.get() or _config.local_prefix or fs.default_prefix()
     return chosen.rstrip("/")
 
 
@@ -310,8 +294,7 @@ def _incomplete_marker(local: str, path: str) -> str:
 
 
 def _is_complete(local: str, path: str) -> bool:
-    """``path`` is under the local prefix, whole: a file (copies of files are atomic), or a folder no copy holds
-    the lease of nor left unfinished (its marker)."""
+    """``path`` is whole under the local prefix: a file, or a folder no copy holds the lease of nor left unfinished."""
     filesystem, p = _url_fs(_join(local, path))
     try:
         if filesystem.info(p).get("type") != "directory":

@@ -1,9 +1,8 @@
 """Other versions of a step under a prefix: the folders ``<prefix>/<name>-<hash>`` besides the current one.
 
-What a dry run calls a stale step (``engine/planning.py``: another version of it left an output), what ``why``
-compares a step's config with (the latest other version's ``.executor_info``), and what ``cache`` commands list.
-One listing per parent folder answers many steps (a remote prefix: no round trip per step).
-"""
+What a dry run calls a stale step (``engine/planning.py``: another version of it left an output), what ``why`` compares
+a step's config with (the latest other version's ``.executor_info``), and what ``cache`` commands list. One listing per
+parent folder answers many steps (a remote prefix: no round trip per step)."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ def has_other_version(prefix: str, name: str, exclude: str | None = None) -> boo
 
 
 def with_other_versions(prefix: str, outputs: dict[str, str], workers: int = 16) -> set[str]:
-    """The step names of ``outputs`` (name -> its current output path) for which ``has_other_version`` holds, with
-    one listing per distinct parent folder and the file checks in parallel (a remote prefix: no round trip per step)."""
+    """The step names of ``outputs`` with another version, one listing per parent folder (no round trip per step)."""
     parents: dict[str, list[str]] = {}
     for name in outputs:
         parent = fs.join(prefix, name).rpartition("/")[0]
@@ -74,8 +72,7 @@ class OtherVersion:
 
 
 def latest_other_version(prefix: str, name: str, exclude: str | None = None) -> OtherVersion | None:
-    """The most recent other version of step ``name`` whose ``.executor_info`` parses (by the modification time
-    of its ``.executor_status``, else of its ``.executor_info``)."""
+    """The newest other version of step ``name`` whose ``.executor_info`` parses (by status, else info, mtime)."""
     store = Store(prefix)
     best: OtherVersion | None = None
     for path in sibling_paths(prefix, name, exclude):

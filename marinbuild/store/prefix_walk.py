@@ -1,9 +1,8 @@
 """Walking a prefix: step folders, sizes, modification times and deletion, local or fsspec.
 
-``Store(path)`` is one interface for both kinds of prefix: local folders use ``os`` directly, any other
-URL its fsspec filesystem. Paths handed out keep the caller's spelling (``gs://bucket/x/...``), so they
-compare equal to executor output paths.
-"""
+``Store(path)`` is one interface for both kinds of prefix: local folders use ``os`` directly, any other URL its fsspec
+filesystem. Paths handed out keep the caller's spelling (``gs://bucket/x/...``), so they compare equal to executor
+output paths."""
 
 from __future__ import annotations
 

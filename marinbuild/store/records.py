@@ -1,10 +1,7 @@
 """The other per-step files Marin reads: ``.executor_info`` and ``.artifact.json`` (run info: ``run_info.py``).
 
-Both are written atomically (``fs.write_atomic``), in Marin's forms (the info text as the engine encoded it;
-the artifact as Marin encodes a step's return value). Readers give None for an absent file and raise
-``DamagedFileError`` for one that is not JSON (never counted as built). ``read_artifact`` also finds
-Marin's legacy artifact names. ``write_missing_infos`` never overwrites an existing info file.
-"""
+Both written atomically in Marin's forms. Readers give None for an absent file and raise ``DamagedFileError`` for one
+that is not JSON; ``read_artifact`` also finds Marin's legacy names; ``write_missing_infos`` never overwrites."""
 
 from __future__ import annotations
 
@@ -31,8 +28,7 @@ def write_info(output_path: str, text: str) -> None:
 
 
 def write_missing_infos(texts: dict[str, Callable[[], str]], workers: int = 16) -> list[str]:
-    """Write ``texts[path]()`` as the ``.executor_info`` of each output path that has none yet (remote paths
-    concurrently); the paths written to."""
+    """Write ``texts[path]()`` as ``.executor_info`` where a path lacks one (remote concurrently); those paths."""
     paths = list(texts)
 
     def one(path: str) -> bool:

@@ -1,20 +1,11 @@
-"""Marin's run info JSON: ``<base>/<script>-<hash>.json``, the record of one run that Marin's data browser and
+"""Marin's run info JSON ``<base>/<script>-<hash>.json``: the record of one run, which Marin's data browser and
 ``marinbuild serve`` read.
 
-It holds Marin's schema: ``worker_id``, ``git_commit``, ``caller_path``, ``created_date``, ``user``, ``prefix``
-and ``steps``, each the object its ``.executor_info`` holds (without ``description``). The top level is
-indented as Marin's; each step is one line of compact sorted-key JSON (``indent=2`` would repeat every nested
-version over many lines).
-
-The name: ``<script>`` as Marin's (``script_name``); ``<hash>`` the first 6 hex digits of the md5 of the steps'
-output paths relative to the prefix, sorted, one per line. (Marin hashes the steps' text, whose ``fn_name``
-holds a memory address, so its name changes every run anyway.) The output paths already name each step's
-version, so the name is known without composing any step's entry (``Engine.experiment_url`` asks for it
-without writing the file), and is the same for every run of the same graph, in any order, under any prefix.
-
-``write`` writes the file once, atomically (``fs.write_atomic_pieces``), replacing a file of the same name (an
-earlier run of the same graph): a kill at any moment leaves the earlier file whole.
-"""
+Marin's schema (``worker_id``, ``git_commit``, ``caller_path``, ``created_date``, ``user``, ``prefix``, ``steps``), each
+step one line of compact sorted-key JSON. ``<hash>``: 6 hex digits of the md5 of the steps' sorted output paths relative
+to the prefix (Marin hashes texts holding memory addresses, so its name changes every run anyway): known without
+composing any entry, and the same for every run of the same graph under any prefix. ``write`` replaces the file
+atomically."""
 
 from __future__ import annotations
 
@@ -31,9 +22,7 @@ HEAD_KEYS = ("worker_id", "git_commit", "caller_path", "created_date", "user", "
 
 
 def step_line(info: Any, version_str: str) -> str:
-    """``json.dumps(asdict(info) without description, sort_keys=True)`` of an ``ExecutorStepInfo``, with the step's
-    version string (``VersionTable.version_strs``, the same text) in place of encoding its version again:
-    ``version`` sorts last."""
+    """A step info's sorted JSON without description, its version as the step's version string (``version`` last)."""
     fields = {
         "config": info.config,
         "dependencies": info.dependencies,
@@ -46,16 +35,14 @@ def step_line(info: Any, version_str: str) -> str:
 
 
 def script_name(caller_path: str) -> str:
-    """The caller's file name without ``.py`` (as Marin strips it); for ``python -m package``, the package's name, so
-    ``python -m marinbuild`` and the ``marinbuild`` command name their runs alike."""
+    """The caller's file name without ``.py``, or with ``python -m package`` the package's (``marinbuild``'s alike)."""
     if os.path.basename(caller_path) == "__main__.py":
         return os.path.basename(os.path.dirname(caller_path))
     return os.path.basename(caller_path).replace(".py", "")
 
 
 def name(script: str, output_paths: Iterable[str], prefix: str) -> str:
-    """The file name ``<script>-<hash>.json`` of the run info of the steps with these output paths under ``prefix``
-    (a path outside it, placed by ``override_output_path``, counts whole)."""
+    """``<script>-<hash>.json`` for the steps at these output paths under ``prefix`` (paths outside count whole)."""
     under = prefix.rstrip("/") + "/"
     relative = (path[len(under) :] if path.startswith(under) else path for path in output_paths)
     digest = hashlib.md5("\n".join(sorted(relative)).encode())
@@ -73,6 +60,5 @@ def _text(head: dict[str, Any], lines: Iterable[str]) -> Iterator[bytes]:
 
 
 def write(path: str, head: dict[str, Any], lines: Iterable[str]) -> None:
-    """Write the run info at ``path`` (a local path or an fsspec URL): the ``HEAD_KEYS`` of ``head``, then ``lines``
-    (each step's ``step_line``), streamed into place on a local disk."""
+    """Write the run info at ``path``: the ``HEAD_KEYS`` of ``head``, then ``lines``, streamed on a local disk."""
     fs.write_atomic_pieces(path, _text(head, lines))

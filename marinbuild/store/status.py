@@ -1,8 +1,7 @@
 """The ``.executor_status`` file: one word (RUNNING, SUCCESS, FAILED, DEP_FAILED).
 
-Writes the one-word form Marin writes today; reads Marin's legacy JSON-lines event log
-too. A file that is neither is an error naming the file, never a silent state.
-"""
+Writes the one-word form Marin writes today; reads Marin's legacy JSON-lines event log too. A file that is neither is an
+error naming the file, never a silent state."""
 
 from __future__ import annotations
 
@@ -60,8 +59,7 @@ def parse_status(path: str, data: bytes) -> str | None:
 
 
 def read_status(output_path: str) -> str | None:
-    """The step's status; None if it has none. Statuses are replaced atomically, so a file that does not parse
-    (``DamagedFileError``) was written by something else (``cache verify --repair`` removes it)."""
+    """The step's status, or None; an unparsable one (``DamagedFileError``) was written by something else."""
     path = status_path(output_path)
     data = fs.read_bytes(path)
     if data is None:

@@ -1,10 +1,7 @@
 """``.marinbuild_traceback.txt``: the full traceback of a step's last failure, beside its ``.executor_status``.
 
-Written (atomically, plain UTF-8 as Python or Ray prints it) by the runner that records the failure, under
-the step's lease, *before* FAILED: a reader that sees FAILED finds that failure's traceback. Removed at
-commit before SUCCESS (the commit's listing tells whether it is there): a SUCCESS output never carries a
-stale one. A ``.marinbuild*`` name: not an output (left out of manifests), nothing Marin reads.
-"""
+Written atomically under the step's lease before FAILED, so a reader seeing FAILED finds that failure's traceback;
+removed at commit before SUCCESS. A ``.marinbuild*`` name: not an output, nothing Marin reads."""
 
 from __future__ import annotations
 

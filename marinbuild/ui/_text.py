@@ -15,8 +15,7 @@ def format_duration(seconds: float) -> str:
 
 
 def describe_error(step: str | None, error: BaseException | None) -> str:
-    """One line for a step's error: ``RuntimeError: boom``. A ``StepError`` reads ``"<step>: <Type>: <message>"``:
-    the step name is dropped (the caller shows it); other errors get their type name in front."""
+    """One line for a step's error, ``Type: message`` (a ``StepError``'s own ``<step>:`` prefix dropped)."""
     if error is None:
         return "unknown error"
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""

@@ -1,15 +1,6 @@
-"""Build events as JSON lines, after Bazel's ``--build_event_json_file``: ``BuildEventJsonWriter(path)``
-is a listener writing one flushed line per event (the file can be tailed during the build)::
-
-    {"kind": "succeeded", "step": "tokenize", "output_path": "/prefix/tokenize-abc123",
-     "detail": null, "time": 1718000000.25, "error": null, "traceback": null, "traceback_file": null,
-     "data": {}}
-
-``error`` is ``"Type: message"``; ``time`` seconds since the epoch. A ``failed`` event has ``traceback``
-(as Python prints it; from the Ray worker for a step run on Ray, its last line naming the worker's log)
-and ``traceback_file``: the step's ``.marinbuild_traceback.txt`` with the same text, or null if none was
-written (an error of marinbuild's own, after which no FAILED is written).
-"""
+"""Build events as JSON lines, after Bazel's ``--build_event_json_file``: ``BuildEventJsonWriter(path)`` writes one
+flushed line per event (``kind``, ``step``, ``output_path``, ``detail``, ``time``, ``error``, ``traceback``,
+``traceback_file``, ``data``; docs/cli.md), so the file can be tailed during the build."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """What ``marinbuild build`` shows: the listeners of its events, and the text printed from its result.
 
-``BuildReport`` opens the summary always; the live progress and the workspace's event log unless it is a
-dry run; the ``--build_event_json_file`` writer and the ``--profile`` trace when asked for. A refused build
-(a bad BUILD file, a request it cannot honour, a step that failed before and must not be retried) ends its
-event log with that reason. ``--explain`` on a build that runs prints the plan on stdout before any step
-starts, with why each step runs (read before the run changes it). After the build ``print_result`` prints,
-in order: on stderr the steps the local backend could not run (dry runs); on stdout the plan of a dry run
-and the summary (or the ``--output json`` result); on stderr the outputs whose code changed, where to look
-(experiment page, W&B, TensorBoard) and the web view's page of each failed step. The exit code stays with
-the command line.
-"""
+``BuildReport`` opens the summary; unless dry, the live progress and the event log; when asked, the
+``--build_event_json_file`` writer and the ``--profile`` trace. A refused build ends its event log with the reason.
+``--explain`` prints the plan, with why each step runs, before any step starts. ``print_result`` prints the local
+backend's refusals (dry runs) and, after the dry plan and summary (or ``--output json``) on stdout, the changed code,
+where to look and each failed step's page on stderr. The exit code stays with the command line."""
 
 from __future__ import annotations
 
@@ -59,8 +54,7 @@ class BuildReport:
         return [*listeners, *self.closers]
 
     def refused(self, error: Exception) -> None:
-        """End the event log with ``error`` (as ``failure_text`` words it) if no step had started (a build that
-        crashed after its steps started was not refused: its log ends as an interrupted build's)."""
+        """End the event log with ``error`` if no step had started (after that, a crash is an interrupted build)."""
         if self.log is not None and (self.summary is None or not self.summary.started):
             self.log.refused(failure_text(error))
 
@@ -87,8 +81,7 @@ class BuildReport:
                 click.echo(f"marinbuild: {line}", err=True)
 
     def _note_outside_plan(self, result: BuildResult) -> None:
-        """Tell the summary the state of requested outputs the plan left out (``--run_only`` chose other steps):
-        ``built``, or ``not built: not selected by --run_only``."""
+        """Tell the summary the state of requested outputs ``--run_only`` left out of the plan."""
         if result.plan is None or self.summary is None:
             return
         planned = {row.output_path for row in result.plan}
@@ -123,8 +116,7 @@ class BuildReport:
 
 
 def failure_text(failure: Exception) -> str:
-    """The line saying why a build failed; a refusal to retry failed steps advises the command line's flag (the
-    engine's message advises Marin's ``force_run_failed=True``)."""
+    """Why a build failed; a refusal to retry failed steps names the CLI's flag (the engine's names Marin's)."""
     from marinbuild.engine.errors import PreviousTaskFailedError
 
     if isinstance(failure, PreviousTaskFailedError):
@@ -136,9 +128,8 @@ def failure_text(failure: Exception) -> str:
 
 
 def _code_changed_text(result: BuildResult, session: Session) -> str:
-    """The warning about built outputs whose code changed: each step, its changed files, and how to look at it and
-    rebuild it: ``why``/``--rebuild`` of its target, or for a step inside a target that no label names (an
-    ``executor_script``'s inner step), ``--rebuild`` of the step's name."""
+    """The warning about built outputs whose code changed: each step, its files, and how to look and rebuild
+    (``why``/``--rebuild`` of its target, or ``--rebuild`` of a step no label names)."""
     named: dict[ExecutorStep, str] = {}
     if session.analysis is not None:
         for label in session.analysis.steps_of:
@@ -160,8 +151,7 @@ def _code_changed_text(result: BuildResult, session: Session) -> str:
 
 
 def print_plan(plan: list[PlanRow], session: Session | None) -> None:
-    """A row per step of ``plan`` on stdout: its state, name, output path, lease and resources; with ``session``,
-    why each step that runs does (read now: print it before the run)."""
+    """A row per step of ``plan`` on stdout; with ``session``, why each step to run does (print it before the run)."""
     for step, state, path, lease, will_run in plan:
         line = f"{state:<10} {step.name}  {path}"
         if lease is not None:
@@ -177,8 +167,7 @@ def print_plan(plan: list[PlanRow], session: Session | None) -> None:
 
 
 class _PlanPrinter:
-    """``--explain`` of a build that runs: at the plan's first event, the whole plan and why each step runs, before
-    any step starts (after, the reasons are gone: a step that ran is built)."""
+    """``--explain`` of a build that runs: the plan and reasons at its first event, before a step changes them."""
 
     def __init__(self, session: Session) -> None:
         self.session = session

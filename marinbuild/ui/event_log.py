@@ -1,14 +1,10 @@
 """The workspace's build event logs: every CLI build (not a dry run) records its run in one JSON-lines file.
 
-``<workspace>/.marinbuild/events/<UTC time>-<pid>.jsonl``: a first line ``{"kind": "run", "id",
-"patterns", "prefix", "argv", "pid", "time"}``, then one line per event as ``--build_event_json_file``
-writes it, flushed so ``marinbuild serve`` can tail it. A build refused before any step ran ends its log
-with ``{"kind": "build_refused", "reason", "time"}`` (the reason's first line): a log of a build that
-ended has that line or a ``build_finished`` event. The log never fails a build: one that cannot be
-created is not written, one that cannot be appended to (a full disk) stops. ``planned``, ``cached`` and
-``progress`` events are left out (a run page needs none, and a no-op build writes three lines). The
-newest ``KEEP`` logs are kept. Reading skips a cut-off last line (a build still writing, or killed).
-"""
+``<workspace>/.marinbuild/events/<UTC time>-<pid>.jsonl``: a ``run`` line (``id``, ``patterns``, ``prefix``, ``argv``,
+``pid``, ``time``), then a flushed line per event as ``--build_event_json_file`` writes it, so ``marinbuild serve`` can
+tail it; a refused build ends with ``build_refused`` and its reason. The log never fails a build: one that cannot be
+written stops. ``planned``, ``cached`` and ``progress`` events are left out (a no-op writes three lines). The newest
+``KEEP`` logs are kept; reading skips a cut-off last line."""
 
 from __future__ import annotations
 
@@ -28,8 +24,7 @@ from marinbuild.ui.bep import event_record
 EVENTS_FOLDER = "events"
 KEEP = 100
 LEFT_OUT = frozenset({ev.PLANNED, ev.CACHED, ev.PROGRESS})
-REFUSED = "build_refused"
-"""The last line of a refused build's log (not an event: no listener but the log hears of it)."""
+REFUSED = "build_refused"  # The last line of a refused build's log (not an event: no listener but the log hears of it).
 
 
 def events_dir(cache_dir: str | os.PathLike[str]) -> Path:
@@ -87,8 +82,7 @@ class EventLog:
 
 
 def open_event_log(cache_dir: str | os.PathLike[str], patterns: list[str], prefix: str) -> EventLog | None:
-    """A new log in the workspace whose ``.marinbuild`` folder is ``cache_dir``; None if it cannot be created (a
-    read-only workspace, a full disk)."""
+    """A new log in the workspace's ``.marinbuild`` (``cache_dir``); None if it cannot be created."""
     try:
         return EventLog(events_dir(cache_dir), patterns, prefix)
     except OSError:
@@ -115,8 +109,7 @@ class RunLog:
         return self.header.get("prefix")
 
     def summary(self) -> dict[str, Any]:
-        """When, what was asked, what ran, what failed; ``finished`` is False while the build runs (or if it died);
-        ``refused``: why the build was refused before any step ran (None if it was not)."""
+        """When, what was asked, ran and failed; ``finished``: False while running or dead; ``refused``: why."""
 
         def steps(kind: str) -> list[Any]:
             return [e.get("step") for e in self.events if e.get("kind") == kind]

@@ -1,6 +1,5 @@
-"""How ``marinbuild jobs list`` and ``jobs status`` show Ray jobs: a rich table, one job's fields a line,
-or JSON; times in UTC. Nothing here talks to a cluster.
-"""
+"""How ``marinbuild jobs list`` and ``jobs status`` show Ray jobs: a rich table, one job's fields a line, or JSON; times
+in UTC. Nothing here talks to a cluster."""
 
 from __future__ import annotations
 

@@ -1,19 +1,9 @@
 """Build progress: a live display on a terminal, one plain line per event otherwise.
 
-``ProgressDisplay`` is a thread-safe event listener. On a terminal it keeps a ``rich`` live region at the
-bottom (done/total, the running and waiting steps with their elapsed time, the build's elapsed time),
-redrawn by rich's own refresh thread, and prints finished steps and failures above it. Elsewhere (CI
-logs, pipes) it writes one line per interesting event (a running step's progress only when it changed,
-at most every ``PROGRESS_LINE_EVERY`` seconds; the build summary says how the build ended)::
-
-    started hello_world/data (/prefix/hello_world/data-abc123)
-    [3/10] built hello_world/data (0.4s)
-    [4/10] FAILED x: RuntimeError: boom
-    waiting for x: lease held by host-1
-    [5/10] not running y: dependency x failed
-
-``close()`` stops the live region if a build was interrupted before ``build_finished``.
-"""
+``ProgressDisplay`` is a thread-safe event listener. On a terminal a ``rich`` live region (done/total, running and
+waiting steps, elapsed times) is redrawn by rich's refresh thread, finished steps and failures printed above it.
+Elsewhere it writes a line per interesting event (a step's progress only when changed, at most every
+``PROGRESS_LINE_EVERY`` seconds). ``close()`` stops the live region of an interrupted build."""
 
 from __future__ import annotations
 
@@ -33,8 +23,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.live import Live
 
-MAX_ROWS = 12
-"""Running/waiting steps shown in the live region; the rest are counted in one line."""
+MAX_ROWS = 12  # Running/waiting steps shown in the live region; the rest are counted in one line.
 
 _Key = tuple[str | None, str | None]
 
@@ -65,8 +54,7 @@ class _State:
 
 
 class ProgressDisplay:
-    """``console_file`` defaults to ``sys.stderr``; ``is_tty`` None means its ``isatty()``; ``console`` (a ``rich``
-    Console) draws the live display instead of one made for ``console_file``."""
+    """On ``console_file`` (stderr); ``is_tty`` None: its ``isatty()``; ``console``: a ``rich`` Console to draw on."""
 
     def __init__(
         self,
@@ -199,10 +187,7 @@ class ProgressDisplay:
         from rich.live import Live
 
         self._live = Live(
-            _Renderable(self),
-            console=self.console,
-            refresh_per_second=self.refresh_per_second,
-            transient=False,
+            _Renderable(self), console=self.console, refresh_per_second=self.refresh_per_second, transient=False
         )
         self._live.start(refresh=True)
 

@@ -1,20 +1,8 @@
 """The end-of-build summary: what was built, what was already there, what failed, where outputs are.
 
-``BuildSummary`` is an event listener that counts outcomes and records failures; ``render(requested)`` gives
-the text a CLI prints after the build, e.g.::
-
-    Build FAILED in 12.3s: 3 built, 5 cached, 1 failed, 2 dependency failed
-      FAILED tokenize: RuntimeError: boom
-          File "/ws/steps/tokenize.py", line 12, in split
-            raise RuntimeError("boom")
-        full traceback: /prefix/tokenize-abc123/.marinbuild_traceback.txt
-      not run: train (dependency tokenize failed)
-    //pkg:data   ->  /prefix/data-abc123
-    //pkg:train  ->  /prefix/train-def456  (not built: dependency failed)
-
-Under each failure: its traceback's last frames, the step's traceback file and, on Ray, the worker's log.
-``as_dict()`` gives the same facts for ``--output json`` (each failure with its whole ``traceback``).
-"""
+``BuildSummary`` is an event listener counting outcomes and recording failures; ``render(requested)`` gives the text the
+CLI prints after the build (under each failure its traceback's last frames, its traceback file and, on Ray, the worker's
+log); ``as_dict()`` the same facts for ``--output json``."""
 
 from __future__ import annotations
 
@@ -26,8 +14,7 @@ from marinbuild.run import events as ev
 from marinbuild.run.failure import last_frames, traceback_file_of, traceback_text, worker_log_of
 from marinbuild.ui._text import describe_error, error_text, format_duration
 
-MAX_LISTED = 20
-"""Dependency-failed / skipped steps listed by name in ``render``; the rest are counted."""
+MAX_LISTED = 20  # Dependency-failed / skipped steps listed by name in ``render``; the rest are counted.
 
 
 _NOTES = {
@@ -41,9 +28,7 @@ _PLANNED_WORDS = {"built": "already built", "failed": "failed before"}  # a refu
 
 @dataclass(frozen=True)
 class StepProblem:
-    """A step not run (``message``: why) or failed: ``message`` is ``Type: message`` without a wrapper's step
-    prefix, ``full_error`` the raised exception's, then its traceback, the step's ``.marinbuild_traceback.txt``
-    (None if none was written) and, in a Ray task, the worker's log files."""
+    """A step not run (``message``: why) or failed, with its error, traceback, traceback file and Ray worker logs."""
 
     step: str
     output_path: str | None
@@ -55,8 +40,7 @@ class StepProblem:
 
 
 class BuildSummary:
-    """Counts outcomes and records the failures. ``cached`` counts steps already built when the build began
-    (``planned`` with detail ``built``) and steps another runner built while this one waited."""
+    """Counts outcomes and records failures; ``cached``: steps built before the build or by another runner meanwhile."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -136,8 +120,7 @@ class BuildSummary:
         return self.end_time - self.start_time
 
     def status(self) -> str:
-        """``ok``, ``failed``, ``interrupted`` (started, never finished), ``refused`` (planned, never started: a
-        step failed before and the build was told not to retry it), or ``dry_run``."""
+        """``ok``, ``failed``, ``interrupted``, ``refused`` (failed before, not retried) or ``dry_run``."""
         if self.dry_run and not self.started:
             return "dry_run"
         if self.planned and not self.started:
@@ -147,8 +130,7 @@ class BuildSummary:
         return "ok" if self.ok else "failed"
 
     def outside_plan(self, states: dict[str, str]) -> None:
-        """The state (``built`` or why not) of requested outputs the plan left out (``--run_only`` selected other
-        steps): the plan's events say nothing about them."""
+        """The state of requested outputs ``--run_only`` left out of the plan (its events say nothing of them)."""
         with self._lock:
             self._outside_plan.update(states)
 

@@ -1,11 +1,9 @@
 """A Chrome trace of the build, for Perfetto (ui.perfetto.dev) or chrome://tracing.
 
-``ChromeTraceWriter(path)`` is an event listener. Each step that ran becomes one complete event
-(``"ph": "X"``) from ``started`` to ``succeeded`` / ``failed`` / ``cached``; a step that only waited for
-another runner a ``wait`` span from ``waiting`` (also an instant event) to its end. A span takes the
-lowest lane (``tid`` 1, 2, ...) free at its start, so a lane is one concurrent slot; ``tid`` 0 holds the
-whole build. Times are microseconds from the earliest event. Nothing is written until ``close()``.
-"""
+``ChromeTraceWriter(path)`` is an event listener. Each step that ran is a complete event (``"ph": "X"``) from
+``started`` to its end; a step that waited for another runner a ``wait`` span. A span takes the lowest lane (``tid``)
+free at its start, so a lane is one concurrent slot; ``tid`` 0 is the build. Times are microseconds from the first
+event; nothing is written until ``close()``."""
 
 from __future__ import annotations
 

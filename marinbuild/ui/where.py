@@ -1,11 +1,8 @@
 """Where to look after a build, as Marin's ``executor_main`` prints it (stderr lines; none for a dry run).
 
-``where_to_look(engine, ran)``: the experiment page if a web view answers for the build
-(``$MARINBUILD_SERVE_URL``, set by a CLI build from the configured URL or a running ``marinbuild serve``),
-else the run info file; for each ran step of a target with ``tracker = "wandb"`` its W&B run (named by the
-output folder, as ``train_lm`` names it), with ``tracker = "tensorboard"`` the ``tensorboard --logdir``
-command. ``failure_pages``: the web view's page of each failed step, when one is configured.
-"""
+``where_to_look(engine, ran)``: the experiment page if a web view answers (``$MARINBUILD_SERVE_URL``), else the run info
+file; each ran step's W&B run (``tracker = "wandb"``) or ``tensorboard --logdir`` command. ``failure_pages``: each
+failed step's web page, when a view is configured."""
 
 from __future__ import annotations
 

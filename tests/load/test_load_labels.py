@@ -99,12 +99,9 @@ def test_label_properties_order_hash_and_pickle() -> None:
     assert {a: 1}[Label("b", "a")] == 1
     assert Label("pkg", "data/x.jsonl").path == "pkg/data/x.jsonl"
     assert Label("", "x").path == "x"
-    assert Label("pkg", "x").sibling("y") == Label("pkg", "y")
     copy = pickle.loads(pickle.dumps(a))
     assert copy == a and hash(copy) == hash(a)
     assert repr(a) == "Label('//b:a')"
-    with pytest.raises(LabelError):
-        Label("pkg", "x").sibling("../y")
 
 
 @pytest.mark.parametrize(

@@ -75,7 +75,6 @@ train(name = "after", dep = model, tags = ["a", "b"])
     assert model.deps == (Label("exp/a", "raw"), Label("exp/b", "other"))
     assert model.srcs == (Label("exp/a", "data/x.jsonl"),)
     assert model.source_files() == (ws.root / "exp/a/data/x.jsonl",)
-    assert "resources" not in model.versioned_attrs() and "steps" in model.versioned_attrs()
     assert model.attrs["dep"] is None and model.attrs["flag"] is False and model.attrs["tags"] == ()
 
     after = loaded["//exp/a:after"]
