@@ -32,11 +32,13 @@ from marinbuild.core.versions import VersionTable
 from marinbuild.engine import commit, planning, resource_check
 from marinbuild.engine.calls import call_for
 from marinbuild.engine.code_records import CodeChanges, record
+from marinbuild.engine.errors import StepFailedError
 from marinbuild.engine.execute import execute
 from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, run_info, step_info_text
 from marinbuild.engine.serve_url import experiment_url, serve_url
 from marinbuild.engine.settings import Settings
 from marinbuild.load.sources import StatCache
+from marinbuild.run import compute
 from marinbuild.run import events as ev
 from marinbuild.run.backends import LOCAL
 from marinbuild.run.build_context import BuildContext
@@ -193,6 +195,7 @@ class Engine:
 
         self.plan, self.outcome, self.succeeded, self.code_changed, self.dry_run_problems = None, None, [], {}, []
         succeeded: list[str] = []
+        failed: StepFailedError | None = None
         try:
             with BuildContext() as context:
                 self._run(
@@ -205,8 +208,16 @@ class Engine:
                     max_concurrent=max_concurrent,
                     rebuild=rebuild or [],
                 )
+        except StepFailedError as exc:
+            failed = exc
         finally:
             self._record_code(succeeded)
+        if not dry_run and self.plan is not None:  # what the build reused and spent (``run/compute.py``)
+            paths, reused = self.output_paths, [*self.plan.by_state(BUILT), *(self.outcome.cached if self.outcome else ())]
+            data = compute.account({s.name: paths[s] for s in reused}, {s.name: paths[s] for s in self.succeeded})
+            self._bus.emit(ev.COMPUTE, detail=compute.text(data), data=data)
+        if failed is not None:
+            raise failed
         return self.output_paths
 
     def _run(
@@ -230,7 +241,7 @@ class Engine:
                     self.add(step, is_pseudo_dep=False)
                     requested.append(step)
             listeners = self.listeners if self.listeners is not None else [ev.log_listener]
-            bus = ev.EventBus([*listeners, succeeded])
+            bus = self._bus = ev.EventBus([*listeners, succeeded])
             graph, plan = planning.plan_run(
                 self._versions,
                 requested,

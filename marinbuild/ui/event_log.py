@@ -4,7 +4,7 @@
 "patterns", "prefix", "argv", "pid", "time"}``, then one line per event as ``--build_event_json_file``
 writes it, flushed so ``marinbuild serve`` can tail it. A build refused before any step ran ends its log
 with ``{"kind": "build_refused", "reason", "time"}`` (the reason's first line): a log of a build that
-ended has that line or a ``build_finished`` event. The log never fails a build: one that cannot be
+ended has that line or a ``build_finished`` event (then a ``compute`` event: what it reused and spent). The log never fails a build: one that cannot be
 created is not written, one that cannot be appended to (a full disk) stops. ``planned``, ``cached`` and
 ``progress`` events are left out (a run page needs none, and a no-op build writes three lines). The
 newest ``KEEP`` logs are kept. Reading skips a cut-off last line (a build still writing, or killed).
@@ -122,6 +122,7 @@ class RunLog:
             return [e.get("step") for e in self.events if e.get("kind") == kind]
 
         end = next((e for e in reversed(self.events) if e.get("kind") in (ev.BUILD_FINISHED, REFUSED)), None)
+        used = next((e for e in self.events if e.get("kind") == ev.COMPUTE), None)
         return {
             "id": self.id,
             "time": self.header.get("time"),
@@ -134,6 +135,7 @@ class RunLog:
             "failed": steps(ev.FAILED),
             "dep_failed": steps(ev.DEP_FAILED),
             "refused": end.get("reason") if end is not None and end.get("kind") == REFUSED else None,
+            "compute": None if used is None else {**used["data"], "steps": None, "text": used.get("detail")},
         }
 
 

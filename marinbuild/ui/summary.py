@@ -3,7 +3,7 @@
 ``BuildSummary`` is an event listener that counts outcomes and records failures; ``render(requested)`` gives
 the text a CLI prints after the build, e.g.::
 
-    Build FAILED in 12.3s: 3 built, 5 cached, 1 failed, 2 dependency failed
+    Build FAILED in 12.3s: 3 built, 5 cached, 1 failed, 2 dependency failed; reused 5 steps worth 1.5 CPU-hours
       FAILED tokenize: RuntimeError: boom
           File "/ws/steps/tokenize.py", line 12, in split
             raise RuntimeError("boom")
@@ -12,8 +12,9 @@ the text a CLI prints after the build, e.g.::
     //pkg:data   ->  /prefix/data-abc123
     //pkg:train  ->  /prefix/train-def456  (not built: dependency failed)
 
+The headline ends with what the build reused and spent (the ``compute`` event, ``run/compute.py``).
 Under each failure: its traceback's last frames, the step's traceback file and, on Ray, the worker's log.
-``as_dict()`` gives the same facts for ``--output json`` (each failure with its whole ``traceback``).
+``as_dict()`` gives the same facts for ``--output json`` (each failure with its whole ``traceback``; ``compute``).
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ class BuildSummary:
         self._plan_state: dict[str, str] = {}
         self._done_paths: set[str] = set()
         self._outside_plan: dict[str, str] = {}
+        self.compute: dict[str, Any] | None = None
+        """What the build reused and spent (the ``compute`` event's data, ``run/compute.py``); ``compute_text`` in words."""
+        self.compute_text = ""
 
     def __call__(self, event: ev.Event) -> None:
         with self._lock:
@@ -107,6 +111,8 @@ class BuildSummary:
             self.failures.append(StepProblem(step, event.output_path, message, error_text(error), text, file, log))
         elif kind == ev.DEP_FAILED:
             self.dep_failed.append(StepProblem(step, event.output_path, event.detail or "a dependency failed"))
+        elif kind == ev.COMPUTE:
+            self.compute, self.compute_text = event.data, event.detail or ""
         elif kind == ev.SKIPPED:
             self.skipped.append(StepProblem(step, event.output_path, event.detail or "not started"))
 
@@ -211,7 +217,7 @@ class BuildSummary:
                 parts.append(f"{c[key]} {word}")
         word = {"ok": "Build OK", "failed": "Build FAILED", "interrupted": "Build INTERRUPTED"}[status]
         took = f" in {format_duration(self.elapsed)}" if self.elapsed is not None else ""
-        return f"{word}{took}: " + ", ".join(parts)
+        return f"{word}{took}: " + ", ".join(parts) + (f"; {self.compute_text}" if self.compute_text else "")
 
     def as_dict(self, requested: list[tuple[str, str]] | None = None) -> dict[str, Any]:
         """JSON-ready facts: status, counts, elapsed seconds, plan states, failures, steps not run, targets."""
@@ -222,6 +228,7 @@ class BuildSummary:
                 "elapsed": self.elapsed,
                 "dry_run": self.dry_run,
                 "planned": dict(self.planned),
+                "compute": self.compute,
                 "failures": [
                     {
                         "step": p.step,

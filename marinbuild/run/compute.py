@@ -1,0 +1,136 @@
+"""Compute accounting, owned here: each step's record ``<output>/.marinbuild_compute.json`` and a build's totals.
+
+The process that runs a step meters it: ``start`` as the step starts (``StepJob.run`` locally, ``RemoteRun.start``
+in a Ray task), ``note`` from the step's code (``ml/slice_run``: each extra attempt, preemption and the seconds
+the slices were held), ``finish`` at the commit, which writes the record before SUCCESS (``fs.write_atomic``: a
+local folder or ``gs://``). The resources held are the step's request (no CPU request: 1, a Ray task's default);
+TPU chip-hours are chips x the seconds the slices were held when the step notes them, else x wall time.
+
+``account`` reads the records of what a build reused and ran into ``{"reused", "spent"}`` totals (hours by unit,
+``unknown``: steps with no record, made by Marin or before records; counted, never guessed) and ``steps`` (each
+one's ``how`` and ``hours``); ``text`` words it: ``reused 3 steps worth 1,240 TPU v4 chip-hours; spent ...``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from marinbuild.core.resources import normalize
+from marinbuild.store import fs
+
+FILE = ".marinbuild_compute.json"
+FORMAT = "marinbuild-compute/1"
+_meters: dict[str, dict[str, Any]] = {}
+_lock = threading.Lock()
+
+
+def start(output_path: str, resources: Any, backend: str) -> None:
+    """Meter the step writing ``output_path``, in this process, holding ``resources`` (any form ``normalize`` takes)."""
+    try:
+        res = normalize(resources)
+    except (TypeError, ValueError):
+        res = None
+    tpu, slices = (res.tpu_slice, res.slices) if res is not None else (None, 1)
+    meter = {
+        "format": FORMAT,
+        "backend": backend,
+        "started": time.time(),
+        "cpus": res.cpu if res is not None and res.cpu is not None else 1,
+        "gpus": (res.gpu or 0) if res is not None else 0,
+        "tpu": tpu.type if tpu else None,
+        **({"slices": slices, "hosts": tpu.vms * slices, "chips": tpu.chips * slices} if tpu else {}),
+        "attempts": 1,
+        "preemptions": 0,
+    }
+    with _lock:
+        _meters[output_path] = meter
+
+
+def note(output_path: str, **counts: float) -> None:
+    """Add ``counts`` (``attempts``, ``preemptions``, ``tpu_seconds``) to the running step's; nothing if none is
+    metered in this process."""
+    with _lock:
+        meter = _meters.get(output_path)
+        for key, value in counts.items() if meter is not None else ():
+            meter[key] = meter.get(key, 0) + value  # type: ignore[index]
+
+
+def finish(output_path: str) -> None:
+    """At the commit, before SUCCESS: write the step's record (nothing if it was not metered here)."""
+    with _lock:
+        r = _meters.pop(output_path, None)
+    if r is None:
+        return
+    r["ended"] = time.time()
+    wall = r["wall_seconds"] = round(r["ended"] - r["started"], 3)
+    hours = {"CPU-hours": r["cpus"] * wall / 3600, "GPU-hours": r["gpus"] * wall / 3600}
+    if r["tpu"]:
+        hours[f"TPU {r['tpu'].split('-')[0]} chip-hours"] = r["chips"] * r.get("tpu_seconds", wall) / 3600
+    r["hours"] = {unit: round(h, 9) for unit, h in hours.items() if h}
+    fs.write_atomic(fs.join(output_path, FILE), json.dumps(r).encode())
+
+
+def read(output_path: str) -> dict[str, Any] | None:
+    """The step's record; None if it has none (or one that is not this format: unknown, not an error)."""
+    try:
+        record = json.loads(fs.read_bytes(fs.join(output_path, FILE)) or b"null")
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and record.get("format") == FORMAT else None
+
+
+def read_all(paths: list[str]) -> list[dict[str, Any] | None]:
+    if len(paths) < 2 or all(fs.is_local(p) for p in paths):
+        return [read(p) for p in paths]
+    with ThreadPoolExecutor(min(16, len(paths))) as pool:
+        return list(pool.map(read, paths))
+
+
+def totals(hours: Iterable[dict[str, float] | None]) -> dict[str, Any]:
+    """``{"steps", "unknown", "hours": {unit: sum}}`` of steps' ``hours`` (None: no record)."""
+    out: dict[str, Any] = {"steps": 0, "unknown": 0, "hours": {}}
+    for h in hours:
+        out["steps"] += 1
+        out["unknown"] += h is None
+        for unit, value in (h or {}).items():
+            out["hours"][unit] = round(out["hours"].get(unit, 0) + value, 9)
+    return out
+
+
+def account(reused: dict[str, str], spent: dict[str, str]) -> dict[str, Any]:
+    """What a build reused and spent: ``reused``/``spent`` are step name -> output path."""
+    names = [*reused, *spent]
+    records = read_all([*reused.values(), *spent.values()])
+    steps = {n: {"how": "reused" if n in reused else "ran", "hours": r and r.get("hours")} for n, r in zip(names, records)}
+    return {
+        "reused": totals(s["hours"] for s in steps.values() if s["how"] == "reused"),
+        "spent": totals(s["hours"] for s in steps.values() if s["how"] == "ran"),
+        "steps": steps,
+    }
+
+
+def number(hours: float) -> str:
+    return f"{hours:,.0f}" if hours >= 100 else f"{hours:.1f}" if hours >= 1 else f"{hours:.2f}" if hours >= 0.01 else "<0.01"
+
+
+def worth(total: dict[str, Any]) -> str:
+    """``worth 1,240 TPU v4 chip-hours, 0.20 CPU-hours (1 unknown)``: TPU first, then GPU, then CPU."""
+    hours = ", ".join(f"{number(h)} {unit}" for unit, h in sorted(total["hours"].items(), reverse=True))
+    if not hours:
+        return "of unknown compute (no record)" if total["unknown"] else "worth no compute"
+    return f"worth {hours}" + (f" ({total['unknown']} unknown)" if total["unknown"] else "")
+
+
+def text(data: dict[str, Any]) -> str:
+    """``reused 3 steps worth 1,240 TPU v4 chip-hours; spent 1 step worth 0.20 CPU-hours`` (empty parts left out)."""
+    parts = []
+    for key in ("reused", "spent"):
+        n = data[key]["steps"]
+        if n:
+            parts.append(f"{key} {n} step{'s' if n != 1 else ''} {worth(data[key])}")
+    return "; ".join(parts)
