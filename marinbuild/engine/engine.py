@@ -213,7 +213,10 @@ class Engine:
         finally:
             self._record_code(succeeded)
         if not dry_run and self.plan is not None:  # what the build reused and spent (``run/compute.py``)
-            paths, reused = self.output_paths, [*self.plan.by_state(BUILT), *(self.outcome.cached if self.outcome else ())]
+            paths, reused = (
+                self.output_paths,
+                [*self.plan.by_state(BUILT), *(self.outcome.cached if self.outcome else ())],
+            )
             data = compute.account({s.name: paths[s] for s in reused}, {s.name: paths[s] for s in self.succeeded})
             self._bus.emit(ev.COMPUTE, detail=compute.text(data), data=data)
         if failed is not None:

@@ -55,9 +55,9 @@ def note(output_path: str, **counts: float) -> None:
     """Add ``counts`` (``attempts``, ``preemptions``, ``tpu_seconds``) to the running step's; nothing if none is
     metered in this process."""
     with _lock:
-        meter = _meters.get(output_path)
-        for key, value in counts.items() if meter is not None else ():
-            meter[key] = meter.get(key, 0) + value  # type: ignore[index]
+        meter = _meters.get(output_path, {})
+        for key, value in counts.items() if meter else ():
+            meter[key] = meter.get(key, 0) + value
 
 
 def finish(output_path: str) -> None:
@@ -106,7 +106,10 @@ def account(reused: dict[str, str], spent: dict[str, str]) -> dict[str, Any]:
     """What a build reused and spent: ``reused``/``spent`` are step name -> output path."""
     names = [*reused, *spent]
     records = read_all([*reused.values(), *spent.values()])
-    steps = {n: {"how": "reused" if n in reused else "ran", "hours": r and r.get("hours")} for n, r in zip(names, records)}
+    steps: dict[str, dict[str, Any]] = {
+        n: {"how": "reused" if n in reused else "ran", "hours": r and r.get("hours")}
+        for n, r in zip(names, records, strict=True)
+    }
     return {
         "reused": totals(s["hours"] for s in steps.values() if s["how"] == "reused"),
         "spent": totals(s["hours"] for s in steps.values() if s["how"] == "ran"),
@@ -115,15 +118,25 @@ def account(reused: dict[str, str], spent: dict[str, str]) -> dict[str, Any]:
 
 
 def number(hours: float) -> str:
-    return f"{hours:,.0f}" if hours >= 100 else f"{hours:.1f}" if hours >= 1 else f"{hours:.2f}" if hours >= 0.01 else "<0.01"
+    return (
+        f"{hours:,.0f}"
+        if hours >= 100
+        else f"{hours:.1f}"
+        if hours >= 1
+        else f"{hours:.2f}"
+        if hours >= 0.01
+        else "<0.01"
+    )
 
 
-def worth(total: dict[str, Any]) -> str:
-    """``worth 1,240 TPU v4 chip-hours, 0.20 CPU-hours (1 unknown)``: TPU first, then GPU, then CPU."""
+def amount(total: dict[str, Any]) -> str:
+    """``1,240 TPU v4 chip-hours, 0.20 CPU-hours (+ 1 step unknown)``: TPU first, then GPU, then CPU; ``unknown``
+    when no step has a record, ``-`` for no step."""
     hours = ", ".join(f"{number(h)} {unit}" for unit, h in sorted(total["hours"].items(), reverse=True))
+    k = total["unknown"]
     if not hours:
-        return "of unknown compute (no record)" if total["unknown"] else "worth no compute"
-    return f"worth {hours}" + (f" ({total['unknown']} unknown)" if total["unknown"] else "")
+        return "unknown (no record)" if k else "-" if not total["steps"] else "0 hours"
+    return hours + (f" (+ {k} step{'s' if k != 1 else ''} unknown)" if k else "")
 
 
 def text(data: dict[str, Any]) -> str:
@@ -132,5 +145,5 @@ def text(data: dict[str, Any]) -> str:
     for key in ("reused", "spent"):
         n = data[key]["steps"]
         if n:
-            parts.append(f"{key} {n} step{'s' if n != 1 else ''} {worth(data[key])}")
+            parts.append(f"{key} {n} step{'s' if n != 1 else ''} worth {amount(data[key])}")
     return "; ".join(parts)

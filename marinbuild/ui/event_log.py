@@ -4,10 +4,11 @@
 "patterns", "prefix", "argv", "pid", "time"}``, then one line per event as ``--build_event_json_file``
 writes it, flushed so ``marinbuild serve`` can tail it. A build refused before any step ran ends its log
 with ``{"kind": "build_refused", "reason", "time"}`` (the reason's first line): a log of a build that
-ended has that line or a ``build_finished`` event (then a ``compute`` event: what it reused and spent). The log never fails a build: one that cannot be
-created is not written, one that cannot be appended to (a full disk) stops. ``planned``, ``cached`` and
-``progress`` events are left out (a run page needs none, and a no-op build writes three lines). The
-newest ``KEEP`` logs are kept. Reading skips a cut-off last line (a build still writing, or killed).
+ended has that line or a ``build_finished`` event, then a ``compute`` event (what it reused and spent, each
+step's too: ``cache stats`` reads them). The log never fails a build: one that cannot be created is not
+written, one that cannot be appended to (a full disk) stops. ``planned``, ``cached`` and ``progress`` events
+are left out (a run page needs none, and a no-op build writes four lines). The newest ``KEEP`` logs are kept.
+Reading skips a cut-off last line (a build still writing, or killed).
 """
 
 from __future__ import annotations
@@ -145,6 +146,13 @@ def list_logs(folder: str | os.PathLike[str]) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(folder.glob("*.jsonl"), reverse=True)
+
+
+def logs_for(cache_dir: str | os.PathLike[str], prefix: str) -> list[RunLog]:
+    """The readable logs of the builds against ``prefix`` in the workspace whose ``.marinbuild`` is ``cache_dir``,
+    newest first."""
+    logs = (read_log(path) for path in list_logs(events_dir(cache_dir)))
+    return [log for log in logs if log is not None and log.prefix == prefix]
 
 
 def read_log(path: str | os.PathLike[str]) -> RunLog | None:

@@ -76,7 +76,7 @@ class BuildSummary:
         self._done_paths: set[str] = set()
         self._outside_plan: dict[str, str] = {}
         self.compute: dict[str, Any] | None = None
-        """What the build reused and spent (the ``compute`` event's data, ``run/compute.py``); ``compute_text`` in words."""
+        """What the build reused and spent (the ``compute`` event's data, ``run/compute.py``); then in words."""
         self.compute_text = ""
 
     def __call__(self, event: ev.Event) -> None:
