@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from marinbuild.cache import probe as pb
+from marinbuild.cache.commands import _columns
 from marinbuild.cache.text import format_age, format_size
 from marinbuild.run import compute
 from marinbuild.store import other_versions
@@ -36,62 +37,49 @@ def cache_stats(session: Any, patterns: list[str], runs: list[dict[str, Any]]) -
     for label in labels:
         names = list(dict.fromkeys(s.name for s in session.steps_of(label)))
         paths = [p for n in names for p in other_versions.sibling_paths(prefix, n)]
-        times = [t for t in map(store.mtime, map(st.status_path, paths)) if t is not None]
-        row = {
-            "name": str(label),
-            "rule": session.loaded.targets[label].kind,
-            "reused": [h for n in names for h in seen.get(n, {}).get("reused", [])],
-            "ran": [h for n in names for h in seen.get(n, {}).get("ran", [])],
-            "versions": len(paths),
+        row = {"name": str(label), "rule": session.loaded.targets[label].kind, "versions": len(paths)}
+        row |= {
             "bytes": sum(store.usage(p)[0] for p in paths),
-            "oldest": min(times, default=None),
-            "newest": max(times, default=None),
+            "times": [store.mtime(st.status_path(p)) for p in paths],
         }
+        row |= {how: [h for n in names for h in seen.get(n, {}).get(how, [])] for how in ("reused", "ran")}
         targets.append(row)
-        rule = rules.setdefault(row["rule"], {"name": row["rule"], "reused": [], "ran": [], "versions": 0, "bytes": 0})
-        for key in ("reused", "ran", "versions", "bytes"):
+        empty = {"name": row["rule"], "versions": 0, "bytes": 0, "times": [], "reused": [], "ran": []}
+        rule = rules.setdefault(row["rule"], empty)
+        for key in ("versions", "bytes", "times", "reused", "ran"):
             rule[key] += row[key]
-        for key, pick in (("oldest", min), ("newest", max)):
-            rule[key] = pick((t for t in (rule.get(key), row[key]) if t is not None), default=None)
     return {
         "prefix": prefix,
         "runs": len(runs),
-        "targets": [_done(r) for r in targets],
+        "targets": list(map(_done, targets)),
         "rules": list(map(_done, rules.values())),
     }
 
 
 def _done(row: dict[str, Any]) -> dict[str, Any]:
-    reused, ran = row.pop("reused"), row.pop("ran")
+    reused, ran, times = row.pop("reused"), row.pop("ran"), [t for t in row.pop("times") if t is not None]
     rate = len(reused) / (len(reused) + len(ran)) if reused or ran else None
-    hours = {"reused": compute.totals(reused), "spent": compute.totals(ran)}
-    return {**row, "hits": len(reused), "misses": len(ran), "hit_rate": rate, **hours}
+    row |= {"oldest": min(times, default=None), "newest": max(times, default=None), "hits": len(reused)}
+    return row | {"misses": len(ran), "hit_rate": rate, "reused": compute.totals(reused), "spent": compute.totals(ran)}
 
 
 def format_stats(stats: dict[str, Any]) -> str:
-    now = time.time()
-    lines = []
+    now, text = time.time(), ""
     for what, rows in (("TARGET", stats["targets"]), ("RULE", stats["rules"])):
         table = [(what, "HITS", "RATE", "REUSED", "SPENT", "STORED", "VERSIONS", "OLDEST", "NEWEST")]
         for r in rows:
-            rate = f"{r['hit_rate']:.0%}" if r["hit_rate"] is not None else "-"
-            ages = [format_age(now - r[k]) + " ago" if r[k] is not None else "-" for k in ("oldest", "newest")]
-            amounts = [compute.amount(r[k]) for k in ("reused", "spent")]
-            table.append(
-                (
-                    r["name"],
-                    f"{r['hits']}/{r['hits'] + r['misses']}",
-                    rate,
-                    *amounts,
-                    format_size(r["bytes"]),
-                    str(r["versions"]),
-                    *ages,
-                )
-            )
-        widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(t, widths, strict=True)).rstrip() for t in table] + [""]
+            rate = "-" if r["hit_rate"] is None else f"{r['hit_rate']:.0%}"
+            cells = [
+                f"{r['hits']}/{r['hits'] + r['misses']}",
+                rate,
+                compute.amount(r["reused"]),
+                compute.amount(r["spent"]),
+            ]
+            ages = ["-" if r[k] is None else format_age(now - r[k]) + " ago" for k in ("oldest", "newest")]
+            table.append((r["name"], *cells, format_size(r["bytes"]), str(r["versions"]), *ages))
+        text += _columns(table) + "\n"
     runs = stats["runs"]
-    lines.append(
-        f"over {runs} recorded run{'s' if runs != 1 else ''}: this workspace's build logs against {stats['prefix']}"
+    return (
+        text
+        + f"over {runs} recorded run{'s' if runs != 1 else ''}: this workspace's build logs against {stats['prefix']}\n"
     )
-    return "\n".join(lines) + "\n"

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from marinbuild.core.resources import normalize
+from marinbuild.core.resources import Resources, normalize
 from marinbuild.store import fs
 
 FILE = ".marinbuild_compute.json"
@@ -31,22 +31,11 @@ _lock = threading.Lock()
 
 def start(output_path: str, resources: Any, backend: str) -> None:
     """Meter the step writing ``output_path``, in this process, holding ``resources`` (any form ``normalize`` takes)."""
-    try:
-        res = normalize(resources)
-    except (TypeError, ValueError):
-        res = None
-    tpu, slices = (res.tpu_slice, res.slices) if res is not None else (None, 1)
-    meter = {
-        "format": FORMAT,
-        "backend": backend,
-        "started": time.time(),
-        "cpus": res.cpu if res is not None and res.cpu is not None else 1,
-        "gpus": (res.gpu or 0) if res is not None else 0,
-        "tpu": tpu.type if tpu else None,
-        **({"slices": slices, "hosts": tpu.vms * slices, "chips": tpu.chips * slices} if tpu else {}),
-        "attempts": 1,
-        "preemptions": 0,
-    }
+    res = normalize(resources) or Resources()  # checked before the build started
+    tpu, n = res.tpu_slice, res.slices
+    meter = {"format": FORMAT, "backend": backend, "started": time.time(), "attempts": 1, "preemptions": 0}
+    meter |= {"cpus": 1 if res.cpu is None else res.cpu, "gpus": res.gpu or 0, "tpu": tpu and tpu.type}
+    meter |= {"slices": n, "hosts": tpu.vms * n, "chips": tpu.chips * n} if tpu else {}
     with _lock:
         _meters[output_path] = meter
 
@@ -84,13 +73,6 @@ def read(output_path: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and record.get("format") == FORMAT else None
 
 
-def read_all(paths: list[str]) -> list[dict[str, Any] | None]:
-    if len(paths) < 2 or all(fs.is_local(p) for p in paths):
-        return [read(p) for p in paths]
-    with ThreadPoolExecutor(min(16, len(paths))) as pool:
-        return list(pool.map(read, paths))
-
-
 def totals(hours: Iterable[dict[str, float] | None]) -> dict[str, Any]:
     """``{"steps", "unknown", "hours": {unit: sum}}`` of steps' ``hours`` (None: no record)."""
     out: dict[str, Any] = {"steps": 0, "unknown": 0, "hours": {}}
@@ -104,8 +86,12 @@ def totals(hours: Iterable[dict[str, float] | None]) -> dict[str, Any]:
 
 def account(reused: dict[str, str], spent: dict[str, str]) -> dict[str, Any]:
     """What a build reused and spent: ``reused``/``spent`` are step name -> output path."""
-    names = [*reused, *spent]
-    records = read_all([*reused.values(), *spent.values()])
+    names, paths = [*reused, *spent], [*reused.values(), *spent.values()]
+    if len(paths) < 2 or all(fs.is_local(p) for p in paths):
+        records = [read(p) for p in paths]
+    else:  # an object store: one GET each, in parallel
+        with ThreadPoolExecutor(16) as pool:
+            records = list(pool.map(read, paths))
     steps: dict[str, dict[str, Any]] = {
         n: {"how": "reused" if n in reused else "ran", "hours": r and r.get("hours")}
         for n, r in zip(names, records, strict=True)
@@ -118,15 +104,7 @@ def account(reused: dict[str, str], spent: dict[str, str]) -> dict[str, Any]:
 
 
 def number(hours: float) -> str:
-    return (
-        f"{hours:,.0f}"
-        if hours >= 100
-        else f"{hours:.1f}"
-        if hours >= 1
-        else f"{hours:.2f}"
-        if hours >= 0.01
-        else "<0.01"
-    )
+    return format(hours, ",.0f" if hours >= 100 else ".1f" if hours >= 1 else ".2f") if hours >= 0.01 else "<0.01"
 
 
 def amount(total: dict[str, Any]) -> str:
@@ -141,9 +119,5 @@ def amount(total: dict[str, Any]) -> str:
 
 def text(data: dict[str, Any]) -> str:
     """``reused 3 steps worth 1,240 TPU v4 chip-hours; spent 1 step worth 0.20 CPU-hours`` (empty parts left out)."""
-    parts = []
-    for key in ("reused", "spent"):
-        n = data[key]["steps"]
-        if n:
-            parts.append(f"{key} {n} step{'s' if n != 1 else ''} worth {amount(data[key])}")
-    return "; ".join(parts)
+    counts = [(key, data[key]["steps"]) for key in ("reused", "spent")]
+    return "; ".join(f"{k} {n} step{'s' if n != 1 else ''} worth {amount(data[k])}" for k, n in counts if n)

@@ -62,7 +62,9 @@ def test_a_tpu_step_on_ray_records_its_chip_hours_and_a_rerun_reports_them_reuse
     step = rs.probe("compute/tpu", resources=tpu("v4-8"))
     summaries = [BuildSummary(), BuildSummary()]
     for summary in summaries:
-        paths = Executor(prefix=prefix, listeners=[summary], backend=RayBackend(ray_cluster.address)).run([step])
+        executor = make_executor(prefix, RayBackend(ray_cluster.address))
+        executor.listeners = [summary]
+        paths = executor.run([step])
     record = json.loads(Path(paths[step], ".marinbuild_compute.json").read_text())
     assert (record["backend"], record["tpu"], record["hosts"], record["chips"], record["cpus"]) == (
         "ray",
