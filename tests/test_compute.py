@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,8 @@ from pathlib import Path
 
 from test_cache import marinbuild_cli
 
-from marinbuild.run.compute import FILE, number
+from marinbuild.run.compute import PREFIX, hours_named, number
+from marinbuild.store import fs
 
 STEPS = """
 import fsspec
@@ -36,12 +38,18 @@ def workspace(root: Path, prefix: str) -> Path:
     return root
 
 
-def check_compute_and_stats(root: Path, read: Callable[[str], bytes | None], remove: Callable[[str], None]) -> None:
-    """Build //pkg:a, then //pkg:b (reusing a): each step's record and each build's words; a no-op after a's record
-    is removed reuses a step of unknown compute; ``cache stats`` sums the three recorded runs."""
+def check_compute_and_stats(root: Path, listdir: Callable[[str], list[str]]) -> None:
+    """Build //pkg:a, then //pkg:b (reusing a): each step's record and each build's words; no-ops after a's record
+    is removed reuse a step of unknown compute; ``cache stats`` sums the four recorded runs."""
+
+    def record(output_path: str) -> tuple[str, dict]:
+        (name,) = [n for n in listdir(output_path) if n.startswith(PREFIX)]
+        return f"{output_path}/{name}", json.loads(fs.read_bytes(f"{output_path}/{name}") or b"")
+
     built = json.loads(marinbuild_cli(root, "build", "//pkg:a", "--output", "json").stdout)
     (a_path,) = [t["output_path"] for t in built["targets"]]
-    a = json.loads(read(f"{a_path}/{FILE}") or b"null")
+    a_file, a = record(a_path)
+    assert hours_named(a_file.rpartition("/")[2]) == a["hours"]  # what a build reuses is read from the name
     assert (a["backend"], a["cpus"], a["gpus"], a["tpu"], a["attempts"], a["preemptions"]) == (
         "local",
         1,
@@ -55,7 +63,7 @@ def check_compute_and_stats(root: Path, read: Callable[[str], bytes | None], rem
 
     out = marinbuild_cli(root, "build", "//pkg:b").stdout
     b_path = out.split("->")[-1].strip()
-    b = json.loads(read(f"{b_path}/{FILE}") or b"null")
+    b = record(b_path)[1]
     assert b["cpus"] == 3 and b["hours"]["CPU-hours"] == round(3 * b["wall_seconds"] / 3600, 9)
     reused, spent = number(a["hours"]["CPU-hours"]), number(b["hours"]["CPU-hours"])
     headline = out.splitlines()[0]
@@ -68,7 +76,7 @@ def check_compute_and_stats(root: Path, read: Callable[[str], bytes | None], rem
         "pkg/b": {"how": "ran", "hours": b["hours"]},
     }
 
-    remove(f"{a_path}/{FILE}")  # as Marin (or a marinbuild before records) leaves an output
+    fs.remove(a_file)  # as Marin (or a marinbuild before records) leaves an output
     noop = json.loads(marinbuild_cli(root, "build", "//pkg:a", "--output", "json").stdout)
     assert noop["compute"]["reused"] == {"steps": 1, "unknown": 1, "hours": {}}
     assert "reused 1 step worth unknown (no record)" in marinbuild_cli(root, "build", "//pkg:a").stdout
@@ -90,12 +98,7 @@ def check_compute_and_stats(root: Path, read: Callable[[str], bytes | None], rem
 
 
 def test_compute_is_recorded_reported_and_summed_by_cache_stats(tmp_path):
-    prefix = tmp_path / "prefix"
-
-    def read(path: str) -> bytes | None:
-        return Path(path).read_bytes() if Path(path).exists() else None
-
-    check_compute_and_stats(workspace(tmp_path / "ws", str(prefix)), read, lambda p: Path(p).unlink())
+    check_compute_and_stats(workspace(tmp_path / "ws", str(tmp_path / "prefix")), os.listdir)
 
 
 def test_cache_stats_mistakes_exit_2_with_one_line(tmp_path):

@@ -1,4 +1,7 @@
-"""Compute accounting, owned here: each step's record ``<output>/.marinbuild_compute.json`` and a build's totals.
+"""Compute accounting, owned here: each step's record ``<output>/.marinbuild_compute.<hours>.json`` and a build's
+totals. The record's name carries its hours (``.marinbuild_compute.CPU=0.5,TPU-v4=12.json``) so that what a build
+reused is read from listings: a no-op on ``gs://`` makes one more listing per 400 steps of a folder, not a request
+per step (``store/batch.py``); the file holds everything else (wall time, resources held, attempts, preemptions).
 
 The process that runs a step meters it: ``start`` as the step starts (``StepJob.run`` locally, ``RemoteRun.start``
 in a Ray task), ``note`` from the step's code (``ml/slice_run``: each extra attempt, preemption and the seconds
@@ -6,7 +9,7 @@ the slices were held), ``finish`` at the commit, which writes the record before 
 local folder or ``gs://``). The resources held are the step's request (no CPU request: 1, a Ray task's default);
 TPU chip-hours are chips x the seconds the slices were held when the step notes them, else x wall time.
 
-``account`` reads the records of what a build reused and ran into ``{"reused", "spent"}`` totals (hours by unit,
+``account`` reads the hours of what a build reused and ran into ``{"reused", "spent"}`` totals (hours by unit,
 ``unknown``: steps with no record, made by Marin or before records; counted, never guessed) and ``steps`` (each
 one's ``how`` and ``hours``); ``text`` words it: ``reused 3 steps worth 1,240 TPU v4 chip-hours; spent ...``.
 """
@@ -17,13 +20,13 @@ import json
 import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from marinbuild.core.resources import Resources, normalize
-from marinbuild.store import fs
+from marinbuild.store import batch, fs
+from marinbuild.store.prefix_walk import Store
 
-FILE = ".marinbuild_compute.json"
+PREFIX, SUFFIX = ".marinbuild_compute.", ".json"
 FORMAT = "marinbuild-compute/1"
 _meters: dict[str, dict[str, Any]] = {}
 _lock = threading.Lock()
@@ -50,7 +53,8 @@ def note(output_path: str, **counts: float) -> None:
 
 
 def finish(output_path: str) -> None:
-    """At the commit, before SUCCESS: write the step's record (nothing if it was not metered here)."""
+    """At the commit, before SUCCESS: write the step's record (nothing if it was not metered here), replacing an
+    earlier one at the same path (a rebuild)."""
     with _lock:
         r = _meters.pop(output_path, None)
     if r is None:
@@ -61,16 +65,32 @@ def finish(output_path: str) -> None:
     if r["tpu"]:
         hours[f"TPU {r['tpu'].split('-')[0]} chip-hours"] = r["chips"] * r.get("tpu_seconds", wall) / 3600
     r["hours"] = {unit: round(h, 9) for unit, h in hours.items() if h}
-    fs.write_atomic(fs.join(output_path, FILE), json.dumps(r).encode())
+    short = (unit[:3] if unit[0] != "T" else "TPU-" + unit.split()[1] for unit in r["hours"])
+    name = PREFIX + ",".join(f"{u}={h}" for u, h in zip(short, r["hours"].values(), strict=True)) + SUFFIX
+    earlier = [n for n in Store(output_path).names(output_path) or () if n.startswith(PREFIX) and n != name]
+    fs.write_atomic(fs.join(output_path, name), json.dumps(r).encode())
+    for n in earlier:
+        fs.remove(fs.join(output_path, n))
 
 
-def read(output_path: str) -> dict[str, Any] | None:
-    """The step's record; None if it has none (or one that is not this format: unknown, not an error)."""
+def hours_named(name: str) -> dict[str, float] | None:
+    """The hours a record's file name carries (``.marinbuild_compute.CPU=0.5,TPU-v4=12.json``); None if not one."""
+    if not (name.startswith(PREFIX) and name.endswith(SUFFIX)):
+        return None
+    units = {"CPU": "CPU-hours", "GPU": "GPU-hours"}
     try:
-        record = json.loads(fs.read_bytes(fs.join(output_path, FILE)) or b"null")
+        pairs = [pair.split("=") for pair in name[len(PREFIX) : -len(SUFFIX)].split(",") if pair]
+        return {units.get(u) or f"TPU {u[4:]} chip-hours": float(h) for u, h in pairs}
     except ValueError:
         return None
-    return record if isinstance(record, dict) and record.get("format") == FORMAT else None
+
+
+def hours_at(paths: list[str]) -> list[dict[str, float] | None]:
+    """The hours of each output's record, None where it has none: from the names in each output folder (on
+    ``gs://``, batched listings, ``store/batch.py``: no request per output)."""
+    listed = batch.read_md5s(paths, PREFIX, named=True)
+    names = [[listed[p] or ""] if p in listed else Store(p).names(p) or () for p in paths]
+    return [next((h for h in map(hours_named, n) if h is not None), None) for n in names]
 
 
 def totals(hours: Iterable[dict[str, float] | None]) -> dict[str, Any]:
@@ -86,15 +106,10 @@ def totals(hours: Iterable[dict[str, float] | None]) -> dict[str, Any]:
 
 def account(reused: dict[str, str], spent: dict[str, str]) -> dict[str, Any]:
     """What a build reused and spent: ``reused``/``spent`` are step name -> output path."""
-    names, paths = [*reused, *spent], [*reused.values(), *spent.values()]
-    if len(paths) < 2 or all(fs.is_local(p) for p in paths):
-        records = [read(p) for p in paths]
-    else:  # an object store: one GET each, in parallel
-        with ThreadPoolExecutor(16) as pool:
-            records = list(pool.map(read, paths))
+    hours = hours_at([*reused.values(), *spent.values()])
     steps: dict[str, dict[str, Any]] = {
-        n: {"how": "reused" if n in reused else "ran", "hours": r and r.get("hours")}
-        for n, r in zip(names, records, strict=True)
+        n: {"how": "reused" if n in reused else "ran", "hours": h}
+        for n, h in zip([*reused, *spent], hours, strict=True)
     }
     return {
         "reused": totals(s["hours"] for s in steps.values() if s["how"] == "reused"),

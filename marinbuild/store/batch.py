@@ -286,12 +286,13 @@ def _read_gcs(output_paths: list[str]) -> StatusMap:
     return result
 
 
-def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
+def read_md5s(output_paths: list[str], name: str, named: bool = False) -> dict[str, str | None]:
     """The md5 (``md5_of``) of ``<output path>/<name>`` for each ``gs://`` path of ``output_paths``, None where that
-    object does not exist; paths on other stores are not in the answer. From listings, not a request per object: the
-    step folders are grouped as for the statuses (``CHUNK_STEPS`` folders of one parent a listing, narrowed on GCS by
-    ``matchGlob`` to ``<parent>/*/<name>``; a folder alone, a listing of its names starting with ``name``), all
-    concurrent, each page folded into the answer as it arrives."""
+    object does not exist; paths on other stores are not in the answer. ``named``: the name of an object whose name
+    starts with ``name`` instead (a compute record's name carries its hours, ``run/compute.py``). From listings,
+    not a request per object: the step folders are grouped as for the statuses (``CHUNK_STEPS`` folders of one
+    parent a listing, narrowed on GCS by ``matchGlob`` to ``<parent>/*/<name>``; a folder alone, a listing of its
+    names starting with ``name``), all concurrent, each page folded into the answer as it arrives."""
     from marinbuild.store import gcs
 
     gcs_paths = [p for p in output_paths if _is_gcs(p)]
@@ -303,7 +304,7 @@ def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
     suffix = "/" + name
 
     def is_wanted(listed: str) -> bool:
-        return listed.endswith(suffix)
+        return listed.rpartition("/")[2].startswith(name) if named else listed.endswith(suffix)
 
     requests: list[dict[str, Any]] = []
     for bucket, keys in keys_by_bucket.items():
@@ -312,16 +313,17 @@ def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
         for base, chunk in chunks:
             bounds = _bounds(bucket, base, chunk)
             globbing = filesystem.match_glob and not (_GLOB_SPECIAL & set(base + name))
-            requests.append({**bounds, "glob": (f"{base}*/{name}", is_wanted)} if globbing else bounds)
+            glob = f"{base}*/{name}" + ("*" if named else "")
+            requests.append({**bounds, "glob": (glob, is_wanted)} if globbing else bounds)
     del keys_by_bucket
 
     def fold(bucket: str, items: list[gcs_types.Listed]) -> None:
         root = f"gs://{bucket}/"
         for obj in items:
             folder, _, base = obj.name.rpartition("/")
-            if base == name:
+            if base.startswith(name) if named else base == name:
                 for p in _targets(root + folder, result, aliases):
-                    result[p] = obj.md5Hash
+                    result[p] = base if named else obj.md5Hash
 
     with gc_paused():  # parsing the listings: many objects, no cyclic garbage
         _list_all(filesystem, requests, fold)
