@@ -14,7 +14,8 @@ Contract:
   ``.executor_info`` text.
 - ``run`` versions the given steps, plans (``planning.py``), and, unless the run is dry or has nothing to run,
   runs them (``execute.py``); it records the code each step that succeeded ran beside its output, and, unless
-  the run is dry, checks the built steps' code (``code_records.py``); it returns ``output_paths``. ``plan``,
+  the run is dry, checks the built steps' code (``code_records.py``); given listeners, it ends with a ``compute``
+  event: what the build reused and spent (``run/compute.py``); it returns ``output_paths``. ``plan``,
   ``outcome``, ``succeeded``, ``code_changed`` and ``dry_run_problems`` describe the last run.
 - ``record_infos``/``write_infos``/``experiment_url``: the run's records in Marin's schema (``infos.py``,
   ``commit.py``); ``step_infos``, ``executor_info`` and ``executor_info_path`` hold them.
@@ -212,7 +213,8 @@ class Engine:
             failed = exc
         finally:
             self._record_code(succeeded)
-        if not dry_run and self.plan is not None:  # what the build reused and spent (``run/compute.py``)
+        if not dry_run and self.plan is not None and self.listeners:  # reused and spent (``run/compute.py``): a
+            # listing per step folder, for listeners given (the CLI's); none (Marin's default: log lines) skips it
             paths, reused = (
                 self.output_paths,
                 [*self.plan.by_state(BUILT), *(self.outcome.cached if self.outcome else ())],

@@ -60,7 +60,7 @@ def finish(output_path: str) -> None:
     if r is None:
         return
     r["ended"] = time.time()
-    wall = r["wall_seconds"] = round(r["ended"] - r["started"], 3)
+    wall = r["wall_seconds"] = round(r["ended"] - r["started"], 6)
     hours = {"CPU-hours": r["cpus"] * wall / 3600, "GPU-hours": r["gpus"] * wall / 3600}
     if r["tpu"]:
         hours[f"TPU {r['tpu'].split('-')[0]} chip-hours"] = r["chips"] * r.get("tpu_seconds", wall) / 3600

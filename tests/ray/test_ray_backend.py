@@ -65,7 +65,7 @@ def test_a_tpu_step_on_ray_records_its_chip_hours_and_a_rerun_reports_them_reuse
         executor = make_executor(prefix, RayBackend(ray_cluster.address))
         executor.listeners = [summary]
         paths = executor.run([step])
-    record = json.loads(Path(paths[step], ".marinbuild_compute.json").read_text())
+    record = json.loads(next(Path(paths[step]).glob(".marinbuild_compute.*")).read_text())
     assert (record["backend"], record["tpu"], record["hosts"], record["chips"], record["cpus"]) == (
         "ray",
         "v4-8",
@@ -73,8 +73,10 @@ def test_a_tpu_step_on_ray_records_its_chip_hours_and_a_rerun_reports_them_reuse
         4,
         1,
     )
-    chip, cpu = record["hours"]["TPU v4 chip-hours"], record["hours"]["CPU-hours"]
-    assert chip == round(4 * record["wall_seconds"] / 3600, 9) and cpu == round(record["wall_seconds"] / 3600, 9)
+    chip, cpu = record["hours"].get("TPU v4 chip-hours"), record["hours"].get("CPU-hours")
+    assert chip == round(4 * record["wall_seconds"] / 3600, 9) and cpu == round(record["wall_seconds"] / 3600, 9), (
+        record
+    )
     words = f"1 step worth {number(chip)} TPU v4 chip-hours, {number(cpu)} CPU-hours"
     assert [s.compute_text for s in summaries] == [f"spent {words}", f"reused {words}"]
 
