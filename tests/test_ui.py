@@ -481,7 +481,9 @@ def test_listeners_on_a_real_build(prefix, tmp_path):
     rendered = summary.render([("//ui:b", ex.output_paths[b])])
     assert f"//ui:b  ->  {ex.output_paths[b]}" in rendered.splitlines()
     kinds = [json.loads(line)["kind"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
-    assert kinds[:4] == [ev.PLANNED] * 4 and kinds[4] == ev.BUILD_STARTED and kinds[-1] == ev.BUILD_FINISHED
+    assert (
+        kinds[:4] == [ev.PLANNED] * 4 and kinds[4] == ev.BUILD_STARTED and kinds[-2:] == [ev.BUILD_FINISHED, ev.COMPUTE]
+    )
     steps = step_events(load_trace(tmp_path / "trace.json"))
     assert {e["name"]: e["args"]["outcome"] for e in steps} == {
         "ui/a": "succeeded",

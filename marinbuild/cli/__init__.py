@@ -416,6 +416,23 @@ def cache_gc_command(
     click.echo(json.dumps(result.to_dict(), indent=2) if output == "json" else format_gc(result))
 
 
+@cache_group.command("stats")
+@click.argument("patterns", nargs=-1, shell_complete=_complete_labels)
+@click.option("--prefix", type=PREFIX)
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def cache_stats_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> None:
+    """Per target of PATTERN (default //...) and per rule type: hit rate over the recorded runs (this workspace's
+    build logs), compute reused and spent, bytes stored, the oldest and newest outputs."""
+    from marinbuild.cache.stats import cache_stats, format_stats
+    from marinbuild.ui.event_log import logs_for
+
+    session = _open_session(prefix=prefix)
+    logs = logs_for(session.workspace.cache_dir, session.settings.prefix)
+    runs = [e.get("data") or {} for log in logs for e in log.events if e.get("kind") == "compute"]
+    stats = cache_stats(session, list(patterns) or ["//..."], runs)
+    click.echo(json.dumps(stats, indent=2) if output == "json" else format_stats(stats), nl=output == "json")
+
+
 @cache_group.command("verify")
 @click.argument("patterns", nargs=-1, required=True, shell_complete=_complete_labels)
 @click.option("--prefix", type=PREFIX)

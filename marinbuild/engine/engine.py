@@ -10,8 +10,9 @@ Contract:
   ``canonicalize`` names the step standing for equal versions; ``action_digest`` is the action cache's key;
   ``info_text`` a step's ``.executor_info``.
 - ``run`` versions, plans (``planning.py``), runs unless dry or nothing to run (``execute.py``), records the code of
-  each step that succeeded and, unless dry, checks the built steps' code (``code_records.py``); it returns
-  ``output_paths``. ``plan``, ``outcome``, ``succeeded``, ``code_changed``, ``dry_run_problems`` describe the last run.
+  each step that succeeded and, unless dry, checks the built steps' code (``code_records.py``); given listeners, it
+  ends with a ``compute`` event (what the build reused and spent, ``run/compute.py``); it returns ``output_paths``.
+  ``plan``, ``outcome``, ``succeeded``, ``code_changed``, ``dry_run_problems`` describe the last run.
 - ``record_infos``/``write_infos``/``experiment_url``: the run's records in Marin's schema (``infos.py``,
   ``commit.py``)."""
 
@@ -26,11 +27,13 @@ from marinbuild.core.placeholders import ExecutorStep, InputName
 from marinbuild.core.versions import VersionTable
 from marinbuild.engine import commit, planning
 from marinbuild.engine.code_records import CodeChanges, record
+from marinbuild.engine.errors import StepFailedError
 from marinbuild.engine.execute import call_for, execute, local_problems
 from marinbuild.engine.infos import ExecutorInfo, ExecutorStepInfo, run_info, step_info_text
 from marinbuild.engine.serve_url import experiment_url, serve_url
 from marinbuild.engine.settings import Settings
 from marinbuild.load.sources import StatCache
+from marinbuild.run import compute
 from marinbuild.run import events as ev
 from marinbuild.run.backends import LOCAL
 from marinbuild.run.leases import BuildContext
@@ -179,6 +182,7 @@ class Engine:
 
         self.plan, self.outcome, self.succeeded, self.code_changed, self.dry_run_problems = None, None, [], {}, []
         succeeded: list[str] = []
+        failed: StepFailedError | None = None
         try:
             with BuildContext() as context:
                 self._run(
@@ -191,8 +195,20 @@ class Engine:
                     max_concurrent=max_concurrent,
                     rebuild=rebuild or [],
                 )
+        except StepFailedError as exc:
+            failed = exc
         finally:
             self._record_code(succeeded)
+        if not dry_run and self.plan is not None and self.listeners:  # reused and spent (``run/compute.py``): a
+            # listing per step folder, for listeners given (the CLI's); none (Marin's default: log lines) skips it
+            paths, reused = (
+                self.output_paths,
+                [*self.plan.by_state(BUILT), *(self.outcome.cached if self.outcome else ())],
+            )
+            data = compute.account({s.name: paths[s] for s in reused}, {s.name: paths[s] for s in self.succeeded})
+            self._bus.emit(ev.COMPUTE, detail=compute.text(data), data=data)
+        if failed is not None:
+            raise failed
         return self.output_paths
 
     def _run(
@@ -216,7 +232,7 @@ class Engine:
                     self.add(step, is_pseudo_dep=False)
                     requested.append(step)
             listeners = self.listeners if self.listeners is not None else [ev.log_listener]
-            bus = ev.EventBus([*listeners, succeeded])
+            bus = self._bus = ev.EventBus([*listeners, succeeded])
             graph, plan = planning.plan_run(
                 self._versions,
                 requested,

@@ -19,6 +19,7 @@ from typing import Any
 
 from marinbuild.core.resources import TpuSlice
 from marinbuild.ml.process import MlProcessError, is_local, run_child, say
+from marinbuild.run import compute
 from marinbuild.run.resources import local_tpu_chips
 from marinbuild.run.step_progress import report
 
@@ -108,10 +109,12 @@ def run_on_tpu_slice(
             f"{policy.preemption_retries} allowed, failures {failures} of {policy.failure_retries})",
         )
         handle = reserve_slice(tpu, policy.slice_wait, label, rule=job.rule, slices=slices)
+        held = time.time()
         try:
             outcome, cause, summary = _attempt(job, handle, payload, offline)
         finally:
             handle.shutdown()
+            compute.note(payload["output_path"], tpu_seconds=time.time() - held, attempts=attempt > 1)
         if outcome is None:
             _note(log_path, f"attempt {attempt}: succeeded on every host")
             return summary
@@ -119,6 +122,7 @@ def run_on_tpu_slice(
         _note(log_path, f"attempt {attempt}: {outcome}: {first_line}")
         if outcome == PREEMPTED:
             preemptions += 1
+            compute.note(payload["output_path"], preemptions=1)
             if preemptions > policy.preemption_retries:
                 raise SliceRunError(
                     f"{label}: preempted {preemptions} times on a {where} "

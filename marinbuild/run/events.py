@@ -30,6 +30,7 @@ class EventKind(StrEnum):
     SKIPPED = "skipped"  # not run because the build stopped scheduling after a failure
     BUILD_STARTED = "build_started"
     BUILD_FINISHED = "build_finished"
+    COMPUTE = "compute"  # after a build: what it reused and spent (detail: in words, data: ``run/compute.py``'s)
 
 
 # The kinds under the names listeners import (``ev.SUCCEEDED``).
@@ -44,6 +45,7 @@ DEP_FAILED = EventKind.DEP_FAILED
 SKIPPED = EventKind.SKIPPED
 BUILD_STARTED = EventKind.BUILD_STARTED
 BUILD_FINISHED = EventKind.BUILD_FINISHED
+COMPUTE = EventKind.COMPUTE
 
 
 @dataclass(slots=True, repr=False, eq=False)

@@ -10,6 +10,7 @@ lease and commits only while it names the holder (``Lease.check``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from marinbuild.run import compute, step_progress
 from marinbuild.run import events as ev
-from marinbuild.run import step_progress
 from marinbuild.run.failure import FailureRecord, traceback_text
 from marinbuild.store import action_cache, faults, fs, records, traceback_file
 from marinbuild.store import status as st
@@ -177,6 +178,7 @@ class StepJob:
 
     def run(self) -> Any:
         """Run the step in this thread (the local backend)."""
+        compute.start(self.output_path, self._resources(), "local")
         self.begin()
         try:
             with step_progress.reporting(self._report_progress):
@@ -222,7 +224,12 @@ class StepJob:
     # -- phases 3-5 in another process (a Ray task) -----------------------------------------
     def remote_run(self) -> RemoteRun:
         """What the process running this step writes under our lease (after ``acquire(start=False)``)."""
-        return RemoteRun(self.output_path, self.action, self.info_text(), self.worker_id, self.settings.stale_after)
+        run = RemoteRun(self.output_path, self.action, self.info_text(), self.worker_id, self.settings.stale_after)
+        return dataclasses.replace(run, resources=self._resources())
+
+    def _resources(self) -> Any:
+        request = getattr(self.call, "request", None)  # a StepCall's; any other callable asks for nothing
+        return request()[0] if request is not None else None
 
     def release_after_remote(self, committed: bool = False) -> None:
         """The step's process committed (``committed``) or raised: stop renewing the lease and release it."""
@@ -313,7 +320,9 @@ def describe_outputs(output_path: str, action: ActionKey) -> Described:
 
 
 def write_commit(output_path: str, action: ActionKey, described: Described, result: Any, worker_id: str) -> None:
-    """Phase 5, the lease confirmed: action record (with manifest), ``.artifact.json``, no stale traceback, SUCCESS."""
+    """Phase 5, the lease confirmed: compute record, action record (with manifest), ``.artifact.json``, no stale
+    traceback, SUCCESS."""
+    compute.finish(output_path)
     action_cache.write_record(action_cache.new_record(output_path, action, described.manifest, worker_id))
     records.write_artifact(output_path, result)
     if described.stale_traceback:
@@ -335,6 +344,8 @@ class RemoteRun:
     info: str  # The step's ``.executor_info`` text.
     holder: str  # The worker id of the lease holder (the driver).
     stale_after: float
+    resources: Any = None
+    """The step's request, for its compute record."""
 
     def start(self) -> bool:
         """Before the step: write RUNNING and ``.executor_info``; False if an earlier attempt already committed it."""
@@ -346,6 +357,7 @@ class RemoteRun:
         if st.read_status(self.output_path) == st.STATUS_SUCCESS:
             return False
         write_started(self.output_path, self.info)
+        compute.start(self.output_path, self.resources, "ray")
         return True
 
     def commit(self, result: Any) -> None:

@@ -16,24 +16,15 @@ from marinbuild.store.prefix_walk import Store
 from marinbuild.ui import event_log
 
 
-def _logs(cache_dir: str | os.PathLike[str], prefix: str) -> list[event_log.RunLog]:
-    out = []
-    for path in event_log.list_logs(event_log.events_dir(cache_dir)):
-        log = event_log.read_log(path)
-        if log is not None and log.prefix == prefix:
-            out.append(log)
-    return out
-
-
 def builds(cache_dir: str | os.PathLike[str], prefix: str) -> list[dict[str, Any]]:
     """Each recorded build against ``prefix``, newest first: when, what was asked, what ran and failed."""
-    return [log.summary() for log in _logs(cache_dir, prefix)]
+    return [log.summary() for log in event_log.logs_for(cache_dir, prefix)]
 
 
 def durations(cache_dir: str | os.PathLike[str], prefix: str) -> dict[str, float]:
     """Each output path's last run time (started to succeeded or failed), from the newest log that ran it."""
     found: dict[str, float] = {}
-    for log in _logs(cache_dir, prefix):
+    for log in event_log.logs_for(cache_dir, prefix):
         started: dict[str, float] = {}
         for e in log.events:
             out = e.get("output_path")

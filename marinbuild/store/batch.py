@@ -253,9 +253,10 @@ def _read_gcs(output_paths: list[str]) -> StatusMap:
     return result
 
 
-def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
+def read_md5s(output_paths: list[str], name: str, named: bool = False) -> dict[str, str | None]:
     """The md5 of ``<output path>/<name>`` for each ``gs://`` path of ``output_paths``, None where it does not exist
-    (other stores: not in the answer), from listings grouped as for the statuses, narrowed to ``name``."""
+    (other stores: not in the answer), from listings grouped as for the statuses, narrowed to ``name``. ``named``:
+    the name of an object whose name starts with ``name`` instead (a compute record's carries its hours)."""
     from marinbuild.store import gcs
 
     gcs_paths = [p for p in output_paths if _is_gcs(p)]
@@ -267,7 +268,7 @@ def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
     suffix = "/" + name
 
     def is_wanted(listed: str) -> bool:
-        return listed.endswith(suffix)
+        return listed.rpartition("/")[2].startswith(name) if named else listed.endswith(suffix)
 
     requests: list[dict[str, Any]] = []
     for bucket, keys in keys_by_bucket.items():
@@ -276,16 +277,17 @@ def read_md5s(output_paths: list[str], name: str) -> dict[str, str | None]:
         for base, chunk in chunks:
             bounds = _bounds(bucket, base, chunk)
             globbing = filesystem.match_glob and not (_GLOB_SPECIAL & set(base + name))
-            requests.append({**bounds, "glob": (f"{base}*/{name}", is_wanted)} if globbing else bounds)
+            glob = f"{base}*/{name}" + ("*" if named else "")
+            requests.append({**bounds, "glob": (glob, is_wanted)} if globbing else bounds)
     del keys_by_bucket
 
     def fold(bucket: str, items: list[gcs_types.Listed]) -> None:
         root = f"gs://{bucket}/"
         for obj in items:
             folder, _, base = obj.name.rpartition("/")
-            if base == name:
+            if base.startswith(name) if named else base == name:
                 for p in _targets(root + folder, result, aliases):
-                    result[p] = obj.md5Hash
+                    result[p] = base if named else obj.md5Hash
 
     with gc_paused():  # parsing the listings: many objects, no cyclic garbage
         _list_all(filesystem, requests, fold)

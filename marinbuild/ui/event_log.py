@@ -2,8 +2,9 @@
 
 ``<workspace>/.marinbuild/events/<UTC time>-<pid>.jsonl``: a ``run`` line (``id``, ``patterns``, ``prefix``, ``argv``,
 ``pid``, ``time``), then a flushed line per event as ``--build_event_json_file`` writes it, so ``marinbuild serve`` can
-tail it; a refused build ends with ``build_refused`` and its reason. The log never fails a build: one that cannot be
-written stops. ``planned``, ``cached`` and ``progress`` events are left out (a no-op writes three lines). The newest
+tail it; a refused build ends with ``build_refused`` and its reason, a finished one with a ``compute`` event
+(what it reused and spent; ``cache stats`` reads them). The log never fails a build: one that cannot be
+written stops. ``planned``, ``cached`` and ``progress`` events are left out (a no-op writes four lines). The newest
 ``KEEP`` logs are kept; reading skips a cut-off last line."""
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ class RunLog:
             return [e.get("step") for e in self.events if e.get("kind") == kind]
 
         end = next((e for e in reversed(self.events) if e.get("kind") in (ev.BUILD_FINISHED, REFUSED)), None)
+        used = next((e for e in self.events if e.get("kind") == ev.COMPUTE), None)
         return {
             "id": self.id,
             "time": self.header.get("time"),
@@ -127,6 +129,7 @@ class RunLog:
             "failed": steps(ev.FAILED),
             "dep_failed": steps(ev.DEP_FAILED),
             "refused": end.get("reason") if end is not None and end.get("kind") == REFUSED else None,
+            "compute": None if used is None else {**used["data"], "steps": None, "text": used.get("detail")},
         }
 
 
@@ -136,6 +139,13 @@ def list_logs(folder: str | os.PathLike[str]) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(folder.glob("*.jsonl"), reverse=True)
+
+
+def logs_for(cache_dir: str | os.PathLike[str], prefix: str) -> list[RunLog]:
+    """The readable logs of the builds against ``prefix`` in the workspace whose ``.marinbuild`` is ``cache_dir``,
+    newest first."""
+    logs = (read_log(path) for path in list_logs(events_dir(cache_dir)))
+    return [log for log in logs if log is not None and log.prefix == prefix]
 
 
 def read_log(path: str | os.PathLike[str]) -> RunLog | None:

@@ -1,6 +1,7 @@
 """The end-of-build summary: what was built, what was already there, what failed, where outputs are.
 
-``BuildSummary`` is an event listener counting outcomes and recording failures; ``render(requested)`` gives the text the
+``BuildSummary`` is an event listener counting outcomes, recording failures and the ``compute`` event (the headline
+ends with what the build reused and spent); ``render(requested)`` gives the text the
 CLI prints after the build (under each failure its traceback's last frames, its traceback file and, on Ray, the worker's
 log); ``as_dict()`` the same facts for ``--output json``."""
 
@@ -58,6 +59,9 @@ class BuildSummary:
         self._plan_state: dict[str, str] = {}
         self._done_paths: set[str] = set()
         self._outside_plan: dict[str, str] = {}
+        self.compute: dict[str, Any] | None = None
+        """What the build reused and spent (the ``compute`` event's data, ``run/compute.py``); then in words."""
+        self.compute_text = ""
 
     def __call__(self, event: ev.Event) -> None:
         with self._lock:
@@ -91,6 +95,8 @@ class BuildSummary:
             self.failures.append(StepProblem(step, event.output_path, message, error_text(error), text, file, log))
         elif kind == ev.DEP_FAILED:
             self.dep_failed.append(StepProblem(step, event.output_path, event.detail or "a dependency failed"))
+        elif kind == ev.COMPUTE:
+            self.compute, self.compute_text = event.data, event.detail or ""
         elif kind == ev.SKIPPED:
             self.skipped.append(StepProblem(step, event.output_path, event.detail or "not started"))
 
@@ -193,7 +199,7 @@ class BuildSummary:
                 parts.append(f"{c[key]} {word}")
         word = {"ok": "Build OK", "failed": "Build FAILED", "interrupted": "Build INTERRUPTED"}[status]
         took = f" in {format_duration(self.elapsed)}" if self.elapsed is not None else ""
-        return f"{word}{took}: " + ", ".join(parts)
+        return f"{word}{took}: " + ", ".join(parts) + (f"; {self.compute_text}" if self.compute_text else "")
 
     def as_dict(self, requested: list[tuple[str, str]] | None = None) -> dict[str, Any]:
         """JSON-ready facts: status, counts, elapsed seconds, plan states, failures, steps not run, targets."""
@@ -204,6 +210,7 @@ class BuildSummary:
                 "elapsed": self.elapsed,
                 "dry_run": self.dry_run,
                 "planned": dict(self.planned),
+                "compute": self.compute,
                 "failures": [
                     {
                         "step": p.step,

@@ -20,11 +20,13 @@ from raycluster import HERE, node_env
 
 from marinbuild.core.resources import tpu
 from marinbuild.executor import Executor, ExecutorStep, StepFailedError, output_path_of, remote
+from marinbuild.run.compute import number
 from marinbuild.run.ray_backend import RayBackend, RemoteTraceback, StepLostError
 from marinbuild.store import action_cache
 from marinbuild.store import status as st
 from marinbuild.store.lease import LeaseLostError
 from marinbuild.store.status import DamagedFileError
+from marinbuild.ui.summary import BuildSummary
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -54,6 +56,23 @@ def test_tpu_step_lands_on_the_tpu_node(ray_cluster, tpu_node, prefix):
     assert where(paths[on_head])["node_id"] == ray_cluster.head.node_id
     assert st.read_status(paths[on_tpu]) == "SUCCESS"
     assert json.loads(Path(paths[on_tpu], ".artifact.json").read_text())["node_id"] == tpu_node.node_id
+
+
+def test_a_tpu_step_on_ray_records_its_chip_hours_and_a_rerun_reports_them_reused(ray_cluster, tpu_node, prefix):
+    step = rs.probe("compute/tpu", resources=tpu("v4-8"))
+    summaries = [BuildSummary(), BuildSummary()]
+    for summary in summaries:
+        executor = make_executor(prefix, RayBackend(ray_cluster.address))
+        executor.listeners = [summary]
+        paths = executor.run([step])
+    record = json.loads(next(Path(paths[step]).glob(".marinbuild_compute.*")).read_text())
+    held = (record["backend"], record["tpu"], record["hosts"], record["chips"], record["cpus"], record["attempts"])
+    assert held == ("ray", "v4-8", 1, 4, 1, 1)
+    wall = record["wall_seconds"]
+    assert record["hours"] == {"CPU-hours": round(wall / 3600, 9), "TPU v4 chip-hours": round(4 * wall / 3600, 9)}
+    chip, cpu = record["hours"]["TPU v4 chip-hours"], record["hours"]["CPU-hours"]
+    words = f"1 step worth {number(chip)} TPU v4 chip-hours, {number(cpu)} CPU-hours"
+    assert [s.compute_text for s in summaries] == [f"spent {words}", f"reused {words}"]
 
 
 def test_two_drivers_sharing_an_ancestor_run_it_once(ray_cluster, prefix, tmp_path):

@@ -88,6 +88,11 @@ def test_train_lm_runs_one_process_per_host_of_the_slice(ws, fake_slice):
     assert "attempt 1: succeeded on every host" in slice_log
     runs = [json.loads(line) for line in (lm / "runs.jsonl").read_text().splitlines()]
     assert [r["start_step"] for r in runs] == [0]  # process 0 alone records a start
+    compute = json.loads(next(lm.glob(".marinbuild_compute.*")).read_text())  # what the slice held, 1 attempt
+    held = (compute["tpu"], compute["hosts"], compute["chips"], compute["attempts"], compute["preemptions"])
+    assert held == ("v4-16", 2, 8, 1, 0)
+    assert 0 < compute["tpu_seconds"] <= compute["wall_seconds"]
+    assert compute["hours"]["TPU v4 chip-hours"] == round(8 * compute["tpu_seconds"] / 3600, 9)
 
 
 def test_eval_harness_runs_one_process_per_host_of_the_slice(ws, fake_slice):
@@ -140,6 +145,8 @@ def test_a_killed_host_process_restarts_the_slice_from_the_checkpoint(ws, fake_s
     assert losses[STEPS - 1] < 0.8 * losses[min(losses)]
     slice_log = (lm / "logs" / "slice.log").read_text()
     assert "attempt 1: preempted" in slice_log and "attempt 2: succeeded on every host" in slice_log, slice_log
+    compute = json.loads(next(lm.glob(".marinbuild_compute.*")).read_text())
+    assert (compute["attempts"], compute["preemptions"], compute["chips"]) == (2, 1, 8)
 
 
 def test_a_failing_training_ends_failed_after_its_failure_budget(ws, fake_slice):

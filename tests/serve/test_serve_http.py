@@ -385,7 +385,7 @@ def test_serve_url_from_the_workspace_config(tmp_path: Path) -> None:
     assert step_url("http://h", "/p", "/p/a/b-123456") == "http://h/step/a/b-123456"
 
 
-def test_the_event_log_of_a_no_op_build_is_three_lines(ws: Path) -> None:
+def test_the_event_log_of_a_no_op_build_is_four_lines(ws: Path) -> None:
     from marinbuild.ui.event_log import events_dir, list_logs, read_log
 
     assert mb(ws, "//pipe:a").returncode == 0
@@ -395,7 +395,8 @@ def test_the_event_log_of_a_no_op_build_is_three_lines(ws: Path) -> None:
     (new,) = set(list_logs(events_dir(ws / ".marinbuild"))) - before
     log = read_log(new)
     assert log is not None and log.header["patterns"] == ["//pipe:a"] and log.header["time"] >= started - 1
-    assert [e["kind"] for e in log.events] == ["build_started", "build_finished"]
+    assert [e["kind"] for e in log.events] == ["build_started", "build_finished", "compute"]
+    assert log.summary()["compute"]["text"] == log.events[-1]["detail"]  # the run page's "compute" row
     assert mb(ws, "-n", "//pipe:b").returncode == 0
     assert set(list_logs(events_dir(ws / ".marinbuild"))) - before == {new}  # a dry run records nothing
 

@@ -315,7 +315,8 @@ async function runPage() {
       facts([["asked", run.patterns.join(" ")], ["command", `marinbuild ${run.argv.join(" ")}`], ["started", when(run.time)],
         ["finished", run.refused ? `refused, nothing ran: ${run.refused}`
           : run.finished ? when(run.end_time) : "not yet (or the build was stopped)"],
-        ["took", run.finished ? seconds(run.end_time - run.time) : ""], ["prefix", run.prefix]]),
+        ["took", run.finished ? seconds(run.end_time - run.time) : ""], ["compute", run.compute ? run.compute.text : ""],
+        ["prefix", run.prefix]]),
       el("h2", {}, "Timeline"),
       rows.length ? el("table", { id: "timeline" }, ...rows) : el("p", { class: "muted" }, "Nothing ran."));
   };
