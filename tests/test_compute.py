@@ -111,3 +111,21 @@ def test_cache_stats_mistakes_exit_2_with_one_line(tmp_path):
             [sys.executable, "-m", "marinbuild", "cache", "stats", *args], cwd=root, capture_output=True, text=True
         )
         assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and says in done.stderr, done.stderr
+
+
+def test_a_local_build_reads_its_compute_without_a_storage_client(tmp_path: Path) -> None:
+    """Reading the hours of a local build's outputs imports no gcsfs (nor Ray, JAX, levanter): it is for gs:// only."""
+    ws = workspace(tmp_path / "ws", "out")
+    probe = (
+        "import atexit, runpy, sys\n"
+        "heavy = ('gcsfs', 'ray', 'jax', 'levanter')\n"
+        "atexit.register(lambda: print('heavy:', sorted(m for m in heavy if m in sys.modules)))\n"
+        "sys.argv = ['marinbuild', '//pkg:all']\n"
+        "runpy.run_module('marinbuild', run_name='__main__')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ws), *sys.path])}
+    for _ in range(2):  # the build, then a no-op that reuses both steps
+        done = subprocess.run([sys.executable, "-c", probe], cwd=ws, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert "heavy: []" in done.stdout, done.stdout[-500:]
+    assert "reused 2 steps" in done.stderr + done.stdout

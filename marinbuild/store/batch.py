@@ -257,12 +257,12 @@ def read_md5s(output_paths: list[str], name: str, named: bool = False) -> dict[s
     """The md5 of ``<output path>/<name>`` for each ``gs://`` path of ``output_paths``, None where it does not exist
     (other stores: not in the answer), from listings grouped as for the statuses, narrowed to ``name``. ``named``:
     the name of an object whose name starts with ``name`` instead (a compute record's carries its hours)."""
-    from marinbuild.store import gcs
-
     gcs_paths = [p for p in output_paths if _is_gcs(p)]
     result: dict[str, str | None] = dict.fromkeys(gcs_paths)
     if not gcs_paths:
         return result
+    from marinbuild.store import gcs  # lazy: gcsfs, only for a gs:// prefix
+
     filesystem = gcs.filesystem()
     keys_by_bucket, aliases = _folders(gcs_paths)
     suffix = "/" + name
