@@ -1,74 +1,173 @@
-"""One levanter cache from shard caches, in this process: levanter's own copy steps, without zephyr.
+"""The merge: a split's shard caches copied, in order, into one levanter cache by all the pool's workers at once.
 
-``consolidate_caches(paths, output, exemplar, metadata)`` writes what levanter's ``consolidate_shard_caches``
-writes (the tests compare both row by row and ledger by ledger) by running the same steps of
-``levanter.store.cache``: each shard's ledger and data sizes give its offsets in the output; each shard's data
-is copied in at its offset (``_copy_in_batches``), the output opened once; then every shard's offsets in one
-tensorstore transaction, the merged ledger and the row count.
+``merge(pool, output, caches, metadata)`` writes what levanter's ``consolidate_shard_caches`` writes (rows,
+ledger: the tests compare both) for a text cache (``input_ids``). Each cache comes with its rows and tokens
+(from its shard's result), so this process, which never imports levanter, knows where everything lands: the
+output's token ids are the caches' concatenated, its offsets theirs shifted by the tokens before. Both arrays
+are cut at the output's storage objects (levanter's zarr3 write chunks, 128Mi elements) into *units*, one job
+each (``copy_unit``): a worker reads the pieces of the caches that one object holds, a read batch at a time,
+and writes the object in one tensorstore transaction, so each object is written once, by one worker (no
+conflicts, no rewriting a growing object per shard). Memory per worker: one object (512 MiB of token ids,
+up to 1 GiB of offsets) plus a read batch.
 
-Why not ``consolidate_shard_caches`` itself: its copy of each shard reopens the output and ends with a full
-``gc.collect()``, which in a process holding jax and a tokenizer costs far more than copying a small shard
-(with thousands of shards, nearly all the time), and its zephyr pipelines add a per-shard cost. Here shards
-are copied one at a time in one event loop: neighbouring shards write the same tensorstore chunk at its edge,
-and one writer per array needs no reasoning about concurrent read-modify-writes. The private functions are
-levanter's (pinned in pyproject.toml); tests/ml/test_consolidate.py fails if they stop matching.
+Resuming: ``<output>.merge/`` holds ``plan.json`` (the caches and metadata) and a marker per finished unit; a
+merge run again with the same plan copies only the units without one. Last, ``finish`` writes the ledger,
+whole, once, then the row count (``offsets[0]``, which makes the rows visible); then ``<output>.merge/`` goes.
+Only levanter's public API is used (``TreeStore``, ``CacheLedger``, ``LEDGER_FILE_NAME``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import operator
+import bisect
+import json
+import os
+from collections.abc import Callable
 from typing import Any
 
-COPY_ELEMENTS = 64 * 1024 * 1024
-"""Elements read and written at a time (levanter's own batch for this copy)."""
+import fsspec
+
+Cache = tuple[str, int, int]  # a shard cache: path, rows, tokens
+READ_BATCH = 16 * 1024 * 1024
+"""Elements read from a shard cache at a time."""
+TOKEN_BYTES, OFFSET_BYTES = 4, 8  # input_ids are int32, offsets int64
 
 
-def consolidate_caches(paths: list[str], output: str, exemplar: Any, metadata: Any) -> Any:
-    """Copy the caches at ``paths``, in order, into one cache at ``output``; its ``CacheLedger``."""
-    import jax
-    from levanter.store import cache as lc
+def merge(
+    pool: Any, output: str, caches: list[Cache], metadata: dict[str, Any], on_unit: Callable[[int], None] | None = None
+) -> dict[str, int]:
+    """Copy ``caches`` (in order) into one cache at ``output`` over ``pool``; ``on_unit(bytes)`` after each unit.
+    Returns rows, tokens, units and how many of them this call copied (the others a killed merge had)."""
+    state = output.rstrip("/") + ".merge"
+    plan = {"caches": [list(c) for c in caches], "metadata": metadata}
+    fs, state_path = fsspec.core.url_to_fs(state)
+    resume = fs.exists(f"{state_path}/plan.json") and json.loads(fs.cat_file(f"{state_path}/plan.json")) == plan
+    if not resume:
+        for path in (state_path, fsspec.core.url_to_fs(output)[1]):
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+    chunks = pool.call(open_output, {"output": output, "fresh": not resume})
+    if not resume:
+        fs.makedirs(state_path, exist_ok=True)
+        fs.pipe_file(f"{state_path}/plan.json", json.dumps(plan).encode())
+    units = plan_units(caches, chunks["data"], chunks["offsets"])
+    done = {os.path.basename(p) for p in fs.ls(state_path, detail=False)}
+    todo = [{**u, "output": output, "state": state} for u in units if u["id"] not in done]
+    pool.run(copy_unit, todo, lambda job, result: on_unit(result["bytes"]) if on_unit else None)
+    pool.call(finish, {"output": output, "caches": plan["caches"], "metadata": metadata})
+    fs.rm(state_path, recursive=True)
+    rows, tokens = sum(c[1] for c in caches), sum(c[2] for c in caches)
+    return {"rows": rows, "tokens": tokens, "units": len(units), "copied": len(todo)}
+
+
+def merge_bytes(caches: list[Cache]) -> int:
+    return sum(c[2] * TOKEN_BYTES + c[1] * OFFSET_BYTES for c in caches)
+
+
+def plan_units(caches: list[Cache], data_chunk: int, offsets_chunk: int) -> list[dict[str, Any]]:
+    """The units: token ids ``[start, end)`` and offsets indices ``[start, end)`` (index ``i`` is row ``i - 1``'s
+    end; index 0, the row count, is ``finish``'s), each within one storage object, with the pieces of the caches
+    they hold: ``[path, first, last, shift]`` (elements, or rows; ``shift`` added to offsets)."""
+    token_starts, row_starts = [0], [0]
+    for _, rows, tokens in caches:
+        token_starts.append(token_starts[-1] + tokens)
+        row_starts.append(row_starts[-1] + rows)
+    units = []
+    for n, start in enumerate(range(0, token_starts[-1], data_chunk)):
+        end = min(start + data_chunk, token_starts[-1])
+        sources = [[caches[i][0], lo, hi, 0] for i, lo, hi in _overlaps(token_starts, start, end)]
+        units.append({"id": f"data-{n:06d}", "kind": "data", "start": start, "end": end, "sources": sources})
+    for n, start in enumerate(range(0, row_starts[-1] + 1, offsets_chunk)):
+        first, end = max(start, 1), min(start + offsets_chunk, row_starts[-1] + 1)
+        if first < end:
+            pieces = _overlaps(row_starts, first - 1, end - 1)
+            sources = [[caches[i][0], lo, hi, token_starts[i]] for i, lo, hi in pieces]
+            units.append({"id": f"offsets-{n:06d}", "kind": "offsets", "start": first, "end": end, "sources": sources})
+    return units
+
+
+def _overlaps(starts: list[int], start: int, end: int) -> list[tuple[int, int, int]]:
+    """``(i, lo, hi)``: the part ``[lo, hi)`` of item ``i`` (which spans ``starts[i]:starts[i + 1]``) inside
+    ``[start, end)``, for every item with one."""
+    out = []
+    i = bisect.bisect_right(starts, start) - 1
+    while i < len(starts) - 1 and starts[i] < end:
+        lo, hi = max(start, starts[i]) - starts[i], min(end, starts[i + 1]) - starts[i]
+        if lo < hi:
+            out.append((i, lo, hi))
+        i += 1
+    return out
+
+
+def _store(path: str, mode: str) -> Any:
+    """The ``input_ids`` ``JaggedArrayStore`` of the cache at ``path``."""
+    import numpy as np
     from levanter.store.tree_store import TreeStore
 
-    if not paths:
-        return lc.consolidate_shard_caches([], output, exemplar, metadata=metadata)  # no zephyr on this path
-    ledgers, sizes = [], []
-    for path in paths:
-        ledgers.append(lc.CacheLedger.load(path, metadata))
-        with lc._no_cache_read_context():
-            store = TreeStore.open(exemplar, path, mode="r", cache_metadata=True)
-            sizes.append(jax.tree.map(lambda x: x.data_size, store.tree))
-    infos = []
-    rows = 0
-    data_offsets = jax.tree.map(lambda x: 0, sizes[0])
-    for path, ledger, size in zip(paths, ledgers, sizes, strict=True):
-        infos.append(
-            {"path": path, "row_offset": rows, "data_offset_tree": copy.deepcopy(data_offsets), "ledger": ledger}
-        )
-        rows += ledger.total_num_rows
-        data_offsets = jax.tree.map(operator.add, data_offsets, size)
+    return TreeStore.open({"input_ids": np.zeros((0,), dtype=np.int32)}, path, mode=mode).tree["input_ids"]
 
-    TreeStore.open(exemplar, output, mode="w", cache_metadata=True)
 
-    async def copy_all() -> None:
-        with lc._no_cache_read_context():
-            dest = TreeStore.open(exemplar, output, mode="a", cache_metadata=False)
-            for info in infos:
-                source = TreeStore.open(exemplar, info["path"], mode="r", cache_metadata=True)
-                for dest_array, source_array, offset in zip(
-                    jax.tree.leaves(dest.tree),
-                    jax.tree.leaves(source.tree),
-                    jax.tree.leaves(info["data_offset_tree"]),
-                    strict=True,
-                ):
-                    await lc._copy_in_batches(
-                        dest_array.data, offset, source_array.data, source_array.data_size, COPY_ELEMENTS
-                    )
+def open_output(job: dict[str, Any]) -> dict[str, int]:
+    """Create (``fresh``) or open the output's arrays; the elements of their storage objects."""
+    store = _store(job["output"], "w" if job["fresh"] else "a")
+    return {
+        "data": int(store.data.chunk_layout.write_chunk.shape[0]),
+        "offsets": int(store.offsets.chunk_layout.write_chunk.shape[0]),
+    }
 
-    asyncio.run(copy_all())
-    asyncio.run(lc._consolidate_metadata(output, exemplar, infos))
-    counts = [lc._field_counts_from_data_sizes(size) for size in sizes]
-    ledger = lc._merge_materialized_ledgers(output, paths, ledgers, counts, metadata)
-    lc._expose_cache_rows(output, exemplar, ledger.total_num_rows)
-    return ledger
+
+def copy_unit(job: dict[str, Any]) -> dict[str, Any]:
+    """Write one unit (``plan_units``) in one transaction, then its marker; the bytes written."""
+    import tensorstore as ts
+
+    dest = _store(job["output"], "a")
+    txn = ts.Transaction()
+    data = job["kind"] == "data"
+    target = (dest.data if data else dest.offsets).with_transaction(txn)
+    dtype = target.dtype.numpy_dtype  # a shard's token ids may be int64 (levanter's writer), the output's are int32
+    at = job["start"]
+    written = 0
+    for path, lo, hi, shift in job["sources"]:
+        source = _store(path, "r")
+        array, skip = (source.data, 0) if data else (source.offsets, 1)  # a cache's offsets[0] is its row count
+        for start in range(lo, hi, READ_BATCH):
+            end = min(start + READ_BATCH, hi)
+            part = (array[start + skip : end + skip].read().result() + shift).astype(dtype, copy=False)
+            target[at : at + end - start].write(part).result()
+            at += end - start
+            written += part.nbytes
+    txn.commit_async().result()
+    if at != job["end"]:
+        raise RuntimeError(f"merge unit {job['id']} of {job['output']}: wrote up to {at}, expected {job['end']}")
+    with fsspec.open(f"{job['state']}/{job['id']}", "w") as f:
+        f.write("")
+    return {"id": job["id"], "bytes": written}
+
+
+def ledger(caches: list[list[Any]], metadata: dict[str, Any]) -> Any:
+    """The ``CacheLedger`` levanter writes for these caches consolidated (shards named by their folders)."""
+    from levanter.store.cache import CacheLedger, CacheMetadata
+
+    out = CacheLedger(total_num_rows=0, shard_rows={}, finished_shards=[], metadata=CacheMetadata(metadata))
+    for path, rows, tokens in caches:
+        name = os.path.basename(path.rstrip("/"))
+        out.shard_rows[name] = rows
+        out.finished_shards.append(name)
+        out.total_num_rows += rows
+        out.field_counts["input_ids"] = out.field_counts.get("input_ids", 0) + tokens
+    out.is_finished = True
+    return out
+
+
+def write_ledger(cache: str, value: Any) -> None:
+    from levanter.store.cache import LEDGER_FILE_NAME
+
+    with fsspec.open(f"{cache.rstrip('/')}/{LEDGER_FILE_NAME}", "w") as f:
+        f.write(value.to_json())
+
+
+def finish(job: dict[str, Any]) -> dict[str, int]:
+    """The ledger, then the row count: the merged cache is complete and readable."""
+    value = ledger(job["caches"], job["metadata"])
+    write_ledger(job["output"], value)
+    _store(job["output"], "a").offsets[0].write(value.total_num_rows).result()
+    return {"rows": value.total_num_rows}

@@ -1,25 +1,38 @@
-"""Where tokenize shards run: Ray tasks across the cluster, or a pool of local processes.
+"""Where tokenize's shards and merge units (and download's files) run: long-lived workers fed job after job.
 
-``open_pool(workers, resources, offline)`` picks by where the step runs. In a Ray task, ``RayPool``: each
-shard a Ray task asking for ``resources`` (default one CPU), ``SPREAD`` over the nodes (tokenizing is
-CPU-bound), at most ``window`` in flight (``ray.wait``, as Ray documents for bounding pending tasks); Ray
-releases the waiting step's CPUs, so shards do not deadlock on them (other resources, such as memory or a
-TPU, stay held: give the step no more than it needs). Otherwise, with ``threads``, ``ThreadPool`` (I/O-bound
-work: ``download``'s files); else ``LocalPool``: ``workers`` spawned processes, each loading the tokenizer
-once, dying with the build, their output appended to ``log_path``.
+``open_pool(workers, resources, offline, log_path, threads, warm)`` picks by where the step runs:
 
-They run ``marinbuild.ml.shard_work``'s functions on plain-dict jobs: ``run(fn, jobs, on_result)`` calls
-``on_result(job, result)`` as each finishes (on the calling thread) and raises the first job's error after
-cancelling what has not started; ``call`` runs one job.
+- In a Ray task, ``RayPool``: actors, each asking for ``resources`` (default one CPU), spread over the nodes.
+  Each runs ``warm`` once (tokenize: import levanter, load the tokenizer) and is then fed one job after
+  another, only once it is ready. The pool follows the cluster: at most every ``TICK`` seconds it reads
+  ``ray.cluster_resources()`` and starts actors while the cluster has room for more, never more than the jobs
+  left (nor ``workers``, when given), and at least one (the demand an autoscaler sees); a node that joins gets
+  actors within a tick; a node that leaves takes its actors, and their jobs go back to the queue. Ray lends the
+  waiting step's CPUs to the actors; its other resources (memory, TPUs) stay held.
+- Otherwise, with ``threads``, ``ThreadPool``: threads of this process (I/O-bound work: download's files).
+- Otherwise ``LocalPool``: ``workers`` spawned processes, started at once (they ``warm`` up while the step
+  plans), each fed one job at a time over a pipe, dying with the build, their output appended to
+  ``log_path``.
+
+A worker that dies mid-job (a node lost, a process killed) is replaced and its job, only that one, runs again,
+at most ``ATTEMPTS`` times. ``run(fn, jobs, on_result, on_tick)`` calls ``on_result(job, result)`` on the
+calling thread as jobs finish and raises the first job's error (jobs not started are dropped); ``call`` runs
+one job; ``workers`` is how many workers are ready now. Jobs and results are plain dicts.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import multiprocessing
 import os
+import pickle
 import sys
+import time
+import traceback
+from collections import deque
 from collections.abc import Callable
+from multiprocessing.connection import wait
 from typing import Any, Protocol
 
 from marinbuild.core.resources import normalize
@@ -29,12 +42,16 @@ from marinbuild.ml.process import _die_with_parent_only
 Job = dict[str, Any]  # jobs and results are plain dicts: they cross process and node boundaries
 Work = Callable[[Job], Job]
 OnResult = Callable[[Job, Job], None]
-TICK = 2.0  # seconds between progress callbacks (``on_tick``) while shards run
+Warm = tuple[Work, Job] | None  # run once in each worker before its first job
+TICK = 2.0  # seconds between progress callbacks (``on_tick``) and looks at the cluster
+ATTEMPTS = 3
 
 
 class Pool(Protocol):
     name: str
-    workers: int
+
+    @property
+    def workers(self) -> int: ...
 
     def run(
         self, fn: Work, jobs: list[Job], on_result: OnResult, on_tick: Callable[[], None] | None = None
@@ -52,22 +69,39 @@ def in_ray_task() -> bool:
 
 
 def open_pool(
-    workers: int, resources: dict[str, Any] | None, offline: bool, log_path: str | None = None, threads: bool = False
+    workers: int,
+    resources: dict[str, Any] | None,
+    offline: bool,
+    log_path: str | None = None,
+    threads: bool = False,
+    warm: Warm = None,
 ) -> Pool:
     """``log_path``: where local workers' output goes (levanter logs every cache it writes). ``threads``: off
     Ray, threads of this process instead of processes (for work that waits on I/O, such as downloads)."""
     if in_ray_task():
-        return RayPool(resources or {"cpu": 1}, workers)
+        return RayPool(resources or {"cpu": 1}, workers, offline, warm)
     if threads:
         return ThreadPool(workers or default_workers())
-    return LocalPool(workers or default_workers(), offline, log_path)
+    return LocalPool(workers or default_workers(), offline, log_path, warm)
 
 
 def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-def _init_worker(offline: bool, log_path: str | None) -> None:
+def _call(pool: Pool, fn: Work, job: Job) -> Job:
+    out: list[Job] = []
+    pool.run(fn, [job], lambda _, result: out.append(result))
+    return out[0]
+
+
+def _retry(job: Job, tries: dict[int, int], why: str) -> None:
+    tries[id(job)] = tries.get(id(job), 0) + 1
+    if tries[id(job)] >= ATTEMPTS:
+        raise RuntimeError(f"a worker died {ATTEMPTS} times running {job.get('shard', job).get('path', '')}: {why}")
+
+
+def _init_worker(offline: bool, log_path: str | None, warm: Warm) -> None:
     _die_with_parent_only()
     shard_work.set_worker_env(offline)
     if log_path is not None:
@@ -75,21 +109,101 @@ def _init_worker(offline: bool, log_path: str | None) -> None:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+    if warm is not None:
+        with contextlib.suppress(Exception):  # a broken tokenizer fails the first job, with its own error
+            warm[0](warm[1])
+
+
+def _serve(conn: Any, offline: bool, log_path: str | None, warm: Warm) -> None:
+    """A local worker: run ``(fn, job)`` after ``(fn, job)`` from ``conn``, answering ``(ok, result or error)``."""
+    _init_worker(offline, log_path, warm)
+    while (message := conn.recv()) is not None:
+        fn, job = message
+        try:
+            answer = (True, fn(job))
+        except Exception as e:
+            e.add_note(f"in a tokenize worker process:\n{traceback.format_exc()}")
+            try:
+                pickle.loads(pickle.dumps(e))
+            except Exception:
+                e = RuntimeError(f"{type(e).__name__}: {e}")
+            answer = (False, e)
+        conn.send(answer)
 
 
 class LocalPool:
-    """Shards in local processes."""
+    """Jobs in long-lived local processes."""
 
     name = "local processes"
 
-    def __init__(self, workers: int, offline: bool, log_path: str | None = None):
+    def __init__(self, workers: int, offline: bool, log_path: str | None = None, warm: Warm = None):
         self.workers = workers
-        self._executor: cf.Executor = cf.ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(offline, log_path),
-        )
+        self._args = (offline, log_path, warm)
+        self._procs = [self._spawn() for _ in range(workers)]
+
+    def _spawn(self) -> tuple[Any, Any]:
+        ctx = multiprocessing.get_context("spawn")
+        conn, child = ctx.Pipe()
+        proc = ctx.Process(target=_serve, args=(child, *self._args), daemon=True)
+        proc.start()
+        child.close()
+        return proc, conn
+
+    def run(self, fn: Work, jobs: list[Job], on_result: OnResult, on_tick: Callable[[], None] | None = None) -> None:
+        queue, busy, tries = deque(jobs), dict[int, Job](), dict[int, int]()
+        try:
+            while queue or busy:
+                for n, (proc, conn) in enumerate(self._procs):
+                    if n in busy or not queue:
+                        continue
+                    if not proc.is_alive():
+                        self._procs[n] = proc, conn = self._spawn()
+                    busy[n] = queue.popleft()
+                    conn.send((fn, busy[n]))
+                wait([x for n in busy for x in (self._procs[n][1], self._procs[n][0].sentinel)], timeout=TICK)
+                for n in list(busy):
+                    proc, conn = self._procs[n]
+                    answer = None
+                    if conn.poll():
+                        with contextlib.suppress(EOFError, OSError):
+                            answer = conn.recv()
+                    elif proc.is_alive():
+                        continue
+                    job = busy.pop(n)
+                    if answer is None:  # the process died (killed, out of memory): its job runs again
+                        proc.kill()
+                        _retry(job, tries, f"exit code {proc.exitcode}")
+                        queue.appendleft(job)
+                    elif not answer[0]:
+                        raise answer[1]
+                    else:
+                        on_result(job, answer[1])
+                if on_tick is not None:
+                    on_tick()
+        finally:
+            for n in busy:  # abandoned: its answer must not reach the next run
+                self._procs[n][0].kill()
+
+    def call(self, fn: Work, job: Job) -> Job:
+        return _call(self, fn, job)
+
+    def close(self) -> None:
+        for _, conn in self._procs:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        for proc, _ in self._procs:
+            proc.join(5)
+            proc.kill()
+
+
+class ThreadPool:
+    """Jobs in threads of this process: for I/O-bound work (downloads), where a process per job buys nothing."""
+
+    name = "local threads"
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self._executor = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="marinbuild-pool")
 
     def run(self, fn: Work, jobs: list[Job], on_result: OnResult, on_tick: Callable[[], None] | None = None) -> None:
         pending = {self._executor.submit(fn, job): job for job in jobs}
@@ -97,8 +211,7 @@ class LocalPool:
             while pending:
                 done, _ = cf.wait(pending, timeout=TICK, return_when=cf.FIRST_COMPLETED)
                 for future in done:
-                    job = pending.pop(future)
-                    on_result(job, future.result())
+                    on_result(pending.pop(future), future.result())
                 if on_tick is not None:
                     on_tick()
         finally:
@@ -112,61 +225,98 @@ class LocalPool:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
 
-class ThreadPool(LocalPool):
-    """Jobs in threads of this process: for I/O-bound work (downloads), where a process per job buys nothing."""
+class _Actor:
+    """A Ray pool's worker."""
 
-    name = "local threads"
+    def __init__(self, offline: bool, warm: Warm):
+        _init_worker(offline, None, warm)
 
-    def __init__(self, workers: int):
-        self.workers = workers
-        self._executor = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="marinbuild-pool")
+    def node(self) -> str:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def run(self, fn: Work, job: Job) -> Job:
+        return fn(job)
 
 
 class RayPool:
-    """Shards as Ray tasks over the cluster."""
+    """Jobs in Ray actors over the cluster, as many as it has room for."""
 
-    name = "Ray tasks"
+    name = "Ray actors"
 
-    def __init__(self, resources: dict[str, Any], window: int = 0):
+    def __init__(self, resources: dict[str, Any], cap: int = 0, offline: bool = False, warm: Warm = None):
         import ray
 
         self._ray = ray
         spec = normalize(resources)
-        self._options = spec.to_ray_options() if spec is not None else {}
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        self.workers = cpus
-        self.window = window or max(8, 2 * cpus)
-        self._remotes: dict[Any, Any] = {}
+        options = {"num_cpus": 1, **(spec.to_ray_options() if spec is not None else {})}
+        need = {"CPU": options["num_cpus"], "GPU": options.get("num_gpus"), "memory": options.get("memory")}
+        self._need = {k: float(v) for k, v in {**need, **options.get("resources", {})}.items() if v}
+        self._class: Any = ray.remote(_Actor).options(**options, scheduling_strategy="SPREAD")
+        self._args = (offline, warm)
+        self._cap = cap
+        self._starting: dict[Any, Any] = {}  # actor.node() ref: actor
+        self._idle: list[tuple[Any, str]] = []  # (actor, its node)
+        self._busy: dict[Any, tuple[Any, str, Job]] = {}  # actor.run() ref: (actor, node, job)
+        self._looked = 0.0
+        self._grow(None)  # they warm up while the step plans
 
-    def _remote(self, fn: Callable[..., Any]) -> Any:
-        if fn not in self._remotes:
-            self._remotes[fn] = self._ray.remote(fn).options(
-                **self._options, max_retries=3, scheduling_strategy="SPREAD"
-            )
-        return self._remotes[fn]
+    @property
+    def workers(self) -> int:
+        return len(self._idle) + len(self._busy)
+
+    def slots(self) -> int:
+        """How many actors the cluster has room for, by its resources now."""
+        total = self._ray.cluster_resources()
+        return min(int(total.get(k, 0) // v) for k, v in self._need.items())
+
+    def _grow(self, wanted: int | None) -> None:
+        self._looked = time.monotonic()
+        target = max(1, min(self.slots(), *(n for n in (self._cap, wanted) if n is not None and n > 0)))
+        while len(self._starting) + self.workers < target:
+            actor = self._class.remote(*self._args)
+            self._starting[actor.node.remote()] = actor
 
     def run(self, fn: Work, jobs: list[Job], on_result: OnResult, on_tick: Callable[[], None] | None = None) -> None:
         ray = self._ray
-        remote = self._remote(fn)
-        queue = list(reversed(jobs))
-        running: dict[Any, Job] = {}
+        queue, tries = deque(jobs), dict[int, int]()
         try:
-            while queue or running:
-                while queue and len(running) < self.window:
-                    job = queue.pop()
-                    running[remote.remote(job)] = job
-                ready, _ = ray.wait(list(running), num_returns=1, timeout=TICK, fetch_local=True)
+            while queue or self._busy:
+                if time.monotonic() - self._looked >= TICK or not (self._busy or self._starting or self._idle):
+                    self._grow(len(queue) + len(self._busy))
+                while queue and self._idle:
+                    (actor, node), job = self._idle.pop(), queue.popleft()
+                    self._busy[actor.run.remote(fn, job)] = (actor, node, job)
+                ready, _ = ray.wait([*self._busy, *self._starting], num_returns=1, timeout=TICK)
                 for ref in ready:
-                    job = running.pop(ref)
-                    on_result(job, ray.get(ref))
+                    if ref in self._starting:
+                        actor = self._starting.pop(ref)
+                        with contextlib.suppress(ray.exceptions.RayActorError):  # it never started: gone
+                            self._idle.append((actor, ray.get(ref)))
+                        continue
+                    actor, node, job = self._busy.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except ray.exceptions.RayActorError as e:  # its node left, or it was killed
+                        for other in [i for i in self._idle if i[1] == node]:  # its node's others: likely gone too
+                            self._idle.remove(other)
+                            ray.kill(other[0])
+                        _retry(job, tries, str(e).splitlines()[0])
+                        queue.appendleft(job)
+                        continue
+                    self._idle.append((actor, node))
+                    on_result(job, result)
                 if on_tick is not None:
                     on_tick()
         finally:
-            for ref in running:
-                ray.cancel(ref, force=True)
+            for actor, _, _ in self._busy.values():  # abandoned mid-job: its actor goes
+                ray.kill(actor)
+            self._busy.clear()
 
     def call(self, fn: Work, job: Job) -> Job:
-        return self._ray.get(self._remote(fn).remote(job))
+        return _call(self, fn, job)
 
     def close(self) -> None:
-        pass
+        for actor in [*self._starting.values(), *(a for a, _ in self._idle)]:
+            self._ray.kill(actor)

@@ -1,11 +1,11 @@
-"""The work of a tokenize worker (a pool process or a Ray task): build one shard's cache, or consolidate.
+"""The work of a tokenize worker (a pool process or a Ray actor): build one shard's cache.
 
 ``build_shard(job)`` reads the shard's pieces in order (``marinbuild.ml.records``), tokenizes them with
 levanter's own preprocessor for ``TextLmDatasetFormat`` (what ``build_lm_dataset_cache`` runs: BOS and EOS
 added), writes the rows with ``write_levanter_cache`` and commits the shard; a shard another build committed
-meanwhile is read, not built. ``consolidate(job)`` copies the shard caches, in order, into one cache folder
-(``marinbuild.ml.consolidate``). The tokenizer is loaded once per process; jobs and results are plain dicts.
-levanter, jax and tokenizers are imported here, in the worker, never in the build process.
+meanwhile is read, not built. ``warm(job)`` loads the tokenizer (once per worker, before its first shard);
+``describe(job)`` says what the merged cache's ledger and ``tokenized.json`` need. Jobs and results are plain
+dicts. levanter, jax and tokenizers are imported here, in the worker, never in the build process.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 from marinbuild.ml import shards as sh
-from marinbuild.ml.consolidate import consolidate_caches
+from marinbuild.ml.consolidate import write_ledger
 from marinbuild.ml.records import ReadCounts, read_texts
 from marinbuild.ml.run_log import node_name
 from marinbuild.ml.tokenizer import resolve_tokenizer
@@ -27,8 +27,10 @@ slow, and one is never changed once made."""
 
 
 def set_worker_env(offline: bool) -> None:
-    """One core per worker: HF tokenizers' own thread pool off; a local tokenizer never waits on the Hub."""
+    """One core per worker: HF tokenizers' own thread pool off; a local tokenizer never waits on the Hub; a small
+    tensorstore read cache (the merge reads each shard once)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("LEVANTER_TS_CACHE_LIMIT", str(64 << 20))
     if offline:
         os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
 
@@ -49,13 +51,27 @@ def tokenizer_dir(spec: str) -> str:
     return resolve_tokenizer(spec)
 
 
+def warm(job: dict[str, Any]) -> dict[str, Any]:
+    """Import levanter and load ``job``'s tokenizer, so that this worker's first shard starts at once."""
+    set_worker_env(job.get("offline", False))
+    import levanter.store.cache  # noqa: F401
+
+    _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
+    return {}
+
+
+def describe(job: dict[str, Any]) -> dict[str, Any]:
+    """The processor's metadata (the merged cache's ledger has it) and the vocabulary size levanter counts."""
+    processor = _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
+    return {"metadata": processor.metadata, "vocab_size": len(processor.tokenizer)}
+
+
 def build_shard(job: dict[str, Any]) -> dict[str, Any]:
     """Build and commit one shard; return its ``ShardResult`` as a dict (``state``: built or cached)."""
     shard = sh.Shard.from_json(job["shard"])
     if sh.is_done(shard):
         return {**sh.read_result(shard).to_json(), "state": "cached"}
     set_worker_env(job.get("offline", False))
-    from levanter.data._preprocessor import canonicalize_batch
     from levanter.store.cache import write_levanter_cache
 
     start = time.time()
@@ -73,10 +89,10 @@ def build_shard(job: dict[str, Any]) -> dict[str, Any]:
             for text in read_texts(piece.path, text_key, piece_counts, skip_bad=skip_bad, span=piece.span):
                 batch.append({text_key: text})
                 if len(batch) >= batch_size:
-                    yield from canonicalize_batch(processor(batch))
+                    yield from processor(batch)
                     batch = []
         if batch:
-            yield from canonicalize_batch(processor(batch))
+            yield from processor(batch)
 
     cache_name = f"cache-{uuid.uuid4().hex[:12]}"
     cache_path = f"{shard.dir}/{cache_name}"
@@ -100,6 +116,7 @@ def build_shard(job: dict[str, Any]) -> dict[str, Any]:
         skipped_examples=examples or None,
         skipped_by_file=skipped_by_file or None,
         truncated="; ".join(truncated) or None,
+        started=round(start, 3),
         seconds=round(time.time() - start, 3),
         cpu_seconds=round(time.process_time() - cpu_start, 3),
         node=node_name(),
@@ -116,14 +133,8 @@ def write_empty_cache(cache_path: str, exemplar: Any, metadata: dict[str, Any]) 
     from levanter.store.tree_store import TreeStore
 
     TreeStore.open(exemplar, cache_path, mode="w", cache_metadata=True)
-    CacheLedger(
-        total_num_rows=0,
-        shard_rows={},
-        is_finished=True,
-        finished_shards=[],
-        field_counts={},
-        metadata=CacheMetadata(metadata),
-    )._serialize_and_commit(cache_path)
+    empty = CacheLedger(total_num_rows=0, shard_rows={}, is_finished=True, metadata=CacheMetadata(metadata))
+    write_ledger(cache_path, empty)
 
 
 def _token_count(cache_path: str, processor: Any) -> int:
@@ -131,21 +142,3 @@ def _token_count(cache_path: str, processor: Any) -> int:
 
     ledger = CacheLedger.load(cache_path)
     return int(ledger.field_counts.get("input_ids", 0))
-
-
-def consolidate(job: dict[str, Any]) -> dict[str, Any]:
-    """Copy the shard caches (``job["caches"]``, in order) into ``job["output"]``; return documents, tokens and
-    the tokenizer's vocabulary size as levanter counts it."""
-    set_worker_env(job.get("offline", False))
-    from levanter.data.text import cached_token_count
-    from levanter.store.cache import CacheMetadata
-
-    processor = _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
-    ledger = consolidate_caches(
-        job["caches"], job["output"], processor.output_exemplar, CacheMetadata(preprocessor_metadata=processor.metadata)
-    )
-    return {
-        "documents": ledger.total_num_rows,
-        "tokens": int(cached_token_count(job["output"])),
-        "vocab_size": len(processor.tokenizer),
-    }

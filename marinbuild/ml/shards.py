@@ -79,6 +79,7 @@ class ShardResult:
     skipped_examples: list[str] | None = None
     skipped_by_file: dict[str, int] | None = None
     truncated: str | None = None
+    started: float = 0.0  # when a worker took it (epoch seconds)
     seconds: float = 0.0
     cpu_seconds: float = 0.0  # reading, tokenizing, writing; not the worker's start, which ``seconds`` includes
     node: str = ""

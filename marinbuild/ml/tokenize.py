@@ -9,13 +9,14 @@ output folder::
                            files, shards: {total, cached, built}, skipped}}}
     <out>/logs/shards.jsonl  one line per shard per attempt: run, split, index, file (the shard's file,
                            range or first file), files, key, state (cached or built), documents,
-                           tokens, skipped, seconds, cpu_seconds, node
+                           tokens, skipped, started, seconds, cpu_seconds, node
     <out>/logs/tokenize-workers.log  what local worker processes printed (levanter's own logs)
 
 The inputs are cut into shards (``shard_plan``), each a content-addressed action (``shards``). Shards in the
-store are reused; the others are built in parallel (``shard_pool``: Ray tasks when the step runs on Ray,
-local processes otherwise) by ``shard_work``, then copied in input order into the split's cache
-(``consolidate``). Progress (shards, tokens per second) goes to the step's ``progress`` events. The token ids
+store are reused; the others are built in parallel by long-lived workers (``shard_pool``: Ray actors when the
+step runs on Ray, local processes otherwise; they load the tokenizer while the inputs are hashed) running
+``shard_work``, then the same workers copy them in input order into the split's cache (``consolidate``).
+Progress (shards, tokens per second, merged bytes, ETA) goes to the step's ``progress`` events. The token ids
 are those levanter's own single-process builder (``build_lm_dataset_cache``) writes for the same files.
 """
 
@@ -32,10 +33,11 @@ import fsspec
 
 from marinbuild.ml import shard_work
 from marinbuild.ml import shards as sh
+from marinbuild.ml.consolidate import merge, merge_bytes
 from marinbuild.ml.corpus import document_paths
 from marinbuild.ml.process import is_local
 from marinbuild.ml.run_log import RunLog
-from marinbuild.ml.shard_pool import open_pool
+from marinbuild.ml.shard_pool import Pool, open_pool
 from marinbuild.ml.tokenizer import is_local_tokenizer, resolve_tokenizer
 from marinbuild.run.step_progress import report
 
@@ -166,38 +168,62 @@ LOG_EVERY = 10.0  # seconds between two progress lines in the step's log (where 
 
 @dataclass
 class _Progress:
-    """Shards done / total and the token rate of the shards built by this attempt. Reported each second to a live
-    display; where none listens, logged only when shards or tokens changed, at most every ``LOG_EVERY`` seconds
+    """Shards done / total, the token rate of the shards built by this attempt, the merge's bytes, an ETA (from
+    the input bytes left to tokenize, then the bytes left to merge, at the rate so far). Reported each second
+    to a live display; where none listens, logged only when it changed, at most every ``LOG_EVERY`` seconds
     (the first and last line always, if they say something new)."""
 
     total: int
     done: int = 0
     built_tokens: int = 0
+    todo_bytes: int = 0  # input bytes of the shards this attempt builds
+    built_bytes: int = 0
+    merge_total: int = 0
+    merged: int = 0
+    workers: int = 0
     start: float = field(default_factory=time.time)
+    merge_start: float = 0.0
     last: float = 0.0
-    logged: tuple[int, int] | None = None
+    logged: tuple[int, int, int] | None = None
     logged_at: float = 0.0
 
     def text(self) -> str:
-        return f"{self.done}/{self.total} shards, {self.rate():,.0f} tokens/s"
+        parts = [f"{self.done}/{self.total} shards", f"{self.rate():,.0f} tokens/s"]
+        if self.merge_total:
+            parts.append(f"merged {self.merged / 1e6:,.0f}/{self.merge_total / 1e6:,.0f} MB")
+        eta = self.eta()
+        if eta is not None:
+            parts.append(f"ETA {int(eta) // 60}m{int(eta) % 60:02d}s" if eta >= 60 else f"ETA {eta:.0f}s")
+        return ", ".join(parts)
 
     def rate(self) -> float:
         return self.built_tokens / max(time.time() - self.start, 1e-9)
+
+    def eta(self) -> float | None:
+        left, done, since = self.todo_bytes - self.built_bytes, self.built_bytes, self.start
+        if self.merge_total:
+            left, done, since = self.merge_total - self.merged, self.merged, self.merge_start
+        return left * (time.time() - since) / done if done else None
 
     def report(self, force: bool = False) -> None:
         now = time.time()
         if not force and now - self.last < 1.0:
             return
         self.last = now
+        eta = self.eta()
         data = {
             "shards_done": self.done,
             "shards_total": self.total,
             "tokens": self.built_tokens,
             "tokens_per_s": round(self.rate(), 1),
+            "workers": self.workers,
+            "merge_bytes": self.merged,
+            "merge_bytes_total": self.merge_total,
+            "eta_s": None if eta is None else round(eta, 1),
         }
         if report(self.text(), **data):
             return
-        state = (self.done, self.built_tokens)
+        state = (self.done, self.built_tokens, self.merged)
         if state == self.logged or (not force and now - self.logged_at < LOG_EVERY):
             return
         self.logged, self.logged_at = state, now
@@ -205,15 +231,10 @@ class _Progress:
 
 
 def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
-    """Build (or reuse) every shard of ``payload``'s splits, consolidate each split; return ``tokenized.json``."""
+    """Build (or reuse) every shard of ``payload``'s splits, merge each split; return ``tokenized.json``."""
     out = payload["output_path"]
-    plans = plan_splits(payload)
-    if not plans:
+    if not any(payload.get(split) for split in SPLITS):
         raise ValueError("nothing to tokenize: no train or validation files")
-    log = RunLog(os.path.join(out, "logs", SHARD_LOG))
-    results: dict[str, dict[str, Any]] = {}  # by shard key: a file given twice, or in two splits, is built once
-    todo: dict[str, dict[str, Any]] = {}
-    waiting: dict[str, list[tuple[str, sh.Shard]]] = {}
     common = {
         "tokenizer": payload["tokenizer"],
         "text_key": payload["text_key"],
@@ -221,6 +242,30 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
         "skip_bad_records": payload.get("skip_bad_records", False),
         "offline": is_local_tokenizer(payload["tokenizer"]),
     }
+    worker_log = None
+    if is_local(out):
+        os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+        worker_log = os.path.join(out, "logs", "tokenize-workers.log")
+    pool = open_pool(
+        int(payload.get("workers") or 0),
+        payload.get("shard_resources"),
+        common["offline"],
+        worker_log,
+        warm=(shard_work.warm, common),  # workers import levanter and load the tokenizer while the inputs are hashed
+    )
+    try:
+        return _tokenize(payload, pool, common)
+    finally:
+        pool.close()
+
+
+def _tokenize(payload: dict[str, Any], pool: Pool, common: dict[str, Any]) -> dict[str, Any]:
+    out = payload["output_path"]
+    plans = plan_splits(payload)
+    log = RunLog(os.path.join(out, "logs", SHARD_LOG))
+    results: dict[str, dict[str, Any]] = {}  # by shard key: a file given twice, or in two splits, is built once
+    todo: dict[str, dict[str, Any]] = {}
+    waiting: dict[str, list[tuple[str, sh.Shard]]] = {}
     counts: dict[str, dict[str, int]] = {}
     for split, shards in plans.items():
         counts[split] = {"total": len(shards), "cached": 0, "built": 0}
@@ -241,12 +286,17 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
             len(shards) - counts[split]["cached"],
         )
     progress = _Progress(total=sum(len(s) for s in plans.values()), done=sum(c["cached"] for c in counts.values()))
-    progress.report(force=True)
+    progress.todo_bytes = sum(_size(job) for job in todo.values())
+
+    def tick() -> None:
+        progress.workers = pool.workers
+        progress.report()
 
     def on_result(job: dict[str, Any], result: dict[str, Any]) -> None:
         key = job["shard"]["key"]
         results[key] = result
         state = result.get("state", "built")
+        progress.built_bytes += _size(job)
         if state == "built":
             progress.built_tokens += result["tokens"]
         for n, (split, shard) in enumerate(waiting.pop(key)):
@@ -254,51 +304,50 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
             counts[split][this] += 1
             progress.done += 1
             log.add(_log_line(split, shard, result, this))
-        progress.report()
+        tick()
 
-    worker_log = None
-    if is_local(out):
-        os.makedirs(os.path.join(out, "logs"), exist_ok=True)
-        worker_log = os.path.join(out, "logs", "tokenize-workers.log")
-    pool = open_pool(int(payload.get("workers") or 0), payload.get("shard_resources"), common["offline"], worker_log)
+    progress.report(force=True)
     try:
-        try:
-            pool.run(shard_work.build_shard, list(todo.values()), on_result, on_tick=progress.report)
-        finally:
-            log.flush()
-        progress.report(force=True)
-        splits: dict[str, Any] = {}
-        vocab_size = None
-        for split, shards in plans.items():
-            mine = [results[s.key] for s in shards]
-            cache_dir = os.path.join(out, split)
-            _remove(cache_dir)
-            caches = [f"{s.dir}/{r['cache']}" for s, r in zip(shards, mine, strict=True)]
-            consolidated = pool.call(shard_work.consolidate, {**common, "output": cache_dir, "caches": caches})
-            vocab_size = consolidated["vocab_size"]
-            skipped = sum(r.get("skipped", 0) for r in mine)
-            splits[split] = {
-                "documents": consolidated["documents"],
-                "tokens": consolidated["tokens"],
-                "files": len(payload[split]),
-                "shards": counts[split],
-                "skipped": skipped,
-                "skipped_by_file": _skipped_by_file(mine),
-            }
-            logger.info(
-                "tokenize %s: %d documents, %d tokens, %d bad records skipped",
-                split,
-                consolidated["documents"],
-                consolidated["tokens"],
-                skipped,
-            )
+        pool.run(shard_work.build_shard, list(todo.values()), on_result, on_tick=tick)
     finally:
-        pool.close()
+        log.flush()
+    described = pool.call(shard_work.describe, common)
+    caches = {split: [_cache(s, results[s.key]) for s in shards] for split, shards in plans.items()}
+    progress.merge_total = sum(merge_bytes(c) for c in caches.values())
+    progress.merge_start = time.time()
+
+    def merged(n: int) -> None:
+        progress.merged += n
+        tick()
+
+    splits: dict[str, Any] = {}
+    for split, shards in plans.items():
+        done = merge(pool, os.path.join(out, split), caches[split], described["metadata"], on_unit=merged)
+        mine = [results[s.key] for s in shards]
+        skipped = sum(r.get("skipped", 0) for r in mine)
+        splits[split] = {
+            "documents": done["rows"],
+            "tokens": done["tokens"],
+            "files": len(payload[split]),
+            "shards": counts[split],
+            "skipped": skipped,
+            "skipped_by_file": _skipped_by_file(mine),
+        }
+        logger.info(
+            "tokenize %s: %d documents, %d tokens, %d bad records skipped; merged in %d units, %d copied now",
+            split,
+            done["rows"],
+            done["tokens"],
+            skipped,
+            done["units"],
+            done["copied"],
+        )
+    progress.report(force=True)
     metadata = {
         "kind": "tokenized",
         "name": payload.get("name"),
         "tokenizer": payload["tokenizer"],
-        "vocab_size": vocab_size,
+        "vocab_size": described["vocab_size"],
         "text_key": payload["text_key"],
         "skip_bad_records": bool(payload.get("skip_bad_records", False)),
         "splits": splits,
@@ -306,6 +355,14 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
     with fsspec.open(os.path.join(out, METADATA), "w") as f:
         json.dump(metadata, f, indent=2)
     return metadata
+
+
+def _cache(shard: sh.Shard, result: dict[str, Any]) -> tuple[str, int, int]:
+    return f"{shard.dir}/{result['cache']}", result["documents"], result["tokens"]
+
+
+def _size(job: dict[str, Any]) -> int:
+    return sum(int(p["size"]) for p in job["shard"]["pieces"])
 
 
 def _skipped_by_file(results: list[dict[str, Any]]) -> dict[str, int]:
@@ -328,13 +385,8 @@ def _log_line(split: str, shard: sh.Shard, result: dict[str, Any], state: str) -
         "documents": result.get("documents"),
         "tokens": result.get("tokens"),
         "skipped": result.get("skipped", 0),
+        "started": result.get("started"),
         "seconds": result.get("seconds"),
         "cpu_seconds": result.get("cpu_seconds"),
         "node": result.get("node"),
     }
-
-
-def _remove(path: str) -> None:
-    fs, p = fsspec.core.url_to_fs(path)
-    if fs.exists(p):
-        fs.rm(p, recursive=True)
