@@ -19,6 +19,7 @@ Only levanter's public API is used (``TreeStore``, ``CacheLedger``, ``LEDGER_FIL
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -54,7 +55,10 @@ def merge(
     todo = [{**u, "output": output, "state": state} for u in units if u["id"] not in done]
     pool.run(copy_unit, todo, lambda job, result: on_unit(result["bytes"]) if on_unit else None)
     pool.call(finish, {"output": output, "caches": plan["caches"], "metadata": metadata})
-    fs.rm(state_path, recursive=True)
+    for path in fs.find(state_path):  # not fs.rm: a local one needs a current directory, which Ray may remove
+        fs.rm_file(path)
+    with contextlib.suppress(OSError):
+        fs.rmdir(state_path)
     rows, tokens = sum(c[1] for c in caches), sum(c[2] for c in caches)
     return {"rows": rows, "tokens": tokens, "units": len(units), "copied": len(todo)}
 

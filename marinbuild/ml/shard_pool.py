@@ -273,7 +273,7 @@ class RayPool:
 
     def _grow(self, wanted: int | None) -> None:
         self._looked = time.monotonic()
-        target = max(1, min(self.slots(), *(n for n in (self._cap, wanted) if n is not None and n > 0)))
+        target = max(1, min([self.slots(), *(n for n in (self._cap, wanted) if n)]))
         while len(self._starting) + self.workers < target:
             actor = self._class.remote(*self._args)
             self._starting[actor.node.remote()] = actor

@@ -120,6 +120,53 @@ def test_a_killed_tokenize_resumes_with_only_the_unfinished_shards(tmp_path, tok
     assert len(built) == 8 - len(done_before) and not built & done_before
 
 
+def _spawned_workers(pid: int) -> list[int]:
+    """The worker processes the build ``pid`` spawned (its children running ``multiprocessing``'s spawn_main)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if parent == pid and b"spawn_main" in (stat.parent / "cmdline").read_bytes():
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_a_worker_killed_mid_shard_reruns_only_its_shard(tmp_path, tokenizer, texts):
+    """Two workers each mid-shard; one is SIGKILLed. The build finishes: the killed worker's shard is built
+    again (its dir keeps the killed attempt's partial cache beside the new one), the other shard in flight
+    is built once, by the worker that was building it."""
+    ws = TokenizeWorkspace(tmp_path / "ws", tokenizer, workers=2)
+    for i in range(4):  # a few seconds of tokenizing each
+        write_docs(ws.data / f"part-{i}.jsonl.gz", [f"{t} ({i}, {k})" for k in range(4) for t in texts])
+    docs = subprocess.run(ws.command("//pipe:docs"), cwd=ws.root, env=ws.env(), capture_output=True, text=True)
+    assert docs.returncode == 0, docs.stderr
+
+    def in_flight() -> list[Path]:
+        return [
+            d for d in ws.shard_store.glob("*/*") if any(d.glob("cache-*")) and not any(d.glob(".marinbuild_action.*"))
+        ]
+
+    proc = subprocess.Popen(
+        ws.command("//pipe:tok"), cwd=ws.root, env=ws.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    while len(in_flight()) < 2 and proc.poll() is None:
+        time.sleep(0.05)
+    workers = _spawned_workers(proc.pid)
+    assert len(workers) == 2, workers
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-4000:]
+
+    attempts = sorted(len(list(d.glob("cache-*"))) for d in ws.shard_store.glob("*/*"))
+    assert attempts == [1, 1, 1, 2]  # only the killed shard ran twice
+    out = ws.output()
+    meta = json.loads((out / "tokenized.json").read_text())["splits"]["train"]
+    shard_tokens = sum(line["tokens"] for line in shard_log(out))
+    assert (meta["documents"], meta["tokens"], meta["shards"]["built"]) == (4 * 4 * len(texts), shard_tokens, 4)
+
+
 def _failed(ws: TokenizeWorkspace) -> str:
     result = ws.build()
     assert result.code != 0, result.stdout

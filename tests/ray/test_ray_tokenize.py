@@ -1,13 +1,14 @@
 """``tokenize`` on the Ray backend: its shards run as Ray tasks on both nodes of the session's real local cluster,
 and the consolidated cache holds exactly the token ids levanter's own single-process builder writes for the
-same files; its progress reports reach the driver's events. The build is the real CLI in a child process, a
-driver of that cluster.
+same files; its progress reports reach the driver's events; a node that joins mid-build gets a worker that
+builds shards. The build is the real CLI in a child process, a driver of that cluster.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 from raycluster import node_env
@@ -20,7 +21,8 @@ pytestmark = pytest.mark.ml  # levanter tokenizes (tests/ray marks it ray)
 def test_sharded_tokenize_on_two_ray_nodes_equals_a_single_process_build(ray_cluster, tmp_path):
     ws = TokenizeWorkspace(tmp_path / "ws", toy_tokenizer(tmp_path / "tokenizer"), workers=0)
     texts = stories()
-    files = [str(write_docs(ws.data / f"part-{i}.jsonl.gz", texts[i * 150 : (i + 1) * 150])) for i in range(8)]
+    # shards of some seconds each: every worker is ready (levanter imported) before the first one has done them all
+    files = [str(write_docs(ws.data / f"part-{i}.jsonl.gz", [f"{t} ({i})" for t in texts])) for i in range(8)]
     events = tmp_path / "events.jsonl"
     proc = subprocess.run(
         ws.command("//pipe:tok", "--backend", "ray", "--ray_address", ray_cluster.address, events=events),
@@ -36,7 +38,7 @@ def test_sharded_tokenize_on_two_ray_nodes_equals_a_single_process_build(ray_clu
     rows = token_rows(out / "train")
     assert rows == reference_rows(files, ws.tokenizer, tmp_path / "reference")
     meta = json.loads((out / "tokenized.json").read_text())["splits"]["train"]
-    assert (meta["documents"], meta["tokens"]) == (1200, sum(len(r) for r in rows))
+    assert (meta["documents"], meta["tokens"]) == (8 * len(texts), sum(len(r) for r in rows))
 
     progress = [
         e
@@ -49,3 +51,52 @@ def test_sharded_tokenize_on_two_ray_nodes_equals_a_single_process_build(ray_clu
     assert sorted(line["state"] for line in log) == ["built"] * 8
     nodes = {line["node"] for line in log}
     assert len(nodes) >= 2 and nodes <= {node.node_id for node in ray_cluster.nodes}, nodes  # spread over nodes
+
+
+def test_the_pool_grows_when_a_node_joins_mid_build(ray_cluster, tmp_path):
+    """Shards ask for a resource one node has when the build starts: one worker. A second such node joins once
+    the first shard is committed; the pool starts a worker there within a tick and it builds shards too."""
+    first = ray_cluster.add_node({"tokslot": 1}, num_cpus=1)
+    joined = []
+    try:
+        ws = TokenizeWorkspace(tmp_path / "ws", toy_tokenizer(tmp_path / "tokenizer"), workers=0)
+        build = ws.root / "pipe" / "BUILD.marin"
+        build.write_text(
+            build.read_text().replace(
+                "    shard_bytes", '    shard_resources = {"cpu": 1, "tokslot": 1},\n    shard_bytes'
+            )
+        )
+        texts = stories()
+        for i in range(12):  # enough work left, once the node joins, for a worker there to warm up and take shards
+            write_docs(ws.data / f"part-{i}.jsonl.gz", [f"{t} ({i}, {k})" for k in range(4) for t in texts])
+        events = tmp_path / "events.jsonl"
+        proc = subprocess.Popen(
+            ws.command("//pipe:tok", "--backend", "ray", "--ray_address", ray_cluster.address, events=events),
+            cwd=ws.root,
+            env={**ws.env(), **node_env()},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 600
+        while not ws.committed_shards() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(ws.committed_shards()) < 12, "the build finished before the node could join"
+        join_time = time.time()
+        joined.append(ray_cluster.add_node({"tokslot": 1}, num_cpus=1))
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-4000:]
+    finally:
+        ray_cluster.remove_nodes([first, *joined])
+
+    log = shard_log(ws.output())
+    on_new = [line for line in log if line["node"] == joined[0].node_id]
+    assert on_new and {line["node"] for line in log} == {first.node_id, joined[0].node_id}
+    assert min(line["started"] for line in on_new) > join_time
+    progress = [
+        e["data"]
+        for e in (json.loads(line) for line in events.read_text().splitlines())
+        if e["kind"] == "progress" and e["step"] == "pipe/tok"
+    ]
+    workers = [d["workers"] for d in progress if d["workers"]]
+    assert workers[0] == 1 and max(workers) == 2, workers
