@@ -1,40 +1,29 @@
-"""Tokenize benchmark: a marinbuild ``tokenize`` against the raw speed of its HF tokenizer, scaling, per-shard cost.
+"""Tokenize benchmark: a marinbuild ``tokenize`` against the raw speed of its HF tokenizer; fixed costs, scaling.
 
-Rows of the table (markdown on stdout, raw numbers with ``--json``):
+Each row is the real CLI building a ``tokenize`` target on a fresh prefix (or, for the merge, ``merge`` itself
+on a real local Ray cluster, ``tests/ray/raycluster.py``), held against the raw tokenizer on the same text in
+the same run. The issue's bars, under ``bars`` in ``--json`` and in the first table:
 
-- ``raw HF tokenizers, 1 core``: ``tokenizers.Tokenizer.encode_batch`` over the same documents, in
-  batches of 1,024, in a child process pinned to one CPU with ``TOKENIZERS_PARALLELISM=false``:
-  the practical limit of one core;
-- ``local, N processes``: the real CLI building the ``tokenize`` target on a fresh prefix with
-  ``workers = N`` (local backend). ``per CPU second (shards)`` is tokens / the CPU seconds the
-  workers spent building the shards (``cpu_seconds`` in ``logs/shards.jsonl``: reading, JSON,
-  tokenizing, writing the shard caches), held against the raw row's tokens / its CPU seconds
-  (``vs raw``): CPU time, unlike wall time, does not count waiting for a core on a shared
-  machine. ``per core (step)`` is tokens / (the step's wall time x N): everything, worker
-  start-up (importing levanter) and the consolidation included;
-- ``Ray, N worker nodes``: the same on a real local Ray cluster (``tests/ray/raycluster.py``)
-  of N one-CPU nodes, the build a driver of it (``--backend ray``);
-- ``one file``: the whole dataset in one plain JSON-lines file, all processes, as one shard
-  (``shard_bytes = 0``) and cut into ``--ranges`` byte ranges: what splitting a large file gains;
-- ``many small files``: ``--small-files`` files of ``--small-kb`` KB each, local backend, all
-  processes, small files grouped into shards of about ``--small-shard-mb`` (enough shards for
-  every process to have several, so that the row measures bookkeeping, not an idle process
-  waiting for the last large shard): the step's
-  wall time against the raw tokenizing time of the same text divided by the processes; the rest
-  is marinbuild's and levanter's bookkeeping (hashing inputs, one cache per shard, records,
-  consolidating), shown per shard and as a share of the wall time.
+- ``rate_vs_raw``: tokens per CPU second inside the shards (``cpu_seconds`` in ``logs/shards.jsonl``: reading,
+  JSON, tokenizing, writing the shard's cache) over the raw tokenizer's tokens per CPU second
+  (``tokenizers.Tokenizer.encode_batch``, batches of 1,024, one process pinned to one core); local, 1 process;
+- ``fixed_s_per_shard`` and ``bookkeeping_share``: of ``--small-files`` small files (one shard) and of one large
+  file cut into shards of ``--big-shard-mb``, on 2 local processes: the step's wall time minus the raw
+  tokenizer's wall time for the same text over the processes in use, per shard and as a share of the wall
+  time (the worse of the two builds). Everything is in it: starting the workers (importing levanter), hashing
+  the inputs, the merge;
+- ``merge_2_vs_1``: ``merge`` of ``--merge-shards`` synthetic shard caches (two storage objects of token ids)
+  on a 2-node cluster with a pool of 1 worker, then of 2 (warmed up first): the time of 2 over the time of 1;
+- ``nodes_2_vs_1``: the step's wall time on 2 one-CPU Ray nodes over 1 (``--join-mb`` in 16 files);
+- ``join_to_first_shard_s``: the same build on 1 Ray node, a second node added once the first shard is
+  committed: seconds from asking for the node to the first shard starting on it (``started`` in
+  ``logs/shards.jsonl``).
 
-The main rows and the Ray rows build a shard per file (``shard_bytes = 0``), so the scaling
-rows compare the same shards. ``--doc FILE`` writes the table between the
-``<!-- tokenize_bench -->`` markers of FILE (docs/performance.md).
+``--quick`` sizes everything to finish in minutes on 2 cores. A machine shared with other work makes every
+number noisy (wall times count waiting for a core); the ratios compare runs made one after the other.
 
-The documents are the quickstart's synthetic stories (``experiments/quickstart/make_corpus.py``,
-its generator with another seed), as plain JSON lines; the tokenizer is a byte-level BPE with
-``--vocab`` entries trained on them (no network). Speed-ups compare wall times of the step.
-A machine shared with other work makes every number noisy: run it on an idle machine.
-
-    .venv/bin/python bench/tokenize_bench.py --mb 8 --doc docs/performance.md
-    .venv/bin/python bench/tokenize_bench.py --mb 8 --small-files 200 --no-ray --json /tmp/tok.json
+    .venv/bin/python bench/tokenize_bench.py --quick --json /tmp/tok.json
+    .venv/bin/python bench/tokenize_bench.py --doc docs/performance.md
 """
 
 from __future__ import annotations
@@ -63,7 +52,8 @@ load("@marinbuild//rules:tokenize.py", "tokenize")
 
 raw_data(name = "docs", urls = ["{pattern}"])
 
-tokenize(name = "tok", train = [":docs"], tokenizer_name = "{tokenizer}", workers = {workers}{shard_bytes})
+tokenize(name = "tok", train = [":docs"], tokenizer_name = "{tokenizer}", workers = {workers},
+         shard_bytes = {shard_bytes})
 """
 
 RAW = """
@@ -77,10 +67,19 @@ start, cpu = time.perf_counter(), time.process_time()
 tokens = 0
 for i in range(0, len(texts), 1024):
     tokens += sum(len(e.ids) for e in tok.encode_batch(texts[i:i + 1024], add_special_tokens=False))
-seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-print(json.dumps({"tokens": tokens, "seconds": seconds, "cpu_seconds": cpu,
-                  "bytes": sum(len(t.encode()) for t in texts)}))
+print(json.dumps({"tokens": tokens, "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu}))
 """
+
+SIZES = {  # --quick, full
+    "mb": (4, 16),
+    "files": (4, 8),
+    "small_files": (40, 40),
+    "small_kb": (50, 100),
+    "big_mb": (24, 2000),
+    "big_shard_mb": (4, 64),
+    "merge_shards": (200, 200),
+    "join_mb": (32, 64),
+}
 
 
 def _story_maker() -> Any:
@@ -101,20 +100,11 @@ def write_corpus(folder: Path, files: int, bytes_per_file: int, seed: int) -> li
         size = 0
         with path.open("w") as f:
             while size < bytes_per_file:
-                text = " ".join(story(rng) for _ in range(4))
-                line = json.dumps({"text": text}) + "\n"
+                line = json.dumps({"text": " ".join(story(rng) for _ in range(4))}) + "\n"
                 f.write(line)
                 size += len(line)
         paths.append(path)
     return paths
-
-
-def train_tokenizer(paths: list[Path], out: Path, vocab: int) -> Path:
-    from marinbuild.ml.tokenizer import train_bpe_tokenizer
-
-    texts = [json.loads(line)["text"] for p in paths[:4] for line in p.open()]
-    train_bpe_tokenizer(texts, str(out), vocab_size=vocab)
-    return out
 
 
 def raw_rate(tokenizer: Path, paths: list[Path]) -> dict[str, float]:
@@ -127,55 +117,6 @@ def raw_rate(tokenizer: Path, paths: list[Path]) -> dict[str, float]:
     return json.loads(proc.stdout)
 
 
-def build(
-    work: Path,
-    data: Path,
-    tokenizer: Path,
-    workers: int,
-    extra: list[str],
-    env: dict[str, str],
-    shard_bytes: int | None = None,
-) -> dict[str, Any]:
-    """Build the tokenize target in a fresh workspace (``shard_bytes``: the rule's default when None); the
-    step's wall time, tokens and shard seconds."""
-    if work.exists():
-        shutil.rmtree(work)
-    (work / "pipe").mkdir(parents=True)
-    (work / "pyproject.toml").write_text('[project]\nname = "tokbench"\n\n[tool.marinbuild]\nprefix = "out"\n')
-    option = "" if shard_bytes is None else f", shard_bytes = {shard_bytes}"
-    (work / "pipe" / "BUILD.marin").write_text(
-        BUILD.format(pattern=f"{data}/*.jsonl", tokenizer=tokenizer, workers=workers, shard_bytes=option)
-    )
-    events = work / "events.jsonl"
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "marinbuild", "//pipe:tok", "--build_event_json_file", str(events), *extra],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"build failed:\n{proc.stderr[-3000:]}")
-    records = [json.loads(line) for line in events.read_text().splitlines()]
-    started = next(e["time"] for e in records if e["kind"] == "started" and e["step"] == "pipe/tok")
-    ended = next(e["time"] for e in records if e["kind"] == "succeeded" and e["step"] == "pipe/tok")
-    out = next((work / "out" / "pipe").glob("tok-*"))
-    shards = [json.loads(line) for line in (out / "logs" / "shards.jsonl").read_text().splitlines()]
-    meta = json.loads((out / "tokenized.json").read_text())["splits"]["train"]
-    return {
-        "step_seconds": ended - started,
-        "process_seconds": wall,
-        "tokens": meta["tokens"],
-        "documents": meta["documents"],
-        "shards": len(shards),
-        "shard_seconds": sum(s["seconds"] for s in shards),
-        "shard_cpu_seconds": sum(s.get("cpu_seconds") or s["seconds"] for s in shards),
-        "nodes": len({s["node"] for s in shards}),
-    }
-
-
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("MARIN_PREFIX", None)
@@ -184,182 +125,268 @@ def _env() -> dict[str, str]:
     return env
 
 
-def ray_builds(root: Path, data: Path, tokenizer: Path, nodes_list: list[int]) -> dict[int, dict[str, Any]]:
+def start_build(work: Path, data: Path, tokenizer: Path, workers: int, shard_bytes: int, extra: list[str]) -> Any:
+    """The CLI building the tokenize target of ``data/*.jsonl`` in a fresh workspace ``work`` (a Popen)."""
+    if work.exists():
+        shutil.rmtree(work)
+    (work / "pipe").mkdir(parents=True)
+    (work / "pyproject.toml").write_text('[project]\nname = "tokbench"\n\n[tool.marinbuild]\nprefix = "out"\n')
+    text = BUILD.format(pattern=f"{data}/*.jsonl", tokenizer=tokenizer, workers=workers, shard_bytes=shard_bytes)
+    (work / "pipe" / "BUILD.marin").write_text(text)
+    command = [sys.executable, "-m", "marinbuild", "//pipe:tok", "--build_event_json_file", str(work / "events")]
+    env = _env()
+    if extra:
+        from raycluster import node_env
+
+        env.update(node_env())
+    return subprocess.Popen([*command, *extra], cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish_build(work: Path, proc: Any) -> dict[str, Any]:
+    """Wait for the build; its step's wall time, tokens, shards (and their lines in ``logs/shards.jsonl``)."""
+    _, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"build failed:\n{err.decode()[-3000:]}")
+    records = [json.loads(line) for line in (work / "events").read_text().splitlines()]
+    started = next(e["time"] for e in records if e["kind"] == "started" and e["step"] == "pipe/tok")
+    ended = next(e["time"] for e in records if e["kind"] == "succeeded" and e["step"] == "pipe/tok")
+    out = next((work / "out" / "pipe").glob("tok-*"))
+    shards = [json.loads(line) for line in (out / "logs" / "shards.jsonl").read_text().splitlines()]
+    meta = json.loads((out / "tokenized.json").read_text())["splits"]["train"]
+    return {
+        "step_seconds": ended - started,
+        "first_shard_after_s": min(s["started"] for s in shards) - started,
+        "tokens": meta["tokens"],
+        "shards": len(shards),
+        "shard_seconds": sum(s["seconds"] for s in shards),
+        "shard_cpu_seconds": sum(s["cpu_seconds"] for s in shards),
+        "nodes": len({s["node"] for s in shards}),
+        "lines": shards,
+    }
+
+
+def build(work: Path, data: Path, tokenizer: Path, workers: int, shard_bytes: int, extra: tuple[str, ...] = ()) -> Any:
+    return finish_build(work, start_build(work, data, tokenizer, workers, shard_bytes, list(extra)))
+
+
+def fixed_costs(b: dict[str, Any], raw: dict[str, float], workers: int) -> dict[str, float]:
+    fixed = b["step_seconds"] - raw["seconds"] / min(workers, b["shards"])
+    return {"fixed_s": fixed, "fixed_s_per_shard": fixed / b["shards"], "bookkeeping_share": fixed / b["step_seconds"]}
+
+
+def write_caches(root: Path, shards: int, tokens: int) -> list[tuple[str, int, int]]:
+    """``shards`` synthetic shard caches of ``tokens`` token ids in all, in a child process (levanter)."""
+    code = """
+import json, sys, numpy as np
+from levanter.store.cache import write_levanter_cache
+root, shards, tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng, out = np.random.default_rng(0), []
+for i in range(shards):
+    rows = [rng.integers(0, 50000, size=4096, dtype=np.int32) for _ in range(tokens // shards // 4096)]
+    write_levanter_cache(({"input_ids": r} for r in rows), f"{root}/cache-{i:04d}", metadata={})
+    out.append([f"{root}/cache-{i:04d}", len(rows), 4096 * len(rows)])
+print(json.dumps(out))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(root), str(shards), str(tokens)],
+        env=_env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return [tuple(c) for c in json.loads(proc.stdout)]
+
+
+def merges(root: Path, caches: list[tuple[str, int, int]], tokenizer: Path, rounds: int) -> dict[str, list[float]]:
+    """``merge`` over a warm pool of 1 worker, then 2, ``rounds`` times (this process is the Ray driver)."""
+    from marinbuild.ml import shard_work
+    from marinbuild.ml.consolidate import merge
+    from marinbuild.ml.shard_pool import RayPool
+
+    seconds: dict[str, list[float]] = {"1": [], "2": []}
+    for n in range(rounds):
+        for workers in (1, 2):
+            pool = RayPool(
+                {"cpu": 1}, workers, True, (shard_work.warm, {"tokenizer": str(tokenizer), "text_key": "text"})
+            )
+            try:
+                while pool.workers < workers:
+                    pool.call(shard_work.describe, {"tokenizer": str(tokenizer), "text_key": "text"})
+                start = time.perf_counter()
+                merge(pool, str(root / f"merged-{n}-{workers}"), caches, {})
+                seconds[str(workers)].append(time.perf_counter() - start)
+            finally:
+                pool.close()
+            shutil.rmtree(root / f"merged-{n}-{workers}")
+    return seconds
+
+
+def ray_rows(root: Path, data: Path, tokenizer: Path, caches: list[Any], rounds: int) -> dict[str, Any]:
+    """One local Ray cluster: a build on 1 node, then on 2; then on 1 while a second joins; the merges."""
     from raycluster import node_env, start_cluster
 
-    os.environ.update(node_env())  # this process joins the cluster too: keep Ray on 127.0.0.1, no auth
+    os.environ.update(node_env())  # this process is a driver of the cluster: Ray on 127.0.0.1, no auth
     import ray
 
-    results = {}
-    for nodes in nodes_list:
-        cluster = start_cluster(num_cpus=1, dashboard=False)
-        try:
-            for _ in range(nodes - 1):
-                cluster.add_node({}, num_cpus=1)
-            env = {**_env(), **node_env()}
-            results[nodes] = build(
-                root / f"ray-{nodes}",
-                data,
-                tokenizer,
-                0,
-                ["--backend", "ray", "--ray_address", cluster.address],
-                env,
-                shard_bytes=0,
-            )
-        finally:
-            if ray.is_initialized():
-                ray.shutdown()
-            cluster.stop()
-    return results
+    out: dict[str, Any] = {}
+    cluster = start_cluster(num_cpus=1, dashboard=False)
+    extra = ("--backend", "ray", "--ray_address", cluster.address)
+    try:
+        out["one_node"] = build(root / "ray-1", data, tokenizer, 0, 0, extra)
+        second = cluster.add_node({}, num_cpus=1)
+        out["two_nodes"] = build(root / "ray-2", data, tokenizer, 0, 0, extra)
+        cluster.remove_nodes([second])
+        work = root / "ray-join"
+        proc = start_build(work, data, tokenizer, 0, 0, list(extra))
+        store = work / "out" / "tokenize_shards"
+        while proc.poll() is None and not list(store.glob("*/*/.marinbuild_action.*")):
+            time.sleep(0.1)
+        asked = time.time()
+        joined = cluster.add_node({}, num_cpus=1)
+        out["join"] = finish_build(work, proc)
+        on_new = [s["started"] for s in out["join"]["lines"] if s["node"] == joined.node_id]
+        out["join"]["join_to_first_shard_s"] = min(on_new) - asked if on_new else None
+        out["merge"] = merges(root / "merge", caches, tokenizer, rounds)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.stop()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mb", type=float, default=16, help="size of the main dataset, MB of JSON lines")
-    parser.add_argument("--files", type=int, default=8, help="files of the main dataset")
-    parser.add_argument("--small-files", type=int, default=2000)
-    parser.add_argument("--small-kb", type=int, default=100)
-    parser.add_argument(
-        "--small-shard-mb",
-        type=float,
-        default=16,
-        help="shard_bytes of the many-small-files row, MiB (0: the rule's default)",
-    )
+    parser.add_argument("--quick", action="store_true", help="small sizes: minutes on 2 cores")
+    for name, (quick, full) in SIZES.items():
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=float, default=None, help=f"default {full} ({quick} with --quick)"
+        )
     parser.add_argument("--vocab", type=int, default=4096)
-    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--ray-nodes", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--no-ray", action="store_true")
-    parser.add_argument("--no-small", action="store_true")
-    parser.add_argument("--no-one-file", action="store_true")
-    parser.add_argument("--ranges", type=int, default=4, help="byte ranges of the one-file rows")
+    parser.add_argument("--rounds", type=int, default=None, help="merge rounds (1 and 2 workers, alternating)")
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
         "--doc",
         type=Path,
         default=None,
-        help="write the table into this markdown file, between <!-- tokenize_bench --> markers",
+        help="write the tables into this markdown file, between <!-- tokenize_bench --> markers",
     )
     args = parser.parse_args(argv)
+    size = {
+        k: getattr(args, k) if getattr(args, k) is not None else v[0 if args.quick else 1] for k, v in SIZES.items()
+    }
+    rounds = args.rounds or 2
 
+    began = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="tokbench-", dir=args.dir))
     load_before = os.getloadavg()
-    data = root / "data"
-    paths = write_corpus(data, args.files, int(args.mb * 1e6 / args.files), seed=1)
-    tokenizer = train_tokenizer(paths, root / "tokenizer", args.vocab)
-    raw = raw_rate(tokenizer, paths)
-    env = _env()
-    results: dict[str, Any] = {
-        "raw": raw,
-        "local": {},
-        "ray": {},
-        "small": None,
-        "cpus": os.cpu_count(),
-        "mb": args.mb,
-        "files": args.files,
+    paths = write_corpus(root / "data", int(size["files"]), int(size["mb"] * 1e6 / size["files"]), seed=1)
+    from marinbuild.ml.tokenizer import train_bpe_tokenizer
+
+    tokenizer = root / "tokenizer"
+    train_bpe_tokenizer(
+        [json.loads(line)["text"] for p in paths[:2] for line in p.open()], str(tokenizer), vocab_size=args.vocab
+    )
+    small = write_corpus(root / "small", int(size["small_files"]), int(size["small_kb"] * 1000), seed=2)
+    big = write_corpus(root / "big", 1, int(size["big_mb"] * 1e6), seed=3)
+    write_corpus(root / "join", 16, int(size["join_mb"] * 1e6 / 16), seed=4)
+    caches = write_caches(root / "caches", int(size["merge_shards"]), 2 * 2**27)
+
+    r: dict[str, Any] = {"cpus": os.cpu_count(), "sizes": size}
+    raws = [raw_rate(tokenizer, paths)]
+    r["local_1"] = build(root / "local-1", root / "data", tokenizer, 1, 0)
+    r["local_2"] = build(root / "local-2", root / "data", tokenizer, 2, 0)
+    raws.append(raw_rate(tokenizer, paths))  # CPU time per token moves with the machine's load: before and after
+    r["raw"] = {k: sum(x[k] for x in raws) / len(raws) for k in raws[0]}
+    r["raw_small"], r["raw_big"] = raw_rate(tokenizer, small), raw_rate(tokenizer, big)
+    r["small"] = build(root / "small-build", root / "small", tokenizer, 2, 64 * 2**20)
+    r["big"] = build(root / "big-build", root / "big", tokenizer, 2, int(size["big_shard_mb"] * 2**20))
+    r["ray"] = ray_rows(root, root / "join", tokenizer, caches, rounds)
+    r["load"] = {"before": load_before, "after": os.getloadavg()}
+    r["seconds"] = time.perf_counter() - began
+
+    raw_cpu_rate = r["raw"]["tokens"] / r["raw"]["cpu_seconds"]
+    costs = {"small": fixed_costs(r["small"], r["raw_small"], 2), "big": fixed_costs(r["big"], r["raw_big"], 2)}
+    merge = r["ray"]["merge"]
+    r["bars"] = {
+        "rate_vs_raw": r["local_1"]["tokens"] / r["local_1"]["shard_cpu_seconds"] / raw_cpu_rate,
+        "fixed_s_per_shard": max(c["fixed_s_per_shard"] for c in costs.values()),
+        "bookkeeping_share": max(c["bookkeeping_share"] for c in costs.values()),
+        "merge_2_vs_1": sorted(merge["2"])[len(merge["2"]) // 2] / sorted(merge["1"])[len(merge["1"]) // 2],
+        "nodes_2_vs_1": r["ray"]["two_nodes"]["step_seconds"] / r["ray"]["one_node"]["step_seconds"],
+        "join_to_first_shard_s": r["ray"]["join"]["join_to_first_shard_s"],
     }
-    for n in args.processes:
-        results["local"][n] = build(root / f"local-{n}", data, tokenizer, n, [], env, shard_bytes=0)
-    if not args.no_one_file:
-        one = root / "one" / "all.jsonl"
-        one.parent.mkdir()
-        with one.open("wb") as f:
-            for path in paths:
-                f.write(path.read_bytes())
-        workers = max(args.processes)
-        results["one_file"] = {
-            "workers": workers,
-            "ranges": args.ranges,
-            "whole": build(root / "one-whole", one.parent, tokenizer, workers, [], env, 0),
-            "split": build(
-                root / "one-split", one.parent, tokenizer, workers, [], env, one.stat().st_size // args.ranges + 1
-            ),
-        }
-    if not args.no_ray:
-        results["ray"] = ray_builds(root, data, tokenizer, args.ray_nodes)
-    if not args.no_small:
-        small = root / "small"
-        small_paths = write_corpus(small, args.small_files, args.small_kb * 1000, seed=2)
-        small_raw = raw_rate(tokenizer, small_paths)
-        workers = max(args.processes)
-        results["small"] = {
-            "raw": small_raw,
-            "workers": workers,
-            "files": args.small_files,
-            "shard_mb": args.small_shard_mb,
-            **build(root / "small-build", small, tokenizer, workers, [], env, int(args.small_shard_mb * 2**20) or None),
-        }
-    results["load"] = {"before": load_before, "after": os.getloadavg()}
-    text = render(results, args)
+    r["costs"] = costs
+    for b in (
+        r["local_1"],
+        r["local_2"],
+        r["small"],
+        r["big"],
+        *(r["ray"][k] for k in ("one_node", "two_nodes", "join")),
+    ):
+        b.pop("lines")
+    text = render(r, args)
     print(text)
     if args.doc is not None:
         command = " ".join(["python bench/tokenize_bench.py", *(argv if argv is not None else sys.argv[1:])])
         write_section(args.doc, "tokenize_bench", f"`{command}`\n\n{text}\n")
     if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps(r, indent=2))
     shutil.rmtree(root, ignore_errors=True)
     return 0
 
 
 def render(r: dict[str, Any], args: argparse.Namespace) -> str:
-    raw = r["raw"]
-    raw_rate_ = raw["tokens"] / raw["seconds"]
-    raw_cpu_rate = raw["tokens"] / raw["cpu_seconds"]
-    lines = [
-        f"Dataset: {r['mb']:g} MB of JSON lines in {r['files']} files, {raw['tokens']:,} tokens "
-        f"(BPE, vocab {args.vocab}); {r['cpus']} CPUs.",
-        "",
-        "| run | step wall | tokens/s | per CPU second (shards) | vs raw | per core (step) | speed-up |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-        f"| raw HF tokenizers, 1 core | {raw['seconds']:.1f} s | {raw_rate_:,.0f} | {raw_cpu_rate:,.0f} | 100% | "
-        f"{raw_rate_:,.0f} | |",
+    bars, costs, s, raw = r["bars"], r["costs"], r["sizes"], r["raw"]
+    join, merge = bars["join_to_first_shard_s"], bars["merge_2_vs_1"]
+    small, big = costs["small"]["fixed_s_per_shard"], costs["big"]["fixed_s_per_shard"]
+    shares = f"{costs['small']['bookkeeping_share']:.0%} / {costs['big']['bookkeeping_share']:.0%}"
+    rows = [
+        ("tokens per CPU second in shards vs the raw tokenizer", f"{bars['rate_vs_raw']:.2f}", ">= 0.9", None),
+        (f"fixed cost per shard, {s['small_files']:g} files of {s['small_kb']:g} KB (1 shard)", f"{small:.1f} s"),
+        (f"fixed cost per shard, one {s['big_mb']:g} MB file ({r['big']['shards']} shards)", f"{big:.1f} s"),
+        ("bookkeeping share of wall, small files / one file", shares, "<= 15%", bars["bookkeeping_share"] <= 0.15),
+        (f"merge of {s['merge_shards']:g} caches (2 x 128Mi tokens), 2 workers vs 1", f"{merge:.2f}x", "<= 0.65x"),
+        ("whole step, 2 Ray nodes vs 1", f"{bars['nodes_2_vs_1']:.2f}x", "<= 0.65x", bars["nodes_2_vs_1"] <= 0.65),
+        ("a node joins mid-build: its first shard starts after", f"{join:.1f} s" if join else "none ran", "seconds"),
     ]
-
-    def row(name: str, b: dict[str, Any], cores: int, base: dict[str, Any] | None) -> str:
-        shard_rate = b["tokens"] / b["shard_cpu_seconds"]
-        step_rate = b["tokens"] / b["step_seconds"]
-        speed = f"{base['step_seconds'] / b['step_seconds']:.2f}x" if base is not None else ""
-        return (
-            f"| {name} | {b['step_seconds']:.1f} s | {step_rate:,.0f} | {shard_rate:,.0f} | "
-            f"{shard_rate / raw_cpu_rate:.0%} | {step_rate / cores:,.0f} | {speed} |"
-        )
-
-    local = {int(k): v for k, v in r["local"].items()}
-    first = local.get(min(local)) if local else None
-    for n, b in sorted(local.items()):
-        lines.append(row(f"local, {n} process{'es' if n > 1 else ''}", b, n, first if n != min(local) else None))
-    one = r.get("one_file")
-    if one:
-        w = one["workers"]
-        lines.append(row(f"one file, local, {w} processes: 1 shard", one["whole"], w, None))
-        lines.append(row(f"one file, local, {w} processes: {one['ranges']} byte ranges", one["split"], w, one["whole"]))
-    ray_runs = {int(k): v for k, v in r["ray"].items()}
-    first_ray = ray_runs.get(min(ray_runs)) if ray_runs else None
-    for n, b in sorted(ray_runs.items()):
+    met = [bars["rate_vs_raw"] >= 0.9, small <= 2, big <= 2, rows[3][3], merge <= 0.65, rows[5][3], None]
+    targets = [r[2] if len(r) > 2 else "<= 2 s" for r in rows]
+    load = r["load"]
+    lines = [
+        f"{s['mb']:g} MB of JSON lines in {s['files']:g} files ({raw['tokens']:,} tokens, BPE vocab {args.vocab}); "
+        f"{r['cpus']} CPUs, load average {load['before'][0]:.1f} before, {load['after'][0]:.1f} after; "
+        f"{r['seconds'] / 60:.1f} minutes in all.",
+        "",
+        "| bar | measured | target | |",
+        "| --- | ---: | ---: | --- |",
+        *(
+            f"| {row[0]} | {row[1]} | {t} | {'' if m is None else 'met' if m else '**not met**'} |"
+            for row, t, m in zip(rows, targets, met, strict=True)
+        ),
+        "",
+        "| build | step wall | shards | first shard after | shard CPU s | tokens / shard CPU s | nodes |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| raw HF tokenizers, 1 core | {raw['seconds']:.1f} s | | | {raw['cpu_seconds']:.1f} | "
+        f"{raw['tokens'] / raw['cpu_seconds']:,.0f} | |",
+    ]
+    builds = [
+        ("local, 1 process", r["local_1"]),
+        ("local, 2 processes", r["local_2"]),
+        (f"{s['small_files']:g} small files, 2 processes", r["small"]),
+        (f"one {s['big_mb']:g} MB file, 2 processes", r["big"]),
+        ("Ray, 1 node (1 CPU)", r["ray"]["one_node"]),
+        ("Ray, 2 nodes (1 CPU each)", r["ray"]["two_nodes"]),
+        ("Ray, 1 node, a second joins", r["ray"]["join"]),
+    ]
+    for name, b in builds:
         lines.append(
-            row(
-                f"Ray, {n} worker node{'s' if n > 1 else ''} (1 CPU each; shards ran on {b['nodes']})",
-                b,
-                n,
-                first_ray if n != min(ray_runs) else None,
-            )
+            f"| {name} | {b['step_seconds']:.1f} s | {b['shards']} | {b['first_shard_after_s']:.1f} s | "
+            f"{b['shard_cpu_seconds']:.1f} | {b['tokens'] / b['shard_cpu_seconds']:,.0f} | {b['nodes']} |"
         )
-    small = r.get("small")
-    if small:
-        raw_s = small["raw"]["seconds"] / small["workers"]
-        over = small["step_seconds"] - raw_s
-        shard_size = f"shard_bytes {small['shard_mb']:g} MiB" if small.get("shard_mb") else "default shard_bytes"
-        lines += [
-            "",
-            "| many small files | files | shards | step wall | raw tokenizing / processes | bookkeeping | "
-            "per shard | share of wall |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-            f"| {args.small_kb} KB each, local, {small['workers']} processes, {shard_size} | "
-            f"{small['files']:,} | "
-            f"{small['shards']:,} | "
-            f"{small['step_seconds']:.1f} s | {raw_s:.1f} s | {over:.1f} s | "
-            f"{over / small['shards'] * 1000:.0f} ms | {over / small['step_seconds']:.0%} |",
-        ]
+    m = r["ray"]["merge"]
+    one, two = (", ".join(f"{x:.1f}" for x in m[k]) for k in ("1", "2"))
+    lines += ["", f"Merge seconds, 1 worker: {one}; 2 workers: {two}."]
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ below it); ``patterns`` select files by glob relative to its root. The source, r
 ``subdir``), ``manifest.json``, Marin's ``provenance.json`` and per-file done markers: a killed download
 resumes with the files not yet verified. Published checksums are checked (Hub: LFS sha256 or git blob sha1;
 GCS: md5 and crc32c; others: ``checksums``, else the size); a mismatch fails the step naming the file. Files
-are copied in parallel (Ray tasks with ``file_resources``, or ``workers`` threads). ``raw_data``,
+are copied in parallel (Ray actors of ``file_resources``, or ``workers`` threads). ``raw_data``,
 ``tokenize`` and ``train_tokenizer`` read the document files of these targets. ``override_output_path``
 puts the output where Marin's own download step put it. See docs/download.md.
 """
@@ -54,9 +54,9 @@ download = rule(
             versioned=False, doc="the output folder, relative to the prefix or absolute (Marin's override_output_path)"
         ),
         "endpoint": attr.string(versioned=False, doc="the Hub's URL (default $HF_ENDPOINT, else huggingface.co)"),
-        "workers": attr.int(default=8, versioned=False, doc="files copied at once (threads locally, Ray tasks on Ray)"),
+        "workers": attr.int(default=8, versioned=False, doc="files copied at once (threads locally, Ray actors on Ray)"),
         "file_resources": attr.dict(
-            versioned=False, doc='Ray backend: what each file\'s task asks for (default {"cpu": 1})'
+            versioned=False, doc='Ray backend: what each copying actor asks for (default {"cpu": 1})'
         ),
         "resources": attr.dict(versioned=False, doc='what the step itself asks the backend for, e.g. {"cpu": 1}'),
         "description": attr.string(versioned=False, doc="what the data is, for people"),

@@ -10,8 +10,8 @@
 ``train`` and ``validation`` are ``raw_data`` or ``download`` targets. The tokenizer is a ``train_tokenizer``
 target or, in ``tokenizer_name``, a tokenizer directory (local or fsspec) or a Hub name (fetched when the
 step runs). The inputs are cut into shards of about ``shard_bytes``, each a cached action of its own: shards
-already tokenized (by any version of any target) are reused, the others tokenized in parallel (Ray tasks
-with ``shard_resources``, or ``workers`` local processes), then consolidated into one cache per split.
+already tokenized (by any version of any target) are reused, the others tokenized in parallel by warm workers
+(Ray actors of ``shard_resources``, or ``workers`` local processes), then merged into one cache per split.
 ``skip_bad_records`` skips unreadable records (counted) instead of failing on the first, which names its
 file and line. ``override_output_path`` puts the output where Marin's tokenize step put it. See
 docs/tokenize.md.
@@ -66,10 +66,10 @@ tokenize = rule(
         ),
         "batch_size": attr.int(default=128, versioned=False, doc="documents per tokenizer batch"),
         "workers": attr.int(
-            default=0, versioned=False, doc="local backend: processes tokenizing shards (0: one per CPU)"
+            default=0, versioned=False, doc="local backend: processes building shards (0: one per CPU); Ray: most actors"
         ),
         "shard_resources": attr.dict(
-            versioned=False, doc='Ray backend: what each shard\'s task asks for (default {"cpu": 1})'
+            versioned=False, doc='Ray backend: what each worker (an actor) asks for (default {"cpu": 1})'
         ),
         "shard_store": attr.string(
             versioned=False, doc="where shard caches are kept (default <prefix>/tokenize_shards)"

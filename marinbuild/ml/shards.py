@@ -28,6 +28,7 @@ import json
 import os
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -43,6 +44,7 @@ KIND_PIECES = "tokenize-shard/2"
 SHARD_FILE = "shard.json"
 STORE_DIR = "tokenize_shards"
 LEFTOVER_AGE = 6 * 3600.0
+LOOKUPS = 32  # files hashed or stat'ed, shards looked up, at a time: an object store answers each in tens of ms
 
 
 @dataclass(frozen=True)
@@ -171,9 +173,11 @@ def shard_dir(store: str, key: str) -> str:
 def plan(
     paths: list[str], store: str, text_key: str, tokenizer_id: str, options: dict[str, Any], shard_bytes: int = 0
 ) -> list[Shard]:
-    """The shards of ``paths``, in order (each file's identity read here: a local file is hashed), cut by
-    ``shard_bytes`` (``marinbuild.ml.shard_plan``; 0: a shard per file)."""
-    files = [file_pieces(path, *input_info(path), shard_bytes) for path in paths]
+    """The shards of ``paths``, in order (each file's identity read here, ``LOOKUPS`` at a time: a local file is
+    hashed, an object's metadata read), cut by ``shard_bytes`` (``marinbuild.ml.shard_plan``; 0: a shard per
+    file)."""
+    with ThreadPoolExecutor(LOOKUPS) as pool:
+        files = list(pool.map(lambda path: file_pieces(path, *input_info(path), shard_bytes), paths))
     shards = []
     for index, pieces in enumerate(group(files, shard_bytes)):
         key = pieces_key(pieces, text_key, tokenizer_id, options)

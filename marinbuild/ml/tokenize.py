@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,11 +268,13 @@ def _tokenize(payload: dict[str, Any], pool: Pool, common: dict[str, Any]) -> di
     todo: dict[str, dict[str, Any]] = {}
     waiting: dict[str, list[tuple[str, sh.Shard]]] = {}
     counts: dict[str, dict[str, int]] = {}
+    unique = list({s.key: s for shards in plans.values() for s in shards}.values())
+    with ThreadPoolExecutor(sh.LOOKUPS) as lookups:
+        found = lookups.map(lambda s: sh.read_result(s).to_json() if sh.is_done(s) else None, unique)
+        results.update((s.key, r) for s, r in zip(unique, found, strict=True) if r is not None)
     for split, shards in plans.items():
         counts[split] = {"total": len(shards), "cached": 0, "built": 0}
         for shard in shards:
-            if shard.key not in results and shard.key not in todo and sh.is_done(shard):
-                results[shard.key] = sh.read_result(shard).to_json()
             if shard.key in results:
                 counts[split]["cached"] += 1
                 log.add(_log_line(split, shard, results[shard.key], "cached"))
