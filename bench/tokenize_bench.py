@@ -233,7 +233,7 @@ def ray_rows(root: Path, data: Path, tokenizer: Path, caches: list[Any], rounds:
     extra = ("--backend", "ray", "--ray_address", cluster.address)
     try:
         out["one_node"] = build(root / "ray-1", data, tokenizer, 0, 0, extra)
-        second = cluster.add_node({}, num_cpus=1)
+        second = cluster.add_node({}, num_cpus=1, timeout=300)
         out["two_nodes"] = build(root / "ray-2", data, tokenizer, 0, 0, extra)
         cluster.remove_nodes([second])
         work = root / "ray-join"
@@ -242,7 +242,7 @@ def ray_rows(root: Path, data: Path, tokenizer: Path, caches: list[Any], rounds:
         while proc.poll() is None and not list(store.glob("*/*/.marinbuild_action.*")):
             time.sleep(0.1)
         asked = time.time()
-        joined = cluster.add_node({}, num_cpus=1)
+        joined = cluster.add_node({}, num_cpus=1, timeout=300)
         out["join"] = finish_build(work, proc)
         on_new = [s["started"] for s in out["join"]["lines"] if s["node"] == joined.node_id]
         out["join"]["join_to_first_shard_s"] = min(on_new) - asked if on_new else None

@@ -2,22 +2,19 @@
 
 ``open_pool(workers, resources, offline, log_path, threads, warm)`` picks by where the step runs:
 
-- In a Ray task, ``RayPool``: actors, each asking for ``resources`` (default one CPU), spread over the nodes.
-  Each runs ``warm`` once (tokenize: import levanter, load the tokenizer) and is then fed one job after
-  another, only once it is ready. The pool follows the cluster: at most every ``TICK`` seconds it reads
-  ``ray.cluster_resources()`` and starts actors while the cluster has room for more, never more than the jobs
-  left (nor ``workers``, when given), and at least one (the demand an autoscaler sees); a node that joins gets
-  actors within a tick; a node that leaves takes its actors, and their jobs go back to the queue. Ray lends the
-  waiting step's CPUs to the actors; its other resources (memory, TPUs) stay held.
+- In a Ray task, ``RayPool``: actors of ``resources`` (default one CPU), spread over the nodes, each running
+  ``warm`` once (tokenize: import levanter, load the tokenizer), then fed jobs once ready. At most every
+  ``TICK`` seconds it reads ``ray.cluster_resources()`` and starts actors while the cluster has room, at most
+  one per job left (and ``workers``, when given), at least one (demand an autoscaler sees): a node that joins
+  gets actors within a tick; one that leaves takes its actors, their jobs go back to the queue.
 - Otherwise, with ``threads``, ``ThreadPool``: threads of this process (I/O-bound work: download's files).
-- Otherwise ``LocalPool``: ``workers`` spawned processes, started at once (they ``warm`` up while the step
-  plans), each fed one job at a time over a pipe, dying with the build, their output appended to
-  ``log_path``.
+- Otherwise ``LocalPool``: ``workers`` spawned processes, started at once (warming up while the step plans),
+  fed one job at a time over a pipe, dying with the build, their output appended to ``log_path``.
 
-A worker that dies mid-job (a node lost, a process killed) is replaced and its job, only that one, runs again,
-at most ``ATTEMPTS`` times. ``run(fn, jobs, on_result, on_tick)`` calls ``on_result(job, result)`` on the
-calling thread as jobs finish and raises the first job's error (jobs not started are dropped); ``call`` runs
-one job; ``workers`` is how many workers are ready now. Jobs and results are plain dicts.
+A worker that dies mid-job is replaced and its job, only that one, runs again (``ATTEMPTS`` at most).
+``run(fn, jobs, on_result, on_tick)`` calls ``on_result(job, result)`` on the calling thread as jobs finish and
+raises the first job's error (jobs not started are dropped); ``call`` runs one job; ``workers``: how many are
+ready. Jobs and results are plain dicts.
 """
 
 from __future__ import annotations
@@ -75,11 +72,13 @@ def open_pool(
     log_path: str | None = None,
     threads: bool = False,
     warm: Warm = None,
+    expect: int = 0,
 ) -> Pool:
     """``log_path``: where local workers' output goes (levanter logs every cache it writes). ``threads``: off
-    Ray, threads of this process instead of processes (for work that waits on I/O, such as downloads)."""
+    Ray, threads of this process instead of processes (for work that waits on I/O, such as downloads).
+    ``expect``: about how many jobs will come (0: unknown), the actors a Ray pool starts before they do."""
     if in_ray_task():
-        return RayPool(resources or {"cpu": 1}, workers, offline, warm)
+        return RayPool(resources or {"cpu": 1}, workers, offline, warm, expect)
     if threads:
         return ThreadPool(workers or default_workers())
     return LocalPool(workers or default_workers(), offline, log_path, warm)
@@ -98,7 +97,8 @@ def _call(pool: Pool, fn: Work, job: Job) -> Job:
 def _retry(job: Job, tries: dict[int, int], why: str) -> None:
     tries[id(job)] = tries.get(id(job), 0) + 1
     if tries[id(job)] >= ATTEMPTS:
-        raise RuntimeError(f"a worker died {ATTEMPTS} times running {job.get('shard', job).get('path', '')}: {why}")
+        what = job.get("shard", {}).get("path") or job.get("id") or job.get("path")
+        raise RuntimeError(f"a worker died {ATTEMPTS} times running {what}: {why}")
 
 
 def _init_worker(offline: bool, log_path: str | None, warm: Warm) -> None:
@@ -122,7 +122,7 @@ def _serve(conn: Any, offline: bool, log_path: str | None, warm: Warm) -> None:
         try:
             answer = (True, fn(job))
         except Exception as e:
-            e.add_note(f"in a tokenize worker process:\n{traceback.format_exc()}")
+            e.add_note(f"in a pool worker process:\n{traceback.format_exc()}")
             try:
                 pickle.loads(pickle.dumps(e))
             except Exception:
@@ -245,7 +245,9 @@ class RayPool:
 
     name = "Ray actors"
 
-    def __init__(self, resources: dict[str, Any], cap: int = 0, offline: bool = False, warm: Warm = None):
+    def __init__(
+        self, resources: dict[str, Any], cap: int = 0, offline: bool = False, warm: Warm = None, expect: int = 0
+    ):
         import ray
 
         self._ray = ray
@@ -260,7 +262,7 @@ class RayPool:
         self._idle: list[tuple[Any, str]] = []  # (actor, its node)
         self._busy: dict[Any, tuple[Any, str, Job]] = {}  # actor.run() ref: (actor, node, job)
         self._looked = 0.0
-        self._grow(None)  # they warm up while the step plans
+        self._grow(expect or None)  # they warm up while the step plans
 
     @property
     def workers(self) -> int:

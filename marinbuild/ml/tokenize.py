@@ -253,6 +253,7 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
         common["offline"],
         worker_log,
         warm=(shard_work.warm, common),  # workers import levanter and load the tokenizer while the inputs are hashed
+        expect=sum(len(payload.get(split) or []) for split in SPLITS),
     )
     try:
         return _tokenize(payload, pool, common)

@@ -56,7 +56,7 @@ def test_sharded_tokenize_on_two_ray_nodes_equals_a_single_process_build(ray_clu
 def test_the_pool_grows_when_a_node_joins_mid_build(ray_cluster, tmp_path):
     """Shards ask for a resource one node has when the build starts: one worker. A second such node joins once
     the first shard is committed; the pool starts a worker there within a tick and it builds shards too."""
-    first = ray_cluster.add_node({"tokslot": 1}, num_cpus=1)
+    first = ray_cluster.add_node({"tokslot": 1}, num_cpus=1, timeout=300)
     joined = []
     try:
         ws = TokenizeWorkspace(tmp_path / "ws", toy_tokenizer(tmp_path / "tokenizer"), workers=0)
@@ -83,7 +83,7 @@ def test_the_pool_grows_when_a_node_joins_mid_build(ray_cluster, tmp_path):
             time.sleep(0.1)
         assert len(ws.committed_shards()) < 12, "the build finished before the node could join"
         join_time = time.time()
-        joined.append(ray_cluster.add_node({"tokslot": 1}, num_cpus=1))
+        joined.append(ray_cluster.add_node({"tokslot": 1}, num_cpus=1, timeout=300))
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-4000:]
     finally:
