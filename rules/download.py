@@ -54,7 +54,7 @@ download = rule(
             versioned=False, doc="the output folder, relative to the prefix or absolute (Marin's override_output_path)"
         ),
         "endpoint": attr.string(versioned=False, doc="the Hub's URL (default $HF_ENDPOINT, else huggingface.co)"),
-        "workers": attr.int(default=8, versioned=False, doc="files copied at once (threads locally, Ray actors on Ray)"),
+        "workers": attr.int(default=8, versioned=False, doc="files copied at once (local threads, or Ray actors)"),
         "file_resources": attr.dict(
             versioned=False, doc='Ray backend: what each copying actor asks for (default {"cpu": 1})'
         ),

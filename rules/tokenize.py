@@ -66,7 +66,7 @@ tokenize = rule(
         ),
         "batch_size": attr.int(default=128, versioned=False, doc="documents per tokenizer batch"),
         "workers": attr.int(
-            default=0, versioned=False, doc="local backend: processes building shards (0: one per CPU); Ray: most actors"
+            default=0, versioned=False, doc="local processes building shards (0: one per CPU); on Ray, most actors"
         ),
         "shard_resources": attr.dict(
             versioned=False, doc='Ray backend: what each worker (an actor) asks for (default {"cpu": 1})'

@@ -53,6 +53,8 @@ def merge(
     units = plan_units(caches, chunks["data"], chunks["offsets"])
     done = {os.path.basename(p) for p in fs.ls(state_path, detail=False)}
     todo = [{**u, "output": output, "state": state} for u in units if u["id"] not in done]
+    if on_unit is not None and len(todo) < len(units):  # what a killed merge copied counts as merged
+        on_unit(sum((u["end"] - u["start"]) * _itemsize(u) for u in units if u["id"] in done))
     pool.run(copy_unit, todo, lambda job, result: on_unit(result["bytes"]) if on_unit else None)
     pool.call(finish, {"output": output, "caches": plan["caches"], "metadata": metadata})
     for path in fs.find(state_path):  # not fs.rm: a local one needs a current directory, which Ray may remove
@@ -65,6 +67,10 @@ def merge(
 
 def merge_bytes(caches: list[Cache]) -> int:
     return sum(c[2] * TOKEN_BYTES + c[1] * OFFSET_BYTES for c in caches)
+
+
+def _itemsize(unit: dict[str, Any]) -> int:
+    return TOKEN_BYTES if unit["kind"] == "data" else OFFSET_BYTES
 
 
 def plan_units(caches: list[Cache], data_chunk: int, offsets_chunk: int) -> list[dict[str, Any]]:
