@@ -207,7 +207,7 @@ def merges(root: Path, caches: list[tuple[str, int, int]], tokenizer: Path, roun
     for n in range(rounds):
         for workers in (1, 2):
             pool = RayPool(
-                {"cpu": 1}, workers, True, (shard_work.warm, {"tokenizer": str(tokenizer), "text_key": "text"})
+                {"cpu": 1}, workers, True, (shard_work.describe, {"tokenizer": str(tokenizer), "text_key": "text"})
             )
             try:
                 while pool.workers < workers:

@@ -30,7 +30,7 @@ import fsspec
 Cache = tuple[str, int, int]  # a shard cache: path, rows, tokens
 READ_BATCH = 16 * 1024 * 1024
 """Elements read from a shard cache at a time."""
-TOKEN_BYTES, OFFSET_BYTES = 4, 8  # input_ids are int32, offsets int64
+ITEM_BYTES = {"data": 4, "offsets": 8}  # input_ids are int32, offsets int64
 
 
 def merge(
@@ -41,7 +41,10 @@ def merge(
     state = output.rstrip("/") + ".merge"
     plan = {"caches": [list(c) for c in caches], "metadata": metadata}
     fs, state_path = fsspec.core.url_to_fs(state)
-    resume = fs.exists(f"{state_path}/plan.json") and json.loads(fs.cat_file(f"{state_path}/plan.json")) == plan
+    old = None
+    with contextlib.suppress(FileNotFoundError, ValueError):  # no plan, or one a kill cut short: start afresh
+        old = json.loads(fs.cat_file(f"{state_path}/plan.json"))
+    resume = old == plan
     if not resume:
         for path in (state_path, fsspec.core.url_to_fs(output)[1]):
             if fs.exists(path):
@@ -54,7 +57,7 @@ def merge(
     done = {os.path.basename(p) for p in fs.ls(state_path, detail=False)}
     todo = [{**u, "output": output, "state": state} for u in units if u["id"] not in done]
     if on_unit is not None and len(todo) < len(units):  # what a killed merge copied counts as merged
-        on_unit(sum((u["end"] - u["start"]) * _itemsize(u) for u in units if u["id"] in done))
+        on_unit(sum((u["end"] - u["start"]) * ITEM_BYTES[u["kind"]] for u in units if u["id"] in done))
     pool.run(copy_unit, todo, lambda job, result: on_unit(result["bytes"]) if on_unit else None)
     pool.call(finish, {"output": output, "caches": plan["caches"], "metadata": metadata})
     for path in fs.find(state_path):  # not fs.rm: a local one needs a current directory, which Ray may remove
@@ -66,11 +69,7 @@ def merge(
 
 
 def merge_bytes(caches: list[Cache]) -> int:
-    return sum(c[2] * TOKEN_BYTES + c[1] * OFFSET_BYTES for c in caches)
-
-
-def _itemsize(unit: dict[str, Any]) -> int:
-    return TOKEN_BYTES if unit["kind"] == "data" else OFFSET_BYTES
+    return sum(c[2] * ITEM_BYTES["data"] + c[1] * ITEM_BYTES["offsets"] for c in caches)
 
 
 def plan_units(caches: list[Cache], data_chunk: int, offsets_chunk: int) -> list[dict[str, Any]]:
@@ -153,19 +152,22 @@ def copy_unit(job: dict[str, Any]) -> dict[str, Any]:
     return {"id": job["id"], "bytes": written}
 
 
-def ledger(caches: list[list[Any]], metadata: dict[str, Any]) -> Any:
-    """The ``CacheLedger`` levanter writes for these caches consolidated (shards named by their folders)."""
+def finish(job: dict[str, Any]) -> dict[str, int]:
+    """The ledger levanter writes for these caches consolidated (shards named by their folders), then the row
+    count: the merged cache is complete and readable."""
     from levanter.store.cache import CacheLedger, CacheMetadata
 
-    out = CacheLedger(total_num_rows=0, shard_rows={}, finished_shards=[], metadata=CacheMetadata(metadata))
-    for path, rows, tokens in caches:
+    out = CacheLedger(total_num_rows=0, shard_rows={}, finished_shards=[], metadata=CacheMetadata(job["metadata"]))
+    for path, rows, tokens in job["caches"]:
         name = os.path.basename(path.rstrip("/"))
         out.shard_rows[name] = rows
         out.finished_shards.append(name)
         out.total_num_rows += rows
         out.field_counts["input_ids"] = out.field_counts.get("input_ids", 0) + tokens
     out.is_finished = True
-    return out
+    write_ledger(job["output"], out)
+    _store(job["output"], "a").offsets[0].write(out.total_num_rows).result()
+    return {"rows": out.total_num_rows}
 
 
 def write_ledger(cache: str, value: Any) -> None:
@@ -173,11 +175,3 @@ def write_ledger(cache: str, value: Any) -> None:
 
     with fsspec.open(f"{cache.rstrip('/')}/{LEDGER_FILE_NAME}", "w") as f:
         f.write(value.to_json())
-
-
-def finish(job: dict[str, Any]) -> dict[str, int]:
-    """The ledger, then the row count: the merged cache is complete and readable."""
-    value = ledger(job["caches"], job["metadata"])
-    write_ledger(job["output"], value)
-    _store(job["output"], "a").offsets[0].write(value.total_num_rows).result()
-    return {"rows": value.total_num_rows}

@@ -3,9 +3,9 @@
 ``build_shard(job)`` reads the shard's pieces in order (``marinbuild.ml.records``), tokenizes them with
 levanter's own preprocessor for ``TextLmDatasetFormat`` (what ``build_lm_dataset_cache`` runs: BOS and EOS
 added), writes the rows with ``write_levanter_cache`` and commits the shard; a shard another build committed
-meanwhile is read, not built. ``warm(job)`` loads the tokenizer (once per worker, before its first shard);
-``describe(job)`` says what the merged cache's ledger and ``tokenized.json`` need. Jobs and results are plain
-dicts. levanter, jax and tokenizers are imported here, in the worker, never in the build process.
+meanwhile is read, not built. ``describe(job)`` says what the merged cache's ledger and ``tokenized.json``
+need; it is also each worker's warm-up (levanter imported, the tokenizer loaded before its first shard). Jobs
+and results are plain dicts. levanter, jax and tokenizers are imported here, in the worker, never in the build process.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def set_worker_env(offline: bool) -> None:
         os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
 
 
-def _processor(tokenizer: str, text_key: str) -> Any:
-    key = (tokenizer, text_key)
+def _processor(job: dict[str, Any]) -> Any:
+    key = (tokenizer := resolve_tokenizer(job["tokenizer"]), text_key := job["text_key"])
     if key not in _PROCESSORS:
         from levanter.data.text import TextLmDatasetFormat
         from levanter.data.text.formats import preprocessor_for_format
@@ -47,22 +47,10 @@ def _processor(tokenizer: str, text_key: str) -> Any:
     return _PROCESSORS[key]
 
 
-def tokenizer_dir(spec: str) -> str:
-    return resolve_tokenizer(spec)
-
-
-def warm(job: dict[str, Any]) -> dict[str, Any]:
-    """Import levanter and load ``job``'s tokenizer, so that this worker's first shard starts at once."""
-    set_worker_env(job.get("offline", False))
-    import levanter.store.cache  # noqa: F401
-
-    _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
-    return {}
-
-
 def describe(job: dict[str, Any]) -> dict[str, Any]:
-    """The processor's metadata (the merged cache's ledger has it) and the vocabulary size levanter counts."""
-    processor = _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
+    """The processor's metadata (the merged cache's ledger has it) and the vocabulary size levanter counts. The
+    pool's warm-up: it imports levanter (its cache writer included) and loads the tokenizer."""
+    processor = _processor(job)
     return {"metadata": processor.metadata, "vocab_size": len(processor.tokenizer)}
 
 
@@ -75,7 +63,7 @@ def build_shard(job: dict[str, Any]) -> dict[str, Any]:
     from levanter.store.cache import write_levanter_cache
 
     start = time.time()
-    processor = _processor(tokenizer_dir(job["tokenizer"]), job["text_key"])
+    processor = _processor(job)
     cpu_start = time.process_time()  # after the worker's one-time imports and tokenizer load
     sh.clear_leftovers(shard)
     counts = [ReadCounts() for _ in shard.pieces]

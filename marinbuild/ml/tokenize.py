@@ -10,13 +10,15 @@ output folder::
     <out>/logs/shards.jsonl  one line per shard per attempt: run, split, index, file (the shard's file,
                            range or first file), files, key, state (cached or built), documents,
                            tokens, skipped, started, seconds, cpu_seconds, node
+    <out>/logs/progress.jsonl  the step's progress (below), a line when it changed, at most every LOG_EVERY s
     <out>/logs/tokenize-workers.log  what local worker processes printed (levanter's own logs)
 
 The inputs are cut into shards (``shard_plan``), each a content-addressed action (``shards``). Shards in the
 store are reused; the others are built in parallel by long-lived workers (``shard_pool``: Ray actors when the
 step runs on Ray, local processes otherwise; they load the tokenizer while the inputs are hashed) running
 ``shard_work``, then the same workers copy them in input order into the split's cache (``consolidate``).
-Progress (shards, tokens per second, merged bytes, ETA) goes to the step's ``progress`` events. The token ids
+Progress (shards, tokens per second, merged bytes, ETA) goes to the step's ``progress`` events and
+``logs/progress.jsonl`` (``serve``'s step page shows the end of it). The token ids
 are those levanter's own single-process builder (``build_lm_dataset_cache``) writes for the same files.
 """
 
@@ -44,6 +46,7 @@ from marinbuild.run.step_progress import report
 
 METADATA = "tokenized.json"
 SHARD_LOG = "shards.jsonl"
+PROGRESS_LOG = "progress.jsonl"
 SPLITS = ("train", "validation")
 
 logger = logging.getLogger("marinbuild.ml.tokenize")
@@ -164,15 +167,15 @@ def plan_splits(payload: dict[str, Any]) -> dict[str, list[sh.Shard]]:
     }
 
 
-LOG_EVERY = 10.0  # seconds between two progress lines in the step's log (where no live display listens)
+LOG_EVERY = 10.0  # seconds between two progress lines in logs/progress.jsonl and the step's log
 
 
 @dataclass
 class _Progress:
     """Shards done / total, the token rate of the shards built by this attempt, the merge's bytes, an ETA (from
     the input bytes left to tokenize, then the bytes left to merge, at the rate so far). Reported each second
-    to a live display; where none listens, logged only when it changed, at most every ``LOG_EVERY`` seconds
-    (the first and last line always, if they say something new)."""
+    to a live display; written to ``log`` (and, where no display listens, the step's log) only when it changed,
+    at most every ``LOG_EVERY`` seconds (the first and last line always, if they say something new)."""
 
     total: int
     done: int = 0
@@ -187,6 +190,7 @@ class _Progress:
     last: float = 0.0
     logged: tuple[int, int, int] | None = None
     logged_at: float = 0.0
+    log: RunLog | None = None  # logs/progress.jsonl
 
     def text(self) -> str:
         parts = [f"{self.done}/{self.total} shards", f"{self.rate():,.0f} tokens/s"]
@@ -222,13 +226,16 @@ class _Progress:
             "merge_bytes_total": self.merge_total,
             "eta_s": None if eta is None else round(eta, 1),
         }
-        if report(self.text(), **data):
-            return
+        listened = report(self.text(), **data)
         state = (self.done, self.built_tokens, self.merged)
         if state == self.logged or (not force and now - self.logged_at < LOG_EVERY):
             return
         self.logged, self.logged_at = state, now
-        logger.info("tokenize: %s", self.text())
+        if self.log is not None:
+            self.log.add({"time": round(now, 1), "detail": self.text(), **data})
+            self.log.flush()
+        if not listened:
+            logger.info("tokenize: %s", self.text())
 
 
 def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
@@ -252,7 +259,7 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
         payload.get("shard_resources"),
         common["offline"],
         worker_log,
-        warm=(shard_work.warm, common),  # workers import levanter and load the tokenizer while the inputs are hashed
+        warm=(shard_work.describe, common),  # levanter imported, the tokenizer loaded while the inputs are hashed
         expect=sum(len(payload.get(split) or []) for split in SPLITS),
     )
     try:
@@ -289,7 +296,11 @@ def _tokenize(payload: dict[str, Any], pool: Pool, common: dict[str, Any]) -> di
             counts[split]["cached"],
             len(shards) - counts[split]["cached"],
         )
-    progress = _Progress(total=sum(len(s) for s in plans.values()), done=sum(c["cached"] for c in counts.values()))
+    progress = _Progress(
+        total=sum(len(s) for s in plans.values()),
+        done=sum(c["cached"] for c in counts.values()),
+        log=RunLog(os.path.join(out, "logs", PROGRESS_LOG)),
+    )
     progress.todo_bytes = sum(_size(job) for job in todo.values())
 
     def tick() -> None:

@@ -1,7 +1,8 @@
 """``tokenize`` shard by shard on the local backend: the same tokens as levanter's own builder, shards as cached
 actions (a new file is one new shard; a killed build resumes at shard granularity; ``why`` counts them),
-progress events, and bad input named by file and line or skipped and counted. Real CLI builds in child
-processes; each build's ``logs/shards.jsonl`` says which shards it built and which it found cached.
+progress (events and ``logs/progress.jsonl``), and bad input named by file and line or skipped and counted.
+Real CLI builds in child processes; each build's ``logs/shards.jsonl`` says which shards it built and which it
+found cached.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from serve_ws import Server
 from tokenize_ws import (
     TokenizeWorkspace,
     gz_bytes,
@@ -63,7 +65,18 @@ def test_sharded_tokens_equal_levanters_and_a_new_file_is_one_new_shard(tmp_path
     assert {states["part-2.jsonl.gz"], states["part-2a.jsonl.gz"]} == {"built", "cached"}
     progress = [e for e in first.events if e["kind"] == "progress" and e["step"] == "pipe/tok"]
     assert progress and progress[-1]["data"]["shards_done"] == 7 and progress[-1]["data"]["shards_total"] == 7
-    assert "tokens/s" in progress[-1]["detail"]
+    assert "tokens/s" in progress[-1]["detail"] and "merged" in progress[-1]["detail"]
+    last = progress[-1]["data"]
+    assert last["merge_bytes"] == last["merge_bytes_total"] > 0 and last["eta_s"] is not None
+    logged = [json.loads(line) for line in (out / "logs" / "progress.jsonl").read_text().splitlines()]
+    assert (logged[-1]["shards_done"], logged[-1]["merge_bytes"]) == (7, last["merge_bytes_total"])
+    assert logged[-1]["detail"].startswith("7/7 shards")
+    server = Server(ws.root)  # ``serve``'s page for the step shows the end of its progress log
+    try:
+        logs = {log["name"]: log["tail"] for log in server.json(f"/api/step/pipe/{out.name}")["logs"]}
+    finally:
+        server.stop()
+    assert logged[-1]["detail"] in logs["logs/progress.jsonl"]
 
     write_docs(ws.data / "part-6.jsonl.gz", texts[600:700])
     second = ws.build()
