@@ -354,7 +354,7 @@ def render(r: dict[str, Any], args: argparse.Namespace) -> str:
     targets = [r[2] if len(r) > 2 else "<= 2 s" for r in rows]
     load = r["load"]
     lines = [
-        f"{s['mb']:g} MB of JSON lines in {s['files']:g} files ({raw['tokens']:,} tokens, BPE vocab {args.vocab}); "
+        f"{s['mb']:g} MB of JSON lines in {s['files']:g} files ({raw['tokens']:,.0f} tokens, BPE vocab {args.vocab}); "
         f"{r['cpus']} CPUs, load average {load['before'][0]:.1f} before, {load['after'][0]:.1f} after; "
         f"{r['seconds'] / 60:.1f} minutes in all.",
         "",
