@@ -4,7 +4,7 @@ Output (docs/download.md): the files under ``<out>[/<subdir>]`` (Marin's ``downl
 ``provenance.json`` (Marin's keys), ``.download/done/<path>.json`` (a done marker per verified file) and
 ``.download/files.jsonl`` (a line per file per attempt). Files whose done marker matches the listing
 (``download_sources``) are reused; the others are copied in parallel by ``download_work.fetch_file`` on ``shard_pool``'s
-pool (Ray tasks on Ray, else ``workers`` threads). The first failure stops the step once the files in flight end;
+pool (Ray actors on Ray, else ``workers`` threads). The first failure stops the step once the files in flight end;
 verified files stay done, so a rerun fetches only the rest."""
 
 from __future__ import annotations

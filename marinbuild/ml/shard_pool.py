@@ -45,8 +45,6 @@ ATTEMPTS = 3
 
 
 class Pool(Protocol):
-    name: str
-
     @property
     def workers(self) -> int: ...
 
@@ -134,8 +132,6 @@ def _serve(conn: Any, offline: bool, log_path: str | None, warm: Warm) -> None:
 class LocalPool:
     """Jobs in long-lived local processes."""
 
-    name = "local processes"
-
     def __init__(self, workers: int, offline: bool, log_path: str | None = None, warm: Warm = None):
         self.workers = workers
         self._args = (offline, log_path, warm)
@@ -199,8 +195,6 @@ class LocalPool:
 class ThreadPool:
     """Jobs in threads of this process: for I/O-bound work (downloads), where a process per job buys nothing."""
 
-    name = "local threads"
-
     def __init__(self, workers: int):
         self.workers = workers
         self._executor = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="marinbuild-pool")
@@ -242,8 +236,6 @@ class _Actor:
 
 class RayPool:
     """Jobs in Ray actors over the cluster, as many as it has room for."""
-
-    name = "Ray actors"
 
     def __init__(
         self, resources: dict[str, Any], cap: int = 0, offline: bool = False, warm: Warm = None, expect: int = 0
