@@ -119,7 +119,7 @@ class _Verdict:
     error: FAILED)."""
     error: BaseException | None = None
     report: str | None = None
-    """``ran``: the step's last progress report, which the relay did not take (JSON, ``ray_task.run_under_lease``)."""
+    """``ran``: the step's last progress report (JSON, ``ray_task.run_under_lease``)."""
 
 
 @dataclass

@@ -9,8 +9,8 @@ seconds (an actor is a Ray worker process: a build whose steps all end sooner st
 while launched steps run, one thread long-polls it (``take``) and emits each report as a
 ``progress`` event on the bus of the step's job.
 A report that cannot be sent (no relay yet, or the task was not launched by a marinbuild driver) is
-dropped, but for the step's last one, which its task returns to the driver: progress is a
-convenience, never a reason for a step to fail.
+dropped, but the step's last one its task returns to the driver, sent or not (the relay's thread ends with
+the step, perhaps before taking it): progress is a convenience, never a reason for a step to fail.
 """
 
 from __future__ import annotations
@@ -152,22 +152,21 @@ class ProgressRelay:
 
 class TaskReporter:
     """In a step's task: sends each report to the relay of the driver ``holder`` (looked up until found). The last
-    report the relay did not take is kept (``unsent``): the task returns it and the driver emits it, so a step's
-    final state reaches the events even when the step ended before the relay was up."""
+    report is kept (``last``): the task returns it and the driver emits it, so a step's final state reaches the
+    events even when the step ended before the relay was up, or before the relay's reports were taken."""
 
     def __init__(self, holder: str, step: str, output_path: str) -> None:
         self.holder, self.step, self.output_path = holder, step, output_path
         self.actor: Any = None
-        self.unsent: tuple[str, dict[str, Any]] | None = None
+        self.last: tuple[str, dict[str, Any]] | None = None
 
     def __call__(self, detail: str, data: dict[str, Any]) -> None:
-        self.unsent = (detail, data)
+        self.last = (detail, data)
         try:
             if self.actor is None:
                 import ray
 
                 self.actor = ray.get_actor(relay_name(self.holder))
             self.actor.report.remote((self.step, self.output_path, detail, data))
-            self.unsent = None
         except Exception:
             logger.debug("could not send a progress report of %s", self.step, exc_info=True)

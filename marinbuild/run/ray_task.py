@@ -61,7 +61,7 @@ def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> str | None:
     """The body of every step's task: RUNNING and ``.executor_info``, the step, then its commit.
 
     The step's own exception propagates (the step's failure); marinbuild's raise ``EngineError``.
-    Returns the step's last progress report if the driver's relay did not take it (``TaskReporter``), as JSON
+    Returns the step's last progress report, if it made one (``TaskReporter``), as JSON
     text (the driver reads it whatever classes its values are); the step's value is in ``.artifact.json``.
     """
     try:
@@ -80,7 +80,7 @@ def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> str | None:
         run.commit(result)
     except Exception as exc:
         raise EngineError(exc) from exc
-    return None if reporter.unsent is None else json.dumps(reporter.unsent, default=str)
+    return None if reporter.last is None else json.dumps(reporter.last, default=str)
 
 
 def worker_log() -> str:
