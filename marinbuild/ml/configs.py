@@ -194,13 +194,6 @@ class Trainer:
         if any(size <= 0 for _, size in schedule):
             raise ValueError(f"batch sizes must be positive, got {self.batch_size!r}")
 
-    def batch_size_at(self, step: int) -> int:
-        size = 0
-        for start, value in batch_schedule(self.batch_size):
-            if start <= step:
-                size = value
-        return size
-
 
 def batch_schedule(value: int | list[Any]) -> list[tuple[int, int]]:
     """``[(start_step, batch_size), ...]`` for an int or a schedule of pairs or ``{"start", "value"}`` dicts."""
@@ -241,21 +234,14 @@ class DataclassAttr(ConfigAttr):
             raise AttrValueError(f"{self.cls.__name__}: {exc}") from None
 
 
-def config_attr(cls: type, **kwargs: Any) -> DataclassAttr:
-    """An attribute holding a ``cls`` written as a dict in BUILD files (see ``DataclassAttr``)."""
-    return DataclassAttr(cls, **kwargs)
+config_attr = DataclassAttr  # an attribute holding a ``cls`` written as a dict in BUILD files
 
 
 def from_dict(cls: type, value: Any) -> Any:
     """An instance of ``cls`` from its ``asdict`` form (what crosses into the training process)."""
     if isinstance(value, cls):
         return value
-
     return cls(**thaw(dict(value)))
-
-
-def as_dict(value: Any) -> dict[str, Any]:
-    return dataclasses.asdict(value)
 
 
 # -- conversion to levanter (imports levanter; call only inside the training/eval process) ----------
@@ -301,7 +287,7 @@ def to_levanter_optimizer(opt: Optimizer) -> Any:
     import draccus
     from levanter.optim import OptimizerConfig
 
-    fields = {k: v for k, v in as_dict(opt).items() if k not in ("type", "options")}
+    fields = {k: v for k, v in dataclasses.asdict(opt).items() if k not in ("type", "options")}
     if isinstance(opt.cycle_length, tuple):  # levanter tells a list of cycle lengths by isinstance(list)
         fields["cycle_length"] = list(opt.cycle_length)
     fields.update(opt.options)
