@@ -317,10 +317,8 @@ def verify_cache(
     labels = pb.resolve_targets(session, targets)
     output_paths = session.engine.output_paths
     graph = StepGraph(session.engine.table) if deps else None
-    owner: dict[Any, str] = {}  # each step of a target: that target (the requested ones first)
-    for label in [*labels, *session.analysis.steps_of]:
-        for step in session.steps_of(label):
-            owner.setdefault(step, str(label))
+    named = [*labels, *session.analysis.steps_of]  # each step of a target: the first target (requested ones first)
+    owner = {step: str(label) for label in reversed(named) for step in session.steps_of(label)}
     entries: dict[str, tuple[str, str | None]] = {}
     for label in labels:
         own = session.steps_of(label)
