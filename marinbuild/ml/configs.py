@@ -194,6 +194,13 @@ class Trainer:
         if any(size <= 0 for _, size in schedule):
             raise ValueError(f"batch sizes must be positive, got {self.batch_size!r}")
 
+    def batch_size_at(self, step: int) -> int:
+        size = 0
+        for start, value in batch_schedule(self.batch_size):
+            if start <= step:
+                size = value
+        return size
+
 
 def batch_schedule(value: int | list[Any]) -> list[tuple[int, int]]:
     """``[(start_step, batch_size), ...]`` for an int or a schedule of pairs or ``{"start", "value"}`` dicts."""
