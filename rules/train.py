@@ -41,8 +41,9 @@ def _components(paths: list[str], what: str, split: str) -> dict[str, tuple[str,
 
 
 def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
+    from dataclasses import asdict
+
     from marinbuild.core.resources import normalize
-    from marinbuild.ml.configs import as_dict
     from marinbuild.ml.slice_run import TRAIN
 
     model: LmModel = from_dict(LmModel, ctx.attr.model)
@@ -82,9 +83,9 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         "validation": {name: path for name, (path, _) in validation.items()},
         "text_keys": {name: meta.get("text_key", "text") for name, (_, meta) in [*train.items(), *validation.items()]},
         "tokenizer": tokenizer,
-        "model": as_dict(model),
-        "optimizer": as_dict(from_dict(Optimizer, ctx.attr.optimizer)),
-        "trainer": as_dict(trainer),
+        "model": asdict(model),
+        "optimizer": asdict(from_dict(Optimizer, ctx.attr.optimizer)),
+        "trainer": asdict(trainer),
         "seed": ctx.attr.seed,
         "tracker": ctx.attr.tracker,
         "task_evals": specs,

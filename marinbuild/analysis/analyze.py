@@ -139,10 +139,7 @@ class Analysis:
     instead of a copy per step."""
 
     def requested_steps(self, labels: Iterable[Label]) -> list[ExecutorStep]:
-        out: list[ExecutorStep] = []
-        for label in labels:
-            out.extend(self.steps_of[label])
-        return out
+        return [step for label in labels for step in self.steps_of[label]]
 
 
 class AnalysisContext:
@@ -283,8 +280,8 @@ def _target_step(
             code=_code_of(rule, workspace, stat_cache, code or {}, analysis.code_entries),
         ),
         description=rule.doc or None,
-        resources=_resources(target),
-        override_output_path=_override_output_path(target),
+        resources=None if (resources := target.attrs.get("resources")) is None else thaw(resources),
+        override_output_path=str(path) if (path := target.attrs.get("override_output_path")) else None,
     )
 
 
@@ -308,17 +305,11 @@ def _code_of(
     analysis's earlier answers) when another target asked the same. The targets asking the same share one dict
     (a ``TargetConfig`` is frozen and nothing changes its ``code``): a copy per target was ~2% of the peak memory
     of ``bench/run.py``'s layered 100,000 ``incremental`` row (``marinbuild-cli``)."""
-    key = (rule.implementation, *sorted(extra.items()))
-    if key not in known:
-        known[key] = _find_code(rule, workspace, stat_cache, extra)
-    return known[key]
-
-
-def _find_code(
-    rule: RuleType, workspace: Workspace, stat_cache: StatCache | None, extra: dict[str, tuple[Path, bool]]
-) -> dict[str, Any] | None:
     import inspect
 
+    key = (rule.implementation, *sorted(extra.items()))
+    if key in known:
+        return known[key]
     files: dict[str, tuple[Path, bool]] = {}
     try:
         module_file = inspect.getsourcefile(rule.implementation) if rule.implementation is not None else None
@@ -334,18 +325,8 @@ def _find_code(
             continue
         entry = {"path": display_path(path, workspace.root, stat_cache), "xxh3": digest}
         code[name] = versioned(entry) if in_key else entry
-    return code or None
-
-
-def _resources(target: Target) -> Any:
-    value = target.attrs.get("resources")
-    return thaw(value) if value is not None else None
-
-
-def _override_output_path(target: Target) -> str | None:
-    """A rule's ``override_output_path`` attribute places its output by hand, as Marin's: relative or absolute."""
-    value = target.attrs.get("override_output_path")
-    return str(value) if value else None
+    known[key] = code or None
+    return known[key]
 
 
 def load_script_steps(script: Path, workspace_root: Path) -> dict[str, ExecutorStep]:

@@ -109,10 +109,7 @@ def cache_gc(
     narrow = keep_only_used_by_patterns
     keep = {normalize(paths[s]) for s in (used_by_patterns if narrow else used_by_workspace)}
 
-    label_of: dict[Any, str] = {}
-    for label in every:
-        for step in session.steps_of(label):
-            label_of.setdefault(step, str(label))
+    label_of = {step: str(label) for label in reversed(every) for step in session.steps_of(label)}  # the first's
     maker_of_path: dict[str, str] = {}  # a current output path -> "step name (//its:target)"
     maker_of_name: dict[str, str] = {}  # the step name a current output path has -> the same
     for step in used_by_workspace:

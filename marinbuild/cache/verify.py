@@ -9,6 +9,7 @@ findings go to ``.marinbuild_verify.json``. Steps built by Marin (no manifest) a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -122,10 +123,9 @@ def _compare(output_path: str, expected: manifest.Manifest) -> list[FileProblem]
         found = actual.get(entry.path)
         if found is None:
             problems.append(FileProblem(entry.path, DELETED, entry.size, None))
-        elif found.size < entry.size:
-            problems.append(FileProblem(entry.path, TRUNCATED, entry.size, found.size))
-        elif found.size > entry.size:
-            problems.append(FileProblem(entry.path, MODIFIED, entry.size, found.size))
+        elif found.size != entry.size:
+            kind = TRUNCATED if found.size < entry.size else MODIFIED
+            problems.append(FileProblem(entry.path, kind, entry.size, found.size))
         elif entry.xxh3_128 is not None:
             to_hash.append(entry.path)
         elif entry.crc32c is not None and found.crc32c is not None and found.crc32c != entry.crc32c:
@@ -146,23 +146,20 @@ def _compare(output_path: str, expected: manifest.Manifest) -> list[FileProblem]
 def _invalidate(output_path: str) -> bool:
     """Remove the SUCCESS status so the step counts as not built; False if it changed meanwhile."""
     path = st.status_path(output_path)
-    if output_path.startswith(("gs://", "gcs://")):
+    on_gcs = output_path.startswith(("gs://", "gcs://"))
+    if on_gcs:
         from marinbuild.store import gcs  # lazy: gcsfs
 
         got = gcs.read_with_generation(path)
-        if got is None:
-            return True
-        try:
-            if st.parse_status(path, got[0]) == st.STATUS_RUNNING:
-                return False  # a runner is rebuilding it right now
-        except DamagedFileError:
-            pass
+    else:
+        got = None if (data := fs.read_bytes(path)) is None else (data, 0)
+    if got is None:
+        return True
+    with contextlib.suppress(DamagedFileError):
+        if st.parse_status(path, got[0]) == st.STATUS_RUNNING:
+            return False  # a runner is rebuilding it right now
+    if on_gcs:
         return gcs.delete_if_generation(path, got[1])
-    try:
-        if st.read_status(output_path) == st.STATUS_RUNNING:
-            return False
-    except DamagedFileError:
-        pass
     fs.remove(path)
     return True
 
@@ -289,10 +286,8 @@ def remove_dead_lease(output_path: str, stale_after: float, *, unparsable: bool)
 
 def _leave_report(result: StepVerification) -> None:
     report = {"invalidated": time.time(), "error": result.error, "problems": [asdict(p) for p in result.damage]}
-    try:
+    with contextlib.suppress(OSError):  # only an explanation: the step is already marked not built
         fs.write_atomic(fs.join(result.output_path, REPORT_FILE), json.dumps(report, indent=1).encode())
-    except OSError:
-        pass  # only an explanation: the step is already marked not built
 
 
 def verify_outputs(
@@ -309,14 +304,9 @@ def verify_outputs(
     workers = max(1, min(workers, len(paths), (os.cpu_count() or 2) * 2))
     if not paths:
         return VerifyReport()
-
-    def one(p: str) -> StepVerification:
-        return verify_output(
-            p, repair=repair, name=names.get(p), repair_metadata=repair_metadata, stale_after=stale_after
-        )
-
+    kwargs: dict[str, Any] = {"repair": repair, "repair_metadata": repair_metadata, "stale_after": stale_after}
     with ThreadPoolExecutor(workers) as pool:
-        return VerifyReport(list(pool.map(one, paths)))
+        return VerifyReport(list(pool.map(lambda p: verify_output(p, name=names.get(p), **kwargs), paths)))
 
 
 def verify_cache(
@@ -327,10 +317,8 @@ def verify_cache(
     labels = pb.resolve_targets(session, targets)
     output_paths = session.engine.output_paths
     graph = StepGraph(session.engine.table) if deps else None
-    owner: dict[Any, str] = {}  # each step of a target: that target (the requested ones first)
-    for label in [*labels, *session.analysis.steps_of]:
-        for step in session.steps_of(label):
-            owner.setdefault(step, str(label))
+    named = [*labels, *session.analysis.steps_of]  # each step of a target: the first target (requested ones first)
+    owner = {step: str(label) for label in reversed(named) for step in session.steps_of(label)}
     entries: dict[str, tuple[str, str | None]] = {}
     for label in labels:
         own = session.steps_of(label)

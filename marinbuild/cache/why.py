@@ -240,25 +240,17 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
         return e
     if probe.state == pb.DAMAGED:
         e.reason, e.error = DAMAGED, probe.error
-        return e
-    if probe.state == pb.FAILED:
+    elif probe.state == pb.FAILED:
         e.reason, e.detail = FAILED_BEFORE, f"status {probe.status}"
-        traceback = existing_traceback(probe.output_path)
-        if traceback is not None:
+        if (traceback := existing_traceback(probe.output_path)) is not None:
             e.detail += f"; traceback: {traceback}"
-        return e
-    if probe.state == pb.RUNNING:
+    elif probe.state == pb.RUNNING:
         e.reason = RUNNING_ELSEWHERE
         e.detail = f"lease held by {e.lease_holder}, last heartbeat {format_age(e.lease_age)} ago"
-        return e
-    if probe.state == pb.ABANDONED:
-        e.reason = ABANDONED
-        e.detail = (
-            "status RUNNING but no lease"
-            if probe.lease is None
-            else f"status RUNNING but the lease of {e.lease_holder} is stale "
-            f"(last heartbeat {format_age(e.lease_age)} ago)"
-        )
+    elif probe.state == pb.ABANDONED:
+        stale = f"the lease of {e.lease_holder} is stale (last heartbeat {format_age(e.lease_age)} ago)"
+        e.reason, e.detail = ABANDONED, f"status RUNNING but {'no lease' if probe.lease is None else stale}"
+    if e.reason != BUILT:
         return e
     held = Store(probe.output_path).names(probe.output_path)
     if held is not None and held != [INFO_FILE]:  # only the info: written before the step ran, as Marin does
@@ -316,8 +308,7 @@ def version_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _config_changes(path: str, old: dict[str, Any], new: dict[str, Any], out: list[str]) -> None:
-    keys = list(old) + [k for k in new if k not in old]
-    for key in sorted(keys, key=str):
+    for key in sorted(old.keys() | new.keys(), key=str):
         where = f"{path}.{key}"
         if key not in new:
             out.append(f"{where}: {short_json(old[key])} -> {ABSENT}")

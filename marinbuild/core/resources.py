@@ -88,12 +88,12 @@ class TpuSlice:
 
     def shape(self, slices: int = 1) -> str:
         """What a step gets, in one phrase: ``TPU v4-2048: 1 slice x 256 hosts x 4 chips (1024 chips)``."""
-        total = self.chips * slices
-        return (
-            f"TPU {self.type}: {slices} slice{'s' if slices != 1 else ''} x {self.vms} "
-            f"host{'s' if self.vms != 1 else ''} x {self.chips_per_vm} chip{'s' if self.chips_per_vm != 1 else ''}"
-            f" ({total} chip{'s' if total != 1 else ''})"
-        )
+        counts = _count(slices, "slice"), _count(self.vms, "host"), _count(self.chips_per_vm, "chip")
+        return f"TPU {self.type}: {' x '.join(counts)} ({_count(self.chips * slices, 'chip')})"
+
+
+def _count(n: float, what: str) -> str:
+    return f"{n:g} {what}{'s' if n != 1 else ''}"
 
 
 def tpu_slice(tpu_type: str) -> TpuSlice:
@@ -168,16 +168,8 @@ class Resources:
 
     def to_ray_options(self) -> dict[str, Any]:
         """Options for ``.options(**)`` of a Ray remote function (``fresh_worker`` is set where it is defined)."""
-        options: dict[str, Any] = {}
-        if self.cpu is not None:
-            options["num_cpus"] = self.cpu
-        if self.gpu is not None:
-            options["num_gpus"] = self.gpu
-        if self.memory is not None:
-            options["memory"] = self.memory
-        custom = self.ray_resources()
-        if custom:
-            options["resources"] = custom
+        asked = {"num_cpus": self.cpu, "num_gpus": self.gpu, "memory": self.memory, "resources": self.ray_resources()}
+        options: dict[str, Any] = {k: v for k, v in asked.items() if v is not None and v != {}}
         if self.multi_host:  # the slices' coordinator: losing it loses every slice's progress since the last attempt
             options["label_selector"] = {MARKET_TYPE_LABEL: "!spot"}
         return options
@@ -191,13 +183,13 @@ class Resources:
         parts = []
         if self.tpu is not None:
             s = tpu_slice(self.tpu)
-            parts.append(f"a TPU {s.type} slice ({s.chips} chips on {s.vms} host{'s' if s.vms > 1 else ''})")
+            parts.append(f"a TPU {s.type} slice ({s.chips} chips on {_count(s.vms, 'host')})")
             if self.slices != 1:
                 parts[-1] += f" x {self.slices} slices"
         if self.gpu:
-            parts.append(f"{self.gpu:g} GPU{'s' if self.gpu != 1 else ''}")
+            parts.append(_count(self.gpu, "GPU"))
         if self.cpu is not None:
-            parts.append(f"{self.cpu:g} CPU{'s' if self.cpu != 1 else ''}")
+            parts.append(_count(self.cpu, "CPU"))
         if self.memory is not None:
             parts.append(f"{self.memory / 2**30:.3g} GiB of memory")
         parts.extend(f"{v:g} {k}" for k, v in self.custom.items())
@@ -207,9 +199,7 @@ class Resources:
         """What the step will get, for ``-n`` and ``why``: the TPU slice's shape, else GPUs; None for neither."""
         if self.tpu is not None:
             return tpu_slice(self.tpu).shape(self.slices)
-        if self.gpu:
-            return f"{self.gpu:g} GPU{'s' if self.gpu != 1 else ''}"
-        return None
+        return _count(self.gpu, "GPU") if self.gpu else None
 
 
 def hardware_of(value: Any) -> str | None:

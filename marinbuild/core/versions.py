@@ -88,21 +88,14 @@ class VersionTable:
             return
         collected = collect_dependencies_and_version(step.config)
         # The common case: a script lists steps after what they depend on, so every dependency is done already.
-        for dep in collected.dependencies:
-            if dep not in versions:
-                break
-        else:
-            for dep in collected.pseudo_dependencies:
-                if dep not in versions:
-                    break
-            else:
-                if not is_pseudo_dep:
-                    is_pseudo = self.is_pseudo_dep
-                    for dep in collected.dependencies:
-                        if is_pseudo[dep]:
-                            self._unmark_pseudo(dep)
-                self._record(step, is_pseudo_dep, collected)
-                return
+        done = versions.__contains__
+        if all(map(done, collected.dependencies)) and all(map(done, collected.pseudo_dependencies)):
+            if not is_pseudo_dep:
+                for dep in collected.dependencies:
+                    if self.is_pseudo_dep[dep]:
+                        self._unmark_pseudo(dep)
+            self._record(step, is_pseudo_dep, collected)
+            return
         self._compute_walk(step, is_pseudo_dep, collected)
 
     def _compute_walk(self, step: ExecutorStep, is_pseudo_dep: bool, collected: Any) -> None:
@@ -131,7 +124,6 @@ class VersionTable:
                 ]
                 collected = None
             children = frame[3]
-            pushed = False
             while frame[4] < len(children):
                 child, child_pseudo = children[frame[4]]
                 frame[4] += 1
@@ -140,13 +132,11 @@ class VersionTable:
                         self._unmark_pseudo(child)
                     continue
                 stack.append([child, child_pseudo, None, None, 0])
-                pushed = True
                 break
-            if pushed:
-                continue
-            stack.pop()
-            on_stack.discard(id(current))
-            self._record(current, pseudo, frame[2])
+            else:  # every child done: this step's turn
+                stack.pop()
+                on_stack.discard(id(current))
+                self._record(current, pseudo, frame[2])
 
     def action_digest(self, step: ExecutorStep) -> str:
         """The sha256 of the step's version string, the action cache's key (taken with the md5: no-ops compose none)."""

@@ -140,21 +140,34 @@ def _join(base: str, name: str | None) -> str:
     return os.path.join(base, name) if name else base
 
 
-def _instantiate(obj: Any, output_path: str | None, output_paths: dict[ExecutorStep, str], prefix: str) -> Any:
-    """``instantiate_config``'s walk; module-level, not a closure: see the module docstring."""
+def _rebuild(obj: Any, fn: Any) -> Any:
+    """``obj`` with ``fn`` applied to each item of a dataclass (init fields), list, dict or tuple (named too)."""
+    if hasattr(type(obj), "__dataclass_fields__") and not isinstance(obj, type):
+        return replace(obj, **{f.name: fn(getattr(obj, f.name)) for f in fields(obj) if f.init})
+    if isinstance(obj, list):
+        return [fn(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: fn(v) for k, v in obj.items()}
+    if isinstance(obj, tuple):
+        return type(obj)(*map(fn, obj)) if hasattr(obj, "_fields") else tuple(map(fn, obj))
+    return obj
+
+
+def instantiate_config(obj: Any, output_path: str | None, output_paths: dict[ExecutorStep, str], prefix: str) -> Any:
+    """``obj`` with every placeholder replaced by its value or path (``MirroredValue``: ``mirror://``)."""
     cls = type(obj)
     if cls in _PLAIN:
         return obj
     if isinstance(obj, list):  # no placeholder is a list, a dict or a tuple: the common containers first
-        return [_instantiate(x, output_path, output_paths, prefix) for x in obj]
+        return [instantiate_config(x, output_path, output_paths, prefix) for x in obj]
     if isinstance(obj, dict):
-        return {k: _instantiate(v, output_path, output_paths, prefix) for k, v in obj.items()}
+        return {k: instantiate_config(v, output_path, output_paths, prefix) for k, v in obj.items()}
     if isinstance(obj, VersionedValue):  # plain data, but a BUILD file's mirrored() may sit inside
-        return _instantiate(obj.value, output_path, output_paths, prefix)
+        return instantiate_config(obj.value, output_path, output_paths, prefix)
     if isinstance(obj, ExecutorStep):
         obj = output_path_of(obj)
     if isinstance(obj, MirroredValue):
-        inner = _instantiate(obj.value, output_path, output_paths, prefix)
+        inner = instantiate_config(obj.value, output_path, output_paths, prefix)
         if isinstance(inner, str) and not inner.startswith("mirror://"):
             return f"mirror://{inner}"
         return inner
@@ -168,34 +181,13 @@ def _instantiate(obj: Any, output_path: str | None, output_paths: dict[ExecutorS
                 f"cannot resolve OutputName({obj.name!r}): the config has no output_path and none was passed"
             )
         return _join(output_path, obj.name)
-    if hasattr(cls, "__dataclass_fields__"):
-        return replace(
-            obj,
-            **{
-                f.name: _instantiate(getattr(obj, f.name), output_path, output_paths, prefix)
-                for f in fields(obj)
-                if f.init
-            },
-        )
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(_instantiate(x, output_path, output_paths, prefix) for x in obj))
-    if isinstance(obj, tuple):
-        return tuple(_instantiate(x, output_path, output_paths, prefix) for x in obj)
-    return obj
-
-
-def instantiate_config(config: Any, output_path: str | None, output_paths: dict[ExecutorStep, str], prefix: str) -> Any:
-    """``config`` with every placeholder replaced by its value or path (``MirroredValue``: ``mirror://``)."""
-
-    return _instantiate(config, output_path, output_paths, prefix)
+    return _rebuild(obj, lambda x: instantiate_config(x, output_path, output_paths, prefix))
 
 
 def resolve_local_placeholders(config: ConfigT, output_path: str) -> ConfigT:
     """Resolve ``OutputName`` paths and ``VersionedValue`` wrappers, keeping references and ``MirroredValue``s."""
 
     def recurse(obj: Any) -> Any:
-        if obj is None:
-            return None
         if isinstance(obj, OutputName):
             return _join(output_path, obj.name)
         if isinstance(obj, MirroredValue):
@@ -204,17 +196,7 @@ def resolve_local_placeholders(config: ConfigT, output_path: str) -> ConfigT:
             return recurse(obj.value)
         if isinstance(obj, InputName | ExecutorStep):
             return obj
-        if is_dataclass(obj) and not isinstance(obj, type):
-            return replace(obj, **{f.name: recurse(getattr(obj, f.name)) for f in fields(obj) if f.init})
-        if isinstance(obj, list):
-            return [recurse(x) for x in obj]
-        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-            return type(obj)(*(recurse(x) for x in obj))
-        if isinstance(obj, tuple):
-            return tuple(recurse(x) for x in obj)
-        if isinstance(obj, dict):
-            return {k: recurse(v) for k, v in obj.items()}
-        return obj
+        return _rebuild(obj, recurse)
 
     return recurse(config)
 
@@ -227,13 +209,7 @@ def unwrap_versioned_value(value: Any) -> Any:
             return recurse(obj.value)
         if isinstance(obj, OutputName | InputName | ExecutorStep):
             raise ValueError(f"Cannot unwrap VersionedValue containing {type(obj)}: {obj}")
-        if is_dataclass(obj) and not isinstance(obj, type):
-            return replace(obj, **{f.name: recurse(getattr(obj, f.name)) for f in fields(obj) if f.init})
-        if isinstance(obj, dict):
-            return {k: recurse(v) for k, v in obj.items()}
-        if isinstance(obj, list):
-            return [recurse(x) for x in obj]
-        return obj
+        return obj if isinstance(obj, tuple) else _rebuild(obj, recurse)  # Marin's: tuples as they are
 
     return recurse(value)
 

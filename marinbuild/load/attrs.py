@@ -173,16 +173,19 @@ class SourceFilesAttr(LabelListAttr):
         return out
 
 
-def _scalar(kind: type) -> Attr:
-    return {builtins.str: StringAttr, builtins.int: IntAttr, builtins.float: FloatAttr, builtins.bool: BoolAttr}[kind]()
-
-
 def _element_attr(of: Any, where: str) -> Attr | None:
     if of is None or isinstance(of, Attr):
         return of
     if of in (builtins.str, builtins.int, builtins.float, builtins.bool):
-        return _scalar(of)
+        return {str: StringAttr, int: IntAttr, float: FloatAttr, bool: BoolAttr}[of]()
     raise TypeError(f"{where}: expected an attr.*() type or one of str, int, float, bool; got {of!r}")
+
+
+def _convert_item(spec: Attr, item: Any, package: str, what: str, key: Any) -> Any:
+    try:
+        return spec.convert(item, package)
+    except AttrValueError as exc:
+        raise AttrValueError(f"{what} {key!r}: {exc}") from None
 
 
 class LabelKeyedDictAttr(Attr):
@@ -199,16 +202,12 @@ class LabelKeyedDictAttr(Attr):
         if not _is_mapping(value):
             raise AttrValueError(f"expected a dict from labels to values, got {_describe(value)}")
         out: dict[Label, Any] = {}
-        convert = self.value_attr.convert if self.value_attr is not None else None
         for key, item in value.items():
             label = _to_label(key, package)
             if label in out:
                 raise AttrValueError(f"label {str(label)!r} appears more than once as a key")
-            if convert is not None:
-                try:
-                    item = convert(item, package)
-                except AttrValueError as exc:
-                    raise AttrValueError(f"value for key {key!r}: {exc}") from None
+            if self.value_attr is not None:
+                item = _convert_item(self.value_attr, item, package, "value for key", key)
             elif type(item) not in _SCALARS:
                 item = _json_like(item, f"value for key {key!r}")
             out[label] = item
@@ -258,8 +257,6 @@ class StringAttr(Attr):
         self.values = tuple(values) if values is not None else None
 
     def convert(self, value: Any, package: str) -> str:
-        if type(value) is str and self.values is None:
-            return value
         if not isinstance(value, str):
             raise AttrValueError(f"expected a string, got {_describe(value)}")
         if self.values is not None and value not in self.values:
@@ -274,8 +271,6 @@ class IntAttr(Attr):
     type_name = "int"
 
     def convert(self, value: Any, package: str) -> int:
-        if type(value) is int:
-            return value
         if isinstance(value, bool) or not isinstance(value, int):
             raise AttrValueError(f"expected an int, got {_describe(value)}")
         return value
@@ -288,11 +283,6 @@ class FloatAttr(Attr):
     type_name = "float"
 
     def convert(self, value: Any, package: str) -> float:
-        cls = type(value)
-        if cls is float:
-            return value
-        if cls is int:
-            return float(value)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise AttrValueError(f"expected a float (or int), got {_describe(value)}")
         return float(value)
@@ -305,8 +295,6 @@ class BoolAttr(Attr):
     type_name = "bool"
 
     def convert(self, value: Any, package: str) -> bool:
-        if value is True or value is False:
-            return value
         if not isinstance(value, bool):
             raise AttrValueError(f"expected True or False, got {_describe(value)}")
         return value
@@ -351,13 +339,7 @@ class ListAttr(Attr):
             if _SCALARS.issuperset(map(type, value)):
                 return tuple(value)
             return tuple([x if type(x) in _SCALARS else _json_like(x, "list element") for x in value])
-        out = []
-        for i, item in enumerate(value):
-            try:
-                out.append(self.of.convert(item, package))
-            except AttrValueError as exc:
-                raise AttrValueError(f"element {i}: {exc}") from None
-        return tuple(out)
+        return tuple([_convert_item(self.of, item, package, "element", i) for i, item in enumerate(value)])
 
     def empty(self) -> tuple[Any, ...]:
         return ()
@@ -391,10 +373,7 @@ class DictAttr(Attr):
             if self.value_attr is None:
                 out[k] = v if type(v) in _SCALARS else _json_like(v, f"value for key {k!r}")
             else:
-                try:
-                    out[k] = self.value_attr.convert(v, package)
-                except AttrValueError as exc:
-                    raise AttrValueError(f"value for key {k!r}: {exc}") from None
+                out[k] = _convert_item(self.value_attr, v, package, "value for key", k)
         return FrozenDict(out)
 
     def empty(self) -> FrozenDict:

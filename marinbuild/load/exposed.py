@@ -91,16 +91,8 @@ which recurses on the thread's stack without a limit (so they may nest at most `
 levels; a cyclic value is refused too), writes out every use of a shared part (so they are bounded in
 size) and has no infinite or NaN floats (it would write ``null``)."""
 
-_BUILTINS_KEPT = """
-_builtin_str = str
-_builtin_repr = repr
-_builtin_fail = fail
-_builtin_print = print
-_builtin_glob = glob
-_builtin_tpu = tpu
-_builtin_checkpoint = checkpoint
-_builtin_mirrored = mirrored
-"""
+_PASSED_ON = ("print", "glob", "tpu", "checkpoint", "mirrored")  # guarded as one: size of their arguments checked
+_BUILTINS_KEPT = "".join(f"_builtin_{name} = {name}\n" for name in ("str", "repr", "fail", *_PASSED_ON))
 """Starlark's own ``str``... (and marinbuild's ``print``, ``glob``, ``tpu``, ``checkpoint``), under other names
 before ``_GUARDS`` replaces them."""
 
@@ -122,27 +114,12 @@ def repr(x):
 def fail(*args, **kwargs):
     _check_size(args, "fail()")
     _builtin_fail(*args, **kwargs)
-
-def print(*args, **kwargs):
-    _check_size([args, kwargs], "print()")
-    _builtin_print(*args, **kwargs)
-
-def glob(*args, **kwargs):
-    _check_size([args, kwargs], "glob()")
-    return _builtin_glob(*args, **kwargs)
-
-def tpu(*args, **kwargs):
-    _check_size([args, kwargs], "tpu()")
-    return _builtin_tpu(*args, **kwargs)
-
-def checkpoint(*args, **kwargs):
-    _check_size([args, kwargs], "checkpoint()")
-    return _builtin_checkpoint(*args, **kwargs)
-
-def mirrored(*args, **kwargs):
-    _check_size([args, kwargs], "mirrored()")
-    return _builtin_mirrored(*args, **kwargs)
 """
+    + "".join(
+        f'\ndef {name}(*args, **kwargs):\n    _check_size([args, kwargs], "{name}()")\n'
+        f"    return _builtin_{name}(*args, **kwargs)\n"
+        for name in _PASSED_ON
+    )
 )
 """Every BUILD and ``.star`` module's ``str``, ``repr``, ``fail``, ``print``, ``glob``, ``tpu`` and ``checkpoint``:
 Starlark's own (or marinbuild's) once the value is bounded by ``_check_size``. Writing out a value of 2**50

@@ -120,7 +120,6 @@ class Loader:
         self._failed: dict[str, BuildFileError] = {}
         self._is_package: dict[str, bool] = {}
         self._files: dict[tuple[str, str], tuple[Path | None, str | None]] = {}
-        self._package_dirs: dict[str, str] = {}
         self._unordered = False  # whether a dependency was declared after a target depending on it
 
     def is_package(self, package: str) -> bool:
@@ -278,9 +277,7 @@ class Loader:
         key = (package, name)
         hit = self._files.get(key)
         if hit is None:
-            base = self._package_dirs.get(package)
-            if base is None:
-                base = self._package_dirs[package] = os.path.join(self.workspace.root, package)
+            base = os.path.join(self.workspace.root, package)
             parts = name.split("/")
             owner = None
             for i in range(len(parts) - 1, 0, -1):
@@ -297,14 +294,9 @@ class Loader:
         return BuildFileError.at(location, f"{message} (in attribute {attr_name!r} of {target.label})")
 
     def _result(self) -> LoadedWorkspace:
-        targets: dict[Label, Target] = {}
-        packages: dict[str, tuple[Label, ...]] = {}
-        for package in sorted(self._packages):
-            labels = []
-            for target in self._packages[package].values():
-                targets[target.label] = target
-                labels.append(target.label)
-            packages[package] = tuple(labels)
+        loaded = sorted(self._packages.items())
+        targets = {target.label: target for _, package in loaded for target in package.values()}
+        packages = {name: tuple(target.label for target in package.values()) for name, package in loaded}
         return LoadedWorkspace(self.workspace, targets, packages)
 
 
@@ -402,15 +394,12 @@ def find_cycle(targets: Mapping[Label, Target]) -> list[Label]:
 
 def _missing_package(workspace: Workspace, label: Label) -> str:
     parts = label.package.split("/")
+    message = f"no such package '{label.package}': it has no {BUILD_FILE} file"
     for i in range(len(parts) - 1, -1, -1):
-        parent = "/".join(parts[:i])
-        if workspace.is_package(parent):
+        if workspace.is_package(parent := "/".join(parts[:i])):
             rest = "/".join([*parts[i:], label.name])
-            return (
-                f"no such package '{label.package}': it has no {BUILD_FILE} file "
-                f"(if you meant the file in package '{parent}', write '//{parent}:{rest}')"
-            )
-    return f"no such package '{label.package}': it has no {BUILD_FILE} file"
+            return f"{message} (if you meant the file in package '{parent}', write '//{parent}:{rest}')"
+    return message
 
 
 def _relative(name: str, package: str, owner: str) -> str:

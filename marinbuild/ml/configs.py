@@ -241,21 +241,14 @@ class DataclassAttr(ConfigAttr):
             raise AttrValueError(f"{self.cls.__name__}: {exc}") from None
 
 
-def config_attr(cls: type, **kwargs: Any) -> DataclassAttr:
-    """An attribute holding a ``cls`` written as a dict in BUILD files (see ``DataclassAttr``)."""
-    return DataclassAttr(cls, **kwargs)
+config_attr = DataclassAttr  # an attribute holding a ``cls`` written as a dict in BUILD files
 
 
 def from_dict(cls: type, value: Any) -> Any:
     """An instance of ``cls`` from its ``asdict`` form (what crosses into the training process)."""
     if isinstance(value, cls):
         return value
-
     return cls(**thaw(dict(value)))
-
-
-def as_dict(value: Any) -> dict[str, Any]:
-    return dataclasses.asdict(value)
 
 
 # -- conversion to levanter (imports levanter; call only inside the training/eval process) ----------
@@ -301,7 +294,7 @@ def to_levanter_optimizer(opt: Optimizer) -> Any:
     import draccus
     from levanter.optim import OptimizerConfig
 
-    fields = {k: v for k, v in as_dict(opt).items() if k not in ("type", "options")}
+    fields = {k: v for k, v in dataclasses.asdict(opt).items() if k not in ("type", "options")}
     if isinstance(opt.cycle_length, tuple):  # levanter tells a list of cycle lengths by isinstance(list)
         fields["cycle_length"] = list(opt.cycle_length)
     fields.update(opt.options)

@@ -17,11 +17,12 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import asdict
 from typing import Any
 
 import fsspec
 
-from marinbuild.ml.configs import LmModel, Trainer, as_dict, from_dict
+from marinbuild.ml.configs import LmModel, Trainer, from_dict
 from marinbuild.ml.distributed import start_distributed
 from marinbuild.ml.jsonl import append_record, read_records
 from marinbuild.ml.lm_eval_tasks import check_task_names, copy_task_files
@@ -58,7 +59,7 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
         with fsspec.open(os.path.join(out, MODEL_INFO), "w") as f:
             json.dump(
                 {
-                    "model": as_dict(model),
+                    "model": asdict(model),
                     "tokenizer": payload["tokenizer"],
                     "seq_len": trainer.seq_len or model.seq_len,
                     "mp": trainer.mp,

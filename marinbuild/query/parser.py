@@ -11,6 +11,7 @@ malformed query. Operator chains are parsed in a loop; only parentheses, lets an
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from marinbuild.query.errors import QueryError, did_you_mean
 from marinbuild.query.functions import BAZEL_ONLY, FUNCTIONS, Arg, FunctionSpec
@@ -53,6 +54,13 @@ class _Parser:
             self.i += 1
         return tok
 
+    def expect(self, ok: Callable[[Token], bool], expected: str) -> Token:
+        """Take the next token if ``ok`` says it is right; else the error ``<expected>, found <it>``."""
+        tok = self.peek()
+        if not ok(tok):
+            raise self.error(f"{expected}, found {tok.describe()}", tok.pos)
+        return self.advance()
+
     @staticmethod
     def operator(tok: Token) -> str | None:
         if tok.kind in _OP_TOKENS:
@@ -88,12 +96,7 @@ class _Parser:
         if tok.kind is Tok.LPAREN:
             self.advance()
             inner = self.expr()
-            close = self.peek()
-            if close.kind is not Tok.RPAREN:
-                raise self.error(
-                    f"expected ')' to close '(' at {self.where(tok.pos)}, found {close.describe()}", close.pos
-                )
-            self.advance()
+            self.expect(lambda t: t.kind is Tok.RPAREN, f"expected ')' to close '(' at {self.where(tok.pos)}")
             return inner
         if tok.kind is not Tok.WORD:
             raise self.error(f"expected an expression, found {tok.describe()}", tok.pos)
@@ -148,25 +151,13 @@ class _Parser:
 
     def let(self) -> Let:
         let_tok = self.advance()
-        name_tok = self.peek()
-        if (
-            name_tok.kind is not Tok.WORD
-            or name_tok.quoted
-            or not _NAME.match(name_tok.text)
-            or name_tok.text in KEYWORDS
-        ):
-            raise self.error(f"expected a variable name after 'let', found {name_tok.describe()}", name_tok.pos)
-        self.advance()
-        name = name_tok.text
-        eq = self.peek()
-        if eq.kind is not Tok.EQUALS:
-            raise self.error(f"expected '=' after 'let {name}', found {eq.describe()}", eq.pos)
-        self.advance()
+        name = self.expect(_is_name, "expected a variable name after 'let'").text
+        self.expect(lambda t: t.kind is Tok.EQUALS, f"expected '=' after 'let {name}'")
         value = self.expr()
-        kw = self.peek()
-        if not (kw.kind is Tok.WORD and not kw.quoted and kw.text == "in"):
-            raise self.error(f"expected 'in' to finish 'let {name} = ...', found {kw.describe()}", kw.pos)
-        self.advance()
+        self.expect(
+            lambda t: t.kind is Tok.WORD and not t.quoted and t.text == "in",
+            f"expected 'in' to finish 'let {name} = ...'",
+        )
         self.scope.append(name)
         try:
             body = self.expr()
@@ -263,3 +254,7 @@ class _Parser:
             elif tok.kind is Tok.COMMA and depth == 0:
                 extra += 1
         return extra
+
+
+def _is_name(tok: Token) -> bool:
+    return tok.kind is Tok.WORD and not tok.quoted and bool(_NAME.match(tok.text)) and tok.text not in KEYWORDS

@@ -235,7 +235,7 @@ class RayBackend:
             self._inbox.append((job, done))
             self._cv.notify()
         if start:
-            threading.Thread(target=self._loop, name="marinbuild-ray-loop", daemon=True).start()
+            threading.Thread(target=_DriverLoop(self).run, name="marinbuild-ray-loop", daemon=True).start()
 
     def shutdown(self, cancel: bool = False) -> None:
         with self._cv:
@@ -364,9 +364,6 @@ class RayBackend:
             self._complete(done, job, None, job.fail(exc))
 
     # -- the driver loop: lease, launch, finish ---------------------------------------------------
-    def _loop(self) -> None:
-        _DriverLoop(self).run()
-
     def _window(self, active: int) -> int:
         """Tasks of one resource shape the loop keeps launched (the cluster's CPUs are read again when it matters)."""
         if self.launch_window is not None:
@@ -541,17 +538,13 @@ class RayBackend:
                 f"(max_retries={self.max_retries}): {type(exc).__name__}: {exc}"
             )
             lost.__cause__ = exc
-            return self._lost(task, lost)
+            try:  # it ran if its status says it was committed (SUCCESS), else it was lost
+                status = st.read_status(task.item.job.output_path)
+            except Exception:  # the store is unreadable: the step's task failed as far as this driver can tell
+                logger.debug("could not read the status of %s", task.item.job.name, exc_info=True)
+                status = None
+            return _Verdict("ran") if status == st.STATUS_SUCCESS else _Verdict("lost", lost)
         return _Verdict("failed", exc)  # e.g. the runtime env could not be set up
-
-    def _lost(self, task: _Task, error: BaseException) -> _Verdict:
-        """The verdict of a step whose task died: it ran if its status says it was committed (SUCCESS), else lost."""
-        try:
-            status = st.read_status(task.item.job.output_path)
-        except Exception:  # the store is unreadable: the step's task failed as far as this driver can tell
-            logger.debug("could not read the status of %s", task.item.job.name, exc_info=True)
-            status = None
-        return _Verdict("ran") if status == st.STATUS_SUCCESS else _Verdict("lost", error)
 
     def _settle(self, item: _Launch, verdict: _Verdict) -> None:
         """Finish one step as ``verdict`` says: release its lease, or write FAILED; then report it."""
@@ -678,11 +671,9 @@ class _DriverLoop:
     def _take_lease(self, job: StepJob, done: Completion, shape_key: Hashable) -> _Launch | None:
         """``job``'s launch if its lease was taken here; None if it ended here or went to a lease thread."""
         backend = self.backend
-        if job.lease.round_trips:  # a request per lease operation: on a lease thread
-            backend._to_lease_threads(functools.partial(backend._prepare_waiting, job, done, shape_key))
-            return None
-        item = backend._prepare_here(job, done, shape_key)
-        if item is Attempt.BUSY:  # another runner holds it: wait on a lease thread
+        # A request per lease operation, or another runner holds it: on a lease thread (which waits for it).
+        item = Attempt.BUSY if job.lease.round_trips else backend._prepare_here(job, done, shape_key)
+        if item is Attempt.BUSY:
             backend._to_lease_threads(functools.partial(backend._prepare_waiting, job, done, shape_key))
             return None
         if item is None:

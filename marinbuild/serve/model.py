@@ -68,10 +68,8 @@ class ViewModel:
             session = self._session()
             engine = session.engine
             analysis = session.analysis
-            label_of: dict[Any, str] = {}
-            for label, steps in analysis.steps_of.items():
-                for step in steps:
-                    label_of.setdefault(engine.canonicalize(step), str(label))
+            named = reversed(analysis.steps_of.items())  # each step's first target
+            label_of = {engine.canonicalize(step): str(label) for label, steps in named for step in steps}
             rows = cache_status(session, list(analysis.steps_of))
             states = {s.output_path: s for row in rows for s in row.steps}
             table = engine.table
@@ -217,9 +215,7 @@ class ViewModel:
 
 def _read_small(path: str) -> str | None:
     data = fs.read_bytes(path)
-    if data is None:
-        return None
-    return data[-MAX_TRACEBACK:].decode("utf-8", errors="replace")
+    return None if data is None else data[-MAX_TRACEBACK:].decode("utf-8", errors="replace")
 
 
 def _read_tail(path: str, size: int) -> str:

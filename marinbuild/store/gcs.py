@@ -123,9 +123,8 @@ class RetryingGCSFileSystem(GCSFileSystem):
     async def _request(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
         attempts = _Attempts(_describe(method, path, args))
         while True:
-            self.requests.add()
             try:
-                return await _RAW_REQUEST(self, method, path, *args, **kwargs)
+                return await self._request_once(method, path, *args, **kwargs)
             except Exception as exc:
                 await attempts.failed(exc)
 
@@ -197,11 +196,7 @@ async def _read_with_generation(fs: RetryingGCSFileSystem, path: str) -> tuple[b
         headers, data = await fs._call("GET", "b/{}/o/{}", bucket, key, alt="media")
     except FileNotFoundError:
         return None
-    generation = headers.get("X-Goog-Generation") or headers.get("x-goog-generation")
-    if generation is None:  # not seen on GCS or fake-gcs-server; ask for the metadata instead
-        meta = await fs._call("GET", "b/{}/o/{}", bucket, key, json_out=True)
-        generation = meta["generation"]
-    return data, int(generation)
+    return data, int(headers["X-Goog-Generation"])  # (aiohttp's headers: any case)
 
 
 def read_with_generation(path: str) -> tuple[bytes, int] | None:
@@ -328,15 +323,10 @@ async def list_pages(
     token: str | None = None
     pages = 0
     while True:
+        match = glob[0] if glob is not None and fs.match_glob else None
+        sent = {"startOffset": start, "endOffset": end, "matchGlob": match, "pageToken": token}
         params: dict[str, Any] = {"prefix": prefix, "maxResults": page_size, "fields": LIST_FIELDS}
-        if start:
-            params["startOffset"] = start
-        if end:
-            params["endOffset"] = end
-        if glob is not None and fs.match_glob:
-            params["matchGlob"] = glob[0]
-        if token:
-            params["pageToken"] = token
+        params.update((k, v) for k, v in sent.items() if v)
         try:
             _, _, _, content = await fs._request("GET", "b/{}/o", bucket, **params)
         except (ValueError, gcsfs.retry.HttpError) as exc:

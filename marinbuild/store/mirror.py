@@ -217,11 +217,6 @@ def _url_fs(url: str) -> tuple[Any, str]:
     return fs.filesystem_for(url), url
 
 
-def _exists(url: str) -> bool:
-    filesystem, path = _url_fs(url)
-    return bool(filesystem.exists(path))
-
-
 def _files_under(url: str) -> dict[str, int]:
     """Relative path -> size of every file at ``url`` ('' for ``url`` itself when it is a file)."""
     filesystem, path = _url_fs(url)
@@ -276,10 +271,10 @@ def mirror_path(path: str, *, wait_timeout: float = 3600.0) -> str:
         return local_url
     for prefix in remote_prefixes():
         remote_url = _join(prefix, path)
-        if _exists(remote_url):
+        if fs.exists(remote_url):
             _copy_home(remote_url, local, path, wait_timeout)
             return local_url
-    if _exists(local_url):
+    if fs.exists(local_url):
         return local_url  # a partial folder copy whose source is gone: what there is
     remotes = ", ".join(remote_prefixes()) or f"the remote prefixes (none configured: set ${MARIN_MIRROR_PREFIXES})"
     raise FileNotFoundError(f"mirror://{path}: not under the local prefix {local} nor under {remotes}")
@@ -387,7 +382,7 @@ class MirrorFileSystem(fsspec.AbstractFileSystem):
 
     def exists(self, path: str, **kwargs: Any) -> bool:
         rel = self._strip_protocol(path)
-        return _exists(_join(local_prefix(), rel)) or any(_exists(_join(p, rel)) for p in remote_prefixes())
+        return fs.exists(_join(local_prefix(), rel)) or any(fs.exists(_join(p, rel)) for p in remote_prefixes())
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
         """The union of the local and remote listings (local entries first), names relative to the prefixes."""
