@@ -1,0 +1,88 @@
+"""The tootsie rehearsal end to end (``make rehearsal``: experiments/tootsie_rehearsal/rehearse.py), checked from
+the builds' event logs and the phases' records it keeps, not only from its printed summary.
+
+It starts a Ray cluster and fake-gcs-server of its own (this session's ``ray_cluster`` is not used).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ml.qs_workspace import HAVE_LEVANTER
+
+pytestmark = [
+    pytest.mark.timeout(3000),
+    pytest.mark.skipif(not HAVE_LEVANTER, reason="levanter is not installed (the ml extra)"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+P = "experiments/tootsie_rehearsal/"
+
+
+def _events(path: Path) -> dict[str, set[str]]:
+    """Per event kind, the steps it happened to (the package's prefix dropped)."""
+    out: dict[str, set[str]] = {}
+    for e in map(json.loads, path.read_text().splitlines()):
+        if e.get("step"):
+            out.setdefault(e["kind"], set()).add(e["step"].removeprefix(P))
+    return out
+
+
+def _runs(workdir: Path, phase: str) -> list[dict]:
+    return [json.loads(line) for line in (workdir / phase / "runs.jsonl").read_text().splitlines()]
+
+
+def test_the_rehearsal_survives_its_kills_and_a_second_workspace_reuses_everything(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / P / "rehearse.py"), "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=2900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    first, second, other = (_events(tmp_path / f"events-{n}.jsonl") for n in ("1", "2", "b"))
+    steps = first["planned"]
+    assert {"kestrel", "jellyfish", "starling", "base_eval/story_object"} <= steps and len(steps) == 10
+
+    # build 1 was killed while jellyfish trained; build 2 redid nothing build 1 had finished
+    assert "jellyfish" in first["started"] and "jellyfish" not in first.get("succeeded", set())
+    assert first["succeeded"] and not (first["succeeded"] & second["started"])
+    assert second["succeeded"] | first["succeeded"] == steps
+
+    # the hand-offs: jellyfish from kestrel's step 10, starling from jellyfish's step 50
+    kestrel, jellyfish, starling = (_runs(tmp_path, p) for p in ("kestrel", "jellyfish", "starling"))
+    assert [r["start_step"] for r in kestrel] == [0]
+    assert jellyfish[0]["start_step"] == 11 and jellyfish[0]["checkpoint"].endswith(
+        "rehearsal-kestrel/checkpoints/step-10"
+    )
+    assert starling[0]["start_step"] == 51 and starling[0]["checkpoint"].endswith(
+        "rehearsal-jellyfish/checkpoints/step-50"
+    )
+
+    # jellyfish resumed from its own checkpoints: after the build's kill, and after host 1's process was killed
+    starts = [r["start_step"] for r in jellyfish]
+    assert len(starts) == 3 and 11 < starts[1] < starts[2], starts
+    assert all(
+        r["checkpoint"].endswith(f"rehearsal-jellyfish/checkpoints/step-{r['start_step'] - 1}") for r in jellyfish[1:]
+    )
+    slice_log = (tmp_path / "jellyfish" / "logs" / "slice.log").read_text()
+    assert "reserving one v4-16 slice (2 hosts x 4 chips" in slice_log and "preempted" in slice_log, slice_log
+    assert "reserving 2 v4-8 slices" in (tmp_path / "kestrel" / "logs" / "slice.log").read_text()
+    for phase, last in (("kestrel", 15), ("jellyfish", 59), ("starling", 69)):
+        assert json.loads((tmp_path / phase / "summary.json").read_text())["last_step"] == last
+        listing = json.loads((tmp_path / phase / "listing.json").read_text())
+        exports = {p.split("/")[1] for p in listing if p.startswith("hf/")}
+        assert f"step-{last}" in exports and len(exports) >= 3, (phase, exports)  # HF exports while training
+    metrics = [json.loads(line) for line in (tmp_path / "starling" / "metrics.jsonl").read_text().splitlines()]
+    assert any(k.startswith("lm_eval/") for m in metrics for k in m), "no task evaluation while training"
+
+    # the second workspace, elsewhere, on the same bucket: everything reused, nothing ran
+    assert other.get("started", set()) == set() and other["cached"] == steps
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["reused_by_second_workspace"] == sorted(P + s for s in steps)
+    assert "checkpoints handed off: 2" in proc.stdout and "preemptions survived: 2" in proc.stdout
+    assert "steps reused by the second workspace: 10 (steps it ran: 0)" in proc.stdout
