@@ -164,7 +164,7 @@ def rehearse(workdir: Path) -> dict[str, Any]:
                 "jellyfish resumed", second, lambda: len(r.runs("jellyfish")) >= 2 and r.runs("jellyfish")
             )
             start = resumed[-1]["start_step"]
-            r.until("jellyfish's checkpoint after resuming", second, lambda: r.checkpoints("jellyfish")[-1] >= start)
+            r.until("jellyfish's checkpoint after resuming", second, lambda: max(r.checkpoints("jellyfish")) >= start)
             os.kill(training_process("MARINBUILD_TPU_WORKER_ID=1"), signal.SIGKILL)
             if second.wait(WAIT) != 0:
                 raise RuntimeError(f"the second build failed: {workdir / '2.log'}")
