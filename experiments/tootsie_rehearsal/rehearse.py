@@ -49,7 +49,11 @@ GCS_ENV = {"NO_GCE_CHECK": "true", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
 EMULATOR_ENV = (*GCS_ENV, "STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING")
 """Passed to the jobs: fake-gcs-server for gcsfs (STORAGE_EMULATOR_HOST) and for tensorstore, which writes
 levanter's caches and checkpoints (its GCS URL, and a token so it looks for no credentials)."""
+KEPT = ("runs.jsonl", "summary.json", "metrics.jsonl", ".marinbuild_traceback.txt")
 WAIT = 900.0
+SETTLE = 10.0
+"""Seconds between a checkpoint's metadata.json appearing and a kill: process 0 writes it once its own share is
+written, while the other host may still be writing its share (a kill then leaves the checkpoint incomplete)."""
 
 
 def make_workspace(root: Path) -> Path:
@@ -106,16 +110,17 @@ class Rehearsal:
         raise RuntimeError(f"timed out waiting for {what}")
 
     def keep(self) -> None:
-        """Each phase's records, copied out of the bucket before the server (in memory) stops."""
+        """Each phase's records and logs, copied out of the bucket before the server (in memory) stops."""
         for phase in PHASES:
-            for rel in ("runs.jsonl", "logs/slice.log", "summary.json", "metrics.jsonl"):
-                if self.fs.exists(self.path(phase, rel)):
-                    target = self.workdir / phase / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(self.fs.cat(self.path(phase, rel)))
-            (self.workdir / phase / "listing.json").write_text(
-                json.dumps(sorted(p.split("/rehearsal-" + phase + "/")[1] for p in self.fs.find(self.path(phase))))
-            )
+            if not self.fs.exists(self.path(phase)):
+                continue
+            found = [p.split(f"/rehearsal-{phase}/")[1] for p in self.fs.find(self.path(phase))]
+            (self.workdir / phase).mkdir(parents=True, exist_ok=True)
+            (self.workdir / phase / "listing.json").write_text(json.dumps(sorted(found)))
+            for rel in found:
+                if rel in KEPT or rel.startswith("logs/"):
+                    (self.workdir / phase / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (self.workdir / phase / rel).write_bytes(self.fs.cat(self.path(phase, rel)))
 
 
 def driver_pid(events: Path) -> int:
@@ -144,7 +149,7 @@ def rehearse(workdir: Path) -> dict[str, Any]:
         from marinbuild.store import gcs
 
         gcs.filesystem().mkdir(bucket)
-        cluster, builds = start_cluster(num_cpus=2), []
+        cluster, builds, r = start_cluster(num_cpus=2), [], None
         try:
             for n in ("a", "b"):
                 cluster.add_tpu_slice("v4-8", f"rehearsal-v4-8-{n}", hosts=1)
@@ -155,6 +160,7 @@ def rehearse(workdir: Path) -> dict[str, Any]:
             first = r.submit(ws, "1")
             builds.append(first)  # killed once jellyfish has a checkpoint of its own
             r.until("jellyfish's first checkpoint", first, lambda: [s for s in r.checkpoints("jellyfish") if s > 10])
+            time.sleep(SETTLE)
             os.kill(driver_pid(workdir / "events-1.jsonl"), signal.SIGKILL)
             first.wait(120)
 
@@ -165,6 +171,7 @@ def rehearse(workdir: Path) -> dict[str, Any]:
             )
             start = resumed[-1]["start_step"]
             r.until("jellyfish's checkpoint after resuming", second, lambda: max(r.checkpoints("jellyfish")) >= start)
+            time.sleep(SETTLE)
             os.kill(training_process("MARINBUILD_TPU_WORKER_ID=1"), signal.SIGKILL)
             if second.wait(WAIT) != 0:
                 raise RuntimeError(f"the second build failed: {workdir / '2.log'}")
@@ -172,8 +179,9 @@ def rehearse(workdir: Path) -> dict[str, Any]:
             other = r.submit(make_workspace(workdir / "ws-b" / "elsewhere"), "b")
             if other.wait(WAIT) != 0:
                 raise RuntimeError(f"the second workspace's build failed: {workdir / 'b.log'}")
-            r.keep()
         finally:
+            if r is not None:
+                r.keep()
             import ray
 
             for proc in builds:

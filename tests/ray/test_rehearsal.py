@@ -44,6 +44,11 @@ def test_the_rehearsal_survives_its_kills_and_a_second_workspace_reuses_everythi
         timeout=2900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    check(tmp_path, proc.stdout)
+
+
+def check(tmp_path: Path, stdout: str) -> None:
+    """The rehearsal's facts, from what it kept in ``tmp_path`` (its --workdir) and printed."""
     first, second, other = (_events(tmp_path / f"events-{n}.jsonl") for n in ("1", "2", "b"))
     steps = first["planned"]
     assert {"kestrel", "jellyfish", "starling", "base_eval/story_object"} <= steps and len(steps) == 10
@@ -84,5 +89,5 @@ def test_the_rehearsal_survives_its_kills_and_a_second_workspace_reuses_everythi
     assert other.get("started", set()) == set() and other["cached"] == steps
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["reused_by_second_workspace"] == sorted(P + s for s in steps)
-    assert "checkpoints handed off: 2" in proc.stdout and "preemptions survived: 2" in proc.stdout
-    assert "steps reused by the second workspace: 10 (steps it ran: 0)" in proc.stdout
+    assert "checkpoints handed off: 2" in stdout and "preemptions survived: 2" in stdout
+    assert "steps reused by the second workspace: 10 (steps it ran: 0)" in stdout
