@@ -209,7 +209,7 @@ def summary(workdir: Path, prefix: str, seconds: float) -> dict[str, Any]:
             "preempted": sum("preempted" in line for line in attempts),
             "last_step": json.loads((workdir / phase / "summary.json").read_text())["last_step"],
         }
-    reused = {e["step"] for e in builds["b"] if e["kind"] == "cached"}
+    reused = {e["step"] for e in builds["b"] if e["kind"] == "planned" and e["detail"] == "built"}
     return {
         "seconds": round(seconds),
         "phases": phases,

@@ -24,11 +24,12 @@ P = "experiments/tootsie_rehearsal/"
 
 
 def _events(path: Path) -> dict[str, set[str]]:
-    """Per event kind, the steps it happened to (the package's prefix dropped)."""
+    """Per event kind (``planned/<state>`` for the plan), the steps it happened to (the package's prefix dropped)."""
     out: dict[str, set[str]] = {}
     for e in map(json.loads, path.read_text().splitlines()):
         if e.get("step"):
-            out.setdefault(e["kind"], set()).add(e["step"].removeprefix(P))
+            kind = f"planned/{e['detail']}" if e["kind"] == "planned" else e["kind"]
+            out.setdefault(kind, set()).add(e["step"].removeprefix(P))
     return out
 
 
@@ -50,7 +51,7 @@ def test_the_rehearsal_survives_its_kills_and_a_second_workspace_reuses_everythi
 def check(tmp_path: Path, stdout: str) -> None:
     """The rehearsal's facts, from what it kept in ``tmp_path`` (its --workdir) and printed."""
     first, second, other = (_events(tmp_path / f"events-{n}.jsonl") for n in ("1", "2", "b"))
-    steps = first["planned"]
+    steps = first["planned/missing"]
     assert {"kestrel", "jellyfish", "starling", "base_eval/story_object"} <= steps and len(steps) == 10
 
     # build 1 was killed while jellyfish trained; build 2 redid nothing build 1 had finished
@@ -86,7 +87,7 @@ def check(tmp_path: Path, stdout: str) -> None:
     assert any(k.startswith("lm_eval/") for m in metrics for k in m), "no task evaluation while training"
 
     # the second workspace, elsewhere, on the same bucket: everything reused, nothing ran
-    assert other.get("started", set()) == set() and other["cached"] == steps
+    assert other.get("started", set()) == set() and other["planned/built"] == steps
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["reused_by_second_workspace"] == sorted(P + s for s in steps)
     assert "checkpoints handed off: 2" in stdout and "preemptions survived: 2" in stdout
