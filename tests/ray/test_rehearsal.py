@@ -69,12 +69,11 @@ def check(tmp_path: Path, stdout: str) -> None:
         "rehearsal-jellyfish/checkpoints/step-50"
     )
 
-    # jellyfish resumed from its own checkpoints: after the build's kill, and after host 1's process was killed
-    starts = [r["start_step"] for r in jellyfish]
-    assert len(starts) == 3 and 11 < starts[1] < starts[2], starts
-    assert all(
-        r["checkpoint"].endswith(f"rehearsal-jellyfish/checkpoints/step-{r['start_step'] - 1}") for r in jellyfish[1:]
-    )
+    # jellyfish resumed from its own checkpoints: after the build's kill, and after host 1's process was killed (on
+    # a loaded machine a host may also be lost on its own: more runs, each from the latest checkpoint)
+    resumed = [r for r in jellyfish if "rehearsal-jellyfish/" in r["checkpoint"]]
+    assert len(resumed) >= 2 and all(r["checkpoint"].endswith(f"/step-{r['start_step'] - 1}") for r in resumed)
+    assert [r["start_step"] for r in resumed] == sorted({r["start_step"] for r in resumed}), jellyfish
     slice_log = (tmp_path / "jellyfish" / "logs" / "slice.log").read_text()
     assert "reserving one v4-16 slice (2 hosts x 4 chips" in slice_log and "preempted" in slice_log, slice_log
     assert "reserving 2 v4-8 slices" in (tmp_path / "kestrel" / "logs" / "slice.log").read_text()
@@ -90,5 +89,6 @@ def check(tmp_path: Path, stdout: str) -> None:
     assert other.get("started", set()) == set() and other["planned/built"] == steps
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["reused_by_second_workspace"] == sorted(P + s for s in steps)
-    assert "checkpoints handed off: 2" in stdout and "preemptions survived: 2" in stdout
+    assert summary["host_preemptions"] >= 1 and summary["build_kills"] == 1 and not summary["redone_after_kill"]
+    assert "checkpoints handed off: 2 (kestrel step-10 -> jellyfish, jellyfish step-50 -> starling)" in stdout
     assert "steps reused by the second workspace: 10 (steps it ran: 0)" in stdout
