@@ -16,7 +16,7 @@ FAST := -m "not ray and not gcs and not ml and not soak" --ignore=tests/ray --ig
 # share one cluster and one fake-gcs-server a session.
 JOBS ?= auto
 
-.PHONY: venv run check lint format test test-fast bench clean
+.PHONY: venv run check lint format test test-fast rehearsal bench clean
 
 define install
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,9 @@ test: $(BIN)/.installed-dev  ## the whole test suite (what CI runs)
 
 test-fast: $(BIN)/.installed-dev  ## the inner loop: without the Ray, GCS-emulator, training and kill-soak tests
 	$(BIN)/python -m pytest -q -n $(JOBS) $(FAST)
+
+rehearsal: $(BIN)/.installed-dev  ## tootsie_8b's macro at toy scale on a local Ray cluster of simulated TPU hosts and fake GCS
+	$(BIN)/python experiments/tootsie_rehearsal/rehearse.py
 
 bench: $(BIN)/.installed-run-$(EXTRAS)
 	$(BIN)/python bench/engine_bench.py

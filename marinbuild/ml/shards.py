@@ -201,7 +201,11 @@ def clear_leftovers(shard: Shard) -> None:
     fs, p = fsspec.core.url_to_fs(shard.dir)
     fs.makedirs(p, exist_ok=True)
     now = time.time()
-    for info in fs.ls(p, detail=True):
+    try:
+        entries = fs.ls(p, detail=True)
+    except FileNotFoundError:  # an object store has no empty folder: nothing left over
+        return
+    for info in entries:
         modified = mtime_from_info(info)
         if modified is not None and now - modified > LEFTOVER_AGE:
             fs.rm(info["name"], recursive=True)

@@ -156,8 +156,12 @@ def reserve_slice(tpu: TpuSlice, wait: float, label: str, *, rule: str = "train_
 
     def reserve() -> None:  # Ray's head reservation blocks: in a thread, so the wait can be reported meanwhile
         try:
+            # Ray reserves single-host slices by their chips alone, which a multi-host slice's host also has:
+            # the hosts must be of this type (the label Ray gives TPU VMs).
+            pod = [{"ray.io/tpu-pod-type": tpu.type}] * slices
+            single = {} if tpu.multi_host else {"chips_per_vm": tpu.chips_per_vm, "bundle_label_selector": pod}
             reserved["handle"] = slice_placement_group(
-                tpu.topology, tpu.generation, num_slices=slices, head_reservation_timeout_s=wait
+                tpu.topology, tpu.generation, num_slices=slices, head_reservation_timeout_s=wait, **single
             )
         except Exception as exc:  # raised again below, in the step's thread
             reserved["error"] = exc

@@ -101,7 +101,7 @@ class BuildReport:
     def _print_plan_and_summary(self, result: BuildResult, session: Session) -> None:
         assert self.summary is not None, "the build opened no listeners"
         if self.dry_run and self.output == "text" and result.plan is not None:
-            print_plan(result.plan, session if self.explain else None)
+            print_plan(result.plan, session, self.explain)
         if self.output == "json":
             data = self.summary.as_dict()
             data["targets"] = [{"label": label, "output_path": path} for label, path in result.requested]
@@ -150,8 +150,12 @@ def _code_changed_text(result: BuildResult, session: Session) -> str:
     return "\n".join(lines)
 
 
-def print_plan(plan: list[PlanRow], session: Session | None) -> None:
-    """A row per step of ``plan`` on stdout; with ``session``, why each step to run does (print it before the run)."""
+def print_plan(plan: list[PlanRow], session: Session, explain: bool) -> None:
+    """A row per step of ``plan`` on stdout (state, name, path, lease, resources, checkpoints it starts from); with
+    ``explain``, why each step to run does (print it before the run)."""
+    from marinbuild.run.handoff import hand_offs
+
+    table = session.engine.table if session.engine is not None else None
     for step, state, path, lease, will_run in plan:
         line = f"{state:<10} {step.name}  {path}"
         if lease is not None:
@@ -160,7 +164,9 @@ def print_plan(plan: list[PlanRow], session: Session | None) -> None:
         hardware = hardware_of(getattr(step, "resources", None))
         if hardware is not None:
             click.echo(f"           resources: {hardware}")
-        if session is not None and will_run:
+        for handoff in hand_offs(table, step) if table is not None else ():
+            click.echo(f"           from: {handoff}")
+        if explain and will_run:
             from marinbuild.cache.why import explain_step
 
             click.echo(f"           why: {explain_step(session, step)}")
@@ -188,4 +194,5 @@ class _PlanPrinter:
                 for step, p in engine.plan.steps.items()
             ],
             self.session,
+            True,
         )

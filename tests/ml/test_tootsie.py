@@ -29,6 +29,14 @@ PHASES = {  # Marin's output paths (exp600's override_output_path) and TPUs
     "starling": ("checkpoints/tootsie-8b-sensible-starling", "TPU v4-2048: 1 slice x 256 hosts x 4 chips"),
     "deeper_starling": ("checkpoints/tootsie-8b-deeper-starling", "TPU v4-2048: 1 slice x 256 hosts x 4 chips"),
 }
+HANDOFFS = {  # phase: (the phase whose checkpoint it starts from, its step), as exp600 says
+    "ocelot": ("kestrel", 660000),
+    "jellyfish": ("kestrel", 738376),
+    "cooldown_v2": ("kestrel", 738376),
+    "phoenix": ("jellyfish", 819924),
+    "starling": ("phoenix", 1320000),
+    "deeper_starling": ("starling", 1399923),
+}
 EVALS = ["core_plus_leaderboard", "mmlu_0shot", "mmlu_5shot", "mmlu_pro_5shot", "generation"]
 
 
@@ -45,7 +53,7 @@ def marinbuild(*args: str, prefix: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_dry_run_lists_every_phase_with_its_tpus_and_marins_path(tmp_path):
+def test_dry_run_lists_every_phase_with_its_tpus_marins_path_and_handoff(tmp_path):
     text = marinbuild("-n", TARGET, prefix=tmp_path)
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
@@ -55,6 +63,11 @@ def test_dry_run_lists_every_phase_with_its_tpus_and_marins_path(tmp_path):
     for name, (path, tpus) in PHASES.items():
         output, resources = shown[f"experiments/tootsie/{name}"]
         assert output == f"{tmp_path}/{path}" and f"resources: {tpus}" in resources, (name, output, resources)
+    froms = {line.split()[1]: lines[i + 2].strip() for i, line in enumerate(lines[:-2]) if "from:" in lines[i + 2]}
+    assert froms == {
+        f"experiments/tootsie/{p}": f"from: checkpoint step-{n} of experiments/tootsie/{src}"
+        for p, (src, n) in HANDOFFS.items()
+    }
     for name in EVALS:
         assert "resources: TPU v6e-8: 1 slice x 1 host x 8 chips" in shown[f"experiments/tootsie/base_eval/{name}"][1]
     proc = marinbuild("-n", TARGET, "--output", "json", prefix=tmp_path)
