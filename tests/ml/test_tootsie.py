@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from test_tootsie_facts import HANDOFF
+
 REPO = Path(__file__).resolve().parents[2]
 TARGET = "//experiments:tootsie_8b"
 ROLL = "//experiments/tootsie:"
@@ -29,14 +31,7 @@ PHASES = {  # Marin's output paths (exp600's override_output_path) and TPUs
     "starling": ("checkpoints/tootsie-8b-sensible-starling", "TPU v4-2048: 1 slice x 256 hosts x 4 chips"),
     "deeper_starling": ("checkpoints/tootsie-8b-deeper-starling", "TPU v4-2048: 1 slice x 256 hosts x 4 chips"),
 }
-HANDOFFS = {  # phase: (the phase whose checkpoint it starts from, its step), as exp600 says
-    "ocelot": ("kestrel", 660000),
-    "jellyfish": ("kestrel", 738376),
-    "cooldown_v2": ("kestrel", 738376),
-    "phoenix": ("jellyfish", 819924),
-    "starling": ("phoenix", 1320000),
-    "deeper_starling": ("starling", 1399923),
-}
+HANDOFFS = HANDOFF  # phase: (the phase whose checkpoint it starts from, its step), as exp600 says
 EVALS = ["core_plus_leaderboard", "mmlu_0shot", "mmlu_5shot", "mmlu_pro_5shot", "generation"]
 
 
