@@ -16,7 +16,7 @@ FAST := -m "not ray and not gcs and not ml and not soak" --ignore=tests/ray --ig
 # share one cluster and one fake-gcs-server a session.
 JOBS ?= auto
 
-.PHONY: venv run check lint format test test-fast rehearsal bench clean
+.PHONY: venv run check lint format test test-fast rehearsal rehearsal-test bench clean
 
 define install
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,9 @@ test-fast: $(BIN)/.installed-dev  ## the inner loop: without the Ray, GCS-emulat
 
 rehearsal: $(BIN)/.installed-dev  ## tootsie_8b's macro at toy scale on a local Ray cluster of simulated TPU hosts and fake GCS
 	$(BIN)/python experiments/tootsie_rehearsal/rehearse.py
+
+rehearsal-test: $(BIN)/.installed-dev  ## the rehearsal with its checks (tests/ray/test_rehearsal.py), not in `make test`
+	MARINBUILD_REHEARSAL=1 $(BIN)/python -m pytest -q tests/ray/test_rehearsal.py
 
 bench: $(BIN)/.installed-run-$(EXTRAS)
 	$(BIN)/python bench/engine_bench.py
