@@ -45,7 +45,7 @@ from marinbuild.run.backend import Completion
 from marinbuild.run.failure import RemoteTraceback
 from marinbuild.run.ray_connect import connect_ray
 from marinbuild.run.ray_progress import ProgressRelay
-from marinbuild.run.ray_task import EngineError, Relocation, pickle_payload, run_call, task_for
+from marinbuild.run.ray_task import LAST_REPORT, EngineError, Relocation, pickle_payload, run_call, task_for
 from marinbuild.run.runtime_env import project_root, step_runtime_env
 from marinbuild.run.step_call import StepCall, is_ray_remote_function
 from marinbuild.run.step_job import CACHED, RAN, Attempt, JobOutcome, StepJob
@@ -119,7 +119,7 @@ class _Verdict:
     error: FAILED)."""
     error: BaseException | None = None
     report: str | None = None
-    """``ran``: the step's last progress report (JSON, ``ray_task.run_under_lease``)."""
+    """``ran`` or ``raised``: the step's last progress report (JSON, ``ray_task.run_under_lease``)."""
 
 
 @dataclass
@@ -524,7 +524,7 @@ class RayBackend:
             error.__cause__ = RemoteTraceback(_ANSI.sub("", str(exc)).rstrip())
             return _Verdict("engine", error)
         if isinstance(exc, rex.RayTaskError):  # the step's code raised: its task committed nothing
-            return _Verdict("raised", _user_error(exc))
+            return _Verdict("raised", _user_error(exc), report=getattr(cause, LAST_REPORT, None))
         if isinstance(
             exc,
             rex.WorkerCrashedError
@@ -551,14 +551,14 @@ class RayBackend:
         job = item.job
         error: BaseException | None
         try:
+            if verdict.report is not None:
+                detail, data = json.loads(verdict.report)
+                job.bus.emit(ev.PROGRESS, step=job.name, output_path=job.output_path, detail=detail, data=data)
             if verdict.kind == "cancelled":
                 job.abandon()
                 outcome, error = None, KeyboardInterrupt(f"{job.name}: cancelled")
             elif verdict.kind == "ran":
                 job.release_after_remote(committed=True)  # the task committed the step
-                if verdict.report is not None:
-                    detail, data = json.loads(verdict.report)
-                    job.bus.emit(ev.PROGRESS, step=job.name, output_path=job.output_path, detail=detail, data=data)
                 outcome, error = RAN, None
             elif verdict.kind == "engine":
                 job.release_after_remote()

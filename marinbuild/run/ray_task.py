@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -57,12 +58,17 @@ def _rebuild_engine_error(cls: type[BaseException], args: tuple[Any, ...], state
     return EngineError(error)
 
 
+LAST_REPORT = "marinbuild_last_report"
+"""The attribute of a step's exception holding its last progress report (JSON), for the driver."""
+
+
 def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> str | None:
     """The body of every step's task: RUNNING and ``.executor_info``, the step, then its commit.
 
     The step's own exception propagates (the step's failure); marinbuild's raise ``EngineError``.
     Returns the step's last progress report, if it made one (``TaskReporter``), as JSON
-    text (the driver reads it whatever classes its values are); the step's value is in ``.artifact.json``.
+    text (the driver reads it whatever classes its values are); a step that raises carries it as its exception's
+    ``LAST_REPORT`` attribute. The step's value is in ``.artifact.json``.
     """
     try:
         if not run.start():
@@ -75,6 +81,9 @@ def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> str | None:
             result = step()
     except Exception as exc:
         note_worker_log(exc)
+        if reporter.last is not None:  # the driver emits it, as it does a committed step's
+            with contextlib.suppress(AttributeError):
+                setattr(exc, LAST_REPORT, json.dumps(reporter.last, default=str))
         raise
     try:
         run.commit(result)
