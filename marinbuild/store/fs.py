@@ -109,8 +109,10 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
 
 
 def _short(target: str) -> str:
+    """A fault point's name for a file: its folder and name, without values written into the name (a compute
+    record's hours, ``.marinbuild_compute.CPU=0.2.json``), so the same point has the same name in every run."""
     head, name = os.path.split(target)
-    return os.path.basename(head) + "/" + name
+    return os.path.basename(head) + "/" + name.split("=", 1)[0]
 
 
 def create_temporary(directory: str, name: str) -> tuple[int, str]:
