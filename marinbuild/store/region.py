@@ -91,7 +91,7 @@ def check_reads(config: Any) -> None:
             continue
         from marinbuild.store import gcs
 
-        size = gcs.filesystem().du(path) if gcs.filesystem().exists(path) else 0
+        size = gcs.filesystem().du(path)  # 0 for a path that does not exist (yet): an empty listing
         if size > budget:
             raise CrossRegionReadError(
                 f"{where}: {path} is in {location} and this worker in {region}: reading its {size:,} bytes "
