@@ -2,7 +2,8 @@
 
 The consumer waits for the checkpoint (not for the producer to finish), starts once the checkpoint's
 ``metadata.json`` is there, and fails at once with one line when the producer ends without it. The producer
-writes its checkpoints the way levanter does (the folder, then ``metadata.json`` last), with real pauses.
+writes its checkpoints the way levanter does on a local disk (the folder, then ``metadata.json`` last, in place), with
+real pauses, one of them inside ``metadata.json``'s writing: a file that exists is not yet a checkpoint.
 """
 
 from __future__ import annotations
@@ -31,19 +32,27 @@ class TrainCfg:
 
 
 def _train(config: TrainCfg) -> None:
-    """Write ``checkpoints/step-N/metadata.json`` for N = 10, 20, ... up to ``steps``, a pause before each."""
+    """Write ``checkpoints/step-N/metadata.json`` for N = 10, 20, ... up to ``steps``, a pause before each and one
+    half-way through writing it."""
     for n in range(10, config.steps + 1, 10):
         time.sleep(0.3)
         folder = os.path.join(config.output_path, "checkpoints", f"step-{n}")
         os.makedirs(folder)
         with open(os.path.join(folder, "metadata.json"), "w") as f:
-            json.dump({"step": n}, f)
+            f.write('{"step": ')
+            f.flush()
+            time.sleep(0.3)
+            f.write(f"{n}}}")
 
 
 def _consume(config: TrainCfg) -> None:
     """Record whether the checkpoint it starts from was complete when it started."""
     os.makedirs(config.output_path, exist_ok=True)
-    there = os.path.exists(os.path.join(config.initialize_from, "metadata.json"))
+    try:
+        with open(os.path.join(config.initialize_from, "metadata.json")) as f:
+            there = json.load(f)["step"] > 0
+    except (OSError, ValueError):
+        there = False
     with open(os.path.join(config.output_path, "started.json"), "w") as f:
         json.dump({"checkpoint_there": there, "time": time.time()}, f)
 

@@ -1,7 +1,8 @@
 """Checkpoint hand-offs: a step that starts from another step's checkpoint waits for the checkpoint, not the step.
 
 A hand-off is a pseudo-dependency on ``<producer>/checkpoints/step-N`` (``checkpoint(":p", step = N)``, Marin's
-``p.cd("checkpoints/step-N").nonblocking()``), there once its ``metadata.json`` is (levanter writes it last). A step
+``p.cd("checkpoints/step-N").nonblocking()``), there once its ``metadata.json`` reads whole (levanter writes it last, and
+in place on a local disk: a file that exists may not be written yet). A step
 that will run needs the producers of checkpoints not yet there (``needs``); a built step needs none, so a producer
 training on never makes it stale. ``HandOffs`` holds such a step out of the schedule until its checkpoints are there (a
 ``waiting`` event), and fails it with ``MissingCheckpointError`` once a producer ended, or is not in this build, without
@@ -10,6 +11,7 @@ backoff; a producer's end wakes it."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
@@ -42,10 +44,19 @@ class HandOff:
     step: int
 
     def there(self) -> bool:
-        return fs.exists(fs.join(self.path, "metadata.json"))
+        return complete(self.path)
 
     def __str__(self) -> str:
         return f"checkpoint step-{self.step} of {self.producer.name}"
+
+
+def complete(checkpoint: str) -> bool:
+    """Whether ``checkpoint``'s ``metadata.json`` is there and whole: JSON naming its step (levanter's own test)."""
+    data = fs.read_bytes(fs.join(checkpoint, "metadata.json"))
+    try:
+        return data is not None and isinstance(json.loads(data).get("step"), int)
+    except (ValueError, AttributeError):
+        return False
 
 
 def hand_offs(table: VersionTable, step: ExecutorStep) -> list[HandOff]:
@@ -77,7 +88,7 @@ def last_checkpoint(producer_path: str) -> str:
     folder = fs.join(producer_path, "checkpoints")
     names = Store(producer_path).names(folder) or []
     steps = sorted((int(n[5:]) for n in names if re.fullmatch(r"step-\d+", n)), reverse=True)
-    return next((f"step-{n}" for n in steps if fs.exists(fs.join(folder, f"step-{n}", "metadata.json"))), "none")
+    return next((f"step-{n}" for n in steps if complete(fs.join(folder, f"step-{n}"))), "none")
 
 
 Release = Callable[[ExecutorStep, BaseException | None], None]
