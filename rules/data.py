@@ -5,9 +5,10 @@
     raw_data(name = "proofpile_train", downloads = [":proofpile_2_raw"], patterns = ["**/train/*.jsonl.zst"])
 
 ``srcs`` are hashed into the version and copied into the output. ``urls`` are versioned as written (pin what a URL
-points at in the URL, as Marin does) and read in place when a consumer runs, never while the graph is loaded.
-``downloads`` are ``download`` targets whose files (matching ``patterns``) are read in place. The output is
-``manifest.json`` (``marinbuild.ml.corpus``) and ``files/``."""
+points at in the URL, as Marin does) and read in place when a consumer runs, never while the graph is loaded. A
+``mirrored(path, budget_gb)`` URL is copied into the build's prefix through ``mirror://`` when the step runs (at most
+``budget_gb``; the version is the plain path's) and read there. ``downloads`` are ``download`` targets whose files
+(matching ``patterns``) are read in place. The output is ``manifest.json`` (``marinbuild.ml.corpus``) and ``files/``."""
 
 from __future__ import annotations
 
@@ -45,6 +46,10 @@ def _raw_data_impl(ctx: RuleContext) -> dict[str, Any]:
         if not url.endswith("/") and not any(ch in url for ch in "*?["):
             document_format(url)
     urls = list(ctx.attr.urls)
+    if any(url.startswith("mirror://") for url in urls):  # mirrored(...): copied into this region once, read there
+        from marinbuild.store.mirror import resolve_url
+
+        urls = [resolve_url(url) for url in urls]
     for output in ctx.attr.downloads:
         urls.extend(download_documents(output, ctx.attr.patterns))
     documents = count_documents(files) if files and not urls else None
@@ -56,7 +61,9 @@ raw_data = rule(
     attrs={
         "srcs": attr.source_files(doc="document files of this package (.jsonl[.gz], .json, .parquet); content-hashed"),
         "urls": attr.list(
-            of=str, doc="fsspec URLs or globs of document files, or folders (.../), read in place (never fetched early)"
+            of=attr.string(mirrorable=True),
+            doc="fsspec URLs or globs of document files, or folders (.../), read in place (never fetched early); "
+            "mirrored(path) ones are copied into the build's region first",
         ),
         "downloads": attr.label_list(doc="download targets: their document files, read in place"),
         "patterns": attr.list(

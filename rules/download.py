@@ -40,7 +40,11 @@ download = rule(
     attrs={
         "hf_dataset": attr.string(doc="a Hugging Face Hub dataset id, e.g. EleutherAI/proof-pile-2"),
         "revision": attr.string(doc="with hf_dataset: the commit (short or full), tag or branch to copy"),
-        "url": attr.string(doc="or: an fsspec URL (gs://, s3://, https://, a local path) of a file or folder"),
+        "url": attr.string(
+            mirrorable=True,
+            doc="or: an fsspec URL (gs://, s3://, https://, a local path) of a file or folder, or mirrored(path): "
+            "copied into the build's region first",
+        ),
         "patterns": attr.list(of=str, doc="globs of the files to copy, relative to the source root (default: all)"),
         "checksums": attr.dict(
             doc='url sources: expected checksums by relative path, "sha256:<hex>" (or md5:, '

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from workspaces import assert_one_line_load_error, write_workspace
+from workspaces import CliWorkspace, assert_one_line_load_error, write_workspace
 
 from marinbuild.core.walk import max_mirror_budget
 
@@ -69,3 +69,58 @@ def test_mirrored_reads_through_mirror_and_keeps_the_version(tmp_path: Path) -> 
 def test_mirrored_errors_are_one_located_line(tmp_path: Path, value: str, message: str) -> None:
     root = write_workspace(tmp_path / "ws", {"a/BUILD.marin": BUILD.format(value=value)})
     assert_one_line_load_error(root, "//a:read", "a/BUILD.marin:3:83", message)
+
+
+DATA_BUILD = """load("@marinbuild//rules:data.py", "raw_data")
+load("@marinbuild//rules:download.py", "download")
+
+raw_data(name = "docs", urls = [{docs}])
+download(name = "copy", url = {copy})
+"""
+
+
+def _data_workspace(root: Path, docs: str, copy: str) -> CliWorkspace:
+    write_workspace(root, {"a/BUILD.marin": DATA_BUILD.format(docs=docs, copy=copy)})
+    return CliWorkspace(root)
+
+
+def test_string_attributes_take_mirrored_paths_copied_home_once(tmp_path: Path) -> None:
+    """``raw_data``'s ``urls`` and ``download``'s ``url`` take ``mirrored(...)``: the step copies the path from the
+    region that has it into the build's prefix (a glob's folder whole) and reads it there; versions are the plain
+    paths'; a budget too small fails the step in one line and copies nothing."""
+    remote = tmp_path / "other-region"
+    for name in ("a", "b"):
+        (remote / "corpus" / "docs").mkdir(parents=True, exist_ok=True)
+        (remote / "corpus" / "docs" / f"{name}.jsonl").write_text(json.dumps({"text": name}) + "\n")
+    env = {"MARIN_MIRROR_PREFIXES": str(remote)}
+    mirrored_ws = _data_workspace(
+        tmp_path / "ws", 'mirrored("corpus/docs/*.jsonl", budget_gb = 1)', 'mirrored("corpus/docs", budget_gb = 1)'
+    )
+    mirrored_ws.extra_env = env
+    build = mirrored_ws.build("//a:docs", "//a:copy")
+    assert build.code == 0, build.stderr
+    out = mirrored_ws.root / "out"
+    assert sorted(p.name for p in (out / "corpus" / "docs").iterdir()) == ["a.jsonl", "b.jsonl"]  # copied home
+    (docs,) = (out / "a").glob("docs-*")
+    assert json.loads((docs / "manifest.json").read_text())["urls"] == [str(out / "corpus/docs/*.jsonl")]
+    (copy,) = (out / "a").glob("copy-*")
+    assert sorted(p.name for p in copy.glob("*.jsonl")) == ["a.jsonl", "b.jsonl"]
+
+    plain = _data_workspace(tmp_path / "plain", '"corpus/docs/*.jsonl"', '"corpus/docs"')
+    planned = plain.build("-n", "//a:docs", "//a:copy")
+    assert planned.code == 0, planned.stderr
+    plain_paths = {e["output_path"].rsplit("/", 1)[-1] for e in planned.events if e["kind"] == "planned"}
+    assert plain_paths == {docs.name, copy.name}  # the version is the plain path's
+
+    small = _data_workspace(tmp_path / "small", 'mirrored("corpus/docs/*.jsonl", budget_gb = 1e-9)', '"x"')
+    small.extra_env = env
+    failed = small.build("//a:docs")
+    assert failed.code == 1 and "TransferBudgetExceeded" in failed.stderr, failed.stderr
+    assert not (small.root / "out" / "corpus" / "docs" / "a.jsonl").exists()
+
+
+def test_mirrored_is_refused_where_a_string_is_not_a_path(tmp_path: Path) -> None:
+    refused = 'raw_data(name = "d", urls = ["z"], description = mirrored("x"))\n'
+    root = write_workspace(tmp_path / "ws", {"a/BUILD.marin": DATA_BUILD.format(docs='"x"', copy='"y"') + refused})
+    message = "attribute 'description' of raw_data(name='d'): takes no mirrored(...): it is not a path a step reads"
+    assert_one_line_load_error(root, "//a:d", "a/BUILD.marin:6:36", message)

@@ -15,7 +15,7 @@ from functools import cache
 from typing import Any
 
 from marinbuild.core.labels import Label, LabelError, parse_label
-from marinbuild.load.frozen import FrozenDict, thaw
+from marinbuild.load.frozen import FrozenDict, is_mirrored, thaw
 
 __all__ = ["Attr", "AttrValueError", "attr"]
 
@@ -250,13 +250,21 @@ class CheckpointAttr(Attr):
 
 
 class StringAttr(Attr):
+    """A string; with ``mirrorable``, a path or URL that may also be ``mirrored(path, budget_gb)``: the step gets
+    ``mirror://path`` and the version is the plain path's."""
+
     type_name = "string"
 
-    def __init__(self, *, values: Iterable[str] | None = None, **kwargs: Any):
+    def __init__(self, *, values: Iterable[str] | None = None, mirrorable: bool = False, **kwargs: Any):
         super().__init__(**kwargs)
         self.values = tuple(values) if values is not None else None
+        self.mirrorable = mirrorable
 
-    def convert(self, value: Any, package: str) -> str:
+    def convert(self, value: Any, package: str) -> Any:
+        if is_mirrored(value):
+            if not self.mirrorable:
+                raise AttrValueError("takes no mirrored(...): it is not a path a step reads")
+            return FrozenDict(value)
         if not isinstance(value, str):
             raise AttrValueError(f"expected a string, got {_describe(value)}")
         if self.values is not None and value not in self.values:

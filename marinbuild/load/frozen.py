@@ -36,12 +36,17 @@ class FrozenDict(dict):
         return (FrozenDict, (dict(self),))
 
 
+def is_mirrored(value: Any) -> bool:
+    """``value`` is a BUILD file's ``mirrored(path, budget_gb)``."""
+    return isinstance(value, dict) and len(value) == 2 and MIRRORED_KEY in value and "budget_gb" in value
+
+
 def thaw(value: Any) -> Any:
     """A plain mutable copy of a (possibly frozen) value: lists, dicts and tuples are copied deeply."""
     if isinstance(value, list):
         return [thaw(x) for x in value]
     if isinstance(value, dict):
-        if len(value) == 2 and MIRRORED_KEY in value and "budget_gb" in value:
+        if is_mirrored(value):
             return MirroredValue(value[MIRRORED_KEY], value["budget_gb"])
         return {k: thaw(v) for k, v in value.items()}
     if type(value) is tuple:

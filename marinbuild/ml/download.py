@@ -121,6 +121,10 @@ class _Progress:
 def download(payload: dict[str, Any]) -> dict[str, Any]:
     """Copy every listed file not already done, verify and commit each; write the manifest; return a summary."""
     out = payload["output_path"]
+    if (payload.get("url") or "").startswith("mirror://"):  # mirrored(...): copied into this region once, read there
+        from marinbuild.store.mirror import resolve_url
+
+        payload = {**payload, "url": resolve_url(payload["url"])}
     source, entries = list_source(payload)
     root = files_root(payload)
     jobs: list[dict[str, Any]] = [

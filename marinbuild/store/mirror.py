@@ -280,6 +280,16 @@ def mirror_path(path: str, *, wait_timeout: float = 3600.0) -> str:
     raise FileNotFoundError(f"mirror://{path}: not under the local prefix {local} nor under {remotes}")
 
 
+def resolve_url(url: str) -> str:
+    """A ``mirror://`` URL (a file, a folder or a glob) as a URL under the local prefix, the files it names copied
+    home first (a glob's folder before its first wildcard, whole); any other URL as it is."""
+    if not url.startswith("mirror://"):
+        return url
+    parts = url.removeprefix("mirror://").strip("/").split("/")
+    static = next((i for i, part in enumerate(parts) if any(ch in part for ch in "*?[")), len(parts))
+    return "/".join([mirror_path("/".join(parts[:static])), *parts[static:]])
+
+
 def _lock_root(local: str, path: str) -> str:
     return _join(local, f"{LOCK_FOLDER}/{path}")
 
