@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import logging
 import multiprocessing
 import os
 import pickle
@@ -42,6 +43,7 @@ OnResult = Callable[[Job, Job], None]
 Warm = tuple[Work, Job] | None  # run once in each worker before its first job
 TICK = 2.0  # seconds between progress callbacks (``on_tick``) and looks at the cluster
 ATTEMPTS = 3
+logger = logging.getLogger("marinbuild.ml.shard_pool")
 
 
 class Pool(Protocol):
@@ -92,11 +94,14 @@ def _call(pool: Pool, fn: Work, job: Job) -> Job:
     return out[0]
 
 
+def _what(job: Job) -> Any:
+    return job.get("shard", {}).get("path") or job.get("id") or job.get("path")
+
+
 def _retry(job: Job, tries: dict[int, int], why: str) -> None:
     tries[id(job)] = tries.get(id(job), 0) + 1
     if tries[id(job)] >= ATTEMPTS:
-        what = job.get("shard", {}).get("path") or job.get("id") or job.get("path")
-        raise RuntimeError(f"a worker died {ATTEMPTS} times running {what}: {why}")
+        raise RuntimeError(f"a worker died {ATTEMPTS} times running {_what(job)}: {why}")
 
 
 def _init_worker(offline: bool, log_path: str | None, warm: Warm) -> None:
@@ -293,6 +298,7 @@ class RayPool:
                     try:
                         result = ray.get(ref)
                     except ray.exceptions.RayActorError as e:  # its node left, or it was killed
+                        logger.warning("a worker on node %s was lost running %s; it runs again", node, _what(job))
                         for other in [i for i in self._idle if i[1] == node]:  # its node's others: likely gone too
                             self._idle.remove(other)
                             ray.kill(other[0])

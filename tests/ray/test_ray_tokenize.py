@@ -110,3 +110,52 @@ def test_the_pool_grows_when_a_node_joins_mid_build(ray_cluster, tmp_path):
     ]
     workers = [d["workers"] for d in progress if d["workers"]]
     assert workers[0] == 1 and max(workers) == 2, workers
+
+
+@pytest.mark.timeout(900)
+def test_a_node_leaving_mid_build_loses_only_its_shards_in_flight(ray_cluster, tmp_path):
+    """Two nodes build shards; one is killed (a preempted VM) once it has committed one: its shard in flight runs
+    again on the other, the build finishes, and the cache holds exactly levanter's own rows. The step itself asks
+    for a resource only the surviving node has."""
+    stays = ray_cluster.add_node({"tokslot": 1, "tokstep": 1}, num_cpus=2, timeout=300)
+    leaves = ray_cluster.add_node({"tokslot": 1}, num_cpus=1, timeout=300)
+    try:
+        ws = TokenizeWorkspace(tmp_path / "ws", toy_tokenizer(tmp_path / "tokenizer"), workers=0)
+        build = ws.root / "pipe" / "BUILD.marin"
+        asks = '    shard_resources = {"cpu": 1, "tokslot": 1},\n    resources = {"cpu": 1, "tokstep": 1},\n'
+        build.write_text(build.read_text().replace("    shard_bytes", asks + "    shard_bytes"))
+        texts = stories()
+        files = [
+            str(write_docs(ws.data / f"part-{i:02}.jsonl.gz", [f"{t} ({i}, {k})" for k in range(2) for t in texts]))
+            for i in range(12)  # named in the order the build takes them
+        ]
+        proc = subprocess.Popen(
+            ws.command("//pipe:tok", "--backend", "ray", "--ray_address", ray_cluster.address),
+            cwd=ws.root,
+            env={**ws.env(), **node_env()},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+        def built_on_leaving() -> bool:
+            logs = list((ws.root / "out" / "pipe").glob("tok-*/logs/shards.jsonl"))
+            return any(line["node"] == leaves.node_id for log in logs for line in shard_log(log.parents[1]))
+
+        deadline = time.monotonic() + 600
+        while not built_on_leaving() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(ws.committed_shards()) < 12, "the build finished before the node could leave"
+        ray_cluster.kill_node(leaves)
+        left = time.time()
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-4000:]
+    finally:
+        ray_cluster.remove_nodes([stays, leaves])
+
+    out = ws.output()
+    assert token_rows(out / "train") == reference_rows(files, ws.tokenizer, tmp_path / "reference")
+    log = [line for line in shard_log(out) if line["state"] == "built"]
+    assert sorted(line["index"] for line in log) == list(range(12))
+    assert {line["node"] for line in log} == {stays.node_id, leaves.node_id}
+    assert all(line["node"] == stays.node_id for line in log if line["started"] > left)
