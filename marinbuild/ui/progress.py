@@ -62,13 +62,11 @@ class ProgressDisplay:
         is_tty: bool | None = None,
         *,
         console: Console | None = None,
-        refresh_per_second: float = 4.0,
     ):
         self.file: TextIO = console_file if console_file is not None else sys.stderr
         if is_tty is None:
             is_tty = console.is_terminal if console is not None else _isatty(self.file)
         self.is_tty = is_tty
-        self.refresh_per_second = refresh_per_second
         self._console = console
         self._live: Live | None = None
         self._state = _State()
@@ -94,12 +92,6 @@ class ProgressDisplay:
         with self._emit_lock:
             self._stop_live()
             self._closed = True
-
-    def __enter__(self) -> ProgressDisplay:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- state --------------------------------------------------------------------------------
     def _update(self, event: ev.Event) -> tuple[str, str] | None:
@@ -186,9 +178,7 @@ class ProgressDisplay:
     def _start_live(self) -> None:
         from rich.live import Live
 
-        self._live = Live(
-            _Renderable(self), console=self.console, refresh_per_second=self.refresh_per_second, transient=False
-        )
+        self._live = Live(get_renderable=self.renderable, console=self.console, refresh_per_second=4, transient=False)
         self._live.start(refresh=True)
 
     def _stop_live(self) -> None:
@@ -255,14 +245,6 @@ class ProgressDisplay:
         if hidden:
             parts.append(Text(f"  … and {hidden} more", style="dim"))
         return Group(*parts)
-
-
-class _Renderable:
-    def __init__(self, display: ProgressDisplay):
-        self.display = display
-
-    def __rich__(self) -> RenderableType:
-        return self.display.renderable()
 
 
 def _isatty(file: Any) -> bool:
