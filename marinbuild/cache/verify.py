@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from marinbuild.cache import probe as pb
@@ -27,43 +26,26 @@ from marinbuild.store.lease import STALE_AFTER, lease_path, parse_lease
 from marinbuild.store.lease_factory import lease_for
 from marinbuild.store.status import DamagedFileError
 
-
-class Verdict(StrEnum):
-    """What verify found of one step (its value is what the JSON report and the verify file say)."""
-
-    OK = "ok"
-    DAMAGED = "damaged"
-    UNVERIFIED = "unverified"
-    NOT_BUILT = "not built"
-
-
-OK = Verdict.OK
-DAMAGED = Verdict.DAMAGED
-UNVERIFIED = Verdict.UNVERIFIED
-NOT_BUILT = Verdict.NOT_BUILT
+# What verify found of one step: what the JSON report and the verify file say.
+OK = "ok"
+DAMAGED = "damaged"
+UNVERIFIED = "unverified"
+NOT_BUILT = "not built"
 
 REPORT_FILE = ".marinbuild_verify.json"
 
 
-class ProblemKind(StrEnum):
-    """How one file differs from the manifest (its value is what the JSON report says)."""
-
-    MODIFIED = "modified"
-    TRUNCATED = "truncated"
-    DELETED = "deleted"
-    ADDED = "added"
-
-
-MODIFIED = ProblemKind.MODIFIED
-TRUNCATED = ProblemKind.TRUNCATED
-DELETED = ProblemKind.DELETED
-ADDED = ProblemKind.ADDED
+# How one file differs from the manifest: what the JSON report says.
+MODIFIED = "modified"
+TRUNCATED = "truncated"
+DELETED = "deleted"
+ADDED = "added"
 
 
 @dataclass
 class FileProblem:
     path: str  # relative to the step's output folder
-    kind: ProblemKind
+    kind: str
     expected_size: int | None = None
     actual_size: int | None = None
 
@@ -73,7 +55,7 @@ class StepVerification:
     """One step's verification: first error, whether invalidated, unparsable ``metadata``, ``--repair``'s removals."""
 
     output_path: str
-    state: Verdict
+    state: str
     name: str | None = None
     label: str | None = None
     files: int = 0
@@ -94,7 +76,7 @@ class StepVerification:
 class VerifyReport:
     steps: list[StepVerification] = field(default_factory=list)
 
-    def by_state(self, state: Verdict) -> list[StepVerification]:
+    def by_state(self, state: str) -> list[StepVerification]:
         return [s for s in self.steps if s.state == state]
 
     @property

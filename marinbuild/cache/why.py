@@ -1,6 +1,6 @@
 """``why``: for each step of a target (and each step it needs that would run), why it would run.
 
-A step is up to date when its status is SUCCESS; else the reason is one of ``Reason``'s, a changed version with its
+A step is up to date when its status is SUCCESS; else the reason is one of the reasons below, a changed version with its
 differences from the most recent other version under the prefix. A folder holding only ``.executor_info`` is not built
 yet, not deleted. A step shared by several targets is explained once. A step waiting for a checkpoint not there yet says
 so (``waits_for``), and the producer is listed as needed (``run.handoff``)."""
@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from marinbuild.cache import probe as pb
@@ -28,29 +27,15 @@ from marinbuild.store.prefix_walk import Store
 from marinbuild.store.records import INFO_FILE
 from marinbuild.store.traceback_file import existing_traceback
 
-
-class Reason(StrEnum):
-    """Why a step would (re)run, or ``built`` (its value is what ``why`` prints and its JSON says)."""
-
-    BUILT = "built"
-    NEVER_BUILT = "never built"
-    INCOMPLETE = "output deleted or incomplete"
-    FAILED_BEFORE = "failed before"
-    RUNNING_ELSEWHERE = "running elsewhere"
-    ABANDONED = "abandoned run"
-    VERSION_CHANGED = "version changed"
-    DAMAGED = "damaged"
-
-
-BUILT = Reason.BUILT
-NEVER_BUILT = Reason.NEVER_BUILT
-INCOMPLETE = Reason.INCOMPLETE
-FAILED_BEFORE = Reason.FAILED_BEFORE
-RUNNING_ELSEWHERE = Reason.RUNNING_ELSEWHERE
-ABANDONED = Reason.ABANDONED
-VERSION_CHANGED = Reason.VERSION_CHANGED
-DAMAGED = Reason.DAMAGED
-
+# Why a step would (re)run, or ``built``: what ``why`` prints and its JSON says.
+BUILT = "built"
+NEVER_BUILT = "never built"
+INCOMPLETE = "output deleted or incomplete"
+FAILED_BEFORE = "failed before"
+RUNNING_ELSEWHERE = "running elsewhere"
+ABANDONED = "abandoned run"
+VERSION_CHANGED = "version changed"
+DAMAGED = "damaged"
 ABSENT = "(absent)"
 
 
@@ -60,7 +45,7 @@ class StepExplanation:
 
     step: str
     output_path: str
-    reason: Reason
+    reason: str
     requested: bool = True  # False: a dependency listed because it would run
     status: str | None = None
     detail: str | None = None
