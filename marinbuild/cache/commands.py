@@ -56,9 +56,6 @@ class CacheRow:
     holder: str | None = None
     age: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def cache_status(session: Any, labels: Iterable[str | Label]) -> list[CacheRow]:
     """The cache state of each target: one status read per step, a lease read only for RUNNING ones. A step not
@@ -152,7 +149,7 @@ def format_table(rows: list[CacheRow]) -> str:
 
 
 def status_as_dict(rows: list[CacheRow]) -> list[dict[str, Any]]:
-    return [row.to_dict() for row in rows]
+    return [asdict(row) for row in rows]
 
 
 # -- cache show --------------------------------------------------------------------------------
@@ -263,9 +260,6 @@ class Entry:
     files: int
     age: float | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def cache_ls(prefix: str) -> list[Entry]:
     """Every step output folder under ``prefix`` (holding an info or status file), with status, size and age."""
@@ -294,7 +288,7 @@ def format_ls(entries: list[Entry]) -> str:
 
 
 def ls_as_dict(entries: list[Entry]) -> list[dict[str, Any]]:
-    return [e.to_dict() for e in entries]
+    return [asdict(e) for e in entries]
 
 
 # -- clean -------------------------------------------------------------------------------------
@@ -307,20 +301,11 @@ class CleanResult:
     size: int = 0
     files: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
-
-def clean(workspace: Any, outputs_of: Iterable[str] | None = None, yes: bool = False) -> CleanResult:
+def clean(workspace: Any) -> CleanResult:
     """Remove the workspace's ``.marinbuild/`` folder (``workspace``: a ``Workspace`` or its root), and nothing else:
     it holds only caches marinbuild can recompute (source file digests, build event logs). Outputs, leases,
-    statuses and run infos are never touched: asking to remove ``outputs_of`` raises ``ValueError`` naming
-    ``cache gc``. ``yes`` is accepted for symmetry with ``cache gc``; nothing here is lost without it."""
-    if outputs_of is not None and list(outputs_of):
-        raise ValueError(
-            "clean never removes build outputs; use `marinbuild cache gc PATTERN... --yes` "
-            "to delete the outputs no current target uses"
-        )
+    statuses and run infos are never touched."""
     root = Path(getattr(workspace, "root", workspace))
     folder = root / ".marinbuild"
     if not folder.is_dir():
