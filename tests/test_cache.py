@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,6 @@ from marinbuild.cache import (
     format_ls,
     format_show,
     format_table,
-    ls_as_dict,
-    status_as_dict,
 )
 from marinbuild.cache.commands import StepState, target_row
 from marinbuild.executor import StepFailedError
@@ -147,7 +146,7 @@ def test_status_missing_built_stale(ws):
     table = format_table(rows)
     assert table.splitlines()[0].split() == ["TARGET", "STATE", "OUTPUT"]
     assert "//pkg:b  built" in table
-    assert json.loads(json.dumps(status_as_dict(rows)))[0]["state"] == "built"
+    assert json.loads(json.dumps([asdict(r) for r in rows]))[0]["state"] == "built"
 
 
 def test_status_failed_running_damaged(ws):
@@ -278,7 +277,7 @@ def test_ls_sizes_statuses_and_no_descent(ws):
     text = format_ls(entries)
     assert text.splitlines()[0].split() == ["STATUS", "SIZE", "AGE", "NAME", "OUTPUT"]
     assert "2 output(s)" in text
-    assert ls_as_dict(entries)[0]["output_path"] == a
+    assert asdict(entries[0])["output_path"] == a
 
 
 def test_ls_damaged_and_statusless(ws):

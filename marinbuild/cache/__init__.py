@@ -15,8 +15,6 @@ from marinbuild.cache.commands import (
     format_ls,
     format_show,
     format_table,
-    ls_as_dict,
-    status_as_dict,
 )
 from marinbuild.cache.gc import GcResult, cache_gc, format_gc
 from marinbuild.cache.text import format_age, format_size
@@ -39,6 +37,4 @@ __all__ = [
     "format_show",
     "format_size",
     "format_table",
-    "ls_as_dict",
-    "status_as_dict",
 ]

@@ -9,7 +9,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -148,10 +148,6 @@ def format_table(rows: list[CacheRow]) -> str:
     return _columns(table) + "".join(f"{note}\n" for note in notes)
 
 
-def status_as_dict(rows: list[CacheRow]) -> list[dict[str, Any]]:
-    return [asdict(row) for row in rows]
-
-
 # -- cache show --------------------------------------------------------------------------------
 
 
@@ -285,10 +281,6 @@ def format_ls(entries: list[Entry]) -> str:
         table.append((e.status or "-", format_size(e.size), age, e.name, e.output_path))
     total = sum(e.size for e in entries)
     return _columns(table) + f"{len(entries)} output(s), {format_size(total)}\n"
-
-
-def ls_as_dict(entries: list[Entry]) -> list[dict[str, Any]]:
-    return [asdict(e) for e in entries]
 
 
 # -- clean -------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import asdict
 from typing import Any
 
 import click
@@ -332,12 +333,12 @@ def cache_group() -> None:
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def cache_status_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> None:
     """Each target's state: built, stale, missing, failed, running (lease holder and age); its output path."""
-    from marinbuild.cache import cache_status, format_table, status_as_dict
+    from marinbuild.cache import cache_status, format_table
 
     session = _open_session(prefix=prefix)
     labels = session.load(patterns)
     rows = cache_status(session, labels)
-    click.echo(json.dumps(status_as_dict(rows), indent=2) if output == "json" else format_table(rows))
+    click.echo(json.dumps([asdict(r) for r in rows], indent=2) if output == "json" else format_table(rows))
 
 
 @cache_group.command("show")
@@ -358,11 +359,11 @@ def cache_show_command(target_or_path: str, prefix: str | None, output: str) -> 
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def cache_ls_command(prefix: str | None, output: str) -> None:
     """Every step output under the prefix, with status, size and age."""
-    from marinbuild.cache import cache_ls, format_ls, ls_as_dict
+    from marinbuild.cache import cache_ls, format_ls
 
     session = _open_session(prefix=prefix)
     entries = cache_ls(session.settings.prefix)
-    click.echo(json.dumps(ls_as_dict(entries), indent=2) if output == "json" else format_ls(entries))
+    click.echo(json.dumps([asdict(e) for e in entries], indent=2) if output == "json" else format_ls(entries))
 
 
 @cache_group.command("gc")
