@@ -204,22 +204,13 @@ def _run_only(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "and every line the ML steps' helper processes print.",
 )
 def build_command(
-    patterns: tuple[str, ...],
-    prefix: str | None,
-    dry_run: bool,
-    jobs: int | None,
-    keep_going: bool,
-    force_run_failed: bool | None,
-    backend: str | None,
     explain: bool,
     build_event_json_file: str | None,
     profile: str | None,
     output: str,
-    ray_address: str | None = None,
-    verbose: bool = False,
-    check_up_to_date: bool = False,
-    run_only: list[str] | None = None,
-    rebuild: tuple[str, ...] = (),
+    verbose: bool,
+    check_up_to_date: bool,
+    **request: Any,
 ) -> None:
     """Build the targets that PATTERN... name (//pkg:name, //pkg/..., //pkg:all, -PATTERN subtracts).
 
@@ -230,21 +221,9 @@ def build_command(
     from marinbuild.analysis.build import BuildRequest, run_build
     from marinbuild.ui.build_report import BuildReport, failure_text
 
-    dry_run = dry_run or check_up_to_date
-    request = BuildRequest(
-        patterns=patterns,
-        prefix=prefix,
-        backend=backend,
-        jobs=jobs,
-        keep_going=keep_going,
-        force_run_failed=force_run_failed,
-        ray_address=ray_address,
-        dry_run=dry_run,
-        run_only=run_only,
-        rebuild=rebuild,
-    )
-    report = BuildReport(dry_run, explain, output, build_event_json_file, profile)
-    session, result = run_build(request, report)
+    request["dry_run"] = request["dry_run"] or check_up_to_date  # the other options are a BuildRequest's fields
+    report = BuildReport(request["dry_run"], explain, output, build_event_json_file, profile)
+    session, result = run_build(BuildRequest(**request), report)
     report.print_result(result, session)
     if result.failure is not None:
         click.echo(f"marinbuild: {failure_text(result.failure)}", err=True)
