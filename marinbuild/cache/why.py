@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -192,11 +193,7 @@ def why_as_dict(label: str | Label, explanations: list[StepExplanation]) -> dict
 
 
 def format_why_targets(groups: list[TargetExplanation]) -> str:
-    return "\n".join(f"{group.target}\n" + _indent(format_why(group.steps)) for group in groups)
-
-
-def _indent(text: str) -> str:
-    return "".join(f"  {line}" if line.strip() else line for line in text.splitlines(keepends=True))
+    return "\n".join(f"{group.target}\n" + textwrap.indent(format_why(group.steps), "  ") for group in groups)
 
 
 def why_targets_as_dict(patterns: list[str], groups: list[TargetExplanation], step_paths: list[str]) -> dict[str, Any]:

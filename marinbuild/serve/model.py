@@ -49,16 +49,10 @@ class ViewModel:
 
     def check_prefix(self) -> None:
         """PrefixUnreadable if the prefix exists and cannot be listed (a prefix not made yet is fine: nothing built)."""
+        if fs.is_local(self.prefix) and os.path.exists(self.prefix) and not os.path.isdir(self.prefix):
+            raise PrefixUnreadable(f"the prefix {self.prefix} is not a folder")
         try:
-            if fs.is_local(self.prefix):
-                if os.path.exists(self.prefix):
-                    if not os.path.isdir(self.prefix):
-                        raise PrefixUnreadable(f"the prefix {self.prefix} is not a folder")
-                    os.listdir(self.prefix)
-            else:
-                Store(self.prefix).names(self.prefix)
-        except PrefixUnreadable:
-            raise
+            Store(self.prefix).names(self.prefix)
         except Exception as exc:
             raise PrefixUnreadable(f"cannot read the prefix {self.prefix}: {exc}") from exc
 
