@@ -17,19 +17,19 @@ import fsspec
 import pytest
 
 from marinbuild.analysis.session import Session
-from marinbuild.cache import (
-    cache_gc,
+from marinbuild.cache.commands import (
+    StepState,
     cache_ls,
     cache_show,
     cache_status,
     clean,
     format_clean,
-    format_gc,
     format_ls,
     format_show,
     format_table,
+    target_row,
 )
-from marinbuild.cache.commands import StepState, target_row
+from marinbuild.cache.gc import cache_gc, format_gc
 from marinbuild.executor import StepFailedError
 from marinbuild.store import status as st
 from marinbuild.store.lease import LeaseRecord, encode_lease, lease_path

@@ -312,7 +312,7 @@ def cache_group() -> None:
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def cache_status_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> None:
     """Each target's state: built, stale, missing, failed, running (lease holder and age); its output path."""
-    from marinbuild.cache import cache_status, format_table
+    from marinbuild.cache.commands import cache_status, format_table
 
     session = _open_session(prefix=prefix)
     labels = session.load(patterns)
@@ -326,7 +326,7 @@ def cache_status_command(patterns: tuple[str, ...], prefix: str | None, output: 
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def cache_show_command(target_or_path: str, prefix: str | None, output: str) -> None:
     """Info, status, lease, artifact and size of a target's outputs (or of an output path)."""
-    from marinbuild.cache import cache_show, format_show
+    from marinbuild.cache.commands import cache_show, format_show
 
     session = _open_session(prefix=prefix)
     shown = cache_show(session, target_or_path)
@@ -338,7 +338,7 @@ def cache_show_command(target_or_path: str, prefix: str | None, output: str) -> 
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def cache_ls_command(prefix: str | None, output: str) -> None:
     """Every step output under the prefix, with status, size and age."""
-    from marinbuild.cache import cache_ls, format_ls
+    from marinbuild.cache.commands import cache_ls, format_ls
 
     session = _open_session(prefix=prefix)
     entries = cache_ls(session.settings.prefix)
@@ -380,8 +380,7 @@ def cache_gc_command(
     """Delete the outputs under the prefix that no current target of the workspace (//...) uses: old versions of
     the steps PATTERN... uses, and with //... outputs no target makes any more. Lists them first, each with why it
     may go; deletes with --yes."""
-    from marinbuild.cache import cache_gc, format_gc
-    from marinbuild.cache.gc import Policy
+    from marinbuild.cache.gc import Policy, cache_gc, format_gc
     from marinbuild.cache.text import parse_age, parse_size
 
     try:
@@ -468,7 +467,7 @@ def info_command(key: str | None, prefix: str | None, backend: str | None, ray_a
 @cli.command("clean")
 def clean_command() -> None:
     """Remove the workspace's .marinbuild/ folder (source file digests, build event logs). Never outputs."""
-    from marinbuild.cache import clean, format_clean
+    from marinbuild.cache.commands import clean, format_clean
 
     click.echo(format_clean(clean(find_workspace("."))))
 

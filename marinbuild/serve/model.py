@@ -13,8 +13,8 @@ import threading
 from typing import Any
 
 from marinbuild.analysis.session import Session
-from marinbuild.cache import cache_show, cache_status
 from marinbuild.cache import probe as pb
+from marinbuild.cache.commands import cache_show, cache_status
 from marinbuild.cache.why import format_why, why
 from marinbuild.serve import history
 from marinbuild.serve.facts import read_json, relative, shown_state
