@@ -569,6 +569,7 @@ def submit_command(
 ) -> None:
     """Run COMMAND on a Ray cluster as a job, with this workspace as its working_dir: submit ... -- COMMAND..."""
     from marinbuild.cluster import submit as jobs
+    from marinbuild.cluster.jobs import follow_logs
 
     for key, _ in env:
         if "=" in key or not key:
@@ -598,7 +599,7 @@ def submit_command(
         err=True,
     )
     try:
-        jobs.follow(submission)
+        follow_logs(submission.client, submission.address, submission.job_id, sys.stdout)
     except KeyboardInterrupt:
         click.echo(
             f"marinbuild: stopped following; the job goes on (stop it: marinbuild jobs stop "

@@ -198,8 +198,12 @@ class ProgressDisplay:
         with self._state_lock:
             s = self._state
             total = s.total if s.total is not None else s.planned_to_run
-            running = [(key[0] or "?", now - t, s.progress.get(key, "")) for key, t in s.started_at.items()]
-            waiting = [(key[0] or "?", detail, now - t) for key, (detail, t) in s.waiting.items()]
+            listed = [
+                ("  ▸ ", "cyan", k[0] or "?", now - t, s.progress.get(k, ""), "dim") for k, t in s.started_at.items()
+            ]
+            listed += [
+                ("  … ", "yellow", k[0] or "?", now - t, f"waiting: {d}", "yellow") for k, (d, t) in s.waiting.items()
+            ]
             end = s.build_end if s.build_end is not None else now
             elapsed = end - s.build_start if s.build_start is not None else 0.0
             finished = s.build_end is not None
@@ -224,21 +228,13 @@ class ProgressDisplay:
             Text(f"{failed} failed", style="bold red") if failed else Text(""),
             Text(f"{not_run} not run", style="yellow") if not_run else Text(""),
         )
-        rows = Table.grid(padding=(0, 2))
-        shown = 0
-        for name, took, progress in running[:MAX_ROWS]:
+        rows = Table.grid(padding=(0, 2))  # running steps first, then waiting ones
+        for sign, style, name, took, note, note_style in listed[:MAX_ROWS]:
             rows.add_row(
-                Text("  ▸ " + name, style="cyan"), Text(format_duration(took), style="dim"), Text(progress, style="dim")
+                Text(sign + name, style=style), Text(format_duration(took), style="dim"), Text(note, style=note_style)
             )
-            shown += 1
-        for name, detail, took in waiting[: max(MAX_ROWS - shown, 0)]:
-            rows.add_row(
-                Text("  … " + name, style="yellow"),
-                Text(format_duration(took), style="dim"),
-                Text(f"waiting: {detail}", style="yellow"),
-            )
-            shown += 1
-        hidden = len(running) + len(waiting) - shown
+        shown = min(len(listed), MAX_ROWS)
+        hidden = len(listed) - shown
         parts: list[Any] = [header]
         if shown:
             parts.append(rows)
