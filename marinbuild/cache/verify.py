@@ -151,12 +151,11 @@ def verify_output(
     *,
     repair: bool = True,
     name: str | None = None,
-    label: str | None = None,
     repair_metadata: bool = False,
     stale_after: float = STALE_AFTER,
 ) -> StepVerification:
     """Verify one step's metadata and outputs; ``repair``: invalidate it if damaged; ``repair_metadata``: tidy it."""
-    result = StepVerification(output_path, NOT_BUILT, name=name, label=label)
+    result = StepVerification(output_path, NOT_BUILT, name=name)
     status = pb.read_noting(result.metadata, lambda: st.read_status(output_path))
     lease = pb.read_noting(result.metadata, lambda: lease_for(output_path, "cache-verify", stale_after).holder())
     if status == st.STATUS_SUCCESS:
