@@ -24,6 +24,7 @@ from marinbuild.store import fs, manifest, records
 from marinbuild.store import status as st
 from marinbuild.store.lease import STALE_AFTER, lease_path, parse_lease
 from marinbuild.store.lease_factory import lease_for
+from marinbuild.store.lease_local import LocalFileLease
 from marinbuild.store.status import DamagedFileError
 
 # What verify found of one step: what the JSON report and the verify file say.
@@ -244,25 +245,7 @@ def remove_dead_lease(output_path: str, stale_after: float, *, unparsable: bool)
             return False
         fs.remove(path)
         return True
-    import fcntl
-
-    try:
-        fd = os.open(fs.local_path(path), os.O_RDWR)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            if os.fstat(fd).st_ino != os.stat(fs.local_path(path)).st_ino:
-                return False  # replaced meanwhile: someone else's now
-        except FileNotFoundError:
-            return False
-        if not dead(os.pread(fd, 1 << 16, 0)):
-            return False
-        os.unlink(fs.local_path(path))
-        return True
-    finally:
-        os.close(fd)
+    return LocalFileLease(fs.local_path(output_path), "cache-verify", stale_after).remove_if(dead)
 
 
 def _leave_report(result: StepVerification) -> None:

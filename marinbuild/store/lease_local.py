@@ -12,7 +12,7 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from marinbuild.store import faults
 from marinbuild.store.lease import Lease, LeaseLostError, LeaseRecord, encode_lease, parse_lease
@@ -125,17 +125,22 @@ class LocalFileLease(Lease):
         self.check()
 
     def release(self) -> None:
-        with self._locked(create=False) as f:
-            if f is not None:
-                self._unlink_if_ours(f)
+        self.remove_if(self._is_ours)
 
-    def _unlink_if_ours(self, fd: int) -> None:
+    def _is_ours(self, data: bytes) -> bool:
         try:
-            current = parse_lease(self.path, self._read(fd))
+            current = parse_lease(self.path, data)
         except Exception:
-            return
-        if current is not None and current.worker_id == self.worker_id:
+            return False
+        return current is not None and current.worker_id == self.worker_id
+
+    def remove_if(self, remove: Callable[[bytes], bool]) -> bool:
+        """Unlink the lease file if ``remove(its content)`` says so, under its flock; whether it did."""
+        with self._locked(create=False) as f:
+            if f is None or not remove(self._read(f)):
+                return False
             os.unlink(self.path)
+            return True
 
     def holder(self) -> LeaseRecord | None:
         with self._locked(create=False, exclusive=False) as f:
