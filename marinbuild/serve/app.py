@@ -27,7 +27,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from marinbuild.serve import live
+from marinbuild.serve import history, live
 from marinbuild.serve.files import Refused, read_text
 from marinbuild.serve.model import PrefixUnreadable, ViewModel
 from marinbuild.serve.stopping import Stopping
@@ -117,8 +117,8 @@ def create_app(model: ViewModel, loopback_only: bool = True, stopping: Stopping 
         Route("/api/graph", api(lambda r: model.graph())),
         Route("/api/step/{path:path}", api(lambda r: model.step(r.path_params["path"]))),
         Route("/api/runs", api(lambda r: model.runs())),
-        Route("/api/run/{id}", api(lambda r: model.run(r.path_params["id"]))),
-        Route("/api/experiment", api(lambda r: model.experiment(r.query_params.get("path", "")))),
+        Route("/api/run/{id}", api(lambda r: history.run(model.cache_dir, model.prefix, r.path_params["id"]))),
+        Route("/api/experiment", api(lambda r: history.experiment(model.prefix, r.query_params.get("path", "")))),
         Route("/api/training", api(lambda r: model.training(r.query_params.getlist("path")))),
         Route("/api/events", events),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),

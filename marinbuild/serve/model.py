@@ -192,12 +192,6 @@ class ViewModel:
             "run_infos": history.run_infos(self.prefix),
         }
 
-    def run(self, run_id: str) -> dict[str, Any] | None:
-        return history.run(self.cache_dir, self.prefix, run_id)
-
-    def experiment(self, path: str) -> dict[str, Any]:
-        return history.experiment(self.prefix, path)
-
     def training(self, chosen: list[str] | None = None) -> dict[str, Any]:
         """The curves of ``chosen`` outputs (paths relative to the prefix), else of the graph's built steps."""
         if chosen:
