@@ -32,10 +32,7 @@ def print_jobs(rows: Sequence[JobRow], out: TextIO, width: int | None = None) ->
             row.entrypoint,
         )
     console = Console(file=out, width=width or (None if out.isatty() else 200), highlight=False)
-    if rows:
-        console.print(table)
-    else:
-        console.print("no jobs")
+    console.print(table if rows else "no jobs")
 
 
 def print_job(row: JobRow, out: TextIO) -> None:

@@ -17,12 +17,6 @@ if TYPE_CHECKING:
 MAX_FAILURE_PAGES = 5
 
 
-def _tracker(step: Any) -> str | None:
-    attrs = getattr(step.config, "attrs", None)
-    value = attrs.get("tracker") if isinstance(attrs, dict) else None
-    return value if isinstance(value, str) else None
-
-
 def where_to_look(engine: Engine, ran: list[Any]) -> list[str]:
     lines = []
     if engine.executor_info_path is not None:
@@ -31,7 +25,8 @@ def where_to_look(engine: Engine, ran: list[Any]) -> list[str]:
     project = os.environ.get("WANDB_PROJECT", "marin")
     entity = os.environ.get("WANDB_ENTITY")
     for step in ran:
-        tracker = _tracker(step)
+        attrs = getattr(step.config, "attrs", None)
+        tracker = attrs.get("tracker") if isinstance(attrs, dict) else None
         if tracker == "tensorboard":
             logdir = os.path.join(engine.output_paths[step].rstrip("/"), "tensorboard")
             lines.append(f"TensorBoard of {step.name}: tensorboard --logdir {logdir}")
