@@ -134,10 +134,8 @@ def format_table(rows: list[CacheRow]) -> str:
         state = row.state
         if row.state == pb.RUNNING:
             state = f"running ({row.holder}, {format_age(row.age)})"
-        paths = row.output_paths or ["-"]
-        table.append((row.label, state, paths[0]))
+        table.append((row.label, state, "" if len(row.steps) > 1 else (row.output_paths or ["-"])[0]))
         if len(row.steps) > 1:
-            table[-1] = (row.label, state, "")
             table.extend(("", f"  {s.state}", s.output_path) for s in row.steps)
     notes = [
         f"{row.label}: {s.detail}"

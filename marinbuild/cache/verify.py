@@ -88,11 +88,11 @@ class VerifyReport:
     def exit_code(self) -> int:
         return 1 if self.damaged else 0
 
+    def counts(self) -> dict[str, int]:
+        return {state: len(self.by_state(state)) for state in (OK, DAMAGED, UNVERIFIED, NOT_BUILT)}
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "steps": [asdict(s) for s in self.steps],
-            "summary": {state: len(self.by_state(state)) for state in (OK, DAMAGED, UNVERIFIED, NOT_BUILT)},
-        }
+        return {"steps": [asdict(s) for s in self.steps], "summary": self.counts()}
 
 
 # -- verifying one output folder --------------------------------------------------------------------
@@ -329,7 +329,7 @@ def format_verify(report: VerifyReport) -> str:
             lines.append("           -> marked not built: the next build reruns it")
         elif step.state == DAMAGED and not step.repairs:
             lines.append("           -> left as it is (not repaired)")
-    counts = {state: len(report.by_state(state)) for state in (OK, DAMAGED, UNVERIFIED, NOT_BUILT)}
+    counts = report.counts()
     lines.append(
         f"{len(report.steps)} step(s): {counts[OK]} ok, {counts[DAMAGED]} damaged, "
         f"{counts[UNVERIFIED]} unverified (no manifest), {counts[NOT_BUILT]} not built"

@@ -64,9 +64,7 @@ class StepExplanation:
         return self.reason != BUILT
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["will_run"] = self.will_run
-        return data
+        return asdict(self) | {"will_run": self.will_run}
 
 
 @dataclass
