@@ -258,8 +258,6 @@ def test_operators_are_left_associative_equal_precedence(diamond):
     # (a - b) + b, not a - (b + b)
     assert q(diamond, "//data/... - //data:base + //data:base") == ["//data:base", "//data:left", "//data:right"]
     assert q(diamond, "//data/... - (//data:base + //data:left)") == ["//data:right"]
-    assert str(parse("a + b ^ c - d")) == "(((a union b) intersect c) except d)"
-    assert str(parse("a intersect (b union c)")) == "(a intersect (b union c))"
 
 
 def test_hyphen_inside_word_is_not_except():
@@ -268,7 +266,7 @@ def test_hyphen_inside_word_is_not_except():
     add(g, "//a:x")
     u = make_universe(g)
     assert q(u, "//a:x-y") == ["//a:x-y"]
-    assert str(parse("//a:x-y - //a:x")) == "(//a:x-y except //a:x)"
+    assert q(u, "//a:x-y - //a:x") == ["//a:x-y"]
 
 
 def test_let(diamond):
@@ -290,18 +288,6 @@ def test_keywords_and_function_names_can_be_quoted_targets():
         add(g, name)
     u = make_universe(g)
     assert q(u, '":let" + ":deps" + ":in"') == ["//pkg:deps", "//pkg:in", "//pkg:let"]
-    assert str(parse('"deps" + "let" + "a b"')) == '(("deps" union "let") union "a b")'
-
-
-def test_unparse_round_trips():
-    for text in [
-        "deps(//a:b, 2) + rdeps(//..., :c, 1)",
-        "let v = kind('train_lm rule', //...) in attr(lr, '0\\.1', $v) - filter(x, $v)",
-        "somepath(a, b) ^ allpaths(a, b) + labels(inputs, a) + some(a, 3)",
-        "built(//...) + stale(x) + missing(x) + failed(x) + running(x)",
-    ]:
-        printed = str(parse(text))
-        assert str(parse(printed)) == printed
 
 
 # -- cache-aware functions ---------------------------------------------------------------------
@@ -371,7 +357,6 @@ def test_long_chain_traversals(chain):
 def test_long_operator_chain(chain):
     text = " + ".join(f"//c:n{i}" for i in range(3000))
     assert len(q(chain, text)) == 3000
-    assert str(parse(text)).count("union") == 2999
 
 
 def test_deep_nesting_is_a_query_error_not_a_crash():

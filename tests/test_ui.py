@@ -322,13 +322,6 @@ def test_bep_writes_every_event_as_a_json_line(tmp_path):
     assert records[-1]["data"]["path"] == "/x"
 
 
-def test_bep_as_context_manager(tmp_path):
-    path = tmp_path / "events.jsonl"
-    with BuildEventJsonWriter(path) as writer:
-        writer(ev.Event(ev.BUILD_STARTED, data={"steps": 0}))
-    assert json.loads(path.read_text())["data"] == {"steps": 0}
-
-
 # -- Chrome trace ------------------------------------------------------------------------------
 
 

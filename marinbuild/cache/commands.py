@@ -9,7 +9,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +55,6 @@ class CacheRow:
     steps: list[StepState] = field(default_factory=list)
     holder: str | None = None
     age: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def cache_status(session: Any, labels: Iterable[str | Label]) -> list[CacheRow]:
@@ -137,10 +134,8 @@ def format_table(rows: list[CacheRow]) -> str:
         state = row.state
         if row.state == pb.RUNNING:
             state = f"running ({row.holder}, {format_age(row.age)})"
-        paths = row.output_paths or ["-"]
-        table.append((row.label, state, paths[0]))
+        table.append((row.label, state, "" if len(row.steps) > 1 else (row.output_paths or ["-"])[0]))
         if len(row.steps) > 1:
-            table[-1] = (row.label, state, "")
             table.extend(("", f"  {s.state}", s.output_path) for s in row.steps)
     notes = [
         f"{row.label}: {s.detail}"
@@ -149,10 +144,6 @@ def format_table(rows: list[CacheRow]) -> str:
         if s.detail and s.detail.startswith(("code changed", "waiting for", "needs checkpoint"))
     ]
     return _columns(table) + "".join(f"{note}\n" for note in notes)
-
-
-def status_as_dict(rows: list[CacheRow]) -> list[dict[str, Any]]:
-    return [row.to_dict() for row in rows]
 
 
 # -- cache show --------------------------------------------------------------------------------
@@ -263,9 +254,6 @@ class Entry:
     files: int
     age: float | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def cache_ls(prefix: str) -> list[Entry]:
     """Every step output folder under ``prefix`` (holding an info or status file), with status, size and age."""
@@ -293,10 +281,6 @@ def format_ls(entries: list[Entry]) -> str:
     return _columns(table) + f"{len(entries)} output(s), {format_size(total)}\n"
 
 
-def ls_as_dict(entries: list[Entry]) -> list[dict[str, Any]]:
-    return [e.to_dict() for e in entries]
-
-
 # -- clean -------------------------------------------------------------------------------------
 
 
@@ -307,20 +291,11 @@ class CleanResult:
     size: int = 0
     files: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
-
-def clean(workspace: Any, outputs_of: Iterable[str] | None = None, yes: bool = False) -> CleanResult:
+def clean(workspace: Any) -> CleanResult:
     """Remove the workspace's ``.marinbuild/`` folder (``workspace``: a ``Workspace`` or its root), and nothing else:
     it holds only caches marinbuild can recompute (source file digests, build event logs). Outputs, leases,
-    statuses and run infos are never touched: asking to remove ``outputs_of`` raises ``ValueError`` naming
-    ``cache gc``. ``yes`` is accepted for symmetry with ``cache gc``; nothing here is lost without it."""
-    if outputs_of is not None and list(outputs_of):
-        raise ValueError(
-            "clean never removes build outputs; use `marinbuild cache gc PATTERN... --yes` "
-            "to delete the outputs no current target uses"
-        )
+    statuses and run infos are never touched."""
     root = Path(getattr(workspace, "root", workspace))
     folder = root / ".marinbuild"
     if not folder.is_dir():

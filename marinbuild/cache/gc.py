@@ -80,10 +80,7 @@ class GcResult:
         return sum(e.size for e in self.candidates if e.output_path in gone)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["candidate_bytes"] = self.candidate_bytes
-        data["freed_bytes"] = self.freed_bytes
-        return data
+        return asdict(self) | {"candidate_bytes": self.candidate_bytes, "freed_bytes": self.freed_bytes}
 
 
 def cache_gc(

@@ -9,7 +9,6 @@ import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, TypeVar
 
 from marinbuild.core.labels import Label, LabelError, parse_label
@@ -26,23 +25,13 @@ from marinbuild.store.status import DamagedFileError
 RUN_INFO_FOLDER = "experiments"  # Marin's run infos are the files directly in it (gc never deletes them)
 
 
-class OutputState(StrEnum):
-    """One output path's state as the plan sees it, plus ``damaged`` (its value is what ``cache`` commands print)."""
-
-    BUILT = "built"
-    MISSING = "missing"
-    FAILED = "failed"
-    RUNNING = "running"
-    ABANDONED = "abandoned"
-    DAMAGED = "damaged"
-
-
-BUILT = OutputState.BUILT
-MISSING = OutputState.MISSING
-FAILED = OutputState.FAILED
-RUNNING = OutputState.RUNNING
-ABANDONED = OutputState.ABANDONED
-DAMAGED = OutputState.DAMAGED
+# One output path's state as the plan sees it, plus ``damaged``: what ``cache`` commands print.
+BUILT = "built"
+MISSING = "missing"
+FAILED = "failed"
+RUNNING = "running"
+ABANDONED = "abandoned"
+DAMAGED = "damaged"
 
 _HASH_SUFFIX = re.compile(r"-[0-9a-f]{6}\Z")
 T = TypeVar("T")
@@ -51,7 +40,7 @@ T = TypeVar("T")
 @dataclass
 class Probe:
     output_path: str
-    state: OutputState
+    state: str
     status: str | None = None
     lease: LeaseRecord | None = None
     error: str | None = None

@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from marinbuild.cache import probe as pb
@@ -25,45 +24,29 @@ from marinbuild.store import fs, manifest, records
 from marinbuild.store import status as st
 from marinbuild.store.lease import STALE_AFTER, lease_path, parse_lease
 from marinbuild.store.lease_factory import lease_for
+from marinbuild.store.lease_local import LocalFileLease
 from marinbuild.store.status import DamagedFileError
 
-
-class Verdict(StrEnum):
-    """What verify found of one step (its value is what the JSON report and the verify file say)."""
-
-    OK = "ok"
-    DAMAGED = "damaged"
-    UNVERIFIED = "unverified"
-    NOT_BUILT = "not built"
-
-
-OK = Verdict.OK
-DAMAGED = Verdict.DAMAGED
-UNVERIFIED = Verdict.UNVERIFIED
-NOT_BUILT = Verdict.NOT_BUILT
+# What verify found of one step: what the JSON report and the verify file say.
+OK = "ok"
+DAMAGED = "damaged"
+UNVERIFIED = "unverified"
+NOT_BUILT = "not built"
 
 REPORT_FILE = ".marinbuild_verify.json"
 
 
-class ProblemKind(StrEnum):
-    """How one file differs from the manifest (its value is what the JSON report says)."""
-
-    MODIFIED = "modified"
-    TRUNCATED = "truncated"
-    DELETED = "deleted"
-    ADDED = "added"
-
-
-MODIFIED = ProblemKind.MODIFIED
-TRUNCATED = ProblemKind.TRUNCATED
-DELETED = ProblemKind.DELETED
-ADDED = ProblemKind.ADDED
+# How one file differs from the manifest: what the JSON report says.
+MODIFIED = "modified"
+TRUNCATED = "truncated"
+DELETED = "deleted"
+ADDED = "added"
 
 
 @dataclass
 class FileProblem:
     path: str  # relative to the step's output folder
-    kind: ProblemKind
+    kind: str
     expected_size: int | None = None
     actual_size: int | None = None
 
@@ -73,7 +56,7 @@ class StepVerification:
     """One step's verification: first error, whether invalidated, unparsable ``metadata``, ``--repair``'s removals."""
 
     output_path: str
-    state: Verdict
+    state: str
     name: str | None = None
     label: str | None = None
     files: int = 0
@@ -94,7 +77,7 @@ class StepVerification:
 class VerifyReport:
     steps: list[StepVerification] = field(default_factory=list)
 
-    def by_state(self, state: Verdict) -> list[StepVerification]:
+    def by_state(self, state: str) -> list[StepVerification]:
         return [s for s in self.steps if s.state == state]
 
     @property
@@ -105,11 +88,11 @@ class VerifyReport:
     def exit_code(self) -> int:
         return 1 if self.damaged else 0
 
+    def counts(self) -> dict[str, int]:
+        return {state: len(self.by_state(state)) for state in (OK, DAMAGED, UNVERIFIED, NOT_BUILT)}
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "steps": [asdict(s) for s in self.steps],
-            "summary": {state: len(self.by_state(state)) for state in (OK, DAMAGED, UNVERIFIED, NOT_BUILT)},
-        }
+        return {"steps": [asdict(s) for s in self.steps], "summary": self.counts()}
 
 
 # -- verifying one output folder --------------------------------------------------------------------
@@ -169,12 +152,11 @@ def verify_output(
     *,
     repair: bool = True,
     name: str | None = None,
-    label: str | None = None,
     repair_metadata: bool = False,
     stale_after: float = STALE_AFTER,
 ) -> StepVerification:
     """Verify one step's metadata and outputs; ``repair``: invalidate it if damaged; ``repair_metadata``: tidy it."""
-    result = StepVerification(output_path, NOT_BUILT, name=name, label=label)
+    result = StepVerification(output_path, NOT_BUILT, name=name)
     status = pb.read_noting(result.metadata, lambda: st.read_status(output_path))
     lease = pb.read_noting(result.metadata, lambda: lease_for(output_path, "cache-verify", stale_after).holder())
     if status == st.STATUS_SUCCESS:
@@ -263,25 +245,7 @@ def remove_dead_lease(output_path: str, stale_after: float, *, unparsable: bool)
             return False
         fs.remove(path)
         return True
-    import fcntl
-
-    try:
-        fd = os.open(fs.local_path(path), os.O_RDWR)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            if os.fstat(fd).st_ino != os.stat(fs.local_path(path)).st_ino:
-                return False  # replaced meanwhile: someone else's now
-        except FileNotFoundError:
-            return False
-        if not dead(os.pread(fd, 1 << 16, 0)):
-            return False
-        os.unlink(fs.local_path(path))
-        return True
-    finally:
-        os.close(fd)
+    return LocalFileLease(fs.local_path(output_path), "cache-verify", stale_after).remove_if(dead)
 
 
 def _leave_report(result: StepVerification) -> None:
@@ -365,7 +329,7 @@ def format_verify(report: VerifyReport) -> str:
             lines.append("           -> marked not built: the next build reruns it")
         elif step.state == DAMAGED and not step.repairs:
             lines.append("           -> left as it is (not repaired)")
-    counts = {state: len(report.by_state(state)) for state in (OK, DAMAGED, UNVERIFIED, NOT_BUILT)}
+    counts = report.counts()
     lines.append(
         f"{len(report.steps)} step(s): {counts[OK]} ok, {counts[DAMAGED]} damaged, "
         f"{counts[UNVERIFIED]} unverified (no manifest), {counts[NOT_BUILT]} not built"

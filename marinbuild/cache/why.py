@@ -1,6 +1,6 @@
 """``why``: for each step of a target (and each step it needs that would run), why it would run.
 
-A step is up to date when its status is SUCCESS; else the reason is one of ``Reason``'s, a changed version with its
+A step is up to date when its status is SUCCESS; else the reason is one of the reasons below, a changed version with its
 differences from the most recent other version under the prefix. A folder holding only ``.executor_info`` is not built
 yet, not deleted. A step shared by several targets is explained once. A step waiting for a checkpoint not there yet says
 so (``waits_for``), and the producer is listed as needed (``run.handoff``)."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import textwrap
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from marinbuild.cache import probe as pb
@@ -28,29 +28,15 @@ from marinbuild.store.prefix_walk import Store
 from marinbuild.store.records import INFO_FILE
 from marinbuild.store.traceback_file import existing_traceback
 
-
-class Reason(StrEnum):
-    """Why a step would (re)run, or ``built`` (its value is what ``why`` prints and its JSON says)."""
-
-    BUILT = "built"
-    NEVER_BUILT = "never built"
-    INCOMPLETE = "output deleted or incomplete"
-    FAILED_BEFORE = "failed before"
-    RUNNING_ELSEWHERE = "running elsewhere"
-    ABANDONED = "abandoned run"
-    VERSION_CHANGED = "version changed"
-    DAMAGED = "damaged"
-
-
-BUILT = Reason.BUILT
-NEVER_BUILT = Reason.NEVER_BUILT
-INCOMPLETE = Reason.INCOMPLETE
-FAILED_BEFORE = Reason.FAILED_BEFORE
-RUNNING_ELSEWHERE = Reason.RUNNING_ELSEWHERE
-ABANDONED = Reason.ABANDONED
-VERSION_CHANGED = Reason.VERSION_CHANGED
-DAMAGED = Reason.DAMAGED
-
+# Why a step would (re)run, or ``built``: what ``why`` prints and its JSON says.
+BUILT = "built"
+NEVER_BUILT = "never built"
+INCOMPLETE = "output deleted or incomplete"
+FAILED_BEFORE = "failed before"
+RUNNING_ELSEWHERE = "running elsewhere"
+ABANDONED = "abandoned run"
+VERSION_CHANGED = "version changed"
+DAMAGED = "damaged"
 ABSENT = "(absent)"
 
 
@@ -60,7 +46,7 @@ class StepExplanation:
 
     step: str
     output_path: str
-    reason: Reason
+    reason: str
     requested: bool = True  # False: a dependency listed because it would run
     status: str | None = None
     detail: str | None = None
@@ -78,9 +64,7 @@ class StepExplanation:
         return self.reason != BUILT
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["will_run"] = self.will_run
-        return data
+        return asdict(self) | {"will_run": self.will_run}
 
 
 @dataclass
@@ -207,11 +191,7 @@ def why_as_dict(label: str | Label, explanations: list[StepExplanation]) -> dict
 
 
 def format_why_targets(groups: list[TargetExplanation]) -> str:
-    return "\n".join(f"{group.target}\n" + _indent(format_why(group.steps)) for group in groups)
-
-
-def _indent(text: str) -> str:
-    return "".join(f"  {line}" if line.strip() else line for line in text.splitlines(keepends=True))
+    return "\n".join(f"{group.target}\n" + textwrap.indent(format_why(group.steps), "  ") for group in groups)
 
 
 def why_targets_as_dict(patterns: list[str], groups: list[TargetExplanation], step_paths: list[str]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import asdict
 from typing import Any
 
 import click
@@ -203,22 +204,13 @@ def _run_only(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "and every line the ML steps' helper processes print.",
 )
 def build_command(
-    patterns: tuple[str, ...],
-    prefix: str | None,
-    dry_run: bool,
-    jobs: int | None,
-    keep_going: bool,
-    force_run_failed: bool | None,
-    backend: str | None,
     explain: bool,
     build_event_json_file: str | None,
     profile: str | None,
     output: str,
-    ray_address: str | None = None,
-    verbose: bool = False,
-    check_up_to_date: bool = False,
-    run_only: list[str] | None = None,
-    rebuild: tuple[str, ...] = (),
+    verbose: bool,
+    check_up_to_date: bool,
+    **request: Any,
 ) -> None:
     """Build the targets that PATTERN... name (//pkg:name, //pkg/..., //pkg:all, -PATTERN subtracts).
 
@@ -229,21 +221,9 @@ def build_command(
     from marinbuild.analysis.build import BuildRequest, run_build
     from marinbuild.ui.build_report import BuildReport, failure_text
 
-    dry_run = dry_run or check_up_to_date
-    request = BuildRequest(
-        patterns=patterns,
-        prefix=prefix,
-        backend=backend,
-        jobs=jobs,
-        keep_going=keep_going,
-        force_run_failed=force_run_failed,
-        ray_address=ray_address,
-        dry_run=dry_run,
-        run_only=run_only,
-        rebuild=rebuild,
-    )
-    report = BuildReport(dry_run, explain, output, build_event_json_file, profile)
-    session, result = run_build(request, report)
+    request["dry_run"] = request["dry_run"] or check_up_to_date  # the other options are a BuildRequest's fields
+    report = BuildReport(request["dry_run"], explain, output, build_event_json_file, profile)
+    session, result = run_build(BuildRequest(**request), report)
     report.print_result(result, session)
     if result.failure is not None:
         click.echo(f"marinbuild: {failure_text(result.failure)}", err=True)
@@ -332,12 +312,12 @@ def cache_group() -> None:
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def cache_status_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> None:
     """Each target's state: built, stale, missing, failed, running (lease holder and age); its output path."""
-    from marinbuild.cache import cache_status, format_table, status_as_dict
+    from marinbuild.cache.commands import cache_status, format_table
 
     session = _open_session(prefix=prefix)
     labels = session.load(patterns)
     rows = cache_status(session, labels)
-    click.echo(json.dumps(status_as_dict(rows), indent=2) if output == "json" else format_table(rows))
+    click.echo(json.dumps([asdict(r) for r in rows], indent=2) if output == "json" else format_table(rows))
 
 
 @cache_group.command("show")
@@ -346,7 +326,7 @@ def cache_status_command(patterns: tuple[str, ...], prefix: str | None, output: 
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def cache_show_command(target_or_path: str, prefix: str | None, output: str) -> None:
     """Info, status, lease, artifact and size of a target's outputs (or of an output path)."""
-    from marinbuild.cache import cache_show, format_show
+    from marinbuild.cache.commands import cache_show, format_show
 
     session = _open_session(prefix=prefix)
     shown = cache_show(session, target_or_path)
@@ -358,11 +338,11 @@ def cache_show_command(target_or_path: str, prefix: str | None, output: str) -> 
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 def cache_ls_command(prefix: str | None, output: str) -> None:
     """Every step output under the prefix, with status, size and age."""
-    from marinbuild.cache import cache_ls, format_ls, ls_as_dict
+    from marinbuild.cache.commands import cache_ls, format_ls
 
     session = _open_session(prefix=prefix)
     entries = cache_ls(session.settings.prefix)
-    click.echo(json.dumps(ls_as_dict(entries), indent=2) if output == "json" else format_ls(entries))
+    click.echo(json.dumps([asdict(e) for e in entries], indent=2) if output == "json" else format_ls(entries))
 
 
 @cache_group.command("gc")
@@ -400,8 +380,7 @@ def cache_gc_command(
     """Delete the outputs under the prefix that no current target of the workspace (//...) uses: old versions of
     the steps PATTERN... uses, and with //... outputs no target makes any more. Lists them first, each with why it
     may go; deletes with --yes."""
-    from marinbuild.cache import cache_gc, format_gc
-    from marinbuild.cache.gc import Policy
+    from marinbuild.cache.gc import Policy, cache_gc, format_gc
     from marinbuild.cache.text import parse_age, parse_size
 
     try:
@@ -488,7 +467,7 @@ def info_command(key: str | None, prefix: str | None, backend: str | None, ray_a
 @cli.command("clean")
 def clean_command() -> None:
     """Remove the workspace's .marinbuild/ folder (source file digests, build event logs). Never outputs."""
-    from marinbuild.cache import clean, format_clean
+    from marinbuild.cache.commands import clean, format_clean
 
     click.echo(format_clean(clean(find_workspace("."))))
 
@@ -590,6 +569,7 @@ def submit_command(
 ) -> None:
     """Run COMMAND on a Ray cluster as a job, with this workspace as its working_dir: submit ... -- COMMAND..."""
     from marinbuild.cluster import submit as jobs
+    from marinbuild.cluster.jobs import follow_logs
 
     for key, _ in env:
         if "=" in key or not key:
@@ -619,7 +599,7 @@ def submit_command(
         err=True,
     )
     try:
-        jobs.follow(submission)
+        follow_logs(submission.client, submission.address, submission.job_id, sys.stdout)
     except KeyboardInterrupt:
         click.echo(
             f"marinbuild: stopped following; the job goes on (stop it: marinbuild jobs stop "

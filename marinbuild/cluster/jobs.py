@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from marinbuild.run.ray_auth import RayAuthError, auth_error, check_token, is_auth_failure
@@ -33,9 +33,6 @@ class JobRow:
     end_time: float | None
     driver_exit_code: int | None
     job_id: str | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def status_name(status: Any) -> str:

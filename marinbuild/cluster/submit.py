@@ -12,14 +12,13 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from marinbuild.cluster.config import resolve_cluster
-from marinbuild.cluster.jobs import TERMINAL, follow_logs, job_client, ray_errors, status_name
+from marinbuild.cluster.jobs import TERMINAL, job_client, ray_errors, status_name
 from marinbuild.core.resources import Resources, tpu_slice
 from marinbuild.run.runtime_env import (
     RUNTIME_ENV_VARS_FROM_DRIVER,
@@ -110,10 +109,6 @@ def submit(
             entrypoint_resources=resources,
         )
     return Submission(client, job_id, resolved)
-
-
-def follow(submission: Submission, out: TextIO | None = None) -> None:
-    follow_logs(submission.client, submission.address, submission.job_id, out if out is not None else sys.stdout)
 
 
 def final_status(submission: Submission) -> tuple[str, int]:

@@ -223,7 +223,8 @@ def _executor_main(
     The prefix and the rest are resolved as the command line resolves them (``marinbuild.engine.settings``), and
     the steps are built by the engine's one ``build``, which records the code each step ran."""
     skip_final_collection()
-    _configure_logging()
+    if not logging.getLogger().handlers:  # Marin's INFO logs on stderr, unless the program has handlers
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     executor = Executor(config.prefix, config.executor_info_base_path, description)
     result = build(
         executor,
@@ -272,12 +273,6 @@ def executor_main(
 executor_main.__wrapped__ = _executor_main  # type: ignore[attr-defined]
 """As on Marin's ``@draccus.wrap()``-decorated ``executor_main`` (``functools.wraps``): the function that takes the
 config itself, ``executor_main.__wrapped__(config, steps, description=None, max_concurrent=None)``."""
-
-
-def _configure_logging() -> None:
-    """INFO logs on stderr, as Marin's ``executor_main`` sets up; nothing when the program has its own handlers."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
 
 def compute_output_path(

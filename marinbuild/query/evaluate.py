@@ -15,7 +15,7 @@ from marinbuild.query.graphops import backward_closure, forward_closure, some_pa
 from marinbuild.query.parser import parse
 from marinbuild.query.syntax import BinOp, Call, Expr, Let, Query, SetOf, Target, Var
 from marinbuild.query.universe import QueryUniverse
-from marinbuild.query.values import attr_text, label_strings, looks_like_label, resolve_label
+from marinbuild.query.values import attr_text, label_strings, resolve_label
 
 Labels = frozenset[str]
 
@@ -148,7 +148,7 @@ class _Evaluator:
                 resolved = resolve_label(ref, owner)
                 if resolved in self.graph:
                     out.add(resolved)
-                elif looks_like_label(ref):
+                elif ref.startswith(("//", ":", "@")):  # meant as a label
                     raise self.error(
                         f"labels(): {ref!r} in attribute '{name}' of {owner} is not a target in the graph", node.pos
                     )

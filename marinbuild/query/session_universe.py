@@ -11,7 +11,7 @@ from typing import Any
 
 import networkx as nx
 
-from marinbuild.cache import cache_status
+from marinbuild.cache.commands import cache_status
 from marinbuild.cache.lineage import recorded_outputs
 from marinbuild.core.labels import Label, parse_label
 from marinbuild.query import STATES, QueryUniverse

@@ -41,9 +41,7 @@ class QueryUniverse:
         """The labels attribute ``attr`` of ``label`` names, when the graph records them; else None."""
         data = self.graph.nodes.get(label)
         recorded = data.get("labels") if data is not None else None
-        if recorded is None:
-            return None
-        return list(recorded.get(attr, ()))
+        return None if recorded is None else list(recorded.get(attr, ()))
 
     def deps_of(self, label: str) -> list[str]:
         return sorted(self.graph.succ[label]) if label in self.graph else []

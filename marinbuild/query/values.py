@@ -63,8 +63,3 @@ def resolve_label(ref: str, owner: str) -> str:
     if (ref.startswith("//") or ref.startswith("@")) and ":" not in ref:
         return f"{ref}:{ref.rstrip('/').rsplit('/', 1)[-1]}"
     return ref
-
-
-def looks_like_label(ref: str) -> bool:
-    """Whether an attribute string is meant as a label (absolute or package-relative)."""
-    return ref.startswith(("//", ":", "@"))

@@ -10,6 +10,8 @@ which the process would wait for on exit."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import html
 import json
 import threading
@@ -25,7 +27,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from marinbuild.serve import live
+from marinbuild.serve import history, live
 from marinbuild.serve.files import Refused, read_text
 from marinbuild.serve.model import PrefixUnreadable, ViewModel
 from marinbuild.serve.stopping import Stopping
@@ -115,8 +117,8 @@ def create_app(model: ViewModel, loopback_only: bool = True, stopping: Stopping 
         Route("/api/graph", api(lambda r: model.graph())),
         Route("/api/step/{path:path}", api(lambda r: model.step(r.path_params["path"]))),
         Route("/api/runs", api(lambda r: model.runs())),
-        Route("/api/run/{id}", api(lambda r: model.run(r.path_params["id"]))),
-        Route("/api/experiment", api(lambda r: model.experiment(r.query_params.get("path", "")))),
+        Route("/api/run/{id}", api(lambda r: history.run(model.cache_dir, model.prefix, r.path_params["id"]))),
+        Route("/api/experiment", api(lambda r: history.experiment(model.prefix, r.query_params.get("path", "")))),
         Route("/api/training", api(lambda r: model.training(r.query_params.getlist("path")))),
         Route("/api/events", events),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
@@ -134,29 +136,20 @@ class _Stopping(Exception):
 
 async def _computed(compute: Callable[[], Any], stopping: Stopping) -> Any:
     """``compute()`` in a daemon thread, awaited; ``_Stopping`` if the server stops first (the thread runs on)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[Any] = loop.create_future()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if done.done():  # abandoned: the server is stopping
-            return
-        if error is None:
-            done.set_result(result)
-        else:
-            done.set_exception(error)
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
     def run() -> None:
-        result, error = None, None
         try:
             result = compute()
         except BaseException as exc:
-            error = exc
-        try:
-            loop.call_soon_threadsafe(settle, result, error)
-        except RuntimeError:  # the loop is closed: the server stopped meanwhile
-            pass
+            with contextlib.suppress(concurrent.futures.InvalidStateError):  # abandoned: the server is stopping
+                future.set_exception(exc)
+        else:
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                future.set_result(result)
 
     threading.Thread(target=run, name="marinbuild-serve-request", daemon=True).start()
+    done = asyncio.wrap_future(future)
     stop = asyncio.ensure_future(stopping.wait())
     try:
         await asyncio.wait({done, stop}, return_when=asyncio.FIRST_COMPLETED)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.serve.stopping import Stopping
-from marinbuild.ui.event_log import parse_lines
+from marinbuild.ui.event_log import list_logs, parse_lines
 
 INTERVAL = 0.5
 KEEPALIVE = 15.0
@@ -25,18 +25,12 @@ class _Tail:
         self.folder, self.prefix = folder, prefix
         self.offsets: dict[Path, int] = {}
         self.wanted: dict[Path, bool] = {}
-        for path in self._logs():
+        for path in reversed(list_logs(self.folder)):
             self.offsets[path] = path.stat().st_size  # only what is written from now on
-
-    def _logs(self) -> list[Path]:
-        try:
-            return sorted(p for p in self.folder.iterdir() if p.suffix == ".jsonl")
-        except OSError:
-            return []
 
     def read_new(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for path in self._logs():
+        for path in reversed(list_logs(self.folder)):
             offset = self.offsets.get(path, 0)
             try:
                 size = path.stat().st_size

@@ -13,8 +13,8 @@ import threading
 from typing import Any
 
 from marinbuild.analysis.session import Session
-from marinbuild.cache import cache_show, cache_status
 from marinbuild.cache import probe as pb
+from marinbuild.cache.commands import cache_show, cache_status
 from marinbuild.cache.why import format_why, why
 from marinbuild.serve import history
 from marinbuild.serve.facts import read_json, relative, shown_state
@@ -49,16 +49,10 @@ class ViewModel:
 
     def check_prefix(self) -> None:
         """PrefixUnreadable if the prefix exists and cannot be listed (a prefix not made yet is fine: nothing built)."""
+        if fs.is_local(self.prefix) and os.path.exists(self.prefix) and not os.path.isdir(self.prefix):
+            raise PrefixUnreadable(f"the prefix {self.prefix} is not a folder")
         try:
-            if fs.is_local(self.prefix):
-                if os.path.exists(self.prefix):
-                    if not os.path.isdir(self.prefix):
-                        raise PrefixUnreadable(f"the prefix {self.prefix} is not a folder")
-                    os.listdir(self.prefix)
-            else:
-                Store(self.prefix).names(self.prefix)
-        except PrefixUnreadable:
-            raise
+            Store(self.prefix).names(self.prefix)
         except Exception as exc:
             raise PrefixUnreadable(f"cannot read the prefix {self.prefix}: {exc}") from exc
 
@@ -197,12 +191,6 @@ class ViewModel:
             "builds": history.builds(self.cache_dir, self.prefix),
             "run_infos": history.run_infos(self.prefix),
         }
-
-    def run(self, run_id: str) -> dict[str, Any] | None:
-        return history.run(self.cache_dir, self.prefix, run_id)
-
-    def experiment(self, path: str) -> dict[str, Any]:
-        return history.experiment(self.prefix, path)
 
     def training(self, chosen: list[str] | None = None) -> dict[str, Any]:
         """The curves of ``chosen`` outputs (paths relative to the prefix), else of the graph's built steps."""

@@ -5,6 +5,7 @@ filesystem directly where fsspec would only add overhead."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from functools import lru_cache
@@ -101,10 +102,8 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
         faults.point("before-replace " + _short(target))
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 
@@ -141,13 +140,8 @@ def makedirs(path: str) -> None:
 
 
 def remove(path: str) -> None:
-    if is_local(path):
-        try:
+    with contextlib.suppress(FileNotFoundError):
+        if is_local(path):
             os.unlink(local_path(path))
-        except FileNotFoundError:
-            pass
-        return
-    try:
-        filesystem_for(path).rm_file(path)
-    except FileNotFoundError:
-        pass
+        else:
+            filesystem_for(path).rm_file(path)

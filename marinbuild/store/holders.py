@@ -13,11 +13,7 @@ from functools import lru_cache
 
 @lru_cache(maxsize=1)
 def host() -> str:
-    if hasattr(os, "uname"):
-        return os.uname().nodename
-    import socket  # where there is no ``uname``: not imported by every build for a name ``uname`` gives
-
-    return socket.gethostname()
+    return os.uname().nodename
 
 
 @lru_cache(maxsize=1)

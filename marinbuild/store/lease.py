@@ -86,7 +86,10 @@ class Lease(abc.ABC):
     def check(self) -> None:
         """Read-only: raise ``LeaseLostError`` unless the lease file names ``worker_id``. For a process committing
         for the holder (a Ray task for its driver): the lease's renewals (on GCS, generations) are the holder's."""
-        record = self.holder()
+        self._ensure_ours(self.holder())
+
+    def _ensure_ours(self, record: LeaseRecord | None) -> None:
+        """Raise ``LeaseLostError`` unless ``record`` names ``worker_id``."""
         if record is None or record.worker_id != self.worker_id:
             holder = record.worker_id if record is not None else "nobody (it was released or taken over and finished)"
             raise LeaseLostError(f"lease {self.path} is held by {holder}, not {self.worker_id}")

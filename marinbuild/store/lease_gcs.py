@@ -9,6 +9,7 @@ landed is recognised, not reported as a lost race."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -68,21 +69,15 @@ class GCSLease(Lease):
 
     def refresh(self) -> None:
         with self._lock:
-            self._refresh()
-
-    def _refresh(self) -> None:
-        if self._generation is None:
-            current, generation = self._read()
-            if current is None or current.worker_id != self.worker_id:
-                raise LeaseLostError(
-                    f"lease {self.path} is held by {current.worker_id if current else 'nobody'}, not {self.worker_id}"
-                )
-            self._generation = generation
-        try:
-            self._generation = self._write(self._generation)
-        except gcs.PreconditionFailed:
-            self._generation = None
-            raise LeaseLostError(f"lease {self.path} changed under {self.worker_id}: {self._describe()}") from None
+            if self._generation is None:
+                current, generation = self._read()
+                self._ensure_ours(current)
+                self._generation = generation
+            try:
+                self._generation = self._write(self._generation)
+            except gcs.PreconditionFailed:
+                self._generation = None
+                raise LeaseLostError(f"lease {self.path} changed under {self.worker_id}: {self._describe()}") from None
 
     def _describe(self) -> str:
         try:
@@ -94,13 +89,8 @@ class GCSLease(Lease):
         return f"now held by {current.worker_id}"
 
     def release(self) -> None:
-        with self._lock:
-            self._release()
-
-    def _release(self) -> None:
-        generation = self._generation
-        self._generation = None
-        try:
+        with self._lock, contextlib.suppress(DamagedFileError):  # unreadable: not ours to delete
+            generation, self._generation = self._generation, None
             if generation is None or gcs.endpoint() is not None:
                 # Without our generation, or on an emulator that ignores delete preconditions: check first.
                 current, now = self._read()
@@ -108,8 +98,6 @@ class GCSLease(Lease):
                     return
                 generation = now
             gcs.delete_if_generation(self.path, generation)
-        except DamagedFileError:
-            return  # not ours to delete
 
     def holder(self) -> LeaseRecord | None:
         return self._read()[0]

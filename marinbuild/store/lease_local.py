@@ -12,14 +12,13 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from marinbuild.store import faults
 from marinbuild.store.lease import Lease, LeaseLostError, LeaseRecord, encode_lease, parse_lease
 from marinbuild.store.status import DamagedFileError
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_READ_SIZE = 4096
 
 
 class LocalFileLease(Lease):
@@ -55,17 +54,7 @@ class LocalFileLease(Lease):
 
     @staticmethod
     def _read(fd: int) -> bytes:
-        chunks = []
-        offset = 0
-        while True:
-            data = os.pread(fd, _READ_SIZE, offset)
-            if not data:
-                break
-            chunks.append(data)
-            offset += len(data)
-            if len(data) < _READ_SIZE:  # a short read of a regular file is its end
-                break
-        return b"".join(chunks)
+        return os.pread(fd, 1 << 16, 0)  # a lease record is far smaller
 
     def _write(self, fd: int, record: LeaseRecord) -> None:
         data = encode_lease(record)
@@ -128,10 +117,7 @@ class LocalFileLease(Lease):
         with self._locked(create=False) as f:
             if f is None:
                 raise LeaseLostError(f"lease {self.path} disappeared: another runner took over")
-            current = parse_lease(self.path, self._read(f))
-            if current is None or current.worker_id != self.worker_id:
-                holder = current.worker_id if current else "nobody"
-                raise LeaseLostError(f"lease {self.path} is held by {holder}, not {self.worker_id}")
+            self._ensure_ours(parse_lease(self.path, self._read(f)))
             self._write(f, LeaseRecord(self.worker_id, time.time()))
 
     def confirm(self) -> None:
@@ -139,17 +125,22 @@ class LocalFileLease(Lease):
         self.check()
 
     def release(self) -> None:
-        with self._locked(create=False) as f:
-            if f is not None:
-                self._unlink_if_ours(f)
+        self.remove_if(self._is_ours)
 
-    def _unlink_if_ours(self, fd: int) -> None:
+    def _is_ours(self, data: bytes) -> bool:
         try:
-            current = parse_lease(self.path, self._read(fd))
+            current = parse_lease(self.path, data)
         except Exception:
-            return
-        if current is not None and current.worker_id == self.worker_id:
+            return False
+        return current is not None and current.worker_id == self.worker_id
+
+    def remove_if(self, remove: Callable[[bytes], bool]) -> bool:
+        """Unlink the lease file if ``remove(its content)`` says so, under its flock; whether it did."""
+        with self._locked(create=False) as f:
+            if f is None or not remove(self._read(f)):
+                return False
             os.unlink(self.path)
+            return True
 
     def holder(self) -> LeaseRecord | None:
         with self._locked(create=False, exclusive=False) as f:

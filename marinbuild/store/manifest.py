@@ -26,10 +26,6 @@ def is_output(name: str) -> bool:
     return name not in NOT_OUTPUTS and not name.startswith((".marinbuild", ".tmp-"))
 
 
-def hash_budget_bytes() -> int:
-    return int(float(os.environ.get("MARINBUILD_MANIFEST_HASH_GB", "1")) * (1 << 30))
-
-
 @dataclass(frozen=True)
 class FileEntry:
     path: str  # relative to the output folder, with ``/`` separators
@@ -189,7 +185,7 @@ def hash_files(output_path: str, rels: list[str], stats: dict[str, Stat]) -> dic
     if fs.is_local(output_path):
         root = fs.local_path(output_path)
         return {rel: hash_local_file(os.path.join(root, *rel.split("/"))) for rel in rels}
-    budget = hash_budget_bytes()
+    budget = int(float(os.environ.get("MARINBUILD_MANIFEST_HASH_GB", "1")) * (1 << 30))
     digests: dict[str, str | None] = {}
     small: list[str] = []
     for rel in sorted(rels, key=lambda r: stats[r].size):

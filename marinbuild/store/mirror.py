@@ -80,10 +80,6 @@ class TransferBudget:
         self.bytes_used = 0
         self._lock = threading.Lock()
 
-    @classmethod
-    def of_gb(cls, gb: float, name: str = "") -> TransferBudget:
-        return cls(int(gb * GB), name)
-
     def charge(self, size: int, path: str) -> None:
         """Record ``size`` bytes about to be copied; raise (recording nothing) if that goes over the limit."""
         with self._lock:
@@ -112,7 +108,7 @@ def default_budget() -> TransferBudget:
         if not _process_budget:
             gb = float(os.environ.get(MARIN_MIRROR_BUDGET_GB, DEFAULT_BUDGET_GB))
             name = f"the process-wide budget (${MARIN_MIRROR_BUDGET_GB}: {gb:g} GB)"
-            _process_budget.append(TransferBudget.of_gb(gb, name))
+            _process_budget.append(TransferBudget(int(gb * GB), name))
         return _process_budget[0]
 
 
@@ -152,7 +148,7 @@ _prefix_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("marinb
 @contextlib.contextmanager
 def mirror_budget(budget_gb: float, name: str = "") -> Iterator[TransferBudget]:
     """Copies made by this thread (and its context) inside the block are charged to a fresh budget."""
-    budget = TransferBudget.of_gb(budget_gb, name or f"the mirror_budget({budget_gb:g}) block's budget")
+    budget = TransferBudget(int(budget_gb * GB), name or f"the mirror_budget({budget_gb:g}) block's budget")
     token = _budget_var.set(budget)
     try:
         yield budget
@@ -191,8 +187,7 @@ def configure(local_prefix: str | None = None, remote_prefixes: list[str] | None
 
 
 def local_prefix() -> str:
-    chosen = _prefix_var.get() or _config.local_prefix or fs.default_prefix()
-    return chosen.rstrip("/")
+    return (_prefix_var.get() or _config.local_prefix or fs.default_prefix()).rstrip("/")
 
 
 def remote_prefixes() -> list[str]:

@@ -50,9 +50,3 @@ class BuildEventJsonWriter:
     def close(self) -> None:
         with self._lock:
             self._file.close()
-
-    def __enter__(self) -> BuildEventJsonWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

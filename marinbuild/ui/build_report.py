@@ -63,6 +63,7 @@ class BuildReport:
             closer.close()
 
     def print_result(self, result: BuildResult, session: Session) -> None:
+        assert self.summary is not None, "the build opened no listeners"
         if result.dry_run_problems:
             click.echo(
                 f"marinbuild: warning: the local backend could not run {len(result.dry_run_problems)} of the "
@@ -70,13 +71,25 @@ class BuildReport:
                 err=True,
             )
         self._note_outside_plan(result)
-        self._print_plan_and_summary(result, session)
+        if self.dry_run and self.output == "text" and result.plan is not None:
+            print_plan(result.plan, session, self.explain)
+        if self.output == "json":
+            data = self.summary.as_dict()
+            data["targets"] = [{"label": label, "output_path": path} for label, path in result.requested]
+            data["dry_run"] = self.dry_run
+            if result.plan is not None:
+                data["plan"] = [
+                    {"step": row.step.name, "state": row.state, "output_path": row.output_path} for row in result.plan
+                ]
+            click.echo(json.dumps(data, indent=2))
+        else:
+            click.echo(self.summary.render(result.requested))
         if result.code_changed:
             click.echo(_code_changed_text(result, session), err=True)
         if not self.dry_run and result.succeeded:
             for line in where_to_look(result.engine, result.succeeded):
                 click.echo(f"marinbuild: {line}", err=True)
-        if result.failure is not None and self.summary is not None:
+        if result.failure is not None:
             for line in failure_pages(result.engine.prefix, self.summary.failures):
                 click.echo(f"marinbuild: {line}", err=True)
 
@@ -97,22 +110,6 @@ class BuildReport:
                 for path, probe in probes.items()
             }
         )
-
-    def _print_plan_and_summary(self, result: BuildResult, session: Session) -> None:
-        assert self.summary is not None, "the build opened no listeners"
-        if self.dry_run and self.output == "text" and result.plan is not None:
-            print_plan(result.plan, session, self.explain)
-        if self.output == "json":
-            data = self.summary.as_dict()
-            data["targets"] = [{"label": label, "output_path": path} for label, path in result.requested]
-            data["dry_run"] = self.dry_run
-            if result.plan is not None:
-                data["plan"] = [
-                    {"step": row.step.name, "state": row.state, "output_path": row.output_path} for row in result.plan
-                ]
-            click.echo(json.dumps(data, indent=2))
-        else:
-            click.echo(self.summary.render(result.requested))
 
 
 def failure_text(failure: Exception) -> str:

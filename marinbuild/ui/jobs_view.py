@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TextIO
 
@@ -31,10 +32,7 @@ def print_jobs(rows: Sequence[JobRow], out: TextIO, width: int | None = None) ->
             row.entrypoint,
         )
     console = Console(file=out, width=width or (None if out.isatty() else 200), highlight=False)
-    if rows:
-        console.print(table)
-    else:
-        console.print("no jobs")
+    console.print(table if rows else "no jobs")
 
 
 def print_job(row: JobRow, out: TextIO) -> None:
@@ -55,9 +53,7 @@ def print_job(row: JobRow, out: TextIO) -> None:
 
 
 def jobs_json(rows: Sequence[JobRow] | JobRow) -> str:
-    if isinstance(rows, Sequence):
-        return json.dumps([row.as_dict() for row in rows], indent=2)
-    return json.dumps(rows.as_dict(), indent=2)
+    return json.dumps([asdict(row) for row in rows] if isinstance(rows, Sequence) else asdict(rows), indent=2)
 
 
 def _when(seconds: float | None) -> str:

@@ -62,13 +62,11 @@ class ProgressDisplay:
         is_tty: bool | None = None,
         *,
         console: Console | None = None,
-        refresh_per_second: float = 4.0,
     ):
         self.file: TextIO = console_file if console_file is not None else sys.stderr
         if is_tty is None:
             is_tty = console.is_terminal if console is not None else _isatty(self.file)
         self.is_tty = is_tty
-        self.refresh_per_second = refresh_per_second
         self._console = console
         self._live: Live | None = None
         self._state = _State()
@@ -94,12 +92,6 @@ class ProgressDisplay:
         with self._emit_lock:
             self._stop_live()
             self._closed = True
-
-    def __enter__(self) -> ProgressDisplay:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- state --------------------------------------------------------------------------------
     def _update(self, event: ev.Event) -> tuple[str, str] | None:
@@ -186,9 +178,7 @@ class ProgressDisplay:
     def _start_live(self) -> None:
         from rich.live import Live
 
-        self._live = Live(
-            _Renderable(self), console=self.console, refresh_per_second=self.refresh_per_second, transient=False
-        )
+        self._live = Live(get_renderable=self.renderable, console=self.console, refresh_per_second=4, transient=False)
         self._live.start(refresh=True)
 
     def _stop_live(self) -> None:
@@ -208,8 +198,12 @@ class ProgressDisplay:
         with self._state_lock:
             s = self._state
             total = s.total if s.total is not None else s.planned_to_run
-            running = [(key[0] or "?", now - t, s.progress.get(key, "")) for key, t in s.started_at.items()]
-            waiting = [(key[0] or "?", detail, now - t) for key, (detail, t) in s.waiting.items()]
+            listed = [
+                ("  ▸ ", "cyan", k[0] or "?", now - t, s.progress.get(k, ""), "dim") for k, t in s.started_at.items()
+            ]
+            listed += [
+                ("  … ", "yellow", k[0] or "?", now - t, f"waiting: {d}", "yellow") for k, (d, t) in s.waiting.items()
+            ]
             end = s.build_end if s.build_end is not None else now
             elapsed = end - s.build_start if s.build_start is not None else 0.0
             finished = s.build_end is not None
@@ -234,35 +228,19 @@ class ProgressDisplay:
             Text(f"{failed} failed", style="bold red") if failed else Text(""),
             Text(f"{not_run} not run", style="yellow") if not_run else Text(""),
         )
-        rows = Table.grid(padding=(0, 2))
-        shown = 0
-        for name, took, progress in running[:MAX_ROWS]:
+        rows = Table.grid(padding=(0, 2))  # running steps first, then waiting ones
+        for sign, style, name, took, note, note_style in listed[:MAX_ROWS]:
             rows.add_row(
-                Text("  ▸ " + name, style="cyan"), Text(format_duration(took), style="dim"), Text(progress, style="dim")
+                Text(sign + name, style=style), Text(format_duration(took), style="dim"), Text(note, style=note_style)
             )
-            shown += 1
-        for name, detail, took in waiting[: max(MAX_ROWS - shown, 0)]:
-            rows.add_row(
-                Text("  … " + name, style="yellow"),
-                Text(format_duration(took), style="dim"),
-                Text(f"waiting: {detail}", style="yellow"),
-            )
-            shown += 1
-        hidden = len(running) + len(waiting) - shown
+        shown = min(len(listed), MAX_ROWS)
+        hidden = len(listed) - shown
         parts: list[Any] = [header]
         if shown:
             parts.append(rows)
         if hidden:
             parts.append(Text(f"  … and {hidden} more", style="dim"))
         return Group(*parts)
-
-
-class _Renderable:
-    def __init__(self, display: ProgressDisplay):
-        self.display = display
-
-    def __rich__(self) -> RenderableType:
-        return self.display.renderable()
 
 
 def _isatty(file: Any) -> bool:

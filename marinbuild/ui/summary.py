@@ -121,9 +121,7 @@ class BuildSummary:
 
     @property
     def elapsed(self) -> float | None:
-        if self.start_time is None or self.end_time is None:
-            return None
-        return self.end_time - self.start_time
+        return None if self.start_time is None or self.end_time is None else self.end_time - self.start_time
 
     def status(self) -> str:
         """``ok``, ``failed``, ``interrupted``, ``refused`` (failed before, not retried) or ``dry_run``."""

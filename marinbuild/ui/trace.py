@@ -57,8 +57,11 @@ class ChromeTraceWriter:
         key = (event.step, event.output_path)
         if event.kind == ev.BUILD_STARTED:
             self._build_start = event.time
-        elif event.kind == ev.BUILD_FINISHED:
-            self._end_build(event.time, dict(event.data))
+        elif event.kind == ev.BUILD_FINISHED and self._build_start is not None:
+            self._events.append(
+                _complete_event("build", "build", BUILD_LANE, self._build_start, event.time, dict(event.data))
+            )
+            self._build_start = None
         elif event.kind == ev.WAITING:
             span = self._open.get(key)
             if span is None:
@@ -107,11 +110,6 @@ class ChromeTraceWriter:
         args = {"output_path": span.output_path, "outcome": outcome}
         return _complete_event(span.name, span.cat, span.lane, span.start, end, args)
 
-    def _end_build(self, end: float, data: dict[str, Any]) -> None:
-        if self._build_start is not None:
-            self._events.append(_complete_event("build", "build", BUILD_LANE, self._build_start, end, data))
-            self._build_start = None
-
     def trace(self) -> dict[str, Any]:
         """The trace so far; spans still open (an interrupted build) end at the last event, outcome ``unfinished``."""
         with self._lock:
@@ -144,12 +142,6 @@ class ChromeTraceWriter:
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(json.dumps(trace, default=str), encoding="utf-8")
         tmp.replace(self.path)
-
-    def __enter__(self) -> ChromeTraceWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _complete_event(name: str, cat: str, tid: int, start: float, end: float, args: dict[str, Any]) -> dict[str, Any]:

@@ -17,20 +17,16 @@ if TYPE_CHECKING:
 MAX_FAILURE_PAGES = 5
 
 
-def _tracker(step: Any) -> str | None:
-    attrs = getattr(step.config, "attrs", None)
-    value = attrs.get("tracker") if isinstance(attrs, dict) else None
-    return value if isinstance(value, str) else None
-
-
 def where_to_look(engine: Engine, ran: list[Any]) -> list[str]:
     lines = []
     if engine.executor_info_path is not None:
-        lines.append(_run_info_line(engine, engine.executor_info_path))
+        shown = f"experiment page: {engine.experiment_url()}" if os.environ.get(ENV) else None
+        lines.append(shown or f"run info: {engine.executor_info_path} (marinbuild serve shows its page)")
     project = os.environ.get("WANDB_PROJECT", "marin")
     entity = os.environ.get("WANDB_ENTITY")
     for step in ran:
-        tracker = _tracker(step)
+        attrs = getattr(step.config, "attrs", None)
+        tracker = attrs.get("tracker") if isinstance(attrs, dict) else None
         if tracker == "tensorboard":
             logdir = os.path.join(engine.output_paths[step].rstrip("/"), "tensorboard")
             lines.append(f"TensorBoard of {step.name}: tensorboard --logdir {logdir}")
@@ -42,12 +38,6 @@ def where_to_look(engine: Engine, ran: list[Any]) -> list[str]:
         else:
             lines.append(f"W&B run of {step.name}: project {project}, run {run_id} (set WANDB_ENTITY for its URL)")
     return lines
-
-
-def _run_info_line(engine: Engine, run_info_path: str) -> str:
-    if os.environ.get(ENV):
-        return f"experiment page: {engine.experiment_url()}"
-    return f"run info: {run_info_path} (marinbuild serve shows its page)"
 
 
 def failure_pages(prefix: str, failures: list[Any]) -> list[str]:

@@ -8,7 +8,7 @@ from test_cache import (  # tests/ (its conftest puts it on sys.path)
     states,
 )
 
-from marinbuild.cache import cache_status
+from marinbuild.cache.commands import cache_status
 from marinbuild.store import gcs
 
 
