@@ -1,13 +1,13 @@
 """Checkpoint hand-offs: a step that starts from another step's checkpoint waits for the checkpoint, not the step.
 
 A hand-off is a pseudo-dependency on ``<producer>/checkpoints/step-N`` (``checkpoint(":p", step = N)``, Marin's
-``p.cd("checkpoints/step-N").nonblocking()``), there once its ``metadata.json`` reads whole (levanter writes it last, and
-in place on a local disk: a file that exists may not be written yet). A step
-that will run needs the producers of checkpoints not yet there (``needs``); a built step needs none, so a producer
-training on never makes it stale. ``HandOffs`` holds such a step out of the schedule until its checkpoints are there (a
-``waiting`` event), and fails it with ``MissingCheckpointError`` once a producer ended, or is not in this build, without
-it. One thread watches: local checkpoints by inotify on the nearest existing folder, others by polling with bounded
-backoff; a producer's end wakes it."""
+``p.cd("checkpoints/step-N").nonblocking()``), there once its ``metadata.json`` reads whole (levanter writes it last,
+and in place on a local disk: a file that exists may not be written yet). A step that will run needs the producers of
+checkpoints not yet there (``needs``); a built step needs none, so a producer training on never makes it stale.
+``HandOffs`` holds such a step out of the schedule until its checkpoints are there (a ``waiting`` event), and fails it
+with ``MissingCheckpointError`` once a producer ended, or is not in this build, without it. One thread watches: local
+checkpoints by inotify on the nearest existing folder, others by polling with bounded backoff; a producer's end wakes
+it."""
 
 from __future__ import annotations
 
