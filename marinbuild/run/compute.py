@@ -52,9 +52,9 @@ def note(output_path: str, **counts: float) -> None:
             meter[key] = meter.get(key, 0) + value
 
 
-def finish(output_path: str) -> None:
+def finish(output_path: str, names: Iterable[str]) -> None:
     """At the commit, before SUCCESS: write the step's record (nothing if it was not metered here), replacing an
-    earlier one at the same path (a rebuild)."""
+    earlier one among ``names`` (the folder's, listed at the commit: a rebuild's)."""
     with _lock:
         r = _meters.pop(output_path, None)
     if r is None:
@@ -67,7 +67,7 @@ def finish(output_path: str) -> None:
     r["hours"] = {unit: round(h, 9) for unit, h in hours.items() if h}
     short = (unit[:3] if unit[0] != "T" else "TPU-" + unit.split()[1] for unit in r["hours"])
     name = PREFIX + ",".join(f"{u}={h}" for u, h in zip(short, r["hours"].values(), strict=True)) + SUFFIX
-    earlier = [n for n in Store(output_path).names(output_path) or () if n.startswith(PREFIX) and n != name]
+    earlier = [n for n in names if n.startswith(PREFIX) and n != name]
     fs.write_atomic(fs.join(output_path, name), json.dumps(r).encode())
     for n in earlier:
         fs.remove(fs.join(output_path, n))

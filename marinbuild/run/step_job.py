@@ -306,8 +306,9 @@ class Described:
     """What the commit needs from its listing of the output folder."""
 
     manifest: Any
-    stale_traceback: bool
-    """An earlier failure's ``.marinbuild_traceback.txt`` is there: the commit removes it before SUCCESS."""
+    names: set[str]
+    """The folder's other names: an earlier failure's ``.marinbuild_traceback.txt`` (the commit removes it before
+    SUCCESS), an earlier compute record (``compute.finish`` replaces it)."""
 
 
 def describe_outputs(output_path: str, action: ActionKey) -> Described:
@@ -316,16 +317,16 @@ def describe_outputs(output_path: str, action: ActionKey) -> Described:
     names: set[str] = set()
     manifest = build_manifest(output_path, names)
     action_cache.check_before_commit(output_path, action, names)
-    return Described(manifest, traceback_file.TRACEBACK_FILE in names)
+    return Described(manifest, names)
 
 
 def write_commit(output_path: str, action: ActionKey, described: Described, result: Any, worker_id: str) -> None:
     """Phase 5, the lease confirmed: compute record, action record (with manifest), ``.artifact.json``, no stale
     traceback, SUCCESS."""
-    compute.finish(output_path)
+    compute.finish(output_path, described.names)
     action_cache.write_record(action_cache.new_record(output_path, action, described.manifest, worker_id))
     records.write_artifact(output_path, result)
-    if described.stale_traceback:
+    if traceback_file.TRACEBACK_FILE in described.names:
         traceback_file.remove_traceback(output_path)
     st.write_status(output_path, st.STATUS_SUCCESS)
     faults.point("committed")
