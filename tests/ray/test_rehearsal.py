@@ -17,7 +17,7 @@ import pytest
 from ml.qs_workspace import HAVE_LEVANTER
 
 pytestmark = [
-    pytest.mark.timeout(1500),
+    pytest.mark.timeout(1800),
     pytest.mark.skipif(not HAVE_LEVANTER, reason="levanter is not installed (the ml extra)"),
 ]
 
@@ -44,7 +44,7 @@ def test_the_rehearsal_survives_its_kills_and_a_second_workspace_reuses_everythi
         [sys.executable, str(REPO / P / "rehearse.py"), "--workdir", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=1400,
+        timeout=1700,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     check(tmp_path, proc.stdout)
