@@ -2,7 +2,7 @@
 the builds' event logs and the phases' records it keeps, not only from its printed summary.
 
 It starts a Ray cluster and fake-gcs-server of its own (this session's ``ray_cluster`` is not used), and trains a
-handful of steps per phase; most of its few minutes go to the JAX processes' start (imports, tracing, compiling)
+handful of steps per phase; most of its time goes to the JAX processes' start (imports, tracing, compiling)
 on each host of each phase, and to the kills' restarts.
 """
 
