@@ -58,8 +58,8 @@ test-fast: $(BIN)/.installed-dev  ## the inner loop: without the Ray, GCS-emulat
 rehearsal: $(BIN)/.installed-dev  ## tootsie_8b's macro at toy scale on a local Ray cluster of simulated TPU hosts and fake GCS
 	$(BIN)/python experiments/tootsie_rehearsal/rehearse.py
 
-rehearsal-test: $(BIN)/.installed-dev  ## the rehearsal with its checks (tests/ray/test_rehearsal.py), not in `make test`
-	MARINBUILD_REHEARSAL=1 $(BIN)/python -m pytest -q tests/ray/test_rehearsal.py
+rehearsal-test: $(BIN)/.installed-dev  ## the rehearsal with its checks alone (tests/ray/test_rehearsal.py, also in `make test`)
+	$(BIN)/python -m pytest -q tests/ray/test_rehearsal.py
 
 bench: $(BIN)/.installed-run-$(EXTRAS)
 	$(BIN)/python bench/engine_bench.py

@@ -57,7 +57,7 @@ def test_checkpoint_errors_are_one_located_line(tmp_path, value, where, message)
 
 def test_checkpoint_is_versioned_as_marins_nonblocking_cd(tmp_path):
     """The consumer's version holds ``DEP[i]/checkpoints/step-N`` and the producer as a pseudo-dependency; the plan
-    of a consumer whose checkpoint is not there yet runs the producer too."""
+    of a consumer whose checkpoint is not there yet runs the producer too, and its JSON row names the checkpoint."""
     from marinbuild.analysis.session import Session
 
     root = write_workspace(
@@ -82,5 +82,10 @@ def test_checkpoint_is_versioned_as_marins_nonblocking_cd(tmp_path):
         timeout=120,
     )
     assert plan.returncode == 0, plan.stderr
-    rows = {row["step"]: row["state"] for row in json.loads(plan.stdout)["plan"]}
-    assert rows == {"pipe/tok": "missing", "pipe/phase1": "missing", "pipe/phase2": "missing"}
+    rows = {row["step"]: row for row in json.loads(plan.stdout)["plan"]}
+    assert {step: row["state"] for step, row in rows.items()} == dict.fromkeys(rows, "missing")
+    assert set(rows) == {"pipe/tok", "pipe/phase1", "pipe/phase2"}
+    # the hand-off, as the text plan's "from: checkpoint step-20 of pipe/phase1"
+    checkpoint = rows["pipe/phase1"]["output_path"] + "/checkpoints/step-20"
+    assert rows["pipe/phase2"]["from"] == [{"checkpoint": checkpoint, "step": 20, "of": "pipe/phase1"}]
+    assert rows["pipe/phase1"]["from"] == [] and rows["pipe/tok"]["from"] == []

@@ -43,17 +43,14 @@ from slice_runs import training_process  # noqa: E402
 PACKAGE = "experiments/tootsie_rehearsal"
 TARGET = f"//{PACKAGE}:all"
 PHASES = ("kestrel", "jellyfish", "starling")
-HANDOFFS = {"jellyfish": ("kestrel", 10), "starling": ("jellyfish", 50)}
+HANDOFFS = {"jellyfish": ("kestrel", 4), "starling": ("jellyfish", 12)}  # BUILD.marin's
 COPIED = ("experiments/tootsie/tootsie.star", PACKAGE)
 GCS_ENV = {"NO_GCE_CHECK": "true", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "HF_HUB_OFFLINE": "1"}
 EMULATOR_ENV = (*GCS_ENV, "STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING")
 """Passed to the jobs: fake-gcs-server for gcsfs (STORAGE_EMULATOR_HOST) and for tensorstore, which writes
 levanter's caches and checkpoints (its GCS URL, and a token so it looks for no credentials)."""
 KEPT = ("runs.jsonl", "summary.json", "metrics.jsonl", ".marinbuild_traceback.txt")
-WAIT = 900.0
-SETTLE = 10.0
-"""Seconds between a checkpoint's metadata.json appearing and a kill: process 0 writes it once its own share is
-written, while the other host may still be writing its share (a kill then leaves the checkpoint incomplete)."""
+WAIT = 600.0
 
 
 def make_workspace(root: Path) -> Path:
@@ -140,7 +137,7 @@ def events(path: Path) -> list[dict[str, Any]]:
 
 
 def rehearse(workdir: Path) -> dict[str, Any]:
-    started = time.monotonic()
+    started, marks = time.monotonic(), {}
     os.environ.update(GCS_ENV)  # Ray, as the cluster's nodes run it (read when ray is imported: before that)
     os.environ.update({k: NODE_ENV[k] for k in ("RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")})
     with running_server() as url:
@@ -154,15 +151,16 @@ def rehearse(workdir: Path) -> dict[str, Any]:
             for n in ("a", "b"):
                 cluster.add_tpu_slice("v4-8", f"rehearsal-v4-8-{n}", hosts=1)
             cluster.add_tpu_slice("v4-16", "rehearsal-v4-16", hosts=2)
+            marks["cluster"] = time.monotonic()
             r = Rehearsal(workdir, cluster.dashboard_url, f"gs://{bucket}/rehearsal")
             ws = make_workspace(workdir / "ws-a")
 
             first = r.submit(ws, "1")
             builds.append(first)  # killed once jellyfish has a checkpoint of its own
-            r.until("jellyfish's first checkpoint", first, lambda: [s for s in r.checkpoints("jellyfish") if s > 10])
-            time.sleep(SETTLE)
+            r.until("jellyfish's first checkpoint", first, lambda: [s for s in r.checkpoints("jellyfish") if s > 4])
             os.kill(driver_pid(workdir / "events-1.jsonl"), signal.SIGKILL)
             first.wait(120)
+            marks["1"] = time.monotonic()
 
             second = r.submit(ws, "2")
             builds.append(second)  # resumes; host 1 of the v4-16 killed once it checkpointed again
@@ -172,14 +170,15 @@ def rehearse(workdir: Path) -> dict[str, Any]:
             )
             start = resumed[-1]["start_step"]
             r.until("jellyfish's checkpoint after resuming", second, lambda: max(r.checkpoints("jellyfish")) >= start)
-            time.sleep(SETTLE)
             os.kill(training_process("MARINBUILD_TPU_WORKER_ID=1"), signal.SIGKILL)
             if second.wait(WAIT) != 0:
                 raise RuntimeError(f"the second build failed: {workdir / '2.log'}")
+            marks["2"] = time.monotonic()
 
             other = r.submit(make_workspace(workdir / "ws-b" / "elsewhere"), "b")
             if other.wait(WAIT) != 0:
                 raise RuntimeError(f"the second workspace's build failed: {workdir / 'b.log'}")
+            marks["b"] = time.monotonic()
         finally:
             if r is not None:
                 r.keep()
@@ -190,10 +189,13 @@ def rehearse(workdir: Path) -> dict[str, Any]:
                     proc.kill()
             ray.shutdown()
             cluster.stop()
-    return summary(workdir, r.prefix, time.monotonic() - started)
+    # seconds of each part: the cluster's start, each build (from the end of the part before)
+    ends = list(marks.values())
+    parts = {name: round(end - begin) for name, begin, end in zip(marks, [started, *ends], ends, strict=False)}
+    return summary(workdir, r.prefix, time.monotonic() - started, parts)
 
 
-def summary(workdir: Path, prefix: str, seconds: float) -> dict[str, Any]:
+def summary(workdir: Path, prefix: str, seconds: float, parts: dict[str, int]) -> dict[str, Any]:
     """What the rehearsal showed, read from the builds' event logs and the phases' records."""
     builds = {name: events(workdir / f"events-{name}.jsonl") for name in ("1", "2", "b")}
     ran = {name: sorted({e["step"] for e in evs if e["kind"] == "started"}) for name, evs in builds.items()}
@@ -213,6 +215,8 @@ def summary(workdir: Path, prefix: str, seconds: float) -> dict[str, Any]:
     reused = {e["step"] for e in builds["b"] if e["kind"] == "planned" and e["detail"] == "built"}
     return {
         "seconds": round(seconds),
+        "parts": parts,
+        "phase_seconds": phase_seconds(builds),
         "phases": phases,
         "handoffs": {p: f"{src} step-{step}" for p, (src, step) in HANDOFFS.items()},
         "host_preemptions": sum(p["preempted"] for p in phases.values()),
@@ -223,8 +227,22 @@ def summary(workdir: Path, prefix: str, seconds: float) -> dict[str, Any]:
     }
 
 
+def phase_seconds(builds: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
+    """Per step that ran, the seconds from its first start to its success, over the builds."""
+    began: dict[str, float] = {}
+    took = {}
+    for e in (e for evs in builds.values() for e in evs):
+        name = e["step"].removeprefix(PACKAGE + "/") if e["step"] else None
+        if e["kind"] == "started":
+            began.setdefault(name, e["time"])
+        elif e["kind"] == "succeeded" and name in began:
+            took[name] = round(e["time"] - began[name])
+    return took
+
+
 def show(s: dict[str, Any]) -> str:
-    lines = [f"tootsie rehearsal: {TARGET}, {s['seconds']} s"]
+    parts = ", ".join(f"{k}: {v} s" for k, v in s["parts"].items())
+    lines = [f"tootsie rehearsal: {TARGET}, {s['seconds']} s (the cluster's start, builds 1, 2 and b: {parts})"]
     for name, p in s["phases"].items():
         source = f"from {p['from_checkpoint']}" if p["from_checkpoint"] else "from scratch"
         lines.append(f"  phase {name}: {p['output']}, {source}, runs started at steps {p['start_steps']}")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from marinbuild.core.placeholders import ExecutorStep
     from marinbuild.engine.build import BuildResult, PlanRow
     from marinbuild.run.events import Event, Listener
+    from marinbuild.run.handoff import HandOff
     from marinbuild.ui.event_log import EventLog
 
 
@@ -79,7 +80,16 @@ class BuildReport:
             data["dry_run"] = self.dry_run
             if result.plan is not None:
                 data["plan"] = [
-                    {"step": row.step.name, "state": row.state, "output_path": row.output_path} for row in result.plan
+                    {
+                        "step": row.step.name,
+                        "state": row.state,
+                        "output_path": row.output_path,
+                        "from": [
+                            {"checkpoint": h.path, "step": h.step, "of": h.producer.name}
+                            for h in _hand_offs(session, row.step)
+                        ],
+                    }
+                    for row in result.plan
                 ]
             click.echo(json.dumps(data, indent=2))
         else:
@@ -150,9 +160,6 @@ def _code_changed_text(result: BuildResult, session: Session) -> str:
 def print_plan(plan: list[PlanRow], session: Session, explain: bool) -> None:
     """A row per step of ``plan`` on stdout (state, name, path, lease, resources, checkpoints it starts from); with
     ``explain``, why each step to run does (print it before the run)."""
-    from marinbuild.run.handoff import hand_offs
-
-    table = session.engine.table if session.engine is not None else None
     for step, state, path, lease, will_run in plan:
         line = f"{state:<10} {step.name}  {path}"
         if lease is not None:
@@ -161,12 +168,18 @@ def print_plan(plan: list[PlanRow], session: Session, explain: bool) -> None:
         hardware = hardware_of(getattr(step, "resources", None))
         if hardware is not None:
             click.echo(f"           resources: {hardware}")
-        for handoff in hand_offs(table, step) if table is not None else ():
+        for handoff in _hand_offs(session, step):
             click.echo(f"           from: {handoff}")
         if explain and will_run:
             from marinbuild.cache.why import explain_step
 
             click.echo(f"           why: {explain_step(session, step)}")
+
+
+def _hand_offs(session: Session, step: ExecutorStep) -> list[HandOff]:
+    from marinbuild.run.handoff import hand_offs
+
+    return hand_offs(session.engine.table, step) if session.engine is not None else []
 
 
 class _PlanPrinter:
