@@ -62,20 +62,8 @@ def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
         "require_accelerator": request is not None and (request.wants_tpu or bool(request.gpu)),
         "distributed": False,  # one host; on a multi-host slice each host's process gets its own
     }
-    # Registry tasks fetch their data from the Hub; local tasks with a local tokenizer never need it.
-    local_only = bool(task_files) and all(is_local_task(spec["task"], task_files) for spec in specs)
-    offline = local_only and ("://" in tokenizer or os.path.isdir(tokenizer))
+    offline = slices.offline(tokenizer, specs, task_files)
     return slices.run_job(ctx, EVAL_HARNESS, payload, log_name="eval_harness", offline=offline)
-
-
-def is_local_task(name: str, task_files: dict[str, str]) -> bool:
-    """Whether one of the task YAMLs declares ``task: name`` (a plain text check; lm-eval parses them for real)."""
-    for path in task_files.values():
-        if path.endswith((".yaml", ".yml")):
-            with open(path) as f:
-                if any(line.split("#")[0].strip() in (f"task: {name}", f'task: "{name}"') for line in f):
-                    return True
-    return False
 
 
 eval_harness = rule(
