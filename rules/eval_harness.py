@@ -44,14 +44,14 @@ def task_specs(tasks: list[Any], where: str) -> list[dict[str, Any]]:
 
 def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
     from marinbuild.core.resources import normalize
-    from marinbuild.ml.eval_harness import trained_tokenizer
+    from marinbuild.ml.evaluate import trained_model
     from marinbuild.ml.slice_run import EVAL_HARNESS
 
     specs = task_specs(list(ctx.attr.tasks), f"eval_harness {ctx.label}")
     request = normalize(ctx.attr.resources or None)
     package_dir = ctx.workspace / ctx.package if ctx.package else ctx.workspace
     task_files = {os.path.relpath(path, package_dir): path for path in ctx.attr.task_files}
-    tokenizer = trained_tokenizer(ctx.attr.model)
+    tokenizer = trained_model(ctx.attr.model)["tokenizer"]
     payload = {
         "output_path": ctx.output_path,
         "model_path": ctx.attr.model,

@@ -18,12 +18,12 @@ from . import slices
 
 def _eval_lm_impl(ctx: RuleContext) -> dict[str, Any]:
     from marinbuild.core.resources import normalize
-    from marinbuild.ml.eval_harness import trained_tokenizer
+    from marinbuild.ml.evaluate import trained_model
     from marinbuild.ml.process import run_child
 
     datasets = slices.tokenized(list(ctx.attr.data), f"eval_lm {ctx.label}", "validation")
     request = normalize(ctx.attr.resources or None)
-    tokenizer = trained_tokenizer(ctx.attr.model)
+    tokenizer = trained_model(ctx.attr.model)["tokenizer"]
     payload = {
         "output_path": ctx.output_path,
         "model_path": ctx.attr.model,
