@@ -258,7 +258,7 @@ def to_levanter_model(model: LmModel, tokenizer: str | None = None) -> Any:
     """The levanter ``LmConfig`` for ``model``; ``tokenizer`` becomes the config's tokenizer (no Hub lookups)."""
     import draccus
 
-    module = importlib.import_module(_MODEL_MODULES[model.type])
+    importlib.import_module(_MODEL_MODULES[model.type])  # registers the family
     from levanter.models.lm_model import LmConfig
 
     cls = LmConfig.get_choice_class(model.type)
@@ -286,7 +286,6 @@ def to_levanter_model(model: LmModel, tokenizer: str | None = None) -> Any:
         if key in model.options:
             raise ValueError(f"model option {key!r} is not a field of levanter's {cls.__name__}")
         wanted.pop(key)
-    del module
     return draccus.decode(cls, wanted)
 
 
