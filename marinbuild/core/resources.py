@@ -120,7 +120,7 @@ class Resources:
     slices: int = 1
 
     def __post_init__(self) -> None:
-        if isinstance(self.memory, str):
+        if self.memory is not None:
             object.__setattr__(self, "memory", parse_memory(self.memory))
         if self.tpu is not None:
             object.__setattr__(self, "tpu", tpu_slice(self.tpu).type)
@@ -275,8 +275,6 @@ def _from_dict(value: Mapping[str, Any]) -> Resources:
             custom[key] = item
         else:
             raise ValueError(f"resources: unknown key {key!r} (cpu, memory, gpu, tpu, slices, custom, or NAME: amount)")
-    if "memory" in known and known["memory"] is not None:
-        known["memory"] = parse_memory(known["memory"])
     return Resources(custom=custom, **known)
 
 
@@ -287,7 +285,7 @@ def _from_fray(config: Any) -> Resources:
     ram = getattr(config, "ram", None)
     return Resources(
         cpu=getattr(config, "cpu", None),
-        memory=parse_memory(ram) if ram else None,
+        memory=ram or None,
         gpu=getattr(device, "count", 1) if kind == "gpu" else None,
         tpu=getattr(device, "variant", None) if kind == "tpu" else None,
     )

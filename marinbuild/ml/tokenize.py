@@ -390,18 +390,6 @@ def _skipped_by_file(results: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def _log_line(split: str, shard: sh.Shard, result: dict[str, Any], state: str) -> dict[str, Any]:
-    return {
-        "split": split,
-        "index": shard.index,
-        "file": shard.path,
-        "files": len(shard.pieces),
-        "key": shard.key,
-        "state": state,
-        "documents": result.get("documents"),
-        "tokens": result.get("tokens"),
-        "skipped": result.get("skipped", 0),
-        "started": result.get("started"),
-        "seconds": result.get("seconds"),
-        "cpu_seconds": result.get("cpu_seconds"),
-        "node": result.get("node"),
-    }
+    line = {"split": split, "index": shard.index, "file": shard.path, "files": len(shard.pieces), "key": shard.key}
+    kept = ("documents", "tokens", "skipped", "started", "seconds", "cpu_seconds", "node")  # a shard.json has them all
+    return {**line, "state": state, **{k: result.get(k) for k in kept}}
