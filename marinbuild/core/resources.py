@@ -18,15 +18,9 @@ from typing import Any
 _TPU_TABLE: dict[str, tuple[int, int]] = {
     **{f"v4-{2 * c}": (c, max(1, c // 4)) for c in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)},
     **{f"v5p-{2 * c}": (c, max(1, c // 4)) for c in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6144)},
-    "v5litepod-1": (1, 1),
-    "v5litepod-2": (2, 1),
-    "v5litepod-4": (4, 1),
-    "v5litepod-8": (8, 1),
-    **{f"v5litepod-{c}": (c, c // 4) for c in (16, 32, 64, 128, 256)},
-    "v6e-1": (1, 1),
-    "v6e-4": (4, 1),
-    "v6e-8": (8, 1),
-    **{f"v6e-{c}": (c, c // 4) for c in (16, 32, 64, 128, 256)},
+    # v5e/v6e: up to 8 chips on one VM, 4 a VM beyond.
+    **{f"v5litepod-{c}": (c, 1 if c <= 8 else c // 4) for c in (1, 2, 4, 8, 16, 32, 64, 128, 256)},
+    **{f"v6e-{c}": (c, 1 if c <= 8 else c // 4) for c in (1, 4, 8, 16, 32, 64, 128, 256)},
     # v2/v3: the count is TensorCores, 8 per VM (4 chips).
     **{f"v{g}-{8 * h}": (4 * h, h) for g in (2, 3) for h in (1, 2, 4, 8, 16, 32, 64, 128, 256)},
 }

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields, is_dataclass, replace
 from sys import intern
 from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 from marinbuild.core.placeholders import (
     ExecutorStep,
@@ -125,8 +126,6 @@ def collect_dependencies_and_version(obj: Any) -> Dependencies:
 
 def make_prefix_absolute_path(prefix: str, path: str) -> str:
     """``path`` under ``prefix`` unless it has a URL scheme or starts with ``/``."""
-    from urllib.parse import urlparse  # here: most runs never call this
-
     return path if urlparse(path).scheme or path.startswith("/") else os.path.join(prefix, path)
 
 

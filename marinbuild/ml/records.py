@@ -43,18 +43,15 @@ class ReadCounts:
     examples: list[str] = field(default_factory=list)  # the first few skipped, as ``path:line: reason``
     truncated: str | None = None  # where an unreadable stream was cut off (``skip_bad`` only)
 
-    def skip(self, error: BadRecordError) -> None:
-        self.skipped += 1
-        if len(self.examples) < 5:
-            self.examples.append(str(error))
-
     def bad(self, error: BadRecordError, skip_bad: bool, cause: BaseException | None = None) -> None:
         """Count ``error`` as a skipped record when ``skip_bad``; else raise it (from ``cause``, if given)."""
         if not skip_bad:
             if cause is not None:
                 raise error from cause
             raise error
-        self.skip(error)
+        self.skipped += 1
+        if len(self.examples) < 5:
+            self.examples.append(str(error))
 
     def cut(self, error: BadRecordError, skip_bad: bool, cause: BaseException) -> None:
         """The rest of the file cannot be read: as ``bad``, and note where the stream was cut off."""

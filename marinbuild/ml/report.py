@@ -7,6 +7,7 @@ matplotlib (Agg) is imported only here."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -34,11 +35,8 @@ def collect(train_output: str, eval_outputs: list[str]) -> dict[str, Any]:
         {k for r in records for k in r if k.startswith("eval/") and k.endswith("/loss") and k != "eval/loss"}
     )
     summary: dict[str, Any] = {}
-    try:
-        with fsspec.open(os.path.join(train_output, "summary.json"), "r") as f:
-            summary = json.load(f)
-    except FileNotFoundError:
-        pass
+    with contextlib.suppress(FileNotFoundError), fsspec.open(os.path.join(train_output, "summary.json"), "r") as f:
+        summary = json.load(f)
     evaluations: dict[str, Any] = {}
     harness: dict[str, Any] = {}
     for path in eval_outputs:
@@ -79,11 +77,9 @@ def task_scores(harness: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def key_settings(train_output: str, parameter_count: int | None) -> dict[str, Any]:
     """Model size, learning rate, batch size, steps and sequence length from the target's ``.executor_info``."""
     attrs: dict[str, Any] = {}
-    try:
+    with contextlib.suppress(FileNotFoundError, ValueError, AttributeError):
         with fsspec.open(os.path.join(train_output, ".executor_info"), "r") as f:
             attrs = json.load(f).get("config", {}).get("attrs", {}) or {}
-    except (FileNotFoundError, ValueError, AttributeError):
-        pass
     model = attrs.get("model") or {}
     optimizer = attrs.get("optimizer") or {}
     trainer = attrs.get("trainer") or {}

@@ -111,14 +111,8 @@ def input_info(path: str) -> tuple[str, int]:
                 size += len(block)
         return f"sha256:{digest.hexdigest()}", size
     info = fs.info(p)
-    version = (
-        info.get("generation")
-        or info.get("ETag")
-        or info.get("etag")
-        or info.get("mtime")
-        or info.get("LastModified")
-        or info.get("updated")
-    )
+    keys = ("generation", "ETag", "etag", "mtime", "LastModified", "updated")  # GCS, S3, local and others
+    version = next((info[k] for k in keys if info.get(k)), None)
     if version is None:
         raise ValueError(f"{path}: the filesystem reports no generation, ETag or modification time to key it on")
     return f"{path}|size={info.get('size')}|version={version}", int(info.get("size") or 0)

@@ -6,12 +6,15 @@ is deterministic for the same texts and settings; ``tokenizers`` is imported in 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 BOS = "<|begin_of_text|>"
 EOS = "<|end_of_text|>"
@@ -82,11 +85,6 @@ def is_tokenizer_dir(path: str) -> bool:
 
 def local_tokenizer_dir(path: str) -> str:
     """A local directory with the tokenizer at ``path``: itself if local, else a copy in the temp folder."""
-    import hashlib
-    import tempfile
-
-    from fsspec.implementations.local import LocalFileSystem
-
     fs, root = fsspec.core.url_to_fs(path)
     if isinstance(fs, LocalFileSystem):
         return root
