@@ -44,14 +44,14 @@ def task_specs(tasks: list[Any], where: str) -> list[dict[str, Any]]:
 
 def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
     from marinbuild.core.resources import normalize
-    from marinbuild.ml.eval_harness import trained_tokenizer
+    from marinbuild.ml.evaluate import trained_model
     from marinbuild.ml.slice_run import EVAL_HARNESS
 
     specs = task_specs(list(ctx.attr.tasks), f"eval_harness {ctx.label}")
     request = normalize(ctx.attr.resources or None)
     package_dir = ctx.workspace / ctx.package if ctx.package else ctx.workspace
     task_files = {os.path.relpath(path, package_dir): path for path in ctx.attr.task_files}
-    tokenizer = trained_tokenizer(ctx.attr.model)
+    tokenizer = trained_model(ctx.attr.model)["tokenizer"]
     payload = {
         "output_path": ctx.output_path,
         "model_path": ctx.attr.model,
@@ -62,20 +62,8 @@ def _eval_harness_impl(ctx: RuleContext) -> dict[str, Any]:
         "require_accelerator": request is not None and (request.wants_tpu or bool(request.gpu)),
         "distributed": False,  # one host; on a multi-host slice each host's process gets its own
     }
-    # Registry tasks fetch their data from the Hub; local tasks with a local tokenizer never need it.
-    local_only = bool(task_files) and all(is_local_task(spec["task"], task_files) for spec in specs)
-    offline = local_only and ("://" in tokenizer or os.path.isdir(tokenizer))
+    offline = slices.offline(tokenizer, specs, task_files)
     return slices.run_job(ctx, EVAL_HARNESS, payload, log_name="eval_harness", offline=offline)
-
-
-def is_local_task(name: str, task_files: dict[str, str]) -> bool:
-    """Whether one of the task YAMLs declares ``task: name`` (a plain text check; lm-eval parses them for real)."""
-    for path in task_files.values():
-        if path.endswith((".yaml", ".yml")):
-            with open(path) as f:
-                if any(line.split("#")[0].strip() in (f"task: {name}", f'task: "{name}"') for line in f):
-                    return True
-    return False
 
 
 eval_harness = rule(

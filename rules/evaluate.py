@@ -13,32 +13,22 @@ from typing import Any
 from marinbuild.analysis.analyze import RuleContext
 from marinbuild.load import attr, rule
 
+from . import slices
+
 
 def _eval_lm_impl(ctx: RuleContext) -> dict[str, Any]:
     from marinbuild.core.resources import normalize
-    from marinbuild.ml.eval_harness import trained_tokenizer
+    from marinbuild.ml.evaluate import trained_model
     from marinbuild.ml.process import run_child
-    from marinbuild.ml.tokenize import read_metadata
 
-    datasets: dict[str, str] = {}
-    text_keys: dict[str, str] = {}
-    for path in ctx.attr.data:
-        meta = read_metadata(path)
-        if "validation" not in meta.get("splits", {}):
-            raise ValueError(f"eval_lm {ctx.label}: {path} has no validation split")
-        base = meta.get("name") or os.path.basename(path.rstrip("/"))
-        name, n = base, 2
-        while name in datasets:
-            name, n = f"{base}_{n}", n + 1
-        datasets[name] = path
-        text_keys[name] = meta.get("text_key", "text")
+    datasets = slices.tokenized(list(ctx.attr.data), f"eval_lm {ctx.label}", "validation")
     request = normalize(ctx.attr.resources or None)
-    tokenizer = trained_tokenizer(ctx.attr.model)
+    tokenizer = trained_model(ctx.attr.model)["tokenizer"]
     payload = {
         "output_path": ctx.output_path,
         "model_path": ctx.attr.model,
-        "datasets": datasets,
-        "text_keys": text_keys,
+        "datasets": {name: path for name, (path, _) in datasets.items()},
+        "text_keys": {name: meta.get("text_key", "text") for name, (_, meta) in datasets.items()},
         "max_eval_batches": ctx.attr.max_eval_batches,
         "batch_size": ctx.attr.batch_size,
         "require_accelerator": request is not None and (request.wants_tpu or bool(request.gpu)),
@@ -48,7 +38,7 @@ def _eval_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         payload,
         log_dir=os.path.join(ctx.output_path, "logs"),
         name="eval",
-        offline="://" in tokenizer or os.path.isdir(tokenizer),
+        offline=slices.offline(tokenizer, [], {}),
     )
 
 

@@ -8,8 +8,10 @@ analysis: its module must be found from the workspace root and define it at top 
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,8 +28,6 @@ _FN_RESOLUTION = (
 def _module_file(module_name: str, workspace: Path, workspace_only: bool = False) -> Path | None:
     """``module_name``'s file as ``fn`` resolves it: below the workspace root, else (unless ``workspace_only``)
     installed; None if neither. Nothing is imported (another workspace's module is not taken for it)."""
-    import importlib.util
-
     base = workspace.joinpath(*module_name.split("."))
     for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
         if candidate.is_file():
@@ -48,8 +48,6 @@ def _module_file(module_name: str, workspace: Path, workspace_only: bool = False
 @functools.lru_cache(maxsize=4096)
 def _top_level_names(path: Path, mtime_ns: int, size: int) -> frozenset[str] | None:
     """Names a file defines or imports at top level; None if not statically clear; cached per file version."""
-    import ast
-
     try:
         tree = ast.parse(path.read_bytes())
     except (OSError, SyntaxError, ValueError):

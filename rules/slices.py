@@ -1,8 +1,8 @@
-"""What the rules whose levanter job may span multi-host TPU slices share (``train_lm``, ``eval_harness``); no rule.
+"""What the levanter rules share (``train_lm``, ``eval_harness``, ``eval_lm``); no rule.
 
 ``job_attrs``: ``resources`` and, for multi-host slices, ``slice_wait`` and two retry budgets (unversioned: where a job
 runs never changes its output). ``run_job`` runs on the slices (``ml.slice_run``), else in one child process
-(``ml.process``)."""
+(``ml.process``). ``tokenized``: the tokenize outputs a job reads, by name; ``offline``: whether it needs the Hub."""
 
 from __future__ import annotations
 
@@ -28,6 +28,38 @@ def job_attrs(code: str) -> dict[str, Any]:
         ),
         "failure_retries": attr.int(default=2, versioned=False, doc=f"multi-host slice: restarts after {code} fails"),
     }
+
+
+def tokenized(paths: list[str], what: str, split: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """``{name: (path, its tokenized.json)}`` of tokenize outputs with a ``split``, each named as it names itself."""
+    from marinbuild.ml.tokenize import read_metadata
+
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for path in paths:
+        meta = read_metadata(path)
+        if split not in meta.get("splits", {}):
+            raise ValueError(f"{what}: {path} has no {split} split")
+        base = meta.get("name") or os.path.basename(path.rstrip("/"))
+        name, n = base, 2
+        while name in out:
+            name, n = f"{base}_{n}", n + 1
+        out[name] = (path, meta)
+    return out
+
+
+def offline(tokenizer: str, specs: list[dict[str, Any]], task_files: dict[str, str]) -> bool:
+    """A local tokenizer and local lm-eval tasks only (registry tasks fetch their data): the job needs no Hub."""
+    return ("://" in tokenizer or os.path.isdir(tokenizer)) and all(is_local_task(s["task"], task_files) for s in specs)
+
+
+def is_local_task(name: str, task_files: dict[str, str]) -> bool:
+    """Whether one of the task YAMLs declares ``task: name`` (a plain text check; lm-eval parses them for real)."""
+    for path in task_files.values():
+        if path.endswith((".yaml", ".yml")):
+            with open(path) as f:
+                if any(line.split("#")[0].strip() in (f"task: {name}", f'task: "{name}"') for line in f):
+                    return True
+    return False
 
 
 def run_job(ctx: RuleContext, job: SliceJob, payload: dict[str, Any], *, log_name: str, offline: bool) -> Any:

@@ -21,14 +21,13 @@ def _train_tokenizer_impl(ctx: RuleContext) -> dict[str, Any]:
         raise ValueError(f"train_tokenizer {ctx.label}: vocab_size must be at least 259 (256 bytes + 3 special tokens)")
     paths = document_paths(ctx.attr.data)
     limit = ctx.attr.max_documents or None
-    result = train_bpe_tokenizer(
+    return train_bpe_tokenizer(
         iter_texts(paths, ctx.attr.text_key, limit=limit),
         ctx.output_path,
         vocab_size=ctx.attr.vocab_size,
         min_frequency=ctx.attr.min_frequency,
         model_max_length=ctx.attr.model_max_length,
     )
-    return {"path": result.path, "vocab_size": result.vocab_size, "documents": result.documents}
 
 
 train_tokenizer = rule(

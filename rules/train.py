@@ -21,23 +21,7 @@ from marinbuild.ml.configs import LmModel, Optimizer, Trainer, config_attr, from
 from marinbuild.ml.mixture import MixtureWeightAttr, mixture_weights
 
 from . import slices
-from .eval_harness import is_local_task, task_specs
-
-
-def _components(paths: list[str], what: str, split: str) -> dict[str, tuple[str, dict[str, Any]]]:
-    from marinbuild.ml.tokenize import read_metadata
-
-    out: dict[str, tuple[str, dict[str, Any]]] = {}
-    for path in paths:
-        meta = read_metadata(path)
-        if split not in meta.get("splits", {}):
-            raise ValueError(f"{what}: {path} has no {split} split")
-        base = meta.get("name") or os.path.basename(path.rstrip("/"))
-        name, n = base, 2
-        while name in out:
-            name, n = f"{base}_{n}", n + 1
-        out[name] = (path, meta)
-    return out
+from .eval_harness import task_specs
 
 
 def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
@@ -54,9 +38,9 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         )
     mixture: dict[str, Any] = dict(ctx.attr.data)
     weights = mixture_weights(mixture, list(ctx.attr.data_steps or ()))
-    train = _components(list(mixture), f"train_lm {ctx.label} data", "train")
+    train = slices.tokenized(list(mixture), f"train_lm {ctx.label} data", "train")
     names = {path: name for name, (path, _) in train.items()}
-    validation = _components(list(ctx.attr.validation), f"train_lm {ctx.label} validation", "validation")
+    validation = slices.tokenized(list(ctx.attr.validation), f"train_lm {ctx.label} validation", "validation")
     # the mixture's own validation splits are evaluated already; other names must not clash with its names
     validation = {f"{k}_validation" if k in train else k: v for k, v in validation.items() if v[0] not in mixture}
     tokenizers = {meta["tokenizer"] for _, meta in [*train.values(), *validation.values()]}
@@ -94,9 +78,7 @@ def _train_lm_impl(ctx: RuleContext) -> dict[str, Any]:
         "initialize_from": ctx.attr.initialize_from,
         "distributed": False,  # one host; on a multi-host slice each host's process gets its own
     }
-    # Registry tasks fetch their data from the Hub; local tasks with a local tokenizer never need it.
-    local_tasks = all(is_local_task(spec["task"], task_files) for spec in specs)
-    offline = local_tasks and ("://" in tokenizer or os.path.isdir(tokenizer))
+    offline = slices.offline(tokenizer, specs, task_files)
     return slices.run_job(ctx, TRAIN, payload, log_name="train", offline=offline)
 
 

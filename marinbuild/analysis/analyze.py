@@ -253,10 +253,8 @@ def _target_step(
         elif isinstance(spec, CheckpointAttr):
             producer = label_value(value.label, name)
             if isinstance(producer, SourceFile):
-                where = f"attribute {name!r} of {target.label}"
-                raise BuildFileError.at(
-                    target.location, f"{where}: checkpoint() takes a target, {value.label} is a file"
-                )
+                message = f"attribute {name!r} of {target.label}: checkpoint() takes a target, {value.label} is a file"
+                raise BuildFileError.at(target.location, message)
             attrs[name] = producer.cd(f"checkpoints/step-{value.step}").nonblocking()
         elif isinstance(spec, LabelKeyedDictAttr):
             entries = [

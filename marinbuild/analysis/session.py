@@ -76,12 +76,9 @@ class Session:
         if drop_declarations:
             for target in self.loaded.targets.values():
                 target.drop_declaration()
-        self.engine = self.make_engine()
+        self.engine = Engine(self.settings, listeners=[])
         self.engine.add_all([step for label in roots for step in self.analysis.steps_of[label]])
         return self.analysis
-
-    def make_engine(self, listeners: list[Any] | None = None) -> Engine:
-        return Engine(self.settings, listeners=listeners if listeners is not None else [])
 
     def steps_of(self, label: Label) -> list[ExecutorStep]:
         assert self.analysis is not None and self.engine is not None

@@ -47,56 +47,33 @@ class Label:
 
 def validate_package(package: str, text: str | None = None) -> None:
     """Raise ``LabelError`` unless ``package`` is a valid package path (``""`` is the root)."""
-    shown = text if text is not None else package
-    if package == "":
-        return
-    if "\\" in package:
-        raise LabelError(f"invalid label {shown!r}: backslashes are not allowed; use '/'")
-    if package.startswith("/"):
-        raise LabelError(f"invalid label {shown!r}: package must not start with '/'")
-    if package.endswith("/"):
-        raise LabelError(f"invalid label {shown!r}: package must not end with '/'")
-    for segment in package.split("/"):
-        if segment == "":
-            raise LabelError(f"invalid label {shown!r}: empty package segment ('//' inside the package)")
-        if segment in (".", ".."):
-            raise LabelError(f"invalid label {shown!r}: package segments must not be '.' or '..'")
-        if not _PACKAGE_SEGMENT.match(segment):
-            bad = _first_illegal(segment, _PACKAGE_SEGMENT)
-            raise LabelError(f"invalid label {shown!r}: illegal character {bad!r} in package {package!r}")
+    if package and (problem := _path_problem(package, "package", _PACKAGE_SEGMENT)):
+        raise LabelError(f"invalid label {package if text is None else text!r}: {problem}")
 
 
 def validate_target_name(name: str, text: str | None = None) -> None:
     """Raise ``LabelError`` unless ``name`` is a valid target or file name (see the module docstring)."""
-    shown = text if text is not None else name
-    if name == "":
-        raise LabelError(f"invalid label {shown!r}: empty target name")
-    if "\\" in name:
-        raise LabelError(f"invalid label {shown!r}: backslashes are not allowed in names; use '/'")
-    if name.startswith("/"):
-        raise LabelError(
-            f"invalid label {shown!r}: target name must not start with '/' (absolute paths are not allowed)"
-        )
-    if name.endswith("/"):
-        raise LabelError(f"invalid label {shown!r}: target name must not end with '/'")
-    for segment in name.split("/"):
+    problem = "empty target name" if name == "" else _path_problem(name, "target name", _NAME_SEGMENT)
+    if problem:
+        raise LabelError(f"invalid label {name if text is None else text!r}: {problem}")
+
+
+def _path_problem(path: str, what: str, segment_pattern: re.Pattern[str]) -> str | None:
+    """What is wrong with ``path``: it must be ``/``-separated segments matching ``segment_pattern``, none empty,
+    ``.`` or ``..``."""
+    if "\\" in path:
+        return "backslashes are not allowed; use '/'"
+    if path.startswith("/") or path.endswith("/"):
+        return f"{what} must not {'start' if path.startswith('/') else 'end'} with '/'"
+    for segment in path.split("/"):
         if segment == "":
-            raise LabelError(f"invalid label {shown!r}: target name contains an empty segment ('//')")
+            return f"{what} has an empty segment ('//')"
         if segment in (".", ".."):
-            raise LabelError(
-                f"invalid label {shown!r}: target name must not contain '.' or '..' segments "
-                "(a name may not escape its package)"
-            )
-        if not _NAME_SEGMENT.match(segment):
-            bad = _first_illegal(segment, _NAME_SEGMENT)
-            raise LabelError(f"invalid label {shown!r}: illegal character {bad!r} in target name {name!r}")
-
-
-def _first_illegal(segment: str, pattern: re.Pattern[str]) -> str:
-    for ch in segment:
-        if not pattern.match(ch):
-            return ch
-    return segment
+            return f"{what} segments must not be '.' or '..' (a label may not escape its package)"
+        if not segment_pattern.match(segment):
+            bad = next(ch for ch in segment if not segment_pattern.match(ch))
+            return f"illegal character {bad!r} in {what} {path!r}"
+    return None
 
 
 def parse_label(text: str, current_package: str | None = None) -> Label:

@@ -18,15 +18,9 @@ from typing import Any
 _TPU_TABLE: dict[str, tuple[int, int]] = {
     **{f"v4-{2 * c}": (c, max(1, c // 4)) for c in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)},
     **{f"v5p-{2 * c}": (c, max(1, c // 4)) for c in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6144)},
-    "v5litepod-1": (1, 1),
-    "v5litepod-2": (2, 1),
-    "v5litepod-4": (4, 1),
-    "v5litepod-8": (8, 1),
-    **{f"v5litepod-{c}": (c, c // 4) for c in (16, 32, 64, 128, 256)},
-    "v6e-1": (1, 1),
-    "v6e-4": (4, 1),
-    "v6e-8": (8, 1),
-    **{f"v6e-{c}": (c, c // 4) for c in (16, 32, 64, 128, 256)},
+    # v5e/v6e: up to 8 chips on one VM, 4 a VM beyond.
+    **{f"v5litepod-{c}": (c, 1 if c <= 8 else c // 4) for c in (1, 2, 4, 8, 16, 32, 64, 128, 256)},
+    **{f"v6e-{c}": (c, 1 if c <= 8 else c // 4) for c in (1, 4, 8, 16, 32, 64, 128, 256)},
     # v2/v3: the count is TensorCores, 8 per VM (4 chips).
     **{f"v{g}-{8 * h}": (4 * h, h) for g in (2, 3) for h in (1, 2, 4, 8, 16, 32, 64, 128, 256)},
 }
@@ -120,7 +114,7 @@ class Resources:
     slices: int = 1
 
     def __post_init__(self) -> None:
-        if isinstance(self.memory, str):
+        if self.memory is not None:
             object.__setattr__(self, "memory", parse_memory(self.memory))
         if self.tpu is not None:
             object.__setattr__(self, "tpu", tpu_slice(self.tpu).type)
@@ -275,8 +269,6 @@ def _from_dict(value: Mapping[str, Any]) -> Resources:
             custom[key] = item
         else:
             raise ValueError(f"resources: unknown key {key!r} (cpu, memory, gpu, tpu, slices, custom, or NAME: amount)")
-    if "memory" in known and known["memory"] is not None:
-        known["memory"] = parse_memory(known["memory"])
     return Resources(custom=custom, **known)
 
 
@@ -287,7 +279,7 @@ def _from_fray(config: Any) -> Resources:
     ram = getattr(config, "ram", None)
     return Resources(
         cpu=getattr(config, "cpu", None),
-        memory=parse_memory(ram) if ram else None,
+        memory=ram or None,
         gpu=getattr(device, "count", 1) if kind == "gpu" else None,
         tpu=getattr(device, "variant", None) if kind == "tpu" else None,
     )

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields, is_dataclass, replace
 from sys import intern
 from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 from marinbuild.core.placeholders import (
     ExecutorStep,
@@ -123,17 +124,9 @@ def collect_dependencies_and_version(obj: Any) -> Dependencies:
     return Dependencies(blocking, pseudo, version)
 
 
-def is_relative_path(url_or_path: str) -> bool:
-    """True for a path with no URL scheme that does not start with ``/``."""
-    from urllib.parse import urlparse  # here: most runs never call this
-
-    if urlparse(url_or_path).scheme:
-        return False
-    return not url_or_path.startswith("/")
-
-
 def make_prefix_absolute_path(prefix: str, path: str) -> str:
-    return os.path.join(prefix, path) if is_relative_path(path) else path
+    """``path`` under ``prefix`` unless it has a URL scheme or starts with ``/``."""
+    return path if urlparse(path).scheme or path.startswith("/") else os.path.join(prefix, path)
 
 
 def _join(base: str, name: str | None) -> str:

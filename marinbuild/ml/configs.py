@@ -194,13 +194,6 @@ class Trainer:
         if any(size <= 0 for _, size in schedule):
             raise ValueError(f"batch sizes must be positive, got {self.batch_size!r}")
 
-    def batch_size_at(self, step: int) -> int:
-        size = 0
-        for start, value in batch_schedule(self.batch_size):
-            if start <= step:
-                size = value
-        return size
-
 
 def batch_schedule(value: int | list[Any]) -> list[tuple[int, int]]:
     """``[(start_step, batch_size), ...]`` for an int or a schedule of pairs or ``{"start", "value"}`` dicts."""
@@ -258,21 +251,14 @@ def to_levanter_model(model: LmModel, tokenizer: str | None = None) -> Any:
     """The levanter ``LmConfig`` for ``model``; ``tokenizer`` becomes the config's tokenizer (no Hub lookups)."""
     import draccus
 
-    module = importlib.import_module(_MODEL_MODULES[model.type])
+    importlib.import_module(_MODEL_MODULES[model.type])  # registers the family
     from levanter.models.lm_model import LmConfig
 
     cls = LmConfig.get_choice_class(model.type)
     names = {f.name for f in dataclasses.fields(cls)}
-    wanted: dict[str, Any] = {
-        "max_seq_len": model.seq_len,
-        "hidden_dim": model.hidden_dim,
-        "intermediate_dim": model.intermediate_dim,
-        "num_layers": model.num_layers,
-        "num_heads": model.num_heads,
-        "num_kv_heads": model.num_kv_heads,
-        "tie_word_embeddings": model.tie_word_embeddings,
-        "gradient_checkpointing": model.gradient_checkpointing,
-    }
+    same = ("hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads", "tie_word_embeddings")
+    wanted: dict[str, Any] = {"max_seq_len": model.seq_len, **{k: getattr(model, k) for k in same}}
+    wanted["gradient_checkpointing"] = model.gradient_checkpointing
     if model.rope is not None:
         wanted["rope"] = {"type": model.rope}
     wanted.update(model.options)
@@ -286,7 +272,6 @@ def to_levanter_model(model: LmModel, tokenizer: str | None = None) -> Any:
         if key in model.options:
             raise ValueError(f"model option {key!r} is not a field of levanter's {cls.__name__}")
         wanted.pop(key)
-    del module
     return draccus.decode(cls, wanted)
 
 

@@ -24,24 +24,21 @@ def start_distributed(distributed: Any) -> bool:
 
     if distributed:
         cpu_collectives_unless_tpu()
-    distributed_config(DistributedConfig, distributed).initialize()
+    if isinstance(distributed, dict):
+        config = DistributedConfig(
+            coordinator_address=distributed["coordinator_address"],
+            num_processes=int(distributed["num_processes"]),
+            process_id=int(distributed["process_id"]),
+        )
+    else:
+        config = DistributedConfig(initialize_jax_distributed=bool(distributed))
+    config.initialize()
     import jax
 
     if jax.process_count() > 1:
         host_side_eval_tags()
         host_side_packing()
     return int(jax.process_index()) == 0
-
-
-def distributed_config(cls: Any, distributed: Any) -> Any:
-    """levanter's ``DistributedConfig``: off (one host), found by JAX (``True``), or explicit (a dict)."""
-    if isinstance(distributed, dict):
-        return cls(
-            coordinator_address=distributed["coordinator_address"],
-            num_processes=int(distributed["num_processes"]),
-            process_id=int(distributed["process_id"]),
-        )
-    return cls(initialize_jax_distributed=bool(distributed))
 
 
 def host_side_eval_tags() -> None:

@@ -14,29 +14,19 @@ import json
 import os
 import shutil
 import tempfile
-from pathlib import Path
 from typing import Any
 
 import fsspec
 
 from marinbuild.ml.configs import LmModel, from_dict, to_levanter_model
 from marinbuild.ml.distributed import start_distributed
+from marinbuild.ml.evaluate import eval_trainer, trained_checkpoint, trained_model
 from marinbuild.ml.lm_eval_tasks import check_task_names, copy_task_files, harness_config
 from marinbuild.ml.process import child_main, say
 from marinbuild.ml.tokenizer import resolve_tokenizer
-from marinbuild.ml.train_config import MODEL_INFO, compilation_cache_dir, latest_checkpoint
 
 RESULTS = "results.json"
 LM_EVAL_OUTPUT = "lm_eval_output.json"
-
-
-def trained_tokenizer(model_path: str) -> str:
-    """The tokenizer a ``train_lm`` output was trained with (its ``model.json``)."""
-    try:
-        with fsspec.open(os.path.join(model_path, MODEL_INFO), "r") as f:
-            return json.load(f)["tokenizer"]
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{model_path} has no {MODEL_INFO}: is it the output of a train_lm target?") from None
 
 
 def summarize(outputs: dict[str, Any]) -> dict[str, Any]:
@@ -61,50 +51,30 @@ def summarize(outputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(payload: dict[str, Any]) -> dict[str, Any]:
-    import jmp
-    from levanter.distributed import DistributedConfig
     from levanter.eval_harness import EvalHarnessMainConfig, run_eval_harness_main
     from levanter.tracker import NoopConfig
-    from levanter.trainer import TrainerConfig
     from levanter.utils.py_utils import FailSafeJSONEncoder
 
     out = payload["output_path"]
     train_out = payload["model_path"]
-    with fsspec.open(os.path.join(train_out, MODEL_INFO), "r") as f:
-        info = json.load(f)
+    info = trained_model(train_out)
     specs: list[dict[str, Any]] = payload["tasks"]
     start_distributed(payload.get("distributed"))  # as training starts it, on real and simulated hosts alike
     work = tempfile.mkdtemp(prefix="marinbuild-lm-eval-")
     try:
         include_path = copy_task_files(payload.get("task_files") or {}, os.path.join(work, "package"))
         check_task_names(sorted({spec["task"] for spec in specs}), include_path)
-        checkpoints = os.path.join(train_out, "checkpoints")
-        checkpoint, step = latest_checkpoint(checkpoints)
-        if checkpoint is None:
-            raise FileNotFoundError(f"no checkpoint under {checkpoints}: has the model been trained?")
+        checkpoint, step = trained_checkpoint(train_out)
         names = ", ".join(spec.get("task_alias") or spec["task"] for spec in specs)
         say(f"lm-eval-harness on {checkpoint} (step {step}): {names}")
         tokenizer = resolve_tokenizer(info["tokenizer"])
-        batch = payload.get("batch_size") or 8
         log_dir = os.path.join(out, "logs") if "://" not in out else os.path.join(work, "logs")
         config = EvalHarnessMainConfig(
             eval_harness=harness_config(specs, include_path, payload.get("max_examples") or None),
             tokenizer=tokenizer,
-            checkpoint_path=checkpoints,
+            checkpoint_path=os.path.join(train_out, "checkpoints"),
             model=to_levanter_model(from_dict(LmModel, info["model"]), tokenizer),
-            trainer=TrainerConfig(
-                id=os.path.basename(out.rstrip("/")),
-                log_dir=Path(log_dir),
-                tracker=(NoopConfig(),),
-                mp=jmp.get_policy(info.get("mp", "p=f32")),
-                train_batch_size=batch,
-                per_device_eval_parallelism=-1,
-                require_accelerator=bool(payload.get("require_accelerator")),
-                distributed=DistributedConfig(initialize_jax_distributed=False),  # started above
-                jax_compilation_cache_dir=compilation_cache_dir(),
-                log_jaxprs=False,
-                log_xla_hlo=False,
-            ),
+            trainer=eval_trainer(payload, info, log_dir, tracker=(NoopConfig(),)),
         )
         # lm-eval resolves the local tasks' data files from the working folder; levanter prints its whole
         # output to stdout at the end, which belongs in the log, not on the build's console.

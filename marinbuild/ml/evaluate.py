@@ -2,7 +2,8 @@
 
 Evaluates a ``train_lm`` output's latest checkpoint with ``levanter.main.eval_lm`` on each tokenized dataset's
 validation split and writes ``<out>/eval.json``: ``checkpoint``, ``step``, ``datasets`` (per dataset ``loss``,
-``perplexity``, ``bpb``), and levanter's overall token-weighted ``loss`` with ``perplexity = exp(loss)``."""
+``perplexity``, ``bpb``), and levanter's overall token-weighted ``loss`` with ``perplexity = exp(loss)``. What every
+evaluation of a ``train_lm`` output reads and runs with is here too (``trained_model``, ``eval_trainer``)."""
 
 from __future__ import annotations
 
@@ -23,44 +24,67 @@ from marinbuild.ml.train_config import MODEL_INFO, compilation_cache_dir, data_c
 RESULT = "eval.json"
 
 
-def run(payload: dict[str, Any]) -> dict[str, Any]:
+def trained_model(model_path: str) -> dict[str, Any]:
+    """A ``train_lm`` output's ``model.json``: its model, tokenizer, ``seq_len`` and ``mp``."""
+    try:
+        with fsspec.open(os.path.join(model_path, MODEL_INFO), "r") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{model_path} has no {MODEL_INFO}: is it the output of a train_lm target?") from None
+
+
+def trained_checkpoint(model_path: str) -> tuple[str, int]:
+    """(path, step) of the latest checkpoint of a ``train_lm`` output."""
+    checkpoint, step = latest_checkpoint(os.path.join(model_path, "checkpoints"))
+    if checkpoint is None:
+        raise FileNotFoundError(f"no checkpoint under {model_path}/checkpoints: has the model been trained?")
+    return checkpoint, step
+
+
+def eval_trainer(payload: dict[str, Any], info: dict[str, Any], log_dir: str, **options: Any) -> Any:
+    """levanter's ``TrainerConfig`` of an evaluation (JAX distributed started already, if at all); ``options``: more
+    fields of it."""
     import jmp
     from levanter.distributed import DistributedConfig
-    from levanter.main import eval_lm
     from levanter.trainer import TrainerConfig
+
+    return TrainerConfig(
+        id=os.path.basename(payload["output_path"].rstrip("/")),
+        log_dir=Path(log_dir),
+        mp=jmp.get_policy(info.get("mp", "p=f32")),
+        train_batch_size=payload.get("batch_size") or 8,
+        per_device_eval_parallelism=-1,
+        require_accelerator=bool(payload.get("require_accelerator")),
+        distributed=DistributedConfig(initialize_jax_distributed=False),
+        jax_compilation_cache_dir=compilation_cache_dir(),
+        log_jaxprs=False,
+        log_xla_hlo=False,
+        **options,
+    )
+
+
+def run(payload: dict[str, Any]) -> dict[str, Any]:
+    from levanter.main import eval_lm
 
     from marinbuild.ml.tracker import JsonlTrackerConfig  # lazy: levanter
 
     out = payload["output_path"]
-    train_out = payload["model_path"]
-    with fsspec.open(os.path.join(train_out, MODEL_INFO), "r") as f:
-        info = json.load(f)
-    model = from_dict(LmModel, info["model"])
+    info = trained_model(payload["model_path"])
     tokenizer = resolve_tokenizer(info["tokenizer"])
-    checkpoint, step = latest_checkpoint(os.path.join(train_out, "checkpoints"))
-    if checkpoint is None:
-        raise FileNotFoundError(f"no checkpoint under {train_out}/checkpoints: has the model been trained?")
+    checkpoint, step = trained_checkpoint(payload["model_path"])
     say(f"evaluating {checkpoint} (step {step}) on {', '.join(payload['datasets'])}")
     metrics_path = os.path.join(out, "metrics.jsonl")
-    batch = payload.get("batch_size") or 8
     config = eval_lm.EvalLmConfig(
         checkpoint_path=checkpoint,
-        model=to_levanter_model(model, tokenizer),
+        model=to_levanter_model(from_dict(LmModel, info["model"]), tokenizer),
         data=data_config(tokenizer, {}, {}, payload["text_keys"], payload["datasets"]),
         max_eval_length=info["seq_len"],
-        trainer=TrainerConfig(
-            id=os.path.basename(out.rstrip("/")),
-            log_dir=Path(os.path.join(out, "logs") if "://" not in out else "logs"),
+        trainer=eval_trainer(
+            payload,
+            info,
+            os.path.join(out, "logs") if "://" not in out else "logs",
             tracker=(JsonlTrackerConfig(path=metrics_path),),
-            mp=jmp.get_policy(info.get("mp", "p=f32")),
-            train_batch_size=batch,
-            per_device_eval_parallelism=-1,
             max_eval_batches=payload.get("max_eval_batches") or None,
-            require_accelerator=bool(payload.get("require_accelerator")),
-            distributed=DistributedConfig(initialize_jax_distributed=False),
-            jax_compilation_cache_dir=compilation_cache_dir(),
-            log_jaxprs=False,
-            log_xla_hlo=False,
         ),
     )
     eval_lm.main(config)

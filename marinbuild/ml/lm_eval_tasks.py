@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import os
 import shutil
 import warnings
@@ -26,8 +27,6 @@ class UnknownTaskError(ValueError):
 
 def check_task_names(names: list[str], include_path: str | None) -> None:
     """Raise ``UnknownTaskError`` naming every task lm-eval cannot find (with close names, when any)."""
-    import difflib
-
     from lm_eval.tasks import TaskManager
 
     manager = TaskManager(include_path=include_path)

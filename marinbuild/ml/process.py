@@ -9,10 +9,12 @@ with ``MARINBUILD_ML_LOG=all`` or ``-v``). A failing child raises ``MlProcessErr
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -198,9 +200,6 @@ def _die_with_parent_only() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        import ctypes
-        import signal
-
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except Exception:

@@ -43,18 +43,15 @@ class ReadCounts:
     examples: list[str] = field(default_factory=list)  # the first few skipped, as ``path:line: reason``
     truncated: str | None = None  # where an unreadable stream was cut off (``skip_bad`` only)
 
-    def skip(self, error: BadRecordError) -> None:
-        self.skipped += 1
-        if len(self.examples) < 5:
-            self.examples.append(str(error))
-
     def bad(self, error: BadRecordError, skip_bad: bool, cause: BaseException | None = None) -> None:
         """Count ``error`` as a skipped record when ``skip_bad``; else raise it (from ``cause``, if given)."""
         if not skip_bad:
             if cause is not None:
                 raise error from cause
             raise error
-        self.skip(error)
+        self.skipped += 1
+        if len(self.examples) < 5:
+            self.examples.append(str(error))
 
     def cut(self, error: BadRecordError, skip_bad: bool, cause: BaseException) -> None:
         """The rest of the file cannot be read: as ``bad``, and note where the stream was cut off."""
@@ -89,14 +86,12 @@ def read_texts(
     ext, compression = document_format(path)
     if span is not None and not (compression is None and ext in (".jsonl", ".parquet")):
         raise ValueError(f"{path}: only plain .jsonl and .parquet files are read in ranges")
-    if ext == ".jsonl" and compression is None:
-        yield from _plain_jsonl(path, span, text_key, counts, skip_bad)
-    elif ext == ".jsonl" or (ext == ".json" and not is_json_array(path, compression)):
-        yield from _jsonl(path, compression, text_key, counts, skip_bad)
+    if ext == ".jsonl" or (ext == ".json" and not is_json_array(path, compression)):
+        yield from _jsonl(path, compression, span, text_key, counts, skip_bad)
     elif ext == ".parquet":
         yield from _parquet(path, span, compression, text_key, counts, skip_bad)
     else:
-        yield from _whole(path, ext, compression, text_key, counts, skip_bad)
+        yield from _whole(path, compression, text_key, counts, skip_bad)
 
 
 def lines_before(path: str, offset: int) -> int:
@@ -113,11 +108,11 @@ def lines_before(path: str, offset: int) -> int:
     return count
 
 
-def _plain_jsonl(
-    path: str, span: tuple[int, int] | None, text_key: str, counts: ReadCounts, skip_bad: bool
+def _jsonl(
+    path: str, compression: str | None, span: tuple[int, int] | None, text_key: str, counts: ReadCounts, skip_bad: bool
 ) -> Iterator[str]:
     start, end = span if span is not None else (0, None)
-    with fsspec.open(path, "rb") as f:
+    with fsspec.open(path, "rb", compression=compression) as f:
         pos = start
         if start > 0:
             f.seek(start - 1)
@@ -136,13 +131,8 @@ def _plain_jsonl(
             try:
                 line = f.readline()
             except _STREAM_ERRORS as exc:
-                counts.cut(
-                    BadRecordError(
-                        path, where(n + 1), f"cannot read the file past byte {pos} ({type(exc).__name__}: {exc})"
-                    ),
-                    skip_bad,
-                    exc,
-                )
+                reason = f"cannot read the file past {where(n)} ({type(exc).__name__}: {exc})"
+                counts.cut(BadRecordError(path, where(n + 1), reason), skip_bad, exc)
                 return
             if not line:
                 return
@@ -158,42 +148,6 @@ def _plain_jsonl(
                 text = record.get(text_key) if isinstance(record, dict) else None
                 if not isinstance(text, str):  # name the line only for a bad record (``where`` may count lines)
                     text = _text_of(record, text_key, path, where(n))
-            except BadRecordError as error:
-                counts.bad(error, skip_bad)
-                continue
-            counts.records += 1
-            yield text
-
-
-def _jsonl(path: str, compression: str | None, text_key: str, counts: ReadCounts, skip_bad: bool) -> Iterator[str]:
-    line_no = 0
-    with fsspec.open(path, "rt", compression=compression, encoding="utf-8") as f:
-        lines = iter(f)
-        while True:
-            try:
-                line = next(lines)
-            except StopIteration:
-                return
-            except _STREAM_ERRORS as exc:
-                counts.cut(
-                    BadRecordError(
-                        path,
-                        f"line {line_no + 1}",
-                        f"cannot read the file past line {line_no} ({type(exc).__name__}: {exc})",
-                    ),
-                    skip_bad,
-                    exc,
-                )
-                return
-            line_no += 1
-            if not line.strip():
-                continue
-            try:
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise BadRecordError(path, f"line {line_no}", f"not JSON ({exc})") from exc
-                text = _text_of(record, text_key, path, f"line {line_no}")
             except BadRecordError as error:
                 counts.bad(error, skip_bad)
                 continue
@@ -232,30 +186,21 @@ def _parquet(
         )
 
 
-def _whole(
-    path: str, ext: str, compression: str | None, text_key: str, counts: ReadCounts, skip_bad: bool
-) -> Iterator[str]:
-    unit = "item"
+def _whole(path: str, compression: str | None, text_key: str, counts: ReadCounts, skip_bad: bool) -> Iterator[str]:
     try:
-        records = _load_whole(path, ext, compression)
+        with fsspec.open(path, "rt", compression=compression, encoding="utf-8") as f:
+            records = json.load(f)
+        if not isinstance(records, list):
+            raise ValueError("a .json document file holds a JSON array of records")
     except _STREAM_ERRORS + (ValueError,) as exc:
-        counts.cut(
-            BadRecordError(path, f"{unit} 0", f"cannot read the file ({type(exc).__name__}: {exc})"), skip_bad, exc
-        )
+        reason = f"cannot read the file ({type(exc).__name__}: {exc})"
+        counts.cut(BadRecordError(path, "item 0", reason), skip_bad, exc)
         return
     for index, record in enumerate(records):
         try:
-            text = _text_of(record, text_key, path, f"{unit} {index}")
+            text = _text_of(record, text_key, path, f"item {index}")
         except BadRecordError as error:
             counts.bad(error, skip_bad)
             continue
         counts.records += 1
         yield text
-
-
-def _load_whole(path: str, ext: str, compression: str | None) -> list[Any]:
-    with fsspec.open(path, "rt", compression=compression, encoding="utf-8") as f:
-        data = json.load(f)
-    if not isinstance(data, list):
-        raise ValueError("a .json document file holds a JSON array of records")
-    return data

@@ -7,6 +7,7 @@ matplotlib (Agg) is imported only here."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -34,11 +35,8 @@ def collect(train_output: str, eval_outputs: list[str]) -> dict[str, Any]:
         {k for r in records for k in r if k.startswith("eval/") and k.endswith("/loss") and k != "eval/loss"}
     )
     summary: dict[str, Any] = {}
-    try:
-        with fsspec.open(os.path.join(train_output, "summary.json"), "r") as f:
-            summary = json.load(f)
-    except FileNotFoundError:
-        pass
+    with contextlib.suppress(FileNotFoundError), fsspec.open(os.path.join(train_output, "summary.json"), "r") as f:
+        summary = json.load(f)
     evaluations: dict[str, Any] = {}
     harness: dict[str, Any] = {}
     for path in eval_outputs:
@@ -79,11 +77,9 @@ def task_scores(harness: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def key_settings(train_output: str, parameter_count: int | None) -> dict[str, Any]:
     """Model size, learning rate, batch size, steps and sequence length from the target's ``.executor_info``."""
     attrs: dict[str, Any] = {}
-    try:
+    with contextlib.suppress(FileNotFoundError, ValueError, AttributeError):
         with fsspec.open(os.path.join(train_output, ".executor_info"), "r") as f:
             attrs = json.load(f).get("config", {}).get("attrs", {}) or {}
-    except (FileNotFoundError, ValueError, AttributeError):
-        pass
     model = attrs.get("model") or {}
     optimizer = attrs.get("optimizer") or {}
     trainer = attrs.get("trainer") or {}
@@ -147,42 +143,22 @@ def plot(metrics: dict[str, Any], path: str, title: str) -> None:
         fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
     train = metrics["train_loss"]
     if train:
-        steps = [s for s, _ in train]
-        losses = [v for _, v in train]
+        steps, losses = [s for s, _ in train], [v for _, v in train]
         ax.plot(steps, losses, color="tab:blue", alpha=0.35, linewidth=1, label="train loss")
-        window = max(1, len(losses) // 20)
-        if window > 1:
-            ax.plot(
-                steps,
-                _moving_average(losses, window),
-                color="tab:blue",
-                linewidth=2,
-                label=f"train loss ({window}-step average)",
-            )
+        if (window := max(1, len(losses) // 20)) > 1:
+            average = _moving_average(losses, window)
+            ax.plot(steps, average, color="tab:blue", linewidth=2, label=f"train loss ({window}-step average)")
     colors = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
     series = [(name, s) for name, s in metrics["validation_loss"].items() if s]
     if len(series) > 1 and metrics["overall_validation_loss"]:
         series.append(("all datasets", metrics["overall_validation_loss"]))
     for i, (name, points) in enumerate(series):
-        ax.plot(
-            [s for s, _ in points],
-            [v for _, v in points],
-            marker="o",
-            linewidth=2,
-            color=colors[i % len(colors)],
-            label=f"validation loss: {name}",
-        )
+        label = f"validation loss: {name}"
+        ax.plot(*zip(*points, strict=True), marker="o", linewidth=2, color=colors[i % len(colors)], label=label)
     for name, result in metrics["evaluations"].items():
         if result.get("loss") is not None and result.get("step") is not None:
-            ax.scatter(
-                [result["step"]],
-                [result["loss"]],
-                marker="*",
-                s=160,
-                color="black",
-                zorder=5,
-                label=f"{name}: loss {result['loss']:.3f}, perplexity {result['perplexity']:.2f}",
-            )
+            label = f"{name}: loss {result['loss']:.3f}, perplexity {result['perplexity']:.2f}"
+            ax.scatter([result["step"]], [result["loss"]], marker="*", s=160, color="black", zorder=5, label=label)
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats per token)")
     if train and min(v for _, v in train) > 0:

@@ -2,7 +2,7 @@
 
 ``RunLog(path)`` reads earlier attempts' lines; ``add(record)`` appends one tagged with this attempt's ``run`` id,
 written out at most every second and on ``flush()`` by rewriting the file (one object-store write: for thousands of
-lines, not millions). ``tokenize`` logs its shards here, ``download`` its files."""
+lines, not millions); ``jsonl.read_records`` reads it. ``tokenize`` logs its shards here, ``download`` its files."""
 
 from __future__ import annotations
 
@@ -37,14 +37,6 @@ class RunLog:
         fs.makedirs(os.path.dirname(p), exist_ok=True)
         with fs.open(p, "w") as f:
             f.write(self.old + "".join(line + "\n" for line in self.lines))
-
-
-def read_log(path: str) -> list[dict[str, Any]]:
-    """Every line of a ``RunLog`` file (none if it does not exist)."""
-    fs, p = fsspec.core.url_to_fs(path)
-    if not fs.exists(p):
-        return []
-    return [json.loads(line) for line in fs.cat_file(p).decode().splitlines() if line.strip()]
 
 
 def node_name() -> str:

@@ -43,10 +43,8 @@ class Piece:
 
 def file_pieces(path: str, input_id: str, size: int, shard_bytes: int) -> list[Piece]:
     """``path`` as one piece, or as its ranges when it is at least ``shard_bytes`` and splittable."""
-    if shard_bytes <= 0 or size < shard_bytes:
-        return [Piece(path, input_id, size)]
-    ext, compression = document_format(path)
-    if compression is not None:
+    ext, compression = document_format(path)  # every input is a document file (its shard key reads the format)
+    if shard_bytes <= 0 or size < shard_bytes or compression is not None:
         return [Piece(path, input_id, size)]
     if ext == ".jsonl":
         n = math.ceil(size / shard_bytes)

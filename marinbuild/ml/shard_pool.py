@@ -185,8 +185,7 @@ class LocalPool:
             for n in busy:  # abandoned: its answer must not reach the next run
                 self._procs[n][0].kill()
 
-    def call(self, fn: Work, job: Job) -> Job:
-        return _call(self, fn, job)
+    call = _call
 
     def close(self) -> None:
         for _, conn in self._procs:
@@ -314,8 +313,7 @@ class RayPool:
                 ray.kill(actor)
             self._busy.clear()
 
-    def call(self, fn: Work, job: Job) -> Job:
-        return _call(self, fn, job)
+    call = _call
 
     def close(self) -> None:
         for actor in [*self._starting.values(), *(a for a, _ in self._idle)]:

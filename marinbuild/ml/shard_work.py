@@ -60,7 +60,7 @@ def build_shard(job: dict[str, Any]) -> dict[str, Any]:
     if sh.is_done(shard):
         return {**sh.read_result(shard).to_json(), "state": "cached"}
     set_worker_env(job.get("offline", False))
-    from levanter.store.cache import write_levanter_cache
+    from levanter.store.cache import CacheLedger, write_levanter_cache
 
     start = time.time()
     processor = _processor(job)
@@ -87,7 +87,7 @@ def build_shard(job: dict[str, Any]) -> dict[str, Any]:
     written = write_levanter_cache(rows(), cache_path, metadata=processor.metadata)
     if written["count"] == 0:
         write_empty_cache(cache_path, processor.output_exemplar, processor.metadata)
-    tokens = _token_count(cache_path, processor)
+    tokens = int(CacheLedger.load(cache_path).field_counts.get("input_ids", 0))
     skipped_by_file: dict[str, int] = {}
     for piece, piece_counts in zip(shard.pieces, counts, strict=True):
         if piece_counts.skipped:
@@ -123,10 +123,3 @@ def write_empty_cache(cache_path: str, exemplar: Any, metadata: dict[str, Any]) 
     TreeStore.open(exemplar, cache_path, mode="w", cache_metadata=True)
     empty = CacheLedger(total_num_rows=0, shard_rows={}, is_finished=True, metadata=CacheMetadata(metadata))
     write_ledger(cache_path, empty)
-
-
-def _token_count(cache_path: str, processor: Any) -> int:
-    from levanter.store.cache import CacheLedger
-
-    ledger = CacheLedger.load(cache_path)
-    return int(ledger.field_counts.get("input_ids", 0))

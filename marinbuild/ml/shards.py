@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from marinbuild.ml.documents import document_format
 from marinbuild.ml.shard_plan import Piece, file_pieces, group
@@ -101,7 +102,7 @@ def input_info(path: str) -> tuple[str, int]:
     """(identity, size in bytes): a local file's content digest; an object's path, size and generation (or ETag,
     or mtime)."""
     fs, p = fsspec.core.url_to_fs(path)
-    if _is_local(fs):
+    if isinstance(fs, LocalFileSystem):
         digest = hashlib.sha256()
         size = 0
         with open(p, "rb") as f:
@@ -110,14 +111,8 @@ def input_info(path: str) -> tuple[str, int]:
                 size += len(block)
         return f"sha256:{digest.hexdigest()}", size
     info = fs.info(p)
-    version = (
-        info.get("generation")
-        or info.get("ETag")
-        or info.get("etag")
-        or info.get("mtime")
-        or info.get("LastModified")
-        or info.get("updated")
-    )
+    keys = ("generation", "ETag", "etag", "mtime", "LastModified", "updated")  # GCS, S3, local and others
+    version = next((info[k] for k in keys if info.get(k)), None)
     if version is None:
         raise ValueError(f"{path}: the filesystem reports no generation, ETag or modification time to key it on")
     return f"{path}|size={info.get('size')}|version={version}", int(info.get("size") or 0)
@@ -217,9 +212,3 @@ def commit(shard: Shard, result: ShardResult) -> None:
         json.dump(result.to_json(), f, indent=2)
     key = action_cache.ActionKey(shard.key, f"tokenize shard {shard.path}")
     action_cache.write_record(action_cache.new_record(shard.dir, key, None, socket.gethostname()))
-
-
-def _is_local(fs: Any) -> bool:
-    from fsspec.implementations.local import LocalFileSystem
-
-    return isinstance(fs, LocalFileSystem)

@@ -289,13 +289,8 @@ def _tokenize(payload: dict[str, Any], pool: Pool, common: dict[str, Any]) -> di
             else:
                 todo.setdefault(shard.key, {**common, "shard": shard.to_json()})
                 waiting.setdefault(shard.key, []).append((split, shard))
-        logger.info(
-            "tokenize %s: %d shards, %d cached, %d to tokenize",
-            split,
-            len(shards),
-            counts[split]["cached"],
-            len(shards) - counts[split]["cached"],
-        )
+        n, cached = len(shards), counts[split]["cached"]
+        logger.info("tokenize %s: %d shards, %d cached, %d to tokenize", split, n, cached, n - cached)
     progress = _Progress(
         total=sum(len(s) for s in plans.values()),
         done=sum(c["cached"] for c in counts.values()),
@@ -348,15 +343,8 @@ def _tokenize(payload: dict[str, Any], pool: Pool, common: dict[str, Any]) -> di
             "skipped": skipped,
             "skipped_by_file": _skipped_by_file(mine),
         }
-        logger.info(
-            "tokenize %s: %d documents, %d tokens, %d bad records skipped; merged in %d units, %d copied now",
-            split,
-            done["rows"],
-            done["tokens"],
-            skipped,
-            done["units"],
-            done["copied"],
-        )
+        line = "tokenize %s: %d documents, %d tokens, %d bad records skipped; merged in %d units, %d copied now"
+        logger.info(line, split, done["rows"], done["tokens"], skipped, done["units"], done["copied"])
     progress.report(force=True)
     metadata = {
         "kind": "tokenized",
@@ -390,18 +378,6 @@ def _skipped_by_file(results: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def _log_line(split: str, shard: sh.Shard, result: dict[str, Any], state: str) -> dict[str, Any]:
-    return {
-        "split": split,
-        "index": shard.index,
-        "file": shard.path,
-        "files": len(shard.pieces),
-        "key": shard.key,
-        "state": state,
-        "documents": result.get("documents"),
-        "tokens": result.get("tokens"),
-        "skipped": result.get("skipped", 0),
-        "started": result.get("started"),
-        "seconds": result.get("seconds"),
-        "cpu_seconds": result.get("cpu_seconds"),
-        "node": result.get("node"),
-    }
+    line = {"split": split, "index": shard.index, "file": shard.path, "files": len(shard.pieces), "key": shard.key}
+    kept = ("documents", "tokens", "skipped", "started", "seconds", "cpu_seconds", "node")  # a shard.json has them all
+    return {**line, "state": state, **{k: result.get(k) for k in kept}}

@@ -6,24 +6,19 @@ is deterministic for the same texts and settings; ``tokenizers`` is imported in 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 BOS = "<|begin_of_text|>"
 EOS = "<|end_of_text|>"
 PAD = "<|pad|>"
-
-
-@dataclass(frozen=True)
-class TokenizerResult:
-    path: str
-    vocab_size: int
-    documents: int
 
 
 def train_bpe_tokenizer(
@@ -33,11 +28,19 @@ def train_bpe_tokenizer(
     vocab_size: int = 1024,
     min_frequency: int = 2,
     model_max_length: int = 4096,
-) -> TokenizerResult:
-    """Train a byte-level BPE on ``texts`` and write it to ``output_dir`` (any fsspec path)."""
+) -> dict[str, Any]:
+    """Train a byte-level BPE on ``texts`` and write it to ``output_dir`` (any fsspec path); its path, vocabulary
+    size and how many documents trained it."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    counter = _Counting(texts)
+    documents = 0
+
+    def counted() -> Iterator[str]:
+        nonlocal documents
+        for text in texts:
+            documents += 1
+            yield text
+
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -48,7 +51,7 @@ def train_bpe_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(counter, trainer=trainer)
+    tokenizer.train_from_iterator(counted(), trainer=trainer)
     config = {
         "bos_token": BOS,
         "eos_token": EOS,
@@ -68,20 +71,7 @@ def train_bpe_tokenizer(
         json.dump(config, f, indent=2)
     with fs.open(os.path.join(root, "special_tokens_map.json"), "w") as f:
         json.dump({"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, f, indent=2)
-    return TokenizerResult(output_dir, tokenizer.get_vocab_size(), counter.count)
-
-
-class _Counting:
-    """An iterable of texts that counts what it yields (the BPE trainer consumes it once)."""
-
-    def __init__(self, texts: Iterable[str]) -> None:
-        self._texts = texts
-        self.count = 0
-
-    def __iter__(self) -> Iterator[str]:
-        for text in self._texts:
-            self.count += 1
-            yield text
+    return {"path": output_dir, "vocab_size": tokenizer.get_vocab_size(), "documents": documents}
 
 
 def is_tokenizer_dir(path: str) -> bool:
@@ -95,11 +85,6 @@ def is_tokenizer_dir(path: str) -> bool:
 
 def local_tokenizer_dir(path: str) -> str:
     """A local directory with the tokenizer at ``path``: itself if local, else a copy in the temp folder."""
-    import hashlib
-    import tempfile
-
-    from fsspec.implementations.local import LocalFileSystem
-
     fs, root = fsspec.core.url_to_fs(path)
     if isinstance(fs, LocalFileSystem):
         return root
@@ -111,17 +96,6 @@ def local_tokenizer_dir(path: str) -> str:
         if fs.exists(src):
             fs.get(src, os.path.join(local, name))
     return local
-
-
-def describe(path: str) -> dict[str, Any]:
-    """Vocabulary size and special tokens of a saved tokenizer directory."""
-    from tokenizers import Tokenizer
-
-    local = local_tokenizer_dir(path)
-    tok = Tokenizer.from_file(os.path.join(local, "tokenizer.json"))
-    with open(os.path.join(local, "tokenizer_config.json")) as f:
-        config = json.load(f)
-    return {"vocab_size": tok.get_vocab_size(), **{k: config.get(k) for k in ("bos_token", "eos_token", "pad_token")}}
 
 
 def is_local_tokenizer(spec: str) -> bool:

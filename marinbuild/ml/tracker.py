@@ -46,6 +46,11 @@ def _scalar(value: Any) -> float | int | None:
     return None
 
 
+def _scalars(metrics: Mapping[str, Any], keep: Any = lambda key: True) -> dict[str, Any]:
+    """The finite scalar values of ``metrics`` (flattened) whose keys ``keep`` keeps."""
+    return {k: s for k, v in _flatten(metrics).items() if keep(k) and (s := _scalar(v)) is not None}
+
+
 def _flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in metrics.items():
@@ -82,17 +87,11 @@ class JsonlTracker(Tracker):
         pass
 
     def log(self, metrics: Mapping[str, Any], *, step: int | None, commit: bool | None = None) -> None:
-        record: dict[str, Any] = {}
-        for key, value in _flatten(metrics).items():
-            if self._keep(key):
-                scalar = _scalar(value)
-                if scalar is not None:
-                    record[key] = scalar
+        record = _scalars(metrics, self._keep)
         if step is not None:
             self._step = int(step)
-        if not record:
-            return
-        self._write({"step": self._step, **record})
+        if record:
+            self._write({"step": self._step, **record})
 
     def _write(self, record: dict[str, Any]) -> None:
         self._records.append(record)
@@ -104,11 +103,7 @@ class JsonlTracker(Tracker):
 
     def log_summary(self, metrics: Mapping[str, Any]) -> None:
         """Summary values (e.g. ``parameter_count``) are kept as a ``{"summary": {...}}`` record."""
-        summary = {}
-        for key, value in _flatten(metrics).items():
-            scalar = _scalar(value)
-            if scalar is not None:
-                summary[key] = scalar
+        summary = _scalars(metrics)
         if summary:
             self.summary.update(summary)
             self._write({"summary": summary})

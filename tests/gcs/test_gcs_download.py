@@ -62,7 +62,7 @@ def test_a_gcs_folder_is_copied_with_its_published_md5_and_crc32c_checked(tmp_pa
 def test_done_markers_in_a_bucket_spare_a_second_copy(tmp_path, gs_prefix):
     """The download's work run twice on one gs:// output: the second lists the markers, fetches nothing."""
     from marinbuild.ml.download import download
-    from marinbuild.ml.run_log import read_log
+    from marinbuild.ml.jsonl import read_records
 
     source = new_bucket()
     _objects(source)
@@ -86,7 +86,7 @@ def test_done_markers_in_a_bucket_spare_a_second_copy(tmp_path, gs_prefix):
     second = download(payload)
     assert (second["fetched"], second["cached"]) == (1, 3)
     runs: dict[str, list] = {}
-    for line in read_log(f"{out}/.download/files.jsonl"):
+    for line in read_records(f"{out}/.download/files.jsonl"):
         runs.setdefault(line["run"], []).append(line)
     last = list(runs.values())[-1]
     assert {r["path"] for r in last if r["state"] == "fetched"} == {"shard-2.jsonl"}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.ml.configs import LmModel, Trainer, batch_schedule
+from marinbuild.ml.configs import LmModel, batch_schedule
 
 HEADER = """
 load("@marinbuild//rules:data.py", "raw_data")
@@ -96,7 +96,6 @@ def test_tpu_helper_and_versions(tmp_path):
 def test_config_dataclasses():
     assert batch_schedule(16) == [(0, 16)]
     assert batch_schedule([[0, 1024], [660001, 3072]]) == [(0, 1024), (660001, 3072)]
-    assert Trainer(batch_size=[[0, 4], [10, 8]]).batch_size_at(12) == 8
     with pytest.raises(ValueError, match="starts at step 0"):
         batch_schedule([[5, 4]])
     # the quickstart model, and Llama 3 8B with its tokenizer's vocabulary, as levanter counts them

@@ -155,7 +155,6 @@ def test_batch_schedule_with_three_steps(tmp_path):
     sizes = {step: schedule.batch_size_at_step(step) for step in (0, 9, 10, 19, 20, 99)}
     assert sizes == {0: 8, 9: 8, 10: 16, 19: 16, 20: 32, 99: 32}
     assert schedule.global_data_offset_by_step(25) == 10 * 8 + 10 * 16 + 5 * 32
-    assert Trainer(batch_size=[[0, 8], [10, 16], [20, 32]]).batch_size_at(15) == 16
 
 
 def test_mixture_that_changes_at_a_step(tmp_path):
