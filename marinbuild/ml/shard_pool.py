@@ -160,7 +160,8 @@ class LocalPool:
                     if not proc.is_alive():
                         self._procs[n] = proc, conn = self._spawn()
                     busy[n] = queue.popleft()
-                    conn.send((fn, busy[n]))
+                    with contextlib.suppress(OSError):  # it died since is_alive(): found dead below, its job reruns
+                        conn.send((fn, busy[n]))
                 wait([x for n in busy for x in (self._procs[n][1], self._procs[n][0].sentinel)], timeout=TICK)
                 for n in list(busy):
                     proc, conn = self._procs[n]
