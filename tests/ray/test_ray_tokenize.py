@@ -65,17 +65,15 @@ def test_sharded_tokenize_on_two_ray_nodes_equals_a_single_process_build(ray_clu
 
 def test_the_pool_grows_when_a_node_joins_mid_build(ray_cluster, tmp_path):
     """Shards ask for a resource one node has when the build starts: one worker. A second such node joins once
-    the first shard is committed; the pool starts a worker there within a tick and it builds shards too."""
-    first = ray_cluster.add_node({"tokslot": 1}, num_cpus=1, timeout=300)
+    the first shard is committed; the pool starts a worker there within a tick and it builds shards too. The step
+    itself asks for a resource only the first node has (with a CPU to spare for the worker there)."""
+    first = ray_cluster.add_node({"tokslot": 1, "tokstep": 1}, num_cpus=2, timeout=300)
     joined = []
     try:
         ws = TokenizeWorkspace(tmp_path / "ws", toy_tokenizer(tmp_path / "tokenizer"), workers=0)
         build = ws.root / "pipe" / "BUILD.marin"
-        build.write_text(
-            build.read_text().replace(
-                "    shard_bytes", '    shard_resources = {"cpu": 1, "tokslot": 1},\n    shard_bytes'
-            )
-        )
+        asks = '    shard_resources = {"cpu": 1, "tokslot": 1},\n    resources = {"cpu": 1, "tokstep": 1},\n'
+        build.write_text(build.read_text().replace("    shard_bytes", asks + "    shard_bytes"))
         texts = stories()
         for i in range(12):  # enough work left, once the node joins, for a worker there to warm up and take shards
             write_docs(ws.data / f"part-{i}.jsonl.gz", [f"{t} ({i}, {k})" for k in range(4) for t in texts])
