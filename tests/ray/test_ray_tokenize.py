@@ -18,6 +18,39 @@ pytest.importorskip("levanter")
 pytestmark = pytest.mark.ml  # levanter tokenizes (tests/ray marks it ray)
 
 
+PINNED = '    shard_resources = {"cpu": 1, "tokslot": 1},\n    resources = {"cpu": 1, "tokstep": 1},\n'
+"""Shards on nodes with a ``tokslot``, the step's own task on the one node with a ``tokstep``."""
+
+
+def _workspace(tmp_path, asks: str) -> TokenizeWorkspace:
+    """``pipe:tok`` with ``asks`` (attribute lines) added to its call."""
+    ws = TokenizeWorkspace(tmp_path / "ws", toy_tokenizer(tmp_path / "tokenizer"), workers=0)
+    build = ws.root / "pipe" / "BUILD.marin"
+    build.write_text(build.read_text().replace("    shard_bytes", asks + "    shard_bytes"))
+    return ws
+
+
+def _twelve_files(ws: TokenizeWorkspace, copies: int) -> list[str]:
+    """12 files of ``copies`` x the stories each, named in the order the build takes them."""
+    texts = stories()
+    return [
+        str(write_docs(ws.data / f"part-{i:02}.jsonl.gz", [f"{t} ({i}, {k})" for k in range(copies) for t in texts]))
+        for i in range(12)
+    ]
+
+
+def _start(ws: TokenizeWorkspace, ray_cluster, events=None) -> subprocess.Popen:
+    """The build of ``pipe:tok`` on the cluster, running."""
+    return subprocess.Popen(
+        ws.command("//pipe:tok", "--backend", "ray", "--ray_address", ray_cluster.address, events=events),
+        cwd=ws.root,
+        env={**ws.env(), **node_env()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_sharded_tokenize_on_two_ray_nodes_equals_a_single_process_build(ray_cluster, tmp_path):
     """Shards ask for a resource two nodes have one of each (and a CPU to spare, wherever the step's own task
     lands): the pool's two workers are on two nodes, whatever the scheduler does with the step."""
@@ -25,10 +58,7 @@ def test_sharded_tokenize_on_two_ray_nodes_equals_a_single_process_build(ray_clu
     try:
         for _ in range(2):
             nodes.append(ray_cluster.add_node({"tokshard": 1}, num_cpus=2, timeout=300))
-        ws = TokenizeWorkspace(tmp_path / "ws", toy_tokenizer(tmp_path / "tokenizer"), workers=0)
-        build = ws.root / "pipe" / "BUILD.marin"
-        shard_resources = '    shard_resources = {"cpu": 1, "tokshard": 1},\n    shard_bytes'
-        build.write_text(build.read_text().replace("    shard_bytes", shard_resources))
+        ws = _workspace(tmp_path, '    shard_resources = {"cpu": 1, "tokshard": 1},\n')
         texts = stories()
         # shards of some seconds each: both workers are ready (levanter imported) before one has done them all
         files = [str(write_docs(ws.data / f"part-{i}.jsonl.gz", [f"{t} ({i})" for t in texts])) for i in range(8)]
@@ -70,22 +100,10 @@ def test_the_pool_grows_when_a_node_joins_mid_build(ray_cluster, tmp_path):
     first = ray_cluster.add_node({"tokslot": 1, "tokstep": 1}, num_cpus=2, timeout=300)
     joined = []
     try:
-        ws = TokenizeWorkspace(tmp_path / "ws", toy_tokenizer(tmp_path / "tokenizer"), workers=0)
-        build = ws.root / "pipe" / "BUILD.marin"
-        asks = '    shard_resources = {"cpu": 1, "tokslot": 1},\n    resources = {"cpu": 1, "tokstep": 1},\n'
-        build.write_text(build.read_text().replace("    shard_bytes", asks + "    shard_bytes"))
-        texts = stories()
-        for i in range(12):  # enough work left, once the node joins, for a worker there to warm up and take shards
-            write_docs(ws.data / f"part-{i}.jsonl.gz", [f"{t} ({i}, {k})" for k in range(4) for t in texts])
+        ws = _workspace(tmp_path, PINNED)
+        _twelve_files(ws, copies=4)  # enough work left, once the node joins, for a worker there to warm up
         events = tmp_path / "events.jsonl"
-        proc = subprocess.Popen(
-            ws.command("//pipe:tok", "--backend", "ray", "--ray_address", ray_cluster.address, events=events),
-            cwd=ws.root,
-            env={**ws.env(), **node_env()},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = _start(ws, ray_cluster, events)
         deadline = time.monotonic() + 600
         while not ws.committed_shards() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -118,23 +136,9 @@ def test_a_node_leaving_mid_build_loses_only_its_shards_in_flight(ray_cluster, t
     stays = ray_cluster.add_node({"tokslot": 1, "tokstep": 1}, num_cpus=2, timeout=300)
     leaves = ray_cluster.add_node({"tokslot": 1}, num_cpus=1, timeout=300)
     try:
-        ws = TokenizeWorkspace(tmp_path / "ws", toy_tokenizer(tmp_path / "tokenizer"), workers=0)
-        build = ws.root / "pipe" / "BUILD.marin"
-        asks = '    shard_resources = {"cpu": 1, "tokslot": 1},\n    resources = {"cpu": 1, "tokstep": 1},\n'
-        build.write_text(build.read_text().replace("    shard_bytes", asks + "    shard_bytes"))
-        texts = stories()
-        files = [
-            str(write_docs(ws.data / f"part-{i:02}.jsonl.gz", [f"{t} ({i}, {k})" for k in range(2) for t in texts]))
-            for i in range(12)  # named in the order the build takes them
-        ]
-        proc = subprocess.Popen(
-            ws.command("//pipe:tok", "--backend", "ray", "--ray_address", ray_cluster.address),
-            cwd=ws.root,
-            env={**ws.env(), **node_env()},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        ws = _workspace(tmp_path, PINNED)
+        files = _twelve_files(ws, copies=2)
+        proc = _start(ws, ray_cluster)
 
         def built_on_leaving() -> bool:
             logs = list((ws.root / "out" / "pipe").glob("tok-*/logs/shards.jsonl"))
