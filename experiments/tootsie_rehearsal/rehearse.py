@@ -261,6 +261,18 @@ def show(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def diagnose(workdir: Path, lines: int = 40) -> str:
+    """What a failed rehearsal leaves to read: each build's last distinct lines (every node of this one-machine
+    cluster forwards each line again) and each phase's logs (the slice's attempts, each host's process)."""
+    out = []
+    for log in sorted(workdir.glob("*.log")):
+        seen = dict.fromkeys(x for x in log.read_text(errors="replace").splitlines() if "base HF config" not in x)
+        out += [f"--- {log.name}, its last distinct lines:", *list(seen)[-lines:]]
+    for phase_log in sorted(workdir.glob("*/logs/*.log")):
+        out += [f"--- {phase_log.relative_to(workdir)}:", *phase_log.read_text(errors="replace").splitlines()[-25:]]
+    return "\n".join(out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, help="where to keep the event logs and records (default: a temp dir)")
@@ -268,7 +280,11 @@ def main() -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="tootsie-rehearsal-"))
     workdir.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop what it started
-    s = rehearse(workdir.resolve())
+    try:
+        s = rehearse(workdir.resolve())
+    except Exception:
+        print(diagnose(workdir), file=sys.stderr)
+        raise
     (workdir / "summary.json").write_text(json.dumps(s, indent=1))
     print(show(s))
     ok = not s["redone_after_kill"] and not s["ran"]["b"] and s["host_preemptions"] >= 1

@@ -5,13 +5,16 @@ together, restarted whole on a loss (docs/tpu.md).
 (``slice_placement_group``, within ``slice_wait``, else ``SliceUnavailableError``); starts the module on every host as a
 child process (``ml.process``) with its slice's MEGASCALE variables (hosts without chips get JAX's coordinator and use
 gloo, the slices as one flat job); and waits, cancelling the others ``LOSS_GRACE`` seconds after one error. As Marin's
-fray decides, a lost node or worker or a signal is a preemption (``preemption_retries``), an error exit a failure
-(``failure_retries``); within budget all starts again, else ``SliceRunError`` names the cause and the host's log.
+fray decides, a lost node or worker or a process killed from outside (``KILLED_BY``) is a preemption
+(``preemption_retries``), an error exit or a crash of the process itself (an abort, a segfault) a failure
+(``failure_retries``): a host that aborts because its peer raised is the peer's failure, not a preemption to retry
+a hundred times. Within budget all starts again, else ``SliceRunError`` names the cause and the host's log.
 ``logs/slice.log`` has a line per attempt; the result is process 0's summary."""
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -35,6 +38,8 @@ WAIT_REPORT = 60.0  # Seconds between progress reports while waiting for slices 
 PREEMPTED = "preempted"
 FAILED = "failed"
 CANCELLED = "cancelled"
+KILLED_BY = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT})
+"""Signals that end a host's process from outside (a preempted VM, an OOM kill, a shutdown): a preemption."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,7 @@ class SlicePolicy:
 
     slice_wait: float = SLICE_WAIT
     """Seconds to wait for free slices (head reservations and every host's bundle) before failing."""
-    preemption_retries: int = 100  # Restarts after a preemption (a host lost, or its process killed by a signal).
+    preemption_retries: int = 100  # Restarts after a preemption (a host lost, or its process killed: KILLED_BY).
     failure_retries: int = 2  # Restarts after a failure of the job's code (a process that exited with an error).
 
 
@@ -271,9 +276,9 @@ def classify(error: BaseException) -> str:
         return CANCELLED
     if isinstance(error, RayTaskError):
         cause = error.cause
-        if isinstance(cause, MlProcessError) and cause.returncode is not None and cause.returncode < 0:
-            return PREEMPTED  # killed by a signal: a preempted VM, an OOM kill, a SIGKILL
-        return FAILED
+        if isinstance(cause, MlProcessError) and cause.returncode is not None and -cause.returncode in KILLED_BY:
+            return PREEMPTED
+        return FAILED  # the code's error, or the process's own crash (SIGABRT, SIGSEGV)
     return PREEMPTED  # node died, worker crashed, object or owner lost: the machine, not the code
 
 

@@ -46,7 +46,7 @@ def test_the_rehearsal_survives_its_kills_and_a_second_workspace_reuses_everythi
         text=True,
         timeout=1700,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-20000:]
     check(tmp_path, proc.stdout)
 
 

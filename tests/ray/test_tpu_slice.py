@@ -164,3 +164,17 @@ def test_a_failing_training_ends_failed_after_its_failure_budget(ws, fake_slice)
     assert "training failed 2 times on a TPU v4-16 slice" in proc.stderr and "failure_retries = 1" in proc.stderr
     host_log = (lm / "logs" / "train-host0.log").read_text()
     assert "per_device_parallelism" in host_log or "divisible" in host_log, host_log[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("returncode", "outcome"),
+    [(-signal.SIGKILL, "preempted"), (-signal.SIGTERM, "preempted"), (-signal.SIGABRT, "failed"), (1, "failed")],
+)
+def test_a_host_killed_from_outside_is_a_preemption_and_its_own_crash_a_failure(returncode, outcome):
+    from ray.exceptions import RayTaskError, TaskCancelledError
+
+    from marinbuild.ml.process import MlProcessError
+    from marinbuild.ml.slice_run import classify
+
+    assert classify(RayTaskError("run_on_host", "tb", MlProcessError("exited", returncode))) == outcome
+    assert classify(TaskCancelledError()) == "cancelled"
