@@ -15,6 +15,7 @@ import contextlib
 import resource
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -67,9 +68,13 @@ def seed_folder(root: Path, bucket: str, names: list[str], data: bytes = b"SUCCE
 
 
 @contextlib.contextmanager
-def running_server(data: str | None = None, ready_timeout: float = 15.0, location: str | None = None) -> Iterator[str]:
+def running_server(
+    data: str | None = None, ready_timeout: float = 15.0, location: str | None = None, preconditions: bool = False
+) -> Iterator[str]:
     """fake-gcs-server, started and ready; yields its URL and stops it afterwards. ``location``: every bucket's
-    (the server's ``-location``; its own default is ``US-CENTRAL1``).
+    (the server's ``-location``; its own default is ``US-CENTRAL1``). ``preconditions``: behind tests/gcs/loopback.py
+    enforcing ``ifGenerationMatch`` on simple uploads (which this server ignores; several processes writing one
+    OCDBT checkpoint rely on it): the URL yielded is the proxy's.
 
     ``data``: a folder of ``<bucket>/<object>`` files it starts with (it loads them in time quadratic in
     their number: give a ``ready_timeout`` to match)."""
@@ -100,7 +105,17 @@ def running_server(data: str | None = None, ready_timeout: float = 15.0, locatio
     )
     try:
         wait_ready(url, proc, ready_timeout)
-        yield url
+        if not preconditions:
+            yield url
+            return
+        loopback = Path(__file__).parent / "gcs" / "loopback.py"
+        relay = subprocess.Popen([sys.executable, str(loopback), url, "--preconditions"], stdout=subprocess.PIPE)
+        try:
+            assert relay.stdout is not None
+            yield f"http://127.0.0.1:{int(relay.stdout.readline())}"
+        finally:
+            relay.terminate()
+            relay.wait()
     finally:
         proc.terminate()
         try:

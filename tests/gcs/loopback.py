@@ -9,6 +9,14 @@ and never answer, as a server that stopped answering does; ``forbid`` answers 40
 contains ``text``, as a bucket policy that denies one object does, until set to ``""``); ``POST /__proxy/reset``
 zeroes the counters.
 
+``--preconditions`` (or ``"preconditions": true``) enforces ``ifGenerationMatch`` on simple uploads
+(``uploadType=media``), which the fake-gcs-server this repository installs ignores (it honours it on multipart
+uploads only; fixed upstream in fsouza/fake-gcs-server#2308). tensorstore uploads that way, and its OCDBT checkpoints
+(levanter's) rely on the precondition when several processes write one checkpoint: without it two hosts both create
+``manifest.ocdbt`` and one fails with "Configuration mismatch" or loses arrays. Simple uploads are then serialised
+per object, and one whose ``ifGenerationMatch`` is not the object's generation (0: absent) is answered 412, as GCS
+answers it.
+
 Two settings make a read look as GCS answers it, for benches (``POST /__proxy/config``, or ``--replay`` and
 ``--fields``): ``fields`` applies a request's ``fields`` parameter (GCS's partial responses, e.g.
 ``items(name,size),nextPageToken``) to its JSON answer, which fake-gcs-server ignores, sending every object's whole
@@ -75,6 +83,8 @@ class Proxy:
         self.forbid = ""
         self.replay = False
         self.fields = False
+        self.preconditions = False
+        self._locks: dict[str, asyncio.Lock] = {}  # per object, for ``preconditions``
         self._answers: dict[str, tuple[int, str, list[tuple[str, str]], bytes]] = {}
         """``replay``'s memory: each GET target's answer since the last request that was not a GET."""
         self.requests = 0
@@ -86,7 +96,7 @@ class Proxy:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                request = await _read_request(reader)
+                request = await _read_request(reader, writer)
                 if request is None:
                     break
                 method, target, headers, body = request
@@ -115,6 +125,7 @@ class Proxy:
             self.forbid = str(config.get("forbid", self.forbid))
             self.fields = bool(config.get("fields", self.fields))
             self.replay = bool(config.get("replay", self.replay))
+            self.preconditions = bool(config.get("preconditions", self.preconditions))
             if not self.replay:
                 self._answers.clear()
         elif target.startswith("/__proxy/reset"):
@@ -160,7 +171,7 @@ class Proxy:
         assert self.session is not None
         answer = self._answers.get(target) if method == "GET" else None
         if answer is None:
-            answer = await self._ask_upstream(method, target, headers, body)
+            answer = await self._checked(method, target, headers, body)
             if answer is None:
                 self.failed += 1
                 await _write_error(writer, 501, "Not Implemented", f"no route covers {target}")
@@ -175,6 +186,36 @@ class Proxy:
         self.bytes_out += len(content)
         await _write_response(writer, status, reason, out_headers, content)
         return True
+
+    async def _checked(
+        self, method: str, target: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[int, str, list[tuple[str, str]], bytes] | None:
+        """``_ask_upstream``, with a simple upload's ``ifGenerationMatch`` enforced when ``preconditions`` is set."""
+        path, _, query = target.partition("?")
+        params = dict(urllib.parse.parse_qsl(query))
+        if not (self.preconditions and method == "POST" and params.get("uploadType") == "media" and "name" in params):
+            return await self._ask_upstream(method, target, headers, body)
+        bucket = path.split("/")[5]
+        key = f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(params['name'], safe='')}"
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            if "ifGenerationMatch" in params:
+                found = await self._ask_upstream("GET", key, [], b"")
+                generation = int(json.loads(found[3])["generation"]) if found and found[0] == 200 else 0
+                if generation != int(params["ifGenerationMatch"]):
+                    error = {
+                        "error": {
+                            "code": 412,
+                            "message": "Precondition Failed",
+                            "errors": [{"reason": "conditionNotMet"}],
+                        }
+                    }
+                    return (
+                        412,
+                        "Precondition Failed",
+                        [("Content-Type", "application/json")],
+                        json.dumps(error).encode(),
+                    )
+            return await self._ask_upstream(method, target, headers, body)
 
     async def _ask_upstream(
         self, method: str, target: str, headers: list[tuple[str, str]], body: bytes
@@ -284,7 +325,9 @@ def _reset(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
-async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, list[tuple[str, str]], bytes] | None:
+async def _read_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> tuple[str, str, list[tuple[str, str]], bytes] | None:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError:
@@ -297,6 +340,9 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, list[tu
             name, _, value = line.partition(":")
             headers.append((name.strip(), value.strip()))
     lowered = {k.lower(): v for k, v in headers}
+    if lowered.get("expect", "").lower() == "100-continue":  # curl (tensorstore's) waits for it before the body
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        headers = [(k, v) for k, v in headers if k.lower() != "expect"]
     if lowered.get("transfer-encoding", "").lower() == "chunked":
         chunks = []
         while True:
@@ -338,6 +384,7 @@ async def serve(
     proxy = Proxy(upstream, latency, fail_rate, seed, routes)
     proxy.fields = bool((settings or {}).get("fields"))
     proxy.replay = bool((settings or {}).get("replay"))
+    proxy.preconditions = bool((settings or {}).get("preconditions"))
     proxy.session = aiohttp.ClientSession(auto_decompress=False, connector=aiohttp.TCPConnector(limit=256))
     server = await asyncio.start_server(proxy.handle, "127.0.0.1", port, backlog=1024)
     print(server.sockets[0].getsockname()[1], flush=True)
@@ -355,12 +402,13 @@ def main() -> None:
     parser.add_argument("--routes", help="JSON file: folder prefix -> upstream URL (see the module docstring)")
     parser.add_argument("--fields", action="store_true", help="apply a read's `fields` to its answer, as GCS does")
     parser.add_argument("--replay", action="store_true", help="answer a repeated read from memory (see above)")
+    parser.add_argument("--preconditions", action="store_true", help="enforce ifGenerationMatch on simple uploads")
     args = parser.parse_args()
     routes = None
     if args.routes:
         with open(args.routes) as f:
             routes = json.load(f)
-    settings = {"fields": args.fields, "replay": args.replay}
+    settings = {"fields": args.fields, "replay": args.replay, "preconditions": args.preconditions}
     try:
         asyncio.run(serve(args.upstream, args.port, args.latency, args.fail_rate, args.seed, routes, settings))
     except KeyboardInterrupt:

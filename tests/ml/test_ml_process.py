@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
-from marinbuild.ml.process import run_child
+import pytest
+
+from marinbuild.ml.process import MlProcessError, run_child
 
 CHILD = """
 from marinbuild.ml.process import child_main, say
@@ -61,3 +63,30 @@ def test_lm_evals_progress_stays_in_the_log(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     for line in ("Generating test split", "17/20 [00:00", "Skipping non-numeric metric"):
         assert line not in err and line in log
+
+
+FAILING_CHILD = """
+import atexit
+import threading
+
+from marinbuild.ml.process import child_main
+
+
+def run(payload):
+    atexit.register(threading.Event().wait)  # as jax.distributed's shutdown barrier waits for hosts that are gone
+    raise ValueError("bad configuration found at run time")
+
+
+if __name__ == "__main__":
+    child_main(run)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_failing_child_ends_at_once_with_its_traceback_without_exit_handlers(tmp_path):
+    (tmp_path / "failing_child.py").write_text(FAILING_CHILD)
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    with pytest.raises(MlProcessError) as failed:
+        run_child("failing_child", {}, log_dir=str(tmp_path / "logs"), name="failing", env={"PYTHONPATH": path})
+    assert failed.value.returncode == 1
+    assert "ValueError: bad configuration found at run time" in str(failed.value)
