@@ -180,15 +180,17 @@ def rehearse(workdir: Path) -> dict[str, Any]:
                 raise RuntimeError(f"the second workspace's build failed: {workdir / 'b.log'}")
             marks["b"] = time.monotonic()
         finally:
-            if r is not None:
-                r.keep()
-            import ray
+            try:
+                if r is not None:
+                    r.keep()
+            finally:  # whatever keeping the records did, stop what was started
+                import ray
 
-            for proc in builds:
-                if proc.poll() is None:
-                    proc.kill()
-            ray.shutdown()
-            cluster.stop()
+                for proc in builds:
+                    if proc.poll() is None:
+                        proc.kill()
+                ray.shutdown()
+                cluster.stop()
     # seconds of each part: the cluster's start, each build (from the end of the part before)
     ends = list(marks.values())
     parts = {name: round(end - begin) for name, begin, end in zip(marks, [started, *ends], ends, strict=False)}
