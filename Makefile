@@ -50,7 +50,7 @@ format: $(BIN)/.installed-dev  ## rewrite the code in ruff format's style and ap
 	$(BIN)/ruff check --fix $(LINTED)
 
 test: $(BIN)/.installed-dev  ## the whole test suite (what CI runs)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: $(BIN)/.installed-dev  ## the inner loop: without the Ray, GCS-emulator, training and kill-soak tests
 	$(BIN)/python -m pytest -q -n $(JOBS) $(FAST)
