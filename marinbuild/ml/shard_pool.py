@@ -4,12 +4,13 @@
 
 - In a Ray task, ``RayPool``: actors of ``resources`` (default one CPU), spread over the nodes, each running
   ``warm`` once (tokenize: import levanter, load the tokenizer), then fed jobs once ready. At most every
-  ``TICK`` seconds it reads ``ray.cluster_resources()`` and starts actors while the cluster has room, at most
-  one per job left (and ``workers``, when given), at least one (demand an autoscaler sees): a node that joins
-  gets actors within a tick; one that leaves takes its actors, their jobs go back to the queue.
+  ``TICK`` seconds it reads ``ray.cluster_resources()`` and keeps one actor more than the cluster has room for
+  (at most one per job left, and ``workers``, when given): Ray places that one, which starts warming up, the
+  moment a node with room joins (and an autoscaler sees the demand); a node with more room gets the others
+  within a tick. A node that leaves takes its actors, their jobs go back to the queue.
 - Otherwise, with ``threads``, ``ThreadPool``: threads of this process (I/O-bound work: download's files).
 - Otherwise ``LocalPool``: ``workers`` spawned processes, started at once (warming up while the step plans),
-  fed one job at a time over a pipe, dying with the build, their output appended to ``log_path``.
+  fed one job at a time over a pipe, killed at ``close`` or with the build, their output appended to ``log_path``.
 
 A worker that dies mid-job is replaced and its job, only that one, runs again (``ATTEMPTS`` at most).
 ``run(fn, jobs, on_result, on_tick)`` calls ``on_result(job, result)`` on the calling thread as jobs finish and
@@ -120,8 +121,8 @@ def _init_worker(offline: bool, log_path: str | None, warm: Warm) -> None:
 def _serve(conn: Any, offline: bool, log_path: str | None, warm: Warm) -> None:
     """A local worker: run ``(fn, job)`` after ``(fn, job)`` from ``conn``, answering ``(ok, result or error)``."""
     _init_worker(offline, log_path, warm)
-    while (message := conn.recv()) is not None:
-        fn, job = message
+    while True:
+        fn, job = conn.recv()
         try:
             answer = (True, fn(job))
         except Exception as e:
@@ -131,6 +132,7 @@ def _serve(conn: Any, offline: bool, log_path: str | None, warm: Warm) -> None:
             except Exception:
                 e = RuntimeError(f"{type(e).__name__}: {e}")
             answer = (False, e)
+        sys.stdout.flush()  # stderr is line-buffered
         conn.send(answer)
 
 
@@ -189,12 +191,9 @@ class LocalPool:
     call = _call
 
     def close(self) -> None:
-        for _, conn in self._procs:
-            with contextlib.suppress(OSError):
-                conn.send(None)
-        for proc, _ in self._procs:
-            proc.join(5)
+        for proc, _ in self._procs:  # idle, every output committed and flushed: no interpreter teardown waited for
             proc.kill()
+            proc.join()
 
 
 class ThreadPool:
@@ -272,7 +271,7 @@ class RayPool:
 
     def _grow(self, wanted: int | None) -> None:
         self._looked = time.monotonic()
-        target = max(1, min([self.slots(), *(n for n in (self._cap, wanted) if n)]))
+        target = min([self.slots() + 1, *(n for n in (self._cap, wanted) if n)])  # one waits for a node
         while len(self._starting) + self.workers < target:
             actor = self._class.remote(*self._args)
             self._starting[actor.node.remote()] = actor
