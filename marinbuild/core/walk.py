@@ -41,6 +41,7 @@ class VersionedEvent:
 
 _PLAIN = frozenset({type(None), str, int, float, bool, bytes})
 """Exact types that stand for themselves in an instantiated config and hold no placeholder."""
+_LEAVES = (InputName, VersionedValue)
 
 
 def walk_config(obj: Any) -> Iterator[InputNameEvent | VersionedEvent]:
@@ -63,7 +64,9 @@ def _walk(obj: Any, prefix: str, found: list[tuple[str, Any]]) -> None:
     cls = type(obj)
     if cls in _PLAIN:
         return
-    if isinstance(obj, InputName | VersionedValue):
+    if cls is dict or cls is list:  # the common containers first: neither is a placeholder or a dataclass
+        _walk_items(obj, prefix, found)
+    elif isinstance(obj, _LEAVES):
         found.append((prefix, obj))
     elif isinstance(obj, ExecutorStep):
         found.append((prefix, output_path_of(obj, None)))
@@ -72,7 +75,12 @@ def _walk(obj: Any, prefix: str, found: list[tuple[str, Any]]) -> None:
     elif hasattr(cls, "__dataclass_fields__"):
         for field in fields(obj):
             _walk(getattr(obj, field.name), f"{prefix}.{field.name}" if prefix else field.name, found)
-    elif isinstance(obj, dict):
+    else:
+        _walk_items(obj, prefix, found)
+
+
+def _walk_items(obj: Any, prefix: str, found: list[tuple[str, Any]]) -> None:
+    if isinstance(obj, dict):
         for k, v in obj.items():
             if not isinstance(k, str):
                 raise ValueError(f"dict keys must be strs, but got {k} (type: {type(k)})")
