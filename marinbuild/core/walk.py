@@ -64,23 +64,17 @@ def _walk(obj: Any, prefix: str, found: list[tuple[str, Any]]) -> None:
     cls = type(obj)
     if cls in _PLAIN:
         return
-    if cls is dict or cls is list:  # the common containers first: neither is a placeholder or a dataclass
-        _walk_items(obj, prefix, found)
-    elif isinstance(obj, _LEAVES):
+    other = cls is not dict and cls is not list  # the common containers skip the placeholder and dataclass checks
+    if other and isinstance(obj, _LEAVES):
         found.append((prefix, obj))
-    elif isinstance(obj, ExecutorStep):
+    elif other and isinstance(obj, ExecutorStep):
         found.append((prefix, output_path_of(obj, None)))
-    elif isinstance(obj, MirroredValue):
+    elif other and isinstance(obj, MirroredValue):
         _walk(obj.value, prefix, found)
-    elif hasattr(cls, "__dataclass_fields__"):
+    elif other and hasattr(cls, "__dataclass_fields__"):
         for field in fields(obj):
             _walk(getattr(obj, field.name), f"{prefix}.{field.name}" if prefix else field.name, found)
-    else:
-        _walk_items(obj, prefix, found)
-
-
-def _walk_items(obj: Any, prefix: str, found: list[tuple[str, Any]]) -> None:
-    if isinstance(obj, dict):
+    elif isinstance(obj, dict):
         for k, v in obj.items():
             if not isinstance(k, str):
                 raise ValueError(f"dict keys must be strs, but got {k} (type: {type(k)})")

@@ -119,8 +119,7 @@ class CodeChanges:
         self.stat_cache = stat_cache
         self.found: dict[Any, list[str]] = {}  # The steps checked whose code changed, with the files.
         self.checked: set[Any] = set()
-        self._code: dict[int, tuple[Any, dict[str, str], bytes]] = {}
-        """Per rule target's ``code`` dict, or Marin step's fn (shared by many steps): it, its code, its record."""
+        self._code: dict[int, tuple[Any, dict[str, str], bytes]] = {}  # a code dict or fn: it, its code, its record
 
     def check(self, steps: Iterable[Any]) -> dict[Any, list[str]]:
         """``{step: changed files}`` of the (built) ``steps`` whose code changed since their output was built."""
@@ -133,7 +132,7 @@ class CodeChanges:
                     answer[s] = self.found[s]
                 continue
             self.checked.add(s)
-            code, expected = self._known(s)
+            _, code, expected = self._known(s)
             if not code:
                 continue
             path = output_paths[s]
@@ -163,9 +162,9 @@ class CodeChanges:
         return answer
 
     def code_of(self, step: Any) -> dict[str, str]:
-        return self._known(step)[0]
+        return self._known(step)[1]
 
-    def _known(self, step: Any) -> tuple[dict[str, str], bytes]:
+    def _known(self, step: Any) -> tuple[Any, dict[str, str], bytes]:
         """``step``'s code and the bytes of its record, made once for the steps sharing a ``code`` dict or an fn."""
         code = getattr(step.config, "code", None)
         key = code if isinstance(code, dict) else step.fn  # a rule target's files are in its config
@@ -173,7 +172,7 @@ class CodeChanges:
         if known is None or known[0] is not key:
             made = step_code(step, self.root, self.stat_cache)
             known = self._code[id(key)] = (key, made, record_bytes(made))
-        return known[1], known[2]
+        return known
 
     def of(self, step: Any) -> list[str]:
         """The changed files of ``step`` ([] for none); each step is checked once per session."""
