@@ -223,7 +223,7 @@ def _target_step(
     code: dict[str, tuple[Path, bool]] | None = None,
 ) -> ExecutorStep:
     rule = target.rule
-    _RULES[rule_key(rule)] = rule
+    _RULES[key := rule_key(rule)] = rule
     sources = dict(zip(target.srcs, target.source_paths, strict=True))
 
     def label_value(label: Label, attr_name: str) -> Any:
@@ -272,7 +272,7 @@ def _target_step(
         config=TargetConfig(
             label=str(target.label),
             rule=_common(analysis, "rule", rule.name, versioned),
-            rule_key=rule_key(rule),
+            rule_key=key,
             workspace=_common(analysis, "workspace", workspace.root, str),
             attrs=attrs,
             code=_code_of(rule, workspace, stat_cache, code or {}, analysis.code_entries),

@@ -16,14 +16,11 @@ from typing import Any
 import click
 
 from marinbuild.cli.args import rewrite, unknown_command
-from marinbuild.cluster.config import ClusterConfigError
 from marinbuild.core.gc_control import skip_final_collection
 from marinbuild.core.labels import LabelError, parse_pattern
 from marinbuild.load.errors import BuildFileError, WorkspaceError
 from marinbuild.load.workspace import find_workspace
 from marinbuild.run.backends import BACKEND_NAMES
-from marinbuild.run.ray_auth import RayAuthError
-from marinbuild.ui.jobs_view import jobs_json, print_job, print_jobs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ENVIRONMENT, EXIT_INTERNAL = 0, 1, 2, 36, 37
 
@@ -635,6 +632,7 @@ def _job_client(address: str | None, cluster: str | None) -> tuple[Any, str]:
 def jobs_list_command(address: str | None, cluster: str | None, output: str) -> None:
     """Every job the cluster knows, oldest first."""
     from marinbuild.cluster import jobs
+    from marinbuild.ui.jobs_view import jobs_json, print_jobs
 
     client, resolved = _job_client(address, cluster)
     rows = jobs.list_jobs(client, resolved)
@@ -651,6 +649,7 @@ def jobs_list_command(address: str | None, cluster: str | None, output: str) -> 
 def jobs_status_command(job: str, address: str | None, cluster: str | None, output: str) -> None:
     """JOB's status, entrypoint, times and exit code."""
     from marinbuild.cluster import jobs
+    from marinbuild.ui.jobs_view import jobs_json, print_job
 
     client, resolved = _job_client(address, cluster)
     row = jobs.job_status(client, resolved, job)
@@ -693,9 +692,11 @@ def jobs_stop_command(job: str, address: str | None, cluster: str | None) -> Non
 def _user_error_types() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix (exit 2). Imported only when something was raised."""
     from marinbuild.analysis.build import BuildRequestError
+    from marinbuild.cluster.config import ClusterConfigError
     from marinbuild.cluster.jobs import JobsError
     from marinbuild.engine.settings import SettingsError
     from marinbuild.query import QueryError
+    from marinbuild.run.ray_auth import RayAuthError
 
     return (
         BuildRequestError,

@@ -14,7 +14,6 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from marinbuild.core.gc_control import gc_paused
 from marinbuild.core.jsonenc import dumps_indented, dumps_sorted, json_str
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.core.walk import collect_dependencies_and_version, instantiate_config, make_prefix_absolute_path
@@ -76,11 +75,8 @@ class VersionTable:
         return self._canonical[step]
 
     def compute_version(self, step: ExecutorStep, is_pseudo_dep: bool = False) -> None:
-        """Compute versions and paths of ``step`` and everything it depends on (post-order, no recursion)."""
-        with gc_paused():
-            self._compute(step, is_pseudo_dep)
-
-    def _compute(self, step: ExecutorStep, is_pseudo_dep: bool) -> None:
+        """Compute versions and paths of ``step`` and everything it depends on (post-order, no recursion); callers
+        versioning many steps pause the cyclic collector for the batch (``Engine.add_all``)."""
         versions = self.versions
         if step in versions:
             if not is_pseudo_dep and self.is_pseudo_dep[step]:

@@ -41,6 +41,7 @@ class VersionedEvent:
 
 _PLAIN = frozenset({type(None), str, int, float, bool, bytes})
 """Exact types that stand for themselves in an instantiated config and hold no placeholder."""
+_LEAVES = (InputName, VersionedValue)
 
 
 def walk_config(obj: Any) -> Iterator[InputNameEvent | VersionedEvent]:
@@ -63,13 +64,14 @@ def _walk(obj: Any, prefix: str, found: list[tuple[str, Any]]) -> None:
     cls = type(obj)
     if cls in _PLAIN:
         return
-    if isinstance(obj, InputName | VersionedValue):
+    other = cls is not dict and cls is not list  # the common containers skip the placeholder and dataclass checks
+    if other and isinstance(obj, _LEAVES):
         found.append((prefix, obj))
-    elif isinstance(obj, ExecutorStep):
+    elif other and isinstance(obj, ExecutorStep):
         found.append((prefix, output_path_of(obj, None)))
-    elif isinstance(obj, MirroredValue):
+    elif other and isinstance(obj, MirroredValue):
         _walk(obj.value, prefix, found)
-    elif hasattr(cls, "__dataclass_fields__"):
+    elif other and hasattr(cls, "__dataclass_fields__"):
         for field in fields(obj):
             _walk(getattr(obj, field.name), f"{prefix}.{field.name}" if prefix else field.name, found)
     elif isinstance(obj, dict):

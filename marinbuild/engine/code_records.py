@@ -119,7 +119,7 @@ class CodeChanges:
         self.stat_cache = stat_cache
         self.found: dict[Any, list[str]] = {}  # The steps checked whose code changed, with the files.
         self.checked: set[Any] = set()
-        self._fn_code: dict[int, tuple[Any, dict[str, str]]] = {}  # a Marin step's fn: its code, the same for each step
+        self._code: dict[int, tuple[Any, dict[str, str], bytes]] = {}  # a code dict or fn: it, its code, its record
 
     def check(self, steps: Iterable[Any]) -> dict[Any, list[str]]:
         """``{step: changed files}`` of the (built) ``steps`` whose code changed since their output was built."""
@@ -132,7 +132,7 @@ class CodeChanges:
                     answer[s] = self.found[s]
                 continue
             self.checked.add(s)
-            code = self.code_of(s)
+            _, code, expected = self._known(s)
             if not code:
                 continue
             path = output_paths[s]
@@ -140,10 +140,10 @@ class CodeChanges:
                 remote.append((s, code))
                 continue
             try:
-                files = _differ(_parse(fs.read_bytes(fs.join(path, CODE_RECORD))), code)
+                data = fs.read_bytes(fs.join(path, CODE_RECORD))
             except OSError:  # not readable: nothing to say
                 continue
-            if files:
+            if data != expected and (files := _differ(_parse(data), code)):
                 self.found[s] = answer[s] = files
         if remote:
             listed = batch.read_md5s([output_paths[s] for s, _ in remote], CODE_RECORD)
@@ -162,12 +162,17 @@ class CodeChanges:
         return answer
 
     def code_of(self, step: Any) -> dict[str, str]:
-        if isinstance(getattr(step.config, "code", None), dict):  # a rule target's, in its config
-            return step_code(step, self.root, self.stat_cache)
-        known = self._fn_code.get(id(step.fn))
-        if known is None or known[0] is not step.fn:
-            known = self._fn_code[id(step.fn)] = (step.fn, step_code(step, self.root, self.stat_cache))
-        return known[1]
+        return self._known(step)[1]
+
+    def _known(self, step: Any) -> tuple[Any, dict[str, str], bytes]:
+        """``step``'s code and the bytes of its record, made once for the steps sharing a ``code`` dict or an fn."""
+        code = getattr(step.config, "code", None)
+        key = code if isinstance(code, dict) else step.fn  # a rule target's files are in its config
+        known = self._code.get(id(key))
+        if known is None or known[0] is not key:
+            made = step_code(step, self.root, self.stat_cache)
+            known = self._code[id(key)] = (key, made, record_bytes(made))
+        return known
 
     def of(self, step: Any) -> list[str]:
         """The changed files of ``step`` ([] for none); each step is checked once per session."""

@@ -87,23 +87,23 @@ class LoadedWorkspace:
         """``roots`` and everything they depend on, dependencies before dependents (deterministic)."""
         order: list[Label] = []
         done: set[Label] = set()
+        targets = self.targets
         for root in roots:
             start = parse_label(root) if isinstance(root, str) else root
-            if start not in self.targets:
+            if start not in targets:
                 raise KeyError(f"target {start} is not loaded")
             if start in done:
                 continue
-            stack: list[tuple[Label, int]] = [(start, 0)]
+            stack: list[tuple[Label, tuple[Label, ...], int]] = [(start, targets[start].deps, 0)]
             done.add(start)
             while stack:
-                node, i = stack[-1]
-                deps = self.targets[node].deps if node in self.targets else ()
+                node, deps, i = stack[-1]
                 if i < len(deps):
-                    stack[-1] = (node, i + 1)
+                    stack[-1] = (node, deps, i + 1)
                     dep = deps[i]
                     if dep not in done:
                         done.add(dep)
-                        stack.append((dep, 0))
+                        stack.append((dep, targets[dep].deps if dep in targets else (), 0))
                 else:
                     stack.pop()
                     order.append(node)

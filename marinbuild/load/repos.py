@@ -13,6 +13,7 @@ from marinbuild.core.labels import Label
 
 LIBRARY_SUFFIX = ".star"  # of the Starlark files BUILD files load()
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # .../marinbuild
+_SHIPPED = _PACKAGE_ROOT / "_rules" if (_PACKAGE_ROOT / "_rules").is_dir() else _PACKAGE_ROOT.parent / "rules"
 
 
 class UnknownRepositoryError(LookupError):
@@ -21,12 +22,7 @@ class UnknownRepositoryError(LookupError):
 
 def marinbuild_rules_dir(override: str | os.PathLike[str] | None = None) -> Path:
     """``@marinbuild//rules``'s folder: ``override``, else the package's ``_rules``, else the checkout's ``rules/``."""
-    if override is not None:
-        return Path(override).resolve()
-    packaged = _PACKAGE_ROOT / "_rules"
-    if packaged.is_dir():
-        return packaged
-    return _PACKAGE_ROOT.parent / "rules"
+    return Path(override).resolve() if override is not None else _SHIPPED
 
 
 @dataclass(frozen=True, slots=True)
