@@ -196,9 +196,7 @@ def child_main(run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     try:
         result = run(payload)
     except Exception:
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        traceback.print_exc()  # unbuffered (PYTHONUNBUFFERED): nothing is left to flush
         os._exit(1)
     with open(payload["result_path"], "w") as f:
         json.dump(result, f, indent=2, default=str)
