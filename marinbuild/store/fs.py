@@ -90,12 +90,13 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
         write_atomic(path, b"".join(pieces))
         return
     target = local_path(path)
-    directory = os.path.dirname(target)
+    directory, _, name = target.rpartition("/")  # (cheaper than dirname and basename)
+    directory = directory or os.path.dirname(target) or "."  # ("/name", "name")
     try:
-        fd, tmp = create_temporary(directory, os.path.basename(target))
+        fd, tmp = create_temporary(directory, name)
     except FileNotFoundError:  # the folder's first file (most writes go to a step's folder, made when it started)
         os.makedirs(directory, exist_ok=True)
-        fd, tmp = create_temporary(directory, os.path.basename(target))
+        fd, tmp = create_temporary(directory, name)
     try:
         with open(fd, "wb", buffering=0) as f:  # unbuffered: a metadata file is a few writes
             for piece in pieces:
@@ -121,7 +122,7 @@ def _short(target: str) -> str:
 def create_temporary(directory: str, name: str) -> tuple[int, str]:
     """A new ``.tmp-<name>.<random>`` in ``directory``, made exclusively (``mkstemp`` without importing tempfile)."""
     while True:
-        tmp = os.path.join(directory, f".tmp-{name}.{os.urandom(6).hex()}")
+        tmp = f"{directory}/.tmp-{name}.{os.urandom(6).hex()}"
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), FILE_MODE), tmp
         except FileExistsError:
