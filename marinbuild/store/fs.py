@@ -90,8 +90,7 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
         write_atomic(path, b"".join(pieces))
         return
     target = local_path(path)
-    directory, _, name = target.rpartition("/")  # (cheaper than dirname and basename)
-    directory = directory or os.path.dirname(target) or "."  # ("/name", "name")
+    directory, name = os.path.split(target)
     try:
         fd, tmp = create_temporary(directory, name)
     except FileNotFoundError:  # the folder's first file (most writes go to a step's folder, made when it started)
@@ -99,12 +98,11 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
         fd, tmp = create_temporary(directory, name)
     try:
         with open(fd, "wb", buffering=0) as f:  # unbuffered: a metadata file is a few writes
-            for piece in pieces:
-                view = memoryview(piece)
+            for view in map(memoryview, pieces):
                 while view:
                     view = view[f.write(view) :]
-        if faults.ACTIVE:
-            faults.point("before-replace " + _short(target))
+        if faults.ACTIVE:  # named by folder and file, without values in the name (a compute record's hours)
+            faults.point(f"before-replace {os.path.basename(directory)}/{name.split('=', 1)[0]}")
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -112,17 +110,10 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
         raise
 
 
-def _short(target: str) -> str:
-    """A fault point's name for a file: its folder and name, without values written into the name (a compute
-    record's hours, ``.marinbuild_compute.CPU=0.2.json``), so the same point has the same name in every run."""
-    head, name = os.path.split(target)
-    return os.path.basename(head) + "/" + name.split("=", 1)[0]
-
-
 def create_temporary(directory: str, name: str) -> tuple[int, str]:
     """A new ``.tmp-<name>.<random>`` in ``directory``, made exclusively (``mkstemp`` without importing tempfile)."""
     while True:
-        tmp = f"{directory}/.tmp-{name}.{os.urandom(6).hex()}"
+        tmp = os.path.join(directory, f".tmp-{name}.{os.urandom(6).hex()}")
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), FILE_MODE), tmp
         except FileExistsError:

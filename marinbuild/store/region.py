@@ -39,8 +39,7 @@ def worker_region() -> str | None:
 
 
 @functools.cache
-def _machine_region() -> str | None:
-    """The GCE metadata server's region on a Google VM (asked once per process), else None."""
+def _machine_region() -> str | None:  # asked once per process
     try:
         with open("/sys/class/dmi/id/product_name") as f:
             if "Google" not in f.read():
