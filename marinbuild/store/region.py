@@ -10,7 +10,7 @@ extra, and its bucket lookup goes through google-cloud-storage, where this one a
 client, with its retries and timeouts).
 
 The worker's region is ``$MARINBUILD_REGION``, else the GCE metadata server's zone on a Google VM; unknown
-(a laptop, a CI runner), the guard does nothing. The machine's region and bucket locations are cached per process.
+(a laptop, a CI runner), the guard does nothing. Bucket locations are cached per process.
 """
 
 from __future__ import annotations
@@ -35,11 +35,6 @@ def worker_region() -> str | None:
     """This machine's GCP region (``us-central2``), or None when it cannot be told (module docstring)."""
     if os.environ.get(REGION_ENV):
         return os.environ[REGION_ENV].lower()
-    return _machine_region()
-
-
-@functools.cache
-def _machine_region() -> str | None:  # asked once per process
     try:
         with open("/sys/class/dmi/id/product_name") as f:
             if "Google" not in f.read():
