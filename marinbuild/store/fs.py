@@ -98,7 +98,8 @@ def write_atomic_pieces(path: str, pieces: Iterable[bytes]) -> None:
         fd, tmp = create_temporary(directory, name)
     try:
         with open(fd, "wb", buffering=0) as f:  # unbuffered: a metadata file is a few writes
-            for view in map(memoryview, pieces):
+            for piece in pieces:
+                view = memoryview(piece)
                 while view:
                     view = view[f.write(view) :]
         if faults.ACTIVE:  # named by folder and file, without values in the name (a compute record's hours)
