@@ -9,7 +9,7 @@ import json
 import pathlib
 import random
 
-from marinbuild.core.jsonenc import MarinJsonEncoder, dumps_indented, dumps_sorted
+from marinbuild.core.jsonenc import MarinJsonEncoder, dumps_sorted
 
 
 class Color(enum.Enum):
@@ -78,10 +78,3 @@ def test_sorted_texts_are_jsons():
         value = _random_value(rng)
         expected = _outcome(lambda v: json.dumps(v, sort_keys=True, cls=MarinJsonEncoder), value)
         assert _outcome(dumps_sorted, value) == expected
-
-
-def test_indented_text_nested_deeper():
-    """A value as it reads inside a bigger document: inner lines indented more, line breaks in strings kept escaped."""
-    value = {"a": [1, "x\ny"], "b": {}}
-    assert dumps_indented(value) == json.dumps(value, indent=2)
-    assert json.dumps({"v": value}, indent=2) == '{\n  "v": ' + dumps_indented(value, 1) + "\n}"

@@ -52,8 +52,6 @@ dumps_sorted = MarinJsonEncoder(sort_keys=True).encode
 """``json.dumps(x, sort_keys=True, cls=CustomJsonEncoder)``: how Marin computes version strings."""
 
 
-def dumps_indented(obj: Any, depth: int = 0) -> str:
-    """Marin's info file form, ``json.dumps(obj, indent=2, cls=CustomJsonEncoder)``; ``depth``: as it reads nested that
-    deep in a bigger document (inner lines indented 2 * depth more: every line break is structural)."""
-    text = json.dumps(obj, indent=2, cls=MarinJsonEncoder)
-    return text.replace("\n", "\n" + "  " * depth) if depth else text
+def dumps_indented(obj: Any) -> str:
+    """Marin's info file form, ``json.dumps(obj, indent=2, cls=CustomJsonEncoder)``."""
+    return json.dumps(obj, indent=2, cls=MarinJsonEncoder)

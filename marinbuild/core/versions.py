@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from marinbuild.core.jsonenc import dumps_indented, dumps_sorted, json_str
+from marinbuild.core.jsonenc import dumps_sorted, json_str
 from marinbuild.core.placeholders import ExecutorStep
 from marinbuild.core.walk import collect_dependencies_and_version, instantiate_config, make_prefix_absolute_path
 
@@ -137,10 +137,6 @@ class VersionTable:
     def action_digest(self, step: ExecutorStep) -> str:
         """The sha256 of the step's version string, the action cache's key (taken with the md5: no-ops compose none)."""
         return self._action_digests[step]
-
-    def indented_version(self, step: ExecutorStep, depth: int = 0) -> str:
-        """``json.dumps(self.versions[step], indent=2)``, as it reads nested ``depth`` levels deep."""
-        return dumps_indented(self.versions[step], depth)
 
     def _unmark_pseudo(self, step: ExecutorStep) -> None:
         """A step reached through a blocking edge is not pseudo, nor are its blocking dependencies."""

@@ -132,8 +132,7 @@ def step_info_text(table: VersionTable, step: ExecutorStep) -> str:
     description. Not kept: a step deep in a wide graph nests its ancestors' versions."""
     info = step_info(table, step)
     fields = ("name", "fn_name", "config", "override_output_path", "version", "dependencies", "output_path")
-    texts = (table.indented_version(step, 1) if f == "version" else dumps_indented(getattr(info, f), 1) for f in fields)
-    return "{\n" + ",\n".join(f'  "{f}": {text}' for f, text in zip(fields, texts, strict=True)) + "\n}"
+    return dumps_indented({f: getattr(info, f) for f in fields})  # one encoder for the whole text
 
 
 def run_info(

@@ -10,7 +10,6 @@ lease and commits only while it names the holder (``Lease.check``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import threading
@@ -224,8 +223,8 @@ class StepJob:
     # -- phases 3-5 in another process (a Ray task) -----------------------------------------
     def remote_run(self) -> RemoteRun:
         """What the process running this step writes under our lease (after ``acquire(start=False)``)."""
-        run = RemoteRun(self.output_path, self.action, self.info_text(), self.worker_id, self.settings.stale_after)
-        return dataclasses.replace(run, resources=self._resources())
+        info, resources = self.info_text(), self._resources()
+        return RemoteRun(self.output_path, self.action, info, self.worker_id, self.settings.stale_after, resources)
 
     def _resources(self) -> Any:
         request = getattr(self.call, "request", None)  # a StepCall's; any other callable asks for nothing
