@@ -2,10 +2,12 @@
 
 jax, libtpu and levanter's global state belong to one process, and the build process never imports jax. The child is
 ``python -m marinbuild.ml.<module> PAYLOAD``: it reads its job from the JSON payload, writes its result JSON where it
-says, and dies with its parent (``PR_SET_PDEATHSIG``). Its output goes to ``<log_dir>/<name>.log`` (appended across
-resumes); a remote log is written locally and copied up every ``upload_every`` seconds and at the end, so a lost host
-leaves its log up to the last copy. The build's stderr gets warnings, errors, tracebacks and progress lines (everything
-with ``MARINBUILD_ML_LOG=all`` or ``-v``). A failing child raises ``MlProcessError`` with the log's tail."""
+says, and dies with its parent (``PR_SET_PDEATHSIG``). A child that wrote its result succeeded whatever its exit
+code (native threads can crash the interpreter's teardown after the work). Its output goes to ``<log_dir>/<name>.log``
+(appended across resumes); a remote log is written locally and copied up every ``upload_every`` seconds and at the
+end, so a lost host leaves its log up to the last copy. The build's stderr gets warnings, errors, tracebacks and
+progress lines (everything with ``MARINBUILD_ML_LOG=all`` or ``-v``). A failing child raises ``MlProcessError`` with
+the log's tail."""
 
 from __future__ import annotations
 
@@ -110,12 +112,18 @@ def run_child(
     if mirror is not None:
         mirror.close()
     try:
-        if code != 0:
+        try:
+            with open(result_path) as f:
+                result = json.load(f)
+        except (OSError, ValueError):
+            result = None
+        if result is None:
             lines = "".join(tail).rstrip()
             where = remote_log or log_path
             raise MlProcessError(f"{module} exited with code {code}; log: {where}; last lines:\n{lines}", code)
-        with open(result_path) as f:
-            return json.load(f)
+        if code != 0:
+            _forward(f"{PREFIX} {module} exited with code {code} after writing its result: the result stands\n")
+        return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

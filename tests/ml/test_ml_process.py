@@ -90,3 +90,30 @@ def test_a_failing_child_ends_at_once_with_its_traceback_without_exit_handlers(t
         run_child("failing_child", {}, log_dir=str(tmp_path / "logs"), name="failing", env={"PYTHONPATH": path})
     assert failed.value.returncode == 1
     assert "ValueError: bad configuration found at run time" in str(failed.value)
+
+
+CRASHING_TEARDOWN = """
+import atexit
+import os
+
+from marinbuild.ml.process import child_main
+
+
+def run(payload):
+    atexit.register(os.abort)  # as a native thread crashing the interpreter's teardown does
+    return {"trained": True}
+
+
+if __name__ == "__main__":
+    child_main(run)
+"""
+
+
+def test_a_child_that_wrote_its_result_succeeded_even_if_its_teardown_crashed(tmp_path, capsys):
+    (tmp_path / "crashing_child.py").write_text(CRASHING_TEARDOWN)
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    env = {"PYTHONPATH": path}
+    assert run_child("crashing_child", {}, log_dir=str(tmp_path / "logs"), name="crashing", env=env) == {
+        "trained": True
+    }
+    assert "exited with code -6 after writing its result" in capsys.readouterr().err
