@@ -264,14 +264,15 @@ def show(s: dict[str, Any]) -> str:
 
 
 def diagnose(workdir: Path, lines: int = 40) -> str:
-    """What a failed rehearsal leaves to read: each build's last distinct lines (every node of this one-machine
-    cluster forwards each line again) and each phase's logs (the slice's attempts, each host's process)."""
+    """What a failed rehearsal leaves to read: each phase's logs (the slice's attempts, each host's process), then
+    each build's last distinct lines (every node of this one-machine cluster forwards each line again), which name
+    what failed: last, where a truncated message keeps them."""
     out = []
+    for phase_log in sorted(workdir.glob("*/logs/*.log")):
+        out += [f"--- {phase_log.relative_to(workdir)}:", *phase_log.read_text(errors="replace").splitlines()[-15:]]
     for log in sorted(workdir.glob("*.log")):
         seen = dict.fromkeys(x for x in log.read_text(errors="replace").splitlines() if "base HF config" not in x)
         out += [f"--- {log.name}, its last distinct lines:", *list(seen)[-lines:]]
-    for phase_log in sorted(workdir.glob("*/logs/*.log")):
-        out += [f"--- {phase_log.relative_to(workdir)}:", *phase_log.read_text(errors="replace").splitlines()[-25:]]
     return "\n".join(out)
 
 
