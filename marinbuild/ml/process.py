@@ -11,6 +11,7 @@ the log's tail."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -112,11 +113,9 @@ def run_child(
     if mirror is not None:
         mirror.close()
     try:
-        try:
-            with open(result_path) as f:
-                result = json.load(f)
-        except (OSError, ValueError):
-            result = None
+        result = None
+        with contextlib.suppress(OSError, ValueError), open(result_path) as f:
+            result = json.load(f)
         if result is None:
             lines = "".join(tail).rstrip()
             where = remote_log or log_path

@@ -38,8 +38,7 @@ WAIT_REPORT = 60.0  # Seconds between progress reports while waiting for slices 
 PREEMPTED = "preempted"
 FAILED = "failed"
 CANCELLED = "cancelled"
-KILLED_BY = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT})
-"""Signals that end a host's process from outside (a preempted VM, an OOM kill, a shutdown): a preemption."""
+KILLED_BY = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT})  # from outside: a preemption
 
 
 @dataclass(frozen=True)

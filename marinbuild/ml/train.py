@@ -12,6 +12,7 @@ checkpoint. A rerun resumes from the latest complete checkpoint, data loader inc
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -48,25 +49,16 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
         checkpoint, how = payload["initialize_from"], "starting from another run's"
         checkpoint_step = int(checkpoint.rstrip("/").rpartition("step-")[2])
     start_step = checkpoint_step + 1 if checkpoint is not None else 0
-    if checkpoint is not None:
-        say(f"{how} checkpoint {checkpoint}: step {checkpoint_step} done, going on at step {start_step}")
-    else:
-        say(f"starting at step 0: no checkpoint under {checkpoint_dir}")
+    done = f"{how} checkpoint {checkpoint}: step {checkpoint_step} done, going on at step {start_step}"
+    say(done if checkpoint is not None else f"starting at step 0: no checkpoint under {checkpoint_dir}")
     if lead:
         append_record(
             os.path.join(out, "runs.jsonl"), {"start_step": start_step, "checkpoint": checkpoint, "time": time.time()}
         )
+        seq_len = trainer.seq_len or model.seq_len
+        info = {"model": asdict(model), "tokenizer": payload["tokenizer"], "seq_len": seq_len, "mp": trainer.mp}
         with fsspec.open(os.path.join(out, MODEL_INFO), "w") as f:
-            json.dump(
-                {
-                    "model": asdict(model),
-                    "tokenizer": payload["tokenizer"],
-                    "seq_len": trainer.seq_len or model.seq_len,
-                    "mp": trainer.mp,
-                },
-                f,
-                indent=2,
-            )
+            json.dump(info, f, indent=2)
 
     work = tempfile.mkdtemp(prefix="marinbuild-train-")
     try:
@@ -76,12 +68,22 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
         train_lm.main(config)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    _wait_for_checkpoint_commits()
     summary = summarize(out, start_step=start_step, seconds=time.time() - started)
     if lead:
         with fsspec.open(os.path.join(out, SUMMARY), "w") as f:
             json.dump(summary, f, indent=2)
     say(f"trained to step {summary['last_step']}: train loss {summary.get('final_train_loss')}")
     return summary
+
+
+def _wait_for_checkpoint_commits() -> None:
+    """levanter's checkpoint manager (not exposed) may still be committing the last checkpoint in its thread when
+    ``train_lm.main`` returns: wait for every live one, so the summary's latest checkpoint is the last one."""
+    from jax.experimental.array_serialization.serialization import AsyncManager
+
+    for manager in [o for o in gc.get_objects() if isinstance(o, AsyncManager)]:
+        manager.wait_until_finished()
 
 
 def _task_files(payload: dict[str, Any], work: str) -> str | None:

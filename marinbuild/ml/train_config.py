@@ -12,6 +12,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import fsspec
+
 from marinbuild.ml.configs import (
     LmModel,
     Optimizer,
@@ -202,6 +204,7 @@ def latest_checkpoint(checkpoint_dir: str) -> tuple[str | None, int]:
     """(path, step) of the latest complete checkpoint under ``checkpoint_dir``, or (None, 0)."""
     from levanter.checkpoint import discover_checkpoint_candidates
 
+    fsspec.core.url_to_fs(checkpoint_dir)[0].invalidate_cache()  # what this process listed before may have changed
     try:
         candidates = discover_checkpoint_candidates(checkpoint_dir)
     except FileNotFoundError:
