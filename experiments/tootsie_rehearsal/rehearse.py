@@ -140,7 +140,7 @@ def rehearse(workdir: Path) -> dict[str, Any]:
     started, marks = time.monotonic(), {}
     os.environ.update(GCS_ENV)  # Ray, as the cluster's nodes run it (read when ray is imported: before that)
     os.environ.update({k: NODE_ENV[k] for k in ("RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")})
-    with running_server(preconditions=True) as url:  # OCDBT checkpoints of 2 processes need ifGenerationMatch
+    with running_server(preconditions=True) as url:  # 2 processes writing OCDBT checkpoints need GCS preconditions
         os.environ.update(STORAGE_EMULATOR_HOST=url, TENSORSTORE_GCS_HTTP_URL=url, GOOGLE_AUTH_TOKEN_FOR_TESTING="x")
         bucket = f"rehearsal-{uuid.uuid4().hex[:8]}"
         from marinbuild.store import gcs

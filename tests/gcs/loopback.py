@@ -9,13 +9,16 @@ and never answer, as a server that stopped answering does; ``forbid`` answers 40
 contains ``text``, as a bucket policy that denies one object does, until set to ``""``); ``POST /__proxy/reset``
 zeroes the counters.
 
-``--preconditions`` (or ``"preconditions": true``) enforces ``ifGenerationMatch`` on simple uploads
-(``uploadType=media``), which the fake-gcs-server this repository installs ignores (it honours it on multipart
-uploads only; fixed upstream in fsouza/fake-gcs-server#2308). tensorstore uploads that way, and its OCDBT checkpoints
-(levanter's) rely on the precondition when several processes write one checkpoint: without it two hosts both create
-``manifest.ocdbt`` and one fails with "Configuration mismatch" or loses arrays. Simple uploads are then serialised
-per object, and one whose ``ifGenerationMatch`` is not the object's generation (0: absent) is answered 412, as GCS
-answers it.
+``--preconditions`` (or ``"preconditions": true``) enforces the generation preconditions the fake-gcs-server this
+repository installs ignores: ``ifGenerationMatch`` on simple uploads (``uploadType=media``; it honours it on multipart
+uploads only; fixed upstream in fsouza/fake-gcs-server#2308), and ``ifGenerationNotMatch``/``ifGenerationMatch`` on
+reads. tensorstore's OCDBT checkpoints (levanter's) rely on both when several processes write one checkpoint: without
+the first, two hosts both create ``manifest.ocdbt`` and one fails with "Configuration mismatch" or loses arrays;
+without the second, a host that lost a race re-reads the manifest for good (it asks for a manifest newer than the one
+it has, and the emulator answers 200 with that same one instead of 304), and its checkpoint never commits. Simple
+uploads are then serialised per object, and one whose ``ifGenerationMatch`` is not the object's generation (0:
+absent) is answered 412; a read of an object at its ``ifGenerationNotMatch`` is answered 304 Not Modified, one not at
+its ``ifGenerationMatch`` 412, as GCS answers them.
 
 Two settings make a read look as GCS answers it, for benches (``POST /__proxy/config``, or ``--replay`` and
 ``--fields``): ``fields`` applies a request's ``fields`` parameter (GCS's partial responses, e.g.
@@ -193,6 +196,9 @@ class Proxy:
         """``_ask_upstream``, with a simple upload's ``ifGenerationMatch`` enforced when ``preconditions`` is set."""
         path, _, query = target.partition("?")
         params = dict(urllib.parse.parse_qsl(query))
+        conditional_read = "ifGenerationNotMatch" in params or "ifGenerationMatch" in params
+        if self.preconditions and method == "GET" and conditional_read:
+            return _conditional_read(await self._ask_upstream(method, target, headers, body), params)
         if not (self.preconditions and method == "POST" and params.get("uploadType") == "media" and "name" in params):
             return await self._ask_upstream(method, target, headers, body)
         bucket = path.split("/")[5]
@@ -202,19 +208,7 @@ class Proxy:
                 found = await self._ask_upstream("GET", key, [], b"")
                 generation = int(json.loads(found[3])["generation"]) if found and found[0] == 200 else 0
                 if generation != int(params["ifGenerationMatch"]):
-                    error = {
-                        "error": {
-                            "code": 412,
-                            "message": "Precondition Failed",
-                            "errors": [{"reason": "conditionNotMet"}],
-                        }
-                    }
-                    return (
-                        412,
-                        "Precondition Failed",
-                        [("Content-Type", "application/json")],
-                        json.dumps(error).encode(),
-                    )
+                    return _precondition_failed()
             return await self._ask_upstream(method, target, headers, body)
 
     async def _ask_upstream(
@@ -262,6 +256,32 @@ class Proxy:
                 return self.routes[folder]
             folder = folder[:-1].rpartition("/")[0] + "/"
         return None
+
+
+def _conditional_read(
+    answer: tuple[int, str, list[tuple[str, str]], bytes] | None, params: dict[str, str]
+) -> tuple[int, str, list[tuple[str, str]], bytes] | None:
+    """A read's answer under its ``ifGenerationNotMatch`` (304 Not Modified when the object is at that generation)
+    and ``ifGenerationMatch`` (412 when it is not), as GCS answers it; the emulator ignores both on reads."""
+    if answer is None or answer[0] not in (200, 206):
+        return answer
+    headers = answer[2]
+    generation = {k.lower(): v for k, v in headers}.get("x-goog-generation")
+    if generation is None:  # metadata, not media: the generation is in the JSON body
+        try:
+            generation = str(json.loads(answer[3])["generation"])
+        except (ValueError, KeyError, TypeError):  # compressed, or not an object's metadata
+            return answer
+    if params.get("ifGenerationNotMatch") == generation:
+        return 304, "Not Modified", [(k, v) for k, v in headers if k.lower().startswith(("x-goog-", "etag"))], b""
+    if params.get("ifGenerationMatch", generation) != generation:
+        return _precondition_failed()
+    return answer
+
+
+def _precondition_failed() -> tuple[int, str, list[tuple[str, str]], bytes]:
+    error = {"error": {"code": 412, "message": "Precondition Failed", "errors": [{"reason": "conditionNotMet"}]}}
+    return 412, "Precondition Failed", [("Content-Type", "application/json")], json.dumps(error).encode()
 
 
 def _partial_response(
