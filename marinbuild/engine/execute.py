@@ -68,7 +68,7 @@ def execute(
         return StepJob(
             name=step.name,
             output_path=output_paths[step],
-            call=call_for(step, table.configs[step], settings.prefix),
+            call=calls[step],
             info_text=functools.partial(step_info_text, table, step),
             worker_id=worker_id,
             bus=bus,
@@ -87,8 +87,8 @@ def execute(
     else:
         backend, owned = given_backend, False
     try:
-        calls = ((step, call_for(step, table.configs[step], settings.prefix)) for step in plan.to_run)
-        check_resources(backend, calls)  # nothing written yet; each call is made again with its job
+        calls = {step: call_for(step, table.configs[step], settings.prefix) for step in plan.to_run}
+        check_resources(backend, calls.items())  # nothing written yet; each job takes its call from here
         commit.write_infos_not_run(table, graph, plan, selected)
         write_run_info()
         bus.emit(ev.BUILD_STARTED, data={"steps": len(plan.to_run)})
