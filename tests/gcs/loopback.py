@@ -193,7 +193,8 @@ class Proxy:
     async def _checked(
         self, method: str, target: str, headers: list[tuple[str, str]], body: bytes
     ) -> tuple[int, str, list[tuple[str, str]], bytes] | None:
-        """``_ask_upstream``, with a simple upload's ``ifGenerationMatch`` enforced when ``preconditions`` is set."""
+        """``_ask_upstream``, with a simple upload's ``ifGenerationMatch`` and a read's generation conditions enforced
+        when ``preconditions`` is set."""
         path, _, query = target.partition("?")
         params = dict(urllib.parse.parse_qsl(query))
         conditional_read = "ifGenerationNotMatch" in params or "ifGenerationMatch" in params
