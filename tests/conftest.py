@@ -25,6 +25,7 @@ from marinbuild.load.repos import marinbuild_rules_dir
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+os.environ.setdefault("MARINBUILD_WORKER_IDLE", "0")  # no pool worker outlives its build (but where a test says)
 
 TESTS = Path(__file__).parent
 MARKED_FOLDERS = ("ray", "gcs", "ml")  # each folder's marker has its name

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +158,26 @@ def reference_rows(files: list[str], tokenizer: Path, out: Path, text_key: str =
         enforce_eos=True,
     )
     return token_rows(out)
+
+
+def pool_workers(where: Path | str, parent: int | None = None) -> list[int]:
+    """Local pool workers (``marinbuild.ml.local_workers``) living under the runtime folder ``where`` (their
+    ``XDG_RUNTIME_DIR``), or the children of ``parent``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"local_workers" not in (proc / "cmdline").read_bytes():
+                continue
+            if parent is not None and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(proc.name))
+            elif parent is None and f"XDG_RUNTIME_DIR={where}\0".encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def worker_sessions(output: Path) -> list[tuple[int, int]]:
+    """(pid, session) of each pool worker that served the tokenize step of ``output``, by its worker log."""
+    log = (output / "logs" / "tokenize-workers.log").read_text()
+    return sorted((int(p), int(s)) for p, s in re.findall(r"pool worker (\d+): session (\d+)", log))

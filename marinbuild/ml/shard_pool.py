@@ -9,8 +9,9 @@
   moment a node with room joins (and an autoscaler sees the demand); a node with more room gets the others
   within a tick. A node that leaves takes its actors, their jobs go back to the queue.
 - Otherwise, with ``threads``, ``ThreadPool``: threads of this process (I/O-bound work: download's files).
-- Otherwise ``LocalPool``: ``workers`` spawned processes, started at once (warming up while the step plans),
-  fed one job at a time over a pipe, killed at ``close`` or with the build, their output appended to ``log_path``.
+- Otherwise ``LocalPool``: ``workers`` local processes (``local_workers``), idle warm ones claimed, others
+  started at once (warming up while the step plans), fed one job at a time, their output appended to
+  ``log_path``; at ``close`` they go back to waiting for the next step (or are killed: ``MARINBUILD_WORKER_IDLE=0``).
 
 A worker that dies mid-job is replaced and its job, only that one, runs again (``ATTEMPTS`` at most).
 ``run(fn, jobs, on_result, on_tick)`` calls ``on_result(job, result)`` on the calling thread as jobs finish and
@@ -23,12 +24,9 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import logging
-import multiprocessing
 import os
-import pickle
 import sys
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import wait
@@ -36,6 +34,7 @@ from typing import Any, Protocol
 
 from marinbuild.core.resources import normalize
 from marinbuild.ml import shard_work
+from marinbuild.ml.local_workers import idle_timeout, key_folder, open_worker
 from marinbuild.ml.process import _die_with_parent_only
 
 Job = dict[str, Any]  # jobs and results are plain dicts: they cross process and node boundaries
@@ -105,78 +104,44 @@ def _retry(job: Job, tries: dict[int, int], why: str) -> None:
         raise RuntimeError(f"a worker died {ATTEMPTS} times running {_what(job)}: {why}")
 
 
-def _init_worker(offline: bool, log_path: str | None, warm: Warm) -> None:
+def _init_worker(offline: bool, warm: Warm) -> None:
     _die_with_parent_only()
     shard_work.set_worker_env(offline)
-    if log_path is not None:
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
     if warm is not None:
         with contextlib.suppress(Exception):  # a broken tokenizer fails the first job, with its own error
             warm[0](warm[1])
 
 
-def _serve(conn: Any, offline: bool, log_path: str | None, warm: Warm) -> None:
-    """A local worker: run ``(fn, job)`` after ``(fn, job)`` from ``conn``, answering ``(ok, result or error)``."""
-    _init_worker(offline, log_path, warm)
-    while True:
-        fn, job = conn.recv()
-        try:
-            answer = (True, fn(job))
-        except Exception as e:
-            e.add_note(f"in a pool worker process:\n{traceback.format_exc()}")
-            try:
-                pickle.loads(pickle.dumps(e))
-            except Exception:
-                e = RuntimeError(f"{type(e).__name__}: {e}")
-            answer = (False, e)
-        sys.stdout.flush()  # stderr is line-buffered
-        conn.send(answer)
-
-
 class LocalPool:
-    """Jobs in long-lived local processes."""
+    """Jobs in local worker processes (``local_workers``): idle warm ones of this key claimed, others spawned."""
 
     def __init__(self, workers: int, offline: bool, log_path: str | None = None, warm: Warm = None):
         self.workers = workers
-        self._args = (offline, log_path, warm)
-        self._procs = [self._spawn() for _ in range(workers)]
-
-    def _spawn(self) -> tuple[Any, Any]:
-        ctx = multiprocessing.get_context("spawn")
-        conn, child = ctx.Pipe()
-        proc = ctx.Process(target=_serve, args=(child, *self._args), daemon=True)
-        proc.start()
-        child.close()
-        return proc, conn
+        self._kill = not idle_timeout()  # workers that serve only this step: killed at close, as they are idle
+        folder = None if self._kill else key_folder(offline)
+        self._open = lambda: open_worker(folder, offline, (log_path, warm))
+        self._procs = [self._open() for _ in range(workers)]
 
     def run(self, fn: Work, jobs: list[Job], on_result: OnResult, on_tick: Callable[[], None] | None = None) -> None:
         queue, busy, tries = deque(jobs), dict[int, Job](), dict[int, int]()
         try:
             while queue or busy:
-                for n, (proc, conn) in enumerate(self._procs):
+                for n, worker in enumerate(self._procs):
                     if n in busy or not queue:
                         continue
-                    if not proc.is_alive():
-                        self._procs[n] = proc, conn = self._spawn()
+                    if worker.conn.closed:
+                        self._procs[n] = worker = self._open()
                     busy[n] = queue.popleft()
-                    with contextlib.suppress(OSError):  # it died since is_alive(): found dead below, its job reruns
-                        conn.send((fn, busy[n]))
-                wait([x for n in busy for x in (self._procs[n][1], self._procs[n][0].sentinel)], timeout=TICK)
-                for n in list(busy):
-                    proc, conn = self._procs[n]
-                    answer = None
-                    if conn.poll():
-                        with contextlib.suppress(EOFError, OSError):
-                            answer = conn.recv()
-                    elif proc.is_alive():
-                        continue
-                    job = busy.pop(n)
+                    with contextlib.suppress(OSError):  # it died: found dead below, its job reruns
+                        worker.conn.send((fn, busy[n]))
+                wait([self._procs[n].conn for n in busy], timeout=TICK)
+                for n in [n for n in busy if self._procs[n].conn.poll()]:
+                    answer, job = None, busy.pop(n)
+                    with contextlib.suppress(EOFError, OSError):
+                        answer = self._procs[n].conn.recv()
                     if answer is None:  # the process died (killed, out of memory): its job runs again
-                        proc.kill()
-                        _retry(job, tries, f"exit code {proc.exitcode}")
+                        self._procs[n].close(kill=True)
+                        _retry(job, tries, "its connection closed")
                         queue.appendleft(job)
                     elif not answer[0]:
                         raise answer[1]
@@ -185,15 +150,15 @@ class LocalPool:
                 if on_tick is not None:
                     on_tick()
         finally:
-            for n in busy:  # abandoned: its answer must not reach the next run
-                self._procs[n][0].kill()
+            for n in busy:  # abandoned: it exits (its step gone mid-job), its answer never reaches the next run
+                self._procs[n].close(kill=True)
 
     call = _call
 
     def close(self) -> None:
-        for proc, _ in self._procs:  # idle, every output committed and flushed: no interpreter teardown waited for
-            proc.kill()
-            proc.join()
+        for worker in self._procs:  # idle, every output committed and flushed: back to waiting for a step
+            if not worker.conn.closed:
+                worker.close(kill=self._kill)
 
 
 class ThreadPool:
@@ -227,7 +192,7 @@ class _Actor:
     """A Ray pool's worker."""
 
     def __init__(self, offline: bool, warm: Warm):
-        _init_worker(offline, None, warm)
+        _init_worker(offline, warm)
 
     def node(self) -> str:
         import ray

@@ -19,6 +19,7 @@ from serve_ws import Server
 from tokenize_ws import (
     TokenizeWorkspace,
     gz_bytes,
+    pool_workers,
     reference_rows,
     shard_log,
     stories,
@@ -133,24 +134,13 @@ def test_a_killed_tokenize_resumes_with_only_the_unfinished_shards(tmp_path, tok
     assert len(built) == 8 - len(done_before) and not built & done_before
 
 
-def _spawned_workers(pid: int) -> list[int]:
-    """The worker processes the build ``pid`` spawned (its children running ``multiprocessing``'s spawn_main)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            if parent == pid and b"spawn_main" in (stat.parent / "cmdline").read_bytes():
-                found.append(int(stat.parent.name))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def test_a_worker_killed_mid_shard_reruns_only_its_shard(tmp_path, tokenizer, texts):
+@pytest.mark.parametrize("idle", ["0", "warm"])
+def test_a_worker_killed_mid_shard_reruns_only_its_shard(tmp_path, tokenizer, texts, idle, warm_env):
     """Two workers each mid-shard; one is SIGKILLed. The build finishes: the killed worker's shard is built
     again (its dir keeps the killed attempt's partial cache beside the new one), the other shard in flight
-    is built once, by the worker that was building it."""
+    is built once, by the worker that was building it. Workers that die with the step or outlive it alike."""
     ws = TokenizeWorkspace(tmp_path / "ws", tokenizer, workers=2)
+    ws.extra_env.update(warm_env if idle == "warm" else {"MARINBUILD_WORKER_IDLE": "0"})
     for i in range(4):  # a few seconds of tokenizing each
         write_docs(ws.data / f"part-{i}.jsonl.gz", [f"{t} ({i}, {k})" for k in range(4) for t in texts])
     docs = subprocess.run(ws.command("//pipe:docs"), cwd=ws.root, env=ws.env(), capture_output=True, text=True)
@@ -166,7 +156,7 @@ def test_a_worker_killed_mid_shard_reruns_only_its_shard(tmp_path, tokenizer, te
     )
     while len(in_flight()) < 2 and proc.poll() is None:
         time.sleep(0.05)
-    workers = _spawned_workers(proc.pid)
+    workers = pool_workers("", parent=proc.pid)
     assert len(workers) == 2, workers
     os.kill(workers[0], signal.SIGKILL)
     _, err = proc.communicate(timeout=600)
