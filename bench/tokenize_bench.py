@@ -10,8 +10,12 @@ the same run. The issue's bars, under ``bars`` in ``--json`` and in the first ta
 - ``fixed_s_per_shard`` and ``bookkeeping_share``: of ``--small-files`` small files (one shard) and of one large
   file cut into shards of ``--big-shard-mb``, on 2 local processes: the step's wall time minus the raw
   tokenizer's wall time for the same text over the processes in use, per shard and as a share of the wall
-  time (the worse of the two builds). Everything is in it: starting the workers (importing levanter), hashing
-  the inputs, the merge;
+  time (the worse of the two builds). Everything is in it: starting or claiming the workers, hashing the
+  inputs, the merge. Each build runs cold (a fresh workspace: no warm worker of its key, each imports levanter)
+  then warm (the same workspace again, from a fresh prefix: it claims the cold build's idle workers,
+  ``marinbuild.ml.local_workers``). The bars read the warm builds, the issue's reading (long-lived workers fed
+  shard after shard, a tokenize step after another); ``fixed_s_per_shard_cold`` and ``bookkeeping_share_cold``
+  are the cold builds';
 - ``merge_2_vs_1``: ``merge`` of ``--merge-shards`` synthetic shard caches (two storage objects of token ids)
   on a 2-node cluster with a pool of 1 worker, then of 2 (warmed up first): the time of 2 over the time of 1;
 - ``nodes_2_vs_1``: the step's wall time on 2 one-CPU Ray nodes over 1 (``--join-mb`` in 16 files);
@@ -117,10 +121,14 @@ def raw_rate(tokenizer: Path, paths: list[Path]) -> dict[str, float]:
     return json.loads(proc.stdout)
 
 
+RUNTIME = [tempfile.gettempdir()]
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("MARIN_PREFIX", None)
     env["HF_HUB_OFFLINE"] = "1"
+    env.update({"XDG_RUNTIME_DIR": RUNTIME[0], "MARINBUILD_WORKER_IDLE": "120"})  # the bench's own warm workers
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
     return env
 
@@ -279,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
 
     began = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="tokbench-", dir=args.dir))
+    RUNTIME[0] = tempfile.mkdtemp(prefix="tokbench-rt-")  # short: a socket's path is at most 107 bytes
     load_before = os.getloadavg()
     paths = write_corpus(root / "data", int(size["files"]), int(size["mb"] * 1e6 / size["files"]), seed=1)
     from marinbuild.ml.tokenizer import train_bpe_tokenizer
@@ -299,19 +308,22 @@ def main(argv: list[str] | None = None) -> int:
     raws.append(raw_rate(tokenizer, paths))  # CPU time per token moves with the machine's load: before and after
     r["raw"] = {k: sum(x[k] for x in raws) / len(raws) for k in raws[0]}
     r["raw_small"], r["raw_big"] = raw_rate(tokenizer, small), raw_rate(tokenizer, big)
-    r["small"] = build(root / "small-build", root / "small", tokenizer, 2, 64 * 2**20)
-    r["big"] = build(root / "big-build", root / "big", tokenizer, 2, int(size["big_shard_mb"] * 2**20))
+    for name, shard_bytes in (("small", 64 * 2**20), ("big", int(size["big_shard_mb"] * 2**20))):
+        r[name] = build(root / f"{name}-build", root / name, tokenizer, 2, shard_bytes)
+        r[f"{name}_warm"] = build(root / f"{name}-build", root / name, tokenizer, 2, shard_bytes)  # the same cwd
     r["ray"] = ray_rows(root, root / "join", tokenizer, caches, rounds)
     r["load"] = {"before": load_before, "after": os.getloadavg()}
     r["seconds"] = time.perf_counter() - began
 
     raw_cpu_rate = r["raw"]["tokens"] / r["raw"]["cpu_seconds"]
-    costs = {"small": fixed_costs(r["small"], r["raw_small"], 2), "big": fixed_costs(r["big"], r["raw_big"], 2)}
+    costs = {k: fixed_costs(r[k], r[f"raw_{k.split('_')[0]}"], 2) for k in ("small", "big", "small_warm", "big_warm")}
     merge = r["ray"]["merge"]
     r["bars"] = {
         "rate_vs_raw": r["local_1"]["tokens"] / r["local_1"]["shard_cpu_seconds"] / raw_cpu_rate,
-        "fixed_s_per_shard": max(c["fixed_s_per_shard"] for c in costs.values()),
-        "bookkeeping_share": max(c["bookkeeping_share"] for c in costs.values()),
+        "fixed_s_per_shard": max(costs[k]["fixed_s_per_shard"] for k in ("small_warm", "big_warm")),
+        "bookkeeping_share": max(costs[k]["bookkeeping_share"] for k in ("small_warm", "big_warm")),
+        "fixed_s_per_shard_cold": max(costs[k]["fixed_s_per_shard"] for k in ("small", "big")),
+        "bookkeeping_share_cold": max(costs[k]["bookkeeping_share"] for k in ("small", "big")),
         "merge_2_vs_1": sorted(merge["2"])[len(merge["2"]) // 2] / sorted(merge["1"])[len(merge["1"]) // 2],
         "nodes_2_vs_1": r["ray"]["two_nodes"]["step_seconds"] / r["ray"]["one_node"]["step_seconds"],
         "join_to_first_shard_s": r["ray"]["join"]["join_to_first_shard_s"],
@@ -322,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         r["local_2"],
         r["small"],
         r["big"],
+        r["small_warm"],
+        r["big_warm"],
         *(r["ray"][k] for k in ("one_node", "two_nodes", "join")),
     ):
         b.pop("lines")
@@ -333,19 +347,32 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(r, indent=2))
     shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(RUNTIME[0], ignore_errors=True)  # its idle workers find their files gone and exit in 2 minutes
     return 0
 
 
 def render(r: dict[str, Any], args: argparse.Namespace) -> str:
     bars, costs, s, raw = r["bars"], r["costs"], r["sizes"], r["raw"]
     join, merge = bars["join_to_first_shard_s"], bars["merge_2_vs_1"]
-    small, big = costs["small"]["fixed_s_per_shard"], costs["big"]["fixed_s_per_shard"]
-    shares = f"{costs['small']['bookkeeping_share']:.0%} / {costs['big']['bookkeeping_share']:.0%}"
+    small, big = costs["small_warm"]["fixed_s_per_shard"], costs["big_warm"]["fixed_s_per_shard"]
+    cold = {k: f"{costs[k]['fixed_s_per_shard']:.1f} s" for k in ("small", "big")}
+    shares = " / ".join(f"{costs[k]['bookkeeping_share']:.0%}" for k in ("small_warm", "big_warm", "small", "big"))
     rows = [
         ("tokens per CPU second in shards vs the raw tokenizer", f"{bars['rate_vs_raw']:.2f}", ">= 0.9", None),
-        (f"fixed cost per shard, {s['small_files']:g} files of {s['small_kb']:g} KB (1 shard)", f"{small:.1f} s"),
-        (f"fixed cost per shard, one {s['big_mb']:g} MB file ({r['big']['shards']} shards)", f"{big:.1f} s"),
-        ("bookkeeping share of wall, small files / one file", shares, "<= 15%", bars["bookkeeping_share"] <= 0.15),
+        (
+            f"fixed cost per shard, {s['small_files']:g} files of {s['small_kb']:g} KB (1 shard): warm (cold)",
+            f"{small:.1f} s ({cold['small']})",
+        ),
+        (
+            f"fixed cost per shard, one {s['big_mb']:g} MB file ({r['big']['shards']} shards): warm (cold)",
+            f"{big:.1f} s ({cold['big']})",
+        ),
+        (
+            "bookkeeping share of wall, small files / one file: warm / warm (cold / cold)",
+            shares,
+            "<= 15%",
+            bars["bookkeeping_share"] <= 0.15,
+        ),
         (f"merge of {s['merge_shards']:g} caches (2 x 128Mi tokens), 2 workers vs 1", f"{merge:.2f}x", "<= 0.65x"),
         ("whole step, 2 Ray nodes vs 1", f"{bars['nodes_2_vs_1']:.2f}x", "<= 0.65x", bars["nodes_2_vs_1"] <= 0.65),
         ("a node joins mid-build: its first shard starts after", f"{join:.1f} s" if join else "none ran", "seconds"),
@@ -357,6 +384,9 @@ def render(r: dict[str, Any], args: argparse.Namespace) -> str:
         f"{s['mb']:g} MB of JSON lines in {s['files']:g} files ({raw['tokens']:,.0f} tokens, BPE vocab {args.vocab}); "
         f"{r['cpus']} CPUs, load average {load['before'][0]:.1f} before, {load['after'][0]:.1f} after; "
         f"{r['seconds'] / 60:.1f} minutes in all.",
+        "",
+        "The fixed-cost bars read the warm builds (the issue's reading: long-lived workers, claimed by a tokenize "
+        "step after another); the cold builds' numbers are in parentheses.",
         "",
         "| bar | measured | target | |",
         "| --- | ---: | ---: | --- |",
@@ -373,8 +403,10 @@ def render(r: dict[str, Any], args: argparse.Namespace) -> str:
     builds = [
         ("local, 1 process", r["local_1"]),
         ("local, 2 processes", r["local_2"]),
-        (f"{s['small_files']:g} small files, 2 processes", r["small"]),
-        (f"one {s['big_mb']:g} MB file, 2 processes", r["big"]),
+        (f"{s['small_files']:g} small files, 2 processes, cold", r["small"]),
+        (f"{s['small_files']:g} small files, 2 processes, warm", r["small_warm"]),
+        (f"one {s['big_mb']:g} MB file, 2 processes, cold", r["big"]),
+        (f"one {s['big_mb']:g} MB file, 2 processes, warm", r["big_warm"]),
         ("Ray, 1 node (1 CPU)", r["ray"]["one_node"]),
         ("Ray, 2 nodes (1 CPU each)", r["ray"]["two_nodes"]),
         ("Ray, 1 node, a second joins", r["ray"]["join"]),

@@ -23,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import glob
 import hashlib
 import importlib.metadata
+import itertools
 import json
 import os
 import pickle
@@ -51,7 +53,7 @@ _VOLATILE = re.compile(
     r"_|PWD|OLDPWD|SHLVL|COLUMNS|LINES|PS\d|LS_COLORS|DISPLAY|WINDOWID|STY|XDG_RUNTIME_DIR|XDG_SESSION_.*"
     r"|(TERM|SSH_|TMUX|PYTEST_|MARINBUILD_|COV_CORE_).*"
 )
-_STARTED = time.monotonic()
+_STARTED, _SESSIONS = time.monotonic(), itertools.count(1)
 _MAIN = "import sys, json; sys.path[:] = json.loads(sys.argv[1]); import marinbuild.ml.local_workers as w; w.serve()"
 
 
@@ -73,10 +75,7 @@ def _code_digest() -> str:
 
 def key_folder(offline: bool) -> str:
     """This process's workers' folder (made, and checked to be the user's own)."""
-    try:
-        levanter = importlib.metadata.version("levanter")
-    except importlib.metadata.PackageNotFoundError:
-        levanter = None
+    levanter = next((d.version for d in importlib.metadata.distributions(name="levanter")), None)
     env = sorted((k, v) for k, v in os.environ.items() if not _VOLATILE.fullmatch(k))
     facts = [sys.executable, sys.path, os.getcwd(), _code_digest(), levanter, offline, env]
     runtime = os.environ.get("XDG_RUNTIME_DIR")
@@ -106,38 +105,38 @@ class Worker:
             self.proc.wait()
 
 
-def open_worker(folder: str | None, offline: bool, hello: tuple[str | None, Any]) -> Worker:
+def open_worker(folder: str | None, offline: bool, first: tuple[str | None, Any]) -> Worker:
     """An idle worker of ``folder`` claimed, else a new one spawned (``folder`` None: a worker for this step only),
-    sent ``hello`` (log path, warm-up)."""
-    worker = _claim(folder) if folder else None
-    worker = worker or _spawn(folder, offline)
+    sent ``hello(first)`` (log path, warm-up)."""
+    worker = (_claim(folder) if folder else None) or _spawn(folder, offline)
     with contextlib.suppress(OSError):  # it died: found at its first job
-        worker.conn.send(hello)
+        worker.conn.send((hello, first))
     return worker
 
 
 def _claim(folder: str) -> Worker | None:
-    for name in os.listdir(folder):
-        path = f"{folder}/{name.removesuffix('.lock')}"
+    for path in (p.removesuffix(".lock") for p in glob.glob(f"{folder}/*.lock")):
         try:
-            lock = os.open(f"{path}.lock", os.O_RDWR) if name.endswith(".lock") else -1
+            lock, sock = os.open(f"{path}.lock", os.O_RDWR), socket.socket(socket.AF_UNIX)
         except FileNotFoundError:
             continue
-        if lock < 0:
-            continue
-        with socket.socket(socket.AF_UNIX) as sock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                sock.connect(f"{path}.sock")
-                return Worker(Connection(sock.detach()), lock, None)
-            except BlockingIOError:  # busy
-                pass
-            except OSError:  # gone: its files go too
-                for suffix in (".sock", ".lock"):
-                    with contextlib.suppress(OSError):
-                        os.unlink(path + suffix)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            sock.connect(f"{path}.sock")
+            return Worker(Connection(sock.detach()), lock, None)
+        except BlockingIOError:  # busy
+            pass
+        except OSError:  # dead: its files go too
+            _remove(path)
+        sock.close()
         os.close(lock)
     return None
+
+
+def _remove(path: str) -> None:
+    for remove, name in ((os.unlink, f"{path}.sock"), (os.unlink, f"{path}.lock"), (os.rmdir, os.path.dirname(path))):
+        with contextlib.suppress(OSError):  # the folder: when it was the last of its key
+            remove(name)
 
 
 def _spawn(folder: str | None, offline: bool) -> Worker:
@@ -168,41 +167,34 @@ def serve() -> None:
     shard_work.set_worker_env(sys.argv[4] == "True")
     if not idle:
         _die_with_parent_only()
-        _session(sock, 1)
+        _session(sock)
         os._exit(0)
     path = sock.getsockname().removesuffix(".sock")
     sock.settimeout(idle)
-    for n in range(1, sys.maxsize):
-        while True:
-            try:
-                conn = sock.accept()[0]
-                break
-            except TimeoutError:
-                _exit_if_unclaimed(path)
+    while True:
+        try:
+            conn = sock.accept()[0]
+        except TimeoutError:  # idle: gone, unless a step just claimed it (its connection on the way)
+            with contextlib.suppress(FileNotFoundError):
+                lock = os.open(f"{path}.lock", os.O_RDWR)
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(lock)
+                    continue
+            _remove(path)
+            os._exit(0)
         conn.setblocking(True)
-        _session(conn, n)
+        _session(conn)
 
 
-def _exit_if_unclaimed(path: str) -> None:
-    try:
-        lock = os.open(f"{path}.lock", os.O_RDWR)
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:  # a step just claimed it: its connection is on the way
-        os.close(lock)
-        return
-    except FileNotFoundError:
-        pass
-    for remove, name in ((os.unlink, f"{path}.sock"), (os.unlink, f"{path}.lock"), (os.rmdir, os.path.dirname(path))):
-        with contextlib.suppress(OSError):  # the folder: when it was the last of its key
-            remove(name)
-    os._exit(0)
-
-
-def _session(sock: socket.socket, n: int) -> None:
+def _session(sock: socket.socket) -> None:
+    """``(fn, job)`` after ``(fn, job)``, each answered (but ``hello``); EOF mid-job ends the process."""
     conn, inbox, unanswered, guard = Connection(sock.detach()), queue.SimpleQueue[Any](), [0], threading.Lock()
 
     def read() -> None:
-        while True:
+        message: Any = True
+        while message is not None:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
@@ -212,39 +204,35 @@ def _session(sock: socket.socket, n: int) -> None:
                     os._exit(1)  # the step is gone mid-job
                 unanswered[0] += message is not None
             inbox.put(message)
-            if message is None:
-                return
 
     reader = threading.Thread(target=read, name="marinbuild-session", daemon=True)
     reader.start()
-    if (hello := inbox.get()) is not None:
-        log_path, warm = hello
-        sys.stdout.flush()
-        fd = os.open(log_path or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        print(
-            f"[marinbuild] pool worker {os.getpid()}: session {n}, up {time.monotonic() - _STARTED:.0f} s", flush=True
-        )
-        if warm is not None:
-            with contextlib.suppress(Exception):  # a broken tokenizer fails the first job, with its own error
-                warm[0](warm[1])
-        answer = None
-        while True:
-            with guard:
-                unanswered[0] -= 1  # hello, then each job, answered
-            with contextlib.suppress(OSError):  # the step is gone: the reader sees it
-                answer is None or conn.send(answer)
-            if (message := inbox.get()) is None:
-                break
-            answer = _answer(*message)
-            sys.stdout.flush()  # stderr is line-buffered
+    while (message := inbox.get()) is not None:
+        answer = _answer(*message)
+        sys.stdout.flush()  # stderr is line-buffered
+        with guard:
+            unanswered[0] -= 1
+        with contextlib.suppress(OSError):  # the step is gone: the reader sees it
+            message[0] is hello or conn.send(answer)
     reader.join()
     conn.close()
 
 
-def _answer(fn: Any, job: dict[str, Any]) -> tuple[bool, Any]:
+def hello(job: tuple[str | None, Any]) -> None:
+    """A session's first message: the step's log (``None``: none) gets this worker's output; the warm-up."""
+    sys.stdout.flush()
+    fd = os.open(job[0] or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    up = time.monotonic() - _STARTED
+    print(f"[marinbuild] pool worker {os.getpid()}: session {next(_SESSIONS)}, up {up:.0f} s", flush=True)
+    if job[1] is not None:
+        with contextlib.suppress(Exception):  # a broken tokenizer fails the first job, with its own error
+            job[1][0](job[1][1])
+
+
+def _answer(fn: Any, job: Any) -> tuple[bool, Any]:
     try:
         return True, fn(job)
     except Exception as e:

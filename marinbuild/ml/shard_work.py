@@ -21,9 +21,9 @@ from marinbuild.ml.records import ReadCounts, read_texts
 from marinbuild.ml.run_log import node_name
 from marinbuild.ml.tokenizer import resolve_tokenizer
 
-_PROCESSORS: dict[tuple[str, str], Any] = {}
-"""Tokenizing processors by (format, tokenizer), kept for the worker process's life: loading a tokenizer is
-slow, and one is never changed once made."""
+_PROCESSORS: dict[tuple[Any, ...], Any] = {}
+"""Tokenizing processors by tokenizer (its files' identity and path) and text key, kept for the worker's life
+(a warm worker's, over steps): loading a tokenizer is slow."""
 
 
 def set_worker_env(offline: bool) -> None:
@@ -36,7 +36,7 @@ def set_worker_env(offline: bool) -> None:
 
 
 def _processor(job: dict[str, Any]) -> Any:
-    key = (tokenizer := resolve_tokenizer(job["tokenizer"]), text_key := job["text_key"])
+    key = (job.get("tokenizer_id"), tokenizer := resolve_tokenizer(job["tokenizer"]), text_key := job["text_key"])
     if key not in _PROCESSORS:
         from levanter.data.text import TextLmDatasetFormat
         from levanter.data.text.formats import preprocessor_for_format

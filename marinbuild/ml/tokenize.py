@@ -153,15 +153,17 @@ def shard_status(payload: dict[str, Any]) -> list[str]:
     return lines
 
 
-def plan_splits(payload: dict[str, Any]) -> dict[str, list[sh.Shard]]:
-    """The shards of each split with files (each local input file is hashed here)."""
-    spec = payload["tokenizer"]
-    local_dir = resolve_tokenizer(spec) if is_local_tokenizer(spec) else None
-    tokenizer_id = sh.tokenizer_identity(spec, local_dir)
+def tokenizer_id(spec: str) -> str:
+    return sh.tokenizer_identity(spec, resolve_tokenizer(spec) if is_local_tokenizer(spec) else None)
+
+
+def plan_splits(payload: dict[str, Any], tokenizer: str | None = None) -> dict[str, list[sh.Shard]]:
+    """The shards of each split with files (each local input file is hashed here); ``tokenizer``: its identity."""
+    tokenizer = tokenizer or tokenizer_id(payload["tokenizer"])
     options = shard_options(bool(payload.get("skip_bad_records", False)))
     shard_bytes = int(payload.get("shard_bytes", 0))
     return {
-        split: sh.plan(payload[split], payload["shard_store"], payload["text_key"], tokenizer_id, options, shard_bytes)
+        split: sh.plan(payload[split], payload["shard_store"], payload["text_key"], tokenizer, options, shard_bytes)
         for split in SPLITS
         if payload.get(split)
     }
@@ -245,6 +247,7 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("nothing to tokenize: no train or validation files")
     common = {
         "tokenizer": payload["tokenizer"],
+        "tokenizer_id": tokenizer_id(payload["tokenizer"]),  # a warm worker's tokenizer: the same files
         "text_key": payload["text_key"],
         "batch_size": payload.get("batch_size", 128),
         "skip_bad_records": payload.get("skip_bad_records", False),
@@ -270,7 +273,7 @@ def tokenize(payload: dict[str, Any]) -> dict[str, Any]:
 
 def _tokenize(payload: dict[str, Any], pool: Pool, common: dict[str, Any]) -> dict[str, Any]:
     out = payload["output_path"]
-    plans = plan_splits(payload)
+    plans = plan_splits(payload, common["tokenizer_id"])
     log = RunLog(os.path.join(out, "logs", SHARD_LOG))
     results: dict[str, dict[str, Any]] = {}  # by shard key: a file given twice, or in two splits, is built once
     todo: dict[str, dict[str, Any]] = {}
