@@ -15,7 +15,7 @@ A session: the step sends ``(log_path, warm)``, then ``(fn, job)`` after ``(fn, 
 result or error)``. Its end (EOF) while a message is unanswered means the step died or gave up mid-job: the worker
 exits at once, never writing for nobody nor serving the next step half-done. An idle worker exits after
 ``MARINBUILD_WORKER_IDLE`` seconds without a session (default 600); 0: it serves only the step that spawned it,
-and dies with it.
+exiting when the step closes its pool or dies.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.ml import shard_work
-from marinbuild.ml.process import _die_with_parent_only
 
 IDLE_ENV = "MARINBUILD_WORKER_IDLE"
 _VOLATILE = re.compile(
@@ -90,19 +89,15 @@ def key_folder(offline: bool) -> str:
 
 @dataclass
 class Worker:
-    """A claimed or spawned worker: the step's end of its session, the lock it holds, its process if it spawned it."""
+    """The step's end of a worker's session, and the lock that claims it (closed: back to idle, or gone)."""
 
     conn: Connection
     lock: int | None
-    proc: subprocess.Popen[bytes] | None
 
-    def close(self, kill: bool) -> None:
+    def close(self) -> None:
         self.conn.close()
         if self.lock is not None:
             os.close(self.lock)
-        if kill and self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def open_worker(folder: str | None, offline: bool, first: tuple[str | None, Any]) -> Worker:
@@ -123,7 +118,7 @@ def _claim(folder: str) -> Worker | None:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             sock.connect(f"{path}.sock")
-            return Worker(Connection(sock.detach()), lock, None)
+            return Worker(Connection(sock.detach()), lock)
         except BlockingIOError:  # busy
             pass
         except OSError:  # dead: its files go too
@@ -153,9 +148,9 @@ def _spawn(folder: str | None, offline: bool) -> Worker:
         mine.connect(f"{path}.sock")
     argv = [sys.executable, "-c", _MAIN, json.dumps(sys.path), str(given.fileno()), str(idle_timeout()), str(offline)]
     kw: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    proc = subprocess.Popen(argv, pass_fds=[given.fileno()], start_new_session=folder is not None, **kw)
+    subprocess.Popen(argv, pass_fds=[given.fileno()], start_new_session=folder is not None, **kw)
     given.close()
-    return Worker(Connection(mine.detach()), lock, proc)
+    return Worker(Connection(mine.detach()), lock)
 
 
 # -- in the worker ---------------------------------------------------------------------------
@@ -165,8 +160,7 @@ def serve() -> None:
     """A worker's main: sessions on the socket (fd ``argv[2]``) until idle ``argv[3]`` seconds (0: one session)."""
     sock, idle = socket.socket(fileno=int(sys.argv[2])), float(sys.argv[3])
     shard_work.set_worker_env(sys.argv[4] == "True")
-    if not idle:
-        _die_with_parent_only()
+    if not idle:  # its step's end, or death, ends the session
         _session(sock)
         os._exit(0)
     path = sock.getsockname().removesuffix(".sock")
@@ -213,7 +207,8 @@ def _session(sock: socket.socket) -> None:
         with guard:
             unanswered[0] -= 1
         with contextlib.suppress(OSError):  # the step is gone: the reader sees it
-            message[0] is hello or conn.send(answer)
+            if message[0] is not hello:
+                conn.send(answer)
     reader.join()
     conn.close()
 

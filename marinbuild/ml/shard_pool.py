@@ -11,7 +11,7 @@
 - Otherwise, with ``threads``, ``ThreadPool``: threads of this process (I/O-bound work: download's files).
 - Otherwise ``LocalPool``: ``workers`` local processes (``local_workers``), idle warm ones claimed, others
   started at once (warming up while the step plans), fed one job at a time, their output appended to
-  ``log_path``; at ``close`` they go back to waiting for the next step (or are killed: ``MARINBUILD_WORKER_IDLE=0``).
+  ``log_path``; at ``close`` they go back to waiting for the next step (or exit: ``MARINBUILD_WORKER_IDLE=0``).
 
 A worker that dies mid-job is replaced and its job, only that one, runs again (``ATTEMPTS`` at most).
 ``run(fn, jobs, on_result, on_tick)`` calls ``on_result(job, result)`` on the calling thread as jobs finish and
@@ -117,8 +117,7 @@ class LocalPool:
 
     def __init__(self, workers: int, offline: bool, log_path: str | None = None, warm: Warm = None):
         self.workers = workers
-        self._kill = not idle_timeout()  # workers that serve only this step: killed at close, as they are idle
-        folder = None if self._kill else key_folder(offline)
+        folder = key_folder(offline) if idle_timeout() else None  # None: workers that serve only this step
         self._open = lambda: open_worker(folder, offline, (log_path, warm))
         self._procs = [self._open() for _ in range(workers)]
 
@@ -140,7 +139,7 @@ class LocalPool:
                     with contextlib.suppress(EOFError, OSError):
                         answer = self._procs[n].conn.recv()
                     if answer is None:  # the process died (killed, out of memory): its job runs again
-                        self._procs[n].close(kill=True)
+                        self._procs[n].close()
                         _retry(job, tries, "its connection closed")
                         queue.appendleft(job)
                     elif not answer[0]:
@@ -151,14 +150,14 @@ class LocalPool:
                     on_tick()
         finally:
             for n in busy:  # abandoned: it exits (its step gone mid-job), its answer never reaches the next run
-                self._procs[n].close(kill=True)
+                self._procs[n].close()
 
     call = _call
 
     def close(self) -> None:
-        for worker in self._procs:  # idle, every output committed and flushed: back to waiting for a step
+        for worker in self._procs:  # idle, every output committed: back to waiting for a step (or they exit)
             if not worker.conn.closed:
-                worker.close(kill=self._kill)
+                worker.close()
 
 
 class ThreadPool:

@@ -80,7 +80,7 @@ def test_an_idle_worker_exits_after_its_timeout(tmp_path, tokenizer, warm_env):
 def test_without_an_idle_timeout_workers_die_with_their_step(tmp_path, tokenizer):
     ws = _workspace(tmp_path, tokenizer, {"MARINBUILD_WORKER_IDLE": "0"})
     [(pid, _)] = _built(ws)
-    assert _exits(pid, timeout=0)
+    assert _exits(pid, timeout=10)  # it exits as its step closes its pool
     write_docs(ws.data / "part-9.jsonl.gz", stories()[500:600])
     [(again, session)] = _built(ws)
     assert again != pid and session == 1
