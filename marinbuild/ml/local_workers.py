@@ -129,9 +129,9 @@ def _claim(folder: str) -> Worker | None:
 
 
 def _remove(path: str) -> None:
-    for remove, name in ((os.unlink, f"{path}.sock"), (os.unlink, f"{path}.lock"), (os.rmdir, os.path.dirname(path))):
-        with contextlib.suppress(OSError):  # the folder: when it was the last of its key
-            remove(name)
+    for name in (f"{path}.sock", f"{path}.lock"):  # not the folder: a step may be about to spawn in it
+        with contextlib.suppress(OSError):
+            os.unlink(name)
 
 
 def _spawn(folder: str | None, offline: bool) -> Worker:
