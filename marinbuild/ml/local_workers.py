@@ -103,7 +103,7 @@ class Worker:
 def open_worker(folder: str | None, offline: bool, first: tuple[str | None, Any]) -> Worker:
     """An idle worker of ``folder`` claimed, else a new one spawned (``folder`` None: a worker for this step only),
     sent ``hello(first)`` (log path, warm-up)."""
-    worker = (_claim(folder) if folder else None) or _spawn(folder, offline)
+    worker = (_claim(folder) if folder else None) or _spawn(folder, offline, first[0])
     with contextlib.suppress(OSError):  # it died: found at its first job
         worker.conn.send((hello, first))
     return worker
@@ -134,7 +134,7 @@ def _remove(path: str) -> None:
             os.unlink(name)
 
 
-def _spawn(folder: str | None, offline: bool) -> Worker:
+def _spawn(folder: str | None, offline: bool, log_path: str | None) -> Worker:
     lock = None
     if folder is None:
         given, mine = socket.socketpair()
@@ -147,8 +147,9 @@ def _spawn(folder: str | None, offline: bool) -> Worker:
         given.listen()
         mine.connect(f"{path}.sock")
     argv = [sys.executable, "-c", _MAIN, json.dumps(sys.path), str(given.fileno()), str(idle_timeout()), str(offline)]
-    kw: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    subprocess.Popen(argv, pass_fds=[given.fileno()], start_new_session=folder is not None, **kw)
+    with open(log_path or os.devnull, "ab") as log:  # never the build's own output: a worker may outlive it
+        kw: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": log, "stderr": log}
+        subprocess.Popen(argv, pass_fds=[given.fileno()], start_new_session=folder is not None, **kw)
     given.close()
     return Worker(Connection(mine.detach()), lock)
 
