@@ -134,22 +134,21 @@ def copy_unit(job: dict[str, Any]) -> dict[str, Any]:
     target = (dest.data if data else dest.offsets).with_transaction(txn)
     dtype = target.dtype.numpy_dtype  # a shard's token ids may be int64 (levanter's writer), the output's are int32
     at = job["start"]
-    written = 0
     for path, lo, hi, shift in job["sources"]:
         source = _store(path, "r")
         array, skip = (source.data, 0) if data else (source.offsets, 1)  # a cache's offsets[0] is its row count
         for start in range(lo, hi, READ_BATCH):
             end = min(start + READ_BATCH, hi)
-            part = (array[start + skip : end + skip].read().result() + shift).astype(dtype, copy=False)
-            target[at : at + end - start].write(part).result()
+            part = array[start + skip : end + skip].read().result()
+            part += shift  # in place (token ids: 0): no copy of the batch
+            target[at : at + end - start].write(part.astype(dtype, copy=False)).result()
             at += end - start
-            written += part.nbytes
     txn.commit_async().result()
     if at != job["end"]:
         raise RuntimeError(f"merge unit {job['id']} of {job['output']}: wrote up to {at}, expected {job['end']}")
     with fsspec.open(f"{job['state']}/{job['id']}", "w") as f:
         f.write("")
-    return {"id": job["id"], "bytes": written}
+    return {"id": job["id"], "bytes": (at - job["start"]) * dtype.itemsize}
 
 
 def finish(job: dict[str, Any]) -> dict[str, int]:
