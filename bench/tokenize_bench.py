@@ -13,8 +13,8 @@ the same run. The issue's bars, under ``bars`` in ``--json`` and in the first ta
   time (the worse of the two builds). Everything is in it: starting the workers (importing levanter), hashing
   the inputs, the merge;
 - ``merge_2_vs_1``: ``merge`` of ``--merge-shards`` synthetic shard caches (two storage objects of token ids,
-  one of offsets) on a 2-node cluster with a warm pool of 1 worker, then of 2, ``--rounds`` times: the median
-  time of 2 over the median of 1;
+  one of offsets: three units, so 2 workers take at least one of each) on a 2-node cluster with a warm pool of
+  1 worker, then of 2, ``--rounds`` times: the median time of 2 over the median of 1;
 - ``nodes_2_vs_1``: the step's wall time on 2 one-CPU Ray nodes over 1 (``--join-mb`` in 16 files), medians of
   ``--rounds`` builds each, in the order 2 1 1 2 (load that drifts falls on both alike); a node taken away
   is seen dead by Ray before the next build (else that 1-node build tries to place workers on it);
