@@ -16,12 +16,16 @@ the same run. The issue's bars, under ``bars`` in ``--json`` and in the first ta
   ``marinbuild.ml.local_workers``). The bars read the warm builds, the issue's reading (long-lived workers fed
   shard after shard, a tokenize step after another); ``fixed_s_per_shard_cold`` and ``bookkeeping_share_cold``
   are the cold builds';
-- ``merge_2_vs_1``: ``merge`` of ``--merge-shards`` synthetic shard caches (two storage objects of token ids)
-  on a 2-node cluster with a pool of 1 worker, then of 2 (warmed up first): the time of 2 over the time of 1;
-- ``nodes_2_vs_1``: the step's wall time on 2 one-CPU Ray nodes over 1 (``--join-mb`` in 16 files);
+- ``merge_2_vs_1``: ``merge`` of ``--merge-shards`` synthetic shard caches (two storage objects of token ids,
+  one of offsets: three units, so 2 workers take at least one of each) on a 2-node cluster with a warm pool of
+  1 worker, then of 2, ``--rounds`` times: the median time of 2 over the median of 1;
+- ``nodes_2_vs_1``: the step's wall time on 2 one-CPU Ray nodes over 1 (``--join-mb`` in 16 files), medians of
+  ``--rounds`` builds each, in the order 2 1 1 2 (load that drifts falls on both alike); a node taken away
+  is seen dead by Ray before the next build (else that 1-node build tries to place workers on it);
 - ``join_to_first_shard_s``: the same build on 1 Ray node, a second node added once the first shard is
   committed: seconds from asking for the node to the first shard starting on it (``started`` in
-  ``logs/shards.jsonl``).
+  ``logs/shards.jsonl``). It runs first, on the fresh cluster: its first build's one-time costs would
+  otherwise fall on the 1-node builds alone and flatter ``nodes_2_vs_1``.
 
 ``--quick`` sizes everything to finish in minutes on 2 cores. A machine shared with other work makes every
 number noisy (wall times count waiting for a core); the ratios compare runs made one after the other.
@@ -43,6 +47,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -230,30 +235,40 @@ def merges(root: Path, caches: list[tuple[str, int, int]], tokenizer: Path, roun
 
 
 def ray_rows(root: Path, data: Path, tokenizer: Path, caches: list[Any], rounds: int) -> dict[str, Any]:
-    """One local Ray cluster: a build on 1 node, then on 2; then on 1 while a second joins; the merges."""
+    """One local Ray cluster: a build on 1 node while a second joins, ``rounds`` builds on 2 nodes and on 1
+    (2 1 1 2 ...), the merges."""
     from raycluster import node_env, start_cluster
 
     os.environ.update(node_env())  # this process is a driver of the cluster: Ray on 127.0.0.1, no auth
     import ray
 
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"one_node": [], "two_nodes": []}
     cluster = start_cluster(num_cpus=1, dashboard=False)
     extra = ("--backend", "ray", "--ray_address", cluster.address)
     try:
-        out["one_node"] = build(root / "ray-1", data, tokenizer, 0, 0, extra)
-        second = cluster.add_node({}, num_cpus=1, timeout=300)
-        out["two_nodes"] = build(root / "ray-2", data, tokenizer, 0, 0, extra)
-        cluster.remove_nodes([second])
         work = root / "ray-join"
         proc = start_build(work, data, tokenizer, 0, 0, list(extra))
         store = work / "out" / "tokenize_shards"
         while proc.poll() is None and not list(store.glob("*/*/.marinbuild_action.*")):
             time.sleep(0.1)
         asked = time.time()
-        joined = cluster.add_node({}, num_cpus=1, timeout=300)
+        second = cluster.add_node({}, num_cpus=1, timeout=300)
         out["join"] = finish_build(work, proc)
-        on_new = [s["started"] for s in out["join"]["lines"] if s["node"] == joined.node_id]
+        on_new = [s["started"] for s in out["join"]["lines"] if s["node"] == second.node_id]
         out["join"]["join_to_first_shard_s"] = min(on_new) - asked if on_new else None
+        for n in range(2 * rounds):
+            nodes = 2 if n % 4 in (0, 3) else 1
+            if nodes == 1 and second is not None:
+                cluster.remove_nodes([second])
+                while any(n["NodeID"] == second.node_id and n["Alive"] for n in ray.nodes()):
+                    time.sleep(0.2)  # until Ray knows: an actor it places on the dead node would cost the build
+                second = None
+            elif nodes == 2 and second is None:
+                second = cluster.add_node({}, num_cpus=1, timeout=300)
+            key = "two_nodes" if nodes == 2 else "one_node"
+            out[key].append(build(root / f"ray-{n}", data, tokenizer, 0, 0, extra))
+        if second is None:
+            cluster.add_node({}, num_cpus=1, timeout=300)
         out["merge"] = merges(root / "merge", caches, tokenizer, rounds)
     finally:
         if ray.is_initialized():
@@ -270,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--{name.replace('_', '-')}", type=float, default=None, help=f"default {full} ({quick} with --quick)"
         )
     parser.add_argument("--vocab", type=int, default=4096)
-    parser.add_argument("--rounds", type=int, default=None, help="merge rounds (1 and 2 workers, alternating)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of the merges and of the Ray builds")
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
@@ -324,8 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         "bookkeeping_share": max(costs[k]["bookkeeping_share"] for k in ("small_warm", "big_warm")),
         "fixed_s_per_shard_cold": max(costs[k]["fixed_s_per_shard"] for k in ("small", "big")),
         "bookkeeping_share_cold": max(costs[k]["bookkeeping_share"] for k in ("small", "big")),
-        "merge_2_vs_1": sorted(merge["2"])[len(merge["2"]) // 2] / sorted(merge["1"])[len(merge["1"]) // 2],
-        "nodes_2_vs_1": r["ray"]["two_nodes"]["step_seconds"] / r["ray"]["one_node"]["step_seconds"],
+        "merge_2_vs_1": median(merge["2"]) / median(merge["1"]),
+        "nodes_2_vs_1": median(b["step_seconds"] for b in r["ray"]["two_nodes"])
+        / median(b["step_seconds"] for b in r["ray"]["one_node"]),
         "join_to_first_shard_s": r["ray"]["join"]["join_to_first_shard_s"],
     }
     r["costs"] = costs
@@ -336,7 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         r["big"],
         r["small_warm"],
         r["big_warm"],
-        *(r["ray"][k] for k in ("one_node", "two_nodes", "join")),
+        *r["ray"]["one_node"],
+        *r["ray"]["two_nodes"],
+        r["ray"]["join"],
     ):
         b.pop("lines")
     text = render(r, args)
@@ -407,8 +425,8 @@ def render(r: dict[str, Any], args: argparse.Namespace) -> str:
         (f"{s['small_files']:g} small files, 2 processes, warm", r["small_warm"]),
         (f"one {s['big_mb']:g} MB file, 2 processes, cold", r["big"]),
         (f"one {s['big_mb']:g} MB file, 2 processes, warm", r["big_warm"]),
-        ("Ray, 1 node (1 CPU)", r["ray"]["one_node"]),
-        ("Ray, 2 nodes (1 CPU each)", r["ray"]["two_nodes"]),
+        *((f"Ray, 1 node (1 CPU), round {n + 1}", b) for n, b in enumerate(r["ray"]["one_node"])),
+        *((f"Ray, 2 nodes (1 CPU each), round {n + 1}", b) for n, b in enumerate(r["ray"]["two_nodes"])),
         ("Ray, 1 node, a second joins", r["ray"]["join"]),
     ]
     for name, b in builds:

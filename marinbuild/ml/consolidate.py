@@ -13,7 +13,8 @@ up to 1 GiB of offsets) plus a read batch.
 Resuming: ``<output>.merge/`` holds ``plan.json`` (the caches and metadata) and a marker per finished unit; a
 merge run again with the same plan copies only the units without one. Last, ``finish`` writes the ledger,
 whole, once, then the row count (``offsets[0]``, which makes the rows visible); then ``<output>.merge/`` goes.
-Only levanter's public API is used (``TreeStore``, ``CacheLedger``, ``LEDGER_FILE_NAME``).
+Only levanter's public API (``TreeStore``, ``CacheLedger``, ``LEDGER_FILE_NAME``, ``build_kvstore_spec``) and
+its cache layout (``input_ids/data``, ``input_ids/offsets``) are used.
 """
 
 from __future__ import annotations
@@ -125,31 +126,30 @@ def open_output(job: dict[str, Any]) -> dict[str, int]:
 
 
 def copy_unit(job: dict[str, Any]) -> dict[str, Any]:
-    """Write one unit (``plan_units``) in one transaction, then its marker; the bytes written."""
+    """Write one unit (``plan_units``) in one transaction, then its marker; the bytes written. Of the sources only
+    the array read is opened, all at once (``TreeStore.open`` opens both, one after the other)."""
     import tensorstore as ts
+    from levanter.tensorstore_serialization import build_kvstore_spec
 
-    dest = _store(job["output"], "a")
-    txn = ts.Transaction()
-    data = job["kind"] == "data"
-    target = (dest.data if data else dest.offsets).with_transaction(txn)
+    kind = job["kind"]  # "data" or "offsets": the JaggedArrayStore's arrays, and their folders in a cache
+    target = getattr(_store(job["output"], "a"), kind).with_transaction(txn := ts.Transaction())
     dtype = target.dtype.numpy_dtype  # a shard's token ids may be int64 (levanter's writer), the output's are int32
-    at = job["start"]
-    written = 0
-    for path, lo, hi, shift in job["sources"]:
-        source = _store(path, "r")
-        array, skip = (source.data, 0) if data else (source.offsets, 1)  # a cache's offsets[0] is its row count
-        for start in range(lo, hi, READ_BATCH):
-            end = min(start + READ_BATCH, hi)
-            part = (array[start + skip : end + skip].read().result() + shift).astype(dtype, copy=False)
-            target[at : at + end - start].write(part).result()
-            at += end - start
-            written += part.nbytes
+    kvstores = [build_kvstore_spec(f"{s[0].rstrip('/')}/input_ids/{kind}") for s in job["sources"]]
+    opening = [ts.open({"driver": "zarr3", "kvstore": kv}, open=True, read=True) for kv in kvstores]
+    at, skip = job["start"], int(kind == "offsets")  # a cache's offsets[0] is its row count
+    for source, (_, lo, hi, shift) in zip(opening, job["sources"], strict=True):
+        array = source.result()
+        for start in range(lo + skip, hi + skip, READ_BATCH):
+            part = array[start : min(start + READ_BATCH, hi + skip)].read().result()
+            part += shift  # in place (token ids: 0): no copy of the batch
+            target[at : at + len(part)].write(part.astype(dtype, copy=False)).result()
+            at += len(part)
     txn.commit_async().result()
     if at != job["end"]:
         raise RuntimeError(f"merge unit {job['id']} of {job['output']}: wrote up to {at}, expected {job['end']}")
     with fsspec.open(f"{job['state']}/{job['id']}", "w") as f:
         f.write("")
-    return {"id": job["id"], "bytes": written}
+    return {"id": job["id"], "bytes": (at - job["start"]) * dtype.itemsize}
 
 
 def finish(job: dict[str, Any]) -> dict[str, int]:
