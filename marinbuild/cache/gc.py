@@ -244,9 +244,7 @@ def _blocker(output_path: str, normalized: str, keep: set[str], stale_after: flo
         return f"damaged: {exc}"
     if record is not None and not record.is_stale(stale_after):
         return f"live lease held by {record.worker_id} (last heartbeat {format_age(record.age())} ago)"
-    if any(k.startswith(normalized + "/") for k in keep):
-        return "contains a kept output"
-    return None
+    return "contains a kept output" if any(k.startswith(normalized + "/") for k in keep) else None
 
 
 def used_steps(session: Any, labels: Iterable[Label]) -> set[Any]:
