@@ -134,6 +134,4 @@ def cap_memory(room: int) -> int | None:
     if used is not None and (cap == resource.RLIM_INFINITY or used + room < cap):
         cap = used + room
     resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    if used is None or cap == resource.RLIM_INFINITY:
-        return None
-    return used + (cap - used) // 2
+    return None if used is None or cap == resource.RLIM_INFINITY else used + (cap - used) // 2
