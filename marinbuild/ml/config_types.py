@@ -72,9 +72,7 @@ def expected(hint: Any, plural: bool = False) -> str:
         return "dicts" if plural else "a dict"
     words = {int: ("an int", "ints"), float: ("a number", "numbers"), str: ("a string", "strings")}
     words[bool] = ("True or False", "booleans")
-    if hint in words:
-        return words[hint][1 if plural else 0]
-    return getattr(hint, "__name__", str(hint))
+    return (words[hint][1 if plural else 0]) if hint in words else getattr(hint, "__name__", str(hint))
 
 
 def describe(value: Any) -> str:

@@ -239,9 +239,7 @@ config_attr = DataclassAttr  # an attribute holding a ``cls`` written as a dict 
 
 def from_dict(cls: type, value: Any) -> Any:
     """An instance of ``cls`` from its ``asdict`` form (what crosses into the training process)."""
-    if isinstance(value, cls):
-        return value
-    return cls(**thaw(dict(value)))
+    return value if isinstance(value, cls) else cls(**thaw(dict(value)))
 
 
 # -- conversion to levanter (imports levanter; call only inside the training/eval process) ----------
