@@ -113,12 +113,10 @@ def _resolve(value: Any) -> Any:
 def _import_rule(key: str, workspace: Path) -> RuleType:
     """Find a rule type from its key in a process that did not load the BUILD files (a remote worker)."""
     file_label, _, name = key.rpartition("%")
-    label = parse_label(file_label)
-    where = resolve_load(label, workspace)
+    where = resolve_load(parse_label(file_label), workspace)
     if where.trusted_root is None:
         raise LookupError(f"rule {name} from {file_label} is not in a rules/ module and cannot be imported here")
-    module = import_rules_module(where.path, where.trusted_root, where.module_parts, file_label)
-    rule = getattr(module, name)
+    rule = getattr(import_rules_module(where.path, where.trusted_root, where.module_parts, file_label), name)
     _RULES[key] = rule
     return rule
 
