@@ -277,8 +277,7 @@ def format_ls(entries: list[Entry]) -> str:
     for e in entries:
         age = format_age(e.age) if e.age is not None else "-"
         table.append((e.status or "-", format_size(e.size), age, e.name, e.output_path))
-    total = sum(e.size for e in entries)
-    return _columns(table) + f"{len(entries)} output(s), {format_size(total)}\n"
+    return _columns(table) + f"{len(entries)} output(s), {format_size(sum(e.size for e in entries))}\n"
 
 
 # -- clean -------------------------------------------------------------------------------------
@@ -296,8 +295,7 @@ def clean(workspace: Any) -> CleanResult:
     """Remove the workspace's ``.marinbuild/`` folder (``workspace``: a ``Workspace`` or its root), and nothing else:
     it holds only caches marinbuild can recompute (source file digests, build event logs). Outputs, leases,
     statuses and run infos are never touched."""
-    root = Path(getattr(workspace, "root", workspace))
-    folder = root / ".marinbuild"
+    folder = Path(getattr(workspace, "root", workspace)) / ".marinbuild"
     if not folder.is_dir():
         return CleanResult(str(folder), False)
     size, files = Store(str(folder)).usage(str(folder))

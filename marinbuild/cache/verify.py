@@ -316,8 +316,7 @@ def format_verify(report: VerifyReport) -> str:
     """One line per step (state, target or name, output path), then its problems, then a summary line."""
     lines = []
     for step in report.steps:
-        who = step.label or step.name or ""
-        lines.append(f"{step.state:<10} {who}  {step.output_path}".rstrip())
+        lines.append(f"{step.state:<10} {step.label or step.name or ''}  {step.output_path}".rstrip())
         if step.error and step.state != OK:
             lines.append(f"           {step.error}")
         lines.extend(f"           {message}" for message in step.metadata[1:])
