@@ -305,8 +305,7 @@ def cache_status_command(patterns: tuple[str, ...], prefix: str | None, output: 
     from marinbuild.cache.commands import cache_status, format_table
 
     session = _open_session(prefix=prefix)
-    labels = session.load(patterns)
-    rows = cache_status(session, labels)
+    rows = cache_status(session, session.load(patterns))
     click.echo(json.dumps([asdict(r) for r in rows], indent=2) if output == "json" else format_table(rows))
 
 
@@ -318,8 +317,7 @@ def cache_show_command(target_or_path: str, prefix: str | None, output: str) -> 
     """Info, status, lease, artifact and size of a target's outputs (or of an output path)."""
     from marinbuild.cache.commands import cache_show, format_show
 
-    session = _open_session(prefix=prefix)
-    shown = cache_show(session, target_or_path)
+    shown = cache_show(_open_session(prefix=prefix), target_or_path)
     click.echo(json.dumps(shown, indent=2, default=str) if output == "json" else format_show(shown))
 
 
@@ -330,8 +328,7 @@ def cache_ls_command(prefix: str | None, output: str) -> None:
     """Every step output under the prefix, with status, size and age."""
     from marinbuild.cache.commands import cache_ls, format_ls
 
-    session = _open_session(prefix=prefix)
-    entries = cache_ls(session.settings.prefix)
+    entries = cache_ls(_open_session(prefix=prefix).settings.prefix)
     click.echo(json.dumps([asdict(e) for e in entries], indent=2) if output == "json" else format_ls(entries))
 
 
