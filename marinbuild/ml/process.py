@@ -214,8 +214,7 @@ def _die_with_parent_only() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except Exception:
         return False
     return True

@@ -234,8 +234,7 @@ def _attempt(
     from ray.util.tpu import run_on_slice
 
     layout = host_layout(handle)
-    refs = run_on_slice(_host_task(), job.module, job.name, payload, layout, offline, tpu_slice=handle)
-    pending = list(refs)
+    pending = list(run_on_slice(_host_task(), job.module, job.name, payload, layout, offline, tpu_slice=handle))
     results: list[tuple[int, dict[str, Any]]] = []
     errors: list[BaseException] = []
     while pending and not errors:
