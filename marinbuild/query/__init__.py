@@ -36,5 +36,4 @@ __all__ = [
 def run_query(expr: str, universe: QueryUniverse, output: str = "label") -> str:
     """Parse, evaluate and format ``expr`` (checking ``output`` first, before any evaluation work)."""
     check_output(output)
-    query = parse(expr)
-    return format_result(evaluate(query, universe), universe, output)
+    return format_result(evaluate(parse(expr), universe), universe, output)
