@@ -198,12 +198,7 @@ def _newest_versions(entries: list[Entry], keep_last: int | None) -> set[str]:
 
 
 def _policy_keeps(
-    entry: Entry,
-    policy: Policy,
-    pins: dict[str, str],
-    path_pins: list[tuple[str, str]],
-    newest: set[str],
-    prefix: str,
+    entry: Entry, policy: Policy, pins: dict[str, str], path_pins: list[tuple[str, str]], newest: set[str], prefix: str
 ) -> str | None:
     """Why a policy keeps ``entry`` (None: none does)."""
     if entry.name in pins:
