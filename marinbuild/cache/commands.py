@@ -26,9 +26,7 @@ from marinbuild.store.records import read_artifact, read_info
 from marinbuild.store.status import DamagedFileError
 from marinbuild.store.traceback_file import existing_traceback
 
-STALE = "stale"
-INCOMPLETE = "incomplete"
-WAITING = "waiting"
+STALE, INCOMPLETE, WAITING = "stale", "incomplete", "waiting"
 
 
 # -- cache status ------------------------------------------------------------------------------
