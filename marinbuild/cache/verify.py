@@ -28,19 +28,13 @@ from marinbuild.store.lease_local import LocalFileLease
 from marinbuild.store.status import DamagedFileError
 
 # What verify found of one step: what the JSON report and the verify file say.
-OK = "ok"
-DAMAGED = "damaged"
-UNVERIFIED = "unverified"
-NOT_BUILT = "not built"
+OK, DAMAGED, UNVERIFIED, NOT_BUILT = "ok", "damaged", "unverified", "not built"
 
 REPORT_FILE = ".marinbuild_verify.json"
 
 
 # How one file differs from the manifest: what the JSON report says.
-MODIFIED = "modified"
-TRUNCATED = "truncated"
-DELETED = "deleted"
-ADDED = "added"
+MODIFIED, TRUNCATED, DELETED, ADDED = "modified", "truncated", "deleted", "added"
 
 
 @dataclass
