@@ -129,9 +129,7 @@ def target_row(label: str, states: list[StepState]) -> CacheRow:
 def format_table(rows: list[CacheRow]) -> str:
     table: list[tuple[str, str, str]] = [("TARGET", "STATE", "OUTPUT")]
     for row in rows:
-        state = row.state
-        if row.state == pb.RUNNING:
-            state = f"running ({row.holder}, {format_age(row.age)})"
+        state = f"running ({row.holder}, {format_age(row.age)})" if row.state == pb.RUNNING else row.state
         table.append((row.label, state, "" if len(row.steps) > 1 else (row.output_paths or ["-"])[0]))
         if len(row.steps) > 1:
             table.extend(("", f"  {s.state}", s.output_path) for s in row.steps)
