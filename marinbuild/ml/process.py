@@ -144,11 +144,9 @@ def _pump(stream: Any, log: Any, tail: deque[str], forward_all: bool) -> None:
 
 
 def _forward(line: str) -> None:
-    try:
+    with contextlib.suppress(ValueError, OSError):  # a closed or replaced stderr must not break the step
         sys.stderr.write(line)
         sys.stderr.flush()
-    except (ValueError, OSError):  # a closed or replaced stderr must not break the step
-        pass
 
 
 class _LogMirror:
