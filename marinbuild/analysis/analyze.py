@@ -85,14 +85,8 @@ def run_target(config: TargetConfig) -> Any:
     """The step function of every ordinary target: call its rule's implementation."""
     rule = _RULES.get(config.rule_key) or _import_rule(config.rule_key, Path(config.workspace))
     label = parse_label(config.label)
-    ctx = RuleContext(
-        label=config.label,
-        name=label.name,
-        package=label.package,
-        output_path=config.output_path,
-        attr=Struct(**{k: _resolve(v) for k, v in config.attrs.items()}),
-        workspace=Path(config.workspace),
-    )
+    attr = Struct(**{k: _resolve(v) for k, v in config.attrs.items()})
+    ctx = RuleContext(config.label, label.name, label.package, config.output_path, attr, Path(config.workspace))
     assert rule.implementation is not None
     return rule.implementation(ctx)
 
