@@ -19,18 +19,9 @@ from marinbuild.query.syntax import Query
 from marinbuild.query.universe import QueryUniverse
 
 __all__ = [
-    "FUNCTIONS",
-    "OUTPUT_FORMATS",
-    "STATES",
-    "Query",
-    "QueryError",
-    "QueryUniverse",
-    "check_output",
-    "evaluate",
-    "format_result",
-    "parse",
-    "run_query",
-]
+    "FUNCTIONS", "OUTPUT_FORMATS", "STATES", "Query", "QueryError", "QueryUniverse", "check_output", "evaluate",
+    "format_result", "parse", "run_query"
+]  # fmt: skip
 
 
 def run_query(expr: str, universe: QueryUniverse, output: str = "label") -> str:
