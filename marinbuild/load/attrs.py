@@ -56,14 +56,10 @@ def _to_label(value: Any, package: str) -> Label:
     else:
         raise AttrValueError(f"expected a label string, got {describe(value)}")
     if label.repo:
-        raise _repo_error(label)
+        raise AttrValueError(
+            f"label {str(label)!r} is in repository @{label.repo}: only load() may refer to other repositories"
+        )
     return label
-
-
-def _repo_error(label: Label) -> AttrValueError:
-    return AttrValueError(
-        f"label {str(label)!r} is in repository @{label.repo}: only load() may refer to other repositories"
-    )
 
 
 def _is_sequence(value: Any) -> bool:
