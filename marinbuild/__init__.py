@@ -24,5 +24,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    executor = importlib.import_module("marinbuild.executor")
-    return sorted({*globals(), *executor.__all__})
+    return sorted({*globals(), *importlib.import_module("marinbuild.executor").__all__})

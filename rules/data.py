@@ -52,8 +52,7 @@ def _raw_data_impl(ctx: RuleContext) -> dict[str, Any]:
         urls = [resolve_url(url) for url in urls]
     for output in ctx.attr.downloads:
         urls.extend(download_documents(output, ctx.attr.patterns))
-    documents = count_documents(files) if files and not urls else None
-    return write_manifest(ctx.output_path, files, urls, documents)
+    return write_manifest(ctx.output_path, files, urls, count_documents(files) if files and not urls else None)
 
 
 raw_data = rule(

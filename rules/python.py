@@ -105,8 +105,7 @@ def _python_step_analyze(actx: AnalysisContext) -> Any:
         )
     if not defined:
         raise actx.error(f"python_step: fn {spec!r}: {module_file} defines no top-level {function_name!r}")
-    code = {"fn": (module_file, actx.attr_value("code_in_key"))} if in_workspace else {}
-    return actx.target_step(code)
+    return actx.target_step({"fn": (module_file, actx.attr_value("code_in_key"))} if in_workspace else {})
 
 
 def _find_fn(

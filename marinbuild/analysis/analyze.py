@@ -85,14 +85,8 @@ def run_target(config: TargetConfig) -> Any:
     """The step function of every ordinary target: call its rule's implementation."""
     rule = _RULES.get(config.rule_key) or _import_rule(config.rule_key, Path(config.workspace))
     label = parse_label(config.label)
-    ctx = RuleContext(
-        label=config.label,
-        name=label.name,
-        package=label.package,
-        output_path=config.output_path,
-        attr=Struct(**{k: _resolve(v) for k, v in config.attrs.items()}),
-        workspace=Path(config.workspace),
-    )
+    attr = Struct(**{k: _resolve(v) for k, v in config.attrs.items()})
+    ctx = RuleContext(config.label, label.name, label.package, config.output_path, attr, Path(config.workspace))
     assert rule.implementation is not None
     return rule.implementation(ctx)
 
@@ -113,12 +107,10 @@ def _resolve(value: Any) -> Any:
 def _import_rule(key: str, workspace: Path) -> RuleType:
     """Find a rule type from its key in a process that did not load the BUILD files (a remote worker)."""
     file_label, _, name = key.rpartition("%")
-    label = parse_label(file_label)
-    where = resolve_load(label, workspace)
+    where = resolve_load(parse_label(file_label), workspace)
     if where.trusted_root is None:
         raise LookupError(f"rule {name} from {file_label} is not in a rules/ module and cannot be imported here")
-    module = import_rules_module(where.path, where.trusted_root, where.module_parts, file_label)
-    rule = getattr(module, name)
+    rule = getattr(import_rules_module(where.path, where.trusted_root, where.module_parts, file_label), name)
     _RULES[key] = rule
     return rule
 

@@ -26,9 +26,7 @@ from marinbuild.store.records import read_artifact, read_info
 from marinbuild.store.status import DamagedFileError
 from marinbuild.store.traceback_file import existing_traceback
 
-STALE = "stale"
-INCOMPLETE = "incomplete"
-WAITING = "waiting"
+STALE, INCOMPLETE, WAITING = "stale", "incomplete", "waiting"
 
 
 # -- cache status ------------------------------------------------------------------------------
@@ -131,9 +129,7 @@ def target_row(label: str, states: list[StepState]) -> CacheRow:
 def format_table(rows: list[CacheRow]) -> str:
     table: list[tuple[str, str, str]] = [("TARGET", "STATE", "OUTPUT")]
     for row in rows:
-        state = row.state
-        if row.state == pb.RUNNING:
-            state = f"running ({row.holder}, {format_age(row.age)})"
+        state = f"running ({row.holder}, {format_age(row.age)})" if row.state == pb.RUNNING else row.state
         table.append((row.label, state, "" if len(row.steps) > 1 else (row.output_paths or ["-"])[0]))
         if len(row.steps) > 1:
             table.extend(("", f"  {s.state}", s.output_path) for s in row.steps)
@@ -277,8 +273,7 @@ def format_ls(entries: list[Entry]) -> str:
     for e in entries:
         age = format_age(e.age) if e.age is not None else "-"
         table.append((e.status or "-", format_size(e.size), age, e.name, e.output_path))
-    total = sum(e.size for e in entries)
-    return _columns(table) + f"{len(entries)} output(s), {format_size(total)}\n"
+    return _columns(table) + f"{len(entries)} output(s), {format_size(sum(e.size for e in entries))}\n"
 
 
 # -- clean -------------------------------------------------------------------------------------
@@ -296,8 +291,7 @@ def clean(workspace: Any) -> CleanResult:
     """Remove the workspace's ``.marinbuild/`` folder (``workspace``: a ``Workspace`` or its root), and nothing else:
     it holds only caches marinbuild can recompute (source file digests, build event logs). Outputs, leases,
     statuses and run infos are never touched."""
-    root = Path(getattr(workspace, "root", workspace))
-    folder = root / ".marinbuild"
+    folder = Path(getattr(workspace, "root", workspace)) / ".marinbuild"
     if not folder.is_dir():
         return CleanResult(str(folder), False)
     size, files = Store(str(folder)).usage(str(folder))

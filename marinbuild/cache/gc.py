@@ -198,12 +198,7 @@ def _newest_versions(entries: list[Entry], keep_last: int | None) -> set[str]:
 
 
 def _policy_keeps(
-    entry: Entry,
-    policy: Policy,
-    pins: dict[str, str],
-    path_pins: list[tuple[str, str]],
-    newest: set[str],
-    prefix: str,
+    entry: Entry, policy: Policy, pins: dict[str, str], path_pins: list[tuple[str, str]], newest: set[str], prefix: str
 ) -> str | None:
     """Why a policy keeps ``entry`` (None: none does)."""
     if entry.name in pins:
@@ -244,9 +239,7 @@ def _blocker(output_path: str, normalized: str, keep: set[str], stale_after: flo
         return f"damaged: {exc}"
     if record is not None and not record.is_stale(stale_after):
         return f"live lease held by {record.worker_id} (last heartbeat {format_age(record.age())} ago)"
-    if any(k.startswith(normalized + "/") for k in keep):
-        return "contains a kept output"
-    return None
+    return "contains a kept output" if any(k.startswith(normalized + "/") for k in keep) else None
 
 
 def used_steps(session: Any, labels: Iterable[Label]) -> set[Any]:

@@ -57,11 +57,7 @@ def recorded_outputs(prefix: str) -> dict[str, Recorded]:
         inputs = [normalize(d) for d in info.get("dependencies") or [] if isinstance(d, str)]
         name = str(info["name"]) if isinstance(info.get("name"), str) else pb.step_name_of(folder, prefix)
         found[normalize(folder)] = Recorded(
-            folder,
-            name,
-            label if isinstance(label, str) else None,
-            rule if isinstance(rule, str) else None,
-            inputs,
+            folder, name, label if isinstance(label, str) else None, rule if isinstance(rule, str) else None, inputs
         )
     runs_folder = fs.join(prefix, RUN_INFO_FOLDER)
     names = sorted(n for n in Store(prefix).names(runs_folder) or [] if n.endswith(".json"))

@@ -26,12 +26,7 @@ RUN_INFO_FOLDER = "experiments"  # Marin's run infos are the files directly in i
 
 
 # One output path's state as the plan sees it, plus ``damaged``: what ``cache`` commands print.
-BUILT = "built"
-MISSING = "missing"
-FAILED = "failed"
-RUNNING = "running"
-ABANDONED = "abandoned"
-DAMAGED = "damaged"
+BUILT, MISSING, FAILED, RUNNING, ABANDONED, DAMAGED = "built", "missing", "failed", "running", "abandoned", "damaged"
 
 _HASH_SUFFIX = re.compile(r"-[0-9a-f]{6}\Z")
 T = TypeVar("T")

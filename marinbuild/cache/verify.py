@@ -28,19 +28,13 @@ from marinbuild.store.lease_local import LocalFileLease
 from marinbuild.store.status import DamagedFileError
 
 # What verify found of one step: what the JSON report and the verify file say.
-OK = "ok"
-DAMAGED = "damaged"
-UNVERIFIED = "unverified"
-NOT_BUILT = "not built"
+OK, DAMAGED, UNVERIFIED, NOT_BUILT = "ok", "damaged", "unverified", "not built"
 
 REPORT_FILE = ".marinbuild_verify.json"
 
 
 # How one file differs from the manifest: what the JSON report says.
-MODIFIED = "modified"
-TRUNCATED = "truncated"
-DELETED = "deleted"
-ADDED = "added"
+MODIFIED, TRUNCATED, DELETED, ADDED = "modified", "truncated", "deleted", "added"
 
 
 @dataclass
@@ -316,8 +310,7 @@ def format_verify(report: VerifyReport) -> str:
     """One line per step (state, target or name, output path), then its problems, then a summary line."""
     lines = []
     for step in report.steps:
-        who = step.label or step.name or ""
-        lines.append(f"{step.state:<10} {who}  {step.output_path}".rstrip())
+        lines.append(f"{step.state:<10} {step.label or step.name or ''}  {step.output_path}".rstrip())
         if step.error and step.state != OK:
             lines.append(f"           {step.error}")
         lines.extend(f"           {message}" for message in step.metadata[1:])

@@ -245,8 +245,7 @@ def _explain(session: Any, step: ExecutorStep, probe: pb.Probe, *, requested: bo
     e.previous_output_path = other.output_path
     # Compare like with like: the stored version is JSON, so encode the current one the same way
     # (dataclass, Path and enum values become what the info file holds).
-    current = json.loads(dumps_sorted(engine.versions[step]))
-    e.changes = version_changes(other.info["version"], current)
+    e.changes = version_changes(other.info["version"], json.loads(dumps_sorted(engine.versions[step])))
     if not e.changes:
         e.changes = ["(no difference in the recorded versions; the output path was chosen differently)"]
     return e

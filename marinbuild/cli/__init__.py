@@ -271,30 +271,23 @@ def why_command(patterns: tuple[str, ...], prefix: str | None, output: str) -> N
     """Say exactly why each target PATTERN... names would (re)run: never built, output deleted, failed before, or
     what changed. One label gives that target's steps; a pattern (//pkg:all, //pkg/..., -PATTERN subtracts) a
     section per matched target."""
-    from marinbuild.cache.why import (
-        format_why,
-        format_why_targets,
-        step_paths,
-        why_as_dict,
-        why_targets,
-        why_targets_as_dict,
-    )
+    from marinbuild.cache import why
 
     session = _open_session(prefix=prefix)
-    groups = why_targets(session, list(patterns))
+    groups = why.why_targets(session, list(patterns))
     if not groups:
         raise UsageProblem(f"no targets match {' '.join(patterns)}")
     if len(patterns) == 1 and parse_pattern(patterns[0], session.current_package()).kind == "label":
         (group,) = groups
         text = (
-            json.dumps(why_as_dict(group.target, group.steps), indent=2)
+            json.dumps(why.why_as_dict(group.target, group.steps), indent=2)
             if output == "json"
-            else format_why(group.steps)
+            else why.format_why(group.steps)
         )
     elif output == "json":
-        text = json.dumps(why_targets_as_dict(list(patterns), groups, step_paths(session)), indent=2)
+        text = json.dumps(why.why_targets_as_dict(list(patterns), groups, why.step_paths(session)), indent=2)
     else:
-        text = format_why_targets(groups)
+        text = why.format_why_targets(groups)
     click.echo(text)
 
 
@@ -312,8 +305,7 @@ def cache_status_command(patterns: tuple[str, ...], prefix: str | None, output: 
     from marinbuild.cache.commands import cache_status, format_table
 
     session = _open_session(prefix=prefix)
-    labels = session.load(patterns)
-    rows = cache_status(session, labels)
+    rows = cache_status(session, session.load(patterns))
     click.echo(json.dumps([asdict(r) for r in rows], indent=2) if output == "json" else format_table(rows))
 
 
@@ -325,8 +317,7 @@ def cache_show_command(target_or_path: str, prefix: str | None, output: str) -> 
     """Info, status, lease, artifact and size of a target's outputs (or of an output path)."""
     from marinbuild.cache.commands import cache_show, format_show
 
-    session = _open_session(prefix=prefix)
-    shown = cache_show(session, target_or_path)
+    shown = cache_show(_open_session(prefix=prefix), target_or_path)
     click.echo(json.dumps(shown, indent=2, default=str) if output == "json" else format_show(shown))
 
 
@@ -337,8 +328,7 @@ def cache_ls_command(prefix: str | None, output: str) -> None:
     """Every step output under the prefix, with status, size and age."""
     from marinbuild.cache.commands import cache_ls, format_ls
 
-    session = _open_session(prefix=prefix)
-    entries = cache_ls(session.settings.prefix)
+    entries = cache_ls(_open_session(prefix=prefix).settings.prefix)
     click.echo(json.dumps([asdict(e) for e in entries], indent=2) if output == "json" else format_ls(entries))
 
 
@@ -473,17 +463,10 @@ def clean_command() -> None:
 @click.argument("patterns", nargs=-1, shell_complete=_complete_labels)
 @click.option("--prefix", type=PREFIX, help="The prefix whose outputs are shown (default as for builds).")
 @click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=8000,
-    show_default=True,
-    help="The port to listen on (0: any free port).",
+    "--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port to listen on (0: a free one)."
 )
 @click.option(
-    "--host",
-    default="127.0.0.1",
-    show_default=True,
-    help="The address to listen on; anything but loopback is reachable from other machines.",
+    "--host", default="127.0.0.1", show_default=True, help="Address to listen on (not loopback: reachable by others)."
 )
 def serve_command(patterns: tuple[str, ...], prefix: str | None, port: int, host: str) -> None:
     """A read-only web view of PATTERN (default //...): the graph and each step's cache state, why, files and
@@ -636,10 +619,7 @@ def jobs_list_command(address: str | None, cluster: str | None, output: str) -> 
 
     client, resolved = _job_client(address, cluster)
     rows = jobs.list_jobs(client, resolved)
-    if output == "json":
-        click.echo(jobs_json(rows))
-    else:
-        print_jobs(rows, sys.stdout)
+    click.echo(jobs_json(rows)) if output == "json" else print_jobs(rows, sys.stdout)
 
 
 @jobs_group.command("status")
@@ -653,10 +633,7 @@ def jobs_status_command(job: str, address: str | None, cluster: str | None, outp
 
     client, resolved = _job_client(address, cluster)
     row = jobs.job_status(client, resolved, job)
-    if output == "json":
-        click.echo(jobs_json(row))
-    else:
-        print_job(row, sys.stdout)
+    click.echo(jobs_json(row)) if output == "json" else print_job(row, sys.stdout)
 
 
 @jobs_group.command("logs")
@@ -698,17 +675,8 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     from marinbuild.query import QueryError
     from marinbuild.run.ray_auth import RayAuthError
 
-    return (
-        BuildRequestError,
-        LabelError,
-        WorkspaceError,
-        QueryError,
-        SettingsError,
-        UsageProblem,
-        ClusterConfigError,
-        JobsError,
-        RayAuthError,
-    )
+    user = (BuildRequestError, LabelError, WorkspaceError, QueryError, SettingsError, UsageProblem)
+    return (*user, ClusterConfigError, JobsError, RayAuthError)
 
 
 def main(argv: list[str] | None = None) -> int:

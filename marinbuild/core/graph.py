@@ -41,5 +41,4 @@ class StepGraph:
                     used.add(i)
                     selected.append(step)
                     break
-        unused = [p for i, p in enumerate(patterns) if i not in used]
-        return selected, unused
+        return selected, [p for i, p in enumerate(patterns) if i not in used]

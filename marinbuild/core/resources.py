@@ -76,9 +76,7 @@ class TpuSlice:
         """The chip topology (``2x2x2`` for v4-16), None for v2/v3 (which ``ray.util.tpu`` does not reserve)."""
         if self.generation == "v5p" or (self.generation == "v4" and self.chips <= 1024):
             return _TOPOLOGY_3D.get(self.chips)
-        if self.generation in ("v5litepod", "v6e"):
-            return _TOPOLOGY_2D.get(self.chips)
-        return None
+        return _TOPOLOGY_2D.get(self.chips) if self.generation in ("v5litepod", "v6e") else None
 
     def shape(self, slices: int = 1) -> str:
         """What a step gets, in one phrase: ``TPU v4-2048: 1 slice x 256 hosts x 4 chips (1024 chips)``."""

@@ -41,26 +41,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "BUILD_FILE",
-    "Attr",
-    "BuildFileError",
-    "FrozenDict",
-    "FrozenValueError",
-    "LoadedWorkspace",
-    "Loader",
-    "Location",
-    "RuleType",
-    "StatCache",
-    "Struct",
-    "Target",
-    "Workspace",
-    "WorkspaceError",
-    "attr",
-    "find_workspace",
-    "hash_source_file",
-    "load_packages",
-    "load_patterns",
-    "load_workspace",
-    "marinbuild_rules_dir",
-    "rule",
-]
+    "BUILD_FILE", "Attr", "BuildFileError", "FrozenDict", "FrozenValueError", "LoadedWorkspace", "Loader", "Location",
+    "RuleType", "StatCache", "Struct", "Target", "Workspace", "WorkspaceError", "attr", "find_workspace",
+    "hash_source_file", "load_packages", "load_patterns", "load_workspace", "marinbuild_rules_dir", "rule"
+]  # fmt: skip

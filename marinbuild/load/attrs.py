@@ -33,7 +33,8 @@ class AttrValueError(ValueError):
         self.attr = attr
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
+    """``str 'fast'``: a value's type and (shortened) repr, as error messages show it."""
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
@@ -53,16 +54,12 @@ def _to_label(value: Any, package: str) -> Label:
         except LabelError as exc:
             raise AttrValueError(str(exc)) from None
     else:
-        raise AttrValueError(f"expected a label string, got {_describe(value)}")
+        raise AttrValueError(f"expected a label string, got {describe(value)}")
     if label.repo:
-        raise _repo_error(label)
+        raise AttrValueError(
+            f"label {str(label)!r} is in repository @{label.repo}: only load() may refer to other repositories"
+        )
     return label
-
-
-def _repo_error(label: Label) -> AttrValueError:
-    return AttrValueError(
-        f"label {str(label)!r} is in repository @{label.repo}: only load() may refer to other repositories"
-    )
 
 
 def _is_sequence(value: Any) -> bool:
@@ -141,7 +138,7 @@ class LabelListAttr(Attr):
 
     def convert(self, value: Any, package: str) -> tuple[Label, ...]:
         if not _is_sequence(value):
-            raise AttrValueError(f"expected a list of labels, got {_describe(value)}")
+            raise AttrValueError(f"expected a list of labels, got {describe(value)}")
         out = tuple([_to_label(x, package) for x in value])
         if len(set(out)) != len(out):
             seen: set[Label] = set()
@@ -200,7 +197,7 @@ class LabelKeyedDictAttr(Attr):
 
     def convert(self, value: Any, package: str) -> FrozenDict:
         if not _is_mapping(value):
-            raise AttrValueError(f"expected a dict from labels to values, got {_describe(value)}")
+            raise AttrValueError(f"expected a dict from labels to values, got {describe(value)}")
         out: dict[Label, Any] = {}
         for key, item in value.items():
             label = _to_label(key, package)
@@ -239,7 +236,7 @@ class CheckpointAttr(Attr):
         if isinstance(value, Checkpoint):
             return value
         if not _is_mapping(value) or set(value) != {"checkpoint", "step"}:
-            raise AttrValueError(f'expected checkpoint(":target", step = N), got {_describe(value)}')
+            raise AttrValueError(f'expected checkpoint(":target", step = N), got {describe(value)}')
         step = value["step"]
         if type(step) is not builtins.int or step < 0:
             raise AttrValueError(f"checkpoint(): step must be an int >= 0 (N of checkpoints/step-N), got {step!r}")
@@ -266,7 +263,7 @@ class StringAttr(Attr):
                 raise AttrValueError("takes no mirrored(...): it is not a path a step reads")
             return FrozenDict(value)
         if not isinstance(value, str):
-            raise AttrValueError(f"expected a string, got {_describe(value)}")
+            raise AttrValueError(f"expected a string, got {describe(value)}")
         if self.values is not None and value not in self.values:
             raise AttrValueError(f"{value!r} is not one of {', '.join(map(repr, self.values))}")
         return value
@@ -280,7 +277,7 @@ class IntAttr(Attr):
 
     def convert(self, value: Any, package: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise AttrValueError(f"expected an int, got {_describe(value)}")
+            raise AttrValueError(f"expected an int, got {describe(value)}")
         return value
 
     def empty(self) -> int:
@@ -292,7 +289,7 @@ class FloatAttr(Attr):
 
     def convert(self, value: Any, package: str) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise AttrValueError(f"expected a float (or int), got {_describe(value)}")
+            raise AttrValueError(f"expected a float (or int), got {describe(value)}")
         return float(value)
 
     def empty(self) -> float:
@@ -304,7 +301,7 @@ class BoolAttr(Attr):
 
     def convert(self, value: Any, package: str) -> bool:
         if not isinstance(value, bool):
-            raise AttrValueError(f"expected True or False, got {_describe(value)}")
+            raise AttrValueError(f"expected True or False, got {describe(value)}")
         return value
 
     def empty(self) -> bool:
@@ -325,10 +322,10 @@ def _json_like(value: Any, where: str) -> Any:
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                raise AttrValueError(f"{where}: dict keys must be strings, got {_describe(k)}")
+                raise AttrValueError(f"{where}: dict keys must be strings, got {describe(k)}")
             out[k] = v if type(v) in _SCALARS else _json_like(v, where)
         return FrozenDict(out)
-    raise AttrValueError(f"{where}: expected strings, numbers, booleans, None, lists or dicts; got {_describe(value)}")
+    raise AttrValueError(f"{where}: expected strings, numbers, booleans, None, lists or dicts; got {describe(value)}")
 
 
 class ListAttr(Attr):
@@ -342,7 +339,7 @@ class ListAttr(Attr):
 
     def convert(self, value: Any, package: str) -> tuple[Any, ...]:
         if not _is_sequence(value):
-            raise AttrValueError(f"expected a list, got {_describe(value)}")
+            raise AttrValueError(f"expected a list, got {describe(value)}")
         if self.of is None:
             if _SCALARS.issuperset(map(type, value)):
                 return tuple(value)
@@ -367,7 +364,7 @@ class DictAttr(Attr):
 
     def convert(self, value: Any, package: str) -> FrozenDict:
         if not _is_mapping(value):
-            raise AttrValueError(f"expected a dict, got {_describe(value)}")
+            raise AttrValueError(f"expected a dict, got {describe(value)}")
         if (
             self.value_attr is None
             and _STR.issuperset(map(type, value))
@@ -377,7 +374,7 @@ class DictAttr(Attr):
         out = {}
         for k, v in value.items():
             if type(k) is not str and not isinstance(k, str):
-                raise AttrValueError(f"dict keys must be strings, got {_describe(k)}")
+                raise AttrValueError(f"dict keys must be strings, got {describe(k)}")
             if self.value_attr is None:
                 out[k] = v if type(v) in _SCALARS else _json_like(v, f"value for key {k!r}")
             else:
@@ -463,7 +460,7 @@ class ConfigAttr(Attr):
             return value
         if _is_mapping(value):
             return _build_dataclass(self.cls, value, "config")
-        raise AttrValueError(f"expected a dict of {self.cls.__name__} fields (or an instance), got {_describe(value)}")
+        raise AttrValueError(f"expected a dict of {self.cls.__name__} fields (or an instance), got {describe(value)}")
 
 
 class attr:  # noqa: N801 - the Starlark-style namespace: attr.label(), attr.int(), ...

@@ -71,9 +71,4 @@ class WorkspaceError(Exception):
 def display_path(path: str | os.PathLike[str], root: Path | None) -> str:
     """``path`` relative to ``root`` when it lies inside it, else as given (always with '/')."""
     p = Path(path)
-    if root is not None:
-        try:
-            return p.relative_to(root).as_posix()
-        except ValueError:
-            pass
-    return p.as_posix()
+    return p.relative_to(root).as_posix() if root is not None and p.is_relative_to(root) else p.as_posix()

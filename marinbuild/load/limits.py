@@ -18,20 +18,10 @@ from typing import Any
 from marinbuild.load.errors import BuildFileError, Location
 
 __all__ = [
-    "DEFAULT_BUDGET_SECONDS",
-    "DEFAULT_MEMORY_BYTES",
-    "MAX_CALL_DEPTH",
-    "MAX_FILE_BYTES",
-    "MAX_NESTING",
-    "MEMORY_MESSAGE",
-    "STACK_BYTES",
-    "budget_seconds",
-    "cap_memory",
-    "check_source",
-    "memory_bytes",
-    "memory_used",
-    "time_message",
-]
+    "DEFAULT_BUDGET_SECONDS", "DEFAULT_MEMORY_BYTES", "MAX_CALL_DEPTH", "MAX_FILE_BYTES", "MAX_NESTING",
+    "MEMORY_MESSAGE", "STACK_BYTES", "budget_seconds", "cap_memory", "check_source", "memory_bytes", "memory_used",
+    "time_message"
+]  # fmt: skip
 
 MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_NESTING = 100_000
@@ -134,6 +124,4 @@ def cap_memory(room: int) -> int | None:
     if used is not None and (cap == resource.RLIM_INFINITY or used + room < cap):
         cap = used + room
     resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    if used is None or cap == resource.RLIM_INFINITY:
-        return None
-    return used + (cap - used) // 2
+    return None if used is None or cap == resource.RLIM_INFINITY else used + (cap - used) // 2

@@ -63,9 +63,7 @@ def source_path(root: str, display: str) -> str:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, LocatedLater):
         return str(exc)
-    if isinstance(exc, RecursionError):
-        return "value nested too deeply"
-    return f"{type(exc).__name__}: {exc}"
+    return "value nested too deeply" if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"
 
 
 def _reword(message: str) -> str:

@@ -54,9 +54,7 @@ class StatCache:
 
     def lookup(self, key: str, st: os.stat_result) -> str | None:
         entry = self.entries.get(key)
-        if entry is not None and entry[:3] == [st.st_size, st.st_mtime_ns, st.st_ino]:
-            return str(entry[3])
-        return None
+        return str(entry[3]) if entry is not None and entry[:3] == [st.st_size, st.st_mtime_ns, st.st_ino] else None
 
     def store(self, key: str, st: os.stat_result, digest: str) -> None:
         self.entries[key] = [st.st_size, st.st_mtime_ns, st.st_ino, digest]

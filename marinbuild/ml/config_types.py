@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from marinbuild.load.attrs import AttrValueError
+from marinbuild.load.attrs import AttrValueError, describe
 
 
 @cache
@@ -72,14 +72,4 @@ def expected(hint: Any, plural: bool = False) -> str:
         return "dicts" if plural else "a dict"
     words = {int: ("an int", "ints"), float: ("a number", "numbers"), str: ("a string", "strings")}
     words[bool] = ("True or False", "booleans")
-    if hint in words:
-        return words[hint][1 if plural else 0]
-    return getattr(hint, "__name__", str(hint))
-
-
-def describe(value: Any) -> str:
-    """``str 'fast'``: a value's type and (shortened) repr, as error messages show it."""
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{type(value).__name__} {text}"
+    return (words[hint][1 if plural else 0]) if hint in words else getattr(hint, "__name__", str(hint))

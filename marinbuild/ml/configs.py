@@ -182,11 +182,7 @@ class Trainer:
 
     def __post_init__(self) -> None:
         check_field_types(Trainer, _fields(self))
-        if self.num_train_steps <= 0:
-            raise ValueError(f"num_train_steps must be positive, got {self.num_train_steps!r}")
-        if self.checkpoint_every <= 0:
-            raise ValueError(f"checkpoint_every must be positive, got {self.checkpoint_every!r}")
-        for name in ("steps_per_eval", "steps_per_task_eval", "steps_per_hf_export"):
+        for name in "num_train_steps checkpoint_every steps_per_eval steps_per_task_eval steps_per_hf_export".split():
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive, got {value!r}")
@@ -239,9 +235,7 @@ config_attr = DataclassAttr  # an attribute holding a ``cls`` written as a dict 
 
 def from_dict(cls: type, value: Any) -> Any:
     """An instance of ``cls`` from its ``asdict`` form (what crosses into the training process)."""
-    if isinstance(value, cls):
-        return value
-    return cls(**thaw(dict(value)))
+    return value if isinstance(value, cls) else cls(**thaw(dict(value)))
 
 
 # -- conversion to levanter (imports levanter; call only inside the training/eval process) ----------

@@ -122,8 +122,7 @@ def _commit(tmp: str, dest: str) -> None:
     if store_fs.is_local(dest):
         os.replace(store_fs.local_path(tmp), store_fs.local_path(dest))
         return
-    fs = store_fs.filesystem_for(dest)
-    fs.mv(tmp, dest)
+    store_fs.filesystem_for(dest).mv(tmp, dest)
 
 
 def _discard(path: str) -> None:

@@ -29,8 +29,7 @@ def check_task_names(names: list[str], include_path: str | None) -> None:
     """Raise ``UnknownTaskError`` naming every task lm-eval cannot find (with close names, when any)."""
     from lm_eval.tasks import TaskManager
 
-    manager = TaskManager(include_path=include_path)
-    known = set(manager.all_tasks)
+    known = set(TaskManager(include_path=include_path).all_tasks)
     unknown = [name for name in names if name not in known]
     if not unknown:
         return

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from marinbuild.load.attrs import Attr, AttrValueError
-from marinbuild.ml.config_types import describe
+from marinbuild.load.attrs import Attr, AttrValueError, describe
 
 
 def _is_number(value: Any) -> bool:

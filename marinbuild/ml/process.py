@@ -144,11 +144,9 @@ def _pump(stream: Any, log: Any, tail: deque[str], forward_all: bool) -> None:
 
 
 def _forward(line: str) -> None:
-    try:
+    with contextlib.suppress(ValueError, OSError):  # a closed or replaced stderr must not break the step
         sys.stderr.write(line)
         sys.stderr.flush()
-    except (ValueError, OSError):  # a closed or replaced stderr must not break the step
-        pass
 
 
 class _LogMirror:
@@ -214,8 +212,7 @@ def _die_with_parent_only() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except Exception:
         return False
     return True

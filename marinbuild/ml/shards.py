@@ -156,9 +156,7 @@ def pieces_key(pieces: list[Piece], text_key: str, tokenizer_id: str, options: d
 
 def shard_label(pieces: list[Piece]) -> str:
     """A shard for people: its file, its range, or its first file and how many more."""
-    if len(pieces) == 1:
-        return pieces[0].label()
-    return f"{pieces[0].path} (+{len(pieces) - 1} more files)"
+    return pieces[0].label() if len(pieces) == 1 else f"{pieces[0].path} (+{len(pieces) - 1} more files)"
 
 
 def shard_dir(store: str, key: str) -> str:

@@ -35,9 +35,7 @@ SLICE_WAIT = 6 * 3600.0
 """The default wait for free slices: Ray's autoscaler can take hours to bring a large slice (back) up."""
 WAIT_REPORT = 60.0  # Seconds between progress reports while waiting for slices (at most; a third of a shorter wait).
 
-PREEMPTED = "preempted"
-FAILED = "failed"
-CANCELLED = "cancelled"
+PREEMPTED, FAILED, CANCELLED = "preempted", "failed", "cancelled"
 KILLED_BY = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT})  # from outside: a preemption
 
 
@@ -234,8 +232,7 @@ def _attempt(
     from ray.util.tpu import run_on_slice
 
     layout = host_layout(handle)
-    refs = run_on_slice(_host_task(), job.module, job.name, payload, layout, offline, tpu_slice=handle)
-    pending = list(refs)
+    pending = list(run_on_slice(_host_task(), job.module, job.name, payload, layout, offline, tpu_slice=handle))
     results: list[tuple[int, dict[str, Any]]] = []
     errors: list[BaseException] = []
     while pending and not errors:

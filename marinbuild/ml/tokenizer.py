@@ -16,9 +16,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-BOS = "<|begin_of_text|>"
-EOS = "<|end_of_text|>"
-PAD = "<|pad|>"
+BOS, EOS, PAD = "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"
 
 
 def train_bpe_tokenizer(

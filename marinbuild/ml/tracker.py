@@ -41,9 +41,7 @@ def _scalar(value: Any) -> float | int | None:
         return int(value)
     if isinstance(value, int):
         return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    return None
+    return value if isinstance(value, float) and math.isfinite(value) else None
 
 
 def _scalars(metrics: Mapping[str, Any], keep: Any = lambda key: True) -> dict[str, Any]:

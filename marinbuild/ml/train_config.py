@@ -209,6 +209,4 @@ def latest_checkpoint(checkpoint_dir: str) -> tuple[str | None, int]:
         candidates = discover_checkpoint_candidates(checkpoint_dir)
     except FileNotFoundError:
         return None, 0
-    if not candidates:
-        return None, 0
-    return candidates[-1].path, int(candidates[-1].step)
+    return (candidates[-1].path, int(candidates[-1].step)) if candidates else (None, 0)

@@ -19,22 +19,12 @@ from marinbuild.query.syntax import Query
 from marinbuild.query.universe import QueryUniverse
 
 __all__ = [
-    "FUNCTIONS",
-    "OUTPUT_FORMATS",
-    "STATES",
-    "Query",
-    "QueryError",
-    "QueryUniverse",
-    "check_output",
-    "evaluate",
-    "format_result",
-    "parse",
-    "run_query",
-]
+    "FUNCTIONS", "OUTPUT_FORMATS", "STATES", "Query", "QueryError", "QueryUniverse", "check_output", "evaluate",
+    "format_result", "parse", "run_query"
+]  # fmt: skip
 
 
 def run_query(expr: str, universe: QueryUniverse, output: str = "label") -> str:
     """Parse, evaluate and format ``expr`` (checking ``output`` first, before any evaluation work)."""
     check_output(output)
-    query = parse(expr)
-    return format_result(evaluate(query, universe), universe, output)
+    return format_result(evaluate(parse(expr), universe), universe, output)

@@ -18,20 +18,14 @@ class QueryError(Exception):
 
     @property
     def line(self) -> int | None:
-        if self.position is None:
-            return None
-        return self.source.count("\n", 0, self.position) + 1
+        return None if self.position is None else self.source.count("\n", 0, self.position) + 1
 
     @property
     def column(self) -> int | None:
-        if self.position is None:
-            return None
-        return self.position - (self.source.rfind("\n", 0, self.position) + 1) + 1
+        return None if self.position is None else self.position - (self.source.rfind("\n", 0, self.position) + 1) + 1
 
     def __str__(self) -> str:
-        if self.position is None:
-            return f"query: {self.message}"
-        return f"query:{self.line}:{self.column}: {self.message}"
+        return f"query: {self.message}" if self.position is None else f"query:{self.line}:{self.column}: {self.message}"
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -50,8 +50,7 @@ class _Evaluator:
         if isinstance(node, Var):
             return env[node.name]
         if isinstance(node, Let):
-            value = self.eval(node.value, env)
-            return self.eval(node.body, {**env, node.name: value})
+            return self.eval(node.body, {**env, node.name: self.eval(node.value, env)})
         if isinstance(node, BinOp):
             return self.binop(node, env)
         if isinstance(node, SetOf):
@@ -106,8 +105,7 @@ class _Evaluator:
         labels = self.expr_arg(node, 0, env)
         if not labels:
             raise self.error("some(): argument set is empty", node.pos)
-        count = self.opt_int(node, 1) or 1
-        return frozenset(self.universe.order(labels)[:count])
+        return frozenset(self.universe.order(labels)[: self.opt_int(node, 1) or 1])
 
     def fn_kind(self, node: Call, env: Mapping[str, Labels]) -> Labels:
         pattern = node.args[0]

@@ -65,9 +65,7 @@ class _Parser:
     def operator(tok: Token) -> str | None:
         if tok.kind in _OP_TOKENS:
             return _OP_TOKENS[tok.kind]
-        if tok.kind is Tok.WORD and not tok.quoted and tok.text in OPERATORS:
-            return OPERATORS[tok.text]
-        return None
+        return OPERATORS[tok.text] if tok.kind is Tok.WORD and not tok.quoted and tok.text in OPERATORS else None
 
     def parse(self) -> Query:
         if self.peek().kind is Tok.EOF:

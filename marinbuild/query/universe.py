@@ -51,5 +51,4 @@ class QueryUniverse:
         if self._rank is None:
             self._rank = topological_rank(self.graph)
         rank = self._rank
-        missing = len(rank)
-        return sorted(set(labels), key=lambda label: (rank.get(label, missing), label))
+        return sorted(set(labels), key=lambda label: (rank.get(label, len(rank)), label))

@@ -51,9 +51,7 @@ def label_strings(value: Any) -> list[str]:
         value = [*value.keys(), *value.values()]
     if isinstance(value, (set, frozenset)):
         return sorted(v for v in value if isinstance(v, str))
-    if isinstance(value, (list, tuple)):
-        return [v for v in value if isinstance(v, str)]
-    return []
+    return [v for v in value if isinstance(v, str)] if isinstance(value, (list, tuple)) else []
 
 
 def resolve_label(ref: str, owner: str) -> str:

@@ -30,6 +30,4 @@ def shown_state(state: str, status: str | None) -> str:
     """The pages' state word: cache status's, a dependency failure told apart, ``damaged: <why>`` as ``damaged``."""
     if state == pb.FAILED and status == STATUS_DEP_FAILED:
         return "dep_failed"
-    if state.startswith("damaged"):
-        return "damaged"
-    return state
+    return "damaged" if state.startswith("damaged") else state

@@ -48,8 +48,7 @@ def read_text(prefix: str, relative: str) -> str:
     if "://" in path:
         return _read_remote(path, relative)
     try:
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(path, flags)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
         raise Refused(404, f"no file {relative!r} under the prefix") from None
     except IsADirectoryError:

@@ -64,8 +64,7 @@ class ViewModel:
             analysis = session.analysis
             named = reversed(analysis.steps_of.items())  # each step's first target
             label_of = {engine.canonicalize(step): str(label) for label, steps in named for step in steps}
-            rows = cache_status(session, list(analysis.steps_of))
-            states = {s.output_path: s for row in rows for s in row.steps}
+            states = {s.output_path: s for row in cache_status(session, list(analysis.steps_of)) for s in row.steps}
             table = engine.table
             steps = list(dict.fromkeys(engine.canonicalize(s) for s in engine.steps))
             durations = history.durations(self.cache_dir, self.prefix)
@@ -122,8 +121,7 @@ class ViewModel:
                 (row,) = cache_status(session, [label])
                 state = next(s for s in row.steps if s.output_path == output_path)
                 shown["state"], shown["status"] = state.state, state.status
-                explanations = [e for e in why(session, label) if e.output_path == output_path]
-                why_text = format_why(explanations)
+                why_text = format_why([e for e in why(session, label) if e.output_path == output_path])
         if step is None and not shown["exists"]:
             return None
         info = current or (shown.get("info") if isinstance(shown.get("info"), dict) else {})

@@ -28,6 +28,4 @@ def describe_error(step: str | None, error: BaseException | None) -> str:
 
 def error_text(error: BaseException | None) -> str | None:
     """The full error as machine formats record it: ``Type: message``, or None."""
-    if error is None:
-        return None
-    return f"{type(error).__name__}: {error}"
+    return None if error is None else f"{type(error).__name__}: {error}"

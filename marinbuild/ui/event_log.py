@@ -136,9 +136,7 @@ class RunLog:
 def list_logs(folder: str | os.PathLike[str]) -> list[Path]:
     """The event logs under ``folder``, newest first (their names sort by time)."""
     folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    return sorted(folder.glob("*.jsonl"), reverse=True)
+    return sorted(folder.glob("*.jsonl"), reverse=True) if folder.is_dir() else []
 
 
 def logs_for(cache_dir: str | os.PathLike[str], prefix: str) -> list[RunLog]:

@@ -63,7 +63,6 @@ def _when(seconds: float | None) -> str:
 def _run_time(row: JobRow) -> str:
     if not row.start_time:
         return "-"
-    end = row.end_time or datetime.now(UTC).timestamp()
-    total = max(0, int(end - row.start_time))
+    total = max(0, int((row.end_time or datetime.now(UTC).timestamp()) - row.start_time))
     hours, rest = divmod(total, 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"

@@ -57,11 +57,7 @@ class ProgressDisplay:
     """On ``console_file`` (stderr); ``is_tty`` None: its ``isatty()``; ``console``: a ``rich`` Console to draw on."""
 
     def __init__(
-        self,
-        console_file: TextIO | None = None,
-        is_tty: bool | None = None,
-        *,
-        console: Console | None = None,
+        self, console_file: TextIO | None = None, is_tty: bool | None = None, *, console: Console | None = None
     ):
         self.file: TextIO = console_file if console_file is not None else sys.stderr
         if is_tty is None:
