@@ -26,10 +26,12 @@ which a loaded machine disturbs less than wall time, and the CPU time of the loc
 instance's processes (raylet, GCS server, workers: the children of this process alive at the
 end of the round, or started during it), where the Ray backend's tasks write a step's files.
 
-Everything is written under ``--dir`` (default: the system's temporary folder). On this
-project's VM a file created on its ext4 ``/tmp`` costs 0.1-1 ms of kernel time, on
-``/dev/shm`` (tmpfs) a few microseconds: a step writes five files (lease, status, info,
-action record, artifact) besides its output, a plain task only its output.
+Everything is written under ``--dir`` (default: the system's temporary folder), each row into a folder of
+its own, and deleted only after the last round: creating files right after a large delete costs several
+times more kernel time (``bench/fs_bench.py``), which would fall on the rows that create the most. On this
+project's VM a file created on its ext4 ``/tmp`` costs 30-200 microseconds of kernel time, on
+``/dev/shm`` (tmpfs) a few microseconds: a step makes ten (its folder, lease, ``RUNNING``, info, compute
+record, action record, artifact, ``SUCCESS``, code record, output), a plain task two (folder, output).
 
 The bar (``BAR``): marinbuild's CPU per step (this process and Ray's processes) within 2.5x of
 plain Ray's (seconds without psutil). Per-step overhead is (marinbuild - plain ray) / N in seconds:
