@@ -264,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         text = f"`{command}`: {n} trivial steps, {args.rounds} round(s), medians, {cpus} CPUs:\n\n" + "\n".join(table)
         write_section(args.doc, "ray_bench", text + "\n\n" + bar + "\n")
     print("Rounds (s): " + "; ".join(f"{k} " + ", ".join(f"{x:.2f}" for x in v) for k, v in runs.items()))
+    if measured_ray:  # each round's pair, taken seconds apart: how much the machine's state moved the ratio
+        pairs = zip(cpu["total"], ray_cpu["total"], cpu["plain"], ray_cpu["plain"], strict=True)
+        print("CPU ratio by round: " + ", ".join(f"{(a + b) / (c + d):.2f}x" for a, b, c, d in pairs))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
