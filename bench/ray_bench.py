@@ -28,7 +28,8 @@ end of the round, or started during it), where the Ray backend's tasks write a s
 
 Everything is written under ``--dir`` (default: the system's temporary folder), each row into a folder of
 its own, and deleted only after the last round: creating files right after a large delete costs several
-times more kernel time (``bench/fs_bench.py``), which would fall on the rows that create the most. On this
+times more kernel time (``bench/fs_bench.py``), which would fall on the rows that create the most (a run
+started right after another pays for that one's delete: leave the disk a few minutes). On this
 project's VM a file created on its ext4 ``/tmp`` costs 30-200 microseconds of kernel time, on
 ``/dev/shm`` (tmpfs) a few microseconds: a step makes ten (its folder, lease, ``RUNNING``, info, compute
 record, action record, artifact, ``SUCCESS``, code record, output), a plain task two (folder, output).
