@@ -26,10 +26,13 @@ which a loaded machine disturbs less than wall time, and the CPU time of the loc
 instance's processes (raylet, GCS server, workers: the children of this process alive at the
 end of the round, or started during it), where the Ray backend's tasks write a step's files.
 
-Everything is written under ``--dir`` (default: the system's temporary folder). On this
-project's VM a file created on its ext4 ``/tmp`` costs 0.1-1 ms of kernel time, on
-``/dev/shm`` (tmpfs) a few microseconds: a step writes five files (lease, status, info,
-action record, artifact) besides its output, a plain task only its output.
+Everything is written under ``--dir`` (default: the system's temporary folder), each row into a folder of
+its own, and deleted only after the last round: creating files right after a large delete costs several
+times more kernel time (``bench/fs_bench.py``), which would fall on the rows that create the most (a run
+started right after another pays for that one's delete: leave the disk a few minutes). On this
+project's VM a file created on its ext4 ``/tmp`` costs 30-200 microseconds of kernel time, on
+``/dev/shm`` (tmpfs) a few microseconds: a step makes ten (its folder, lease, ``RUNNING``, info, compute
+record, action record, artifact, ``SUCCESS``, code record, output), a plain task two (folder, output).
 
 The bar (``BAR``): marinbuild's CPU per step (this process and Ray's processes) within 2.5x of
 plain Ray's (seconds without psutil). Per-step overhead is (marinbuild - plain ray) / N in seconds:
@@ -262,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         text = f"`{command}`: {n} trivial steps, {args.rounds} round(s), medians, {cpus} CPUs:\n\n" + "\n".join(table)
         write_section(args.doc, "ray_bench", text + "\n\n" + bar + "\n")
     print("Rounds (s): " + "; ".join(f"{k} " + ", ".join(f"{x:.2f}" for x in v) for k, v in runs.items()))
+    if measured_ray:  # each round's pair, taken seconds apart: how much the machine's state moved the ratio
+        pairs = zip(cpu["total"], ray_cpu["total"], cpu["plain"], ray_cpu["plain"], strict=True)
+        print("CPU ratio by round: " + ", ".join(f"{(a + b) / (c + d):.2f}x" for a, b, c, d in pairs))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
