@@ -87,24 +87,25 @@ def test_without_an_idle_timeout_workers_die_with_their_step(tmp_path, tokenizer
 
 
 def test_a_build_killed_mid_shard_takes_its_warm_workers_with_it(tmp_path, tokenizer, warm_env):
-    """The build is SIGKILLed while both workers are mid-shard: they exit (never finishing a shard for nobody,
-    never serving the next build half-done); the next build makes the same tokens as levanter's builder."""
-    ws = _workspace(tmp_path, tokenizer, warm_env, files=0)
-    texts = stories()
-    files = [
-        write_docs(ws.data / f"part-{i}.jsonl.gz", [f"{t} ({i}, {k})" for k in range(4) for t in texts]) for i in (0, 1)
-    ]
+    """The build is SIGKILLed while both its workers, claimed warm (so both start their shard at once), are
+    mid-shard: they exit (never finishing a shard for nobody, never serving the next build half-done); the next
+    build makes the same tokens as levanter's builder."""
+    ws = _workspace(tmp_path, tokenizer, warm_env)
     ws.set_build(workers=2)
-    docs = subprocess.run(ws.command("//pipe:docs"), cwd=ws.root, env=ws.env(), capture_output=True, text=True)
-    assert docs.returncode == 0, docs.stderr
+    assert len({pid for pid, _ in _built(ws)}) == 2
+    workers = pool_workers(warm_env["XDG_RUNTIME_DIR"])
+    texts = stories()
+    for i in (2, 3):
+        write_docs(ws.data / f"part-{i}.jsonl.gz", [f"{t} ({i}, {k})" for k in range(4) for t in texts])
+    before = set(ws.shard_store.glob("*/*/cache-*"))
     proc = subprocess.Popen(ws.command("//pipe:tok"), cwd=ws.root, env=ws.env(), stderr=subprocess.DEVNULL)
-    while proc.poll() is None and len(list(ws.shard_store.glob("*/*/cache-*"))) < 2:
+    while proc.poll() is None and len(set(ws.shard_store.glob("*/*/cache-*")) - before) < 2:
         time.sleep(0.05)
-    workers = pool_workers("", parent=proc.pid)
     assert len(workers) == 2 and proc.poll() is None, workers
     proc.kill()
     proc.communicate()
     assert all(_exits(pid, timeout=30) for pid in workers)
-    served = set(_built(ws)) - {(pid, 1) for pid in workers}  # the log is appended to: the killed attempt's too
-    assert len(served) == 2 and not {pid for pid, _ in served} & set(workers), served
-    assert token_rows(ws.output() / "train") == reference_rows([str(f) for f in files], tokenizer, tmp_path / "ref")
+    served = {(pid, n) for pid, n in _built(ws) if pid not in workers}  # the log has the killed attempt's too
+    assert len(served) == 2 and all(n == 1 for _, n in served), served
+    files = sorted(str(f) for f in ws.data.glob("part-*.jsonl.gz"))
+    assert token_rows(ws.output() / "train") == reference_rows(files, tokenizer, tmp_path / "ref")
