@@ -11,13 +11,15 @@ run. The issue's bars, under ``bars`` in ``--json`` and in the first table:
   build);
 - ``fixed_s_per_shard`` and ``bookkeeping_share``: of ``--small-files`` small files (one shard) and of one large
   file cut into shards of ``--big-shard-mb``, on 2 local processes: the step's wall time minus the raw tokenizer's
-  wall time for the same text over the processes in use, per shard and as a share of the wall time (the worse of the
-  two builds; each the median of ``--rounds`` warm builds, the raw tokenizer's wall time the median of its runs, one
-  before each build). Everything is in it: starting or claiming the workers, hashing the inputs, the merge. Each
-  build runs cold (a fresh workspace: no warm worker of its key, each imports levanter) then warm (the same
-  workspace again, from a fresh prefix: it claims the cold build's idle workers, ``marinbuild.ml.local_workers``).
-  The bars read the warm builds, the issue's reading (long-lived workers fed shard after shard, a tokenize step
-  after another); ``fixed_s_per_shard_cold`` and ``bookkeeping_share_cold`` are the cold builds';
+  wall time for the same text split over as many processes as the step uses (one per shard, at most 2), run at once,
+  each pinned to a core (two processes on this machine's 2 cores run slower each than one alone), per shard and as a
+  share of the wall time (the worse of the two builds; each the median of ``--rounds`` warm builds, the raw
+  tokenizer's wall time the median of its runs, one before each build). Everything is in it: starting or claiming
+  the workers, hashing the inputs, the merge. Each build runs cold (a fresh workspace: no warm worker of its key,
+  each imports levanter) then warm (the same workspace again, from a fresh prefix: it claims the cold build's idle
+  workers, ``marinbuild.ml.local_workers``). The bars read the warm builds, the issue's reading (long-lived workers
+  fed shard after shard, a tokenize step after another); ``fixed_s_per_shard_cold`` and ``bookkeeping_share_cold``
+  are the cold builds';
 - ``merge_2_vs_1``: ``merge`` of ``--merge-shards`` synthetic shard caches (two storage objects of token ids, one of
   offsets: three units, so 2 workers take at least one of each) on a 2-node cluster with a warm pool of 1 worker,
   then of 2, ``--rounds`` times: the median time of 2 over the median of 1;
@@ -72,11 +74,12 @@ tokenize(name = "tok", train = [":docs"], tokenizer_name = "{tokenizer}", worker
 
 RAW = """
 import json, os, sys, time
-os.sched_setaffinity(0, {0})
+part, parts = int(sys.argv[2]), int(sys.argv[3])
+os.sched_setaffinity(0, {part % os.cpu_count()})
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 from tokenizers import Tokenizer
 tok = Tokenizer.from_file(sys.argv[1])
-texts = [json.loads(line)["text"] for path in sys.argv[2:] for line in open(path)]
+texts = [json.loads(line)["text"] for path in sys.argv[4:] for line in open(path)][part::parts]
 start, cpu = time.perf_counter(), time.process_time()
 tokens = 0
 for i in range(0, len(texts), 1024):
@@ -121,14 +124,25 @@ def write_corpus(folder: Path, files: int, bytes_per_file: int, seed: int) -> li
     return paths
 
 
-def raw_rate(tokenizer: Path, paths: list[Path]) -> dict[str, float]:
-    proc = subprocess.run(
-        [sys.executable, "-c", RAW, str(tokenizer / "tokenizer.json"), *map(str, paths)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(proc.stdout)
+def raw_rate(tokenizer: Path, paths: list[Path], processes: int = 1) -> dict[str, float]:
+    """The raw tokenizer on the documents of ``paths``, split over ``processes`` processes run at once, each pinned
+    to a core of its own: tokens and CPU seconds in all, the wall time of the slowest."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RAW, str(tokenizer / "tokenizer.json"), str(k), str(processes), *map(str, paths)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(processes)
+    ]
+    runs = [json.loads(proc.communicate()[0]) for proc in procs]
+    if any(proc.returncode for proc in procs):
+        raise RuntimeError("the raw tokenizer failed")
+    return {
+        "tokens": sum(x["tokens"] for x in runs),
+        "seconds": max(x["seconds"] for x in runs),
+        "cpu_seconds": sum(x["cpu_seconds"] for x in runs),
+    }
 
 
 RUNTIME = [tempfile.gettempdir()]
@@ -197,8 +211,8 @@ def rate(b: dict[str, Any], raw: dict[str, float]) -> float:
     return b["tokens"] / b["shard_cpu_seconds"] / (raw["tokens"] / raw["cpu_seconds"])
 
 
-def fixed_costs(b: dict[str, Any], raw: dict[str, float], workers: int) -> dict[str, float]:
-    fixed = b["step_seconds"] - raw["seconds"] / min(workers, b["shards"])
+def fixed_costs(b: dict[str, Any], raw: dict[str, float]) -> dict[str, float]:
+    fixed = b["step_seconds"] - raw["seconds"]
     return {"fixed_s": fixed, "fixed_s_per_shard": fixed / b["shards"], "bookkeeping_share": fixed / b["step_seconds"]}
 
 
@@ -348,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         data, work, warm, raw_runs = root / name, root / f"{name}-build", [], []
         r[name] = build(work, data, tokenizer, 2, shard_bytes)
         for _ in range(rounds):  # the same workspace again: its warm workers; the raw tokenizer before each
-            raw_runs.append(raw_rate(tokenizer, sorted(data.glob("*.jsonl"))))
+            raw_runs.append(raw_rate(tokenizer, sorted(data.glob("*.jsonl")), min(2, r[name]["shards"])))
             warm.append(build(work, data, tokenizer, 2, shard_bytes))
         r[f"raw_{name}"] = {k: median(x[k] for x in raw_runs) for k in raw_runs[0]}
         r[f"{name}_warm"], r[f"{name}_warm_rounds"] = median_build(warm), [b["step_seconds"] for b in warm]
@@ -357,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     r["seconds"] = time.perf_counter() - began
 
     raw_cpu_rate = r["raw"]["tokens"] / r["raw"]["cpu_seconds"]
-    costs = {k: fixed_costs(r[k], r[f"raw_{k.split('_')[0]}"], 2) for k in ("small", "big", "small_warm", "big_warm")}
+    costs = {k: fixed_costs(r[k], r[f"raw_{k.split('_')[0]}"]) for k in ("small", "big", "small_warm", "big_warm")}
     merge = r["ray"]["merge"]
     r["bars"] = {
         "rate_vs_raw": median(r["rate_rounds"]),
