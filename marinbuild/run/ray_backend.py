@@ -58,11 +58,10 @@ MIN_LAUNCH_WINDOW = 64
 LAUNCH_WINDOW_PER_CPU = 4
 """Tasks of one resource shape launched or being prepared at once: 4 per CPU of the cluster, at least 64. Several
 times what can run, and a bound on the leases held for tasks that wait for a worker."""
-WINDOW_REFRESH = 60.0
-"""Seconds between reads of the cluster's resources (an autoscaler grows it)."""
+WINDOW_REFRESH = 60.0  # seconds between reads of the cluster's resources (an autoscaler grows it)
 LEASE_THREADS = 8
-"""Threads for lease work that waits: a lease held by another runner, and leases on an object store (a request
-per operation). Started the first time one is needed; local leases are taken and released on the loop's thread."""
+"""Threads for lease work that waits (another runner's lease; a lease on an object store, a request per operation),
+started when first needed; local leases are taken and released on the loop's thread."""
 
 
 class StepLostError(RuntimeError):
@@ -78,35 +77,22 @@ class StepImportError(RuntimeError):
 class _Shape:
     """The tasks of one step function, resources and extras: what they ask for, and their remote."""
 
-    fn: Any
+    fn: Any  # ``fn`` and ``resources`` are kept: the cache is keyed on their ids
     resources: Any
-    """``fn`` and ``resources`` are kept: the cache is keyed on their ids."""
-    key: Hashable
-    """What the launch window counts tasks by: what they ask of the cluster."""
-    remote: Any
-    """The remote of a step's task (options applied)."""
+    key: Hashable  # what the launch window counts tasks by: what they ask of the cluster
+    remote: Any  # the remote of a step's task (options applied)
 
 
 @dataclass
 class _Launch:
-    """A prepared step (its lease held) and what its task needs."""
+    """A prepared step (its lease held) and what its task needs; once launched, its task."""
 
     job: StepJob
     done: Completion
-    key: Hashable
-    """Its shape's window key."""
-    shape: _Shape | None
-    """None: a job whose call is not a ``StepCall`` (``run_call``)."""
+    key: Hashable  # its shape's window key
+    shape: _Shape | None  # None: a job whose call is not a ``StepCall`` (``run_call``)
     payload: bytes
-
-
-@dataclass
-class _Task:
-    """A launched Ray task: one step."""
-
-    item: _Launch
-    ref: Any
-    key: Hashable
+    ref: Any = None  # the launched task's result
 
 
 @dataclass(frozen=True)
@@ -114,12 +100,10 @@ class _Verdict:
     """How one step's task ended, as the driver reads it, before it finishes the step accordingly."""
 
     kind: str
-    """``ran``, ``engine`` (marinbuild's own error in the task: ``error`` as it is), ``raised`` (the step's code:
-    FAILED), ``lost`` (its task died: SUCCESS means it ran, else FAILED), ``cancelled``, or ``failed`` (any other
-    error: FAILED)."""
+    """``ran``; ``engine`` (marinbuild's own error in the task: ``error`` as is); ``raised`` (the step's code: FAILED);
+    ``lost`` (its task died: SUCCESS if it ran, else FAILED); ``cancelled``; ``failed`` (any other error: FAILED)."""
     error: BaseException | None = None
-    report: str | None = None
-    """``ran`` or ``raised``: the step's last progress report (JSON, ``ray_task.run_under_lease``)."""
+    report: str | None = None  # ``ran`` or ``raised``: the step's last progress report (JSON, ``run_under_lease``)
 
 
 @dataclass
@@ -174,9 +158,9 @@ class RayBackend:
         """Jobs whose lease a lease thread took, ready to launch (None: the job ended there)."""
         self._lease_work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._lease_threads = 0
-        self._running: dict[int, _Task] = {}
+        self._running: dict[int, _Launch] = {}
         """Launched tasks not yet finished: what Ctrl-C cancels."""
-        self._ended: list[tuple[_Task, Future[Any]]] = []
+        self._ended: list[tuple[_Launch, Future[Any]]] = []
         """Launched tasks that ended, with their futures, for the driver loop."""
         self._outstanding = 0
         """Jobs submitted whose completion was not reported yet."""
@@ -397,16 +381,16 @@ class RayBackend:
         except BaseException as exc:
             self._end_unlaunched(item.job, item.done, exc)
             return False
-        task = _Task(item, ref, item.key)
+        item.ref = ref
         with self._cv:
             cancelled = self._cancelled
-            self._running[id(task)] = task
-        ref.future().add_done_callback(functools.partial(self._task_ended, task))
+            self._running[id(item)] = item
+        ref.future().add_done_callback(functools.partial(self._task_ended, item))
         if cancelled:  # Ctrl-C came while launching: its ref ends as cancelled, and finishing says so
             self._cancel_ref(ref)
         return True
 
-    def _task_ended(self, task: _Task, future: Future[Any]) -> None:
+    def _task_ended(self, task: _Launch, future: Future[Any]) -> None:
         with self._cv:
             self._ended.append((task, future))
             self._cv.notify()
@@ -495,7 +479,7 @@ class RayBackend:
             logger.debug("could not cancel a task", exc_info=True)
 
     # -- finishing: release, or record the failure ---------------------------------------------
-    def _finish(self, task: _Task, future: Future[Any]) -> None:
+    def _finish(self, task: _Launch, future: Future[Any]) -> None:
         """``task`` ended (``future`` holds its result): finish its step as its verdict says.
 
         The verdict is read here, in the loop; a step whose lease needs a request per operation is finished on
@@ -506,12 +490,12 @@ class RayBackend:
             verdict = self._verdict(task, exc) if exc is not None else _Verdict("ran", report=future.result())
         except BaseException as exc:  # any error reading the result is the step's outcome
             verdict = _Verdict("failed", exc)
-        if task.item.job.lease.round_trips:
-            self._to_lease_threads(functools.partial(self._settle, task.item, verdict))
+        if task.job.lease.round_trips:
+            self._to_lease_threads(functools.partial(self._settle, task, verdict))
         else:
-            self._settle(task.item, verdict)
+            self._settle(task, verdict)
 
-    def _verdict(self, task: _Task, exc: BaseException) -> _Verdict:
+    def _verdict(self, task: _Launch, exc: BaseException) -> _Verdict:
         """How ``task`` ended, ``exc`` being what ``ray.get`` of its result raises; if its task died, the step's
         status says whether it was committed."""
         from ray import exceptions as rex
@@ -539,9 +523,9 @@ class RayBackend:
             )
             lost.__cause__ = exc
             try:  # it ran if its status says it was committed (SUCCESS), else it was lost
-                status = st.read_status(task.item.job.output_path)
+                status = st.read_status(task.job.output_path)
             except Exception:  # the store is unreadable: the step's task failed as far as this driver can tell
-                logger.debug("could not read the status of %s", task.item.job.name, exc_info=True)
+                logger.debug("could not read the status of %s", task.job.name, exc_info=True)
                 status = None
             return _Verdict("ran") if status == st.STATUS_SUCCESS else _Verdict("lost", lost)
         return _Verdict("failed", exc)  # e.g. the runtime env could not be set up
@@ -678,7 +662,6 @@ class _DriverLoop:
             return None
         if item is None:
             self.active[shape_key] -= 1
-            return None
         return item
 
     def _launch(self, shape_key: Hashable, item: _Launch) -> None:
