@@ -20,6 +20,7 @@ import io
 import json
 import os
 import pickle
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -155,7 +156,7 @@ def load_payload(payload: bytes) -> Any:
     return unpickler.load()
 
 
-_class_bytes: dict[type, bytes] = {}
+_class_bytes: weakref.WeakKeyDictionary[type, bytes] = weakref.WeakKeyDictionary()  # (a redefined class: the old goes)
 _classes: dict[bytes, Any] = {}
 
 
