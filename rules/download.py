@@ -8,16 +8,14 @@
     download(name = "wiki", url = "https://example.org/dumps/2024-05-01/",
              checksums = {"wiki-00.jsonl.gz": "sha256:9f2c..."})
 
-The source is a Hub dataset at a pinned ``revision`` or any fsspec URL (a file, or a folder and every file
-below it); ``patterns`` select files by glob relative to its root. The source, revision, patterns,
-``checksums`` and ``subdir`` are versioned. The output is the files under their source paths (below
-``subdir``), ``manifest.json``, Marin's ``provenance.json`` and per-file done markers: a killed download
-resumes with the files not yet verified. Published checksums are checked (Hub: LFS sha256 or git blob sha1;
-GCS: md5 and crc32c; others: ``checksums``, else the size); a mismatch fails the step naming the file. Files
-are copied in parallel (Ray actors of ``file_resources``, or ``workers`` threads). ``raw_data``,
-``tokenize`` and ``train_tokenizer`` read the document files of these targets. ``override_output_path``
-puts the output where Marin's own download step put it. See docs/download.md.
-"""
+The source is a Hub dataset at a pinned ``revision`` or any fsspec URL (a file, or a folder and every file below it);
+``patterns`` select files by glob relative to its root. The source, revision, patterns, ``checksums`` and ``subdir`` are
+versioned. The output is the files under their source paths (below ``subdir``), ``manifest.json``, Marin's
+``provenance.json`` and per-file done markers: a killed download resumes with the files not yet verified. Published
+checksums are checked (Hub: LFS sha256 or git blob sha1; GCS: md5 and crc32c; others: ``checksums``, else the size); a
+mismatch fails the step naming the file. Files are copied in parallel (Ray actors of ``file_resources``, or ``workers``
+threads). ``raw_data``, ``tokenize`` and ``train_tokenizer`` read the document files of these targets.
+``override_output_path`` puts the output where Marin's own download step put it. See docs/download.md."""
 
 from __future__ import annotations
 

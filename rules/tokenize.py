@@ -7,15 +7,13 @@
     tokenize(name = "dclm_tokenized", train = [":dclm"], tokenizer_name = "meta-llama/Meta-Llama-3.1-8B",
              shard_resources = {"cpu": 1, "memory": "4g"})
 
-``train`` and ``validation`` are ``raw_data`` or ``download`` targets. The tokenizer is a ``train_tokenizer``
-target or, in ``tokenizer_name``, a tokenizer directory (local or fsspec) or a Hub name (fetched when the
-step runs). The inputs are cut into shards of about ``shard_bytes``, each a cached action of its own: shards
-already tokenized (by any version of any target) are reused, the others tokenized in parallel by warm workers
-(Ray actors of ``shard_resources``, or ``workers`` local processes), then merged into one cache per split.
-``skip_bad_records`` skips unreadable records (counted) instead of failing on the first, which names its
-file and line. ``override_output_path`` puts the output where Marin's tokenize step put it. See
-docs/tokenize.md.
-"""
+``train`` and ``validation`` are ``raw_data`` or ``download`` targets. The tokenizer is a ``train_tokenizer`` target or,
+in ``tokenizer_name``, a tokenizer directory (local or fsspec) or a Hub name (fetched when the step runs). The inputs
+are cut into shards of about ``shard_bytes``, each a cached action of its own: shards already tokenized (by any version
+of any target) are reused, the others tokenized in parallel by warm workers (Ray actors of ``shard_resources``, or
+``workers`` local processes), then merged into one cache per split. ``skip_bad_records`` skips unreadable records
+(counted) instead of failing on the first, which names its file and line. ``override_output_path`` puts the output where
+Marin's tokenize step put it. See docs/tokenize.md."""
 
 from __future__ import annotations
 

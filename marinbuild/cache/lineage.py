@@ -7,8 +7,7 @@ outputs of targets since changed or removed, and outputs Marin made. An output's
 and the runs listing it; its *consumers* the outputs whose step read it, with their targets and runs.
 
 Reading is one listing of the prefix's step folders and a read of each info and run info (in parallel): what
-one question about a bucket costs, never paid by a build.
-"""
+one question about a bucket costs, never paid by a build."""
 
 from __future__ import annotations
 

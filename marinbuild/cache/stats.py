@@ -5,8 +5,7 @@ step the build reused or ran, with its hours; the CLI reads them from the worksp
 Per target, over its steps: hits (runs that reused a step) and misses (runs that ran it), the hit rate
 hits / (hits + misses), the hours reused and spent (steps without a compute record: unknown); under the prefix
 now, every version of its steps (``<prefix>/<name>-<hash>``), the bytes they hold, and the oldest and newest
-(their status file's time). A rule type's row sums its targets'.
-"""
+(their status file's time). A rule type's row sums its targets'."""
 
 from __future__ import annotations
 

@@ -203,6 +203,5 @@ _REDUCERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {
     Target: lambda t: (Target, (t.label, t.rule, t.attrs, t.site, t.deps, t.srcs, t.source_paths, t.order, t.pinned)),
     Label: lambda label: (Label, (label.package, label.name, label.repo)),
 }
-"""How the child pickles: a rule type by reference (``RuleType.home``, set when its rules module is imported); a
-target and a label by their constructor's arguments (half the time of pickle's default for a slotted class, both
-ways)."""
+"""How the child pickles: a rule type by reference (``RuleType.home``, set when its rules module is imported); a target
+and a label by their constructor's arguments (half the time of pickle's default for a slotted class, both ways)."""

@@ -73,10 +73,9 @@ def _check_size(value, what, max_depth = {MAX_VALUE_ELEMENTS}, finite = False):
         level = below
     fail("%s is nested more than %d levels deep (or contains itself)" % (what, max_depth))
 """
-"""Fails when ``value`` written out would have more than ``MAX_VALUE_ELEMENTS`` elements or nest more than
-``max_depth`` levels (a cyclic value does both), or (``finite``) holds an infinite or NaN float. Walked
-level by level, iteratively, each level's containers extended natively: its cost is bounded by
-``MAX_VALUE_ELEMENTS`` whatever the value."""
+"""Fails when ``value`` written out would have more than ``MAX_VALUE_ELEMENTS`` elements or nest more than ``max_depth``
+levels (a cyclic value does both), or (``finite``) holds an infinite or NaN float. Walked level by level, iteratively,
+each level's containers extended natively: its cost is bounded by ``MAX_VALUE_ELEMENTS`` whatever the value."""
 
 _WRAPPER_PRELUDE = (
     _CHECK_SIZE

@@ -11,8 +11,7 @@ TPU chip-hours are chips x the seconds the slices were held when the step notes 
 
 ``account`` reads the hours of what a build reused and ran into ``{"reused", "spent"}`` totals (hours by unit,
 ``unknown``: steps with no record, made by Marin or before records; counted, never guessed) and ``steps`` (each
-one's ``how`` and ``hours``); ``text`` words it: ``reused 3 steps worth 1,240 TPU v4 chip-hours; spent ...``.
-"""
+one's ``how`` and ``hours``); ``text`` words it: ``reused 3 steps worth 1,240 TPU v4 chip-hours; spent ...``."""
 
 from __future__ import annotations
 

@@ -17,8 +17,7 @@ Who does what:
   raised; Ctrl-C cancels every launched task and gives every lease up.
 - Where: ``marinbuild.run.ray_connect``; ``ray`` is imported when the first step is submitted, so a
   no-op build never starts Ray. A local prefix must be on a file system every node shares (a task
-  that cannot see its output folder raises ``OutputFolderMissingError``).
-"""
+  that cannot see its output folder raises ``OutputFolderMissingError``)."""
 
 from __future__ import annotations
 
@@ -483,8 +482,7 @@ class RayBackend:
         """``task`` ended (``future`` holds its result): finish its step as its verdict says.
 
         The verdict is read here, in the loop; a step whose lease needs a request per operation is finished on
-        a lease thread.
-        """
+        a lease thread."""
         try:
             exc = future.exception()
             verdict = self._verdict(task, exc) if exc is not None else _Verdict("ran", report=future.result())
@@ -558,11 +556,9 @@ class RayBackend:
 class _DriverLoop:
     """The driver loop of one ``RayBackend`` (its own thread): lease, launch, finish.
 
-    Each turn takes what other threads handed over (submitted jobs, jobs a lease thread prepared, tasks
-    that ended), finishes the ended tasks, and takes leases and launches while each resource shape has
-    room in its launch window; then it sleeps until more is handed over. The loop's state is its own:
-    no other thread reads it.
-    """
+    Each turn takes what other threads handed over (submitted jobs, jobs a lease thread prepared, tasks that ended),
+    finishes the ended tasks, and takes leases and launches while each resource shape has room in its launch window;
+    then it sleeps until more is handed over. The loop's state is its own: no other thread reads it."""
 
     def __init__(self, backend: RayBackend) -> None:
         self.backend = backend
@@ -686,12 +682,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def _user_error(exc: BaseException) -> BaseException:
     """The exception the step's code raised, with the remote traceback chained as its cause.
 
-    ``ray.get`` raises a ``RayTaskError`` that is also an instance of the step's exception
-    type; its text is the remote traceback, its ``cause`` the exception itself. When the worker
-    could not import the step's function, Ray raises a ``RuntimeError`` whose first line ends
-    before the reason (the worker's traceback follows): that becomes a ``StepImportError`` whose
-    first line ends with the traceback's last line, the import error itself.
-    """
+    ``ray.get`` raises a ``RayTaskError`` that is also an instance of the step's exception type; its text is the remote
+    traceback, its ``cause`` the exception itself. When the worker could not import the step's function, Ray raises a
+    ``RuntimeError`` whose first line ends before the reason (the worker's traceback follows): that becomes a
+    ``StepImportError`` whose first line ends with the traceback's last line, the import error itself."""
     cause = getattr(exc, "cause", None)
     if not isinstance(cause, BaseException) or cause is exc:
         return exc

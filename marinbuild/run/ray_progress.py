@@ -1,17 +1,14 @@
 """Progress reports of steps running in Ray tasks, relayed to the driver's events.
 
-A step's function calls ``marinbuild.run.step_progress.report``. In a step's Ray task the reporter
-(``TaskReporter``, set by ``ray_task.run_under_lease``) sends each report to the driver's relay:
-a small named actor (``_RelayActor``, no CPUs, named after the driver's worker id, in the job's
-namespace), looked up the first time the step reports, so steps that never report cost nothing.
-On the driver, ``ProgressRelay`` creates that actor once a launched step has run ``START_AFTER``
-seconds (an actor is a Ray worker process: a build whose steps all end sooner starts none), and,
-while launched steps run, one thread long-polls it (``take``) and emits each report as a
-``progress`` event on the bus of the step's job.
-A report that cannot be sent (no relay yet, or the task was not launched by a marinbuild driver) is
-dropped, but the step's last one its task returns to the driver, sent or not (the relay's thread ends with
-the step, perhaps before taking it): progress is a convenience, never a reason for a step to fail.
-"""
+A step's function calls ``marinbuild.run.step_progress.report``. In a step's Ray task the reporter (``TaskReporter``,
+set by ``ray_task.run_under_lease``) sends each report to the driver's relay: a small named actor (``_RelayActor``, no
+CPUs, named after the driver's worker id, in the job's namespace), looked up the first time the step reports, so steps
+that never report cost nothing. On the driver, ``ProgressRelay`` creates that actor once a launched step has run
+``START_AFTER`` seconds (an actor is a Ray worker process: a build whose steps all end sooner starts none), and, while
+launched steps run, one thread long-polls it (``take``) and emits each report as a ``progress`` event on the bus of the
+step's job. A report that cannot be sent (no relay yet, or the task was not launched by a marinbuild driver) is dropped,
+but the step's last one its task returns to the driver, sent or not (the relay's thread ends with the step, perhaps
+before taking it): progress is a convenience, never a reason for a step to fail."""
 
 from __future__ import annotations
 
@@ -69,8 +66,7 @@ class ProgressRelay:
     The thread runs only while some watched step runs (``watch`` at its launch, ``unwatch`` when it
     ends): it makes the actor once the oldest of them has run ``START_AFTER`` seconds, and when the
     last one ends it is woken and ends; ``stop`` (the backend's shutdown) also waits for it, so no
-    thread of ours is inside a Ray call when the build, and perhaps the process and Ray, end.
-    """
+    thread of ours is inside a Ray call when the build, and perhaps the process and Ray, end."""
 
     def __init__(self, holder: str):
         import ray

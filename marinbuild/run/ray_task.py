@@ -9,8 +9,7 @@
 - A step's progress reports (``marinbuild.run.step_progress``) go to the driver's relay
   (``marinbuild.run.ray_progress``), which emits them as ``progress`` events.
 - A step's own exception gets a note naming the worker's log files (``note_worker_log``): it prints
-  with the traceback, which the driver keeps in the step's ``.marinbuild_traceback.txt``.
-"""
+  with the traceback, which the driver keeps in the step's ``.marinbuild_traceback.txt``."""
 
 from __future__ import annotations
 
@@ -68,8 +67,7 @@ def run_under_lease(run: RemoteRun, step: Callable[[], Any]) -> str | None:
     The step's own exception propagates (the step's failure); marinbuild's raise ``EngineError``.
     Returns the step's last progress report, if it made one (``TaskReporter``), as JSON
     text (the driver reads it whatever classes its values are); a step that raises carries it as its exception's
-    ``LAST_REPORT`` attribute. The step's value is in ``.artifact.json``.
-    """
+    ``LAST_REPORT`` attribute. The step's value is in ``.artifact.json``."""
     try:
         if not run.start():
             return None  # an earlier attempt committed it, then its worker died before replying

@@ -2,16 +2,14 @@
 
 Marin's rule (``rigging.filesystem``): reads across regions cost egress and time, so past a budget
 (``$MARIN_MIRROR_BUDGET_GB``, 10 GB by default) they fail; the fix is ``mirrored(...)`` (the path is read as
-``mirror://``, copied once into the worker's region) or ``MARIN_I_WILL_PAY_FOR_ALL_FEES=1``. Marin checks the
-bytes as a step reads them; this guard checks before the step starts, from its resolved config: every
-``gs://`` string in it whose bucket is in another region and whose object or folder holds more than the
-budget fails the step with one line, before anything is read. Own code, not rigging's: rigging is an optional
-extra, and its bucket lookup goes through google-cloud-storage, where this one asks gcsfs (the store's own
-client, with its retries and timeouts).
+``mirror://``, copied once into the worker's region) or ``MARIN_I_WILL_PAY_FOR_ALL_FEES=1``. Marin checks the bytes as a
+step reads them; this guard checks before the step starts, from its resolved config: every ``gs://`` string in it whose
+bucket is in another region and whose object or folder holds more than the budget fails the step with one line, before
+anything is read. Own code, not rigging's: rigging is an optional extra, and its bucket lookup goes through
+google-cloud-storage, where this one asks gcsfs (the store's own client, with its retries and timeouts).
 
 The worker's region is ``$MARINBUILD_REGION``, else the GCE metadata server's zone on a Google VM; unknown
-(a laptop, a CI runner), the guard does nothing. Bucket locations are cached per process.
-"""
+(a laptop, a CI runner), the guard does nothing. Bucket locations are cached per process."""
 
 from __future__ import annotations
 
