@@ -101,9 +101,7 @@ def _parse(data: bytes | None) -> dict[str, str] | None:
 
 
 def _differ(was: dict[str, str] | None, code: dict[str, str]) -> list[str]:
-    if not was:
-        return []
-    return sorted(path for path, digest in was.items() if code.get(path) != digest)
+    return sorted(path for path, digest in was.items() if code.get(path) != digest) if was else []
 
 
 class CodeChanges:

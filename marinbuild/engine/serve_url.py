@@ -25,9 +25,7 @@ def serve_url(
     value = os.environ.get(ENV) or (config or {}).get("serve_url")
     if isinstance(value, str) and value:
         return value.rstrip("/")
-    if cache_dir is not None:
-        return running_url(cache_dir, prefix)
-    return None
+    return running_url(cache_dir, prefix) if cache_dir is not None else None
 
 
 def running_url(cache_dir: str | os.PathLike[str], prefix: str | None = None) -> str | None:

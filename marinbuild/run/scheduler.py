@@ -92,10 +92,9 @@ class _Run(Generic[K]):
             and (self.max_concurrent is None or len(self.in_flight) < self.max_concurrent)
         ):
             key = self.ready.popleft()
-            if self.holds is not None and key not in self.released:
-                if self.holds.hold(key, self.release):
-                    self.held.add(key)
-                    continue
+            if self.holds is not None and key not in self.released and self.holds.hold(key, self.release):
+                self.held.add(key)
+                continue
             job = self.job_for(key)
             self.in_flight[key] = job
             self.key_of[id(job)] = key

@@ -144,9 +144,7 @@ class LocalFileLease(Lease):
 
     def holder(self) -> LeaseRecord | None:
         with self._locked(create=False, exclusive=False) as f:
-            if f is None:
-                return None
-            return parse_lease(self.path, self._read(f))
+            return None if f is None else parse_lease(self.path, self._read(f))
 
 
 def _step_name(lease_file: str) -> str:

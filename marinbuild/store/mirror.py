@@ -207,9 +207,7 @@ def remote_prefixes() -> list[str]:
 
 
 def _url_fs(url: str) -> tuple[Any, str]:
-    if fs.is_local(url):
-        return fsspec.filesystem("file"), fs.local_path(url)
-    return fs.filesystem_for(url), url
+    return (fsspec.filesystem("file"), fs.local_path(url)) if fs.is_local(url) else (fs.filesystem_for(url), url)
 
 
 def _files_under(url: str) -> dict[str, int]:

@@ -21,9 +21,7 @@ STEP_MARKERS = (INFO_FILE, STATUS_FILE)  # a folder holding either is a step's o
 
 def normalize(path: str) -> str:
     """A path in the form used for comparisons: no trailing slash, no ``.`` segments locally."""
-    if fs.is_local(path):
-        return os.path.normpath(fs.local_path(path))
-    return path.rstrip("/")
+    return os.path.normpath(fs.local_path(path)) if fs.is_local(path) else path.rstrip("/")
 
 
 class Store:

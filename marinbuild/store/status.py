@@ -62,9 +62,7 @@ def read_status(output_path: str) -> str | None:
     """The step's status, or None; an unparsable one (``DamagedFileError``) was written by something else."""
     path = status_path(output_path)
     data = fs.read_bytes(path)
-    if data is None:
-        return None
-    return parse_status(path, data)
+    return None if data is None else parse_status(path, data)
 
 
 def write_status(output_path: str, status: str) -> None:
