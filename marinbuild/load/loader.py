@@ -177,8 +177,7 @@ class Loader:
                 if isinstance(outcome, ChildDied):
                     outcome = BuildFileError(self.evaluator.build_file_paths(walk.package)[1], 1, 1, outcome.message)
                 walk.record(outcome)
-        errors = list(self._failed.values())
-        errors.extend(self._resolve())
+        errors = [*self._failed.values(), *self._resolve()]
         result = self._result()
         if not errors and self._unordered:  # else declaration order is a topological order: no cycle
             cycle = find_cycle(result.targets)
@@ -188,9 +187,8 @@ class Loader:
         if errors:
             unique = {(e.path, e.line, e.col, e.message): e for e in errors}  # packages sharing a broken load()
             errors = sorted(unique.values(), key=lambda e: (e.path, e.line, e.col))
-            first_error = errors[0]
-            first_error.more_errors = tuple(errors[1:])
-            raise first_error
+            errors[0].more_errors = tuple(errors[1:])
+            raise errors[0]
         return result
 
     def _resolve(self) -> list[BuildFileError]:

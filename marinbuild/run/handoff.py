@@ -11,6 +11,7 @@ it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -139,10 +140,8 @@ class HandOffs:
 
     def _poke_locked(self) -> None:
         if self._pipe is not None and not self._closed:
-            try:
+            with contextlib.suppress(BlockingIOError):  # a wake-up is pending already
                 os.write(self._pipe[1], b".")
-            except BlockingIOError:  # a wake-up is pending already
-                pass
 
     def _gone(self, h: HandOff, ended: dict[ExecutorStep, bool]) -> str | None:
         """How ``h``'s producer ended, None while it may still write the checkpoint (asked before looking for it)."""

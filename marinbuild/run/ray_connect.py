@@ -8,6 +8,7 @@ instance that fails to start twice (Ray's fixed 30 s limit on a busy machine) a 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -89,12 +90,10 @@ def _init_local(
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
-    try:
+    with contextlib.suppress(ImportError, AttributeError):
         from ray._private import ray_constants
 
         ray_constants.ENABLE_RAY_CLUSTER = False  # if ray was imported before the variable was set
-    except (ImportError, AttributeError):
-        pass
     env_vars = dict(env_vars)
     code_path = _driver_code_path()
     if working_dir is not None:

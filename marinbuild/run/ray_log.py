@@ -7,6 +7,7 @@ terminal."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -77,11 +78,9 @@ class RayLog:
         out = self.console if self.console is not None else sys.stderr
         if not out.isatty():
             text = _ANSI.sub("", text)
-        try:
+        with contextlib.suppress(ValueError, OSError):
             out.write(text)
             out.flush()
-        except (ValueError, OSError):
-            pass
 
     def _kept_off(self) -> None:
         if not self._told:

@@ -12,6 +12,7 @@ before taking it): progress is a convenience, never a reason for a step to fail.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -51,10 +52,8 @@ class _RelayActor:
         import asyncio
 
         if not self._items:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), timeout)
-            except TimeoutError:
-                pass
         items, self._items = self._items, []
         self._arrived.clear()
         return items

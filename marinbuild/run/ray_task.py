@@ -112,10 +112,8 @@ def worker_log() -> str:
 def note_worker_log(exc: BaseException) -> None:
     """Name this worker's log on the step's exception (a note: it prints with the traceback, travels with the
     exception to the driver, and ``marinbuild.run.failure.worker_log_of`` finds it)."""
-    try:
+    with contextlib.suppress(Exception):  # not in a Ray worker, or Ray's context cannot say: the traceback is enough
         exc.add_note(WORKER_LOG_NOTE + worker_log())
-    except Exception:  # not in a Ray worker, or Ray's context cannot say: the traceback is enough
-        pass
 
 
 def run_step(

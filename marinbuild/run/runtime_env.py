@@ -25,10 +25,7 @@ RUNTIME_ENV_VARS_FROM_DRIVER = ("HF_TOKEN", "WANDB_API_KEY", "MARIN_PREFIX")
 def project_root(start: str | os.PathLike[str] = ".") -> Path | None:
     """The nearest folder at or above ``start`` holding a ``pyproject.toml``."""
     here = Path(start).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").is_file():
-            return folder
-    return None
+    return next((folder for folder in (here, *here.parents) if (folder / "pyproject.toml").is_file()), None)
 
 
 def _read_pyproject(root: Path | None) -> dict[str, Any]:

@@ -38,11 +38,9 @@ class GCSLease(Lease):
 
     def try_acquire(self) -> bool:
         for _ in range(8):
-            try:
+            with contextlib.suppress(gcs.PreconditionFailed):
                 self._generation = self._write(0)
                 return True
-            except gcs.PreconditionFailed:
-                pass
             got = gcs.read_with_generation(self.path)
             if got is None:
                 continue  # released between our create and our read: try creating again

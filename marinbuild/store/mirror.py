@@ -366,10 +366,7 @@ class MirrorFileSystem(fsspec.AbstractFileSystem):
     def _strip_protocol(cls, path: Any) -> Any:
         if isinstance(path, list):
             return [cls._strip_protocol(p) for p in path]
-        path = str(path)
-        if path.startswith("mirror://"):
-            path = path[len("mirror://") :]
-        return path.strip("/")
+        return str(path).removeprefix("mirror://").strip("/")
 
     def _local(self, path: str) -> tuple[Any, str]:
         return _url_fs(_join(local_prefix(), self._strip_protocol(path)))
