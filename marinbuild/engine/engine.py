@@ -135,23 +135,22 @@ class Engine:
             self._versions, worker_id=self.worker_id, prefix=self.prefix, description=self.description
         )
 
-    def write_infos(self) -> None:
-        """Write every step's ``.executor_info`` and the run's info JSON (Marin's ``write_infos``)."""
+    def _run_info(self) -> ExecutorInfo:
+        """``executor_info``, computed (``record_infos``) if it was not yet."""
         if self.executor_info is None:
             self.record_infos()
         assert self.executor_info is not None
+        return self.executor_info
+
+    def write_infos(self) -> None:
+        """Write every step's ``.executor_info`` and the run's info JSON (Marin's ``write_infos``)."""
         commit.write_step_infos(self._versions)
-        self.executor_info_path = commit.write_run_info(
-            self._versions, self.executor_info, self.executor_info_base_path
-        )
+        self.executor_info_path = commit.write_run_info(self._versions, self._run_info(), self.executor_info_base_path)
 
     def experiment_url(self) -> str:
         """Where this run is shown: ``marinbuild serve``'s page if a base URL is set, else Marin's data browser."""
         if self.executor_info_path is None:
-            if self.executor_info is None:
-                self.record_infos()
-            assert self.executor_info is not None
-            self.executor_info_path = commit.run_info_path(self.executor_info, self.executor_info_base_path)
+            self.executor_info_path = commit.run_info_path(self._run_info(), self.executor_info_base_path)
 
         base = serve_url()
         if base is not None:
@@ -201,10 +200,8 @@ class Engine:
             self._record_code(succeeded)
         if not dry_run and self.plan is not None and self.listeners:  # reused and spent (``run/compute.py``): a
             # listing per step folder, for listeners given (the CLI's); none (Marin's default: log lines) skips it
-            paths, reused = (
-                self.output_paths,
-                [*self.plan.by_state(BUILT), *(self.outcome.cached if self.outcome else ())],
-            )
+            paths = self.output_paths
+            reused = [*self.plan.by_state(BUILT), *(self.outcome.cached if self.outcome else ())]
             data = compute.account({s.name: paths[s] for s in reused}, {s.name: paths[s] for s in self.succeeded})
             self._bus.emit(ev.COMPUTE, detail=compute.text(data), data=data)
         if failed is not None:
@@ -303,17 +300,13 @@ class Engine:
     def _write_run_info(self) -> None:
         """The run info, written before any step starts (as Marin's ``run``), before steps instantiate configs."""
         self.record_infos()
-        assert self.executor_info is not None
-        self.executor_info_path = commit.write_run_info(
-            self._versions, self.executor_info, self.executor_info_base_path
-        )
+        self.executor_info_path = commit.write_run_info(self._versions, self._run_info(), self.executor_info_base_path)
 
     def _local_problems(self, plan: Plan) -> list[str]:
         """For a dry run on the local backend: the steps to run it could not run (a TPU step, ...)."""
         if self.backend is not None or self.settings.backend != LOCAL:
             return []
-        calls = ((step, call_for(step, self.configs[step], self.prefix)) for step in plan.to_run)
-        return local_problems(calls)
+        return local_problems((step, call_for(step, self.configs[step], self.prefix)) for step in plan.to_run)
 
 
 class _Succeeded:
