@@ -254,9 +254,7 @@ def materialize(config: ConfigT, *, prefix: str | None = None, output_path: str 
     """Build the steps embedded in ``config``, then return it with every placeholder resolved."""
     executor = Executor(prefix, None)
     steps = upstream_steps(config)
-    output_paths: dict[ExecutorStep, str] = {}
-    if steps:
-        output_paths = executor.run(steps=steps)
+    output_paths = executor.run(steps=steps) if steps else {}
     current = output_path if output_path is not None else getattr(config, "output_path", None)
     if isinstance(current, OutputName):
         raise TypeError(

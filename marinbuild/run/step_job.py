@@ -243,8 +243,7 @@ class StepJob:
         """All phases in this thread; ``RAN`` or ``CACHED``."""
         if not self.acquire():
             return CACHED
-        result = self.run()
-        self.commit(result)
+        self.commit(self.run())
         return RAN
 
     def abandon(self) -> None:

@@ -173,8 +173,7 @@ def split(path: str) -> tuple[str, str]:
 
 
 def run(coro_fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, fs: Any = None, **kwargs: Any) -> T:
-    fs = fs or filesystem()
-    return sync(fs.loop, coro_fn, *args, **kwargs)
+    return sync((fs or filesystem()).loop, coro_fn, *args, **kwargs)
 
 
 async def gather_limited(coros: list[Awaitable[T]], limit: int = 64) -> list[T]:
@@ -225,14 +224,9 @@ def last_written(path: str, generation: int) -> float | None:
 def _multipart_body(key: str, data: bytes) -> tuple[bytes, dict[str, str]]:
     boundary = "marinbuild-boundary-7f3a9c"
     meta = json.dumps({"name": key})
-    body = (
-        (
-            f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{meta}\r\n"
-            f"--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n"
-        ).encode()
-        + data
-        + f"\r\n--{boundary}--".encode()
-    )
+    head = f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{meta}\r\n"
+    head += f"--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n"
+    body = head.encode() + data + f"\r\n--{boundary}--".encode()
     return body, {"Content-Type": f'multipart/related; boundary="{boundary}"'}
 
 
