@@ -96,11 +96,9 @@ def _note_code_changes(session: Any, state_of: dict[Any, StepState]) -> None:
 def _note_hand_offs(session: Any, state_of: dict[Any, StepState], stale_after: float) -> None:
     """A step not built lacking a checkpoint is ``waiting`` while its producer runs; else its detail says it."""
     for step, state in state_of.items():
-        waits = (
-            state.state in (pb.MISSING, STALE)
-            and not state.detail
-            and pb.waits_for(session.engine.table, step, stale_after)
-        )
+        if state.state not in (pb.MISSING, STALE) or state.detail:
+            continue
+        waits = pb.waits_for(session.engine.table, step, stale_after)
         if waits:
             running, line = waits
             state.state, state.detail = (WAITING, f"waiting for {line}") if running else (state.state, f"needs {line}")
@@ -185,8 +183,7 @@ def _show_output(path: str, prefix: str, stale_after: float) -> dict[str, Any]:
     out["lease"] = None if record is None else {"holder": record.worker_id, "age": round(record.age(), 1), "live": live}
     out["artifact"] = pb.read_noting(errors, lambda: read_artifact(path))
     out["traceback"] = existing_traceback(path) if probe.status in (st.STATUS_FAILED, st.STATUS_DEP_FAILED) else None
-    size, files = store.usage(path) if out["exists"] else (0, 0)
-    out["size"], out["files"] = size, files
+    out["size"], out["files"] = store.usage(path) if out["exists"] else (0, 0)
     state: str = probe.state  # or a damage message, or "incomplete"
     if errors:
         state = f"damaged: {errors[0]}"

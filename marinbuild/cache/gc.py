@@ -257,8 +257,7 @@ def used_steps(session: Any, labels: Iterable[Label]) -> set[Any]:
         if step in seen:
             continue
         seen.add(step)
-        todo.extend(table.dependencies[step])
-        todo.extend(table.pseudo_dependencies[step])
+        todo.extend([*table.dependencies[step], *table.pseudo_dependencies[step]])
     return seen
 
 

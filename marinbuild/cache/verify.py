@@ -282,12 +282,9 @@ def verify_cache(
         own = session.steps_of(label)
         for step in graph.blocking_closure(own) if graph is not None else own:
             entries.setdefault(output_paths[step], (step.name, owner.get(step)))
-    report = verify_outputs(
-        {path: name for path, (name, _) in entries.items()},
-        repair=repair,
-        repair_metadata=repair_metadata,
-        stale_after=pb.stale_after_of(session),
-    )
+    names = {path: name for path, (name, _) in entries.items()}
+    stale_after = pb.stale_after_of(session)
+    report = verify_outputs(names, repair=repair, repair_metadata=repair_metadata, stale_after=stale_after)
     for step in report.steps:
         step.label = entries[step.output_path][1]
     return report

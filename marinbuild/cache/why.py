@@ -322,8 +322,7 @@ def _dependency_changes(kind: str, old: list[Any], new: list[Any]) -> list[str]:
             if h in after:
                 before.remove(h)
                 after.remove(h)
-        for b, a in zip(before, after, strict=False):
-            out.append(f"{kind} {name}: {b} -> {a}")
+        out.extend(f"{kind} {name}: {b} -> {a}" for b, a in zip(before, after, strict=False))
         paired = min(len(before), len(after))
         out.extend(f"{kind} removed: {b}" for b in before[paired:])
         out.extend(f"{kind} added: {a}" for a in after[paired:])

@@ -96,8 +96,7 @@ def tpu_slice(tpu_type: str) -> TpuSlice:
     if name not in _TPU_TABLE:
         known = ", ".join(sorted({k.split("-")[0] for k in _TPU_TABLE}))
         raise ValueError(f"unknown TPU type {tpu_type!r} (families: {known}; e.g. v4-8, v5litepod-16, v6e-8)")
-    chips, vms = _TPU_TABLE[name]
-    return TpuSlice(name, chips, vms)
+    return TpuSlice(name, *_TPU_TABLE[name])
 
 
 @dataclass(frozen=True)
@@ -274,10 +273,9 @@ def _from_fray(config: Any) -> Resources:
     """Marin's ``ResourceConfig``: ``cpu``, ``ram`` ("16g") and a device (cpu, gpu with a count, tpu variant)."""
     device = config.device
     kind = getattr(device, "kind", "cpu")
-    ram = getattr(config, "ram", None)
     return Resources(
         cpu=getattr(config, "cpu", None),
-        memory=ram or None,
+        memory=getattr(config, "ram", None) or None,
         gpu=getattr(device, "count", 1) if kind == "gpu" else None,
         tpu=getattr(device, "variant", None) if kind == "tpu" else None,
     )

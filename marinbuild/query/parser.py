@@ -142,8 +142,7 @@ class _Parser:
         if not _NAME.match(name):
             raise self.error(f"bad variable reference {tok.text!r}: expected $ and a name", tok.pos)
         if name not in self.scope:
-            hint = did_you_mean(name, self.scope)
-            hint = hint.replace("'", "'$", 1) if hint else ""
+            hint = did_you_mean(name, self.scope).replace("'", "'$", 1)  # the suggestion spelled as a reference
             raise self.error(f"undefined variable '${name}'{hint}", tok.pos)
         return Var(name, tok.pos)
 

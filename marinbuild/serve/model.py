@@ -139,9 +139,7 @@ class ViewModel:
             "state": shown_state(shown["state"], shown.get("status")),
             "status": shown.get("status"),
             "config": config,
-            "versioned": sorted((version.get("config") or {}).keys())
-            if isinstance(version.get("config"), dict)
-            else [],
+            "versioned": sorted(version["config"]) if isinstance(version.get("config"), dict) else [],
             "version": version,
             "hash": output_path.rsplit("-", 1)[-1] if "-" in output_path else None,
             "dependencies": info.get("dependencies") or [],
