@@ -91,11 +91,11 @@ SIZES = {  # --quick, full
     "mb": (4, 16),
     "files": (4, 8),
     "small_files": (40, 40),
-    "small_kb": (50, 100),
+    "small_kb": (100, 100),
     "big_mb": (24, 2000),
     "big_shard_mb": (4, 64),
     "merge_shards": (200, 200),
-    "join_mb": (32, 64),
+    "join_mb": (64, 64),
 }
 
 
@@ -480,9 +480,12 @@ def render(r: dict[str, Any], args: argparse.Namespace) -> str:
         (f"{s['small_files']:g} small files, 2 processes, warm (median)", r["small_warm"]),
         (f"one {s['big_mb']:g} MB file, 2 processes, cold", r["big"]),
         (f"one {s['big_mb']:g} MB file, 2 processes, warm (median)", r["big_warm"]),
-        *((f"Ray, 1 node (1 CPU), round {n + 1}", b) for n, b in enumerate(r["ray"]["one_node"])),
-        *((f"Ray, 2 nodes (1 CPU each), round {n + 1}", b) for n, b in enumerate(r["ray"]["two_nodes"])),
-        ("Ray, 1 node, a second joins", r["ray"]["join"]),
+        *((f"Ray, {s['join_mb']:g} MB, 1 node (1 CPU), round {n + 1}", b) for n, b in enumerate(r["ray"]["one_node"])),
+        *(
+            (f"Ray, {s['join_mb']:g} MB, 2 nodes (1 CPU each), round {n + 1}", b)
+            for n, b in enumerate(r["ray"]["two_nodes"])
+        ),
+        (f"Ray, {s['join_mb']:g} MB, 1 node, a second joins", r["ray"]["join"]),
     ]
     for name, b in builds:
         lines.append(
