@@ -127,25 +127,24 @@ def run_step(
 
 def pickle_payload(value: Any) -> bytes:
     """``value`` pickled for a step's task (cloudpickle: classes of ``__main__`` and of modules shipped by value,
-    ``marinbuild.run.shipped_code``, go with their code). Such a class is pickled once per process, its bytes copied
-    into each payload (``load_payload``): pickling a script's dataclass anew cost 0.3 ms a task."""
+    ``marinbuild.run.shipped_code``, go with their code). Each class is pickled once per process, its bytes copied
+    into each payload (``load_payload``): pickling a script's dataclass anew cost 0.3 ms a task, and cloudpickle's
+    look-up of an importable class several microseconds each time."""
     from ray.cloudpickle import cloudpickle  # lazy: ray (called on the driver once Ray is connected)
 
-    by_reference = getattr(cloudpickle, "_should_pickle_by_reference", lambda _: True)  # (private: without it, inline)
-
-    def by_value(obj: Any) -> bytes | None:
-        if not isinstance(obj, type) or by_reference(obj):
+    def class_bytes(obj: Any) -> bytes | None:
+        if not isinstance(obj, type):
             return None
         return _class_bytes.get(obj) or _class_bytes.setdefault(obj, cloudpickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
 
     pickler = cloudpickle.Pickler(out := io.BytesIO(), pickle.HIGHEST_PROTOCOL)
-    pickler.persistent_id = by_value  # type: ignore[method-assign]
+    pickler.persistent_id = class_bytes  # type: ignore[method-assign]
     pickler.dump(value)
     return out.getvalue()
 
 
 def load_payload(payload: bytes) -> Any:
-    """A ``pickle_payload``'s value, each of its classes pickled by value loaded once per process."""
+    """A ``pickle_payload``'s value, each of its classes loaded once per process."""
     unpickler = pickle.Unpickler(io.BytesIO(payload))
     load = lambda pid: _classes.get(pid) or _classes.setdefault(pid, pickle.loads(pid))  # noqa: E731
     unpickler.persistent_load = load  # type: ignore[method-assign]

@@ -1,5 +1,5 @@
-"""A step's Ray payload (``run/ray_task.py``): a class pickled by value is pickled once per driver and loaded once
-per worker; every payload still carries it, and a class of the same name with other code stays itself."""
+"""A step's Ray payload (``run/ray_task.py``): a class is pickled once per driver and loaded once per worker; every
+payload still carries it, a class of the same name with other code stays itself, an importable class is the module's."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import dataclasses
 import pickle
 import subprocess
 import sys
+from pathlib import PurePosixPath
 
 from marinbuild.run.ray_task import pickle_payload
 
 LOAD = """
-import pickle, sys
+import pathlib, pickle, sys
 from marinbuild.run.ray_task import load_payload
 values = [load_payload(p) for p in pickle.load(sys.stdin.buffer)]
+assert all(type(v[1]) is pathlib.PurePosixPath and str(v[1]) == "scope" for v in values)
 print(type(values[0][0]) is type(values[1][0]), *(v[0].scaled() for v in values))
 """
 
@@ -31,7 +33,8 @@ def _config_class(factor: int) -> type:
 
 def test_payloads_load_a_class_by_value_once_and_keep_classes_of_one_name_apart() -> None:
     doubling, tripling = _config_class(2), _config_class(3)
-    payloads = [pickle_payload((doubling(n), "scope")) for n in (1, 2)] + [pickle_payload((tripling(5), "scope"))]
+    scope = PurePosixPath("scope")  # an importable class: pickled by reference, once
+    payloads = [pickle_payload((doubling(n), scope)) for n in (1, 2)] + [pickle_payload((tripling(5), scope))]
     out = subprocess.run(
         [sys.executable, "-c", LOAD], input=pickle.dumps(payloads), capture_output=True, check=True, text=False
     )
